@@ -1,0 +1,119 @@
+/* wds/reader.h — a stream of WebDataset samples from a shard spec.
+ *
+ * The reader opens each shard in turn (local path, file://URL, pipe:CMD, "-"
+ * for stdin, or http(s)/ftp URLs through curl as WebDataset does), detects the
+ * compression from the first bytes (none, zstd, or anything libarchive
+ * decompresses: gzip, xz, bzip2, lz4, ...), parses the tar stream with wds's
+ * own streaming parser and groups members into samples by WebDataset's rules:
+ *
+ *   - only regular files count; directories, links and devices are skipped;
+ *   - members named like "__meta__" (top level) or "__x__/..." are skipped;
+ *   - key = path up to the first dot of the last path component, extension =
+ *     the rest, lower-cased ("a/b.Seg.PNG" -> key "a/b", ext "seg.png");
+ *     names without a dot in the last component are skipped;
+ *   - consecutive members with the same key form one sample; a sample never
+ *     spans two shards; an extension repeated within a sample is an error.
+ *
+ * Typical use:
+ *
+ *   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+ *   cfg.spec = "data-{000..009}.tar";
+ *   wds_reader *r;
+ *   if (wds_reader_open(&cfg, &r) != WDS_OK) { puts(wds_open_error()); ... }
+ *   const wds_sample *s;
+ *   int rc;
+ *   while ((rc = wds_reader_next(r, &s)) == WDS_OK) { use s->fields[i] ... }
+ *   if (rc != WDS_EOF) fprintf(stderr, "%s\n", wds_reader_error(r));
+ *   wds_reader_close(r);
+ *
+ * Memory: one read buffer per reader (buffer_size_bytes), grown only as far as
+ * the largest sample needs, and never past max_sample_bytes. Field data is
+ * handed out as views into that buffer: no copy is made. */
+#ifndef WDS_READER_H
+#define WDS_READER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wds/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One field of a sample: a member of the tar. All pointers are borrowed from
+ * the reader and valid until the next wds_reader_next() or _close(). */
+typedef struct wds_field {
+  const char *ext;         /* lower-cased extension, e.g. "jpg", "seg.png" */
+  const char *name;        /* the member's full name in the tar */
+  const uint8_t *data;     /* size_bytes bytes (not NUL-terminated) */
+  size_t size_bytes;
+  uint64_t offset;         /* offset of the member's first header in the
+                              (decompressed) tar stream */
+} wds_field;
+
+/* A sample: a key and its fields, in archive order. Borrowed like wds_field. */
+typedef struct wds_sample {
+  const char *key;         /* "dir/name" without extension */
+  const char *url;         /* the shard it came from, as expanded */
+  size_t shard_index;      /* index of url in the expanded shard list */
+  size_t field_count;
+  const wds_field *fields;
+} wds_sample;
+
+typedef struct wds_reader_config {
+  /* Shard spec (see wds/spec.h). When NULL, urls/url_count are used as is. */
+  const char *spec;
+  const char *const *urls;
+  size_t url_count;
+  size_t max_urls;           /* limit on the expanded spec; 0 = default */
+  size_t buffer_size_bytes;  /* read block; 0 = 4 MiB */
+  size_t max_sample_bytes;   /* largest sample accepted; 0 = 1 GiB */
+} wds_reader_config;
+
+#define WDS_READER_CONFIG_INIT {NULL, NULL, 0, 0, 0, 0}
+
+typedef struct wds_reader wds_reader;
+
+/* Counters since open. */
+typedef struct wds_reader_stats {
+  uint64_t shards;          /* shards opened */
+  uint64_t samples;         /* samples returned */
+  uint64_t members;         /* regular tar members grouped into samples */
+  uint64_t field_bytes;     /* bytes of field data returned */
+  uint64_t tar_bytes;       /* bytes of (decompressed) tar stream consumed */
+} wds_reader_stats;
+
+/* Validates cfg, expands the spec and prepares to read; shards are opened
+ * lazily by wds_reader_next(). On failure *out is NULL, nothing leaks and
+ * wds_open_error() tells why. */
+int wds_reader_open(const wds_reader_config *cfg, wds_reader **out);
+
+/* Text of the last failed *_open() call in this thread ("" if none). */
+const char *wds_open_error(void);
+
+/* Next sample: WDS_OK with *out set (borrowed until the next call), WDS_EOF
+ * after the last shard, or a negative status with wds_reader_error() naming
+ * the shard URL, member and byte offset. After an error the reader stays
+ * usable: the next call continues with the next shard (or, after
+ * WDS_ERR_DUPLICATE, with the next sample of the same shard), so callers
+ * can choose to stop at the first error or to skip what is bad. */
+int wds_reader_next(wds_reader *r, const wds_sample **out);
+
+/* Text of the last error ("" if none). Valid until the next call. */
+const char *wds_reader_error(const wds_reader *r);
+
+/* The expanded shard list. */
+size_t wds_reader_shard_count(const wds_reader *r);
+const char *wds_reader_shard_url(const wds_reader *r, size_t index);
+
+void wds_reader_stats_get(const wds_reader *r, wds_reader_stats *out);
+
+/* Closes the current shard (stopping a pipe: command if it still runs) and
+ * frees everything. NULL is a no-op. */
+void wds_reader_close(wds_reader *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WDS_READER_H */

@@ -1,0 +1,59 @@
+/* wds/spec.h — shard specs: from a string to a list of shard URLs.
+ *
+ * A spec is one or more parts joined by "::". Each part is either
+ *   - "@FILE": FILE holds one spec per line (blank lines and lines whose first
+ *     non-blank character is '#' are skipped); each line is expanded as a spec
+ *     of its own (it may use braces and "::", and further @FILEs, nested at
+ *     most WDS_SPEC_MAX_DEPTH deep), or
+ *   - a pattern: "${NAME}" is replaced by the environment variable WDS_NAME
+ *     (as WebDataset does; a missing variable is an error), then braces are
+ *     expanded with the results of Python's braceexpand 0.1.7:
+ *     "{000..099}" (zero padding from the leading zeros), "{a,b,c}", nested
+ *     braces, several groups (cartesian product, leftmost varies slowest),
+ *     steps "{0..10..2}", descending and negative ranges, letter ranges
+ *     "{a..e}", backslash escapes ("\{" is a literal brace).
+ * Unbalanced braces are an error naming the position. A spec that would expand
+ * past max_urls URLs is refused before the memory is allocated.
+ *
+ * Plain URLs pass through unchanged: "pipe:curl -s http://x/a-{0..3}.tar"
+ * expands its braces too, exactly as WebDataset does. */
+#ifndef WDS_SPEC_H
+#define WDS_SPEC_H
+
+#include <stddef.h>
+
+#include "wds/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WDS_DEFAULT_MAX_URLS ((size_t)10000000)
+#define WDS_SPEC_MAX_DEPTH 8
+
+/* A list of URLs owned by the caller; free with wds_url_list_free(). */
+typedef struct wds_url_list {
+  char **urls;  /* count NUL-terminated strings */
+  size_t count;
+} wds_url_list;
+
+/* Expands spec (as described above) into *out, which must be zeroed or
+ * freshly freed. max_urls 0 means WDS_DEFAULT_MAX_URLS. On failure returns a
+ * negative status (WDS_ERR_SPEC, WDS_ERR_LIMIT, WDS_ERR_OPEN for an unreadable
+ * @FILE, WDS_ERR_NOMEM), writes a message naming what and where into err
+ * (when err is not NULL; always NUL-terminated), and leaves *out empty. */
+int wds_spec_expand(const char *spec, size_t max_urls, wds_url_list *out,
+                    char *err, size_t err_size);
+
+/* Brace expansion of a single pattern only: no "::", "@" or "${}" handling.
+ * Same contract as wds_spec_expand(). */
+int wds_brace_expand(const char *pattern, size_t max_urls, wds_url_list *out,
+                     char *err, size_t err_size);
+
+/* Frees the strings and the array; leaves list zeroed. NULL is a no-op. */
+void wds_url_list_free(wds_url_list *list);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WDS_SPEC_H */

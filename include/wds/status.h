@@ -1,0 +1,47 @@
+/* wds/status.h — status codes shared by every wds API.
+ *
+ * Every function that can fail returns an int: WDS_OK (0), WDS_EOF (1) for a
+ * clean end of stream, or one of the negative codes below. Handles keep the
+ * text of their last error (what and where: shard URL, member, byte offset);
+ * wds_strerror() gives the generic text of a code. */
+#ifndef WDS_STATUS_H
+#define WDS_STATUS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(name, value, generic message) — the single table of status codes. */
+#define WDS_STATUS_TABLE(X)                                                    \
+  X(WDS_OK, 0, "success")                                                      \
+  X(WDS_EOF, 1, "end of stream")                                               \
+  X(WDS_ERR_NOMEM, -1, "out of memory")                                        \
+  X(WDS_ERR_INVALID, -2, "invalid argument")                                   \
+  X(WDS_ERR_SPEC, -3, "invalid shard spec")                                    \
+  X(WDS_ERR_LIMIT, -4, "limit exceeded")                                       \
+  X(WDS_ERR_IO, -5, "I/O error")                                               \
+  X(WDS_ERR_OPEN, -6, "cannot open source")                                    \
+  X(WDS_ERR_COMMAND, -7, "pipe command failed")                                \
+  X(WDS_ERR_TRUNCATED, -8, "truncated input")                                  \
+  X(WDS_ERR_CORRUPT, -9, "corrupt archive")                                    \
+  X(WDS_ERR_FORMAT, -10, "unsupported format")                                 \
+  X(WDS_ERR_DECOMPRESS, -11, "decompression error")                            \
+  X(WDS_ERR_DUPLICATE, -12, "duplicate field in sample")
+
+enum wds_status {
+#define WDS_STATUS_ENUM_(name, value, msg) name = (value),
+  WDS_STATUS_TABLE(WDS_STATUS_ENUM_)
+#undef WDS_STATUS_ENUM_
+};
+
+/* Generic text of a status code ("unknown status" for anything else). The
+ * returned string is static. */
+const char *wds_strerror(int status);
+
+/* Name of a status code ("WDS_ERR_TRUNCATED"), static; "WDS_UNKNOWN" otherwise. */
+const char *wds_status_name(int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WDS_STATUS_H */

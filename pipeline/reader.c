@@ -1,0 +1,455 @@
+/* reader.c — WebDataset samples from a list of shards.
+ *
+ * One shard at a time: open the stream, iterate tar members, group them by
+ * key. Grouping has a one-member look-ahead: a sample is complete when the
+ * next member's key differs (or the shard ends), so that member is held as
+ * "pending" and starts the next sample. Field data stays in the tar window
+ * (views, no copies); the window's keep mark is the first member of the
+ * current sample, so everything a returned sample points to stays put until
+ * the next call. Names, keys and extensions are small and copied into an
+ * arena per sample.
+ *
+ * Errors close the current shard; the next call moves on to the next shard,
+ * except after a duplicate extension, where the rest of that key's members
+ * are skipped and reading continues in the same shard. */
+#include "wds/reader.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shards/err.h"
+#include "shards/stream.h"
+#include "shards/tar.h"
+#include "wds/spec.h"
+
+#define DEFAULT_BUFFER_BYTES ((size_t)4 << 20)
+#define DEFAULT_MAX_SAMPLE_BYTES ((size_t)1 << 30)
+
+typedef struct field_slot {
+  size_t ext_off;   /* offsets into the arena */
+  size_t name_off;
+  uint64_t data_voff;
+  uint64_t size;
+  uint64_t offset;
+} field_slot;
+
+struct wds_reader {
+  wds_reader_config cfg;
+  wds_url_list urls;
+  size_t next_shard;      /* index of the next shard to open */
+  size_t shard;           /* index of the open shard */
+  wds__stream *stream;
+  wds__tar *tar;
+  int shard_done;         /* ended or failed: close on the next call */
+
+  /* Pending member: read, not yet placed in a sample. */
+  int has_pending;
+  wds__tar_member pending;
+  char *pending_name;
+  size_t pending_name_cap;
+  size_t pending_key_len; /* key = pending_name[0..key_len) */
+  size_t pending_ext_off; /* extension starts at pending_name + ext_off */
+  /* After a duplicate: members with this key are dropped. */
+  int skipping_key;
+  char *skip_key;
+  size_t skip_key_cap;
+
+  /* The sample being built / returned. */
+  char *arena;
+  size_t arena_len, arena_cap;
+  field_slot *slots;
+  size_t slot_count, slot_cap;
+  wds_field *fields;
+  size_t fields_cap;
+  wds_sample sample;
+
+  wds_reader_stats stats;
+  wds__err err;
+};
+
+static _Thread_local char open_error[WDS__ERR_SIZE];
+
+const char *wds_open_error(void) { return open_error; }
+
+static int open_fail(int status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int open_fail(int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(open_error, sizeof open_error, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+int wds_reader_open(const wds_reader_config *cfg, wds_reader **out) {
+  int rc = WDS_OK;
+  wds_reader *r = NULL;
+  if (!out)
+    return open_fail(WDS_ERR_INVALID, "wds_reader_open: out is NULL");
+  *out = NULL;
+  open_error[0] = '\0';
+  if (!cfg || (!cfg->spec && (!cfg->urls && cfg->url_count > 0)))
+    return open_fail(WDS_ERR_INVALID, "wds_reader_open: no spec or urls");
+  r = calloc(1, sizeof *r);
+  if (!r)
+    return open_fail(WDS_ERR_NOMEM, "out of memory");
+  r->cfg = *cfg;
+  r->cfg.spec = NULL; /* not owned; only used here */
+  r->cfg.urls = NULL;
+  if (r->cfg.buffer_size_bytes == 0)
+    r->cfg.buffer_size_bytes = DEFAULT_BUFFER_BYTES;
+  if (r->cfg.max_sample_bytes == 0)
+    r->cfg.max_sample_bytes = DEFAULT_MAX_SAMPLE_BYTES;
+  if (cfg->spec) {
+    rc = wds_spec_expand(cfg->spec, cfg->max_urls, &r->urls, open_error,
+                         sizeof open_error);
+    if (rc != WDS_OK)
+      goto done;
+  } else {
+    r->urls.urls = calloc(cfg->url_count ? cfg->url_count : 1, sizeof(char *));
+    if (!r->urls.urls) {
+      rc = open_fail(WDS_ERR_NOMEM, "out of memory");
+      goto done;
+    }
+    for (size_t i = 0; i < cfg->url_count; i++) {
+      if (!cfg->urls[i]) {
+        rc = open_fail(WDS_ERR_INVALID, "wds_reader_open: urls[%zu] is NULL",
+                       i);
+        goto done;
+      }
+      r->urls.urls[i] = strdup(cfg->urls[i]);
+      if (!r->urls.urls[i]) {
+        rc = open_fail(WDS_ERR_NOMEM, "out of memory");
+        goto done;
+      }
+      r->urls.count = i + 1;
+    }
+  }
+done:
+  if (rc != WDS_OK) {
+    wds_reader_close(r);
+    return rc;
+  }
+  *out = r;
+  return WDS_OK;
+}
+
+static void close_shard(wds_reader *r) {
+  wds__tar_close(r->tar);
+  r->tar = NULL;
+  wds__stream_close(r->stream);
+  r->stream = NULL;
+  r->has_pending = 0;
+  r->skipping_key = 0;
+}
+
+void wds_reader_close(wds_reader *r) {
+  if (!r)
+    return;
+  close_shard(r);
+  wds_url_list_free(&r->urls);
+  free(r->pending_name);
+  free(r->skip_key);
+  free(r->arena);
+  free(r->slots);
+  free(r->fields);
+  free(r);
+}
+
+const char *wds_reader_error(const wds_reader *r) { return r->err.msg; }
+
+size_t wds_reader_shard_count(const wds_reader *r) { return r->urls.count; }
+
+const char *wds_reader_shard_url(const wds_reader *r, size_t index) {
+  return index < r->urls.count ? r->urls.urls[index] : NULL;
+}
+
+void wds_reader_stats_get(const wds_reader *r, wds_reader_stats *out) {
+  *out = r->stats;
+}
+
+/* WebDataset's metadata rule: a top-level "__x__", or a match of the regex
+ * __[^/]*__($|/) at the start of the name. */
+static int is_meta(const char *n, size_t len) {
+  if (len < 2 || n[0] != '_' || n[1] != '_')
+    return 0;
+  if (!memchr(n, '/', len) && n[len - 1] == '_' && n[len - 2] == '_')
+    return 1;
+  for (size_t k = 2; k + 1 < len && n[k] != '/'; k++)
+    if (n[k] == '_' && n[k + 1] == '_' && (k + 2 == len || n[k + 2] == '/'))
+      return 1;
+  return 0;
+}
+
+/* WebDataset's base_plus_ext(), the regex ^((?:.* /|)[^.]+)[.]([^/]*)$
+ * (without the space): sets the key length and the extension start, or
+ * returns 0 when the name matches no sample. */
+static int split_key(const char *n, size_t len, size_t *key_len,
+                     size_t *ext_off) {
+  const char *slash = NULL;
+  for (size_t i = len; i > 0; i--)
+    if (n[i - 1] == '/') {
+      slash = n + i - 1;
+      break;
+    }
+  size_t c = slash ? (size_t)(slash - n) + 1 : 0; /* last component */
+  const char *dot = memchr(n + c, '.', len - c);
+  if (!dot)
+    return 0;
+  size_t d = (size_t)(dot - n);
+  if (d > c) {
+    *key_len = d;
+    *ext_off = d + 1;
+    return 1;
+  }
+  /* The last component starts with a dot: the regex can still match with
+   * [^.]+ spanning the previous component and its slash, if that component
+   * has no dot. */
+  if (c == 0)
+    return 0;
+  size_t p = c - 1;
+  while (p > 0 && n[p - 1] != '/')
+    p--;
+  if (memchr(n + p, '.', c - 1 - p))
+    return 0;
+  *key_len = c;
+  *ext_off = c + 1;
+  return 1;
+}
+
+static int arena_add(wds_reader *r, const char *s, size_t n, size_t *off) {
+  if (r->arena_len + n + 1 > r->arena_cap) {
+    size_t c = r->arena_cap ? r->arena_cap : 1024;
+    while (c < r->arena_len + n + 1)
+      c *= 2;
+    char *a = realloc(r->arena, c);
+    if (!a)
+      return WDS_ERR_NOMEM;
+    r->arena = a;
+    r->arena_cap = c;
+  }
+  memcpy(r->arena + r->arena_len, s, n);
+  r->arena[r->arena_len + n] = '\0';
+  *off = r->arena_len;
+  r->arena_len += n + 1;
+  return WDS_OK;
+}
+
+static int lower_ascii(int c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+/* Reads the next member that belongs to some sample into r->pending.
+ * WDS_OK, WDS_EOF at the end of the shard, or an error. */
+static int read_pending(wds_reader *r) {
+  for (;;) {
+    int rc = wds__tar_next(r->tar, &r->pending, &r->err);
+    if (rc != WDS_OK)
+      return rc;
+    const char *n = r->pending.name;
+    size_t len = r->pending.name_len;
+    size_t key_len, ext_off;
+    if (is_meta(n, len) || !split_key(n, len, &key_len, &ext_off))
+      continue;
+    if (r->skipping_key) {
+      if (strlen(r->skip_key) == key_len && memcmp(r->skip_key, n, key_len) == 0)
+        continue;
+      r->skipping_key = 0;
+    }
+    if (len + 1 > r->pending_name_cap) {
+      size_t c = len + 64;
+      char *p = realloc(r->pending_name, c);
+      if (!p)
+        return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
+      r->pending_name = p;
+      r->pending_name_cap = c;
+    }
+    memcpy(r->pending_name, n, len + 1);
+    for (size_t i = ext_off; i < len; i++)
+      r->pending_name[i] = (char)lower_ascii((unsigned char)r->pending_name[i]);
+    r->pending_key_len = key_len;
+    r->pending_ext_off = ext_off;
+    r->has_pending = 1;
+    return WDS_OK;
+  }
+}
+
+/* Adds the pending member to the current sample. */
+static int take_pending(wds_reader *r) {
+  wds__tar_member *m = &r->pending;
+  int rc = wds__tar_load(r->tar, m, &r->err);
+  if (rc != WDS_OK)
+    return rc;
+  if (r->slot_count == r->slot_cap) {
+    size_t c = r->slot_cap ? r->slot_cap * 2 : 8;
+    field_slot *s = realloc(r->slots, c * sizeof *s);
+    if (!s)
+      return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
+    r->slots = s;
+    r->slot_cap = c;
+  }
+  field_slot *f = &r->slots[r->slot_count];
+  /* The member's name is stored with its extension lower-cased; keep the
+   * original for messages and for wds_field.name. */
+  if (arena_add(r, m->name, m->name_len, &f->name_off) != WDS_OK ||
+      arena_add(r, r->pending_name + r->pending_ext_off,
+                m->name_len - r->pending_ext_off, &f->ext_off) != WDS_OK)
+    return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
+  f->data_voff = m->data_voff;
+  f->size = m->size;
+  f->offset = m->header_offset;
+  r->slot_count++;
+  r->has_pending = 0;
+  r->stats.members++;
+  return WDS_OK;
+}
+
+static int same_key(const wds_reader *r) {
+  const char *key = r->arena; /* the key is the arena's first string */
+  return strlen(key) == r->pending_key_len &&
+         memcmp(key, r->pending_name, r->pending_key_len) == 0;
+}
+
+static int has_ext(const wds_reader *r, const char *ext) {
+  for (size_t i = 0; i < r->slot_count; i++)
+    if (strcmp(r->arena + r->slots[i].ext_off, ext) == 0)
+      return 1;
+  return 0;
+}
+
+static int finish_sample(wds_reader *r, const wds_sample **out) {
+  if (r->slot_count > r->fields_cap) {
+    wds_field *f = realloc(r->fields, r->slot_count * sizeof *f);
+    if (!f)
+      return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
+    r->fields = f;
+    r->fields_cap = r->slot_count;
+  }
+  for (size_t i = 0; i < r->slot_count; i++) {
+    const field_slot *s = &r->slots[i];
+    wds_field *f = &r->fields[i];
+    f->ext = r->arena + s->ext_off;
+    f->name = r->arena + s->name_off;
+    f->data = wds__tar_view(r->tar, s->data_voff);
+    f->size_bytes = (size_t)s->size;
+    f->offset = s->offset;
+    r->stats.field_bytes += s->size;
+  }
+  r->sample.key = r->arena;
+  r->sample.url = r->urls.urls[r->shard];
+  r->sample.shard_index = r->shard;
+  r->sample.field_count = r->slot_count;
+  r->sample.fields = r->fields;
+  r->stats.samples++;
+  *out = &r->sample;
+  return WDS_OK;
+}
+
+/* Ends the shard at its end-of-archive marker: the rest of the stream is
+ * read so compressed framing and a command's exit status are checked. The
+ * tar window stays open: the shard's last sample may still point into it. */
+static int end_shard(wds_reader *r) {
+  r->shard_done = 1;
+  int rc = wds__stream_drain(r->stream, &r->err);
+  if (rc != WDS_OK)
+    wds__err_prefix(&r->err, "%s", r->urls.urls[r->shard]);
+  return rc;
+}
+
+static int fail_shard(wds_reader *r, int rc) {
+  if (rc != WDS_ERR_DUPLICATE)
+    r->shard_done = 1;
+  wds__err_prefix(&r->err, "%s", r->urls.urls[r->shard]);
+  return rc;
+}
+
+/* After a duplicate extension: the sample is dropped and the rest of its
+ * key's members are skipped. */
+static int skip_rest_of_key(wds_reader *r) {
+  size_t n = strlen(r->arena);
+  if (n + 1 > r->skip_key_cap) {
+    char *k = realloc(r->skip_key, n + 1);
+    if (!k)
+      return WDS_ERR_NOMEM;
+    r->skip_key = k;
+    r->skip_key_cap = n + 1;
+  }
+  memcpy(r->skip_key, r->arena, n + 1);
+  r->skipping_key = 1;
+  r->has_pending = 0;
+  r->slot_count = 0;
+  return WDS_OK;
+}
+
+int wds_reader_next(wds_reader *r, const wds_sample **out) {
+  int rc;
+  *out = NULL;
+  r->err.msg[0] = '\0';
+  for (;;) {
+    if (r->shard_done) {
+      r->stats.tar_bytes += r->tar ? wds__tar_offset(r->tar) : 0;
+      close_shard(r);
+      r->shard_done = 0;
+    }
+    if (!r->stream) {
+      if (r->next_shard >= r->urls.count)
+        return WDS_EOF;
+      r->shard = r->next_shard++;
+      rc = wds__stream_open(r->urls.urls[r->shard], &r->stream, &r->err);
+      if (rc == WDS_OK)
+        rc = wds__tar_open(r->stream, r->cfg.buffer_size_bytes,
+                           r->cfg.max_sample_bytes, &r->tar, &r->err);
+      if (rc != WDS_OK)
+        return fail_shard(r, rc);
+      r->stats.shards++;
+    }
+    if (!r->has_pending) {
+      rc = read_pending(r);
+      if (rc == WDS_EOF) {
+        rc = end_shard(r);
+        if (rc != WDS_OK)
+          return rc;
+        continue;
+      }
+      if (rc != WDS_OK)
+        return fail_shard(r, rc);
+    }
+    /* Start a sample with the pending member; nothing before its data is
+     * needed any more. The key is the arena's first string. */
+    r->arena_len = 0;
+    r->slot_count = 0;
+    size_t key_off;
+    wds__tar_keep_from(r->tar, r->pending.data_voff);
+    if (arena_add(r, r->pending_name, r->pending_key_len, &key_off) != WDS_OK)
+      return fail_shard(r, wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory"));
+    rc = take_pending(r);
+    if (rc != WDS_OK)
+      return fail_shard(r, rc);
+    for (;;) {
+      rc = read_pending(r);
+      if (rc == WDS_EOF) {
+        /* The shard is complete, so its last sample is whole. */
+        rc = end_shard(r);
+        return rc == WDS_OK ? finish_sample(r, out) : rc;
+      }
+      if (rc != WDS_OK)
+        return fail_shard(r, rc);
+      if (!same_key(r))
+        return finish_sample(r, out);
+      if (has_ext(r, r->pending_name + r->pending_ext_off)) {
+        wds__fail(&r->err, WDS_ERR_DUPLICATE,
+                  "member \"%s\" at offset %llu: duplicate extension \"%s\" "
+                  "in sample \"%s\"",
+                  r->pending.name, (unsigned long long)r->pending.header_offset,
+                  r->pending_name + r->pending_ext_off, r->arena);
+        if (skip_rest_of_key(r) != WDS_OK)
+          return fail_shard(r, wds__fail(&r->err, WDS_ERR_NOMEM,
+                                         "out of memory"));
+        return fail_shard(r, WDS_ERR_DUPLICATE);
+      }
+      rc = take_pending(r);
+      if (rc != WDS_OK)
+        return fail_shard(r, rc);
+    }
+  }
+}

@@ -1,0 +1,30 @@
+/* err.h — internal error text carried beside a status code.
+ *
+ * Internal functions take a wds__err* and, on failure, write what failed and
+ * where into it and return the negative status. Handles copy it into their
+ * last-error text. Fixed-size: formatting an error never allocates. */
+#ifndef WDS_SHARDS_ERR_H
+#define WDS_SHARDS_ERR_H
+
+#include <stddef.h>
+
+#include "wds/status.h"
+
+#define WDS__ERR_SIZE 1024
+
+typedef struct wds__err {
+  char msg[WDS__ERR_SIZE];
+} wds__err;
+
+/* Formats the message into e (when e is not NULL) and returns status. */
+int wds__fail(wds__err *e, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prepends "prefix: " to e's message (used to add the shard URL). */
+void wds__err_prefix(wds__err *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Copies a message into a caller's buffer (truncating, always terminated). */
+void wds__copy_msg(char *dst, size_t dst_size, const char *src);
+
+#endif

@@ -1,0 +1,295 @@
+/* source.c — open a shard URL as a forward-only byte source.
+ *
+ * Files and stdin are plain descriptors. "pipe:CMD" runs CMD through /bin/sh
+ * with posix_spawn (safe in threaded programs), in its own process group and
+ * with SIGPIPE at its default action, reading its stdout through a pipe. The
+ * child's exit status is collected when the pipe reaches end-of-file: only
+ * then do we know the stream was complete, so a failing command is reported
+ * in place of a clean end. When the caller stops early, close() kills the
+ * process group and reaps it, so nothing is left running and nothing is
+ * reported. Remote URLs are mapped to curl commands, as WebDataset's gopen
+ * does. */
+#include "source.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+struct wds__source {
+  int fd;
+  int owns_fd;
+  pid_t pid;       /* > 0 while a pipe: command has not been reaped */
+  int at_eof;
+  char *command;   /* for messages */
+};
+
+static int starts_with(const char *s, const char *prefix) {
+  return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Single-quotes s for /bin/sh. */
+static char *shell_quote(const char *s) {
+  size_t n = 3;
+  for (const char *p = s; *p; p++)
+    n += (*p == '\'') ? 4 : 1;
+  char *q = malloc(n);
+  if (!q)
+    return NULL;
+  char *o = q;
+  *o++ = '\'';
+  for (const char *p = s; *p; p++) {
+    if (*p == '\'') {
+      memcpy(o, "'\\''", 4);
+      o += 4;
+    } else {
+      *o++ = *p;
+    }
+  }
+  *o++ = '\'';
+  *o = '\0';
+  return q;
+}
+
+static int spawn_command(wds__source *s, const char *cmd, wds__err *err) {
+  int rc = WDS_OK;
+  int fds[2] = {-1, -1};
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  int fa_ok = 0, attr_ok = 0;
+
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    rc = wds__fail(err, WDS_ERR_OPEN, "cannot create a pipe for the command: %s",
+                   strerror(errno));
+    goto done;
+  }
+  if (posix_spawn_file_actions_init(&fa) != 0) {
+    rc = wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  fa_ok = 1;
+  if (posix_spawnattr_init(&attr) != 0) {
+    rc = wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  attr_ok = 1;
+  sigset_t dflt, none;
+  sigemptyset(&dflt);
+  sigaddset(&dflt, SIGPIPE);
+  sigemptyset(&none);
+  /* The child gets its own process group (so close() can stop the whole
+   * pipeline), SIGPIPE at its default even if we ignore it, and an empty
+   * signal mask even if the calling thread blocks signals. */
+  if (posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO) != 0 ||
+      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
+                                          POSIX_SPAWN_SETSIGDEF |
+                                          POSIX_SPAWN_SETSIGMASK) != 0 ||
+      posix_spawnattr_setpgroup(&attr, 0) != 0 ||
+      posix_spawnattr_setsigdefault(&attr, &dflt) != 0 ||
+      posix_spawnattr_setsigmask(&attr, &none) != 0) {
+    rc = wds__fail(err, WDS_ERR_OPEN, "cannot set up the command");
+    goto done;
+  }
+  char *argv[] = {"sh", "-c", (char *)cmd, NULL};
+  int e = posix_spawn(&s->pid, "/bin/sh", &fa, &attr, argv, environ);
+  if (e != 0) {
+    s->pid = 0;
+    rc = wds__fail(err, WDS_ERR_OPEN, "cannot start /bin/sh: %s", strerror(e));
+    goto done;
+  }
+  s->fd = fds[0];
+  s->owns_fd = 1;
+  fds[0] = -1;
+done:
+  if (attr_ok)
+    posix_spawnattr_destroy(&attr);
+  if (fa_ok)
+    posix_spawn_file_actions_destroy(&fa);
+  if (fds[0] >= 0)
+    close(fds[0]);
+  if (fds[1] >= 0)
+    close(fds[1]);
+  return rc;
+}
+
+/* Maps remote URLs to curl, as WebDataset's gopen does for these schemes. */
+static int is_curl_url(const char *url) {
+  static const char *const schemes[] = {"http://", "https://", "ftp://",
+                                        "ftps://", "sftp://", "scp://"};
+  for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++)
+    if (starts_with(url, schemes[i]))
+      return 1;
+  return 0;
+}
+
+/* "scheme://" with a scheme made of letters, digits, '+', '-', '.'. */
+static int has_scheme(const char *url) {
+  const char *p = url;
+  while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+         (*p >= '0' && *p <= '9') || *p == '+' || *p == '-' || *p == '.')
+    p++;
+  return p > url && starts_with(p, "://");
+}
+
+int wds__source_open(const char *url, wds__source **out, wds__err *err) {
+  int rc = WDS_OK;
+  char *quoted = NULL;
+  *out = NULL;
+  wds__source *s = calloc(1, sizeof *s);
+  if (!s)
+    return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+  s->fd = -1;
+
+  if (strcmp(url, "-") == 0) {
+    s->fd = STDIN_FILENO;
+  } else if (starts_with(url, "pipe:")) {
+    const char *cmd = url + 5;
+    s->command = strdup(cmd);
+    if (!s->command) {
+      rc = wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+      goto done;
+    }
+    rc = spawn_command(s, cmd, err);
+  } else if (is_curl_url(url)) {
+    quoted = shell_quote(url);
+    size_t n = quoted ? strlen(quoted) + 64 : 0;
+    s->command = quoted ? malloc(n) : NULL;
+    if (!s->command) {
+      rc = wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+      goto done;
+    }
+    snprintf(s->command, n, "curl --fail --silent --show-error --location %s",
+             quoted);
+    rc = spawn_command(s, s->command, err);
+  } else {
+    const char *path = url;
+    if (starts_with(url, "file://")) {
+      path = url + 7;
+      if (starts_with(path, "localhost/"))
+        path += 9;
+      if (*path != '/') {
+        rc = wds__fail(err, WDS_ERR_OPEN,
+                       "cannot open: file URLs must name an absolute "
+                       "local path (file:///PATH)");
+        goto done;
+      }
+    } else if (has_scheme(url)) {
+      rc = wds__fail(err, WDS_ERR_OPEN,
+                     "cannot open: unsupported URL scheme (use a local "
+                     "path, file://, http(s)://, pipe:CMD or -)");
+      goto done;
+    }
+    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0) {
+      rc = wds__fail(err, WDS_ERR_OPEN, "cannot open the file: %s",
+                     strerror(errno));
+      goto done;
+    }
+    s->owns_fd = 1;
+    struct stat st;
+    if (fstat(s->fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+      rc = wds__fail(err, WDS_ERR_OPEN, "cannot open: is a directory");
+      goto done;
+    }
+    posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  }
+done:
+  free(quoted);
+  if (rc != WDS_OK) {
+    wds__source_close(s);
+    return rc;
+  }
+  *out = s;
+  return WDS_OK;
+}
+
+/* Reaps the command and turns its status into an error, or 0 when it
+ * succeeded. WebDataset also accepts 141 (128 + SIGPIPE). */
+static int reap_command(wds__source *s, wds__err *err) {
+  int status = 0;
+  pid_t r;
+  do {
+    r = waitpid(s->pid, &status, 0);
+  } while (r < 0 && errno == EINTR);
+  s->pid = 0;
+  if (r < 0)
+    return wds__fail(err, WDS_ERR_COMMAND, "cannot wait for command \"%s\": %s",
+                     s->command, strerror(errno));
+  if (WIFEXITED(status)) {
+    int code = WEXITSTATUS(status);
+    if (code == 0 || code == 141)
+      return WDS_OK;
+    return wds__fail(err, WDS_ERR_COMMAND,
+                     "command \"%s\" failed with exit status %d", s->command,
+                     code);
+  }
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    if (sig == SIGPIPE)
+      return WDS_OK;
+    return wds__fail(err, WDS_ERR_COMMAND,
+                     "command \"%s\" killed by signal %d (%s) before it could exit",
+                     s->command, sig, strsignal(sig));
+  }
+  return wds__fail(err, WDS_ERR_COMMAND, "command \"%s\" ended abnormally",
+                   s->command);
+}
+
+ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err) {
+  if (s->at_eof)
+    return 0;
+  for (;;) {
+    ssize_t n = read(s->fd, dst, cap);
+    if (n > 0)
+      return n;
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return wds__fail(err, WDS_ERR_IO, "read error: %s", strerror(errno));
+    s->at_eof = 1;
+    if (s->pid > 0) {
+      int rc = reap_command(s, err);
+      if (rc != WDS_OK)
+        return rc;
+    }
+    return 0;
+  }
+}
+
+void wds__source_close(wds__source *s) {
+  if (!s)
+    return;
+  if (s->owns_fd && s->fd >= 0)
+    close(s->fd);
+  if (s->pid > 0) {
+    /* Stopped early: the command may be blocked writing to us or elsewhere.
+     * Its process group still exists while it is unreaped, so this cannot
+     * hit an unrelated group. */
+    kill(-s->pid, SIGTERM);
+    int status;
+    pid_t r = 0;
+    for (int i = 0; i < 200 && r == 0; i++) { /* up to 2 s, then SIGKILL */
+      r = waitpid(s->pid, &status, WNOHANG);
+      if (r < 0 && errno == EINTR)
+        r = 0;
+      if (r == 0)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    if (r == 0) {
+      kill(-s->pid, SIGKILL);
+      while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+  free(s->command);
+  free(s);
+}

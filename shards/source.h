@@ -1,0 +1,29 @@
+/* source.h — byte sources behind a shard URL: files, pipe:CMD, stdin.
+ * Internal to wds. A source only reads forward: it never seeks, so pipes and
+ * stdin behave exactly like files. */
+#ifndef WDS_SHARDS_SOURCE_H
+#define WDS_SHARDS_SOURCE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "err.h"
+
+typedef struct wds__source wds__source;
+
+/* Opens url: "-" (stdin), "pipe:CMD" (CMD run by /bin/sh, its stdout read),
+ * "file://PATH", http(s)/ftp(s)/sftp/scp URLs (read through curl, as
+ * WebDataset does), or a local path. */
+int wds__source_open(const char *url, wds__source **out, wds__err *err);
+
+/* Reads up to cap bytes into dst. Returns the count (> 0), 0 at the end of
+ * the source, or a negative status. For a pipe, the end of the stream is
+ * only reported once the command has exited with status 0; a non-zero exit
+ * is an error naming the command and its status. */
+ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err);
+
+/* Closes the source. A command that is still running (because the caller
+ * stopped reading early) is stopped: that is not an error. NULL is a no-op. */
+void wds__source_close(wds__source *s);
+
+#endif

@@ -1,0 +1,34 @@
+/* stream.h — the decompressed byte stream of one shard. Internal to wds.
+ *
+ * Opens the URL's source, looks at its first bytes and picks a codec: none
+ * (a plain tar), zstd (libzstd), or libarchive's decompression filters
+ * (gzip, bzip2, xz, lzma, lz4, lzip, compress, ...). The name of the shard
+ * plays no part. Reads give decompressed bytes straight into the caller's
+ * buffer. */
+#ifndef WDS_SHARDS_STREAM_H
+#define WDS_SHARDS_STREAM_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "err.h"
+
+typedef struct wds__stream wds__stream;
+
+int wds__stream_open(const char *url, wds__stream **out, wds__err *err);
+
+/* Up to cap decompressed bytes into dst: count (> 0), 0 at a clean end, or a
+ * negative status (truncated or corrupt compressed data, a failed command,
+ * an I/O error) with the message in err. */
+ssize_t wds__stream_read(wds__stream *s, void *dst, size_t cap, wds__err *err);
+
+/* Reads and discards the rest of the stream, so that compressed framing and
+ * a pipe command's exit status are still checked. */
+int wds__stream_drain(wds__stream *s, wds__err *err);
+
+/* "none", "zstd", or libarchive's filter name ("gzip", "xz", ...). */
+const char *wds__stream_codec(const wds__stream *s);
+
+void wds__stream_close(wds__stream *s);
+
+#endif

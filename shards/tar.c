@@ -1,0 +1,591 @@
+/* tar.c — wds's own streaming tar parser.
+ *
+ * Reads the (decompressed) stream in large blocks into one window and parses
+ * headers in place; member data is handed out as views into the window, never
+ * copied, except when the window is compacted (the held bytes of the current
+ * sample move to the front, at most once per half-window of input).
+ *
+ * Formats: v7, ustar (prefix field), GNU (long names 'L', long link names
+ * 'K', base-256 numbers), POSIX pax (local 'x' and global 'g' headers: path,
+ * size). Header checksums are verified (unsigned and signed sums, as GNU tar
+ * and Python's tarfile accept). Which members are regular files, and how
+ * names are formed, follows Python's tarfile, which WebDataset uses: '0',
+ * '\0' and '7' are regular ('\0' with a trailing '/' is a directory); link,
+ * device, directory and fifo entries carry no data; unknown types are skipped
+ * over their size; the outermost extension header wins when several name one
+ * member. GNU sparse members are refused.
+ *
+ * Unlike tarfile, the parser never treats damage as the end of the archive:
+ * a stream must end with the end-of-archive zero block, and anything cut or
+ * corrupt is an error naming the member and offset. */
+#include "tar.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define PAX_MAX_BYTES ((uint64_t)16 << 20)
+#define LONGNAME_MAX_BYTES ((uint64_t)1 << 20)
+#define SMALL_SKIP_BYTES ((uint64_t)64 << 10)
+
+struct wds__tar {
+  wds__stream *stream;
+  uint8_t *buf;
+  size_t cap;
+  size_t max_cap;
+  uint64_t base;     /* virtual offset of buf[0] */
+  size_t len;        /* bytes held: virtual [base, base + len) */
+  uint64_t keep;     /* virtual offset: bytes before it may go */
+  uint64_t pos;      /* virtual offset of the next header */
+  /* The member last returned: its data and padding are skipped by the next
+   * wds__tar_next() unless they were loaded. */
+  int skip_pending;
+  uint64_t skip_target;      /* virtual offset after its padding */
+  uint64_t last_hoff, last_data_off, last_size;
+  uint64_t dropped;  /* stream offset - virtual offset at pos */
+  int stream_eof;
+  int seen_header;
+
+  /* Extension state for the next member. */
+  char *name;        /* final name of the member being returned */
+  size_t name_cap;
+  char *ext_name;    /* from 'x' path or 'L' (outermost wins) */
+  size_t ext_name_cap;
+  int has_ext_name;
+  int has_ext_size;
+  uint64_t ext_size;
+  int ext_sparse;
+  uint64_t ext_start;  /* stream offset of the first extension header */
+  int has_ext_start;
+  char *glob_name;     /* from 'g' path */
+  size_t glob_name_cap;
+  int has_glob_name;
+  int has_glob_size;
+  uint64_t glob_size;
+};
+
+static uint64_t round_block(uint64_t n) {
+  return (n + WDS__TAR_BLOCK - 1) & ~(uint64_t)(WDS__TAR_BLOCK - 1);
+}
+
+static int set_str(char **dst, size_t *cap, const char *src, size_t n) {
+  if (n + 1 > *cap) {
+    size_t c = *cap ? *cap : 256;
+    while (c < n + 1)
+      c *= 2;
+    char *p = realloc(*dst, c);
+    if (!p)
+      return WDS_ERR_NOMEM;
+    *dst = p;
+    *cap = c;
+  }
+  memcpy(*dst, src, n);
+  (*dst)[n] = '\0';
+  return WDS_OK;
+}
+
+int wds__tar_open(wds__stream *stream, size_t block_bytes,
+                  size_t max_window_bytes, wds__tar **out, wds__err *err) {
+  *out = NULL;
+  wds__tar *t = calloc(1, sizeof *t);
+  if (!t)
+    return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+  if (block_bytes < 64 * 1024)
+    block_bytes = 64 * 1024;
+  if (max_window_bytes < block_bytes)
+    max_window_bytes = block_bytes;
+  t->stream = stream;
+  t->cap = block_bytes;
+  t->max_cap = max_window_bytes;
+  t->buf = malloc(t->cap);
+  if (!t->buf) {
+    free(t);
+    return wds__fail(err, WDS_ERR_NOMEM, "out of memory (%zu-byte read buffer)",
+                     block_bytes);
+  }
+  *out = t;
+  return WDS_OK;
+}
+
+void wds__tar_close(wds__tar *t) {
+  if (!t)
+    return;
+  free(t->buf);
+  free(t->name);
+  free(t->ext_name);
+  free(t->glob_name);
+  free(t);
+}
+
+void wds__tar_keep_from(wds__tar *t, uint64_t voff) {
+  if (voff > t->keep)
+    t->keep = voff;
+}
+
+const uint8_t *wds__tar_view(const wds__tar *t, uint64_t voff) {
+  return t->buf + (voff - t->base);
+}
+
+uint64_t wds__tar_offset(const wds__tar *t) {
+  return (t->skip_pending ? t->skip_target : t->pos) + t->dropped;
+}
+
+/* Makes the window hold virtual [keep, end). Returns WDS_OK, WDS_EOF when the
+ * stream ended first (the window then holds what there was), or an error. */
+static int fill_to(wds__tar *t, uint64_t end, wds__err *err) {
+  if (end <= t->base + t->len)
+    return WDS_OK;
+  uint64_t keep = t->keep < t->base ? t->base : t->keep;
+  uint64_t need = end - keep;
+  if (need > t->max_cap)
+    return wds__fail(err, WDS_ERR_LIMIT,
+                     "sample needs %llu bytes in memory, over the limit of %zu "
+                     "bytes (max_sample_bytes)",
+                     (unsigned long long)need, t->max_cap);
+  if (need > t->cap) {
+    size_t c = t->cap;
+    while (c < need)
+      c = c > t->max_cap / 2 ? t->max_cap : c * 2;
+    /* Compact into the new buffer instead of realloc + memmove. */
+    uint8_t *nb = malloc(c);
+    if (!nb)
+      return wds__fail(err, WDS_ERR_NOMEM,
+                       "out of memory (growing the read window to %zu bytes)",
+                       c);
+    size_t held = t->len - (size_t)(keep - t->base);
+    memcpy(nb, t->buf + (keep - t->base), held);
+    free(t->buf);
+    t->buf = nb;
+    t->cap = c;
+    t->len = held;
+    t->base = keep;
+  } else if (keep > t->base &&
+             (end > t->base + t->cap || t->cap - t->len < t->cap / 2)) {
+    size_t shift = (size_t)(keep - t->base);
+    memmove(t->buf, t->buf + shift, t->len - shift);
+    t->len -= shift;
+    t->base = keep;
+  }
+  while (t->base + t->len < end) {
+    if (t->stream_eof)
+      return WDS_EOF;
+    ssize_t n = wds__stream_read(t->stream, t->buf + t->len, t->cap - t->len,
+                                 err);
+    if (n < 0)
+      return (int)n;
+    if (n == 0) {
+      t->stream_eof = 1;
+      return WDS_EOF;
+    }
+    t->len += (size_t)n;
+  }
+  return WDS_OK;
+}
+
+/* Moves pos to virtual target; stream bytes in between are not kept. */
+static int skip_to(wds__tar *t, uint64_t target, wds__err *err) {
+  uint64_t held_end = t->base + t->len;
+  if (target <= held_end) {
+    t->pos = target;
+    return WDS_OK;
+  }
+  if (target - held_end <= SMALL_SKIP_BYTES) {
+    int rc = fill_to(t, target, err);
+    if (rc != WDS_OK)
+      return rc;
+    t->pos = target;
+    return WDS_OK;
+  }
+  /* Large skip: drop the held part of the region and read the rest into a
+   * scratch buffer, never more than the region, so nothing after it is
+   * lost. The skipped bytes then have no virtual offsets at all. */
+  uint64_t remaining = target - held_end;
+  t->len = (size_t)(t->pos - t->base);
+  t->dropped += target - t->pos;
+  uint8_t scratch[16384];
+  while (remaining > 0) {
+    size_t want = remaining < sizeof scratch ? (size_t)remaining : sizeof scratch;
+    ssize_t n = wds__stream_read(t->stream, scratch, want, err);
+    if (n < 0)
+      return (int)n;
+    if (n == 0) {
+      t->stream_eof = 1;
+      t->dropped -= remaining; /* report the offset where it really ended */
+      return WDS_EOF;
+    }
+    remaining -= (uint64_t)n;
+  }
+  return WDS_OK;
+}
+
+/* Python tarfile's nti(): base-256 when the first byte is 0x80 (0xff is
+ * negative, refused here), else octal text up to the first NUL with
+ * surrounding whitespace ignored; empty means 0. */
+static int parse_number(const uint8_t *f, size_t n, uint64_t *out) {
+  if (f[0] == 0x80 || f[0] == 0xff) {
+    if (f[0] == 0xff)
+      return -1;
+    uint64_t v = 0;
+    for (size_t i = 1; i < n; i++) {
+      if (v >> 55)
+        return -1;
+      v = (v << 8) | f[i];
+    }
+    *out = v;
+    return 0;
+  }
+  size_t end = 0;
+  while (end < n && f[end] != 0)
+    end++;
+  size_t b = 0;
+  while (b < end && (f[b] == ' ' || (f[b] >= '\t' && f[b] <= '\r')))
+    b++;
+  while (end > b && (f[end - 1] == ' ' || (f[end - 1] >= '\t' && f[end - 1] <= '\r')))
+    end--;
+  uint64_t v = 0;
+  for (size_t i = b; i < end; i++) {
+    if (f[i] < '0' || f[i] > '7')
+      return -1;
+    if (v >> 60)
+      return -1;
+    v = v * 8 + (uint64_t)(f[i] - '0');
+  }
+  *out = v;
+  return 0;
+}
+
+/* Sum of the 512 bytes, eight at a time: two 16-bit lanes per byte pair
+ * cannot overflow (64 words x 2 x 255 < 65536). This is on the hot path:
+ * every member header is summed once. */
+static uint32_t block_sum(const uint8_t *h) {
+  const uint64_t lo = 0x00FF00FF00FF00FFull;
+  uint64_t acc = 0;
+  for (int i = 0; i < WDS__TAR_BLOCK; i += 8) {
+    uint64_t w;
+    memcpy(&w, h + i, 8);
+    acc += (w & lo) + ((w >> 8) & lo);
+  }
+  acc = (acc & 0x0000FFFF0000FFFFull) + ((acc >> 16) & 0x0000FFFF0000FFFFull);
+  return (uint32_t)((acc & 0xFFFFFFFFull) + (acc >> 32));
+}
+
+/* Checks the header checksum given the plain sum of the block. */
+static int checksum_ok(const uint8_t *h, uint32_t sum) {
+  uint64_t stored;
+  if (parse_number(h + 148, 8, &stored) != 0)
+    return 0;
+  uint32_t usum = sum + 8 * ' ';
+  for (int i = 148; i < 156; i++)
+    usum -= h[i];
+  if (stored == usum)
+    return 1;
+  int32_t ssum = 8 * ' ';
+  for (int i = 0; i < WDS__TAR_BLOCK; i++)
+    ssum += (i >= 148 && i < 156) ? 0 : (int8_t)h[i];
+  return (int64_t)stored == (int64_t)ssum;
+}
+
+int wds__tar_block_is_header(const uint8_t *h) {
+  return checksum_ok(h, block_sum(h));
+}
+
+static size_t field_len(const uint8_t *f, size_t n) {
+  const uint8_t *z = memchr(f, 0, n);
+  return z ? (size_t)(z - f) : n;
+}
+
+/* Parses pax records "LEN key=value\n" in [p, p + n). */
+static int parse_pax(wds__tar *t, const uint8_t *p, size_t n, int global,
+                     uint64_t hoff, wds__err *err) {
+  size_t i = 0;
+  while (i < n) {
+    if (p[i] == 0) /* some writers pad with NULs */
+      break;
+    size_t j = i;
+    uint64_t reclen = 0;
+    while (j < n && p[j] >= '0' && p[j] <= '9' && reclen < (uint64_t)1 << 40)
+      reclen = reclen * 10 + (uint64_t)(p[j++] - '0');
+    if (j == i || j >= n || p[j] != ' ' || reclen < (uint64_t)(j - i + 3) ||
+        reclen > n - i || p[i + reclen - 1] != '\n')
+      return wds__fail(err, WDS_ERR_CORRUPT,
+                       "malformed pax header record at offset %llu",
+                       (unsigned long long)(hoff + WDS__TAR_BLOCK + i));
+    const uint8_t *kv = p + j + 1;
+    size_t kvlen = (size_t)(i + reclen - 1 - (j + 1));
+    const uint8_t *eq = memchr(kv, '=', kvlen);
+    if (!eq)
+      return wds__fail(err, WDS_ERR_CORRUPT,
+                       "malformed pax header record (no '=') at offset %llu",
+                       (unsigned long long)(hoff + WDS__TAR_BLOCK + i));
+    size_t klen = (size_t)(eq - kv);
+    const char *val = (const char *)eq + 1;
+    size_t vlen = kvlen - klen - 1;
+    if (klen == 4 && memcmp(kv, "path", 4) == 0) {
+      if (global) {
+        if (set_str(&t->glob_name, &t->glob_name_cap, val, vlen) != WDS_OK)
+          return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+        t->has_glob_name = 1;
+      } else if (!t->has_ext_name) {
+        if (set_str(&t->ext_name, &t->ext_name_cap, val, vlen) != WDS_OK)
+          return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+        t->has_ext_name = 1;
+      }
+    } else if (klen == 4 && memcmp(kv, "size", 4) == 0) {
+      uint64_t v = 0;
+      int ok = vlen > 0 && vlen < 20;
+      for (size_t k = 0; ok && k < vlen; k++) {
+        if (val[k] < '0' || val[k] > '9')
+          ok = 0;
+        else
+          v = v * 10 + (uint64_t)(val[k] - '0');
+      }
+      if (!ok)
+        return wds__fail(err, WDS_ERR_CORRUPT,
+                         "invalid size in the pax header at offset %llu",
+                         (unsigned long long)hoff);
+      if (global) {
+        t->has_glob_size = 1;
+        t->glob_size = v;
+      } else if (!t->has_ext_size) {
+        t->has_ext_size = 1;
+        t->ext_size = v;
+      }
+    } else if (klen > 11 && memcmp(kv, "GNU.sparse.", 11) == 0) {
+      if (!global)
+        t->ext_sparse = 1;
+    }
+    i += (size_t)reclen;
+  }
+  return WDS_OK;
+}
+
+static void clear_ext(wds__tar *t) {
+  t->has_ext_name = 0;
+  t->has_ext_size = 0;
+  t->ext_sparse = 0;
+  t->has_ext_start = 0;
+}
+
+/* Error for a stream that ended at stream offset `at` while reading the
+ * header that starts at virtual offset hv. */
+static int header_eof(wds__tar *t, uint64_t hv, wds__err *err) {
+  uint64_t have = t->base + t->len > hv ? t->base + t->len - hv : 0;
+  uint64_t at = hv + t->dropped;
+  if (have == 0 && at == 0)
+    return wds__fail(err, WDS_ERR_TRUNCATED,
+                     "truncated: empty stream, not a tar archive");
+  if (have == 0)
+    return wds__fail(err, WDS_ERR_TRUNCATED,
+                     "truncated: stream ends at offset %llu without the "
+                     "end-of-archive marker",
+                     (unsigned long long)at);
+  return wds__fail(err, WDS_ERR_TRUNCATED,
+                   "truncated: stream ends inside the tar header at offset "
+                   "%llu (%llu of 512 bytes)",
+                   (unsigned long long)at, (unsigned long long)have);
+}
+
+/* Error for a stream that ended inside a member's data (or padding), which
+ * starts at stream offset data_start. */
+static int data_eof(wds__tar *t, const char *name, uint64_t hoff,
+                    uint64_t data_start, uint64_t size, wds__err *err) {
+  uint64_t end = t->base + t->len + t->dropped;
+  uint64_t got = end > data_start ? end - data_start : 0;
+  if (got > size)
+    got = size;
+  return wds__fail(err, WDS_ERR_TRUNCATED,
+                   "member \"%s\" at offset %llu: truncated: stream ends after "
+                   "%llu of %llu data bytes",
+                   name, (unsigned long long)hoff, (unsigned long long)got,
+                   (unsigned long long)size);
+}
+
+int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
+  clear_ext(t);
+  if (t->skip_pending) {
+    t->skip_pending = 0;
+    int rc = skip_to(t, t->skip_target, err);
+    if (rc == WDS_EOF)
+      return data_eof(t, t->name, t->last_hoff, t->last_data_off, t->last_size,
+                      err);
+    if (rc != WDS_OK)
+      return rc;
+  }
+  for (;;) {
+    uint64_t hv = t->pos;
+    int rc = fill_to(t, hv + WDS__TAR_BLOCK, err);
+    if (rc == WDS_EOF)
+      return header_eof(t, hv, err);
+    if (rc != WDS_OK)
+      return rc;
+    const uint8_t *h = wds__tar_view(t, hv);
+    uint64_t hoff = hv + t->dropped;
+    uint32_t sum = block_sum(h);
+    if (sum == 0) { /* a zero block: the end-of-archive marker */
+      t->pos = hv + WDS__TAR_BLOCK;
+      if (t->has_ext_start)
+        return wds__fail(err, WDS_ERR_CORRUPT,
+                         "extension header at offset %llu is followed by the "
+                         "end-of-archive marker instead of a member",
+                         (unsigned long long)t->ext_start);
+      return WDS_EOF;
+    }
+    if (!checksum_ok(h, sum)) {
+      if (!t->seen_header)
+        return wds__fail(err, WDS_ERR_FORMAT,
+                         "not a tar archive: no valid tar header at offset 0 "
+                         "(and no known compression)");
+      return wds__fail(err, WDS_ERR_CORRUPT,
+                       "bad tar header checksum at offset %llu",
+                       (unsigned long long)hoff);
+    }
+    t->seen_header = 1;
+    if (!t->has_ext_start) {
+      t->has_ext_start = 1;
+      t->ext_start = hoff;
+    }
+    char type = (char)h[156];
+    size_t nlen = field_len(h, 100);
+    uint64_t hsize;
+    if (parse_number(h + 124, 12, &hsize) != 0)
+      return wds__fail(err, WDS_ERR_CORRUPT,
+                       "member \"%.*s\" at offset %llu: invalid size field in "
+                       "the tar header",
+                       (int)nlen, (const char *)h, (unsigned long long)hoff);
+    uint64_t data_v = hv + WDS__TAR_BLOCK;
+    uint64_t padded = round_block(hsize);
+    if (padded < hsize)
+      return wds__fail(err, WDS_ERR_CORRUPT,
+                       "member at offset %llu: invalid size field in the tar "
+                       "header", (unsigned long long)hoff);
+
+    if (type == 'x' || type == 'g' || type == 'X' || type == 'L') {
+      uint64_t limit = type == 'L' ? LONGNAME_MAX_BYTES : PAX_MAX_BYTES;
+      if (hsize > limit)
+        return wds__fail(err, WDS_ERR_CORRUPT,
+                         "%s header at offset %llu has an implausible size "
+                         "(%llu bytes)",
+                         type == 'L' ? "GNU long name" : "pax",
+                         (unsigned long long)hoff, (unsigned long long)hsize);
+      rc = fill_to(t, data_v + hsize, err);
+      if (rc == WDS_EOF)
+        return data_eof(t, type == 'L' ? "././@LongLink" : "pax header", hoff,
+                        data_v + t->dropped, hsize, err);
+      if (rc != WDS_OK)
+        return rc;
+      const uint8_t *d = wds__tar_view(t, data_v);
+      if (type == 'L') {
+        if (!t->has_ext_name) {
+          if (set_str(&t->ext_name, &t->ext_name_cap, (const char *)d,
+                      field_len(d, (size_t)hsize)) != WDS_OK)
+            return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+          t->has_ext_name = 1;
+        }
+      } else {
+        rc = parse_pax(t, d, (size_t)hsize, type == 'g', hoff, err);
+        if (rc != WDS_OK)
+          return rc;
+        if (type == 'g')
+          t->has_ext_start = 0; /* a global header belongs to no member */
+      }
+      uint64_t data_off = data_v + t->dropped;
+      rc = skip_to(t, data_v + padded, err);
+      if (rc == WDS_EOF)
+        return data_eof(t, "extension header", hoff, data_off, hsize, err);
+      if (rc != WDS_OK)
+        return rc;
+      continue;
+    }
+
+    /* The member's final name: outermost extension, then global pax path,
+     * then the header (ustar prefix + name unless a GNU type). */
+    const char *nm;
+    size_t nml;
+    if (t->has_ext_name) {
+      nm = t->ext_name;
+      nml = strlen(t->ext_name);
+    } else if (t->has_glob_name) {
+      nm = t->glob_name;
+      nml = strlen(t->glob_name);
+    } else {
+      size_t plen = field_len(h + 345, 155);
+      char tmp[256 + 1 + 100];
+      nml = 0;
+      if (plen > 0 && type != 'K' && type != 'S') {
+        memcpy(tmp, h + 345, plen);
+        tmp[plen] = '/';
+        nml = plen + 1;
+      }
+      memcpy(tmp + nml, h, nlen);
+      nml += nlen;
+      if (set_str(&t->name, &t->name_cap, tmp, nml) != WDS_OK)
+        return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+      nm = t->name;
+    }
+    if (nm != t->name) {
+      if (set_str(&t->name, &t->name_cap, nm, nml) != WDS_OK)
+        return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+    }
+    uint64_t size = t->has_ext_size   ? t->ext_size
+                    : t->has_glob_size ? t->glob_size
+                                       : hsize;
+    uint64_t first_off = t->ext_start;
+
+    int regular = type == '0' || type == '7' ||
+                  (type == '\0' && !(nlen > 0 && h[nlen - 1] == '/'));
+    if (type == 'S' || (regular && t->ext_sparse))
+      return wds__fail(err, WDS_ERR_FORMAT,
+                       "member \"%s\" at offset %llu: GNU sparse files are not "
+                       "supported",
+                       t->name, (unsigned long long)first_off);
+    if (!regular) {
+      /* Links, devices, directories and fifos carry no data (as in
+       * tarfile); other types are skipped over their size. */
+      uint64_t skip = (type >= '1' && type <= '6') || type == '\0'
+                          ? 0
+                          : round_block(size);
+      if (skip < size)
+        return wds__fail(err, WDS_ERR_CORRUPT,
+                         "member \"%s\" at offset %llu: invalid size",
+                         t->name, (unsigned long long)first_off);
+      uint64_t data_off = data_v + t->dropped;
+      rc = skip_to(t, data_v + skip, err);
+      if (rc == WDS_EOF)
+        return data_eof(t, t->name, first_off, data_off, size, err);
+      if (rc != WDS_OK)
+        return rc;
+      if (type != 'K') /* a long link name leaves a pending long name */
+        clear_ext(t);
+      continue;
+    }
+    if (round_block(size) < size)
+      return wds__fail(err, WDS_ERR_CORRUPT,
+                       "member \"%s\" at offset %llu: invalid size", t->name,
+                       (unsigned long long)first_off);
+    m->name = t->name;
+    m->name_len = strlen(t->name);
+    m->size = size;
+    m->header_offset = first_off;
+    m->data_offset = data_v + t->dropped;
+    m->data_voff = data_v;
+    /* The next header follows the padded data, loaded or not. */
+    t->skip_pending = 1;
+    t->skip_target = data_v + round_block(size);
+    t->last_hoff = first_off;
+    t->last_data_off = m->data_offset;
+    t->last_size = size;
+    t->pos = data_v;
+    return WDS_OK;
+  }
+}
+
+int wds__tar_load(wds__tar *t, const wds__tar_member *m, wds__err *err) {
+  int rc = fill_to(t, m->data_voff + m->size, err);
+  if (rc == WDS_EOF)
+    return data_eof(t, m->name, m->header_offset, m->data_offset, m->size,
+                    err);
+  if (rc == WDS_ERR_LIMIT)
+    wds__err_prefix(err, "member \"%s\" at offset %llu (%llu bytes)", m->name,
+                    (unsigned long long)m->header_offset,
+                    (unsigned long long)m->size);
+  return rc;
+}

@@ -1,0 +1,58 @@
+/* tar.h — streaming tar parser over a wds__stream. Internal to wds.
+ *
+ * The parser owns one growable read window. wds__tar_next() returns the next
+ * regular-file member's name and size without touching its data;
+ * wds__tar_load() brings the data into the window; members never loaded are
+ * skipped without being kept. Everything from the "keep" mark to the newest
+ * member stays in the window, so a caller can hold several members (a
+ * sample) at once. Window positions are virtual offsets: skipped data that
+ * was never stored is not counted, so they stay valid across skips; a view is
+ * buf + (voff - base), valid until the next call that reads. */
+#ifndef WDS_SHARDS_TAR_H
+#define WDS_SHARDS_TAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "stream.h"
+
+#define WDS__TAR_BLOCK 512
+
+typedef struct wds__tar wds__tar;
+
+typedef struct wds__tar_member {
+  const char *name;        /* valid until the next wds__tar_next() */
+  size_t name_len;
+  uint64_t size;
+  uint64_t header_offset;  /* stream offset of its first (extension) header */
+  uint64_t data_offset;    /* stream offset of its data */
+  uint64_t data_voff;      /* virtual window offset of its data */
+} wds__tar_member;
+
+/* stream stays owned by the caller. max_window_bytes bounds the window (and
+ * so the largest sample). */
+int wds__tar_open(wds__stream *stream, size_t block_bytes,
+                  size_t max_window_bytes, wds__tar **out, wds__err *err);
+void wds__tar_close(wds__tar *t);
+
+/* Next regular member: WDS_OK, WDS_EOF at the end-of-archive marker, or an
+ * error (truncated, bad checksum, bad size field, unsupported member). */
+int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err);
+
+/* Brings m's data into the window. */
+int wds__tar_load(wds__tar *t, const wds__tar_member *m, wds__err *err);
+
+/* Bytes before virtual offset voff may be discarded from now on. */
+void wds__tar_keep_from(wds__tar *t, uint64_t voff);
+
+/* Pointer to the window byte at virtual offset voff (which must be held). */
+const uint8_t *wds__tar_view(const wds__tar *t, uint64_t voff);
+
+/* Stream bytes consumed so far. */
+uint64_t wds__tar_offset(const wds__tar *t);
+
+/* Is this 512-byte block a tar header with a valid checksum? */
+int wds__tar_block_is_header(const uint8_t *block);
+
+#endif

@@ -1,0 +1,95 @@
+/* test.h — a very small test harness shared by the unit-test binaries.
+ *
+ *   TEST(name) { ASSERT_EQ_INT(1 + 1, 2); ASSERT_STREQ(s, "x"); }
+ *   int main(void) { RUN(name); return test_summary(); }
+ *
+ * A failed assertion prints both values with file and line, marks the test
+ * failed and returns from it. test_summary() prints "N passed, N failed" and
+ * returns the process exit status. */
+#ifndef WDS_TESTS_TEST_H
+#define WDS_TESTS_TEST_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int test_passed_, test_failed_, test_cur_failed_;
+
+#define TEST(name) static void name(void)
+
+#define RUN(name)                                                              \
+  do {                                                                         \
+    test_cur_failed_ = 0;                                                      \
+    name();                                                                    \
+    if (test_cur_failed_) {                                                    \
+      test_failed_++;                                                          \
+      printf("FAIL %s\n", #name);                                              \
+    } else {                                                                   \
+      test_passed_++;                                                          \
+      printf("ok   %s\n", #name);                                              \
+    }                                                                          \
+    fflush(stdout);                                                            \
+  } while (0)
+
+#define TEST_FAIL_(...)                                                        \
+  do {                                                                         \
+    printf("  %s:%d: ", __FILE__, __LINE__);                                   \
+    printf(__VA_ARGS__);                                                       \
+    printf("\n");                                                              \
+    test_cur_failed_ = 1;                                                      \
+  } while (0)
+
+#define ASSERT_TRUE(cond)                                                      \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      TEST_FAIL_("ASSERT_TRUE(%s) failed", #cond);                             \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+
+#define ASSERT_EQ_INT(a, b)                                                    \
+  do {                                                                         \
+    long long a_ = (long long)(a), b_ = (long long)(b);                        \
+    if (a_ != b_) {                                                            \
+      TEST_FAIL_("ASSERT_EQ_INT(%s, %s): %lld != %lld", #a, #b, a_, b_);       \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+
+#define ASSERT_EQ_U64(a, b)                                                    \
+  do {                                                                         \
+    uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                           \
+    if (a_ != b_) {                                                            \
+      TEST_FAIL_("ASSERT_EQ_U64(%s, %s): %" PRIu64 " != %" PRIu64, #a, #b, a_, \
+                 b_);                                                          \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+
+#define ASSERT_STREQ(a, b)                                                     \
+  do {                                                                         \
+    const char *a_ = (a), *b_ = (b);                                           \
+    if (!a_ || !b_ || strcmp(a_, b_) != 0) {                                   \
+      TEST_FAIL_("ASSERT_STREQ(%s, %s): \"%s\" != \"%s\"", #a, #b,             \
+                 a_ ? a_ : "(null)", b_ ? b_ : "(null)");                      \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+
+#define ASSERT_CONTAINS(haystack, needle)                                      \
+  do {                                                                         \
+    const char *h_ = (haystack), *n_ = (needle);                               \
+    if (!h_ || !strstr(h_, n_)) {                                              \
+      TEST_FAIL_("ASSERT_CONTAINS(%s, %s): \"%s\" does not contain \"%s\"",    \
+                 #haystack, #needle, h_ ? h_ : "(null)", n_);                  \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+
+static inline int test_summary(void) {
+  printf("%d passed, %d failed\n", test_passed_, test_failed_);
+  return test_failed_ ? 1 : 0;
+}
+
+#endif

@@ -1,0 +1,233 @@
+/* cmd_ls.c — `wds ls`: one line (or JSON object) per sample, or a summary. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+#include "wds/reader.h"
+
+static const char ls_usage[] =
+    "usage: wds ls [--json] [--summary] [--max-urls N] SPEC...\n"
+    "\n"
+    "Lists the samples of the shards, in stream order.\n"
+    "  (default)    one line per sample: key, then each field's extension and "
+    "size\n"
+    "  --json       one JSON object per sample:\n"
+    "               {\"__key__\": K, \"__url__\": U, \"fields\": {EXT: "
+    "{\"size\": N, \"sha256\": HEX}}}\n"
+    "  --summary    totals only: shards, samples, bytes, samples per "
+    "extension\n"
+    "               (with --json, as one JSON object)\n"
+    "  --max-urls N refuse specs that expand to more than N URLs\n"
+    "Exits 1 at the first error (the message names shard, member, offset).\n";
+
+/* Extension counts: a small open-addressing table. */
+typedef struct ext_count {
+  char *ext;
+  uint64_t samples;
+  uint64_t bytes;
+} ext_count;
+
+typedef struct ext_table {
+  ext_count *slots;
+  size_t cap, used;
+} ext_table;
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static ext_count *ext_find(ext_table *t, const char *ext) {
+  if ((t->used + 1) * 2 > t->cap) {
+    size_t nc = t->cap ? t->cap * 2 : 64;
+    ext_count *ns = calloc(nc, sizeof *ns);
+    if (!ns)
+      return NULL;
+    for (size_t i = 0; i < t->cap; i++) {
+      if (!t->slots[i].ext)
+        continue;
+      size_t j = hash_str(t->slots[i].ext) & (nc - 1);
+      while (ns[j].ext)
+        j = (j + 1) & (nc - 1);
+      ns[j] = t->slots[i];
+    }
+    free(t->slots);
+    t->slots = ns;
+    t->cap = nc;
+  }
+  size_t j = hash_str(ext) & (t->cap - 1);
+  while (t->slots[j].ext && strcmp(t->slots[j].ext, ext) != 0)
+    j = (j + 1) & (t->cap - 1);
+  if (!t->slots[j].ext) {
+    t->slots[j].ext = strdup(ext);
+    if (!t->slots[j].ext)
+      return NULL;
+    t->used++;
+  }
+  return &t->slots[j];
+}
+
+static int cmp_ext(const void *a, const void *b) {
+  const ext_count *x = a, *y = b;
+  return strcmp(x->ext, y->ext);
+}
+
+static int print_summary(const wds_reader_stats *st, const ext_table *t,
+                         int json) {
+  /* A sorted copy, for a stable listing. */
+  ext_count *list = malloc((t->used ? t->used : 1) * sizeof *list);
+  if (!list)
+    return -1;
+  size_t n = 0;
+  for (size_t i = 0; i < t->cap; i++)
+    if (t->slots[i].ext)
+      list[n++] = t->slots[i];
+  qsort(list, n, sizeof *list, cmp_ext);
+  if (json) {
+    printf("{\"shards\": %" PRIu64 ", \"samples\": %" PRIu64
+           ", \"bytes\": %" PRIu64 ", \"tar_bytes\": %" PRIu64
+           ", \"extensions\": {",
+           st->shards, st->samples, st->field_bytes, st->tar_bytes);
+    for (size_t i = 0; i < n; i++) {
+      fputs(i ? ", " : "", stdout);
+      tool_json_string(stdout, list[i].ext, strlen(list[i].ext));
+      printf(": {\"samples\": %" PRIu64 ", \"bytes\": %" PRIu64 "}",
+             list[i].samples, list[i].bytes);
+    }
+    printf("}}\n");
+  } else {
+    printf("shards      %" PRIu64 "\n", st->shards);
+    printf("samples     %" PRIu64 "\n", st->samples);
+    printf("bytes       %" PRIu64 " (field data)\n", st->field_bytes);
+    printf("tar bytes   %" PRIu64 " (uncompressed stream)\n", st->tar_bytes);
+    printf("extensions  %zu\n", n);
+    for (size_t i = 0; i < n; i++)
+      printf("  %-16s %12" PRIu64 " samples %16" PRIu64 " bytes\n",
+             list[i].ext, list[i].samples, list[i].bytes);
+  }
+  free(list);
+  return 0;
+}
+
+static void print_sample(const wds_sample *s, int json) {
+  if (json) {
+    fputs("{\"__key__\": ", stdout);
+    tool_json_string(stdout, s->key, strlen(s->key));
+    fputs(", \"__url__\": ", stdout);
+    tool_json_string(stdout, s->url, strlen(s->url));
+    fputs(", \"fields\": {", stdout);
+    for (size_t i = 0; i < s->field_count; i++) {
+      const wds_field *f = &s->fields[i];
+      char hex[65];
+      tool_sha256_hex(f->data, f->size_bytes, hex);
+      fputs(i ? ", " : "", stdout);
+      tool_json_string(stdout, f->ext, strlen(f->ext));
+      printf(": {\"size\": %zu, \"sha256\": \"%s\"}", f->size_bytes, hex);
+    }
+    fputs("}}\n", stdout);
+  } else {
+    fputs(s->key, stdout);
+    for (size_t i = 0; i < s->field_count; i++)
+      printf("\t%s %zu", s->fields[i].ext, s->fields[i].size_bytes);
+    putchar('\n');
+  }
+}
+
+int wds_cmd_ls(int argc, char **argv) {
+  static const struct option opts[] = {{"json", no_argument, 0, 'j'},
+                                       {"summary", no_argument, 0, 's'},
+                                       {"max-urls", required_argument, 0, 'm'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  int json = 0, summary = 0, c;
+  size_t max_urls = 0;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "jsh", opts, NULL)) != -1) {
+    switch (c) {
+    case 'j':
+      json = 1;
+      break;
+    case 's':
+      summary = 1;
+      break;
+    case 'm':
+      if (tool_parse_size(optarg, &max_urls) != 0) {
+        fprintf(stderr, "wds ls: --max-urls needs a number\n");
+        return 2;
+      }
+      break;
+    case 'h':
+      fputs(ls_usage, stdout);
+      return 0;
+    default:
+      fputs(ls_usage, stderr);
+      return 2;
+    }
+  }
+  if (optind >= argc) {
+    fputs(ls_usage, stderr);
+    return 2;
+  }
+  wds_url_list urls = {0};
+  if (tool_expand_specs("ls", argv + optind, argc - optind, max_urls, &urls))
+    return 1;
+
+  int status = 0;
+  ext_table table = {0};
+  wds_reader *r = NULL;
+  wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+  cfg.urls = (const char *const *)urls.urls;
+  cfg.url_count = urls.count;
+  if (wds_reader_open(&cfg, &r) != WDS_OK) {
+    fprintf(stderr, "wds ls: %s\n", wds_open_error());
+    status = 1;
+    goto done;
+  }
+  const wds_sample *s;
+  int rc;
+  while ((rc = wds_reader_next(r, &s)) == WDS_OK) {
+    if (!summary) {
+      print_sample(s, json);
+      continue;
+    }
+    for (size_t i = 0; i < s->field_count; i++) {
+      ext_count *e = ext_find(&table, s->fields[i].ext);
+      if (!e) {
+        fprintf(stderr, "wds ls: out of memory\n");
+        status = 1;
+        goto done;
+      }
+      e->samples++;
+      e->bytes += s->fields[i].size_bytes;
+    }
+  }
+  fflush(stdout);
+  if (rc != WDS_EOF) {
+    fprintf(stderr, "wds ls: %s\n", wds_reader_error(r));
+    status = 1;
+    goto done;
+  }
+  if (summary) {
+    wds_reader_stats st;
+    wds_reader_stats_get(r, &st);
+    if (print_summary(&st, &table, json) != 0) {
+      fprintf(stderr, "wds ls: out of memory\n");
+      status = 1;
+    }
+  }
+done:
+  for (size_t i = 0; i < table.cap; i++)
+    free(table.slots[i].ext);
+  free(table.slots);
+  wds_reader_close(r);
+  wds_url_list_free(&urls);
+  if (fflush(stdout) != 0 && status == 0) {
+    fprintf(stderr, "wds ls: cannot write the output\n");
+    status = 1;
+  }
+  return status;
+}

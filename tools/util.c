@@ -1,0 +1,148 @@
+/* util.c — helpers shared by the wds subcommands. */
+#include "util.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int tool_expand_specs(const char *cmd, char **specs, int nspecs,
+                      size_t max_urls, wds_url_list *out) {
+  char err[1024];
+  wds_url_list all = {0};
+  int rc = 0;
+  for (int i = 0; i < nspecs; i++) {
+    wds_url_list one = {0};
+    if (wds_spec_expand(specs[i], max_urls, &one, err, sizeof err) != WDS_OK) {
+      fprintf(stderr, "wds %s: %s\n", cmd, err);
+      rc = 1;
+      goto done;
+    }
+    size_t limit = max_urls ? max_urls : WDS_DEFAULT_MAX_URLS;
+    if (all.count + one.count > limit) {
+      fprintf(stderr, "wds %s: the specs expand to more than %zu URLs\n", cmd,
+              limit);
+      wds_url_list_free(&one);
+      rc = 1;
+      goto done;
+    }
+    char **u = realloc(all.urls, (all.count + one.count + 1) * sizeof *u);
+    if (!u) {
+      fprintf(stderr, "wds %s: out of memory\n", cmd);
+      wds_url_list_free(&one);
+      rc = 1;
+      goto done;
+    }
+    all.urls = u;
+    memcpy(all.urls + all.count, one.urls, one.count * sizeof *u);
+    all.count += one.count;
+    free(one.urls); /* the strings now belong to all */
+  }
+done:
+  if (rc != 0)
+    wds_url_list_free(&all);
+  else
+    *out = all;
+  return rc;
+}
+
+/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid. */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+  unsigned c = s[0];
+  size_t len;
+  unsigned min;
+  if (c < 0x80)
+    return 1;
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+    min = 0x80;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    min = 0x800;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (len > n)
+    return 0;
+  unsigned cp = c & (0xFF >> (len + 1));
+  for (size_t i = 1; i < len; i++) {
+    if ((s[i] & 0xC0) != 0x80)
+      return 0;
+    cp = (cp << 6) | (s[i] & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  return len;
+}
+
+void tool_json_string(FILE *f, const char *str, size_t n) {
+  const unsigned char *s = (const unsigned char *)str;
+  putc('"', f);
+  for (size_t i = 0; i < n;) {
+    unsigned c = s[i];
+    if (c == '"' || c == '\\') {
+      putc('\\', f);
+      putc((int)c, f);
+      i++;
+    } else if (c < 0x20) {
+      switch (c) {
+      case '\n':
+        fputs("\\n", f);
+        break;
+      case '\t':
+        fputs("\\t", f);
+        break;
+      case '\r':
+        fputs("\\r", f);
+        break;
+      default:
+        fprintf(f, "\\u%04x", c);
+      }
+      i++;
+    } else {
+      size_t l = utf8_len(s + i, n - i);
+      if (l == 0) {
+        fprintf(f, "\\udc%02x", c);
+        i++;
+      } else {
+        fwrite(s + i, 1, l, f);
+        i += l;
+      }
+    }
+  }
+  putc('"', f);
+}
+
+void tool_sha256_hex(const void *data, size_t n, char hex[65]) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int mdlen = 0;
+  EVP_Digest(data, n, md, &mdlen, EVP_sha256(), NULL);
+  static const char digits[] = "0123456789abcdef";
+  for (unsigned i = 0; i < 32; i++) {
+    hex[2 * i] = digits[md[i] >> 4];
+    hex[2 * i + 1] = digits[md[i] & 15];
+  }
+  hex[64] = '\0';
+}
+
+int tool_parse_size(const char *s, size_t *out) {
+  if (!s || !*s || *s == '-')
+    return -1;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end)
+    return -1;
+  *out = (size_t)v;
+  return 0;
+}
+
+double tool_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

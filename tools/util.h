@@ -1,0 +1,34 @@
+/* util.h — helpers shared by the wds subcommands (public headers only). */
+#ifndef WDS_TOOLS_UTIL_H
+#define WDS_TOOLS_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "wds/spec.h"
+
+int wds_cmd_expand(int argc, char **argv);
+int wds_cmd_ls(int argc, char **argv);
+int wds_cmd_bench(int argc, char **argv);
+
+/* Expands every SPEC argument in turn into one list. On error prints
+ * "wds CMD: message" and returns non-zero. */
+int tool_expand_specs(const char *cmd, char **specs, int nspecs,
+                      size_t max_urls, wds_url_list *out);
+
+/* Writes s[0..n) as a JSON string (quotes included). Valid UTF-8 passes
+ * through; control characters are escaped; bytes that are not UTF-8 are
+ * written as \udcXX, as Python's surrogateescape + json.dumps does. */
+void tool_json_string(FILE *f, const char *s, size_t n);
+
+/* Lower-case hex SHA-256 of data into hex (65 bytes). */
+void tool_sha256_hex(const void *data, size_t n, char hex[65]);
+
+/* Parses a non-negative integer option value; returns 0 on success. */
+int tool_parse_size(const char *s, size_t *out);
+
+/* Monotonic seconds. */
+double tool_now(void);
+
+#endif

@@ -1,0 +1,46 @@
+/* wds.c — the `wds` command: one binary, one subcommand per task. */
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+static const struct {
+  const char *name;
+  int (*run)(int, char **);
+  const char *help;
+} commands[] = {
+    {"expand", wds_cmd_expand, "print the URLs a shard spec expands to"},
+    {"ls", wds_cmd_ls, "list the samples of shards (--json, --summary)"},
+    {"bench", wds_cmd_bench, "stream every sample and report throughput"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: wds <command> [options] [SPEC...]\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+  fprintf(f, "\n'wds <command> --help' describes a command. A SPEC is a shard "
+             "spec: paths or URLs\nwith braces (data-{000..099}.tar), joined "
+             "by '::', @FILE lists, pipe:CMD or -.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+      strcmp(argv[1], "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(argv[1], "--version") == 0) {
+    printf("wds 0.1.0\n");
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    if (strcmp(argv[1], commands[i].name) == 0)
+      return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "wds: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}
