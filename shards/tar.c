@@ -540,10 +540,9 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
     if (!regular) {
       /* Links, devices, directories and fifos carry no data (as in
        * tarfile); other types are skipped over their size. */
-      uint64_t skip = (type >= '1' && type <= '6') || type == '\0'
-                          ? 0
-                          : round_block(size);
-      if (skip < size)
+      int no_data = (type >= '1' && type <= '6') || type == '\0';
+      uint64_t skip = no_data ? 0 : round_block(size);
+      if (!no_data && skip < size)
         return wds__fail(err, WDS_ERR_CORRUPT,
                          "member \"%s\" at offset %llu: invalid size",
                          t->name, (unsigned long long)first_off);
