@@ -26,6 +26,7 @@
 
 #define DEFAULT_BUFFER_BYTES ((size_t)4 << 20)
 #define DEFAULT_MAX_SAMPLE_BYTES ((size_t)1 << 30)
+#define DEFAULT_MAX_FIELDS ((size_t)4096)
 
 typedef struct field_slot {
   size_t ext_off;   /* offsets into the arena */
@@ -64,6 +65,7 @@ struct wds_reader {
   wds_field *fields;
   size_t fields_cap;
   wds_sample sample;
+  size_t key_len;         /* strlen(arena), the current key */
 
   wds_reader_stats stats;
   wds__err err;
@@ -102,6 +104,8 @@ int wds_reader_open(const wds_reader_config *cfg, wds_reader **out) {
     r->cfg.buffer_size_bytes = DEFAULT_BUFFER_BYTES;
   if (r->cfg.max_sample_bytes == 0)
     r->cfg.max_sample_bytes = DEFAULT_MAX_SAMPLE_BYTES;
+  if (r->cfg.max_fields == 0)
+    r->cfg.max_fields = DEFAULT_MAX_FIELDS;
   if (cfg->spec) {
     rc = wds_spec_expand(cfg->spec, cfg->max_urls, &r->urls, open_error,
                          sizeof open_error);
@@ -305,9 +309,8 @@ static int take_pending(wds_reader *r) {
 }
 
 static int same_key(const wds_reader *r) {
-  const char *key = r->arena; /* the key is the arena's first string */
-  return strlen(key) == r->pending_key_len &&
-         memcmp(key, r->pending_name, r->pending_key_len) == 0;
+  return r->key_len == r->pending_key_len &&
+         memcmp(r->arena, r->pending_name, r->pending_key_len) == 0;
 }
 
 static int has_ext(const wds_reader *r, const char *ext) {
@@ -422,6 +425,7 @@ int wds_reader_next(wds_reader *r, const wds_sample **out) {
     wds__tar_keep_from(r->tar, r->pending.data_voff);
     if (arena_add(r, r->pending_name, r->pending_key_len, &key_off) != WDS_OK)
       return fail_shard(r, wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory"));
+    r->key_len = r->pending_key_len;
     rc = take_pending(r);
     if (rc != WDS_OK)
       return fail_shard(r, rc);
@@ -436,6 +440,14 @@ int wds_reader_next(wds_reader *r, const wds_sample **out) {
         return fail_shard(r, rc);
       if (!same_key(r))
         return finish_sample(r, out);
+      if (r->slot_count >= r->cfg.max_fields)
+        return fail_shard(
+            r, wds__fail(&r->err, WDS_ERR_LIMIT,
+                         "member \"%s\" at offset %llu: sample \"%s\" has "
+                         "more than %zu fields (max_fields)",
+                         r->pending.name,
+                         (unsigned long long)r->pending.header_offset,
+                         r->arena, r->cfg.max_fields));
       if (has_ext(r, r->pending_name + r->pending_ext_off)) {
         wds__fail(&r->err, WDS_ERR_DUPLICATE,
                   "member \"%s\" at offset %llu: duplicate extension \"%s\" "

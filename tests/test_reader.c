@@ -541,6 +541,30 @@ TEST(pipe_sources_and_exit_status) {
   free(p);
 }
 
+TEST(fields_per_sample_are_bounded) {
+  tb b = {0};
+  const char *names[] = {"k.a", "k.b", "k.c", "k.d", "j.a"};
+  for (size_t i = 0; i < 5; i++)
+    tb_file(&b, names[i], "x");
+  tb_end(&b);
+  char *p = tb_save(&b);
+  const char *urls[] = {p};
+  wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+  cfg.urls = urls;
+  cfg.url_count = 1;
+  cfg.max_fields = 3;
+  wds_reader *r;
+  ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
+  const wds_sample *s;
+  ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(wds_reader_error(r), "more than 3 fields");
+  ASSERT_CONTAINS(wds_reader_error(r), "\"k.d\" at offset 3072");
+  ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_EOF); /* the shard is abandoned */
+  wds_reader_close(r);
+  unlink(p);
+  free(p);
+}
+
 TEST(status_table) {
   ASSERT_STREQ(wds_strerror(WDS_ERR_TRUNCATED), "truncated input");
   ASSERT_STREQ(wds_status_name(WDS_ERR_CORRUPT), "WDS_ERR_CORRUPT");
@@ -560,6 +584,7 @@ int main(void) {
   RUN(samples_never_span_shards_and_errors_skip_to_next_shard);
   RUN(empty_and_zero_only_streams);
   RUN(pipe_sources_and_exit_status);
+  RUN(fields_per_sample_are_bounded);
   RUN(status_table);
   return test_summary();
 }

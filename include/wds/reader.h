@@ -69,9 +69,10 @@ typedef struct wds_reader_config {
   size_t max_urls;           /* limit on the expanded spec; 0 = default */
   size_t buffer_size_bytes;  /* read block; 0 = 4 MiB */
   size_t max_sample_bytes;   /* largest sample accepted; 0 = 1 GiB */
+  size_t max_fields;         /* most fields in one sample; 0 = 4096 */
 } wds_reader_config;
 
-#define WDS_READER_CONFIG_INIT {NULL, NULL, 0, 0, 0, 0}
+#define WDS_READER_CONFIG_INIT {NULL, NULL, 0, 0, 0, 0, 0}
 
 typedef struct wds_reader wds_reader;
 
