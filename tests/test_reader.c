@@ -58,7 +58,8 @@ static void tb_header_ex(tb *b, const char *name, char type, uint64_t size,
     for (int i = 0; i < 8; i++)
       h[135 - i] = (uint8_t)(size >> (8 * i));
   } else {
-    snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
+    snprintf((char *)h + 124, 12, "%011llo",
+             (unsigned long long)(size & 077777777777ull));
   }
   memcpy(h + 136, "00000000000", 12);
   h[156] = (uint8_t)type;

@@ -12,6 +12,7 @@ static const struct {
     {"expand", wds_cmd_expand, "print the URLs a shard spec expands to"},
     {"ls", wds_cmd_ls, "list the samples of shards (--json, --summary)"},
     {"bench", wds_cmd_bench, "stream every sample and report throughput"},
+    {"synth", wds_cmd_synth, "write synthetic shards (demos, benchmarks)"},
 };
 
 static void usage(FILE *f) {
