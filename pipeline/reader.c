@@ -192,12 +192,7 @@ static int is_meta(const char *n, size_t len) {
  * returns 0 when the name matches no sample. */
 static int split_key(const char *n, size_t len, size_t *key_len,
                      size_t *ext_off) {
-  const char *slash = NULL;
-  for (size_t i = len; i > 0; i--)
-    if (n[i - 1] == '/') {
-      slash = n + i - 1;
-      break;
-    }
+  const char *slash = memrchr(n, '/', len);
   size_t c = slash ? (size_t)(slash - n) + 1 : 0; /* last component */
   const char *dot = memchr(n + c, '.', len - c);
   if (!dot)
