@@ -13,6 +13,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -30,6 +32,9 @@ struct wds__source {
   int owns_fd;
   pid_t pid;       /* > 0 while a pipe: command has not been reaped */
   int at_eof;
+  int regular;     /* a regular file: skip() may seek forward */
+  uint64_t offset; /* bytes consumed so far */
+  uint64_t size;   /* regular files: size at open */
   char *command;   /* for messages */
 };
 
@@ -200,6 +205,10 @@ int wds__source_open(const char *url, wds__source **out, wds__err *err) {
       rc = wds__fail(err, WDS_ERR_OPEN, "cannot open: is a directory");
       goto done;
     }
+    if (S_ISREG(st.st_mode)) {
+      s->regular = 1;
+      s->size = (uint64_t)st.st_size;
+    }
     posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   }
 done:
@@ -249,8 +258,10 @@ ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err) {
     return 0;
   for (;;) {
     ssize_t n = read(s->fd, dst, cap);
-    if (n > 0)
+    if (n > 0) {
+      s->offset += (uint64_t)n;
       return n;
+    }
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0)
@@ -263,6 +274,26 @@ ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err) {
     }
     return 0;
   }
+}
+
+ssize_t wds__source_skip(wds__source *s, uint64_t n, void *scratch,
+                         size_t scratch_size, wds__err *err) {
+  if (s->regular && !s->at_eof) {
+    /* Never past the size seen at open: a seek cannot notice truncation,
+     * so the end is read (and so checked) normally. */
+    uint64_t room = s->size > s->offset ? s->size - s->offset : 0;
+    uint64_t step = n < room ? n : room;
+    if (step > (uint64_t)SSIZE_MAX)
+      step = (uint64_t)SSIZE_MAX;
+    if (step > scratch_size) {
+      if (lseek(s->fd, (off_t)step, SEEK_CUR) < 0)
+        return wds__fail(err, WDS_ERR_IO, "seek error: %s", strerror(errno));
+      s->offset += step;
+      return (ssize_t)step;
+    }
+  }
+  return wds__source_read(s, scratch, n < scratch_size ? (size_t)n : scratch_size,
+                          err);
 }
 
 void wds__source_close(wds__source *s) {

@@ -5,6 +5,7 @@
 #define WDS_SHARDS_SOURCE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "err.h"
@@ -21,6 +22,12 @@ int wds__source_open(const char *url, wds__source **out, wds__err *err);
  * only reported once the command has exited with status 0; a non-zero exit
  * is an error naming the command and its status. */
 ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err);
+
+/* Skips up to n bytes: returns how many (> 0), 0 at the end, or an error.
+ * Regular files seek forward (never past their size at open); anything else
+ * reads into scratch. */
+ssize_t wds__source_skip(wds__source *s, uint64_t n, void *scratch,
+                         size_t scratch_size, wds__err *err);
 
 /* Closes the source. A command that is still running (because the caller
  * stopped reading early) is stopped: that is not an error. NULL is a no-op. */

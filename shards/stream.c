@@ -274,6 +274,20 @@ ssize_t wds__stream_read(wds__stream *s, void *dst, size_t cap,
   return wds__fail(err, WDS_ERR_INVALID, "bad codec");
 }
 
+ssize_t wds__stream_skip(wds__stream *s, uint64_t n, void *scratch,
+                         size_t scratch_size, wds__err *err) {
+  if (s->codec == CODEC_NONE && s->peek_pos == s->peek_len && !s->src_eof) {
+    ssize_t k = wds__source_skip(s->src, n, scratch, scratch_size, err);
+    if (k == 0)
+      s->src_eof = 1;
+    if (k > 0)
+      s->compressed_bytes += (uint64_t)k;
+    return k;
+  }
+  return wds__stream_read(s, scratch,
+                          n < scratch_size ? (size_t)n : scratch_size, err);
+}
+
 int wds__stream_drain(wds__stream *s, wds__err *err) {
   uint8_t tmp[16384];
   for (;;) {

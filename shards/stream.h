@@ -9,6 +9,7 @@
 #define WDS_SHARDS_STREAM_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "err.h"
@@ -21,6 +22,11 @@ int wds__stream_open(const char *url, wds__stream **out, wds__err *err);
  * negative status (truncated or corrupt compressed data, a failed command,
  * an I/O error) with the message in err. */
 ssize_t wds__stream_read(wds__stream *s, void *dst, size_t cap, wds__err *err);
+
+/* Skips up to n decompressed bytes (seeking where the source allows it):
+ * returns how many (> 0), 0 at the end, or an error. */
+ssize_t wds__stream_skip(wds__stream *s, uint64_t n, void *scratch,
+                         size_t scratch_size, wds__err *err);
 
 /* Reads and discards the rest of the stream, so that compressed framing and
  * a pipe command's exit status are still checked. */

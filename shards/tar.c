@@ -198,16 +198,17 @@ static int skip_to(wds__tar *t, uint64_t target, wds__err *err) {
     t->pos = target;
     return WDS_OK;
   }
-  /* Large skip: drop the held part of the region and read the rest into a
-   * scratch buffer, never more than the region, so nothing after it is
-   * lost. The skipped bytes then have no virtual offsets at all. */
+  /* Large skip: drop the held part of the region and skip the rest in the
+   * stream (a seek in a plain file, else reads into a scratch buffer), never
+   * more than the region, so nothing after it is lost. The skipped bytes
+   * then have no virtual offsets at all. */
   uint64_t remaining = target - held_end;
   t->len = (size_t)(t->pos - t->base);
   t->dropped += target - t->pos;
   uint8_t scratch[16384];
   while (remaining > 0) {
-    size_t want = remaining < sizeof scratch ? (size_t)remaining : sizeof scratch;
-    ssize_t n = wds__stream_read(t->stream, scratch, want, err);
+    ssize_t n = wds__stream_skip(t->stream, remaining, scratch, sizeof scratch,
+                                 err);
     if (n < 0)
       return (int)n;
     if (n == 0) {

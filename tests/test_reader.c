@@ -358,6 +358,15 @@ TEST(large_members_with_a_small_window) {
   list_urls(urls, 1, 65536, 400000, &l);
   ASSERT_EQ_INT(l.rc, WDS_ERR_LIMIT);
   ASSERT_CONTAINS(l.err, "big/a.more");
+  /* Cut inside the large skipped member: the skip must not run past the end
+   * (a seek would not notice), and the error names that member. */
+  ASSERT_EQ_INT(truncate(p, 512 + 300032 + 512 + 250000), 0);
+  listing cut;
+  list_urls(urls, 1, 65536, 0, &cut);
+  ASSERT_EQ_INT(cut.rc, WDS_ERR_TRUNCATED);
+  ASSERT_CONTAINS(cut.err, "\"big/a-skipped-no-extension\" at offset 300544");
+  ASSERT_CONTAINS(cut.err, "250000 of 500000");
+  ASSERT_EQ_INT(cut.samples, 0);
   unlink(p);
   free(p);
 }
