@@ -116,6 +116,23 @@ static int open_zstd(wds__stream *s, wds__err *err) {
   return WDS_OK;
 }
 
+/* Compression formats named by their magic, for messages when libarchive
+ * cannot even start decoding (a stream cut inside its first header). */
+static const char *magic_name(const uint8_t *p, size_t n) {
+  static const struct {
+    const char *name;
+    const char *magic;
+    size_t len;
+  } table[] = {{"gzip", "\x1f\x8b", 2},          {"bzip2", "BZh", 3},
+               {"xz", "\xfd" "7zXZ\x00", 6},       {"lz4", "\x04\x22\x4d\x18", 4},
+               {"lzip", "LZIP", 4},                {"compress", "\x1f\x9d", 2},
+               {"lzop", "\x89LZO\x00", 5}};
+  for (size_t i = 0; i < sizeof table / sizeof *table; i++)
+    if (n >= table[i].len && memcmp(p, table[i].magic, table[i].len) == 0)
+      return table[i].name;
+  return NULL;
+}
+
 static int archive_status(wds__stream *s, wds__err *err, const char *what) {
   if (s->src_failed) {
     memcpy(err->msg, s->src_err.msg, sizeof err->msg);
@@ -124,15 +141,26 @@ static int archive_status(wds__stream *s, wds__err *err, const char *what) {
   const char *msg = archive_error_string(s->ar);
   if (!msg)
     msg = "unknown error";
+  /* libarchive has no distinct code for a cut stream; its filters say so
+   * in words ("truncated gzip input", xz's "No progress is possible"). */
   int truncated = strstr(msg, "runcated") != NULL ||
-                  strstr(msg, "premature") != NULL ||
-                  strstr(msg, "Premature") != NULL ||
-                  strstr(msg, "unexpected end") != NULL ||
-                  strstr(msg, "Unexpected end") != NULL;
+                  strstr(msg, "remature") != NULL ||
+                  strstr(msg, "nexpected end") != NULL ||
+                  strstr(msg, "No progress is possible") != NULL;
   return wds__fail(err, truncated ? WDS_ERR_TRUNCATED : WDS_ERR_DECOMPRESS,
                    "%s%s (%s data, after %llu compressed bytes): %s",
                    truncated ? "truncated: " : "", what, s->filter_name,
                    (unsigned long long)s->compressed_bytes, msg);
+}
+
+static int not_tar(const wds__stream *s, wds__err *err) {
+  return wds__fail(err, WDS_ERR_FORMAT,
+                   "not a tar archive: no valid tar header at offset 0 and "
+                   "no known compression (first bytes %02x %02x %02x %02x)",
+                   s->peek_len > 0 ? s->peek[0] : 0,
+                   s->peek_len > 1 ? s->peek[1] : 0,
+                   s->peek_len > 2 ? s->peek[2] : 0,
+                   s->peek_len > 3 ? s->peek[3] : 0);
 }
 
 static int open_archive(wds__stream *s, wds__err *err) {
@@ -140,35 +168,30 @@ static int open_archive(wds__stream *s, wds__err *err) {
   s->ar = archive_read_new();
   if (!s->abuf || !s->ar)
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory (libarchive)");
-  snprintf(s->filter_name, sizeof s->filter_name, "compressed");
+  const char *magic = magic_name(s->peek, s->peek_len);
+  snprintf(s->filter_name, sizeof s->filter_name, "%s",
+           magic ? magic : "compressed");
   if (archive_read_support_filter_all(s->ar) < ARCHIVE_WARN ||
       archive_read_support_format_raw(s->ar) != ARCHIVE_OK)
     return wds__fail(err, WDS_ERR_FORMAT, "libarchive setup failed: %s",
                      archive_error_string(s->ar));
   if (archive_read_open(s->ar, s, NULL, archive_read_cb, NULL) != ARCHIVE_OK) {
-    if (s->src_failed)
-      return archive_status(s, err, "cannot read");
-    return wds__fail(err, WDS_ERR_FORMAT,
-                     "not a tar archive and no known compression (first "
-                     "bytes %02x %02x %02x %02x): %s",
-                     s->peek_len > 0 ? s->peek[0] : 0,
-                     s->peek_len > 1 ? s->peek[1] : 0,
-                     s->peek_len > 2 ? s->peek[2] : 0,
-                     s->peek_len > 3 ? s->peek[3] : 0,
-                     archive_error_string(s->ar));
+    if (s->src_failed || magic)
+      return archive_status(s, err, "cannot decompress");
+    return not_tar(s, err);
   }
   if (archive_filter_count(s->ar) <= 1 ||
-      archive_filter_code(s->ar, 0) == ARCHIVE_FILTER_NONE)
-    return wds__fail(err, WDS_ERR_FORMAT,
-                     "not a tar archive: no valid tar header at offset 0 and "
-                     "no known compression (first bytes %02x %02x %02x %02x)",
-                     s->peek_len > 0 ? s->peek[0] : 0,
-                     s->peek_len > 1 ? s->peek[1] : 0,
-                     s->peek_len > 2 ? s->peek[2] : 0,
-                     s->peek_len > 3 ? s->peek[3] : 0);
+      archive_filter_code(s->ar, 0) == ARCHIVE_FILTER_NONE) {
+    if (magic) /* the filter could not even read its own header */
+      return wds__fail(err, WDS_ERR_TRUNCATED,
+                       "truncated: %s data ends inside its header (%llu "
+                       "compressed bytes)",
+                       magic, (unsigned long long)s->compressed_bytes);
+    return not_tar(s, err);
+  }
   const char *fname = archive_filter_name(s->ar, 0);
-  snprintf(s->filter_name, sizeof s->filter_name, "%s",
-           fname ? fname : "compressed");
+  if (fname)
+    snprintf(s->filter_name, sizeof s->filter_name, "%s", fname);
   struct archive_entry *e;
   int r = archive_read_next_header(s->ar, &e);
   if (r == ARCHIVE_EOF)
