@@ -294,6 +294,7 @@ static int take_pending(wds_reader *r) {
       arena_add(r, r->pending_name + r->pending_ext_off,
                 m->name_len - r->pending_ext_off, &f->ext_off) != WDS_OK)
     return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
+  wds__tar_hold_to(r->tar, m->data_voff + m->size);
   f->data_voff = m->data_voff;
   f->size = m->size;
   f->offset = m->header_offset;

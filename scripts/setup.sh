@@ -7,7 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 shift || true
 
-pkgs="build-essential cmake pkg-config libarchive-dev libzstd-dev libssl-dev
+pkgs="build-essential cmake pkg-config libarchive-dev libzstd-dev zlib1g-dev liblzma-dev libssl-dev
       libarchive-tools tar gzip zstd xz-utils bzip2 python3"
 missing=()
 for p in $pkgs; do

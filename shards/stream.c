@@ -1,16 +1,21 @@
 /* stream.c — compression detection and decompression for one shard.
  *
  * open() reads the first block of the source (up to 512 bytes, more if a
- * pipe delivers more) and decides:
+ * pipe delivers them in pieces) and decides:
  *   - a valid tar header or a zero block -> no codec, bytes pass through;
- *   - the zstd magic (or a skippable frame) -> libzstd streaming, writing
- *     straight into the caller's buffer;
- *   - anything else -> libarchive with every decompression filter and the
- *     "raw" format; if libarchive finds no filter either, the stream is
- *     neither a tar nor compressed and open() fails with WDS_ERR_FORMAT.
+ *   - zstd magic (or a skippable frame) -> libzstd (window limit 128 MiB);
+ *   - gzip magic -> zlib, concatenated members, CRC-32 and length checked
+ *     (libarchive's gzip reader skips both);
+ *   - xz, or lzma-alone headers -> liblzma with a memory limit (libarchive
+ *     lets liblzma allocate whatever a 24-byte header asks for);
+ *   - anything else -> libarchive's in-process filters (bzip2, lz4, lzip,
+ *     compress) with the "raw" format. Filters that run external programs
+ *     (lrzip, lzop, grzip, ...) are never enabled: shard bytes must not choose
+ *     what gets executed. If no filter matches, the stream is neither a tar
+ *     nor compressed and open() fails with WDS_ERR_FORMAT.
  * The peeked bytes are replayed before the rest of the source, so nothing
- * ever seeks. Compressed framing is checked to its end: a stream that stops
- * inside a zstd frame or gzip member is WDS_ERR_TRUNCATED. */
+ * seeks. Compressed framing is checked: a stream that stops inside a zstd
+ * frame, gzip member or xz block is WDS_ERR_TRUNCATED. */
 #include "stream.h"
 
 #include <archive.h>
@@ -20,15 +25,24 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <lzma.h>
+#include <zlib.h>
 #include <zstd.h>
 
 #include "source.h"
 #include "tar.h"
 
-enum codec { CODEC_NONE, CODEC_ZSTD, CODEC_ARCHIVE };
+enum codec { CODEC_NONE, CODEC_ZSTD, CODEC_GZIP, CODEC_XZ, CODEC_ARCHIVE };
 
 #define PEEK_BYTES 512
 #define ARCHIVE_BLOCK (128 * 1024)
+#define INPUT_BLOCK (128 * 1024)
+#define XZ_MEMLIMIT_BYTES ((uint64_t)256 << 20)
+/* After the end-of-archive marker, at most this much of the stream is read
+ * (record padding, framing and a command's exit status are checked within
+ * it); the rest is ignored, as tar and WebDataset do, so a decompression
+ * bomb behind the marker costs nothing. */
+#define DRAIN_MAX_BYTES ((uint64_t)4 << 20)
 
 struct wds__stream {
   wds__source *src;
@@ -38,12 +52,23 @@ struct wds__stream {
   int src_eof;
   uint64_t compressed_bytes;  /* read from the source so far */
 
+  /* Compressed input for zstd, zlib and liblzma. */
+  uint8_t *in;
+  size_t in_cap, in_pos, in_len;
+
   /* zstd */
   ZSTD_DCtx *zd;
-  uint8_t *zin;
-  size_t zin_cap;
-  ZSTD_inBuffer in;
   size_t zlast;  /* last ZSTD_decompressStream() hint; 0 = frame complete */
+
+  /* gzip (zlib) */
+  z_stream gz;
+  int gz_init;
+  int gz_member_done; /* between members: more input starts a new one */
+
+  /* xz / lzma-alone (liblzma) */
+  lzma_stream xz;
+  int xz_init;
+  int xz_done;
 
   /* libarchive */
   struct archive *ar;
@@ -71,6 +96,24 @@ static ssize_t raw_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
     s->src_eof = 1;
   if (n > 0)
     s->compressed_bytes += (uint64_t)n;
+  return n;
+}
+
+static int raw_done(const wds__stream *s) {
+  return s->src_eof && s->peek_pos == s->peek_len;
+}
+
+/* Refills the input buffer when it is empty: > 0 bytes, 0 at the end. */
+static ssize_t refill(wds__stream *s, wds__err *err) {
+  if (s->in_pos < s->in_len)
+    return (ssize_t)(s->in_len - s->in_pos);
+  if (raw_done(s))
+    return 0;
+  ssize_t n = raw_read(s, s->in, s->in_cap, err);
+  if (n < 0)
+    return n;
+  s->in_pos = 0;
+  s->in_len = (size_t)n;
   return n;
 }
 
@@ -103,17 +146,57 @@ static int is_zero(const uint8_t *p, size_t n) {
   return 1;
 }
 
+static int alloc_input(wds__stream *s, wds__err *err) {
+  s->in_cap = INPUT_BLOCK;
+  s->in = malloc(s->in_cap);
+  if (!s->in)
+    return wds__fail(err, WDS_ERR_NOMEM, "out of memory (input buffer)");
+  return WDS_OK;
+}
+
 static int open_zstd(wds__stream *s, wds__err *err) {
   s->zd = ZSTD_createDCtx();
-  s->zin_cap = ZSTD_DStreamInSize();
-  s->zin = malloc(s->zin_cap);
-  if (!s->zd || !s->zin)
+  if (!s->zd)
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory (zstd)");
-  s->in.src = s->zin;
-  s->in.size = 0;
-  s->in.pos = 0;
   s->zlast = 1;
-  return WDS_OK;
+  return alloc_input(s, err);
+}
+
+static int open_gzip(wds__stream *s, wds__err *err) {
+  /* 16 + MAX_WBITS: gzip wrapper only, so the trailer is checked. */
+  if (inflateInit2(&s->gz, 16 + MAX_WBITS) != Z_OK)
+    return wds__fail(err, WDS_ERR_NOMEM, "out of memory (zlib)");
+  s->gz_init = 1;
+  return alloc_input(s, err);
+}
+
+static int is_xz_magic(const uint8_t *p, size_t n) {
+  return n >= 6 && memcmp(p, "\xfd" "7zXZ\x00", 6) == 0;
+}
+
+/* The legacy .lzma header has no magic: properties byte (lc/lp/pb, 0x5d for
+ * every preset), a 32-bit dictionary size and a 64-bit size (all ones when
+ * unknown). Accept only the common shapes, as xz's own detection does. */
+static int is_lzma_alone(const uint8_t *p, size_t n) {
+  if (n < 13 || p[0] != 0x5d)
+    return 0;
+  int unknown = 1;
+  for (int i = 5; i < 13; i++)
+    unknown &= p[i] == 0xff;
+  return unknown || p[12] == 0; /* known size below 2^56 */
+}
+
+static int open_xz(wds__stream *s, int alone, wds__err *err) {
+  lzma_stream init = LZMA_STREAM_INIT;
+  s->xz = init;
+  lzma_ret r = alone ? lzma_alone_decoder(&s->xz, XZ_MEMLIMIT_BYTES)
+                     : lzma_stream_decoder(&s->xz, XZ_MEMLIMIT_BYTES,
+                                           LZMA_CONCATENATED);
+  if (r != LZMA_OK)
+    return wds__fail(err, WDS_ERR_NOMEM, "out of memory (liblzma)");
+  s->xz_init = 1;
+  snprintf(s->filter_name, sizeof s->filter_name, "%s", alone ? "lzma" : "xz");
+  return alloc_input(s, err);
 }
 
 /* Compression formats named by their magic, for messages when libarchive
@@ -171,7 +254,12 @@ static int open_archive(wds__stream *s, wds__err *err) {
   const char *magic = magic_name(s->peek, s->peek_len);
   snprintf(s->filter_name, sizeof s->filter_name, "%s",
            magic ? magic : "compressed");
-  if (archive_read_support_filter_all(s->ar) < ARCHIVE_WARN ||
+  /* In-process filters only (see the top of the file). A filter whose
+   * library is missing would fall back to a program: ARCHIVE_WARN. */
+  if (archive_read_support_filter_bzip2(s->ar) != ARCHIVE_OK ||
+      archive_read_support_filter_lz4(s->ar) != ARCHIVE_OK ||
+      archive_read_support_filter_lzip(s->ar) != ARCHIVE_OK ||
+      archive_read_support_filter_compress(s->ar) != ARCHIVE_OK ||
       archive_read_support_format_raw(s->ar) != ARCHIVE_OK)
     return wds__fail(err, WDS_ERR_FORMAT, "libarchive setup failed: %s",
                      archive_error_string(s->ar));
@@ -231,6 +319,14 @@ int wds__stream_open(const char *url, wds__stream **out, wds__err *err) {
   } else if (is_zstd_magic(s->peek, s->peek_len)) {
     s->codec = CODEC_ZSTD;
     rc = open_zstd(s, err);
+  } else if (s->peek_len >= 2 && s->peek[0] == 0x1f && s->peek[1] == 0x8b) {
+    s->codec = CODEC_GZIP;
+    snprintf(s->filter_name, sizeof s->filter_name, "gzip");
+    rc = open_gzip(s, err);
+  } else if (is_xz_magic(s->peek, s->peek_len) ||
+             is_lzma_alone(s->peek, s->peek_len)) {
+    s->codec = CODEC_XZ;
+    rc = open_xz(s, !is_xz_magic(s->peek, s->peek_len), err);
   } else if (s->peek_len == 0) {
     s->codec = CODEC_NONE; /* the tar parser reports the empty stream */
   } else {
@@ -249,14 +345,10 @@ done:
 static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap,
                          wds__err *err) {
   for (;;) {
-    if (s->in.pos == s->in.size && !s->src_eof) {
-      ssize_t n = raw_read(s, s->zin, s->zin_cap, err);
-      if (n < 0)
-        return n;
-      s->in.size = (size_t)n;
-      s->in.pos = 0;
-    }
-    if (s->in.pos == s->in.size && s->src_eof) {
+    ssize_t avail = refill(s, err);
+    if (avail < 0)
+      return avail;
+    if (avail == 0) {
       if (s->zlast != 0)
         return wds__fail(err, WDS_ERR_TRUNCATED,
                          "truncated: zstd stream ends inside a frame (after "
@@ -264,8 +356,10 @@ static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap,
                          (unsigned long long)s->compressed_bytes);
       return 0;
     }
+    ZSTD_inBuffer in = {s->in, s->in_len, s->in_pos};
     ZSTD_outBuffer o = {dst, cap, 0};
-    size_t r = ZSTD_decompressStream(s->zd, &o, &s->in);
+    size_t r = ZSTD_decompressStream(s->zd, &o, &in);
+    s->in_pos = in.pos;
     if (ZSTD_isError(r))
       return wds__fail(err, WDS_ERR_DECOMPRESS,
                        "corrupt zstd data (within the first %llu compressed "
@@ -278,6 +372,105 @@ static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap,
   }
 }
 
+static int all_zero(const uint8_t *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i])
+      return 0;
+  return 1;
+}
+
+static ssize_t gzip_read(wds__stream *s, void *dst, size_t cap,
+                         wds__err *err) {
+  for (;;) {
+    ssize_t avail = refill(s, err);
+    if (avail < 0)
+      return avail;
+    if (s->gz_member_done) {
+      /* Between members: another member, zero padding, or the end. */
+      if (avail == 0)
+        return 0;
+      if (s->in[s->in_pos] == 0) {
+        if (!all_zero(s->in + s->in_pos, s->in_len - s->in_pos))
+          return wds__fail(err, WDS_ERR_DECOMPRESS,
+                           "corrupt gzip data: garbage after a gzip member "
+                           "(after %llu compressed bytes)",
+                           (unsigned long long)s->compressed_bytes);
+        s->in_pos = s->in_len;
+        continue;
+      }
+      if (inflateReset(&s->gz) != Z_OK)
+        return wds__fail(err, WDS_ERR_DECOMPRESS, "zlib reset failed");
+      s->gz_member_done = 0;
+    }
+    if (avail == 0)
+      return wds__fail(err, WDS_ERR_TRUNCATED,
+                       "truncated: gzip stream ends inside a member (after "
+                       "%llu compressed bytes)",
+                       (unsigned long long)s->compressed_bytes);
+    s->gz.next_in = s->in + s->in_pos;
+    s->gz.avail_in = (uInt)(s->in_len - s->in_pos);
+    s->gz.next_out = dst;
+    s->gz.avail_out = cap > UINT32_MAX ? UINT32_MAX : (uInt)cap;
+    int r = inflate(&s->gz, Z_NO_FLUSH);
+    s->in_pos = s->in_len - s->gz.avail_in;
+    size_t produced = (size_t)((uint8_t *)s->gz.next_out - (uint8_t *)dst);
+    if (r == Z_STREAM_END)
+      s->gz_member_done = 1;
+    else if (r != Z_OK && r != Z_BUF_ERROR)
+      return wds__fail(err, WDS_ERR_DECOMPRESS,
+                       "corrupt gzip data (within the first %llu compressed "
+                       "bytes): %s",
+                       (unsigned long long)s->compressed_bytes,
+                       s->gz.msg ? s->gz.msg : "inflate error");
+    if (produced > 0)
+      return (ssize_t)produced;
+  }
+}
+
+static ssize_t xz_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
+  if (s->xz_done)
+    return 0;
+  for (;;) {
+    ssize_t avail = refill(s, err);
+    if (avail < 0)
+      return avail;
+    s->xz.next_in = s->in + s->in_pos;
+    s->xz.avail_in = (size_t)avail;
+    s->xz.next_out = dst;
+    s->xz.avail_out = cap;
+    lzma_ret r = lzma_code(&s->xz, avail == 0 ? LZMA_FINISH : LZMA_RUN);
+    s->in_pos = s->in_len - s->xz.avail_in;
+    size_t produced = (size_t)((uint8_t *)s->xz.next_out - (uint8_t *)dst);
+    if (r == LZMA_STREAM_END) {
+      s->xz_done = 1;
+      return (ssize_t)produced;
+    }
+    if (r == LZMA_MEMLIMIT_ERROR)
+      return wds__fail(err, WDS_ERR_LIMIT,
+                       "%s data needs more than %llu MiB to decompress",
+                       s->filter_name,
+                       (unsigned long long)(XZ_MEMLIMIT_BYTES >> 20));
+    if (r == LZMA_BUF_ERROR && avail == 0)
+      return wds__fail(err, WDS_ERR_TRUNCATED,
+                       "truncated: %s stream ends inside a block (after %llu "
+                       "compressed bytes)",
+                       s->filter_name, (unsigned long long)s->compressed_bytes);
+    if (r != LZMA_OK && r != LZMA_BUF_ERROR)
+      return wds__fail(err, WDS_ERR_DECOMPRESS,
+                       "corrupt %s data (within the first %llu compressed "
+                       "bytes): liblzma error %d",
+                       s->filter_name, (unsigned long long)s->compressed_bytes,
+                       (int)r);
+    if (produced > 0)
+      return (ssize_t)produced;
+    if (avail == 0)
+      return wds__fail(err, WDS_ERR_TRUNCATED,
+                       "truncated: %s stream ends early (after %llu "
+                       "compressed bytes)",
+                       s->filter_name, (unsigned long long)s->compressed_bytes);
+  }
+}
+
 ssize_t wds__stream_read(wds__stream *s, void *dst, size_t cap,
                          wds__err *err) {
   if (cap == 0)
@@ -287,6 +480,10 @@ ssize_t wds__stream_read(wds__stream *s, void *dst, size_t cap,
     return raw_read(s, dst, cap, err);
   case CODEC_ZSTD:
     return zstd_read(s, dst, cap, err);
+  case CODEC_GZIP:
+    return gzip_read(s, dst, cap, err);
+  case CODEC_XZ:
+    return xz_read(s, dst, cap, err);
   case CODEC_ARCHIVE: {
     la_ssize_t n = archive_read_data(s->ar, dst, cap);
     if (n < 0)
@@ -300,6 +497,7 @@ ssize_t wds__stream_read(wds__stream *s, void *dst, size_t cap,
 ssize_t wds__stream_skip(wds__stream *s, uint64_t n, void *scratch,
                          size_t scratch_size, wds__err *err) {
   if (s->codec == CODEC_NONE && s->peek_pos == s->peek_len && !s->src_eof) {
+    /* Plain bytes with nothing left to replay: the source may seek. */
     ssize_t k = wds__source_skip(s->src, n, scratch, scratch_size, err);
     if (k == 0)
       s->src_eof = 1;
@@ -313,13 +511,15 @@ ssize_t wds__stream_skip(wds__stream *s, uint64_t n, void *scratch,
 
 int wds__stream_drain(wds__stream *s, wds__err *err) {
   uint8_t tmp[16384];
-  for (;;) {
+  for (uint64_t total = 0; total < DRAIN_MAX_BYTES;) {
     ssize_t n = wds__stream_read(s, tmp, sizeof tmp, err);
     if (n < 0)
       return (int)n;
     if (n == 0)
       return WDS_OK;
+    total += (uint64_t)n;
   }
+  return WDS_OK; /* more follows the archive: ignored, not read */
 }
 
 const char *wds__stream_codec(const wds__stream *s) {
@@ -328,6 +528,8 @@ const char *wds__stream_codec(const wds__stream *s) {
     return "none";
   case CODEC_ZSTD:
     return "zstd";
+  case CODEC_GZIP:
+  case CODEC_XZ:
   case CODEC_ARCHIVE:
     return s->filter_name;
   }
@@ -341,7 +543,11 @@ void wds__stream_close(wds__stream *s) {
     archive_read_free(s->ar);
   free(s->abuf);
   ZSTD_freeDCtx(s->zd);
-  free(s->zin);
+  if (s->gz_init)
+    inflateEnd(&s->gz);
+  if (s->xz_init)
+    lzma_end(&s->xz);
+  free(s->in);
   wds__source_close(s->src);
   free(s);
 }

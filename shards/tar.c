@@ -38,6 +38,7 @@ struct wds__tar {
   uint64_t base;     /* virtual offset of buf[0] */
   size_t len;        /* bytes held: virtual [base, base + len) */
   uint64_t keep;     /* virtual offset: bytes before it may go */
+  uint64_t hold_end; /* bytes in [hold_end, pos) are not held either */
   uint64_t pos;      /* virtual offset of the next header */
   /* The member last returned: its data and padding are skipped by the next
    * wds__tar_next() unless they were loaded. */
@@ -122,6 +123,36 @@ void wds__tar_close(wds__tar *t) {
 void wds__tar_keep_from(wds__tar *t, uint64_t voff) {
   if (voff > t->keep)
     t->keep = voff;
+  if (t->hold_end < t->keep)
+    t->hold_end = t->keep;
+}
+
+void wds__tar_hold_to(wds__tar *t, uint64_t voff) {
+  if (voff > t->hold_end)
+    t->hold_end = voff;
+}
+
+/* Drops the unheld bytes between hold_end and pos (skipped headers and
+ * members) by moving what was read after pos down onto hold_end. Nothing
+ * outside the tar refers to offsets at or after pos at this point, so only
+ * pos and the stream-offset correction move. */
+static void drop_gap(wds__tar *t) {
+  uint64_t from = t->hold_end > t->keep ? t->hold_end : t->keep;
+  if (from < t->base)
+    from = t->base;
+  if (t->pos <= from || t->pos > t->base + t->len)
+    return;
+  /* Worth it when the gap is large, or when the next header would not fit
+   * in the window beside the held bytes (which would grow the window). */
+  if (t->pos - from < t->cap / 4 &&
+      t->pos + WDS__TAR_BLOCK - t->keep <= t->cap)
+    return;
+  size_t gap = (size_t)(t->pos - from);
+  size_t at = (size_t)(from - t->base);
+  memmove(t->buf + at, t->buf + at + gap, t->len - at - gap);
+  t->len -= gap;
+  t->dropped += gap;
+  t->pos = from;
 }
 
 const uint8_t *wds__tar_view(const wds__tar *t, uint64_t voff) {
@@ -442,6 +473,7 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
       return rc;
   }
   for (;;) {
+    drop_gap(t);
     uint64_t hv = t->pos;
     int rc = fill_to(t, hv + WDS__TAR_BLOCK, err);
     if (rc == WDS_EOF)

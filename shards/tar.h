@@ -46,6 +46,12 @@ int wds__tar_load(wds__tar *t, const wds__tar_member *m, wds__err *err);
 /* Bytes before virtual offset voff may be discarded from now on. */
 void wds__tar_keep_from(wds__tar *t, uint64_t voff);
 
+/* Of the bytes from the keep mark on, only those before voff are held (the
+ * loaded members); what lies between voff and the parse position (headers
+ * and members nobody loaded) may be dropped, and is, when it grows large.
+ * Virtual offsets of held bytes never change. */
+void wds__tar_hold_to(wds__tar *t, uint64_t voff);
+
 /* Pointer to the window byte at virtual offset voff (which must be held). */
 const uint8_t *wds__tar_view(const wds__tar *t, uint64_t voff);
 

@@ -3,6 +3,8 @@
  * read back through the public reader API. */
 #include <stdint.h>
 #include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include "test.h"
 #include "wds/reader.h"
@@ -551,6 +553,137 @@ TEST(pipe_sources_and_exit_status) {
   free(p);
 }
 
+TEST(skipped_entries_do_not_fill_the_window) {
+  /* 20,000 directory headers (10 MB) and 2,000 files without an extension
+   * around and inside samples, read with a 64 KiB window and a 1 MiB sample
+   * limit: none of it is held, so nothing overflows. */
+  tb b = {0};
+  for (int i = 0; i < 10000; i++)
+    tb_header(&b, "d/", '5', 0);
+  tb_file(&b, "s1.txt", "one");
+  for (int i = 0; i < 1000; i++)
+    tb_file(&b, "README", "no extension: skipped");
+  tb_file(&b, "s1.cls", "1");
+  for (int i = 0; i < 10000; i++)
+    tb_header(&b, "d/", '5', 0);
+  for (int i = 0; i < 1000; i++)
+    tb_file(&b, "__meta__", "metadata: skipped");
+  tb_file(&b, "s2.txt", "two");
+  tb_end(&b);
+  char *p = tb_save(&b);
+  const char *urls[] = {p};
+  listing l;
+  list_urls(urls, 1, 65536, 1 << 20, &l);
+  ASSERT_EQ_INT(l.rc, WDS_EOF);
+  ASSERT_STREQ(l.text, "s1:txt=3,cls=1;s2:txt=3;");
+  unlink(p);
+  free(p);
+}
+
+/* Writes n bytes to a new temp file; returns its path. */
+static char *save_bytes(const void *data, size_t n) {
+  tb b = {0};
+  tb_bytes(&b, data, n);
+  return tb_save(&b);
+}
+
+static void small_tar(tb *b) {
+  tb_file(b, "z.txt", "zipped");
+  tb_end(b);
+}
+
+TEST(small_zstd_shard) {
+  /* Smaller than the 512 bytes peeked for detection. */
+  tb b = {0};
+  small_tar(&b);
+  uint8_t z[2048];
+  size_t zn = ZSTD_compress(z, sizeof z, b.d, b.n, 19);
+  ASSERT_TRUE(!ZSTD_isError(zn) && zn < 512);
+  free(b.d);
+  char *p = save_bytes(z, zn);
+  listing l;
+  list_file(p, &l);
+  ASSERT_EQ_INT(l.rc, WDS_EOF);
+  ASSERT_STREQ(l.text, "z:txt=6;");
+  unlink(p);
+  free(p);
+}
+
+static size_t gzip_bytes(const uint8_t *in, size_t n, uint8_t *out, size_t cap,
+                         int level) {
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  if (deflateInit2(&zs, level, Z_DEFLATED, 16 + MAX_WBITS, 8,
+                   Z_DEFAULT_STRATEGY) != Z_OK)
+    return 0;
+  zs.next_in = (uint8_t *)in;
+  zs.avail_in = (uInt)n;
+  zs.next_out = out;
+  zs.avail_out = (uInt)cap;
+  int r = deflate(&zs, Z_FINISH);
+  size_t len = cap - zs.avail_out;
+  deflateEnd(&zs);
+  return r == Z_STREAM_END ? len : 0;
+}
+
+TEST(gzip_checksum_and_members) {
+  tb b = {0};
+  small_tar(&b);
+  uint8_t gz[8192];
+  /* Level 0: stored blocks, so a payload byte can be flipped in place. */
+  size_t n = gzip_bytes(b.d, b.n, gz, sizeof gz, 0);
+  ASSERT_TRUE(n > 0);
+  /* Two members (tar then padding zeros) read as one stream. */
+  size_t n2 = gzip_bytes(b.d, b.n, gz, sizeof gz, 6);
+  uint8_t *two = malloc(n2 + 64);
+  memcpy(two, gz, n2);
+  uint8_t zeros[1024] = {0};
+  size_t n3 = gzip_bytes(zeros, sizeof zeros, two + n2, 64, 6);
+  ASSERT_TRUE(n3 > 0);
+  char *p = save_bytes(two, n2 + n3);
+  free(two);
+  listing l;
+  list_file(p, &l);
+  ASSERT_EQ_INT(l.rc, WDS_EOF);
+  ASSERT_STREQ(l.text, "z:txt=6;");
+  unlink(p);
+  free(p);
+
+  n = gzip_bytes(b.d, b.n, gz, sizeof gz, 0);
+  uint8_t *hit = memmem(gz, n, "zipped", 6);
+  ASSERT_TRUE(hit != NULL);
+  hit[0] = 'Z'; /* the CRC-32 no longer matches */
+  p = save_bytes(gz, n);
+  list_file(p, &l);
+  ASSERT_EQ_INT(l.rc, WDS_ERR_DECOMPRESS);
+  ASSERT_CONTAINS(l.err, "gzip");
+  ASSERT_EQ_INT(l.samples, 0);
+  unlink(p);
+  free(p);
+
+  hit[0] = 'z';
+  p = save_bytes(gz, n - 3); /* cut inside the trailer */
+  list_file(p, &l);
+  ASSERT_EQ_INT(l.rc, WDS_ERR_TRUNCATED);
+  unlink(p);
+  free(p);
+  free(b.d);
+}
+
+TEST(decompression_memory_and_bombs_are_bounded) {
+  listing l;
+  /* A 24-byte xz stream whose header asks for a 4 GiB dictionary. */
+  list_file(WDS_SOURCE_DIR "/tests/fuzz/corpus/reader/crash-xz-dict4g", &l);
+  ASSERT_EQ_INT(l.rc, WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(l.err, "MiB to decompress");
+  /* A tar followed by 5 GiB of compressed zeros: read up to the marker
+   * plus a bounded tail, not to the end. */
+  list_file(WDS_SOURCE_DIR "/tests/fuzz/corpus/reader/crash-bz2-drain-bomb",
+            &l);
+  ASSERT_EQ_INT(l.rc, WDS_EOF);
+  ASSERT_TRUE(l.samples > 0);
+}
+
 TEST(fields_per_sample_are_bounded) {
   tb b = {0};
   const char *names[] = {"k.a", "k.b", "k.c", "k.d", "j.a"};
@@ -594,6 +727,10 @@ int main(void) {
   RUN(samples_never_span_shards_and_errors_skip_to_next_shard);
   RUN(empty_and_zero_only_streams);
   RUN(pipe_sources_and_exit_status);
+  RUN(skipped_entries_do_not_fill_the_window);
+  RUN(small_zstd_shard);
+  RUN(gzip_checksum_and_members);
+  RUN(decompression_memory_and_bombs_are_bounded);
   RUN(fields_per_sample_are_bounded);
   RUN(status_table);
   return test_summary();
