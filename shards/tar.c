@@ -633,6 +633,13 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
     /* The next header follows the padded data, loaded or not. */
     t->skip_pending = 1;
     t->skip_target = data_v + round_block(size);
+    /* The next header is read soon, after the caller has handled this
+     * member: start fetching it now if it is already in the window. */
+    if (t->skip_target + WDS__TAR_BLOCK <= t->base + t->len) {
+      const uint8_t *nh = t->buf + (t->skip_target - t->base);
+      for (int i = 0; i < WDS__TAR_BLOCK; i += 64)
+        __builtin_prefetch(nh + i);
+    }
     t->last_hoff = first_off;
     t->last_data_off = m->data_offset;
     t->last_size = size;
