@@ -12,8 +12,16 @@
  *     braces, several groups (cartesian product, leftmost varies slowest),
  *     steps "{0..10..2}", descending and negative ranges, letter ranges
  *     "{a..e}", backslash escapes ("\{" is a literal brace).
- * Unbalanced braces are an error naming the position. A spec that would expand
- * past max_urls URLs is refused before the memory is allocated.
+ * Unbalanced braces are an error naming the (byte) position. A spec that
+ * would expand past max_urls URLs, or past WDS_SPEC_MAX_URL_BYTES bytes of
+ * URLs, is refused before the memory is allocated. Other bounds on hostile
+ * input: braces nest at most 64 deep, range numbers have at most 4300 digits
+ * (Python's int() limit), a ${} result or @FILE line is at most 1 MiB, and
+ * one expansion reads at most 65536 @FILEs and 1 GiB from them.
+ *
+ * @FILE details: paths are relative to the working directory (also inside
+ * a listed file); lines are trimmed of surrounding whitespace; ${} is not
+ * substituted in the @FILE path itself. Empty "::" parts are skipped.
  *
  * Plain URLs pass through unchanged: "pipe:curl -s http://x/a-{0..3}.tar"
  * expands its braces too, exactly as WebDataset does. */
@@ -21,6 +29,7 @@
 #define WDS_SPEC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "wds/status.h"
 
@@ -29,6 +38,7 @@ extern "C" {
 #endif
 
 #define WDS_DEFAULT_MAX_URLS ((size_t)10000000)
+#define WDS_SPEC_MAX_URL_BYTES ((uint64_t)4 << 30)
 #define WDS_SPEC_MAX_DEPTH 8
 
 /* A list of URLs owned by the caller; free with wds_url_list_free(). */
@@ -40,7 +50,7 @@ typedef struct wds_url_list {
 /* Expands spec (as described above) into *out, which must be zeroed or
  * freshly freed. max_urls 0 means WDS_DEFAULT_MAX_URLS. On failure returns a
  * negative status (WDS_ERR_SPEC, WDS_ERR_LIMIT, WDS_ERR_OPEN for an unreadable
- * @FILE, WDS_ERR_NOMEM), writes a message naming what and where into err
+ * @FILE, WDS_ERR_NOMEM, WDS_ERR_INVALID for NULL arguments), writes a message naming what and where into err
  * (when err is not NULL; always NUL-terminated), and leaves *out empty. */
 int wds_spec_expand(const char *spec, size_t max_urls, wds_url_list *out,
                     char *err, size_t err_size);

@@ -1,0 +1,70 @@
+/* fuzz_spec.c — libFuzzer harness for wds_brace_expand / wds_spec_expand.
+ *
+ *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+ *     -Iinclude -I. shards/spec.c shards/err.c tests/fuzz/fuzz_spec.c -o fuzz_spec
+ *   (or configure with -DWDS_FUZZ=ON and CC=clang: build/tests/fuzz_spec)
+ *   ./fuzz_spec -max_total_time=120 -max_len=4096
+ *
+ * The input is one pattern (NUL-terminated copy). '@' is replaced before
+ * wds_spec_expand() so that the fuzzer never opens files such as /dev/stdin.
+ * Besides the sanitizers, it checks the API contract: on success at most
+ * max_urls non-NULL URLs and an empty message, on failure an empty list and
+ * a message; and that a pattern without "::", "@" or "${" expands the same
+ * as a spec and as a pattern. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wds/spec.h"
+
+#define FUZZ_MAX_URLS 10000
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check(int rc, const wds_url_list *list, const char *err) {
+  if (rc == WDS_OK) {
+    if (list->count > FUZZ_MAX_URLS || err[0] != '\0' ||
+        (list->count > 0) != (list->urls != NULL))
+      abort();
+    for (size_t i = 0; i < list->count; i++)
+      if (!list->urls[i])
+        abort();
+  } else if (rc >= 0 || list->count != 0 || list->urls != NULL ||
+             err[0] == '\0') {
+    abort();
+  }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  char *s = malloc(size + 1);
+  wds_url_list a = {0}, b = {0};
+  char err_a[256], err_b[256];
+  if (!s)
+    return 0;
+  memcpy(s, data, size);
+  s[size] = '\0';
+
+  int rc_a = wds_brace_expand(s, FUZZ_MAX_URLS, &a, err_a, sizeof err_a);
+  check(rc_a, &a, err_a);
+
+  for (size_t i = 0; i < size; i++)
+    if (s[i] == '@')
+      s[i] = '#';
+  int rc_b = wds_spec_expand(s, FUZZ_MAX_URLS, &b, err_b, sizeof err_b);
+  check(rc_b, &b, err_b);
+
+  /* Same input, no spec syntax (and no NUL inside): same result. */
+  if (strlen(s) == size && size > 0 && !memchr(data, '@', size) &&
+      !strstr(s, "::") && !strstr(s, "${")) {
+    if (rc_a != rc_b || a.count != b.count)
+      abort();
+    for (size_t i = 0; i < a.count; i++)
+      if (strcmp(a.urls[i], b.urls[i]) != 0)
+        abort();
+  }
+  wds_url_list_free(&a);
+  wds_url_list_free(&b);
+  free(s);
+  return 0;
+}

@@ -1,0 +1,110 @@
+/* cmd_expand.c — `wds expand`: print the URLs a shard spec expands to.
+ *
+ * One URL per line, in order, for each SPEC in turn; each SPEC is expanded
+ * on its own (the limit applies to each). Exit status: 0 on success, 1 when
+ * a spec cannot be expanded or stdout cannot be written, 2 on a usage error.
+ * Uses the public API only. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wds/spec.h"
+
+int wds_cmd_expand(int argc, char **argv);
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: wds expand [--max-urls N] SPEC...\n"
+          "\n"
+          "Prints the URLs each SPEC expands to, one per line.\n"
+          "\n"
+          "A SPEC is one or more parts joined by \"::\"; a part is @FILE (one\n"
+          "spec per line, '#' comments) or a pattern: ${NAME} is replaced by\n"
+          "the environment variable WDS_NAME, then braces are expanded as\n"
+          "Python's braceexpand does: {000..099} {a,b} {0..10..2} {a..e}.\n"
+          "\n"
+          "options:\n"
+          "  --max-urls N  refuse a SPEC that expands past N URLs\n"
+          "                (default %zu)\n"
+          "  -h, --help    show this help\n",
+          (size_t)WDS_DEFAULT_MAX_URLS);
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "wds expand: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n");
+  usage(stderr);
+  return 2;
+}
+
+/* Parses a decimal count; 0 means the default. */
+static int parse_count(const char *s, size_t *out) {
+  char *end = NULL;
+  if (!s || *s < '0' || *s > '9')
+    return -1;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno != 0 || *end != '\0' || v > (unsigned long long)SIZE_MAX)
+    return -1;
+  *out = (size_t)v;
+  return 0;
+}
+
+int wds_cmd_expand(int argc, char **argv) {
+  size_t max_urls = 0;
+  int first = argc; /* index of the first SPEC */
+  char err[1024];
+  int i;
+
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--") == 0) {
+      i++;
+      break;
+    }
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      return 0;
+    }
+    if (strcmp(a, "--max-urls") == 0) {
+      if (i + 1 >= argc)
+        return usage_error("%s needs a value", a);
+      if (parse_count(argv[++i], &max_urls) != 0)
+        return usage_error("invalid --max-urls value \"%s\"", argv[i]);
+    } else if (strncmp(a, "--max-urls=", 11) == 0) {
+      if (parse_count(a + 11, &max_urls) != 0)
+        return usage_error("invalid --max-urls value \"%s\"", a + 11);
+    } else if (a[0] == '-' && a[1] != '\0') {
+      return usage_error("unknown option \"%s\"", a);
+    } else {
+      break;
+    }
+  }
+  first = i;
+  if (first >= argc)
+    return usage_error("%s", "no SPEC given");
+
+  for (i = first; i < argc; i++) {
+    wds_url_list list = {0};
+    int rc = wds_spec_expand(argv[i], max_urls, &list, err, sizeof err);
+    if (rc != WDS_OK) {
+      fprintf(stderr, "wds expand: %s\n", err);
+      return 1;
+    }
+    for (size_t j = 0; j < list.count; j++) {
+      if (fputs(list.urls[j], stdout) == EOF || putchar('\n') == EOF)
+        break;
+    }
+    wds_url_list_free(&list);
+    if (ferror(stdout))
+      break;
+  }
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "wds expand: cannot write the URLs: %s\n", strerror(errno));
+    return 1;
+  }
+  return 0;
+}
