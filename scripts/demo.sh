@@ -9,9 +9,10 @@ build=$root/build
 wds=$build/tools/wds
 data=$build/demo-data
 rm -rf "$data" && mkdir -p "$data"
-"$wds" synth --shards 8 --samples 2000 --size 16384 --seed 1 "$data/demo-%06d.tar"
+"$wds" synth --shards 8 --samples 1000 --size 16384 --seed 1 "$data/demo-%06d.tar"
 echo "--- first samples:"
-"$wds" ls "$data/demo-000000.tar" | head -n 3
+"$wds" ls "$data/demo-000000.tar" > "$data/listing.txt"
+head -n 3 "$data/listing.txt"
 echo "--- summary:"
 "$wds" ls --summary "$data/demo-{000000..000007}.tar"
 echo "--- streaming the set:"

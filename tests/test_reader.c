@@ -77,7 +77,7 @@ static void tb_header_ex(tb *b, const char *name, char type, uint64_t size,
     sum += ck == CK_SIGNED ? (int8_t)h[i] : h[i];
   if (ck == CK_BAD)
     sum += 1;
-  snprintf((char *)h + 148, 8, "%06lo", (unsigned long)sum);
+  snprintf((char *)h + 148, 8, "%06lo", (unsigned long)sum & 0777777ul);
   h[155] = ' ';
   tb_bytes(b, h, 512);
 }
@@ -286,7 +286,7 @@ TEST(non_regular_members_are_skipped) {
     unsigned sum = 0;
     for (int i = 0; i < 512; i++)
       sum += h[i];
-    snprintf((char *)h + 148, 8, "%06o", sum);
+    snprintf((char *)h + 148, 8, "%06o", sum & 0777777u);
     h[155] = ' ';
   }
   tb_file(&b, "real.jpg", "data");
@@ -301,7 +301,7 @@ TEST(non_regular_members_are_skipped) {
     unsigned sum = 0;
     for (int i = 0; i < 512; i++)
       sum += h[i];
-    snprintf((char *)h + 148, 8, "%06o", sum);
+    snprintf((char *)h + 148, 8, "%06o", sum & 0777777u);
     h[155] = ' ';
   }
   tb_end(&b);
