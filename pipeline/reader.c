@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "shards/err.h"
+#include "shards/mem.h"
 #include "shards/stream.h"
 #include "shards/tar.h"
 #include "wds/spec.h"
@@ -219,16 +220,10 @@ static int split_key(const char *n, size_t len, size_t *key_len,
 }
 
 static int arena_add(wds_reader *r, const char *s, size_t n, size_t *off) {
-  if (r->arena_len + n + 1 > r->arena_cap) {
-    size_t c = r->arena_cap ? r->arena_cap : 1024;
-    while (c < r->arena_len + n + 1)
-      c *= 2;
-    char *a = realloc(r->arena, c);
-    if (!a)
-      return WDS_ERR_NOMEM;
-    r->arena = a;
-    r->arena_cap = c;
-  }
+  char *a = wds__grow(r->arena, &r->arena_cap, r->arena_len + n + 1, 1, 1024);
+  if (!a)
+    return WDS_ERR_NOMEM;
+  r->arena = a;
   memcpy(r->arena + r->arena_len, s, n);
   r->arena[r->arena_len + n] = '\0';
   *off = r->arena_len;
@@ -255,14 +250,10 @@ static int read_pending(wds_reader *r) {
         continue;
       r->skipping_key = 0;
     }
-    if (len + 1 > r->pending_name_cap) {
-      size_t c = len + 64;
-      char *p = realloc(r->pending_name, c);
-      if (!p)
-        return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
-      r->pending_name = p;
-      r->pending_name_cap = c;
-    }
+    char *p = wds__grow(r->pending_name, &r->pending_name_cap, len + 1, 1, 64);
+    if (!p)
+      return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
+    r->pending_name = p;
     memcpy(r->pending_name, n, len + 1);
     for (size_t i = ext_off; i < len; i++)
       r->pending_name[i] = (char)lower_ascii((unsigned char)r->pending_name[i]);
@@ -279,14 +270,11 @@ static int take_pending(wds_reader *r) {
   int rc = wds__tar_load(r->tar, m, &r->err);
   if (rc != WDS_OK)
     return rc;
-  if (r->slot_count == r->slot_cap) {
-    size_t c = r->slot_cap ? r->slot_cap * 2 : 8;
-    field_slot *s = realloc(r->slots, c * sizeof *s);
-    if (!s)
-      return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
-    r->slots = s;
-    r->slot_cap = c;
-  }
+  field_slot *slots = wds__grow(r->slots, &r->slot_cap, r->slot_count + 1,
+                                sizeof *slots, 8);
+  if (!slots)
+    return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
+  r->slots = slots;
   field_slot *f = &r->slots[r->slot_count];
   /* The member's name is stored with its extension lower-cased; keep the
    * original for messages and for wds_field.name. */
@@ -317,13 +305,11 @@ static int has_ext(const wds_reader *r, const char *ext) {
 }
 
 static int finish_sample(wds_reader *r, const wds_sample **out) {
-  if (r->slot_count > r->fields_cap) {
-    wds_field *f = realloc(r->fields, r->slot_count * sizeof *f);
-    if (!f)
-      return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
-    r->fields = f;
-    r->fields_cap = r->slot_count;
-  }
+  wds_field *fields = wds__grow(r->fields, &r->fields_cap, r->slot_count,
+                                sizeof *fields, 8);
+  if (!fields)
+    return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
+  r->fields = fields;
   for (size_t i = 0; i < r->slot_count; i++) {
     const field_slot *s = &r->slots[i];
     wds_field *f = &r->fields[i];
@@ -365,14 +351,11 @@ static int fail_shard(wds_reader *r, int rc) {
 /* After a duplicate extension: the sample is dropped and the rest of its
  * key's members are skipped. */
 static int skip_rest_of_key(wds_reader *r) {
-  size_t n = strlen(r->arena);
-  if (n + 1 > r->skip_key_cap) {
-    char *k = realloc(r->skip_key, n + 1);
-    if (!k)
-      return WDS_ERR_NOMEM;
-    r->skip_key = k;
-    r->skip_key_cap = n + 1;
-  }
+  size_t n = r->key_len;
+  char *k = wds__grow(r->skip_key, &r->skip_key_cap, n + 1, 1, 64);
+  if (!k)
+    return WDS_ERR_NOMEM;
+  r->skip_key = k;
   memcpy(r->skip_key, r->arena, n + 1);
   r->skipping_key = 1;
   r->has_pending = 0;

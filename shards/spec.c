@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "err.h"
+#include "mem.h"
 #include "wds/spec.h"
 
 #define WDS__BRACE_MAX_DEPTH 64
@@ -368,17 +369,12 @@ static node *node_new(enum node_kind kind) {
 
 /* Appends n bytes to a literal. */
 static int lit_append(node *x, const char *s, size_t n) {
-  if (x->cap - x->len < n) {
-    size_t want = x->len + n;
-    size_t cap = x->cap ? x->cap : 16;
-    while (cap < want)
-      cap = cap > SIZE_MAX / 2 ? want : cap * 2;
-    char *t = realloc(x->text, cap);
-    if (!t)
-      return WDS_ERR_NOMEM;
-    x->text = t;
-    x->cap = cap;
-  }
+  if (n > SIZE_MAX - x->len)
+    return WDS_ERR_NOMEM;
+  char *t = wds__grow(x->text, &x->cap, x->len + n, 1, 16);
+  if (!t)
+    return WDS_ERR_NOMEM;
+  x->text = t;
   memcpy(x->text + x->len, s, n);
   x->len += n;
   x->max_len = x->len;
@@ -425,16 +421,11 @@ done:
 }
 
 static int kids_push(node *parent, node *kid) {
-  if (parent->nkids == parent->kids_cap) {
-    size_t cap = parent->kids_cap ? parent->kids_cap * 2 : 4;
-    if (cap > SIZE_MAX / sizeof(node *))
-      return WDS_ERR_NOMEM;
-    node **k = realloc(parent->kids, cap * sizeof(node *));
-    if (!k)
-      return WDS_ERR_NOMEM;
-    parent->kids = k;
-    parent->kids_cap = cap;
-  }
+  node **k = wds__grow(parent->kids, &parent->kids_cap, parent->nkids + 1,
+                       sizeof(node *), 4);
+  if (!k)
+    return WDS_ERR_NOMEM;
+  parent->kids = k;
   parent->kids[parent->nkids++] = kid;
   return WDS_OK;
 }
@@ -1032,18 +1023,12 @@ static int env_pass(expander *x, const char *s, size_t n, char **out,
                      QUOTE_ARGS(s, n), WDS__MAX_PATTERN_BYTES);
       goto done;
     }
-    if (rn + piece_n + 1 > rcap) {
-      size_t cap = rcap ? rcap : 64;
-      while (cap < rn + piece_n + 1)
-        cap *= 2;
-      char *t = realloc(r, cap);
-      if (!t) {
-        rc = wds__fail(x->e, WDS_ERR_NOMEM, "out of memory");
-        goto done;
-      }
-      r = t;
-      rcap = cap;
+    char *t = wds__grow(r, &rcap, rn + piece_n + 1, 1, 64);
+    if (!t) {
+      rc = wds__fail(x->e, WDS_ERR_NOMEM, "out of memory");
+      goto done;
     }
+    r = t;
     memcpy(r + rn, piece, piece_n);
     rn += piece_n;
   }
@@ -1166,18 +1151,12 @@ static int expand_file(expander *x, const char *path, int depth) {
                        lineno + 1, path, WDS__MAX_PATTERN_BYTES);
         goto done;
       }
-      if (line_n + take > line_cap) {
-        size_t cap = line_cap ? line_cap : 256;
-        while (cap < line_n + take)
-          cap *= 2;
-        char *t = realloc(line, cap);
-        if (!t) {
-          rc = wds__fail(x->e, WDS_ERR_NOMEM, "out of memory");
-          goto done;
-        }
-        line = t;
-        line_cap = cap;
+      char *t = wds__grow(line, &line_cap, line_n + take, 1, 256);
+      if (!t) {
+        rc = wds__fail(x->e, WDS_ERR_NOMEM, "out of memory");
+        goto done;
       }
+      line = t;
       if (take > 0)
         memcpy(line + line_n, chunk + i, take);
       line_n += take;

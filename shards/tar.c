@@ -20,6 +20,8 @@
  * corrupt is an error naming the member and offset. */
 #include "tar.h"
 
+#include "mem.h"
+
 #include <stdlib.h>
 #include <string.h>
 #if defined(__SSE2__)
@@ -72,16 +74,10 @@ static uint64_t round_block(uint64_t n) {
 }
 
 static int set_str(char **dst, size_t *cap, const char *src, size_t n) {
-  if (n + 1 > *cap) {
-    size_t c = *cap ? *cap : 256;
-    while (c < n + 1)
-      c *= 2;
-    char *p = realloc(*dst, c);
-    if (!p)
-      return WDS_ERR_NOMEM;
-    *dst = p;
-    *cap = c;
-  }
+  char *p = wds__grow(*dst, cap, n + 1, 1, 256);
+  if (!p)
+    return WDS_ERR_NOMEM;
+  *dst = p;
   memcpy(*dst, src, n);
   (*dst)[n] = '\0';
   return WDS_OK;

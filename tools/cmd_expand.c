@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
 #include "wds/spec.h"
 
-int wds_cmd_expand(int argc, char **argv);
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -40,19 +40,6 @@ static int usage_error(const char *fmt, const char *arg) {
   return 2;
 }
 
-/* Parses a decimal count; 0 means the default. */
-static int parse_count(const char *s, size_t *out) {
-  char *end = NULL;
-  if (!s || *s < '0' || *s > '9')
-    return -1;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || *end != '\0' || v > (unsigned long long)SIZE_MAX)
-    return -1;
-  *out = (size_t)v;
-  return 0;
-}
-
 int wds_cmd_expand(int argc, char **argv) {
   size_t max_urls = 0;
   int first = argc; /* index of the first SPEC */
@@ -72,10 +59,10 @@ int wds_cmd_expand(int argc, char **argv) {
     if (strcmp(a, "--max-urls") == 0) {
       if (i + 1 >= argc)
         return usage_error("%s needs a value", a);
-      if (parse_count(argv[++i], &max_urls) != 0)
+      if (tool_parse_size(argv[++i], &max_urls) != 0)
         return usage_error("invalid --max-urls value \"%s\"", argv[i]);
     } else if (strncmp(a, "--max-urls=", 11) == 0) {
-      if (parse_count(a + 11, &max_urls) != 0)
+      if (tool_parse_size(a + 11, &max_urls) != 0)
         return usage_error("invalid --max-urls value \"%s\"", a + 11);
     } else if (a[0] == '-' && a[1] != '\0') {
       return usage_error("unknown option \"%s\"", a);

@@ -170,18 +170,6 @@ static void fill_random(uint8_t *buf, size_t n, uint64_t seed, uint64_t k) {
   }
 }
 
-static int parse_u64(const char *s, uint64_t *out) {
-  if (!s || !*s || *s == '-' || *s == '+')
-    return -1;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end)
-    return -1;
-  *out = v;
-  return 0;
-}
-
 static int ends_with(const char *s, const char *suffix) {
   size_t a = strlen(s), b = strlen(suffix);
   return a >= b && strcmp(s + a - b, suffix) == 0;
@@ -247,7 +235,7 @@ int wds_cmd_synth(int argc, char **argv) {
                       : c == 's' ? &samples
                       : c == 'z' ? &size
                                  : &seed;
-      if (parse_u64(optarg, dst) != 0) {
+      if (tool_parse_u64(optarg, dst) != 0) {
         fprintf(stderr,
                 "wds synth: --%s needs a non-negative number, not "
                 "\"%s\"\n",

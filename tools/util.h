@@ -26,7 +26,9 @@ void tool_json_string(FILE *f, const char *s, size_t n);
 /* Lower-case hex SHA-256 of data into hex (65 bytes). */
 void tool_sha256_hex(const void *data, size_t n, char hex[65]);
 
-/* Parses a non-negative integer option value; returns 0 on success. */
+/* Parse a decimal option value (digits only); return 0 on success, -1 for
+ * anything else (signs, blanks, junk, overflow). */
+int tool_parse_u64(const char *s, uint64_t *out);
 int tool_parse_size(const char *s, size_t *out);
 
 /* Monotonic seconds. */

@@ -18,48 +18,9 @@
 # Usage: tar_formats.sh WDS_BINARY [SHARED_TESTDATA]   (the second is unused)
 # Prints `ok NAME` / `FAIL NAME` per check and a final `N passed, N failed`.
 # Set WDS_TEST_KEEP=1 to keep the temporary directory.
-set -euo pipefail
-export LC_ALL=C.UTF-8
-export TZ=UTC
-umask 022
-
-if (($# < 1)); then
-  echo "usage: $0 WDS_BINARY [SHARED_TESTDATA]" >&2
-  exit 2
-fi
-WDS=$1
-[[ $WDS == /* ]] || WDS=$PWD/$WDS # the script changes directory
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-PYTHON3=${PYTHON3:-python3}
-
-die() { echo "FAIL setup: $*"; echo "${passed:-0} passed, $((${failed:-0} + 1)) failed"; exit 1; }
-[[ -x $WDS ]] || die "wds binary '$WDS' not found or not executable"
-for tool in bsdtar zstd gzip xz bzip2 "$PYTHON3" timeout cmp; do
-  command -v "$tool" >/dev/null 2>&1 ||
-    die "required tool '$tool' not found (apt-get install tar libarchive-tools zstd xz-utils bzip2 python3)"
-done
-GTAR=
-for t in gtar tar; do
-  if command -v "$t" >/dev/null 2>&1 && "$t" --version 2>/dev/null | grep -q 'GNU tar'; then
-    GTAR=$t
-    break
-  fi
-done
-[[ -n $GTAR ]] || die "GNU tar not found (apt-get install tar)"
-# The real interpreter, not a version-manager shim: it starts many times.
-PYTHON3=$("$PYTHON3" -c 'import sys; print(sys.executable)')
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/wds-tar-formats.XXXXXX")
-cleanup() {
-  if [[ -n ${WDS_TEST_KEEP:-} ]]; then echo "# kept $TMP"; else rm -rf "$TMP"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-cd "$TMP"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+wds_test_setup tar-formats "bsdtar zstd gzip xz bzip2 timeout cmp" "$@"
 mkdir out
-
-passed=0
-failed=0
 ok() { echo "ok $1"; passed=$((passed + 1)); }
 bad() {
   echo "FAIL $1"

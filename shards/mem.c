@@ -1,0 +1,21 @@
+/* mem.c — see mem.h. */
+#include "mem.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+void *wds__grow(void *buf, size_t *cap, size_t need, size_t elem_size,
+                size_t min_cap) {
+  if (need <= *cap)
+    return buf;
+  size_t c = *cap > min_cap ? *cap : (min_cap ? min_cap : 1);
+  while (c < need)
+    c = c > SIZE_MAX / 2 ? need : c * 2;
+  if (elem_size && c > SIZE_MAX / elem_size)
+    return NULL;
+  void *p = realloc(buf, c * elem_size);
+  if (!p)
+    return NULL;
+  *cap = c;
+  return p;
+}

@@ -1,0 +1,16 @@
+/* mem.h — growing arrays, the one allocation pattern every module repeats.
+ * Internal to wds. */
+#ifndef WDS_SHARDS_MEM_H
+#define WDS_SHARDS_MEM_H
+
+#include <stddef.h>
+
+/* Returns buf grown to hold at least need elements of elem_size bytes, and
+ * sets *cap to the new capacity (in elements): doubling from min_cap, so
+ * appends cost amortised O(1). Returns buf itself when *cap already
+ * suffices, NULL on allocation failure or overflow (buf is then unchanged
+ * and still owned by the caller). */
+void *wds__grow(void *buf, size_t *cap, size_t need, size_t elem_size,
+                size_t min_cap);
+
+#endif
