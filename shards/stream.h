@@ -1,10 +1,10 @@
 /* stream.h — the decompressed byte stream of one shard. Internal to wds.
  *
  * Opens the URL's source, looks at its first bytes and picks a codec: none
- * (a plain tar), zstd (libzstd), or libarchive's decompression filters
- * (gzip, bzip2, xz, lzma, lz4, lzip, compress, ...). The name of the shard
- * plays no part. Reads give decompressed bytes straight into the caller's
- * buffer. */
+ * (a plain tar), zstd (libzstd), gzip (zlib), xz/lzma (liblzma), or
+ * libarchive's in-process filters (bzip2, lz4, lzip, compress). The name of
+ * the shard plays no part. Reads give decompressed bytes straight into the
+ * caller's buffer. See stream.c for why each codec goes where it goes. */
 #ifndef WDS_SHARDS_STREAM_H
 #define WDS_SHARDS_STREAM_H
 
@@ -32,7 +32,7 @@ ssize_t wds__stream_skip(wds__stream *s, uint64_t n, void *scratch,
  * a pipe command's exit status are still checked. */
 int wds__stream_drain(wds__stream *s, wds__err *err);
 
-/* "none", "zstd", or libarchive's filter name ("gzip", "xz", ...). */
+/* "none", "zstd", "gzip", "xz", "lzma", or libarchive's filter name. */
 const char *wds__stream_codec(const wds__stream *s);
 
 void wds__stream_close(wds__stream *s);

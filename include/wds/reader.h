@@ -2,8 +2,8 @@
  *
  * The reader opens each shard in turn (local path, file://URL, pipe:CMD, "-"
  * for stdin, or http(s)/ftp URLs through curl as WebDataset does), detects the
- * compression from the first bytes (none, zstd, or anything libarchive
- * decompresses: gzip, xz, bzip2, lz4, ...), parses the tar stream with wds's
+ * compression from the first bytes (none, zstd, gzip, xz, lzma, and through
+ * libarchive bzip2, lz4, lzip, compress), parses the tar stream with wds's
  * own streaming parser and groups members into samples by WebDataset's rules:
  *
  *   - only regular files count; directories, links and devices are skipped;
