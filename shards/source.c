@@ -230,6 +230,10 @@ static int reap_command(wds__source *s, wds__err *err) {
     r = waitpid(s->pid, &status, 0);
   } while (r < 0 && errno == EINTR);
   s->pid = 0;
+  /* ECHILD: the program ignores SIGCHLD, so the child was reaped by the
+   * kernel and its status is gone. Python's subprocess reports 0 then. */
+  if (r < 0 && errno == ECHILD)
+    return WDS_OK;
   if (r < 0)
     return wds__fail(err, WDS_ERR_COMMAND, "cannot wait for command \"%s\": %s",
                      s->command, strerror(errno));
