@@ -67,6 +67,7 @@ struct wds_reader {
   size_t fields_cap;
   wds_sample sample;
   size_t key_len;         /* strlen(arena), the current key */
+  uint64_t sample_bytes;  /* data and names held for the current sample */
 
   wds_reader_stats stats;
   wds__err err;
@@ -267,6 +268,18 @@ static int read_pending(wds_reader *r) {
 /* Adds the pending member to the current sample. */
 static int take_pending(wds_reader *r) {
   wds__tar_member *m = &r->pending;
+  /* max_sample_bytes counts what the sample holds: its data and the two
+   * strings per field, checked before anything is read. */
+  uint64_t add = m->size + 2 * (uint64_t)m->name_len + 2;
+  if (add > r->cfg.max_sample_bytes - r->sample_bytes ||
+      r->sample_bytes > r->cfg.max_sample_bytes)
+    return wds__fail(&r->err, WDS_ERR_LIMIT,
+                     "member \"%s\" at offset %llu (%llu bytes): sample "
+                     "\"%s\" would hold more than max_sample_bytes (%zu bytes)",
+                     m->name, (unsigned long long)m->header_offset,
+                     (unsigned long long)m->size, r->arena,
+                     r->cfg.max_sample_bytes);
+  r->sample_bytes += add;
   int rc = wds__tar_load(r->tar, m, &r->err);
   if (rc != WDS_OK)
     return rc;
@@ -330,6 +343,14 @@ static int finish_sample(wds_reader *r, const wds_sample **out) {
   return WDS_OK;
 }
 
+/* The read window's hard bound: a whole sample plus room for the padding,
+ * the look-ahead header and skipped entries around it. */
+static size_t window_limit(const wds_reader_config *c) {
+  size_t slack = 2 * c->buffer_size_bytes + ((size_t)1 << 20);
+  return c->max_sample_bytes > SIZE_MAX - slack ? SIZE_MAX
+                                                : c->max_sample_bytes + slack;
+}
+
 /* Ends the shard at its end-of-archive marker: the rest of the stream is
  * read so compressed framing and a command's exit status are checked. The
  * tar window stays open: the shard's last sample may still point into it. */
@@ -380,7 +401,7 @@ int wds_reader_next(wds_reader *r, const wds_sample **out) {
       rc = wds__stream_open(r->urls.urls[r->shard], &r->stream, &r->err);
       if (rc == WDS_OK)
         rc = wds__tar_open(r->stream, r->cfg.buffer_size_bytes,
-                           r->cfg.max_sample_bytes, &r->tar, &r->err);
+                           window_limit(&r->cfg), &r->tar, &r->err);
       if (rc != WDS_OK)
         return fail_shard(r, rc);
       r->stats.shards++;
@@ -400,6 +421,7 @@ int wds_reader_next(wds_reader *r, const wds_sample **out) {
      * needed any more. The key is the arena's first string. */
     r->arena_len = 0;
     r->slot_count = 0;
+    r->sample_bytes = 0;
     size_t key_off;
     wds__tar_keep_from(r->tar, r->pending.data_voff);
     if (arena_add(r, r->pending_name, r->pending_key_len, &key_off) != WDS_OK)

@@ -94,7 +94,12 @@ static int spawn_command(wds__source *s, const char *cmd, wds__err *err) {
   /* The child gets its own process group (so close() can stop the whole
    * pipeline), SIGPIPE at its default even if we ignore it, and an empty
    * signal mask even if the calling thread blocks signals. */
-  if (posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO) != 0 ||
+  /* stdin is /dev/null: the command runs in a background process group,
+   * where reading the terminal would stop it (SIGTTIN) and hang us; and our
+   * own stdin may be a shard ("-"). */
+  if (posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null",
+                                       O_RDONLY, 0) != 0 ||
+      posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO) != 0 ||
       posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
                                           POSIX_SPAWN_SETSIGDEF |
                                           POSIX_SPAWN_SETSIGMASK) != 0 ||
@@ -201,7 +206,12 @@ int wds__source_open(const char *url, wds__source **out, wds__err *err) {
     }
     s->owns_fd = 1;
     struct stat st;
-    if (fstat(s->fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (fstat(s->fd, &st) != 0) {
+      rc = wds__fail(err, WDS_ERR_OPEN, "cannot stat the file: %s",
+                     strerror(errno));
+      goto done;
+    }
+    if (S_ISDIR(st.st_mode)) {
       rc = wds__fail(err, WDS_ERR_OPEN, "cannot open: is a directory");
       goto done;
     }
@@ -307,8 +317,15 @@ void wds__source_close(wds__source *s) {
     close(s->fd);
   if (s->pid > 0) {
     /* Stopped early: the command may be blocked writing to us or elsewhere.
-     * Its process group still exists while it is unreaped, so this cannot
-     * hit an unrelated group. */
+     * Its process group cannot be reused while the child is unreaped; if
+     * the host program ignores SIGCHLD the kernel may have reaped it
+     * already (ECHILD), and then the group must not be signalled. */
+    int status0;
+    pid_t r0 = waitpid(s->pid, &status0, WNOHANG);
+    if (r0 != 0) {
+      s->pid = 0;
+      goto freed;
+    }
     kill(-s->pid, SIGTERM);
     int status;
     pid_t r = 0;
@@ -325,6 +342,7 @@ void wds__source_close(wds__source *s) {
       }
     }
   }
+freed:
   free(s->command);
   free(s);
 }

@@ -486,7 +486,9 @@ ssize_t wds__stream_read(wds__stream *s, void *dst, size_t cap,
     return xz_read(s, dst, cap, err);
   case CODEC_ARCHIVE: {
     la_ssize_t n = archive_read_data(s->ar, dst, cap);
-    if (n < 0)
+    /* Some filters (bzip2) turn a failed read callback into a clean end:
+     * the source's own error (a failed command) must not be lost. */
+    if (n < 0 || (n == 0 && s->src_failed))
       return archive_status(s, err, "cannot decompress");
     return (ssize_t)n;
   }
@@ -511,13 +513,27 @@ ssize_t wds__stream_skip(wds__stream *s, uint64_t n, void *scratch,
 
 int wds__stream_drain(wds__stream *s, wds__err *err) {
   uint8_t tmp[16384];
-  for (uint64_t total = 0; total < DRAIN_MAX_BYTES;) {
+  uint64_t total = 0;
+  while (total < DRAIN_MAX_BYTES) {
     ssize_t n = wds__stream_read(s, tmp, sizeof tmp, err);
     if (n < 0)
       return (int)n;
     if (n == 0)
-      return WDS_OK;
+      break;
     total += (uint64_t)n;
+  }
+  /* A decoder may end before its source does (an lzma-alone stream, or
+   * libarchive's filters): read the source on to its end, within the same
+   * budget, so that a pipe: command is reaped and its status checked. */
+  while (total < DRAIN_MAX_BYTES && !raw_done(s)) {
+    ssize_t n = raw_read(s, tmp, sizeof tmp, err);
+    if (n < 0)
+      return (int)n;
+    total += (uint64_t)n;
+  }
+  if (s->src_failed) {
+    memcpy(err->msg, s->src_err.msg, sizeof err->msg);
+    return s->src_status;
   }
   return WDS_OK; /* more follows the archive: ignored, not read */
 }

@@ -29,7 +29,9 @@
 #endif
 
 #define PAX_MAX_BYTES ((uint64_t)16 << 20)
-#define LONGNAME_MAX_BYTES ((uint64_t)1 << 20)
+/* Longest member name accepted (pax path, GNU long name): names are copied
+ * per field, so this bounds the memory of a sample's names. */
+#define NAME_MAX_BYTES ((size_t)64 << 10)
 #define SMALL_SKIP_BYTES ((uint64_t)64 << 10)
 
 struct wds__tar {
@@ -65,8 +67,6 @@ struct wds__tar {
   char *glob_name;     /* from 'g' path */
   size_t glob_name_cap;
   int has_glob_name;
-  int has_glob_size;
-  uint64_t glob_size;
 };
 
 static uint64_t round_block(uint64_t n) {
@@ -91,8 +91,8 @@ int wds__tar_open(wds__stream *stream, size_t block_bytes,
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
   if (block_bytes < 64 * 1024)
     block_bytes = 64 * 1024;
-  if (max_window_bytes < block_bytes)
-    max_window_bytes = block_bytes;
+  if (max_window_bytes < 2 * block_bytes)
+    max_window_bytes = 2 * block_bytes;
   t->stream = stream;
   t->cap = block_bytes;
   t->max_cap = max_window_bytes;
@@ -354,6 +354,10 @@ static size_t field_len(const uint8_t *f, size_t n) {
 /* Parses pax records "LEN key=value\n" in [p, p + n). */
 static int parse_pax(wds__tar *t, const uint8_t *p, size_t n, int global,
                      uint64_t hoff, wds__err *err) {
+  const char *path = NULL;
+  size_t path_len = 0;
+  int has_size = 0;
+  uint64_t size = 0;
   size_t i = 0;
   while (i < n) {
     if (p[i] == 0) /* some writers pad with NULs */
@@ -378,20 +382,21 @@ static int parse_pax(wds__tar *t, const uint8_t *p, size_t n, int global,
     const char *val = (const char *)eq + 1;
     size_t vlen = kvlen - klen - 1;
     if (klen == 4 && memcmp(kv, "path", 4) == 0) {
-      if (global) {
-        if (set_str(&t->glob_name, &t->glob_name_cap, val, vlen) != WDS_OK)
-          return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
-        t->has_glob_name = 1;
-      } else if (!t->has_ext_name) {
-        if (set_str(&t->ext_name, &t->ext_name_cap, val, vlen) != WDS_OK)
-          return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
-        t->has_ext_name = 1;
-      }
+      /* tarfile: the last record of a header wins, with trailing '/'
+       * removed. */
+      while (vlen > 0 && val[vlen - 1] == '/')
+        vlen--;
+      if (vlen > NAME_MAX_BYTES)
+        return wds__fail(err, WDS_ERR_LIMIT,
+                         "pax path at offset %llu is longer than %zu bytes",
+                         (unsigned long long)hoff, NAME_MAX_BYTES);
+      path = val;
+      path_len = vlen;
     } else if (klen == 4 && memcmp(kv, "size", 4) == 0) {
       uint64_t v = 0;
-      int ok = vlen > 0 && vlen < 20;
+      int ok = vlen > 0;
       for (size_t k = 0; ok && k < vlen; k++) {
-        if (val[k] < '0' || val[k] > '9')
+        if (val[k] < '0' || val[k] > '9' || v > (UINT64_MAX >> 1) / 10)
           ok = 0;
         else
           v = v * 10 + (uint64_t)(val[k] - '0');
@@ -400,18 +405,29 @@ static int parse_pax(wds__tar *t, const uint8_t *p, size_t n, int global,
         return wds__fail(err, WDS_ERR_CORRUPT,
                          "invalid size in the pax header at offset %llu",
                          (unsigned long long)hoff);
-      if (global) {
-        t->has_glob_size = 1;
-        t->glob_size = v;
-      } else if (!t->has_ext_size) {
-        t->has_ext_size = 1;
-        t->ext_size = v;
-      }
+      has_size = 1;
+      size = v;
     } else if (klen > 11 && memcmp(kv, "GNU.sparse.", 11) == 0) {
       if (!global)
         t->ext_sparse = 1;
     }
     i += (size_t)reclen;
+  }
+  /* Across headers the outermost wins (tarfile applies the inner one
+   * first). A global size is not applied: tarfile ignores it when finding
+   * the next header, so honouring it would only desynchronise. */
+  if (path && global) {
+    if (set_str(&t->glob_name, &t->glob_name_cap, path, path_len) != WDS_OK)
+      return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+    t->has_glob_name = 1;
+  } else if (path && !t->has_ext_name) {
+    if (set_str(&t->ext_name, &t->ext_name_cap, path, path_len) != WDS_OK)
+      return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+    t->has_ext_name = 1;
+  }
+  if (has_size && !global && !t->has_ext_size) {
+    t->has_ext_size = 1;
+    t->ext_size = size;
   }
   return WDS_OK;
 }
@@ -465,8 +481,11 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
     if (rc == WDS_EOF)
       return data_eof(t, t->name, t->last_hoff, t->last_data_off, t->last_size,
                       err);
-    if (rc != WDS_OK)
+    if (rc != WDS_OK) {
+      wds__err_prefix(err, "member \"%s\" at offset %llu", t->name,
+                      (unsigned long long)t->last_hoff);
       return rc;
+    }
   }
   for (;;) {
     drop_gap(t);
@@ -474,8 +493,11 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
     int rc = fill_to(t, hv + WDS__TAR_BLOCK, err);
     if (rc == WDS_EOF)
       return header_eof(t, hv, err);
-    if (rc != WDS_OK)
+    if (rc != WDS_OK) {
+      wds__err_prefix(err, "tar header at offset %llu",
+                      (unsigned long long)(hv + t->dropped));
       return rc;
+    }
     const uint8_t *h = wds__tar_view(t, hv);
     uint64_t hoff = hv + t->dropped;
     uint32_t sum = block_sum(h);
@@ -518,7 +540,7 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
                        "header", (unsigned long long)hoff);
 
     if (type == 'x' || type == 'g' || type == 'X' || type == 'L') {
-      uint64_t limit = type == 'L' ? LONGNAME_MAX_BYTES : PAX_MAX_BYTES;
+      uint64_t limit = type == 'L' ? NAME_MAX_BYTES + 1 : PAX_MAX_BYTES;
       if (hsize > limit)
         return wds__fail(err, WDS_ERR_CORRUPT,
                          "%s header at offset %llu has an implausible size "
@@ -529,8 +551,11 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
       if (rc == WDS_EOF)
         return data_eof(t, type == 'L' ? "././@LongLink" : "pax header", hoff,
                         data_v + t->dropped, hsize, err);
-      if (rc != WDS_OK)
+      if (rc != WDS_OK) {
+        wds__err_prefix(err, "extension header at offset %llu",
+                        (unsigned long long)hoff);
         return rc;
+      }
       const uint8_t *d = wds__tar_view(t, data_v);
       if (type == 'L') {
         if (!t->has_ext_name) {
@@ -550,8 +575,11 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
       rc = skip_to(t, data_v + padded, err);
       if (rc == WDS_EOF)
         return data_eof(t, "extension header", hoff, data_off, hsize, err);
-      if (rc != WDS_OK)
+      if (rc != WDS_OK) {
+        wds__err_prefix(err, "extension header at offset %llu",
+                        (unsigned long long)hoff);
         return rc;
+      }
       continue;
     }
 
@@ -585,9 +613,7 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
       if (set_str(&t->name, &t->name_cap, nm, nml) != WDS_OK)
         return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
     }
-    uint64_t size = t->has_ext_size   ? t->ext_size
-                    : t->has_glob_size ? t->glob_size
-                                       : hsize;
+    uint64_t size = t->has_ext_size ? t->ext_size : hsize;
     uint64_t first_off = t->ext_start;
 
     int regular = type == '0' || type == '7' ||
@@ -601,17 +627,23 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
       /* Links, devices, directories and fifos carry no data (as in
        * tarfile); other types are skipped over their size. */
       int no_data = (type >= '1' && type <= '6') || type == '\0';
-      uint64_t skip = no_data ? 0 : round_block(size);
-      if (!no_data && skip < size)
+      /* A long link name ('K') is read by its own size, like 'L'; a pax
+       * size belongs to the member after it. */
+      uint64_t dsize = type == 'K' ? hsize : size;
+      uint64_t skip = no_data ? 0 : round_block(dsize);
+      if (!no_data && skip < dsize)
         return wds__fail(err, WDS_ERR_CORRUPT,
                          "member \"%s\" at offset %llu: invalid size",
                          t->name, (unsigned long long)first_off);
       uint64_t data_off = data_v + t->dropped;
       rc = skip_to(t, data_v + skip, err);
       if (rc == WDS_EOF)
-        return data_eof(t, t->name, first_off, data_off, size, err);
-      if (rc != WDS_OK)
+        return data_eof(t, t->name, first_off, data_off, dsize, err);
+      if (rc != WDS_OK) {
+        wds__err_prefix(err, "member \"%s\" at offset %llu", t->name,
+                        (unsigned long long)first_off);
         return rc;
+      }
       if (type != 'K') /* a long link name leaves a pending long name */
         clear_ext(t);
       continue;
@@ -649,7 +681,7 @@ int wds__tar_load(wds__tar *t, const wds__tar_member *m, wds__err *err) {
   if (rc == WDS_EOF)
     return data_eof(t, m->name, m->header_offset, m->data_offset, m->size,
                     err);
-  if (rc == WDS_ERR_LIMIT)
+  if (rc != WDS_OK) /* decompression, I/O, limits: say where */
     wds__err_prefix(err, "member \"%s\" at offset %llu (%llu bytes)", m->name,
                     (unsigned long long)m->header_offset,
                     (unsigned long long)m->size);

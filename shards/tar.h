@@ -30,8 +30,9 @@ typedef struct wds__tar_member {
   uint64_t data_voff;      /* virtual window offset of its data */
 } wds__tar_member;
 
-/* stream stays owned by the caller. max_window_bytes bounds the window (and
- * so the largest sample). */
+/* stream stays owned by the caller. max_window_bytes is a hard bound on the
+ * window (at least twice block_bytes); the caller checks its own sample
+ * limit and leaves room for padding, look-ahead and small skips. */
 int wds__tar_open(wds__stream *stream, size_t block_bytes,
                   size_t max_window_bytes, wds__tar **out, wds__err *err);
 void wds__tar_close(wds__tar *t);

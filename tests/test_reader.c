@@ -657,6 +657,7 @@ TEST(gzip_checksum_and_members) {
   list_file(p, &l);
   ASSERT_EQ_INT(l.rc, WDS_ERR_DECOMPRESS);
   ASSERT_CONTAINS(l.err, "gzip");
+  ASSERT_CONTAINS(l.err, "at offset"); /* where in the tar it was noticed */
   ASSERT_EQ_INT(l.samples, 0);
   unlink(p);
   free(p);
@@ -708,6 +709,92 @@ TEST(fields_per_sample_are_bounded) {
   free(p);
 }
 
+TEST(pipe_status_checked_for_every_codec) {
+  /* bzip2 (libarchive) and lzma-alone decoders end before their source:
+   * the command's exit status must still be read. Its stdin is /dev/null. */
+  tb b = {0};
+  small_tar(&b);
+  char *p = tb_save(&b);
+  const char *tools[] = {"bzip2 -c", "xz --format=lzma -c", "gzip -c",
+                         "zstd -q -c"};
+  for (size_t i = 0; i < sizeof tools / sizeof *tools; i++) {
+    char ok[512], bad[512];
+    snprintf(ok, sizeof ok,
+             "pipe:%s %s; [ \"$(readlink /proc/self/fd/0)\" = /dev/null ]",
+             tools[i], p);
+    snprintf(bad, sizeof bad, "pipe:%s %s; exit 4", tools[i], p);
+    listing l;
+    const char *u1[] = {ok};
+    list_urls(u1, 1, 0, 0, &l);
+    if (l.rc != WDS_EOF || strcmp(l.text, "z:txt=6;") != 0) {
+      TEST_FAIL_("%s: rc %d, \"%s\", %s", tools[i], l.rc, l.text, l.err);
+      break;
+    }
+    const char *u2[] = {bad};
+    list_urls(u2, 1, 0, 0, &l);
+    if (l.rc != WDS_ERR_COMMAND || !strstr(l.err, "exit status 4")) {
+      TEST_FAIL_("%s: rc %d, %s", tools[i], l.rc, l.err);
+      break;
+    }
+  }
+  unlink(p);
+  free(p);
+}
+
+TEST(sample_limit_counts_the_sample_only) {
+  /* The limit is data + 2 strings per field: "x.bin" holds 3,000,000 + 5 +
+   * 3 + 2 bytes. Padding, look-ahead and skipped entries do not count. */
+  tb b = {0};
+  tb_file_n(&b, "x.bin", 3000000, 1);
+  tb_file_n(&b, "__meta__", 60000, 2);
+  tb_file(&b, "y.txt", "y");
+  tb_end(&b);
+  char *p = tb_save(&b);
+  const char *urls[] = {p};
+  listing l;
+  list_urls(urls, 1, 65536, 3000000 + 12, &l);
+  ASSERT_EQ_INT(l.rc, WDS_EOF);
+  ASSERT_STREQ(l.text, "x:bin=3000000;y:txt=1;");
+  list_urls(urls, 1, 65536, 3000000 + 11, &l);
+  ASSERT_EQ_INT(l.rc, WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(l.err, "\"x.bin\" at offset 0");
+  ASSERT_CONTAINS(l.err, "max_sample_bytes");
+  /* A limit below the read buffer size is still the limit. */
+  list_urls(urls, 1, 0, 1000, &l);
+  ASSERT_EQ_INT(l.rc, WDS_ERR_LIMIT);
+  unlink(p);
+  free(p);
+}
+
+TEST(pax_and_gnu_corner_cases_match_tarfile) {
+  tb b = {0};
+  /* Within one pax header the last record wins; trailing '/' is removed. */
+  char rec[256];
+  snprintf(rec, sizeof rec, "%s", "16 path=first.a\n17 path=second.b\n");
+  tb_header(&b, "././@PaxHeader", 'x', strlen(rec));
+  tb_bytes(&b, rec, strlen(rec));
+  tb_pad(&b);
+  tb_file(&b, "ignored", "1");
+  tb_pax(&b, 'x', "path", "dir/img.jpg/");
+  tb_file(&b, "ignored2", "22");
+  /* A pax size before a 'K' entry belongs to the member after it. */
+  tb_pax(&b, 'x', "size", "3");
+  tb_header(&b, "././@LongLink", 'K', 10);
+  tb_bytes(&b, "link-name", 10);
+  tb_pad(&b);
+  tb_header(&b, "after.k", '0', 0);
+  tb_bytes(&b, "abc", 3);
+  tb_pad(&b);
+  tb_end(&b);
+  char *p = tb_save(&b);
+  listing l;
+  list_file(p, &l);
+  ASSERT_EQ_INT(l.rc, WDS_EOF);
+  ASSERT_STREQ(l.text, "second:b=1;dir/img:jpg=2;after:k=3;");
+  unlink(p);
+  free(p);
+}
+
 TEST(status_table) {
   ASSERT_STREQ(wds_strerror(WDS_ERR_TRUNCATED), "truncated input");
   ASSERT_STREQ(wds_status_name(WDS_ERR_CORRUPT), "WDS_ERR_CORRUPT");
@@ -732,6 +819,9 @@ int main(void) {
   RUN(gzip_checksum_and_members);
   RUN(decompression_memory_and_bombs_are_bounded);
   RUN(fields_per_sample_are_bounded);
+  RUN(pipe_status_checked_for_every_codec);
+  RUN(sample_limit_counts_the_sample_only);
+  RUN(pax_and_gnu_corner_cases_match_tarfile);
   RUN(status_table);
   return test_summary();
 }

@@ -68,7 +68,10 @@ typedef struct wds_reader_config {
   size_t url_count;
   size_t max_urls;           /* limit on the expanded spec; 0 = default */
   size_t buffer_size_bytes;  /* read block; 0 = 4 MiB */
-  size_t max_sample_bytes;   /* largest sample accepted; 0 = 1 GiB */
+  size_t max_sample_bytes;   /* largest sample accepted: field data plus
+                                two strings (name, extension) per field;
+                                0 = 1 GiB. A larger one is WDS_ERR_LIMIT
+                                naming the member, and ends the shard. */
   size_t max_fields;         /* most fields in one sample; 0 = 4096 */
 } wds_reader_config;
 
