@@ -327,8 +327,11 @@ int wds__stream_open(const char *url, wds__stream **out, wds__err *err) {
              is_lzma_alone(s->peek, s->peek_len)) {
     s->codec = CODEC_XZ;
     rc = open_xz(s, !is_xz_magic(s->peek, s->peek_len), err);
-  } else if (s->peek_len == 0) {
-    s->codec = CODEC_NONE; /* the tar parser reports the empty stream */
+  } else if (s->peek_len < PEEK_BYTES &&
+             !magic_name(s->peek, s->peek_len)) {
+    /* Shorter than one block and not compressed: a tar cut inside its first
+     * header (or empty); the tar parser says so, with the offset. */
+    s->codec = CODEC_NONE;
   } else {
     s->codec = CODEC_ARCHIVE;
     rc = open_archive(s, err);

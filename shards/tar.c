@@ -24,7 +24,7 @@
 
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE2__)
+#if defined(__SSE2__) && defined(__x86_64__)
 #include <emmintrin.h>
 #endif
 
@@ -271,6 +271,7 @@ static int parse_number(const uint8_t *f, size_t n, uint64_t *out) {
   while (i < n && is_space(f[i]))
     i++;
   uint64_t v = 0; /* fields are at most 12 bytes: 36 bits, no overflow */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   if (i + 8 <= n) {
     /* Eight octal digits at once (the common case: sizes are 11 digits). */
     uint64_t w;
@@ -285,6 +286,7 @@ static int parse_number(const uint8_t *f, size_t n, uint64_t *out) {
       i += 8;
     }
   }
+#endif
   for (; i < n && (uint8_t)(f[i] - '0') < 8; i++)
     v = v * 8 + (uint64_t)(f[i] - '0');
   while (i < n && is_space(f[i]))
@@ -300,7 +302,7 @@ static int parse_number(const uint8_t *f, size_t n, uint64_t *out) {
  * the portable version sums 16-bit lanes of 64-bit words, which cannot
  * overflow (64 words x 2 x 255 < 65536). */
 static uint32_t block_sum(const uint8_t *h) {
-#if defined(__SSE2__)
+#if defined(__SSE2__) && defined(__x86_64__)
   const __m128i zero = _mm_setzero_si128();
   __m128i a0 = zero, a1 = zero, a2 = zero, a3 = zero;
   for (int i = 0; i < WDS__TAR_BLOCK; i += 64) {

@@ -120,7 +120,11 @@ void tool_json_string(FILE *f, const char *str, size_t n) {
 void tool_sha256_hex(const void *data, size_t n, char hex[65]) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int mdlen = 0;
-  EVP_Digest(data, n, md, &mdlen, EVP_sha256(), NULL);
+  if (EVP_Digest(data, n, md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != 32) {
+    /* Never print a digest that was not computed. */
+    fprintf(stderr, "wds: SHA-256 failed (OpenSSL)\n");
+    exit(1);
+  }
   static const char digits[] = "0123456789abcdef";
   for (unsigned i = 0; i < 32; i++) {
     hex[2 * i] = digits[md[i] >> 4];
