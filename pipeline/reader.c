@@ -30,7 +30,7 @@
 #define DEFAULT_MAX_FIELDS ((size_t)4096)
 
 typedef struct field_slot {
-  size_t ext_off;   /* offsets into the arena */
+  size_t ext_off; /* offsets into the arena */
   size_t name_off;
   uint64_t data_voff;
   uint64_t size;
@@ -40,11 +40,11 @@ typedef struct field_slot {
 struct wds_reader {
   wds_reader_config cfg;
   wds_url_list urls;
-  size_t next_shard;      /* index of the next shard to open */
-  size_t shard;           /* index of the open shard */
+  size_t next_shard; /* index of the next shard to open */
+  size_t shard;      /* index of the open shard */
   wds__stream *stream;
   wds__tar *tar;
-  int shard_done;         /* ended or failed: close on the next call */
+  int shard_done; /* ended or failed: close on the next call */
 
   /* Pending member: read, not yet placed in a sample. */
   int has_pending;
@@ -66,8 +66,8 @@ struct wds_reader {
   wds_field *fields;
   size_t fields_cap;
   wds_sample sample;
-  size_t key_len;         /* strlen(arena), the current key */
-  uint64_t sample_bytes;  /* data and names held for the current sample */
+  size_t key_len;        /* strlen(arena), the current key */
+  uint64_t sample_bytes; /* data and names held for the current sample */
 
   wds_reader_stats stats;
   wds__err err;
@@ -121,8 +121,8 @@ int wds_reader_open(const wds_reader_config *cfg, wds_reader **out) {
     }
     for (size_t i = 0; i < cfg->url_count; i++) {
       if (!cfg->urls[i]) {
-        rc = open_fail(WDS_ERR_INVALID, "wds_reader_open: urls[%zu] is NULL",
-                       i);
+        rc =
+            open_fail(WDS_ERR_INVALID, "wds_reader_open: urls[%zu] is NULL", i);
         goto done;
       }
       r->urls.urls[i] = strdup(cfg->urls[i]);
@@ -247,7 +247,8 @@ static int read_pending(wds_reader *r) {
     if (is_meta(n, len) || !split_key(n, len, &key_len, &ext_off))
       continue;
     if (r->skipping_key) {
-      if (strlen(r->skip_key) == key_len && memcmp(r->skip_key, n, key_len) == 0)
+      if (strlen(r->skip_key) == key_len &&
+          memcmp(r->skip_key, n, key_len) == 0)
         continue;
       r->skipping_key = 0;
     }
@@ -283,8 +284,8 @@ static int take_pending(wds_reader *r) {
   int rc = wds__tar_load(r->tar, m, &r->err);
   if (rc != WDS_OK)
     return rc;
-  field_slot *slots = wds__grow(r->slots, &r->slot_cap, r->slot_count + 1,
-                                sizeof *slots, 8);
+  field_slot *slots =
+      wds__grow(r->slots, &r->slot_cap, r->slot_count + 1, sizeof *slots, 8);
   if (!slots)
     return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
   r->slots = slots;
@@ -318,8 +319,8 @@ static int has_ext(const wds_reader *r, const char *ext) {
 }
 
 static int finish_sample(wds_reader *r, const wds_sample **out) {
-  wds_field *fields = wds__grow(r->fields, &r->fields_cap, r->slot_count,
-                                sizeof *fields, 8);
+  wds_field *fields =
+      wds__grow(r->fields, &r->fields_cap, r->slot_count, sizeof *fields, 8);
   if (!fields)
     return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
   r->fields = fields;
@@ -447,8 +448,8 @@ int wds_reader_next(wds_reader *r, const wds_sample **out) {
                          "member \"%s\" at offset %llu: sample \"%s\" has "
                          "more than %zu fields (max_fields)",
                          r->pending.name,
-                         (unsigned long long)r->pending.header_offset,
-                         r->arena, r->cfg.max_fields));
+                         (unsigned long long)r->pending.header_offset, r->arena,
+                         r->cfg.max_fields));
       if (has_ext(r, r->pending_name + r->pending_ext_off)) {
         wds__fail(&r->err, WDS_ERR_DUPLICATE,
                   "member \"%s\" at offset %llu: duplicate extension \"%s\" "
@@ -456,8 +457,8 @@ int wds_reader_next(wds_reader *r, const wds_sample **out) {
                   r->pending.name, (unsigned long long)r->pending.header_offset,
                   r->pending_name + r->pending_ext_off, r->arena);
         if (skip_rest_of_key(r) != WDS_OK)
-          return fail_shard(r, wds__fail(&r->err, WDS_ERR_NOMEM,
-                                         "out of memory"));
+          return fail_shard(r,
+                            wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory"));
         return fail_shard(r, WDS_ERR_DUPLICATE);
       }
       rc = take_pending(r);

@@ -14,9 +14,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdint.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,7 @@ extern char **environ;
 struct wds__source {
   int fd;
   int owns_fd;
-  pid_t pid;       /* > 0 while a pipe: command has not been reaped */
+  pid_t pid; /* > 0 while a pipe: command has not been reaped */
   int at_eof;
   int regular;     /* a regular file: skip() may seek forward */
   uint64_t offset; /* bytes consumed so far */
@@ -73,8 +73,8 @@ static int spawn_command(wds__source *s, const char *cmd, wds__err *err) {
   int fa_ok = 0, attr_ok = 0;
 
   if (pipe2(fds, O_CLOEXEC) != 0) {
-    rc = wds__fail(err, WDS_ERR_OPEN, "cannot create a pipe for the command: %s",
-                   strerror(errno));
+    rc = wds__fail(err, WDS_ERR_OPEN,
+                   "cannot create a pipe for the command: %s", strerror(errno));
     goto done;
   }
   if (posix_spawn_file_actions_init(&fa) != 0) {
@@ -97,8 +97,8 @@ static int spawn_command(wds__source *s, const char *cmd, wds__err *err) {
   /* stdin is /dev/null: the command runs in a background process group,
    * where reading the terminal would stop it (SIGTTIN) and hang us; and our
    * own stdin may be a shard ("-"). */
-  if (posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null",
-                                       O_RDONLY, 0) != 0 ||
+  if (posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY,
+                                       0) != 0 ||
       posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO) != 0 ||
       posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
                                           POSIX_SPAWN_SETSIGDEF |
@@ -134,7 +134,7 @@ done:
 /* Maps remote URLs to curl, as WebDataset's gopen does for these schemes. */
 static int is_curl_url(const char *url) {
   static const char *const schemes[] = {"http://", "https://", "ftp://",
-                                        "ftps://", "sftp://", "scp://"};
+                                        "ftps://", "sftp://",  "scp://"};
   for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++)
     if (starts_with(url, schemes[i]))
       return 1;
@@ -259,9 +259,10 @@ static int reap_command(wds__source *s, wds__err *err) {
     int sig = WTERMSIG(status);
     if (sig == SIGPIPE)
       return WDS_OK;
-    return wds__fail(err, WDS_ERR_COMMAND,
-                     "command \"%s\" killed by signal %d (%s) before it could exit",
-                     s->command, sig, strsignal(sig));
+    return wds__fail(
+        err, WDS_ERR_COMMAND,
+        "command \"%s\" killed by signal %d (%s) before it could exit",
+        s->command, sig, strsignal(sig));
   }
   return wds__fail(err, WDS_ERR_COMMAND, "command \"%s\" ended abnormally",
                    s->command);
@@ -306,8 +307,8 @@ ssize_t wds__source_skip(wds__source *s, uint64_t n, void *scratch,
       return (ssize_t)step;
     }
   }
-  return wds__source_read(s, scratch, n < scratch_size ? (size_t)n : scratch_size,
-                          err);
+  return wds__source_read(s, scratch,
+                          n < scratch_size ? (size_t)n : scratch_size, err);
 }
 
 void wds__source_close(wds__source *s) {

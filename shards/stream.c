@@ -21,11 +21,11 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
-#include <stdio.h>
+#include <lzma.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <lzma.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -50,7 +50,7 @@ struct wds__stream {
   uint8_t peek[PEEK_BYTES];
   size_t peek_len, peek_pos;
   int src_eof;
-  uint64_t compressed_bytes;  /* read from the source so far */
+  uint64_t compressed_bytes; /* read from the source so far */
 
   /* Compressed input for zstd, zlib and liblzma. */
   uint8_t *in;
@@ -58,7 +58,7 @@ struct wds__stream {
 
   /* zstd */
   ZSTD_DCtx *zd;
-  size_t zlast;  /* last ZSTD_decompressStream() hint; 0 = frame complete */
+  size_t zlast; /* last ZSTD_decompressStream() hint; 0 = frame complete */
 
   /* gzip (zlib) */
   z_stream gz;
@@ -73,7 +73,7 @@ struct wds__stream {
   /* libarchive */
   struct archive *ar;
   uint8_t *abuf;
-  wds__err src_err;  /* a source error seen inside a libarchive callback */
+  wds__err src_err; /* a source error seen inside a libarchive callback */
   int src_failed;
   int src_status;
   char filter_name[32];
@@ -117,8 +117,7 @@ static ssize_t refill(wds__stream *s, wds__err *err) {
   return n;
 }
 
-static ssize_t archive_read_cb(struct archive *a, void *ctx,
-                               const void **buf) {
+static ssize_t archive_read_cb(struct archive *a, void *ctx, const void **buf) {
   wds__stream *s = ctx;
   *buf = s->abuf;
   ssize_t n = raw_read(s, s->abuf, ARCHIVE_BLOCK, &s->src_err);
@@ -171,7 +170,10 @@ static int open_gzip(wds__stream *s, wds__err *err) {
 }
 
 static int is_xz_magic(const uint8_t *p, size_t n) {
-  return n >= 6 && memcmp(p, "\xfd" "7zXZ\x00", 6) == 0;
+  return n >= 6 && memcmp(p,
+                          "\xfd"
+                          "7zXZ\x00",
+                          6) == 0;
 }
 
 /* The legacy .lzma header has no magic: properties byte (lc/lp/pb, 0x5d for
@@ -189,9 +191,9 @@ static int is_lzma_alone(const uint8_t *p, size_t n) {
 static int open_xz(wds__stream *s, int alone, wds__err *err) {
   lzma_stream init = LZMA_STREAM_INIT;
   s->xz = init;
-  lzma_ret r = alone ? lzma_alone_decoder(&s->xz, XZ_MEMLIMIT_BYTES)
-                     : lzma_stream_decoder(&s->xz, XZ_MEMLIMIT_BYTES,
-                                           LZMA_CONCATENATED);
+  lzma_ret r =
+      alone ? lzma_alone_decoder(&s->xz, XZ_MEMLIMIT_BYTES)
+            : lzma_stream_decoder(&s->xz, XZ_MEMLIMIT_BYTES, LZMA_CONCATENATED);
   if (r != LZMA_OK)
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory (liblzma)");
   s->xz_init = 1;
@@ -206,9 +208,15 @@ static const char *magic_name(const uint8_t *p, size_t n) {
     const char *name;
     const char *magic;
     size_t len;
-  } table[] = {{"gzip", "\x1f\x8b", 2},          {"bzip2", "BZh", 3},
-               {"xz", "\xfd" "7zXZ\x00", 6},       {"lz4", "\x04\x22\x4d\x18", 4},
-               {"lzip", "LZIP", 4},                {"compress", "\x1f\x9d", 2},
+  } table[] = {{"gzip", "\x1f\x8b", 2},
+               {"bzip2", "BZh", 3},
+               {"xz",
+                "\xfd"
+                "7zXZ\x00",
+                6},
+               {"lz4", "\x04\x22\x4d\x18", 4},
+               {"lzip", "LZIP", 4},
+               {"compress", "\x1f\x9d", 2},
                {"lzop", "\x89LZO\x00", 5}};
   for (size_t i = 0; i < sizeof table / sizeof *table; i++)
     if (n >= table[i].len && memcmp(p, table[i].magic, table[i].len) == 0)
@@ -237,13 +245,12 @@ static int archive_status(wds__stream *s, wds__err *err, const char *what) {
 }
 
 static int not_tar(const wds__stream *s, wds__err *err) {
-  return wds__fail(err, WDS_ERR_FORMAT,
-                   "not a tar archive: no valid tar header at offset 0 and "
-                   "no known compression (first bytes %02x %02x %02x %02x)",
-                   s->peek_len > 0 ? s->peek[0] : 0,
-                   s->peek_len > 1 ? s->peek[1] : 0,
-                   s->peek_len > 2 ? s->peek[2] : 0,
-                   s->peek_len > 3 ? s->peek[3] : 0);
+  return wds__fail(
+      err, WDS_ERR_FORMAT,
+      "not a tar archive: no valid tar header at offset 0 and "
+      "no known compression (first bytes %02x %02x %02x %02x)",
+      s->peek_len > 0 ? s->peek[0] : 0, s->peek_len > 1 ? s->peek[1] : 0,
+      s->peek_len > 2 ? s->peek[2] : 0, s->peek_len > 3 ? s->peek[3] : 0);
 }
 
 static int open_archive(wds__stream *s, wds__err *err) {
@@ -327,8 +334,7 @@ int wds__stream_open(const char *url, wds__stream **out, wds__err *err) {
              is_lzma_alone(s->peek, s->peek_len)) {
     s->codec = CODEC_XZ;
     rc = open_xz(s, !is_xz_magic(s->peek, s->peek_len), err);
-  } else if (s->peek_len < PEEK_BYTES &&
-             !magic_name(s->peek, s->peek_len)) {
+  } else if (s->peek_len < PEEK_BYTES && !magic_name(s->peek, s->peek_len)) {
     /* Shorter than one block and not compressed: a tar cut inside its first
      * header (or empty); the tar parser says so, with the offset. */
     s->codec = CODEC_NONE;
@@ -345,8 +351,7 @@ done:
   return WDS_OK;
 }
 
-static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap,
-                         wds__err *err) {
+static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
   for (;;) {
     ssize_t avail = refill(s, err);
     if (avail < 0)
@@ -382,8 +387,7 @@ static int all_zero(const uint8_t *p, size_t n) {
   return 1;
 }
 
-static ssize_t gzip_read(wds__stream *s, void *dst, size_t cap,
-                         wds__err *err) {
+static ssize_t gzip_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
   for (;;) {
     ssize_t avail = refill(s, err);
     if (avail < 0)
@@ -449,10 +453,9 @@ static ssize_t xz_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
       return (ssize_t)produced;
     }
     if (r == LZMA_MEMLIMIT_ERROR)
-      return wds__fail(err, WDS_ERR_LIMIT,
-                       "%s data needs more than %llu MiB to decompress",
-                       s->filter_name,
-                       (unsigned long long)(XZ_MEMLIMIT_BYTES >> 20));
+      return wds__fail(
+          err, WDS_ERR_LIMIT, "%s data needs more than %llu MiB to decompress",
+          s->filter_name, (unsigned long long)(XZ_MEMLIMIT_BYTES >> 20));
     if (r == LZMA_BUF_ERROR && avail == 0)
       return wds__fail(err, WDS_ERR_TRUNCATED,
                        "truncated: %s stream ends inside a block (after %llu "
@@ -474,8 +477,7 @@ static ssize_t xz_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
   }
 }
 
-ssize_t wds__stream_read(wds__stream *s, void *dst, size_t cap,
-                         wds__err *err) {
+ssize_t wds__stream_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
   if (cap == 0)
     return 0;
   switch (s->codec) {

@@ -47,24 +47,24 @@ struct wds__tar {
   /* The member last returned: its data and padding are skipped by the next
    * wds__tar_next() unless they were loaded. */
   int skip_pending;
-  uint64_t skip_target;      /* virtual offset after its padding */
+  uint64_t skip_target; /* virtual offset after its padding */
   uint64_t last_hoff, last_data_off, last_size;
-  uint64_t dropped;  /* stream offset - virtual offset at pos */
+  uint64_t dropped; /* stream offset - virtual offset at pos */
   int stream_eof;
   int seen_header;
 
   /* Extension state for the next member. */
-  char *name;        /* final name of the member being returned */
+  char *name; /* final name of the member being returned */
   size_t name_cap;
-  char *ext_name;    /* from 'x' path or 'L' (outermost wins) */
+  char *ext_name; /* from 'x' path or 'L' (outermost wins) */
   size_t ext_name_cap;
   int has_ext_name;
   int has_ext_size;
   uint64_t ext_size;
   int ext_sparse;
-  uint64_t ext_start;  /* stream offset of the first extension header */
+  uint64_t ext_start; /* stream offset of the first extension header */
   int has_ext_start;
-  char *glob_name;     /* from 'g' path */
+  char *glob_name; /* from 'g' path */
   size_t glob_name_cap;
   int has_glob_name;
 };
@@ -140,8 +140,7 @@ static void drop_gap(wds__tar *t) {
     return;
   /* Worth it when the gap is large, or when the next header would not fit
    * in the window beside the held bytes (which would grow the window). */
-  if (t->pos - from < t->cap / 4 &&
-      t->pos + WDS__TAR_BLOCK - t->keep <= t->cap)
+  if (t->pos - from < t->cap / 4 && t->pos + WDS__TAR_BLOCK - t->keep <= t->cap)
     return;
   size_t gap = (size_t)(t->pos - from);
   size_t at = (size_t)(from - t->base);
@@ -198,8 +197,8 @@ static int fill_to(wds__tar *t, uint64_t end, wds__err *err) {
   while (t->base + t->len < end) {
     if (t->stream_eof)
       return WDS_EOF;
-    ssize_t n = wds__stream_read(t->stream, t->buf + t->len, t->cap - t->len,
-                                 err);
+    ssize_t n =
+        wds__stream_read(t->stream, t->buf + t->len, t->cap - t->len, err);
     if (n < 0)
       return (int)n;
     if (n == 0) {
@@ -234,8 +233,8 @@ static int skip_to(wds__tar *t, uint64_t target, wds__err *err) {
   t->dropped += target - t->pos;
   uint8_t scratch[16384];
   while (remaining > 0) {
-    ssize_t n = wds__stream_skip(t->stream, remaining, scratch, sizeof scratch,
-                                 err);
+    ssize_t n =
+        wds__stream_skip(t->stream, remaining, scratch, sizeof scratch, err);
     if (n < 0)
       return (int)n;
     if (n == 0) {
@@ -280,8 +279,10 @@ static int parse_number(const uint8_t *f, size_t n, uint64_t *out) {
     if ((x & 0xF8F8F8F8F8F8F8F8ull) == 0) {
       /* Little-endian load: the first (most significant) digit is the low
        * byte. Merge neighbours into 6-, 12- and 24-bit groups. */
-      x = ((x & 0x0007000700070007ull) << 3) | ((x >> 8) & 0x0007000700070007ull);
-      x = ((x & 0x0000003F0000003Full) << 6) | ((x >> 16) & 0x0000003F0000003Full);
+      x = ((x & 0x0007000700070007ull) << 3) |
+          ((x >> 8) & 0x0007000700070007ull);
+      x = ((x & 0x0000003F0000003Full) << 6) |
+          ((x >> 16) & 0x0000003F0000003Full);
       v = ((x & 0xFFFull) << 12) | ((x >> 32) & 0xFFFull);
       i += 8;
     }
@@ -539,7 +540,8 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
     if (padded < hsize)
       return wds__fail(err, WDS_ERR_CORRUPT,
                        "member at offset %llu: invalid size field in the tar "
-                       "header", (unsigned long long)hoff);
+                       "header",
+                       (unsigned long long)hoff);
 
     if (type == 'x' || type == 'g' || type == 'X' || type == 'L') {
       uint64_t limit = type == 'L' ? NAME_MAX_BYTES + 1 : PAX_MAX_BYTES;
@@ -635,8 +637,8 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
       uint64_t skip = no_data ? 0 : round_block(dsize);
       if (!no_data && skip < dsize)
         return wds__fail(err, WDS_ERR_CORRUPT,
-                         "member \"%s\" at offset %llu: invalid size",
-                         t->name, (unsigned long long)first_off);
+                         "member \"%s\" at offset %llu: invalid size", t->name,
+                         (unsigned long long)first_off);
       uint64_t data_off = data_v + t->dropped;
       rc = skip_to(t, data_v + skip, err);
       if (rc == WDS_EOF)
@@ -681,8 +683,7 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
 int wds__tar_load(wds__tar *t, const wds__tar_member *m, wds__err *err) {
   int rc = fill_to(t, m->data_voff + m->size, err);
   if (rc == WDS_EOF)
-    return data_eof(t, m->name, m->header_offset, m->data_offset, m->size,
-                    err);
+    return data_eof(t, m->name, m->header_offset, m->data_offset, m->size, err);
   if (rc != WDS_OK) /* decompression, I/O, limits: say where */
     wds__err_prefix(err, "member \"%s\" at offset %llu (%llu bytes)", m->name,
                     (unsigned long long)m->header_offset,

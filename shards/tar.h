@@ -22,12 +22,12 @@
 typedef struct wds__tar wds__tar;
 
 typedef struct wds__tar_member {
-  const char *name;        /* valid until the next wds__tar_next() */
+  const char *name; /* valid until the next wds__tar_next() */
   size_t name_len;
   uint64_t size;
-  uint64_t header_offset;  /* stream offset of its first (extension) header */
-  uint64_t data_offset;    /* stream offset of its data */
-  uint64_t data_voff;      /* virtual window offset of its data */
+  uint64_t header_offset; /* stream offset of its first (extension) header */
+  uint64_t data_offset;   /* stream offset of its data */
+  uint64_t data_voff;     /* virtual window offset of its data */
 } wds__tar_member;
 
 /* stream stays owned by the caller. max_window_bytes is a hard bound on the

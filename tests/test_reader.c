@@ -155,8 +155,8 @@ static void list_urls(const char *const *urls, size_t n, size_t buffer,
   size_t len = 0;
   while ((out->rc = wds_reader_next(r, &s)) == WDS_OK) {
     out->samples++;
-    len += (size_t)snprintf(out->text + len, sizeof out->text - len, "%s:",
-                            s->key);
+    len += (size_t)snprintf(out->text + len, sizeof out->text - len,
+                            "%s:", s->key);
     for (size_t i = 0; i < s->field_count; i++)
       len += (size_t)snprintf(out->text + len, sizeof out->text - len,
                               "%s%s=%zu", i ? "," : "", s->fields[i].ext,
@@ -196,10 +196,10 @@ TEST(key_rules_match_webdataset) {
   /* Expected (key, ext) pairs were checked against webdataset 1.0.2's
    * base_plus_ext and metadata rules. */
   tb b = {0};
-  const char *names[] = {"a.b/c/.x", "a/b/.y",     ".x",        "a..b",
-                         "dir.v1/s.JPG", "a/b",    "a/.b.c",    "a.b/.x",
-                         "__k__.txt", "m.Tar.GZ",  "__index__", "___",
-                         "__a__/b.txt", "x/__a__.z", "__a__b__", "q.seg.PNG"};
+  const char *names[] = {"a.b/c/.x",     "a/b/.y",    ".x",        "a..b",
+                         "dir.v1/s.JPG", "a/b",       "a/.b.c",    "a.b/.x",
+                         "__k__.txt",    "m.Tar.GZ",  "__index__", "___",
+                         "__a__/b.txt",  "x/__a__.z", "__a__b__",  "q.seg.PNG"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++)
     tb_file(&b, names[i], "d");
   tb_end(&b);

@@ -90,8 +90,8 @@ int wds_cmd_bench(int argc, char **argv) {
   else
     printf("shards %" PRIu64 "  samples %" PRIu64 "  bytes %" PRIu64
            "  seconds %.3f  samples/s %.0f  MB/s %.1f\n",
-           st.shards, st.samples, st.tar_bytes, secs,
-           (double)st.samples / secs, (double)st.tar_bytes / secs / 1e6);
+           st.shards, st.samples, st.tar_bytes, secs, (double)st.samples / secs,
+           (double)st.tar_bytes / secs / 1e6);
 done:
   wds_reader_close(r);
   wds_url_list_free(&urls);

@@ -13,7 +13,6 @@
 #include "util.h"
 #include "wds/spec.h"
 
-
 static void usage(FILE *f) {
   fprintf(f,
           "usage: wds expand [--max-urls N] SPEC...\n"

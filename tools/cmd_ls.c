@@ -106,8 +106,8 @@ static int print_summary(const wds_reader_stats *st, const ext_table *t,
     printf("tar bytes   %" PRIu64 " (uncompressed stream)\n", st->tar_bytes);
     printf("extensions  %zu\n", n);
     for (size_t i = 0; i < n; i++)
-      printf("  %-16s %12" PRIu64 " samples %16" PRIu64 " bytes\n",
-             list[i].ext, list[i].samples, list[i].bytes);
+      printf("  %-16s %12" PRIu64 " samples %16" PRIu64 " bytes\n", list[i].ext,
+             list[i].samples, list[i].bytes);
   }
   free(list);
   return 0;

@@ -44,19 +44,19 @@ extern "C" {
 /* One field of a sample: a member of the tar. All pointers are borrowed from
  * the reader and valid until the next wds_reader_next() or _close(). */
 typedef struct wds_field {
-  const char *ext;         /* lower-cased extension, e.g. "jpg", "seg.png" */
-  const char *name;        /* the member's full name in the tar */
-  const uint8_t *data;     /* size_bytes bytes (not NUL-terminated) */
+  const char *ext;     /* lower-cased extension, e.g. "jpg", "seg.png" */
+  const char *name;    /* the member's full name in the tar */
+  const uint8_t *data; /* size_bytes bytes (not NUL-terminated) */
   size_t size_bytes;
-  uint64_t offset;         /* offset of the member's first header in the
-                              (decompressed) tar stream */
+  uint64_t offset; /* offset of the member's first header in the
+                      (decompressed) tar stream */
 } wds_field;
 
 /* A sample: a key and its fields, in archive order. Borrowed like wds_field. */
 typedef struct wds_sample {
-  const char *key;         /* "dir/name" without extension */
-  const char *url;         /* the shard it came from, as expanded */
-  size_t shard_index;      /* index of url in the expanded shard list */
+  const char *key;    /* "dir/name" without extension */
+  const char *url;    /* the shard it came from, as expanded */
+  size_t shard_index; /* index of url in the expanded shard list */
   size_t field_count;
   const wds_field *fields;
 } wds_sample;
@@ -66,26 +66,27 @@ typedef struct wds_reader_config {
   const char *spec;
   const char *const *urls;
   size_t url_count;
-  size_t max_urls;           /* limit on the expanded spec; 0 = default */
-  size_t buffer_size_bytes;  /* read block; 0 = 4 MiB */
-  size_t max_sample_bytes;   /* largest sample accepted: field data plus
-                                two strings (name, extension) per field;
-                                0 = 1 GiB. A larger one is WDS_ERR_LIMIT
-                                naming the member, and ends the shard. */
-  size_t max_fields;         /* most fields in one sample; 0 = 4096 */
+  size_t max_urls;          /* limit on the expanded spec; 0 = default */
+  size_t buffer_size_bytes; /* read block; 0 = 4 MiB */
+  size_t max_sample_bytes;  /* largest sample accepted: field data plus
+                               two strings (name, extension) per field;
+                               0 = 1 GiB. A larger one is WDS_ERR_LIMIT
+                               naming the member, and ends the shard. */
+  size_t max_fields;        /* most fields in one sample; 0 = 4096 */
 } wds_reader_config;
 
-#define WDS_READER_CONFIG_INIT {NULL, NULL, 0, 0, 0, 0, 0}
+#define WDS_READER_CONFIG_INIT                                                 \
+  { NULL, NULL, 0, 0, 0, 0, 0 }
 
 typedef struct wds_reader wds_reader;
 
 /* Counters since open. */
 typedef struct wds_reader_stats {
-  uint64_t shards;          /* shards opened */
-  uint64_t samples;         /* samples returned */
-  uint64_t members;         /* regular tar members grouped into samples */
-  uint64_t field_bytes;     /* bytes of field data returned */
-  uint64_t tar_bytes;       /* bytes of (decompressed) tar stream consumed */
+  uint64_t shards;      /* shards opened */
+  uint64_t samples;     /* samples returned */
+  uint64_t members;     /* regular tar members grouped into samples */
+  uint64_t field_bytes; /* bytes of field data returned */
+  uint64_t tar_bytes;   /* bytes of (decompressed) tar stream consumed */
 } wds_reader_stats;
 
 /* Validates cfg, expands the spec and prepares to read; shards are opened

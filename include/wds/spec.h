@@ -43,15 +43,16 @@ extern "C" {
 
 /* A list of URLs owned by the caller; free with wds_url_list_free(). */
 typedef struct wds_url_list {
-  char **urls;  /* count NUL-terminated strings */
+  char **urls; /* count NUL-terminated strings */
   size_t count;
 } wds_url_list;
 
 /* Expands spec (as described above) into *out, which must be zeroed or
  * freshly freed. max_urls 0 means WDS_DEFAULT_MAX_URLS. On failure returns a
  * negative status (WDS_ERR_SPEC, WDS_ERR_LIMIT, WDS_ERR_OPEN for an unreadable
- * @FILE, WDS_ERR_NOMEM, WDS_ERR_INVALID for NULL arguments), writes a message naming what and where into err
- * (when err is not NULL; always NUL-terminated), and leaves *out empty. */
+ * @FILE, WDS_ERR_NOMEM, WDS_ERR_INVALID for NULL arguments), writes a message
+ * naming what and where into err (when err is not NULL; always NUL-terminated),
+ * and leaves *out empty. */
 int wds_spec_expand(const char *spec, size_t max_urls, wds_url_list *out,
                     char *err, size_t err_size);
 

@@ -38,7 +38,8 @@ enum wds_status {
  * returned string is static. */
 const char *wds_strerror(int status);
 
-/* Name of a status code ("WDS_ERR_TRUNCATED"), static; "WDS_UNKNOWN" otherwise. */
+/* Name of a status code ("WDS_ERR_TRUNCATED"), static; "WDS_UNKNOWN" otherwise.
+ */
 const char *wds_status_name(int status);
 
 #ifdef __cplusplus

@@ -31,8 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
   cfg.urls = urls;
   cfg.url_count = 1;
-  cfg.buffer_size_bytes = 65536;         /* small: exercise compaction */
-  cfg.max_sample_bytes = 8 << 20;        /* bounded memory per input */
+  cfg.buffer_size_bytes = 65536;  /* small: exercise compaction */
+  cfg.max_sample_bytes = 8 << 20; /* bounded memory per input */
   wds_reader *r;
   if (wds_reader_open(&cfg, &r) == WDS_OK) {
     const wds_sample *s;

@@ -1,8 +1,9 @@
 /* fuzz_spec.c — libFuzzer harness for wds_brace_expand / wds_spec_expand.
  *
  *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
- *     -Iinclude -I. shards/spec.c shards/err.c tests/fuzz/fuzz_spec.c -o fuzz_spec
- *   (or configure with -DWDS_FUZZ=ON and CC=clang: build/tests/fuzz_spec)
+ *     -Iinclude -I. shards/spec.c shards/err.c tests/fuzz/fuzz_spec.c -o
+ * fuzz_spec (or configure with -DWDS_FUZZ=ON and CC=clang:
+ * build/tests/fuzz_spec)
  *   ./fuzz_spec -max_total_time=120 -max_len=4096
  *
  * The input is one pattern (NUL-terminated copy). '@' is replaced before
