@@ -51,6 +51,8 @@ struct wds__stream {
   size_t peek_len, peek_pos;
   int src_eof;
   uint64_t compressed_bytes; /* read from the source so far */
+  uint64_t drain_stop; /* draining: stop reading at this many source bytes */
+  int drain_cut;       /* the drain budget ran out before the source did */
 
   /* Compressed input for zstd, zlib and liblzma. */
   uint8_t *in;
@@ -91,6 +93,15 @@ static ssize_t raw_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
   }
   if (s->src_eof)
     return 0;
+  /* Decoders can consume input without producing output (zero padding,
+   * empty gzip members, skippable zstd frames), so the drain budget is
+   * counted in source bytes, here, below every decoder. */
+  if (s->drain_stop && s->compressed_bytes >= s->drain_stop) {
+    s->drain_cut = 1;
+    return 0;
+  }
+  if (s->drain_stop && cap > s->drain_stop - s->compressed_bytes)
+    cap = (size_t)(s->drain_stop - s->compressed_bytes);
   ssize_t n = wds__source_read(s->src, dst, cap, err);
   if (n == 0)
     s->src_eof = 1;
@@ -380,13 +391,6 @@ static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
   }
 }
 
-static int all_zero(const uint8_t *p, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (p[i])
-      return 0;
-  return 1;
-}
-
 static ssize_t gzip_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
   for (;;) {
     ssize_t avail = refill(s, err);
@@ -396,15 +400,12 @@ static ssize_t gzip_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
       /* Between members: another member, zero padding, or the end. */
       if (avail == 0)
         return 0;
-      if (s->in[s->in_pos] == 0) {
-        if (!all_zero(s->in + s->in_pos, s->in_len - s->in_pos))
-          return wds__fail(err, WDS_ERR_DECOMPRESS,
-                           "corrupt gzip data: garbage after a gzip member "
-                           "(after %llu compressed bytes)",
-                           (unsigned long long)s->compressed_bytes);
-        s->in_pos = s->in_len;
+      /* Zero padding between or after members is skipped, across reads,
+       * as Python's gzip does; anything else must start a new member. */
+      while (s->in_pos < s->in_len && s->in[s->in_pos] == 0)
+        s->in_pos++;
+      if (s->in_pos == s->in_len)
         continue;
-      }
       if (inflateReset(&s->gz) != Z_OK)
         return wds__fail(err, WDS_ERR_DECOMPRESS, "zlib reset failed");
       s->gz_member_done = 0;
@@ -519,14 +520,19 @@ ssize_t wds__stream_skip(wds__stream *s, uint64_t n, void *scratch,
 int wds__stream_drain(wds__stream *s, wds__err *err) {
   uint8_t tmp[16384];
   uint64_t total = 0;
+  /* Budget in source bytes too (see raw_read): a decoder that consumes
+   * endless padding or empty frames yields nothing to count here. */
+  s->drain_stop = s->compressed_bytes + DRAIN_MAX_BYTES;
   while (total < DRAIN_MAX_BYTES) {
     ssize_t n = wds__stream_read(s, tmp, sizeof tmp, err);
     if (n < 0)
-      return (int)n;
+      return s->drain_cut ? WDS_OK : (int)n; /* our cut, not damage */
     if (n == 0)
       break;
     total += (uint64_t)n;
   }
+  if (s->drain_cut)
+    return WDS_OK;
   /* A decoder may end before its source does (an lzma-alone stream, or
    * libarchive's filters): read the source on to its end, within the same
    * budget, so that a pipe: command is reaped and its status checked. */
@@ -534,6 +540,8 @@ int wds__stream_drain(wds__stream *s, wds__err *err) {
     ssize_t n = raw_read(s, tmp, sizeof tmp, err);
     if (n < 0)
       return (int)n;
+    if (n == 0) /* the budget ran out */
+      return WDS_OK;
     total += (uint64_t)n;
   }
   if (s->src_failed) {

@@ -167,8 +167,9 @@ static int fill_to(wds__tar *t, uint64_t end, wds__err *err) {
   uint64_t need = end - keep;
   if (need > t->max_cap)
     return wds__fail(err, WDS_ERR_LIMIT,
-                     "sample needs %llu bytes in memory, over the limit of %zu "
-                     "bytes (max_sample_bytes)",
+                     "the read window needs %llu bytes, over its limit of %zu "
+                     "bytes (max_sample_bytes plus room for headers and "
+                     "skipped entries)",
                      (unsigned long long)need, t->max_cap);
   if (need > t->cap) {
     size_t c = t->cap;
