@@ -542,17 +542,9 @@ static size_t regex_body_len(const char *s, size_t n) {
   return n > 0 && s[n - 1] == '\n' ? n - 1 : n;
 }
 
-/* ^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$ */
-static int match_int_range(const char *s, size_t n, span *a, span *b,
-                           span *step) {
-  size_t i = 0, k;
-  n = regex_body_len(s, n);
-  a->s = s;
-  if ((a->n = match_int(s, n, &i, 1)) == 0 || !match_dots(s, n, &i))
-    return 0;
-  b->s = s + i;
-  if ((b->n = match_int(s, n, &i, 1)) == 0)
-    return 0;
+/* The optional step both range regexes end with, (?:\.\.-?(\d+))?$, from
+ * s[i]; step is empty when there is none. */
+static int match_step(const char *s, size_t n, size_t i, span *step) {
   step->s = NULL;
   step->n = 0;
   if (i == n)
@@ -562,9 +554,22 @@ static int match_int_range(const char *s, size_t n, span *a, span *b,
   if (i < n && s[i] == '-')
     i++;
   step->s = s + i;
-  k = match_int(s, n, &i, 0);
-  step->n = k;
-  return k > 0 && i == n;
+  step->n = match_int(s, n, &i, 0);
+  return step->n > 0 && i == n;
+}
+
+/* ^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$ */
+static int match_int_range(const char *s, size_t n, span *a, span *b,
+                           span *step) {
+  size_t i = 0;
+  n = regex_body_len(s, n);
+  a->s = s;
+  if ((a->n = match_int(s, n, &i, 1)) == 0 || !match_dots(s, n, &i))
+    return 0;
+  b->s = s + i;
+  if ((b->n = match_int(s, n, &i, 1)) == 0)
+    return 0;
+  return match_step(s, n, i, step);
 }
 
 /* ^([A-Za-z])\.\.([A-Za-z])(?:\.\.-?(\d+))?$ */
@@ -575,15 +580,7 @@ static int match_char_range(const char *s, size_t n, span *step) {
   step->n = 0;
   if (n < 4 || !is_alpha(s[0]) || s[1] != '.' || s[2] != '.' || !is_alpha(s[3]))
     return 0;
-  if (i == n)
-    return 1;
-  if (!match_dots(s, n, &i))
-    return 0;
-  if (i < n && s[i] == '-')
-    i++;
-  step->s = s + i;
-  step->n = match_int(s, n, &i, 0);
-  return step->n > 0 && i == n;
+  return match_step(s, n, i, step);
 }
 
 static int check_digits(parser *p, span x, const char *where) {
