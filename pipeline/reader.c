@@ -73,27 +73,14 @@ struct wds_reader {
   wds__err err;
 };
 
-static _Thread_local char open_error[WDS__ERR_SIZE];
-
-const char *wds_open_error(void) { return open_error; }
-
-static int open_fail(int status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int open_fail(int status, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(open_error, sizeof open_error, fmt, ap);
-  va_end(ap);
-  return status;
-}
-
+#define open_fail wds__open_fail
 int wds_reader_open(const wds_reader_config *cfg, wds_reader **out) {
   int rc = WDS_OK;
   wds_reader *r = NULL;
   if (!out)
     return open_fail(WDS_ERR_INVALID, "wds_reader_open: out is NULL");
   *out = NULL;
-  open_error[0] = '\0';
+  wds__open_error_clear();
   if (!cfg || (!cfg->spec && (!cfg->urls && cfg->url_count > 0)))
     return open_fail(WDS_ERR_INVALID, "wds_reader_open: no spec or urls");
   r = calloc(1, sizeof *r);
@@ -109,8 +96,8 @@ int wds_reader_open(const wds_reader_config *cfg, wds_reader **out) {
   if (r->cfg.max_fields == 0)
     r->cfg.max_fields = DEFAULT_MAX_FIELDS;
   if (cfg->spec) {
-    rc = wds_spec_expand(cfg->spec, cfg->max_urls, &r->urls, open_error,
-                         sizeof open_error);
+    rc = wds_spec_expand(cfg->spec, cfg->max_urls, &r->urls,
+                         wds__open_error_buf(), WDS__ERR_SIZE);
     if (rc != WDS_OK)
       goto done;
   } else {

@@ -66,3 +66,19 @@ void wds__copy_msg(char *dst, size_t dst_size, const char *src) {
     return;
   snprintf(dst, dst_size, "%s", src ? src : "");
 }
+
+static _Thread_local char open_error[WDS__ERR_SIZE];
+
+const char *wds_open_error(void) { return open_error; }
+
+int wds__open_fail(int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(open_error, sizeof open_error, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+void wds__open_error_clear(void) { open_error[0] = '\0'; }
+
+char *wds__open_error_buf(void) { return open_error; }

@@ -27,4 +27,10 @@ void wds__err_prefix(wds__err *e, const char *fmt, ...)
 /* Copies a message into a caller's buffer (truncating, always terminated). */
 void wds__copy_msg(char *dst, size_t dst_size, const char *src);
 
+/* The text wds_open_error() returns: per thread, set by a failing *_open(). */
+int wds__open_fail(int status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void wds__open_error_clear(void);
+char *wds__open_error_buf(void); /* WDS__ERR_SIZE bytes */
+
 #endif

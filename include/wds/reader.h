@@ -94,8 +94,6 @@ typedef struct wds_reader_stats {
  * wds_open_error() tells why. */
 int wds_reader_open(const wds_reader_config *cfg, wds_reader **out);
 
-/* Text of the last failed *_open() call in this thread ("" if none). */
-const char *wds_open_error(void);
 
 /* Next sample: WDS_OK with *out set (borrowed until the next call), WDS_EOF
  * after the last shard, or a negative status with wds_reader_error() naming

@@ -42,6 +42,10 @@ const char *wds_strerror(int status);
  */
 const char *wds_status_name(int status);
 
+/* Text of the last failed wds_*_open() call in this thread ("" if none):
+ * what failed and where (spec position, shard, option). */
+const char *wds_open_error(void);
+
 #ifdef __cplusplus
 }
 #endif

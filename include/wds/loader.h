@@ -1,0 +1,292 @@
+/* wds/loader.h — fixed-shape batches for one data-parallel rank.
+ *
+ * The loader turns a shard spec into the batches one rank of a data-parallel
+ * job trains on:
+ *
+ *   shard list -> permuted per epoch by (seed, epoch), the same on every rank
+ *              -> split by rank (list[rank::world]) -> split by worker thread
+ *   worker     -> tar reader -> samples -> shuffle buffer -> decode
+ *   collator   -> worker outputs interleaved round-robin in worker order
+ *              -> batches in a fixed pool of (pinned) slots -> next()
+ *
+ * Epoch modes (every rank yields the same number of batches, except plain):
+ *
+ *   WDS_MODE_RESAMPLED  each worker draws shards with replacement (RNG of
+ *                       seed, epoch, rank, worker); an epoch is exactly
+ *                       samples_per_epoch samples on each rank.
+ *   WDS_MODE_EXACT      every sample of the epoch goes to exactly one rank.
+ *                       Per-shard sample counts come from index_path (the
+ *                       JSON `wds index` writes) or a first counting pass at
+ *                       open. The shards of rank r's list[r::world] are laid
+ *                       end to end, rank after rank, and the sequence is cut
+ *                       into world equal ranges, as torch's
+ *                       DistributedSampler sizes them: ceil(total / world)
+ *                       per rank, the last ranks padded by repeating the
+ *                       first samples of the sequence; or, with drop_last,
+ *                       floor(total / world) per rank and the tail dropped.
+ *   WDS_MODE_PLAIN      every rank reads its shards once. Ranks may yield
+ *                       different numbers of batches: unsafe for DDP, where
+ *                       an all-reduce would wait on a rank that ran dry.
+ *
+ * Determinism: the batch sequence is a pure function of the config, seed,
+ * epoch, rank, world size and worker count, never of thread timing. The
+ * default worker count is a constant (4), not the core count, for that
+ * reason.
+ *
+ * Epochs: next() returns WDS_EOF once at the end of each epoch; the call
+ * after that starts the next epoch (or the one set by set_epoch()).
+ *
+ * Resume: wds_loader_position() gives (epoch, batches delivered in it). A
+ * loader opened with .epoch and .resume_batches set to those values
+ * delivers exactly the batches an uninterrupted run would have delivered
+ * next; the samples already delivered are read but not decoded.
+ *
+ * Errors: with WDS_ON_ERROR_STOP the first error (unreadable shard, corrupt
+ * tar, missing field, failed decode) is returned by next() and ends the
+ * loader. With WDS_ON_ERROR_SKIP it is counted, its message kept
+ * (wds_loader_error), and reading goes on. A sample that fails to decode or
+ * lacks a field keeps its place in the sequence as a zero-filled row marked
+ * invalid (batch->valid[i] == 0), so batch counts, shapes and resume stay
+ * exact. In exact mode a shard that yields fewer samples than its count
+ * (after a read error) is topped up with invalid rows for the same reason.
+ *
+ * Threads: workers + 1 collator thread per loader; the handle itself is
+ * used by one thread at a time. */
+#ifndef WDS_LOADER_H
+#define WDS_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wds/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum wds_mode {
+  WDS_MODE_PLAIN = 0,
+  WDS_MODE_EXACT = 1,
+  WDS_MODE_RESAMPLED = 2
+} wds_mode;
+
+typedef enum wds_last_batch {
+  WDS_LAST_KEEP = 0, /* the last batch may be smaller */
+  WDS_LAST_DROP = 1, /* a partial last batch is dropped */
+  WDS_LAST_PAD = 2   /* filled to batch_size by repeating its first rows,
+                        which are marked invalid */
+} wds_last_batch;
+
+typedef enum wds_error_policy {
+  WDS_ON_ERROR_STOP = 0,
+  WDS_ON_ERROR_SKIP = 1
+} wds_error_policy;
+
+/* How a field is turned into a batch array. */
+typedef enum wds_decode {
+  WDS_DECODE_AUTO = 0, /* by extension: jpg/jpeg/png -> image, npy -> npy,
+                          cls/cls2/index/inx/id -> int, else bytes */
+  WDS_DECODE_IMAGE = 1,
+  WDS_DECODE_NPY = 2,
+  WDS_DECODE_INT = 3, /* decimal text (whitespace around it allowed) */
+  WDS_DECODE_BYTES = 4
+} wds_decode;
+
+typedef enum wds_crop {
+  WDS_CROP_CENTER = 0, /* resize the shorter side, center crop (evaluation) */
+  WDS_CROP_RANDOM = 1  /* random resized crop + horizontal flip (training) */
+} wds_crop;
+
+/* Element types of batch arrays (numpy's names in wds_dtype_name). */
+typedef enum wds_dtype {
+  WDS_DTYPE_BYTES = 0, /* variable-size bytes: data + offsets */
+  WDS_DTYPE_BOOL,
+  WDS_DTYPE_U8,
+  WDS_DTYPE_I8,
+  WDS_DTYPE_U16,
+  WDS_DTYPE_I16,
+  WDS_DTYPE_U32,
+  WDS_DTYPE_I32,
+  WDS_DTYPE_U64,
+  WDS_DTYPE_I64,
+  WDS_DTYPE_F16,
+  WDS_DTYPE_F32,
+  WDS_DTYPE_F64
+} wds_dtype;
+
+size_t wds_dtype_size(wds_dtype t);      /* bytes per element; BYTES: 1 */
+const char *wds_dtype_name(wds_dtype t); /* numpy descr, e.g. "<u1", "|b1" */
+
+/* One output field. */
+typedef struct wds_field_spec {
+  const char *name;  /* extensions, ';'-separated; the first one a sample
+                        has is used: "jpg;jpeg;png". Matched lower-case. */
+  wds_decode decode; /* WDS_DECODE_AUTO by default */
+  int channels;      /* images: 3 = RGB (0 means 3), 1 = L */
+  int width, height; /* images: output size; 0 = the loader's image_size */
+} wds_field_spec;
+
+/* Parses "jpg;png:rgb:224,cls,npy:npy,txt:bytes" into specs: comma-separated
+ * fields, each NAME[:OPTION]... with options rgb, l (gray), WxH or N (image
+ * size), image, npy, int, bytes (decoder). Names point into *storage
+ * (release with free()). Returns WDS_OK or WDS_ERR_INVALID with a message in
+ * err. */
+int wds_field_specs_parse(const char *text, wds_field_spec **specs,
+                          size_t *count, char **storage, char *err,
+                          size_t err_size);
+
+/* Memory for batch slots. alloc returns size_bytes bytes aligned to at
+ * least 64, or NULL. */
+typedef struct wds_allocator {
+  void *(*alloc)(void *ctx, size_t size_bytes);
+  void (*free)(void *ctx, void *ptr, size_t size_bytes);
+  void *ctx;
+  const char *name; /* reported by wds_loader_allocator_name() */
+} wds_allocator;
+
+typedef struct wds_loader_config {
+  /* Input: a shard spec (wds/spec.h), or urls/url_count when spec is NULL. */
+  const char *spec;
+  const char *const *urls;
+  size_t url_count;
+  const char *index_path; /* exact mode: per-shard counts; NULL = count */
+
+  /* Topology. -1: from RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS,
+   * else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else 0/1. */
+  int rank;
+  int world_size;
+  int workers; /* worker threads; 0 = 4 */
+
+  /* Order. */
+  uint64_t seed;
+  uint64_t epoch;          /* first epoch (or the epoch to resume in) */
+  uint64_t resume_batches; /* batches of `epoch` already delivered */
+  wds_mode mode;
+  int shard_shuffle;         /* permute shards per epoch (default 1) */
+  size_t shuffle_buffer;     /* samples per worker; 0/1 = no shuffle */
+  size_t shuffle_initial;    /* fill before the first output; 0 = the
+                                whole buffer. WebDataset's `initial`. */
+  uint64_t samples_per_epoch; /* per rank: required in resampled mode, a
+                                 cap in plain mode, unused in exact mode */
+  int drop_last;              /* exact mode: drop the tail (else pad) */
+
+  /* Batches. */
+  size_t batch_size;        /* default 1 */
+  wds_last_batch last_batch;
+  const wds_field_spec *fields; /* required: the arrays of a batch */
+  size_t field_count;
+  int image_size;   /* default image width and height (224) */
+  wds_crop crop;
+  double crop_scale_min, crop_scale_max; /* random crop area (0.08, 1) */
+  size_t prefetch_batches;               /* slots in the pool; 0 = 4 */
+
+  /* Errors and limits. */
+  wds_error_policy on_error;
+  size_t max_sample_bytes; /* per sample, as in wds_reader_config */
+  size_t read_buffer_bytes;
+
+  wds_allocator allocator; /* alloc == NULL: pinned when built with CUDA
+                              and a GPU is present, else aligned host */
+  void (*log)(void *ctx, const char *message); /* NULL: silent */
+  void *log_ctx;
+} wds_loader_config;
+
+#define WDS_LOADER_CONFIG_INIT                                                 \
+  {.rank = -1, .world_size = -1, .shard_shuffle = 1, .batch_size = 1,         \
+   .image_size = 224, .crop_scale_min = 0.08, .crop_scale_max = 1.0}
+
+/* One array of a batch. Row i of a fixed-size field starts at
+ * data + i * row_bytes; a BYTES field's row i is data[offsets[i] ..
+ * offsets[i+1]). */
+typedef struct wds_batch_field {
+  const char *name; /* the extension each sample used is not recorded;
+                       this is the spec's name, e.g. "jpg;png" */
+  wds_dtype dtype;
+  int ndim;           /* including the batch dimension */
+  int64_t shape[8];   /* shape[0] = rows */
+  void *data;         /* in the slot's (pinned) memory */
+  size_t size_bytes;  /* of data in use */
+  size_t row_bytes;   /* 0 for BYTES */
+  const uint64_t *offsets; /* BYTES only: rows + 1 entries */
+} wds_batch_field;
+
+typedef struct wds_batch {
+  uint64_t epoch;
+  uint64_t index; /* batch number within the epoch, from 0 */
+  size_t rows;
+  const char *const *keys;    /* per row */
+  const char *const *urls;    /* per row: the shard it came from */
+  const uint8_t *valid;       /* per row: 1, or 0 for a fill row */
+  size_t field_count;
+  const wds_batch_field *fields;
+  int slot; /* the pool slot, for callers tracking their copies */
+} wds_batch;
+
+typedef struct wds_loader wds_loader;
+
+/* Validates cfg, expands the spec, (exact mode) loads or counts shard sizes,
+ * allocates the batch pool. On failure *out is NULL and wds_open_error()
+ * says why. */
+int wds_loader_open(const wds_loader_config *cfg, wds_loader **out);
+
+/* Next batch, borrowed until wds_loader_release(). Blocks while the batch is
+ * prepared. Returns WDS_OK, WDS_EOF at the end of an epoch (the next call
+ * starts the next one), or a negative status (wds_loader_error() says what
+ * and where). WDS_ERR_INVALID if every slot is held by the caller. */
+int wds_loader_next(wds_loader *l, const wds_batch **out);
+
+/* Gives a batch's slot back to the pool. */
+void wds_loader_release(wds_loader *l, const wds_batch *b);
+
+/* Abandons the current epoch; the next call to next() starts `epoch`.
+ * Batches the caller holds stay valid until released. */
+int wds_loader_set_epoch(wds_loader *l, uint64_t epoch);
+
+/* Position for resume: the epoch of the next batch and how many batches of
+ * it were delivered. After the last batch of epoch e: (e, n); after the
+ * WDS_EOF that ends it: (e + 1, 0). */
+void wds_loader_position(const wds_loader *l, uint64_t *epoch,
+                         uint64_t *batches);
+
+/* Batches in an epoch for this rank; 0 in plain mode (not known). */
+uint64_t wds_loader_epoch_batches(const wds_loader *l);
+
+const char *wds_loader_error(const wds_loader *l);
+
+typedef struct wds_loader_stats {
+  uint64_t batches, samples; /* delivered */
+  uint64_t skipped;          /* errors under WDS_ON_ERROR_SKIP */
+  uint64_t fill_rows;        /* invalid rows: failures, padding */
+  uint64_t shards_opened;
+  uint64_t bytes_read;       /* field bytes read from shards */
+  /* Time in each stage, summed over threads (nanoseconds). */
+  uint64_t read_ns;    /* tar reading and grouping (workers) */
+  uint64_t shuffle_ns; /* copying into and out of the shuffle buffer */
+  uint64_t decode_ns;  /* decoding and resizing (workers) */
+  uint64_t batch_ns;   /* collating into slots (collator) */
+  uint64_t wait_ns;    /* the caller blocked in next() */
+  uint64_t peak_pool_bytes;
+} wds_loader_stats;
+
+void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *out);
+const char *wds_loader_allocator_name(const wds_loader *l);
+
+/* Stops the threads and frees everything. Batches still held become
+ * invalid. NULL is a no-op. */
+void wds_loader_close(wds_loader *l);
+
+/* Writes a .npy file (format 1.0, little-endian, C order) holding an array
+ * of the given dtype (not BYTES) and shape: `wds batches --save` uses it.
+ * Written under a temporary name and renamed. Returns WDS_OK or
+ * WDS_ERR_IO / WDS_ERR_INVALID with a message in err. */
+int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
+                 const int64_t *shape, const void *data, char *err,
+                 size_t err_size);
+
+/* Rank and world size from the environment, as the loader reads them. */
+void wds_env_rank_world(int *rank, int *world_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WDS_LOADER_H */

@@ -1,0 +1,55 @@
+/* index.h — reading a shard-set index (the JSON `wds index` writes). Internal.
+ *
+ * Format (top level compatible with wids' shard index):
+ *
+ *   {"wids_version": 1, "name": "...",
+ *    "shardlist": [
+ *      {"url": "data-000.tar", "nsamples": 1000, "filesize": 123456789,
+ *       "samples": [...]},            <- optional, per-sample detail (skipped)
+ *      ...]}
+ *
+ * Only shardlist[].url, .nsamples and .filesize are read; every other value
+ * is skipped, so the per-sample detail issue 4's writer adds is allowed.
+ * A relative url is relative to the directory holding the index file. */
+#ifndef WDS_LOADER_INDEX_H
+#define WDS_LOADER_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shards/err.h"
+
+typedef struct wds__index_entry {
+  char *url;         /* as written in the index */
+  char *path;        /* url resolved against the index's directory */
+  uint64_t nsamples;
+  int64_t filesize;  /* -1 when absent */
+} wds__index_entry;
+
+typedef struct wds__index {
+  wds__index_entry *shards; /* in file order */
+  size_t count;
+  size_t *by_url_;  /* private: shards sorted by url, then by path, */
+  size_t *by_path_; /* for O(log n) lookups */
+} wds__index;
+
+/* Reads and validates path. Errors (WDS_ERR_OPEN, WDS_ERR_FORMAT) name the
+ * file and the byte offset of the problem. *out is zeroed on failure. */
+int wds__index_load(const char *path, wds__index *out, wds__err *e);
+
+/* Parses an index already in memory (dir: the index's directory, for
+ * relative urls; "" for none). Used by wds__index_load and the fuzzer. */
+int wds__index_parse(const char *text, size_t size, const char *dir,
+                     wds__index *out, wds__err *e);
+
+/* The sample count for a shard URL of the spec: matched against each
+ * entry's url exactly, then against its resolved path. For a local file
+ * whose filesize is recorded, the file's current size is compared and a
+ * difference is WDS_ERR_CORRUPT ("stale index: ... was N bytes, is M").
+ * WDS_ERR_INVALID if the index has no entry for url. */
+int wds__index_lookup(const wds__index *ix, const char *url,
+                      uint64_t *nsamples, wds__err *e);
+
+void wds__index_free(wds__index *ix);
+
+#endif

@@ -1,0 +1,64 @@
+/* plan.h — which samples each worker of a rank reads in an epoch. Internal.
+ *
+ * A pure function of (shard count, per-shard sample counts for exact mode,
+ * seed, epoch, rank, world, workers, mode): no threads, no I/O, so it is
+ * unit-tested directly and is identical on every rank and machine. */
+#ifndef WDS_LOADER_PLAN_H
+#define WDS_LOADER_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shards/err.h"
+#include "wds/loader.h"
+
+#define WDS__TO_END UINT64_MAX
+
+/* Samples [begin, end) of one shard, in archive order. */
+typedef struct wds__piece {
+  size_t shard;
+  uint64_t begin, end; /* end == WDS__TO_END: to the end of the shard */
+} wds__piece;
+
+typedef struct wds__worker_plan {
+  wds__piece *pieces; /* empty in resampled mode: shards are drawn */
+  size_t count;
+  uint64_t quota; /* items this worker yields: exact and resampled modes;
+                     WDS__TO_END in plain mode (unknown) */
+} wds__worker_plan;
+
+typedef struct wds__plan_input {
+  size_t shards;
+  const uint64_t *counts; /* exact mode: samples per shard */
+  uint64_t seed;
+  int rank, world, workers;
+  wds_mode mode;
+  int shard_shuffle;
+  int drop_last;
+  uint64_t samples_per_epoch; /* resampled: per rank */
+} wds__plan_input;
+
+typedef struct wds__epoch_plan {
+  uint64_t epoch;
+  uint64_t rank_samples; /* exact/resampled: samples this rank yields;
+                            WDS__TO_END in plain mode */
+  uint64_t total_samples; /* exact: samples in the data set */
+  uint64_t padded;        /* exact: repeated samples added on this rank */
+  int workers;
+  wds__worker_plan *w;    /* [workers] */
+} wds__epoch_plan;
+
+/* Checks what does not depend on the epoch (a rank or worker left without
+ * shards in plain mode, without samples in exact mode). */
+int wds__plan_check(const wds__plan_input *in, wds__err *e);
+
+/* The epoch's shard order: a permutation of 0..shards-1 (identity without
+ * shard_shuffle). order must hold in->shards entries. */
+void wds__plan_shard_order(const wds__plan_input *in, uint64_t epoch,
+                           size_t *order);
+
+int wds__plan_epoch(const wds__plan_input *in, uint64_t epoch,
+                    wds__epoch_plan *out, wds__err *e);
+void wds__plan_free(wds__epoch_plan *p);
+
+#endif
