@@ -139,12 +139,36 @@ typedef struct ready_entry {
 
 typedef struct run run;
 
+/* Sample copies and decoded images are large and made at a high rate. Fresh
+ * malloc memory for each costs page faults (glibc gives freed heap tops
+ * back to the kernel), so blocks go back to the worker that made them: the
+ * collator returns them in bulk after each batch, the worker reuses them.
+ * A block carries its capacity and owner in a 16-byte header. */
+typedef struct blk_head {
+  size_t cap;
+  int owner;
+  int pad;
+} blk_head;
+
+typedef struct blk_pool {
+  pthread_mutex_t mu;
+  void **shared; /* returned by the collator; under mu */
+  size_t shared_len, shared_cap;
+  void **local; /* the worker's own */
+  size_t local_len, local_cap;
+  size_t limit; /* most blocks kept */
+} blk_pool;
+
 typedef struct worker {
   run *run;
   int index;
   pthread_t thread;
   int started;
   queue q;
+  blk_pool *pool; /* the loader's, for this worker index: kept across
+                     epochs, so a new epoch reuses the last one's memory */
+  item **pending; /* the chunk being filled */
+  size_t npending;
 } worker;
 
 struct run {
@@ -168,7 +192,9 @@ struct wds_loader {
   size_t nfields;
   char **wanted; /* every alternative of every field: what raws keep */
   size_t nwanted;
-  size_t queue_cap;
+  size_t queue_cap; /* items per worker queue */
+  size_t chunk;     /* items per hand-off */
+  blk_pool *pools;  /* per worker index */
   wds_allocator alloc;
 
   pthread_mutex_t mu;
@@ -281,35 +307,43 @@ static void queue_destroy(queue *q, size_t nfields) {
   q->ring = NULL;
 }
 
-/* Returns 0, or -1 when the run is aborted (the item is not queued). */
-static int queue_push(queue *q, item *it, atomic_int *abort_flag) {
+/* Queues move items in chunks (one lock and one wake-up per chunk, not per
+ * item): per-item hand-offs cost more than reading a small sample.
+ * Returns 0, or -1 when the run is aborted (nothing is queued). */
+static int queue_push_many(queue *q, item **its, size_t n,
+                           atomic_int *abort_flag) {
   pthread_mutex_lock(&q->mu);
-  while (q->len == q->cap && !atomic_load(abort_flag))
+  while (q->cap - q->len < n && !atomic_load(abort_flag))
     pthread_cond_wait(&q->not_full, &q->mu);
   if (atomic_load(abort_flag)) {
     pthread_mutex_unlock(&q->mu);
     return -1;
   }
-  q->ring[(q->head + q->len) % q->cap] = it;
-  q->len++;
+  for (size_t i = 0; i < n; i++)
+    q->ring[(q->head + q->len + i) % q->cap] = its[i];
+  q->len += n;
   pthread_cond_signal(&q->not_empty);
   pthread_mutex_unlock(&q->mu);
   return 0;
 }
 
-static item *queue_pop(queue *q, atomic_int *abort_flag) {
-  item *it = NULL;
+/* Takes up to max items (at least one, unless aborted: then 0). */
+static size_t queue_pop_many(queue *q, item **out, size_t max,
+                             atomic_int *abort_flag) {
+  size_t n = 0;
   pthread_mutex_lock(&q->mu);
   while (q->len == 0 && !atomic_load(abort_flag))
     pthread_cond_wait(&q->not_empty, &q->mu);
-  if (q->len > 0) {
-    it = q->ring[q->head];
-    q->head = (q->head + 1) % q->cap;
-    q->len--;
+  if (!atomic_load(abort_flag)) {
+    for (; n < max && q->len > 0; n++) {
+      out[n] = q->ring[q->head];
+      q->head = (q->head + 1) % q->cap;
+      q->len--;
+    }
     pthread_cond_signal(&q->not_full);
   }
   pthread_mutex_unlock(&q->mu);
-  return it;
+  return n;
 }
 
 static void queue_wake(queue *q) {
@@ -317,6 +351,98 @@ static void queue_wake(queue *q) {
   pthread_cond_broadcast(&q->not_empty);
   pthread_cond_broadcast(&q->not_full);
   pthread_mutex_unlock(&q->mu);
+}
+
+/* ---- recycled blocks ------------------------------------------------------ */
+
+static void blk_free(void *p) {
+  if (p)
+    free((blk_head *)p - 1);
+}
+
+static void *blk_alloc(blk_pool *bp, int owner, size_t need) {
+  if (bp->local_len == 0) {
+    pthread_mutex_lock(&bp->mu);
+    void **t = bp->local;
+    size_t tc = bp->local_cap;
+    bp->local = bp->shared;
+    bp->local_cap = bp->shared_cap;
+    bp->local_len = bp->shared_len;
+    bp->shared = t;
+    bp->shared_cap = tc;
+    bp->shared_len = 0;
+    pthread_mutex_unlock(&bp->mu);
+  }
+  while (bp->local_len > 0) {
+    void *p = bp->local[--bp->local_len];
+    if (((blk_head *)p - 1)->cap >= need)
+      return p;
+    blk_free(p); /* too small: sizes grow to the largest seen */
+  }
+  size_t cap = need + need / 8 + 64;
+  blk_head *h = malloc(sizeof *h + cap);
+  if (!h)
+    return NULL;
+  h->cap = cap;
+  h->owner = owner;
+  return h + 1;
+}
+
+/* Collator side: blocks to hand back, per worker, flushed after a batch. */
+typedef struct blk_returns {
+  void **v;
+  size_t len, cap;
+} blk_returns;
+
+static void blk_return(blk_returns *r, void *p) {
+  if (!p)
+    return;
+  if (r->len == r->cap) {
+    size_t c = r->cap ? 2 * r->cap : 64;
+    void **nv = realloc(r->v, c * sizeof *nv);
+    if (!nv) {
+      blk_free(p);
+      return;
+    }
+    r->v = nv;
+    r->cap = c;
+  }
+  r->v[r->len++] = p;
+}
+
+static void blk_flush(blk_pool *bp, blk_returns *r) {
+  if (r->len == 0)
+    return;
+  pthread_mutex_lock(&bp->mu);
+  size_t i = 0;
+  if (bp->shared_len + r->len > bp->shared_cap &&
+      bp->shared_cap < bp->limit) {
+    size_t c = bp->shared_len + r->len;
+    if (c > bp->limit)
+      c = bp->limit;
+    void **nv = realloc(bp->shared, c * sizeof *nv);
+    if (nv) {
+      bp->shared = nv;
+      bp->shared_cap = c;
+    }
+  }
+  for (; i < r->len && bp->shared_len < bp->shared_cap; i++)
+    bp->shared[bp->shared_len++] = r->v[i];
+  pthread_mutex_unlock(&bp->mu);
+  for (; i < r->len; i++)
+    blk_free(r->v[i]);
+  r->len = 0;
+}
+
+static void blk_pool_destroy(blk_pool *bp) {
+  for (size_t i = 0; i < bp->shared_len; i++)
+    blk_free(bp->shared[i]);
+  for (size_t i = 0; i < bp->local_len; i++)
+    blk_free(bp->local[i]);
+  free(bp->shared);
+  free(bp->local);
+  pthread_mutex_destroy(&bp->mu);
+  memset(bp, 0, sizeof *bp);
 }
 
 /* ---- items ---------------------------------------------------------------- */
@@ -327,10 +453,23 @@ static void item_free(item *it, size_t nfields) {
   if (it->kind == ITEM_SAMPLE)
     for (size_t i = 0; i < nfields; i++)
       if (it->f[i].dtype != WDS_DTYPE_BYTES)
-        free(it->f[i].data);
+        blk_free(it->f[i].data);
   free(it->msg);
-  free(it->raw);
+  blk_free(it->raw);
   free(it);
+}
+
+/* The collator's way to dispose of an item: its blocks go back to their
+ * worker. */
+static void item_recycle(item *it, size_t nfields, blk_returns *r) {
+  if (it->kind == ITEM_SAMPLE)
+    for (size_t i = 0; i < nfields; i++)
+      if (it->f[i].dtype != WDS_DTYPE_BYTES)
+        blk_return(r, it->f[i].data);
+  blk_return(r, it->raw);
+  it->raw = NULL;
+  it->kind = ITEM_END; /* nothing left to free but the shell */
+  item_free(it, nfields);
 }
 
 static item *item_new(size_t nfields, int kind) {
@@ -349,8 +488,8 @@ static int wanted_ext(const wds_loader *l, const char *ext) {
   return 0;
 }
 
-static raw_sample *raw_copy(const wds_loader *l, const wds_sample *s,
-                            size_t shard) {
+static raw_sample *raw_copy(const wds_loader *l, blk_pool *bp, int owner,
+                            const wds_sample *s, size_t shard) {
   size_t n = 0, bytes = strlen(s->key) + 1;
   for (size_t i = 0; i < s->field_count; i++)
     if (wanted_ext(l, s->fields[i].ext)) {
@@ -358,7 +497,7 @@ static raw_sample *raw_copy(const wds_loader *l, const wds_sample *s,
       bytes += strlen(s->fields[i].ext) + 1 + s->fields[i].size_bytes;
     }
   size_t head = sizeof(raw_sample) + n * sizeof(raw_field);
-  raw_sample *r = malloc(head + bytes);
+  raw_sample *r = blk_alloc(bp, owner, head + bytes);
   if (!r)
     return NULL;
   char *p = (char *)r + head;
@@ -389,10 +528,11 @@ static raw_sample *raw_copy(const wds_loader *l, const wds_sample *s,
   return r;
 }
 
-static raw_sample *raw_hole(size_t shard) {
-  raw_sample *r = calloc(1, sizeof *r + 1);
+static raw_sample *raw_hole(blk_pool *bp, int owner, size_t shard) {
+  raw_sample *r = blk_alloc(bp, owner, sizeof *r + 1);
   if (!r)
     return NULL;
+  memset(r, 0, sizeof *r + 1);
   r->shard = shard;
   r->hole = 1;
   r->key = (const char *)(r + 1); /* "" */
@@ -496,7 +636,7 @@ static int source_next(source *src, raw_sample **out, item **fatal) {
   for (;;) {
     if (src->holes > 0) {
       src->holes--;
-      if (!(*out = raw_hole(src->shard)))
+      if (!(*out = raw_hole(w->pool, w->index, src->shard)))
         goto nomem;
       return 0;
     }
@@ -545,7 +685,7 @@ static int source_next(source *src, raw_sample **out, item **fatal) {
     if (st == WDS_OK) {
       src->got++;
       src->empty_draws = 0;
-      raw_sample *r = raw_copy(l, s, src->shard);
+      raw_sample *r = raw_copy(l, w->pool, w->index, s, src->shard);
       if (!r)
         goto nomem;
       for (size_t i = 0; i < r->nfields; i++)
@@ -637,8 +777,9 @@ static const raw_field *find_field(const raw_sample *r, const out_field *of) {
 
 /* Decodes every output field of r into it; on failure returns the status
  * with a message naming sample, shard and field in e. */
-static int decode_item(wds_loader *l, wds__decoder *dec, run *rn, int windex,
+static int decode_item(wds_loader *l, wds__decoder *dec, run *rn, worker *w,
                        uint64_t seq, item *it, wds__err *e) {
+  int windex = w->index;
   const raw_sample *r = it->raw;
   const char *url = l->urls.urls[r->shard];
   for (size_t i = 0; i < l->nfields; i++) {
@@ -660,7 +801,7 @@ static int decode_item(wds_loader *l, wds__decoder *dec, run *rn, int windex,
     switch (of->decode) {
     case WDS_DECODE_IMAGE: {
       size_t n = (size_t)of->width * (size_t)of->height * (size_t)of->channels;
-      f->data = malloc(n);
+      f->data = blk_alloc(w->pool, windex, n);
       if (!f->data)
         return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
       wds__image_opts o = {of->width, of->height, of->channels, l->cfg.crop,
@@ -682,7 +823,7 @@ static int decode_item(wds_loader *l, wds__decoder *dec, run *rn, int windex,
       rc = wds__npy_parse(rf->data, rf->size, &a, e);
       if (rc != WDS_OK)
         break;
-      f->data = malloc(a.data_bytes ? a.data_bytes : 1);
+      f->data = blk_alloc(w->pool, windex, a.data_bytes ? a.data_bytes : 1);
       if (!f->data)
         return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
       wds__npy_copy(&a, f->data);
@@ -757,7 +898,7 @@ static void *worker_main(void *arg) {
     int token = seq * W + (uint64_t)w->index < rn->skip;
     item *it = item_new(l->nfields, token ? ITEM_TOKEN : ITEM_SAMPLE);
     if (!it) {
-      free(r);
+      blk_free(r);
       fatal = error_item(l->nfields, WDS_ERR_NOMEM, "out of memory");
       break;
     }
@@ -767,7 +908,7 @@ static void *worker_main(void *arg) {
     } else if (!token) {
       wds__err e;
       uint64_t t1 = now_ns();
-      int rc = decode_item(l, dec, rn, w->index, seq, it, &e);
+      int rc = decode_item(l, dec, rn, w, seq, it, &e);
       STAT_ADD(l, decode_ns, now_ns() - t1);
       if (rc != WDS_OK) {
         if (l->cfg.on_error == WDS_ON_ERROR_STOP || rc == WDS_ERR_NOMEM) {
@@ -778,7 +919,7 @@ static void *worker_main(void *arg) {
         /* Skip: the row stays, zero-filled and marked invalid. */
         for (size_t i = 0; i < l->nfields; i++)
           if (it->f[i].dtype != WDS_DTYPE_BYTES) {
-            free(it->f[i].data);
+            blk_free(it->f[i].data);
             it->f[i].data = NULL;
           }
         memset(it->f, 0, l->nfields * sizeof *it->f);
@@ -792,19 +933,25 @@ static void *worker_main(void *arg) {
         log_msg(l, "skipped: %s", e.msg);
       }
     }
-    if (queue_push(&w->q, it, &rn->abort) != 0) {
-      item_free(it, l->nfields);
-      break;
+    w->pending[w->npending++] = it;
+    if (w->npending == l->chunk) {
+      if (queue_push_many(&w->q, w->pending, w->npending, &rn->abort) != 0)
+        break; /* aborted: run_stop frees what is pending */
+      w->npending = 0;
     }
   }
   item *last = fatal ? fatal : item_new(l->nfields, ITEM_END);
   if (!last)
     last = error_item(l->nfields, WDS_ERR_NOMEM, "out of memory");
-  if (!last || queue_push(&w->q, last, &rn->abort) != 0)
+  if (last && w->npending < l->chunk)
+    w->pending[w->npending++] = last;
+  else
     item_free(last, l->nfields);
+  if (queue_push_many(&w->q, w->pending, w->npending, &rn->abort) == 0)
+    w->npending = 0;
   source_close_reader(&src);
   for (size_t i = 0; i < sh.len; i++)
-    free(sh.buf[i]);
+    blk_free(sh.buf[i]);
   free(sh.buf);
   wds__decoder_free(dec);
   return NULL;
@@ -1065,28 +1212,57 @@ static void finish_batch(wds_loader *l, slot *s, filling *fl) {
   }
 }
 
+/* The collator's view of one worker: the chunk it took last. */
+typedef struct inbox {
+  item **v;
+  size_t len, at;
+  blk_returns back;
+} inbox;
+
+static item *inbox_next(run *rn, int w, inbox *in) {
+  if (in->at == in->len) {
+    in->at = 0;
+    in->len =
+        queue_pop_many(&rn->w[w].q, in->v, rn->l->chunk, &rn->abort);
+    if (in->len == 0)
+      return NULL; /* aborted */
+  }
+  return in->v[in->at++];
+}
+
+static void return_blocks(run *rn, inbox *in) {
+  for (int w = 0; w < rn->l->pin.workers; w++)
+    blk_flush(rn->w[w].pool, &in[w].back);
+}
+
 static void *collator_main(void *arg) {
   run *rn = arg;
   wds_loader *l = rn->l;
   int W = l->pin.workers;
   int *active = malloc((size_t)W * sizeof *active);
+  inbox *in = calloc((size_t)W, sizeof *in);
   filling fl = {-1, 0, calloc(l->nfields ? l->nfields : 1, sizeof(int))};
   size_t bs = l->cfg.batch_size;
   uint64_t pos = 0, index = rn->skip / bs;
   uint64_t target = rn->plan.rank_samples;
   int n_active = W, cur = 0;
   wds__err e;
-  if (!active || !fl.npy_set) {
+  if (!active || !in || !fl.npy_set) {
     post_error(l, WDS_ERR_NOMEM, "out of memory");
     goto done;
   }
+  for (int i = 0; i < W; i++)
+    if (!(in[i].v = malloc(l->chunk * sizeof *in[i].v))) {
+      post_error(l, WDS_ERR_NOMEM, "out of memory");
+      goto done;
+    }
   if (l->cfg.mode == WDS_MODE_PLAIN && l->cfg.samples_per_epoch)
     target = l->cfg.samples_per_epoch;
   for (int i = 0; i < W; i++)
     active[i] = i;
   while (pos < target && n_active > 0) {
-    worker *w = &rn->w[active[cur]];
-    item *it = queue_pop(&w->q, &rn->abort);
+    int wi = active[cur];
+    item *it = inbox_next(rn, wi, &in[wi]);
     if (!it)
       goto done; /* aborted */
     if (it->kind == ITEM_END) {
@@ -1104,7 +1280,9 @@ static void *collator_main(void *arg) {
     }
     cur = (cur + 1) % n_active;
     if (pos++ < rn->skip) {
-      item_free(it, l->nfields);
+      item_recycle(it, l->nfields, &in[wi].back);
+      if (pos % bs == 0)
+        return_blocks(rn, in);
       continue;
     }
     uint64_t t0 = now_ns();
@@ -1118,7 +1296,7 @@ static void *collator_main(void *arg) {
       begin_batch(l, &l->slots[fl.slot], &fl, rn, index);
     }
     int rc = put_row(l, &l->slots[fl.slot], &fl, it, &e);
-    item_free(it, l->nfields);
+    item_recycle(it, l->nfields, &in[wi].back);
     if (rc != WDS_OK) {
       post_error(l, rc, e.msg);
       goto done;
@@ -1128,6 +1306,7 @@ static void *collator_main(void *arg) {
       post_ready(l, READY_SLOT, fl.slot);
       fl.slot = -1;
       index++;
+      return_blocks(rn, in);
     }
     STAT_ADD(l, batch_ns, now_ns() - t0);
   }
@@ -1155,6 +1334,15 @@ done:
     l->slots[fl.slot].state = SLOT_FREE;
     pthread_mutex_unlock(&l->mu);
   }
+  for (int i = 0; in && i < W; i++) {
+    for (size_t k = in[i].at; k < in[i].len; k++)
+      item_free(in[i].v[k], l->nfields);
+    for (size_t k = 0; k < in[i].back.len; k++)
+      blk_free(in[i].back.v[k]);
+    free(in[i].back.v);
+    free(in[i].v);
+  }
+  free(in);
   free(fl.npy_set);
   free(active);
   return NULL;
@@ -1178,8 +1366,12 @@ static void run_stop(wds_loader *l) {
       pthread_join(rn->w[i].thread, NULL);
   if (rn->collator_started)
     pthread_join(rn->collator, NULL);
-  for (int i = 0; i < l->pin.workers; i++)
+  for (int i = 0; i < l->pin.workers; i++) {
     queue_destroy(&rn->w[i].q, l->nfields);
+    for (size_t k = 0; k < rn->w[i].npending; k++)
+      item_free(rn->w[i].pending[k], l->nfields);
+    free(rn->w[i].pending);
+  }
   /* Batches prepared but not delivered go back to the pool. */
   pthread_mutex_lock(&l->mu);
   for (int i = 0; i < l->nslots; i++)
@@ -1217,7 +1409,9 @@ static int run_start(wds_loader *l, uint64_t epoch, uint64_t skip) {
   for (int i = 0; i < l->pin.workers; i++) {
     rn->w[i].run = rn;
     rn->w[i].index = i;
-    if (queue_init(&rn->w[i].q, l->queue_cap) != 0)
+    rn->w[i].pool = &l->pools[i];
+    if (queue_init(&rn->w[i].q, l->queue_cap) != 0 ||
+        !(rn->w[i].pending = malloc(l->chunk * sizeof(item *))))
       goto nomem;
   }
   for (int i = 0; i < l->pin.workers; i++) {
@@ -1235,8 +1429,10 @@ nothread:
   return WDS_ERR_NOMEM;
 nomem:
   if (rn->w)
-    for (int i = 0; i < l->pin.workers; i++)
+    for (int i = 0; i < l->pin.workers; i++) {
       queue_destroy(&rn->w[i].q, l->nfields);
+      free(rn->w[i].pending);
+    }
   wds__plan_free(&rn->plan);
   free(rn->w);
   free(rn);
@@ -1579,7 +1775,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     if (c->world_size < 0)
       c->world_size = w;
   }
-  if (c->workers == 0)
+  int auto_workers = c->workers == 0;
+  if (auto_workers)
     c->workers = 4;
   if (c->prefetch_batches == 0)
     c->prefetch_batches = 4;
@@ -1628,6 +1825,17 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     goto fail;
   }
 
+  if (auto_workers && c->mode == WDS_MODE_PLAIN) {
+    /* Not more workers than this rank has shards: still a function of the
+     * config alone, never of the machine. */
+    size_t mine = l->urls.count > (size_t)c->rank
+                      ? (l->urls.count - (size_t)c->rank +
+                         (size_t)c->world_size - 1) /
+                            (size_t)c->world_size
+                      : 0;
+    if (mine >= 1 && mine < (size_t)c->workers)
+      c->workers = (int)mine;
+  }
   l->pin = (wds__plan_input){l->urls.count, NULL,        c->seed,
                              c->rank,       c->world_size, c->workers,
                              c->mode,       c->shard_shuffle, c->drop_last,
@@ -1669,9 +1877,22 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     size_t per = 2 * ((c->batch_size + (size_t)c->workers - 1) /
                       (size_t)c->workers);
     l->queue_cap = per < 4 ? 4 : per > 64 ? 64 : per;
+    l->chunk = l->queue_cap / 2;
   }
   if ((rc = setup_pool(l)) != WDS_OK)
     goto fail;
+  if (!(l->pools = calloc((size_t)c->workers, sizeof *l->pools))) {
+    rc = wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    goto fail;
+  }
+  for (int i = 0; i < c->workers; i++) {
+    pthread_mutex_init(&l->pools[i].mu, NULL);
+    /* Blocks in circulation: shuffle buffer, queue, a batch, with some
+     * slack; every sample has a copy and up to one block per field. */
+    l->pools[i].limit = (c->shuffle_buffer + l->queue_cap + c->batch_size +
+                         64) *
+                        (l->nfields + 1);
+  }
   l->epoch = c->epoch;
   l->delivered = c->resume_batches;
   l->first_skip = c->resume_batches;
@@ -1804,6 +2025,9 @@ void wds_loader_close(wds_loader *l) {
   if (!l)
     return;
   run_stop(l);
+  for (int i = 0; l->pools && i < l->cfg.workers; i++)
+    blk_pool_destroy(&l->pools[i]);
+  free(l->pools);
   free_pool(l);
   free_fields(l);
   wds_url_list_free(&l->urls);

@@ -1,64 +1,52 @@
-/* cmd_bench.c — `wds bench`: stream every sample, report throughput. The
- * samples are not touched: this measures the reader (I/O, decompression,
- * tar parsing, grouping), which is what the page-cache comparison in
- * docs/performance.md is about. */
+/* cmd_bench.c — `wds bench`: report throughput.
+ *
+ * Without loader options it streams every sample through the reader and
+ * does not touch them: this measures the reader (I/O, decompression, tar
+ * parsing, grouping), which is what the page-cache comparison in
+ * docs/performance.md is about. With loader options (--decode, and any
+ * other of tool_loader_opts_help's) it runs the whole loader for --epochs
+ * epochs, releasing each batch at once, and reports samples/s, MB/s of
+ * field bytes, peak RSS and the loader's per-stage times. A progress line
+ * is rewritten on stderr (at most 4 times a second) when stderr is a
+ * terminal. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "loader_opts.h"
 #include "util.h"
 #include "wds/reader.h"
 
 static const char bench_usage[] =
     "usage: wds bench [--json] [--buffer-size BYTES] [--max-urls N] SPEC...\n"
+    "       wds bench [--json] --decode FIELDS [loader options] SPEC...\n"
     "\n"
-    "Streams every sample of the shards without per-sample output and "
-    "prints\nsamples, bytes (uncompressed tar stream), seconds, samples/s "
-    "and MB/s\n(10^6 bytes per second).\n";
+    "Without loader options: streams every sample of the shards without\n"
+    "per-sample output and prints samples, bytes (uncompressed tar stream),\n"
+    "seconds, samples/s and MB/s (10^6 bytes per second).\n"
+    "\n"
+    "With loader options (--decode is then required): runs the loader for\n"
+    "--epochs epochs and prints batches, samples, seconds, samples/s, MB/s\n"
+    "of field bytes read from the shards, peak RSS (getrusage), and the\n"
+    "time of each loader stage: summed over the threads that run it, in\n"
+    "seconds, and as a busy share of those threads' wall time:\n"
+    "  read, shuffle, decode   the workers': % of seconds x workers\n"
+    "  batch                   the collator's: % of seconds\n"
+    "  wait                    this program blocked in next(): % of seconds\n"
+    "On a terminal a progress line is kept up to date on stderr.\n"
+    "--buffer-size sets the loader's read buffer.\n"
+    "\n";
 
-int wds_cmd_bench(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"json", no_argument, 0, 'j'},
-      {"buffer-size", required_argument, 0, 'b'},
-      {"max-urls", required_argument, 0, 'm'},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  int json = 0, c;
-  size_t max_urls = 0, buffer = 0;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
-    switch (c) {
-    case 'j':
-      json = 1;
-      break;
-    case 'b':
-    case 'm':
-      if (tool_parse_size(optarg, c == 'b' ? &buffer : &max_urls) != 0) {
-        fprintf(stderr, "wds bench: --%s needs a number\n",
-                c == 'b' ? "buffer-size" : "max-urls");
-        return 2;
-      }
-      break;
-    case 'h':
-      fputs(bench_usage, stdout);
-      return 0;
-    default:
-      fputs(bench_usage, stderr);
-      return 2;
-    }
-  }
-  if (optind >= argc) {
-    fputs(bench_usage, stderr);
-    return 2;
-  }
-  wds_url_list urls = {0};
-  if (tool_expand_specs("bench", argv + optind, argc - optind, max_urls, &urls))
-    return 1;
+/* The reader benchmark (no loader options). */
+static int bench_reader(const wds_url_list *urls, size_t buffer, int json) {
   int status = 0;
   wds_reader *r = NULL;
   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
-  cfg.urls = (const char *const *)urls.urls;
-  cfg.url_count = urls.count;
+  cfg.urls = (const char *const *)urls->urls;
+  cfg.url_count = urls->count;
   cfg.buffer_size_bytes = buffer;
   double t0 = tool_now();
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
@@ -94,6 +82,188 @@ int wds_cmd_bench(int argc, char **argv) {
            (double)st.tar_bytes / secs / 1e6);
 done:
   wds_reader_close(r);
+  return status;
+}
+
+/* Peak resident set size in bytes (Linux reports ru_maxrss in KiB). */
+static uint64_t peak_rss_bytes(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0)
+    return 0;
+  return (uint64_t)ru.ru_maxrss * 1024;
+}
+
+static void progress(uint64_t epoch, uint64_t batch, uint64_t per_epoch,
+                     uint64_t samples, double secs) {
+  char total[32] = "";
+  if (per_epoch)
+    snprintf(total, sizeof total, "/%" PRIu64, per_epoch);
+  fprintf(stderr,
+          "\r  epoch %" PRIu64 "  batch %" PRIu64 "%s  samples %" PRIu64
+          "  %.0f samples/s   ",
+          epoch, batch, total, samples, secs > 0 ? (double)samples / secs : 0);
+}
+
+/* The loader benchmark: --epochs epochs, every batch released at once. */
+static int bench_loader(const tool_loader_opts *lo, int json) {
+  static const char *const stage_names[] = {"read", "shuffle", "decode",
+                                            "batch", "wait"};
+  int status = 0, rc = WDS_OK;
+  int tty = isatty(STDERR_FILENO), shown = 0;
+  wds_loader *l = NULL;
+  uint64_t batches = 0, samples = 0;
+  double t0 = tool_now(), last_shown = t0;
+  if (wds_loader_open(&lo->cfg, &l) != WDS_OK) {
+    fprintf(stderr, "wds bench: %s\n", wds_open_error());
+    return 1;
+  }
+  uint64_t per_epoch = wds_loader_epoch_batches(l);
+  for (uint64_t e = 0; e < lo->epochs; e++) {
+    const wds_batch *b;
+    while ((rc = wds_loader_next(l, &b)) == WDS_OK) {
+      batches++;
+      samples += b->rows;
+      uint64_t ep = b->epoch, index = b->index;
+      wds_loader_release(l, b);
+      double now = tool_now();
+      if (tty && now - last_shown >= 0.25) {
+        progress(ep, index + 1, per_epoch, samples, now - t0);
+        last_shown = now;
+        shown = 1;
+      }
+    }
+    if (rc != WDS_EOF)
+      break;
+  }
+  double secs = tool_now() - t0;
+  if (shown)
+    fputs("\r\033[K", stderr); /* clear the progress line */
+  if (rc != WDS_EOF) {
+    fprintf(stderr, "wds bench: %s\n", wds_loader_error(l));
+    status = 1;
+    goto done;
+  }
+  wds_loader_stats st;
+  wds_loader_stats_get(l, &st);
+  if (secs <= 0)
+    secs = 1e-9;
+  int workers = lo->cfg.workers > 0 ? lo->cfg.workers : 4;
+  const uint64_t ns[] = {st.read_ns, st.shuffle_ns, st.decode_ns, st.batch_ns,
+                         st.wait_ns};
+  /* Busy share of the threads running each stage (see the usage). */
+  const double threads[] = {workers, workers, workers, 1, 1};
+  double rss_mb = (double)peak_rss_bytes() / 1e6;
+  if (json) {
+    printf(
+        "{\"mode\": \"%s\", \"epochs\": %" PRIu64 ", \"workers\": %d, "
+        "\"batch_size\": %zu, \"batches\": %" PRIu64 ", \"samples\": %" PRIu64
+        ", \"bytes_read\": %" PRIu64 ", \"seconds\": %.6f, "
+        "\"samples_per_s\": %.1f, \"mb_per_s\": %.1f, \"peak_rss_mb\": %.1f, "
+        "\"peak_pool_bytes\": %" PRIu64 ", \"skipped\": %" PRIu64
+        ", \"fill_rows\": %" PRIu64 ", \"shards_opened\": %" PRIu64
+        ", \"allocator\": ",
+        tool_mode_name(lo->cfg.mode), lo->epochs, workers, lo->cfg.batch_size,
+        batches, samples, st.bytes_read, secs, (double)samples / secs,
+        (double)st.bytes_read / secs / 1e6, rss_mb, st.peak_pool_bytes,
+        st.skipped, st.fill_rows, st.shards_opened);
+    const char *alloc = wds_loader_allocator_name(l);
+    alloc = alloc ? alloc : "";
+    tool_json_string(stdout, alloc, strlen(alloc));
+    printf(", \"stages\": {");
+    for (int i = 0; i < 5; i++)
+      printf("%s\"%s\": {\"seconds\": %.6f, \"busy_pct\": %.1f}", i ? ", " : "",
+             stage_names[i], (double)ns[i] / 1e9,
+             100.0 * (double)ns[i] / 1e9 / (secs * threads[i]));
+    printf("}}\n");
+  } else {
+    printf("batches %" PRIu64 "  samples %" PRIu64 "  seconds %.3f  samples/s "
+           "%.0f  MB/s %.1f  peak RSS %.1f MB\n",
+           batches, samples, secs, (double)samples / secs,
+           (double)st.bytes_read / secs / 1e6, rss_mb);
+    printf("stages (thread-seconds, busy %%):");
+    for (int i = 0; i < 5; i++)
+      printf("  %s %.3f (%.0f%%)", stage_names[i], (double)ns[i] / 1e9,
+             100.0 * (double)ns[i] / 1e9 / (secs * threads[i]));
+    printf("\n");
+    if (st.skipped || st.fill_rows)
+      printf("skipped %" PRIu64 "  invalid rows %" PRIu64 "\n", st.skipped,
+             st.fill_rows);
+  }
+done:
+  wds_loader_close(l);
+  return status;
+}
+
+int wds_cmd_bench(int argc, char **argv) {
+  static const struct option own[] = {
+      {"json", no_argument, 0, 'j'},
+      {"buffer-size", required_argument, 0, 'b'},
+      {"max-urls", required_argument, 0, 'm'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  struct option opts[64];
+  tool_loader_opts lo;
+  tool_loader_opts_init(&lo);
+  int json = 0, c, r, status = 0;
+  size_t max_urls = 0, buffer = 0;
+  wds_url_list urls = {0};
+  if (tool_loader_options(own, opts, sizeof opts / sizeof *opts) != 0)
+    return 2;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+    switch (c) {
+    case 'j':
+      json = 1;
+      break;
+    case 'b':
+    case 'm':
+      if (tool_parse_size(optarg, c == 'b' ? &buffer : &max_urls) != 0) {
+        fprintf(stderr, "wds bench: --%s needs a number\n",
+                c == 'b' ? "buffer-size" : "max-urls");
+        return 2;
+      }
+      break;
+    case 'h':
+      fputs(bench_usage, stdout);
+      tool_loader_opts_help(stdout);
+      return 0;
+    default:
+      r = tool_loader_opt(&lo, c, optarg, "bench");
+      if (r == 1)
+        break;
+      if (r == 0)
+        fputs(bench_usage, stderr);
+      return 2;
+    }
+  }
+  if (optind >= argc) {
+    fputs(bench_usage, stderr);
+    return 2;
+  }
+  if (lo.given && !lo.decode) {
+    fprintf(stderr, "wds bench: loader options need --decode FIELDS (without "
+                    "loader options bench measures the reader)\n");
+    return 2;
+  }
+  if (lo.given && tool_loader_opts_finish(&lo, "bench") != 0) {
+    status = 2;
+    goto done;
+  }
+  if (tool_expand_specs("bench", argv + optind, argc - optind, max_urls,
+                        &urls)) {
+    status = 1;
+    goto done;
+  }
+  if (lo.given) {
+    lo.cfg.urls = (const char *const *)urls.urls;
+    lo.cfg.url_count = urls.count;
+    lo.cfg.read_buffer_bytes = buffer;
+    status = bench_loader(&lo, json);
+  } else {
+    status = bench_reader(&urls, buffer, json);
+  }
+done:
   wds_url_list_free(&urls);
+  tool_loader_opts_free(&lo);
   return status;
 }

@@ -12,6 +12,7 @@ int wds_cmd_expand(int argc, char **argv);
 int wds_cmd_ls(int argc, char **argv);
 int wds_cmd_bench(int argc, char **argv);
 int wds_cmd_synth(int argc, char **argv);
+int wds_cmd_batches(int argc, char **argv);
 
 /* Expands every SPEC argument in turn into one list. On error prints
  * "wds CMD: message" and returns non-zero. */

@@ -11,7 +11,10 @@ static const struct {
 } commands[] = {
     {"expand", wds_cmd_expand, "print the URLs a shard spec expands to"},
     {"ls", wds_cmd_ls, "list the samples of shards (--json, --summary)"},
-    {"bench", wds_cmd_bench, "stream every sample and report throughput"},
+    {"batches", wds_cmd_batches,
+     "run the loader, print each batch's keys (--save: .npy)"},
+    {"bench", wds_cmd_bench,
+     "report throughput of the reader, or of the loader"},
     {"synth", wds_cmd_synth, "write synthetic shards (demos, benchmarks)"},
 };
 

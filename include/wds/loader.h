@@ -30,8 +30,8 @@
  *
  * Determinism: the batch sequence is a pure function of the config, seed,
  * epoch, rank, world size and worker count, never of thread timing. The
- * default worker count is a constant (4), not the core count, for that
- * reason.
+ * default worker count is a constant (4, or fewer in plain mode when the
+ * rank has fewer shards), not the core count, for that reason.
  *
  * Epochs: next() returns WDS_EOF once at the end of each epoch; the call
  * after that starts the next epoch (or the one set by set_epoch()).
@@ -155,7 +155,8 @@ typedef struct wds_loader_config {
    * else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else 0/1. */
   int rank;
   int world_size;
-  int workers; /* worker threads; 0 = 4 */
+  int workers; /* worker threads; 0 = 4 (plain mode: at most the rank's
+                  shard count) */
 
   /* Order. */
   uint64_t seed;

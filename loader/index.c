@@ -1,0 +1,814 @@
+/* index.c — reads the shard-set index (format in index.h).
+ *
+ * A small strict JSON parser, written for this one format: recursive descent
+ * over a byte buffer with an explicit length (no NUL terminator needed),
+ * nesting limited to WDS__JSON_MAX_DEPTH so the stack is bounded whatever the
+ * input. Strict means RFC 8259: no comments, trailing commas, leading zeros,
+ * BOM, raw control characters or invalid UTF-8 in strings. Strings decode all
+ * escapes; \uXXXX surrogate pairs become UTF-8, and a lone \udc80..\udcff
+ * becomes the raw byte 0x80..0xff (Python's surrogateescape, which is how
+ * `wds` tools write names that are not UTF-8); other lone surrogates are
+ * errors. Values the index does not use are validated and skipped, whatever
+ * their type, without allocating.
+ *
+ * Every error is WDS_ERR_FORMAT with "offset N: what" (N counted in bytes
+ * from the start of the text); wds__index_load prefixes the file name.
+ *
+ * Lookups binary-search two sorted permutations of the entries (by url and
+ * by resolved path), so opening a loader on n shards costs O(n log n). */
+#include "index.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shards/mem.h"
+
+#define WDS__JSON_MAX_DEPTH 64
+#define WDS__INDEX_MAX_BYTES ((size_t)1 << 31) /* 2 GiB of JSON */
+
+typedef struct jp {
+  const unsigned char *s;
+  size_t n, pos;
+  wds__err *e;
+} jp;
+
+static int jfail(jp *p, size_t at, const char *what) {
+  return wds__fail(p->e, WDS_ERR_FORMAT, "offset %zu: %s", at, what);
+}
+
+static void skip_ws(jp *p) {
+  while (p->pos < p->n && (p->s[p->pos] == ' ' || p->s[p->pos] == '\t' ||
+                           p->s[p->pos] == '\n' || p->s[p->pos] == '\r'))
+    p->pos++;
+}
+
+/* The next byte, or -1 at the end. */
+static int peek(const jp *p) { return p->pos < p->n ? p->s[p->pos] : -1; }
+
+/* Expects byte c (after blanks). */
+static int expect(jp *p, int c, const char *what) {
+  skip_ws(p);
+  if (peek(p) != c)
+    return jfail(p, p->pos, p->pos < p->n ? what : "unexpected end of input");
+  p->pos++;
+  return WDS_OK;
+}
+
+/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid. */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+  unsigned c = s[0], cp, min;
+  size_t len;
+  if (c < 0x80)
+    return 1;
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+    min = 0x80;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    min = 0x800;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (len > n)
+    return 0;
+  cp = c & (0xFFu >> (len + 1));
+  for (size_t i = 1; i < len; i++) {
+    if ((s[i] & 0xC0) != 0x80)
+      return 0;
+    cp = (cp << 6) | (s[i] & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  return len;
+}
+
+static int hex4(const unsigned char *s, unsigned *out) {
+  unsigned v = 0;
+  for (int i = 0; i < 4; i++) {
+    unsigned c = s[i], d;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return -1;
+    v = v << 4 | d;
+  }
+  *out = v;
+  return 0;
+}
+
+/* Appends byte c to out[0..cap) at *len (counting past cap too). */
+static void put(char *out, size_t cap, size_t *len, unsigned c) {
+  if (out && *len < cap)
+    out[*len] = (char)c;
+  (*len)++;
+}
+
+static void put_utf8(char *out, size_t cap, size_t *len, unsigned cp) {
+  if (cp < 0x80) {
+    put(out, cap, len, cp);
+  } else if (cp < 0x800) {
+    put(out, cap, len, 0xC0 | cp >> 6);
+    put(out, cap, len, 0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    put(out, cap, len, 0xE0 | cp >> 12);
+    put(out, cap, len, 0x80 | (cp >> 6 & 0x3F));
+    put(out, cap, len, 0x80 | (cp & 0x3F));
+  } else {
+    put(out, cap, len, 0xF0 | cp >> 18);
+    put(out, cap, len, 0x80 | (cp >> 12 & 0x3F));
+    put(out, cap, len, 0x80 | (cp >> 6 & 0x3F));
+    put(out, cap, len, 0x80 | (cp & 0x3F));
+  }
+}
+
+/* Parses the string at p->pos (blanks skipped first), validating all of it;
+ * writes up to cap decoded bytes to out (may be NULL) and the full decoded
+ * length to *len. Does not NUL-terminate. */
+static int parse_string(jp *p, char *out, size_t cap, size_t *len) {
+  *len = 0;
+  skip_ws(p);
+  if (peek(p) != '"')
+    return jfail(p, p->pos,
+                 p->pos < p->n ? "expected a string"
+                               : "unexpected end of input");
+  size_t start = p->pos++;
+  for (;;) {
+    if (p->pos >= p->n)
+      return jfail(p, start, "unterminated string");
+    unsigned c = p->s[p->pos];
+    if (c == '"') {
+      p->pos++;
+      return WDS_OK;
+    }
+    if (c < 0x20)
+      return jfail(p, p->pos, "control character in a string");
+    if (c != '\\') {
+      size_t l = utf8_len(p->s + p->pos, p->n - p->pos);
+      if (l == 0)
+        return jfail(p, p->pos, "invalid UTF-8 in a string");
+      for (size_t i = 0; i < l; i++)
+        put(out, cap, len, p->s[p->pos + i]);
+      p->pos += l;
+      continue;
+    }
+    size_t esc = p->pos;
+    if (p->pos + 1 >= p->n)
+      return jfail(p, start, "unterminated string");
+    c = p->s[p->pos + 1];
+    p->pos += 2;
+    switch (c) {
+    case '"':
+    case '\\':
+    case '/':
+      put(out, cap, len, c);
+      continue;
+    case 'b':
+      put(out, cap, len, '\b');
+      continue;
+    case 'f':
+      put(out, cap, len, '\f');
+      continue;
+    case 'n':
+      put(out, cap, len, '\n');
+      continue;
+    case 'r':
+      put(out, cap, len, '\r');
+      continue;
+    case 't':
+      put(out, cap, len, '\t');
+      continue;
+    case 'u':
+      break;
+    default:
+      return jfail(p, esc, "invalid escape in a string");
+    }
+    unsigned cp, lo;
+    if (p->pos + 4 > p->n || hex4(p->s + p->pos, &cp) != 0)
+      return jfail(p, esc, "invalid \\u escape (4 hex digits needed)");
+    p->pos += 4;
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+      if (p->pos + 6 <= p->n && p->s[p->pos] == '\\' &&
+          p->s[p->pos + 1] == 'u' && hex4(p->s + p->pos + 2, &lo) == 0 &&
+          lo >= 0xDC00 && lo <= 0xDFFF) {
+        p->pos += 6;
+        put_utf8(out, cap, len,
+                 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00));
+        continue;
+      }
+      return jfail(p, esc, "unpaired surrogate in a \\u escape");
+    }
+    if (cp >= 0xDC00 && cp <= 0xDFFF) {
+      if (cp < 0xDC80 || cp > 0xDCFF)
+        return jfail(p, esc, "unpaired surrogate in a \\u escape");
+      put(out, cap, len, cp & 0xFF); /* surrogateescape: a raw byte */
+      continue;
+    }
+    put_utf8(out, cap, len, cp);
+  }
+}
+
+/* Parses a number; *is_uint is set when it is a non-negative integer
+ * without fraction or exponent, and *val to its value (UINT64_MAX when it
+ * does not fit: *is_uint is then 2). */
+static int parse_number(jp *p, int *is_uint, uint64_t *val) {
+  size_t start = p->pos;
+  int neg = 0, integral = 1, fits = 1;
+  uint64_t v = 0;
+  *is_uint = 0;
+  if (peek(p) == '-') {
+    neg = 1;
+    p->pos++;
+  }
+  int c = peek(p);
+  if (c == '0') {
+    p->pos++;
+    c = peek(p);
+    if (c >= '0' && c <= '9')
+      return jfail(p, start, "number with a leading zero");
+  } else if (c >= '1' && c <= '9') {
+    while ((c = peek(p)) >= '0' && c <= '9') {
+      unsigned d = (unsigned)(c - '0');
+      if (v > (UINT64_MAX - d) / 10)
+        fits = 0;
+      else
+        v = v * 10 + d;
+      p->pos++;
+    }
+  } else {
+    return jfail(p, start, "invalid number");
+  }
+  if (peek(p) == '.') {
+    integral = 0;
+    p->pos++;
+    if (!((c = peek(p)) >= '0' && c <= '9'))
+      return jfail(p, start, "invalid number (digits must follow '.')");
+    while ((c = peek(p)) >= '0' && c <= '9')
+      p->pos++;
+  }
+  if (peek(p) == 'e' || peek(p) == 'E') {
+    integral = 0;
+    p->pos++;
+    if (peek(p) == '+' || peek(p) == '-')
+      p->pos++;
+    if (!((c = peek(p)) >= '0' && c <= '9'))
+      return jfail(p, start, "invalid number (digits must follow 'e')");
+    while ((c = peek(p)) >= '0' && c <= '9')
+      p->pos++;
+  }
+  if (!neg && integral) {
+    *is_uint = fits ? 1 : 2;
+    *val = fits ? v : UINT64_MAX;
+  }
+  return WDS_OK;
+}
+
+static int skip_value(jp *p, int depth);
+
+/* Skips an array or object; the opening byte is at p->pos. */
+static int skip_container(jp *p, int depth) {
+  size_t open_at = p->pos;
+  int close = p->s[p->pos] == '[' ? ']' : '}';
+  if (depth > WDS__JSON_MAX_DEPTH)
+    return jfail(p, open_at, "nesting deeper than 64 levels");
+  p->pos++;
+  skip_ws(p);
+  if (peek(p) == close) {
+    p->pos++;
+    return WDS_OK;
+  }
+  for (;;) {
+    int rc;
+    size_t len;
+    if (close == '}') {
+      if ((rc = parse_string(p, NULL, 0, &len)) != WDS_OK ||
+          (rc = expect(p, ':', "expected ':' after an object key")) != WDS_OK)
+        return rc;
+    }
+    if ((rc = skip_value(p, depth + 1)) != WDS_OK)
+      return rc;
+    skip_ws(p);
+    if (peek(p) == ',') {
+      p->pos++;
+      continue;
+    }
+    if (peek(p) == close) {
+      p->pos++;
+      return WDS_OK;
+    }
+    return jfail(p, p->pos,
+                 p->pos >= p->n ? "unexpected end of input"
+                 : close == ']' ? "expected ',' or ']' in an array"
+                                : "expected ',' or '}' in an object");
+  }
+}
+
+static int skip_literal(jp *p, const char *word) {
+  size_t n = strlen(word);
+  if (p->n - p->pos < n || memcmp(p->s + p->pos, word, n) != 0)
+    return jfail(p, p->pos, "invalid value");
+  p->pos += n;
+  return WDS_OK;
+}
+
+/* Validates and skips one value of any type at nesting depth `depth`. */
+static int skip_value(jp *p, int depth) {
+  skip_ws(p);
+  int c = peek(p), is_uint;
+  uint64_t v;
+  size_t len;
+  switch (c) {
+  case -1:
+    return jfail(p, p->pos, "unexpected end of input");
+  case '{':
+  case '[':
+    return skip_container(p, depth);
+  case '"':
+    return parse_string(p, NULL, 0, &len);
+  case 't':
+    return skip_literal(p, "true");
+  case 'f':
+    return skip_literal(p, "false");
+  case 'n':
+    return skip_literal(p, "null");
+  default:
+    if (c == '-' || (c >= '0' && c <= '9'))
+      return parse_number(p, &is_uint, &v);
+    return jfail(p, p->pos, "invalid value");
+  }
+}
+
+/* Parses an object key into key[0..cap) (NUL-terminated; a longer key is
+ * cut, which no known key is) and the ':' after it. */
+static int parse_key(jp *p, char *key, size_t cap) {
+  size_t len;
+  int rc = parse_string(p, key, cap - 1, &len);
+  if (rc != WDS_OK)
+    return rc;
+  key[len < cap - 1 ? len : cap - 1] = '\0';
+  if (len >= cap - 1 || memchr(key, '\0', len))
+    key[0] = '\0'; /* matches nothing */
+  return expect(p, ':', "expected ':' after an object key");
+}
+
+/* Parses a non-negative integer value no larger than max; with allow_null,
+ * `null` is accepted and sets *is_null. */
+static int parse_count(jp *p, const char *name, uint64_t max, int allow_null,
+                       uint64_t *out, int *is_null) {
+  char msg[96];
+  skip_ws(p);
+  size_t at = p->pos;
+  *is_null = 0;
+  if (allow_null && peek(p) == 'n') {
+    *is_null = 1;
+    *out = 0;
+    return skip_literal(p, "null");
+  }
+  int is_uint = 0, c = peek(p);
+  uint64_t v = 0;
+  if (c == '-' || (c >= '0' && c <= '9')) {
+    int rc = parse_number(p, &is_uint, &v);
+    if (rc != WDS_OK)
+      return rc;
+  }
+  if (is_uint != 1 || v > max) {
+    snprintf(msg, sizeof msg, "\"%s\" must be a non-negative integer%s", name,
+             is_uint ? " (too large)" : "");
+    return jfail(p, at, msg);
+  }
+  *out = v;
+  return WDS_OK;
+}
+
+/* Returns a pointer to the local path a URL names (after file://), or NULL
+ * when it is not a local path: "-", pipe:, any scheme://. */
+static const char *local_path(const char *url) {
+  if (strcmp(url, "-") == 0 || strncmp(url, "pipe:", 5) == 0)
+    return NULL;
+  if (strncmp(url, "file://", 7) == 0) {
+    const char *p = url + 7;
+    if (strncmp(p, "localhost/", 10) == 0)
+      p += 9;
+    return p;
+  }
+  const char *p = url;
+  while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+         (*p >= '0' && *p <= '9') || *p == '+' || *p == '-' || *p == '.')
+    p++;
+  if (p > url && strncmp(p, "://", 3) == 0)
+    return NULL;
+  return url;
+}
+
+/* dir + "/" + path, lexically normalised: repeated '/' and "." components
+ * removed ("..": kept, as it depends on symlinks). Malloc'd. */
+static char *join_normalize(const char *dir, const char *path) {
+  size_t dn = dir ? strlen(dir) : 0, pn = strlen(path);
+  char *in = malloc(dn + pn + 2), *out = malloc(dn + pn + 3);
+  if (!in || !out) {
+    free(in);
+    free(out);
+    return NULL;
+  }
+  size_t n = 0;
+  if (dn && path[0] != '/') {
+    memcpy(in, dir, dn);
+    in[dn] = '/';
+    n = dn + 1;
+  }
+  memcpy(in + n, path, pn + 1);
+  size_t o = 0;
+  if (in[0] == '/')
+    out[o++] = '/';
+  for (size_t i = 0; in[i];) {
+    while (in[i] == '/')
+      i++;
+    size_t j = i;
+    while (in[j] && in[j] != '/')
+      j++;
+    if (j == i)
+      break;
+    if (!(j - i == 1 && in[i] == '.')) {
+      if (o && out[o - 1] != '/')
+        out[o++] = '/';
+      memcpy(out + o, in + i, j - i);
+      o += j - i;
+    }
+    i = j;
+  }
+  if (o == 0)
+    out[o++] = '.';
+  out[o] = '\0';
+  free(in);
+  return out;
+}
+
+/* The resolved path of an entry url: local relative paths joined to dir. */
+static char *resolve(const char *dir, const char *url) {
+  const char *lp = local_path(url);
+  if (!lp) {
+    char *s = strdup(url);
+    return s;
+  }
+  return join_normalize(lp == url ? dir : NULL, lp);
+}
+
+/* Parses one shardlist entry (an object at p->pos) into *ent. */
+static int parse_entry(jp *p, size_t i, const char *dir, wds__index_entry *ent,
+                       int depth) {
+  char msg[128], key[16];
+  size_t obj_at = p->pos;
+  int rc = WDS_OK, have_url = 0, have_n = 0, have_size = 0;
+  ent->filesize = -1;
+  if (depth > WDS__JSON_MAX_DEPTH)
+    return jfail(p, obj_at, "nesting deeper than 64 levels");
+  if ((rc = expect(p, '{', "shardlist entries must be objects")) != WDS_OK)
+    return rc;
+  skip_ws(p);
+  if (peek(p) == '}')
+    p->pos++;
+  else
+    for (;;) {
+      skip_ws(p);
+      size_t key_at = p->pos;
+      if ((rc = parse_key(p, key, sizeof key)) != WDS_OK)
+        return rc;
+      int *seen = strcmp(key, "url") == 0        ? &have_url
+                  : strcmp(key, "nsamples") == 0 ? &have_n
+                  : strcmp(key, "filesize") == 0 ? &have_size
+                                                 : NULL;
+      if (seen && *seen) {
+        snprintf(msg, sizeof msg, "duplicate key \"%s\"", key);
+        return jfail(p, key_at, msg);
+      }
+      if (seen)
+        *seen = 1;
+      if (seen == &have_url) {
+        skip_ws(p);
+        size_t at = p->pos, len;
+        if ((rc = parse_string(p, NULL, 0, &len)) != WDS_OK)
+          return rc;
+        if (len == 0)
+          return jfail(p, at, "\"url\" is empty");
+        ent->url = malloc(len + 1);
+        if (!ent->url)
+          return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
+        p->pos = at;
+        if ((rc = parse_string(p, ent->url, len, &len)) != WDS_OK)
+          return rc;
+        ent->url[len] = '\0';
+        if (strlen(ent->url) != len)
+          return jfail(p, at, "\"url\" contains a NUL character");
+        ent->path = resolve(dir, ent->url);
+        if (!ent->path)
+          return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
+      } else if (seen == &have_n) {
+        int is_null;
+        if ((rc = parse_count(p, "nsamples", UINT64_MAX, 0, &ent->nsamples,
+                              &is_null)) != WDS_OK)
+          return rc;
+      } else if (seen == &have_size) {
+        uint64_t v;
+        int is_null;
+        if ((rc = parse_count(p, "filesize", INT64_MAX, 1, &v, &is_null)) !=
+            WDS_OK)
+          return rc;
+        ent->filesize = is_null ? -1 : (int64_t)v; /* null: unknown */
+      } else if ((rc = skip_value(p, depth + 1)) != WDS_OK) {
+        return rc;
+      }
+      skip_ws(p);
+      if (peek(p) == ',') {
+        p->pos++;
+        continue;
+      }
+      if ((rc = expect(p, '}', "expected ',' or '}' in an object")) != WDS_OK)
+        return rc;
+      break;
+    }
+  if (!have_url || !have_n) {
+    snprintf(msg, sizeof msg, "shardlist[%zu] has no \"%s\"", i,
+             have_url ? "nsamples" : "url");
+    return jfail(p, obj_at, msg);
+  }
+  return WDS_OK;
+}
+
+static int parse_shardlist(jp *p, const char *dir, wds__index *ix) {
+  size_t cap = 0;
+  int rc;
+  skip_ws(p);
+  if (peek(p) != '[')
+    return jfail(p, p->pos, "\"shardlist\" must be an array");
+  p->pos++;
+  skip_ws(p);
+  if (peek(p) == ']') {
+    p->pos++;
+    return WDS_OK;
+  }
+  for (;;) {
+    wds__index_entry *grown =
+        wds__grow(ix->shards, &cap, ix->count + 1, sizeof *grown, 64);
+    if (!grown)
+      return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
+    ix->shards = grown;
+    wds__index_entry *ent = &ix->shards[ix->count++];
+    memset(ent, 0, sizeof *ent);
+    skip_ws(p);
+    if ((rc = parse_entry(p, ix->count - 1, dir, ent, 3)) != WDS_OK)
+      return rc;
+    skip_ws(p);
+    if (peek(p) == ',') {
+      p->pos++;
+      continue;
+    }
+    return expect(p, ']', "expected ',' or ']' in an array");
+  }
+}
+
+/* (key, entry) pairs: qsort has no context argument, and a global would not
+ * be thread-safe. Ties break by entry number so the order is total. */
+typedef struct keyed {
+  const char *key;
+  size_t index;
+} keyed;
+
+static int keyed_cmp(const void *a, const void *b) {
+  const keyed *x = a, *y = b;
+  int c = strcmp(x->key, y->key);
+  if (c)
+    return c;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Sorts entries by url (field 0) or path (field 1) into *perm; a repeated
+ * key is an error naming both entries. */
+static int sort_entries(wds__index *ix, int by_path, size_t **perm,
+                        wds__err *e) {
+  int rc = WDS_OK;
+  keyed *k = malloc((ix->count ? ix->count : 1) * sizeof *k);
+  *perm = malloc((ix->count ? ix->count : 1) * sizeof **perm);
+  if (!k || !*perm) {
+    rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < ix->count; i++) {
+    k[i].key = by_path ? ix->shards[i].path : ix->shards[i].url;
+    k[i].index = i;
+  }
+  qsort(k, ix->count, sizeof *k, keyed_cmp);
+  for (size_t i = 0; i < ix->count; i++) {
+    (*perm)[i] = k[i].index;
+    if (i && strcmp(k[i].key, k[i - 1].key) == 0) {
+      const wds__index_entry *a = &ix->shards[k[i - 1].index],
+                             *b = &ix->shards[k[i].index];
+      if (by_path)
+        rc = wds__fail(e, WDS_ERR_FORMAT,
+                       "shardlist[%zu] (\"%s\") and shardlist[%zu] (\"%s\") "
+                       "are the same file \"%s\"",
+                       k[i - 1].index, a->url, k[i].index, b->url, a->path);
+      else
+        rc = wds__fail(e, WDS_ERR_FORMAT,
+                       "duplicate url \"%s\" in shardlist[%zu] and "
+                       "shardlist[%zu]",
+                       a->url, k[i - 1].index, k[i].index);
+      goto done;
+    }
+  }
+done:
+  free(k);
+  return rc;
+}
+
+int wds__index_parse(const char *text, size_t size, const char *dir,
+                     wds__index *out, wds__err *e) {
+  wds__index ix = {0};
+  jp p = {(const unsigned char *)text, size, 0, e};
+  int rc = WDS_OK, have_list = 0;
+  char key[16];
+  memset(out, 0, sizeof *out);
+  if (!text && size)
+    return wds__fail(e, WDS_ERR_INVALID, "NULL index text");
+  if (!dir)
+    dir = "";
+  if ((rc = expect(&p, '{', "the index must be a JSON object")) != WDS_OK)
+    goto done;
+  skip_ws(&p);
+  if (peek(&p) == '}')
+    p.pos++;
+  else
+    for (;;) {
+      skip_ws(&p);
+      size_t key_at = p.pos;
+      if ((rc = parse_key(&p, key, sizeof key)) != WDS_OK)
+        goto done;
+      if (strcmp(key, "shardlist") == 0) {
+        if (have_list) {
+          rc = jfail(&p, key_at, "duplicate key \"shardlist\"");
+          goto done;
+        }
+        have_list = 1;
+        rc = parse_shardlist(&p, dir, &ix);
+      } else {
+        rc = skip_value(&p, 2);
+      }
+      if (rc != WDS_OK)
+        goto done;
+      skip_ws(&p);
+      if (peek(&p) == ',') {
+        p.pos++;
+        continue;
+      }
+      if ((rc = expect(&p, '}', "expected ',' or '}' in an object")) != WDS_OK)
+        goto done;
+      break;
+    }
+  skip_ws(&p);
+  if (p.pos < p.n) {
+    rc = jfail(&p, p.pos, "unexpected data after the index object");
+    goto done;
+  }
+  if (!have_list) {
+    rc = wds__fail(e, WDS_ERR_FORMAT, "no \"shardlist\" in the index");
+    goto done;
+  }
+  if ((rc = sort_entries(&ix, 0, &ix.by_url_, e)) != WDS_OK ||
+      (rc = sort_entries(&ix, 1, &ix.by_path_, e)) != WDS_OK)
+    goto done;
+  *out = ix;
+  return WDS_OK;
+done:
+  wds__index_free(&ix);
+  return rc;
+}
+
+int wds__index_load(const char *path, wds__index *out, wds__err *e) {
+  int rc = WDS_OK, fd = -1;
+  char *text = NULL, *dir = NULL;
+  memset(out, 0, sizeof *out);
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    rc = wds__fail(e, WDS_ERR_OPEN, "%s: cannot open the index: %s", path,
+                   strerror(errno));
+    goto done;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    rc =
+        wds__fail(e, WDS_ERR_OPEN, "%s: the index is not a regular file", path);
+    goto done;
+  }
+  if ((uint64_t)st.st_size > WDS__INDEX_MAX_BYTES) {
+    rc = wds__fail(e, WDS_ERR_LIMIT, "%s: the index is over %zu bytes", path,
+                   WDS__INDEX_MAX_BYTES);
+    goto done;
+  }
+  size_t size = (size_t)st.st_size, got = 0;
+  text = malloc(size ? size : 1);
+  const char *slash = strrchr(path, '/');
+  size_t dn = slash ? (size_t)(slash - path) : 0;
+  dir = malloc(dn + 2);
+  if (!text || !dir) {
+    rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  memcpy(dir, path, dn);
+  if (slash && dn == 0)
+    dir[dn++] = '/'; /* "/index.json" */
+  dir[dn] = '\0';
+  while (got < size) {
+    ssize_t n = read(fd, text + got, size - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      rc = wds__fail(e, WDS_ERR_IO, "%s: cannot read the index: %s", path,
+                     strerror(errno));
+      goto done;
+    }
+    if (n == 0)
+      break; /* shrank while reading: parse what is there */
+    got += (size_t)n;
+  }
+  rc = wds__index_parse(text, got, dir, out, e);
+  if (rc != WDS_OK)
+    wds__err_prefix(e, "%s", path);
+done:
+  if (fd >= 0)
+    close(fd);
+  free(text);
+  free(dir);
+  return rc;
+}
+
+/* Binary search of perm (sorted by url or path) for key; -1 if absent. */
+static long find(const wds__index *ix, const size_t *perm, int by_path,
+                 const char *key) {
+  size_t lo = 0, hi = ix->count;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    const wds__index_entry *m = &ix->shards[perm[mid]];
+    int c = strcmp(key, by_path ? m->path : m->url);
+    if (c == 0)
+      return (long)perm[mid];
+    if (c < 0)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return -1;
+}
+
+int wds__index_lookup(const wds__index *ix, const char *url, uint64_t *nsamples,
+                      wds__err *e) {
+  long i = -1;
+  if (!ix || !url)
+    return wds__fail(e, WDS_ERR_INVALID, "NULL index or url");
+  if (ix->count && ix->by_url_)
+    i = find(ix, ix->by_url_, 0, url);
+  if (i < 0 && ix->count && ix->by_path_) {
+    char *norm = resolve(NULL, url);
+    if (!norm)
+      return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+    i = find(ix, ix->by_path_, 1, norm);
+    free(norm);
+  }
+  if (i < 0)
+    return wds__fail(e, WDS_ERR_INVALID, "%s: not in the index", url);
+  const wds__index_entry *ent = &ix->shards[i];
+  const char *lp = local_path(url);
+  struct stat st;
+  /* A file that cannot be stat'ed is reported when the loader opens it. */
+  if (ent->filesize >= 0 && lp && stat(lp, &st) == 0 && S_ISREG(st.st_mode) &&
+      (int64_t)st.st_size != ent->filesize)
+    return wds__fail(e, WDS_ERR_CORRUPT,
+                     "%s: stale index: the shard was %" PRId64
+                     " bytes, is %" PRId64 " (re-run wds index)",
+                     url, ent->filesize, (int64_t)st.st_size);
+  *nsamples = ent->nsamples;
+  return WDS_OK;
+}
+
+void wds__index_free(wds__index *ix) {
+  if (!ix)
+    return;
+  for (size_t i = 0; i < ix->count; i++) {
+    free(ix->shards[i].url);
+    free(ix->shards[i].path);
+  }
+  free(ix->shards);
+  free(ix->by_url_);
+  free(ix->by_path_);
+  memset(ix, 0, sizeof *ix);
+}

@@ -1,0 +1,474 @@
+/* decode.c — image and integer field decoders (npy lives in npy.c).
+ *
+ * One wds__decoder per worker thread holds everything reused from image to
+ * image: the TurboJPEG handle, the decoded-image buffer, the intermediate
+ * of the horizontal resampling pass, the vertical accumulator row and the
+ * cached filter taps (unchanged between images of one size, the common
+ * case). Buffers only grow; wds__decoder_free releases them.
+ *
+ * An image is decoded in three steps: the header gives the source size; the
+ * crop plan (resize.c) says which source span maps to the output; the pixels
+ * are decoded — a JPEG at the smallest TurboJPEG scale M/8 that still leaves
+ * the span at least as large as the output (DCT-domain downscaling is much
+ * cheaper than decoding everything and filtering it away), a PNG at full
+ * size — and the span is resampled into the caller's buffer.
+ *
+ * Errors never print: TurboJPEG keeps its messages on the handle, libpng's
+ * go through our handlers (error: longjmp back with the text; warning:
+ * ignored). A JPEG that ends early ("Premature end of JPEG file") is an
+ * error; other libjpeg warnings (extraneous bytes, corrupt-data warnings
+ * that Pillow also accepts) are not. */
+#include "decode.h"
+
+#include <limits.h>
+#include <png.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+#include "resize.h"
+#include "shards/mem.h"
+
+#define WDS__MAX_PIXELS ((uint64_t)1 << 28)
+#define JMSG_LENGTH_MAX_ 200 /* libjpeg's JMSG_LENGTH_MAX */
+
+struct wds__decoder {
+  tjhandle tj;
+  uint8_t *img; /* decoded source image */
+  size_t img_cap;
+  uint8_t *tmp; /* horizontal pass output */
+  size_t tmp_cap;
+  int32_t *acc; /* vertical pass accumulator row */
+  size_t acc_cap;
+  png_bytep *rows;
+  size_t rows_cap;
+  wds__taps tx, ty;
+  uint64_t max_pixels;
+};
+
+wds__decoder *wds__decoder_new(void) {
+  wds__decoder *d = calloc(1, sizeof *d);
+  if (d)
+    d->max_pixels = WDS__MAX_PIXELS;
+  return d;
+}
+
+void wds__decoder_free(wds__decoder *d) {
+  if (!d)
+    return;
+  if (d->tj)
+    tjDestroy(d->tj);
+  free(d->img);
+  free(d->tmp);
+  free(d->acc);
+  free(d->rows);
+  wds__taps_free(&d->tx);
+  wds__taps_free(&d->ty);
+  free(d);
+}
+
+void wds__decoder_set_max_pixels(wds__decoder *d, uint64_t max_pixels) {
+  d->max_pixels = max_pixels ? max_pixels : WDS__MAX_PIXELS;
+}
+
+static int grow_bytes(uint8_t **buf, size_t *cap, size_t need) {
+  void *p = wds__grow(*buf, cap, need, 1, 4096);
+  if (!p)
+    return -1;
+  *buf = p;
+  return 0;
+}
+
+/* ---- pixel conversions (Pillow's, so that results match convert()) ---- */
+
+static inline uint8_t luma(unsigned r, unsigned g, unsigned b) {
+  /* Pillow's L24: ITU-R 601-2 luma in 16-bit fixed point, rounded */
+  return (uint8_t)((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
+}
+
+static inline uint8_t muldiv255(unsigned a, unsigned b) {
+  unsigned t = a * b + 128;
+  return (uint8_t)(((t >> 8) + t) >> 8);
+}
+
+/* In place: n pixels of in_ch channels (1 gray, 2 gray+alpha, 3 RGB,
+ * 4 RGBA or, with cmyk, Adobe-inverted CMYK) to out_ch (1 or 3); alpha is
+ * dropped, not composited. The buffer holds n * max(in_ch, out_ch) bytes;
+ * expanding conversions run backwards so nothing is overwritten early. */
+static void convert_pixels(uint8_t *p, size_t n, int in_ch, int cmyk,
+                           int out_ch) {
+  if (cmyk) {
+    for (size_t i = 0; i < n; i++) {
+      const uint8_t *s = p + 4 * i;
+      unsigned nk = s[3]; /* stored inverted: 255 - K */
+      uint8_t r = (uint8_t)(nk - muldiv255(255u - s[0], nk));
+      uint8_t g = (uint8_t)(nk - muldiv255(255u - s[1], nk));
+      uint8_t b = (uint8_t)(nk - muldiv255(255u - s[2], nk));
+      if (out_ch == 3) {
+        p[3 * i] = r;
+        p[3 * i + 1] = g;
+        p[3 * i + 2] = b;
+      } else {
+        p[i] = luma(r, g, b);
+      }
+    }
+    return;
+  }
+  if (in_ch == out_ch)
+    return;
+  if (out_ch == 3 && in_ch < 3) { /* gray (+alpha) to RGB: backwards */
+    for (size_t i = n; i-- > 0;) {
+      uint8_t v = p[(size_t)in_ch * i];
+      p[3 * i] = p[3 * i + 1] = p[3 * i + 2] = v;
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const uint8_t *s = p + (size_t)in_ch * i;
+    if (out_ch == 3) { /* RGBA to RGB */
+      uint8_t r = s[0], g = s[1], b = s[2];
+      p[3 * i] = r;
+      p[3 * i + 1] = g;
+      p[3 * i + 2] = b;
+    } else {
+      p[i] = in_ch >= 3 ? luma(s[0], s[1], s[2]) : s[0];
+    }
+  }
+}
+
+/* ---- PNG ---- */
+
+typedef struct png_ctx {
+  const uint8_t *data;
+  size_t size, off;
+  int truncated;
+  char msg[200];
+} png_ctx;
+
+static void png_read_cb(png_structp png, png_bytep out, size_t n) {
+  png_ctx *c = png_get_io_ptr(png);
+  if (n > c->size - c->off) {
+    c->truncated = 1;
+    png_error(png, "truncated data");
+  }
+  memcpy(out, c->data + c->off, n);
+  c->off += n;
+}
+
+static void png_error_cb(png_structp png, png_const_charp msg) {
+  png_ctx *c = png_get_error_ptr(png);
+  snprintf(c->msg, sizeof c->msg, "%s", msg);
+  png_longjmp(png, 1);
+}
+
+static void png_warning_cb(png_structp png, png_const_charp msg) {
+  (void)png;
+  (void)msg;
+}
+
+/* Decodes into d->img as w x h x channels (converted). */
+static int decode_png(wds__decoder *d, const uint8_t *data, size_t size,
+                      int channels, int *w_out, int *h_out, wds__err *e) {
+  png_ctx ctx = {.data = data, .size = size};
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx,
+                                           png_error_cb, png_warning_cb);
+  png_infop info = png ? png_create_info_struct(png) : NULL;
+  /* written between setjmp and longjmp, read after: volatile */
+  volatile int rc = WDS_OK;
+  if (!info) {
+    rc = wds__fail(e, WDS_ERR_NOMEM, "PNG: out of memory");
+    goto cleanup;
+  }
+  if (setjmp(png_jmpbuf(png))) {
+    if (ctx.truncated)
+      rc = wds__fail(e, WDS_ERR_TRUNCATED, "PNG: truncated data");
+    else
+      rc = wds__fail(e, WDS_ERR_FORMAT, "PNG: %s", ctx.msg);
+    goto cleanup;
+  }
+  png_set_read_fn(png, &ctx, png_read_cb);
+  png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
+  png_read_info(png, info);
+  png_uint_32 w = png_get_image_width(png, info);
+  png_uint_32 h = png_get_image_height(png, info);
+  int color = png_get_color_type(png, info);
+  int depth = png_get_bit_depth(png, info);
+  if ((uint64_t)w * h > d->max_pixels) {
+    rc = wds__fail(e, WDS_ERR_LIMIT,
+                   "PNG: %ux%u image is over the limit of %llu pixels",
+                   (unsigned)w, (unsigned)h,
+                   (unsigned long long)d->max_pixels);
+    goto cleanup;
+  }
+  if (color == PNG_COLOR_TYPE_PALETTE)
+    png_set_palette_to_rgb(png);
+  if (color == PNG_COLOR_TYPE_GRAY && depth < 8)
+    png_set_expand_gray_1_2_4_to_8(png);
+  if (depth == 16)
+    png_set_strip_16(png); /* the high byte, as Pillow unpacks 16-bit */
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  int in_ch = png_get_channels(png, info);
+  size_t rowbytes = png_get_rowbytes(png, info);
+  if (in_ch < 1 || in_ch > 4 || rowbytes != (size_t)w * (size_t)in_ch) {
+    rc = wds__fail(e, WDS_ERR_FORMAT, "PNG: unexpected row layout");
+    goto cleanup;
+  }
+  int max_ch = in_ch > channels ? in_ch : channels;
+  if (grow_bytes(&d->img, &d->img_cap, (size_t)w * h * (size_t)max_ch)) {
+    rc = wds__fail(e, WDS_ERR_NOMEM, "PNG: out of memory");
+    goto cleanup;
+  }
+  void *rows = wds__grow(d->rows, &d->rows_cap, h, sizeof *d->rows, 64);
+  if (!rows) {
+    rc = wds__fail(e, WDS_ERR_NOMEM, "PNG: out of memory");
+    goto cleanup;
+  }
+  d->rows = rows;
+  for (png_uint_32 y = 0; y < h; y++)
+    d->rows[y] = d->img + (size_t)y * rowbytes;
+  png_read_image(png, d->rows);
+  convert_pixels(d->img, (size_t)w * h, in_ch, 0, channels);
+  *w_out = (int)w;
+  *h_out = (int)h;
+cleanup:
+  if (png)
+    png_destroy_read_struct(&png, info ? &info : NULL, NULL);
+  return rc;
+}
+
+/* ---- JPEG ---- */
+
+/* Walks the marker segments up to the frame header (SOFn) and reads the
+ * image size from it. TurboJPEG 2.1 reports success with stale or zero
+ * dimensions for some truncated headers, so its answer is checked against
+ * this one. */
+static int jpeg_frame_size(const uint8_t *p, size_t n, int *w, int *h,
+                           wds__err *e) {
+  size_t i = 2;
+  for (;;) {
+    while (i < n && p[i] == 0xFF && i + 1 < n && p[i + 1] == 0xFF)
+      i++; /* fill bytes */
+    if (i + 4 > n)
+      return wds__fail(e, WDS_ERR_TRUNCATED,
+                       "JPEG: data ends before the frame header");
+    if (p[i] != 0xFF)
+      return wds__fail(e, WDS_ERR_FORMAT,
+                       "JPEG: no marker at byte %zu (0x%02x)", i, p[i]);
+    uint8_t m = p[i + 1];
+    if (m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {
+      i += 2;
+      continue;
+    }
+    if (m == 0xD9 || m == 0xDA)
+      return wds__fail(e, WDS_ERR_FORMAT,
+                       "JPEG: no frame header before marker 0x%02x", m);
+    size_t len = (size_t)p[i + 2] << 8 | p[i + 3];
+    if (len < 2)
+      return wds__fail(e, WDS_ERR_FORMAT, "JPEG: bad segment length");
+    if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+      if (i + 9 > n)
+        return wds__fail(e, WDS_ERR_TRUNCATED,
+                         "JPEG: data ends in the frame header");
+      *h = p[i + 5] << 8 | p[i + 6];
+      *w = p[i + 7] << 8 | p[i + 8];
+      return WDS_OK;
+    }
+    i += 2 + len;
+  }
+}
+
+/* tjDecompress2 failed (returned -1). TurboJPEG 2.1 returns -1 for
+ * warnings too, and its error code stays "warning" when a fatal error
+ * follows a warning; so the decode is first run with TJFLAG_STOPONWARNING
+ * (any warning stops it), and only a warning other than the data ending
+ * early is retried without the flag, accepted if nothing but that same
+ * warning comes back. */
+static int jpeg_decompress(tjhandle tj, const uint8_t *data, size_t size,
+                           uint8_t *dst, int w, int h, int pf, wds__err *e) {
+  int pitch = w * tjPixelSize[pf];
+  if (tjDecompress2(tj, data, (unsigned long)size, dst, w, pitch, h, pf,
+                    TJFLAG_STOPONWARNING) == 0)
+    return WDS_OK;
+  char first[JMSG_LENGTH_MAX_];
+  snprintf(first, sizeof first, "%s", tjGetErrorStr2(tj));
+  if (strstr(first, "Premature end"))
+    return wds__fail(e, WDS_ERR_TRUNCATED, "JPEG: %s", first);
+  if (tjGetErrorCode(tj) != TJERR_WARNING)
+    return wds__fail(e, WDS_ERR_FORMAT, "JPEG: %s", first);
+  if (tjDecompress2(tj, data, (unsigned long)size, dst, w, pitch, h, pf, 0) ==
+          0 ||
+      strcmp(tjGetErrorStr2(tj), first) == 0)
+    return WDS_OK;
+  const char *msg = tjGetErrorStr2(tj);
+  return wds__fail(e,
+                   strstr(msg, "Premature end") ? WDS_ERR_TRUNCATED
+                                                : WDS_ERR_FORMAT,
+                   "JPEG: %s", msg);
+}
+
+/* The source span of p, per axis, at decoded size dec / src: still at
+ * least as many pixels as the output? */
+static int span_fits(const wds__crop_plan *p, int src_w, int src_h, int dec_w,
+                     int dec_h, int out_w, int out_h) {
+  double sw = (p->x1 - p->x0) * dec_w / src_w * out_w / p->total_w;
+  double sh = (p->y1 - p->y0) * dec_h / src_h * out_h / p->total_h;
+  return sw >= out_w - 1e-9 && sh >= out_h - 1e-9;
+}
+
+static int decode_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
+                       const wds__image_opts *o, wds__crop_plan *plan,
+                       int *w_out, int *h_out, wds__err *e) {
+  if (!d->tj && !(d->tj = tjInitDecompress()))
+    return wds__fail(e, WDS_ERR_NOMEM, "JPEG: cannot create a decompressor");
+  int w, h, fw = 0, fh = 0, subsamp, cs, rc;
+  if (size > ULONG_MAX)
+    return wds__fail(e, WDS_ERR_LIMIT, "JPEG: too large");
+  if ((rc = jpeg_frame_size(data, size, &fw, &fh, e)) != WDS_OK)
+    return rc;
+  if (tjDecompressHeader3(d->tj, data, (unsigned long)size, &w, &h, &subsamp,
+                          &cs) != 0)
+    return wds__fail(e, WDS_ERR_FORMAT, "JPEG: %s", tjGetErrorStr2(d->tj));
+  if (w != fw || h != fh || w <= 0 || h <= 0)
+    return wds__fail(e, WDS_ERR_FORMAT, "JPEG: bad frame header (%dx%d)", fw,
+                     fh);
+  if ((uint64_t)w * (uint64_t)h > d->max_pixels)
+    return wds__fail(e, WDS_ERR_LIMIT,
+                     "JPEG: %dx%d image is over the limit of %llu pixels", w,
+                     h, (unsigned long long)d->max_pixels);
+  if (o->crop == WDS_CROP_RANDOM)
+    wds__plan_random(w, h, o->width, o->height, o->scale_min, o->scale_max,
+                     o->rng_key, plan);
+  else
+    wds__plan_center(w, h, o->width, o->height, plan);
+
+  /* the smallest scale (factors <= 1) that leaves the span large enough */
+  int nsf = 0;
+  tjscalingfactor *sf = tjGetScalingFactors(&nsf);
+  int dec_w = w, dec_h = h;
+  for (int i = 0; sf && i < nsf; i++) {
+    if (sf[i].num > sf[i].denom)
+      continue;
+    int sw = TJSCALED(w, sf[i]), sh = TJSCALED(h, sf[i]);
+    if ((int64_t)sw * sh < (int64_t)dec_w * dec_h &&
+        span_fits(plan, w, h, sw, sh, o->width, o->height)) {
+      dec_w = sw;
+      dec_h = sh;
+    }
+  }
+  int cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
+  int pf = cmyk ? TJPF_CMYK : o->channels == 1 ? TJPF_GRAY : TJPF_RGB;
+  int ps = tjPixelSize[pf];
+  if (grow_bytes(&d->img, &d->img_cap, (size_t)dec_w * dec_h * (size_t)ps))
+    return wds__fail(e, WDS_ERR_NOMEM, "JPEG: out of memory");
+  if ((rc = jpeg_decompress(d->tj, data, size, d->img, dec_w, dec_h, pf, e)) !=
+      WDS_OK)
+    return rc;
+  if (cmyk)
+    convert_pixels(d->img, (size_t)dec_w * dec_h, 4, 1, o->channels);
+  /* the plan in decoded pixels */
+  double fx = (double)dec_w / w, fy = (double)dec_h / h;
+  plan->x0 *= fx;
+  plan->x1 *= fx;
+  plan->y0 *= fy;
+  plan->y1 *= fy;
+  *w_out = dec_w;
+  *h_out = dec_h;
+  return WDS_OK;
+}
+
+/* ---- images ---- */
+
+static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a,
+                                   '\n'};
+
+int wds__decode_image(wds__decoder *d, const uint8_t *data, size_t size,
+                      const wds__image_opts *o, uint8_t *out, wds__err *e) {
+  if (o->width <= 0 || o->height <= 0 ||
+      (o->channels != 1 && o->channels != 3) ||
+      (uint64_t)o->width * (uint64_t)o->height > WDS__MAX_PIXELS)
+    return wds__fail(e, WDS_ERR_INVALID, "image: bad output %dx%dx%d",
+                     o->width, o->height, o->channels);
+  if (o->crop == WDS_CROP_RANDOM &&
+      !(o->scale_min > 0 && o->scale_min <= o->scale_max &&
+        o->scale_max <= 1))
+    return wds__fail(e, WDS_ERR_INVALID, "image: bad crop scale [%g, %g]",
+                     o->scale_min, o->scale_max);
+  wds__crop_plan plan;
+  int w = 0, h = 0, rc;
+  if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) {
+    rc = decode_jpeg(d, data, size, o, &plan, &w, &h, e);
+  } else if (size >= 8 && memcmp(data, png_sig, 8) == 0) {
+    rc = decode_png(d, data, size, o->channels, &w, &h, e);
+    if (rc == WDS_OK && o->crop == WDS_CROP_RANDOM)
+      wds__plan_random(w, h, o->width, o->height, o->scale_min, o->scale_max,
+                       o->rng_key, &plan);
+    else if (rc == WDS_OK)
+      wds__plan_center(w, h, o->width, o->height, &plan);
+  } else {
+    char hex[3 * 8 + 1] = "";
+    int at = 0;
+    for (size_t i = 0; i < size && i < 8; i++)
+      at += snprintf(hex + at, sizeof hex - (size_t)at, "%s%02x",
+                     i ? " " : "", data[i]);
+    return wds__fail(e, WDS_ERR_FORMAT,
+                     "not a JPEG or PNG image (%zu bytes, first bytes %s)",
+                     size, size ? hex : "none");
+  }
+  if (rc != WDS_OK)
+    return rc;
+  if (wds__taps_prepare(&d->tx, w, plan.x0, plan.x1, plan.total_w, plan.off_x,
+                        o->width, plan.flip) ||
+      wds__taps_prepare(&d->ty, h, plan.y0, plan.y1, plan.total_h, plan.off_y,
+                        o->height, 0))
+    return wds__fail(e, WDS_ERR_NOMEM, "image: out of memory");
+  int first, last;
+  wds__taps_span(&d->ty, &first, &last);
+  size_t row = (size_t)o->width * (size_t)o->channels;
+  if (grow_bytes(&d->tmp, &d->tmp_cap, (size_t)(last - first) * row + 1))
+    return wds__fail(e, WDS_ERR_NOMEM, "image: out of memory");
+  void *acc = wds__grow(d->acc, &d->acc_cap, row, sizeof *d->acc, 1024);
+  if (!acc)
+    return wds__fail(e, WDS_ERR_NOMEM, "image: out of memory");
+  d->acc = acc;
+  wds__resample(d->img, (size_t)w * (size_t)o->channels, o->channels, &d->tx,
+                &d->ty, d->tmp, d->acc, out);
+  return WDS_OK;
+}
+
+/* ---- int ---- */
+
+static int is_space(uint8_t c) {
+  return c == ' ' || (c >= '\t' && c <= '\r'); /* Python's bytes.isspace */
+}
+
+int wds__decode_int(const uint8_t *data, size_t size, int64_t *out,
+                    wds__err *e) {
+  size_t i = 0, n = size;
+  while (i < n && is_space(data[i]))
+    i++;
+  while (n > i && is_space(data[n - 1]))
+    n--;
+  int neg = 0;
+  if (i < n && (data[i] == '+' || data[i] == '-'))
+    neg = data[i++] == '-';
+  if (i == n)
+    return wds__fail(e, WDS_ERR_FORMAT, "int: no digits in %zu bytes", size);
+  uint64_t v = 0;
+  /* magnitude limit: 2^63 - 1, or 2^63 for a negative number */
+  uint64_t limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+  for (; i < n; i++) {
+    uint8_t c = data[i];
+    if (c < '0' || c > '9')
+      return wds__fail(e, WDS_ERR_FORMAT,
+                       "int: unexpected character 0x%02x at byte %zu", c, i);
+    unsigned digit = (unsigned)(c - '0');
+    if (v > (limit - digit) / 10)
+      return wds__fail(e, WDS_ERR_LIMIT, "int: value out of the int64 range");
+    v = v * 10 + digit;
+  }
+  *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+  return WDS_OK;
+}

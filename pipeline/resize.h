@@ -1,0 +1,68 @@
+/* resize.h — separable image resampling (Pillow's BILINEAR with support
+ * scaling) and the crop geometry of the image decoder. Internal to
+ * pipeline/. */
+#ifndef WDS_PIPELINE_RESIZE_H
+#define WDS_PIPELINE_RESIZE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Fixed-point filter taps for one axis: output i reads source pixels
+ * bounds[2i] .. bounds[2i] + bounds[2i+1] - 1 with weights
+ * taps[i * ksize ..], scaled by 2^WDS__RESIZE_BITS. Cached by key: a
+ * prepare() with the same arguments as the last one reuses the table. */
+#define WDS__RESIZE_BITS 22
+
+typedef struct wds__taps {
+  /* key of the cached table */
+  int in_size, out_total, off, count, flip;
+  double in0, in1;
+  int valid;
+  /* table */
+  int ksize;
+  int *bounds;     /* 2 * count */
+  int32_t *taps;   /* count * ksize */
+  double *work;    /* ksize doubles, scratch */
+  size_t bounds_cap, taps_cap, work_cap;
+} wds__taps;
+
+/* Taps of outputs off .. off + count - 1 of a resize of the source span
+ * [in0, in1) (of an axis in_size pixels long) to out_total pixels; flip
+ * reverses the outputs. Returns 0, or -1 when out of memory. */
+int wds__taps_prepare(wds__taps *t, int in_size, double in0, double in1,
+                      int out_total, int off, int count, int flip);
+void wds__taps_free(wds__taps *t);
+
+/* Rows of the source the vertical taps read: [*first, *last). */
+void wds__taps_span(const wds__taps *t, int *first, int *last);
+
+/* Resamples src (src_h rows of src_stride bytes, channels interleaved; 1 or
+ * 3 channels) through tx (horizontal) and ty (vertical) into out
+ * (tx->count x ty->count x channels). tmp holds (last - first) *
+ * tx->count * channels bytes (wds__taps_span of ty). */
+void wds__resample(const uint8_t *src, size_t src_stride, int channels,
+                   const wds__taps *tx, const wds__taps *ty, uint8_t *tmp,
+                   int32_t *acc, uint8_t *out);
+
+/* Where the output comes from, in source pixels, per axis: a virtual
+ * resize of [in0, in1) to out_total pixels, of which outputs off ..
+ * off + out - 1 are kept. */
+typedef struct wds__crop_plan {
+  double x0, x1, y0, y1;
+  int total_w, total_h; /* virtual resized size */
+  int off_x, off_y;
+  int flip;
+} wds__crop_plan;
+
+/* CENTER: torchvision Resize(shorter side) + CenterCrop. */
+void wds__plan_center(int src_w, int src_h, int out_w, int out_h,
+                      wds__crop_plan *p);
+
+/* RANDOM: torchvision RandomResizedCrop.get_params (scale [smin, smax],
+ * ratio [3/4, 4/3], 10 attempts, then the fallback) and a flip with
+ * probability 1/2, all drawn from key. */
+void wds__plan_random(int src_w, int src_h, int out_w, int out_h,
+                      double smin, double smax, uint64_t key,
+                      wds__crop_plan *p);
+
+#endif

@@ -1,0 +1,433 @@
+#!/usr/bin/env bash
+# Tool test: `wds batches` (and `wds bench` with loader options).
+#
+# Shards are made at test time with `wds synth` (5 shards x 7 samples, keys
+# sample000000000..034, fields .bin/.cls/.json) and, for images, with Python
+# (PIL) into a tar. Checks, with the exact counts the loader's contract
+# (include/wds/loader.h) gives:
+#   * plain mode: ceil(35/B) lines per epoch, every key once, --epochs;
+#   * exact mode over W ranks: the same line count on every rank; the keys
+#     of all ranks are all 35 keys, with W*ceil(35/W) - 35 repeats (padding),
+#     or W*floor(35/W) distinct keys with --drop-last; --last-batch pad
+#     fills rows marked invalid; --index gives the same batches as the
+#     counting pass, a stale index is an error;
+#   * resampled mode: ceil(S/B) lines per rank, S rows;
+#   * the output is the same in two runs and with other --prefetch values;
+#     another --seed changes it;
+#   * --resume-at K (with --epoch) prints exactly the lines after the first K
+#     of an uninterrupted run;
+#   * --save writes .npy files numpy loads with the right shapes and values
+#     (compared with the tar members), bytes fields with offsets;
+#   * bad flags exit 2 naming the flag; a missing shard exits 1 naming it;
+#   * `wds bench` with loader options reports the same batch count.
+#
+# Usage: batches.sh WDS_BINARY [SHARED_TESTDATA]   (the second is unused)
+# Prints `ok NAME` / `FAIL NAME` per check and a final `N passed, N failed`.
+# Set WDS_TEST_KEEP=1 to keep the temporary directory.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+wds_test_setup batches "timeout cmp" "$@"
+"$PYTHON3" -c 'import numpy' 2>/dev/null ||
+  die "$PYTHON3 has no numpy (apt-get install python3-numpy)"
+"$PYTHON3" -c 'import PIL' 2>/dev/null ||
+  die "$PYTHON3 has no PIL (apt-get install python3-pil)"
+
+ok() { echo "ok $1"; passed=$((passed + 1)); }
+bad() {
+  echo "FAIL $1"
+  shift
+  local line
+  for line in "$@"; do printf '    %s\n' "$line"; done
+  failed=$((failed + 1))
+}
+# check NAME CONDITION-COMMAND...: ok when the command succeeds.
+check() {
+  local name=$1
+  shift
+  if "$@"; then ok "$name"; else bad "$name" "failed: $*"; fi
+}
+
+# run OUT ARGS...: `wds batches ARGS` into OUT.txt / OUT.err, status in RC.
+RC=0
+run() {
+  local out=$1
+  shift
+  RC=0
+  timeout 120 "$WDS" batches "$@" >"$out.txt" 2>"$out.err" || RC=$?
+}
+# run_ok NAME OUT ARGS...: as run, and a failure (status != 0) is reported.
+run_ok() {
+  local name=$1
+  shift
+  run "$@"
+  if ((RC != 0)); then
+    bad "$name" "exit status $RC: wds batches ${*:2}" "stderr: $(head -c 600 "$1.err")"
+    return 1
+  fi
+}
+# py SCRIPT ARGS...: runs Python; its stdout is the check's message, and a
+# non-zero exit fails the check.
+py_check() {
+  local name=$1 script=$2 msg
+  shift 2
+  if msg=$("$PYTHON3" -c "$script" "$@" 2>&1); then ok "$name"; else bad "$name" "$msg"; fi
+}
+
+# ---------------------------------------------------------------- fixtures
+"$WDS" synth --shards 5 --samples 7 --size 32 --seed 3 'd-%02d.tar' >/dev/null ||
+  die "wds synth failed"
+SPEC='d-{00..04}.tar'
+N=35
+"$PYTHON3" - <<'EOF' || die "cannot make the image shard"
+import io, tarfile
+from PIL import Image
+with tarfile.open("img.tar", "w", format=tarfile.GNU_FORMAT) as t:
+    for k, (w, h) in enumerate([(40, 30), (32, 32), (17, 50), (64, 20), (33, 33)]):
+        img = Image.new("RGB", (w, h), (10 * k, 100, 200))
+        buf = io.BytesIO()
+        img.save(buf, format="PNG")
+        for name, data in ((f"im{k:03d}.png", buf.getvalue()),
+                           (f"im{k:03d}.cls", str(k).encode())):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            ti.mtime = 1700000000
+            t.addfile(ti, io.BytesIO(data))
+EOF
+
+# Checks on a batches output (text): lines, keys, duplicates.
+STATS='
+import sys, collections
+lines = [l.split() for l in open(sys.argv[1])]
+keys = [k for l in lines for k in l[2:]]
+print(len(lines), len(keys), len(set(keys)))
+'
+stats() { "$PYTHON3" -c "$STATS" "$1"; }
+all_keys() { for ((k = 0; k < N; k++)); do printf 'sample%09d\n' "$k"; done; }
+all_keys >all.keys
+# keys_of FILES...: the sorted distinct keys of batches outputs.
+keys_of() { cat "$@" | cut -d' ' -f3- | tr ' ' '\n' | sort -u; }
+
+# ------------------------------------------------------------- plain mode
+if run_ok plain plain "$SPEC" --decode cls --batch-size 4 --epochs 2; then
+  read -r lines nkeys ndistinct < <(stats plain.txt)
+  check plain_lines test "$lines" -eq 18 # 2 epochs x ceil(35/4)
+  check plain_rows test "$nkeys" -eq 70
+  check plain_each_key_once_per_epoch \
+    cmp -s <(grep '^0 ' plain.txt | cut -d' ' -f3- | tr ' ' '\n' | sort) all.keys
+  check plain_epochs_numbered test "$(cut -d' ' -f1 plain.txt | uniq -c | awk '{print $2":"$1}' | tr '\n' ' ')" = "0:9 1:9 "
+  check plain_batch_index test "$(grep '^1 ' plain.txt | cut -d' ' -f2 | tr '\n' ' ')" = "0 1 2 3 4 5 6 7 8 "
+  check plain_last_batch_size test "$(grep '^0 8 ' plain.txt | wc -w)" -eq $((2 + 3))
+fi
+if run_ok plain_drop plain_drop "$SPEC" --decode cls --batch-size 4 --last-batch drop; then
+  check plain_drop_lines test "$(wc -l <plain_drop.txt)" -eq 8
+fi
+
+# ------------------------------------------------------------- exact mode
+# exact_case NAME WORLD BATCH EXTRA...: checks one configuration over all ranks.
+# Per rank: ceil(N/W) samples (padded), or floor(N/W) with --drop-last; then
+# batches: keep (a smaller last one), drop (no partial one) or pad (filled).
+exact_case() {
+  local name=$1 world=$2 batch=$3 r
+  shift 3
+  local tail_drop=0 how=keep args=("$@") i
+  for ((i = 0; i < ${#args[@]}; i++)); do
+    case ${args[i]} in
+    --drop-last) tail_drop=1 && [[ $how == keep ]] && how=drop ;;
+    --last-batch) how=${args[i + 1]} ;;
+    esac
+  done
+  local per_rank lines_want rows_per_rank
+  if ((tail_drop)); then per_rank=$((N / world)); else per_rank=$(((N + world - 1) / world)); fi
+  case $how in
+  keep) lines_want=$(((per_rank + batch - 1) / batch)) rows_per_rank=$per_rank ;;
+  drop) lines_want=$((per_rank / batch)) rows_per_rank=$((lines_want * batch)) ;;
+  pad) lines_want=$(((per_rank + batch - 1) / batch)) rows_per_rank=$((lines_want * batch)) ;;
+  esac
+  local files=() lines
+  for ((r = 0; r < world; r++)); do
+    run_ok "$name" "$name.r$r" "$SPEC" --decode cls --mode exact --batch-size "$batch" \
+      --rank "$r" --world "$world" --seed 5 --shuffle-buffer 6 "$@" || return
+    files+=("$name.r$r.txt")
+    lines=$(wc -l <"$name.r$r.txt")
+    if ((lines != lines_want)); then
+      bad "$name" "rank $r: $lines lines, want $lines_want"
+      return
+    fi
+  done
+  local nkeys ndistinct
+  cat "${files[@]}" >"$name.all"
+  read -r _ nkeys ndistinct < <(stats "$name.all")
+  if ((nkeys != rows_per_rank * world)); then
+    bad "$name" "$nkeys rows over the ranks, want $((rows_per_rank * world))"
+    return
+  fi
+  if [[ -n $(keys_of "${files[@]}" | comm -23 - all.keys) ]]; then
+    bad "$name" "keys that are not in the shards"
+    return
+  fi
+  if ((tail_drop)) && [[ $how != pad ]] && ((ndistinct != nkeys)); then
+    bad "$name" "$((nkeys - ndistinct)) repeated keys, want none (tail dropped)"
+    return
+  fi
+  if ((!tail_drop)) && [[ $how == keep ]]; then
+    # All keys, and W * ceil(N/W) - N padding repeats.
+    if ! cmp -s <(keys_of "${files[@]}") all.keys; then
+      bad "$name" "the keys of all ranks are not the $N keys of the shards"
+      return
+    fi
+    if ((nkeys - ndistinct != per_rank * world - N)); then
+      bad "$name" "$((nkeys - ndistinct)) repeated keys, want $((per_rank * world - N)) (padding)"
+      return
+    fi
+  fi
+  ok "$name"
+}
+exact_case exact_w1 1 4
+exact_case exact_w3 3 5
+exact_case exact_w4 4 4
+exact_case exact_w6 6 2
+exact_case exact_w3_drop_last 3 4 --drop-last
+exact_case exact_w4_drop_last 4 3 --drop-last
+exact_case exact_w3_last_batch_drop 3 5 --last-batch drop --no-shard-shuffle
+exact_case exact_w4_drop_last_pad 4 3 --drop-last --last-batch pad
+exact_case exact_w2_pad 2 4 --last-batch pad
+
+# --last-batch pad: full batches, the fill rows marked invalid.
+if run_ok exact_pad pad "$SPEC" --decode cls --mode exact --batch-size 5 --world 3 --rank 1 \
+  --last-batch pad --json; then
+  py_check exact_pad_valid '
+import json, sys
+b = [json.loads(l) for l in open(sys.argv[1])]
+assert len(b) == 3, f"{len(b)} batches, want 3"
+assert all(len(x["keys"]) == 5 == len(x["valid"]) for x in b), b
+v = [x["valid"] for x in b]
+assert v[0] == v[1] == [1] * 5 and v[2] == [1, 1, 0, 0, 0], v
+assert b[2]["keys"][2:] == b[2]["keys"][:3], b[2]["keys"]
+' pad.txt
+fi
+
+# --index: the same batches as the counting pass; a stale index is an error.
+"$PYTHON3" - <<'EOF' || die "cannot write the index"
+import json, os
+shards = [{"url": f"d-{i:02d}.tar", "nsamples": 7,
+           "filesize": os.path.getsize(f"d-{i:02d}.tar")} for i in range(5)]
+json.dump({"wids_version": 1, "shardlist": shards}, open("index.json", "w"))
+shards[3]["filesize"] += 512
+json.dump({"wids_version": 1, "shardlist": shards}, open("stale.json", "w"))
+EOF
+if run_ok index_count counted "$SPEC" --decode cls --mode exact --batch-size 4 --world 2 --rank 1 &&
+  run_ok index_file indexed "$SPEC" --decode cls --mode exact --batch-size 4 --world 2 --rank 1 \
+    --index index.json; then
+  check index_same_batches cmp -s counted.txt indexed.txt
+fi
+run stale "$SPEC" --decode cls --mode exact --batch-size 4 --index stale.json
+check stale_index_fails test "$RC" -eq 1
+check stale_index_message grep -q 'stale index' stale.err
+check stale_index_names_shard grep -q 'd-03.tar' stale.err
+
+# --------------------------------------------------------- resampled mode
+for world in 1 2; do
+  for ((r = 0; r < world; r++)); do
+    if run_ok "resampled_w${world}_r$r" res "$SPEC" --decode cls --mode resampled \
+      --samples-per-epoch 17 --batch-size 4 --rank "$r" --world "$world" --epochs 2; then
+      read -r lines nkeys _ < <(stats res.txt)
+      check "resampled_w${world}_r${r}_lines" test "$lines" -eq 10 # 2 x ceil(17/4)
+      check "resampled_w${world}_r${r}_rows" test "$nkeys" -eq 34
+      check "resampled_w${world}_r${r}_known_keys" \
+        test -z "$(keys_of res.txt | comm -23 - all.keys)"
+    fi
+  done
+done
+
+# ------------------------------------------------------------ determinism
+EX=("$SPEC" --decode cls --mode exact --batch-size 3 --world 2 --rank 0 --seed 11
+  --shuffle-buffer 8 --workers 3)
+ARGS=("${EX[@]}" --epochs 3)
+if run_ok det_a det_a "${ARGS[@]}" && run_ok det_b det_b "${ARGS[@]}"; then
+  check same_output_twice cmp -s det_a.txt det_b.txt
+  for p in 2 3 7; do
+    run_ok "prefetch_$p" "det_p$p" "${ARGS[@]}" --prefetch "$p" &&
+      check "same_output_prefetch_$p" cmp -s det_a.txt "det_p$p.txt"
+  done
+  run_ok other_seed det_seed "${ARGS[@]}" --seed 12 &&
+    check other_seed_other_order bash -c '! cmp -s det_a.txt det_seed.txt'
+  # The epochs differ from each other (reshuffled per epoch).
+  check epochs_reshuffled bash -c \
+    '! cmp -s <(grep "^0 " det_a.txt | cut -d" " -f2-) <(grep "^1 " det_a.txt | cut -d" " -f2-)'
+fi
+RBASE=("$SPEC" --decode cls --mode resampled --samples-per-epoch 23 --batch-size 4 --seed 2
+  --shuffle-buffer 5)
+RARGS=("${RBASE[@]}" --epochs 2)
+if run_ok det_res_a det_ra "${RARGS[@]}" && run_ok det_res_b det_rb "${RARGS[@]}" --prefetch 2; then
+  check same_output_resampled cmp -s det_ra.txt det_rb.txt
+fi
+
+# ------------------------------------------------------------------ resume
+# full.txt: 3 epochs uninterrupted; resuming at (epoch e, batch k) must print
+# exactly the lines that follow.
+resume_case() {
+  local name=$1 full=$2 epoch=$3 k=$4 epochs=$5
+  shift 5
+  run_ok "$name" "$name" "$@" --epoch "$epoch" --resume-at "$k" --epochs "$epochs" || return
+  local skip
+  skip=$(awk -v e="$epoch" '$1 < e' "$full" | wc -l)
+  skip=$((skip + k))
+  if cmp -s <(tail -n +$((skip + 1)) "$full" | awk -v e="$epoch" -v n="$epochs" '$1 < e + n') "$name.txt"; then
+    ok "$name"
+  else
+    bad "$name" "resumed output differs from the uninterrupted run after line $skip" \
+      "$(diff <(tail -n +$((skip + 1)) "$full") "$name.txt" | head -5)"
+  fi
+}
+if run_ok resume_full full "${ARGS[@]}"; then
+  resume_case resume_e0_k0 full.txt 0 0 3 "${EX[@]}"
+  resume_case resume_e0_k1 full.txt 0 1 3 "${EX[@]}"
+  resume_case resume_e0_k4 full.txt 0 4 2 "${EX[@]}"
+  resume_case resume_e1_k2 full.txt 1 2 2 "${EX[@]}"
+  resume_case resume_e2_k5 full.txt 2 5 1 "${EX[@]}"
+  # At the end of an epoch: nothing left of it, the next one follows.
+  resume_case resume_e0_end full.txt 0 "$(grep -c '^0 ' full.txt)" 2 "${EX[@]}"
+fi
+if run_ok resume_res_full full_res "${RARGS[@]}"; then
+  resume_case resume_resampled_e0 full_res.txt 0 3 2 "${RBASE[@]}"
+  resume_case resume_resampled_e1 full_res.txt 1 4 1 "${RBASE[@]}"
+fi
+
+# -------------------------------------------------------------------- save
+if run_ok save save "$SPEC" --decode 'cls,bin:bytes,json;txt' --batch-size 4 --mode exact \
+  --world 2 --rank 1 --json --save saved; then
+  py_check save_npy '
+import json, os, sys, tarfile
+import numpy as np
+members = {}
+for i in range(5):
+    with tarfile.open(f"d-{i:02d}.tar") as t:
+        for m in t.getmembers():
+            members[m.name] = t.extractfile(m).read()
+batches = [json.loads(l) for l in open(sys.argv[1])]
+assert len(batches) == 5, f"{len(batches)} batches, want ceil(18/4) = 5"
+files = set(os.listdir("saved"))
+want = set()
+for b in batches:
+    stem = "saved/e%d-b%06d" % (b["epoch"], b["batch"])
+    keys, n = b["keys"], len(b["keys"])
+    cls = np.load(stem + ".cls.npy")
+    assert cls.shape == (n,) and cls.dtype == np.int64, (stem, cls.shape, cls.dtype)
+    assert list(cls) == [int(members[k + ".cls"]) for k in keys], (stem, cls)
+    for field in ("bin", "json_txt"):
+        ext = field.split("_")[0]
+        data = np.load(f"{stem}.{field}.npy")
+        off = np.load(f"{stem}.{field}.offsets.npy")
+        assert data.dtype == np.uint8 and data.ndim == 1, (field, data.dtype)
+        assert off.dtype == np.uint64 and off.shape == (n + 1,), (field, off.shape)
+        assert off[0] == 0 and off[-1] == data.size, (field, off)
+        for i, k in enumerate(keys):
+            assert data[off[i]:off[i + 1]].tobytes() == members[f"{k}.{ext}"], (stem, field, k)
+        want |= {os.path.basename(f"{stem}.{field}.npy"),
+                 os.path.basename(f"{stem}.{field}.offsets.npy")}
+    want.add(os.path.basename(stem + ".cls.npy"))
+assert files == want, sorted(files ^ want)
+' save.txt
+fi
+
+# Images: decoded, resized to the requested size, NHWC uint8.
+if run_ok save_images img img.tar --decode 'png:rgb:24x16,cls' --batch-size 2 --save imgs \
+  --last-batch pad --workers 1; then
+  py_check save_images_npy '
+import numpy as np
+b = [np.load(f"imgs/e0-b{i:06d}.png.npy") for i in range(3)]
+assert all(x.shape == (2, 16, 24, 3) and x.dtype == np.uint8 for x in b), [x.shape for x in b]
+cls = np.concatenate([np.load(f"imgs/e0-b{i:06d}.cls.npy") for i in range(3)])
+assert list(cls[:5]) == [0, 1, 2, 3, 4], cls
+# The fill colour (10k, 100, 200) survives resizing in the centre.
+for i in range(5):
+    px = b[i // 2][i % 2][8, 12]
+    assert abs(int(px[0]) - 10 * i) <= 2 and abs(int(px[1]) - 100) <= 2, (i, px)
+'
+fi
+
+# Keys with blanks and backslashes: \xHH in the text output, as they are in
+# --json.
+"$PYTHON3" - <<'EOF' || die "cannot make the key shard"
+import io, tarfile
+with tarfile.open("keys.tar", "w", format=tarfile.GNU_FORMAT) as t:
+    for i, key in enumerate(["has space", "back\\slash", "tab\there", "caf\u00e9"]):
+        data = str(i).encode()
+        ti = tarfile.TarInfo(key + ".cls")
+        ti.size = len(data)
+        t.addfile(ti, io.BytesIO(data))
+EOF
+if run_ok keys_text keys keys.tar --decode cls --batch-size 4 --workers 1 &&
+  run_ok keys_json keys_json keys.tar --decode cls --batch-size 4 --workers 1 --json; then
+  check keys_escaped_text test "$(cat keys.txt)" = '0 0 has\x20space back\x5cslash tab\x09here café'
+  py_check keys_json_strings '
+import json, sys
+b = json.loads(open(sys.argv[1]).read())
+assert b["keys"] == ["has space", "back\\slash", "tab\there", "caf\u00e9"], b
+' keys_json.txt
+fi
+
+# ------------------------------------------------------------- bad usage
+# usage_case NAME FLAG-FRAGMENT ARGS...: exit 2 and a message naming the flag.
+usage_case() {
+  local name=$1 frag=$2
+  shift 2
+  run "usage_$name" "$@"
+  if ((RC == 2)) && grep -q -- "$frag" "usage_$name.err"; then
+    ok "usage_$name"
+  else
+    bad "usage_$name" "exit status $RC (want 2), stderr: $(head -c 300 "usage_$name.err")" \
+      "want the message to mention '$frag'"
+  fi
+}
+usage_case no_spec SPEC --decode cls
+usage_case no_decode --decode "$SPEC"
+usage_case bad_decode 'unknown option "zz"' "$SPEC" --decode cls:zz
+usage_case batch_zero --batch-size "$SPEC" --decode cls --batch-size 0
+usage_case batch_text --batch-size "$SPEC" --decode cls --batch-size four
+usage_case batch_negative --batch-size "$SPEC" --decode cls --batch-size -1
+usage_case mode --mode "$SPEC" --decode cls --mode exactly
+usage_case last_batch --last-batch "$SPEC" --decode cls --last-batch fill
+usage_case crop --crop "$SPEC" --decode cls --crop middle
+usage_case on_error --on-error "$SPEC" --decode cls --on-error ignore
+usage_case rank_world --rank "$SPEC" --decode cls --rank 2 --world 2
+usage_case world_zero --world "$SPEC" --decode cls --world 0
+usage_case resampled_needs_count --samples-per-epoch "$SPEC" --decode cls --mode resampled
+usage_case epochs_zero --epochs "$SPEC" --decode cls --epochs 0
+usage_case prefetch_one --prefetch "$SPEC" --decode cls --prefetch 1
+usage_case max_sample_bytes --max-sample-bytes "$SPEC" --decode cls --max-sample-bytes 12Q
+usage_case unknown_flag frobnicate "$SPEC" --decode cls --frobnicate
+usage_case seed_overflow --seed "$SPEC" --decode cls --seed 99999999999999999999999
+
+# ---------------------------------------------------------- missing shard
+for mode in plain exact; do
+  run "missing_$mode" 'd-00.tar' 'nope-1.tar' --decode cls --mode "$mode" --workers 2
+  if ((RC == 1)) && grep -q 'nope-1.tar' "missing_$mode.err" &&
+    grep -q '^wds batches: ' "missing_$mode.err"; then
+    ok "missing_shard_$mode"
+  else
+    bad "missing_shard_$mode" "exit status $RC (want 1), stderr: $(head -c 300 "missing_$mode.err")"
+  fi
+done
+
+# ------------------------------------------------------------------ bench
+RC=0
+timeout 120 "$WDS" bench --json "$SPEC" --decode cls --mode exact --batch-size 4 --world 2 --rank 0 \
+  --epochs 2 >bench.json 2>bench.err || RC=$?
+if ((RC == 0)); then
+  py_check bench_loader_json '
+import json, sys
+b = json.load(open(sys.argv[1]))
+assert b["batches"] == 10 and b["samples"] == 36, b
+assert b["samples_per_s"] > 0 and b["peak_rss_mb"] > 0, b
+assert set(b["stages"]) == {"read", "shuffle", "decode", "batch", "wait"}, b
+' bench.json
+else
+  bad bench_loader_json "exit status $RC: $(head -c 300 bench.err)"
+fi
+RC=0
+timeout 60 "$WDS" bench "$SPEC" --batch-size 4 >bench2.txt 2>bench2.err || RC=$?
+check bench_loader_needs_decode test "$RC" -eq 2
+check bench_reader_still_works bash -c "'$WDS' bench '$SPEC' | grep -q 'samples 35'"
+
+echo "$passed passed, $failed failed"
+((failed == 0))

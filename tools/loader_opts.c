@@ -1,0 +1,407 @@
+/* loader_opts.c — parses the loader options shared by `wds batches` and
+ * `wds bench` into a wds_loader_config (see loader_opts.h).
+ *
+ * Values are checked here, with messages naming the flag; what depends on
+ * several flags (resampled mode needs --samples-per-epoch, rank < world) is
+ * checked in tool_loader_opts_finish, so the order of flags never matters:
+ * --last-batch overrides --drop-last's choice whichever comes first. The
+ * loader checks the config again when it opens. */
+#include "loader_opts.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+enum {
+  OPT_RANK = TOOL_LOADER_OPT_BASE,
+  OPT_WORLD,
+  OPT_WORKERS,
+  OPT_SEED,
+  OPT_EPOCH,
+  OPT_EPOCHS,
+  OPT_MODE,
+  OPT_SAMPLES_PER_EPOCH,
+  OPT_BATCH_SIZE,
+  OPT_DROP_LAST,
+  OPT_LAST_BATCH,
+  OPT_SHUFFLE_BUFFER,
+  OPT_SHUFFLE_INITIAL,
+  OPT_NO_SHARD_SHUFFLE,
+  OPT_DECODE,
+  OPT_IMAGE_SIZE,
+  OPT_CROP,
+  OPT_PREFETCH,
+  OPT_ON_ERROR,
+  OPT_INDEX,
+  OPT_RESUME_AT,
+  OPT_MAX_SAMPLE_BYTES
+};
+
+static const struct option loader_options[] = {
+    {"rank", required_argument, 0, OPT_RANK},
+    {"world", required_argument, 0, OPT_WORLD},
+    {"workers", required_argument, 0, OPT_WORKERS},
+    {"seed", required_argument, 0, OPT_SEED},
+    {"epoch", required_argument, 0, OPT_EPOCH},
+    {"epochs", required_argument, 0, OPT_EPOCHS},
+    {"mode", required_argument, 0, OPT_MODE},
+    {"samples-per-epoch", required_argument, 0, OPT_SAMPLES_PER_EPOCH},
+    {"batch-size", required_argument, 0, OPT_BATCH_SIZE},
+    {"drop-last", no_argument, 0, OPT_DROP_LAST},
+    {"last-batch", required_argument, 0, OPT_LAST_BATCH},
+    {"shuffle-buffer", required_argument, 0, OPT_SHUFFLE_BUFFER},
+    {"shuffle-initial", required_argument, 0, OPT_SHUFFLE_INITIAL},
+    {"no-shard-shuffle", no_argument, 0, OPT_NO_SHARD_SHUFFLE},
+    {"decode", required_argument, 0, OPT_DECODE},
+    {"image-size", required_argument, 0, OPT_IMAGE_SIZE},
+    {"crop", required_argument, 0, OPT_CROP},
+    {"prefetch", required_argument, 0, OPT_PREFETCH},
+    {"on-error", required_argument, 0, OPT_ON_ERROR},
+    {"index", required_argument, 0, OPT_INDEX},
+    {"resume-at", required_argument, 0, OPT_RESUME_AT},
+    {"max-sample-bytes", required_argument, 0, OPT_MAX_SAMPLE_BYTES},
+};
+
+#define NLOADER (sizeof loader_options / sizeof *loader_options)
+
+void tool_loader_opts_init(tool_loader_opts *o) {
+  static const wds_loader_config init = WDS_LOADER_CONFIG_INIT;
+  memset(o, 0, sizeof *o);
+  o->cfg = init;
+  o->epochs = 1;
+}
+
+int tool_loader_options(const struct option *own, struct option *out,
+                        size_t cap) {
+  size_t n = 0;
+  while (own && own[n].name)
+    n++;
+  if (n + NLOADER + 1 > cap)
+    return -1;
+  memcpy(out, own, n * sizeof *out);
+  memcpy(out + n, loader_options, sizeof loader_options);
+  memset(out + n + NLOADER, 0, sizeof *out);
+  return 0;
+}
+
+static const char *flag_name(int c) {
+  for (size_t i = 0; i < NLOADER; i++)
+    if (loader_options[i].val == c)
+      return loader_options[i].name;
+  return "?";
+}
+
+/* Decimal in [min, max]; prints the error and returns -1 otherwise. */
+static int num(const char *cmd, int c, const char *arg, uint64_t min,
+               uint64_t max, uint64_t *out) {
+  uint64_t v;
+  if (tool_parse_u64(arg, &v) != 0 || v < min || v > max) {
+    if (max == UINT64_MAX)
+      fprintf(stderr,
+              "wds %s: --%s needs a whole number of at least %llu, not "
+              "\"%s\"\n",
+              cmd, flag_name(c), (unsigned long long)min, arg);
+    else
+      fprintf(stderr,
+              "wds %s: --%s needs a whole number in %llu..%llu, "
+              "not \"%s\"\n",
+              cmd, flag_name(c), (unsigned long long)min,
+              (unsigned long long)max, arg);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* A byte count: digits with an optional K, M or G suffix (powers of 1024). */
+static int bytes(const char *cmd, int c, const char *arg, size_t *out) {
+  size_t n = strlen(arg), shift = 0;
+  char digits[32];
+  if (n > 0 && n < sizeof digits) {
+    char last = arg[n - 1];
+    shift = last == 'K' || last == 'k'   ? 10
+            : last == 'M' || last == 'm' ? 20
+            : last == 'G' || last == 'g' ? 30
+                                         : 0;
+    memcpy(digits, arg, n + 1);
+    if (shift)
+      digits[n - 1] = '\0';
+    uint64_t v;
+    if (tool_parse_u64(digits, &v) == 0 && v >= 1 &&
+        v <= (uint64_t)SIZE_MAX >> shift) {
+      *out = (size_t)(v << shift);
+      return 0;
+    }
+  }
+  fprintf(stderr,
+          "wds %s: --%s needs a size in bytes (optionally with K, M or G), "
+          "not \"%s\"\n",
+          cmd, flag_name(c), arg);
+  return -1;
+}
+
+/* Index of arg in words (NULL-terminated), or -1 after printing the error. */
+static int word(const char *cmd, int c, const char *arg,
+                const char *const *words) {
+  for (int i = 0; words[i]; i++)
+    if (strcmp(arg, words[i]) == 0)
+      return i;
+  fprintf(stderr, "wds %s: --%s must be ", cmd, flag_name(c));
+  for (int i = 0; words[i]; i++)
+    fprintf(stderr, "%s%s", i ? (words[i + 1] ? ", " : " or ") : "", words[i]);
+  fprintf(stderr, ", not \"%s\"\n", arg);
+  return -1;
+}
+
+int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
+                    const char *cmd) {
+  static const char *const modes[] = {"plain", "exact", "resampled", NULL};
+  static const char *const lasts[] = {"keep", "drop", "pad", NULL};
+  static const char *const crops[] = {"center", "random", NULL};
+  static const char *const policies[] = {"stop", "skip", NULL};
+  wds_loader_config *cfg = &o->cfg;
+  uint64_t v = 0;
+  int w;
+  if (c < TOOL_LOADER_OPT_BASE || c >= TOOL_LOADER_OPT_BASE + (int)NLOADER)
+    return 0;
+  o->given = 1;
+  switch (c) {
+  case OPT_RANK:
+    if (num(cmd, c, arg, 0, 1 << 20, &v))
+      return -1;
+    cfg->rank = (int)v;
+    break;
+  case OPT_WORLD:
+    if (num(cmd, c, arg, 1, 1 << 20, &v))
+      return -1;
+    cfg->world_size = (int)v;
+    break;
+  case OPT_WORKERS:
+    if (num(cmd, c, arg, 1, 1024, &v))
+      return -1;
+    cfg->workers = (int)v;
+    break;
+  case OPT_SEED:
+    if (num(cmd, c, arg, 0, UINT64_MAX, &cfg->seed))
+      return -1;
+    break;
+  case OPT_EPOCH:
+    if (num(cmd, c, arg, 0, UINT64_MAX, &cfg->epoch))
+      return -1;
+    break;
+  case OPT_EPOCHS:
+    if (num(cmd, c, arg, 1, UINT64_MAX, &o->epochs))
+      return -1;
+    break;
+  case OPT_MODE:
+    if ((w = word(cmd, c, arg, modes)) < 0)
+      return -1;
+    cfg->mode = w == 0   ? WDS_MODE_PLAIN
+                : w == 1 ? WDS_MODE_EXACT
+                         : WDS_MODE_RESAMPLED;
+    break;
+  case OPT_SAMPLES_PER_EPOCH:
+    if (num(cmd, c, arg, 1, UINT64_MAX, &cfg->samples_per_epoch))
+      return -1;
+    break;
+  case OPT_BATCH_SIZE:
+    if (num(cmd, c, arg, 1, (uint64_t)1 << 24, &v))
+      return -1;
+    cfg->batch_size = (size_t)v;
+    break;
+  case OPT_DROP_LAST:
+    /* As torch users pass drop_last to DistributedSampler and DataLoader. */
+    cfg->drop_last = 1;
+    o->drop_last_given = 1;
+    break;
+  case OPT_LAST_BATCH:
+    if ((w = word(cmd, c, arg, lasts)) < 0)
+      return -1;
+    o->last_batch = w == 0   ? WDS_LAST_KEEP
+                    : w == 1 ? WDS_LAST_DROP
+                             : WDS_LAST_PAD;
+    o->last_batch_given = 1;
+    break;
+  case OPT_SHUFFLE_BUFFER:
+  case OPT_SHUFFLE_INITIAL:
+    if (num(cmd, c, arg, 0, (uint64_t)1 << 32, &v))
+      return -1;
+    if (c == OPT_SHUFFLE_BUFFER)
+      cfg->shuffle_buffer = (size_t)v;
+    else
+      cfg->shuffle_initial = (size_t)v;
+    break;
+  case OPT_NO_SHARD_SHUFFLE:
+    cfg->shard_shuffle = 0;
+    break;
+  case OPT_DECODE:
+    o->decode = arg;
+    break;
+  case OPT_IMAGE_SIZE:
+    if (num(cmd, c, arg, 1, 65536, &v))
+      return -1;
+    cfg->image_size = (int)v;
+    break;
+  case OPT_CROP:
+    if ((w = word(cmd, c, arg, crops)) < 0)
+      return -1;
+    cfg->crop = w == 0 ? WDS_CROP_CENTER : WDS_CROP_RANDOM;
+    break;
+  case OPT_PREFETCH:
+    /* The pool needs a slot being filled and one held by the caller. */
+    if (num(cmd, c, arg, 2, 1024, &v))
+      return -1;
+    cfg->prefetch_batches = (size_t)v;
+    break;
+  case OPT_ON_ERROR:
+    if ((w = word(cmd, c, arg, policies)) < 0)
+      return -1;
+    cfg->on_error = w == 0 ? WDS_ON_ERROR_STOP : WDS_ON_ERROR_SKIP;
+    break;
+  case OPT_INDEX:
+    if (!arg[0]) {
+      fprintf(stderr, "wds %s: --index needs a file name\n", cmd);
+      return -1;
+    }
+    cfg->index_path = arg;
+    break;
+  case OPT_RESUME_AT:
+    if (num(cmd, c, arg, 0, UINT64_MAX, &cfg->resume_batches))
+      return -1;
+    o->resume_given = 1;
+    break;
+  case OPT_MAX_SAMPLE_BYTES:
+    if (bytes(cmd, c, arg, &cfg->max_sample_bytes))
+      return -1;
+    break;
+  default:
+    return 0;
+  }
+  return 1;
+}
+
+int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
+  wds_loader_config *cfg = &o->cfg;
+  char err[512];
+  if (o->last_batch_given)
+    cfg->last_batch = o->last_batch;
+  else if (o->drop_last_given)
+    cfg->last_batch = WDS_LAST_DROP;
+  if (cfg->mode == WDS_MODE_RESAMPLED && cfg->samples_per_epoch == 0) {
+    fprintf(stderr, "wds %s: --mode resampled needs --samples-per-epoch N\n",
+            cmd);
+    return -1;
+  }
+  if (cfg->mode == WDS_MODE_EXACT && cfg->samples_per_epoch) {
+    fprintf(stderr,
+            "wds %s: --samples-per-epoch is not used in --mode exact (every "
+            "sample once per epoch)\n",
+            cmd);
+    return -1;
+  }
+  if (cfg->index_path && cfg->mode != WDS_MODE_EXACT) {
+    fprintf(stderr, "wds %s: --index is only used in --mode exact\n", cmd);
+    return -1;
+  }
+  if (cfg->rank >= 0 && cfg->world_size > 0 && cfg->rank >= cfg->world_size) {
+    fprintf(stderr, "wds %s: --rank %d is not below --world %d\n", cmd,
+            cfg->rank, cfg->world_size);
+    return -1;
+  }
+  if (cfg->shuffle_initial > cfg->shuffle_buffer) {
+    fprintf(stderr,
+            "wds %s: --shuffle-initial %zu is larger than --shuffle-buffer "
+            "%zu\n",
+            cmd, cfg->shuffle_initial, cfg->shuffle_buffer);
+    return -1;
+  }
+  if (o->decode) {
+    size_t n = 0;
+    if (wds_field_specs_parse(o->decode, &o->fields, &n, &o->field_storage, err,
+                              sizeof err) != WDS_OK) {
+      fprintf(stderr, "wds %s: --decode: %s\n", cmd, err);
+      return -1;
+    }
+    cfg->fields = o->fields;
+    cfg->field_count = n;
+  }
+  return 0;
+}
+
+void tool_loader_opts_free(tool_loader_opts *o) {
+  free(o->fields);
+  free(o->field_storage);
+  o->fields = NULL;
+  o->field_storage = NULL;
+  o->cfg.fields = NULL;
+  o->cfg.field_count = 0;
+}
+
+const char *tool_mode_name(wds_mode m) {
+  switch (m) {
+  case WDS_MODE_EXACT:
+    return "exact";
+  case WDS_MODE_RESAMPLED:
+    return "resampled";
+  default:
+    return "plain";
+  }
+}
+
+void tool_loader_opts_help(FILE *f) {
+  fputs(
+      "loader options:\n"
+      "  --decode FIELDS        the arrays of a batch: comma-separated "
+      "fields,\n"
+      "                         each NAME[:OPTION]..., NAME one or more\n"
+      "                         extensions joined by ';' (the first one a\n"
+      "                         sample has is used); OPTIONs: rgb, l (gray),\n"
+      "                         N or WxH (image size), and the decoder: "
+      "image,\n"
+      "                         npy, int, bytes (default: by extension).\n"
+      "                         e.g. \"jpg;png:rgb:224,cls\"\n"
+      "  --batch-size N         rows per batch (default 1)\n"
+      "  --mode MODE            plain (default): each rank reads its shards\n"
+      "                         once, ranks may get different batch counts;\n"
+      "                         exact: every sample once per epoch over all\n"
+      "                         ranks, equal counts (padded or --drop-last);\n"
+      "                         resampled: shards drawn with replacement,\n"
+      "                         --samples-per-epoch per rank\n"
+      "  --samples-per-epoch N  samples per rank and epoch (resampled: "
+      "needed;\n"
+      "                         plain: a cap)\n"
+      "  --index FILE           exact mode: per-shard sample counts (the JSON\n"
+      "                         `wds index` writes) instead of a counting "
+      "pass\n"
+      "  --rank N, --world N    this process's rank and the number of ranks\n"
+      "                         (default: RANK/WORLD_SIZE, SLURM_PROCID/\n"
+      "                         SLURM_NTASKS, OMPI_COMM_WORLD_*, else 0 of 1)\n"
+      "  --workers N            worker threads (default 4); the batch order\n"
+      "                         depends on it: keep it fixed to reproduce a "
+      "run\n"
+      "  --seed N               seed of every shuffle and draw (default 0)\n"
+      "  --epoch N              the first epoch (default 0)\n"
+      "  --epochs N             how many epochs to run (default 1)\n"
+      "  --resume-at K          skip the first K batches of --epoch, as after\n"
+      "                         a restart: the output continues exactly where\n"
+      "                         an uninterrupted run would be\n"
+      "  --shuffle-buffer N     samples per worker shuffle buffer (0: none)\n"
+      "  --shuffle-initial N    samples buffered before the first output\n"
+      "  --no-shard-shuffle     keep the spec's shard order in every epoch\n"
+      "  --drop-last            exact mode: drop the tail instead of padding,\n"
+      "                         and drop a partial last batch (torch's\n"
+      "                         drop_last for the sampler and the DataLoader)\n"
+      "  --last-batch HOW       keep (default), drop, or pad (to --batch-size\n"
+      "                         with repeated rows marked invalid); overrides\n"
+      "                         --drop-last for the last batch\n"
+      "  --image-size N         default image width and height (224)\n"
+      "  --crop HOW             center (default) or random (resized crop and\n"
+      "                         flip)\n"
+      "  --prefetch N           batches in flight (pool slots, 2..1024, "
+      "default 4)\n"
+      "  --on-error HOW         stop (default) or skip (count and go on; bad\n"
+      "                         samples become invalid rows)\n"
+      "  --max-sample-bytes N   largest sample accepted (K, M, G suffixes)\n",
+      f);
+}

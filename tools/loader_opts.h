@@ -1,0 +1,66 @@
+/* loader_opts.h — the loader options `wds batches` and `wds bench` share.
+ *
+ * A command builds its getopt_long table with tool_loader_options() (its own
+ * options first), hands every option code it does not know to
+ * tool_loader_opt(), and calls tool_loader_opts_finish() after the loop:
+ *
+ *   tool_loader_opts lo;
+ *   tool_loader_opts_init(&lo);
+ *   ...  default: switch (tool_loader_opt(&lo, c, optarg, "batches")) ...
+ *   if (tool_loader_opts_finish(&lo, "batches") != 0) return 2;
+ *   wds_loader_open(&lo.cfg, &l);  ...  tool_loader_opts_free(&lo);
+ *
+ * Usage errors are printed as "wds CMD: --flag ..." and reported to the
+ * caller, which exits with status 2. */
+#ifndef WDS_TOOLS_LOADER_OPTS_H
+#define WDS_TOOLS_LOADER_OPTS_H
+
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "wds/loader.h"
+
+/* getopt_long codes of the loader options start here (commands use
+ * characters below 256 for their own). */
+#define TOOL_LOADER_OPT_BASE 1000
+
+typedef struct tool_loader_opts {
+  wds_loader_config cfg; /* from WDS_LOADER_CONFIG_INIT plus the options */
+  uint64_t epochs;       /* --epochs: how many epochs to run (default 1) */
+  const char *decode;    /* --decode text; NULL when not given */
+  int given;             /* any loader option was given */
+  int last_batch_given;  /* --last-batch (overrides --drop-last) */
+  int drop_last_given;
+  int resume_given;
+  wds_last_batch last_batch;
+  wds_field_spec *fields; /* parsed --decode (cfg.fields points here) */
+  char *field_storage;
+} tool_loader_opts;
+
+void tool_loader_opts_init(tool_loader_opts *o);
+
+/* Writes own (terminated by an all-zero entry) followed by the loader
+ * options and a terminator into out[0..cap). Returns 0, or -1 if cap is
+ * too small. */
+int tool_loader_options(const struct option *own, struct option *out,
+                        size_t cap);
+
+/* Handles getopt_long code c with argument arg. Returns 1 if it was a loader
+ * option, 0 if not (the caller's usage error), -1 for a bad value (the
+ * message is printed). */
+int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
+                    const char *cmd);
+
+/* Checks combinations and parses --decode into cfg.fields. Returns 0, or -1
+ * after printing the message. */
+int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd);
+
+void tool_loader_opts_free(tool_loader_opts *o);
+
+/* The options' help text, for both commands' --help. */
+void tool_loader_opts_help(FILE *f);
+
+const char *tool_mode_name(wds_mode m);
+
+#endif
