@@ -195,6 +195,7 @@ struct wds_loader {
   size_t queue_cap; /* items per worker queue */
   size_t chunk;     /* items per hand-off */
   blk_pool *pools;  /* per worker index */
+  int needs_decode; /* some field is not plain bytes */
   wds_allocator alloc;
 
   pthread_mutex_t mu;
@@ -361,6 +362,8 @@ static void blk_free(void *p) {
 }
 
 static void *blk_alloc(blk_pool *bp, int owner, size_t need) {
+  if (!bp)
+    goto fresh;
   if (bp->local_len == 0) {
     pthread_mutex_lock(&bp->mu);
     void **t = bp->local;
@@ -379,6 +382,7 @@ static void *blk_alloc(blk_pool *bp, int owner, size_t need) {
       return p;
     blk_free(p); /* too small: sizes grow to the largest seen */
   }
+fresh:;
   size_t cap = need + need / 8 + 64;
   blk_head *h = malloc(sizeof *h + cap);
   if (!h)
@@ -456,7 +460,7 @@ static void item_free(item *it, size_t nfields) {
         blk_free(it->f[i].data);
   free(it->msg);
   blk_free(it->raw);
-  free(it);
+  blk_free(it);
 }
 
 /* The collator's way to dispose of an item: its blocks go back to their
@@ -467,14 +471,16 @@ static void item_recycle(item *it, size_t nfields, blk_returns *r) {
       if (it->f[i].dtype != WDS_DTYPE_BYTES)
         blk_return(r, it->f[i].data);
   blk_return(r, it->raw);
-  it->raw = NULL;
-  it->kind = ITEM_END; /* nothing left to free but the shell */
-  item_free(it, nfields);
+  free(it->msg);
+  blk_return(r, it);
 }
 
-static item *item_new(size_t nfields, int kind) {
-  item *it = calloc(1, sizeof *it + nfields * sizeof(item_field));
+/* bp: the worker's pool, or NULL (a fresh block). */
+static item *item_new(blk_pool *bp, int owner, size_t nfields, int kind) {
+  size_t n = sizeof(item) + nfields * sizeof(item_field);
+  item *it = blk_alloc(bp, owner, n);
   if (it) {
+    memset(it, 0, n);
     it->kind = kind;
     it->valid = 1;
   }
@@ -551,13 +557,14 @@ typedef struct source {
   uint64_t holes;  /* fill samples still to emit */
   wds__rng draw;   /* resampled shard draws */
   uint64_t empty_draws;
+  uint64_t read_ns, bytes, shards; /* stats not yet published */
   int done;
   char last_err[WDS__ERR_SIZE];
 } source;
 
 /* Everything a worker needs for an error item. */
 static item *error_item(size_t nfields, int status, const char *msg) {
-  item *it = item_new(nfields, ITEM_ERROR);
+  item *it = item_new(NULL, 0, nfields, ITEM_ERROR);
   if (it) {
     it->status = status;
     it->msg = strdup(msg);
@@ -601,7 +608,7 @@ static int source_open(source *src, size_t shard, uint64_t begin,
   src->shard = shard;
   src->got = 0;
   src->want = end == WDS__TO_END ? WDS__TO_END : end - begin;
-  STAT_ADD(l, shards, 1);
+  src->shards++;
   if (wds_reader_open(&rc, &src->rd) != WDS_OK) {
     char msg[WDS__ERR_SIZE];
     snprintf(msg, sizeof msg, "%s", wds_open_error());
@@ -681,7 +688,7 @@ static int source_next(source *src, raw_sample **out, item **fatal) {
     const wds_sample *s;
     uint64_t t0 = now_ns();
     int st = wds_reader_next(src->rd, &s);
-    STAT_ADD(l, read_ns, now_ns() - t0);
+    src->read_ns += now_ns() - t0;
     if (st == WDS_OK) {
       src->got++;
       src->empty_draws = 0;
@@ -689,7 +696,7 @@ static int source_next(source *src, raw_sample **out, item **fatal) {
       if (!r)
         goto nomem;
       for (size_t i = 0; i < r->nfields; i++)
-        STAT_ADD(l, bytes, r->f[i].size);
+        src->bytes += r->f[i].size;
       *out = r;
       return 0;
     }
@@ -852,6 +859,24 @@ static int decode_item(wds_loader *l, wds__decoder *dec, run *rn, worker *w,
   return WDS_OK;
 }
 
+/* Publishes a worker's stage times since *mark: reading and decoding as
+ * measured, the rest of its busy time (copying samples out of the reader,
+ * the shuffle buffer, making items) as "shuffle". Per chunk, not per
+ * sample: shared counters written per sample cost more than they measure. */
+static void worker_stats(wds_loader *l, source *src, uint64_t *decode_ns,
+                         uint64_t *mark) {
+  uint64_t now = now_ns(), busy = now - *mark;
+  uint64_t known = src->read_ns + *decode_ns;
+  STAT_ADD(l, read_ns, src->read_ns);
+  STAT_ADD(l, decode_ns, *decode_ns);
+  STAT_ADD(l, shuffle_ns, busy > known ? busy - known : 0);
+  STAT_ADD(l, bytes, src->bytes);
+  STAT_ADD(l, shards, src->shards);
+  src->read_ns = src->bytes = src->shards = 0;
+  *decode_ns = 0;
+  *mark = now;
+}
+
 static void *worker_main(void *arg) {
   worker *w = arg;
   run *rn = w->run;
@@ -881,22 +906,16 @@ static void *worker_main(void *arg) {
   if (!dec && !fatal)
     fatal = error_item(l->nfields, WDS_ERR_NOMEM, "out of memory");
 
+  uint64_t mark = now_ns(), decode_ns = 0;
   for (uint64_t seq = 0; !fatal && seq < wp->quota; seq++) {
     raw_sample *r;
-    uint64_t t0 = now_ns();
-    uint64_t read0 = atomic_load(&l->st_read_ns);
     if (shuffle_next(&sh, &src, &r, &fatal) != 0)
       break;
-    if (sh.cap > 1) {
-      /* The buffer's own time: total minus what reading took meanwhile
-       * (an estimate when several workers read at once). */
-      uint64_t spent = now_ns() - t0, rd = atomic_load(&l->st_read_ns) - read0;
-      STAT_ADD(l, shuffle_ns, spent > rd ? spent - rd : 0);
-    }
     if (!r)
       break;
     int token = seq * W + (uint64_t)w->index < rn->skip;
-    item *it = item_new(l->nfields, token ? ITEM_TOKEN : ITEM_SAMPLE);
+    item *it = item_new(w->pool, w->index, l->nfields,
+                        token ? ITEM_TOKEN : ITEM_SAMPLE);
     if (!it) {
       blk_free(r);
       fatal = error_item(l->nfields, WDS_ERR_NOMEM, "out of memory");
@@ -907,9 +926,10 @@ static void *worker_main(void *arg) {
       it->valid = 0;
     } else if (!token) {
       wds__err e;
-      uint64_t t1 = now_ns();
+      uint64_t t1 = l->needs_decode ? now_ns() : 0;
       int rc = decode_item(l, dec, rn, w, seq, it, &e);
-      STAT_ADD(l, decode_ns, now_ns() - t1);
+      if (l->needs_decode)
+        decode_ns += now_ns() - t1;
       if (rc != WDS_OK) {
         if (l->cfg.on_error == WDS_ON_ERROR_STOP || rc == WDS_ERR_NOMEM) {
           fatal = error_item(l->nfields, rc, e.msg);
@@ -935,12 +955,15 @@ static void *worker_main(void *arg) {
     }
     w->pending[w->npending++] = it;
     if (w->npending == l->chunk) {
+      worker_stats(l, &src, &decode_ns, &mark);
       if (queue_push_many(&w->q, w->pending, w->npending, &rn->abort) != 0)
         break; /* aborted: run_stop frees what is pending */
       w->npending = 0;
+      mark = now_ns(); /* time blocked on the queue is nobody's stage */
     }
   }
-  item *last = fatal ? fatal : item_new(l->nfields, ITEM_END);
+  worker_stats(l, &src, &decode_ns, &mark);
+  item *last = fatal ? fatal : item_new(NULL, 0, l->nfields, ITEM_END);
   if (!last)
     last = error_item(l->nfields, WDS_ERR_NOMEM, "out of memory");
   if (last && w->npending < l->chunk)
@@ -1219,11 +1242,13 @@ typedef struct inbox {
   blk_returns back;
 } inbox;
 
-static item *inbox_next(run *rn, int w, inbox *in) {
+static item *inbox_next(run *rn, int w, inbox *in, uint64_t *waited) {
   if (in->at == in->len) {
+    uint64_t t0 = now_ns();
     in->at = 0;
     in->len =
         queue_pop_many(&rn->w[w].q, in->v, rn->l->chunk, &rn->abort);
+    *waited += now_ns() - t0;
     if (in->len == 0)
       return NULL; /* aborted */
   }
@@ -1246,6 +1271,7 @@ static void *collator_main(void *arg) {
   uint64_t pos = 0, index = rn->skip / bs;
   uint64_t target = rn->plan.rank_samples;
   int n_active = W, cur = 0;
+  uint64_t mark = now_ns(), waited = 0;
   wds__err e;
   if (!active || !in || !fl.npy_set) {
     post_error(l, WDS_ERR_NOMEM, "out of memory");
@@ -1262,7 +1288,7 @@ static void *collator_main(void *arg) {
     active[i] = i;
   while (pos < target && n_active > 0) {
     int wi = active[cur];
-    item *it = inbox_next(rn, wi, &in[wi]);
+    item *it = inbox_next(rn, wi, &in[wi], &waited);
     if (!it)
       goto done; /* aborted */
     if (it->kind == ITEM_END) {
@@ -1285,14 +1311,14 @@ static void *collator_main(void *arg) {
         return_blocks(rn, in);
       continue;
     }
-    uint64_t t0 = now_ns();
     if (fl.slot < 0) {
+      uint64_t t0 = now_ns();
       fl.slot = acquire_slot(l, rn);
+      waited += now_ns() - t0;
       if (fl.slot < 0) {
         item_free(it, l->nfields);
         goto done;
       }
-      t0 = now_ns();
       begin_batch(l, &l->slots[fl.slot], &fl, rn, index);
     }
     int rc = put_row(l, &l->slots[fl.slot], &fl, it, &e);
@@ -1307,8 +1333,12 @@ static void *collator_main(void *arg) {
       fl.slot = -1;
       index++;
       return_blocks(rn, in);
+      /* The collator's busy time: wall time less its waits, per batch. */
+      uint64_t now = now_ns();
+      STAT_ADD(l, batch_ns, now - mark > waited ? now - mark - waited : 0);
+      mark = now;
+      waited = 0;
     }
-    STAT_ADD(l, batch_ns, now_ns() - t0);
   }
   if (fl.slot >= 0) {
     if (l->cfg.last_batch == WDS_LAST_DROP || fl.rows == 0) {
@@ -1538,6 +1568,8 @@ static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
                             "%d channels (sizes 1..65536, 1 or 3 channels)",
                             fs->name, of->width, of->height, of->channels);
   }
+  for (size_t i = 0; i < l->nfields; i++)
+    l->needs_decode |= l->fields[i].decode != WDS_DECODE_BYTES;
   l->wanted = calloc(total_alts, sizeof *l->wanted);
   if (!l->wanted)
     return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
@@ -1876,7 +1908,7 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
      * within limits: the queues are part of the memory bound. */
     size_t per = 2 * ((c->batch_size + (size_t)c->workers - 1) /
                       (size_t)c->workers);
-    l->queue_cap = per < 4 ? 4 : per > 64 ? 64 : per;
+    l->queue_cap = per < 4 ? 4 : per > 1024 ? 1024 : per;
     l->chunk = l->queue_cap / 2;
   }
   if ((rc = setup_pool(l)) != WDS_OK)

@@ -37,7 +37,8 @@ static const char bench_usage[] =
     "  batch                   the collator's: % of seconds\n"
     "  wait                    this program blocked in next(): % of seconds\n"
     "On a terminal a progress line is kept up to date on stderr.\n"
-    "--buffer-size sets the loader's read buffer.\n"
+    "--buffer-size sets the loader's read buffer; --warmup-epochs N runs N\n"
+    "epochs first, untimed (the figures are then for the steady state).\n"
     "\n";
 
 /* The reader benchmark (no loader options). */
@@ -105,7 +106,8 @@ static void progress(uint64_t epoch, uint64_t batch, uint64_t per_epoch,
 }
 
 /* The loader benchmark: --epochs epochs, every batch released at once. */
-static int bench_loader(const tool_loader_opts *lo, int json) {
+static int bench_loader(const tool_loader_opts *lo, int json,
+                        uint64_t warmup) {
   static const char *const stage_names[] = {"read", "shuffle", "decode",
                                             "batch", "wait"};
   int status = 0, rc = WDS_OK;
@@ -118,6 +120,22 @@ static int bench_loader(const tool_loader_opts *lo, int json) {
     return 1;
   }
   uint64_t per_epoch = wds_loader_epoch_batches(l);
+  /* Warm-up epochs fill the loader's recycled memory and the page cache;
+   * they are run but neither timed nor counted. */
+  for (uint64_t e = 0; e < warmup; e++) {
+    const wds_batch *b;
+    while ((rc = wds_loader_next(l, &b)) == WDS_OK)
+      wds_loader_release(l, b);
+    if (rc != WDS_EOF) {
+      fprintf(stderr, "wds bench: %s\n", wds_loader_error(l));
+      wds_loader_close(l);
+      return 1;
+    }
+  }
+  wds_loader_stats warm;
+  wds_loader_stats_get(l, &warm);
+  t0 = tool_now();
+  last_shown = t0;
   for (uint64_t e = 0; e < lo->epochs; e++) {
     const wds_batch *b;
     while ((rc = wds_loader_next(l, &b)) == WDS_OK) {
@@ -145,6 +163,15 @@ static int bench_loader(const tool_loader_opts *lo, int json) {
   }
   wds_loader_stats st;
   wds_loader_stats_get(l, &st);
+  st.bytes_read -= warm.bytes_read;
+  st.read_ns -= warm.read_ns;
+  st.shuffle_ns -= warm.shuffle_ns;
+  st.decode_ns -= warm.decode_ns;
+  st.batch_ns -= warm.batch_ns;
+  st.wait_ns -= warm.wait_ns;
+  st.skipped -= warm.skipped;
+  st.fill_rows -= warm.fill_rows;
+  st.shards_opened -= warm.shards_opened;
   if (secs <= 0)
     secs = 1e-9;
   int workers = lo->cfg.workers > 0 ? lo->cfg.workers : 4;
@@ -199,13 +226,14 @@ int wds_cmd_bench(int argc, char **argv) {
       {"json", no_argument, 0, 'j'},
       {"buffer-size", required_argument, 0, 'b'},
       {"max-urls", required_argument, 0, 'm'},
+      {"warmup-epochs", required_argument, 0, 'w'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   struct option opts[64];
   tool_loader_opts lo;
   tool_loader_opts_init(&lo);
   int json = 0, c, r, status = 0;
-  size_t max_urls = 0, buffer = 0;
+  size_t max_urls = 0, buffer = 0, warmup = 0;
   wds_url_list urls = {0};
   if (tool_loader_options(own, opts, sizeof opts / sizeof *opts) != 0)
     return 2;
@@ -220,6 +248,12 @@ int wds_cmd_bench(int argc, char **argv) {
       if (tool_parse_size(optarg, c == 'b' ? &buffer : &max_urls) != 0) {
         fprintf(stderr, "wds bench: --%s needs a number\n",
                 c == 'b' ? "buffer-size" : "max-urls");
+        return 2;
+      }
+      break;
+    case 'w':
+      if (tool_parse_size(optarg, &warmup) != 0) {
+        fprintf(stderr, "wds bench: --warmup-epochs needs a number\n");
         return 2;
       }
       break;
@@ -258,7 +292,7 @@ int wds_cmd_bench(int argc, char **argv) {
     lo.cfg.urls = (const char *const *)urls.urls;
     lo.cfg.url_count = urls.count;
     lo.cfg.read_buffer_bytes = buffer;
-    status = bench_loader(&lo, json);
+    status = bench_loader(&lo, json, warmup);
   } else {
     status = bench_reader(&urls, buffer, json);
   }
