@@ -214,12 +214,18 @@ struct wds_loader {
   int failed;           /* a fatal status, returned from then on */
   uint64_t epoch_batches;
   char err[WDS__ERR_SIZE];
+  char err_out[WDS__ERR_SIZE]; /* what wds_loader_error() returned */
 
   /* Stats (relaxed atomics, summed over threads). */
   atomic_uint_fast64_t st_batches, st_samples, st_skipped, st_fill,
       st_shards, st_bytes, st_read_ns, st_shuffle_ns, st_decode_ns,
       st_batch_ns, st_wait_ns, st_pool_bytes;
 };
+
+/* The last error's text: written by workers (skips) and the caller's thread,
+ * so always under l->mu; wds_loader_error() hands out a copy. */
+static void set_error(wds_loader *l, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -582,9 +588,7 @@ static int read_error(source *src, int status, const char *msg, item **fatal) {
   }
   STAT_ADD(l, skipped, 1);
   snprintf(src->last_err, sizeof src->last_err, "%s", msg);
-  pthread_mutex_lock(&l->mu);
-  snprintf(l->err, sizeof l->err, "%s", msg);
-  pthread_mutex_unlock(&l->mu);
+  set_error(l, "%s", msg);
   log_msg(l, "skipped: %s", msg);
   return 0;
 }
@@ -947,9 +951,7 @@ static void *worker_main(void *arg) {
         it->status = rc;
         it->msg = strdup(e.msg);
         STAT_ADD(l, skipped, 1);
-        pthread_mutex_lock(&l->mu);
-        snprintf(l->err, sizeof l->err, "%s", e.msg);
-        pthread_mutex_unlock(&l->mu);
+        set_error(l, "%s", e.msg);
         log_msg(l, "skipped: %s", e.msg);
       }
     }
@@ -1428,7 +1430,7 @@ static int run_start(wds_loader *l, uint64_t epoch, uint64_t skip) {
   l->cur = rn;
   int rc = wds__plan_epoch(&l->pin, epoch, &rn->plan, &e);
   if (rc != WDS_OK) {
-    snprintf(l->err, sizeof l->err, "%s", e.msg);
+    set_error(l, "%s", e.msg);
     l->cur = NULL;
     free(rn);
     return rc;
@@ -1455,7 +1457,7 @@ static int run_start(wds_loader *l, uint64_t epoch, uint64_t skip) {
   return WDS_OK;
 nothread:
   run_stop(l);
-  snprintf(l->err, sizeof l->err, "cannot start a thread");
+  set_error(l, "cannot start a thread");
   return WDS_ERR_NOMEM;
 nomem:
   if (rn->w)
@@ -1467,7 +1469,7 @@ nomem:
   free(rn->w);
   free(rn);
   l->cur = NULL;
-  snprintf(l->err, sizeof l->err, "out of memory");
+  set_error(l, "out of memory");
   return WDS_ERR_NOMEM;
 }
 
@@ -1958,7 +1960,7 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
   while (l->ready_len == 0) {
     if (l->held == l->nslots) {
       pthread_mutex_unlock(&l->mu);
-      snprintf(l->err, sizeof l->err,
+      set_error(l,
                "wds_loader_next: all %d batch slots are held by the caller; "
                "release one first",
                l->nslots);
@@ -1988,7 +1990,7 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
     l->delivered = 0;
     return WDS_EOF;
   }
-  snprintf(l->err, sizeof l->err, "%s", l->run_error);
+  set_error(l, "%s", l->run_error);
   l->failed = l->run_error_status ? l->run_error_status : WDS_ERR_CORRUPT;
   return l->failed;
 }
@@ -2028,7 +2030,24 @@ uint64_t wds_loader_epoch_batches(const wds_loader *l) {
   return l ? l->epoch_batches : 0;
 }
 
-const char *wds_loader_error(const wds_loader *l) { return l ? l->err : ""; }
+static void set_error(wds_loader *l, const char *fmt, ...) {
+  va_list ap;
+  pthread_mutex_lock(&l->mu);
+  va_start(ap, fmt);
+  vsnprintf(l->err, sizeof l->err, fmt, ap);
+  va_end(ap);
+  pthread_mutex_unlock(&l->mu);
+}
+
+const char *wds_loader_error(const wds_loader *l) {
+  if (!l)
+    return "";
+  wds_loader *m = (wds_loader *)l; /* the lock, not the text, changes */
+  pthread_mutex_lock(&m->mu);
+  memcpy(m->err_out, m->err, sizeof m->err_out);
+  pthread_mutex_unlock(&m->mu);
+  return m->err_out;
+}
 
 const char *wds_loader_allocator_name(const wds_loader *l) {
   return l && l->alloc.name ? l->alloc.name : "custom";
