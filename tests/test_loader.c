@@ -583,6 +583,19 @@ TEST(shuffle_positions_are_close_to_uniform) {
   shardset_free(&s);
 }
 
+/* Mean distance, in output positions, between samples that were neighbours
+ * in the shard (ids k and k + 1 of o's 1000). */
+static double neighbour_distance(const run_out *o) {
+  size_t pos[1000];
+  for (size_t i = 0; i < 1000; i++)
+    pos[o->ids[i]] = i;
+  double mean = 0;
+  for (size_t k = 0; k + 1 < 1000; k++)
+    mean += pos[k] > pos[k + 1] ? (double)(pos[k] - pos[k + 1])
+                                : (double)(pos[k + 1] - pos[k]);
+  return mean / 999;
+}
+
 TEST(large_buffer_separates_neighbours) {
   uint64_t counts[1] = {1000};
   shardset s;
@@ -594,14 +607,7 @@ TEST(large_buffer_separates_neighbours) {
   run_out o;
   ASSERT_EQ_INT(run_cfg(&c, &o), WDS_OK);
   ASSERT_EQ_U64(o.n, 1000);
-  size_t pos[1000];
-  for (size_t i = 0; i < 1000; i++)
-    pos[o.ids[i]] = i;
-  double mean = 0;
-  for (size_t k = 0; k + 1 < 1000; k++)
-    mean += pos[k] > pos[k + 1] ? (double)(pos[k] - pos[k + 1])
-                                : (double)(pos[k + 1] - pos[k]);
-  mean /= 999;
+  double mean = neighbour_distance(&o);
   /* Uniform random positions: expected distance n/3 = 333. Unshuffled: 1. */
   printf("  mean distance between shard neighbours: %.0f\n", mean);
   ASSERT_TRUE(mean > 250);
@@ -609,13 +615,7 @@ TEST(large_buffer_separates_neighbours) {
   c.shuffle_buffer = 10;
   run_out o2;
   ASSERT_EQ_INT(run_cfg(&c, &o2), WDS_OK);
-  for (size_t i = 0; i < 1000; i++)
-    pos[o2.ids[i]] = i;
-  double mean2 = 0;
-  for (size_t k = 0; k + 1 < 1000; k++)
-    mean2 += pos[k] > pos[k + 1] ? (double)(pos[k] - pos[k + 1])
-                                 : (double)(pos[k + 1] - pos[k]);
-  mean2 /= 999;
+  double mean2 = neighbour_distance(&o2);
   ASSERT_TRUE(mean2 < 30);
   out_free(&o);
   out_free(&o2);
