@@ -165,6 +165,8 @@ typedef struct worker {
   pthread_t thread;
   int started;
   queue q;
+  item *terminal;  /* the END (or out-of-memory error) item, made early */
+  blk_pool *ipool; /* item shells: one size, kept apart from the data */
   blk_pool *pool; /* the loader's, for this worker index: kept across
                      epochs, so a new epoch reuses the last one's memory */
   item **pending; /* the chunk being filled */
@@ -200,8 +202,10 @@ struct wds_loader {
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  pthread_mutex_t log_mu;
   slot *slots;
   int nslots, held;
+  int collator_waits; /* the collator is blocked for want of a free slot */
   ready_entry *ready;
   size_t ready_head, ready_len;
   int run_error_status;
@@ -246,7 +250,10 @@ static void log_msg(wds_loader *l, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  /* Workers and the collator log; the callback sees one call at a time. */
+  pthread_mutex_lock(&l->log_mu);
   l->cfg.log(l->cfg.log_ctx, buf);
+  pthread_mutex_unlock(&l->log_mu);
 }
 
 /* ---- dtype helpers (public) ------------------------------------------------ */
@@ -471,14 +478,15 @@ static void item_free(item *it, size_t nfields) {
 
 /* The collator's way to dispose of an item: its blocks go back to their
  * worker. */
-static void item_recycle(item *it, size_t nfields, blk_returns *r) {
+static void item_recycle(item *it, size_t nfields, blk_returns *r,
+                         blk_returns *ri) {
   if (it->kind == ITEM_SAMPLE)
     for (size_t i = 0; i < nfields; i++)
       if (it->f[i].dtype != WDS_DTYPE_BYTES)
         blk_return(r, it->f[i].data);
   blk_return(r, it->raw);
   free(it->msg);
-  blk_return(r, it);
+  blk_return(ri, it);
 }
 
 /* bp: the worker's pool, or NULL (a fresh block). */
@@ -564,6 +572,8 @@ typedef struct source {
   wds__rng draw;   /* resampled shard draws */
   uint64_t empty_draws;
   uint64_t read_ns, bytes, shards; /* stats not yet published */
+  uint64_t begin;  /* exact: first sample of the piece */
+  int to_end;      /* exact: the piece ends where the shard's count does */
   int done;
   char last_err[WDS__ERR_SIZE];
 } source;
@@ -612,6 +622,8 @@ static int source_open(source *src, size_t shard, uint64_t begin,
   src->shard = shard;
   src->got = 0;
   src->want = end == WDS__TO_END ? WDS__TO_END : end - begin;
+  src->begin = begin;
+  src->to_end = l->counts && end != WDS__TO_END && end == l->counts[shard];
   src->shards++;
   if (wds_reader_open(&rc, &src->rd) != WDS_OK) {
     char msg[WDS__ERR_SIZE];
@@ -620,7 +632,7 @@ static int source_open(source *src, size_t shard, uint64_t begin,
     return read_error(src, WDS_ERR_OPEN, msg, fatal) ? -1 : 0;
   }
   /* Samples before the piece are read and dropped: tar has no index. */
-  for (uint64_t i = 0; i < begin; i++) {
+  for (uint64_t i = 0; i < begin && !atomic_load(&src->w->run->abort); i++) {
     const wds_sample *s;
     int st = wds_reader_next(src->rd, &s);
     if (st == WDS_OK)
@@ -634,6 +646,27 @@ static int source_open(source *src, size_t shard, uint64_t begin,
     i--; /* the duplicate was not a sample */
   }
   return 0;
+}
+
+/* Exact mode, at the counted end of a shard: one more sample means the count
+ * is wrong, and samples would silently go unread. */
+static int source_check_end(source *src, item **fatal) {
+  wds_loader *l = src->w->run->l;
+  const wds_sample *s;
+  int st = wds_reader_next(src->rd, &s);
+  if (st == WDS_EOF)
+    return 0;
+  char msg[WDS__ERR_SIZE];
+  if (st == WDS_OK)
+    snprintf(msg, sizeof msg,
+             "%.800s: has more samples than the %llu its count (index or "
+             "counting pass) gives; sample \"%.100s\" and later are not read",
+             l->urls.urls[src->shard],
+             (unsigned long long)(src->begin + src->want), s->key);
+  else
+    snprintf(msg, sizeof msg, "%s", wds_reader_error(src->rd));
+  return read_error(src, st == WDS_OK ? WDS_ERR_CORRUPT : st, msg, fatal) ? -1
+                                                                          : 0;
 }
 
 /* Next raw sample for the shuffle buffer: *out set, or NULL at the end.
@@ -686,6 +719,8 @@ static int source_next(source *src, raw_sample **out, item **fatal) {
       }
     }
     if (src->want != WDS__TO_END && src->got == src->want) {
+      if (src->to_end && source_check_end(src, fatal) != 0)
+        return -1;
       source_close_reader(src);
       continue;
     }
@@ -713,6 +748,19 @@ static int source_next(source *src, raw_sample **out, item **fatal) {
     /* End of the shard (or an error that ended it). */
     if (src->got == 0)
       src->empty_draws++;
+    if (st == WDS_EOF && src->want != WDS__TO_END && src->got < src->want) {
+      /* Exact mode: fewer samples than counted (a stale index, a shard
+       * changed since): an error, and under skip the rank is topped up. */
+      char msg[WDS__ERR_SIZE];
+      snprintf(msg, sizeof msg,
+               "%.800s: ended after sample %llu, but its count (index or "
+               "counting pass) promised %llu",
+               l->urls.urls[src->shard],
+               (unsigned long long)(src->begin + src->got),
+               (unsigned long long)(src->begin + src->want));
+      if (read_error(src, WDS_ERR_TRUNCATED, msg, fatal))
+        return -1;
+    }
     if (src->want != WDS__TO_END && src->got < src->want)
       src->holes = src->want - src->got;
     source_close_reader(src);
@@ -820,7 +868,7 @@ static int decode_item(wds_loader *l, wds__decoder *dec, run *rn, worker *w,
       o.rng_key = wds__mix64(
           wds__rng_key(l->cfg.seed, WDS__STREAM_AUGMENT, rn->epoch,
                        (uint64_t)l->pin.rank, (uint64_t)windex) ^
-          wds__mix64(seq * 64 + i));
+          wds__mix64(wds__mix64(seq) ^ i));
       rc = wds__decode_image(dec, rf->data, rf->size, &o, f->data, e);
       f->size = n;
       f->ndim = 3;
@@ -888,6 +936,8 @@ static void *worker_main(void *arg) {
   const wds__worker_plan *wp = &rn->plan.w[w->index];
   uint64_t W = (uint64_t)l->pin.workers;
   item *fatal = NULL;
+  int failed = 0; /* the loop ended on an error (fatal may be NULL if even
+                     its item could not be allocated) */
   source src;
   shuffler sh;
   wds__decoder *dec = wds__decoder_new();
@@ -905,24 +955,24 @@ static void *worker_main(void *arg) {
                        l->cfg.shuffle_initial > l->cfg.shuffle_buffer
                    ? l->cfg.shuffle_buffer
                    : l->cfg.shuffle_initial;
-  if (sh.cap > 1 && !(sh.buf = malloc(sh.cap * sizeof *sh.buf)))
-    fatal = error_item(l->nfields, WDS_ERR_NOMEM, "out of memory");
-  if (!dec && !fatal)
-    fatal = error_item(l->nfields, WDS_ERR_NOMEM, "out of memory");
+  if ((sh.cap > 1 && !(sh.buf = malloc(sh.cap * sizeof *sh.buf))) || !dec)
+    failed = 1;
 
   uint64_t mark = now_ns(), decode_ns = 0;
-  for (uint64_t seq = 0; !fatal && seq < wp->quota; seq++) {
+  for (uint64_t seq = 0; !failed && seq < wp->quota; seq++) {
     raw_sample *r;
-    if (shuffle_next(&sh, &src, &r, &fatal) != 0)
+    if (shuffle_next(&sh, &src, &r, &fatal) != 0) {
+      failed = 1;
       break;
+    }
     if (!r)
       break;
     int token = seq * W + (uint64_t)w->index < rn->skip;
-    item *it = item_new(w->pool, w->index, l->nfields,
+    item *it = item_new(w->ipool, w->index, l->nfields,
                         token ? ITEM_TOKEN : ITEM_SAMPLE);
     if (!it) {
       blk_free(r);
-      fatal = error_item(l->nfields, WDS_ERR_NOMEM, "out of memory");
+      failed = 1;
       break;
     }
     it->raw = r;
@@ -937,6 +987,7 @@ static void *worker_main(void *arg) {
       if (rc != WDS_OK) {
         if (l->cfg.on_error == WDS_ON_ERROR_STOP || rc == WDS_ERR_NOMEM) {
           fatal = error_item(l->nfields, rc, e.msg);
+          failed = 1;
           item_free(it, l->nfields);
           break;
         }
@@ -964,11 +1015,26 @@ static void *worker_main(void *arg) {
       mark = now_ns(); /* time blocked on the queue is nobody's stage */
     }
   }
+  /* The quota can be met without another read: check the last shard's
+   * count too. */
+  if (!failed && src.rd && src.to_end && src.got == src.want &&
+      source_check_end(&src, &fatal) != 0)
+    failed = 1;
   worker_stats(l, &src, &decode_ns, &mark);
-  item *last = fatal ? fatal : item_new(NULL, 0, l->nfields, ITEM_END);
-  if (!last)
-    last = error_item(l->nfields, WDS_ERR_NOMEM, "out of memory");
-  if (last && w->npending < l->chunk)
+  /* The worker's last word, always delivered: its error, or the end. The
+   * terminal item was allocated by run_start, so running out of memory
+   * cannot turn an error into a silent early end (a short epoch on one
+   * rank would hang an all-reduce). */
+  item *last = w->terminal;
+  w->terminal = NULL;
+  if (fatal) {
+    item_free(last, l->nfields);
+    last = fatal;
+  } else if (failed) {
+    last->kind = ITEM_ERROR;
+    last->status = WDS_ERR_NOMEM;
+  }
+  if (w->npending < l->chunk)
     w->pending[w->npending++] = last;
   else
     item_free(last, l->nfields);
@@ -1038,7 +1104,10 @@ static int acquire_slot(wds_loader *l, run *rn) {
       l->slots[found].state = SLOT_FILLING;
       break;
     }
+    l->collator_waits = 1;
+    pthread_cond_broadcast(&l->cv); /* a caller holding every slot */
     pthread_cond_wait(&l->cv, &l->mu);
+    l->collator_waits = 0;
   }
   pthread_mutex_unlock(&l->mu);
   return found;
@@ -1090,7 +1159,11 @@ static void begin_batch(wds_loader *l, slot *s, filling *fl, run *rn,
   }
 }
 
-static int key_append(slot *s, size_t row, const char *key) {
+/* Appends key as row's key. from_arena: key is the arena's own text at that
+ * offset (padding repeats a row): it is located again after the arena may
+ * have moved. */
+static int key_append_at(slot *s, size_t row, const char *key,
+                         size_t from_arena) {
   size_t n = strlen(key) + 1;
   if (s->key_len + n > s->key_cap) {
     size_t cap = s->key_cap ? s->key_cap : 4096;
@@ -1102,6 +1175,8 @@ static int key_append(slot *s, size_t row, const char *key) {
     s->key_arena = a;
     s->key_cap = cap;
   }
+  if (from_arena != SIZE_MAX)
+    key = s->key_arena + from_arena;
   memcpy(s->key_arena + s->key_len, key, n);
   s->key_off[row] = s->key_len;
   s->key_len += n;
@@ -1111,6 +1186,10 @@ static int key_append(slot *s, size_t row, const char *key) {
 /* Writes item `it` as row fl->rows of slot s. A shape mismatch of an npy
  * field is an error naming the sample (returned), or under the skip policy
  * turns the row invalid. */
+static int key_append(slot *s, size_t row, const char *key) {
+  return key_append_at(s, row, key, SIZE_MAX);
+}
+
 static int put_row(wds_loader *l, slot *s, filling *fl, item *it,
                    wds__err *e) {
   size_t row = fl->rows;
@@ -1133,6 +1212,7 @@ static int put_row(wds_loader *l, slot *s, filling *fl, item *it,
         if (l->cfg.on_error == WDS_ON_ERROR_STOP)
           return WDS_ERR_FORMAT;
         STAT_ADD(l, skipped, 1);
+        set_error(l, "%s", e->msg);
         log_msg(l, "skipped: %s", e->msg);
         valid = 0;
         break;
@@ -1197,7 +1277,8 @@ static int pad_batch(wds_loader *l, slot *s, filling *fl, wds__err *e) {
   size_t have = fl->rows;
   for (size_t row = have; row < l->cfg.batch_size; row++) {
     size_t src = (row - have) % have;
-    if (key_append(s, row, s->key_arena + s->key_off[src]) != 0)
+    if (key_append_at(s, row, s->key_arena + s->key_off[src],
+                      s->key_off[src]) != 0)
       return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
     s->urls[row] = s->urls[src];
     s->valid[row] = 0;
@@ -1241,7 +1322,7 @@ static void finish_batch(wds_loader *l, slot *s, filling *fl) {
 typedef struct inbox {
   item **v;
   size_t len, at;
-  blk_returns back;
+  blk_returns back, back_items;
 } inbox;
 
 static item *inbox_next(run *rn, int w, inbox *in, uint64_t *waited) {
@@ -1258,8 +1339,10 @@ static item *inbox_next(run *rn, int w, inbox *in, uint64_t *waited) {
 }
 
 static void return_blocks(run *rn, inbox *in) {
-  for (int w = 0; w < rn->l->pin.workers; w++)
+  for (int w = 0; w < rn->l->pin.workers; w++) {
     blk_flush(rn->w[w].pool, &in[w].back);
+    blk_flush(rn->w[w].ipool, &in[w].back_items);
+  }
 }
 
 static void *collator_main(void *arg) {
@@ -1302,13 +1385,14 @@ static void *collator_main(void *arg) {
       continue;
     }
     if (it->kind == ITEM_ERROR) {
-      post_error(l, it->status, it->msg ? it->msg : "error");
+      post_error(l, it->status,
+                 it->msg ? it->msg : wds_strerror(it->status));
       item_free(it, l->nfields);
       goto done;
     }
     cur = (cur + 1) % n_active;
     if (pos++ < rn->skip) {
-      item_recycle(it, l->nfields, &in[wi].back);
+      item_recycle(it, l->nfields, &in[wi].back, &in[wi].back_items);
       if (pos % bs == 0)
         return_blocks(rn, in);
       continue;
@@ -1324,7 +1408,7 @@ static void *collator_main(void *arg) {
       begin_batch(l, &l->slots[fl.slot], &fl, rn, index);
     }
     int rc = put_row(l, &l->slots[fl.slot], &fl, it, &e);
-    item_recycle(it, l->nfields, &in[wi].back);
+    item_recycle(it, l->nfields, &in[wi].back, &in[wi].back_items);
     if (rc != WDS_OK) {
       post_error(l, rc, e.msg);
       goto done;
@@ -1340,6 +1424,23 @@ static void *collator_main(void *arg) {
       STAT_ADD(l, batch_ns, now - mark > waited ? now - mark - waited : 0);
       mark = now;
       waited = 0;
+    }
+  }
+  if (l->cfg.mode != WDS_MODE_PLAIN) {
+    /* Each worker yields exactly its quota, then its last word: an error
+     * found after its last sample (a shard longer than its count) is read
+     * here, before the epoch may end. */
+    for (int k = 0; k < n_active; k++) {
+      item *it = inbox_next(rn, active[k], &in[active[k]], &waited);
+      if (!it)
+        goto done; /* aborted */
+      int kind = it->kind;
+      if (kind == ITEM_ERROR)
+        post_error(l, it->status,
+                   it->msg ? it->msg : wds_strerror(it->status));
+      item_free(it, l->nfields);
+      if (kind == ITEM_ERROR)
+        goto done;
     }
   }
   if (fl.slot >= 0) {
@@ -1371,7 +1472,10 @@ done:
       item_free(in[i].v[k], l->nfields);
     for (size_t k = 0; k < in[i].back.len; k++)
       blk_free(in[i].back.v[k]);
+    for (size_t k = 0; k < in[i].back_items.len; k++)
+      blk_free(in[i].back_items.v[k]);
     free(in[i].back.v);
+    free(in[i].back_items.v);
     free(in[i].v);
   }
   free(in);
@@ -1403,6 +1507,7 @@ static void run_stop(wds_loader *l) {
     for (size_t k = 0; k < rn->w[i].npending; k++)
       item_free(rn->w[i].pending[k], l->nfields);
     free(rn->w[i].pending);
+    item_free(rn->w[i].terminal, l->nfields);
   }
   /* Batches prepared but not delivered go back to the pool. */
   pthread_mutex_lock(&l->mu);
@@ -1442,8 +1547,10 @@ static int run_start(wds_loader *l, uint64_t epoch, uint64_t skip) {
     rn->w[i].run = rn;
     rn->w[i].index = i;
     rn->w[i].pool = &l->pools[i];
+    rn->w[i].ipool = &l->pools[l->cfg.workers + i];
     if (queue_init(&rn->w[i].q, l->queue_cap) != 0 ||
-        !(rn->w[i].pending = malloc(l->chunk * sizeof(item *))))
+        !(rn->w[i].pending = malloc(l->chunk * sizeof(item *))) ||
+        !(rn->w[i].terminal = item_new(NULL, 0, l->nfields, ITEM_END)))
       goto nomem;
   }
   for (int i = 0; i < l->pin.workers; i++) {
@@ -1464,6 +1571,7 @@ nomem:
     for (int i = 0; i < l->pin.workers; i++) {
       queue_destroy(&rn->w[i].q, l->nfields);
       free(rn->w[i].pending);
+      item_free(rn->w[i].terminal, l->nfields);
     }
   wds__plan_free(&rn->plan);
   free(rn->w);
@@ -1603,9 +1711,15 @@ static void *count_main(void *arg) {
     rc.max_sample_bytes = l->cfg.max_sample_bytes;
     rc.buffer_size_bytes = l->cfg.read_buffer_bytes;
     if (wds_reader_open(&rc, &rd) != WDS_OK) {
-      c->status = WDS_ERR_OPEN;
-      snprintf(c->msg, sizeof c->msg, "%s", wds_open_error());
-      break;
+      if (l->cfg.on_error == WDS_ON_ERROR_STOP) {
+        c->status = WDS_ERR_OPEN;
+        snprintf(c->msg, sizeof c->msg, "%s", wds_open_error());
+        break;
+      }
+      STAT_ADD(l, skipped, 1);
+      set_error(l, "%s", wds_open_error());
+      l->counts[s] = 0;
+      continue;
     }
     const wds_sample *smp;
     int st;
@@ -1620,6 +1734,9 @@ static void *count_main(void *arg) {
         snprintf(c->msg, sizeof c->msg, "%s", wds_reader_error(rd));
         break;
       }
+      STAT_ADD(l, skipped, 1);
+      set_error(l, "%s", wds_reader_error(rd));
+      log_msg(l, "skipped while counting: %s", wds_reader_error(rd));
     }
     l->counts[s] = n;
     wds_reader_close(rd);
@@ -1799,6 +1916,7 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
+  pthread_mutex_init(&l->log_mu, NULL);
   l->cfg = *cfg;
   wds_loader_config *c = &l->cfg;
   if (c->rank < 0 || c->world_size < 0) {
@@ -1874,6 +1992,16 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
                              c->rank,       c->world_size, c->workers,
                              c->mode,       c->shard_shuffle, c->drop_last,
                              c->samples_per_epoch};
+  if (c->mode == WDS_MODE_EXACT && !c->index_path)
+    for (size_t i = 0; i < l->urls.count; i++)
+      if (strcmp(l->urls.urls[i], "-") == 0) {
+        rc = wds__open_fail(WDS_ERR_INVALID,
+                            "exact mode reads each shard twice without an "
+                            "index (once to count), which stdin ('-') cannot "
+                            "be: give an index (wds index) or use "
+                            "--mode plain or resampled");
+        goto fail;
+      }
   if (c->mode == WDS_MODE_EXACT) {
     if ((rc = load_counts(l)) != WDS_OK)
       goto fail;
@@ -1897,6 +2025,12 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
       l->epoch_batches = 0; /* a cap, not a promise */
     }
   }
+  if (c->resume_batches > UINT64_MAX / c->batch_size) {
+    rc = wds__open_fail(WDS_ERR_INVALID,
+                        "wds_loader_open: resume at batch %llu is out of range",
+                        (unsigned long long)c->resume_batches);
+    goto fail;
+  }
   if (c->mode != WDS_MODE_PLAIN && c->resume_batches > l->epoch_batches) {
     rc = wds__open_fail(WDS_ERR_INVALID,
                         "wds_loader_open: resume at batch %llu, but an epoch "
@@ -1915,11 +2049,11 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   }
   if ((rc = setup_pool(l)) != WDS_OK)
     goto fail;
-  if (!(l->pools = calloc((size_t)c->workers, sizeof *l->pools))) {
+  if (!(l->pools = calloc(2 * (size_t)c->workers, sizeof *l->pools))) {
     rc = wds__open_fail(WDS_ERR_NOMEM, "out of memory");
     goto fail;
   }
-  for (int i = 0; i < c->workers; i++) {
+  for (int i = 0; i < 2 * c->workers; i++) {
     pthread_mutex_init(&l->pools[i].mu, NULL);
     /* Blocks in circulation: shuffle buffer, queue, a batch, with some
      * slack; every sample has a copy and up to one block per field. */
@@ -1958,7 +2092,9 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
   uint64_t t0 = now_ns();
   pthread_mutex_lock(&l->mu);
   while (l->ready_len == 0) {
-    if (l->held == l->nslots) {
+    /* Only a deadlock if the collator needs a slot: it may still be about
+     * to post the end of the epoch, which needs none. */
+    if (l->held == l->nslots && l->collator_waits) {
       pthread_mutex_unlock(&l->mu);
       set_error(l,
                "wds_loader_next: all %d batch slots are held by the caller; "
@@ -2076,7 +2212,7 @@ void wds_loader_close(wds_loader *l) {
   if (!l)
     return;
   run_stop(l);
-  for (int i = 0; l->pools && i < l->cfg.workers; i++)
+  for (int i = 0; l->pools && i < 2 * l->cfg.workers; i++)
     blk_pool_destroy(&l->pools[i]);
   free(l->pools);
   free_pool(l);
@@ -2087,5 +2223,6 @@ void wds_loader_close(wds_loader *l) {
   free(l->index_copy);
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);
+  pthread_mutex_destroy(&l->log_mu);
   free(l);
 }

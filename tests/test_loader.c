@@ -470,7 +470,8 @@ TEST(output_is_independent_of_thread_timing) {
   char *slow[6];
   for (int i = 0; i < 6; i++) {
     char cmd[700];
-    snprintf(cmd, sizeof cmd, "pipe:sleep 0.0$((RANDOM %% 40)); cat %s",
+    /* /bin/sh may be dash (no $RANDOM): the delays vary by shard here. */
+    snprintf(cmd, sizeof cmd, "pipe:sleep 0.0%d; cat %s", (i * 37) % 90 + 10,
              s.urls[i]);
     slow[i] = strdup(cmd);
   }
@@ -791,6 +792,109 @@ TEST(exact_mode_tops_up_a_short_shard) {
   ASSERT_EQ_U64(batches[1], 3);
   ASSERT_EQ_U64(rows, 15 + 1); /* 15 per the index, padded to 2 x 8 */
   ASSERT_TRUE(invalid >= 3);
+
+  /* The short shard is an error, not a silent fill: stop names it... */
+  wds_loader_config c = base_cfg(&s);
+  c.mode = WDS_MODE_EXACT;
+  c.index_path = ix;
+  c.workers = 1;
+  c.batch_size = 3;
+  run_out o;
+  ASSERT_EQ_INT(run_cfg(&c, &o), WDS_ERR_TRUNCATED);
+  ASSERT_CONTAINS(o.err, s.urls[1]);
+  ASSERT_CONTAINS(o.err, "promised 9");
+  out_free(&o);
+  /* ... and skip counts it and keeps the message. */
+  c.on_error = WDS_ON_ERROR_SKIP;
+  wds_loader *l;
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+  run_out o2 = {0};
+  run_epoch(l, &o2);
+  ASSERT_EQ_INT(o2.status, WDS_EOF);
+  wds_loader_stats st;
+  wds_loader_stats_get(l, &st);
+  ASSERT_EQ_U64(st.skipped, 1);
+  ASSERT_CONTAINS(wds_loader_error(l), "promised 9");
+  wds_loader_close(l);
+  out_free(&o2);
+
+  /* A count that is too small would leave samples unread: an error too. */
+  f = fopen(ix, "w");
+  ASSERT_TRUE(f != NULL);
+  fprintf(f,
+          "{\"wids_version\": 1, \"shardlist\": [{\"url\": \"%s\", "
+          "\"nsamples\": 6}, {\"url\": \"%s\", \"nsamples\": 4}]}\n",
+          s.urls[0], s.urls[1]);
+  fclose(f);
+  c.on_error = WDS_ON_ERROR_STOP;
+  ASSERT_EQ_INT(run_cfg(&c, &o), WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(o.err, "has more samples than the 4");
+  ASSERT_CONTAINS(o.err, "s1/4");
+  out_free(&o);
+  shardset_free(&s);
+}
+
+/* Padding repeats keys from the slot's own key store, which may move when
+ * it grows: long keys and a large batch make it grow while padding. */
+TEST(padding_with_long_keys) {
+  char path[512], name[400];
+  snprintf(path, sizeof path, "%s/longkeys.tar", tmpdir);
+  wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
+  wds__tarw *w;
+  wds__err e;
+  ASSERT_EQ_INT(wds__tarw_open_path(path, &o, &w, &e), WDS_OK);
+  for (int i = 0; i < 3; i++) {
+    char key[300];
+    memset(key, 'a' + i, 250);
+    key[250] = '\0';
+    snprintf(name, sizeof name, "%s.cls", key);
+    wds__tarw_add(w, name, "1", 1, &e);
+  }
+  ASSERT_EQ_INT(wds__tarw_finish(w, &e), WDS_OK);
+  wds__tarw_close(w);
+  wds_field_spec fs[1] = {{"cls", WDS_DECODE_INT, 0, 0, 0}};
+  wds_loader_config c = WDS_LOADER_CONFIG_INIT;
+  c.spec = path;
+  c.rank = 0;
+  c.world_size = 1;
+  c.fields = fs;
+  c.field_count = 1;
+  c.batch_size = 64;
+  c.last_batch = WDS_LAST_PAD;
+  wds_loader *l;
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+  const wds_batch *b;
+  ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_OK);
+  ASSERT_EQ_U64(b->rows, 64);
+  for (size_t r = 0; r < 64; r++) {
+    ASSERT_EQ_U64(strlen(b->keys[r]), 250);
+    ASSERT_EQ_INT(b->keys[r][0], 'a' + (int)(r % 3));
+    ASSERT_EQ_INT(b->valid[r], r < 3);
+  }
+  wds_loader_release(l, b);
+  wds_loader_close(l);
+}
+
+/* With every slot held, the end of the epoch (which needs no slot) is
+ * returned, every time: the answer must not depend on thread timing. */
+TEST(end_of_epoch_with_every_slot_held) {
+  uint64_t counts[1] = {6};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 1, counts, -1), 0);
+  for (int rep = 0; rep < 50; rep++) {
+    wds_loader_config c = base_cfg(&s);
+    c.batch_size = 3;
+    c.prefetch_batches = 2;
+    wds_loader *l;
+    ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+    const wds_batch *a, *b, *d;
+    ASSERT_EQ_INT(wds_loader_next(l, &a), WDS_OK);
+    ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_OK);
+    ASSERT_EQ_INT(wds_loader_next(l, &d), WDS_EOF);
+    wds_loader_release(l, a);
+    wds_loader_release(l, b);
+    wds_loader_close(l);
+  }
   shardset_free(&s);
 }
 
@@ -1144,6 +1248,8 @@ int main(void) {
   RUN(resume_does_not_decode_delivered_samples);
   RUN(skip_policy_keeps_rows_and_counts);
   RUN(exact_mode_tops_up_a_short_shard);
+  RUN(padding_with_long_keys);
+  RUN(end_of_epoch_with_every_slot_held);
   RUN(batch_layout_bytes_ints_npy_and_pad);
   RUN(holding_every_slot_is_an_error_not_a_hang);
   RUN(environment_rank_and_world);
