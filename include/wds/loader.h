@@ -48,7 +48,10 @@
  * lacks a field keeps its place in the sequence as a zero-filled row marked
  * invalid (batch->valid[i] == 0), so batch counts, shapes and resume stay
  * exact. In exact mode a shard that yields fewer samples than its count
- * (after a read error) is topped up with invalid rows for the same reason.
+ * (a read error, a stale index) is an error too, and under the skip policy
+ * the missing samples become invalid rows for the same reason; a shard with
+ * more samples than its count is an error (WDS_ERR_CORRUPT) found at its
+ * end.
  *
  * Threads: workers + 1 collator thread per loader; the handle itself is
  * used by one thread at a time. */
@@ -188,7 +191,8 @@ typedef struct wds_loader_config {
 
   wds_allocator allocator; /* alloc == NULL: pinned when built with CUDA
                               and a GPU is present, else aligned host */
-  void (*log)(void *ctx, const char *message); /* NULL: silent */
+  void (*log)(void *ctx, const char *message); /* NULL: silent. Called
+                     from the loader's threads, one call at a time. */
   void *log_ctx;
 } wds_loader_config;
 
