@@ -58,26 +58,52 @@ cat "$DATA"/*.tar "$jpegs"/*.tar "$jpegs"/*.jpg >/dev/null
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 field() { "$PY" -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 
-reader_sps() { for _ in $(seq "$RUNS"); do "$WDS" bench --json "$@" | field '["samples_per_s"]'; done | median; }
-loader_sps() { for _ in $(seq "$RUNS"); do "$WDS" bench --json --warmup-epochs 1 "$@" | field '["samples_per_s"]'; done | median; }
-base_ips() { for _ in $(seq "$RUNS"); do "$BASE" --json "$@" | field '["images_per_s"]'; done | median; }
-ratio() { "$PY" -c "print(f'{$1 / $2:.2f}')"; }
+# pair REF_CMD... -- LOADER_CMD...: runs the two alternately RUNS times (so
+# both see the same machine state) and prints the medians of the reference,
+# the loader and the per-pair ratio. SCALE multiplies the reference (N x one
+# thread).
+pair() {
+  local ref=() lod=() seen=0
+  for a in "$@"; do
+    if [ "$a" = "--" ]; then seen=1; elif [ $seen = 0 ]; then ref+=("$a"); else lod+=("$a"); fi
+  done
+  local rs=() ls=() qs=()
+  for _ in $(seq "$RUNS"); do
+    local r l
+    r=$("${ref[@]}")
+    l=$("${lod[@]}")
+    rs+=("$r"); ls+=("$l")
+    qs+=("$("$PY" -c "print($l / ($r * ${SCALE:-1}))")")
+  done
+  printf '%s %s %s\n' "$(printf '%s\n' "${rs[@]}" | median)" \
+    "$(printf '%s\n' "${ls[@]}" | median)" "$(printf '%s\n' "${qs[@]}" | median)"
+}
+reader() { "$WDS" bench --json "$@" | field '["samples_per_s"]'; }
+loader() { "$WDS" bench --json --warmup-epochs 1 "$@" | field '["samples_per_s"]'; }
+base() { "$BASE" --json "$@" | field '["images_per_s"]'; }
+ls "$jpegs"/*.jpg >"$jpegs/list.txt"
 
 echo "== no decode: loader (shuffle 10000, batch 256, raw .bin) vs reader sample stream"
+echo "   (medians of $RUNS alternating runs: reference, loader, ratio)"
 for set in 100k 1k; do
   spec="$DATA/$set-{00..$( [ $set = 100k ] && echo 03 || echo 01 )}.tar"
-  r=$(reader_sps "$spec")
   for w in 1 2; do
-    l=$(loader_sps "$spec" --decode bin --batch-size 256 --shuffle-buffer 10000 --workers $w --epochs 3)
-    echo "$set workers=$w  reader ${r} samples/s  loader ${l} samples/s  ratio $(ratio "$l" "$r")"
+    read -r r l q < <(pair reader "$spec" -- loader "$spec" --decode bin --batch-size 256 \
+      --shuffle-buffer 10000 --workers $w --epochs 3)
+    printf '%s workers=%d  reader %.0f samples/s  loader %.0f samples/s  ratio %.2f (target >= 0.8)\n' \
+      "$set" "$w" "$r" "$l" "$q"
   done
 done
 
 echo "== JPEG: decode + resize + center crop to 224 (2000 photos, 500x375 q90)"
-ls "$jpegs"/*.jpg >"$jpegs/list.txt"
-b1=$(base_ips --threads 1 --size 224 --list "$jpegs/list.txt")
-l1=$(loader_sps "$jpegs/photos-{00..03}.tar" --decode jpg:rgb:224,cls --batch-size 64 --workers 1 --epochs 1)
-echo "1 thread:  baseline ${b1} images/s  loader ${l1} images/s  ratio $(ratio "$l1" "$b1") (target >= 0.9)"
-bn=$(base_ips --threads "$N" --size 224 --list "$jpegs/list.txt")
-ln=$(loader_sps "$jpegs/photos-{00..03}.tar" --decode jpg:rgb:224,cls --batch-size 64 --workers "$N" --epochs 1)
-echo "$N threads: baseline ${bn} images/s  loader ${ln} images/s  loader/(N x 1-thread loader) $(ratio "$ln" "($N*$l1)") (target >= 0.8)"
+photos="$jpegs/photos-{00..03}.tar"
+read -r b1 l1 q1 < <(pair base --threads 1 --size 224 --list "$jpegs/list.txt" -- \
+  loader "$photos" --decode jpg:rgb:224,cls --batch-size 64 --workers 1 --epochs 1)
+printf '1 worker:  bare loop %.0f images/s  loader %.0f images/s  ratio %.2f (target >= 0.9)\n' "$b1" "$l1" "$q1"
+read -r ln1 lnn qn < <(SCALE=$N pair loader "$photos" --decode jpg:rgb:224,cls --batch-size 64 \
+  --workers 1 --epochs 1 -- loader "$photos" --decode jpg:rgb:224,cls --batch-size 64 \
+  --workers "$N" --epochs 1)
+printf '%d workers: loader %.0f images/s vs %d x %.0f (1 worker)  ratio %.2f (target >= 0.8)\n' \
+  "$N" "$lnn" "$N" "$ln1" "$qn"
+bn=$(for _ in $(seq "$RUNS"); do base --threads "$N" --size 224 --list "$jpegs/list.txt"; done | median)
+printf '   (bare loop on %d threads: %.0f images/s)\n' "$N" "$bn"
