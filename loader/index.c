@@ -15,7 +15,12 @@
  * from the start of the text); wds__index_load prefixes the file name.
  *
  * Lookups binary-search two sorted permutations of the entries (by url and
- * by resolved path), so opening a loader on n shards costs O(n log n). */
+ * by resolved path), so opening a loader on n shards costs O(n log n).
+ *
+ * The per-sample detail ("samples": keys, [offset, size] per extension) is
+ * kept only with WDS__INDEX_SAMPLES (tools: `wds ls --summary --index`);
+ * the loader skips it, so its memory stays O(shards). The public handle
+ * (wds/index.h) at the end of this file wraps the same reader. */
 #include "index.h"
 
 #include <errno.h>
@@ -36,6 +41,7 @@ typedef struct jp {
   const unsigned char *s;
   size_t n, pos;
   wds__err *e;
+  unsigned flags; /* WDS__INDEX_SAMPLES: keep the sample detail */
 } jp;
 
 static int jfail(jp *p, size_t at, const char *what) {
@@ -465,13 +471,197 @@ static char *resolve(const char *dir, const char *url) {
   return join_normalize(lp == url ? dir : NULL, lp);
 }
 
+/* Parses a string value into a new NUL-terminated copy (*out, malloc'd);
+ * a NUL inside is an error naming `what`. */
+static int parse_new_string(jp *p, const char *what, char **out) {
+  char msg[96];
+  size_t len, at;
+  int rc;
+  *out = NULL;
+  skip_ws(p);
+  at = p->pos;
+  if ((rc = parse_string(p, NULL, 0, &len)) != WDS_OK)
+    return rc;
+  char *s = malloc(len + 1);
+  if (!s)
+    return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
+  p->pos = at;
+  if ((rc = parse_string(p, s, len, &len)) != WDS_OK) {
+    free(s);
+    return rc;
+  }
+  s[len] = '\0';
+  if (strlen(s) != len) {
+    free(s);
+    snprintf(msg, sizeof msg, "%s contains a NUL character", what);
+    return jfail(p, at, msg);
+  }
+  *out = s;
+  return WDS_OK;
+}
+
+/* Parses one [OFFSET, SIZE] pair. */
+static int parse_pair(jp *p, wds_index_field *f) {
+  int rc, is_null;
+  skip_ws(p);
+  size_t at = p->pos;
+  if (peek(p) != '[')
+    return jfail(p, at, "a field must be [offset, size]");
+  p->pos++;
+  if ((rc = parse_count(p, "offset", UINT64_MAX, 0, &f->offset, &is_null)) !=
+          WDS_OK ||
+      (rc = expect(p, ',', "a field must be [offset, size]")) != WDS_OK ||
+      (rc = parse_count(p, "size", UINT64_MAX, 0, &f->size_bytes, &is_null)) !=
+          WDS_OK ||
+      (rc = expect(p, ']', "a field must be [offset, size]")) != WDS_OK)
+    return rc;
+  return WDS_OK;
+}
+
+static void free_sample(wds_index_sample *s) {
+  for (size_t i = 0; i < s->field_count; i++)
+    free((char *)s->fields[i].ext);
+  free((wds_index_field *)s->fields);
+  free((char *)s->key);
+}
+
+/* Parses {"EXT": [OFFSET, SIZE], ...} into s->fields; an extension listed
+ * twice is an error. */
+static int parse_fields(jp *p, wds_index_sample *s) {
+  size_t cap = 0;
+  int rc;
+  skip_ws(p);
+  if (peek(p) != '{')
+    return jfail(p, p->pos, "\"fields\" must be an object");
+  p->pos++;
+  skip_ws(p);
+  if (peek(p) == '}') {
+    p->pos++;
+    return WDS_OK;
+  }
+  for (;;) {
+    wds_index_field *grown = wds__grow((wds_index_field *)s->fields, &cap,
+                                       s->field_count + 1, sizeof *grown, 4);
+    if (!grown)
+      return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
+    s->fields = grown;
+    wds_index_field *f = &grown[s->field_count];
+    char *ext;
+    skip_ws(p);
+    size_t at = p->pos;
+    if ((rc = parse_new_string(p, "an extension", &ext)) != WDS_OK)
+      return rc;
+    f->ext = ext;
+    s->field_count++;
+    for (size_t i = 0; i + 1 < s->field_count; i++)
+      if (strcmp(grown[i].ext, ext) == 0)
+        return jfail(p, at, "extension listed twice in a sample");
+    if ((rc = expect(p, ':', "expected ':' after an object key")) != WDS_OK ||
+        (rc = parse_pair(p, f)) != WDS_OK)
+      return rc;
+    skip_ws(p);
+    if (peek(p) == ',') {
+      p->pos++;
+      continue;
+    }
+    return expect(p, '}', "expected ',' or '}' in an object");
+  }
+}
+
+/* Parses {"key": K, "fields": {...}} (other keys skipped). */
+static int parse_sample(jp *p, wds_index_sample *s, int depth) {
+  char key[16];
+  size_t obj_at = p->pos;
+  int rc, have_key = 0, have_fields = 0;
+  if ((rc = expect(p, '{', "samples must be objects")) != WDS_OK)
+    return rc;
+  skip_ws(p);
+  if (peek(p) == '}')
+    p->pos++;
+  else
+    for (;;) {
+      skip_ws(p);
+      size_t key_at = p->pos;
+      if ((rc = parse_key(p, key, sizeof key)) != WDS_OK)
+        return rc;
+      int *seen = strcmp(key, "key") == 0      ? &have_key
+                  : strcmp(key, "fields") == 0 ? &have_fields
+                                               : NULL;
+      if (seen && *seen)
+        return jfail(p, key_at, "duplicate key in a sample");
+      if (seen)
+        *seen = 1;
+      if (seen == &have_key) {
+        char *k;
+        if ((rc = parse_new_string(p, "\"key\"", &k)) != WDS_OK)
+          return rc;
+        s->key = k;
+      } else if (seen == &have_fields) {
+        if ((rc = parse_fields(p, s)) != WDS_OK)
+          return rc;
+      } else if ((rc = skip_value(p, depth + 1)) != WDS_OK) {
+        return rc;
+      }
+      skip_ws(p);
+      if (peek(p) == ',') {
+        p->pos++;
+        continue;
+      }
+      if ((rc = expect(p, '}', "expected ',' or '}' in an object")) != WDS_OK)
+        return rc;
+      break;
+    }
+  if (!have_key || !have_fields)
+    return jfail(p, obj_at,
+                 have_key ? "a sample has no \"fields\""
+                          : "a sample has no \"key\"");
+  return WDS_OK;
+}
+
+/* Parses the "samples" array of an entry into ent->samples. */
+static int parse_samples(jp *p, wds__index_entry *ent, int depth) {
+  size_t cap = 0;
+  int rc;
+  skip_ws(p);
+  if (peek(p) != '[')
+    return jfail(p, p->pos, "\"samples\" must be an array");
+  p->pos++;
+  ent->has_samples = 1;
+  skip_ws(p);
+  if (peek(p) == ']') {
+    p->pos++;
+    return WDS_OK;
+  }
+  for (;;) {
+    wds_index_sample *grown =
+        wds__grow(ent->samples, &cap, ent->sample_count + 1, sizeof *grown, 64);
+    if (!grown)
+      return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
+    ent->samples = grown;
+    wds_index_sample *s = &ent->samples[ent->sample_count++];
+    memset(s, 0, sizeof *s);
+    skip_ws(p);
+    if ((rc = parse_sample(p, s, depth + 1)) != WDS_OK)
+      return rc;
+    skip_ws(p);
+    if (peek(p) == ',') {
+      p->pos++;
+      continue;
+    }
+    return expect(p, ']', "expected ',' or ']' in an array");
+  }
+}
+
 /* Parses one shardlist entry (an object at p->pos) into *ent. */
 static int parse_entry(jp *p, size_t i, const char *dir, wds__index_entry *ent,
                        int depth) {
   char msg[128], key[16];
   size_t obj_at = p->pos;
-  int rc = WDS_OK, have_url = 0, have_n = 0, have_size = 0;
+  int rc = WDS_OK, have_url = 0, have_n = 0, have_size = 0, have_tar = 0,
+      have_samples = 0;
+  size_t samples_at = 0;
   ent->filesize = -1;
+  ent->tar_bytes = -1;
   if (depth > WDS__JSON_MAX_DEPTH)
     return jfail(p, obj_at, "nesting deeper than 64 levels");
   if ((rc = expect(p, '{', "shardlist entries must be objects")) != WDS_OK)
@@ -485,10 +675,14 @@ static int parse_entry(jp *p, size_t i, const char *dir, wds__index_entry *ent,
       size_t key_at = p->pos;
       if ((rc = parse_key(p, key, sizeof key)) != WDS_OK)
         return rc;
-      int *seen = strcmp(key, "url") == 0        ? &have_url
-                  : strcmp(key, "nsamples") == 0 ? &have_n
-                  : strcmp(key, "filesize") == 0 ? &have_size
-                                                 : NULL;
+      int *seen =
+          strcmp(key, "url") == 0         ? &have_url
+          : strcmp(key, "nsamples") == 0  ? &have_n
+          : strcmp(key, "filesize") == 0  ? &have_size
+          : strcmp(key, "tar_bytes") == 0 ? &have_tar
+          : strcmp(key, "samples") == 0 && (p->flags & WDS__INDEX_SAMPLES)
+              ? &have_samples
+              : NULL;
       if (seen && *seen) {
         snprintf(msg, sizeof msg, "duplicate key \"%s\"", key);
         return jfail(p, key_at, msg);
@@ -526,6 +720,18 @@ static int parse_entry(jp *p, size_t i, const char *dir, wds__index_entry *ent,
             WDS_OK)
           return rc;
         ent->filesize = is_null ? -1 : (int64_t)v; /* null: unknown */
+      } else if (seen == &have_tar) {
+        uint64_t v;
+        int is_null;
+        if ((rc = parse_count(p, "tar_bytes", INT64_MAX, 1, &v, &is_null)) !=
+            WDS_OK)
+          return rc;
+        ent->tar_bytes = is_null ? -1 : (int64_t)v;
+      } else if (seen == &have_samples) {
+        skip_ws(p);
+        samples_at = p->pos;
+        if ((rc = parse_samples(p, ent, depth + 1)) != WDS_OK)
+          return rc;
       } else if ((rc = skip_value(p, depth + 1)) != WDS_OK) {
         return rc;
       }
@@ -542,6 +748,12 @@ static int parse_entry(jp *p, size_t i, const char *dir, wds__index_entry *ent,
     snprintf(msg, sizeof msg, "shardlist[%zu] has no \"%s\"", i,
              have_url ? "nsamples" : "url");
     return jfail(p, obj_at, msg);
+  }
+  if (have_samples && ent->sample_count != ent->nsamples) {
+    snprintf(msg, sizeof msg,
+             "shardlist[%zu] lists %zu samples but \"nsamples\" is %llu", i,
+             ent->sample_count, (unsigned long long)ent->nsamples);
+    return jfail(p, samples_at, msg);
   }
   return WDS_OK;
 }
@@ -634,8 +846,13 @@ done:
 
 int wds__index_parse(const char *text, size_t size, const char *dir,
                      wds__index *out, wds__err *e) {
+  return wds__index_parse_flags(text, size, dir, 0, out, e);
+}
+
+int wds__index_parse_flags(const char *text, size_t size, const char *dir,
+                           unsigned flags, wds__index *out, wds__err *e) {
   wds__index ix = {0};
-  jp p = {(const unsigned char *)text, size, 0, e};
+  jp p = {(const unsigned char *)text, size, 0, e, flags};
   int rc = WDS_OK, have_list = 0;
   char key[16];
   memset(out, 0, sizeof *out);
@@ -695,6 +912,11 @@ done:
 }
 
 int wds__index_load(const char *path, wds__index *out, wds__err *e) {
+  return wds__index_load_flags(path, 0, out, e);
+}
+
+int wds__index_load_flags(const char *path, unsigned flags, wds__index *out,
+                          wds__err *e) {
   int rc = WDS_OK, fd = -1;
   char *text = NULL, *dir = NULL;
   memset(out, 0, sizeof *out);
@@ -741,15 +963,49 @@ int wds__index_load(const char *path, wds__index *out, wds__err *e) {
       break; /* shrank while reading: parse what is there */
     got += (size_t)n;
   }
-  rc = wds__index_parse(text, got, dir, out, e);
+  rc = wds__index_parse_flags(text, got, dir, flags, out, e);
   if (rc != WDS_OK)
     wds__err_prefix(e, "%s", path);
+  else
+    out->dir_real_ = realpath(dir[0] ? dir : ".", NULL); /* NULL: unused */
 done:
   if (fd >= 0)
     close(fd);
   free(text);
   free(dir);
   return rc;
+}
+
+/* The path of target relative to directory dir, both canonical (from
+ * realpath): "a.tar", "sub/a.tar", "../a.tar". Malloc'd; NULL when out of
+ * memory. The inverse of resolving a url against the index's directory,
+ * and what `wds index -o` writes. */
+static char *relative_to(const char *dir, const char *target) {
+  size_t common = 0;
+  for (size_t i = 0;; i++) {
+    int dend = dir[i] == '\0' || dir[i] == '/';
+    int tend = target[i] == '\0' || target[i] == '/';
+    if (dend && tend)
+      common = i;
+    if (dir[i] != target[i] || dir[i] == '\0')
+      break;
+  }
+  if (strcmp(dir, "/") == 0)
+    common = 0;
+  size_t ups = 0;
+  for (const char *p = dir + common; *p; p++)
+    if (*p == '/' && p[1] != '\0')
+      ups++;
+  const char *rest = target + common;
+  while (*rest == '/')
+    rest++;
+  char *out = malloc(ups * 3 + strlen(rest) + 2);
+  if (!out)
+    return NULL;
+  for (size_t k = 0; k < ups; k++)
+    memcpy(out + 3 * k, "../", 3);
+  strcpy(out + 3 * ups, rest);
+  return out;
 }
 
 /* Binary search of perm (sorted by url or path) for key; -1 if absent. */
@@ -772,6 +1028,15 @@ static long find(const wds__index *ix, const size_t *perm, int by_path,
 
 int wds__index_lookup(const wds__index *ix, const char *url, uint64_t *nsamples,
                       wds__err *e) {
+  size_t i;
+  int rc = wds__index_find(ix, url, &i, e);
+  if (rc == WDS_OK)
+    *nsamples = ix->shards[i].nsamples;
+  return rc;
+}
+
+int wds__index_find(const wds__index *ix, const char *url, size_t *entry,
+                    wds__err *e) {
   long i = -1;
   if (!ix || !url)
     return wds__fail(e, WDS_ERR_INVALID, "NULL index or url");
@@ -783,6 +1048,14 @@ int wds__index_lookup(const wds__index *ix, const char *url, uint64_t *nsamples,
       return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
     i = find(ix, ix->by_path_, 1, norm);
     free(norm);
+  }
+  if (i < 0 && ix->count && ix->by_url_ && ix->dir_real_ && local_path(url)) {
+    char *real = realpath(local_path(url), NULL);
+    char *rel = real ? relative_to(ix->dir_real_, real) : NULL;
+    if (rel)
+      i = find(ix, ix->by_url_, 0, rel);
+    free(rel);
+    free(real);
   }
   if (i < 0)
     return wds__fail(e, WDS_ERR_INVALID, "%s: not in the index", url);
@@ -796,7 +1069,7 @@ int wds__index_lookup(const wds__index *ix, const char *url, uint64_t *nsamples,
                      "%s: stale index: the shard was %" PRId64
                      " bytes, is %" PRId64 " (re-run wds index)",
                      url, ent->filesize, (int64_t)st.st_size);
-  *nsamples = ent->nsamples;
+  *entry = (size_t)i;
   return WDS_OK;
 }
 
@@ -806,9 +1079,83 @@ void wds__index_free(wds__index *ix) {
   for (size_t i = 0; i < ix->count; i++) {
     free(ix->shards[i].url);
     free(ix->shards[i].path);
+    for (size_t j = 0; j < ix->shards[i].sample_count; j++)
+      free_sample(&ix->shards[i].samples[j]);
+    free(ix->shards[i].samples);
   }
   free(ix->shards);
   free(ix->by_url_);
   free(ix->by_path_);
+  free(ix->dir_real_);
   memset(ix, 0, sizeof *ix);
+}
+
+/* ---- the public API (wds/index.h): a handle around wds__index ---------- */
+
+struct wds_index {
+  wds__index ix;
+  wds__err err;
+};
+
+int wds_index_load(const char *path, unsigned flags, wds_index **out) {
+  wds__err e;
+  int rc;
+  if (!out)
+    return wds__open_fail(WDS_ERR_INVALID, "wds_index_load: out is NULL");
+  *out = NULL;
+  if (!path)
+    return wds__open_fail(WDS_ERR_INVALID, "wds_index_load: path is NULL");
+  if (flags & ~WDS_INDEX_SAMPLES)
+    return wds__open_fail(WDS_ERR_INVALID, "wds_index_load: unknown flags 0x%x",
+                          flags);
+  wds_index *h = calloc(1, sizeof *h);
+  if (!h)
+    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+  e.msg[0] = '\0';
+  if ((rc = wds__index_load_flags(path, flags, &h->ix, &e)) != WDS_OK) {
+    free(h);
+    return wds__open_fail(rc, "%s", e.msg);
+  }
+  wds__open_error_clear();
+  *out = h;
+  return WDS_OK;
+}
+
+size_t wds_index_shard_count(const wds_index *ix) {
+  return ix ? ix->ix.count : 0;
+}
+
+int wds_index_shard_info(const wds_index *ix, size_t i, wds_index_shard *out) {
+  if (!ix || !out || i >= ix->ix.count)
+    return WDS_ERR_INVALID;
+  const wds__index_entry *ent = &ix->ix.shards[i];
+  out->url = ent->url;
+  out->path = ent->path;
+  out->nsamples = ent->nsamples;
+  out->filesize = ent->filesize;
+  out->tar_bytes = ent->tar_bytes;
+  out->has_samples = ent->has_samples;
+  out->sample_count = ent->sample_count;
+  out->samples = ent->has_samples ? ent->samples : NULL;
+  return WDS_OK;
+}
+
+int wds_index_lookup(wds_index *ix, const char *url, size_t *shard) {
+  if (!ix)
+    return WDS_ERR_INVALID;
+  ix->err.msg[0] = '\0';
+  if (!shard)
+    return wds__fail(&ix->err, WDS_ERR_INVALID, "wds_index_lookup: NULL shard");
+  return wds__index_find(&ix->ix, url, shard, &ix->err);
+}
+
+const char *wds_index_error(const wds_index *ix) {
+  return ix ? ix->err.msg : "";
+}
+
+void wds_index_close(wds_index *ix) {
+  if (!ix)
+    return;
+  wds__index_free(&ix->ix);
+  free(ix);
 }

@@ -8,8 +8,9 @@
  *       "samples": [...]},            <- optional, per-sample detail (skipped)
  *      ...]}
  *
- * Only shardlist[].url, .nsamples and .filesize are read; every other value
- * is skipped, so the per-sample detail issue 4's writer adds is allowed.
+ * shardlist[].url, .nsamples, .filesize and .tar_bytes are read; with
+ * WDS__INDEX_SAMPLES also .samples (the full format is in wds/index.h,
+ * which is the public face of this reader). Every other value is skipped.
  * A relative url is relative to the directory holding the index file. */
 #ifndef WDS_LOADER_INDEX_H
 #define WDS_LOADER_INDEX_H
@@ -18,37 +19,58 @@
 #include <stdint.h>
 
 #include "shards/err.h"
+#include "wds/index.h"
 
 typedef struct wds__index_entry {
   char *url;         /* as written in the index */
   char *path;        /* url resolved against the index's directory */
   uint64_t nsamples;
   int64_t filesize;  /* -1 when absent */
+  int64_t tar_bytes; /* -1 when absent */
+  int has_samples;   /* "samples" was loaded (WDS__INDEX_SAMPLES) */
+  size_t sample_count;
+  wds_index_sample *samples; /* strings and fields malloc'd per sample */
 } wds__index_entry;
+
+#define WDS__INDEX_SAMPLES WDS_INDEX_SAMPLES
 
 typedef struct wds__index {
   wds__index_entry *shards; /* in file order */
   size_t count;
   size_t *by_url_;  /* private: shards sorted by url, then by path, */
   size_t *by_path_; /* for O(log n) lookups */
+  char *dir_real_;  /* private: realpath of the index's directory (NULL
+                       when parsed from memory or not resolvable) */
 } wds__index;
 
 /* Reads and validates path. Errors (WDS_ERR_OPEN, WDS_ERR_FORMAT) name the
  * file and the byte offset of the problem. *out is zeroed on failure. */
 int wds__index_load(const char *path, wds__index *out, wds__err *e);
+int wds__index_load_flags(const char *path, unsigned flags, wds__index *out,
+                          wds__err *e);
 
 /* Parses an index already in memory (dir: the index's directory, for
  * relative urls; "" for none). Used by wds__index_load and the fuzzer. */
 int wds__index_parse(const char *text, size_t size, const char *dir,
                      wds__index *out, wds__err *e);
+/* The same with flags (0 or WDS__INDEX_SAMPLES: keep the sample detail,
+ * whose count must then equal nsamples). */
+int wds__index_parse_flags(const char *text, size_t size, const char *dir,
+                           unsigned flags, wds__index *out, wds__err *e);
 
 /* The sample count for a shard URL of the spec: matched against each
- * entry's url exactly, then against its resolved path. For a local file
+ * entry's url exactly, then against its resolved path, then (a local file
+ * and an index loaded from a file) the file's real path made relative to
+ * the index's real directory, as `wds index -o` writes it, against the
+ * urls: so "../a.tar" in d/sub/index.json is found as "d/a.tar". For a local file
  * whose filesize is recorded, the file's current size is compared and a
  * difference is WDS_ERR_CORRUPT ("stale index: ... was N bytes, is M").
  * WDS_ERR_INVALID if the index has no entry for url. */
 int wds__index_lookup(const wds__index *ix, const char *url,
                       uint64_t *nsamples, wds__err *e);
+/* The same, giving the entry's position in ix->shards. */
+int wds__index_find(const wds__index *ix, const char *url, size_t *entry,
+                    wds__err *e);
 
 void wds__index_free(wds__index *ix);
 

@@ -1583,25 +1583,6 @@ nomem:
 
 /* ---- open: configuration ---------------------------------------------- */
 
-static int is_ext(const char *e, const char *const *list) {
-  for (; *list; list++)
-    if (strcmp(e, *list) == 0)
-      return 1;
-  return 0;
-}
-
-static wds_decode auto_decode(const char *ext) {
-  static const char *const images[] = {"jpg", "jpeg", "png", NULL};
-  static const char *const ints[] = {"cls", "cls2", "index", "inx", "id", NULL};
-  if (is_ext(ext, images))
-    return WDS_DECODE_IMAGE;
-  if (strcmp(ext, "npy") == 0)
-    return WDS_DECODE_NPY;
-  if (is_ext(ext, ints))
-    return WDS_DECODE_INT;
-  return WDS_DECODE_BYTES;
-}
-
 static void free_fields(wds_loader *l) {
   for (size_t i = 0; i < l->nfields; i++) {
     for (size_t a = 0; a < l->fields[i].nalts; a++)
@@ -1660,7 +1641,7 @@ static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
       p = q ? q + 1 : p + len;
     }
     total_alts += n;
-    of->decode = fs->decode == WDS_DECODE_AUTO ? auto_decode(of->alts[0])
+    of->decode = fs->decode == WDS_DECODE_AUTO ? wds_decode_for_ext(of->alts[0])
                                                : fs->decode;
     if (of->decode < WDS_DECODE_AUTO || of->decode > WDS_DECODE_BYTES)
       return wds__open_fail(WDS_ERR_INVALID,

@@ -4,10 +4,10 @@
  * padding, small members) are gathered in one staging buffer of
  * buffer_bytes and handed to the sink a buffer at a time; pieces at least as
  * large as the buffer go to the sink directly, after what is staged. The sink
- * is write(2) for plain output, or ZSTD_compressStream2() into an output
- * buffer of the same size that is written whenever it fills. So the file sees
- * large writes only, and big members are never copied (plain) or copied only
- * by zstd itself.
+ * is write(2) for plain output, or ZSTD_compressStream2() / deflate() into an
+ * output buffer of the same size that is written whenever it fills. So the file
+ * sees large writes only, and big members are never copied (plain) or copied
+ * only by zstd itself.
  *
  * Headers are ustar, formatted byte for byte the way Python's tarfile does
  * it (zero-padded octal fields ending in NUL, a 6-digit checksum followed by
@@ -17,6 +17,11 @@
  * into a pax 'x' header as a "path" record, as does a size of 8 GiB or more
  * ("size" record, the ustar field then 0). tarfile's USTAR_FORMAT splits the
  * same way; its PAX_FORMAT would use pax for every long or non-ASCII name.
+ *
+ * Every member has mode 0444, WebDataset TarWriter's default (and what
+ * wds/writer.h promises). gzip output is one deflate stream with a header
+ * set by hand (deflateSetHeader): no name, mtime 0, OS byte 3, so it does
+ * not depend on the machine or the time.
  *
  * Invariant: w->status is WDS_OK until a call fails; after that every call
  * returns it unchanged (a half-written member cannot be completed). */
@@ -30,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <zstd.h>
 
 #define BLOCK 512
@@ -38,6 +44,8 @@
 #define MIN_BUFFER_BYTES ((size_t)64 << 10)
 #define MAX_NAME_BYTES 65535
 #define OCTAL11_LIMIT ((uint64_t)1 << 33) /* 8^11: 11 octal digits */
+#define MEMBER_MODE 0444u
+#define GZIP_OS_UNIX 3
 
 struct wds__tarw {
   int fd;
@@ -49,8 +57,10 @@ struct wds__tarw {
 
   uint8_t *stage; /* uncompressed tar bytes not yet sunk */
   size_t stage_len, stage_cap;
-  ZSTD_CCtx *zc; /* NULL for plain output */
-  uint8_t *zout;
+  ZSTD_CCtx *zc; /* NULL unless zstd */
+  z_stream *gz;  /* NULL unless gzip */
+  gz_header gzh; /* must live as long as gz */
+  uint8_t *zout; /* compressed output (zstd or gzip) */
   size_t zout_len, zout_cap;
 
   uint8_t *hdr; /* WDS__TARW_HEADER_MAX bytes */
@@ -61,6 +71,7 @@ struct wds__tarw {
   wds__err saved; /* its message, repeated by later calls */
   int finished;
   wds__tarw_stats stats;
+  char label[40]; /* "output fd N" in fd mode */
 };
 
 static const uint8_t zero_block[BLOCK];
@@ -89,7 +100,7 @@ static int check(const wds__tarw *w, wds__err *err) {
 }
 
 static const char *target_name(const wds__tarw *w) {
-  return w->path ? w->path : "the output";
+  return w->path ? w->path : w->label;
 }
 
 static int write_all(wds__tarw *w, const uint8_t *p, size_t n, wds__err *err) {
@@ -141,11 +152,55 @@ static int zstd_sink(wds__tarw *w, const uint8_t *p, size_t n,
   return WDS_OK;
 }
 
+/* Deflates in[0..n) (Z_NO_FLUSH) or ends the stream (Z_FINISH), writing
+ * the output buffer whenever it fills. avail_in is 32-bit: fed in slices. */
+static int gzip_sink(wds__tarw *w, const uint8_t *p, size_t n, int flush,
+                     wds__err *err) {
+  z_stream *z = w->gz;
+  for (;;) {
+    size_t slice = n > (1u << 30) ? (1u << 30) : n;
+    z->next_in = (Bytef *)(uintptr_t)p;
+    z->avail_in = (uInt)slice;
+    int last = flush == Z_FINISH && slice == n;
+    for (;;) {
+      z->next_out = w->zout + w->zout_len;
+      z->avail_out = (uInt)(w->zout_cap - w->zout_len);
+      int r = deflate(z, last ? Z_FINISH : Z_NO_FLUSH);
+      w->zout_len = w->zout_cap - z->avail_out;
+      if (r == Z_STREAM_ERROR)
+        return fail(w, err, WDS_ERR_IO, "gzip compression of %s failed: %s",
+                    target_name(w), z->msg ? z->msg : "stream error");
+      if (w->zout_len == w->zout_cap) {
+        int rc = write_all(w, w->zout, w->zout_len, err);
+        if (rc != WDS_OK)
+          return rc;
+        w->zout_len = 0;
+        continue; /* more output may be pending */
+      }
+      if (last ? r == Z_STREAM_END : z->avail_in == 0)
+        break;
+    }
+    p += slice;
+    n -= slice;
+    if (n == 0)
+      break;
+  }
+  if (flush == Z_FINISH && w->zout_len > 0) {
+    int rc = write_all(w, w->zout, w->zout_len, err);
+    if (rc != WDS_OK)
+      return rc;
+    w->zout_len = 0;
+  }
+  return WDS_OK;
+}
+
 static int sink(wds__tarw *w, const uint8_t *p, size_t n, wds__err *err) {
   if (n == 0)
     return WDS_OK;
   if (w->zc)
     return zstd_sink(w, p, n, ZSTD_e_continue, err);
+  if (w->gz)
+    return gzip_sink(w, p, n, Z_NO_FLUSH, err);
   return write_all(w, p, n, err);
 }
 
@@ -314,10 +369,10 @@ int wds__tarw_format_header(const char *name, uint64_t size, int64_t mtime,
   /* The ustar header: with a pax path, its name field keeps the first 100
    * bytes for readers that ignore pax (tarfile does the same). */
   if (plen > 0)
-    ustar_block(out + o, name, plen, name + plen + 1, len - plen - 1, 0644,
-                pax_size ? 0 : size, mtime, '0');
+    ustar_block(out + o, name, plen, name + plen + 1, len - plen - 1,
+                MEMBER_MODE, pax_size ? 0 : size, mtime, '0');
   else
-    ustar_block(out + o, "", 0, name, len > 100 ? 100 : len, 0644,
+    ustar_block(out + o, "", 0, name, len > 100 ? 100 : len, MEMBER_MODE,
                 pax_size ? 0 : size, mtime, '0');
   *len_out = o + BLOCK;
   return WDS_OK;
@@ -332,7 +387,8 @@ static int open_common(wds__tarw *w, const wds__tarw_options *opts,
     return wds__fail(err, WDS_ERR_INVALID, "mtime %lld out of range",
                      (long long)opts->mtime);
   if (opts->compression != WDS__TARW_NONE &&
-      opts->compression != WDS__TARW_ZSTD)
+      opts->compression != WDS__TARW_ZSTD &&
+      opts->compression != WDS__TARW_GZIP)
     return wds__fail(err, WDS_ERR_INVALID, "unknown compression %d",
                      opts->compression);
   w->mtime = opts->mtime;
@@ -361,6 +417,31 @@ static int open_common(wds__tarw *w, const wds__tarw_options *opts,
       return wds__fail(err, WDS_ERR_INVALID, "zstd setup failed: %s",
                        ZSTD_getErrorName(r));
   }
+  if (opts->compression == WDS__TARW_GZIP) {
+    int level = opts->gzip_level ? opts->gzip_level : 6;
+    if (level < 1 || level > 9)
+      return wds__fail(err, WDS_ERR_INVALID, "gzip level %d is outside 1..9",
+                       level);
+    w->gz = calloc(1, sizeof *w->gz);
+    w->zout_cap = w->stage_cap;
+    w->zout = malloc(w->zout_cap);
+    if (!w->gz || !w->zout) {
+      free(w->gz);
+      w->gz = NULL;
+      return wds__fail(err, WDS_ERR_NOMEM, "out of memory (gzip)");
+    }
+    /* 15 + 16: a gzip wrapper around a 32 KiB-window deflate stream. */
+    if (deflateInit2(w->gz, level, Z_DEFLATED, 15 + 16, 8,
+                     Z_DEFAULT_STRATEGY) != Z_OK) {
+      free(w->gz);
+      w->gz = NULL;
+      return wds__fail(err, WDS_ERR_NOMEM, "gzip setup failed");
+    }
+    memset(&w->gzh, 0, sizeof w->gzh);
+    w->gzh.os = GZIP_OS_UNIX;
+    if (deflateSetHeader(w->gz, &w->gzh) != Z_OK)
+      return wds__fail(err, WDS_ERR_INVALID, "gzip header setup failed");
+  }
   return WDS_OK;
 }
 
@@ -374,6 +455,7 @@ int wds__tarw_open_fd(int fd, const wds__tarw_options *opts, wds__tarw **out,
   if (!w)
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
   w->fd = fd;
+  snprintf(w->label, sizeof w->label, "output fd %d", fd);
   rc = open_common(w, opts, err);
   if (rc != WDS_OK) {
     wds__tarw_close(w);
@@ -532,6 +614,8 @@ int wds__tarw_finish(wds__tarw *w, wds__err *err) {
     rc = flush_stage(w, err);
   if (rc == WDS_OK && w->zc)
     rc = zstd_sink(w, NULL, 0, ZSTD_e_end, err);
+  if (rc == WDS_OK && w->gz)
+    rc = gzip_sink(w, NULL, 0, Z_FINISH, err);
   if (rc != WDS_OK)
     return rc;
   if (w->owns_fd) {
@@ -563,10 +647,45 @@ void wds__tarw_close(wds__tarw *w) {
   if (w->tmp_path && w->owns_fd && !w->finished)
     unlink(w->tmp_path);
   ZSTD_freeCCtx(w->zc);
+  if (w->gz) {
+    deflateEnd(w->gz);
+    free(w->gz);
+  }
   free(w->zout);
   free(w->stage);
   free(w->hdr);
   free(w->path);
   free(w->tmp_path);
   free(w);
+}
+
+uint64_t wds__tarw_member_bytes(size_t name_len, const char *name,
+                                uint64_t size) {
+  if (name_len == 0 || name_len > MAX_NAME_BYTES)
+    return 0;
+  uint64_t header = BLOCK;
+  int pax_path = name_len > 100 && split_prefix(name, name_len) == 0;
+  int pax_size = size >= OCTAL11_LIMIT;
+  if (pax_path || pax_size) {
+    size_t rec = 0;
+    if (pax_path)
+      rec += pax_record_len(4, name_len);
+    if (pax_size) {
+      size_t digits = 1;
+      for (uint64_t v = size; v >= 10; v /= 10)
+        digits++;
+      rec += pax_record_len(4, digits);
+    }
+    header += BLOCK + (rec + BLOCK - 1) / BLOCK * BLOCK;
+  }
+  return header + (size + BLOCK - 1) / BLOCK * BLOCK;
+}
+
+uint64_t wds__tarw_finished_bytes(uint64_t tar_bytes) {
+  uint64_t end = tar_bytes + 2 * BLOCK;
+  return (end + RECORD_BYTES - 1) / RECORD_BYTES * RECORD_BYTES;
+}
+
+const char *wds__tarw_tmp_path(const wds__tarw *w) {
+  return w->owns_fd && !w->finished ? w->tmp_path : NULL;
 }

@@ -1,11 +1,13 @@
 /* tarw.h — streaming tar writer. Internal to wds.
  *
  * Writes POSIX ustar members (pax 'x' extension headers only when a name or
- * size does not fit), either plain or as one zstd frame, to a caller's file
- * descriptor or to a path. Output is deterministic: every member has mode
- * 0644, uid/gid 0, empty user/group names and the same mtime, so the same
- * members give the same bytes. The archive ends with two zero blocks and is
- * padded to a 10240-byte record, as GNU tar and Python's tarfile do.
+ * size does not fit), either plain, as one zstd frame or as one gzip member,
+ * to a caller's file descriptor or to a path. Output is deterministic: every
+ * member has mode 0444 (as WebDataset's TarWriter writes), uid/gid 0, empty
+ * user/group names and the same mtime, and the gzip header has no name, mtime
+ * 0 and OS byte 3 (Unix), so the same members give the same bytes. The archive
+ * ends with two zero blocks and is padded to a 10240-byte record, as GNU tar
+ * and Python's tarfile do.
  *
  *   wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
  *   o.compression = WDS__TARW_ZSTD;
@@ -16,9 +18,9 @@
  *   wds__tarw_close(w);     // always; discards an unfinished archive
  *
  * With a path, the archive is written to a temporary name in the same
- * directory and renamed into place by wds__tarw_finish(); closing without a
- * successful finish removes the temporary file. With a descriptor, the
- * caller keeps ownership of it.
+ * directory, "PATH.tmp-PID-N" (N a per-process counter), and renamed into place
+ * by wds__tarw_finish(); closing without a successful finish removes the
+ * temporary file. With a descriptor, the caller keeps ownership of it.
  *
  * Errors are sticky: after a failed call every later call (except close)
  * returns the same status. */
@@ -30,7 +32,11 @@
 
 #include "err.h"
 
-enum wds__tarw_compression { WDS__TARW_NONE = 0, WDS__TARW_ZSTD = 1 };
+enum wds__tarw_compression {
+  WDS__TARW_NONE = 0,
+  WDS__TARW_ZSTD = 1,
+  WDS__TARW_GZIP = 2
+};
 
 typedef struct wds__tarw_options {
   int compression;     /* enum wds__tarw_compression */
@@ -40,10 +46,11 @@ typedef struct wds__tarw_options {
                           0 <= mtime < 8^11 */
   size_t buffer_bytes; /* write block; 0 = 1 MiB */
   int fsync;           /* path mode: fsync before the rename */
+  int gzip_level;      /* 1..9; 0 = 6 */
 } wds__tarw_options;
 
 #define WDS__TARW_OPTIONS_INIT                                                 \
-  { WDS__TARW_NONE, 0, 0, 0, 0 }
+  { WDS__TARW_NONE, 0, 0, 0, 0, 0 }
 
 typedef struct wds__tarw wds__tarw;
 
@@ -54,7 +61,8 @@ typedef struct wds__tarw_stats {
   uint64_t out_bytes; /* bytes written to the file (compressed size) */
 } wds__tarw_stats;
 
-/* Writes to fd, which stays the caller's (not closed). opts may be NULL. */
+/* Writes to fd, which stays the caller's (not closed). opts may be NULL.
+ * Messages name it "output fd N". */
 int wds__tarw_open_fd(int fd, const wds__tarw_options *opts, wds__tarw **out,
                       wds__err *err);
 
@@ -89,6 +97,20 @@ void wds__tarw_close(wds__tarw *w);
  * multiple of 512), WDS_ERR_INVALID for a bad name or mtime, WDS_ERR_LIMIT
  * when cap is too small (WDS__TARW_HEADER_MAX always suffices). Exposed for
  * tests. */
+/* Bytes a member adds to the tar stream: its header blocks (with a pax
+ * header when needed) and its data padded to 512; 0 for a name that
+ * format_header refuses (empty or longer than 65535 bytes). */
+uint64_t wds__tarw_member_bytes(size_t name_len, const char *name,
+                                uint64_t size);
+
+/* The size of a finished archive whose members took tar_bytes: two zero
+ * blocks added and padded to a whole 10240-byte record. */
+uint64_t wds__tarw_finished_bytes(uint64_t tar_bytes);
+
+/* Path of the file being written (the temporary name; NULL in fd mode or
+ * once finished). */
+const char *wds__tarw_tmp_path(const wds__tarw *w);
+
 #define WDS__TARW_HEADER_MAX (3 * 512 + 65536 + 64)
 int wds__tarw_format_header(const char *name, uint64_t size, int64_t mtime,
                             uint8_t *out, size_t cap, size_t *len_out,

@@ -1,13 +1,16 @@
 /* test_index.c — the shard-set index reader (loader/index.h): a valid index
  * with values to skip, relative path resolution, lookups, stale-file
  * detection, string escapes, and malformed JSON reported with the byte
- * offset of the problem. Files are made in a temporary directory. */
+ * offset of the problem; the public handle (wds/index.h) with the
+ * per-sample detail, "../" urls, malformed sample detail. Files are made
+ * in a temporary directory. */
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "loader/index.h"
 #include "test.h"
+#include "wds/index.h"
 
 static char tmpdir[64];
 
@@ -321,6 +324,164 @@ TEST(explicit_length) {
   ASSERT_CONTAINS(e.msg, "offset 1: unterminated string");
 }
 
+/* The public handle (wds/index.h) with the per-sample detail. */
+TEST(public_api) {
+  char shard[128], index[160], text[1024];
+  snprintf(shard, sizeof shard, "%s/pub.tar", tmpdir);
+  snprintf(index, sizeof index, "%s/pub.json", tmpdir);
+  write_file(shard, "0123456789");
+  write_file(
+      index,
+      "{\"wids_version\": 1, \"__kind__\": \"wds-shard-index\", "
+      "\"name\": \"x\", \"shardlist\": ["
+      "{\"url\": \"pub.tar\", \"nsamples\": 2, \"filesize\": 10, "
+      "\"tar_bytes\": 4096, \"samples\": ["
+      "{\"key\": \"a/b\", \"fields\": {\"jpg\": [0, 5], "
+      "\"seg.png\": [1024, 7]}, \"extra\": [1]},"
+      "{\"fields\": {}, \"key\": \"caf\\u00e9\"}]},"
+      "{\"url\": \"pipe:cat x\", \"nsamples\": 3, \"filesize\": null}]}");
+  wds_index *ix = NULL;
+  ASSERT_EQ_INT(wds_index_load(index, WDS_INDEX_SAMPLES, &ix), WDS_OK);
+  ASSERT_EQ_INT(wds_index_shard_count(ix), 2);
+  wds_index_shard sh;
+  ASSERT_EQ_INT(wds_index_shard_info(ix, 0, &sh), WDS_OK);
+  ASSERT_STREQ(sh.url, "pub.tar");
+  ASSERT_STREQ(sh.path, shard);
+  ASSERT_EQ_U64(sh.nsamples, 2);
+  ASSERT_EQ_INT(sh.filesize, 10);
+  ASSERT_EQ_INT(sh.tar_bytes, 4096);
+  ASSERT_TRUE(sh.has_samples);
+  ASSERT_EQ_INT(sh.sample_count, 2);
+  ASSERT_STREQ(sh.samples[0].key, "a/b");
+  ASSERT_EQ_INT(sh.samples[0].field_count, 2);
+  ASSERT_STREQ(sh.samples[0].fields[0].ext, "jpg");
+  ASSERT_EQ_U64(sh.samples[0].fields[0].offset, 0);
+  ASSERT_EQ_U64(sh.samples[0].fields[0].size_bytes, 5);
+  ASSERT_STREQ(sh.samples[0].fields[1].ext, "seg.png");
+  ASSERT_EQ_U64(sh.samples[0].fields[1].offset, 1024);
+  ASSERT_EQ_U64(sh.samples[0].fields[1].size_bytes, 7);
+  ASSERT_STREQ(sh.samples[1].key, "caf\xc3\xa9");
+  ASSERT_EQ_INT(sh.samples[1].field_count, 0);
+  ASSERT_EQ_INT(wds_index_shard_info(ix, 1, &sh), WDS_OK);
+  ASSERT_EQ_INT(sh.filesize, -1);
+  ASSERT_EQ_INT(sh.tar_bytes, -1);
+  ASSERT_TRUE(!sh.has_samples && sh.samples == NULL && sh.sample_count == 0);
+  ASSERT_EQ_INT(wds_index_shard_info(ix, 2, &sh), WDS_ERR_INVALID);
+
+  size_t i = 99;
+  ASSERT_EQ_INT(wds_index_lookup(ix, shard, &i), WDS_OK);
+  ASSERT_EQ_INT(i, 0);
+  ASSERT_STREQ(wds_index_error(ix), "");
+  ASSERT_EQ_INT(wds_index_lookup(ix, "pipe:cat x", &i), WDS_OK);
+  ASSERT_EQ_INT(i, 1);
+  ASSERT_EQ_INT(wds_index_lookup(ix, "nope.tar", &i), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(wds_index_error(ix), "nope.tar: not in the index");
+  write_file(shard, "0123456789abc");
+  ASSERT_EQ_INT(wds_index_lookup(ix, shard, &i), WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(wds_index_error(ix), shard);
+  ASSERT_CONTAINS(wds_index_error(ix),
+                  "stale index: the shard was 10 bytes, is 13");
+  wds_index_close(ix);
+  wds_index_close(NULL);
+
+  /* Without the flag the detail is skipped. */
+  ASSERT_EQ_INT(wds_index_load(index, 0, &ix), WDS_OK);
+  ASSERT_EQ_INT(wds_index_shard_info(ix, 0, &sh), WDS_OK);
+  ASSERT_TRUE(!sh.has_samples && sh.samples == NULL);
+  ASSERT_EQ_U64(sh.nsamples, 2);
+  wds_index_close(ix);
+
+  /* Load errors: *out NULL, the message names the file. */
+  snprintf(text, sizeof text, "%s/none.json", tmpdir);
+  ix = (wds_index *)1;
+  ASSERT_EQ_INT(wds_index_load(text, 0, &ix), WDS_ERR_OPEN);
+  ASSERT_TRUE(ix == NULL);
+  ASSERT_CONTAINS(wds_open_error(), text);
+  ASSERT_EQ_INT(wds_index_load(index, 8, &ix), WDS_ERR_INVALID);
+  ASSERT_EQ_INT(wds_index_load(NULL, 0, &ix), WDS_ERR_INVALID);
+  ASSERT_EQ_INT(wds_index_load(index, 0, NULL), WDS_ERR_INVALID);
+}
+
+/* "../x.tar" urls (an index in a subdirectory of its shards) are found by
+ * the shard's own path. */
+TEST(parent_urls) {
+  char dir[128], sub[160], shard[192], index[192], other[192];
+  snprintf(dir, sizeof dir, "%s/par", tmpdir);
+  mkdir(dir, 0755);
+  snprintf(sub, sizeof sub, "%s/sub", dir);
+  mkdir(sub, 0755);
+  snprintf(shard, sizeof shard, "%s/s.tar", dir);
+  write_file(shard, "abc");
+  snprintf(index, sizeof index, "%s/idx.json", sub);
+  write_file(index, "{\"shardlist\": [{\"url\": \"../s.tar\", \"nsamples\": 4, "
+                    "\"filesize\": 3}]}");
+  wds__index ix;
+  wds__err e;
+  ASSERT_EQ_INT(wds__index_load(index, &ix, &e), WDS_OK);
+  uint64_t n = 0;
+  ASSERT_EQ_INT(wds__index_lookup(&ix, shard, &n, &e), WDS_OK);
+  ASSERT_EQ_U64(n, 4);
+  snprintf(other, sizeof other, "%s/../par/./s.tar", dir);
+  ASSERT_EQ_INT(wds__index_lookup(&ix, other, &n, &e), WDS_OK);
+  snprintf(other, sizeof other, "%s/t.tar", dir);
+  write_file(other, "abc");
+  ASSERT_EQ_INT(wds__index_lookup(&ix, other, &n, &e), WDS_ERR_INVALID);
+  write_file(shard, "abcd");
+  ASSERT_EQ_INT(wds__index_lookup(&ix, shard, &n, &e), WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(e.msg, "stale index");
+  wds__index_free(&ix);
+}
+
+/* Malformed per-sample detail (only checked with WDS__INDEX_SAMPLES). */
+static const struct {
+  const char *samples, *frag;
+  int nsamples;
+} bad_samples[] = {
+    {"[{\"key\":\"a\",\"fields\":{}}]", "lists 1 samples but \"nsamples\" is 2",
+     2},
+    {"{}", "\"samples\" must be an array", 0},
+    {"[1]", "samples must be objects", 1},
+    {"[{\"fields\":{}}]", "no \"key\"", 1},
+    {"[{\"key\":\"a\"}]", "no \"fields\"", 1},
+    {"[{\"key\":\"a\",\"key\":\"b\",\"fields\":{}}]", "duplicate key", 1},
+    {"[{\"key\":\"a\\u0000\",\"fields\":{}}]", "NUL", 1},
+    {"[{\"key\":1,\"fields\":{}}]", "expected a string", 1},
+    {"[{\"key\":\"a\",\"fields\":[]}]", "\"fields\" must be an object", 1},
+    {"[{\"key\":\"a\",\"fields\":{\"x\":5}}]", "[offset, size]", 1},
+    {"[{\"key\":\"a\",\"fields\":{\"x\":[1]}}]", "[offset, size]", 1},
+    {"[{\"key\":\"a\",\"fields\":{\"x\":[1,2,3]}}]", "[offset, size]", 1},
+    {"[{\"key\":\"a\",\"fields\":{\"x\":[-1,2]}}]", "\"offset\" must be", 1},
+    {"[{\"key\":\"a\",\"fields\":{\"x\":[1,2.5]}}]", "\"size\" must be", 1},
+    {"[{\"key\":\"a\",\"fields\":{\"x\":[1,2],\"x\":[3,4]}}]",
+     "extension listed twice", 1},
+    {"[{\"key\":\"a\",\"fields\":{\"x\":[1,2]}},]", "offset 82:", 1},
+};
+
+TEST(bad_samples_json) {
+  char text[512];
+  for (size_t i = 0; i < sizeof bad_samples / sizeof *bad_samples; i++) {
+    wds__index ix;
+    wds__err e;
+    e.msg[0] = '\0';
+    snprintf(text, sizeof text,
+             "{\"shardlist\":[{\"url\":\"a\",\"nsamples\":%d,\"samples\":%s}]}",
+             bad_samples[i].nsamples, bad_samples[i].samples);
+    int rc = wds__index_parse_flags(text, strlen(text), "", WDS__INDEX_SAMPLES,
+                                    &ix, &e);
+    if (rc != WDS_ERR_FORMAT || !strstr(e.msg, bad_samples[i].frag) ||
+        ix.count != 0 || ix.shards != NULL)
+      TEST_FAIL_("case %zu %s: rc %d, \"%s\" (wanted \"%s\")", i,
+                 bad_samples[i].samples, rc, e.msg, bad_samples[i].frag);
+    wds__index_free(&ix);
+    /* Without the flag only JSON validity matters. */
+    rc = wds__index_parse(text, strlen(text), "", &ix, &e);
+    int json_error = strstr(bad_samples[i].samples, ",]") != NULL;
+    if (rc != (json_error ? WDS_ERR_FORMAT : WDS_OK))
+      TEST_FAIL_("case %zu without samples: rc %d, \"%s\"", i, rc, e.msg);
+    wds__index_free(&ix);
+  }
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wds-test-index.XXXXXX");
   if (!mkdtemp(tmpdir)) {
@@ -335,6 +496,9 @@ int main(void) {
   RUN(bad_json);
   RUN(depth_limit);
   RUN(explicit_length);
+  RUN(public_api);
+  RUN(parent_urls);
+  RUN(bad_samples_json);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd) != 0)

@@ -1,6 +1,6 @@
 /* test_tarw.c — the internal tar writer. Archives are written into a
  * temporary directory, plain and zstd, and read back three ways: by wds's
- * public reader (every byte compared), by GNU tar (names, modes, owners,
+ * public reader (every byte compared), by GNU tar (names, modes 0444, owners,
  * sizes), and, where installed, by bsdtar and Python's tarfile. Header bytes
  * are checked directly where the format leaves a choice (prefix split, pax
  * records, checksum, record padding). */
@@ -186,6 +186,7 @@ static int write_members(const char *path, int compression) {
   wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
   o.compression = compression;
   o.zstd_level = 5;
+  o.gzip_level = 5;
   o.buffer_bytes = 64 << 10; /* smaller than big.bin: the direct path */
   wds__tarw *w = NULL;
   wds__err err;
@@ -278,7 +279,7 @@ static int check_gnu_verbose(const char *path) {
   char *line = out;
   for (int i = 0; i < NMEMBERS && ok; i++) {
     char expect[64];
-    snprintf(expect, sizeof expect, "-rw-r--r-- 0/0 %zu 1970-01-01 00:00 ",
+    snprintf(expect, sizeof expect, "-r--r--r-- 0/0 %zu 1970-01-01 00:00 ",
              members[i].size);
     /* GNU tar right-aligns the size; squeeze runs of spaces first. */
     char *nl = strchr(line, '\n');
@@ -325,7 +326,7 @@ TEST(plain_round_trip) {
     ASSERT_TRUE(check_listing(
         "python3 -c 'import sys, tarfile\n"
         "for m in tarfile.open(sys.argv[1]):\n"
-        "  assert m.isfile() and m.mode == 0o644 and m.uid == 0 and "
+        "  assert m.isfile() and m.mode == 0o444 and m.uid == 0 and "
         "m.mtime == 0\n"
         "  sys.stdout.buffer.write(m.name.encode(\"utf-8\", "
         "\"surrogateescape\") + b\"\\n\")'",
@@ -345,6 +346,29 @@ TEST(zstd_round_trip) {
     /* One valid frame whose content is exactly the plain archive. */
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "zstd -q -t '%s' && zstd -dc '%s' | cmp - '%s'",
+             path, path, plain);
+    ASSERT_EQ_INT(system(cmd), 0);
+  }
+}
+
+TEST(gzip_round_trip) {
+  char path[512], plain[512];
+  path_in(path, sizeof path, "comp.tar.gz");
+  path_in(plain, sizeof plain, "plain.tar");
+  ASSERT_EQ_INT(write_members(path, WDS__TARW_GZIP), WDS_OK);
+  ASSERT_TRUE(check_with_reader(path));
+  ASSERT_TRUE(check_listing("tar -tzf", path));
+  /* The header: magic, deflate, no flags (no name), mtime 0, OS 3. */
+  size_t len;
+  uint8_t *d = read_file(path, &len);
+  ASSERT_TRUE(d != NULL && len > 18);
+  int header_ok = d[0] == 0x1f && d[1] == 0x8b && d[2] == 8 && d[3] == 0 &&
+                  d[4] == 0 && d[5] == 0 && d[6] == 0 && d[7] == 0 && d[9] == 3;
+  free(d);
+  ASSERT_TRUE(header_ok);
+  if (have_command("gzip")) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "gzip -t '%s' && gzip -dc '%s' | cmp - '%s'",
              path, path, plain);
     ASSERT_EQ_INT(system(cmd), 0);
   }
@@ -375,7 +399,7 @@ TEST(header_layout) {
                 WDS_OK);
   ASSERT_EQ_U64(len, 512);
   ASSERT_STREQ((char *)h, "a.txt");
-  ASSERT_TRUE(memcmp(h + 100, "0000644\0", 8) == 0);
+  ASSERT_TRUE(memcmp(h + 100, "0000444\0", 8) == 0);
   ASSERT_TRUE(memcmp(h + 108, "0000000\0", 8) == 0);
   ASSERT_TRUE(memcmp(h + 124, "00000002322\0", 12) == 0);
   ASSERT_TRUE(memcmp(h + 136, "14524770400\0", 12) == 0);
@@ -530,7 +554,7 @@ TEST(headers_match_tarfile) {
       "for line in open(sys.argv[2], encoding=\"utf-8\"):\n"
       "  n, size, mtime, ln = line.rstrip(\"\\n\").split(\"\\t\")\n"
       "  t = tarfile.TarInfo(n); t.size = int(size); t.mtime = int(mtime)\n"
-      "  t.mode = 0o644; t.uname = t.gname = \"\"\n"
+      "  t.mode = 0o444; t.uname = t.gname = \"\"\n"
       "  try: b = t.tobuf(tarfile.USTAR_FORMAT, \"utf-8\", \"strict\")\n"
       "  except ValueError: b = t.tobuf(tarfile.PAX_FORMAT, \"utf-8\", "
       "\"strict\")\n"
@@ -780,6 +804,7 @@ int main(void) {
   make_members();
   RUN(plain_round_trip);
   RUN(zstd_round_trip);
+  RUN(gzip_round_trip);
   RUN(output_is_deterministic);
   RUN(header_layout);
   RUN(headers_match_tarfile);

@@ -1,14 +1,20 @@
-/* cmd_ls.c — `wds ls`: one line (or JSON object) per sample, or a summary. */
+/* cmd_ls.c — `wds ls`: one line (or JSON object) per sample, or a summary.
+ *
+ * The summary either scans the shards or, with --index, adds up the counts
+ * and sizes an index (wds/index.h) holds for each URL of the spec: no shard
+ * is read, only stat'ed to detect a stale index. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
+#include "wds/index.h"
 #include "wds/reader.h"
 
 static const char ls_usage[] =
-    "usage: wds ls [--json] [--summary] [--max-urls N] SPEC...\n"
+    "usage: wds ls [--json] [--summary [--index FILE]] [--max-urls N] "
+    "SPEC...\n"
     "\n"
     "Lists the samples of the shards, in stream order.\n"
     "  (default)    one line per sample: key, then each field's extension and "
@@ -19,6 +25,10 @@ static const char ls_usage[] =
     "  --summary    totals only: shards, samples, bytes, samples per "
     "extension\n"
     "               (with --json, as one JSON object)\n"
+    "  --index FILE with --summary: add up the counts and sizes of an index\n"
+    "               (wds index) instead of reading the shards; every URL of\n"
+    "               the spec must be in it, and a local shard whose size\n"
+    "               differs from the index's is an error (stale index)\n"
     "  --max-urls N refuse specs that expand to more than N URLs\n"
     "Exits 1 at the first error (the message names shard, member, offset).\n";
 
@@ -76,8 +86,9 @@ static int cmp_ext(const void *a, const void *b) {
   return strcmp(x->ext, y->ext);
 }
 
-static int print_summary(const wds_reader_stats *st, const ext_table *t,
-                         int json) {
+/* tar_bytes < 0: unknown (an index without them). */
+static int print_summary(const wds_reader_stats *st, int64_t tar_bytes,
+                         const ext_table *t, int json) {
   /* A sorted copy, for a stable listing. */
   ext_count *list = malloc((t->used ? t->used : 1) * sizeof *list);
   if (!list)
@@ -89,9 +100,13 @@ static int print_summary(const wds_reader_stats *st, const ext_table *t,
   qsort(list, n, sizeof *list, cmp_ext);
   if (json) {
     printf("{\"shards\": %" PRIu64 ", \"samples\": %" PRIu64
-           ", \"bytes\": %" PRIu64 ", \"tar_bytes\": %" PRIu64
-           ", \"extensions\": {",
-           st->shards, st->samples, st->field_bytes, st->tar_bytes);
+           ", \"bytes\": %" PRIu64 ", \"tar_bytes\": ",
+           st->shards, st->samples, st->field_bytes);
+    if (tar_bytes >= 0)
+      printf("%" PRId64, tar_bytes);
+    else
+      fputs("null", stdout);
+    printf(", \"extensions\": {");
     for (size_t i = 0; i < n; i++) {
       fputs(i ? ", " : "", stdout);
       tool_json_string(stdout, list[i].ext, strlen(list[i].ext));
@@ -103,7 +118,10 @@ static int print_summary(const wds_reader_stats *st, const ext_table *t,
     printf("shards      %" PRIu64 "\n", st->shards);
     printf("samples     %" PRIu64 "\n", st->samples);
     printf("bytes       %" PRIu64 " (field data)\n", st->field_bytes);
-    printf("tar bytes   %" PRIu64 " (uncompressed stream)\n", st->tar_bytes);
+    if (tar_bytes >= 0)
+      printf("tar bytes   %" PRId64 " (uncompressed stream)\n", tar_bytes);
+    else
+      printf("tar bytes   unknown (not in the index)\n");
     printf("extensions  %zu\n", n);
     for (size_t i = 0; i < n; i++)
       printf("  %-16s %12" PRIu64 " samples %16" PRIu64 " bytes\n", list[i].ext,
@@ -111,6 +129,63 @@ static int print_summary(const wds_reader_stats *st, const ext_table *t,
   }
   free(list);
   return 0;
+}
+
+/* The summary from an index: every URL looked up (stale check included),
+ * its samples' fields added up. Returns 0, or 1 after printing the error. */
+static int index_summary(const char *index_path, const wds_url_list *urls,
+                         ext_table *table, int json) {
+  wds_index *ix = NULL;
+  wds_reader_stats st;
+  int64_t tar_bytes = 0;
+  int status = 1;
+  memset(&st, 0, sizeof st);
+  if (wds_index_load(index_path, WDS_INDEX_SAMPLES, &ix) != WDS_OK) {
+    fprintf(stderr, "wds ls: %s\n", wds_open_error());
+    goto done;
+  }
+  for (size_t u = 0; u < urls->count; u++) {
+    size_t i;
+    wds_index_shard sh;
+    if (wds_index_lookup(ix, urls->urls[u], &i) != WDS_OK) {
+      fprintf(stderr, "wds ls: %s: %s\n", index_path, wds_index_error(ix));
+      goto done;
+    }
+    wds_index_shard_info(ix, i, &sh);
+    if (!sh.has_samples) {
+      fprintf(stderr,
+              "wds ls: %s: %s: the index has no per-sample sizes (made by "
+              "another tool?); run wds index, or leave out --index\n",
+              index_path, urls->urls[u]);
+      goto done;
+    }
+    st.shards++;
+    st.samples += sh.nsamples;
+    if (sh.tar_bytes < 0 || tar_bytes < 0)
+      tar_bytes = -1;
+    else
+      tar_bytes += sh.tar_bytes;
+    for (size_t j = 0; j < sh.sample_count; j++)
+      for (size_t k = 0; k < sh.samples[j].field_count; k++) {
+        const wds_index_field *f = &sh.samples[j].fields[k];
+        ext_count *e = ext_find(table, f->ext);
+        if (!e) {
+          fprintf(stderr, "wds ls: out of memory\n");
+          goto done;
+        }
+        e->samples++;
+        e->bytes += f->size_bytes;
+        st.field_bytes += f->size_bytes;
+      }
+  }
+  if (print_summary(&st, tar_bytes, table, json) != 0) {
+    fprintf(stderr, "wds ls: out of memory\n");
+    goto done;
+  }
+  status = 0;
+done:
+  wds_index_close(ix);
+  return status;
 }
 
 static void print_sample(const wds_sample *s, int json) {
@@ -141,10 +216,12 @@ int wds_cmd_ls(int argc, char **argv) {
   static const struct option opts[] = {{"json", no_argument, 0, 'j'},
                                        {"summary", no_argument, 0, 's'},
                                        {"max-urls", required_argument, 0, 'm'},
+                                       {"index", required_argument, 0, 'i'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   int json = 0, summary = 0, c;
   size_t max_urls = 0;
+  const char *index_path = NULL;
   optind = 1;
   while ((c = getopt_long(argc, argv, "jsh", opts, NULL)) != -1) {
     switch (c) {
@@ -160,6 +237,9 @@ int wds_cmd_ls(int argc, char **argv) {
         return 2;
       }
       break;
+    case 'i':
+      index_path = optarg;
+      break;
     case 'h':
       fputs(ls_usage, stdout);
       return 0;
@@ -172,6 +252,10 @@ int wds_cmd_ls(int argc, char **argv) {
     fputs(ls_usage, stderr);
     return 2;
   }
+  if (index_path && !summary) {
+    fprintf(stderr, "wds ls: --index goes with --summary\n");
+    return 2;
+  }
   wds_url_list urls = {0};
   if (tool_expand_specs("ls", argv + optind, argc - optind, max_urls, &urls))
     return 1;
@@ -179,6 +263,10 @@ int wds_cmd_ls(int argc, char **argv) {
   int status = 0;
   ext_table table = {0};
   wds_reader *r = NULL;
+  if (index_path) {
+    status = index_summary(index_path, &urls, &table, json);
+    goto done;
+  }
   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
   cfg.urls = (const char *const *)urls.urls;
   cfg.url_count = urls.count;
@@ -214,7 +302,7 @@ int wds_cmd_ls(int argc, char **argv) {
   if (summary) {
     wds_reader_stats st;
     wds_reader_stats_get(r, &st);
-    if (print_summary(&st, &table, json) != 0) {
+    if (print_summary(&st, (int64_t)st.tar_bytes, &table, json) != 0) {
       fprintf(stderr, "wds ls: out of memory\n");
       status = 1;
     }

@@ -1,14 +1,13 @@
 /* cmd_synth.c — `wds synth`: write a synthetic shard set for demos and
  * benchmarks.
  *
- * Shard i is named by formatting the PATTERN with i. The pattern is parsed
- * here into prefix, one integer conversion and suffix, and the name is built
- * by hand: the user's text never reaches printf as a format. Sample data is a
- * pure function of (seed, global sample index) — splitmix64 — so the same
- * options give byte-identical shards on any machine, whatever the split into
- * shards. Shards are written through the internal tar writer (temporary name,
- * renamed when complete); there is no public writer API yet, hence the
- * relative include. */
+ * Samples go through the public writer (wds/writer.h) with max_count set to
+ * --samples, so shard i holds samples [i*N, (i+1)*N) and is named by the
+ * writer from the PATTERN (parsed there: the user's text never reaches printf
+ * as a format; temporary name, renamed when complete). Sample data is a pure
+ * function of (seed, global sample index) — splitmix64 — so the same options
+ * give byte-identical shards on any machine, whatever the split into
+ * shards. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -17,8 +16,8 @@
 #include <string.h>
 #include <zstd.h>
 
-#include "../shards/tarw.h"
 #include "util.h"
+#include "wds/writer.h"
 
 static const char synth_usage[] =
     "usage: wds synth [--shards N] [--samples N] [--size BYTES] [--seed S]\n"
@@ -46,106 +45,19 @@ static const char synth_usage[] =
     "\n"
     "Prints one line: shards, samples, bytes written.\n";
 
-/* PATTERN split around its one conversion. */
-typedef struct pattern {
-  char *prefix; /* literal text ("%%" already turned into "%") */
-  char *suffix;
-  int zero_pad;
-  int width;
-} pattern;
-
-static void pattern_free(pattern *p) {
-  free(p->prefix);
-  free(p->suffix);
-}
-
-/* Copies literal text s[0..n), turning "%%" into "%". */
-static char *unescape(const char *s, size_t n) {
-  char *o = malloc(n + 1);
-  if (!o)
-    return NULL;
-  size_t j = 0;
-  for (size_t i = 0; i < n; i++) {
-    o[j++] = s[i];
-    if (s[i] == '%')
-      i++; /* the second '%' of "%%" */
-  }
-  o[j] = '\0';
-  return o;
-}
-
-/* Accepts exactly one %d / %i / %u with an optional '0' flag and width, and
- * "%%" anywhere; everything else printf-special is refused. */
-static int pattern_parse(const char *s, pattern *p, char *msg,
-                         size_t msg_size) {
-  memset(p, 0, sizeof *p);
-  size_t conv_start = 0, conv_end = 0;
-  int convs = 0;
-  for (size_t i = 0; s[i]; i++) {
-    if (s[i] != '%')
+/* Whether PATTERN has an integer conversion (the writer checks the rest):
+ * without one, every shard would get the same name. */
+static int has_conversion(const char *s) {
+  for (; *s; s++) {
+    if (*s != '%')
       continue;
-    if (s[i + 1] == '%') {
-      i++;
+    if (s[1] == '%') {
+      s++;
       continue;
     }
-    size_t j = i + 1;
-    int zero = 0, width = 0;
-    if (s[j] == '0') {
-      zero = 1;
-      j++;
-    }
-    while (s[j] >= '0' && s[j] <= '9') {
-      width = width * 10 + (s[j] - '0');
-      if (width > 64) {
-        snprintf(msg, msg_size, "PATTERN \"%s\": field width over 64", s);
-        return -1;
-      }
-      j++;
-    }
-    if (s[j] != 'd' && s[j] != 'i' && s[j] != 'u') {
-      snprintf(msg, msg_size,
-               "PATTERN \"%s\": only one %%d, %%i or %%u (e.g. %%06d) and "
-               "%%%% are allowed",
-               s);
-      return -1;
-    }
-    if (++convs > 1) {
-      snprintf(msg, msg_size,
-               "PATTERN \"%s\" has more than one integer conversion", s);
-      return -1;
-    }
-    p->zero_pad = zero;
-    p->width = width;
-    conv_start = i;
-    conv_end = j + 1;
-    i = j;
-  }
-  if (convs == 0) {
-    snprintf(msg, msg_size,
-             "PATTERN \"%s\" needs one integer conversion for the shard "
-             "index, e.g. demo-%%06d.tar",
-             s);
-    return -1;
-  }
-  p->prefix = unescape(s, conv_start);
-  p->suffix = unescape(s + conv_end, strlen(s + conv_end));
-  if (!p->prefix || !p->suffix) {
-    pattern_free(p);
-    snprintf(msg, msg_size, "out of memory");
-    return -1;
+    return 1;
   }
   return 0;
-}
-
-static char *pattern_format(const pattern *p, uint64_t index) {
-  char num[96];
-  snprintf(num, sizeof num, p->zero_pad ? "%0*" PRIu64 : "%*" PRIu64, p->width,
-           index);
-  size_t n = strlen(p->prefix) + strlen(num) + strlen(p->suffix) + 1;
-  char *o = malloc(n);
-  if (o)
-    snprintf(o, n, "%s%s%s", p->prefix, num, p->suffix);
-  return o;
 }
 
 static uint64_t splitmix64(uint64_t *state) {
@@ -175,42 +87,23 @@ static int ends_with(const char *s, const char *suffix) {
   return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-/* Writes one shard; prints the error and returns 1 on failure. */
-static int write_shard(const char *path, const wds__tarw_options *o,
-                       uint64_t first, uint64_t count, uint8_t *buf,
-                       size_t size, uint64_t seed, wds__tarw_stats *total) {
-  wds__err err;
-  wds__tarw *w = NULL;
-  int rc = wds__tarw_open_path(path, o, &w, &err);
+/* Writes samples [first, first + count): .bin, .cls, .json (the writer
+ * sorts fields by extension, which is this order). */
+static int write_samples(wds_writer *w, uint64_t first, uint64_t count,
+                         uint8_t *buf, size_t size, uint64_t seed) {
+  int rc = WDS_OK;
   for (uint64_t k = first; rc == WDS_OK && k < first + count; k++) {
-    char name[64], text[64];
+    char key[64], cls[32], json[64];
     fill_random(buf, size, seed, k);
-    snprintf(name, sizeof name, "sample%09" PRIu64 ".bin", k);
-    rc = wds__tarw_add(w, name, buf, size, &err);
-    if (rc != WDS_OK)
-      break;
-    int n = snprintf(text, sizeof text, "%" PRIu64, k % 10);
-    snprintf(name, sizeof name, "sample%09" PRIu64 ".cls", k);
-    rc = wds__tarw_add(w, name, text, (uint64_t)n, &err);
-    if (rc != WDS_OK)
-      break;
-    n = snprintf(text, sizeof text, "{\"index\": %" PRIu64 "}", k);
-    snprintf(name, sizeof name, "sample%09" PRIu64 ".json", k);
-    rc = wds__tarw_add(w, name, text, (uint64_t)n, &err);
+    snprintf(key, sizeof key, "sample%09" PRIu64, k);
+    int ncls = snprintf(cls, sizeof cls, "%" PRIu64, k % 10);
+    int njson = snprintf(json, sizeof json, "{\"index\": %" PRIu64 "}", k);
+    wds_writer_field f[3] = {{"bin", buf, size},
+                             {"cls", cls, (size_t)ncls},
+                             {"json", json, (size_t)njson}};
+    rc = wds_writer_write_sample(w, key, f, 3);
   }
-  if (rc == WDS_OK)
-    rc = wds__tarw_finish(w, &err);
-  if (rc == WDS_OK) {
-    wds__tarw_stats st;
-    wds__tarw_stats_get(w, &st);
-    total->members += st.members;
-    total->tar_bytes += st.tar_bytes;
-    total->out_bytes += st.out_bytes;
-  } else {
-    fprintf(stderr, "wds synth: %s\n", err.msg);
-  }
-  wds__tarw_close(w);
-  return rc == WDS_OK ? 0 : 1;
+  return rc;
 }
 
 int wds_cmd_synth(int argc, char **argv) {
@@ -286,14 +179,19 @@ int wds_cmd_synth(int argc, char **argv) {
     return 2;
   }
   const char *pat_text = argv[optind];
-  pattern pat;
-  char msg[512];
-  if (pattern_parse(pat_text, &pat, msg, sizeof msg) != 0) {
-    fprintf(stderr, "wds synth: %s\n", msg);
+  if (!has_conversion(pat_text) && shards > 1) {
+    fprintf(stderr,
+            "wds synth: PATTERN \"%s\" needs one integer conversion for the "
+            "shard index, e.g. demo-%%06d.tar\n",
+            pat_text);
+    return 2;
+  }
+  if (samples == 0) {
+    fprintf(stderr, "wds synth: --samples must be at least 1\n");
     return 2;
   }
   int status = 0;
-  char *path = NULL;
+  wds_writer *w = NULL;
   uint8_t *buf = malloc(size ? (size_t)size : 1);
   if (!buf) {
     fprintf(stderr, "wds synth: out of memory (%" PRIu64 "-byte sample)\n",
@@ -301,30 +199,37 @@ int wds_cmd_synth(int argc, char **argv) {
     status = 1;
     goto done;
   }
-  wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
-  o.compression = ends_with(pat_text, ".zst") ? WDS__TARW_ZSTD : WDS__TARW_NONE;
-  o.zstd_level = (int)level;
-  wds__tarw_stats total = {0};
-  for (uint64_t i = 0; i < shards; i++) {
-    free(path);
-    path = pattern_format(&pat, i);
-    if (!path) {
-      fprintf(stderr, "wds synth: out of memory\n");
-      status = 1;
-      goto done;
-    }
-    if (write_shard(path, &o, i * samples, samples, buf, (size_t)size, seed,
-                    &total) != 0) {
-      status = 1;
-      goto done;
-    }
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = pat_text;
+  cfg.compression = ends_with(pat_text, ".zst")  ? WDS_COMPRESS_ZSTD
+                    : ends_with(pat_text, ".gz") ? WDS_COMPRESS_GZIP
+                                                 : WDS_COMPRESS_NONE;
+  cfg.level = cfg.compression == WDS_COMPRESS_ZSTD ? (int)level : 0;
+  cfg.max_count = samples;
+  cfg.max_size_bytes = UINT64_MAX;
+  if (wds_writer_open(&cfg, &w) != WDS_OK) {
+    fprintf(stderr, "wds synth: %s\n", wds_open_error());
+    status = 2;
+    goto done;
   }
+  if (write_samples(w, 0, shards * samples, buf, (size_t)size, seed) !=
+      WDS_OK) {
+    fprintf(stderr, "wds synth: %s\n", wds_writer_error(w));
+    status = 1;
+    goto done;
+  }
+  if (wds_writer_end_shard(w) != WDS_OK) {
+    fprintf(stderr, "wds synth: %s\n", wds_writer_error(w));
+    status = 1;
+    goto done;
+  }
+  wds_writer_stats st;
+  wds_writer_stats_get(w, &st);
   printf("wrote %" PRIu64 " shards, %" PRIu64 " samples, %" PRIu64
          " bytes (%" PRIu64 " bytes of tar)\n",
-         shards, shards * samples, total.out_bytes, total.tar_bytes);
+         st.shards, st.samples, st.out_bytes, st.tar_bytes);
 done:
-  free(path);
+  wds_writer_close(w);
   free(buf);
-  pattern_free(&pat);
   return status;
 }

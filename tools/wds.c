@@ -16,6 +16,11 @@ static const struct {
     {"bench", wds_cmd_bench,
      "report throughput of the reader, or of the loader"},
     {"synth", wds_cmd_synth, "write synthetic shards (demos, benchmarks)"},
+    {"write", wds_cmd_write,
+     "write shards from a directory, a manifest or shards (re-shard)"},
+    {"index", wds_cmd_index, "write a JSON index of a shard set"},
+    {"verify", wds_cmd_verify, "read shards to the end, report every problem"},
+    {"cat", wds_cmd_cat, "write the samples as one tar stream to stdout"},
 };
 
 static void usage(FILE *f) {

@@ -294,6 +294,28 @@ int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
 /* Rank and world size from the environment, as the loader reads them. */
 void wds_env_rank_world(int *rank, int *world_size);
 
+/* The decoder WDS_DECODE_AUTO picks for an extension (lower-case):
+ * jpg/jpeg/png -> IMAGE, npy -> NPY, cls/cls2/index/inx/id -> INT, else
+ * BYTES. */
+wds_decode wds_decode_for_ext(const char *ext);
+
+/* Checking that fields decode (`wds verify --decode`). A checker holds the
+ * decoder state reused from field to field (one thread at a time). */
+typedef struct wds_decode_checker wds_decode_checker;
+
+int wds_decode_checker_open(wds_decode_checker **out); /* WDS_ERR_NOMEM */
+void wds_decode_checker_close(wds_decode_checker *c);  /* NULL: no-op */
+
+/* Decodes one field as the loader would with WDS_DECODE_AUTO for ext:
+ * images fully (every scan decoded; the output is a small RGB thumbnail,
+ * so a truncated or corrupt image is found at little cost), .npy header
+ * and data size, integers as decimal text. Returns WDS_OK (also for BYTES
+ * extensions: nothing to check) or the decoder's status with its message
+ * ("JPEG: Premature end of JPEG file", "npy: ...") in err. c may be NULL:
+ * a temporary checker is used. */
+int wds_decode_check(wds_decode_checker *c, const char *ext, const void *data,
+                     size_t size, char *err, size_t err_size);
+
 #ifdef __cplusplus
 }
 #endif

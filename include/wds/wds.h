@@ -2,8 +2,11 @@
 #ifndef WDS_WDS_H
 #define WDS_WDS_H
 
+#include "wds/index.h"
+#include "wds/loader.h"
 #include "wds/reader.h"
 #include "wds/spec.h"
 #include "wds/status.h"
+#include "wds/writer.h"
 
 #endif

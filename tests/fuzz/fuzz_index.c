@@ -4,7 +4,8 @@
  * Besides the sanitizers it checks the contract: on failure a message and an
  * empty index; on success non-empty urls with resolved paths, and every url
  * found again by wds__index_lookup with its own count (or reported stale:
- * lookups stat local paths, which may exist on the fuzzing machine). */
+ * lookups stat local paths, which may exist on the fuzzing machine); parsed
+ * again with WDS__INDEX_SAMPLES, the per-sample detail is consistent. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (lr == WDS_OK ? n != s->nsamples : lr != WDS_ERR_CORRUPT)
         abort();
     }
+  }
+  wds__index_free(&ix);
+  /* Again keeping the per-sample detail: it never accepts what the plain
+   * parse rejects, and a kept list has nsamples entries. */
+  int rc2 =
+      wds__index_parse_flags(text, size, "dir", WDS__INDEX_SAMPLES, &ix, &e);
+  if (rc2 == WDS_OK) {
+    if (rc != WDS_OK)
+      abort();
+    for (size_t i = 0; i < ix.count; i++) {
+      const wds__index_entry *s = &ix.shards[i];
+      if (s->has_samples && s->sample_count != s->nsamples)
+        abort();
+      for (size_t j = 0; j < s->sample_count; j++)
+        if (!s->samples[j].key ||
+            (s->samples[j].field_count && !s->samples[j].fields))
+          abort();
+    }
+  } else if (e.msg[0] == '\0' || ix.count != 0 || ix.shards != NULL) {
+    abort();
   }
   wds__index_free(&ix);
   free(text);

@@ -1,0 +1,106 @@
+/* wds/index.h — reading a shard-set index (the JSON `wds index` writes).
+ *
+ * Format (the top level is compatible with wids' shard index):
+ *
+ *   {"wids_version": 1, "__kind__": "wds-shard-index", "name": "...",
+ *    "shardlist": [
+ *      {"url": "data-000.tar", "nsamples": 2, "filesize": 30720,
+ *       "tar_bytes": 30720,                       <- optional
+ *       "samples": [                              <- optional
+ *         {"key": "a", "fields": {"cls": [0, 1], "jpg": [1024, 5120]}},
+ *         ...]},
+ *      ...]}
+ *
+ * url: the shard as given to `wds index`; a relative local path is relative
+ * to the directory holding the index file. nsamples: the samples the reader
+ * yields. filesize: the file's size in bytes (absent or null for pipe: and
+ * remote URLs). tar_bytes: the size of the decompressed tar stream. In
+ * samples, each field maps its extension to [OFFSET, SIZE]: the offset of
+ * the member's first header in the decompressed stream (wds_field.offset)
+ * and the size of its data. Other keys are allowed and ignored.
+ *
+ *   wds_index *ix;
+ *   if (wds_index_load("index.json", WDS_INDEX_SAMPLES, &ix) != WDS_OK)
+ *     { puts(wds_open_error()); ... }
+ *   size_t i;
+ *   if (wds_index_lookup(ix, "data-000.tar", &i) != WDS_OK)
+ *     puts(wds_index_error(ix));          // not listed, or stale
+ *   wds_index_shard sh;
+ *   wds_index_shard_info(ix, i, &sh);     // sh.nsamples, sh.samples[j] ...
+ *   wds_index_close(ix);
+ *
+ * A handle is read-only after load except for its last-error text; use it
+ * from one thread at a time. */
+#ifndef WDS_INDEX_H
+#define WDS_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wds/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Flags of wds_index_load. WDS_INDEX_SAMPLES keeps the per-sample detail
+ * (keys, fields); without it "samples" is validated as JSON and skipped,
+ * which is all the loader needs. */
+#define WDS_INDEX_SAMPLES 1u
+
+typedef struct wds_index wds_index;
+
+/* A field of an indexed sample. Borrowed from the index until close. */
+typedef struct wds_index_field {
+  const char *ext;
+  uint64_t offset;     /* of the member's first header (decompressed) */
+  uint64_t size_bytes; /* of the member's data */
+} wds_index_field;
+
+typedef struct wds_index_sample {
+  const char *key;
+  size_t field_count;
+  const wds_index_field *fields; /* in the order of the index */
+} wds_index_sample;
+
+/* One shard of the index. Pointers are borrowed until wds_index_close. */
+typedef struct wds_index_shard {
+  const char *url;  /* as written in the index */
+  const char *path; /* url resolved against the index's directory */
+  uint64_t nsamples;
+  int64_t filesize;                /* -1 when absent or null */
+  int64_t tar_bytes;               /* -1 when absent */
+  int has_samples;                 /* the per-sample detail was loaded */
+  size_t sample_count;             /* == nsamples when has_samples */
+  const wds_index_sample *samples; /* NULL unless has_samples */
+} wds_index_shard;
+
+/* Reads and validates the index at path (flags: 0 or WDS_INDEX_SAMPLES).
+ * With WDS_INDEX_SAMPLES a "samples" list must have nsamples entries. On
+ * failure *out is NULL and wds_open_error() names the file and the byte
+ * offset of the problem. */
+int wds_index_load(const char *path, unsigned flags, wds_index **out);
+
+size_t wds_index_shard_count(const wds_index *ix);
+
+/* Shard i (in file order) into *out; WDS_ERR_INVALID when i is out of
+ * range. */
+int wds_index_shard_info(const wds_index *ix, size_t i, wds_index_shard *out);
+
+/* Finds the shard for a URL of a spec: matched against each url exactly,
+ * then against the resolved paths (so "./a.tar", "file:///d/a.tar" and
+ * "/d/a.tar" find the same entry). For a local file with a recorded
+ * filesize, the file's current size is compared: a difference is
+ * WDS_ERR_CORRUPT ("URL: stale index: the shard was N bytes, is M"). Not
+ * listed: WDS_ERR_INVALID. The message is in wds_index_error(). */
+int wds_index_lookup(wds_index *ix, const char *url, size_t *shard);
+
+/* Text of the last failed lookup ("" if none). */
+const char *wds_index_error(const wds_index *ix);
+
+void wds_index_close(wds_index *ix); /* NULL is a no-op */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WDS_INDEX_H */

@@ -1,0 +1,147 @@
+/* wds/writer.h — writing WebDataset shards (what WebDataset's ShardWriter
+ * and TarWriter do).
+ *
+ * A writer takes samples (a key and fields) and writes them as tar members
+ * "KEY.EXT", fields sorted by extension, into a numbered series of shards
+ * ("shard-%06d.tar"), starting a new shard when the next sample would take
+ * the current one past max_count samples or max_size_bytes bytes (a shard
+ * only exceeds max_size_bytes when one sample alone does). Or, with
+ * out_fd >= 0, into one tar stream on that descriptor (`wds cat`).
+ *
+ * Output is deterministic: every member has mode 0444 (as WebDataset's
+ * TarWriter writes), uid/gid 0, empty owner names and the same mtime
+ * (config .mtime, default 0); the archive ends with two zero blocks padded
+ * to a 10240-byte record; gzip headers carry no name, time 0 and OS byte 3.
+ * So the same samples give byte-identical shards. Each shard is written
+ * under a temporary name in its directory, "NAME.tmp-PID-N", and renamed to
+ * NAME when complete: an interrupted run never leaves a truncated shard
+ * under a final name (a killed process may leave its "*.tmp-PID-N" files;
+ * they can be deleted).
+ *
+ * Compression comes from the name: ".zst"/".tzst" zstd, ".gz"/".tgz" gzip,
+ * anything else none (WDS_COMPRESS_AUTO), or is given explicitly.
+ *
+ *   wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+ *   cfg.pattern = "out/shard-%06d.tar.zst";
+ *   wds_writer *w;
+ *   if (wds_writer_open(&cfg, &w) != WDS_OK) { puts(wds_open_error()); ... }
+ *   wds_writer_field f[2] = {{"jpg", jpeg, jpeg_size}, {"cls", "3", 1}};
+ *   rc = wds_writer_write_sample(w, "img0001", f, 2);
+ *   ...
+ *   rc = wds_writer_close(w);   // finishes (renames) the last shard
+ *
+ * Errors (WDS_ERR_IO with the path, WDS_ERR_INVALID for a bad key or
+ * extension) are sticky: after one, every call returns it, and close
+ * removes the unfinished shard's temporary file. Shards completed before
+ * stay. wds_writer_abort() discards the unfinished shard without an error
+ * (a producer whose own input failed). */
+#ifndef WDS_WRITER_H
+#define WDS_WRITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wds/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum wds_compress {
+  WDS_COMPRESS_AUTO = 0, /* from the name */
+  WDS_COMPRESS_NONE = 1,
+  WDS_COMPRESS_ZSTD = 2,
+  WDS_COMPRESS_GZIP = 3
+} wds_compress;
+
+typedef struct wds_writer_config {
+  const char *pattern;     /* printf pattern with one integer conversion (%d,
+                              %06d, %i, %u), '%%' for a literal '%'; a name
+                              without one is a single output file, and then
+                              max_count/max_size_bytes are not applied */
+  int out_fd;              /* >= 0: one tar stream to this descriptor instead
+                              (not closed; no temporary name; max_count and
+                              max_size_bytes not applied; with AUTO the
+                              compression comes from pattern if set, else
+                              none) */
+  uint64_t max_count;      /* samples per shard; 0 = 100000 */
+  uint64_t max_size_bytes; /* size of a finished uncompressed shard (end
+                              blocks and record padding included); 0 = 3e9,
+                              UINT64_MAX for no limit */
+  uint64_t start_index;    /* number of the first shard */
+  wds_compress compression;
+  int level;     /* zstd ZSTD_minCLevel()..22 (0 = 3), gzip 1..9 (0 = 6);
+                    ignored without compression */
+  int64_t mtime; /* of every member, seconds since the epoch, 0..8^11-1;
+                    default 0 */
+
+  /* Called after each shard is complete and renamed (NULL: not called):
+   * for progress lines and indexes. With out_fd, called once by close with
+   * path NULL. file_bytes is the shard's size on disk (compressed). */
+  void (*on_shard)(void *ctx, const char *path, uint64_t samples,
+                   uint64_t file_bytes);
+  void *on_shard_ctx;
+} wds_writer_config;
+
+#define WDS_WRITER_CONFIG_INIT                                                 \
+  {                                                                            \
+    .pattern = NULL, .out_fd = -1, .max_count = 0, .max_size_bytes = 0,        \
+    .start_index = 0, .compression = WDS_COMPRESS_AUTO                         \
+  }
+
+/* One field of a sample to write: member "KEY.EXT". */
+typedef struct wds_writer_field {
+  const char *ext; /* without the dot; may contain dots ("seg.png") */
+  const void *data;
+  size_t size_bytes;
+} wds_writer_field;
+
+typedef struct wds_writer wds_writer;
+
+typedef struct wds_writer_stats {
+  uint64_t shards;  /* completed */
+  uint64_t samples; /* written */
+  uint64_t members;
+  uint64_t tar_bytes; /* uncompressed */
+  uint64_t out_bytes; /* written to files (compressed) */
+} wds_writer_stats;
+
+/* On failure *out is NULL and wds_open_error() says why. No file is created
+ * before the first sample. */
+int wds_writer_open(const wds_writer_config *cfg, wds_writer **out);
+
+/* Writes one sample (the data is copied or written before it returns). The
+ * key must be non-empty, must not end with '/', and (to be read back as the
+ * same sample by WebDataset's rules) have no '.' in its last path
+ * component; a sample has at least one field; extensions must be non-empty,
+ * contain no '/', and be unique within the sample ignoring ASCII case
+ * (readers lower-case them). Fields are written sorted by extension (byte
+ * order). Anything else is WDS_ERR_INVALID (sticky, like every error). */
+int wds_writer_write_sample(wds_writer *w, const char *key,
+                            const wds_writer_field *fields, size_t count);
+
+/* Text of the last error ("" if none). */
+const char *wds_writer_error(const wds_writer *w);
+
+void wds_writer_stats_get(const wds_writer *w, wds_writer_stats *out);
+
+/* Finishes and renames the current shard now (no-op when none is open);
+ * the next sample starts a new one, numbered on. With out_fd it ends the
+ * stream, and later samples are WDS_ERR_INVALID. Unlike close, it leaves
+ * the handle to read the error text and the final stats from. */
+int wds_writer_end_shard(wds_writer *w);
+
+/* Finishes and renames the current shard, then frees everything; returns
+ * WDS_OK or the error (sticky or from finishing). NULL is a no-op (WDS_OK).
+ * After an error the unfinished shard's temporary file is removed. */
+int wds_writer_close(wds_writer *w);
+
+/* Frees everything without finishing: the unfinished shard's temporary
+ * file is removed (with out_fd, the stream is left without its end
+ * blocks). Shards completed before stay. NULL is a no-op. */
+void wds_writer_abort(wds_writer *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WDS_WRITER_H */

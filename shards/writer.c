@@ -1,0 +1,501 @@
+/* writer.c — the public shard writer (wds/writer.h) on top of the internal
+ * tar writer (tarw.c).
+ *
+ * One wds__tarw is open at a time: the current shard, created lazily by the
+ * first sample that goes into it (path mode), or the one stream on out_fd,
+ * created by open. Before a sample is written its tar size is computed from
+ * the names and sizes alone (wds__tarw_member_bytes), so the decision to
+ * start a new shard is exact: the current shard is finished first when the
+ * sample would take it past max_count, or make the finished file (end blocks
+ * and record padding included) larger than max_size_bytes. Only a shard
+ * holding nothing yet takes a sample that alone is too large.
+ *
+ * Per sample the writer allocates nothing once its two scratch buffers (the
+ * member name, the field order) have grown to the largest sample: the data
+ * goes straight into tarw's staging buffer.
+ *
+ * Invariant: w->status is WDS_OK until a call fails; then every call returns
+ * it, and close/abort discard the unfinished shard (tarw removes its
+ * temporary file). Shards finished before stay. */
+#include "wds/writer.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "err.h"
+#include "mem.h"
+#include "tarw.h"
+
+#define DEFAULT_MAX_COUNT 100000u
+#define DEFAULT_MAX_SIZE_BYTES 3000000000u
+
+struct wds_writer {
+  /* The pattern split around its one integer conversion. */
+  char *prefix, *suffix;
+  int has_conv, zero_pad, width;
+
+  int out_fd;
+  uint64_t max_count, max_size_bytes;
+  uint64_t next_index; /* number of the next shard to open */
+  wds__tarw_options topts;
+  void (*on_shard)(void *ctx, const char *path, uint64_t samples,
+                   uint64_t file_bytes);
+  void *on_shard_ctx;
+
+  wds__tarw *tw; /* current shard or stream; NULL between shards */
+  int fd_ended;  /* out_fd mode: the stream is finished */
+  char *tw_path; /* its final name (path mode) */
+  uint64_t shard_samples;
+
+  char *name; /* "KEY.EXT" scratch */
+  size_t name_cap;
+  const wds_writer_field **order; /* fields sorted by extension */
+  size_t order_cap;
+
+  wds_writer_stats done; /* of finished shards (tar/out bytes) and totals */
+  int status;
+  wds__err err;
+};
+
+/* ---- errors ---- */
+
+static int set_error(wds_writer *w, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int set_error(wds_writer *w, int status, const char *fmt, ...) {
+  if (w->status != WDS_OK)
+    return w->status;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->err.msg, sizeof w->err.msg, fmt, ap);
+  va_end(ap);
+  w->status = status;
+  return status;
+}
+
+/* Takes a failure from tarw (its message already in e). */
+static int take_error(wds_writer *w, int status, const wds__err *e) {
+  return set_error(w, status, "%s", e->msg);
+}
+
+/* ---- the pattern ---- */
+
+/* Copies literal text s[0..n), turning "%%" into "%". */
+static char *unescape(const char *s, size_t n) {
+  char *o = malloc(n + 1);
+  if (!o)
+    return NULL;
+  size_t j = 0;
+  for (size_t i = 0; i < n; i++) {
+    o[j++] = s[i];
+    if (s[i] == '%' && i + 1 < n && s[i + 1] == '%')
+      i++;
+  }
+  o[j] = '\0';
+  return o;
+}
+
+/* Accepts at most one %d / %i / %u with an optional '0' flag and width, and
+ * "%%" anywhere; everything else printf-special is refused. The user's text
+ * never reaches printf as a format. */
+static int pattern_parse(wds_writer *w, const char *s) {
+  size_t conv_start = 0, conv_end = 0;
+  int convs = 0;
+  for (size_t i = 0; s[i]; i++) {
+    if (s[i] != '%')
+      continue;
+    if (s[i + 1] == '%') {
+      i++;
+      continue;
+    }
+    size_t j = i + 1;
+    int zero = 0, width = 0;
+    if (s[j] == '0') {
+      zero = 1;
+      j++;
+    }
+    while (s[j] >= '0' && s[j] <= '9') {
+      width = width * 10 + (s[j] - '0');
+      if (width > 64)
+        return wds__open_fail(WDS_ERR_INVALID,
+                              "pattern \"%s\": field width over 64", s);
+      j++;
+    }
+    if (s[j] != 'd' && s[j] != 'i' && s[j] != 'u')
+      return wds__open_fail(WDS_ERR_INVALID,
+                            "pattern \"%s\": only one %%d, %%i or %%u (e.g. "
+                            "%%06d) and %%%% are allowed",
+                            s);
+    if (++convs > 1)
+      return wds__open_fail(WDS_ERR_INVALID,
+                            "pattern \"%s\" has more than one integer "
+                            "conversion",
+                            s);
+    w->zero_pad = zero;
+    w->width = width;
+    conv_start = i;
+    conv_end = j + 1;
+    i = j;
+  }
+  w->has_conv = convs == 1;
+  if (!w->has_conv)
+    conv_start = conv_end = strlen(s);
+  w->prefix = unescape(s, conv_start);
+  w->suffix = unescape(s + conv_end, strlen(s + conv_end));
+  if (!w->prefix || !w->suffix)
+    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+  return WDS_OK;
+}
+
+static char *pattern_format(const wds_writer *w, uint64_t index) {
+  char num[96] = "";
+  if (w->has_conv)
+    snprintf(num, sizeof num, w->zero_pad ? "%0*" PRIu64 : "%*" PRIu64,
+             w->width, index);
+  size_t n = strlen(w->prefix) + strlen(num) + strlen(w->suffix) + 1;
+  char *o = malloc(n);
+  if (o)
+    snprintf(o, n, "%s%s%s", w->prefix, num, w->suffix);
+  return o;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int compression_from_name(const char *name) {
+  if (ends_with(name, ".zst") || ends_with(name, ".tzst"))
+    return WDS__TARW_ZSTD;
+  if (ends_with(name, ".gz") || ends_with(name, ".tgz"))
+    return WDS__TARW_GZIP;
+  return WDS__TARW_NONE;
+}
+
+/* ---- shards ---- */
+
+static int open_shard(wds_writer *w) {
+  wds__err e;
+  w->tw_path = pattern_format(w, w->next_index);
+  if (!w->tw_path)
+    return set_error(w, WDS_ERR_NOMEM, "out of memory");
+  int rc = wds__tarw_open_path(w->tw_path, &w->topts, &w->tw, &e);
+  if (rc != WDS_OK)
+    return take_error(w, rc, &e);
+  w->next_index++;
+  w->shard_samples = 0;
+  return WDS_OK;
+}
+
+/* Finishes the current shard (or stream) and reports it. */
+static int finish_shard(wds_writer *w) {
+  wds__err e;
+  int rc = wds__tarw_finish(w->tw, &e);
+  if (rc != WDS_OK)
+    return take_error(w, rc, &e);
+  wds__tarw_stats st;
+  wds__tarw_stats_get(w->tw, &st);
+  wds__tarw_close(w->tw);
+  w->tw = NULL;
+  w->done.shards++;
+  w->done.tar_bytes += st.tar_bytes;
+  w->done.out_bytes += st.out_bytes;
+  if (w->on_shard)
+    w->on_shard(w->on_shard_ctx, w->tw_path, w->shard_samples, st.out_bytes);
+  free(w->tw_path);
+  w->tw_path = NULL;
+  return WDS_OK;
+}
+
+/* ---- the API ---- */
+
+static void writer_free(wds_writer *w) {
+  if (!w)
+    return;
+  wds__tarw_close(w->tw); /* removes an unfinished temporary file */
+  free(w->tw_path);
+  free(w->prefix);
+  free(w->suffix);
+  free(w->name);
+  free(w->order);
+  free(w);
+}
+
+int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
+  int rc = WDS_OK;
+  wds_writer *w = NULL;
+  wds__open_error_clear();
+  if (!out)
+    return wds__open_fail(WDS_ERR_INVALID, "out is NULL");
+  *out = NULL;
+  if (!cfg)
+    return wds__open_fail(WDS_ERR_INVALID, "config is NULL");
+  if (cfg->out_fd < 0 && (!cfg->pattern || !*cfg->pattern))
+    return wds__open_fail(WDS_ERR_INVALID, "no output: set pattern or out_fd");
+  if (cfg->mtime < 0 || cfg->mtime >= (int64_t)1 << 33)
+    return wds__open_fail(WDS_ERR_INVALID,
+                          "mtime %" PRId64 " is outside 0..8^11-1", cfg->mtime);
+  w = calloc(1, sizeof *w);
+  if (!w)
+    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+  w->out_fd = cfg->out_fd;
+  w->max_count = cfg->max_count ? cfg->max_count : DEFAULT_MAX_COUNT;
+  w->max_size_bytes =
+      cfg->max_size_bytes ? cfg->max_size_bytes : DEFAULT_MAX_SIZE_BYTES;
+  w->next_index = cfg->start_index;
+  w->on_shard = cfg->on_shard;
+  w->on_shard_ctx = cfg->on_shard_ctx;
+  if (cfg->pattern) {
+    rc = pattern_parse(w, cfg->pattern);
+    if (rc != WDS_OK)
+      goto done;
+  }
+
+  wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
+  o.mtime = cfg->mtime;
+  switch (cfg->compression) {
+  case WDS_COMPRESS_AUTO:
+    o.compression =
+        cfg->pattern ? compression_from_name(cfg->pattern) : WDS__TARW_NONE;
+    break;
+  case WDS_COMPRESS_NONE:
+    o.compression = WDS__TARW_NONE;
+    break;
+  case WDS_COMPRESS_ZSTD:
+    o.compression = WDS__TARW_ZSTD;
+    break;
+  case WDS_COMPRESS_GZIP:
+    o.compression = WDS__TARW_GZIP;
+    break;
+  default:
+    rc = wds__open_fail(WDS_ERR_INVALID, "unknown compression %d",
+                        (int)cfg->compression);
+    goto done;
+  }
+  if (o.compression == WDS__TARW_ZSTD && cfg->level != 0 &&
+      (cfg->level < ZSTD_minCLevel() || cfg->level > ZSTD_maxCLevel())) {
+    rc = wds__open_fail(WDS_ERR_INVALID, "zstd level %d is outside %d..%d",
+                        cfg->level, ZSTD_minCLevel(), ZSTD_maxCLevel());
+    goto done;
+  }
+  if (o.compression == WDS__TARW_GZIP && (cfg->level < 0 || cfg->level > 9)) {
+    rc = wds__open_fail(WDS_ERR_INVALID, "gzip level %d is outside 1..9",
+                        cfg->level);
+    goto done;
+  }
+  o.zstd_level = cfg->level;
+  o.gzip_level = cfg->level;
+  w->topts = o;
+
+  if (w->out_fd >= 0) {
+    wds__err e;
+    rc = wds__tarw_open_fd(w->out_fd, &w->topts, &w->tw, &e);
+    if (rc != WDS_OK) {
+      rc = wds__open_fail(rc, "%s", e.msg);
+      goto done;
+    }
+  }
+done:
+  if (rc != WDS_OK) {
+    writer_free(w);
+    return rc;
+  }
+  *out = w;
+  return WDS_OK;
+}
+
+static int cmp_ext(const void *a, const void *b) {
+  const wds_writer_field *x = *(const wds_writer_field *const *)a;
+  const wds_writer_field *y = *(const wds_writer_field *const *)b;
+  return strcmp(x->ext, y->ext);
+}
+
+static int ascii_lower(int c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+static int same_ext_ignoring_case(const char *a, const char *b) {
+  for (; *a && *b; a++, b++)
+    if (ascii_lower((unsigned char)*a) != ascii_lower((unsigned char)*b))
+      return 0;
+  return *a == *b;
+}
+
+/* Builds "KEY.EXT" in w->name. */
+static int make_name(wds_writer *w, const char *key, size_t key_len,
+                     const char *ext) {
+  size_t ext_len = strlen(ext);
+  char *n = wds__grow(w->name, &w->name_cap, key_len + ext_len + 2, 1, 256);
+  if (!n)
+    return set_error(w, WDS_ERR_NOMEM, "out of memory");
+  w->name = n;
+  memcpy(n, key, key_len);
+  n[key_len] = '.';
+  memcpy(n + key_len + 1, ext, ext_len + 1);
+  return WDS_OK;
+}
+
+/* Whether "KEY.EXT" splits back into KEY by WebDataset's rule (the
+ * regex in pipeline/reader.c's split_key()): the
+ * key's last component has no '.'; when it is empty (KEY ends with '/'),
+ * the component before it must be non-empty and dot-free. */
+static int key_reads_back(const char *key) {
+  size_t len = strlen(key);
+  const char *slash = strrchr(key, '/');
+  size_t c = slash ? (size_t)(slash - key) + 1 : 0;
+  if (c < len)
+    return memchr(key + c, '.', len - c) == NULL;
+  if (c < 2)
+    return 0; /* "" or "/" */
+  size_t p = c - 1;
+  while (p > 0 && key[p - 1] != '/')
+    p--;
+  return c - 1 > p && memchr(key + p, '.', c - 1 - p) == NULL;
+}
+
+/* Checks key and fields; sorts the fields into w->order. */
+static int check_sample(wds_writer *w, const char *key,
+                        const wds_writer_field *fields, size_t count) {
+  if (!key || !*key)
+    return set_error(w, WDS_ERR_INVALID, "sample with an empty key");
+  if (!key_reads_back(key))
+    return set_error(w, WDS_ERR_INVALID,
+                     "sample \"%.200s\": the key would not be read back as "
+                     "itself (a '.' in its last path component, or a "
+                     "trailing '/' after an empty or dotted component)",
+                     key);
+  if (count == 0 || !fields)
+    return set_error(w, WDS_ERR_INVALID, "sample \"%.200s\" has no fields",
+                     key);
+  const wds_writer_field **order =
+      wds__grow(w->order, &w->order_cap, count, sizeof *order, 16);
+  if (!order)
+    return set_error(w, WDS_ERR_NOMEM, "out of memory");
+  w->order = order;
+  for (size_t i = 0; i < count; i++) {
+    const wds_writer_field *f = &fields[i];
+    if (!f->ext || !*f->ext || strchr(f->ext, '/'))
+      return set_error(w, WDS_ERR_INVALID,
+                       "sample \"%.200s\": field %zu: the extension \"%.200s\" "
+                       "is empty or contains '/'",
+                       key, i, f->ext ? f->ext : "(null)");
+    if (!f->data && f->size_bytes > 0)
+      return set_error(w, WDS_ERR_INVALID,
+                       "sample \"%.200s\": field \"%.200s\" has no data", key,
+                       f->ext);
+    order[i] = f;
+  }
+  if (count > 1)
+    qsort(order, count, sizeof *order, cmp_ext);
+  /* Readers lower-case extensions: "JPG" and "jpg" would collide. */
+  for (size_t i = 0; i < count; i++)
+    for (size_t j = i + 1; j < count; j++)
+      if (same_ext_ignoring_case(order[i]->ext, order[j]->ext))
+        return set_error(w, WDS_ERR_INVALID,
+                         "sample \"%.200s\": duplicate extension \"%.200s\"%s",
+                         key, order[j]->ext,
+                         strcmp(order[i]->ext, order[j]->ext) == 0
+                             ? ""
+                             : " (extensions are read lower-cased)");
+  return WDS_OK;
+}
+
+int wds_writer_write_sample(wds_writer *w, const char *key,
+                            const wds_writer_field *fields, size_t count) {
+  if (!w)
+    return WDS_ERR_INVALID;
+  if (w->status != WDS_OK)
+    return w->status;
+  int rc = check_sample(w, key, fields, count);
+  if (rc != WDS_OK)
+    return rc;
+  size_t key_len = strlen(key);
+  uint64_t sample_bytes = 0;
+  for (size_t i = 0; i < count; i++) {
+    rc = make_name(w, key, key_len, w->order[i]->ext);
+    if (rc != WDS_OK)
+      return rc;
+    uint64_t b = wds__tarw_member_bytes(strlen(w->name), w->name,
+                                        w->order[i]->size_bytes);
+    if (b == 0)
+      return set_error(w, WDS_ERR_INVALID,
+                       "sample \"%.200s\": member name of %zu bytes is too "
+                       "long for tar (at most 65535)",
+                       key, strlen(w->name));
+    sample_bytes += b;
+  }
+
+  if (w->tw && w->out_fd < 0 && w->has_conv && w->shard_samples > 0) {
+    wds__tarw_stats st;
+    wds__tarw_stats_get(w->tw, &st);
+    if (w->shard_samples >= w->max_count ||
+        wds__tarw_finished_bytes(st.tar_bytes + sample_bytes) >
+            w->max_size_bytes) {
+      rc = finish_shard(w);
+      if (rc != WDS_OK)
+        return rc;
+    }
+  }
+  if (!w->tw && w->fd_ended)
+    return set_error(w, WDS_ERR_INVALID,
+                     "sample \"%.200s\" written after the end of the stream",
+                     key);
+  if (!w->tw) {
+    rc = open_shard(w);
+    if (rc != WDS_OK)
+      return rc;
+  }
+  for (size_t i = 0; i < count; i++) {
+    const wds_writer_field *f = w->order[i];
+    wds__err e;
+    rc = make_name(w, key, key_len, f->ext);
+    if (rc == WDS_OK) {
+      rc = wds__tarw_add(w->tw, w->name, f->data, f->size_bytes, &e);
+      if (rc != WDS_OK)
+        return take_error(w, rc, &e);
+    }
+    if (rc != WDS_OK)
+      return rc;
+  }
+  w->shard_samples++;
+  w->done.samples++;
+  w->done.members += count;
+  return WDS_OK;
+}
+
+const char *wds_writer_error(const wds_writer *w) {
+  return w && w->status != WDS_OK ? w->err.msg : "";
+}
+
+void wds_writer_stats_get(const wds_writer *w, wds_writer_stats *out) {
+  *out = w->done;
+  if (w->tw) {
+    wds__tarw_stats st;
+    wds__tarw_stats_get(w->tw, &st);
+    out->tar_bytes += st.tar_bytes;
+    out->out_bytes += st.out_bytes;
+  }
+}
+
+int wds_writer_end_shard(wds_writer *w) {
+  if (!w)
+    return WDS_ERR_INVALID;
+  if (w->status != WDS_OK || !w->tw)
+    return w->status;
+  if (w->out_fd >= 0)
+    w->fd_ended = 1;
+  return finish_shard(w);
+}
+
+int wds_writer_close(wds_writer *w) {
+  if (!w)
+    return WDS_OK;
+  if (w->status == WDS_OK && w->tw)
+    finish_shard(w);
+  int rc = w->status;
+  writer_free(w);
+  return rc;
+}
+
+void wds_writer_abort(wds_writer *w) { writer_free(w); }

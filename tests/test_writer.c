@@ -1,0 +1,695 @@
+/* test_writer.c — the public shard writer (wds/writer.h), through its API
+ * only. Shards are written into a temporary directory and read back by the
+ * public reader (every byte compared) and by GNU tar, zstd and gzip; shard
+ * boundaries are checked against the greedy rule the header states
+ * (computed here from tar's block arithmetic); errors are provoked with bad
+ * keys, /dev/full and RLIMIT_FSIZE. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "wds/reader.h"
+#include "wds/writer.h"
+
+static char tmpdir[256];
+
+/* ---- helpers ---- */
+
+static uint8_t *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  size_t cap = 1 << 16, n = 0, k;
+  uint8_t *d = malloc(cap);
+  while (d && (k = fread(d + n, 1, cap - n, f)) > 0) {
+    n += k;
+    if (n == cap) {
+      uint8_t *nd = realloc(d, cap *= 2);
+      if (!nd)
+        free(d);
+      d = nd;
+    }
+  }
+  fclose(f);
+  *len = n;
+  return d;
+}
+
+static int same_files(const char *a, const char *b) {
+  size_t la, lb;
+  uint8_t *da = read_file(a, &la), *db = read_file(b, &lb);
+  int same = da && db && la == lb && memcmp(da, db, la) == 0;
+  free(da);
+  free(db);
+  return same;
+}
+
+static uint64_t file_size(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? (uint64_t)st.st_size : UINT64_MAX;
+}
+
+/* Number of entries in dir; with tmp_out, the name of one "*.tmp-*". */
+static int dir_entries(const char *dir, int *tmp_count) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *e;
+  if (tmp_count)
+    *tmp_count = 0;
+  if (!d)
+    return -1;
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    n++;
+    if (tmp_count && strstr(e->d_name, ".tmp-"))
+      (*tmp_count)++;
+  }
+  closedir(d);
+  return n;
+}
+
+static void remove_tree(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  if (!d)
+    return;
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    struct stat st;
+    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+      remove_tree(p);
+    else
+      unlink(p);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+/* A fresh, empty subdirectory of tmpdir. */
+static void fresh_dir(char *out, size_t n, const char *name) {
+  snprintf(out, n, "%s/%s", tmpdir, name);
+  remove_tree(out);
+  mkdir(out, 0755);
+}
+
+static int have_command(const char *name) {
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", name);
+  return system(cmd) == 0;
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t next_rand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+/* ---- the sample set ---- */
+
+enum { NSAMPLES = 40, MAXF = 3 };
+
+typedef struct tsample {
+  char key[64];
+  int nf;
+  char ext[MAXF][16];
+  uint8_t *data[MAXF];
+  size_t size[MAXF];
+} tsample;
+
+static tsample samples[NSAMPLES];
+
+/* Fields deliberately out of order (the writer sorts them); sizes from 0 to
+ * 40000, some exactly 512; keys nested in directories. */
+static void make_samples(void) {
+  static const char *exts[] = {"jpg", "cls", "seg.png"};
+  for (int i = 0; i < NSAMPLES; i++) {
+    tsample *s = &samples[i];
+    snprintf(s->key, sizeof s->key, "%s/s%04d", i % 2 ? "odd" : "even.dir", i);
+    s->nf = 1 + i % MAXF;
+    for (int j = 0; j < s->nf; j++) {
+      snprintf(s->ext[j], sizeof s->ext[j], "%s", exts[j]);
+      s->size[j] = i % 7 == 0 ? 512 : (size_t)(next_rand() % 40000);
+      if (i == 3)
+        s->size[j] = 0;
+      s->data[j] = malloc(s->size[j] + 1);
+      for (size_t k = 0; k < s->size[j]; k++)
+        s->data[j][k] = (uint8_t)next_rand();
+    }
+  }
+}
+
+static void free_samples(void) {
+  for (int i = 0; i < NSAMPLES; i++)
+    for (int j = 0; j < samples[i].nf; j++)
+      free(samples[i].data[j]);
+}
+
+static int write_sample(wds_writer *w, const tsample *s) {
+  wds_writer_field f[MAXF];
+  for (int j = 0; j < s->nf; j++) {
+    f[j].ext = s->ext[j];
+    f[j].data = s->data[j];
+    f[j].size_bytes = s->size[j];
+  }
+  return wds_writer_write_sample(w, s->key, f, (size_t)s->nf);
+}
+
+typedef struct shard_log {
+  int calls;
+  char path[16][512];
+  uint64_t samples[16], bytes[16];
+} shard_log;
+
+static void on_shard(void *ctx, const char *path, uint64_t n, uint64_t bytes) {
+  shard_log *l = ctx;
+  if (l->calls < 16) {
+    snprintf(l->path[l->calls], sizeof l->path[0], "%s", path ? path : "");
+    l->samples[l->calls] = n;
+    l->bytes[l->calls] = bytes;
+  }
+  l->calls++;
+}
+
+/* Writes samples [0, n) with cfg; WDS_OK or the failing status. */
+static int write_all(wds_writer_config *cfg, int n) {
+  wds_writer *w;
+  int rc = wds_writer_open(cfg, &w);
+  if (rc != WDS_OK) {
+    printf("  open: %s\n", wds_open_error());
+    return rc;
+  }
+  for (int i = 0; rc == WDS_OK && i < n; i++)
+    rc = write_sample(w, &samples[i]);
+  if (rc != WDS_OK)
+    printf("  write: %s\n", wds_writer_error(w));
+  int crc = wds_writer_close(w);
+  return rc != WDS_OK ? rc : crc;
+}
+
+/* Reads spec with the public reader and compares with samples [first,
+ * first + n): keys, extensions in sorted order, every byte. */
+static int check_read(const char *spec, int first, int n) {
+  wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+  cfg.spec = spec;
+  wds_reader *r;
+  if (wds_reader_open(&cfg, &r) != WDS_OK) {
+    printf("  reader open: %s\n", wds_open_error());
+    return 0;
+  }
+  const wds_sample *s;
+  int rc, i = first, ok = 1;
+  while (ok && (rc = wds_reader_next(r, &s)) == WDS_OK) {
+    if (i >= first + n) {
+      printf("  extra sample %s\n", s->key);
+      ok = 0;
+      break;
+    }
+    const tsample *t = &samples[i];
+    if (strcmp(s->key, t->key) != 0 || s->field_count != (size_t)t->nf) {
+      printf("  sample %d: key %s (%zu fields), expected %s (%d)\n", i, s->key,
+             s->field_count, t->key, t->nf);
+      ok = 0;
+      break;
+    }
+    const char *prev = "";
+    for (size_t j = 0; j < s->field_count; j++) {
+      const wds_field *f = &s->fields[j];
+      if (strcmp(prev, f->ext) >= 0) {
+        printf("  sample %d: fields not sorted (%s after %s)\n", i, f->ext,
+               prev);
+        ok = 0;
+      }
+      prev = f->ext;
+      int k = 0;
+      while (k < t->nf && strcmp(t->ext[k], f->ext) != 0)
+        k++;
+      if (k == t->nf || f->size_bytes != t->size[k] ||
+          (f->size_bytes && memcmp(f->data, t->data[k], f->size_bytes) != 0)) {
+        printf("  sample %d field %s differs\n", i, f->ext);
+        ok = 0;
+      }
+    }
+    i++;
+  }
+  if (ok && rc != WDS_EOF) {
+    printf("  reader: %s\n", wds_reader_error(r));
+    ok = 0;
+  }
+  if (ok && i != first + n) {
+    printf("  read %d samples, expected %d\n", i - first, n);
+    ok = 0;
+  }
+  wds_reader_close(r);
+  return ok;
+}
+
+/* tar bytes of sample i: a 512-byte header per field (short names) and the
+ * data padded to 512. */
+static uint64_t sample_tar_bytes(int i) {
+  uint64_t b = 0;
+  for (int j = 0; j < samples[i].nf; j++)
+    b += 512 + (samples[i].size[j] + 511) / 512 * 512;
+  return b;
+}
+
+static uint64_t finished(uint64_t tar) {
+  return (tar + 1024 + 10239) / 10240 * 10240;
+}
+
+/* ---- tests ---- */
+
+TEST(round_trip_plain) {
+  char dir[512], pat[600];
+  fresh_dir(dir, sizeof dir, "rt");
+  snprintf(pat, sizeof pat, "%s/one.tar", dir); /* no conversion: one file */
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = pat;
+  ASSERT_EQ_INT(write_all(&cfg, NSAMPLES), WDS_OK);
+  ASSERT_EQ_INT(dir_entries(dir, NULL), 1);
+  ASSERT_EQ_U64(file_size(pat) % 10240, 0);
+  ASSERT_TRUE(check_read(pat, 0, NSAMPLES));
+  /* GNU tar: mode 0444, owner 0/0, mtime 0 for every member. */
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd,
+           "TZ=UTC tar --numeric-owner -tvf '%s' | grep -v "
+           "'^-r--r--r-- 0/0 .* 1970-01-01 00:00 ' | grep -q .",
+           pat);
+  ASSERT_TRUE(system(cmd) != 0); /* no line without those fields */
+}
+
+TEST(max_count_start_index_and_on_shard) {
+  char dir[512], pat[600], spec[700];
+  fresh_dir(dir, sizeof dir, "mc");
+  snprintf(pat, sizeof pat, "%s/s-%%04d.tar", dir);
+  shard_log log = {0};
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = pat;
+  cfg.max_count = 15;
+  cfg.start_index = 7;
+  cfg.on_shard = on_shard;
+  cfg.on_shard_ctx = &log;
+  ASSERT_EQ_INT(write_all(&cfg, NSAMPLES), WDS_OK);
+  ASSERT_EQ_INT(dir_entries(dir, NULL), 3);
+  ASSERT_EQ_INT(log.calls, 3);
+  uint64_t expect[3] = {15, 15, 10};
+  for (int i = 0; i < 3; i++) {
+    char want[600];
+    snprintf(want, sizeof want, "%s/s-%04d.tar", dir, 7 + i);
+    ASSERT_STREQ(log.path[i], want);
+    ASSERT_EQ_U64(log.samples[i], expect[i]);
+    ASSERT_EQ_U64(log.bytes[i], file_size(want));
+  }
+  snprintf(spec, sizeof spec, "%s/s-{0007..0009}.tar", dir);
+  ASSERT_TRUE(check_read(spec, 0, NSAMPLES));
+  snprintf(spec, sizeof spec, "%s/s-0008.tar", dir);
+  ASSERT_TRUE(check_read(spec, 15, 15));
+}
+
+TEST(max_size_splits_greedily) {
+  char dir[512], pat[600];
+  fresh_dir(dir, sizeof dir, "ms");
+  snprintf(pat, sizeof pat, "%s/m-%%02d.tar", dir);
+  uint64_t max = 60000;
+  /* The sample set has samples of up to 3 x 40000 bytes: some alone exceed
+   * 60000 and must get a shard of their own. */
+  shard_log log = {0};
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = pat;
+  cfg.max_size_bytes = max;
+  cfg.on_shard = on_shard;
+  cfg.on_shard_ctx = &log;
+  ASSERT_EQ_INT(write_all(&cfg, 16), WDS_OK);
+  /* The expected split, from the rule in writer.h. */
+  int nshards = 0, alone = 0;
+  uint64_t counts[16] = {0}, cur = 0, n = 0;
+  for (int i = 0; i < 16; i++) {
+    uint64_t b = sample_tar_bytes(i);
+    if (n > 0 && finished(cur + b) > max) {
+      counts[nshards++] = n;
+      cur = n = 0;
+    }
+    cur += b;
+    n++;
+    if (n == 1 && finished(b) > max)
+      alone++;
+  }
+  counts[nshards++] = n;
+  ASSERT_TRUE(alone > 0);   /* the set does exercise the exception */
+  ASSERT_TRUE(nshards > 3); /* and real splitting */
+  ASSERT_EQ_INT(log.calls, nshards);
+  int first = 0;
+  for (int i = 0; i < nshards; i++) {
+    ASSERT_EQ_U64(log.samples[i], counts[i]);
+    uint64_t size = file_size(log.path[i]);
+    ASSERT_TRUE(size <= max || log.samples[i] == 1);
+    ASSERT_TRUE(check_read(log.path[i], first, (int)counts[i]));
+    first += (int)counts[i];
+  }
+}
+
+TEST(zstd_and_gzip) {
+  char dir[512], plain[600], zst[600], gz[600], cmd[2400];
+  fresh_dir(dir, sizeof dir, "comp");
+  snprintf(plain, sizeof plain, "%s/p.tar", dir);
+  snprintf(zst, sizeof zst, "%s/z.tar.zst", dir);
+  snprintf(gz, sizeof gz, "%s/g.tar.gz", dir);
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = plain;
+  ASSERT_EQ_INT(write_all(&cfg, NSAMPLES), WDS_OK);
+  cfg.pattern = zst;
+  cfg.level = 5;
+  ASSERT_EQ_INT(write_all(&cfg, NSAMPLES), WDS_OK);
+  cfg.pattern = gz;
+  cfg.level = 0;
+  ASSERT_EQ_INT(write_all(&cfg, NSAMPLES), WDS_OK);
+  ASSERT_TRUE(file_size(zst) < file_size(plain) + 1000);
+  ASSERT_TRUE(check_read(zst, 0, NSAMPLES));
+  ASSERT_TRUE(check_read(gz, 0, NSAMPLES));
+  /* Decompressed, both are exactly the plain shard. */
+  ASSERT_TRUE(have_command("zstd"));
+  ASSERT_TRUE(have_command("gzip"));
+  snprintf(cmd, sizeof cmd, "zstd -q -t '%s' && zstd -dc '%s' | cmp -s - '%s'",
+           zst, zst, plain);
+  ASSERT_EQ_INT(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "gzip -t '%s' && gzip -dc '%s' | cmp -s - '%s'", gz,
+           gz, plain);
+  ASSERT_EQ_INT(system(cmd), 0);
+  snprintf(cmd, sizeof cmd,
+           "test \"$(zstd -dc '%s' | tar tvf - | wc -l)\" = "
+           "\"$(tar tf '%s' | wc -l)\"",
+           zst, plain);
+  ASSERT_EQ_INT(system(cmd), 0);
+  /* The gzip header: no name flag, mtime 0, OS 3. */
+  size_t len;
+  uint8_t *d = read_file(gz, &len);
+  ASSERT_TRUE(d != NULL);
+  int ok =
+      len > 10 && d[3] == 0 && !d[4] && !d[5] && !d[6] && !d[7] && d[9] == 3;
+  free(d);
+  ASSERT_TRUE(ok);
+}
+
+TEST(deterministic) {
+  static const char *names[] = {"d-%02d.tar", "d-%02d.tar.zst",
+                                "d-%02d.tar.gz"};
+  char a[512], b[512];
+  fresh_dir(a, sizeof a, "det-a");
+  fresh_dir(b, sizeof b, "det-b");
+  for (int k = 0; k < 3; k++) {
+    for (int run = 0; run < 2; run++) {
+      char pat[700];
+      snprintf(pat, sizeof pat, "%s/%s", run ? b : a, names[k]);
+      wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+      cfg.pattern = pat;
+      cfg.max_count = 13;
+      ASSERT_EQ_INT(write_all(&cfg, NSAMPLES), WDS_OK);
+    }
+    for (int i = 0; i < 4; i++) {
+      char fa[700], fb[700], name[64];
+      snprintf(name, sizeof name, names[k], i);
+      snprintf(fa, sizeof fa, "%s/%s", a, name);
+      snprintf(fb, sizeof fb, "%s/%s", b, name);
+      ASSERT_TRUE(file_size(fa) != UINT64_MAX);
+      ASSERT_TRUE(same_files(fa, fb));
+    }
+  }
+  ASSERT_EQ_INT(dir_entries(a, NULL), 12);
+}
+
+/* Opens a writer on dir/x-%d.tar, writes one good sample, then (key, f, n)
+ * and expects WDS_ERR_INVALID, sticky; close removes the temporary file. */
+static int expect_invalid(const char *key, const wds_writer_field *f,
+                          size_t n) {
+  char dir[512], pat[600];
+  fresh_dir(dir, sizeof dir, "inv");
+  snprintf(pat, sizeof pat, "%s/x-%%d.tar", dir);
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = pat;
+  wds_writer *w;
+  if (wds_writer_open(&cfg, &w) != WDS_OK)
+    return 0;
+  int ok = 1, tmp;
+  ok &= write_sample(w, &samples[1]) == WDS_OK;
+  ok &= dir_entries(dir, &tmp) == 1 && tmp == 1; /* being written */
+  int rc = wds_writer_write_sample(w, key, f, n);
+  if (rc != WDS_ERR_INVALID) {
+    printf("  key \"%s\": status %d, expected WDS_ERR_INVALID\n",
+           key ? key : "(null)", rc);
+    ok = 0;
+  }
+  ok &= strlen(wds_writer_error(w)) > 0;
+  ok &= write_sample(w, &samples[2]) == WDS_ERR_INVALID; /* sticky */
+  ok &= wds_writer_close(w) == WDS_ERR_INVALID;
+  ok &= dir_entries(dir, NULL) == 0; /* temporary file removed */
+  return ok;
+}
+
+TEST(invalid_samples) {
+  wds_writer_field one[1] = {{"jpg", "x", 1}};
+  ASSERT_TRUE(expect_invalid("", one, 1));
+  ASSERT_TRUE(expect_invalid(NULL, one, 1));
+  ASSERT_TRUE(expect_invalid("a.b", one, 1));
+  ASSERT_TRUE(expect_invalid("dir/a.b", one, 1));
+  ASSERT_TRUE(expect_invalid("a.b/", one, 1));
+  ASSERT_TRUE(expect_invalid("/", one, 1));
+  ASSERT_TRUE(expect_invalid("a//", one, 1));
+  ASSERT_TRUE(expect_invalid("k", one, 0));
+  wds_writer_field empty_ext[1] = {{"", "x", 1}};
+  ASSERT_TRUE(expect_invalid("k", empty_ext, 1));
+  wds_writer_field slash_ext[1] = {{"a/b", "x", 1}};
+  ASSERT_TRUE(expect_invalid("k", slash_ext, 1));
+  wds_writer_field dup[2] = {{"jpg", "x", 1}, {"jpg", "y", 1}};
+  ASSERT_TRUE(expect_invalid("k", dup, 2));
+  wds_writer_field dup_case[3] = {
+      {"JPG", "x", 1}, {"cls", "1", 1}, {"jpg", "y", 1}};
+  ASSERT_TRUE(expect_invalid("k", dup_case, 3));
+  wds_writer_field no_data[1] = {{"jpg", NULL, 3}};
+  ASSERT_TRUE(expect_invalid("k", no_data, 1));
+
+  /* Valid: a dot in a directory of the key; a key ending in '/' whose
+   * directory has no dot reads back as the same key ("a/" + ".jpg"). */
+  char dir[512], pat[600];
+  fresh_dir(dir, sizeof dir, "valid");
+  snprintf(pat, sizeof pat, "%s/v.tar", dir);
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = pat;
+  wds_writer *w;
+  ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_OK);
+  ASSERT_EQ_INT(wds_writer_write_sample(w, "x.y/z", one, 1), WDS_OK);
+  ASSERT_EQ_INT(wds_writer_write_sample(w, "dir/", one, 1), WDS_OK);
+  ASSERT_EQ_INT(wds_writer_close(w), WDS_OK);
+  wds_reader_config rc = WDS_READER_CONFIG_INIT;
+  rc.spec = pat;
+  wds_reader *r;
+  const wds_sample *s;
+  ASSERT_EQ_INT(wds_reader_open(&rc, &r), WDS_OK);
+  ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_OK);
+  ASSERT_STREQ(s->key, "x.y/z");
+  ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_OK);
+  ASSERT_STREQ(s->key, "dir/");
+  ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_EOF);
+  wds_reader_close(r);
+}
+
+TEST(open_errors) {
+  wds_writer *w = (wds_writer *)&w;
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_ERR_INVALID);
+  ASSERT_TRUE(w == NULL);
+  ASSERT_TRUE(strlen(wds_open_error()) > 0);
+  static const char *bad[] = {"x-%s.tar", "x-%d-%d.tar", "x-%ld.tar",
+                              "x-%099d.tar", "x-%"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    cfg.pattern = bad[i];
+    ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_ERR_INVALID);
+    ASSERT_CONTAINS(wds_open_error(), bad[i]);
+  }
+  cfg.pattern = "x-%d.tar.zst";
+  cfg.level = 99;
+  ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(wds_open_error(), "level");
+  cfg.pattern = "x-%d.tar.gz";
+  cfg.level = 10;
+  ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_ERR_INVALID);
+  cfg.level = 0;
+  cfg.mtime = -1;
+  ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_ERR_INVALID);
+  ASSERT_EQ_INT(wds_writer_close(NULL), WDS_OK);
+  wds_writer_abort(NULL);
+}
+
+TEST(no_file_before_first_sample_and_abort) {
+  char dir[512], pat[600];
+  fresh_dir(dir, sizeof dir, "lazy");
+  snprintf(pat, sizeof pat, "%s/l-%%d%%%%.tar", dir); /* "l-0%.tar" */
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = pat;
+  wds_writer *w;
+  ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_OK);
+  ASSERT_EQ_INT(dir_entries(dir, NULL), 0);
+  ASSERT_EQ_INT(wds_writer_close(w), WDS_OK);
+  ASSERT_EQ_INT(dir_entries(dir, NULL), 0);
+
+  /* end_shard finishes now; the next sample starts the next number. */
+  ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_OK);
+  ASSERT_EQ_INT(write_sample(w, &samples[0]), WDS_OK);
+  ASSERT_EQ_INT(wds_writer_end_shard(w), WDS_OK);
+  ASSERT_EQ_INT(wds_writer_end_shard(w), WDS_OK); /* nothing open: no-op */
+  ASSERT_EQ_INT(write_sample(w, &samples[1]), WDS_OK);
+  wds_writer_stats st;
+  wds_writer_stats_get(w, &st);
+  ASSERT_EQ_U64(st.shards, 1);
+  ASSERT_EQ_U64(st.samples, 2);
+  ASSERT_EQ_U64(st.members, (uint64_t)(samples[0].nf + samples[1].nf));
+  /* abort: the unfinished second shard goes, the first stays. */
+  wds_writer_abort(w);
+  int tmp;
+  ASSERT_EQ_INT(dir_entries(dir, &tmp), 1);
+  ASSERT_EQ_INT(tmp, 0);
+  char first[700];
+  snprintf(first, sizeof first, "%s/l-0%%.tar", dir);
+  ASSERT_TRUE(check_read(first, 0, 1));
+}
+
+TEST(out_fd_mode) {
+  char dir[512], path[600];
+  fresh_dir(dir, sizeof dir, "fd");
+  snprintf(path, sizeof path, "%s/stream.tar", dir);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_TRUE(fd >= 0);
+  shard_log log = {0};
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.out_fd = fd;
+  cfg.max_count = 3; /* not applied to a stream */
+  cfg.on_shard = on_shard;
+  cfg.on_shard_ctx = &log;
+  wds_writer *w;
+  ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_OK);
+  for (int i = 0; i < 10; i++)
+    ASSERT_EQ_INT(write_sample(w, &samples[i]), WDS_OK);
+  ASSERT_EQ_INT(wds_writer_end_shard(w), WDS_OK);
+  ASSERT_EQ_INT(write_sample(w, &samples[10]), WDS_ERR_INVALID);
+  wds_writer_close(w);
+  ASSERT_EQ_INT(log.calls, 1);
+  ASSERT_STREQ(log.path[0], "");
+  ASSERT_EQ_U64(log.samples[0], 10);
+  ASSERT_TRUE(fcntl(fd, F_GETFD) != -1); /* not closed */
+  close(fd);
+  ASSERT_EQ_INT(dir_entries(dir, NULL), 1); /* no temporary name */
+  ASSERT_TRUE(check_read(path, 0, 10));
+
+  /* Compression on a stream: explicit. */
+  snprintf(path, sizeof path, "%s/stream.tar.zst", dir);
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_TRUE(fd >= 0);
+  cfg = (wds_writer_config)WDS_WRITER_CONFIG_INIT;
+  cfg.out_fd = fd;
+  cfg.compression = WDS_COMPRESS_ZSTD;
+  ASSERT_EQ_INT(write_all(&cfg, 5), WDS_OK);
+  close(fd);
+  size_t len;
+  uint8_t *d = read_file(path, &len);
+  ASSERT_TRUE(d && len > 4 && d[0] == 0x28 && d[1] == 0xb5);
+  free(d);
+  ASSERT_TRUE(check_read(path, 0, 5));
+}
+
+TEST(write_error_to_dev_full) {
+  int fd = open("/dev/full", O_WRONLY);
+  ASSERT_TRUE(fd >= 0);
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.out_fd = fd;
+  wds_writer *w;
+  ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_OK);
+  int rc = WDS_OK;
+  for (int i = 0; rc == WDS_OK && i < NSAMPLES; i++)
+    rc = write_sample(w, &samples[i]); /* > 1 MiB: the buffer spills */
+  if (rc == WDS_OK)
+    rc = wds_writer_end_shard(w);
+  ASSERT_EQ_INT(rc, WDS_ERR_IO);
+  ASSERT_CONTAINS(wds_writer_error(w), "output fd");
+  ASSERT_CONTAINS(wds_writer_error(w), strerror(ENOSPC));
+  ASSERT_EQ_INT(write_sample(w, &samples[0]), WDS_ERR_IO);
+  ASSERT_EQ_INT(wds_writer_close(w), WDS_ERR_IO);
+  close(fd);
+}
+
+/* A file size limit makes write(2) fail with EFBIG in path mode: the error
+ * names the shard, and close removes its temporary file. */
+TEST(write_error_removes_temporary) {
+  char dir[512], pat[600];
+  fresh_dir(dir, sizeof dir, "efbig");
+  snprintf(pat, sizeof pat, "%s/e-%%d.tar", dir);
+  struct rlimit old, lim;
+  ASSERT_EQ_INT(getrlimit(RLIMIT_FSIZE, &old), 0);
+  void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+  lim = old;
+  lim.rlim_cur = 100000;
+  ASSERT_EQ_INT(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = pat;
+  cfg.max_count = 2; /* the first shard (small) is finished, and stays */
+  wds_writer *w;
+  static uint8_t big[2 << 20];
+  wds_writer_field bf[1] = {{"bin", big, sizeof big}};
+  int rc = wds_writer_open(&cfg, &w);
+  int orc = rc;
+  for (int i = 0; rc == WDS_OK && i < 3; i++)
+    rc = write_sample(w, &samples[i]);
+  if (rc == WDS_OK) /* larger than the staging buffer: written at once */
+    rc = wds_writer_write_sample(w, "big", bf, 1);
+  if (rc == WDS_OK)
+    rc = wds_writer_end_shard(w);
+  char msg[1100];
+  snprintf(msg, sizeof msg, "%s", orc == WDS_OK ? wds_writer_error(w) : "");
+  int crc = orc == WDS_OK ? wds_writer_close(w) : orc;
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, prev);
+  ASSERT_EQ_INT(orc, WDS_OK);
+  ASSERT_EQ_INT(rc, WDS_ERR_IO);
+  ASSERT_EQ_INT(crc, WDS_ERR_IO);
+  ASSERT_CONTAINS(msg, dir);
+  ASSERT_CONTAINS(msg, strerror(EFBIG));
+  int tmp;
+  ASSERT_TRUE(dir_entries(dir, &tmp) >= 1);
+  ASSERT_EQ_INT(tmp, 0);
+  char first[700];
+  snprintf(first, sizeof first, "%s/e-0.tar", dir);
+  ASSERT_TRUE(check_read(first, 0, 2));
+}
+
+int main(void) {
+  snprintf(tmpdir, sizeof tmpdir, "%s/wds-test-writer-XXXXXX",
+           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  if (!mkdtemp(tmpdir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  make_samples();
+  RUN(round_trip_plain);
+  RUN(max_count_start_index_and_on_shard);
+  RUN(max_size_splits_greedily);
+  RUN(zstd_and_gzip);
+  RUN(deterministic);
+  RUN(invalid_samples);
+  RUN(open_errors);
+  RUN(no_file_before_first_sample_and_abort);
+  RUN(out_fd_mode);
+  RUN(write_error_to_dev_full);
+  RUN(write_error_removes_temporary);
+  free_samples();
+  remove_tree(tmpdir);
+  return test_summary();
+}

@@ -1,0 +1,380 @@
+/* cmd_verify.c — `wds verify`: read every shard to its end and report what
+ * is wrong with it.
+ *
+ * Each shard gets its own reader, read to the end; every error the reader
+ * reports is a problem (classified by its status: unreadable, truncated,
+ * checksum, corrupt, duplicate_extension). On top of the reader's checks:
+ * a key seen earlier in the same shard (non-adjacent members, which
+ * WebDataset silently splits into two samples), required fields missing
+ * (--require), fields that fail to decode (--decode, through the public
+ * wds_decode_check). Problems are printed as they are found — one line,
+ * or one element of the JSON "problems" array — so memory stays bounded:
+ * one shard's key set (freed after each shard) and the reader's buffer. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+#include "wds/loader.h"
+#include "wds/reader.h"
+
+static const char verify_usage[] =
+    "usage: wds verify [--require LIST] [--decode] [--json] [--max-urls N] "
+    "SPEC...\n"
+    "\n"
+    "Reads every shard to its end and reports, one line per problem\n"
+    "(\"URL: sample KEY: problem\" or \"URL: KIND: message\"):\n"
+    "  unreadable           the shard cannot be opened or read\n"
+    "  truncated            the shard ends early\n"
+    "  checksum             a tar header (or compressed frame) checksum "
+    "error\n"
+    "  corrupt              any other error the reader reports\n"
+    "  duplicate_extension  an extension repeated within a sample\n"
+    "  repeated_key         a key seen earlier in the same shard "
+    "(non-adjacent\n"
+    "                       members: WebDataset splits them into two "
+    "samples)\n"
+    "  missing_field        a sample without a --require field\n"
+    "  decode               a field that does not decode (--decode)\n"
+    "then a summary line. Options:\n"
+    "  --require LIST  comma-separated fields every sample must have; ';' "
+    "separates\n"
+    "                  alternatives: --require 'jpg;png,cls'\n"
+    "  --decode        decode jpg/jpeg/png, npy and cls/cls2/index/inx/id "
+    "fields\n"
+    "  --json          one JSON object: {\"problems\": [{\"url\", \"key\", "
+    "\"kind\",\n"
+    "                  \"message\"}...], \"shards\", \"samples\", "
+    "\"problem_count\",\n"
+    "                  \"counts\": {KIND: N}}\n"
+    "  --max-urls N    refuse specs that expand to more than N URLs\n"
+    "Exit status: 0 no problems, 1 problems found, 2 usage error.\n";
+
+enum kind {
+  K_UNREADABLE,
+  K_TRUNCATED,
+  K_CHECKSUM,
+  K_CORRUPT,
+  K_DUP_EXT,
+  K_REPEATED_KEY,
+  K_MISSING,
+  K_DECODE,
+  K_COUNT
+};
+
+static const char *const kind_names[K_COUNT] = {
+    "unreadable",          "truncated",    "checksum",      "corrupt",
+    "duplicate_extension", "repeated_key", "missing_field", "decode"};
+
+typedef struct verifier {
+  int json;
+  uint64_t counts[K_COUNT];
+  uint64_t problems, shards, samples;
+  char **require; /* groups: "jpg;png" */
+  size_t nrequire;
+  wds_decode_checker *checker; /* --decode */
+} verifier;
+
+/* Prints one problem. key may be NULL (shard-level). */
+static void report(verifier *v, enum kind k, const char *url, const char *key,
+                   const char *msg) {
+  if (v->json) {
+    fputs(v->problems ? ",\n  {\"url\": " : "\n  {\"url\": ", stdout);
+    tool_json_string(stdout, url, strlen(url));
+    fputs(", \"key\": ", stdout);
+    if (key)
+      tool_json_string(stdout, key, strlen(key));
+    else
+      fputs("null", stdout);
+    printf(", \"kind\": \"%s\", \"message\": ", kind_names[k]);
+    tool_json_string(stdout, msg, strlen(msg));
+    fputs("}", stdout);
+  } else if (key) {
+    printf("%s: sample %s: %s: %s\n", url, key, kind_names[k], msg);
+  } else {
+    printf("%s: %s: %s\n", url, kind_names[k], msg);
+  }
+  v->counts[k]++;
+  v->problems++;
+}
+
+static enum kind classify(int rc, const char *msg) {
+  if (rc == WDS_ERR_DUPLICATE)
+    return K_DUP_EXT;
+  if (strstr(msg, "checksum"))
+    return K_CHECKSUM;
+  switch (rc) {
+  case WDS_ERR_OPEN:
+  case WDS_ERR_COMMAND:
+  case WDS_ERR_IO:
+    return K_UNREADABLE;
+  case WDS_ERR_TRUNCATED:
+    return K_TRUNCATED;
+  default:
+    return K_CORRUPT;
+  }
+}
+
+/* The reader prefixes its messages with "URL: "; the report line has the
+ * URL already. */
+static const char *strip_url(const char *msg, const char *url) {
+  size_t n = strlen(url);
+  if (strncmp(msg, url, n) == 0 && strncmp(msg + n, ": ", 2) == 0)
+    return msg + n + 2;
+  return msg;
+}
+
+/* ---- a set of keys (open addressing, FNV-1a) ---- */
+
+typedef struct key_set {
+  char **slots;
+  size_t cap, used;
+} key_set;
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+/* Adds key: 1 if it was new, 0 if already present, -1 out of memory. */
+static int key_set_add(key_set *t, const char *key) {
+  if ((t->used + 1) * 2 > t->cap) {
+    size_t nc = t->cap ? t->cap * 2 : 1024;
+    char **ns = calloc(nc, sizeof *ns);
+    if (!ns)
+      return -1;
+    for (size_t i = 0; i < t->cap; i++) {
+      if (!t->slots[i])
+        continue;
+      size_t j = hash_str(t->slots[i]) & (nc - 1);
+      while (ns[j])
+        j = (j + 1) & (nc - 1);
+      ns[j] = t->slots[i];
+    }
+    free(t->slots);
+    t->slots = ns;
+    t->cap = nc;
+  }
+  size_t j = hash_str(key) & (t->cap - 1);
+  while (t->slots[j]) {
+    if (strcmp(t->slots[j], key) == 0)
+      return 0;
+    j = (j + 1) & (t->cap - 1);
+  }
+  if (!(t->slots[j] = strdup(key)))
+    return -1;
+  t->used++;
+  return 1;
+}
+
+static void key_set_free(key_set *t) {
+  for (size_t i = 0; i < t->cap; i++)
+    free(t->slots[i]);
+  free(t->slots);
+  memset(t, 0, sizeof *t);
+}
+
+/* Does the sample have one of the ';'-separated extensions of group? */
+static int has_any(const wds_sample *s, const char *group) {
+  const char *p = group;
+  while (*p) {
+    const char *end = strchr(p, ';');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    for (size_t i = 0; i < s->field_count; i++)
+      if (strlen(s->fields[i].ext) == n && strncmp(s->fields[i].ext, p, n) == 0)
+        return 1;
+    p += n + (end ? 1 : 0);
+  }
+  return 0;
+}
+
+static int check_sample(verifier *v, const char *url, const wds_sample *s,
+                        key_set *keys) {
+  char msg[1024];
+  int added = key_set_add(keys, s->key);
+  if (added < 0)
+    return -1;
+  if (added == 0)
+    report(v, K_REPEATED_KEY, url, s->key,
+           "the key appears again after other samples (non-adjacent "
+           "members; WebDataset splits them into two samples)");
+  for (size_t g = 0; g < v->nrequire; g++)
+    if (!has_any(s, v->require[g])) {
+      snprintf(msg, sizeof msg, "no field %s", v->require[g]);
+      report(v, K_MISSING, url, s->key, msg);
+    }
+  if (v->checker)
+    for (size_t i = 0; i < s->field_count; i++) {
+      const wds_field *f = &s->fields[i];
+      char err[900];
+      if (wds_decode_check(v->checker, f->ext, f->data, f->size_bytes, err,
+                           sizeof err) != WDS_OK) {
+        snprintf(msg, sizeof msg, "field %s (%zu bytes): %s", f->ext,
+                 f->size_bytes, err);
+        report(v, K_DECODE, url, s->key, msg);
+      }
+    }
+  return 0;
+}
+
+/* Reads one shard to its end. Returns 0, or -1 when out of memory. */
+static int verify_shard(verifier *v, const char *url) {
+  wds_reader *r = NULL;
+  key_set keys = {0};
+  int status = 0, rc;
+  wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+  cfg.urls = &url;
+  cfg.url_count = 1;
+  v->shards++;
+  if (wds_reader_open(&cfg, &r) != WDS_OK) {
+    const char *m = wds_open_error();
+    report(v, K_UNREADABLE, url, NULL, strip_url(m, url));
+    goto done;
+  }
+  const wds_sample *s;
+  /* After an error the reader goes on: with the next sample after a
+   * duplicate extension, else with the (absent) next shard: WDS_EOF. */
+  while ((rc = wds_reader_next(r, &s)) != WDS_EOF) {
+    if (rc != WDS_OK) {
+      const char *m = wds_reader_error(r);
+      report(v, classify(rc, m), url, NULL, strip_url(m, url));
+      continue;
+    }
+    v->samples++;
+    if (check_sample(v, url, s, &keys) != 0) {
+      status = -1;
+      goto done;
+    }
+  }
+done:
+  key_set_free(&keys);
+  wds_reader_close(r);
+  return status;
+}
+
+/* Splits the --require list at ',' into v->require. */
+static int parse_require(verifier *v, const char *list) {
+  const char *p = list;
+  for (;;) {
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n == 0 || (n && (p[0] == ';' || p[n - 1] == ';')) ||
+        memmem(p, n, ";;", 2))
+      return -1;
+    char **g = realloc(v->require, (v->nrequire + 1) * sizeof *g);
+    if (!g)
+      return -1;
+    v->require = g;
+    if (!(g[v->nrequire] = strndup(p, n)))
+      return -1;
+    v->nrequire++;
+    if (!end)
+      return 0;
+    p = end + 1;
+  }
+}
+
+int wds_cmd_verify(int argc, char **argv) {
+  static const struct option opts[] = {{"require", required_argument, 0, 'r'},
+                                       {"decode", no_argument, 0, 'd'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"max-urls", required_argument, 0, 'm'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  verifier v;
+  memset(&v, 0, sizeof v);
+  int decode = 0, c, status = 2;
+  size_t max_urls = 0;
+  wds_url_list urls = {0};
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'r':
+      if (parse_require(&v, optarg) != 0) {
+        fprintf(stderr,
+                "wds verify: --require needs extensions separated by ',' "
+                "(alternatives by ';'): \"%s\"\n",
+                optarg);
+        goto done;
+      }
+      break;
+    case 'd':
+      decode = 1;
+      break;
+    case 'j':
+      v.json = 1;
+      break;
+    case 'm':
+      if (tool_parse_size(optarg, &max_urls) != 0) {
+        fprintf(stderr, "wds verify: --max-urls needs a number\n");
+        goto done;
+      }
+      break;
+    case 'h':
+      fputs(verify_usage, stdout);
+      status = 0;
+      goto done;
+    default:
+      fputs(verify_usage, stderr);
+      goto done;
+    }
+  }
+  if (optind >= argc) {
+    fputs(verify_usage, stderr);
+    goto done;
+  }
+  if (tool_expand_specs("verify", argv + optind, argc - optind, max_urls,
+                        &urls))
+    goto done;
+  if (decode && wds_decode_checker_open(&v.checker) != WDS_OK) {
+    fprintf(stderr, "wds verify: out of memory\n");
+    status = 1;
+    goto done;
+  }
+  if (v.json)
+    fputs("{\"problems\": [", stdout);
+  for (size_t i = 0; i < urls.count; i++)
+    if (verify_shard(&v, urls.urls[i]) != 0) {
+      fflush(stdout);
+      fprintf(stderr, "wds verify: out of memory\n");
+      status = 1;
+      goto done;
+    }
+  if (v.json) {
+    printf("%s], \"shards\": %" PRIu64 ", \"samples\": %" PRIu64
+           ", \"problem_count\": %" PRIu64 ", \"counts\": {",
+           v.problems ? "\n" : "", v.shards, v.samples, v.problems);
+    for (int k = 0; k < K_COUNT; k++)
+      printf("%s\"%s\": %" PRIu64, k ? ", " : "", kind_names[k], v.counts[k]);
+    printf("}}\n");
+  } else if (v.problems == 0) {
+    printf("verified %" PRIu64 " shards, %" PRIu64 " samples: no problems\n",
+           v.shards, v.samples);
+  } else {
+    printf("verified %" PRIu64 " shards, %" PRIu64 " samples: %" PRIu64
+           " problem%s (",
+           v.shards, v.samples, v.problems, v.problems == 1 ? "" : "s");
+    int first = 1;
+    for (int k = 0; k < K_COUNT; k++)
+      if (v.counts[k]) {
+        printf("%s%s %" PRIu64, first ? "" : ", ", kind_names[k], v.counts[k]);
+        first = 0;
+      }
+    printf(")\n");
+  }
+  status = v.problems ? 1 : 0;
+done:
+  if (fflush(stdout) != 0 && status == 0) {
+    fprintf(stderr, "wds verify: cannot write the output\n");
+    status = 1;
+  }
+  for (size_t i = 0; i < v.nrequire; i++)
+    free(v.require[i]);
+  free(v.require);
+  wds_decode_checker_close(v.checker);
+  wds_url_list_free(&urls);
+  return status;
+}

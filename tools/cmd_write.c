@@ -1,0 +1,1389 @@
+/* cmd_write.c — `wds write`: make a shard set from a directory tree, a JSON
+ * lines manifest, or existing shards / a tar stream (re-sharding), through
+ * the public writer (wds/writer.h).
+ *
+ * Directory and manifest inputs are listed completely before anything is
+ * written: the directory walk collects relative paths into one arena (no
+ * allocation per file), sorts them once by (key, extension) in byte order
+ * and groups runs of equal keys into samples; the manifest is parsed line by
+ * line into records (a bad line is reported before any shard exists). So
+ * the total is known (ETA on the progress line) and --shuffle permutes the
+ * whole list with a seeded Fisher-Yates. A sample's files are then read,
+ * each with one read(2) of its fstat size, into one reused buffer and handed
+ * to the writer, which copies them into its 1 MiB staging buffer.
+ *
+ * Stream inputs are read with the public reader and passed through without
+ * a copy; with --shuffle, through a bounded buffer of copied samples
+ * (--shuffle-buffer N): once it is full each new sample replaces a randomly
+ * chosen one, which is written; the rest is shuffled and written at the end.
+ *
+ * Every random choice comes from splitmix64 seeded by --seed: the same input
+ * and options give byte-identical shards. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+#include "wds/reader.h"
+#include "wds/writer.h"
+
+static const char write_usage[] =
+    "usage: wds write [options] [-o PATTERN] DIR\n"
+    "       wds write [options] [-o PATTERN] SPEC...   (shards, or - for a "
+    "tar on stdin)\n"
+    "       wds write [options] [-o PATTERN] --manifest FILE   (- for stdin)\n"
+    "\n"
+    "Writes WebDataset shards: numbered tar files of at most --maxcount\n"
+    "samples and --maxsize bytes (a shard is larger only when one sample\n"
+    "alone is). Members are \"KEY.EXT\", fields sorted by extension, mode\n"
+    "0444, owner 0/0, mtime 0: the same input gives byte-identical shards.\n"
+    "\n"
+    "Inputs:\n"
+    "  DIR   every regular file under DIR: key = its path relative to DIR up\n"
+    "        to the first '.' of its name, extension = the rest as found\n"
+    "        (\"a/b.seg.png\": key \"a/b\", extension \"seg.png\"); files\n"
+    "        sharing a key form one sample; samples in byte order of keys.\n"
+    "        Names starting with '.' (files and directories) are skipped, as\n"
+    "        are files without an extension (counted on stderr). Symlinks to\n"
+    "        files are followed (the target's bytes, under the link's name);\n"
+    "        symlinks to directories are not descended (warned on stderr).\n"
+    "  SPEC  shards read with wds's reader (paths, braces, '::', @FILE,\n"
+    "        pipe:CMD, - for stdin): same keys, extensions and bytes.\n"
+    "  --manifest FILE  JSON lines, one object per sample:\n"
+    "          {\"__key__\": \"img01\", \"jpg\": \"images/01.jpg\", \"cls\": "
+    "3}\n"
+    "        A string naming an existing file (relative to FILE's directory)\n"
+    "        is read from it; other strings are written as their UTF-8 text;\n"
+    "        numbers, true and false as their JSON text; objects and arrays\n"
+    "        as their JSON text as written; null omits the field. Other\n"
+    "        \"__x__\" names are ignored.\n"
+    "\n"
+    "Options:\n"
+    "  -o, --output PATTERN  shard names, a printf pattern with one %d/%i/%u\n"
+    "                     (e.g. %06d; %% for a literal %), no braces; default\n"
+    "                     shard-%06d.tar. A name ending in .zst or .tzst is\n"
+    "                     zstd-compressed, .gz or .tgz gzip-compressed\n"
+    "      --maxcount N   samples per shard (default 100000)\n"
+    "      --maxsize SIZE bytes per shard, uncompressed (default 3G); K, M, "
+    "G,\n"
+    "                     T = 1000^n, Ki, Mi, Gi, Ti = 1024^n\n"
+    "      --level L      zstd (default 3) or gzip (default 6) level\n"
+    "      --start N      number of the first shard (default 0)\n"
+    "      --shuffle      shuffle the sample order: the whole list for DIR "
+    "and\n"
+    "                     --manifest; for SPEC through a buffer of\n"
+    "      --shuffle-buffer N  samples (default 10000)\n"
+    "      --seed S       seed of the shuffle (default 0)\n"
+    "      --inline       manifest strings are always values, never files\n"
+    "\n"
+    "Each shard is written as NAME.tmp-PID-N beside NAME and renamed when\n"
+    "complete, so an interrupted run never leaves a truncated shard under a\n"
+    "final name; a killed run may leave *.tmp-* files, safe to delete.\n"
+    "On a terminal, a progress line goes to stderr. At the end one line on\n"
+    "stdout: shards, samples, bytes. Exit status 1 on an error, 2 on a usage\n"
+    "error.\n";
+
+#define DEFAULT_MAX_COUNT 100000u
+#define DEFAULT_MAX_SIZE 3000000000u
+#define DEFAULT_SHUFFLE_BUFFER 10000u
+
+/* ---- small helpers ---- */
+
+static uint64_t splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n), n > 0 (modulo: the bias is below n / 2^64, nothing
+ * for any list that fits in memory). */
+static uint64_t rand_below(uint64_t *state, uint64_t n) {
+  return splitmix64(state) % n;
+}
+
+/* Grows *buf (of *cap bytes) to at least need bytes; 0 or -1. */
+static int grow(void *pbuf, size_t *cap, size_t need, size_t elem) {
+  void **buf = pbuf;
+  if (need <= *cap)
+    return 0;
+  size_t n = *cap ? *cap : 64;
+  while (n < need) {
+    if (n > SIZE_MAX / 2 / elem)
+      return -1;
+    n *= 2;
+  }
+  void *p = realloc(*buf, n * elem);
+  if (!p)
+    return -1;
+  *buf = p;
+  *cap = n;
+  return 0;
+}
+
+/* "3G", "500Mi", "1000": decimal digits and an optional K/M/G/T (1000^n) or
+ * Ki/Mi/Gi/Ti (1024^n) suffix, optionally followed by 'B'. */
+static int parse_size_suffix(const char *s, uint64_t *out) {
+  uint64_t v = 0;
+  const char *p = s;
+  if (*p < '0' || *p > '9')
+    return -1;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    if (v > (UINT64_MAX - 9) / 10)
+      return -1;
+    v = v * 10 + (uint64_t)(*p - '0');
+  }
+  uint64_t mult = 1;
+  int power = 0;
+  switch (*p) {
+  case 'k':
+  case 'K':
+    power = 1;
+    break;
+  case 'M':
+    power = 2;
+    break;
+  case 'G':
+    power = 3;
+    break;
+  case 'T':
+    power = 4;
+    break;
+  default:
+    break;
+  }
+  if (power) {
+    p++;
+    uint64_t base = 1000;
+    if (*p == 'i') {
+      base = 1024;
+      p++;
+    }
+    for (int i = 0; i < power; i++)
+      mult *= base;
+  }
+  if (*p == 'B')
+    p++;
+  if (*p || (v && mult > UINT64_MAX / v))
+    return -1;
+  *out = v * mult;
+  return 0;
+}
+
+/* Reads exactly size bytes of fd into buf: 0, or -1 with errno (EIO when
+ * the file ended early). */
+static int read_exact(int fd, uint8_t *buf, size_t size) {
+  while (size > 0) {
+    ssize_t k = read(fd, buf, size);
+    if (k < 0) {
+      if (errno == EINTR)
+        continue;
+      return -1;
+    }
+    if (k == 0) {
+      errno = EIO;
+      return -1;
+    }
+    buf += k;
+    size -= (size_t)k;
+  }
+  return 0;
+}
+
+/* Reads all of f into a malloc'd buffer (NUL-terminated); NULL on error. */
+static char *slurp(FILE *f, size_t *len) {
+  size_t cap = 1 << 16, n = 0, k;
+  char *d = malloc(cap);
+  while (d && (k = fread(d + n, 1, cap - n - 1, f)) > 0) {
+    n += k;
+    if (n + 1 == cap && grow(&d, &cap, cap * 2, 1) != 0) {
+      free(d);
+      d = NULL;
+    }
+  }
+  if (d && ferror(f)) {
+    free(d);
+    d = NULL;
+  }
+  if (d) {
+    d[n] = '\0';
+    *len = n;
+  }
+  return d;
+}
+
+/* ---- progress ---- */
+
+typedef struct progress {
+  int enabled; /* stderr is a terminal */
+  double start, last;
+  uint64_t total; /* samples, 0 = unknown */
+  int shown;
+} progress;
+
+static void progress_update(progress *p, const wds_writer *w, int force) {
+  if (!p->enabled)
+    return;
+  double now = tool_now();
+  if (!force && now - p->last < 0.25)
+    return;
+  p->last = now;
+  wds_writer_stats st;
+  wds_writer_stats_get(w, &st);
+  double secs = now - p->start;
+  double mbps = secs > 0 ? (double)st.tar_bytes / 1e6 / secs : 0;
+  char eta[64] = "";
+  if (p->total && st.samples > 0 && st.samples <= p->total) {
+    double left = secs * (double)(p->total - st.samples) / (double)st.samples;
+    snprintf(eta, sizeof eta, ", ETA %.0fs", left);
+  }
+  char done[64];
+  if (p->total)
+    snprintf(done, sizeof done, "%" PRIu64 "/%" PRIu64, st.samples, p->total);
+  else
+    snprintf(done, sizeof done, "%" PRIu64, st.samples);
+  fprintf(stderr, "\r%s samples, %" PRIu64 " shards done, %.1f MB/s%s\033[K",
+          done, st.shards, mbps, eta);
+  p->shown = 1;
+}
+
+static void progress_end(progress *p) {
+  if (p->enabled && p->shown)
+    fputs("\r\033[K", stderr);
+}
+
+/* ---- options ---- */
+
+typedef struct write_opts {
+  const char *pattern;
+  uint64_t max_count, max_size, start, seed, shuffle_buffer;
+  int level, shuffle, inline_values;
+  const char *manifest;
+} write_opts;
+
+/* ---- directory input ---- */
+
+typedef struct dir_entry {
+  size_t off;       /* of the relative path in the arena (NUL-terminated) */
+  uint32_t len;     /* its length */
+  uint32_t key_len; /* up to the first '.' of the last component */
+} dir_entry;
+
+typedef struct dir_list {
+  char *arena;
+  size_t arena_len, arena_cap;
+  dir_entry *e;
+  size_t n, cap;
+  uint64_t no_ext; /* files skipped: no extension */
+  int warnings;
+} dir_list;
+
+static const char *sort_arena; /* qsort has no context argument */
+
+static int cmp_entry(const void *a, const void *b) {
+  const dir_entry *x = a, *y = b;
+  const char *px = sort_arena + x->off, *py = sort_arena + y->off;
+  size_t m = x->key_len < y->key_len ? x->key_len : y->key_len;
+  int c = memcmp(px, py, m);
+  if (c)
+    return c;
+  if (x->key_len != y->key_len)
+    return x->key_len < y->key_len ? -1 : 1;
+  return strcmp(px + x->key_len + 1, py + y->key_len + 1);
+}
+
+static void warn(dir_list *l, const char *fmt, const char *path) {
+  if (l->warnings++ < 10) {
+    fprintf(stderr, "wds write: ");
+    fprintf(stderr, fmt, path);
+    fputc('\n', stderr);
+  }
+}
+
+static int add_file(dir_list *l, const char *rel, size_t len) {
+  const char *slash = memrchr(rel, '/', len);
+  size_t c = slash ? (size_t)(slash - rel) + 1 : 0;
+  const char *dot = memchr(rel + c, '.', len - c);
+  if (!dot) {
+    if (l->no_ext++ == 0)
+      fprintf(stderr,
+              "wds write: skipping files without an extension, e.g. %s\n", rel);
+    return 0;
+  }
+  if (len > UINT32_MAX) {
+    fprintf(stderr, "wds write: path too long: %.200s\n", rel);
+    return -1;
+  }
+  if (grow(&l->arena, &l->arena_cap, l->arena_len + len + 1, 1) != 0 ||
+      grow(&l->e, &l->cap, l->n + 1, sizeof *l->e) != 0) {
+    fprintf(stderr, "wds write: out of memory listing files\n");
+    return -1;
+  }
+  memcpy(l->arena + l->arena_len, rel, len + 1);
+  l->e[l->n].off = l->arena_len;
+  l->e[l->n].len = (uint32_t)len;
+  l->e[l->n].key_len = (uint32_t)(dot - rel);
+  l->n++;
+  l->arena_len += len + 1;
+  return 0;
+}
+
+/* Walks root/rel (rel "" for the root) depth first. rel is a buffer of
+ * PATH_MAX bytes holding rel_len bytes. */
+static int walk(int rootfd, const char *root, char *rel, size_t rel_len,
+                dir_list *l) {
+  int fd = rel_len ? openat(rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                   : dup(rootfd);
+  if (fd < 0) {
+    fprintf(stderr, "wds write: cannot open directory %s/%s: %s\n", root, rel,
+            strerror(errno));
+    return -1;
+  }
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    fprintf(stderr, "wds write: cannot read directory %s/%s: %s\n", root, rel,
+            strerror(errno));
+    close(fd);
+    return -1;
+  }
+  int rc = 0;
+  struct dirent *de;
+  errno = 0;
+  while (rc == 0 && (de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.')
+      continue; /* hidden, ".", ".." */
+    size_t nlen = strlen(de->d_name);
+    if (rel_len + 1 + nlen + 1 > PATH_MAX) {
+      fprintf(stderr, "wds write: path too long under %s/%s\n", root, rel);
+      rc = -1;
+      break;
+    }
+    size_t o = rel_len;
+    if (o)
+      rel[o++] = '/';
+    memcpy(rel + o, de->d_name, nlen + 1);
+    size_t len = o + nlen;
+    int type = de->d_type;
+    struct stat st;
+    if (type == DT_UNKNOWN) {
+      if (fstatat(rootfd, rel, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        fprintf(stderr, "wds write: cannot stat %s/%s: %s\n", root, rel,
+                strerror(errno));
+        rc = -1;
+        break;
+      }
+      type = S_ISLNK(st.st_mode)   ? DT_LNK
+             : S_ISDIR(st.st_mode) ? DT_DIR
+             : S_ISREG(st.st_mode) ? DT_REG
+                                   : DT_UNKNOWN;
+    }
+    if (type == DT_LNK) {
+      if (fstatat(rootfd, rel, &st, 0) != 0)
+        warn(l, "skipping %s: broken symlink", rel);
+      else if (S_ISREG(st.st_mode))
+        rc = add_file(l, rel, len);
+      else if (S_ISDIR(st.st_mode))
+        warn(l, "not following symlinked directory %s", rel);
+      else
+        warn(l, "skipping %s: not a regular file", rel);
+    } else if (type == DT_DIR) {
+      rc = walk(rootfd, root, rel, len, l);
+    } else if (type == DT_REG) {
+      rc = add_file(l, rel, len);
+    } else {
+      warn(l, "skipping %s: not a regular file", rel);
+    }
+    rel[rel_len] = '\0';
+    errno = 0;
+  }
+  if (rc == 0 && errno != 0) {
+    fprintf(stderr, "wds write: cannot read directory %s/%s: %s\n", root, rel,
+            strerror(errno));
+    rc = -1;
+  }
+  closedir(d);
+  return rc;
+}
+
+/* A sample: a run of entries (directory) or a record (manifest). */
+typedef struct span {
+  size_t first, count;
+} span;
+
+static void shuffle_spans(span *s, size_t n, uint64_t seed) {
+  uint64_t st = seed;
+  for (size_t i = n; i > 1; i--) {
+    size_t j = (size_t)rand_below(&st, i);
+    span t = s[i - 1];
+    s[i - 1] = s[j];
+    s[j] = t;
+  }
+}
+
+/* Scratch reused by every sample. */
+typedef struct scratch {
+  uint8_t *data;
+  size_t data_cap;
+  size_t *offs;
+  size_t offs_cap;
+  wds_writer_field *f;
+  size_t f_cap;
+  char *key;
+  size_t key_cap;
+} scratch;
+
+static void scratch_free(scratch *s) {
+  free(s->data);
+  free(s->offs);
+  free(s->f);
+  free(s->key);
+}
+
+static int scratch_fields(scratch *s, size_t n, size_t key_len) {
+  if (grow(&s->offs, &s->offs_cap, n, sizeof *s->offs) != 0 ||
+      grow(&s->f, &s->f_cap, n, sizeof *s->f) != 0 ||
+      grow(&s->key, &s->key_cap, key_len + 1, 1) != 0) {
+    fprintf(stderr, "wds write: out of memory\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* Reads the file at dirfd/rel (for messages: shown as "where/rel") to the
+ * end of s->data at *used; sets *off and *size. */
+static int read_file_at(int dirfd, const char *where, const char *rel,
+                        scratch *s, size_t *used, size_t *off, size_t *size) {
+  int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    fprintf(stderr, "wds write: cannot open %s/%s: %s\n", where, rel,
+            strerror(errno));
+    return -1;
+  }
+  int rc = -1;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    fprintf(stderr, "wds write: cannot stat %s/%s: %s\n", where, rel,
+            strerror(errno));
+    goto done;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    fprintf(stderr, "wds write: %s/%s is not a regular file\n", where, rel);
+    goto done;
+  }
+  size_t n = (size_t)st.st_size;
+  if (grow(&s->data, &s->data_cap, *used + n + 1, 1) != 0) {
+    fprintf(stderr, "wds write: out of memory reading %s/%s (%zu bytes)\n",
+            where, rel, n);
+    goto done;
+  }
+  if (read_exact(fd, s->data + *used, n) != 0) {
+    fprintf(stderr, "wds write: cannot read %s/%s: %s\n", where, rel,
+            errno == EIO ? "file shrank while being read" : strerror(errno));
+    goto done;
+  }
+  *off = *used;
+  *size = n;
+  *used += n;
+  rc = 0;
+done:
+  close(fd);
+  return rc;
+}
+
+static int writer_failed(wds_writer *w) {
+  fprintf(stderr, "wds write: %s\n", wds_writer_error(w));
+  return 1;
+}
+
+static int run_dir(const char *root, const write_opts *o, wds_writer *w,
+                   progress *pg) {
+  int status = 1;
+  dir_list l = {0};
+  span *sp = NULL;
+  size_t nsp = 0;
+  scratch s = {0};
+  char *rel = malloc(PATH_MAX);
+  int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (!rel) {
+    fprintf(stderr, "wds write: out of memory\n");
+    goto done;
+  }
+  if (rootfd < 0) {
+    fprintf(stderr, "wds write: cannot open directory %s: %s\n", root,
+            strerror(errno));
+    goto done;
+  }
+  rel[0] = '\0';
+  if (walk(rootfd, root, rel, 0, &l) != 0)
+    goto done;
+  if (l.warnings > 10)
+    fprintf(stderr, "wds write: %d more warnings\n", l.warnings - 10);
+  if (l.no_ext > 1)
+    fprintf(stderr,
+            "wds write: skipped %" PRIu64 " files without an extension\n",
+            l.no_ext);
+  sort_arena = l.arena;
+  qsort(l.e, l.n, sizeof *l.e, cmp_entry);
+  sp = malloc((l.n ? l.n : 1) * sizeof *sp);
+  if (!sp) {
+    fprintf(stderr, "wds write: out of memory\n");
+    goto done;
+  }
+  for (size_t i = 0; i < l.n;) {
+    size_t j = i + 1;
+    while (j < l.n && l.e[j].key_len == l.e[i].key_len &&
+           memcmp(l.arena + l.e[i].off, l.arena + l.e[j].off, l.e[i].key_len) ==
+               0)
+      j++;
+    sp[nsp].first = i;
+    sp[nsp].count = j - i;
+    nsp++;
+    i = j;
+  }
+  if (o->shuffle)
+    shuffle_spans(sp, nsp, o->seed);
+  pg->total = nsp;
+  for (size_t k = 0; k < nsp; k++) {
+    const dir_entry *e = &l.e[sp[k].first];
+    size_t n = sp[k].count, used = 0;
+    if (scratch_fields(&s, n, e->key_len) != 0)
+      goto done;
+    for (size_t i = 0; i < n; i++) {
+      const char *path = l.arena + e[i].off;
+      if (read_file_at(rootfd, root, path, &s, &used, &s.offs[i],
+                       &s.f[i].size_bytes) != 0)
+        goto done;
+      s.f[i].ext = path + e[i].key_len + 1;
+    }
+    for (size_t i = 0; i < n; i++)
+      s.f[i].data = s.data + s.offs[i];
+    memcpy(s.key, l.arena + e->off, e->key_len);
+    s.key[e->key_len] = '\0';
+    if (wds_writer_write_sample(w, s.key, s.f, n) != WDS_OK) {
+      writer_failed(w);
+      goto done;
+    }
+    progress_update(pg, w, 0);
+  }
+  status = 0;
+done:
+  if (rootfd >= 0)
+    close(rootfd);
+  free(rel);
+  free(l.arena);
+  free(l.e);
+  free(sp);
+  scratch_free(&s);
+  return status;
+}
+
+/* ---- manifest input ---- */
+
+/* A field of a manifest record: strings live in the manifest arena. */
+typedef struct mfield {
+  size_t ext_off;
+  size_t val_off, val_len;
+  int maybe_file; /* a JSON string: read from the file it names, if any */
+} mfield;
+
+typedef struct mrecord {
+  size_t key_off;
+  size_t first, count; /* in the field array */
+  size_t line;
+} mrecord;
+
+typedef struct manifest {
+  char *arena;
+  size_t arena_len, arena_cap;
+  mfield *f;
+  size_t nf, f_cap;
+  mrecord *r;
+  size_t nr, r_cap;
+} manifest;
+
+typedef struct jparse {
+  const char *s, *end;
+  manifest *m;
+  char msg[256];
+} jparse;
+
+static void skip_ws(jparse *p) {
+  while (p->s < p->end &&
+         (*p->s == ' ' || *p->s == '\t' || *p->s == '\r' || *p->s == '\n'))
+    p->s++;
+}
+
+static int jfail(jparse *p, const char *what) {
+  snprintf(p->msg, sizeof p->msg, "%s", what);
+  return -1;
+}
+
+static int arena_put(manifest *m, const void *d, size_t n) {
+  if (grow(&m->arena, &m->arena_cap, m->arena_len + n, 1) != 0)
+    return -1;
+  memcpy(m->arena + m->arena_len, d, n);
+  m->arena_len += n;
+  return 0;
+}
+
+static int put_utf8(manifest *m, uint32_t cp) {
+  uint8_t b[4];
+  size_t n;
+  if (cp < 0x80) {
+    b[0] = (uint8_t)cp;
+    n = 1;
+  } else if (cp < 0x800) {
+    b[0] = (uint8_t)(0xC0 | (cp >> 6));
+    b[1] = (uint8_t)(0x80 | (cp & 0x3F));
+    n = 2;
+  } else if (cp < 0x10000) {
+    b[0] = (uint8_t)(0xE0 | (cp >> 12));
+    b[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+    b[2] = (uint8_t)(0x80 | (cp & 0x3F));
+    n = 3;
+  } else {
+    b[0] = (uint8_t)(0xF0 | (cp >> 18));
+    b[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
+    b[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+    b[3] = (uint8_t)(0x80 | (cp & 0x3F));
+    n = 4;
+  }
+  return arena_put(m, b, n);
+}
+
+static int hex4(const char *s, uint32_t *out) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) {
+    char c = s[i];
+    v <<= 4;
+    if (c >= '0' && c <= '9')
+      v |= (uint32_t)(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      v |= (uint32_t)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F')
+      v |= (uint32_t)(c - 'A' + 10);
+    else
+      return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* A JSON string at p->s (at its '"'), unescaped into the arena followed by
+ * a NUL; *off and *len locate it (len without the NUL). */
+static int parse_string(jparse *p, size_t *off, size_t *len) {
+  manifest *m = p->m;
+  p->s++;
+  *off = m->arena_len;
+  for (;;) {
+    const char *q = p->s;
+    while (q < p->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20)
+      q++;
+    if (arena_put(m, p->s, (size_t)(q - p->s)) != 0)
+      return jfail(p, "out of memory");
+    p->s = q;
+    if (q >= p->end)
+      return jfail(p, "unterminated string");
+    if (*q == '"')
+      break;
+    if ((unsigned char)*q < 0x20)
+      return jfail(p, "control character in a string");
+    /* a backslash */
+    if (q + 1 >= p->end)
+      return jfail(p, "unterminated string");
+    char c = q[1], out = 0;
+    p->s = q + 2;
+    switch (c) {
+    case '"':
+    case '\\':
+    case '/':
+      out = c;
+      break;
+    case 'b':
+      out = '\b';
+      break;
+    case 'f':
+      out = '\f';
+      break;
+    case 'n':
+      out = '\n';
+      break;
+    case 'r':
+      out = '\r';
+      break;
+    case 't':
+      out = '\t';
+      break;
+    case 'u': {
+      uint32_t cp, lo;
+      if (p->end - p->s < 4 || hex4(p->s, &cp) != 0)
+        return jfail(p, "bad \\u escape");
+      p->s += 4;
+      if (cp >= 0xD800 && cp <= 0xDBFF) {
+        if (p->end - p->s < 6 || p->s[0] != '\\' || p->s[1] != 'u' ||
+            hex4(p->s + 2, &lo) != 0 || lo < 0xDC00 || lo > 0xDFFF)
+          return jfail(p, "unpaired surrogate in \\u escape");
+        p->s += 6;
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+      } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+        return jfail(p, "unpaired surrogate in \\u escape");
+      }
+      if (put_utf8(m, cp) != 0)
+        return jfail(p, "out of memory");
+      continue;
+    }
+    default:
+      return jfail(p, "bad escape in a string");
+    }
+    if (arena_put(m, &out, 1) != 0)
+      return jfail(p, "out of memory");
+  }
+  p->s++; /* the closing quote */
+  *len = m->arena_len - *off;
+  if (arena_put(m, "", 1) != 0)
+    return jfail(p, "out of memory");
+  return 0;
+}
+
+/* A JSON number (its grammar checked); *n its length at p->s. */
+static int scan_number(jparse *p, size_t *n) {
+  const char *q = p->s;
+  if (q < p->end && *q == '-')
+    q++;
+  if (q >= p->end || *q < '0' || *q > '9')
+    return jfail(p, "bad value");
+  if (*q == '0')
+    q++;
+  else
+    while (q < p->end && *q >= '0' && *q <= '9')
+      q++;
+  if (q < p->end && *q == '.') {
+    q++;
+    if (q >= p->end || *q < '0' || *q > '9')
+      return jfail(p, "bad number");
+    while (q < p->end && *q >= '0' && *q <= '9')
+      q++;
+  }
+  if (q < p->end && (*q == 'e' || *q == 'E')) {
+    q++;
+    if (q < p->end && (*q == '+' || *q == '-'))
+      q++;
+    if (q >= p->end || *q < '0' || *q > '9')
+      return jfail(p, "bad number");
+    while (q < p->end && *q >= '0' && *q <= '9')
+      q++;
+  }
+  *n = (size_t)(q - p->s);
+  return 0;
+}
+
+/* Skips a whole JSON value (checking its syntax roughly: strings, brackets
+ * balanced); used for objects and arrays, kept as their text. */
+static int skip_value(jparse *p, int depth) {
+  skip_ws(p);
+  if (p->s >= p->end)
+    return jfail(p, "missing value");
+  if (depth > 64)
+    return jfail(p, "nested too deeply");
+  char c = *p->s;
+  if (c == '"') {
+    size_t off, len;
+    size_t mark = p->m->arena_len;
+    int rc = parse_string(p, &off, &len);
+    p->m->arena_len = mark; /* only its syntax mattered */
+    return rc;
+  }
+  if (c == '{' || c == '[') {
+    char close = c == '{' ? '}' : ']';
+    p->s++;
+    skip_ws(p);
+    if (p->s < p->end && *p->s == close) {
+      p->s++;
+      return 0;
+    }
+    for (;;) {
+      if (c == '{') {
+        skip_ws(p);
+        if (p->s >= p->end || *p->s != '"')
+          return jfail(p, "expected a name in an object");
+        if (skip_value(p, depth + 1) != 0)
+          return -1;
+        skip_ws(p);
+        if (p->s >= p->end || *p->s != ':')
+          return jfail(p, "expected ':'");
+        p->s++;
+      }
+      if (skip_value(p, depth + 1) != 0)
+        return -1;
+      skip_ws(p);
+      if (p->s < p->end && *p->s == ',') {
+        p->s++;
+        continue;
+      }
+      if (p->s < p->end && *p->s == close) {
+        p->s++;
+        return 0;
+      }
+      return jfail(p, "expected ',' or a closing bracket");
+    }
+  }
+  static const char *const words[] = {"true", "false", "null"};
+  for (int i = 0; i < 3; i++) {
+    size_t k = strlen(words[i]);
+    if ((size_t)(p->end - p->s) >= k && memcmp(p->s, words[i], k) == 0) {
+      p->s += k;
+      return 0;
+    }
+  }
+  size_t n;
+  if (scan_number(p, &n) != 0)
+    return -1;
+  p->s += n;
+  return 0;
+}
+
+static int is_dunder(const char *s, size_t n) {
+  return n >= 4 && s[0] == '_' && s[1] == '_' && s[n - 1] == '_' &&
+         s[n - 2] == '_';
+}
+
+/* One line: a flat JSON object. Appends a record (and its fields). */
+static int parse_record(jparse *p, size_t line) {
+  manifest *m = p->m;
+  size_t first = m->nf;
+  int have_key = 0;
+  size_t key_off = 0;
+  skip_ws(p);
+  if (p->s >= p->end || *p->s != '{')
+    return jfail(p, "expected a JSON object");
+  p->s++;
+  skip_ws(p);
+  int empty = p->s < p->end && *p->s == '}';
+  if (empty)
+    p->s++;
+  while (!empty) {
+    skip_ws(p);
+    if (p->s >= p->end || *p->s != '"')
+      return jfail(p, "expected a field name");
+    size_t name_off, name_len;
+    if (parse_string(p, &name_off, &name_len) != 0)
+      return -1;
+    skip_ws(p);
+    if (p->s >= p->end || *p->s != ':')
+      return jfail(p, "expected ':'");
+    p->s++;
+    skip_ws(p);
+    if (p->s >= p->end)
+      return jfail(p, "missing value");
+    const char *name = m->arena + name_off;
+    int is_key = name_len == 7 && memcmp(name, "__key__", 7) == 0;
+    /* memchr: a NUL from "\u0000" would cut the name short. */
+    if (memchr(name, '\0', name_len))
+      return jfail(p, "a field name contains NUL");
+    for (size_t i = first; i < m->nf; i++)
+      if (strcmp(m->arena + m->f[i].ext_off, name) == 0)
+        return jfail(p, "a field name appears twice");
+    if (is_key && have_key)
+      return jfail(p, "__key__ appears twice");
+    char c = *p->s;
+    size_t val_off = 0, val_len = 0;
+    int maybe_file = 0, omit = 0;
+    if (c == '"') {
+      if (parse_string(p, &val_off, &val_len) != 0)
+        return -1;
+      maybe_file = 1;
+    } else if (c == 'n' && p->end - p->s >= 4 && !memcmp(p->s, "null", 4)) {
+      p->s += 4;
+      omit = 1;
+    } else {
+      const char *start = p->s;
+      if (c == '{' || c == '[' || c == 't' || c == 'f') {
+        if (skip_value(p, 0) != 0)
+          return -1;
+        val_len = (size_t)(p->s - start);
+      } else if (scan_number(p, &val_len) != 0) {
+        return -1;
+      } else {
+        p->s += val_len;
+      }
+      val_off = m->arena_len;
+      if (arena_put(m, start, val_len) != 0 || arena_put(m, "", 1) != 0)
+        return jfail(p, "out of memory");
+    }
+    if (is_key) {
+      if (c != '"')
+        return jfail(p, "__key__ must be a string");
+      if (memchr(m->arena + val_off, '\0', val_len))
+        return jfail(p, "__key__ contains NUL");
+      have_key = 1;
+      key_off = val_off;
+    } else if (!omit && !is_dunder(name, name_len)) {
+      if (grow(&m->f, &m->f_cap, m->nf + 1, sizeof *m->f) != 0)
+        return jfail(p, "out of memory");
+      m->f[m->nf].ext_off = name_off;
+      m->f[m->nf].val_off = val_off;
+      m->f[m->nf].val_len = val_len;
+      m->f[m->nf].maybe_file = maybe_file;
+      m->nf++;
+    }
+    skip_ws(p);
+    if (p->s < p->end && *p->s == ',') {
+      p->s++;
+      continue;
+    }
+    if (p->s < p->end && *p->s == '}') {
+      p->s++;
+      break;
+    }
+    return jfail(p, "expected ',' or '}'");
+  }
+  skip_ws(p);
+  if (p->s < p->end)
+    return jfail(p, "text after the object");
+  if (!have_key)
+    return jfail(p, "no \"__key__\"");
+  if (m->nf == first)
+    return jfail(p, "no fields");
+  if (grow(&m->r, &m->r_cap, m->nr + 1, sizeof *m->r) != 0)
+    return jfail(p, "out of memory");
+  m->r[m->nr].key_off = key_off;
+  m->r[m->nr].first = first;
+  m->r[m->nr].count = m->nf - first;
+  m->r[m->nr].line = line;
+  m->nr++;
+  return 0;
+}
+
+static int run_manifest(const write_opts *o, wds_writer *w, progress *pg) {
+  int status = 1;
+  manifest m = {0};
+  scratch s = {0};
+  span *sp = NULL;
+  char *text = NULL, *dir = NULL;
+  int dirfd = -1;
+  size_t len = 0;
+  const char *name = strcmp(o->manifest, "-") == 0 ? "stdin" : o->manifest;
+  FILE *f = strcmp(o->manifest, "-") == 0 ? stdin : fopen(o->manifest, "rb");
+  if (!f) {
+    fprintf(stderr, "wds write: cannot open manifest %s: %s\n", o->manifest,
+            strerror(errno));
+    goto done;
+  }
+  text = slurp(f, &len);
+  if (f != stdin)
+    fclose(f);
+  if (!text) {
+    fprintf(stderr, "wds write: cannot read manifest %s\n", name);
+    goto done;
+  }
+  /* File values are relative to the manifest's directory (stdin: here). */
+  dir = strdup(f == stdin ? "." : o->manifest);
+  if (!dir) {
+    fprintf(stderr, "wds write: out of memory\n");
+    goto done;
+  }
+  if (f != stdin) {
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+      strcpy(dir, ".");
+    else if (slash == dir)
+      dir[1] = '\0';
+    else
+      *slash = '\0';
+  }
+  dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirfd < 0) {
+    fprintf(stderr, "wds write: cannot open directory %s: %s\n", dir,
+            strerror(errno));
+    goto done;
+  }
+  size_t line = 0;
+  for (const char *p = text; p < text + len;) {
+    const char *nl = memchr(p, '\n', (size_t)(text + len - p));
+    const char *e = nl ? nl : text + len;
+    line++;
+    const char *q = p;
+    while (q < e && (*q == ' ' || *q == '\t' || *q == '\r'))
+      q++;
+    if (q < e) {
+      jparse jp = {p, e, &m, ""};
+      if (parse_record(&jp, line) != 0) {
+        fprintf(stderr, "wds write: manifest %s, line %zu: %s\n", name, line,
+                jp.msg);
+        goto done;
+      }
+    }
+    p = nl ? nl + 1 : e;
+  }
+  sp = malloc((m.nr ? m.nr : 1) * sizeof *sp);
+  if (!sp) {
+    fprintf(stderr, "wds write: out of memory\n");
+    goto done;
+  }
+  for (size_t i = 0; i < m.nr; i++) {
+    sp[i].first = i;
+    sp[i].count = 1;
+  }
+  if (o->shuffle)
+    shuffle_spans(sp, m.nr, o->seed);
+  pg->total = m.nr;
+  for (size_t k = 0; k < m.nr; k++) {
+    const mrecord *r = &m.r[sp[k].first];
+    size_t used = 0;
+    if (scratch_fields(&s, r->count, 0) != 0)
+      goto done;
+    /* data pointers: into s.data for files (set after reading, as the
+     * buffer may move), into the arena for values (s.offs = SIZE_MAX). */
+    for (size_t i = 0; i < r->count; i++) {
+      const mfield *mf = &m.f[r->first + i];
+      const char *val = m.arena + mf->val_off;
+      s.f[i].ext = m.arena + mf->ext_off;
+      s.offs[i] = SIZE_MAX;
+      s.f[i].size_bytes = mf->val_len;
+      if (mf->maybe_file && !o->inline_values && mf->val_len > 0 &&
+          !memchr(val, '\0', mf->val_len)) {
+        struct stat st;
+        if (fstatat(dirfd, val, &st, 0) == 0 && S_ISREG(st.st_mode)) {
+          if (read_file_at(dirfd, dir, val, &s, &used, &s.offs[i],
+                           &s.f[i].size_bytes) != 0) {
+            fprintf(stderr, "wds write: (manifest %s, line %zu)\n", name,
+                    r->line);
+            goto done;
+          }
+        }
+      }
+    }
+    for (size_t i = 0; i < r->count; i++)
+      s.f[i].data = s.offs[i] == SIZE_MAX
+                        ? (const void *)(m.arena + m.f[r->first + i].val_off)
+                        : (const void *)(s.data + s.offs[i]);
+    if (wds_writer_write_sample(w, m.arena + r->key_off, s.f, r->count) !=
+        WDS_OK) {
+      fprintf(stderr, "wds write: manifest %s, line %zu: %s\n", name, r->line,
+              wds_writer_error(w));
+      goto done;
+    }
+    progress_update(pg, w, 0);
+  }
+  status = 0;
+done:
+  if (dirfd >= 0)
+    close(dirfd);
+  free(dir);
+  free(text);
+  free(sp);
+  free(m.arena);
+  free(m.f);
+  free(m.r);
+  scratch_free(&s);
+  return status;
+}
+
+/* ---- stream input ---- */
+
+/* A sample copied out of the reader: one allocation. */
+typedef struct held {
+  char *key;
+  size_t count;
+  wds_writer_field *f;
+} held;
+
+static held *hold(const wds_sample *smp) {
+  size_t key_len = strlen(smp->key);
+  size_t bytes =
+      sizeof(held) + smp->field_count * sizeof(wds_writer_field) + key_len + 1;
+  for (size_t i = 0; i < smp->field_count; i++)
+    bytes += strlen(smp->fields[i].name) - key_len + smp->fields[i].size_bytes;
+  held *h = malloc(bytes);
+  if (!h)
+    return NULL;
+  h->f = (wds_writer_field *)(h + 1);
+  h->count = smp->field_count;
+  char *p = (char *)(h->f + h->count);
+  h->key = p;
+  memcpy(p, smp->key, key_len + 1);
+  p += key_len + 1;
+  for (size_t i = 0; i < h->count; i++) {
+    const wds_field *sf = &smp->fields[i];
+    const char *ext = sf->name + key_len + 1; /* as found, not lower-cased */
+    size_t elen = strlen(ext);
+    memcpy(p, ext, elen + 1);
+    h->f[i].ext = p;
+    p += elen + 1;
+    if (sf->size_bytes)
+      memcpy(p, sf->data, sf->size_bytes);
+    h->f[i].data = p;
+    h->f[i].size_bytes = sf->size_bytes;
+    p += sf->size_bytes;
+  }
+  return h;
+}
+
+static int run_stream(char **specs, int nspecs, const write_opts *o,
+                      wds_writer *w, progress *pg) {
+  int status = 1;
+  wds_url_list urls = {0};
+  wds_reader *r = NULL;
+  held **buf = NULL;
+  size_t nbuf = 0;
+  wds_writer_field *f = NULL;
+  size_t f_cap = 0;
+  uint64_t rng = o->seed;
+  if (tool_expand_specs("write", specs, nspecs, 0, &urls) != 0)
+    goto done;
+  wds_reader_config rc = WDS_READER_CONFIG_INIT;
+  rc.urls = (const char *const *)urls.urls;
+  rc.url_count = urls.count;
+  if (wds_reader_open(&rc, &r) != WDS_OK) {
+    fprintf(stderr, "wds write: %s\n", wds_open_error());
+    goto done;
+  }
+  if (o->shuffle) {
+    buf = calloc(o->shuffle_buffer, sizeof *buf);
+    if (!buf) {
+      fprintf(stderr, "wds write: out of memory (shuffle buffer)\n");
+      goto done;
+    }
+  }
+  const wds_sample *smp;
+  int rrc;
+  while ((rrc = wds_reader_next(r, &smp)) == WDS_OK) {
+    if (o->shuffle) {
+      held *h = hold(smp);
+      if (!h) {
+        fprintf(stderr, "wds write: out of memory (shuffle buffer)\n");
+        goto done;
+      }
+      if (nbuf < o->shuffle_buffer) {
+        buf[nbuf++] = h;
+        continue;
+      }
+      size_t j = (size_t)rand_below(&rng, nbuf);
+      held *out = buf[j];
+      buf[j] = h;
+      int wrc = wds_writer_write_sample(w, out->key, out->f, out->count);
+      free(out);
+      if (wrc != WDS_OK) {
+        writer_failed(w);
+        goto done;
+      }
+    } else {
+      size_t key_len = strlen(smp->key);
+      if (grow(&f, &f_cap, smp->field_count, sizeof *f) != 0) {
+        fprintf(stderr, "wds write: out of memory\n");
+        goto done;
+      }
+      for (size_t i = 0; i < smp->field_count; i++) {
+        f[i].ext = smp->fields[i].name + key_len + 1;
+        f[i].data = smp->fields[i].data;
+        f[i].size_bytes = smp->fields[i].size_bytes;
+      }
+      if (wds_writer_write_sample(w, smp->key, f, smp->field_count) != WDS_OK) {
+        writer_failed(w);
+        goto done;
+      }
+    }
+    progress_update(pg, w, 0);
+  }
+  if (rrc != WDS_EOF) {
+    fprintf(stderr, "wds write: %s\n", wds_reader_error(r));
+    goto done;
+  }
+  /* Drain the buffer in a shuffled order. */
+  for (size_t i = nbuf; i > 1; i--) {
+    size_t j = (size_t)rand_below(&rng, i);
+    held *t = buf[i - 1];
+    buf[i - 1] = buf[j];
+    buf[j] = t;
+  }
+  for (size_t i = 0; i < nbuf; i++) {
+    if (wds_writer_write_sample(w, buf[i]->key, buf[i]->f, buf[i]->count) !=
+        WDS_OK) {
+      writer_failed(w);
+      goto done;
+    }
+    progress_update(pg, w, 0);
+  }
+  status = 0;
+done:
+  for (size_t i = 0; i < nbuf; i++)
+    free(buf[i]);
+  free(buf);
+  free(f);
+  wds_reader_close(r);
+  wds_url_list_free(&urls);
+  return status;
+}
+
+/* ---- main ---- */
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "wds write: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(wds write --help describes the options)\n");
+  return 2;
+}
+
+int wds_cmd_write(int argc, char **argv) {
+  enum {
+    OPT_MAXCOUNT = 256,
+    OPT_MAXSIZE,
+    OPT_LEVEL,
+    OPT_START,
+    OPT_SHUFFLE,
+    OPT_SHUFFLE_BUFFER,
+    OPT_SEED,
+    OPT_MANIFEST,
+    OPT_INLINE
+  };
+  static const struct option opts[] = {
+      {"output", required_argument, 0, 'o'},
+      {"maxcount", required_argument, 0, OPT_MAXCOUNT},
+      {"maxsize", required_argument, 0, OPT_MAXSIZE},
+      {"level", required_argument, 0, OPT_LEVEL},
+      {"start", required_argument, 0, OPT_START},
+      {"shuffle", no_argument, 0, OPT_SHUFFLE},
+      {"shuffle-buffer", required_argument, 0, OPT_SHUFFLE_BUFFER},
+      {"seed", required_argument, 0, OPT_SEED},
+      {"manifest", required_argument, 0, OPT_MANIFEST},
+      {"inline", no_argument, 0, OPT_INLINE},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  write_opts o = {.pattern = "shard-%06d.tar",
+                  .max_count = DEFAULT_MAX_COUNT,
+                  .max_size = DEFAULT_MAX_SIZE,
+                  .shuffle_buffer = DEFAULT_SHUFFLE_BUFFER};
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+    switch (c) {
+    case 'o':
+      o.pattern = optarg;
+      break;
+    case OPT_MAXCOUNT:
+      if (tool_parse_u64(optarg, &o.max_count) != 0 || o.max_count == 0)
+        return usage_error("--maxcount needs a positive number, not \"%s\"",
+                           optarg);
+      break;
+    case OPT_MAXSIZE:
+      if (parse_size_suffix(optarg, &o.max_size) != 0 || o.max_size == 0)
+        return usage_error("--maxsize needs a positive size (e.g. 500M, 3G), "
+                           "not \"%s\"",
+                           optarg);
+      break;
+    case OPT_LEVEL: {
+      char *end;
+      errno = 0;
+      long v = strtol(optarg, &end, 10);
+      if (errno || !*optarg || *end || v < INT_MIN || v > INT_MAX)
+        return usage_error("--level needs an integer, not \"%s\"", optarg);
+      o.level = (int)v;
+      break;
+    }
+    case OPT_START:
+      if (tool_parse_u64(optarg, &o.start) != 0)
+        return usage_error("--start needs a non-negative number, not \"%s\"",
+                           optarg);
+      break;
+    case OPT_SHUFFLE:
+      o.shuffle = 1;
+      break;
+    case OPT_SHUFFLE_BUFFER:
+      if (tool_parse_u64(optarg, &o.shuffle_buffer) != 0 ||
+          o.shuffle_buffer == 0 || o.shuffle_buffer > (uint64_t)1 << 32)
+        return usage_error("--shuffle-buffer needs a number in 1..2^32, not "
+                           "\"%s\"",
+                           optarg);
+      break;
+    case OPT_SEED:
+      if (tool_parse_u64(optarg, &o.seed) != 0)
+        return usage_error("--seed needs a non-negative number, not \"%s\"",
+                           optarg);
+      break;
+    case OPT_MANIFEST:
+      o.manifest = optarg;
+      break;
+    case OPT_INLINE:
+      o.inline_values = 1;
+      break;
+    case 'h':
+      fputs(write_usage, stdout);
+      return 0;
+    default:
+      fputs(write_usage, stderr);
+      return 2;
+    }
+  }
+  int ninputs = argc - optind;
+  char **inputs = argv + optind;
+  if (strchr(o.pattern, '{') || strchr(o.pattern, '}'))
+    return usage_error("-o \"%s\": the output is a printf pattern "
+                       "(shard-%%06d.tar), not braces",
+                       o.pattern);
+  int is_dir = 0;
+  if (o.manifest) {
+    if (ninputs > 0)
+      return usage_error("--manifest takes no other INPUT (\"%s\")", inputs[0]);
+  } else {
+    if (ninputs == 0)
+      return usage_error("%s", "no INPUT: a directory, shard specs, or "
+                               "--manifest FILE");
+    for (int i = 0; i < ninputs; i++) {
+      struct stat st;
+      if (strcmp(inputs[i], "-") != 0 && stat(inputs[i], &st) == 0 &&
+          S_ISDIR(st.st_mode)) {
+        if (ninputs > 1)
+          return usage_error("one directory at a time, without other INPUTs "
+                             "(\"%s\")",
+                             inputs[i]);
+        is_dir = 1;
+      }
+    }
+  }
+  if (o.inline_values && !o.manifest)
+    return usage_error("%s", "--inline applies to --manifest only");
+
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = o.pattern;
+  cfg.max_count = o.max_count;
+  cfg.max_size_bytes = o.max_size;
+  cfg.start_index = o.start;
+  cfg.level = o.level;
+  wds_writer *w = NULL;
+  if (wds_writer_open(&cfg, &w) != WDS_OK) {
+    fprintf(stderr, "wds write: %s\n", wds_open_error());
+    return 2;
+  }
+  progress pg = {0};
+  pg.enabled = isatty(2);
+  pg.start = tool_now();
+  int status;
+  if (o.manifest)
+    status = run_manifest(&o, w, &pg);
+  else if (is_dir)
+    status = run_dir(inputs[0], &o, w, &pg);
+  else
+    status = run_stream(inputs, ninputs, &o, w, &pg);
+  if (status == 0 && wds_writer_end_shard(w) != WDS_OK)
+    status = writer_failed(w);
+  progress_end(&pg);
+  if (status != 0) {
+    /* An input error leaves the unfinished shard unfinished: removed. */
+    wds_writer_abort(w);
+    return 1;
+  }
+  wds_writer_stats st;
+  wds_writer_stats_get(w, &st);
+  wds_writer_close(w);
+  printf("wrote %" PRIu64 " shards, %" PRIu64 " samples, %" PRIu64
+         " bytes (%" PRIu64 " bytes of tar)\n",
+         st.shards, st.samples, st.out_bytes, st.tar_bytes);
+  return 0;
+}
