@@ -626,6 +626,8 @@ static int jfail(jparse *p, const char *what) {
 }
 
 static int arena_put(manifest *m, const void *d, size_t n) {
+  if (n == 0)
+    return 0; /* (an empty arena may still be NULL) */
   if (grow(&m->arena, &m->arena_cap, m->arena_len + n, 1) != 0)
     return -1;
   memcpy(m->arena + m->arena_len, d, n);
@@ -924,7 +926,8 @@ static int parse_record(jparse *p, size_t line) {
         return jfail(p, "__key__ contains NUL");
       have_key = 1;
       key_off = val_off;
-    } else if (!omit && !is_dunder(name, name_len)) {
+    } else if (!omit && !is_dunder(m->arena + name_off, name_len)) {
+      /* (m->arena, not name: parsing the value may have moved the arena) */
       if (grow(&m->f, &m->f_cap, m->nf + 1, sizeof *m->f) != 0)
         return jfail(p, "out of memory");
       m->f[m->nf].ext_off = name_off;
