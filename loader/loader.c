@@ -223,7 +223,7 @@ struct wds_loader {
   /* Stats (relaxed atomics, summed over threads). */
   atomic_uint_fast64_t st_batches, st_samples, st_skipped, st_fill,
       st_shards, st_bytes, st_read_ns, st_shuffle_ns, st_decode_ns,
-      st_batch_ns, st_wait_ns, st_pool_bytes;
+      st_batch_ns, st_wait_ns, st_slot_wait_ns, st_pool_bytes;
 };
 
 /* The last error's text: written by workers (skips) and the caller's thread,
@@ -1400,7 +1400,9 @@ static void *collator_main(void *arg) {
     if (fl.slot < 0) {
       uint64_t t0 = now_ns();
       fl.slot = acquire_slot(l, rn);
-      waited += now_ns() - t0;
+      uint64_t dt = now_ns() - t0;
+      waited += dt;
+      STAT_ADD(l, slot_wait_ns, dt);
       if (fl.slot < 0) {
         item_free(it, l->nfields);
         goto done;
@@ -2186,6 +2188,7 @@ void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *o) {
   o->decode_ns = atomic_load(&m->st_decode_ns);
   o->batch_ns = atomic_load(&m->st_batch_ns);
   o->wait_ns = atomic_load(&m->st_wait_ns);
+  o->slot_wait_ns = atomic_load(&m->st_slot_wait_ns);
   o->peak_pool_bytes = atomic_load(&m->st_pool_bytes);
 }
 

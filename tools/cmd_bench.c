@@ -33,9 +33,12 @@ static const char bench_usage[] =
     "of field bytes read from the shards, peak RSS (getrusage), and the\n"
     "time of each loader stage: summed over the threads that run it, in\n"
     "seconds, and as a busy share of those threads' wall time:\n"
-    "  read, shuffle, decode   the workers': % of seconds x workers\n"
+    "  read, shuffle, decode   the workers': % of seconds x workers (read\n"
+    "                          includes grouping members into samples)\n"
     "  batch                   the collator's: % of seconds\n"
     "  wait                    this program blocked in next(): % of seconds\n"
+    "  consumer                the collator blocked for a free batch slot,\n"
+    "                          i.e. waiting on this program: % of seconds\n"
     "On a terminal a progress line is kept up to date on stderr.\n"
     "--buffer-size sets the loader's read buffer; --warmup-epochs N runs N\n"
     "epochs first, untimed (the figures are then for the steady state).\n"
@@ -108,8 +111,8 @@ static void progress(uint64_t epoch, uint64_t batch, uint64_t per_epoch,
 /* The loader benchmark: --epochs epochs, every batch released at once. */
 static int bench_loader(const tool_loader_opts *lo, int json,
                         uint64_t warmup) {
-  static const char *const stage_names[] = {"read", "shuffle", "decode",
-                                            "batch", "wait"};
+  static const char *const stage_names[] = {"read",  "shuffle", "decode",
+                                            "batch", "wait",    "consumer"};
   int status = 0, rc = WDS_OK;
   int tty = isatty(STDERR_FILENO), shown = 0;
   wds_loader *l = NULL;
@@ -169,16 +172,17 @@ static int bench_loader(const tool_loader_opts *lo, int json,
   st.decode_ns -= warm.decode_ns;
   st.batch_ns -= warm.batch_ns;
   st.wait_ns -= warm.wait_ns;
+  st.slot_wait_ns -= warm.slot_wait_ns;
   st.skipped -= warm.skipped;
   st.fill_rows -= warm.fill_rows;
   st.shards_opened -= warm.shards_opened;
   if (secs <= 0)
     secs = 1e-9;
   int workers = lo->cfg.workers > 0 ? lo->cfg.workers : 4;
-  const uint64_t ns[] = {st.read_ns, st.shuffle_ns, st.decode_ns, st.batch_ns,
-                         st.wait_ns};
+  const uint64_t ns[] = {st.read_ns,  st.shuffle_ns, st.decode_ns,
+                         st.batch_ns, st.wait_ns,    st.slot_wait_ns};
   /* Busy share of the threads running each stage (see the usage). */
-  const double threads[] = {workers, workers, workers, 1, 1};
+  const double threads[] = {workers, workers, workers, 1, 1, 1};
   double rss_mb = (double)peak_rss_bytes() / 1e6;
   if (json) {
     printf(
@@ -197,7 +201,7 @@ static int bench_loader(const tool_loader_opts *lo, int json,
     alloc = alloc ? alloc : "";
     tool_json_string(stdout, alloc, strlen(alloc));
     printf(", \"stages\": {");
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
       printf("%s\"%s\": {\"seconds\": %.6f, \"busy_pct\": %.1f}", i ? ", " : "",
              stage_names[i], (double)ns[i] / 1e9,
              100.0 * (double)ns[i] / 1e9 / (secs * threads[i]));
@@ -208,7 +212,7 @@ static int bench_loader(const tool_loader_opts *lo, int json,
            batches, samples, secs, (double)samples / secs,
            (double)st.bytes_read / secs / 1e6, rss_mb);
     printf("stages (thread-seconds, busy %%):");
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
       printf("  %s %.3f (%.0f%%)", stage_names[i], (double)ns[i] / 1e9,
              100.0 * (double)ns[i] / 1e9 / (secs * threads[i]));
     printf("\n");

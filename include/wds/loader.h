@@ -268,11 +268,14 @@ typedef struct wds_loader_stats {
   uint64_t shards_opened;
   uint64_t bytes_read;       /* field bytes read from shards */
   /* Time in each stage, summed over threads (nanoseconds). */
-  uint64_t read_ns;    /* tar reading and grouping (workers) */
+  uint64_t read_ns;    /* tar reading and grouping into samples (one pass
+                          of the reader; workers) */
   uint64_t shuffle_ns; /* copying into and out of the shuffle buffer */
   uint64_t decode_ns;  /* decoding and resizing (workers) */
   uint64_t batch_ns;   /* collating into slots (collator) */
-  uint64_t wait_ns;    /* the caller blocked in next() */
+  uint64_t wait_ns;    /* the caller blocked in next(): waiting on data */
+  uint64_t slot_wait_ns; /* the collator blocked for a free slot: the
+                            pipeline waiting on the consumer */
   uint64_t peak_pool_bytes;
 } wds_loader_stats;
 

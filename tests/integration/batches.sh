@@ -419,7 +419,7 @@ import json, sys
 b = json.load(open(sys.argv[1]))
 assert b["batches"] == 10 and b["samples"] == 36, b
 assert b["samples_per_s"] > 0 and b["peak_rss_mb"] > 0, b
-assert set(b["stages"]) == {"read", "shuffle", "decode", "batch", "wait"}, b
+assert set(b["stages"]) == {"read", "shuffle", "decode", "batch", "wait", "consumer"}, b
 ' bench.json
 else
   bad bench_loader_json "exit status $RC: $(head -c 300 bench.err)"
