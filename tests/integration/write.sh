@@ -95,7 +95,7 @@ EOF
 check "dir: exit 0" test $? -eq 0
 "$WDS" ls d-000.tar >d.ls
 same "dir: listing (keys, extensions, sizes, order)" tree.expect d.ls
-check "dir: summary line" grep -q '^wrote 1 shards, 14 samples, ' d.out
+check "dir: summary line" grep -q '^wrote 1 shard, 14 samples, ' d.out
 check "dir: warns about the file without extension" grep -q README d.err
 check "dir: quiet without a terminal (no progress)" test "$(grep -c 'MB/s' d.err)" -eq 0
 "$GTAR" --numeric-owner -tvf d-000.tar >d.tv
