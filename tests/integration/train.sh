@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Tool test: `wds-train` with the CPU backend, on generated shards (16x16
+# gray PNGs, 10 classes: a bright blob whose position is the class, on
+# noise; written with Pillow and Python's tarfile).
+#
+#   * learnable: the loss falls and held-out accuracy >= 0.9 in 3 epochs;
+#   * 2 and 3 rank threads: after every step every rank's weight checksum
+#     is the same (--log-every 1 --log-checksums, from the JSON lines);
+#   * very uneven shards (1 to 400 samples), exact and resampled modes, 3
+#     ranks: the run ends (timeout) with the expected step count;
+#   * --stop-after K then --resume: the final checksums equal those of an
+#     uninterrupted run (mid-epoch and at an epoch boundary);
+#   * bad checkpoints (truncated, a flipped byte, not a checkpoint, another
+#     configuration) exit 1 with a clear message; usage errors exit 2.
+#
+# Usage: train.sh WDS_TRAIN_BINARY
+# Prints `ok NAME` / `FAIL NAME` per check and a final `N passed, N failed`.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+wds_test_setup train "timeout" "$@"
+TRAIN=$WDS
+
+ok() { echo "ok $1"; passed=$((passed + 1)); }
+bad() { echo "FAIL $1${2:+: $2}"; failed=$((failed + 1)); }
+
+cat >gen.py <<'PY'
+import io, random, sys, tarfile
+from PIL import Image
+out, prefix, sizes, seed = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")], int(sys.argv[4])
+rng = random.Random(seed)
+k = 0
+for si, n in enumerate(sizes):
+    with tarfile.open(f"{out}/{prefix}-{si:03d}.tar", "w", format=tarfile.USTAR_FORMAT) as tf:
+        for _ in range(n):
+            c = rng.randrange(10)
+            px = [rng.randrange(0, 150) for _ in range(256)]
+            cx, cy = 2 + (c % 5) * 3, 4 + (c // 5) * 7
+            cx += rng.randrange(-1, 2); cy += rng.randrange(-1, 2)
+            for y in range(cy - 2, cy + 3):
+                for x in range(cx - 1, cx + 2):
+                    px[y * 16 + x] = min(255, px[y * 16 + x] + 90)
+            im = Image.new("L", (16, 16)); im.putdata(px)
+            b = io.BytesIO(); im.save(b, "PNG"); data = b.getvalue()
+            for ext, d in (("png", data), ("cls", str(c).encode())):
+                ti = tarfile.TarInfo(f"s{seed}_{k:06d}.{ext}"); ti.size = len(d); ti.mtime = 0
+                tf.addfile(ti, io.BytesIO(d))
+            k += 1
+PY
+"$PYTHON3" gen.py . train 250,250,250,250 1 || die "generating shards (python3 with Pillow)"
+"$PYTHON3" gen.py . eval 400 2 || die "generating shards"
+"$PYTHON3" gen.py . uneven 1,400,3,0,77,9 3 || die "generating shards"
+
+COMMON=(--image-size 16 --channels 1 --hidden 64,32 --lr 0.05 --seed 7)
+run() { timeout 60 "$TRAIN" "${COMMON[@]}" "$@"; }
+
+# json_check FILE PYTHON_EXPR: the expression over `lines` (parsed JSON
+# lines), `steps` (the step lines) and `summary` must be true.
+json_check() {
+  "$PYTHON3" - "$1" "$2" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+steps = [l for l in lines if "step" in l and "loss" in l]
+summary = lines[-1]["summary"]
+ok = eval(sys.argv[2])
+if not ok:
+    print("    check failed:", sys.argv[2], "summary:", summary)
+sys.exit(0 if ok else 1)
+PY
+}
+
+# --- learnable ------------------------------------------------------------
+if run --train 'train-{000..003}.tar' --eval eval-000.tar --batch-size 16 \
+  --epochs 3 --log-every 10 --json learn.json >learn.out &&
+  json_check learn.json 'steps[0]["loss"] > 1.0 and steps[-1]["loss"] < 0.5 * steps[0]["loss"] and summary["eval_accuracy"] >= 0.9 and summary["steps"] == 3 * 63'; then
+  ok "learnable: loss falls, eval accuracy >= 0.9 ($(grep -o 'accuracy [0-9.]*' learn.out | tail -1))"
+else
+  bad learnable "$(tail -3 learn.out)"
+fi
+
+# --- bit-identical weights on every rank after every step -------------------
+for ranks in 2 3; do
+  if run --train 'train-{000..003}.tar' --batch-size 8 --epochs 1 \
+    --ranks "$ranks" --log-every 1 --log-checksums --json "r$ranks.json" \
+    >"r$ranks.out" &&
+    json_check "r$ranks.json" "len(steps) == summary['steps'] > 0 and all(len(s['weights_checksum']) == $ranks and len(set(s['weights_checksum'])) == 1 for s in steps) and len(set(s['weights_checksum'][0] for s in steps)) == len(steps) and len(set(summary['weights_checksum'])) == 1"; then
+    ok "$ranks ranks: identical weights on every rank after each of $(grep -c '^step' "r$ranks.out") steps"
+  else
+    bad "$ranks ranks identical" "$(tail -3 "r$ranks.out")"
+  fi
+done
+
+# --- very uneven shards ----------------------------------------------------
+# 490 samples; 3 ranks x 5 rows = 15 per loader batch.
+if run --train 'uneven-{000..005}.tar' --batch-size 5 --ranks 3 --epochs 2 \
+  --log-every 0 --json un1.json >un1.out 2>&1 &&
+  json_check un1.json 'summary["steps"] == 2 * 33 and len(set(summary["weights_checksum"])) == 1'; then
+  ok "uneven shards, exact mode, last-batch keep: 66 steps on every rank"
+else
+  bad "uneven exact" "$(tail -3 un1.out)"
+fi
+if run --train 'uneven-{000..005}.tar' --batch-size 5 --ranks 3 --epochs 2 \
+  --last-batch pad --workers 3 --log-every 0 --json un2.json >un2.out 2>&1 &&
+  json_check un2.json 'summary["steps"] == 2 * 33 and len(set(summary["weights_checksum"])) == 1'; then
+  ok "uneven shards, exact mode, last-batch pad, 3 workers"
+else
+  bad "uneven pad" "$(tail -3 un2.out)"
+fi
+if run --train 'uneven-{000..005}.tar' --batch-size 4 --ranks 3 --epochs 2 \
+  --mode resampled --samples-per-epoch 120 --log-every 0 --json un3.json \
+  >un3.out 2>&1 &&
+  json_check un3.json 'summary["steps"] == 2 * 10 and len(set(summary["weights_checksum"])) == 1'; then
+  ok "uneven shards, resampled mode: 20 steps on every rank"
+else
+  bad "uneven resampled" "$(tail -3 un3.out)"
+fi
+
+# --- stop and resume ---------------------------------------------------------
+R=(--train 'train-{000..003}.tar' --eval eval-000.tar --batch-size 8 --ranks 2
+  --epochs 2 --warmup-steps 10 --log-every 0 --shuffle-buffer 100)
+run "${R[@]}" --json full.json >full.out || bad "uninterrupted run" "$(tail -2 full.out)"
+full=$("$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["summary"]["weights_checksum"])' full.json)
+for k in 17 63; do # 63 batches per epoch: mid-epoch, and at its end
+  if run "${R[@]}" --checkpoint "ck$k" --checkpoint-every 5 --stop-after "$k" >"s$k.out" &&
+    grep -q "stopped after $k steps" "s$k.out" &&
+    run "${R[@]}" --checkpoint "ck$k" --resume "ck$k" --json "res$k.json" >"res$k.out" &&
+    json_check "res$k.json" "str(summary['weights_checksum']) == \"$full\" and summary['steps'] == 126"; then
+    ok "stop after $k steps, resume: final weights identical to the uninterrupted run"
+  else
+    bad "resume after $k" "$(tail -2 "s$k.out" "res$k.out" 2>/dev/null)"
+  fi
+done
+
+# --- bad checkpoints ---------------------------------------------------------
+expect_err() { # NAME PATTERN ARGS...: exit 1 and stderr matching PATTERN
+  local name=$1 pat=$2 rc=0
+  shift 2
+  timeout 60 "$TRAIN" "$@" >err.out 2>err.txt || rc=$?
+  if ((rc == 1)) && grep -q "^wds-train: .*$pat" err.txt; then
+    ok "$name: $(head -1 err.txt)"
+  else
+    bad "$name" "rc $rc, stderr: $(cat err.txt)"
+  fi
+}
+head -c 100 ck17 >trunc.ck
+expect_err "truncated checkpoint" "too short" "${COMMON[@]}" "${R[@]}" --resume trunc.ck
+head -c -4 ck17 >trunc2.ck
+expect_err "checkpoint missing its tail" "truncated" "${COMMON[@]}" "${R[@]}" --resume trunc2.ck
+cp ck17 flip.ck
+printf '\x55' | dd of=flip.ck bs=1 seek=4000 conv=notrunc 2>/dev/null
+expect_err "flipped byte" "checksum mismatch" "${COMMON[@]}" "${R[@]}" --resume flip.ck
+head -c 5000 /dev/zero >zero.ck
+expect_err "not a checkpoint" "bad magic" "${COMMON[@]}" "${R[@]}" --resume zero.ck
+expect_err "missing checkpoint" "No such file" "${COMMON[@]}" "${R[@]}" --resume nope.ck
+expect_err "another configuration" "another configuration" "${COMMON[@]}" "${R[@]}" --seed 8 --resume ck17
+expect_err "other layer sizes" "other layer sizes" "${COMMON[@]}" "${R[@]}" --hidden 32 --resume ck17
+expect_err "--device cuda without CUDA" "not built with CUDA" "${COMMON[@]}" "${R[@]}" --device cuda
+expect_err "missing shards" "train" --train 'nothing-{0..2}.tar' --image-size 16
+
+# --- usage errors ------------------------------------------------------------
+for args in "--bogus" "--image-size 16" "--train x.tar --channels 2" \
+  "--train x.tar --mode plain" "--train x.tar --mode resampled" \
+  "--train x.tar --hidden 1,,2" "--train x.tar --stop-after 3"; do
+  rc=0
+  # shellcheck disable=SC2086  # split on purpose
+  "$TRAIN" $args >/dev/null 2>err.txt || rc=$?
+  if ((rc == 2)) && grep -q '^wds-train: ' err.txt; then
+    ok "usage error exits 2: $args"
+  else
+    bad "usage $args" "rc $rc: $(cat err.txt)"
+  fi
+done
+
+echo "$passed passed, $failed failed"
+((failed == 0))

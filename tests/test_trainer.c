@@ -1,0 +1,232 @@
+/* test_trainer.c — unit tests of wds-train's parts: the learning-rate
+ * schedule, checkpoint files (round trip, validation), the CPU backend's
+ * gradients (against finite differences, invalid rows ignored) and its
+ * threaded all-reduce (every rank gets the same bits). */
+#include <math.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include "tests/test.h"
+#include "trainer/backend.h"
+#include "trainer/checkpoint.h"
+
+TEST(lr_schedule) {
+  ASSERT_TRUE(fabs(tr_lr_at(0, 100, 10, 1.0) - 0.1) < 1e-12);
+  ASSERT_TRUE(fabs(tr_lr_at(9, 100, 10, 1.0) - 1.0) < 1e-12);
+  ASSERT_TRUE(fabs(tr_lr_at(10, 100, 10, 1.0) - 1.0) < 1e-12);
+  ASSERT_TRUE(fabs(tr_lr_at(55, 100, 10, 1.0) - 0.5) < 1e-12);
+  ASSERT_TRUE(tr_lr_at(99, 100, 10, 1.0) < 0.001);
+  ASSERT_TRUE(tr_lr_at(99, 100, 10, 1.0) > 0.0);
+  for (uint64_t s = 11; s < 100; s++)
+    ASSERT_TRUE(tr_lr_at(s, 100, 10, 1.0) < tr_lr_at(s - 1, 100, 10, 1.0));
+  ASSERT_TRUE(fabs(tr_lr_at(0, 10, 0, 0.5) - 0.5) < 1e-12);
+}
+
+TEST(checkpoint_round_trip_and_validation) {
+  char path[256], err[512];
+  snprintf(path, sizeof path, "/tmp/test_trainer_%ld.ck", (long)getpid());
+  tr_checkpoint c = {.layers = 2, .dims = {4, 3, 2}, .step = 7,
+                     .total_steps = 9, .loader_epoch = 1,
+                     .loader_batches = 3, .fingerprint = 42, .seed = 5};
+  tr_model_config m = {.layers = 2, .dims = {4, 3, 2}};
+  c.param_count = tr_model_param_count(&m);
+  ASSERT_EQ_U64(c.param_count, 4 * 3 + 3 + 3 * 2 + 2);
+  float w[23], v[23];
+  for (int i = 0; i < 23; i++) {
+    w[i] = (float)i * 0.25f - 1.0f;
+    v[i] = -(float)i;
+  }
+  c.weights = w;
+  c.momentum = v;
+  ASSERT_EQ_INT(tr_checkpoint_save(path, &c, err, sizeof err), 0);
+  tr_checkpoint r;
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, err, sizeof err), 0);
+  ASSERT_EQ_U64(r.step, 7);
+  ASSERT_EQ_U64(r.loader_epoch, 1);
+  ASSERT_EQ_U64(r.loader_batches, 3);
+  ASSERT_EQ_U64(r.fingerprint, 42);
+  ASSERT_EQ_INT(r.dims[2], 2);
+  ASSERT_TRUE(memcmp(r.weights, w, sizeof w) == 0);
+  ASSERT_TRUE(memcmp(r.momentum, v, sizeof v) == 0);
+  tr_checkpoint_free(&r);
+  /* Every single-byte change is caught. */
+  FILE *f = fopen(path, "rb");
+  ASSERT_TRUE(f != NULL);
+  unsigned char buf[1024];
+  size_t n = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  for (size_t i = 0; i < n; i++) {
+    buf[i] ^= 0x10;
+    f = fopen(path, "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    buf[i] ^= 0x10;
+    err[0] = 0;
+    ASSERT_EQ_INT(tr_checkpoint_load(path, &r, err, sizeof err), -1);
+    ASSERT_TRUE(strstr(err, path) != NULL);
+    ASSERT_TRUE(r.weights == NULL);
+  }
+  f = fopen(path, "wb");
+  fwrite(buf, 1, n - 1, f);
+  fclose(f);
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, err, sizeof err), -1);
+  ASSERT_CONTAINS(err, "truncated");
+  unlink(path);
+}
+
+/* A small model and batch: 3 rows (one invalid), 2x2x1 images. */
+static const uint8_t g_img[3 * 4] = {10, 200, 30, 90, 250, 5, 60, 120,
+                                     0, 0, 255, 255};
+static const int64_t g_lab[3] = {1, 2, 0};
+static const uint8_t g_valid[3] = {1, 1, 0};
+
+static double loss_of(const tr_backend *be, tr_rank *r, const float *w,
+                      size_t np) {
+  char err[256];
+  float *tmp = malloc(np * sizeof(float));
+  memcpy(tmp, w, np * sizeof(float));
+  be->set_state(r, tmp, NULL, err, sizeof err);
+  free(tmp);
+  tr_batch_view v = {g_img, g_lab, g_valid, 3, 0, 3};
+  double loss = 0;
+  uint64_t correct = 0, count = 0;
+  be->evaluate(r, &v, &loss, &correct, &count, err, sizeof err);
+  return loss / (double)count;
+}
+
+TEST(cpu_gradients_match_finite_differences) {
+  const tr_backend *be = &tr_backend_cpu;
+  tr_model_config m = {.layers = 2, .dims = {4, 5, 3}, .seed = 3};
+  size_t np = tr_model_param_count(&m);
+  char err[256];
+  tr_group *g;
+  tr_rank *r;
+  ASSERT_EQ_INT(be->group_create(1, np, &g, err, sizeof err), 0);
+  ASSERT_EQ_INT(be->rank_create(g, 0, &m, 3, &r, err, sizeof err), 0);
+  float *w = malloc(np * sizeof(float)), *grad0 = malloc(np * sizeof(float));
+  be->get_state(r, w, NULL, err, sizeof err);
+  tr_batch_view v = {g_img, g_lab, g_valid, 3, 0, 3};
+  ASSERT_EQ_INT(be->forward_backward(r, &v, err, sizeof err), 0);
+  ASSERT_EQ_INT(be->allreduce(r, err, sizeof err), 0);
+  double ls, cnt;
+  be->step_loss(r, &ls, &cnt);
+  ASSERT_TRUE(cnt == 2.0); /* the invalid row is not counted */
+  /* The gradient: an SGD step with lr 1, no momentum/decay, moves the
+   * weights by -grad/count. */
+  ASSERT_EQ_INT(be->sgd_step(r, 1.0f, err, sizeof err), 0);
+  be->get_state(r, grad0, NULL, err, sizeof err);
+  int bad = 0;
+  for (size_t i = 0; i < np; i++) {
+    double g_an = (double)w[i] - (double)grad0[i];
+    float save = w[i];
+    w[i] = save + 1e-2f;
+    double lp = loss_of(be, r, w, np);
+    w[i] = save - 1e-2f;
+    double lm = loss_of(be, r, w, np);
+    w[i] = save;
+    double g_fd = (lp - lm) / 2e-2;
+    if (fabs(g_an - g_fd) > 2e-3 + 2e-2 * fabs(g_fd)) {
+      printf("  param %zu: analytic %g, finite difference %g\n", i, g_an,
+             g_fd);
+      bad++;
+    }
+  }
+  free(w);
+  free(grad0);
+  be->rank_destroy(r);
+  be->group_destroy(g);
+  ASSERT_EQ_INT(bad, 0);
+}
+
+typedef struct ar_arg {
+  tr_group *g;
+  int rank;
+  float out[64];
+  int rc;
+} ar_arg;
+
+/* Each rank trains on different rows; after the all-reduce and step all
+ * ranks hold the same bits. Repeated to give thread timing a chance. */
+static void *ar_main(void *p) {
+  ar_arg *a = p;
+  const tr_backend *be = &tr_backend_cpu;
+  tr_model_config m = {.layers = 2, .dims = {4, 6, 3}, .seed = 1,
+                       .momentum = 0.9f, .weight_decay = 1e-3f};
+  char err[256];
+  tr_rank *r;
+  a->rc = be->rank_create(a->g, a->rank, &m, 1, &r, err, sizeof err);
+  if (a->rc)
+    return NULL;
+  for (int it = 0; it < 20 && !a->rc; it++) {
+    tr_batch_view v = {g_img, g_lab, g_valid, 3, (size_t)(a->rank % 3), 1};
+    a->rc |= be->forward_backward(r, &v, err, sizeof err);
+    a->rc |= be->allreduce(r, err, sizeof err);
+    a->rc |= be->sgd_step(r, 0.1f, err, sizeof err);
+  }
+  be->get_state(r, a->out, NULL, err, sizeof err);
+  be->rank_destroy(r);
+  return NULL;
+}
+
+TEST(cpu_allreduce_identical_on_every_rank) {
+  for (int ranks = 2; ranks <= 4; ranks++) {
+    tr_group *g;
+    char err[256];
+    tr_model_config m = {.layers = 2, .dims = {4, 6, 3}};
+    size_t np = tr_model_param_count(&m);
+    ASSERT_TRUE(np <= 64);
+    ASSERT_EQ_INT(tr_backend_cpu.group_create(ranks, np, &g, err, sizeof err),
+                  0);
+    ar_arg args[4];
+    pthread_t t[4];
+    for (int i = 0; i < ranks; i++) {
+      memset(&args[i], 0, sizeof args[i]);
+      args[i].g = g;
+      args[i].rank = i;
+      pthread_create(&t[i], NULL, ar_main, &args[i]);
+    }
+    for (int i = 0; i < ranks; i++)
+      pthread_join(t[i], NULL);
+    tr_backend_cpu.group_destroy(g);
+    for (int i = 0; i < ranks; i++) {
+      ASSERT_EQ_INT(args[i].rc, 0);
+      ASSERT_TRUE(memcmp(args[i].out, args[0].out, np * sizeof(float)) == 0);
+    }
+  }
+}
+
+static void *abort_main(void *p) {
+  tr_group *g = p;
+  tr_model_config m = {.layers = 1, .dims = {4, 3}};
+  char err[256];
+  tr_rank *r;
+  if (tr_backend_cpu.rank_create(g, 0, &m, 1, &r, err, sizeof err) != 0)
+    return NULL;
+  /* Rank 1 never comes: only the abort lets this return. */
+  int rc = tr_backend_cpu.allreduce(r, err, sizeof err);
+  tr_backend_cpu.rank_destroy(r);
+  return rc == -1 ? p : NULL;
+}
+
+TEST(cpu_group_abort_wakes_waiting_rank) {
+  tr_group *g;
+  char err[256];
+  ASSERT_EQ_INT(tr_backend_cpu.group_create(2, 15, &g, err, sizeof err), 0);
+  pthread_t t;
+  pthread_create(&t, NULL, abort_main, g);
+  usleep(20000);
+  tr_backend_cpu.group_abort(g);
+  void *ret;
+  pthread_join(t, &ret);
+  tr_backend_cpu.group_destroy(g);
+  ASSERT_TRUE(ret == g);
+}
+
+int main(void) {
+  RUN(lr_schedule);
+  RUN(checkpoint_round_trip_and_validation);
+  RUN(cpu_gradients_match_finite_differences);
+  RUN(cpu_allreduce_identical_on_every_rank);
+  RUN(cpu_group_abort_wakes_waiting_rank);
+  return test_summary();
+}

@@ -1,0 +1,110 @@
+/* backend.h — what a compute backend of wds-train provides (internal).
+ *
+ * The trainer's loop (train.c) is backend-neutral: it owns the loader, the
+ * rank threads, the schedule, logs and checkpoints, and asks a backend to do
+ * the math of one rank. A backend is a table of functions:
+ *
+ *   group_create   once per process: the state shared by its local ranks
+ *                  (CPU: a barrier and the all-reduce buffers; CUDA: the
+ *                  ncclUniqueId from the rendezvous, the communicators).
+ *   rank_create    per rank, called on the rank's own thread: parameters
+ *                  initialised from the seed (the same on every rank),
+ *                  momentum zero, buffers sized for batch_rows rows.
+ *   forward_backward  on rows [row0, row0 + rows) of a loader batch (host,
+ *                  possibly pinned memory): gradients summed (not averaged)
+ *                  over the valid rows into the flat gradient buffer, whose
+ *                  last two entries are the loss sum and the valid-row count.
+ *   allreduce      sums the flat buffers of all ranks (every rank gets the
+ *                  same bits: CPU sums ranks 0..N-1 in order; CUDA: one
+ *                  ncclAllReduce of the buffer).
+ *   sgd_step       divides the summed gradient by the global valid count,
+ *                  then momentum SGD with weight decay at learning rate lr.
+ *   evaluate       loss sum, correct count, valid count over some rows.
+ *   get_state / set_state  host copies of weights and momentum (checkpoints,
+ *                  checksums).
+ *
+ * Every function returns 0 or -1 with a message in err. Functions taking a
+ * rank handle are called on that rank's thread only; the group's functions
+ * may block until every rank of the group has called them (collectives). */
+#ifndef WDS_TRAINER_BACKEND_H
+#define WDS_TRAINER_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wds/loader.h"
+
+#define TR_MAX_LAYERS 16
+
+/* The model: an MLP on flattened images. dims[0] = H*W*C inputs,
+ * dims[1..layers-1] hidden (ReLU), dims[layers] = classes. */
+typedef struct tr_model_config {
+  int layers; /* weight matrices */
+  int dims[TR_MAX_LAYERS + 1];
+  uint64_t seed; /* initial weights */
+  float momentum;
+  float weight_decay;
+} tr_model_config;
+
+/* Parameters: for each layer l, W (dims[l+1] x dims[l], row-major) then b
+ * (dims[l+1]). */
+size_t tr_model_param_count(const tr_model_config *m);
+
+/* A rank's view of a loader batch: rows [row0, row0 + rows). Rows past the
+ * batch's end count as invalid (a partial last batch). */
+typedef struct tr_batch_view {
+  const uint8_t *images; /* batch->fields[image] data, N x H x W x C */
+  const int64_t *labels; /* N */
+  const uint8_t *valid;  /* N */
+  size_t batch_rows;     /* rows in the loader batch */
+  size_t row0, rows;     /* this rank's range */
+} tr_batch_view;
+
+typedef struct tr_group tr_group;
+typedef struct tr_rank tr_rank;
+
+typedef struct tr_backend {
+  const char *name;
+  int (*group_create)(int ranks, size_t param_count, tr_group **out,
+                      char *err, size_t err_size);
+  /* Makes every rank blocked in (or later entering) a collective return -1:
+   * a rank that failed calls it so the others do not wait forever. */
+  void (*group_abort)(tr_group *g);
+  void (*group_destroy)(tr_group *g);
+  int (*rank_create)(tr_group *g, int rank, const tr_model_config *m,
+                     size_t batch_rows, tr_rank **out, char *err,
+                     size_t err_size);
+  void (*rank_destroy)(tr_rank *r);
+  int (*forward_backward)(tr_rank *r, const tr_batch_view *b, char *err,
+                          size_t err_size);
+  int (*allreduce)(tr_rank *r, char *err, size_t err_size);
+  /* After allreduce: the global loss sum and valid count of the step. */
+  void (*step_loss)(tr_rank *r, double *loss_sum, double *count);
+  int (*sgd_step)(tr_rank *r, float lr, char *err, size_t err_size);
+  int (*evaluate)(tr_rank *r, const tr_batch_view *b, double *loss_sum,
+                  uint64_t *correct, uint64_t *count, char *err,
+                  size_t err_size);
+  /* Sums n doubles over the ranks (rank order; every rank gets the same
+   * result): evaluation totals. */
+  int (*allreduce_small)(tr_rank *r, double *values, int n, char *err,
+                         size_t err_size);
+  /* Blocks until every rank arrived (-1 once aborted). */
+  int (*barrier)(tr_rank *r);
+  /* Host copies, param_count floats each (either may be NULL). */
+  int (*get_state)(tr_rank *r, float *weights, float *momentum, char *err,
+                   size_t err_size);
+  int (*set_state)(tr_rank *r, const float *weights, const float *momentum,
+                   char *err, size_t err_size);
+} tr_backend;
+
+extern const tr_backend tr_backend_cpu;
+
+/* NULL when this build has no CUDA backend (the CUDA engineer defines
+ * tr_backend_cuda in cuda/ and sets it here). */
+const tr_backend *tr_backend_cuda_get(void);
+
+/* FNV-1a 64 of bytes, continuing from h (start with TR_FNV_INIT). */
+#define TR_FNV_INIT 0xcbf29ce484222325ULL
+uint64_t tr_fnv1a(uint64_t h, const void *data, size_t size);
+
+#endif

@@ -1,0 +1,257 @@
+/* checkpoint.c — atomic checkpoint files (temporary name + fsync + rename)
+ * and the learning-rate schedule. The file is built in memory and checked
+ * as a whole on load, so a truncated or altered file is always an error
+ * before any of it is used. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "trainer/checkpoint.h"
+
+#define TR_MAGIC "WDSTRAIN"
+#define TR_HEADER_BYTES (8 + 4 + 4 + 4 * (TR_MAX_LAYERS + 1) + 8 * 7)
+
+static void put_u32(unsigned char **p, uint32_t v) {
+  for (int i = 0; i < 4; i++)
+    *(*p)++ = (unsigned char)(v >> (8 * i));
+}
+static void put_u64(unsigned char **p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    *(*p)++ = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get_u32(const unsigned char **p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++)
+    v |= (uint32_t)(*p)[i] << (8 * i);
+  *p += 4;
+  return v;
+}
+static uint64_t get_u64(const unsigned char **p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++)
+    v |= (uint64_t)(*p)[i] << (8 * i);
+  *p += 8;
+  return v;
+}
+/* Floats as their IEEE bits, little-endian. */
+static void put_floats(unsigned char **p, const float *f, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &f[i], 4);
+    put_u32(p, u);
+  }
+}
+static void get_floats(const unsigned char **p, float *f, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u = get_u32(p);
+    memcpy(&f[i], &u, 4);
+  }
+}
+
+static int write_all(int fd, const unsigned char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return -1;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+int tr_checkpoint_save(const char *path, const tr_checkpoint *c, char *err,
+                       size_t err_size) {
+  int rc = -1, fd = -1;
+  size_t size = TR_HEADER_BYTES + 8 * c->param_count + 8;
+  unsigned char *buf = malloc(size), *p = buf;
+  char *tmp = NULL, *dircopy = NULL;
+  if (!buf) {
+    snprintf(err, err_size, "checkpoint %s: out of memory", path);
+    goto done;
+  }
+  memcpy(p, TR_MAGIC, 8);
+  p += 8;
+  put_u32(&p, TR_CHECKPOINT_VERSION);
+  put_u32(&p, (uint32_t)c->layers);
+  for (int i = 0; i <= TR_MAX_LAYERS; i++)
+    put_u32(&p, i <= c->layers ? (uint32_t)c->dims[i] : 0);
+  put_u64(&p, c->param_count);
+  put_u64(&p, c->step);
+  put_u64(&p, c->total_steps);
+  put_u64(&p, c->loader_epoch);
+  put_u64(&p, c->loader_batches);
+  put_u64(&p, c->fingerprint);
+  put_u64(&p, c->seed);
+  put_floats(&p, c->weights, c->param_count);
+  put_floats(&p, c->momentum, c->param_count);
+  put_u64(&p, tr_fnv1a(TR_FNV_INIT, buf, (size_t)(p - buf)));
+
+  size_t tlen = strlen(path) + 32;
+  tmp = malloc(tlen);
+  dircopy = strdup(path);
+  if (!tmp || !dircopy) {
+    snprintf(err, err_size, "checkpoint %s: out of memory", path);
+    goto done;
+  }
+  snprintf(tmp, tlen, "%s.tmp-%ld", path, (long)getpid());
+  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || write_all(fd, buf, size) != 0 || fsync(fd) != 0) {
+    snprintf(err, err_size, "checkpoint %s: %s", tmp, strerror(errno));
+    goto done;
+  }
+  if (close(fd) != 0) {
+    fd = -1;
+    snprintf(err, err_size, "checkpoint %s: %s", tmp, strerror(errno));
+    goto done;
+  }
+  fd = -1;
+  if (rename(tmp, path) != 0) {
+    snprintf(err, err_size, "checkpoint: rename %s -> %s: %s", tmp, path,
+             strerror(errno));
+    goto done;
+  }
+  int dfd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)fsync(dfd); /* best effort: some file systems refuse it */
+    close(dfd);
+  }
+  rc = 0;
+done:
+  if (fd >= 0)
+    close(fd);
+  if (rc != 0 && tmp)
+    unlink(tmp);
+  free(tmp);
+  free(dircopy);
+  free(buf);
+  return rc;
+}
+
+int tr_checkpoint_load(const char *path, tr_checkpoint *c, char *err,
+                       size_t err_size) {
+  int rc = -1;
+  unsigned char *buf = NULL;
+  FILE *f = fopen(path, "rb");
+  memset(c, 0, sizeof *c);
+  if (!f) {
+    snprintf(err, err_size, "checkpoint %s: %s", path, strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    snprintf(err, err_size, "checkpoint %s: not a regular file", path);
+    goto done;
+  }
+  size_t size = (size_t)st.st_size;
+  if (size < TR_HEADER_BYTES + 8) {
+    snprintf(err, err_size,
+             "checkpoint %s: too short (%zu bytes) to be a wds-train "
+             "checkpoint",
+             path, size);
+    goto done;
+  }
+  buf = malloc(size);
+  if (!buf || fread(buf, 1, size, f) != size) {
+    snprintf(err, err_size, "checkpoint %s: read failed", path);
+    goto done;
+  }
+  const unsigned char *p = buf;
+  if (memcmp(p, TR_MAGIC, 8) != 0) {
+    snprintf(err, err_size,
+             "checkpoint %s: not a wds-train checkpoint (bad magic)", path);
+    goto done;
+  }
+  p += 8;
+  uint32_t version = get_u32(&p);
+  if (version != TR_CHECKPOINT_VERSION) {
+    snprintf(err, err_size,
+             "checkpoint %s: version %u (this wds-train reads version %d)",
+             path, version, TR_CHECKPOINT_VERSION);
+    goto done;
+  }
+  uint32_t layers = get_u32(&p);
+  if (layers < 1 || layers > TR_MAX_LAYERS) {
+    snprintf(err, err_size, "checkpoint %s: bad layer count %u", path,
+             layers);
+    goto done;
+  }
+  c->layers = (int)layers;
+  for (int i = 0; i <= TR_MAX_LAYERS; i++) {
+    uint32_t d = get_u32(&p);
+    if (i <= c->layers && (d < 1 || d > (1u << 24))) {
+      snprintf(err, err_size, "checkpoint %s: bad layer size %u", path, d);
+      goto done;
+    }
+    c->dims[i] = i <= c->layers ? (int)d : 0;
+  }
+  tr_model_config m = {.layers = c->layers};
+  memcpy(m.dims, c->dims, sizeof m.dims);
+  size_t expect_params = tr_model_param_count(&m);
+  c->param_count = (size_t)get_u64(&p);
+  if (c->param_count != expect_params) {
+    snprintf(err, err_size,
+             "checkpoint %s: %zu parameters, but its layer sizes make %zu",
+             path, c->param_count, expect_params);
+    goto done;
+  }
+  if (size != TR_HEADER_BYTES + 8 * c->param_count + 8) {
+    snprintf(err, err_size,
+             "checkpoint %s: %zu bytes, expected %zu (truncated or extended)",
+             path, size, (size_t)(TR_HEADER_BYTES + 8 * c->param_count + 8));
+    goto done;
+  }
+  const unsigned char *q = buf + size - 8;
+  uint64_t sum = get_u64(&q);
+  if (sum != tr_fnv1a(TR_FNV_INIT, buf, size - 8)) {
+    snprintf(err, err_size, "checkpoint %s: checksum mismatch (corrupt file)",
+             path);
+    goto done;
+  }
+  c->step = get_u64(&p);
+  c->total_steps = get_u64(&p);
+  c->loader_epoch = get_u64(&p);
+  c->loader_batches = get_u64(&p);
+  c->fingerprint = get_u64(&p);
+  c->seed = get_u64(&p);
+  c->weights = malloc(c->param_count * sizeof(float));
+  c->momentum = malloc(c->param_count * sizeof(float));
+  if (!c->weights || !c->momentum) {
+    snprintf(err, err_size, "checkpoint %s: out of memory", path);
+    goto done;
+  }
+  get_floats(&p, c->weights, c->param_count);
+  get_floats(&p, c->momentum, c->param_count);
+  rc = 0;
+done:
+  if (rc != 0)
+    tr_checkpoint_free(c);
+  free(buf);
+  fclose(f);
+  return rc;
+}
+
+void tr_checkpoint_free(tr_checkpoint *c) {
+  free(c->weights);
+  free(c->momentum);
+  c->weights = c->momentum = NULL;
+}
+
+double tr_lr_at(uint64_t step, uint64_t total, uint64_t warmup, double base) {
+  if (step < warmup)
+    return base * (double)(step + 1) / (double)warmup;
+  if (total <= warmup)
+    return base;
+  double progress = (double)(step - warmup) / (double)(total - warmup);
+  if (progress > 1.0)
+    progress = 1.0;
+  return base * 0.5 * (1.0 + cos(M_PI * progress));
+}

@@ -1,0 +1,357 @@
+/* main.c — the wds-train command line: parses options into tr_options,
+ * picks the backend (--device), runs tr_run(). Errors print "wds-train:
+ * ..." and exit 1; usage errors exit 2. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/train.h"
+
+static const char usage_text[] =
+    "usage: wds-train --train SPEC [--eval SPEC] [options]\n"
+    "\n"
+    "Trains an MLP classifier on images (the jpg, jpeg or png field) and\n"
+    "labels (the cls field) of WebDataset shards, data-parallel.\n"
+    "\n"
+    "Data:\n"
+    "  --train SPEC           training shards (wds spec)\n"
+    "  --eval SPEC            held-out shards: loss and accuracy after each\n"
+    "                         epoch and at the end\n"
+    "  --index FILE           exact mode: `wds index` JSON of --train\n"
+    "  --image-size N         images resized/cropped to N x N (default 32)\n"
+    "  --channels 1|3         gray or RGB (default 3)\n"
+    "  --crop center|random   training crop (default center)\n"
+    "  --mode exact|resampled epoch mode (default exact)\n"
+    "  --samples-per-epoch N  resampled mode: samples per node and epoch\n"
+    "  --last-batch keep|drop|pad  partial last batch (default keep)\n"
+    "  --shuffle-buffer N     samples per worker (default 1000; 0 = none)\n"
+    "  --workers N            loader threads (default 4)\n"
+    "Model and optimizer:\n"
+    "  --hidden LIST          hidden sizes, e.g. 256,128 (default); '' none\n"
+    "  --classes N            output classes (default 10)\n"
+    "  --lr X                 peak learning rate (default 0.1)\n"
+    "  --momentum X           (default 0.9)\n"
+    "  --weight-decay X       (default 5e-4)\n"
+    "  --warmup-steps N       linear warm-up, then cosine decay (default 0)\n"
+    "  --seed S               weights and data order (default 0)\n"
+    "Run:\n"
+    "  --batch-size B         rows per rank and step (default 32); a loader\n"
+    "                         batch is ranks x B rows, rank r gets rows\n"
+    "                         [r*B, (r+1)*B)\n"
+    "  --epochs E             (default 1)   --steps S   (overrides --epochs)\n"
+    "  --stop-after K         stop after step K (checkpointed), as if\n"
+    "                         interrupted; resume with the same options\n"
+    "  --device cpu|cuda|auto (default auto: cuda when built with it and a\n"
+    "                         GPU is present, else cpu)\n"
+    "  --ranks N              CPU: rank threads (default 1)\n"
+    "  --gpus N               CUDA: GPUs used (default all)\n"
+    "  --nodes N --node-rank R  (default NNODES/NODE_RANK, SLURM_NNODES/\n"
+    "                         SLURM_NODEID, else 1/0)\n"
+    "  --checkpoint PATH      written every --checkpoint-every K steps and at\n"
+    "                         the end (atomically)\n"
+    "  --resume PATH          continue from a checkpoint\n"
+    "  --log-every N          a log line every N steps (default 10)\n"
+    "  --log-checksums        per-rank weight checksums in each log line\n"
+    "  --json FILE            log lines and the final summary as JSON lines\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "wds-train: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(wds-train --help for usage)\n");
+  return 2;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  if (!s || !*s || *s == '-')
+    return -1;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out) {
+  uint64_t v;
+  if (parse_u64(s, &v) != 0 || v < (uint64_t)lo || v > (uint64_t)hi)
+    return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_double(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !(v >= 0.0))
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_hidden(const char *s, tr_options *o) {
+  o->hidden_count = 0;
+  while (*s) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || v < 1 || v > 65536 ||
+        o->hidden_count >= TR_MAX_LAYERS - 1)
+      return -1;
+    o->hidden[o->hidden_count++] = (int)v;
+    if (*end == ',')
+      end++;
+    else if (*end)
+      return -1;
+    s = end;
+  }
+  return 0;
+}
+
+static int env_int(const char *a, const char *b, int dflt) {
+  const char *v = getenv(a);
+  if (!v || !*v)
+    v = getenv(b);
+  int x;
+  if (v && parse_int(v, 0, 1 << 20, &x) == 0)
+    return x;
+  return dflt;
+}
+
+enum {
+  O_TRAIN = 256, O_EVAL, O_INDEX, O_IMAGE_SIZE, O_CHANNELS, O_CROP, O_MODE,
+  O_SPE, O_LAST, O_SHUF, O_WORKERS, O_HIDDEN, O_CLASSES, O_LR, O_MOM, O_WD,
+  O_WARMUP, O_SEED, O_BATCH, O_EPOCHS, O_STEPS, O_STOP, O_DEVICE, O_RANKS,
+  O_GPUS, O_NODES, O_NODE_RANK, O_CKPT, O_CKPT_EVERY, O_RESUME, O_LOG_EVERY,
+  O_LOG_SUMS, O_JSON, O_HELP
+};
+
+static const struct option long_opts[] = {
+    {"train", required_argument, 0, O_TRAIN},
+    {"eval", required_argument, 0, O_EVAL},
+    {"index", required_argument, 0, O_INDEX},
+    {"image-size", required_argument, 0, O_IMAGE_SIZE},
+    {"channels", required_argument, 0, O_CHANNELS},
+    {"crop", required_argument, 0, O_CROP},
+    {"mode", required_argument, 0, O_MODE},
+    {"samples-per-epoch", required_argument, 0, O_SPE},
+    {"last-batch", required_argument, 0, O_LAST},
+    {"shuffle-buffer", required_argument, 0, O_SHUF},
+    {"workers", required_argument, 0, O_WORKERS},
+    {"hidden", required_argument, 0, O_HIDDEN},
+    {"classes", required_argument, 0, O_CLASSES},
+    {"lr", required_argument, 0, O_LR},
+    {"momentum", required_argument, 0, O_MOM},
+    {"weight-decay", required_argument, 0, O_WD},
+    {"warmup-steps", required_argument, 0, O_WARMUP},
+    {"seed", required_argument, 0, O_SEED},
+    {"batch-size", required_argument, 0, O_BATCH},
+    {"epochs", required_argument, 0, O_EPOCHS},
+    {"steps", required_argument, 0, O_STEPS},
+    {"stop-after", required_argument, 0, O_STOP},
+    {"device", required_argument, 0, O_DEVICE},
+    {"ranks", required_argument, 0, O_RANKS},
+    {"gpus", required_argument, 0, O_GPUS},
+    {"nodes", required_argument, 0, O_NODES},
+    {"node-rank", required_argument, 0, O_NODE_RANK},
+    {"checkpoint", required_argument, 0, O_CKPT},
+    {"checkpoint-every", required_argument, 0, O_CKPT_EVERY},
+    {"resume", required_argument, 0, O_RESUME},
+    {"log-every", required_argument, 0, O_LOG_EVERY},
+    {"log-checksums", no_argument, 0, O_LOG_SUMS},
+    {"json", required_argument, 0, O_JSON},
+    {"help", no_argument, 0, O_HELP},
+    {0, 0, 0, 0}};
+
+int main(int argc, char **argv) {
+  tr_options o;
+  tr_options_init(&o);
+  const char *device = "auto";
+  int gpus = -1, ranks_given = 0, nodes = -1, node_rank = -1, c;
+  uint64_t u;
+  double d;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+    const char *a = optarg;
+    switch (c) {
+    case O_TRAIN: o.train_spec = a; break;
+    case O_EVAL: o.eval_spec = a; break;
+    case O_INDEX: o.train_index = a; break;
+    case O_IMAGE_SIZE:
+      if (parse_int(a, 1, 4096, &o.image_size) != 0)
+        return usage_error("--image-size: bad value '%s' (1..4096)", a);
+      break;
+    case O_CHANNELS:
+      if (strcmp(a, "1") == 0) o.channels = 1;
+      else if (strcmp(a, "3") == 0) o.channels = 3;
+      else return usage_error("--channels: '%s' (1 or 3)", a);
+      break;
+    case O_CROP:
+      if (strcmp(a, "center") == 0) o.crop = WDS_CROP_CENTER;
+      else if (strcmp(a, "random") == 0) o.crop = WDS_CROP_RANDOM;
+      else return usage_error("--crop: '%s' (center or random)", a);
+      break;
+    case O_MODE:
+      if (strcmp(a, "exact") == 0) o.mode = WDS_MODE_EXACT;
+      else if (strcmp(a, "resampled") == 0) o.mode = WDS_MODE_RESAMPLED;
+      else return usage_error("--mode: '%s' (exact or resampled; plain mode "
+                              "gives ranks unequal steps)", a);
+      break;
+    case O_SPE:
+      if (parse_u64(a, &o.samples_per_epoch) != 0 || !o.samples_per_epoch)
+        return usage_error("--samples-per-epoch: bad value '%s'", a);
+      break;
+    case O_LAST:
+      if (strcmp(a, "keep") == 0) o.last_batch = WDS_LAST_KEEP;
+      else if (strcmp(a, "drop") == 0) o.last_batch = WDS_LAST_DROP;
+      else if (strcmp(a, "pad") == 0) o.last_batch = WDS_LAST_PAD;
+      else return usage_error("--last-batch: '%s' (keep, drop or pad)", a);
+      break;
+    case O_SHUF:
+      if (parse_u64(a, &u) != 0)
+        return usage_error("--shuffle-buffer: bad value '%s'", a);
+      o.shuffle_buffer = (size_t)u;
+      break;
+    case O_WORKERS:
+      if (parse_int(a, 1, 1024, &o.workers) != 0)
+        return usage_error("--workers: bad value '%s' (1..1024)", a);
+      break;
+    case O_HIDDEN:
+      if (parse_hidden(a, &o) != 0)
+        return usage_error("--hidden: bad list '%s' (e.g. 256,128)", a);
+      break;
+    case O_CLASSES:
+      if (parse_int(a, 2, 1 << 20, &o.classes) != 0)
+        return usage_error("--classes: bad value '%s' (at least 2)", a);
+      break;
+    case O_LR:
+      if (parse_double(a, &o.lr) != 0)
+        return usage_error("--lr: bad value '%s'", a);
+      break;
+    case O_MOM:
+      if (parse_double(a, &d) != 0 || d >= 1.0)
+        return usage_error("--momentum: bad value '%s' (0 <= x < 1)", a);
+      o.momentum = d;
+      break;
+    case O_WD:
+      if (parse_double(a, &o.weight_decay) != 0)
+        return usage_error("--weight-decay: bad value '%s'", a);
+      break;
+    case O_WARMUP:
+      if (parse_u64(a, &o.warmup_steps) != 0)
+        return usage_error("--warmup-steps: bad value '%s'", a);
+      break;
+    case O_SEED:
+      if (parse_u64(a, &o.seed) != 0)
+        return usage_error("--seed: bad value '%s'", a);
+      break;
+    case O_BATCH:
+      if (parse_u64(a, &u) != 0 || u < 1 || u > (1u << 20))
+        return usage_error("--batch-size: bad value '%s'", a);
+      o.batch_size = (size_t)u;
+      break;
+    case O_EPOCHS:
+      if (parse_u64(a, &o.epochs) != 0 || !o.epochs)
+        return usage_error("--epochs: bad value '%s'", a);
+      break;
+    case O_STEPS:
+      if (parse_u64(a, &o.steps) != 0 || !o.steps)
+        return usage_error("--steps: bad value '%s'", a);
+      break;
+    case O_STOP:
+      if (parse_u64(a, &o.stop_after) != 0 || !o.stop_after)
+        return usage_error("--stop-after: bad value '%s'", a);
+      break;
+    case O_DEVICE:
+      if (strcmp(a, "cpu") && strcmp(a, "cuda") && strcmp(a, "auto"))
+        return usage_error("--device: '%s' (cpu, cuda or auto)", a);
+      device = a;
+      break;
+    case O_RANKS:
+      if (parse_int(a, 1, 1024, &o.ranks) != 0)
+        return usage_error("--ranks: bad value '%s' (1..1024)", a);
+      ranks_given = 1;
+      break;
+    case O_GPUS:
+      if (parse_int(a, 1, 1024, &gpus) != 0)
+        return usage_error("--gpus: bad value '%s'", a);
+      break;
+    case O_NODES:
+      if (parse_int(a, 1, 1 << 20, &nodes) != 0)
+        return usage_error("--nodes: bad value '%s'", a);
+      break;
+    case O_NODE_RANK:
+      if (parse_int(a, 0, 1 << 20, &node_rank) != 0)
+        return usage_error("--node-rank: bad value '%s'", a);
+      break;
+    case O_CKPT: o.checkpoint_path = a; break;
+    case O_CKPT_EVERY:
+      if (parse_u64(a, &o.checkpoint_every) != 0)
+        return usage_error("--checkpoint-every: bad value '%s'", a);
+      break;
+    case O_RESUME: o.resume_path = a; break;
+    case O_LOG_EVERY:
+      if (parse_u64(a, &o.log_every) != 0)
+        return usage_error("--log-every: bad value '%s'", a);
+      break;
+    case O_LOG_SUMS: o.log_checksums = 1; break;
+    case O_JSON: o.json_path = a; break;
+    case O_HELP: fputs(usage_text, stdout); return 0;
+    default:
+      return usage_error("unknown option or missing value: %s",
+                         argv[optind - 1]);
+    }
+  }
+  if (optind < argc)
+    return usage_error("unexpected argument '%s'", argv[optind]);
+  if (!o.train_spec)
+    return usage_error("%s", "--train SPEC is required");
+  if (o.mode == WDS_MODE_RESAMPLED && !o.samples_per_epoch)
+    return usage_error("%s", "--mode resampled needs --samples-per-epoch");
+  if (o.checkpoint_every && !o.checkpoint_path)
+    return usage_error("%s", "--checkpoint-every needs --checkpoint PATH");
+  if (o.stop_after && !o.checkpoint_path)
+    return usage_error("%s", "--stop-after needs --checkpoint PATH");
+  o.nodes = nodes >= 0 ? nodes : env_int("NNODES", "SLURM_NNODES", 1);
+  o.node_rank =
+      node_rank >= 0 ? node_rank : env_int("NODE_RANK", "SLURM_NODEID", 0);
+  if (o.nodes < 1 || o.node_rank >= o.nodes)
+    return usage_error("%s", "--node-rank must be below --nodes");
+
+  const tr_backend *cuda = tr_backend_cuda_get();
+  if (strcmp(device, "cuda") == 0) {
+    if (!cuda) {
+      fprintf(stderr, "wds-train: --device cuda: not built with CUDA (this "
+                      "wds-train has the CPU backend only; use --device "
+                      "cpu)\n");
+      return 1;
+    }
+    o.backend = cuda;
+  } else if (strcmp(device, "auto") == 0 && cuda) {
+    o.backend = cuda; /* the CUDA backend reports "no GPU" itself */
+  } else {
+    o.backend = &tr_backend_cpu;
+  }
+  if (o.backend == &tr_backend_cpu && gpus > 0) {
+    fprintf(stderr, "wds-train: --gpus: the CPU backend uses --ranks\n");
+    return 2;
+  }
+  if (o.backend != &tr_backend_cpu) {
+    if (ranks_given)
+      return usage_error("%s", "--ranks is for --device cpu; use --gpus");
+    o.ranks = gpus > 0 ? gpus : 1;
+  }
+
+  char err[1024];
+  if (tr_run(&o, err, sizeof err) != 0) {
+    fprintf(stderr, "wds-train: %s\n", err);
+    return 1;
+  }
+  return 0;
+}

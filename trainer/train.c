@@ -1,0 +1,634 @@
+/* train.c — the training loop: one loader, one thread per local rank.
+ *
+ * Threads: rank 0's thread is also the coordinator. Before each round it
+ * decides what all ranks do next (a step on a batch it fetched from the
+ * loader, an evaluation, stop) and publishes it in `shared`; a barrier
+ * hands it to the other ranks. The batch stays borrowed from the loader
+ * until the step's all-reduce has begun on every rank (its first barrier:
+ * nobody reads the batch after that), then rank 0 releases it. The loader
+ * prefetches in its own threads while the ranks compute.
+ *
+ * Invariants: every rank runs the same sequence of rounds, so collectives
+ * always match; a failing rank records its message and aborts the group,
+ * which wakes every rank blocked in a collective. Rank 0 alone writes logs
+ * and checkpoints (the weights are bit-identical on every rank; the
+ * per-rank checksums in the logs show it). */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "trainer/checkpoint.h"
+#include "trainer/train.h"
+
+#ifndef WDS_TRAINER_CUDA
+const tr_backend *tr_backend_cuda_get(void) { return NULL; }
+#endif
+
+enum { CMD_STEP, CMD_EVAL, CMD_FINAL, CMD_STOP };
+
+typedef struct shared {
+  const tr_options *o;
+  const tr_backend *be;
+  tr_group *group;
+  tr_model_config model;
+  size_t param_count;
+  wds_loader *train, *eval;
+  uint64_t epoch_batches, total_steps, start_step;
+  tr_checkpoint *resume; /* NULL: fresh weights */
+  uint64_t fingerprint;
+  FILE *json;
+
+  /* Published by rank 0 before each round's barrier. */
+  int cmd;
+  const wds_batch *batch;
+  uint64_t step;   /* steps done before this round */
+  uint64_t epoch;  /* of the current batch */
+  int eval_end;    /* eval rounds: no more batches */
+
+  uint64_t *checksums; /* per rank */
+  double eval_loss, eval_acc;
+  uint64_t eval_count;
+  int have_eval;
+
+  /* Rank 0's log interval. */
+  double iv_loss, iv_count, iv_wait_s, iv_start_s;
+  uint64_t iv_samples;
+
+  pthread_mutex_t err_mu;
+  int failed;
+  char err[512];
+} shared;
+
+typedef struct rank_arg {
+  shared *sh;
+  int rank;
+} rank_arg;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void fail(shared *sh, const char *fmt, ...) {
+  pthread_mutex_lock(&sh->err_mu);
+  if (!sh->failed) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sh->err, sizeof sh->err, fmt, ap);
+    va_end(ap);
+    sh->failed = 1;
+  }
+  pthread_mutex_unlock(&sh->err_mu);
+  sh->be->group_abort(sh->group);
+}
+
+void tr_options_init(tr_options *o) {
+  memset(o, 0, sizeof *o);
+  o->image_size = 32;
+  o->channels = 3;
+  o->classes = 10;
+  o->hidden[0] = 256;
+  o->hidden[1] = 128;
+  o->hidden_count = 2;
+  o->batch_size = 32;
+  o->epochs = 1;
+  o->ranks = 1;
+  o->nodes = 1;
+  o->mode = WDS_MODE_EXACT;
+  o->last_batch = WDS_LAST_KEEP;
+  o->crop = WDS_CROP_CENTER;
+  o->shuffle_buffer = 1000;
+  o->lr = 0.1;
+  o->momentum = 0.9;
+  o->weight_decay = 5e-4;
+  o->log_every = 10;
+  o->backend = &tr_backend_cpu;
+  o->out = stdout;
+}
+
+static uint64_t weights_checksum(const shared *sh, tr_rank *r, float *tmp,
+                                 char *err, size_t err_size, int *rc) {
+  *rc = sh->be->get_state(r, tmp, NULL, err, err_size);
+  /* The bytes of the float32 weights as the host holds them (little-endian
+   * on every platform wds builds for). */
+  return tr_fnv1a(TR_FNV_INIT, tmp, sh->param_count * sizeof(float));
+}
+
+static void print_checksums(const shared *sh, FILE *f, const char *sep) {
+  for (int i = 0; i < sh->o->ranks; i++)
+    fprintf(f, "%s\"%016" PRIx64 "\"", i ? sep : "", sh->checksums[i]);
+}
+
+/* Rank 0: decide the next round. */
+static int coordinate(shared *sh, int *seen_eof) {
+  const tr_options *o = sh->o;
+  if (sh->step >= sh->total_steps) {
+    sh->cmd = CMD_FINAL;
+    return 0;
+  }
+  if (o->stop_after && sh->step >= o->stop_after) {
+    sh->cmd = CMD_STOP;
+    return 0;
+  }
+  for (;;) {
+    double t0 = now_s();
+    const wds_batch *b = NULL;
+    int rc = wds_loader_next(sh->train, &b);
+    sh->iv_wait_s += now_s() - t0;
+    if (rc == WDS_EOF) {
+      if (*seen_eof) {
+        fail(sh, "training data: an epoch has no batches");
+        return -1;
+      }
+      *seen_eof = 1;
+      sh->cmd = CMD_EVAL;
+      return 0;
+    }
+    if (rc != WDS_OK) {
+      fail(sh, "training data: %s", wds_loader_error(sh->train));
+      return -1;
+    }
+    *seen_eof = 0;
+    if (b->field_count < 2 || b->fields[0].dtype != WDS_DTYPE_U8 ||
+        b->fields[0].row_bytes != (size_t)sh->model.dims[0] ||
+        b->fields[1].dtype != WDS_DTYPE_I64) {
+      wds_loader_release(sh->train, b);
+      fail(sh, "training data: unexpected batch layout");
+      return -1;
+    }
+    sh->batch = b;
+    sh->epoch = b->epoch;
+    sh->cmd = CMD_STEP;
+    return 0;
+  }
+}
+
+static void view_of(const shared *sh, const wds_batch *b, int rank,
+                    tr_batch_view *v) {
+  v->images = b->fields[0].data;
+  v->labels = b->fields[1].data;
+  v->valid = b->valid;
+  v->batch_rows = b->rows;
+  v->row0 = (size_t)rank * sh->o->batch_size;
+  v->rows = sh->o->batch_size;
+}
+
+static int save_checkpoint(shared *sh, tr_rank *r, char *err,
+                           size_t err_size) {
+  tr_checkpoint c = {.layers = sh->model.layers,
+                     .param_count = sh->param_count,
+                     .step = sh->step,
+                     .total_steps = sh->total_steps,
+                     .fingerprint = sh->fingerprint,
+                     .seed = sh->o->seed};
+  memcpy(c.dims, sh->model.dims, sizeof c.dims);
+  wds_loader_position(sh->train, &c.loader_epoch, &c.loader_batches);
+  c.weights = malloc(sh->param_count * sizeof(float));
+  c.momentum = malloc(sh->param_count * sizeof(float));
+  int rc = -1;
+  if (!c.weights || !c.momentum) {
+    snprintf(err, err_size, "checkpoint: out of memory");
+  } else if (sh->be->get_state(r, c.weights, c.momentum, err, err_size) ==
+             0) {
+    rc = tr_checkpoint_save(sh->o->checkpoint_path, &c, err, err_size);
+  }
+  tr_checkpoint_free(&c);
+  return rc;
+}
+
+/* All ranks: one pass over the evaluation set. */
+static int run_eval(shared *sh, tr_rank *r, int rank, char *err,
+                    size_t err_size) {
+  double sums[3] = {0, 0, 0}; /* loss, correct, count */
+  double loss = 0;
+  uint64_t correct = 0, count = 0;
+  for (;;) {
+    if (rank == 0) {
+      const wds_batch *b = NULL;
+      int rc = wds_loader_next(sh->eval, &b);
+      sh->batch = NULL;
+      sh->eval_end = 1;
+      if (rc == WDS_OK) {
+        if (b->field_count < 2 ||
+            b->fields[0].row_bytes != (size_t)sh->model.dims[0]) {
+          wds_loader_release(sh->eval, b);
+          fail(sh, "evaluation data: unexpected batch layout");
+          return -1;
+        }
+        sh->batch = b;
+        sh->eval_end = 0;
+      } else if (rc != WDS_EOF) {
+        fail(sh, "evaluation data: %s", wds_loader_error(sh->eval));
+        return -1;
+      }
+    }
+    if (sh->be->barrier(r) != 0)
+      return -1;
+    if (sh->eval_end)
+      break;
+    tr_batch_view v;
+    view_of(sh, sh->batch, rank, &v);
+    if (sh->be->evaluate(r, &v, &loss, &correct, &count, err, err_size) != 0)
+      return -1;
+    if (sh->be->barrier(r) != 0)
+      return -1;
+    if (rank == 0)
+      wds_loader_release(sh->eval, sh->batch);
+  }
+  sums[0] = loss;
+  sums[1] = (double)correct;
+  sums[2] = (double)count;
+  if (sh->be->allreduce_small(r, sums, 3, err, err_size) != 0)
+    return -1;
+  if (rank == 0) {
+    sh->have_eval = 1;
+    sh->eval_count = (uint64_t)sums[2];
+    sh->eval_loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
+    sh->eval_acc = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
+  }
+  return 0;
+}
+
+static void log_eval(shared *sh, const char *when) {
+  FILE *out = sh->o->out;
+  fprintf(out, "eval %s step %" PRIu64 ": loss %.4f accuracy %.4f (%" PRIu64
+               " samples)\n",
+          when, sh->step, sh->eval_loss, sh->eval_acc, sh->eval_count);
+  fflush(out);
+  if (sh->json) {
+    fprintf(sh->json,
+            "{\"eval\": {\"when\": \"%s\", \"step\": %" PRIu64
+            ", \"loss\": %.6f, \"accuracy\": %.6f, \"samples\": %" PRIu64
+            "}}\n",
+            when, sh->step, sh->eval_loss, sh->eval_acc, sh->eval_count);
+    fflush(sh->json);
+  }
+}
+
+static void log_step(shared *sh, double lr) {
+  double t = now_s(), dt = t - sh->iv_start_s;
+  double loss = sh->iv_count > 0 ? sh->iv_loss / sh->iv_count : 0.0;
+  double sps = dt > 0 ? (double)sh->iv_samples / dt : 0.0;
+  double wait = dt > 0 ? 100.0 * sh->iv_wait_s / dt : 0.0;
+  FILE *out = sh->o->out;
+  fprintf(out,
+          "step %" PRIu64 "/%" PRIu64 " epoch %" PRIu64
+          " loss %.4f lr %.5f samples/s %.0f data-wait %.1f%%",
+          sh->step, sh->total_steps, sh->epoch, loss, lr, sps, wait);
+  if (sh->o->log_checksums) {
+    fputs(" weights", out);
+    for (int i = 0; i < sh->o->ranks; i++)
+      fprintf(out, " %016" PRIx64, sh->checksums[i]);
+  }
+  fputc('\n', out);
+  fflush(out);
+  if (sh->json) {
+    fprintf(sh->json,
+            "{\"step\": %" PRIu64 ", \"epoch\": %" PRIu64
+            ", \"loss\": %.6f, \"lr\": %.6g, \"samples_per_s\": %.1f, "
+            "\"data_wait_pct\": %.2f",
+            sh->step, sh->epoch, loss, lr, sps, wait);
+    if (sh->o->log_checksums) {
+      fputs(", \"weights_checksum\": [", sh->json);
+      print_checksums(sh, sh->json, ", ");
+      fputc(']', sh->json);
+    }
+    fputs("}\n", sh->json);
+    fflush(sh->json);
+  }
+  sh->iv_loss = sh->iv_count = sh->iv_wait_s = 0;
+  sh->iv_samples = 0;
+  sh->iv_start_s = t;
+}
+
+static void *rank_main(void *arg) {
+  rank_arg *a = arg;
+  shared *sh = a->sh;
+  const tr_options *o = sh->o;
+  const tr_backend *be = sh->be;
+  int rank = a->rank, seen_eof = 0;
+  char err[512] = "";
+  tr_rank *r = NULL;
+  float *tmp = malloc(sh->param_count * sizeof(float));
+  if (!tmp) {
+    fail(sh, "rank %d: out of memory", rank);
+    return NULL;
+  }
+  if (be->rank_create(sh->group, rank, &sh->model, o->batch_size, &r, err,
+                      sizeof err) != 0)
+    goto failed;
+  if (sh->resume && be->set_state(r, sh->resume->weights,
+                                  sh->resume->momentum, err, sizeof err) != 0)
+    goto failed;
+  if (rank == 0)
+    sh->iv_start_s = now_s();
+  for (;;) {
+    if (rank == 0 && coordinate(sh, &seen_eof) != 0)
+      goto out;
+    if (be->barrier(r) != 0)
+      goto out;
+    int cmd = sh->cmd;
+    if (cmd == CMD_STEP) {
+      tr_batch_view v;
+      view_of(sh, sh->batch, rank, &v);
+      double lr = tr_lr_at(sh->step, sh->total_steps, o->warmup_steps, o->lr);
+      if (be->forward_backward(r, &v, err, sizeof err) != 0 ||
+          be->allreduce(r, err, sizeof err) != 0)
+        goto failed;
+      if (rank == 0)
+        wds_loader_release(sh->train, sh->batch);
+      if (be->sgd_step(r, (float)lr, err, sizeof err) != 0)
+        goto failed;
+      uint64_t done = sh->step + 1;
+      int log_now = o->log_every && (done % o->log_every == 0 ||
+                                     done == sh->total_steps);
+      if (log_now && o->log_checksums) {
+        int rc;
+        sh->checksums[rank] = weights_checksum(sh, r, tmp, err, sizeof err,
+                                               &rc);
+        if (rc != 0)
+          goto failed;
+      }
+      if (be->barrier(r) != 0) /* step done everywhere; checksums ready */
+        goto out;
+      if (rank == 0) {
+        double ls, cnt;
+        be->step_loss(r, &ls, &cnt);
+        sh->iv_loss += ls;
+        sh->iv_count += cnt;
+        sh->iv_samples += (uint64_t)cnt;
+        sh->step = done;
+        if (log_now)
+          log_step(sh, lr);
+        if (o->checkpoint_path &&
+            ((o->checkpoint_every && done % o->checkpoint_every == 0) ||
+             done == o->stop_after || done == sh->total_steps) &&
+            save_checkpoint(sh, r, err, sizeof err) != 0)
+          goto failed;
+      }
+    } else if (cmd == CMD_EVAL || cmd == CMD_FINAL) {
+      if (sh->eval) {
+        if (run_eval(sh, r, rank, err, sizeof err) != 0)
+          goto failed_or_out;
+        if (rank == 0)
+          log_eval(sh, cmd == CMD_FINAL ? "final" : "epoch-end");
+      }
+      /* Every rank has read this round's command before rank 0 writes the
+       * next one (without an eval set the round has no collective). */
+      if (be->barrier(r) != 0)
+        goto out;
+      if (cmd == CMD_FINAL)
+        break;
+    } else {
+      break;
+    }
+  }
+  /* Final checksums of every rank. */
+  {
+    int rc;
+    sh->checksums[rank] = weights_checksum(sh, r, tmp, err, sizeof err, &rc);
+    if (rc != 0)
+      goto failed;
+    if (be->barrier(r) != 0)
+      goto out;
+  }
+  goto out;
+failed_or_out:
+  if (!err[0])
+    goto out;
+failed:
+  fail(sh, "%s", err);
+out:
+  be->rank_destroy(r);
+  free(tmp);
+  return NULL;
+}
+
+static wds_field_spec g_fields_tpl[2] = {
+    {.name = "jpg;jpeg;png", .decode = WDS_DECODE_IMAGE},
+    {.name = "cls", .decode = WDS_DECODE_INT}};
+
+static uint64_t config_fingerprint(const tr_options *o,
+                                   const tr_model_config *m) {
+  char buf[4096];
+  int n = snprintf(
+      buf, sizeof buf,
+      "train=%s|index=%s|seed=%" PRIu64 "|mode=%d|spe=%" PRIu64
+      "|batch=%zu|ranks=%d|nodes=%d|workers=%d|img=%d|ch=%d|crop=%d"
+      "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
+      "|backend=%s|layers=%d",
+      o->train_spec, o->train_index ? o->train_index : "", o->seed,
+      (int)o->mode, o->samples_per_epoch, o->batch_size, o->ranks, o->nodes,
+      o->workers, o->image_size, o->channels, (int)o->crop, o->shuffle_buffer,
+      (int)o->last_batch, o->lr, o->momentum, o->weight_decay,
+      o->warmup_steps, o->backend->name, m->layers);
+  uint64_t h = tr_fnv1a(TR_FNV_INIT, buf, n < 0 ? 0 : (size_t)n);
+  return tr_fnv1a(h, m->dims, sizeof m->dims);
+}
+
+int tr_run(const tr_options *o, char *err, size_t err_size) {
+  int rc = -1;
+  shared sh;
+  memset(&sh, 0, sizeof sh);
+  sh.o = o;
+  sh.be = o->backend;
+  pthread_mutex_init(&sh.err_mu, NULL);
+  tr_checkpoint ck;
+  memset(&ck, 0, sizeof ck);
+  pthread_t *threads = NULL;
+  rank_arg *args = NULL;
+  int started = 0;
+
+  if (o->nodes > 1 && o->backend == &tr_backend_cpu) {
+    snprintf(err, err_size,
+             "--nodes %d: the CPU backend runs on one node (ranks are "
+             "threads); multi-node training needs the CUDA backend",
+             o->nodes);
+    goto done;
+  }
+  tr_model_config *m = &sh.model;
+  m->layers = o->hidden_count + 1;
+  m->dims[0] = o->image_size * o->image_size * o->channels;
+  for (int i = 0; i < o->hidden_count; i++)
+    m->dims[i + 1] = o->hidden[i];
+  m->dims[m->layers] = o->classes;
+  m->seed = o->seed;
+  m->momentum = (float)o->momentum;
+  m->weight_decay = (float)o->weight_decay;
+  sh.param_count = tr_model_param_count(m);
+  sh.fingerprint = config_fingerprint(o, m);
+
+  if (o->resume_path) {
+    if (tr_checkpoint_load(o->resume_path, &ck, err, err_size) != 0)
+      goto done;
+    if (ck.layers != m->layers ||
+        memcmp(ck.dims, m->dims, sizeof ck.dims) != 0) {
+      snprintf(err, err_size,
+               "checkpoint %s: its model has other layer sizes than "
+               "--image-size/--channels/--hidden/--classes give",
+               o->resume_path);
+      goto done;
+    }
+    if (ck.fingerprint != sh.fingerprint) {
+      snprintf(err, err_size,
+               "checkpoint %s: made with another configuration (data spec, "
+               "seed, mode, batch size, ranks, workers, image options or "
+               "optimizer settings differ); resume with the same options",
+               o->resume_path);
+      goto done;
+    }
+    sh.resume = &ck;
+    sh.step = sh.start_step = ck.step;
+  }
+
+  wds_field_spec fields[2] = {g_fields_tpl[0], g_fields_tpl[1]};
+  fields[0].channels = o->channels;
+  wds_loader_config lc = WDS_LOADER_CONFIG_INIT;
+  lc.spec = o->train_spec;
+  lc.index_path = o->train_index;
+  lc.rank = o->node_rank;
+  lc.world_size = o->nodes;
+  lc.workers = o->workers;
+  lc.seed = o->seed;
+  lc.mode = o->mode;
+  lc.samples_per_epoch = o->samples_per_epoch;
+  lc.shuffle_buffer = o->shuffle_buffer;
+  lc.batch_size = o->batch_size * (size_t)o->ranks;
+  lc.last_batch = o->last_batch;
+  lc.fields = fields;
+  lc.field_count = 2;
+  lc.image_size = o->image_size;
+  lc.crop = o->crop;
+  if (sh.resume) {
+    lc.epoch = ck.loader_epoch;
+    lc.resume_batches = ck.loader_batches;
+  }
+  if (wds_loader_open(&lc, &sh.train) != WDS_OK) {
+    snprintf(err, err_size, "--train: %s", wds_open_error());
+    goto done;
+  }
+  sh.epoch_batches = wds_loader_epoch_batches(sh.train);
+  sh.total_steps = o->steps ? o->steps : o->epochs * sh.epoch_batches;
+  if (sh.total_steps == 0) {
+    snprintf(err, err_size, "no training steps (an epoch has no batches?)");
+    goto done;
+  }
+  if (sh.resume && sh.start_step > sh.total_steps) {
+    snprintf(err, err_size,
+             "checkpoint %s is at step %" PRIu64 ", past the %" PRIu64
+             " steps of this run",
+             o->resume_path, sh.start_step, sh.total_steps);
+    goto done;
+  }
+  if (o->eval_spec) {
+    wds_loader_config ec = lc;
+    ec.spec = o->eval_spec;
+    ec.index_path = NULL;
+    ec.mode = WDS_MODE_PLAIN;
+    ec.samples_per_epoch = 0;
+    ec.shard_shuffle = 0;
+    ec.shuffle_buffer = 0;
+    ec.crop = WDS_CROP_CENTER;
+    ec.last_batch = WDS_LAST_KEEP;
+    ec.epoch = 0;
+    ec.resume_batches = 0;
+    if (wds_loader_open(&ec, &sh.eval) != WDS_OK) {
+      snprintf(err, err_size, "--eval: %s", wds_open_error());
+      goto done;
+    }
+  }
+  if (o->json_path) {
+    sh.json = fopen(o->json_path, "w");
+    if (!sh.json) {
+      snprintf(err, err_size, "--json %s: cannot open for writing",
+               o->json_path);
+      goto done;
+    }
+  }
+  fprintf(o->out,
+          "wds-train: backend %s, %d rank%s, %zu rows per rank (%zu per "
+          "loader batch), %" PRIu64 " batches per epoch, %" PRIu64
+          " steps%s, model %zu parameters\n",
+          o->backend->name, o->ranks, o->ranks == 1 ? "" : "s", o->batch_size,
+          lc.batch_size, sh.epoch_batches, sh.total_steps,
+          sh.resume ? " (resumed)" : "", sh.param_count);
+  if (sh.resume)
+    fprintf(o->out, "resumed from %s at step %" PRIu64 " (epoch %" PRIu64
+                    ", batch %" PRIu64 ")\n",
+            o->resume_path, ck.step, ck.loader_epoch, ck.loader_batches);
+  fflush(o->out);
+
+  if (o->backend->group_create(o->ranks, sh.param_count, &sh.group, err,
+                               err_size) != 0)
+    goto done;
+  sh.checksums = calloc((size_t)o->ranks, sizeof *sh.checksums);
+  threads = calloc((size_t)o->ranks, sizeof *threads);
+  args = calloc((size_t)o->ranks, sizeof *args);
+  if (!sh.checksums || !threads || !args) {
+    snprintf(err, err_size, "out of memory");
+    goto done;
+  }
+  double t0 = now_s();
+  for (; started < o->ranks; started++) {
+    args[started].sh = &sh;
+    args[started].rank = started;
+    if (pthread_create(&threads[started], NULL, rank_main, &args[started]) !=
+        0) {
+      fail(&sh, "cannot start rank thread %d", started);
+      break;
+    }
+  }
+  for (int i = 0; i < started; i++)
+    pthread_join(threads[i], NULL);
+  double dt = now_s() - t0;
+  if (sh.failed) {
+    snprintf(err, err_size, "%s", sh.err);
+    goto done;
+  }
+  int stopped = sh.step < sh.total_steps;
+  fprintf(o->out, "%s after %" PRIu64 " steps in %.2f s",
+          stopped ? "stopped" : "done", sh.step, dt);
+  if (sh.have_eval)
+    fprintf(o->out, ", eval loss %.4f accuracy %.4f", sh.eval_loss,
+            sh.eval_acc);
+  fputs(", weights checksum", o->out);
+  for (int i = 0; i < o->ranks; i++)
+    fprintf(o->out, " %016" PRIx64, sh.checksums[i]);
+  fputc('\n', o->out);
+  if (o->checkpoint_path)
+    fprintf(o->out, "checkpoint %s\n", o->checkpoint_path);
+  fflush(o->out);
+  if (sh.json) {
+    fprintf(sh.json, "{\"summary\": {\"steps\": %" PRIu64 ", \"stopped\": %s",
+            sh.step, stopped ? "true" : "false");
+    if (sh.have_eval)
+      fprintf(sh.json, ", \"eval_loss\": %.6f, \"eval_accuracy\": %.6f",
+              sh.eval_loss, sh.eval_acc);
+    else
+      fputs(", \"eval_loss\": null, \"eval_accuracy\": null", sh.json);
+    fprintf(sh.json, ", \"seconds\": %.3f, \"weights_checksum\": [", dt);
+    print_checksums(&sh, sh.json, ", ");
+    fputs("]}}\n", sh.json);
+  }
+  rc = 0;
+done:
+  if (sh.json && fclose(sh.json) != 0 && rc == 0) {
+    snprintf(err, err_size, "--json %s: write failed", o->json_path);
+    rc = -1;
+  }
+  free(threads);
+  free(args);
+  free(sh.checksums);
+  if (sh.group)
+    o->backend->group_destroy(sh.group);
+  wds_loader_close(sh.eval);
+  wds_loader_close(sh.train);
+  tr_checkpoint_free(&ck);
+  pthread_mutex_destroy(&sh.err_mu);
+  return rc;
+}

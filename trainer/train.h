@@ -1,0 +1,50 @@
+/* train.h — the training loop of wds-train, backend-neutral (internal).
+ *
+ * One process per node, one loader per process (rank = node rank, world =
+ * node count), one thread per local rank. Each loader batch holds
+ * ranks x batch_size rows; rank r trains on rows [r*B, (r+1)*B). So every
+ * rank takes exactly one step per loader batch, and a partial last batch
+ * (--last-batch keep) only leaves some ranks fewer (or no) valid rows: the
+ * gradient is the mean over the valid rows of all ranks, computed by summing
+ * gradients, losses and counts in one all-reduce. */
+#ifndef WDS_TRAINER_TRAIN_H
+#define WDS_TRAINER_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "trainer/backend.h"
+#include "wds/loader.h"
+
+typedef struct tr_options {
+  const char *train_spec, *eval_spec;
+  const char *train_index; /* exact mode: `wds index` JSON, NULL = count */
+  int image_size, channels, classes;
+  int hidden[TR_MAX_LAYERS];
+  int hidden_count;
+  size_t batch_size; /* per rank */
+  uint64_t epochs, steps; /* steps > 0 overrides epochs */
+  uint64_t stop_after;    /* > 0: stop (and checkpoint) after this step */
+  int ranks, nodes, node_rank, workers;
+  uint64_t seed;
+  wds_mode mode;
+  uint64_t samples_per_epoch; /* resampled: per node */
+  wds_last_batch last_batch;
+  wds_crop crop;
+  size_t shuffle_buffer;
+  double lr, momentum, weight_decay;
+  uint64_t warmup_steps;
+  uint64_t checkpoint_every;
+  const char *checkpoint_path, *resume_path, *json_path;
+  uint64_t log_every;
+  int log_checksums; /* per-rank weight checksums in every log line */
+  const tr_backend *backend;
+  FILE *out; /* log lines (stdout) */
+} tr_options;
+
+void tr_options_init(tr_options *o);
+
+/* Runs the training. 0, or -1 with the message in err. */
+int tr_run(const tr_options *o, char *err, size_t err_size);
+
+#endif
