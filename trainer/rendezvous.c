@@ -920,7 +920,7 @@ int wds__rdv_resolve(wds__rdv_config *c,
                          "needs RANK, WORLD_SIZE and LOCAL_RANK, as torchrun "
                          "sets them)",
                          names[i], names[set], vals[set]);
-    int world, rank, lrank, lworld;
+    int world = 0, rank = 0, lrank = 0, lworld = 0;
     if ((rc = parse_int("WORLD_SIZE", world_s, 1, 1 << 20, &world, e)) ||
         (rc = parse_int("RANK", rank_s, 0, world - 1, &rank, e)))
       return rc;

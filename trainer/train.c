@@ -530,6 +530,7 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
     ec.spec = o->eval_spec;
     ec.index_path = NULL;
     ec.mode = WDS_MODE_PLAIN;
+    ec.workers = 0; /* plain mode: at most one per eval shard */
     ec.samples_per_epoch = 0;
     ec.shard_shuffle = 0;
     ec.shuffle_buffer = 0;
