@@ -31,20 +31,6 @@ wds_test_setup batches "timeout cmp" "$@"
 "$PYTHON3" -c 'import PIL' 2>/dev/null ||
   die "$PYTHON3 has no PIL (apt-get install python3-pil)"
 
-ok() { echo "ok $1"; passed=$((passed + 1)); }
-bad() {
-  echo "FAIL $1"
-  shift
-  local line
-  for line in "$@"; do printf '    %s\n' "$line"; done
-  failed=$((failed + 1))
-}
-# check NAME CONDITION-COMMAND...: ok when the command succeeds.
-check() {
-  local name=$1
-  shift
-  if "$@"; then ok "$name"; else bad "$name" "failed: $*"; fi
-}
 
 # run OUT ARGS...: `wds batches ARGS` into OUT.txt / OUT.err, status in RC.
 RC=0

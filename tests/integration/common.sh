@@ -60,3 +60,20 @@ wds_test_setup() {
 wds_test_cleanup() {
   if [[ -n ${WDS_TEST_KEEP:-} ]]; then echo "# kept $TMP"; else rm -rf "$TMP"; fi
 }
+
+# Check helpers shared by the tool tests: each prints `ok NAME` or
+# `FAIL NAME` (with indented detail lines) and counts into passed/failed.
+ok() { echo "ok $1"; passed=$((passed + 1)); }
+bad() {
+  echo "FAIL $1"
+  shift
+  local line
+  for line in "$@"; do printf '    %s\n' "$line"; done
+  failed=$((failed + 1))
+}
+# check NAME COMMAND...: ok when the command succeeds.
+check() {
+  local name=$1
+  shift
+  if "$@"; then ok "$name"; else bad "$name" "failed: $*"; fi
+}

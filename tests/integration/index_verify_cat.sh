@@ -31,19 +31,6 @@ wds_test_setup index_verify_cat "timeout cmp sort" "$@"
 "$PYTHON3" -c 'import PIL' 2>/dev/null ||
   die "$PYTHON3 has no PIL (apt-get install python3-pil)"
 
-ok() { echo "ok $1"; passed=$((passed + 1)); }
-bad() {
-  echo "FAIL $1"
-  shift
-  local line
-  for line in "$@"; do printf '    %s\n' "$line"; done
-  failed=$((failed + 1))
-}
-check() {
-  local name=$1
-  shift
-  if "$@"; then ok "$name"; else bad "$name" "failed: $*"; fi
-}
 # w OUT ARGS...: `wds ARGS` into OUT.out / OUT.err, status in RC.
 RC=0
 w() {

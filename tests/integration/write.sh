@@ -23,19 +23,6 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 wds_test_setup write "timeout cmp zstd gzip sha256sum" "$@"
 
-ok() { echo "ok $1"; passed=$((passed + 1)); }
-bad() {
-  echo "FAIL $1"
-  shift
-  local line
-  for line in "$@"; do printf '    %s\n' "$line"; done
-  failed=$((failed + 1))
-}
-check() {
-  local name=$1
-  shift
-  if "$@"; then ok "$name"; else bad "$name" "failed: $*"; fi
-}
 # differ NAME FILE1 FILE2: ok when the files differ.
 differ() {
   if cmp -s "$2" "$3"; then bad "$1" "$2 and $3 are the same"; else ok "$1"; fi
