@@ -1005,7 +1005,23 @@ static char *relative_to(const char *dir, const char *target) {
   for (size_t k = 0; k < ups; k++)
     memcpy(out + 3 * k, "../", 3);
   strcpy(out + 3 * ups, rest);
+  if (out[0] == '\0')
+    strcpy(out, ".");
   return out;
+}
+
+const char *wds_index_local_path(const char *url) { return local_path(url); }
+
+char *wds_index_url_for(const char *url, const char *index_dir_real) {
+  const char *lp = local_path(url);
+  if (!index_dir_real || !lp)
+    return strdup(url);
+  char *real = realpath(lp, NULL);
+  if (!real)
+    return strdup(url); /* reported when the shard is read */
+  char *rel = relative_to(index_dir_real, real);
+  free(real);
+  return rel;
 }
 
 /* Binary search of perm (sorted by url or path) for key; -1 if absent. */
@@ -1050,12 +1066,11 @@ int wds__index_find(const wds__index *ix, const char *url, size_t *entry,
     free(norm);
   }
   if (i < 0 && ix->count && ix->by_url_ && ix->dir_real_ && local_path(url)) {
-    char *real = realpath(local_path(url), NULL);
-    char *rel = real ? relative_to(ix->dir_real_, real) : NULL;
+    /* what `wds index -o` recorded for this file */
+    char *rel = wds_index_url_for(url, ix->dir_real_);
     if (rel)
       i = find(ix, ix->by_url_, 0, rel);
     free(rel);
-    free(real);
   }
   if (i < 0)
     return wds__fail(e, WDS_ERR_INVALID, "%s: not in the index", url);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "util.h"
+#include "wds/index.h"
 #include "wds/reader.h"
 
 static const char index_usage[] =
@@ -46,74 +47,6 @@ static const char index_usage[] =
     "--index FILE read it. Exits 1, leaving no index, if a shard cannot be\n"
     "read completely (the message names it).\n";
 
-/* The local path a URL names (after file://), or NULL for "-", pipe: and
- * URLs with a scheme: the same rules as the loader's index reader. */
-static const char *local_path(const char *url) {
-  if (strcmp(url, "-") == 0 || strncmp(url, "pipe:", 5) == 0)
-    return NULL;
-  if (strncmp(url, "file://", 7) == 0) {
-    const char *p = url + 7;
-    if (strncmp(p, "localhost/", 10) == 0)
-      p += 9;
-    return p;
-  }
-  const char *p = url;
-  while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-         (*p >= '0' && *p <= '9') || *p == '+' || *p == '-' || *p == '.')
-    p++;
-  if (p > url && strncmp(p, "://", 3) == 0)
-    return NULL;
-  return url;
-}
-
-/* The path of `target` relative to directory `dir`, both absolute and
- * canonical (realpath). Malloc'd. */
-static char *relative_to(const char *dir, const char *target) {
-  size_t common = 0, i = 0;
-  /* the longest common prefix ending at a component boundary */
-  for (;; i++) {
-    int dend = dir[i] == '\0' || dir[i] == '/';
-    int tend = target[i] == '\0' || target[i] == '/';
-    if (dend && tend)
-      common = i;
-    if (dir[i] != target[i] || dir[i] == '\0')
-      break;
-  }
-  if (strcmp(dir, "/") == 0)
-    common = 0;
-  size_t ups = 0;
-  for (const char *p = dir + common; *p; p++)
-    if (*p == '/' && p[1] != '\0')
-      ups++;
-  const char *rest = target + common;
-  while (*rest == '/')
-    rest++;
-  char *out = malloc(ups * 3 + strlen(rest) + 2);
-  if (!out)
-    return NULL;
-  char *o = out;
-  for (size_t k = 0; k < ups; k++, o += 3)
-    memcpy(o, "../", 3);
-  strcpy(o, rest);
-  if (out[0] == '\0')
-    strcpy(out, ".");
-  return out;
-}
-
-/* The url to write for a shard: with an index directory, a local path is
- * made relative to it; otherwise the url as given. Malloc'd. */
-static char *index_url(const char *url, const char *index_dir_real) {
-  const char *lp = local_path(url);
-  if (!index_dir_real || !lp)
-    return strdup(url);
-  char *real = realpath(lp, NULL);
-  if (!real)
-    return strdup(url); /* reported when the shard is read */
-  char *rel = relative_to(index_dir_real, real);
-  free(real);
-  return rel;
-}
-
 /* Reads one shard and writes its shardlist entry to out. Returns 0, or 1
  * after printing the error. */
 static int index_shard(const char *url, const char *written_url, FILE *out) {
@@ -124,7 +57,7 @@ static int index_shard(const char *url, const char *written_url, FILE *out) {
   wds_reader *r = NULL;
   uint64_t nsamples = 0;
   int64_t filesize = -1;
-  const char *lp = local_path(url);
+  const char *lp = wds_index_local_path(url);
   struct stat st;
   if (lp && stat(lp, &st) == 0 && S_ISREG(st.st_mode))
     filesize = (int64_t)st.st_size;
@@ -286,7 +219,7 @@ int wds_cmd_index(int argc, char **argv) {
   tool_json_string(out, name, strlen(name));
   fputs(", \"shardlist\": [\n", out);
   for (size_t i = 0; i < urls.count; i++) {
-    char *wurl = index_url(urls.urls[i], dir_real);
+    char *wurl = wds_index_url_for(urls.urls[i], dir_real);
     if (!wurl) {
       fprintf(stderr, "wds index: out of memory\n");
       goto done;

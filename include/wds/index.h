@@ -100,6 +100,19 @@ const char *wds_index_error(const wds_index *ix);
 
 void wds_index_close(wds_index *ix); /* NULL is a no-op */
 
+/* The local path a URL names ("/d/a.tar", "file:///d/a.tar" -> "/d/a.tar"),
+ * pointing into url; NULL for "-", pipe: commands and other scheme://
+ * URLs. The rules every index function applies. */
+const char *wds_index_local_path(const char *url);
+
+/* The url an index in the canonical directory index_dir_real (as realpath
+ * gives it) records for a shard URL: a local path made relative to that
+ * directory ("a.tar", "sub/a.tar", "../a.tar"), so index and shards can be
+ * moved together; the URL as given when it is not local, cannot be
+ * resolved, or index_dir_real is NULL. Malloc'd (free()); NULL when out of
+ * memory. */
+char *wds_index_url_for(const char *url, const char *index_dir_real);
+
 #ifdef __cplusplus
 }
 #endif
