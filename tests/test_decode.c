@@ -19,6 +19,7 @@
 #include "pipeline/decode.h"
 #include "pipeline/resize.h"
 #include "test.h"
+#include "test_files.h"
 
 /* ---- helpers ---- */
 
@@ -566,18 +567,6 @@ TEST(image_not_image_message) {
 
 /* ---- reference mode (driven by decode_ref.py) ---- */
 
-static uint8_t *read_file(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *p = malloc(len > 0 ? (size_t)len : 1);
-  *n = fread(p, 1, (size_t)len, f);
-  fclose(f);
-  return p;
-}
 
 static int ref_image(wds__decoder *d, const char *dir, const char *name,
                      int w, int h, int ch, const char *crop, const char *ref,
@@ -585,9 +574,9 @@ static int ref_image(wds__decoder *d, const char *dir, const char *name,
   char path[1024];
   size_t n = 0, rn = 0;
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  uint8_t *data = read_file(path, &n);
+  uint8_t *data = test_read_file(path, &n);
   snprintf(path, sizeof path, "%s/%s", dir, ref);
-  uint8_t *want = read_file(path, &rn);
+  uint8_t *want = test_read_file(path, &rn);
   size_t out_n = (size_t)w * h * ch;
   uint8_t *out = malloc(out_n);
   wds__err e = {{0}};
@@ -626,9 +615,9 @@ static int ref_npy(const char *dir, const char *name, int dtype, int ndim,
   char path[1024];
   size_t n = 0, rn = 0;
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  uint8_t *data = read_file(path, &n);
+  uint8_t *data = test_read_file(path, &n);
   snprintf(path, sizeof path, "%s/%s.bin", dir, name);
-  uint8_t *want = read_file(path, &rn);
+  uint8_t *want = test_read_file(path, &rn);
   wds__npy a;
   wds__err e = {{0}};
   int rc = data && want ? wds__npy_parse(data, n, &a, &e) : -100;
@@ -653,7 +642,7 @@ static int ref_error(wds__decoder *d, const char *dir, const char *name,
   char path[1024];
   size_t n = 0;
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  uint8_t *data = read_file(path, &n);
+  uint8_t *data = test_read_file(path, &n);
   uint8_t out[16 * 16 * 3];
   wds__err e = {{0}};
   wds__image_opts o = center_opts(16, 16, 3);

@@ -15,6 +15,7 @@
 #include "loader/rng.h"
 #include "shards/tarw.h"
 #include "test.h"
+#include "test_files.h"
 #include "wds/loader.h"
 
 static char tmpdir[256];
@@ -1213,20 +1214,6 @@ TEST(rss_stays_flat_over_epochs) {
   shardset_free(&s);
 }
 
-static void rm_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  struct dirent *ent;
-  while (d && (ent = readdir(d))) {
-    if (ent->d_name[0] == '.')
-      continue;
-    char p[1024];
-    snprintf(p, sizeof p, "%s/%s", dir, ent->d_name);
-    unlink(p);
-  }
-  if (d)
-    closedir(d);
-  rmdir(dir);
-}
 
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wds-test-loader-XXXXXX");
@@ -1255,6 +1242,6 @@ int main(void) {
   RUN(environment_rank_and_world);
   RUN(images_decode_into_fixed_shapes_deterministically);
   RUN(rss_stays_flat_over_epochs);
-  rm_tree(tmpdir);
+  test_remove_tree(tmpdir);
   return test_summary();
 }

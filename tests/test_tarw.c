@@ -15,6 +15,7 @@
 #include "shards/tar.h"
 #include "shards/tarw.h"
 #include "test.h"
+#include "test_files.h"
 #include "wds/reader.h"
 
 static char tmpdir[256];
@@ -25,28 +26,6 @@ static void path_in(char *out, size_t n, const char *name) {
   snprintf(out, n, "%s/%s", tmpdir, name);
 }
 
-static uint8_t *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  size_t cap = 1 << 16, n = 0;
-  uint8_t *d = malloc(cap);
-  size_t k;
-  while (d && (k = fread(d + n, 1, cap - n, f)) > 0) {
-    n += k;
-    if (n == cap) {
-      uint8_t *nd = realloc(d, cap *= 2);
-      if (!nd) {
-        free(d);
-        d = NULL;
-      }
-      d = nd;
-    }
-  }
-  fclose(f);
-  *len = n;
-  return d;
-}
 
 static int file_exists(const char *path) {
   struct stat st;
@@ -66,25 +45,6 @@ static int dir_entries(const char *dir) {
   return n;
 }
 
-static void remove_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  if (!d)
-    return;
-  while ((e = readdir(d)) != NULL) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-      continue;
-    char p[1024];
-    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-    struct stat st;
-    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-      remove_tree(p);
-    else
-      unlink(p);
-  }
-  closedir(d);
-  rmdir(dir);
-}
 
 static int have_command(const char *name) {
   char cmd[256];
@@ -313,7 +273,7 @@ TEST(plain_round_trip) {
   path_in(path, sizeof path, "plain.tar");
   ASSERT_EQ_INT(write_members(path, WDS__TARW_NONE), WDS_OK);
   size_t len;
-  uint8_t *d = read_file(path, &len);
+  uint8_t *d = test_read_file(path, &len);
   ASSERT_TRUE(d != NULL);
   free(d);
   ASSERT_EQ_U64(len % 10240, 0);
@@ -360,7 +320,7 @@ TEST(gzip_round_trip) {
   ASSERT_TRUE(check_listing("tar -tzf", path));
   /* The header: magic, deflate, no flags (no name), mtime 0, OS 3. */
   size_t len;
-  uint8_t *d = read_file(path, &len);
+  uint8_t *d = test_read_file(path, &len);
   ASSERT_TRUE(d != NULL && len > 18);
   int header_ok = d[0] == 0x1f && d[1] == 0x8b && d[2] == 8 && d[3] == 0 &&
                   d[4] == 0 && d[5] == 0 && d[6] == 0 && d[7] == 0 && d[9] == 3;
@@ -381,7 +341,7 @@ TEST(output_is_deterministic) {
   ASSERT_EQ_INT(write_members(a, WDS__TARW_ZSTD), WDS_OK);
   ASSERT_EQ_INT(write_members(b, WDS__TARW_ZSTD), WDS_OK);
   size_t la, lb;
-  uint8_t *da = read_file(a, &la), *db = read_file(b, &lb);
+  uint8_t *da = test_read_file(a, &la), *db = test_read_file(b, &lb);
   int same = da && db && la == lb && memcmp(da, db, la) == 0;
   free(da);
   free(db);
@@ -648,7 +608,7 @@ TEST(streamed_member_and_counters) {
   ASSERT_EQ_U64(st.tar_bytes, 10240);
   ASSERT_EQ_U64(st.out_bytes, 10240);
   size_t len;
-  uint8_t *d = read_file(path, &len);
+  uint8_t *d = test_read_file(path, &len);
   ASSERT_TRUE(d != NULL);
   int same =
       len == 10240 && memcmp(d + 512, "0123456789", 10) == 0 && d[522] == 0;
@@ -700,7 +660,7 @@ TEST(misuse_and_errors) {
   ASSERT_EQ_INT(wds__tarw_add(w, "d.txt", "d", 1, &err), WDS_OK);
   wds__tarw_close(w);
   size_t len;
-  uint8_t *d = read_file(path, &len);
+  uint8_t *d = test_read_file(path, &len);
   int old = d && len == 3 && memcmp(d, "old", 3) == 0;
   free(d);
   ASSERT_TRUE(old);
@@ -709,7 +669,7 @@ TEST(misuse_and_errors) {
   ASSERT_EQ_INT(wds__tarw_finish(w, &err), WDS_OK);
   ASSERT_EQ_INT(wds__tarw_add(w, "e.txt", "e", 1, &err), WDS_ERR_INVALID);
   wds__tarw_close(w);
-  d = read_file(path, &len);
+  d = test_read_file(path, &len);
   int replaced = d && len == 10240;
   free(d);
   ASSERT_TRUE(replaced);
@@ -815,6 +775,6 @@ int main(void) {
   RUN(fd_mode_and_mtime);
   for (int i = 0; i < NMEMBERS; i++)
     free(members[i].data);
-  remove_tree(tmpdir);
+  test_remove_tree(tmpdir);
   return test_summary();
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_files.h"
 #include "wds/reader.h"
 #include "wds/writer.h"
 
@@ -21,29 +22,10 @@ static char tmpdir[256];
 
 /* ---- helpers ---- */
 
-static uint8_t *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  size_t cap = 1 << 16, n = 0, k;
-  uint8_t *d = malloc(cap);
-  while (d && (k = fread(d + n, 1, cap - n, f)) > 0) {
-    n += k;
-    if (n == cap) {
-      uint8_t *nd = realloc(d, cap *= 2);
-      if (!nd)
-        free(d);
-      d = nd;
-    }
-  }
-  fclose(f);
-  *len = n;
-  return d;
-}
 
 static int same_files(const char *a, const char *b) {
   size_t la, lb;
-  uint8_t *da = read_file(a, &la), *db = read_file(b, &lb);
+  uint8_t *da = test_read_file(a, &la), *db = test_read_file(b, &lb);
   int same = da && db && la == lb && memcmp(da, db, la) == 0;
   free(da);
   free(db);
@@ -75,30 +57,11 @@ static int dir_entries(const char *dir, int *tmp_count) {
   return n;
 }
 
-static void remove_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  if (!d)
-    return;
-  while ((e = readdir(d)) != NULL) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-      continue;
-    char p[1024];
-    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-    struct stat st;
-    if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-      remove_tree(p);
-    else
-      unlink(p);
-  }
-  closedir(d);
-  rmdir(dir);
-}
 
 /* A fresh, empty subdirectory of tmpdir. */
 static void fresh_dir(char *out, size_t n, const char *name) {
   snprintf(out, n, "%s/%s", tmpdir, name);
-  remove_tree(out);
+  test_remove_tree(out);
   mkdir(out, 0755);
 }
 
@@ -393,7 +356,7 @@ TEST(zstd_and_gzip) {
   ASSERT_EQ_INT(system(cmd), 0);
   /* The gzip header: no name flag, mtime 0, OS 3. */
   size_t len;
-  uint8_t *d = read_file(gz, &len);
+  uint8_t *d = test_read_file(gz, &len);
   ASSERT_TRUE(d != NULL);
   int ok =
       len > 10 && d[3] == 0 && !d[4] && !d[5] && !d[6] && !d[7] && d[9] == 3;
@@ -600,7 +563,7 @@ TEST(out_fd_mode) {
   ASSERT_EQ_INT(write_all(&cfg, 5), WDS_OK);
   close(fd);
   size_t len;
-  uint8_t *d = read_file(path, &len);
+  uint8_t *d = test_read_file(path, &len);
   ASSERT_TRUE(d && len > 4 && d[0] == 0x28 && d[1] == 0xb5);
   free(d);
   ASSERT_TRUE(check_read(path, 0, 5));
@@ -690,6 +653,6 @@ int main(void) {
   RUN(write_error_to_dev_full);
   RUN(write_error_removes_temporary);
   free_samples();
-  remove_tree(tmpdir);
+  test_remove_tree(tmpdir);
   return test_summary();
 }
