@@ -256,6 +256,14 @@ static void log_msg(wds_loader *l, const char *fmt, ...) {
   pthread_mutex_unlock(&l->log_mu);
 }
 
+/* An error under WDS_ON_ERROR_SKIP: counted, kept as the last error, and
+ * logged ("skipped: ..."). */
+static void note_skip(wds_loader *l, const char *what, const char *msg) {
+  STAT_ADD(l, skipped, 1);
+  set_error(l, "%s", msg);
+  log_msg(l, "%s: %s", what, msg);
+}
+
 /* ---- dtype helpers (public) ------------------------------------------------ */
 
 /* ---- environment ---------------------------------------------------------- */
@@ -596,10 +604,8 @@ static int read_error(source *src, int status, const char *msg, item **fatal) {
     *fatal = error_item(l->nfields, status, msg);
     return 1;
   }
-  STAT_ADD(l, skipped, 1);
   snprintf(src->last_err, sizeof src->last_err, "%s", msg);
-  set_error(l, "%s", msg);
-  log_msg(l, "skipped: %s", msg);
+  note_skip(l, "skipped", msg);
   return 0;
 }
 
@@ -1001,9 +1007,7 @@ static void *worker_main(void *arg) {
         it->valid = 0;
         it->status = rc;
         it->msg = strdup(e.msg);
-        STAT_ADD(l, skipped, 1);
-        set_error(l, "%s", e.msg);
-        log_msg(l, "skipped: %s", e.msg);
+        note_skip(l, "skipped", e.msg);
       }
     }
     w->pending[w->npending++] = it;
@@ -1211,9 +1215,7 @@ static int put_row(wds_loader *l, slot *s, filling *fl, item *it,
                   l->urls.urls[r->shard], r->key, l->fields[i].name);
         if (l->cfg.on_error == WDS_ON_ERROR_STOP)
           return WDS_ERR_FORMAT;
-        STAT_ADD(l, skipped, 1);
-        set_error(l, "%s", e->msg);
-        log_msg(l, "skipped: %s", e->msg);
+        note_skip(l, "skipped", e->msg);
         valid = 0;
         break;
       }
@@ -1699,8 +1701,7 @@ static void *count_main(void *arg) {
         snprintf(c->msg, sizeof c->msg, "%s", wds_open_error());
         break;
       }
-      STAT_ADD(l, skipped, 1);
-      set_error(l, "%s", wds_open_error());
+      note_skip(l, "skipped while counting", wds_open_error());
       l->counts[s] = 0;
       continue;
     }
@@ -1717,9 +1718,7 @@ static void *count_main(void *arg) {
         snprintf(c->msg, sizeof c->msg, "%s", wds_reader_error(rd));
         break;
       }
-      STAT_ADD(l, skipped, 1);
-      set_error(l, "%s", wds_reader_error(rd));
-      log_msg(l, "skipped while counting: %s", wds_reader_error(rd));
+      note_skip(l, "skipped while counting", wds_reader_error(rd));
     }
     l->counts[s] = n;
     wds_reader_close(rd);
