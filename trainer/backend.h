@@ -6,26 +6,42 @@
  *
  *   group_create   once per process: the state shared by its local ranks
  *                  (CPU: a barrier and the all-reduce buffers; CUDA: the
- *                  ncclUniqueId from the rendezvous, the communicators).
- *   rank_create    per rank, called on the rank's own thread: parameters
- *                  initialised from the seed (the same on every rank),
- *                  momentum zero, buffers sized for batch_rows rows.
- *   forward_backward  on rows [row0, row0 + rows) of a loader batch (host,
- *                  possibly pinned memory): gradients summed (not averaged)
- *                  over the valid rows into the flat gradient buffer, whose
- *                  last two entries are the loss sum and the valid-row count.
- *   allreduce      sums the flat buffers of all ranks (every rank gets the
- *                  same bits: CPU sums ranks 0..N-1 in order; CUDA: one
- *                  ncclAllReduce of the buffer).
+ *                  ncclUniqueId, created by process 0 and fetched from it by
+ *                  the others through the TCP rendezvous).
+ *   rank_create    per local rank, called on the rank's own thread:
+ *                  parameters initialised from the seed (the same on every
+ *                  rank), momentum zero, buffers sized for batch_rows rows
+ *                  (CUDA: device, streams, cuBLAS, ncclCommInitRank).
+ *   upload         (optional; NULL when the backend reads host memory) starts
+ *                  copying the rank's rows of a loader batch to the device
+ *                  buffer view->slot (0 or 1), asynchronously, after the
+ *                  compute that last read that buffer; upload_wait blocks
+ *                  until the copy has completed, so the loader's slot can be
+ *                  released. The loop uploads batch i+1 while batch i
+ *                  computes (double buffering).
+ *   forward_backward  on rows [row0, row0 + rows) of a loader batch (the
+ *                  host view, or device buffer view->slot after upload):
+ *                  gradients summed (not averaged) over the valid rows into
+ *                  the flat gradient buffer, whose last two entries are the
+ *                  loss sum and the valid-row count. May return before the
+ *                  device has finished (CUDA: enqueued on a stream).
+ *   allreduce      sums the flat buffers of all ranks of the job (every rank
+ *                  gets the same bits: CPU sums ranks 0..N-1 in order; CUDA:
+ *                  one ncclAllReduce of the buffer).
+ *   take_loss      the loss sum and valid count of the steps since the last
+ *                  call (global: after the all-reduce); may wait for the
+ *                  device, so the loop calls it only when it logs.
  *   sgd_step       divides the summed gradient by the global valid count,
  *                  then momentum SGD with weight decay at learning rate lr.
- *   evaluate       loss sum, correct count, valid count over some rows.
+ *   evaluate       adds loss sum, correct count and valid count over some
+ *                  rows (waits for the device).
  *   get_state / set_state  host copies of weights and momentum (checkpoints,
- *                  checksums).
+ *                  checksums); get_grad the flat gradient buffer (tests).
  *
- * Every function returns 0 or -1 with a message in err. Functions taking a
- * rank handle are called on that rank's thread only; the group's functions
- * may block until every rank of the group has called them (collectives). */
+ * Every function returns 0 or -1 with a message in err that names the rank
+ * (and, for CUDA/NCCL failures, the call). Functions taking a rank handle
+ * are called on that rank's thread only; the group's functions may block
+ * until every rank of the job has called them (collectives). */
 #ifndef WDS_TRAINER_BACKEND_H
 #define WDS_TRAINER_BACKEND_H
 
@@ -58,15 +74,41 @@ typedef struct tr_batch_view {
   const uint8_t *valid;  /* N */
   size_t batch_rows;     /* rows in the loader batch */
   size_t row0, rows;     /* this rank's range */
+  int slot;              /* device buffer (backends with upload) */
 } tr_batch_view;
+
+/* The job as one process sees it. */
+typedef struct tr_group_config {
+  int local_ranks;   /* rank threads in this process */
+  int world;         /* ranks of the job (all processes) */
+  int first_rank;    /* global rank of local rank 0 */
+  int first_device;  /* CUDA device of local rank 0 (torchrun: LOCAL_RANK) */
+  size_t param_count;
+  /* Processes of the job (CUDA: the ncclUniqueId rendezvous). */
+  int procs, proc_rank;
+  const char *master_addr; /* process 0's address, as the others reach it */
+  int master_port;
+  int rdv_timeout_ms;
+  int precision; /* TR_PRECISION_* (CUDA) */
+} tr_group_config;
+
+enum { TR_PRECISION_AUTO, TR_PRECISION_FP32, TR_PRECISION_TF32 };
+
+/* A job of one process with `ranks` local ranks (tests). */
+static inline tr_group_config tr_group_config_local(int ranks,
+                                                    size_t param_count) {
+  tr_group_config c = {.local_ranks = ranks, .world = ranks,
+                       .param_count = param_count, .procs = 1};
+  return c;
+}
 
 typedef struct tr_group tr_group;
 typedef struct tr_rank tr_rank;
 
 typedef struct tr_backend {
   const char *name;
-  int (*group_create)(int ranks, size_t param_count, tr_group **out,
-                      char *err, size_t err_size);
+  int (*group_create)(const tr_group_config *c, tr_group **out, char *err,
+                      size_t err_size);
   /* Makes every rank blocked in (or later entering) a collective return -1:
    * a rank that failed calls it so the others do not wait forever. */
   void (*group_abort)(tr_group *g);
@@ -75,11 +117,14 @@ typedef struct tr_backend {
                      size_t batch_rows, tr_rank **out, char *err,
                      size_t err_size);
   void (*rank_destroy)(tr_rank *r);
+  int (*upload)(tr_rank *r, const tr_batch_view *b, char *err,
+                size_t err_size);
+  int (*upload_wait)(tr_rank *r, int slot, char *err, size_t err_size);
   int (*forward_backward)(tr_rank *r, const tr_batch_view *b, char *err,
                           size_t err_size);
   int (*allreduce)(tr_rank *r, char *err, size_t err_size);
-  /* After allreduce: the global loss sum and valid count of the step. */
-  void (*step_loss)(tr_rank *r, double *loss_sum, double *count);
+  int (*take_loss)(tr_rank *r, double *loss_sum, double *count, char *err,
+                   size_t err_size);
   int (*sgd_step)(tr_rank *r, float lr, char *err, size_t err_size);
   int (*evaluate)(tr_rank *r, const tr_batch_view *b, double *loss_sum,
                   uint64_t *correct, uint64_t *count, char *err,
@@ -88,20 +133,32 @@ typedef struct tr_backend {
    * result): evaluation totals. */
   int (*allreduce_small)(tr_rank *r, double *values, int n, char *err,
                          size_t err_size);
-  /* Blocks until every rank arrived (-1 once aborted). */
+  /* all[0..world) = every rank's value, in global rank order. */
+  int (*gather_u64)(tr_rank *r, uint64_t mine, uint64_t *all, char *err,
+                    size_t err_size);
+  /* Blocks until every local rank arrived (-1 once aborted). */
   int (*barrier)(tr_rank *r);
   /* Host copies, param_count floats each (either may be NULL). */
   int (*get_state)(tr_rank *r, float *weights, float *momentum, char *err,
                    size_t err_size);
   int (*set_state)(tr_rank *r, const float *weights, const float *momentum,
                    char *err, size_t err_size);
+  /* param_count + 2 floats: the gradient buffer as the last allreduce left
+   * it (tests). */
+  int (*get_grad)(tr_rank *r, float *grad, char *err, size_t err_size);
+  /* Bytes copied to the device and the copy engine's busy seconds since the
+   * last call (NULL: no device). */
+  void (*take_h2d)(tr_rank *r, double *bytes, double *seconds);
 } tr_backend;
 
 extern const tr_backend tr_backend_cpu;
 
-/* NULL when this build has no CUDA backend (the CUDA engineer defines
- * tr_backend_cuda in cuda/ and sets it here). */
+/* NULL when this build has no CUDA backend (backend_cuda.cu). */
 const tr_backend *tr_backend_cuda_get(void);
+
+/* CUDA devices visible (0 without CUDA or without a GPU), and, when none,
+ * why (the CUDA runtime's message) into why. */
+int tr_cuda_device_count(char *why, size_t why_size);
 
 /* FNV-1a 64 of bytes, continuing from h (start with TR_FNV_INIT). */
 #define TR_FNV_INIT 0xcbf29ce484222325ULL

@@ -37,6 +37,7 @@ struct tr_group {
   float **grads;  /* per rank */
   float *result;  /* the reduced buffer */
   double (*small)[TR_SMALL_MAX];
+  uint64_t *u64;  /* per rank: gather_u64 */
 };
 
 struct tr_rank {
@@ -49,6 +50,7 @@ struct tr_rank {
   float *act[TR_MAX_LAYERS + 1]; /* batch_rows x dims[l] */
   float *delta, *delta2;         /* batch_rows x max dim */
   size_t *rows_idx;
+  double loss_acc, count_acc; /* take_loss */
 };
 
 size_t tr_model_param_count(const tr_model_config *m) {
@@ -74,18 +76,27 @@ static uint64_t splitmix64(uint64_t *s) {
   return z ^ (z >> 31);
 }
 
-static int cpu_group_create(int ranks, size_t param_count, tr_group **out,
+static int cpu_group_create(const tr_group_config *c, tr_group **out,
                             char *err, size_t err_size) {
-  tr_group *g = calloc(1, sizeof *g);
+  int ranks = c->local_ranks;
   *out = NULL;
+  if (c->world != ranks || c->procs != 1) {
+    snprintf(err, err_size,
+             "the CPU backend runs in one process (ranks are threads); "
+             "%d processes of %d ranks need the CUDA backend",
+             c->procs, c->world);
+    return -1;
+  }
+  tr_group *g = calloc(1, sizeof *g);
   if (!g)
     goto nomem;
   g->ranks = ranks;
-  g->n = param_count + 2;
+  g->n = c->param_count + 2;
   g->grads = calloc((size_t)ranks, sizeof *g->grads);
   g->result = malloc(g->n * sizeof *g->result);
   g->small = calloc((size_t)ranks, sizeof *g->small);
-  if (!g->grads || !g->result || !g->small)
+  g->u64 = calloc((size_t)ranks, sizeof *g->u64);
+  if (!g->grads || !g->result || !g->small || !g->u64)
     goto nomem_free;
   if (tr_barrier_init(&g->barrier, ranks) != 0)
     goto nomem_free;
@@ -95,6 +106,7 @@ nomem_free:
   free(g->grads);
   free(g->result);
   free(g->small);
+  free(g->u64);
   free(g);
 nomem:
   snprintf(err, err_size, "out of memory (CPU group of %d ranks)", ranks);
@@ -110,6 +122,7 @@ static void cpu_group_destroy(tr_group *g) {
   free(g->grads);
   free(g->result);
   free(g->small);
+  free(g->u64);
   free(g);
 }
 
@@ -328,6 +341,8 @@ static int cpu_allreduce(tr_rank *r, char *err, size_t err_size) {
   if (tr_barrier_wait(&g->barrier) != 0)
     goto aborted;
   memcpy(r->grad, g->result, g->n * sizeof(float));
+  r->loss_acc += r->grad[r->param_count];
+  r->count_acc += r->grad[r->param_count + 1];
   return 0;
 aborted:
   snprintf(err, err_size, "rank %d: all-reduce aborted (another rank failed)",
@@ -335,9 +350,14 @@ aborted:
   return -1;
 }
 
-static void cpu_step_loss(tr_rank *r, double *loss_sum, double *count) {
-  *loss_sum = r->grad[r->param_count];
-  *count = r->grad[r->param_count + 1];
+static int cpu_take_loss(tr_rank *r, double *loss_sum, double *count,
+                         char *err, size_t err_size) {
+  (void)err;
+  (void)err_size;
+  *loss_sum = r->loss_acc;
+  *count = r->count_acc;
+  r->loss_acc = r->count_acc = 0;
+  return 0;
 }
 
 static int cpu_sgd_step(tr_rank *r, float lr, char *err, size_t err_size) {
@@ -400,6 +420,22 @@ aborted:
   return -1;
 }
 
+static int cpu_gather_u64(tr_rank *r, uint64_t mine, uint64_t *all, char *err,
+                          size_t err_size) {
+  tr_group *g = r->g;
+  g->u64[r->rank] = mine;
+  if (tr_barrier_wait(&g->barrier) != 0)
+    goto aborted;
+  memcpy(all, g->u64, (size_t)g->ranks * sizeof *all);
+  if (tr_barrier_wait(&g->barrier) != 0) /* before u64[] is reused */
+    goto aborted;
+  return 0;
+aborted:
+  snprintf(err, err_size, "rank %d: gather aborted (another rank failed)",
+           r->rank);
+  return -1;
+}
+
 static int cpu_barrier(tr_rank *r) { return tr_barrier_wait(&r->g->barrier); }
 
 static int cpu_get_state(tr_rank *r, float *weights, float *momentum,
@@ -424,6 +460,13 @@ static int cpu_set_state(tr_rank *r, const float *weights,
   return 0;
 }
 
+static int cpu_get_grad(tr_rank *r, float *grad, char *err, size_t err_size) {
+  (void)err;
+  (void)err_size;
+  memcpy(grad, r->grad, (r->param_count + 2) * sizeof(float));
+  return 0;
+}
+
 const tr_backend tr_backend_cpu = {
     .name = "cpu",
     .group_create = cpu_group_create,
@@ -433,11 +476,13 @@ const tr_backend tr_backend_cpu = {
     .rank_destroy = cpu_rank_destroy,
     .forward_backward = cpu_forward_backward,
     .allreduce = cpu_allreduce,
-    .step_loss = cpu_step_loss,
+    .take_loss = cpu_take_loss,
     .sgd_step = cpu_sgd_step,
     .evaluate = cpu_evaluate,
     .allreduce_small = cpu_allreduce_small,
+    .gather_u64 = cpu_gather_u64,
     .barrier = cpu_barrier,
     .get_state = cpu_get_state,
     .set_state = cpu_set_state,
+    .get_grad = cpu_get_grad,
 };

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/rendezvous.h"
 #include "trainer/train.h"
 
 static const char usage_text[] =
@@ -49,8 +50,17 @@ static const char usage_text[] =
     "                         GPU is present, else cpu)\n"
     "  --ranks N              CPU: rank threads (default 1)\n"
     "  --gpus N               CUDA: GPUs used (default all)\n"
+    "  --precision auto|tf32|fp32  CUDA matrix products: TF32 tensor cores\n"
+    "                         (auto: where the GPU has them) or full FP32\n"
+    "Several nodes (CUDA; one process per node, one thread per GPU):\n"
     "  --nodes N --node-rank R  (default NNODES/NODE_RANK, SLURM_NNODES/\n"
     "                         SLURM_NODEID, else 1/0)\n"
+    "  --master-addr HOST     node 0's address (default MASTER_ADDR)\n"
+    "  --master-port P        its rendezvous port (default MASTER_PORT, else\n"
+    "                         29500)\n"
+    "  --rdv-timeout SECONDS  how long to wait for the other nodes (300)\n"
+    "  Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) each process drives\n"
+    "  GPU LOCAL_RANK and the rendezvous uses MASTER_PORT + 1.\n"
     "  --checkpoint PATH      written every --checkpoint-every K steps and at\n"
     "                         the end (atomically)\n"
     "  --resume PATH          continue from a checkpoint\n"
@@ -114,22 +124,13 @@ static int parse_hidden(const char *s, tr_options *o) {
   return 0;
 }
 
-static int env_int(const char *a, const char *b, int dflt) {
-  const char *v = getenv(a);
-  if (!v || !*v)
-    v = getenv(b);
-  int x;
-  if (v && parse_int(v, 0, 1 << 20, &x) == 0)
-    return x;
-  return dflt;
-}
-
 enum {
   O_TRAIN = 256, O_EVAL, O_INDEX, O_IMAGE_SIZE, O_CHANNELS, O_CROP, O_MODE,
   O_SPE, O_LAST, O_SHUF, O_WORKERS, O_HIDDEN, O_CLASSES, O_LR, O_MOM, O_WD,
   O_WARMUP, O_SEED, O_BATCH, O_EPOCHS, O_STEPS, O_STOP, O_DEVICE, O_RANKS,
   O_GPUS, O_NODES, O_NODE_RANK, O_CKPT, O_CKPT_EVERY, O_RESUME, O_LOG_EVERY,
-  O_LOG_SUMS, O_JSON, O_HELP
+  O_LOG_SUMS, O_JSON, O_MASTER_ADDR, O_MASTER_PORT, O_RDV_TIMEOUT,
+  O_PRECISION, O_HELP
 };
 
 static const struct option long_opts[] = {
@@ -166,6 +167,10 @@ static const struct option long_opts[] = {
     {"log-every", required_argument, 0, O_LOG_EVERY},
     {"log-checksums", no_argument, 0, O_LOG_SUMS},
     {"json", required_argument, 0, O_JSON},
+    {"master-addr", required_argument, 0, O_MASTER_ADDR},
+    {"master-port", required_argument, 0, O_MASTER_PORT},
+    {"rdv-timeout", required_argument, 0, O_RDV_TIMEOUT},
+    {"precision", required_argument, 0, O_PRECISION},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0}};
 
@@ -174,6 +179,8 @@ int main(int argc, char **argv) {
   tr_options_init(&o);
   const char *device = "auto";
   int gpus = -1, ranks_given = 0, nodes = -1, node_rank = -1, c;
+  int master_port = -1;
+  const char *master_addr = NULL;
   uint64_t u;
   double d;
   opterr = 0;
@@ -302,6 +309,26 @@ int main(int argc, char **argv) {
       break;
     case O_LOG_SUMS: o.log_checksums = 1; break;
     case O_JSON: o.json_path = a; break;
+    case O_MASTER_ADDR:
+      if (!*a || strlen(a) >= 256)
+        return usage_error("--master-addr: bad address '%s'", a);
+      master_addr = a;
+      break;
+    case O_MASTER_PORT:
+      if (parse_int(a, 1, 65535, &master_port) != 0)
+        return usage_error("--master-port: bad port '%s' (1..65535)", a);
+      break;
+    case O_RDV_TIMEOUT:
+      if (parse_double(a, &d) != 0 || d <= 0 || d > 86400)
+        return usage_error("--rdv-timeout: bad value '%s' (seconds)", a);
+      o.rdv_timeout_ms = (int)(d * 1000.0 + 0.5);
+      break;
+    case O_PRECISION:
+      if (strcmp(a, "auto") == 0) o.precision = TR_PRECISION_AUTO;
+      else if (strcmp(a, "tf32") == 0) o.precision = TR_PRECISION_TF32;
+      else if (strcmp(a, "fp32") == 0) o.precision = TR_PRECISION_FP32;
+      else return usage_error("--precision: '%s' (auto, tf32 or fp32)", a);
+      break;
     case O_HELP: fputs(usage_text, stdout); return 0;
     default:
       return usage_error("unknown option or missing value: %s",
@@ -318,13 +345,33 @@ int main(int argc, char **argv) {
     return usage_error("%s", "--checkpoint-every needs --checkpoint PATH");
   if (o.stop_after && !o.checkpoint_path)
     return usage_error("%s", "--stop-after needs --checkpoint PATH");
-  o.nodes = nodes >= 0 ? nodes : env_int("NNODES", "SLURM_NNODES", 1);
-  o.node_rank =
-      node_rank >= 0 ? node_rank : env_int("NODE_RANK", "SLURM_NODEID", 0);
-  if (o.nodes < 1 || o.node_rank >= o.nodes)
-    return usage_error("%s", "--node-rank must be below --nodes");
+  /* Topology: flags, then the environment (NNODES/NODE_RANK, SLURM_*, or
+   * torchrun's RANK/WORLD_SIZE/LOCAL_RANK), then a single process. */
+  wds__rdv_config topo = WDS__RDV_CONFIG_INIT;
+  if (master_addr)
+    snprintf(topo.master_addr, sizeof topo.master_addr, "%s", master_addr);
+  topo.master_port = master_port;
+  topo.nodes = nodes;
+  topo.node_rank = node_rank;
+  wds__err terr;
+  if (wds__rdv_env(&topo, &terr) != WDS_OK) {
+    fprintf(stderr, "wds-train: %s\n", terr.msg);
+    return 2;
+  }
+  if (topo.per_process) { /* one process per GPU */
+    o.procs = topo.world_size;
+    o.proc_rank = topo.rank;
+    o.first_device = topo.local_rank;
+  } else {
+    o.procs = topo.nodes;
+    o.proc_rank = topo.node_rank;
+  }
+  o.master_addr = topo.master_addr;
+  o.master_port = topo.master_port;
 
   const tr_backend *cuda = tr_backend_cuda_get();
+  char why[256] = "";
+  int visible = cuda ? tr_cuda_device_count(why, sizeof why) : 0;
   if (strcmp(device, "cuda") == 0) {
     if (!cuda) {
       fprintf(stderr, "wds-train: --device cuda: not built with CUDA (this "
@@ -332,20 +379,53 @@ int main(int argc, char **argv) {
                       "cpu)\n");
       return 1;
     }
+    if (visible < 1) {
+      fprintf(stderr, "wds-train: --device cuda: no CUDA GPU found (%s)\n",
+              why);
+      return 1;
+    }
+    if (ranks_given)
+      return usage_error("%s", "--ranks is for --device cpu; use --gpus");
     o.backend = cuda;
-  } else if (strcmp(device, "auto") == 0 && cuda) {
-    o.backend = cuda; /* the CUDA backend reports "no GPU" itself */
+  } else if (strcmp(device, "auto") == 0 && cuda && visible > 0 &&
+             !ranks_given) {
+    o.backend = cuda;
   } else {
     o.backend = &tr_backend_cpu;
   }
   if (o.backend == &tr_backend_cpu && gpus > 0) {
-    fprintf(stderr, "wds-train: --gpus: the CPU backend uses --ranks\n");
+    fprintf(stderr, "wds-train: --gpus: the CPU backend uses --ranks%s%s\n",
+            why[0] ? "; no GPU: " : "", why);
     return 2;
   }
   if (o.backend != &tr_backend_cpu) {
-    if (ranks_given)
-      return usage_error("%s", "--ranks is for --device cpu; use --gpus");
-    o.ranks = gpus > 0 ? gpus : 1;
+    if (topo.per_process) {
+      if (gpus > 1) {
+        fprintf(stderr, "wds-train: --gpus %d: under torchrun each process "
+                        "drives one GPU (LOCAL_RANK)\n", gpus);
+        return 2;
+      }
+      if (o.first_device >= visible) {
+        fprintf(stderr, "wds-train: LOCAL_RANK=%d, but %d GPU%s visible\n",
+                o.first_device, visible, visible == 1 ? " is" : "s are");
+        return 1;
+      }
+      o.ranks = 1;
+    } else {
+      if (gpus > visible) {
+        fprintf(stderr, "wds-train: --gpus %d, but %d GPU%s visible\n", gpus,
+                visible, visible == 1 ? " is" : "s are");
+        return 1;
+      }
+      o.ranks = gpus > 0 ? gpus : visible;
+    }
+  }
+  if (o.backend == &tr_backend_cpu && o.procs > 1) {
+    fprintf(stderr,
+            "wds-train: %d processes (%s): the CPU backend runs in one "
+            "process (ranks are threads); several nodes need --device cuda\n",
+            o.procs, topo.source);
+    return 1;
   }
 
   char err[1024];

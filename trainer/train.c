@@ -26,6 +26,10 @@
 
 #ifndef WDS_TRAINER_CUDA
 const tr_backend *tr_backend_cuda_get(void) { return NULL; }
+int tr_cuda_device_count(char *why, size_t why_size) {
+  snprintf(why, why_size, "wds-train was built without CUDA");
+  return 0;
+}
 #endif
 
 enum { CMD_STEP, CMD_EVAL, CMD_FINAL, CMD_STOP };
@@ -42,21 +46,30 @@ typedef struct shared {
   uint64_t fingerprint;
   FILE *json;
 
+  int world, first_rank; /* ranks of the job; global rank of local 0 */
+
   /* Published by rank 0 before each round's barrier. */
   int cmd;
   const wds_batch *batch;
+  int batch_slot, batch_staged; /* device buffer; already uploaded */
   uint64_t step;   /* steps done before this round */
   uint64_t epoch;  /* of the current batch */
   int eval_end;    /* eval rounds: no more batches */
+  /* The batch after the current one, fetched by rank 0 while the step
+   * computes and uploaded by every rank (double buffering); or the end of
+   * the epoch. */
+  const wds_batch *next;
+  int next_slot, next_eof;
+  unsigned uploads; /* slot of the next upload: uploads & 1 */
 
-  uint64_t *checksums; /* per rank */
+  uint64_t *checksums; /* per global rank */
   double eval_loss, eval_acc;
   uint64_t eval_count;
   int have_eval;
 
-  /* Rank 0's log interval. */
-  double iv_loss, iv_count, iv_wait_s, iv_start_s;
-  uint64_t iv_samples;
+  /* Rank 0's log interval, and the run's totals. */
+  double iv_wait_s, iv_start_s, iv_h2d_bytes, iv_h2d_s;
+  double total_wait_s, total_h2d_bytes, total_h2d_s;
 
   pthread_mutex_t err_mu;
   int failed;
@@ -98,7 +111,9 @@ void tr_options_init(tr_options *o) {
   o->batch_size = 32;
   o->epochs = 1;
   o->ranks = 1;
-  o->nodes = 1;
+  o->procs = 1;
+  o->master_port = 29500;
+  o->rdv_timeout_ms = 300000;
   o->mode = WDS_MODE_EXACT;
   o->last_batch = WDS_LAST_KEEP;
   o->crop = WDS_CROP_CENTER;
@@ -111,36 +126,63 @@ void tr_options_init(tr_options *o) {
   o->out = stdout;
 }
 
-static uint64_t weights_checksum(const shared *sh, tr_rank *r, float *tmp,
-                                 char *err, size_t err_size, int *rc) {
-  *rc = sh->be->get_state(r, tmp, NULL, err, err_size);
-  /* The bytes of the float32 weights as the host holds them (little-endian
-   * on every platform wds builds for). */
-  return tr_fnv1a(TR_FNV_INIT, tmp, sh->param_count * sizeof(float));
+static void print_checksums(const shared *sh, FILE *f, const char *sep) {
+  for (int i = 0; i < sh->world; i++)
+    fprintf(f, "%s\"%016" PRIx64 "\"", i ? sep : "", sh->checksums[i]);
 }
 
-static void print_checksums(const shared *sh, FILE *f, const char *sep) {
-  for (int i = 0; i < sh->o->ranks; i++)
-    fprintf(f, "%s\"%016" PRIx64 "\"", i ? sep : "", sh->checksums[i]);
+/* Rank 0: fetches a training batch (the time counts as data wait). 1: a
+ * batch, 0: the end of the epoch, -1: failed. */
+static int fetch(shared *sh, const wds_batch **out) {
+  double t0 = now_s();
+  const wds_batch *b = NULL;
+  int rc = wds_loader_next(sh->train, &b);
+  double dt = now_s() - t0;
+  sh->iv_wait_s += dt;
+  sh->total_wait_s += dt;
+  if (rc == WDS_EOF)
+    return 0;
+  if (rc != WDS_OK) {
+    fail(sh, "training data: %s", wds_loader_error(sh->train));
+    return -1;
+  }
+  if (b->field_count < 2 || b->fields[0].dtype != WDS_DTYPE_U8 ||
+      b->fields[0].row_bytes != (size_t)sh->model.dims[0] ||
+      b->fields[1].dtype != WDS_DTYPE_I64) {
+    wds_loader_release(sh->train, b);
+    fail(sh, "training data: unexpected batch layout");
+    return -1;
+  }
+  *out = b;
+  return 1;
+}
+
+/* Steps wanted after `done` steps. */
+static int more_steps(const shared *sh, uint64_t done) {
+  return done < sh->total_steps &&
+         !(sh->o->stop_after && done >= sh->o->stop_after);
 }
 
 /* Rank 0: decide the next round. */
 static int coordinate(shared *sh, int *seen_eof) {
-  const tr_options *o = sh->o;
   if (sh->step >= sh->total_steps) {
     sh->cmd = CMD_FINAL;
     return 0;
   }
-  if (o->stop_after && sh->step >= o->stop_after) {
+  if (!more_steps(sh, sh->step)) {
     sh->cmd = CMD_STOP;
     return 0;
   }
-  for (;;) {
-    double t0 = now_s();
-    const wds_batch *b = NULL;
-    int rc = wds_loader_next(sh->train, &b);
-    sh->iv_wait_s += now_s() - t0;
-    if (rc == WDS_EOF) {
+  const wds_batch *b = sh->next;
+  int staged = b != NULL, slot = sh->next_slot;
+  sh->next = NULL;
+  if (!b) {
+    int got = 0;
+    if (sh->next_eof)
+      sh->next_eof = 0; /* the step before saw the end of the epoch */
+    else if ((got = fetch(sh, &b)) < 0)
+      return -1;
+    if (!got) {
       if (*seen_eof) {
         fail(sh, "training data: an epoch has no batches");
         return -1;
@@ -149,26 +191,18 @@ static int coordinate(shared *sh, int *seen_eof) {
       sh->cmd = CMD_EVAL;
       return 0;
     }
-    if (rc != WDS_OK) {
-      fail(sh, "training data: %s", wds_loader_error(sh->train));
-      return -1;
-    }
-    *seen_eof = 0;
-    if (b->field_count < 2 || b->fields[0].dtype != WDS_DTYPE_U8 ||
-        b->fields[0].row_bytes != (size_t)sh->model.dims[0] ||
-        b->fields[1].dtype != WDS_DTYPE_I64) {
-      wds_loader_release(sh->train, b);
-      fail(sh, "training data: unexpected batch layout");
-      return -1;
-    }
-    sh->batch = b;
-    sh->epoch = b->epoch;
-    sh->cmd = CMD_STEP;
-    return 0;
+    slot = (int)(sh->uploads++ & 1);
   }
+  *seen_eof = 0;
+  sh->batch = b;
+  sh->batch_slot = slot;
+  sh->batch_staged = staged;
+  sh->epoch = b->epoch;
+  sh->cmd = CMD_STEP;
+  return 0;
 }
 
-static void view_of(const shared *sh, const wds_batch *b, int rank,
+static void view_of(const shared *sh, const wds_batch *b, int rank, int slot,
                     tr_batch_view *v) {
   v->images = b->fields[0].data;
   v->labels = b->fields[1].data;
@@ -176,6 +210,7 @@ static void view_of(const shared *sh, const wds_batch *b, int rank,
   v->batch_rows = b->rows;
   v->row0 = (size_t)rank * sh->o->batch_size;
   v->rows = sh->o->batch_size;
+  v->slot = slot;
 }
 
 static int save_checkpoint(shared *sh, tr_rank *r, char *err,
@@ -188,6 +223,8 @@ static int save_checkpoint(shared *sh, tr_rank *r, char *err,
                      .seed = sh->o->seed};
   memcpy(c.dims, sh->model.dims, sizeof c.dims);
   wds_loader_position(sh->train, &c.loader_epoch, &c.loader_batches);
+  if (sh->next) /* fetched ahead, not trained on: the resumed run reads it */
+    c.loader_batches--;
   c.weights = malloc(sh->param_count * sizeof(float));
   c.momentum = malloc(sh->param_count * sizeof(float));
   int rc = -1;
@@ -232,7 +269,10 @@ static int run_eval(shared *sh, tr_rank *r, int rank, char *err,
     if (sh->eval_end)
       break;
     tr_batch_view v;
-    view_of(sh, sh->batch, rank, &v);
+    view_of(sh, sh->batch, rank, 0, &v);
+    if (sh->be->upload && (sh->be->upload(r, &v, err, err_size) != 0 ||
+                           sh->be->upload_wait(r, 0, err, err_size) != 0))
+      return -1;
     if (sh->be->evaluate(r, &v, &loss, &correct, &count, err, err_size) != 0)
       return -1;
     if (sh->be->barrier(r) != 0)
@@ -270,19 +310,36 @@ static void log_eval(shared *sh, const char *when) {
   }
 }
 
-static void log_step(shared *sh, double lr) {
+/* Rank 0, every rank having taken the step: a log line for the interval. */
+static int log_step(shared *sh, tr_rank *r, double lr, char *err,
+                    size_t err_size) {
+  double loss_sum, count;
+  if (sh->be->take_loss(r, &loss_sum, &count, err, err_size) != 0)
+    return -1;
+  if (sh->be->take_h2d) {
+    double bytes, secs;
+    sh->be->take_h2d(r, &bytes, &secs);
+    sh->iv_h2d_bytes += bytes;
+    sh->iv_h2d_s += secs;
+    sh->total_h2d_bytes += bytes;
+    sh->total_h2d_s += secs;
+  }
   double t = now_s(), dt = t - sh->iv_start_s;
-  double loss = sh->iv_count > 0 ? sh->iv_loss / sh->iv_count : 0.0;
-  double sps = dt > 0 ? (double)sh->iv_samples / dt : 0.0;
+  double loss = count > 0 ? loss_sum / count : 0.0;
+  /* count is the job's valid rows: samples/s of the whole job. */
+  double sps = dt > 0 ? count / dt : 0.0;
   double wait = dt > 0 ? 100.0 * sh->iv_wait_s / dt : 0.0;
+  double h2d = sh->iv_h2d_s > 0 ? sh->iv_h2d_bytes / sh->iv_h2d_s / 1e9 : 0;
   FILE *out = sh->o->out;
   fprintf(out,
           "step %" PRIu64 "/%" PRIu64 " epoch %" PRIu64
           " loss %.4f lr %.5f samples/s %.0f data-wait %.1f%%",
           sh->step, sh->total_steps, sh->epoch, loss, lr, sps, wait);
+  if (sh->be->take_h2d)
+    fprintf(out, " h2d %.1f GB/s", h2d);
   if (sh->o->log_checksums) {
     fputs(" weights", out);
-    for (int i = 0; i < sh->o->ranks; i++)
+    for (int i = 0; i < sh->world; i++)
       fprintf(out, " %016" PRIx64, sh->checksums[i]);
   }
   fputc('\n', out);
@@ -293,6 +350,8 @@ static void log_step(shared *sh, double lr) {
             ", \"loss\": %.6f, \"lr\": %.6g, \"samples_per_s\": %.1f, "
             "\"data_wait_pct\": %.2f",
             sh->step, sh->epoch, loss, lr, sps, wait);
+    if (sh->be->take_h2d)
+      fprintf(sh->json, ", \"h2d_gb_per_s\": %.3f", h2d);
     if (sh->o->log_checksums) {
       fputs(", \"weights_checksum\": [", sh->json);
       print_checksums(sh, sh->json, ", ");
@@ -301,30 +360,111 @@ static void log_step(shared *sh, double lr) {
     fputs("}\n", sh->json);
     fflush(sh->json);
   }
-  sh->iv_loss = sh->iv_count = sh->iv_wait_s = 0;
-  sh->iv_samples = 0;
+  sh->iv_wait_s = sh->iv_h2d_bytes = sh->iv_h2d_s = 0;
   sh->iv_start_s = t;
+  return 0;
+}
+
+/* Every rank: the weight checksums of all ranks into sh->checksums. */
+static int gather_checksums(shared *sh, tr_rank *r, float *tmp, char *err,
+                            size_t err_size) {
+  if (sh->be->get_state(r, tmp, NULL, err, err_size) != 0)
+    return -1;
+  /* The bytes of the float32 weights as the host holds them (little-endian
+   * on every platform wds builds for). */
+  uint64_t mine = tr_fnv1a(TR_FNV_INIT, tmp, sh->param_count * sizeof(float));
+  return sh->be->gather_u64(r, mine, sh->checksums, err, err_size);
+}
+
+/* One training step on sh->batch (every rank), with the next batch fetched
+ * (rank 0) and uploaded (every rank) while this one computes. */
+static int run_step(shared *sh, tr_rank *r, int rank, float *tmp, char *err,
+                    size_t err_size) {
+  const tr_options *o = sh->o;
+  const tr_backend *be = sh->be;
+  tr_batch_view v;
+  view_of(sh, sh->batch, rank, sh->batch_slot, &v);
+  double lr = tr_lr_at(sh->step, sh->total_steps, o->warmup_steps, o->lr);
+  if (be->upload && !sh->batch_staged && be->upload(r, &v, err, err_size) != 0)
+    return -1;
+  if (be->forward_backward(r, &v, err, err_size) != 0 ||
+      be->allreduce(r, err, err_size) != 0 ||
+      be->sgd_step(r, (float)lr, err, err_size) != 0)
+    return -1;
+  uint64_t done = sh->step + 1;
+  if (rank == 0 && more_steps(sh, done)) {
+    const wds_batch *b = NULL;
+    int got = fetch(sh, &b);
+    if (got < 0)
+      return 1;
+    sh->next = got ? b : NULL;
+    sh->next_eof = !got;
+    if (got)
+      sh->next_slot = (int)(sh->uploads++ & 1);
+  }
+  if (be->barrier(r) != 0) /* next published */
+    return 1;
+  if (be->upload && sh->next) {
+    tr_batch_view nv;
+    view_of(sh, sh->next, rank, sh->next_slot, &nv);
+    if (be->upload(r, &nv, err, err_size) != 0)
+      return -1;
+  }
+  if (be->upload_wait && be->upload_wait(r, v.slot, err, err_size) != 0)
+    return -1;
+  int log_now =
+      o->log_every && (done % o->log_every == 0 || done == sh->total_steps);
+  if (log_now && o->log_checksums &&
+      gather_checksums(sh, r, tmp, err, err_size) != 0)
+    return -1;
+  if (be->barrier(r) != 0) /* nobody reads the batch any more */
+    return 1;
+  if (rank == 0) {
+    wds_loader_release(sh->train, sh->batch);
+    sh->batch = NULL;
+    sh->step = done;
+    if (log_now && log_step(sh, r, lr, err, err_size) != 0)
+      return -1;
+    if (o->checkpoint_path &&
+        ((o->checkpoint_every && done % o->checkpoint_every == 0) ||
+         done == o->stop_after || done == sh->total_steps) &&
+        save_checkpoint(sh, r, err, err_size) != 0)
+      return -1;
+  }
+  return 0;
 }
 
 static void *rank_main(void *arg) {
   rank_arg *a = arg;
   shared *sh = a->sh;
-  const tr_options *o = sh->o;
   const tr_backend *be = sh->be;
-  int rank = a->rank, seen_eof = 0;
+  int rank = a->rank, seen_eof = 0, rc;
   char err[512] = "";
   tr_rank *r = NULL;
   float *tmp = malloc(sh->param_count * sizeof(float));
-  if (!tmp) {
-    fail(sh, "rank %d: out of memory", rank);
-    return NULL;
+  uint64_t *prints = calloc((size_t)sh->world, sizeof *prints);
+  if (!tmp || !prints) {
+    fail(sh, "rank %d: out of memory", sh->first_rank + rank);
+    goto out;
   }
-  if (be->rank_create(sh->group, rank, &sh->model, o->batch_size, &r, err,
+  if (be->rank_create(sh->group, rank, &sh->model, sh->o->batch_size, &r, err,
                       sizeof err) != 0)
     goto failed;
   if (sh->resume && be->set_state(r, sh->resume->weights,
                                   sh->resume->momentum, err, sizeof err) != 0)
     goto failed;
+  /* Every rank of the job runs the same configuration (processes started
+   * with other options would train something else, or hang). */
+  if (be->gather_u64(r, sh->fingerprint, prints, err, sizeof err) != 0)
+    goto failed;
+  for (int i = 0; i < sh->world; i++)
+    if (prints[i] != sh->fingerprint) {
+      snprintf(err, sizeof err,
+               "rank %d was started with other options than rank %d (data, "
+               "model, optimizer, batch or topology settings differ)",
+               i, sh->first_rank + rank);
+      goto failed;
+    }
   if (rank == 0)
     sh->iv_start_s = now_s();
   for (;;) {
@@ -334,43 +474,11 @@ static void *rank_main(void *arg) {
       goto out;
     int cmd = sh->cmd;
     if (cmd == CMD_STEP) {
-      tr_batch_view v;
-      view_of(sh, sh->batch, rank, &v);
-      double lr = tr_lr_at(sh->step, sh->total_steps, o->warmup_steps, o->lr);
-      if (be->forward_backward(r, &v, err, sizeof err) != 0 ||
-          be->allreduce(r, err, sizeof err) != 0)
+      rc = run_step(sh, r, rank, tmp, err, sizeof err);
+      if (rc < 0)
         goto failed;
-      if (rank == 0)
-        wds_loader_release(sh->train, sh->batch);
-      if (be->sgd_step(r, (float)lr, err, sizeof err) != 0)
-        goto failed;
-      uint64_t done = sh->step + 1;
-      int log_now = o->log_every && (done % o->log_every == 0 ||
-                                     done == sh->total_steps);
-      if (log_now && o->log_checksums) {
-        int rc;
-        sh->checksums[rank] = weights_checksum(sh, r, tmp, err, sizeof err,
-                                               &rc);
-        if (rc != 0)
-          goto failed;
-      }
-      if (be->barrier(r) != 0) /* step done everywhere; checksums ready */
+      if (rc > 0)
         goto out;
-      if (rank == 0) {
-        double ls, cnt;
-        be->step_loss(r, &ls, &cnt);
-        sh->iv_loss += ls;
-        sh->iv_count += cnt;
-        sh->iv_samples += (uint64_t)cnt;
-        sh->step = done;
-        if (log_now)
-          log_step(sh, lr);
-        if (o->checkpoint_path &&
-            ((o->checkpoint_every && done % o->checkpoint_every == 0) ||
-             done == o->stop_after || done == sh->total_steps) &&
-            save_checkpoint(sh, r, err, sizeof err) != 0)
-          goto failed;
-      }
     } else if (cmd == CMD_EVAL || cmd == CMD_FINAL) {
       if (sh->eval) {
         if (run_eval(sh, r, rank, err, sizeof err) != 0)
@@ -389,14 +497,8 @@ static void *rank_main(void *arg) {
     }
   }
   /* Final checksums of every rank. */
-  {
-    int rc;
-    sh->checksums[rank] = weights_checksum(sh, r, tmp, err, sizeof err, &rc);
-    if (rc != 0)
-      goto failed;
-    if (be->barrier(r) != 0)
-      goto out;
-  }
+  if (gather_checksums(sh, r, tmp, err, sizeof err) != 0)
+    goto failed;
   goto out;
 failed_or_out:
   if (!err[0])
@@ -406,6 +508,7 @@ failed:
 out:
   be->rank_destroy(r);
   free(tmp);
+  free(prints);
   return NULL;
 }
 
@@ -419,11 +522,11 @@ static uint64_t config_fingerprint(const tr_options *o,
   int n = snprintf(
       buf, sizeof buf,
       "train=%s|index=%s|seed=%" PRIu64 "|mode=%d|spe=%" PRIu64
-      "|batch=%zu|ranks=%d|nodes=%d|workers=%d|img=%d|ch=%d|crop=%d"
+      "|batch=%zu|ranks=%d|procs=%d|workers=%d|img=%d|ch=%d|crop=%d"
       "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
       "|backend=%s|layers=%d",
       o->train_spec, o->train_index ? o->train_index : "", o->seed,
-      (int)o->mode, o->samples_per_epoch, o->batch_size, o->ranks, o->nodes,
+      (int)o->mode, o->samples_per_epoch, o->batch_size, o->ranks, o->procs,
       o->workers, o->image_size, o->channels, (int)o->crop, o->shuffle_buffer,
       (int)o->last_batch, o->lr, o->momentum, o->weight_decay,
       o->warmup_steps, o->backend->name, m->layers);
@@ -444,13 +547,15 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
   rank_arg *args = NULL;
   int started = 0;
 
-  if (o->nodes > 1 && o->backend == &tr_backend_cpu) {
+  if (o->procs > 1 && o->backend == &tr_backend_cpu) {
     snprintf(err, err_size,
-             "--nodes %d: the CPU backend runs on one node (ranks are "
+             "%d processes: the CPU backend runs in one process (ranks are "
              "threads); multi-node training needs the CUDA backend",
-             o->nodes);
+             o->procs);
     goto done;
   }
+  sh.world = o->procs * o->ranks;
+  sh.first_rank = o->proc_rank * o->ranks;
   tr_model_config *m = &sh.model;
   m->layers = o->hidden_count + 1;
   m->dims[0] = o->image_size * o->image_size * o->channels;
@@ -491,8 +596,8 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
   wds_loader_config lc = WDS_LOADER_CONFIG_INIT;
   lc.spec = o->train_spec;
   lc.index_path = o->train_index;
-  lc.rank = o->node_rank;
-  lc.world_size = o->nodes;
+  lc.rank = o->proc_rank;
+  lc.world_size = o->procs;
   lc.workers = o->workers;
   lc.seed = o->seed;
   lc.mode = o->mode;
@@ -552,11 +657,16 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
     }
   }
   fprintf(o->out,
-          "wds-train: backend %s, %d rank%s, %zu rows per rank (%zu per "
-          "loader batch), %" PRIu64 " batches per epoch, %" PRIu64
-          " steps%s, model %zu parameters\n",
-          o->backend->name, o->ranks, o->ranks == 1 ? "" : "s", o->batch_size,
-          lc.batch_size, sh.epoch_batches, sh.total_steps,
+          "wds-train: backend %s, %d rank%s", o->backend->name, o->ranks,
+          o->ranks == 1 ? "" : "s");
+  if (o->procs > 1)
+    fprintf(o->out, " in process %d of %d (global ranks %d..%d of %d)",
+            o->proc_rank, o->procs, sh.first_rank,
+            sh.first_rank + o->ranks - 1, sh.world);
+  fprintf(o->out,
+          ", %zu rows per rank (%zu per loader batch), %" PRIu64
+          " batches per epoch, %" PRIu64 " steps%s, model %zu parameters\n",
+          o->batch_size, lc.batch_size, sh.epoch_batches, sh.total_steps,
           sh.resume ? " (resumed)" : "", sh.param_count);
   if (sh.resume)
     fprintf(o->out, "resumed from %s at step %" PRIu64 " (epoch %" PRIu64
@@ -564,10 +674,20 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
             o->resume_path, ck.step, ck.loader_epoch, ck.loader_batches);
   fflush(o->out);
 
-  if (o->backend->group_create(o->ranks, sh.param_count, &sh.group, err,
-                               err_size) != 0)
+  tr_group_config gc = {.local_ranks = o->ranks,
+                        .world = sh.world,
+                        .first_rank = sh.first_rank,
+                        .first_device = o->first_device,
+                        .param_count = sh.param_count,
+                        .procs = o->procs,
+                        .proc_rank = o->proc_rank,
+                        .master_addr = o->master_addr,
+                        .master_port = o->master_port,
+                        .rdv_timeout_ms = o->rdv_timeout_ms,
+                        .precision = o->precision};
+  if (o->backend->group_create(&gc, &sh.group, err, err_size) != 0)
     goto done;
-  sh.checksums = calloc((size_t)o->ranks, sizeof *sh.checksums);
+  sh.checksums = calloc((size_t)sh.world, sizeof *sh.checksums);
   threads = calloc((size_t)o->ranks, sizeof *threads);
   args = calloc((size_t)o->ranks, sizeof *args);
   if (!sh.checksums || !threads || !args) {
@@ -587,6 +707,8 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
   for (int i = 0; i < started; i++)
     pthread_join(threads[i], NULL);
   double dt = now_s() - t0;
+  if (sh.next) /* fetched ahead of a stop (or a failure) */
+    wds_loader_release(sh.train, sh.next);
   if (sh.failed) {
     snprintf(err, err_size, "%s", sh.err);
     goto done;
@@ -597,8 +719,13 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
   if (sh.have_eval)
     fprintf(o->out, ", eval loss %.4f accuracy %.4f", sh.eval_loss,
             sh.eval_acc);
+  double wait_pct = dt > 0 ? 100.0 * sh.total_wait_s / dt : 0.0;
+  fprintf(o->out, ", data-wait %.1f%%", wait_pct);
+  if (sh.total_h2d_s > 0)
+    fprintf(o->out, ", h2d %.1f GB/s",
+            sh.total_h2d_bytes / sh.total_h2d_s / 1e9);
   fputs(", weights checksum", o->out);
-  for (int i = 0; i < o->ranks; i++)
+  for (int i = 0; i < sh.world; i++)
     fprintf(o->out, " %016" PRIx64, sh.checksums[i]);
   fputc('\n', o->out);
   if (o->checkpoint_path)
@@ -612,7 +739,12 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
               sh.eval_loss, sh.eval_acc);
     else
       fputs(", \"eval_loss\": null, \"eval_accuracy\": null", sh.json);
-    fprintf(sh.json, ", \"seconds\": %.3f, \"weights_checksum\": [", dt);
+    fprintf(sh.json, ", \"seconds\": %.3f, \"data_wait_pct\": %.2f", dt,
+            wait_pct);
+    if (sh.total_h2d_s > 0)
+      fprintf(sh.json, ", \"h2d_gb_per_s\": %.3f",
+              sh.total_h2d_bytes / sh.total_h2d_s / 1e9);
+    fputs(", \"weights_checksum\": [", sh.json);
     print_checksums(&sh, sh.json, ", ");
     fputs("]}}\n", sh.json);
   }

@@ -152,7 +152,39 @@ expect_err "not a checkpoint" "bad magic" "${COMMON[@]}" "${R[@]}" --resume zero
 expect_err "missing checkpoint" "No such file" "${COMMON[@]}" "${R[@]}" --resume nope.ck
 expect_err "another configuration" "another configuration" "${COMMON[@]}" "${R[@]}" --seed 8 --resume ck17
 expect_err "other layer sizes" "other layer sizes" "${COMMON[@]}" "${R[@]}" --hidden 32 --resume ck17
-expect_err "--device cuda without CUDA" "not built with CUDA" "${COMMON[@]}" "${R[@]}" --device cuda
+# No GPU (CUDA_VISIBLE_DEVICES empty hides any): --device cuda is an error
+# that says why, --device auto trains on the CPU.
+if [ "${WDS_TRAIN_CUDA:-OFF}" = ON ]; then
+  CUDA_VISIBLE_DEVICES= expect_err "--device cuda without a GPU" "no CUDA GPU found" "${COMMON[@]}" "${R[@]}" --device cuda
+else
+  expect_err "--device cuda without CUDA" "not built with CUDA" "${COMMON[@]}" "${R[@]}" --device cuda
+fi
+if CUDA_VISIBLE_DEVICES= timeout 120 "$TRAIN" "${COMMON[@]}" "${R[@]}" --steps 2 >auto.out 2>&1 &&
+  grep -q "^wds-train: backend cpu," auto.out; then
+  ok "--device auto without a GPU: the CPU backend"
+else
+  bad "--device auto without a GPU" "$(cat auto.out)"
+fi
+# Several processes need the CUDA backend (NCCL); on the CPU they are refused
+# before anything waits for a peer.
+CUDA_VISIBLE_DEVICES= expect_err "--nodes 2 on the CPU" "CPU backend runs in one process" \
+  "${COMMON[@]}" "${R[@]}" --nodes 2 --node-rank 1 --master-addr 127.0.0.1
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 CUDA_VISIBLE_DEVICES= expect_err "torchrun variables on the CPU" \
+  "CPU backend runs in one process" "${COMMON[@]}" "${R[@]}"
+rc=0
+RANK=1 timeout 60 "$TRAIN" "${COMMON[@]}" "${R[@]}" >err.out 2>err.txt || rc=$?
+if ((rc == 2)) && grep -q "WORLD_SIZE" err.txt; then
+  ok "RANK without WORLD_SIZE: $(head -1 err.txt)"
+else
+  bad "RANK without WORLD_SIZE" "rc $rc: $(cat err.txt)"
+fi
+rc=0
+timeout 60 "$TRAIN" "${COMMON[@]}" "${R[@]}" --nodes 2 --node-rank 1 >err.out 2>err.txt || rc=$?
+if ((rc == 2)) && grep -q "MASTER_ADDR\|--master-addr" err.txt; then
+  ok "--nodes 2 without an address: $(head -1 err.txt)"
+else
+  bad "--nodes 2 without an address" "rc $rc: $(cat err.txt)"
+fi
 expect_err "missing shards" "train" --train 'nothing-{0..2}.tar' --image-size 16
 
 # --- usage errors ------------------------------------------------------------
