@@ -47,8 +47,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "wds/loader.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define TR_MAX_LAYERS 16
 
@@ -65,6 +70,10 @@ typedef struct tr_model_config {
 /* Parameters: for each layer l, W (dims[l+1] x dims[l], row-major) then b
  * (dims[l+1]). */
 size_t tr_model_param_count(const tr_model_config *m);
+
+/* The initial parameters (param_count floats) from m->seed: He-uniform
+ * weights, zero biases; the same in every backend and on every rank. */
+void tr_model_init(const tr_model_config *m, float *w);
 
 /* A rank's view of a loader batch: rows [row0, row0 + rows). Rows past the
  * batch's end count as invalid (a partial last batch). */
@@ -97,8 +106,12 @@ enum { TR_PRECISION_AUTO, TR_PRECISION_FP32, TR_PRECISION_TF32 };
 /* A job of one process with `ranks` local ranks (tests). */
 static inline tr_group_config tr_group_config_local(int ranks,
                                                     size_t param_count) {
-  tr_group_config c = {.local_ranks = ranks, .world = ranks,
-                       .param_count = param_count, .procs = 1};
+  tr_group_config c;
+  memset(&c, 0, sizeof c);
+  c.local_ranks = ranks;
+  c.world = ranks;
+  c.param_count = param_count;
+  c.procs = 1;
   return c;
 }
 
@@ -163,5 +176,9 @@ int tr_cuda_device_count(char *why, size_t why_size);
 /* FNV-1a 64 of bytes, continuing from h (start with TR_FNV_INIT). */
 #define TR_FNV_INIT 0xcbf29ce484222325ULL
 uint64_t tr_fnv1a(uint64_t h, const void *data, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

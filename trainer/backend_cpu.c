@@ -76,6 +76,24 @@ static uint64_t splitmix64(uint64_t *s) {
   return z ^ (z >> 31);
 }
 
+void tr_model_init(const tr_model_config *m, float *w) {
+  /* He-uniform weights from one splitmix64 stream of the seed, zero
+   * biases: the same on every rank and in every backend. */
+  uint64_t s = m->seed ^ 0x5eed0f3a11e7ULL;
+  size_t off = 0;
+  for (int l = 0; l < m->layers; l++) {
+    size_t nw = (size_t)m->dims[l + 1] * (size_t)m->dims[l];
+    float bound = sqrtf(6.0f / (float)m->dims[l]);
+    float *W = w + off;
+    for (size_t i = 0; i < nw; i++) {
+      double u = (double)(splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0);
+      W[i] = (float)((2.0 * u - 1.0) * bound);
+    }
+    memset(W + nw, 0, (size_t)m->dims[l + 1] * sizeof(float));
+    off += nw + (size_t)m->dims[l + 1];
+  }
+}
+
 static int cpu_group_create(const tr_group_config *c, tr_group **out,
                             char *err, size_t err_size) {
   int ranks = c->local_ranks;
@@ -172,19 +190,7 @@ static int cpu_rank_create(tr_group *g, int rank, const tr_model_config *m,
   r->rows_idx = malloc(r->batch_rows * sizeof(size_t));
   if (!r->w || !r->v || !r->grad || !r->delta || !r->delta2 || !r->rows_idx)
     goto nomem_free;
-  /* He-uniform weights from one splitmix64 stream of the seed, zero
-   * biases: the same on every rank. */
-  uint64_t s = m->seed ^ 0x5eed0f3a11e7ULL;
-  for (int l = 0; l < m->layers; l++) {
-    size_t nw = (size_t)m->dims[l + 1] * (size_t)m->dims[l];
-    float bound = sqrtf(6.0f / (float)m->dims[l]);
-    float *W = r->w + r->offset[l];
-    for (size_t i = 0; i < nw; i++) {
-      double u = (double)(splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0);
-      W[i] = (float)((2.0 * u - 1.0) * bound);
-    }
-    memset(W + nw, 0, (size_t)m->dims[l + 1] * sizeof(float));
-  }
+  tr_model_init(m, r->w);
   g->grads[rank] = r->grad;
   *out = r;
   return 0;
