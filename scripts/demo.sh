@@ -12,24 +12,4 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build
 "$root/scripts/setup.sh" "$build"
-wds=$build/tools/wds
-train=$build/trainer/wds-train
-data=$build/demo-data
-rm -rf "$data" && mkdir -p "$data"
-echo "--- the data set:"
-/usr/bin/python3 "$root/scripts/make-digits.py" "$data/files"
-"$wds" write -o "$data/digits-train-%04d.tar" --maxcount 300 "$data/files/train"
-"$wds" write -o "$data/digits-eval-%04d.tar" "$data/files/eval"
-train_spec="$data/digits-train-{0000..0004}.tar"
-"$wds" verify --require png,cls "$train_spec" "$data/digits-eval-0000.tar"
-"$wds" index "$train_spec" -o "$data/digits-train.index.json"
-"$wds" ls --summary --index "$data/digits-train.index.json" "$train_spec"
-echo "--- the loader, as rank 1 of 2 in exact mode: first batches (epoch, index, keys):"
-"$wds" batches "$train_spec" --mode exact --index "$data/digits-train.index.json" \
-  --world 2 --rank 1 --batch-size 4 --decode png:l:8,cls --shuffle-buffer 100 --seed 1 |
-  sed -n 1,3p
-echo "--- training (2 data-parallel ranks):"
-"$train" --train "$train_spec" --index "$data/digits-train.index.json" \
-  --eval "$data/digits-eval-0000.tar" --image-size 8 --channels 1 --ranks 2 \
-  --batch-size 16 --epochs 15 --lr 0.05 --warmup-steps 20 --workers 2 --seed 1 \
-  --log-every 100 --checkpoint "$data/digits.ckpt" --json "$data/train.jsonl"
+"$root/scripts/demo-run.sh" "$build"

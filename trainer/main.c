@@ -48,7 +48,8 @@ static const char usage_text[] =
     "                         interrupted; resume with the same options\n"
     "  --device cpu|cuda|auto (default auto: cuda when built with it and a\n"
     "                         GPU is present, else cpu)\n"
-    "  --ranks N              CPU: rank threads (default 1)\n"
+    "  --ranks N              CPU: rank threads (default 1; not used when\n"
+    "                         auto picks cuda)\n"
     "  --gpus N               CUDA: GPUs used (default all)\n"
     "  --precision auto|tf32|fp32  CUDA matrix products: TF32 tensor cores\n"
     "                         (auto: where the GPU has them) or full FP32\n"
@@ -387,9 +388,8 @@ int main(int argc, char **argv) {
     if (ranks_given)
       return usage_error("%s", "--ranks is for --device cpu; use --gpus");
     o.backend = cuda;
-  } else if (strcmp(device, "auto") == 0 && cuda && visible > 0 &&
-             !ranks_given) {
-    o.backend = cuda;
+  } else if (strcmp(device, "auto") == 0 && cuda && visible > 0) {
+    o.backend = cuda; /* --ranks is the CPU's rank count: not used */
   } else {
     o.backend = &tr_backend_cpu;
   }

@@ -13,11 +13,36 @@
 #   * bad checkpoints (truncated, a flipped byte, not a checkpoint, another
 #     configuration) exit 1 with a clear message; usage errors exit 2.
 #
+# With TRAIN_DEVICE=cuda (the gpu test tools_train_gpu) the same checks run
+# on the CUDA backend, ranks being GPUs (--gpus; checks needing more GPUs
+# than there are say so and are skipped), plus: the H2D figures are logged,
+# and with two GPUs or more, two processes (torchrun's variables) train
+# together through the TCP rendezvous with identical weights. Without a GPU
+# that run exits 77 (skipped).
+#
 # Usage: train.sh WDS_TRAIN_BINARY
 # Prints `ok NAME` / `FAIL NAME` per check and a final `N passed, N failed`.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 wds_test_setup train "timeout" "$@"
 TRAIN=$WDS
+DEVICE=${TRAIN_DEVICE:-cpu}
+GPUS=0
+if [ "$DEVICE" = cuda ]; then
+  GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  if ((GPUS < 1)); then
+    echo "no GPU (nvidia-smi -L lists none): skipped"
+    exit 77
+  fi
+fi
+# par N: the options for N data-parallel ranks in P (1: can run here).
+par() {
+  if [ "$DEVICE" = cuda ]; then
+    P=(--gpus "$1")
+    ((GPUS >= $1)) || { echo "skip ($1 ranks need $1 GPUs, $GPUS here)"; return 1; }
+  else
+    P=(--ranks "$1")
+  fi
+}
 
 ok() { echo "ok $1"; passed=$((passed + 1)); }
 bad() { echo "FAIL $1${2:+: $2}"; failed=$((failed + 1)); }
@@ -49,7 +74,7 @@ PY
 "$PYTHON3" gen.py . eval 400 2 || die "generating shards"
 "$PYTHON3" gen.py . uneven 1,400,3,0,77,9 3 || die "generating shards"
 
-COMMON=(--image-size 16 --channels 1 --hidden 64,32 --lr 0.05 --seed 7)
+COMMON=(--device "$DEVICE" --image-size 16 --channels 1 --hidden 64,32 --lr 0.05 --seed 7)
 run() { timeout 60 "$TRAIN" "${COMMON[@]}" "$@"; }
 
 # json_check FILE PYTHON_EXPR: the expression over `lines` (parsed JSON
@@ -78,8 +103,9 @@ fi
 
 # --- bit-identical weights on every rank after every step -------------------
 for ranks in 2 3; do
+  par "$ranks" || continue
   if run --train 'train-{000..003}.tar' --batch-size 8 --epochs 1 \
-    --ranks "$ranks" --log-every 1 --log-checksums --json "r$ranks.json" \
+    "${P[@]}" --log-every 1 --log-checksums --json "r$ranks.json" \
     >"r$ranks.out" &&
     json_check "r$ranks.json" "len(steps) == summary['steps'] > 0 and all(len(s['weights_checksum']) == $ranks and len(set(s['weights_checksum'])) == 1 for s in steps) and len(set(s['weights_checksum'][0] for s in steps)) == len(steps) and len(set(summary['weights_checksum'])) == 1"; then
     ok "$ranks ranks: identical weights on every rank after each of $(grep -c '^step' "r$ranks.out") steps"
@@ -90,21 +116,21 @@ done
 
 # --- very uneven shards ----------------------------------------------------
 # 490 samples; 3 ranks x 5 rows = 15 per loader batch.
-if run --train 'uneven-{000..005}.tar' --batch-size 5 --ranks 3 --epochs 2 \
+par 3 && if run --train 'uneven-{000..005}.tar' --batch-size 5 "${P[@]}" --epochs 2 \
   --log-every 0 --json un1.json >un1.out 2>&1 &&
   json_check un1.json 'summary["steps"] == 2 * 33 and len(set(summary["weights_checksum"])) == 1'; then
   ok "uneven shards, exact mode, last-batch keep: 66 steps on every rank"
 else
   bad "uneven exact" "$(tail -3 un1.out)"
 fi
-if run --train 'uneven-{000..005}.tar' --batch-size 5 --ranks 3 --epochs 2 \
+par 3 && if run --train 'uneven-{000..005}.tar' --batch-size 5 "${P[@]}" --epochs 2 \
   --last-batch pad --workers 3 --log-every 0 --json un2.json >un2.out 2>&1 &&
   json_check un2.json 'summary["steps"] == 2 * 33 and len(set(summary["weights_checksum"])) == 1'; then
   ok "uneven shards, exact mode, last-batch pad, 3 workers"
 else
   bad "uneven pad" "$(tail -3 un2.out)"
 fi
-if run --train 'uneven-{000..005}.tar' --batch-size 4 --ranks 3 --epochs 2 \
+par 3 && if run --train 'uneven-{000..005}.tar' --batch-size 4 "${P[@]}" --epochs 2 \
   --mode resampled --samples-per-epoch 120 --log-every 0 --json un3.json \
   >un3.out 2>&1 &&
   json_check un3.json 'summary["steps"] == 2 * 10 and len(set(summary["weights_checksum"])) == 1'; then
@@ -114,15 +140,17 @@ else
 fi
 
 # --- stop and resume ---------------------------------------------------------
-R=(--train 'train-{000..003}.tar' --eval eval-000.tar --batch-size 8 --ranks 2
+par 2 || par 1
+R=(--train 'train-{000..003}.tar' --eval eval-000.tar --batch-size 8 "${P[@]}"
   --epochs 2 --warmup-steps 10 --log-every 0 --shuffle-buffer 100)
 run "${R[@]}" --json full.json >full.out || bad "uninterrupted run" "$(tail -2 full.out)"
 full=$("$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["summary"]["weights_checksum"])' full.json)
-for k in 17 63; do # 63 batches per epoch: mid-epoch, and at its end
+per_epoch=$(((1000 + 8 * P[1] - 1) / (8 * P[1]))) # 1000 samples, 8 rows per rank
+for k in 17 "$per_epoch"; do # mid-epoch, and at its end
   if run "${R[@]}" --checkpoint "ck$k" --checkpoint-every 5 --stop-after "$k" >"s$k.out" &&
     grep -q "stopped after $k steps" "s$k.out" &&
     run "${R[@]}" --checkpoint "ck$k" --resume "ck$k" --json "res$k.json" >"res$k.out" &&
-    json_check "res$k.json" "str(summary['weights_checksum']) == \"$full\" and summary['steps'] == 126"; then
+    json_check "res$k.json" "str(summary['weights_checksum']) == \"$full\" and summary['steps'] == 2 * $per_epoch"; then
     ok "stop after $k steps, resume: final weights identical to the uninterrupted run"
   else
     bad "resume after $k" "$(tail -2 "s$k.out" "res$k.out" 2>/dev/null)"
@@ -152,6 +180,7 @@ expect_err "not a checkpoint" "bad magic" "${COMMON[@]}" "${R[@]}" --resume zero
 expect_err "missing checkpoint" "No such file" "${COMMON[@]}" "${R[@]}" --resume nope.ck
 expect_err "another configuration" "another configuration" "${COMMON[@]}" "${R[@]}" --seed 8 --resume ck17
 expect_err "other layer sizes" "other layer sizes" "${COMMON[@]}" "${R[@]}" --hidden 32 --resume ck17
+if [ "$DEVICE" = cpu ]; then
 # No GPU (CUDA_VISIBLE_DEVICES empty hides any): --device cuda is an error
 # that says why, --device auto trains on the CPU.
 if [ "${WDS_TRAIN_CUDA:-OFF}" = ON ]; then
@@ -185,6 +214,51 @@ if ((rc == 2)) && grep -q "MASTER_ADDR\|--master-addr" err.txt; then
 else
   bad "--nodes 2 without an address" "rc $rc: $(cat err.txt)"
 fi
+fi
+
+if [ "$DEVICE" = cuda ]; then
+  # The H2D figures: in every log line and the summary.
+  if grep -q " h2d [0-9.]* GB/s" learn.out &&
+    json_check learn.json 'summary["h2d_gb_per_s"] > 0 and all(s["h2d_gb_per_s"] > 0 for s in steps)'; then
+    ok "H2D GB/s logged ($(grep -o 'h2d [0-9.]* GB/s' learn.out | tail -1))"
+  else
+    bad "H2D GB/s logged" "$(tail -2 learn.out)"
+  fi
+  # Two processes, one GPU each, as torchrun starts them: the ncclUniqueId
+  # through the TCP rendezvous, then identical weights after every step.
+  if ((GPUS >= 2)); then
+    port=$((20000 + RANDOM % 20000))
+    for r in 0 1; do
+      RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$port run --train 'train-{000..003}.tar' --batch-size 8 \
+        --epochs 1 --log-every 1 --log-checksums --rdv-timeout 60 \
+        --json "tr$r.json" >"tr$r.out" 2>&1 &
+    done
+    rc=0
+    wait %1 || rc=1
+    wait %2 || rc=1
+    if ((rc == 0)) &&
+      json_check tr0.json "len(steps) == summary['steps'] == 63 and all(len(s['weights_checksum']) == 2 and len(set(s['weights_checksum'])) == 1 for s in steps)" &&
+      json_check tr1.json "str(summary['weights_checksum']) == str($("$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["summary"]["weights_checksum"])' tr0.json))"; then
+      ok "2 processes (torchrun variables): identical weights after each of 63 steps"
+    else
+      bad "2 processes" "$(tail -2 tr0.out tr1.out)"
+    fi
+  else
+    echo "skip (2 processes need 2 GPUs, $GPUS here)"
+  fi
+  # The demo on the GPU: data-wait under 5% of the run, accuracy as README
+  # states.
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  build=$(cd "$(dirname "$TRAIN")/.." && pwd)
+  if DEMO_DATA=$PWD/demo timeout 600 "$root/scripts/demo-run.sh" "$build" --device cuda >demo.out 2>&1 &&
+    json_check demo/train.jsonl 'summary["data_wait_pct"] < 5.0 and summary["eval_accuracy"] >= 0.95'; then
+    ok "demo on the GPU: $(grep '^done after' demo.out)"
+  else
+    bad "demo on the GPU: data-wait < 5%, accuracy >= 0.95" "$(tail -3 demo.out)"
+  fi
+fi
+
 expect_err "missing shards" "train" --train 'nothing-{0..2}.tar' --image-size 16
 
 # --- usage errors ------------------------------------------------------------
