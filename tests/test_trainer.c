@@ -225,11 +225,83 @@ TEST(cpu_group_abort_wakes_waiting_rank) {
   ASSERT_TRUE(ret == g);
 }
 
+/* gather_u64 gives every rank all values in rank order; take_loss sums the
+ * steps since the last call and resets. */
+typedef struct gather_arg {
+  tr_group *g;
+  int rank, rc;
+  uint64_t all[3];
+  double loss, count, loss2, count2;
+} gather_arg;
+
+static void *gather_main(void *p) {
+  gather_arg *a = p;
+  const tr_backend *be = &tr_backend_cpu;
+  tr_model_config m = {.layers = 2, .dims = {4, 6, 3}, .seed = 1};
+  char err[256];
+  tr_rank *r;
+  a->rc = be->rank_create(a->g, a->rank, &m, 1, &r, err, sizeof err);
+  if (a->rc)
+    return NULL;
+  a->rc |= be->gather_u64(r, 1000 + (uint64_t)a->rank, a->all, err,
+                          sizeof err);
+  for (int it = 0; it < 2; it++) {
+    tr_batch_view v = {g_img, g_lab, g_valid, 3, (size_t)a->rank, 1, 0};
+    a->rc |= be->forward_backward(r, &v, err, sizeof err);
+    a->rc |= be->allreduce(r, err, sizeof err);
+  }
+  a->rc |= be->take_loss(r, &a->loss, &a->count, err, sizeof err);
+  a->rc |= be->take_loss(r, &a->loss2, &a->count2, err, sizeof err);
+  be->rank_destroy(r);
+  return NULL;
+}
+
+TEST(cpu_gather_and_take_loss) {
+  tr_group *g;
+  char err[256];
+  tr_model_config m = {.layers = 2, .dims = {4, 6, 3}};
+  tr_group_config gc = tr_group_config_local(3, tr_model_param_count(&m));
+  ASSERT_EQ_INT(tr_backend_cpu.group_create(&gc, &g, err, sizeof err), 0);
+  gather_arg a[3];
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++) {
+    memset(&a[i], 0, sizeof a[i]);
+    a[i].g = g;
+    a[i].rank = i;
+    pthread_create(&t[i], NULL, gather_main, &a[i]);
+  }
+  for (int i = 0; i < 3; i++)
+    pthread_join(t[i], NULL);
+  tr_backend_cpu.group_destroy(g);
+  for (int i = 0; i < 3; i++) {
+    ASSERT_EQ_INT(a[i].rc, 0);
+    for (int k = 0; k < 3; k++)
+      ASSERT_EQ_U64(a[i].all[k], 1000 + (uint64_t)k);
+    /* Rows 0 and 1 valid, row 2 not: 2 valid rows per step, 2 steps. */
+    ASSERT_TRUE(a[i].count == 4.0);
+    ASSERT_TRUE(a[i].loss > 0.0 && a[i].loss == a[0].loss);
+    ASSERT_TRUE(a[i].count2 == 0.0 && a[i].loss2 == 0.0);
+  }
+}
+
+TEST(cpu_group_is_one_process) {
+  tr_group *g = NULL;
+  char err[256] = "";
+  tr_group_config gc = tr_group_config_local(2, 15);
+  gc.procs = 2;
+  gc.world = 4;
+  ASSERT_EQ_INT(tr_backend_cpu.group_create(&gc, &g, err, sizeof err), -1);
+  ASSERT_TRUE(g == NULL);
+  ASSERT_CONTAINS(err, "CUDA backend");
+}
+
 int main(void) {
   RUN(lr_schedule);
   RUN(checkpoint_round_trip_and_validation);
   RUN(cpu_gradients_match_finite_differences);
   RUN(cpu_allreduce_identical_on_every_rank);
   RUN(cpu_group_abort_wakes_waiting_rank);
+  RUN(cpu_gather_and_take_loss);
+  RUN(cpu_group_is_one_process);
   return test_summary();
 }

@@ -365,21 +365,26 @@ static int log_step(shared *sh, tr_rank *r, double lr, char *err,
   return 0;
 }
 
-/* Every rank: the weight checksums of all ranks into sh->checksums. */
-static int gather_checksums(shared *sh, tr_rank *r, float *tmp, char *err,
-                            size_t err_size) {
+/* Every rank: the weight checksums of all ranks of the job (a collective),
+ * into all[world]; local rank 0 keeps them in sh->checksums. */
+static int gather_checksums(shared *sh, tr_rank *r, int rank, float *tmp,
+                            uint64_t *all, char *err, size_t err_size) {
   if (sh->be->get_state(r, tmp, NULL, err, err_size) != 0)
     return -1;
   /* The bytes of the float32 weights as the host holds them (little-endian
    * on every platform wds builds for). */
   uint64_t mine = tr_fnv1a(TR_FNV_INIT, tmp, sh->param_count * sizeof(float));
-  return sh->be->gather_u64(r, mine, sh->checksums, err, err_size);
+  if (sh->be->gather_u64(r, mine, all, err, err_size) != 0)
+    return -1;
+  if (rank == 0)
+    memcpy(sh->checksums, all, (size_t)sh->world * sizeof *all);
+  return 0;
 }
 
 /* One training step on sh->batch (every rank), with the next batch fetched
  * (rank 0) and uploaded (every rank) while this one computes. */
-static int run_step(shared *sh, tr_rank *r, int rank, float *tmp, char *err,
-                    size_t err_size) {
+static int run_step(shared *sh, tr_rank *r, int rank, float *tmp,
+                    uint64_t *all, char *err, size_t err_size) {
   const tr_options *o = sh->o;
   const tr_backend *be = sh->be;
   tr_batch_view v;
@@ -415,7 +420,7 @@ static int run_step(shared *sh, tr_rank *r, int rank, float *tmp, char *err,
   int log_now =
       o->log_every && (done % o->log_every == 0 || done == sh->total_steps);
   if (log_now && o->log_checksums &&
-      gather_checksums(sh, r, tmp, err, err_size) != 0)
+      gather_checksums(sh, r, rank, tmp, all, err, err_size) != 0)
     return -1;
   if (be->barrier(r) != 0) /* nobody reads the batch any more */
     return 1;
@@ -474,7 +479,7 @@ static void *rank_main(void *arg) {
       goto out;
     int cmd = sh->cmd;
     if (cmd == CMD_STEP) {
-      rc = run_step(sh, r, rank, tmp, err, sizeof err);
+      rc = run_step(sh, r, rank, tmp, prints, err, sizeof err);
       if (rc < 0)
         goto failed;
       if (rc > 0)
@@ -497,7 +502,7 @@ static void *rank_main(void *arg) {
     }
   }
   /* Final checksums of every rank. */
-  if (gather_checksums(sh, r, tmp, err, sizeof err) != 0)
+  if (gather_checksums(sh, r, rank, tmp, prints, err, sizeof err) != 0)
     goto failed;
   goto out;
 failed_or_out:
