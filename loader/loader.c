@@ -2106,6 +2106,11 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
   if (r.kind == READY_EOF) {
     l->epoch++;
     l->delivered = 0;
+    if (l->cfg.eager_next_epoch) {
+      int rc = run_start(l, l->epoch, 0);
+      if (rc != WDS_OK)
+        l->failed = rc; /* the next call reports it */
+    }
     return WDS_EOF;
   }
   set_error(l, "%s", l->run_error);

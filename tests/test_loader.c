@@ -490,7 +490,9 @@ TEST(output_is_independent_of_thread_timing) {
     ASSERT_EQ_INT(run_cfg(&c, &b), WDS_OK);
     c.urls = (const char *const *)slow;
     c.prefetch_batches = 7;
+    c.eager_next_epoch = 1; /* starts epoch 1 early: epoch 0 unchanged */
     ASSERT_EQ_INT(run_cfg(&c, &d), WDS_OK);
+    c.eager_next_epoch = 0;
     ASSERT_EQ_U64(a.n, b.n);
     ASSERT_EQ_U64(a.n, d.n);
     ASSERT_TRUE(a.n > 0);
@@ -632,6 +634,52 @@ static void run_epochs(wds_loader *l, int epochs, run_out *o) {
     run_epoch(l, o);
     out_push_batch(o, &(wds_batch){0}); /* marker: a 0-row batch */
   }
+}
+
+/* eager_next_epoch: the same batches over 3 epochs; set_epoch() after an
+ * eagerly started epoch gives the epoch asked for. */
+TEST(eager_next_epoch_changes_nothing) {
+  uint64_t counts[4] = {11, 5, 9, 14};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 4, counts, -1), 0);
+  for (int mode = 0; mode < 3; mode++) {
+    wds_loader_config c = base_cfg(&s);
+    c.mode = (wds_mode)mode;
+    c.workers = 2;
+    c.batch_size = 3;
+    c.shuffle_buffer = 6;
+    c.seed = 5;
+    c.samples_per_epoch = mode == WDS_MODE_RESAMPLED ? 30 : 0;
+    run_out a, b, x, y;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    memset(&x, 0, sizeof x);
+    memset(&y, 0, sizeof y);
+    wds_loader *l;
+    ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+    run_epochs(l, 3, &a);
+    wds_loader_close(l);
+    c.eager_next_epoch = 1;
+    ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+    run_epochs(l, 3, &b);
+    /* Epoch 3 is being read; jump to 7 instead. */
+    ASSERT_EQ_INT(wds_loader_set_epoch(l, 7), WDS_OK);
+    run_epoch(l, &x);
+    wds_loader_close(l);
+    c.eager_next_epoch = 0;
+    c.epoch = 7;
+    ASSERT_EQ_INT(run_cfg(&c, &y), WDS_OK);
+    ASSERT_EQ_U64(a.n, b.n);
+    ASSERT_TRUE(a.n > 0);
+    ASSERT_TRUE(memcmp(a.ids, b.ids, a.n * sizeof *a.ids) == 0);
+    ASSERT_EQ_U64(x.n, y.n);
+    ASSERT_TRUE(memcmp(x.ids, y.ids, x.n * sizeof *x.ids) == 0);
+    out_free(&a);
+    out_free(&b);
+    out_free(&x);
+    out_free(&y);
+  }
+  shardset_free(&s);
 }
 
 TEST(resume_equals_an_uninterrupted_run) {
@@ -1231,6 +1279,7 @@ int main(void) {
   RUN(assignment_changes_with_the_epoch);
   RUN(shuffle_positions_are_close_to_uniform);
   RUN(large_buffer_separates_neighbours);
+  RUN(eager_next_epoch_changes_nothing);
   RUN(resume_equals_an_uninterrupted_run);
   RUN(resume_does_not_decode_delivered_samples);
   RUN(skip_policy_keeps_rows_and_counts);

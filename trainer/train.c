@@ -614,6 +614,9 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
   lc.field_count = 2;
   lc.image_size = o->image_size;
   lc.crop = o->crop;
+  /* The next epoch's shuffle buffer fills while this one's last step
+   * computes and the evaluation runs. */
+  lc.eager_next_epoch = 1;
   if (sh.resume) {
     lc.epoch = ck.loader_epoch;
     lc.resume_batches = ck.loader_batches;

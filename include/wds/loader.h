@@ -183,6 +183,11 @@ typedef struct wds_loader_config {
   wds_crop crop;
   double crop_scale_min, crop_scale_max; /* random crop area (0.08, 1) */
   size_t prefetch_batches;               /* slots in the pool; 0 = 4 */
+  int eager_next_epoch; /* 1: on returning WDS_EOF, start reading the next
+                           epoch at once (its shuffle buffer fills while
+                           the caller evaluates or checkpoints) instead of
+                           at the next call; set_epoch() or close() stop
+                           it. The batches are the same either way. */
 
   /* Errors and limits. */
   wds_error_policy on_error;
