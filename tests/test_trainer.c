@@ -25,9 +25,14 @@ TEST(lr_schedule) {
 TEST(checkpoint_round_trip_and_validation) {
   char path[256], err[512];
   snprintf(path, sizeof path, "/tmp/test_trainer_%ld.ck", (long)getpid());
-  tr_checkpoint c = {.layers = 2, .dims = {4, 3, 2}, .step = 7,
-                     .total_steps = 9, .loader_epoch = 1,
-                     .loader_batches = 3, .fingerprint = 42, .seed = 5};
+  tr_checkpoint c = {.layers = 2,
+                     .dims = {4, 3, 2},
+                     .step = 7,
+                     .total_steps = 9,
+                     .loader_epoch = 1,
+                     .loader_batches = 3,
+                     .fingerprint = 42,
+                     .seed = 5};
   tr_model_config m = {.layers = 2, .dims = {4, 3, 2}};
   c.param_count = tr_model_param_count(&m);
   ASSERT_EQ_U64(c.param_count, 4 * 3 + 3 + 3 * 2 + 2);
@@ -75,8 +80,8 @@ TEST(checkpoint_round_trip_and_validation) {
 }
 
 /* A small model and batch: 3 rows (one invalid), 2x2x1 images. */
-static const uint8_t g_img[3 * 4] = {10, 200, 30, 90, 250, 5, 60, 120,
-                                     0, 0, 255, 255};
+static const uint8_t g_img[3 * 4] = {10, 200, 30, 90, 250, 5,
+                                     60, 120, 0,  0,  255, 255};
 static const int64_t g_lab[3] = {1, 2, 0};
 static const uint8_t g_valid[3] = {1, 1, 0};
 
@@ -127,8 +132,7 @@ TEST(cpu_gradients_match_finite_differences) {
     w[i] = save;
     double g_fd = (lp - lm) / 2e-2;
     if (fabs(g_an - g_fd) > 2e-3 + 2e-2 * fabs(g_fd)) {
-      printf("  param %zu: analytic %g, finite difference %g\n", i, g_an,
-             g_fd);
+      printf("  param %zu: analytic %g, finite difference %g\n", i, g_an, g_fd);
       bad++;
     }
   }
@@ -151,8 +155,11 @@ typedef struct ar_arg {
 static void *ar_main(void *p) {
   ar_arg *a = p;
   const tr_backend *be = &tr_backend_cpu;
-  tr_model_config m = {.layers = 2, .dims = {4, 6, 3}, .seed = 1,
-                       .momentum = 0.9f, .weight_decay = 1e-3f};
+  tr_model_config m = {.layers = 2,
+                       .dims = {4, 6, 3},
+                       .seed = 1,
+                       .momentum = 0.9f,
+                       .weight_decay = 1e-3f};
   char err[256];
   tr_rank *r;
   a->rc = be->rank_create(a->g, a->rank, &m, 1, &r, err, sizeof err);
@@ -177,8 +184,7 @@ TEST(cpu_allreduce_identical_on_every_rank) {
     size_t np = tr_model_param_count(&m);
     ASSERT_TRUE(np <= 64);
     tr_group_config gc = tr_group_config_local(ranks, np);
-    ASSERT_EQ_INT(tr_backend_cpu.group_create(&gc, &g, err, sizeof err),
-                  0);
+    ASSERT_EQ_INT(tr_backend_cpu.group_create(&gc, &g, err, sizeof err), 0);
     ar_arg args[4];
     pthread_t t[4];
     for (int i = 0; i < ranks; i++) {
@@ -243,8 +249,7 @@ static void *gather_main(void *p) {
   a->rc = be->rank_create(a->g, a->rank, &m, 1, &r, err, sizeof err);
   if (a->rc)
     return NULL;
-  a->rc |= be->gather_u64(r, 1000 + (uint64_t)a->rank, a->all, err,
-                          sizeof err);
+  a->rc |= be->gather_u64(r, 1000 + (uint64_t)a->rank, a->all, err, sizeof err);
   for (int it = 0; it < 2; it++) {
     tr_batch_view v = {g_img, g_lab, g_valid, 3, (size_t)a->rank, 1, 0};
     a->rc |= be->forward_backward(r, &v, err, sizeof err);

@@ -11,8 +11,10 @@
  *   * H2D: uploading pinned batches (the backend's path, labels and flags
  *     included) reaches >= 0.8 of a plain pinned cudaMemcpy of the same
  *     size, timed in the same process;
- *   * with two GPUs: a failing rank aborts the group, and the rank blocked
- *     in the all-reduce returns an error instead of hanging. */
+ *   * with two GPUs: the NCCL all-reduce of two ranks matches the CPU
+ *     backend's, bit-identical on both; and a rank failing after a first
+ *     good step aborts the group, so the other rank, whose all-reduce kernel
+ *     waits for it, returns an error instead of hanging. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <pthread.h>
@@ -32,27 +34,39 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* A batch: ROWS rows of 8x8x3 images, labels 0..9, some rows invalid; the
- * loader batch has BATCH_ROWS < ROWS rows (a partial last batch). */
+/* Batches: ROWS rows of 8x8x3 images, labels 0..9, some rows invalid; the
+ * loader batch has BATCH_ROWS < ROWS rows (a partial last batch), and the
+ * rank's view starts at ROW0 (as rank 1 of a job would) with RROWS rows. */
 #define ROWS 40
 #define BATCH_ROWS 37
+#define ROW0 8
+#define RROWS 32
 #define D (8 * 8 * 3)
-static uint8_t g_img[ROWS * D];
-static int64_t g_lab[ROWS];
-static uint8_t g_valid[ROWS];
+#define NB 5
+static uint8_t g_imgs[NB][ROWS * D];
+static int64_t g_labs[NB][ROWS];
+static uint8_t g_valids[NB][ROWS];
+#define g_img g_imgs[0]
+#define g_valid g_valids[0]
 
-static void make_batch(uint32_t seed) {
+static void make_batch(int k, uint32_t seed) {
   uint32_t s = seed;
   for (int i = 0; i < ROWS; i++) {
-    g_lab[i] = (int64_t)((s = s * 1664525u + 1013904223u) >> 16) % 10;
-    g_valid[i] = i % 7 != 3;
-    for (int k = 0; k < D; k++) {
+    g_labs[k][i] = (int64_t)((s = s * 1664525u + 1013904223u) >> 16) % 10;
+    g_valids[k][i] = (i + k) % 7 != 3;
+    for (int j = 0; j < D; j++) {
       s = s * 1664525u + 1013904223u;
       /* Learnable: a brighter band whose place is the label. */
-      int band = k / 3 / 8 == (int)g_lab[i] % 8;
-      g_img[i * D + k] = (uint8_t)((s >> 24) / 2 + (band ? 120 : 0));
+      int band = j / 3 / 8 == (int)g_labs[k][i] % 8;
+      g_imgs[k][i * D + j] = (uint8_t)((s >> 24) / 2 + (band ? 120 : 0));
     }
   }
+}
+
+static tr_batch_view view(int k, size_t row0, size_t rows, int slot) {
+  tr_batch_view v = {g_imgs[k], g_labs[k], g_valids[k], BATCH_ROWS,
+                     row0,      rows,      slot};
+  return v;
 }
 
 typedef struct pair {
@@ -68,9 +82,9 @@ static int open_pair(pair *p, const tr_model_config *m, int precision,
   tr_group_config c = tr_group_config_local(1, p->np);
   c.precision = precision;
   if (tr_backend_cpu.group_create(&c, &p->gc, err, n) ||
-      tr_backend_cpu.rank_create(p->gc, 0, m, ROWS, &p->rc, err, n) ||
+      tr_backend_cpu.rank_create(p->gc, 0, m, RROWS, &p->rc, err, n) ||
       cuda->group_create(&c, &p->gg, err, n) ||
-      cuda->rank_create(p->gg, 0, m, ROWS, &p->rg, err, n))
+      cuda->rank_create(p->gg, 0, m, RROWS, &p->rg, err, n))
     return -1;
   return 0;
 }
@@ -99,12 +113,18 @@ static double rel_max_err(const float *a, const float *b, size_t n) {
   return md / mb;
 }
 
+/* Four steps on four different batches, driven as train.c drives them:
+ * batch i+1 is uploaded to the other slot while batch i computes. */
 static void grads_match(int precision, double tol) {
   char err[512] = "";
-  tr_model_config m = {.layers = 3, .dims = {D, 64, 32, 10}, .seed = 7,
-                       .momentum = 0.9f, .weight_decay = 1e-3f};
+  tr_model_config m = {.layers = 3,
+                       .dims = {D, 64, 32, 10},
+                       .seed = 7,
+                       .momentum = 0.9f,
+                       .weight_decay = 1e-3f};
   pair p;
-  make_batch(11);
+  for (int k = 0; k < NB; k++)
+    make_batch(k, 11 + 7 * (uint32_t)k);
   int rc = open_pair(&p, &m, precision, err, sizeof err);
   if (rc)
     printf("    %s\n", err);
@@ -113,23 +133,30 @@ static void grads_match(int precision, double tol) {
   float *gc = malloc((np + 2) * sizeof(float));
   float *gg = malloc((np + 2) * sizeof(float));
   float *wc = malloc(np * sizeof(float)), *wg = malloc(np * sizeof(float));
-  for (int step = 0; step < 4 && rc == 0; step++) {
-    tr_batch_view v = {g_img, g_lab, g_valid, BATCH_ROWS, 0, ROWS, step & 1};
+  double counts = 0;
+  tr_batch_view v0 = view(0, ROW0, RROWS, 0);
+  rc |= cuda->upload(p.rg, &v0, err, sizeof err);
+  for (int step = 0; step < NB - 1 && rc == 0; step++) {
+    tr_batch_view v = view(step, ROW0, RROWS, step & 1);
+    tr_batch_view next = view(step + 1, ROW0, RROWS, (step + 1) & 1);
     rc |= tr_backend_cpu.forward_backward(p.rc, &v, err, sizeof err);
     rc |= tr_backend_cpu.allreduce(p.rc, err, sizeof err);
-    rc |= cuda->upload(p.rg, &v, err, sizeof err);
     rc |= cuda->forward_backward(p.rg, &v, err, sizeof err);
     rc |= cuda->allreduce(p.rg, err, sizeof err);
+    rc |= cuda->upload(p.rg, &next, err, sizeof err);
     rc |= cuda->upload_wait(p.rg, v.slot, err, sizeof err);
     rc |= tr_backend_cpu.get_grad(p.rc, gc, err, sizeof err);
     rc |= cuda->get_grad(p.rg, gg, err, sizeof err);
+    if (rc)
+      printf("    %s\n", err);
     ASSERT_EQ_INT(rc, 0);
     if (rc)
       break;
-    /* Valid rows: those below BATCH_ROWS with valid set. */
+    /* Valid rows: those of [ROW0, BATCH_ROWS) with valid set. */
     float expect = 0;
-    for (int i = 0; i < BATCH_ROWS; i++)
-      expect += g_valid[i];
+    for (int i = ROW0; i < BATCH_ROWS; i++)
+      expect += g_valids[step][i];
+    counts += expect;
     ASSERT_TRUE(gc[np + 1] == expect);
     ASSERT_TRUE(gg[np + 1] == expect);
     double lerr = fabs((double)gg[np] - (double)gc[np]) / fabs(gc[np]);
@@ -147,22 +174,22 @@ static void grads_match(int precision, double tol) {
     double werr = rel_max_err(wg, wc, np);
     ASSERT_TRUE(werr < tol);
   }
-  /* Evaluation of the trained weights. */
+  /* Evaluation of the trained weights on the last batch (uploaded to slot
+   * 0 during the last step). */
   double lc = 0, lg = 0;
   uint64_t cc = 0, cg = 0, nc = 0, ng = 0;
-  tr_batch_view v = {g_img, g_lab, g_valid, BATCH_ROWS, 0, ROWS, 0};
+  tr_batch_view v = view(NB - 1, ROW0, RROWS, (NB - 1) & 1);
   rc |= tr_backend_cpu.evaluate(p.rc, &v, &lc, &cc, &nc, err, sizeof err);
-  rc |= cuda->upload(p.rg, &v, err, sizeof err);
-  rc |= cuda->upload_wait(p.rg, 0, err, sizeof err);
+  rc |= cuda->upload_wait(p.rg, v.slot, err, sizeof err);
   rc |= cuda->evaluate(p.rg, &v, &lg, &cg, &ng, err, sizeof err);
   ASSERT_EQ_INT(rc, 0);
   ASSERT_EQ_U64(ng, nc);
   ASSERT_TRUE(fabs(lg - lc) / lc < tol);
   ASSERT_TRUE(cg + 1 >= cc && cc + 1 >= cg); /* a near tie may flip */
-  /* take_loss: the 4 steps' sums. */
+  /* take_loss: the 4 steps' sums, then nothing. */
   double ls = 0, cnt = 0;
   ASSERT_EQ_INT(cuda->take_loss(p.rg, &ls, &cnt, err, sizeof err), 0);
-  ASSERT_TRUE(cnt == 4.0 * (double)gg[np + 1]);
+  ASSERT_TRUE(cnt == counts);
   ASSERT_EQ_INT(cuda->take_loss(p.rg, &ls, &cnt, err, sizeof err), 0);
   ASSERT_TRUE(cnt == 0.0 && ls == 0.0);
   free(gc);
@@ -174,6 +201,103 @@ static void grads_match(int precision, double tol) {
 
 TEST(cuda_matches_cpu_fp32) { grads_match(TR_PRECISION_FP32, 1e-4); }
 TEST(cuda_matches_cpu_tf32) { grads_match(TR_PRECISION_TF32, 2e-2); }
+
+/* Two ranks (threads), each on its rows of one batch: the all-reduced
+ * gradient of the CUDA backend (NCCL over 2 GPUs) against the CPU
+ * backend's; both CUDA ranks hold the same bits. */
+typedef struct two_arg {
+  const tr_backend *be;
+  tr_group *g;
+  int local, precision, rc;
+  float *grad;
+  char err[512];
+} two_arg;
+
+static void *two_rank(void *p) {
+  two_arg *a = p;
+  tr_model_config m = {.layers = 2, .dims = {D, 48, 10}, .seed = 3};
+  tr_rank *r = NULL;
+  a->rc = a->be->rank_create(a->g, a->local, &m, 16, &r, a->err, sizeof a->err);
+  if (a->rc) {
+    a->be->group_abort(a->g);
+    return NULL;
+  }
+  tr_batch_view v = view(2, (size_t)a->local * 16, 16, 0);
+  if (a->be->upload)
+    a->rc |= a->be->upload(r, &v, a->err, sizeof a->err);
+  a->rc |= a->be->forward_backward(r, &v, a->err, sizeof a->err);
+  a->rc |= a->be->allreduce(r, a->err, sizeof a->err);
+  if (a->be->upload_wait)
+    a->rc |= a->be->upload_wait(r, 0, a->err, sizeof a->err);
+  a->rc |= a->be->get_grad(r, a->grad, a->err, sizeof a->err);
+  if (a->rc)
+    a->be->group_abort(a->g);
+  a->be->rank_destroy(r);
+  return NULL;
+}
+
+static int run_two(const tr_backend *be, float *g0, float *g1, size_t np,
+                   char *err, size_t n) {
+  tr_group_config c = tr_group_config_local(2, np);
+  c.precision = TR_PRECISION_FP32;
+  tr_group *g = NULL;
+  if (be->group_create(&c, &g, err, n) != 0)
+    return -1;
+  two_arg a[2];
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) {
+    memset(&a[i], 0, sizeof a[i]);
+    a[i].be = be;
+    a[i].g = g;
+    a[i].local = i;
+    a[i].grad = i ? g1 : g0;
+    pthread_create(&t[i], NULL, two_rank, &a[i]);
+  }
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  be->group_destroy(g);
+  for (int i = 0; i < 2; i++)
+    if (a[i].rc) {
+      snprintf(err, n, "%s", a[i].err);
+      return -1;
+    }
+  return 0;
+}
+
+TEST(two_gpus_allreduce_matches_cpu) {
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  if (n < 2) {
+    printf("    (one GPU: skipped)\n");
+    return;
+  }
+  char err[512] = "";
+  make_batch(2, 99);
+  tr_model_config m = {.layers = 2, .dims = {D, 48, 10}, .seed = 3};
+  size_t np = tr_model_param_count(&m);
+  float *c0 = malloc((np + 2) * sizeof(float));
+  float *c1 = malloc((np + 2) * sizeof(float));
+  float *g0 = malloc((np + 2) * sizeof(float));
+  float *g1 = malloc((np + 2) * sizeof(float));
+  int rc = run_two(&tr_backend_cpu, c0, c1, np, err, sizeof err);
+  ASSERT_EQ_INT(rc, 0);
+  rc = run_two(cuda, g0, g1, np, err, sizeof err);
+  if (rc)
+    printf("    %s\n", err);
+  ASSERT_EQ_INT(rc, 0);
+  if (rc == 0) {
+    ASSERT_TRUE(memcmp(g0, g1, (np + 2) * sizeof(float)) == 0);
+    ASSERT_TRUE(g0[np + 1] == c0[np + 1]); /* the job's valid rows */
+    double e = rel_max_err(g0, c0, np);
+    printf("    2 ranks: gradient max error %.2e of its largest entry\n", e);
+    ASSERT_TRUE(e < 1e-4);
+    ASSERT_TRUE(fabs((double)g0[np] - (double)c0[np]) / c0[np] < 1e-4);
+  }
+  free(c0);
+  free(c1);
+  free(g0);
+  free(g1);
+}
 
 TEST(one_rank_collectives) {
   char err[512] = "";
@@ -191,11 +315,11 @@ TEST(one_rank_collectives) {
   ASSERT_EQ_INT(cuda->allreduce_small(r, vals, 3, err, sizeof err), 0);
   ASSERT_TRUE(vals[0] == 1.5 && vals[1] == -2.0 && vals[2] == 1e9);
   uint64_t all[1] = {0};
-  ASSERT_EQ_INT(cuda->gather_u64(r, 0xfedcba9876543210ULL, all, err,
-                                 sizeof err), 0);
+  ASSERT_EQ_INT(
+      cuda->gather_u64(r, 0xfedcba9876543210ULL, all, err, sizeof err), 0);
   ASSERT_EQ_U64(all[0], 0xfedcba9876543210ULL);
   /* A label out of range is refused, naming it. */
-  make_batch(3);
+  make_batch(0, 3);
   int64_t lab[4] = {1, 2, 10, 3};
   tr_batch_view v = {g_img, lab, g_valid, 4, 0, 4, 1};
   ASSERT_EQ_INT(cuda->upload(r, &v, err, sizeof err), -1);
@@ -292,18 +416,22 @@ static void *abort_rank(void *p) {
     cuda->group_abort(a->g);
     return NULL;
   }
-  int64_t lab[4] = {1, 2, a->local ? 99 : 3, 3};
-  tr_batch_view v = {g_img, lab, g_valid, 4, 0, 4, 0};
-  a->rc = cuda->upload(r, &v, a->err, sizeof a->err);
-  if (a->rc == 0)
+  double ls, cnt;
+  /* Step 1 succeeds on both ranks; in step 2 rank 1 finds a bad label,
+   * while rank 0's all-reduce kernel waits for it on the GPU. */
+  for (int step = 0; step < 2 && a->rc == 0; step++) {
+    int64_t lab[4] = {1, 2, step && a->local ? 99 : 3, 3};
+    tr_batch_view v = {g_img, lab, g_valid, 4, 0, 4, step & 1};
+    a->rc = cuda->upload(r, &v, a->err, sizeof a->err);
+    if (a->rc) {
+      cuda->group_abort(a->g);
+      break;
+    }
     a->rc = cuda->forward_backward(r, &v, a->err, sizeof a->err);
-  if (a->rc == 0) {
-    a->rc = cuda->allreduce(r, a->err, sizeof a->err);
+    if (a->rc == 0)
+      a->rc = cuda->allreduce(r, a->err, sizeof a->err);
     if (a->rc == 0) /* the all-reduce is asynchronous: wait for it */
-      a->rc = cuda->take_loss(r, &(double){0}, &(double){0}, a->err,
-                              sizeof a->err);
-  } else {
-    cuda->group_abort(a->g);
+      a->rc = cuda->take_loss(r, &ls, &cnt, a->err, sizeof a->err);
   }
   cuda->rank_destroy(r);
   return NULL;
@@ -320,7 +448,7 @@ TEST(failed_rank_aborts_the_other) {
   tr_group_config c = tr_group_config_local(2, D * 10 + 10);
   tr_group *g = NULL;
   ASSERT_EQ_INT(cuda->group_create(&c, &g, err, sizeof err), 0);
-  make_batch(5);
+  make_batch(0, 5);
   abort_arg a[2];
   pthread_t t[2];
   double t0 = now_s();
@@ -332,8 +460,8 @@ TEST(failed_rank_aborts_the_other) {
   }
   for (int i = 0; i < 2; i++)
     pthread_join(t[i], NULL);
-  printf("    rank 0: %s\n    rank 1: %s\n    (%.2f s)\n", a[0].err,
-         a[1].err, now_s() - t0);
+  printf("    rank 0: %s\n    rank 1: %s\n    (%.2f s)\n", a[0].err, a[1].err,
+         now_s() - t0);
   ASSERT_EQ_INT(a[1].rc, -1);
   ASSERT_CONTAINS(a[1].err, "label 99");
   ASSERT_EQ_INT(a[0].rc, -1);
@@ -350,6 +478,7 @@ int main(void) {
   }
   RUN(cuda_matches_cpu_fp32);
   RUN(cuda_matches_cpu_tf32);
+  RUN(two_gpus_allreduce_matches_cpu);
   RUN(one_rank_collectives);
   RUN(h2d_upload_reaches_pinned_memcpy);
   RUN(failed_rank_aborts_the_other);

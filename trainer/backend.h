@@ -88,17 +88,20 @@ typedef struct tr_batch_view {
 
 /* The job as one process sees it. */
 typedef struct tr_group_config {
-  int local_ranks;   /* rank threads in this process */
-  int world;         /* ranks of the job (all processes) */
-  int first_rank;    /* global rank of local rank 0 */
-  int first_device;  /* CUDA device of local rank 0 (torchrun: LOCAL_RANK) */
+  int local_ranks;  /* rank threads in this process */
+  int world;        /* ranks of the job (all processes) */
+  int first_rank;   /* global rank of local rank 0 */
+  int first_device; /* CUDA device of local rank 0 (torchrun: LOCAL_RANK) */
   size_t param_count;
   /* Processes of the job (CUDA: the ncclUniqueId rendezvous). */
   int procs, proc_rank;
   const char *master_addr; /* process 0's address, as the others reach it */
   int master_port;
   int rdv_timeout_ms;
-  int precision; /* TR_PRECISION_* (CUDA) */
+  int collective_timeout_ms; /* CUDA: the longest wait for a collective or
+                                a copy before the communicator is aborted;
+                                0 = 600 s */
+  int precision;             /* TR_PRECISION_* (CUDA) */
 } tr_group_config;
 
 enum { TR_PRECISION_AUTO, TR_PRECISION_FP32, TR_PRECISION_TF32 };
@@ -130,8 +133,7 @@ typedef struct tr_backend {
                      size_t batch_rows, tr_rank **out, char *err,
                      size_t err_size);
   void (*rank_destroy)(tr_rank *r);
-  int (*upload)(tr_rank *r, const tr_batch_view *b, char *err,
-                size_t err_size);
+  int (*upload)(tr_rank *r, const tr_batch_view *b, char *err, size_t err_size);
   int (*upload_wait)(tr_rank *r, int slot, char *err, size_t err_size);
   int (*forward_backward)(tr_rank *r, const tr_batch_view *b, char *err,
                           size_t err_size);
@@ -172,6 +174,11 @@ const tr_backend *tr_backend_cuda_get(void);
 /* CUDA devices visible (0 without CUDA or without a GPU), and, when none,
  * why (the CUDA runtime's message) into why. */
 int tr_cuda_device_count(char *why, size_t why_size);
+
+/* Makes `device` the calling thread's current device (the main thread, before
+ * the loaders pin their batch memory: the context is made on that GPU, not
+ * on GPU 0). 0, or -1 with the message in err. */
+int tr_cuda_set_device(int device, char *err, size_t err_size);
 
 /* FNV-1a 64 of bytes, continuing from h (start with TR_FNV_INIT). */
 #define TR_FNV_INIT 0xcbf29ce484222325ULL

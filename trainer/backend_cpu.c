@@ -34,10 +34,10 @@ struct tr_group {
   int ranks;
   size_t n; /* param_count + 2 */
   tr_barrier barrier;
-  float **grads;  /* per rank */
-  float *result;  /* the reduced buffer */
+  float **grads; /* per rank */
+  float *result; /* the reduced buffer */
   double (*small)[TR_SMALL_MAX];
-  uint64_t *u64;  /* per rank: gather_u64 */
+  uint64_t *u64; /* per rank: gather_u64 */
 };
 
 struct tr_rank {
@@ -45,8 +45,8 @@ struct tr_rank {
   int rank;
   tr_model_config m;
   size_t param_count, batch_rows;
-  size_t offset[TR_MAX_LAYERS]; /* of W of layer l in the flat buffers */
-  float *w, *v, *grad;          /* weights, momentum, gradient (+2) */
+  size_t offset[TR_MAX_LAYERS];  /* of W of layer l in the flat buffers */
+  float *w, *v, *grad;           /* weights, momentum, gradient (+2) */
   float *act[TR_MAX_LAYERS + 1]; /* batch_rows x dims[l] */
   float *delta, *delta2;         /* batch_rows x max dim */
   size_t *rows_idx;
@@ -94,8 +94,8 @@ void tr_model_init(const tr_model_config *m, float *w) {
   }
 }
 
-static int cpu_group_create(const tr_group_config *c, tr_group **out,
-                            char *err, size_t err_size) {
+static int cpu_group_create(const tr_group_config *c, tr_group **out, char *err,
+                            size_t err_size) {
   int ranks = c->local_ranks;
   *out = NULL;
   if (c->world != ranks || c->procs != 1) {
@@ -176,7 +176,7 @@ static int cpu_rank_create(tr_group *g, int rank, const tr_model_config *m,
     off += (size_t)m->dims[l + 1] * (size_t)m->dims[l] + (size_t)m->dims[l + 1];
   }
   for (int l = 0; l <= m->layers; l++) {
-    if ((size_t)m->dims[l] > maxdim)
+    if (l > 0 && (size_t)m->dims[l] > maxdim) /* deltas: never the input */
       maxdim = (size_t)m->dims[l];
     r->act[l] = malloc(r->batch_rows * (size_t)m->dims[l] * sizeof(float));
     if (!r->act[l])
@@ -356,8 +356,8 @@ aborted:
   return -1;
 }
 
-static int cpu_take_loss(tr_rank *r, double *loss_sum, double *count,
-                         char *err, size_t err_size) {
+static int cpu_take_loss(tr_rank *r, double *loss_sum, double *count, char *err,
+                         size_t err_size) {
   (void)err;
   (void)err_size;
   *loss_sum = r->loss_acc;
@@ -444,8 +444,8 @@ aborted:
 
 static int cpu_barrier(tr_rank *r) { return tr_barrier_wait(&r->g->barrier); }
 
-static int cpu_get_state(tr_rank *r, float *weights, float *momentum,
-                         char *err, size_t err_size) {
+static int cpu_get_state(tr_rank *r, float *weights, float *momentum, char *err,
+                         size_t err_size) {
   (void)err;
   (void)err_size;
   if (weights)

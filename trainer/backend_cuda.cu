@@ -28,9 +28,14 @@
  * Waiting: the host never blocks in a CUDA or NCCL call that a failed peer
  * could hold forever. Communicators are non-blocking (NCCL's config
  * blocking = 0); every wait polls the event, ncclCommGetAsyncError and the
- * group's abort flag, so a failure anywhere (another local rank, a remote
- * process, NCCL itself) ends the wait with a message naming the rank and the
- * call, and the communicator is aborted (ncclCommAbort), not left hanging. */
+ * group's abort flag, and has a deadline (--collective-timeout; init has
+ * --rdv-timeout). A failure of another local rank (the abort flag), a
+ * network error NCCL reports, or a peer process that failed or hangs (NCCL
+ * does not tell the others when a process on the same node dies or aborts:
+ * the deadline) ends the wait with a message naming the rank and the call,
+ * and the communicator is aborted (ncclCommAbort), not left hanging. Copies
+ * to pageable host memory, which block inside the driver, are made only
+ * after a polled wait for everything before them. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -107,8 +112,8 @@ static int cuda_fail(tr_rank *r, cudaError_t e, const char *call, char *err,
   return -1;
 }
 
-static int nccl_fail(tr_rank *r, ncclResult_t res, const char *call,
-                     char *err, size_t n) {
+static int nccl_fail(tr_rank *r, ncclResult_t res, const char *call, char *err,
+                     size_t n) {
   const char *last = r->comm ? ncclGetLastError(r->comm) : NULL;
   snprintf(err, n, "rank %d (GPU %d): %s: %s%s%s", r->rank, r->device, call,
            ncclGetErrorString(res), last && *last ? ": " : "",
@@ -117,8 +122,8 @@ static int nccl_fail(tr_rank *r, ncclResult_t res, const char *call,
   return -1;
 }
 
-static int blas_fail(tr_rank *r, cublasStatus_t st, const char *call,
-                     char *err, size_t n) {
+static int blas_fail(tr_rank *r, cublasStatus_t st, const char *call, char *err,
+                     size_t n) {
   snprintf(err, n, "rank %d (GPU %d): %s: %s", r->rank, r->device, call,
            cublasGetStatusString(st));
   r->failed = 1;
@@ -140,6 +145,28 @@ static int blas_fail(tr_rank *r, cublasStatus_t st, const char *call,
   } while (0)
 
 #define LAUNCHED(what) CU(cudaGetLastError(), what)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The deadline of a wait that starts now (--collective-timeout). */
+static double collective_deadline(const tr_rank *r) {
+  int ms = r->g->c.collective_timeout_ms;
+  return now_s() + (ms > 0 ? ms / 1000.0 : 600.0);
+}
+
+static int timeout_fail(tr_rank *r, const char *what, double waited_s,
+                        const char *flag, char *err, size_t n) {
+  snprintf(err, n,
+           "rank %d (GPU %d): %s: nothing completed for %.0f s (%s): a rank "
+           "of another process failed or hangs; aborting the communicator",
+           r->rank, r->device, what, waited_s, flag);
+  r->failed = 1;
+  return -1;
+}
 
 static void pause_briefly(unsigned spins) {
   if (spins < 64) {
@@ -175,6 +202,7 @@ static int aborted_fail(tr_rank *r, const char *what, char *err, size_t n) {
  * the group's abort flag. */
 static int wait_event(tr_rank *r, cudaEvent_t ev, const char *what, char *err,
                       size_t err_size) {
+  double t0 = now_s(), deadline = collective_deadline(r);
   for (unsigned spins = 0;; spins++) {
     cudaError_t e = cudaEventQuery(ev);
     if (e == cudaSuccess)
@@ -185,6 +213,9 @@ static int wait_event(tr_rank *r, cudaEvent_t ev, const char *what, char *err,
       return -1;
     if (aborted(r->g))
       return aborted_fail(r, what, err, err_size);
+    if ((spins & 63) == 63 && now_s() > deadline)
+      return timeout_fail(r, what, now_s() - t0, "--collective-timeout", err,
+                          err_size);
     pause_briefly(spins);
   }
 }
@@ -197,11 +228,16 @@ static int wait_compute(tr_rank *r, const char *what, char *err,
 }
 
 /* A non-blocking NCCL call's result: ncclInProgress is polled until the
- * call is complete (or failed, or the group aborted). */
+ * call is complete (or failed, or the group aborted, or deadline_s passed:
+ * 0 = --collective-timeout from now). */
 static int nccl_done(tr_rank *r, ncclResult_t res, const char *call,
                      double deadline_s, char *err, size_t err_size) {
   if (res != ncclSuccess && res != ncclInProgress)
     return nccl_fail(r, res, call, err, err_size);
+  double t0 = now_s();
+  const char *flag = deadline_s > 0 ? "--rdv-timeout" : "--collective-timeout";
+  if (deadline_s <= 0)
+    deadline_s = collective_deadline(r);
   for (unsigned spins = 0;; spins++) {
     ncclResult_t a = ncclSuccess;
     ncclResult_t q = ncclCommGetAsyncError(r->comm, &a);
@@ -213,18 +249,8 @@ static int nccl_done(tr_rank *r, ncclResult_t res, const char *call,
       return nccl_fail(r, a, call, err, err_size);
     if (aborted(r->g))
       return aborted_fail(r, call, err, err_size);
-    if (deadline_s > 0) {
-      struct timespec ts;
-      clock_gettime(CLOCK_MONOTONIC, &ts);
-      if ((double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec > deadline_s) {
-        snprintf(err, err_size,
-                 "rank %d (GPU %d): %s: the other ranks did not join within "
-                 "--rdv-timeout",
-                 r->rank, r->device, call);
-        r->failed = 1;
-        return -1;
-      }
-    }
+    if ((spins & 63) == 63 && now_s() > deadline_s)
+      return timeout_fail(r, call, now_s() - t0, flag, err, err_size);
     pause_briefly(spins);
   }
 }
@@ -335,8 +361,7 @@ __global__ void k_sum_rows(const float *a0, const float *a1, const float *a2,
 }
 
 /* db[o] = sum over rows of dz[row][o] (rows ascending). */
-__global__ void k_bias_grad(const float *dz, size_t rows, int dout,
-                            float *db) {
+__global__ void k_bias_grad(const float *dz, size_t rows, int dout, float *db) {
   int o = blockIdx.x * blockDim.x + threadIdx.x;
   if (o >= dout)
     return;
@@ -385,6 +410,16 @@ extern "C" int tr_cuda_device_count(char *why, size_t why_size) {
   if (n == 0)
     snprintf(why, why_size, "no device");
   return n;
+}
+
+extern "C" int tr_cuda_set_device(int device, char *err, size_t err_size) {
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) {
+    snprintf(err, err_size, "cudaSetDevice(%d): %s", device,
+             cudaGetErrorString(e));
+    return -1;
+  }
+  return 0;
 }
 
 static int cuda_group_create(const tr_group_config *c, tr_group **out,
@@ -468,6 +503,8 @@ static void cuda_rank_destroy(tr_rank *r) {
   if (!r)
     return;
   cudaSetDevice(r->device);
+  if (r->failed) /* the local ranks waiting for this one give up */
+    cuda_group_abort(r->g);
   if (r->comm) {
     if (r->comm_ok && !r->failed && !aborted(r->g)) {
       /* Flush, then free; ncclCommFinalize is non-blocking here. */
@@ -525,12 +562,6 @@ static void cuda_rank_destroy(tr_rank *r) {
   free(r);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 #define DMALLOC(ptr, bytes)                                                    \
   CU(cudaMalloc((void **)&(ptr), (bytes)), "cudaMalloc")
 
@@ -538,10 +569,12 @@ static int rank_init(tr_rank *r, char *err, size_t err_size) {
   tr_group *g = r->g;
   const tr_model_config *m = &r->m;
   CU(cudaSetDevice(r->device), "cudaSetDevice");
-  cudaDeviceProp prop;
-  CU(cudaGetDeviceProperties(&prop, r->device), "cudaGetDeviceProperties");
+  int major = 0;
+  CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                            r->device),
+     "cudaDeviceGetAttribute");
   int tf32 = g->c.precision == TR_PRECISION_TF32 ||
-             (g->c.precision == TR_PRECISION_AUTO && prop.major >= 8);
+             (g->c.precision == TR_PRECISION_AUTO && major >= 8);
   r->compute_type = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   CU(cudaStreamCreateWithFlags(&r->compute, cudaStreamNonBlocking),
      "cudaStreamCreate");
@@ -549,9 +582,9 @@ static int rank_init(tr_rank *r, char *err, size_t err_size) {
      "cudaStreamCreate");
   BL(cublasCreate(&r->blas), "cublasCreate");
   BL(cublasSetStream(r->blas, r->compute), "cublasSetStream");
-  size_t maxdim = 0;
+  size_t maxdim = 0; /* of the deltas: layers 1..L (never the input) */
   for (int l = 0; l <= m->layers; l++) {
-    if ((size_t)m->dims[l] > maxdim)
+    if (l > 0 && (size_t)m->dims[l] > maxdim)
       maxdim = (size_t)m->dims[l];
     DMALLOC(r->act[l], r->B * (size_t)m->dims[l] * sizeof(float));
   }
@@ -598,8 +631,8 @@ static int rank_init(tr_rank *r, char *err, size_t err_size) {
     return -1;
   }
   tr_model_init(m, w0);
-  cudaError_t e = cudaMemcpy(r->w, w0, r->np * sizeof(float),
-                             cudaMemcpyHostToDevice);
+  cudaError_t e =
+      cudaMemcpy(r->w, w0, r->np * sizeof(float), cudaMemcpyHostToDevice);
   free(w0);
   CU(e, "cudaMemcpy (initial weights)");
   CU(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
@@ -610,9 +643,9 @@ static int rank_init(tr_rank *r, char *err, size_t err_size) {
   cfg.blocking = 0;
   ncclResult_t res =
       ncclCommInitRankConfig(&r->comm, g->c.world, g->id, r->rank, &cfg);
-  double deadline = now_s() + (g->c.rdv_timeout_ms > 0
-                                   ? g->c.rdv_timeout_ms / 1000.0
-                                   : 300.0);
+  double deadline =
+      now_s() +
+      (g->c.rdv_timeout_ms > 0 ? g->c.rdv_timeout_ms / 1000.0 : 300.0);
   if (nccl_done(r, res, "ncclCommInitRank", deadline, err, err_size) != 0)
     return -1;
   r->comm_ok = 1;
@@ -625,8 +658,7 @@ static int cuda_rank_create(tr_group *g, int local, const tr_model_config *m,
   *out = NULL;
   tr_rank *r = (tr_rank *)calloc(1, sizeof *r);
   if (!r) {
-    snprintf(err, err_size, "rank %d: out of memory",
-             g->c.first_rank + local);
+    snprintf(err, err_size, "rank %d: out of memory", g->c.first_rank + local);
     return -1;
   }
   r->g = g;
@@ -653,6 +685,8 @@ static int cuda_rank_create(tr_group *g, int local, const tr_model_config *m,
 
 /* ---- data --------------------------------------------------------------- */
 
+static int cuda_upload_wait(tr_rank *r, int s, char *err, size_t err_size);
+
 /* Rows of view b that exist in its batch. */
 static size_t rows_present(const tr_batch_view *b) {
   if (b->row0 >= b->batch_rows)
@@ -670,8 +704,7 @@ static int cuda_upload(tr_rank *r, const tr_batch_view *b, char *err,
     return -1;
   }
   /* The staging buffers of the slot are free once its last copy is done. */
-  if (r->pending[s] && wait_event(r, r->h2d_stop[s], "upload", err,
-                                  err_size) != 0)
+  if (r->pending[s] && cuda_upload_wait(r, s, err, err_size) != 0)
     return -1;
   size_t n = rows_present(b);
   int classes = r->m.dims[r->m.layers];
@@ -704,7 +737,8 @@ static int cuda_upload(tr_rank *r, const tr_batch_view *b, char *err,
   CU(cudaEventRecord(r->h2d_stop[s], r->copy), "cudaEventRecord");
   r->pending[s] = 1;
   r->uploaded[s] = 1;
-  r->pending_bytes[s] = (double)(n * r->D + r->B * (sizeof(int) + sizeof(float)));
+  r->pending_bytes[s] =
+      (double)(n * r->D + r->B * (sizeof(int) + sizeof(float)));
   return 0;
 }
 
@@ -733,15 +767,14 @@ static void cuda_take_h2d(tr_rank *r, double *bytes, double *seconds) {
 /* Normalised inputs of slot s into act[0], then the forward pass. */
 static int forward(tr_rank *r, int s, char *err, size_t err_size) {
   if (s < 0 || s > 1 || !r->uploaded[s]) {
-    snprintf(err, err_size, "rank %d: device buffer %d holds no batch",
-             r->rank, s);
+    snprintf(err, err_size, "rank %d: device buffer %d holds no batch", r->rank,
+             s);
     return -1;
   }
-  CU(cudaStreamWaitEvent(r->compute, r->h2d_stop[s], 0),
-     "cudaStreamWaitEvent");
+  CU(cudaStreamWaitEvent(r->compute, r->h2d_stop[s], 0), "cudaStreamWaitEvent");
   size_t n = r->B * r->D;
-  k_normalize<<<blocks_for(n), THREADS, 0, r->compute>>>(r->img[s],
-                                                          r->act[0], n);
+  k_normalize<<<blocks_for(n), THREADS, 0, r->compute>>>(r->img[s], r->act[0],
+                                                         n);
   LAUNCHED("k_normalize");
   const float one = 1.0f, zero = 0.0f;
   for (int l = 0; l < r->m.layers; l++) {
@@ -749,8 +782,8 @@ static int forward(tr_rank *r, int s, char *err, size_t err_size) {
     const float *W = r->w + r->offset[l], *bias = W + (size_t)dout * din;
     /* Z (dout x B, column-major) = W^T (W column-major din x dout) . A. */
     BL(cublasGemmEx(r->blas, CUBLAS_OP_T, CUBLAS_OP_N, dout, (int)r->B, din,
-                    &one, W, CUDA_R_32F, din, r->act[l], CUDA_R_32F, din,
-                    &zero, r->act[l + 1], CUDA_R_32F, dout, r->compute_type,
+                    &one, W, CUDA_R_32F, din, r->act[l], CUDA_R_32F, din, &zero,
+                    r->act[l + 1], CUDA_R_32F, dout, r->compute_type,
                     CUBLAS_GEMM_DEFAULT),
        "cublasGemmEx (forward)");
     size_t nz = r->B * (size_t)dout;
@@ -761,8 +794,8 @@ static int forward(tr_rank *r, int s, char *err, size_t err_size) {
   return 0;
 }
 
-static int cuda_forward_backward(tr_rank *r, const tr_batch_view *b,
-                                 char *err, size_t err_size) {
+static int cuda_forward_backward(tr_rank *r, const tr_batch_view *b, char *err,
+                                 size_t err_size) {
   int s = b->slot, L = r->m.layers, classes = r->m.dims[L];
   if (forward(r, s, err, err_size) != 0)
     return -1;
@@ -772,8 +805,8 @@ static int cuda_forward_backward(tr_rank *r, const tr_batch_view *b,
       NULL);
   LAUNCHED("k_softmax_xent");
   /* grad[P] = loss sum, grad[P + 1] = valid rows. */
-  k_sum_rows<<<1, THREADS, 0, r->compute>>>(r->rowloss, r->valid[s], NULL,
-                                            rows, NULL, 0, r->grad + r->np);
+  k_sum_rows<<<1, THREADS, 0, r->compute>>>(r->rowloss, r->valid[s], NULL, rows,
+                                            NULL, 0, r->grad + r->np);
   LAUNCHED("k_sum_rows");
   CU(cudaEventRecord(r->consumed[s], r->compute), "cudaEventRecord");
   const float one = 1.0f, zero = 0.0f;
@@ -784,9 +817,8 @@ static int cuda_forward_backward(tr_rank *r, const tr_batch_view *b,
     float *dW = r->grad + r->offset[l], *db = dW + (size_t)dout * din;
     /* dW (din x dout column-major = dout x din row-major) = A . dZ^T. */
     BL(cublasGemmEx(r->blas, CUBLAS_OP_N, CUBLAS_OP_T, din, dout, rows, &one,
-                    r->act[l], CUDA_R_32F, din, dz, CUDA_R_32F, dout, &zero,
-                    dW, CUDA_R_32F, din, r->compute_type,
-                    CUBLAS_GEMM_DEFAULT),
+                    r->act[l], CUDA_R_32F, din, dz, CUDA_R_32F, dout, &zero, dW,
+                    CUDA_R_32F, din, r->compute_type, CUBLAS_GEMM_DEFAULT),
        "cublasGemmEx (weight gradient)");
     k_bias_grad<<<(dout + THREADS - 1) / THREADS, THREADS, 0, r->compute>>>(
         dz, r->B, dout, db);
@@ -794,13 +826,12 @@ static int cuda_forward_backward(tr_rank *r, const tr_batch_view *b,
     if (l == 0)
       break;
     /* dA (din x B) = W (din x dout) . dZ (dout x B), then ReLU's mask. */
-    BL(cublasGemmEx(r->blas, CUBLAS_OP_N, CUBLAS_OP_N, din, rows, dout, &one,
-                    W, CUDA_R_32F, din, dz, CUDA_R_32F, dout, &zero, da,
+    BL(cublasGemmEx(r->blas, CUBLAS_OP_N, CUBLAS_OP_N, din, rows, dout, &one, W,
+                    CUDA_R_32F, din, dz, CUDA_R_32F, dout, &zero, da,
                     CUDA_R_32F, din, r->compute_type, CUBLAS_GEMM_DEFAULT),
        "cublasGemmEx (input gradient)");
     size_t na = r->B * (size_t)din;
-    k_relu_mask<<<blocks_for(na), THREADS, 0, r->compute>>>(da, r->act[l],
-                                                             na);
+    k_relu_mask<<<blocks_for(na), THREADS, 0, r->compute>>>(da, r->act[l], na);
     LAUNCHED("k_relu_mask");
     float *t = dz;
     dz = da;
@@ -853,9 +884,8 @@ static int cuda_evaluate(tr_rank *r, const tr_batch_view *b, double *loss_sum,
       r->act[L], r->lab[s], r->valid[s], rows, r->m.dims[L], NULL, r->rowloss,
       r->rowcorrect);
   LAUNCHED("k_softmax_xent");
-  k_sum_rows<<<1, THREADS, 0, r->compute>>>(r->rowloss, r->rowcorrect,
-                                            r->valid[s], rows, r->sums, 0,
-                                            NULL);
+  k_sum_rows<<<1, THREADS, 0, r->compute>>>(
+      r->rowloss, r->rowcorrect, r->valid[s], rows, r->sums, 0, NULL);
   LAUNCHED("k_sum_rows");
   CU(cudaEventRecord(r->consumed[s], r->compute), "cudaEventRecord");
   CU(cudaMemcpyAsync(r->h_scratch, r->sums, 3 * sizeof(double),
@@ -894,12 +924,11 @@ static int cuda_allreduce_small(tr_rank *r, double *values, int n, char *err,
   return 0;
 }
 
-static int cuda_gather_u64(tr_rank *r, uint64_t mine, uint64_t *all,
-                           char *err, size_t err_size) {
+static int cuda_gather_u64(tr_rank *r, uint64_t mine, uint64_t *all, char *err,
+                           size_t err_size) {
   unsigned long long *h = (unsigned long long *)r->h_scratch;
   h[0] = mine;
-  CU(cudaMemcpyAsync(r->gin, h, sizeof *h, cudaMemcpyHostToDevice,
-                     r->compute),
+  CU(cudaMemcpyAsync(r->gin, h, sizeof *h, cudaMemcpyHostToDevice, r->compute),
      "cudaMemcpyAsync");
   ncclResult_t res =
       ncclAllGather(r->gin, r->gout, 1, ncclUint64, r->comm, r->compute);
@@ -915,14 +944,16 @@ static int cuda_gather_u64(tr_rank *r, uint64_t mine, uint64_t *all,
   return 0;
 }
 
-static int cuda_barrier(tr_rank *r) {
-  return tr_barrier_wait(&r->g->barrier);
-}
+static int cuda_barrier(tr_rank *r) { return tr_barrier_wait(&r->g->barrier); }
 
 /* Device <-> host copies of n floats, ordered on the compute stream. */
 static int copy_floats(tr_rank *r, void *dst, const void *src, size_t n,
                        cudaMemcpyKind kind, const char *what, char *err,
                        size_t err_size) {
+  /* With pageable host memory the copy blocks in the driver until the
+   * stream reaches it: first wait (polling) for what is queued before. */
+  if (wait_compute(r, what, err, err_size) != 0)
+    return -1;
   CU(cudaMemcpyAsync(dst, src, n * sizeof(float), kind, r->compute), what);
   return wait_compute(r, what, err, err_size);
 }
@@ -932,8 +963,7 @@ static int cuda_get_state(tr_rank *r, float *weights, float *momentum,
   if (weights && copy_floats(r, weights, r->w, r->np, cudaMemcpyDeviceToHost,
                              "cudaMemcpyAsync (weights)", err, err_size) != 0)
     return -1;
-  if (momentum && copy_floats(r, momentum, r->v, r->np,
-                              cudaMemcpyDeviceToHost,
+  if (momentum && copy_floats(r, momentum, r->v, r->np, cudaMemcpyDeviceToHost,
                               "cudaMemcpyAsync (momentum)", err, err_size) != 0)
     return -1;
   return 0;
@@ -944,15 +974,13 @@ static int cuda_set_state(tr_rank *r, const float *weights,
   if (weights && copy_floats(r, r->w, weights, r->np, cudaMemcpyHostToDevice,
                              "cudaMemcpyAsync (weights)", err, err_size) != 0)
     return -1;
-  if (momentum && copy_floats(r, r->v, momentum, r->np,
-                              cudaMemcpyHostToDevice,
+  if (momentum && copy_floats(r, r->v, momentum, r->np, cudaMemcpyHostToDevice,
                               "cudaMemcpyAsync (momentum)", err, err_size) != 0)
     return -1;
   return 0;
 }
 
-static int cuda_get_grad(tr_rank *r, float *grad, char *err,
-                         size_t err_size) {
+static int cuda_get_grad(tr_rank *r, float *grad, char *err, size_t err_size) {
   return copy_floats(r, grad, r->grad, r->np + 2, cudaMemcpyDeviceToHost,
                      "cudaMemcpyAsync (gradient)", err, err_size);
 }

@@ -60,6 +60,9 @@ static const char usage_text[] =
     "  --master-port P        its rendezvous port (default MASTER_PORT, else\n"
     "                         29500)\n"
     "  --rdv-timeout SECONDS  how long to wait for the other nodes (300)\n"
+    "  --collective-timeout SECONDS  CUDA: a collective or copy that makes\n"
+    "                         no progress this long (a peer process died or\n"
+    "                         hangs) aborts the run (default 600)\n"
     "  Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) each process drives\n"
     "  GPU LOCAL_RANK and the rendezvous uses MASTER_PORT + 1.\n"
     "  --checkpoint PATH      written every --checkpoint-every K steps and at\n"
@@ -131,7 +134,7 @@ enum {
   O_WARMUP, O_SEED, O_BATCH, O_EPOCHS, O_STEPS, O_STOP, O_DEVICE, O_RANKS,
   O_GPUS, O_NODES, O_NODE_RANK, O_CKPT, O_CKPT_EVERY, O_RESUME, O_LOG_EVERY,
   O_LOG_SUMS, O_JSON, O_MASTER_ADDR, O_MASTER_PORT, O_RDV_TIMEOUT,
-  O_PRECISION, O_HELP
+  O_COLL_TIMEOUT, O_PRECISION, O_HELP
 };
 
 static const struct option long_opts[] = {
@@ -171,6 +174,7 @@ static const struct option long_opts[] = {
     {"master-addr", required_argument, 0, O_MASTER_ADDR},
     {"master-port", required_argument, 0, O_MASTER_PORT},
     {"rdv-timeout", required_argument, 0, O_RDV_TIMEOUT},
+    {"collective-timeout", required_argument, 0, O_COLL_TIMEOUT},
     {"precision", required_argument, 0, O_PRECISION},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0}};
@@ -323,6 +327,12 @@ int main(int argc, char **argv) {
       if (parse_double(a, &d) != 0 || d <= 0 || d > 86400)
         return usage_error("--rdv-timeout: bad value '%s' (seconds)", a);
       o.rdv_timeout_ms = (int)(d * 1000.0 + 0.5);
+      break;
+    case O_COLL_TIMEOUT:
+      if (parse_double(a, &d) != 0 || d <= 0 || d > 86400)
+        return usage_error("--collective-timeout: bad value '%s' (seconds)",
+                           a);
+      o.collective_timeout_ms = (int)(d * 1000.0 + 0.5);
       break;
     case O_PRECISION:
       if (strcmp(a, "auto") == 0) o.precision = TR_PRECISION_AUTO;

@@ -30,6 +30,11 @@ int tr_cuda_device_count(char *why, size_t why_size) {
   snprintf(why, why_size, "wds-train was built without CUDA");
   return 0;
 }
+int tr_cuda_set_device(int device, char *err, size_t err_size) {
+  snprintf(err, err_size, "device %d: wds-train was built without CUDA",
+           device);
+  return -1;
+}
 #endif
 
 enum { CMD_STEP, CMD_EVAL, CMD_FINAL, CMD_STOP };
@@ -52,9 +57,9 @@ typedef struct shared {
   int cmd;
   const wds_batch *batch;
   int batch_slot, batch_staged; /* device buffer; already uploaded */
-  uint64_t step;   /* steps done before this round */
-  uint64_t epoch;  /* of the current batch */
-  int eval_end;    /* eval rounds: no more batches */
+  uint64_t step;                /* steps done before this round */
+  uint64_t epoch;               /* of the current batch */
+  int eval_end;                 /* eval rounds: no more batches */
   /* The batch after the current one, fetched by rank 0 while the step
    * computes and uploaded by every rank (double buffering); or the end of
    * the epoch. */
@@ -114,6 +119,7 @@ void tr_options_init(tr_options *o) {
   o->procs = 1;
   o->master_port = 29500;
   o->rdv_timeout_ms = 300000;
+  o->collective_timeout_ms = 600000;
   o->mode = WDS_MODE_EXACT;
   o->last_batch = WDS_LAST_KEEP;
   o->crop = WDS_CROP_CENTER;
@@ -213,8 +219,7 @@ static void view_of(const shared *sh, const wds_batch *b, int rank, int slot,
   v->slot = slot;
 }
 
-static int save_checkpoint(shared *sh, tr_rank *r, char *err,
-                           size_t err_size) {
+static int save_checkpoint(shared *sh, tr_rank *r, char *err, size_t err_size) {
   tr_checkpoint c = {.layers = sh->model.layers,
                      .param_count = sh->param_count,
                      .step = sh->step,
@@ -230,8 +235,7 @@ static int save_checkpoint(shared *sh, tr_rank *r, char *err,
   int rc = -1;
   if (!c.weights || !c.momentum) {
     snprintf(err, err_size, "checkpoint: out of memory");
-  } else if (sh->be->get_state(r, c.weights, c.momentum, err, err_size) ==
-             0) {
+  } else if (sh->be->get_state(r, c.weights, c.momentum, err, err_size) == 0) {
     rc = tr_checkpoint_save(sh->o->checkpoint_path, &c, err, err_size);
   }
   tr_checkpoint_free(&c);
@@ -296,8 +300,9 @@ static int run_eval(shared *sh, tr_rank *r, int rank, char *err,
 
 static void log_eval(shared *sh, const char *when) {
   FILE *out = sh->o->out;
-  fprintf(out, "eval %s step %" PRIu64 ": loss %.4f accuracy %.4f (%" PRIu64
-               " samples)\n",
+  fprintf(out,
+          "eval %s step %" PRIu64 ": loss %.4f accuracy %.4f (%" PRIu64
+          " samples)\n",
           when, sh->step, sh->eval_loss, sh->eval_acc, sh->eval_count);
   fflush(out);
   if (sh->json) {
@@ -383,8 +388,8 @@ static int gather_checksums(shared *sh, tr_rank *r, int rank, float *tmp,
 
 /* One training step on sh->batch (every rank), with the next batch fetched
  * (rank 0) and uploaded (every rank) while this one computes. */
-static int run_step(shared *sh, tr_rank *r, int rank, float *tmp,
-                    uint64_t *all, char *err, size_t err_size) {
+static int run_step(shared *sh, tr_rank *r, int rank, float *tmp, uint64_t *all,
+                    char *err, size_t err_size) {
   const tr_options *o = sh->o;
   const tr_backend *be = sh->be;
   tr_batch_view v;
@@ -455,8 +460,8 @@ static void *rank_main(void *arg) {
   if (be->rank_create(sh->group, rank, &sh->model, sh->o->batch_size, &r, err,
                       sizeof err) != 0)
     goto failed;
-  if (sh->resume && be->set_state(r, sh->resume->weights,
-                                  sh->resume->momentum, err, sizeof err) != 0)
+  if (sh->resume && be->set_state(r, sh->resume->weights, sh->resume->momentum,
+                                  err, sizeof err) != 0)
     goto failed;
   /* Every rank of the job runs the same configuration (processes started
    * with other options would train something else, or hang). */
@@ -524,17 +529,17 @@ static wds_field_spec g_fields_tpl[2] = {
 static uint64_t config_fingerprint(const tr_options *o,
                                    const tr_model_config *m) {
   char buf[4096];
-  int n = snprintf(
-      buf, sizeof buf,
-      "train=%s|index=%s|seed=%" PRIu64 "|mode=%d|spe=%" PRIu64
-      "|batch=%zu|ranks=%d|procs=%d|workers=%d|img=%d|ch=%d|crop=%d"
-      "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
-      "|backend=%s|layers=%d",
-      o->train_spec, o->train_index ? o->train_index : "", o->seed,
-      (int)o->mode, o->samples_per_epoch, o->batch_size, o->ranks, o->procs,
-      o->workers, o->image_size, o->channels, (int)o->crop, o->shuffle_buffer,
-      (int)o->last_batch, o->lr, o->momentum, o->weight_decay,
-      o->warmup_steps, o->backend->name, m->layers);
+  int n =
+      snprintf(buf, sizeof buf,
+               "train=%s|index=%s|seed=%" PRIu64 "|mode=%d|spe=%" PRIu64
+               "|batch=%zu|ranks=%d|procs=%d|workers=%d|img=%d|ch=%d|crop=%d"
+               "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
+               "|backend=%s|layers=%d",
+               o->train_spec, o->train_index ? o->train_index : "", o->seed,
+               (int)o->mode, o->samples_per_epoch, o->batch_size, o->ranks,
+               o->procs, o->workers, o->image_size, o->channels, (int)o->crop,
+               o->shuffle_buffer, (int)o->last_batch, o->lr, o->momentum,
+               o->weight_decay, o->warmup_steps, o->backend->name, m->layers);
   uint64_t h = tr_fnv1a(TR_FNV_INIT, buf, n < 0 ? 0 : (size_t)n);
   return tr_fnv1a(h, m->dims, sizeof m->dims);
 }
@@ -596,6 +601,11 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
     sh.step = sh.start_step = ck.step;
   }
 
+  /* The loaders pin their batch memory in the current device's context:
+   * make it this process's first GPU (under torchrun, GPU LOCAL_RANK). */
+  if (o->backend != &tr_backend_cpu &&
+      tr_cuda_set_device(o->first_device, err, err_size) != 0)
+    goto done;
   wds_field_spec fields[2] = {g_fields_tpl[0], g_fields_tpl[1]};
   fields[0].channels = o->channels;
   wds_loader_config lc = WDS_LOADER_CONFIG_INIT;
@@ -664,21 +674,21 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
       goto done;
     }
   }
-  fprintf(o->out,
-          "wds-train: backend %s, %d rank%s", o->backend->name, o->ranks,
-          o->ranks == 1 ? "" : "s");
+  fprintf(o->out, "wds-train: backend %s, %d rank%s", o->backend->name,
+          o->ranks, o->ranks == 1 ? "" : "s");
   if (o->procs > 1)
     fprintf(o->out, " in process %d of %d (global ranks %d..%d of %d)",
-            o->proc_rank, o->procs, sh.first_rank,
-            sh.first_rank + o->ranks - 1, sh.world);
+            o->proc_rank, o->procs, sh.first_rank, sh.first_rank + o->ranks - 1,
+            sh.world);
   fprintf(o->out,
           ", %zu rows per rank (%zu per loader batch), %" PRIu64
           " batches per epoch, %" PRIu64 " steps%s, model %zu parameters\n",
           o->batch_size, lc.batch_size, sh.epoch_batches, sh.total_steps,
           sh.resume ? " (resumed)" : "", sh.param_count);
   if (sh.resume)
-    fprintf(o->out, "resumed from %s at step %" PRIu64 " (epoch %" PRIu64
-                    ", batch %" PRIu64 ")\n",
+    fprintf(o->out,
+            "resumed from %s at step %" PRIu64 " (epoch %" PRIu64
+            ", batch %" PRIu64 ")\n",
             o->resume_path, ck.step, ck.loader_epoch, ck.loader_batches);
   fflush(o->out);
 
@@ -692,6 +702,7 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
                         .master_addr = o->master_addr,
                         .master_port = o->master_port,
                         .rdv_timeout_ms = o->rdv_timeout_ms,
+                        .collective_timeout_ms = o->collective_timeout_ms,
                         .precision = o->precision};
   if (o->backend->group_create(&gc, &sh.group, err, err_size) != 0)
     goto done;

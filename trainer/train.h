@@ -2,9 +2,10 @@
  *
  * One loader per process (rank = process rank, world = process count:
  * one process per node, or one per GPU under torchrun), one thread per
- * local rank; global rank = process rank x local ranks + local rank. Each loader batch holds
- * ranks x batch_size rows; rank r trains on rows [r*B, (r+1)*B). So every
- * rank takes exactly one step per loader batch, and a partial last batch
+ * local rank; global rank = process rank x local ranks + local rank. Each
+ * loader batch holds ranks x batch_size rows; rank r trains on rows [r*B,
+ * (r+1)*B). So every rank takes exactly one step per loader batch, and a
+ * partial last batch
  * (--last-batch keep) only leaves some ranks fewer (or no) valid rows: the
  * gradient is the mean over the valid rows of all ranks, computed by summing
  * gradients, losses and counts in one all-reduce. */
@@ -23,15 +24,15 @@ typedef struct tr_options {
   int image_size, channels, classes;
   int hidden[TR_MAX_LAYERS];
   int hidden_count;
-  size_t batch_size; /* per rank */
-  uint64_t epochs, steps; /* steps > 0 overrides epochs */
-  uint64_t stop_after;    /* > 0: stop (and checkpoint) after this step */
-  int ranks;            /* local ranks (CPU threads or GPUs) */
-  int procs, proc_rank; /* processes of the job; this one's rank */
-  int first_device;     /* CUDA device of local rank 0 */
+  size_t batch_size;       /* per rank */
+  uint64_t epochs, steps;  /* steps > 0 overrides epochs */
+  uint64_t stop_after;     /* > 0: stop (and checkpoint) after this step */
+  int ranks;               /* local ranks (CPU threads or GPUs) */
+  int procs, proc_rank;    /* processes of the job; this one's rank */
+  int first_device;        /* CUDA device of local rank 0 */
   const char *master_addr; /* rendezvous: process 0's address */
-  int master_port, rdv_timeout_ms;
-  int precision;        /* TR_PRECISION_* */
+  int master_port, rdv_timeout_ms, collective_timeout_ms;
+  int precision; /* TR_PRECISION_* */
   int workers;
   uint64_t seed;
   wds_mode mode;

@@ -93,7 +93,8 @@ PY
 }
 
 # --- learnable ------------------------------------------------------------
-if run --train 'train-{000..003}.tar' --eval eval-000.tar --batch-size 16 \
+par 1
+if run --train 'train-{000..003}.tar' --eval eval-000.tar --batch-size 16 "${P[@]}" \
   --epochs 3 --log-every 10 --json learn.json >learn.out &&
   json_check learn.json 'steps[0]["loss"] > 1.0 and steps[-1]["loss"] < 0.5 * steps[0]["loss"] and summary["eval_accuracy"] >= 0.9 and summary["steps"] == 3 * 63'; then
   ok "learnable: loss falls, eval accuracy >= 0.9 ($(grep -o 'accuracy [0-9.]*' learn.out | tail -1))"
