@@ -265,7 +265,10 @@ expect_err "missing shards" "train" --train 'nothing-{0..2}.tar' --image-size 16
 # --- usage errors ------------------------------------------------------------
 for args in "--bogus" "--image-size 16" "--train x.tar --channels 2" \
   "--train x.tar --mode plain" "--train x.tar --mode resampled" \
-  "--train x.tar --hidden 1,,2" "--train x.tar --stop-after 3"; do
+  "--train x.tar --hidden 1,,2" "--train x.tar --stop-after 3" \
+  "--train x.tar --precision fp16" "--train x.tar --rdv-timeout 0" \
+  "--train x.tar --collective-timeout -1" "--train x.tar --master-port 70000" \
+  "--train x.tar --master-addr="; do
   rc=0
   # shellcheck disable=SC2086  # split on purpose
   "$TRAIN" $args >/dev/null 2>err.txt || rc=$?
