@@ -823,6 +823,160 @@ TEST(env_getenv) {
   ASSERT_EQ_INT(c.node_rank, 1);
 }
 
+/* ---- the job's links ----------------------------------------------------- */
+
+typedef struct hit {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int hits;
+  char why[192];
+} hit;
+
+static void on_abort(void *ctx, const char *why) {
+  hit *h = ctx;
+  pthread_mutex_lock(&h->mu);
+  h->hits++;
+  snprintf(h->why, sizeof h->why, "%s", why);
+  pthread_cond_broadcast(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+}
+
+/* The number of aborts seen within ms. */
+static int hits_within(hit *h, int ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  ts.tv_sec += ms / 1000 + ts.tv_nsec / 1000000000L;
+  ts.tv_nsec %= 1000000000L;
+  pthread_mutex_lock(&h->mu);
+  while (h->hits == 0 &&
+         pthread_cond_timedwait(&h->cv, &h->mu, &ts) != ETIMEDOUT) {
+  }
+  int n = h->hits;
+  pthread_mutex_unlock(&h->mu);
+  return n;
+}
+
+typedef struct keep_arg {
+  int port, rank, fd, rc;
+  wds__err e;
+} keep_arg;
+
+static void *keep_client(void *p) {
+  keep_arg *a = p;
+  unsigned char blob[16];
+  size_t n = 0;
+  a->rc = wds__rdv_fetch_keep("127.0.0.1", a->port, a->rank, 3, blob,
+                              sizeof blob, &n, 5000, &a->fd, &a->e);
+  return NULL;
+}
+
+/* Three processes (threads here): the rendezvous with kept sockets, then a
+ * link each; node 0 relays. */
+static int make_job(wds__rdv_link *k[3], hit h[3]) {
+  wds__rdv_listener l;
+  wds__err e;
+  for (int i = 0; i < 3; i++) {
+    memset(&h[i], 0, sizeof h[i]);
+    pthread_mutex_init(&h[i].mu, NULL);
+    pthread_cond_init(&h[i].cv, NULL);
+  }
+  if (wds__rdv_listen("127.0.0.1", 0, &l, &e) != WDS_OK)
+    return -1;
+  keep_arg c[2];
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) {
+    memset(&c[i], 0, sizeof c[i]);
+    c[i].port = l.port;
+    c[i].rank = i + 1;
+    pthread_create(&t[i], NULL, keep_client, &c[i]);
+  }
+  int fds[2];
+  int rc = wds__rdv_serve_keep(&l, "id", 2, 2, 5000, fds, &e);
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  wds__rdv_close(&l);
+  if (rc != WDS_OK || c[0].rc != WDS_OK || c[1].rc != WDS_OK)
+    return -1;
+  if (fds[0] < 0 || fds[1] < 0 || c[0].fd < 0 || c[1].fd < 0)
+    return -1;
+  if (wds__rdv_link_start(fds, 2, 1, 1, on_abort, &h[0], &k[0], &e) ||
+      wds__rdv_link_start(&c[0].fd, 1, 0, 0, on_abort, &h[1], &k[1], &e) ||
+      wds__rdv_link_start(&c[1].fd, 1, 0, 0, on_abort, &h[2], &k[2], &e))
+    return -1;
+  return 0;
+}
+
+static void free_hits(hit h[3]) {
+  for (int i = 0; i < 3; i++) {
+    pthread_mutex_destroy(&h[i].mu);
+    pthread_cond_destroy(&h[i].cv);
+  }
+}
+
+TEST(links_goodbye_is_not_a_failure) {
+  for (int order = 0; order < 2; order++) {
+    wds__rdv_link *k[3];
+    hit h[3];
+    ASSERT_EQ_INT(make_job(k, h), 0);
+    if (order == 0) { /* the clients end first, then node 0 */
+      wds__rdv_link_finish(k[1], 1);
+      wds__rdv_link_finish(k[2], 1);
+      sleep_ms(100);
+      wds__rdv_link_finish(k[0], 1);
+    } else { /* node 0 first */
+      wds__rdv_link_finish(k[0], 1);
+      sleep_ms(100);
+      wds__rdv_link_finish(k[1], 1);
+      wds__rdv_link_finish(k[2], 1);
+    }
+    for (int i = 0; i < 3; i++)
+      ASSERT_EQ_INT(h[i].hits, 0);
+    free_hits(h);
+  }
+}
+
+TEST(links_a_failure_reaches_every_process) {
+  wds__rdv_link *k[3];
+  hit h[3];
+  ASSERT_EQ_INT(make_job(k, h), 0);
+  wds__rdv_link_abort(k[1]); /* process 1 failed */
+  wds__rdv_link_abort(k[1]); /* once only */
+  ASSERT_EQ_INT(hits_within(&h[0], 5000), 1);
+  ASSERT_EQ_INT(hits_within(&h[2], 5000), 1); /* relayed by node 0 */
+  ASSERT_CONTAINS(h[0].why, "process 1 failed");
+  ASSERT_CONTAINS(h[2].why, "process 0 failed");
+  sleep_ms(50);
+  ASSERT_EQ_INT(h[1].hits, 0); /* no echo back */
+  for (int i = 0; i < 3; i++)
+    wds__rdv_link_finish(k[i], 0);
+  ASSERT_EQ_INT(h[0].hits + h[1].hits + h[2].hits, 2);
+  free_hits(h);
+}
+
+TEST(links_a_lost_process_reaches_every_process) {
+  /* Process 2 ends without a goodbye (crashed, killed). */
+  wds__rdv_link *k[3];
+  hit h[3];
+  ASSERT_EQ_INT(make_job(k, h), 0);
+  wds__rdv_link_finish(k[2], 0);
+  ASSERT_EQ_INT(hits_within(&h[0], 5000), 1);
+  ASSERT_CONTAINS(h[0].why, "process 2 exited or lost its connection");
+  ASSERT_EQ_INT(hits_within(&h[1], 5000), 1);
+  wds__rdv_link_finish(k[0], 0);
+  wds__rdv_link_finish(k[1], 0);
+  free_hits(h);
+  /* Node 0 lost: both others learn it. */
+  ASSERT_EQ_INT(make_job(k, h), 0);
+  wds__rdv_link_finish(k[0], 0);
+  ASSERT_EQ_INT(hits_within(&h[1], 5000), 1);
+  ASSERT_EQ_INT(hits_within(&h[2], 5000), 1);
+  ASSERT_CONTAINS(h[1].why, "process 0 exited or lost its connection");
+  wds__rdv_link_finish(k[1], 0);
+  wds__rdv_link_finish(k[2], 0);
+  free_hits(h);
+}
+
 int main(void) {
   RUN(env_single_node_default);
   RUN(env_nnodes);
@@ -846,5 +1000,8 @@ int main(void) {
   RUN(mismatched_node_count);
   RUN(duplicate_node_rank);
   RUN(not_a_wds_server);
+  RUN(links_goodbye_is_not_a_failure);
+  RUN(links_a_failure_reaches_every_process);
+  RUN(links_a_lost_process_reaches_every_process);
   return test_summary();
 }

@@ -39,6 +39,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,10 @@ struct tr_group {
   tr_group_config c;
   tr_barrier barrier;
   ncclUniqueId id;
-  int aborted; /* __atomic */
+  wds__rdv_link *link; /* to the other processes (NULL: one process) */
+  int aborted;         /* __atomic */
+  pthread_mutex_t why_mu;
+  char why[192]; /* set when another process failed */
 };
 
 struct tr_rank {
@@ -192,8 +196,12 @@ static int nccl_async_check(tr_rank *r, const char *call, char *err,
 }
 
 static int aborted_fail(tr_rank *r, const char *what, char *err, size_t n) {
-  snprintf(err, n, "rank %d (GPU %d): %s: aborted (another rank failed)",
-           r->rank, r->device, what);
+  char why[192];
+  pthread_mutex_lock(&r->g->why_mu);
+  snprintf(why, sizeof why, "%s", r->g->why);
+  pthread_mutex_unlock(&r->g->why_mu);
+  snprintf(err, n, "rank %d (GPU %d): %s: aborted (%s)", r->rank, r->device,
+           what, why[0] ? why : "another rank failed");
   r->failed = 1;
   return -1;
 }
@@ -412,6 +420,17 @@ extern "C" int tr_cuda_device_count(char *why, size_t why_size) {
   return n;
 }
 
+/* The link's thread: another process failed or was lost. */
+static void link_aborted(void *ctx, const char *why) {
+  tr_group *g = (tr_group *)ctx;
+  pthread_mutex_lock(&g->why_mu);
+  if (!g->why[0])
+    snprintf(g->why, sizeof g->why, "%s", why);
+  pthread_mutex_unlock(&g->why_mu);
+  __atomic_store_n(&g->aborted, 1, __ATOMIC_RELEASE);
+  tr_barrier_abort(&g->barrier);
+}
+
 extern "C" int tr_cuda_set_device(int device, char *err, size_t err_size) {
   cudaError_t e = cudaSetDevice(device);
   if (e != cudaSuccess) {
@@ -443,8 +462,10 @@ static int cuda_group_create(const tr_group_config *c, tr_group **out,
     return -1;
   }
   g->c = *c;
+  pthread_mutex_init(&g->why_mu, NULL);
   /* Process 0 makes the communicator's id and serves it to the other
-   * processes; their threads share it in memory. */
+   * processes; their threads share it in memory. The connections stay open
+   * as the job's links: a failure anywhere aborts every process. */
   if (c->proc_rank == 0) {
     ncclResult_t res = ncclGetUniqueId(&g->id);
     if (res != ncclSuccess) {
@@ -454,8 +475,20 @@ static int cuda_group_create(const tr_group_config *c, tr_group **out,
     }
     if (c->procs > 1) {
       wds__err e;
-      if (wds__rdv_serve(NULL, c->master_port, &g->id, sizeof g->id,
-                         c->procs - 1, c->rdv_timeout_ms, &e) != WDS_OK) {
+      wds__rdv_listener l;
+      int *fds = (int *)calloc((size_t)c->procs, sizeof *fds);
+      int rc = fds ? wds__rdv_listen(NULL, c->master_port, &l, &e)
+                   : wds__fail(&e, WDS_ERR_NOMEM, "out of memory");
+      if (rc == WDS_OK) {
+        rc = wds__rdv_serve_keep(&l, &g->id, sizeof g->id, c->procs - 1,
+                                 c->rdv_timeout_ms, fds, &e);
+        wds__rdv_close(&l);
+      }
+      if (rc == WDS_OK)
+        rc = wds__rdv_link_start(fds, c->procs - 1, 1, 1, link_aborted, g,
+                                 &g->link, &e);
+      free(fds);
+      if (rc != WDS_OK) {
         snprintf(err, err_size, "rendezvous (serving the NCCL id): %s", e.msg);
         goto fail;
       }
@@ -463,17 +496,24 @@ static int cuda_group_create(const tr_group_config *c, tr_group **out,
   } else {
     wds__err e;
     size_t got = 0;
-    if (wds__rdv_fetch(c->master_addr, c->master_port, c->proc_rank, c->procs,
-                       &g->id, sizeof g->id, &got, c->rdv_timeout_ms,
-                       &e) != WDS_OK) {
+    int fd = -1;
+    if (wds__rdv_fetch_keep(c->master_addr, c->master_port, c->proc_rank,
+                            c->procs, &g->id, sizeof g->id, &got,
+                            c->rdv_timeout_ms, &fd, &e) != WDS_OK) {
       snprintf(err, err_size, "rendezvous (fetching the NCCL id): %s", e.msg);
       goto fail;
     }
     if (got != sizeof g->id) {
+      close(fd);
       snprintf(err, err_size,
                "rendezvous: %s:%d sent %zu bytes, not an NCCL id (%zu): "
                "another program on that port, or another wds version?",
                c->master_addr, c->master_port, got, sizeof g->id);
+      goto fail;
+    }
+    if (wds__rdv_link_start(&fd, 1, 0, 0, link_aborted, g, &g->link, &e) !=
+        WDS_OK) {
+      snprintf(err, err_size, "rendezvous: %s", e.msg);
       goto fail;
     }
   }
@@ -481,6 +521,7 @@ static int cuda_group_create(const tr_group_config *c, tr_group **out,
   return 0;
 fail:
   tr_barrier_destroy(&g->barrier);
+  pthread_mutex_destroy(&g->why_mu);
   free(g);
   return -1;
 }
@@ -488,12 +529,15 @@ fail:
 static void cuda_group_abort(tr_group *g) {
   __atomic_store_n(&g->aborted, 1, __ATOMIC_RELEASE);
   tr_barrier_abort(&g->barrier);
+  wds__rdv_link_abort(g->link); /* tell the other processes */
 }
 
 static void cuda_group_destroy(tr_group *g) {
   if (!g)
     return;
+  wds__rdv_link_finish(g->link, !aborted(g));
   tr_barrier_destroy(&g->barrier);
+  pthread_mutex_destroy(&g->why_mu);
   free(g);
 }
 

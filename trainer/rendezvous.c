@@ -24,6 +24,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -377,8 +378,8 @@ static int timeout_error(const wds__rdv_listener *l, const conn *conns,
       dropped[0] ? "; closed before a hello: " : "", dropped);
 }
 
-int wds__rdv_serve_on(wds__rdv_listener *l, const void *blob, size_t size,
-                      int clients, int timeout_ms, wds__err *e) {
+static int serve_impl(wds__rdv_listener *l, const void *blob, size_t size,
+                      int clients, int timeout_ms, int *keep, wds__err *e) {
   if (!l || l->fd < 0 || (!blob && size) || size > WDS__RDV_MAX_BLOB ||
       clients < 0 || timeout_ms <= 0)
     return wds__fail(e, WDS_ERR_INVALID,
@@ -539,12 +540,28 @@ out:
       continue;
     if (rc != WDS_OK && conns[i].rank > 0)
       send_reject(conns[i].fd, WDS__RDV_REJECT_ABORT);
+    if (rc == WDS_OK && keep && conns[i].rank < 0) {
+      keep[-conns[i].rank - 1] = conns[i].fd; /* the client's link */
+      continue;
+    }
     close(conns[i].fd);
   }
   free(pfds);
   free(by_rank);
   free(conns);
   return rc;
+}
+
+int wds__rdv_serve_on(wds__rdv_listener *l, const void *blob, size_t size,
+                      int clients, int timeout_ms, wds__err *e) {
+  return serve_impl(l, blob, size, clients, timeout_ms, NULL, e);
+}
+
+int wds__rdv_serve_keep(wds__rdv_listener *l, const void *blob, size_t size,
+                        int clients, int timeout_ms, int *fds, wds__err *e) {
+  for (int i = 0; fds && i < clients; i++)
+    fds[i] = -1;
+  return serve_impl(l, blob, size, clients, timeout_ms, fds, e);
 }
 
 int wds__rdv_serve(const char *bind_addr, int port, const void *blob,
@@ -644,9 +661,9 @@ static const char *reject_text(int status) {
   }
 }
 
-int wds__rdv_fetch(const char *addr, int port, int node_rank, int nodes,
-                   void *blob, size_t cap, size_t *size, int timeout_ms,
-                   wds__err *e) {
+static int fetch_impl(const char *addr, int port, int node_rank, int nodes,
+                      void *blob, size_t cap, size_t *size, int timeout_ms,
+                      int *keep_fd, wds__err *e) {
   if (size)
     *size = 0;
   if (!addr || !addr[0])
@@ -816,11 +833,192 @@ int wds__rdv_fetch(const char *addr, int port, int node_rank, int nodes,
   *size = n;
 
 out:
-  if (fd >= 0)
+  if (fd >= 0 && rc == WDS_OK && keep_fd)
+    *keep_fd = fd; /* the link to node 0 */
+  else if (fd >= 0)
     close(fd);
   if (res)
     freeaddrinfo(res);
   return rc;
+}
+
+int wds__rdv_fetch(const char *addr, int port, int node_rank, int nodes,
+                   void *blob, size_t cap, size_t *size, int timeout_ms,
+                   wds__err *e) {
+  return fetch_impl(addr, port, node_rank, nodes, blob, cap, size, timeout_ms,
+                    NULL, e);
+}
+
+int wds__rdv_fetch_keep(const char *addr, int port, int node_rank, int nodes,
+                        void *blob, size_t cap, size_t *size, int timeout_ms,
+                        int *fd, wds__err *e) {
+  if (fd)
+    *fd = -1;
+  return fetch_impl(addr, port, node_rank, nodes, blob, cap, size, timeout_ms,
+                    fd, e);
+}
+
+/* ---- the job's links: failures of other processes ------------------------ */
+
+struct wds__rdv_link {
+  int *fds;
+  char (*names)[32];
+  int *done; /* the peer said goodbye */
+  int n, relay;
+  int wake[2];
+  pthread_t thread;
+  int started;
+  pthread_mutex_t mu;
+  int aborted;
+  void (*on_abort)(void *ctx, const char *why);
+  void *ctx;
+};
+
+/* (The link's thread closes sockets under mu: others send under it.) */
+static void send_all(wds__rdv_link *k, char msg, int except) {
+  pthread_mutex_lock(&k->mu);
+  for (int i = 0; i < k->n; i++)
+    if (i != except && k->fds[i] >= 0)
+      (void)!send(k->fds[i], &msg, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  pthread_mutex_unlock(&k->mu);
+}
+
+/* Marks the link aborted; 1 for the first caller. */
+static int first_abort(wds__rdv_link *k) {
+  pthread_mutex_lock(&k->mu);
+  int first = !k->aborted;
+  k->aborted = 1;
+  pthread_mutex_unlock(&k->mu);
+  return first;
+}
+
+static void peer_failed(wds__rdv_link *k, int i, const char *what) {
+  if (!first_abort(k))
+    return;
+  if (k->relay) /* node 0 tells everyone else */
+    send_all(k, 'A', i);
+  char why[160];
+  snprintf(why, sizeof why, "%s %s", k->names[i], what);
+  k->on_abort(k->ctx, why);
+}
+
+static void *link_main(void *arg) {
+  wds__rdv_link *k = arg;
+  struct pollfd *p = calloc((size_t)k->n + 1, sizeof *p);
+  if (!p)
+    return NULL;
+  for (;;) {
+    p[0].fd = k->wake[0];
+    p[0].events = POLLIN;
+    for (int i = 0; i < k->n; i++) {
+      p[i + 1].fd = k->fds[i]; /* -1: ignored by poll */
+      p[i + 1].events = POLLIN;
+      p[i + 1].revents = 0;
+    }
+    if (poll(p, (nfds_t)k->n + 1, -1) < 0) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
+    if (p[0].revents)
+      break; /* finish() */
+    for (int i = 0; i < k->n; i++) {
+      if (!p[i + 1].revents || k->fds[i] < 0)
+        continue;
+      char buf[64];
+      ssize_t got = recv(k->fds[i], buf, sizeof buf, MSG_DONTWAIT);
+      if (got < 0 &&
+          (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        continue;
+      for (ssize_t j = 0; j < got; j++) {
+        if (buf[j] == 'D')
+          k->done[i] = 1;
+        else if (buf[j] == 'A')
+          peer_failed(k, i, "failed (see its log)");
+      }
+      if (got <= 0) { /* closed: fine after a goodbye, a failure before */
+        pthread_mutex_lock(&k->mu);
+        close(k->fds[i]);
+        k->fds[i] = -1;
+        pthread_mutex_unlock(&k->mu);
+        if (!k->done[i])
+          peer_failed(k, i, "exited or lost its connection");
+      }
+    }
+  }
+  free(p);
+  return NULL;
+}
+
+int wds__rdv_link_start(int *fds, int n, int relay, int first_peer,
+                        void (*on_abort)(void *ctx, const char *why), void *ctx,
+                        wds__rdv_link **out, wds__err *e) {
+  *out = NULL;
+  wds__rdv_link *k = calloc(1, sizeof *k);
+  if (!k)
+    return wds__fail(e, WDS_ERR_NOMEM, "rendezvous link: out of memory");
+  k->n = n;
+  k->relay = relay;
+  k->on_abort = on_abort;
+  k->ctx = ctx;
+  k->wake[0] = k->wake[1] = -1;
+  k->fds = calloc((size_t)n + 1, sizeof *k->fds);
+  k->done = calloc((size_t)n + 1, sizeof *k->done);
+  k->names = calloc((size_t)n + 1, sizeof *k->names);
+  pthread_mutex_init(&k->mu, NULL);
+  if (!k->fds || !k->done || !k->names || pipe2(k->wake, O_CLOEXEC) != 0) {
+    wds__rdv_link_finish(k, 0);
+    for (int i = 0; i < n; i++)
+      if (fds[i] >= 0)
+        close(fds[i]);
+    return wds__fail(e, WDS_ERR_NOMEM, "rendezvous link: out of resources");
+  }
+  for (int i = 0; i < n; i++) {
+    k->fds[i] = fds[i];
+    snprintf(k->names[i], sizeof k->names[i], "process %d", first_peer + i);
+  }
+  if (pthread_create(&k->thread, NULL, link_main, k) != 0) {
+    wds__rdv_link_finish(k, 0);
+    return wds__fail(e, WDS_ERR_NOMEM,
+                     "rendezvous link: cannot start a "
+                     "thread");
+  }
+  k->started = 1;
+  *out = k;
+  return WDS_OK;
+}
+
+void wds__rdv_link_abort(wds__rdv_link *k) {
+  if (k && first_abort(k))
+    send_all(k, 'A', -1);
+}
+
+void wds__rdv_link_finish(wds__rdv_link *k, int ok) {
+  if (!k)
+    return;
+  if (k->started) {
+    if (ok) {
+      pthread_mutex_lock(&k->mu);
+      int say = !k->aborted;
+      pthread_mutex_unlock(&k->mu);
+      if (say)
+        send_all(k, 'D', -1);
+    }
+    (void)!write(k->wake[1], "x", 1);
+    pthread_join(k->thread, NULL);
+  }
+  for (int i = 0; k->fds && i < k->n; i++)
+    if (k->fds[i] >= 0)
+      close(k->fds[i]);
+  if (k->wake[0] >= 0)
+    close(k->wake[0]);
+  if (k->wake[1] >= 0)
+    close(k->wake[1]);
+  pthread_mutex_destroy(&k->mu);
+  free(k->fds);
+  free(k->done);
+  free(k->names);
+  free(k);
 }
 
 /* ---- topology from flags and environment -------------------------------- */

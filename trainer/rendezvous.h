@@ -93,6 +93,38 @@ int wds__rdv_fetch(const char *addr, int port, int node_rank, int nodes,
                    void *blob, size_t cap, size_t *size, int timeout_ms,
                    wds__err *e);
 
+/* As serve_on / fetch, but the connections stay open as the job's links
+ * (below): fds[i] is node rank i + 1's socket (clients entries); *fd the
+ * socket to node 0. On failure nothing stays open. */
+int wds__rdv_serve_keep(wds__rdv_listener *l, const void *blob, size_t size,
+                        int clients, int timeout_ms, int *fds, wds__err *e);
+int wds__rdv_fetch_keep(const char *addr, int port, int node_rank, int nodes,
+                        void *blob, size_t cap, size_t *size, int timeout_ms,
+                        int *fd, wds__err *e);
+
+/* The job's links: after the rendezvous, node 0 keeps a socket to every
+ * other process and each keeps its socket to node 0, watched by a thread.
+ * A process that fails says so (link_abort: one byte 'A'); one that ends
+ * well says goodbye (link_finish(ok): 'D'). A peer's 'A', or its socket
+ * closing before its goodbye (it crashed or was killed), calls
+ * on_abort(ctx, why) once, from the link's thread; node 0 (relay) passes
+ * the failure on to every other process. So a failure anywhere reaches
+ * every process at once, which NCCL does not promise (a process on the same
+ * node that dies is not noticed by its peers' kernels). */
+typedef struct wds__rdv_link wds__rdv_link;
+
+/* Takes ownership of fds[0..n) (closed on failure too); first_peer names
+ * fds[0]'s process in messages ("process N"). */
+int wds__rdv_link_start(int *fds, int n, int relay, int first_peer,
+                        void (*on_abort)(void *ctx, const char *why), void *ctx,
+                        wds__rdv_link **out, wds__err *e);
+/* Tells the other processes this one failed (once; a no-op after an abort
+ * came in). Thread-safe. */
+void wds__rdv_link_abort(wds__rdv_link *k);
+/* Says goodbye when ok (and nothing was aborted), stops the thread, closes
+ * the sockets, frees. NULL is a no-op. */
+void wds__rdv_link_finish(wds__rdv_link *k, int ok);
+
 /* Topology of the job. Before wds__rdv_resolve(): explicit values (from
  * command-line flags) or "unset" ("" for master_addr, -1 for the integers);
  * explicit values win over the environment. After: every field set.
