@@ -29,7 +29,9 @@
  * could hold forever. Communicators are non-blocking (NCCL's config
  * blocking = 0); every wait polls the event, ncclCommGetAsyncError and the
  * group's abort flag, and has a deadline (--collective-timeout; init has
- * --rdv-timeout). A failure of another local rank (the abort flag), a
+ * --rdv-timeout). The abort flag is also set by the job's links (the
+ * rendezvous sockets, kept open: rendezvous.h) when another process fails
+ * or is lost, so that reaches every process at once. A failure of another local rank (the abort flag), a
  * network error NCCL reports, or a peer process that failed or hangs (NCCL
  * does not tell the others when a process on the same node dies or aborts:
  * the deadline) ends the wait with a message naming the rank and the call,

@@ -245,6 +245,28 @@ if [ "$DEVICE" = cuda ]; then
     else
       bad "2 processes" "$(tail -2 tr0.out tr1.out)"
     fi
+    # Process 1 fails at step 5 (its checkpoint cannot be written): process
+    # 0 learns it through the job's link and ends at once with an error
+    # naming process 1, long before --collective-timeout.
+    port=$((20000 + RANDOM % 20000))
+    start=$SECONDS
+    for r in 0 1; do
+      ck=ok.ck
+      ((r == 1)) && ck=/nonexistent/dir/ck
+      RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$port run --train 'train-{000..003}.tar' --batch-size 8 \
+        --epochs 1 --checkpoint "$ck" --checkpoint-every 5 --rdv-timeout 60 \
+        >"fail$r.out" 2>&1 &
+    done
+    rc0=0 rc1=0
+    wait %1 || rc0=$?
+    wait %2 || rc1=$?
+    if ((rc0 == 1 && rc1 == 1 && SECONDS - start < 120)) &&
+      grep -q "process 1 failed" fail0.out && grep -q "nonexistent" fail1.out; then
+      ok "a failing process ends the other at once: $(grep '^wds-train:' fail0.out | tail -1)"
+    else
+      bad "a failing process ends the other" "rc $rc0 $rc1: $(tail -2 fail0.out fail1.out)"
+    fi
   else
     echo "skip (2 processes need 2 GPUs, $GPUS here)"
   fi
