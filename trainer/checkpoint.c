@@ -95,14 +95,20 @@ int tr_checkpoint_save(const char *path, const tr_checkpoint *c, char *err,
   put_floats(&p, c->momentum, c->param_count);
   put_u64(&p, tr_fnv1a(TR_FNV_INIT, buf, (size_t)(p - buf)));
 
-  size_t tlen = strlen(path) + 32;
+  /* Unique per host and process: the processes of a multi-node job may
+   * write the same path on a shared file system. */
+  char host[64] = "";
+  if (gethostname(host, sizeof host - 1) != 0)
+    host[0] = 0;
+  host[sizeof host - 1] = 0;
+  size_t tlen = strlen(path) + strlen(host) + 40;
   tmp = malloc(tlen);
   dircopy = strdup(path);
   if (!tmp || !dircopy) {
     snprintf(err, err_size, "checkpoint %s: out of memory", path);
     goto done;
   }
-  snprintf(tmp, tlen, "%s.tmp-%ld", path, (long)getpid());
+  snprintf(tmp, tlen, "%s.tmp-%s-%ld", path, host, (long)getpid());
   fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0 || write_all(fd, buf, size) != 0 || fsync(fd) != 0) {
     snprintf(err, err_size, "checkpoint %s: %s", tmp, strerror(errno));

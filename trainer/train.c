@@ -335,6 +335,11 @@ static int log_step(shared *sh, tr_rank *r, double lr, char *err,
   double sps = dt > 0 ? count / dt : 0.0;
   double wait = dt > 0 ? 100.0 * sh->iv_wait_s / dt : 0.0;
   double h2d = sh->iv_h2d_s > 0 ? sh->iv_h2d_bytes / sh->iv_h2d_s / 1e9 : 0;
+  if (sh->o->proc_rank != 0) { /* process 0 logs for the job */
+    sh->iv_wait_s = sh->iv_h2d_bytes = sh->iv_h2d_s = 0;
+    sh->iv_start_s = t;
+    return 0;
+  }
   FILE *out = sh->o->out;
   fprintf(out,
           "step %" PRIu64 "/%" PRIu64 " epoch %" PRIu64
@@ -493,7 +498,7 @@ static void *rank_main(void *arg) {
       if (sh->eval) {
         if (run_eval(sh, r, rank, err, sizeof err) != 0)
           goto failed_or_out;
-        if (rank == 0)
+        if (rank == 0 && sh->o->proc_rank == 0) /* for the job */
           log_eval(sh, cmd == CMD_FINAL ? "final" : "epoch-end");
       }
       /* Every rank has read this round's command before rank 0 writes the
