@@ -332,6 +332,14 @@ static int cpu_forward_backward(tr_rank *r, const tr_batch_view *b, char *err,
   return 0;
 }
 
+/* A collective left because the group was aborted. */
+static int aborted_err(const tr_rank *r, const char *what, char *err,
+                       size_t err_size) {
+  snprintf(err, err_size, "rank %d: %s aborted (another rank failed)", r->rank,
+           what);
+  return -1;
+}
+
 static int cpu_allreduce(tr_rank *r, char *err, size_t err_size) {
   tr_group *g = r->g;
   if (tr_barrier_wait(&g->barrier) != 0)
@@ -351,9 +359,7 @@ static int cpu_allreduce(tr_rank *r, char *err, size_t err_size) {
   r->count_acc += r->grad[r->param_count + 1];
   return 0;
 aborted:
-  snprintf(err, err_size, "rank %d: all-reduce aborted (another rank failed)",
-           r->rank);
-  return -1;
+  return aborted_err(r, "all-reduce", err, err_size);
 }
 
 static int cpu_take_loss(tr_rank *r, double *loss_sum, double *count, char *err,
@@ -421,9 +427,7 @@ static int cpu_allreduce_small(tr_rank *r, double *values, int n, char *err,
     goto aborted;
   return 0;
 aborted:
-  snprintf(err, err_size, "rank %d: all-reduce aborted (another rank failed)",
-           r->rank);
-  return -1;
+  return aborted_err(r, "all-reduce", err, err_size);
 }
 
 static int cpu_gather_u64(tr_rank *r, uint64_t mine, uint64_t *all, char *err,
@@ -437,9 +441,7 @@ static int cpu_gather_u64(tr_rank *r, uint64_t mine, uint64_t *all, char *err,
     goto aborted;
   return 0;
 aborted:
-  snprintf(err, err_size, "rank %d: gather aborted (another rank failed)",
-           r->rank);
-  return -1;
+  return aborted_err(r, "gather", err, err_size);
 }
 
 static int cpu_barrier(tr_rank *r) { return tr_barrier_wait(&r->g->barrier); }

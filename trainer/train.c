@@ -315,31 +315,8 @@ static void log_eval(shared *sh, const char *when) {
   }
 }
 
-/* Rank 0, every rank having taken the step: a log line for the interval. */
-static int log_step(shared *sh, tr_rank *r, double lr, char *err,
-                    size_t err_size) {
-  double loss_sum, count;
-  if (sh->be->take_loss(r, &loss_sum, &count, err, err_size) != 0)
-    return -1;
-  if (sh->be->take_h2d) {
-    double bytes, secs;
-    sh->be->take_h2d(r, &bytes, &secs);
-    sh->iv_h2d_bytes += bytes;
-    sh->iv_h2d_s += secs;
-    sh->total_h2d_bytes += bytes;
-    sh->total_h2d_s += secs;
-  }
-  double t = now_s(), dt = t - sh->iv_start_s;
-  double loss = count > 0 ? loss_sum / count : 0.0;
-  /* count is the job's valid rows: samples/s of the whole job. */
-  double sps = dt > 0 ? count / dt : 0.0;
-  double wait = dt > 0 ? 100.0 * sh->iv_wait_s / dt : 0.0;
-  double h2d = sh->iv_h2d_s > 0 ? sh->iv_h2d_bytes / sh->iv_h2d_s / 1e9 : 0;
-  if (sh->o->proc_rank != 0) { /* process 0 logs for the job */
-    sh->iv_wait_s = sh->iv_h2d_bytes = sh->iv_h2d_s = 0;
-    sh->iv_start_s = t;
-    return 0;
-  }
+static void print_step(shared *sh, double lr, double loss, double sps,
+                       double wait, double h2d) {
   FILE *out = sh->o->out;
   fprintf(out,
           "step %" PRIu64 "/%" PRIu64 " epoch %" PRIu64
@@ -370,6 +347,30 @@ static int log_step(shared *sh, tr_rank *r, double lr, char *err,
     fputs("}\n", sh->json);
     fflush(sh->json);
   }
+}
+
+/* Rank 0, every rank having taken the step: a log line for the interval. */
+static int log_step(shared *sh, tr_rank *r, double lr, char *err,
+                    size_t err_size) {
+  double loss_sum, count;
+  if (sh->be->take_loss(r, &loss_sum, &count, err, err_size) != 0)
+    return -1;
+  if (sh->be->take_h2d) {
+    double bytes, secs;
+    sh->be->take_h2d(r, &bytes, &secs);
+    sh->iv_h2d_bytes += bytes;
+    sh->iv_h2d_s += secs;
+    sh->total_h2d_bytes += bytes;
+    sh->total_h2d_s += secs;
+  }
+  double t = now_s(), dt = t - sh->iv_start_s;
+  double loss = count > 0 ? loss_sum / count : 0.0;
+  /* count is the job's valid rows: samples/s of the whole job. */
+  double sps = dt > 0 ? count / dt : 0.0;
+  double wait = dt > 0 ? 100.0 * sh->iv_wait_s / dt : 0.0;
+  double h2d = sh->iv_h2d_s > 0 ? sh->iv_h2d_bytes / sh->iv_h2d_s / 1e9 : 0;
+  if (sh->o->proc_rank == 0) /* process 0 logs for the job */
+    print_step(sh, lr, loss, sps, wait, h2d);
   sh->iv_wait_s = sh->iv_h2d_bytes = sh->iv_h2d_s = 0;
   sh->iv_start_s = t;
   return 0;
@@ -744,10 +745,11 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
     fprintf(o->out, ", eval loss %.4f accuracy %.4f", sh.eval_loss,
             sh.eval_acc);
   double wait_pct = dt > 0 ? 100.0 * sh.total_wait_s / dt : 0.0;
+  double h2d =
+      sh.total_h2d_s > 0 ? sh.total_h2d_bytes / sh.total_h2d_s / 1e9 : 0.0;
   fprintf(o->out, ", data-wait %.1f%%", wait_pct);
-  if (sh.total_h2d_s > 0)
-    fprintf(o->out, ", h2d %.1f GB/s",
-            sh.total_h2d_bytes / sh.total_h2d_s / 1e9);
+  if (h2d > 0)
+    fprintf(o->out, ", h2d %.1f GB/s", h2d);
   fputs(", weights checksum", o->out);
   for (int i = 0; i < sh.world; i++)
     fprintf(o->out, " %016" PRIx64, sh.checksums[i]);
@@ -765,9 +767,8 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
       fputs(", \"eval_loss\": null, \"eval_accuracy\": null", sh.json);
     fprintf(sh.json, ", \"seconds\": %.3f, \"data_wait_pct\": %.2f", dt,
             wait_pct);
-    if (sh.total_h2d_s > 0)
-      fprintf(sh.json, ", \"h2d_gb_per_s\": %.3f",
-              sh.total_h2d_bytes / sh.total_h2d_s / 1e9);
+    if (h2d > 0)
+      fprintf(sh.json, ", \"h2d_gb_per_s\": %.3f", h2d);
     fputs(", \"weights_checksum\": [", sh.json);
     print_checksums(&sh, sh.json, ", ");
     fputs("]}}\n", sh.json);
