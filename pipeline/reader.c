@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reader_internal.h"
+#include "shards/cancel.h"
 #include "shards/err.h"
 #include "shards/mem.h"
 #include "shards/stream.h"
@@ -71,10 +73,18 @@ struct wds_reader {
 
   wds_reader_stats stats;
   wds__err err;
+  wds__cancel own_cancel;   /* wds_reader_cancel() */
+  const wds__cancel *cancel; /* the one reads honour: own, or the owner's */
+  wds__io_opts io;
 };
 
 #define open_fail wds__open_fail
 int wds_reader_open(const wds_reader_config *cfg, wds_reader **out) {
+  return wds__reader_open(cfg, NULL, out);
+}
+
+int wds__reader_open(const wds_reader_config *cfg, const wds__cancel *cancel,
+                     wds_reader **out) {
   int rc = WDS_OK;
   wds_reader *r = NULL;
   if (!out)
@@ -87,6 +97,11 @@ int wds_reader_open(const wds_reader_config *cfg, wds_reader **out) {
   if (!r)
     return open_fail(WDS_ERR_NOMEM, "out of memory");
   r->cfg = *cfg;
+  wds__cancel_init(&r->own_cancel); /* works without its eventfd too */
+  r->cancel = cancel ? cancel : &r->own_cancel;
+  r->io = (wds__io_opts){.read_timeout_ms = cfg->read_timeout_ms,
+                         .cancel = r->cancel,
+                         .max_window_bytes = cfg->max_window_bytes};
   r->cfg.spec = NULL; /* not owned; only used here */
   r->cfg.urls = NULL;
   if (r->cfg.buffer_size_bytes == 0)
@@ -148,7 +163,13 @@ void wds_reader_close(wds_reader *r) {
   free(r->arena);
   free(r->slots);
   free(r->fields);
+  wds__cancel_destroy(&r->own_cancel);
   free(r);
+}
+
+void wds_reader_cancel(wds_reader *r) {
+  if (r)
+    wds__cancel_set(&r->own_cancel);
 }
 
 const char *wds_reader_error(const wds_reader *r) { return r->err.msg; }
@@ -377,6 +398,8 @@ int wds_reader_next(wds_reader *r, const wds_sample **out) {
   *out = NULL;
   r->err.msg[0] = '\0';
   for (;;) {
+    if (wds__cancelled(r->cancel)) /* before moving on to another shard */
+      return wds__fail(&r->err, WDS_ERR_CANCELLED, "cancelled");
     if (r->shard_done) {
       r->stats.tar_bytes += r->tar ? wds__tar_offset(r->tar) : 0;
       close_shard(r);
@@ -386,7 +409,8 @@ int wds_reader_next(wds_reader *r, const wds_sample **out) {
       if (r->next_shard >= r->urls.count)
         return WDS_EOF;
       r->shard = r->next_shard++;
-      rc = wds__stream_open(r->urls.urls[r->shard], &r->stream, &r->err);
+      rc = wds__stream_open(r->urls.urls[r->shard], &r->io, &r->stream,
+                            &r->err);
       if (rc == WDS_OK)
         rc = wds__tar_open(r->stream, r->cfg.buffer_size_bytes,
                            window_limit(&r->cfg), &r->tar, &r->err);

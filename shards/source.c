@@ -8,18 +8,38 @@
  * in place of a clean end. When the caller stops early, close() kills the
  * process group and reaps it, so nothing is left running and nothing is
  * reported. Remote URLs are mapped to curl commands, as WebDataset's gopen
- * does. */
+ * does.
+ *
+ * Commands must not outlive us, however we end. Their own process group
+ * keeps the terminal's Ctrl-C away from them (the program decides: the
+ * tools cancel, close and so stop them), so something outside this process
+ * must stop them when it dies without closing (SIGKILL, a crash, a Python
+ * program that exits without closing). That is the warden: one /bin/sh
+ * per process, started with the first command, in a process group of its
+ * own and deaf to INT, TERM and HUP. It reads "+PGID" / "-PGID" lines from
+ * a socket whose other end only we hold; when that socket reaches
+ * end-of-file, we are gone, and it stops every group still registered
+ * (SIGTERM, then SIGKILL a second later). A group is unregistered before
+ * its leader is reaped, so a reused process group id is never signalled.
+ *
+ * Reads of pipes, stdin and other non-regular descriptors poll: beside the
+ * descriptor, the cancellation token's eventfd (a cancel wakes a blocked
+ * read at once), and with a deadline (the read timeout: no byte for that
+ * long is WDS_ERR_TIMEOUT). Regular files are read directly. */
 #include "source.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -36,7 +56,134 @@ struct wds__source {
   uint64_t offset; /* bytes consumed so far */
   uint64_t size;   /* regular files: size at open */
   char *command;   /* for messages */
+  int timeout_ms;  /* < 0: none */
+  const wds__cancel *cancel;
 };
+
+/* ---- the warden ---- */
+
+/* The warden's script: $g holds " PGID PGID ... ". */
+static const char warden_script[] =
+    "trap '' INT TERM HUP QUIT\n"
+    "g=' '\n"
+    "while IFS= read -r l; do\n"
+    "  case $l in\n"
+    "    +*) g=\"$g${l#+} \" ;;\n"
+    "    -*) p=${l#-}\n"
+    "        case $g in *\" $p \"*) g=\"${g%%\" $p \"*} ${g#*\" $p \"}\" ;; "
+    "esac ;;\n"
+    "  esac\n"
+    "done\n"
+    "[ -n \"${g# }\" ] || exit 0\n"
+    "for p in $g; do kill -s TERM -- -$p 2>/dev/null; done\n"
+    "sleep 1\n"
+    "for p in $g; do kill -s KILL -- -$p 2>/dev/null; done\n";
+
+static pthread_mutex_t warden_mu = PTHREAD_MUTEX_INITIALIZER;
+static int warden_fd = -1; /* our end of its socket */
+static pid_t warden_pid;
+static pthread_once_t warden_once = PTHREAD_ONCE_INIT;
+
+/* A forked child (multiprocessing's fork) must not share our warden: it
+ * starts its own when it runs a command. The parent keeps its socket. */
+static void warden_after_fork_child(void) {
+  if (warden_fd >= 0)
+    close(warden_fd);
+  warden_fd = -1;
+  warden_pid = 0;
+  pthread_mutex_init(&warden_mu, NULL);
+}
+
+static void warden_register_atfork(void) {
+  pthread_atfork(NULL, NULL, warden_after_fork_child);
+}
+
+/* Starts the warden; called with warden_mu held. Failure leaves none: the
+ * commands still run, only without protection against our sudden death. */
+static void warden_start(void) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return;
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  if (posix_spawn_file_actions_init(&fa) != 0) {
+    close(sv[0]);
+    close(sv[1]);
+    return;
+  }
+  if (posix_spawnattr_init(&attr) != 0) {
+    posix_spawn_file_actions_destroy(&fa);
+    close(sv[0]);
+    close(sv[1]);
+    return;
+  }
+  sigset_t dflt, none;
+  sigemptyset(&dflt);
+  sigaddset(&dflt, SIGPIPE);
+  sigaddset(&dflt, SIGINT);
+  sigaddset(&dflt, SIGTERM);
+  sigaddset(&dflt, SIGHUP);
+  sigemptyset(&none);
+  pid_t pid = 0;
+  /* stdout and stderr to /dev/null: it must not hold a pipe of ours (a
+   * `wds ... 2>&1 | tail` would wait for it). */
+  char *argv[] = {"sh", "-c", (char *)warden_script, NULL};
+  if (posix_spawn_file_actions_adddup2(&fa, sv[1], STDIN_FILENO) == 0 &&
+      posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null",
+                                       O_WRONLY, 0) == 0 &&
+      posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null",
+                                       O_WRONLY, 0) == 0 &&
+      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
+                                          POSIX_SPAWN_SETSIGDEF |
+                                          POSIX_SPAWN_SETSIGMASK) == 0 &&
+      posix_spawnattr_setpgroup(&attr, 0) == 0 &&
+      posix_spawnattr_setsigdefault(&attr, &dflt) == 0 &&
+      posix_spawnattr_setsigmask(&attr, &none) == 0 &&
+      posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, environ) == 0) {
+    warden_fd = sv[0];
+    warden_pid = pid;
+    sv[0] = -1;
+  }
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&fa);
+  if (sv[0] >= 0)
+    close(sv[0]);
+  close(sv[1]);
+}
+
+/* Sends "+PGID" or "-PGID"; a warden that died is replaced once (it can
+ * only have died by someone killing it: it then protects the groups
+ * registered from now on). */
+static void warden_send(char op, pid_t pgid) {
+  char line[32];
+  int n = snprintf(line, sizeof line, "%c%ld\n", op, (long)pgid);
+  pthread_once(&warden_once, warden_register_atfork);
+  pthread_mutex_lock(&warden_mu);
+  for (int attempt = 0; attempt < 2; attempt++) {
+    if (warden_fd < 0) {
+      if (op == '-')
+        break; /* a new warden never knew the group */
+      warden_start();
+      if (warden_fd < 0)
+        break;
+    }
+    ssize_t w;
+    do {
+      w = send(warden_fd, line, (size_t)n, MSG_NOSIGNAL);
+    } while (w < 0 && errno == EINTR);
+    if (w == n)
+      break;
+    /* EPIPE: the warden is gone. Reap it if it was ours. */
+    close(warden_fd);
+    warden_fd = -1;
+    if (warden_pid > 0)
+      waitpid(warden_pid, NULL, WNOHANG);
+    warden_pid = 0;
+  }
+  pthread_mutex_unlock(&warden_mu);
+}
+
+/* ---- commands ---- */
 
 static int starts_with(const char *s, const char *prefix) {
   return strncmp(s, prefix, strlen(prefix)) == 0;
@@ -116,6 +263,7 @@ static int spawn_command(wds__source *s, const char *cmd, wds__err *err) {
     rc = wds__fail(err, WDS_ERR_OPEN, "cannot start /bin/sh: %s", strerror(e));
     goto done;
   }
+  warden_send('+', s->pid);
   s->fd = fds[0];
   s->owns_fd = 1;
   fds[0] = -1;
@@ -150,7 +298,8 @@ static int has_scheme(const char *url) {
   return p > url && starts_with(p, "://");
 }
 
-int wds__source_open(const char *url, wds__source **out, wds__err *err) {
+int wds__source_open(const char *url, const wds__io_opts *opts,
+                     wds__source **out, wds__err *err) {
   int rc = WDS_OK;
   char *quoted = NULL;
   *out = NULL;
@@ -158,6 +307,10 @@ int wds__source_open(const char *url, wds__source **out, wds__err *err) {
   if (!s)
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
   s->fd = -1;
+  s->timeout_ms = !opts || opts->read_timeout_ms == 0
+                      ? WDS__DEFAULT_READ_TIMEOUT_MS
+                      : opts->read_timeout_ms;
+  s->cancel = opts ? opts->cancel : NULL;
 
   if (strcmp(url, "-") == 0) {
     s->fd = STDIN_FILENO;
@@ -236,6 +389,7 @@ done:
 static int reap_command(wds__source *s, wds__err *err) {
   int status = 0;
   pid_t r;
+  warden_send('-', s->pid);
   do {
     r = waitpid(s->pid, &status, 0);
   } while (r < 0 && errno == EINTR);
@@ -268,10 +422,54 @@ static int reap_command(wds__source *s, wds__err *err) {
                    s->command);
 }
 
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Waits until the descriptor has data (or its end, or an error, which the
+ * read then reports), the token is set, or the read timeout passes. */
+static int wait_readable(wds__source *s, wds__err *err) {
+  uint64_t start = now_ms();
+  for (;;) {
+    if (wds__cancelled(s->cancel))
+      return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
+    struct pollfd p[2] = {{.fd = s->fd, .events = POLLIN},
+                          {.fd = s->cancel ? s->cancel->fd : -1,
+                           .events = POLLIN}};
+    int wait = -1;
+    if (s->timeout_ms >= 0) {
+      uint64_t waited = now_ms() - start;
+      if (waited >= (uint64_t)s->timeout_ms)
+        return wds__fail(err, WDS_ERR_TIMEOUT,
+                         "no data for %.1f s (the read timeout; raise it "
+                         "with --read-timeout or read_timeout_ms)",
+                         (double)waited / 1000);
+      wait = (int)((uint64_t)s->timeout_ms - waited);
+    }
+    if (s->cancel && s->cancel->fd < 0 &&
+        (wait < 0 || wait > WDS__CANCEL_POLL_MS))
+      wait = WDS__CANCEL_POLL_MS; /* no eventfd: look at the flag often */
+    int r = poll(p, 2, wait);
+    if (r < 0 && errno != EINTR)
+      return wds__fail(err, WDS_ERR_IO, "poll error: %s", strerror(errno));
+    if (r > 0 && p[0].revents)
+      return WDS_OK;
+  }
+}
+
 ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err) {
   if (s->at_eof)
     return 0;
   for (;;) {
+    if (!s->regular) {
+      int rc = wait_readable(s, err);
+      if (rc != WDS_OK)
+        return rc;
+    } else if (wds__cancelled(s->cancel)) {
+      return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
+    }
     ssize_t n = read(s->fd, dst, cap);
     if (n > 0) {
       s->offset += (uint64_t)n;
@@ -322,6 +520,7 @@ void wds__source_close(wds__source *s) {
      * the host program ignores SIGCHLD the kernel may have reaped it
      * already (ECHILD), and then the group must not be signalled. */
     int status0;
+    warden_send('-', s->pid);
     pid_t r0 = waitpid(s->pid, &status0, WNOHANG);
     if (r0 != 0) {
       s->pid = 0;

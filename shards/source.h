@@ -8,14 +8,17 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cancel.h"
 #include "err.h"
 
 typedef struct wds__source wds__source;
 
 /* Opens url: "-" (stdin), "pipe:CMD" (CMD run by /bin/sh, its stdout read),
  * "file://PATH", http(s)/ftp(s)/sftp/scp URLs (read through curl, as
- * WebDataset does), or a local path. */
-int wds__source_open(const char *url, wds__source **out, wds__err *err);
+ * WebDataset does), or a local path. opts (NULL: defaults) gives the read
+ * timeout and the cancellation token that reads honour. */
+int wds__source_open(const char *url, const wds__io_opts *opts,
+                     wds__source **out, wds__err *err);
 
 /* Reads up to cap bytes into dst. Returns the count (> 0), 0 at the end of
  * the source, or a negative status. For a pipe, the end of the stream is

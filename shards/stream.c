@@ -307,13 +307,14 @@ static int open_archive(wds__stream *s, wds__err *err) {
   return WDS_OK;
 }
 
-int wds__stream_open(const char *url, wds__stream **out, wds__err *err) {
+int wds__stream_open(const char *url, const wds__io_opts *opts,
+                     wds__stream **out, wds__err *err) {
   int rc;
   *out = NULL;
   wds__stream *s = calloc(1, sizeof *s);
   if (!s)
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
-  rc = wds__source_open(url, &s->src, err);
+  rc = wds__source_open(url, opts, &s->src, err);
   if (rc != WDS_OK)
     goto done;
   /* Peek: pipes may deliver the first block in pieces. */

@@ -12,11 +12,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cancel.h"
 #include "err.h"
 
 typedef struct wds__stream wds__stream;
 
-int wds__stream_open(const char *url, wds__stream **out, wds__err *err);
+/* opts (NULL: defaults): read timeout and cancellation for the source,
+ * the zstd window limit for the decoder. */
+int wds__stream_open(const char *url, const wds__io_opts *opts,
+                     wds__stream **out, wds__err *err);
 
 /* Up to cap decompressed bytes into dst: count (> 0), 0 at a clean end, or a
  * negative status (truncated or corrupt compressed data, a failed command,

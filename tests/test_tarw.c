@@ -567,7 +567,7 @@ TEST(pax_size_over_8gib) {
   wds__stream *s = NULL;
   wds__tar *t = NULL;
   wds__tar_member m;
-  int rc = wds__stream_open(path, &s, &err);
+  int rc = wds__stream_open(path, NULL, &s, &err);
   if (rc == WDS_OK)
     rc = wds__tar_open(s, 1 << 20, 1 << 20, &t, &err);
   if (rc == WDS_OK)

@@ -193,6 +193,13 @@ typedef struct wds_loader_config {
   wds_error_policy on_error;
   size_t max_sample_bytes; /* per sample, as in wds_reader_config */
   size_t read_buffer_bytes;
+  int read_timeout_ms;        /* as in wds_reader_config: 0 = 5 minutes */
+  uint64_t max_window_bytes;  /* as in wds_reader_config: 0 = 128 MiB */
+  size_t shuffle_buffer_bytes; /* per worker: the shuffle buffer holds at
+                                  most this many bytes of sample data (as
+                                  well as at most shuffle_buffer samples);
+                                  0 = 1 GiB. A sample larger than this
+                                  passes through alone. */
 
   wds_allocator allocator; /* alloc == NULL: pinned when built with CUDA
                               and a GPU is present, else aligned host */
@@ -287,8 +294,15 @@ typedef struct wds_loader_stats {
 void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *out);
 const char *wds_loader_allocator_name(const wds_loader *l);
 
-/* Stops the threads and frees everything. Batches still held become
- * invalid. NULL is a no-op. */
+/* Makes a next() blocked on data, and every later one, return
+ * WDS_ERR_CANCELLED promptly: workers blocked in a read wake at once.
+ * Thread-safe and async-signal-safe (a signal handler may call it while
+ * another thread is in next()). The loader must still be closed. */
+void wds_loader_cancel(wds_loader *l);
+
+/* Stops the threads and frees everything; returns promptly even while a
+ * worker is blocked in a read. Batches still held become invalid. NULL is
+ * a no-op. */
 void wds_loader_close(wds_loader *l);
 
 /* Writes a .npy file (format 1.0, little-endian, C order) holding an array

@@ -73,10 +73,18 @@ typedef struct wds_reader_config {
                                0 = 1 GiB. A larger one is WDS_ERR_LIMIT
                                naming the member, and ends the shard. */
   size_t max_fields;        /* most fields in one sample; 0 = 4096 */
+  int read_timeout_ms;      /* a shard that delivers no byte for this long
+                               fails with WDS_ERR_TIMEOUT naming the shard
+                               and the wait; 0 = 300000 (5 minutes), < 0 =
+                               wait forever. Pipes, stdin and sockets only:
+                               a regular file's read does not stall. */
+  uint64_t max_window_bytes; /* zstd window a shard may need; 0 = 128 MiB.
+                                A larger one (zstd --long=31) is
+                                WDS_ERR_LIMIT naming the window. */
 } wds_reader_config;
 
 #define WDS_READER_CONFIG_INIT                                                 \
-  { NULL, NULL, 0, 0, 0, 0, 0 }
+  { NULL, NULL, 0, 0, 0, 0, 0, 0, 0 }
 
 typedef struct wds_reader wds_reader;
 
@@ -102,6 +110,12 @@ int wds_reader_open(const wds_reader_config *cfg, wds_reader **out);
  * WDS_ERR_DUPLICATE, with the next sample of the same shard), so callers
  * can choose to stop at the first error or to skip what is bad. */
 int wds_reader_next(wds_reader *r, const wds_sample **out);
+
+/* Makes a wds_reader_next() blocked in a read, and every later one, return
+ * WDS_ERR_CANCELLED at once (a pipe: command is stopped when the reader is
+ * closed). Thread-safe and async-signal-safe: a signal handler may call it
+ * while another thread reads. */
+void wds_reader_cancel(wds_reader *r);
 
 /* Text of the last error ("" if none). Valid until the next call. */
 const char *wds_reader_error(const wds_reader *r);

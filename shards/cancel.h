@@ -1,0 +1,52 @@
+/* cancel.h — a cancellation token, and the options every shard open takes.
+ * Internal to wds.
+ *
+ * A token is a flag and an eventfd. Setting it is async-signal-safe (an
+ * atomic store and a write), so a signal handler may cancel; a source
+ * blocked in a read polls the eventfd beside its descriptor and returns
+ * WDS_ERR_CANCELLED at once. Loops that do not read check the flag. */
+#ifndef WDS_SHARDS_CANCEL_H
+#define WDS_SHARDS_CANCEL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef struct wds__cancel {
+  atomic_int set;
+  int fd; /* eventfd, readable once set; -1 if none could be made (then
+             blocked reads notice the flag within WDS__CANCEL_POLL_MS) */
+} wds__cancel;
+
+/* How often a blocked read re-checks a token that has no eventfd. */
+#define WDS__CANCEL_POLL_MS 100
+
+/* 0, or -1 when the eventfd cannot be made (the token still works, by
+ * polling). */
+int wds__cancel_init(wds__cancel *c);
+void wds__cancel_destroy(wds__cancel *c);
+/* Async-signal-safe and thread-safe. */
+void wds__cancel_set(wds__cancel *c);
+/* Clears the flag and drains the eventfd (no reader may be blocked on it). */
+void wds__cancel_reset(wds__cancel *c);
+static inline int wds__cancelled(const wds__cancel *c) {
+  return c && atomic_load_explicit(&((wds__cancel *)c)->set,
+                                   memory_order_acquire);
+}
+
+/* Default read timeout: no byte for this long ends the shard with
+ * WDS_ERR_TIMEOUT. Generous: a slow network delivers something well within
+ * it; a stalled command or server does not. */
+#define WDS__DEFAULT_READ_TIMEOUT_MS (300 * 1000)
+
+/* Default zstd window limit (bytes); frames that need more are refused with
+ * a message naming the window and the option that raises it. */
+#define WDS__DEFAULT_MAX_WINDOW_BYTES ((uint64_t)128 << 20)
+
+/* Options for opening a shard's source and stream. NULL or zeros: defaults. */
+typedef struct wds__io_opts {
+  int read_timeout_ms;       /* 0 = WDS__DEFAULT_READ_TIMEOUT_MS, < 0 never */
+  const wds__cancel *cancel; /* may be NULL */
+  uint64_t max_window_bytes; /* 0 = WDS__DEFAULT_MAX_WINDOW_BYTES */
+} wds__io_opts;
+
+#endif
