@@ -24,7 +24,15 @@
  * Locks: each queue has its own mutex; the pool (slot states, ready FIFO,
  * the run's end) is under the loader's mutex. An abort flag, set before the
  * mutexes are taken to broadcast, ends every wait. Memory is bounded by the
- * shuffle buffers, the queues (queue_cap items per worker) and the slots. */
+ * shuffle buffers (in samples and in bytes), the queues (queue_cap items per
+ * worker) and the slots.
+ *
+ * Stopping: a worker may be blocked in a read (a stalled pipe: command, a
+ * slow server). The loader's wake token, shared by every reader it opens,
+ * wakes such a read at once: run_stop (set_epoch, close, the end of an
+ * epoch) sets it while it joins the threads and clears it after;
+ * wds_loader_cancel sets it for good. A cancelled read is never a skipped
+ * error: it ends the worker. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -40,6 +48,8 @@
 #include "loader/pool.h"
 #include "loader/rng.h"
 #include "pipeline/decode.h"
+#include "pipeline/reader_internal.h"
+#include "shards/cancel.h"
 #include "shards/err.h"
 #include "wds/loader.h"
 #include "wds/reader.h"
@@ -47,6 +57,7 @@
 
 #define MAX_WORKERS 256
 #define MAX_BATCH ((size_t)1 << 24)
+#define DEFAULT_SHUFFLE_BYTES ((size_t)1 << 30) /* per worker */
 
 /* ---- samples and items ------------------------------------------------ */
 
@@ -199,6 +210,8 @@ struct wds_loader {
   blk_pool *pools;  /* per worker index */
   int needs_decode; /* some field is not plain bytes */
   wds_allocator alloc;
+  wds__cancel wake;    /* every reader's token: see "Stopping" above */
+  atomic_int cancelled; /* wds_loader_cancel() was called */
 
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -600,7 +613,7 @@ static item *error_item(size_t nfields, int status, const char *msg) {
  * after putting an error item in *fatal. */
 static int read_error(source *src, int status, const char *msg, item **fatal) {
   wds_loader *l = src->w->run->l;
-  if (l->cfg.on_error == WDS_ON_ERROR_STOP) {
+  if (l->cfg.on_error == WDS_ON_ERROR_STOP || status == WDS_ERR_CANCELLED) {
     *fatal = error_item(l->nfields, status, msg);
     return 1;
   }
@@ -616,22 +629,30 @@ static void source_close_reader(source *src) {
   }
 }
 
-static int source_open(source *src, size_t shard, uint64_t begin,
-                       uint64_t end, item **fatal) {
-  wds_loader *l = src->w->run->l;
+/* A reader of one shard, as the workers and the counting pass open it: the
+ * loader's limits, and reads that its wake token interrupts. */
+static int open_shard_reader(wds_loader *l, size_t shard, wds_reader **out) {
   wds_reader_config rc = WDS_READER_CONFIG_INIT;
   const char *url = l->urls.urls[shard];
   rc.urls = &url;
   rc.url_count = 1;
   rc.max_sample_bytes = l->cfg.max_sample_bytes;
   rc.buffer_size_bytes = l->cfg.read_buffer_bytes;
+  rc.read_timeout_ms = l->cfg.read_timeout_ms;
+  rc.max_window_bytes = l->cfg.max_window_bytes;
+  return wds__reader_open(&rc, &l->wake, out);
+}
+
+static int source_open(source *src, size_t shard, uint64_t begin,
+                       uint64_t end, item **fatal) {
+  wds_loader *l = src->w->run->l;
   src->shard = shard;
   src->got = 0;
   src->want = end == WDS__TO_END ? WDS__TO_END : end - begin;
   src->begin = begin;
   src->to_end = l->counts && end != WDS__TO_END && end == l->counts[shard];
   src->shards++;
-  if (wds_reader_open(&rc, &src->rd) != WDS_OK) {
+  if (open_shard_reader(l, shard, &src->rd) != WDS_OK) {
     char msg[WDS__ERR_SIZE];
     snprintf(msg, sizeof msg, "%s", wds_open_error());
     src->rd = NULL;
@@ -781,19 +802,37 @@ nomem:
 typedef struct shuffler {
   raw_sample **buf;
   size_t len, cap, initial;
+  uint64_t bytes, cap_bytes; /* field data held, and its bound */
   int src_done;
   wds__rng rng;
 } shuffler;
+
+static uint64_t raw_bytes(const raw_sample *r) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < r->nfields; i++)
+    n += r->f[i].size;
+  return n;
+}
+
+static void shuffle_add(shuffler *sh, raw_sample *s) {
+  sh->buf[sh->len++] = s;
+  sh->bytes += raw_bytes(s);
+}
 
 static raw_sample *shuffle_pick(shuffler *sh) {
   size_t k = (size_t)wds__rng_below(&sh->rng, sh->len);
   raw_sample *s = sh->buf[k];
   sh->buf[k] = sh->buf[--sh->len];
+  sh->bytes -= raw_bytes(s);
   return s;
 }
 
 /* Per input: add it, add one more while under capacity, and emit a random
  * element once `initial` are buffered; at the end drain in random order.
+ * Capacity is counted in samples and in bytes: at cap_bytes the buffer is
+ * full (no second add) and, like one at `initial`, emits, so it never holds
+ * much more than cap_bytes plus one sample. Both depend on the data only,
+ * so the order stays a pure function of the configuration.
  * Returns 0 with *out (NULL at the end) or -1 with *fatal. */
 static int shuffle_next(shuffler *sh, source *src, raw_sample **out,
                         item **fatal) {
@@ -809,16 +848,16 @@ static int shuffle_next(shuffler *sh, source *src, raw_sample **out,
         sh->src_done = 1;
         continue;
       }
-      sh->buf[sh->len++] = s;
-      if (sh->len < sh->cap) {
+      shuffle_add(sh, s);
+      if (sh->len < sh->cap && sh->bytes < sh->cap_bytes) {
         if (source_next(src, &s, fatal) != 0)
           return -1;
         if (s)
-          sh->buf[sh->len++] = s;
+          shuffle_add(sh, s);
         else
           sh->src_done = 1;
       }
-      if (sh->len >= sh->initial) {
+      if (sh->len >= sh->initial || sh->bytes >= sh->cap_bytes) {
         *out = shuffle_pick(sh);
         return 0;
       }
@@ -957,6 +996,7 @@ static void *worker_main(void *arg) {
                                       rn->epoch, (uint64_t)l->pin.rank,
                                       (uint64_t)w->index));
   sh.cap = l->cfg.shuffle_buffer;
+  sh.cap_bytes = l->cfg.shuffle_buffer_bytes;
   sh.initial = l->cfg.shuffle_initial == 0 ||
                        l->cfg.shuffle_initial > l->cfg.shuffle_buffer
                    ? l->cfg.shuffle_buffer
@@ -1495,6 +1535,7 @@ static void run_stop(wds_loader *l) {
   if (!rn)
     return;
   atomic_store(&rn->abort, 1);
+  wds__cancel_set(&l->wake); /* workers blocked in a read */
   for (int i = 0; i < l->pin.workers; i++)
     if (rn->w[i].q.ring)
       queue_wake(&rn->w[i].q);
@@ -1506,6 +1547,11 @@ static void run_stop(wds_loader *l) {
       pthread_join(rn->w[i].thread, NULL);
   if (rn->collator_started)
     pthread_join(rn->collator, NULL);
+  /* No reader is open now. A cancel stores its flag before setting the
+   * token, so one that comes during the reset is not lost. */
+  wds__cancel_reset(&l->wake);
+  if (atomic_load(&l->cancelled))
+    wds__cancel_set(&l->wake);
   for (int i = 0; i < l->pin.workers; i++) {
     queue_destroy(&rn->w[i].q, l->nfields);
     for (size_t k = 0; k < rn->w[i].npending; k++)
@@ -1688,14 +1734,8 @@ static void *count_main(void *arg) {
   wds_loader *l = c->l;
   for (size_t s = (size_t)c->index; s < l->urls.count && c->status == WDS_OK;
        s += (size_t)c->threads) {
-    wds_reader_config rc = WDS_READER_CONFIG_INIT;
-    const char *url = l->urls.urls[s];
     wds_reader *rd;
-    rc.urls = &url;
-    rc.url_count = 1;
-    rc.max_sample_bytes = l->cfg.max_sample_bytes;
-    rc.buffer_size_bytes = l->cfg.read_buffer_bytes;
-    if (wds_reader_open(&rc, &rd) != WDS_OK) {
+    if (open_shard_reader(l, s, &rd) != WDS_OK) {
       if (l->cfg.on_error == WDS_ON_ERROR_STOP) {
         c->status = WDS_ERR_OPEN;
         snprintf(c->msg, sizeof c->msg, "%s", wds_open_error());
@@ -1899,6 +1939,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
   pthread_mutex_init(&l->log_mu, NULL);
+  wds__cancel_init(&l->wake); /* works without its eventfd too, by polling */
+  atomic_init(&l->cancelled, 0);
   l->cfg = *cfg;
   wds_loader_config *c = &l->cfg;
   if (c->rank < 0 || c->world_size < 0) {
@@ -1914,6 +1956,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     c->workers = 4;
   if (c->prefetch_batches == 0)
     c->prefetch_batches = 4;
+  if (c->shuffle_buffer_bytes == 0)
+    c->shuffle_buffer_bytes = DEFAULT_SHUFFLE_BYTES;
   if ((rc = validate(c)) != WDS_OK)
     goto fail;
   c->fields = NULL; /* copied into l->fields; the caller's may go away */
@@ -2055,6 +2099,14 @@ fail:
 
 /* ---- next / release ---------------------------------------------------- */
 
+/* The loader was cancelled: the run stops and every later call fails. */
+static int cancelled(wds_loader *l) {
+  run_stop(l);
+  set_error(l, "cancelled");
+  l->failed = WDS_ERR_CANCELLED;
+  return l->failed;
+}
+
 int wds_loader_next(wds_loader *l, const wds_batch **out) {
   if (out)
     *out = NULL;
@@ -2062,6 +2114,8 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
     return WDS_ERR_INVALID;
   if (l->failed)
     return l->failed;
+  if (atomic_load(&l->cancelled))
+    return cancelled(l);
   if (!l->cur) {
     uint64_t skip = l->first_skip * l->cfg.batch_size;
     l->first_skip = 0;
@@ -2084,7 +2138,20 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
                l->nslots);
       return WDS_ERR_INVALID;
     }
-    pthread_cond_wait(&l->cv, &l->mu);
+    if (atomic_load(&l->cancelled)) {
+      pthread_mutex_unlock(&l->mu);
+      return cancelled(l);
+    }
+    /* A cancel cannot signal the condition variable (not async-signal-safe),
+     * so the wait is sliced. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 50 * 1000 * 1000;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&l->cv, &l->mu, &until);
   }
   ready_entry r = l->ready[l->ready_head];
   l->ready_head = (l->ready_head + 1) % ((size_t)l->nslots + 2);
@@ -2212,5 +2279,15 @@ void wds_loader_close(wds_loader *l) {
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);
   pthread_mutex_destroy(&l->log_mu);
+  wds__cancel_destroy(&l->wake);
   free(l);
+}
+
+void wds_loader_cancel(wds_loader *l) {
+  if (!l)
+    return;
+  /* Async-signal-safe: an atomic store and an eventfd write. next() sees
+   * the flag within one of its wait slices. */
+  atomic_store(&l->cancelled, 1);
+  wds__cancel_set(&l->wake);
 }

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "loader_opts.h"
+#include "signals.h"
 #include "util.h"
 #include "wds/reader.h" /* wds_open_error */
 
@@ -145,6 +146,7 @@ int wds_cmd_batches(int argc, char **argv) {
   const char *save = NULL;
   wds_url_list urls = {0};
   wds_loader *l = NULL;
+  tool_stdout_init("batches");
   if (tool_loader_options(own, opts, sizeof opts / sizeof *opts) != 0)
     return 2;
   optind = 1;
@@ -202,16 +204,25 @@ int wds_cmd_batches(int argc, char **argv) {
     status = 1;
     goto done;
   }
+  tool_signals_loader(0, l);
+  uint64_t printed = 0;
   for (uint64_t e = 0; e < lo.epochs && status == 0; e++) {
     const wds_batch *b;
     while ((r = wds_loader_next(l, &b)) == WDS_OK) {
+      printed++;
       print_batch(b, json);
-      int failed = save && save_batch(save, b);
+      int failed = tool_stdout_check() != 0 || (save && save_batch(save, b));
       wds_loader_release(l, b);
       if (failed) {
         status = 1;
         break;
       }
+    }
+    if (status == 0 && r == WDS_ERR_CANCELLED && tool_signal_caught()) {
+      status = tool_interrupted("batches", "%llu batches printed%s",
+                                (unsigned long long)printed,
+                                save ? " and saved" : "");
+      break;
     }
     if (status == 0 && r != WDS_EOF) {
       fflush(stdout); /* the batches before the error come first */
@@ -219,12 +230,10 @@ int wds_cmd_batches(int argc, char **argv) {
       status = 1;
     }
   }
-  if (fflush(stdout) != 0 || ferror(stdout)) {
-    fprintf(stderr, "wds batches: cannot write the output: %s\n",
-            strerror(errno));
+  if (tool_stdout_flush() != 0)
     status = 1;
-  }
 done:
+  tool_signals_loader(0, NULL);
   wds_loader_close(l);
   wds_url_list_free(&urls);
   tool_loader_opts_free(&lo);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "loader_opts.h"
+#include "signals.h"
 #include "util.h"
 #include "wds/reader.h"
 
@@ -58,11 +59,16 @@ static int bench_reader(const wds_url_list *urls, size_t buffer, int json) {
     status = 1;
     goto done;
   }
+  tool_signals_reader(r);
   const wds_sample *s;
   int rc;
   while ((rc = wds_reader_next(r, &s)) == WDS_OK) {
   }
   double secs = tool_now() - t0;
+  if (rc == WDS_ERR_CANCELLED && tool_signal_caught()) {
+    status = tool_interrupted("bench", "after %.1f s, no figures", secs);
+    goto done;
+  }
   if (rc != WDS_EOF) {
     fprintf(stderr, "wds bench: %s\n", wds_reader_error(r));
     status = 1;
@@ -85,6 +91,7 @@ static int bench_reader(const wds_url_list *urls, size_t buffer, int json) {
            st.shards, st.samples, st.tar_bytes, secs, (double)st.samples / secs,
            (double)st.tar_bytes / secs / 1e6);
 done:
+  tool_signals_reader(NULL);
   wds_reader_close(r);
   return status;
 }
@@ -122,6 +129,7 @@ static int bench_loader(const tool_loader_opts *lo, int json,
     fprintf(stderr, "wds bench: %s\n", wds_open_error());
     return 1;
   }
+  tool_signals_loader(0, l);
   uint64_t per_epoch = wds_loader_epoch_batches(l);
   /* Warm-up epochs fill the loader's recycled memory and the page cache;
    * they are run but neither timed nor counted. */
@@ -130,9 +138,11 @@ static int bench_loader(const tool_loader_opts *lo, int json,
     while ((rc = wds_loader_next(l, &b)) == WDS_OK)
       wds_loader_release(l, b);
     if (rc != WDS_EOF) {
-      fprintf(stderr, "wds bench: %s\n", wds_loader_error(l));
-      wds_loader_close(l);
-      return 1;
+      status = rc == WDS_ERR_CANCELLED && tool_signal_caught()
+                   ? tool_interrupted("bench", "during the warm-up")
+                   : (fprintf(stderr, "wds bench: %s\n", wds_loader_error(l)),
+                      1);
+      goto done;
     }
   }
   wds_loader_stats warm;
@@ -159,6 +169,11 @@ static int bench_loader(const tool_loader_opts *lo, int json,
   double secs = tool_now() - t0;
   if (shown)
     fputs("\r\033[K", stderr); /* clear the progress line */
+  if (rc == WDS_ERR_CANCELLED && tool_signal_caught()) {
+    status = tool_interrupted("bench", "%llu batches in %.1f s, no figures",
+                              (unsigned long long)batches, secs);
+    goto done;
+  }
   if (rc != WDS_EOF) {
     fprintf(stderr, "wds bench: %s\n", wds_loader_error(l));
     status = 1;
@@ -221,6 +236,7 @@ static int bench_loader(const tool_loader_opts *lo, int json,
              st.fill_rows);
   }
 done:
+  tool_signals_loader(0, NULL);
   wds_loader_close(l);
   return status;
 }
@@ -239,6 +255,7 @@ int wds_cmd_bench(int argc, char **argv) {
   int json = 0, c, r, status = 0;
   size_t max_urls = 0, buffer = 0, warmup = 0;
   wds_url_list urls = {0};
+  tool_stdout_init("bench");
   if (tool_loader_options(own, opts, sizeof opts / sizeof *opts) != 0)
     return 2;
   optind = 1;
@@ -303,5 +320,7 @@ int wds_cmd_bench(int argc, char **argv) {
 done:
   wds_url_list_free(&urls);
   tool_loader_opts_free(&lo);
+  if (tool_stdout_flush() != 0)
+    status = 1;
   return status;
 }

@@ -19,6 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "loader_opts.h"
+#include "signals.h"
 #include "util.h"
 #include "wds/reader.h"
 #include "wds/writer.h"
@@ -44,6 +46,8 @@ static const char cat_usage[] =
     "  --limit N      write at most N samples\n"
     "  -f, --force    write to a terminal anyway\n"
     "  --max-urls N   refuse specs that expand to more than N URLs\n"
+    "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
+    "                 (default 300; 0: wait forever)\n"
     "Exit status: 0 done, 1 read or write error (the stream is then left\n"
     "without its end-of-archive marker), 2 usage error.\n";
 
@@ -187,16 +191,19 @@ int wds_cmd_cat(int argc, char **argv) {
                                        {"limit", required_argument, 0, 'l'},
                                        {"force", no_argument, 0, 'f'},
                                        {"max-urls", required_argument, 0, 'm'},
+                                       {"read-timeout", required_argument, 0,
+                                        't'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   cat_state c;
   memset(&c, 0, sizeof c);
-  int force = 0, status = 2, ch, rc = WDS_OK, have_seed = 0;
+  int force = 0, status = 2, ch, rc = WDS_OK, have_seed = 0, timeout_ms = 0;
   size_t shuffle = 0, max_urls = 0, nheld = 0;
   uint64_t seed = 0, rng;
   held **buf = NULL;
   wds_url_list urls = {0};
   wds_reader *r = NULL;
+  tool_stdout_init("cat");
   optind = 1;
   while ((ch = getopt_long(argc, argv, "fh", opts, NULL)) != -1) {
     switch (ch) {
@@ -231,6 +238,10 @@ int wds_cmd_cat(int argc, char **argv) {
     case 'f':
       force = 1;
       break;
+    case 't':
+      if (tool_read_timeout("cat", optarg, &timeout_ms))
+        goto done;
+      break;
     case 'm':
       if (tool_parse_size(optarg, &max_urls) != 0) {
         fprintf(stderr, "wds cat: --max-urls needs a number\n");
@@ -264,10 +275,12 @@ int wds_cmd_cat(int argc, char **argv) {
   wds_reader_config rcfg = WDS_READER_CONFIG_INIT;
   rcfg.urls = (const char *const *)urls.urls;
   rcfg.url_count = urls.count;
+  rcfg.read_timeout_ms = timeout_ms;
   if (wds_reader_open(&rcfg, &r) != WDS_OK) {
     fprintf(stderr, "wds cat: %s\n", wds_open_error());
     goto done;
   }
+  tool_signals_reader(r);
   wds_writer_config wcfg = WDS_WRITER_CONFIG_INIT;
   wcfg.out_fd = 1;
   wcfg.compression = WDS_COMPRESS_NONE;
@@ -312,6 +325,13 @@ int wds_cmd_cat(int argc, char **argv) {
     if (wrc != 0)
       goto done;
   }
+  if (rc == WDS_ERR_CANCELLED && tool_signal_caught()) {
+    /* The stream is left without its end marker, as after any error. */
+    status = tool_interrupted("cat", "%llu samples written, the tar stream "
+                                     "left unfinished",
+                              (unsigned long long)c.written);
+    goto done;
+  }
   if (rc != WDS_OK && rc != WDS_EOF) {
     fprintf(stderr, "wds cat: %s\n", wds_reader_error(r));
     goto done;
@@ -352,6 +372,7 @@ done:
   for (size_t i = 0; i < c.nkeep; i++)
     free(c.keep[i]);
   free(c.keep);
+  tool_signals_reader(NULL);
   wds_reader_close(r);
   wds_url_list_free(&urls);
   return status;

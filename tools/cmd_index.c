@@ -7,11 +7,13 @@
  * "nsamples" and "filesize" keys come first, for people reading the file.
  * Memory is one shard's entry at a time.
  *
- * With -o the index goes to a temporary file in the target directory,
- * renamed when complete; any error removes it, so no partial index ever
- * sits under the final name. Local shard paths are then written relative
- * to the index's directory (the loader resolves them against it), so the
- * index and its shards can be moved together. */
+ * With -o the index goes through wds_outfile (wds/writer.h): a temporary
+ * file in the target directory, synced and renamed when complete; any error
+ * removes it, so no partial index ever sits under the final name. A target
+ * that is a device or a FIFO is written in place, never replaced; "-o -" is
+ * stdout. Local shard paths are then written relative to the index's
+ * directory (the loader resolves them against it), so the index and its
+ * shards can be moved together. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -21,9 +23,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "loader_opts.h"
+#include "signals.h"
 #include "util.h"
 #include "wds/index.h"
 #include "wds/reader.h"
+#include "wds/writer.h"
 
 static const char index_usage[] =
     "usage: wds index [-o FILE] [--name NAME] [--max-urls N] SPEC...\n"
@@ -38,17 +43,23 @@ static const char index_usage[] =
     "mode needs); filesize is null for pipe:, stdin and remote URLs; OFFSET\n"
     "is that of the member's first header in the decompressed tar stream,\n"
     "SIZE the size of its data.\n"
-    "  -o FILE      write to FILE (a temporary name, renamed when complete)\n"
-    "               instead of stdout; local shard paths are then written\n"
-    "               relative to FILE's directory\n"
+    "  -o FILE      write to FILE instead of stdout (- for stdout): under a\n"
+    "               temporary name, synced and renamed when complete; a\n"
+    "               FILE that is a device or a FIFO (/dev/null) is written\n"
+    "               in place, never replaced. Local shard paths are then\n"
+    "               written relative to FILE's directory\n"
     "  --name NAME  the index's \"name\" (default: the first SPEC)\n"
     "  --max-urls N refuse specs that expand to more than N URLs\n"
+    "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
+    "               (default 300; 0: wait forever)\n"
     "The loader (wds batches --mode exact --index FILE) and wds ls --summary\n"
     "--index FILE read it. Exits 1, leaving no index, if a shard cannot be\n"
     "read completely (the message names it).\n";
 
+static int read_timeout_ms; /* --read-timeout */
+
 /* Reads one shard and writes its shardlist entry to out. Returns 0, or 1
- * after printing the error. */
+ * after printing the error (nothing when a signal cancelled the read). */
 static int index_shard(const char *url, const char *written_url, FILE *out) {
   int status = 1, rc;
   char *buf = NULL;
@@ -65,10 +76,12 @@ static int index_shard(const char *url, const char *written_url, FILE *out) {
   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
   cfg.urls = &url;
   cfg.url_count = 1;
+  cfg.read_timeout_ms = read_timeout_ms;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     fprintf(stderr, "wds index: %s\n", wds_open_error());
     goto done;
   }
+  tool_signals_reader(r);
   if (!(mem = open_memstream(&buf, &buf_len))) {
     fprintf(stderr, "wds index: out of memory\n");
     goto done;
@@ -87,6 +100,8 @@ static int index_shard(const char *url, const char *written_url, FILE *out) {
     fputs("}}", mem);
     nsamples++;
   }
+  if (rc == WDS_ERR_CANCELLED && tool_signal_caught())
+    goto done; /* the caller says so */
   if (rc != WDS_EOF) {
     fprintf(stderr, "wds index: %s\n", wds_reader_error(r));
     goto done;
@@ -122,6 +137,7 @@ done:
   if (mem)
     fclose(mem);
   free(buf);
+  tool_signals_reader(NULL);
   wds_reader_close(r);
   return status;
 }
@@ -130,11 +146,14 @@ int wds_cmd_index(int argc, char **argv) {
   static const struct option opts[] = {{"output", required_argument, 0, 'o'},
                                        {"name", required_argument, 0, 'n'},
                                        {"max-urls", required_argument, 0, 'm'},
+                                       {"read-timeout", required_argument, 0,
+                                        't'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *out_path = NULL, *name = NULL;
   size_t max_urls = 0;
   int c;
+  tool_stdout_init("index");
   optind = 1;
   while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
     switch (c) {
@@ -143,6 +162,10 @@ int wds_cmd_index(int argc, char **argv) {
       break;
     case 'n':
       name = optarg;
+      break;
+    case 't':
+      if (tool_read_timeout("index", optarg, &read_timeout_ms))
+        return 2;
       break;
     case 'm':
       if (tool_parse_size(optarg, &max_urls) != 0) {
@@ -162,6 +185,8 @@ int wds_cmd_index(int argc, char **argv) {
     fputs(index_usage, stderr);
     return 2;
   }
+  if (out_path && strcmp(out_path, "-") == 0)
+    out_path = NULL; /* stdout */
   if (out_path && (!out_path[0] || out_path[strlen(out_path) - 1] == '/')) {
     fprintf(stderr, "wds index: -o needs a file name\n");
     return 2;
@@ -170,8 +195,10 @@ int wds_cmd_index(int argc, char **argv) {
     name = argv[optind];
 
   int status = 1;
+  tool_signals_defer(1); /* the shard loop checks; -o's temporary goes */
   wds_url_list urls = {0};
-  char *tmp = NULL, *dir_real = NULL;
+  char *dir_real = NULL, msg[1100];
+  wds_outfile *of = NULL;
   FILE *out = stdout;
   if (tool_expand_specs("index", argv + optind, argc - optind, max_urls,
                         &urls)) {
@@ -182,9 +209,7 @@ int wds_cmd_index(int argc, char **argv) {
     const char *slash = strrchr(out_path, '/');
     char *dir =
         slash ? strndup(out_path, (size_t)(slash - out_path) + 1) : strdup(".");
-    tmp = malloc(strlen(out_path) + 16);
-    if (!dir || !tmp) {
-      free(dir);
+    if (!dir) {
       fprintf(stderr, "wds index: out of memory\n");
       goto done;
     }
@@ -195,20 +220,18 @@ int wds_cmd_index(int argc, char **argv) {
       goto done;
     }
     free(dir);
-    sprintf(tmp, "%s.tmp.XXXXXX", out_path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-      fprintf(stderr, "wds index: cannot create %s: %s\n", tmp,
-              strerror(errno));
-      free(tmp);
-      tmp = NULL;
+    if (wds_outfile_open(out_path, 0, &of, msg, sizeof msg) != WDS_OK) {
+      fprintf(stderr, "wds index: %s\n", msg);
       goto done;
     }
-    fchmod(fd, 0644);
-    if (!(out = fdopen(fd, "w"))) {
-      close(fd);
+    /* stdio on a copy of the descriptor: fclose flushes it, and commit
+     * syncs and closes the outfile's own. */
+    int fd = dup(wds_outfile_fd(of));
+    if (fd < 0 || !(out = fdopen(fd, "w"))) {
+      fprintf(stderr, "wds index: %s: %s\n", out_path, strerror(errno));
+      if (fd >= 0)
+        close(fd);
       out = stdout;
-      fprintf(stderr, "wds index: %s: %s\n", tmp, strerror(errno));
       goto done;
     }
   }
@@ -228,35 +251,48 @@ int wds_cmd_index(int argc, char **argv) {
       fputs(",\n", out);
     int rc = index_shard(urls.urls[i], wurl, out);
     free(wurl);
-    if (rc != 0)
-      goto done;
-  }
-  fputs("\n]}\n", out);
-  if (fflush(out) != 0 || ferror(out) ||
-      (out != stdout && fsync(fileno(out)) != 0)) {
-    fprintf(stderr, "wds index: cannot write %s: %s\n",
-            out_path ? tmp : "the output", strerror(errno));
-    goto done;
-  }
-  if (out != stdout) {
-    FILE *f = out;
-    out = stdout;
-    if (fclose(f) != 0 || rename(tmp, out_path) != 0) {
-      fprintf(stderr, "wds index: cannot write %s: %s\n", out_path,
-              strerror(errno));
+    if (tool_signal_caught()) {
+      status = tool_interrupted("index", "%zu of %zu shards read, no index "
+                                         "written",
+                                rc ? i : i + 1, urls.count);
       goto done;
     }
-    free(tmp);
-    tmp = NULL;
+    if (rc != 0)
+      goto done;
+    if (ferror(out)) /* stop reading shards: reported below */
+      break;
+  }
+  fputs("\n]}\n", out);
+  if (out == stdout) {
+    if (tool_stdout_flush() != 0)
+      goto done;
+  } else {
+    FILE *f = out;
+    out = stdout;
+    int failed = ferror(f) != 0;
+    errno = 0;
+    if (fflush(f) != 0)
+      failed = 1;
+    int err = errno;
+    if (fclose(f) != 0 && !failed) {
+      failed = 1;
+      err = errno;
+    }
+    if (failed) {
+      fprintf(stderr, "wds index: cannot write %s%s%s\n", out_path,
+              err ? ": " : "", err ? strerror(err) : "");
+      goto done;
+    }
+    if (wds_outfile_commit(of, msg, sizeof msg) != WDS_OK) {
+      fprintf(stderr, "wds index: %s\n", msg);
+      goto done;
+    }
   }
   status = 0;
 done:
   if (out != stdout)
     fclose(out);
-  if (tmp) {
-    unlink(tmp);
-    free(tmp);
-  }
+  wds_outfile_close(of); /* removes the temporary file after an error */
   free(dir_real);
   wds_url_list_free(&urls);
   return status;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "signals.h"
 #include "util.h"
 #include "wds/index.h"
 #include "wds/reader.h"
@@ -222,6 +223,7 @@ int wds_cmd_ls(int argc, char **argv) {
   int json = 0, summary = 0, c;
   size_t max_urls = 0;
   const char *index_path = NULL;
+  tool_stdout_init("ls");
   optind = 1;
   while ((c = getopt_long(argc, argv, "jsh", opts, NULL)) != -1) {
     switch (c) {
@@ -275,11 +277,18 @@ int wds_cmd_ls(int argc, char **argv) {
     status = 1;
     goto done;
   }
+  tool_signals_reader(r);
   const wds_sample *s;
   int rc;
+  uint64_t listed = 0;
   while ((rc = wds_reader_next(r, &s)) == WDS_OK) {
+    listed++;
     if (!summary) {
       print_sample(s, json);
+      if (tool_stdout_check() != 0) { /* stop reading: nobody gets it */
+        status = 1;
+        goto done;
+      }
       continue;
     }
     for (size_t i = 0; i < s->field_count; i++) {
@@ -294,6 +303,11 @@ int wds_cmd_ls(int argc, char **argv) {
     }
   }
   fflush(stdout);
+  if (rc == WDS_ERR_CANCELLED && tool_signal_caught()) {
+    status = tool_interrupted("ls", "%llu samples listed",
+                              (unsigned long long)listed);
+    goto done;
+  }
   if (rc != WDS_EOF) {
     fprintf(stderr, "wds ls: %s\n", wds_reader_error(r));
     status = 1;
@@ -311,11 +325,10 @@ done:
   for (size_t i = 0; i < table.cap; i++)
     free(table.slots[i].ext);
   free(table.slots);
+  tool_signals_reader(NULL);
   wds_reader_close(r);
   wds_url_list_free(&urls);
-  if (fflush(stdout) != 0 && status == 0) {
-    fprintf(stderr, "wds ls: cannot write the output\n");
+  if (tool_stdout_flush() != 0)
     status = 1;
-  }
   return status;
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <zstd.h>
 
+#include "signals.h"
 #include "util.h"
 #include "wds/writer.h"
 
@@ -92,7 +93,8 @@ static int ends_with(const char *s, const char *suffix) {
 static int write_samples(wds_writer *w, uint64_t first, uint64_t count,
                          uint8_t *buf, size_t size, uint64_t seed) {
   int rc = WDS_OK;
-  for (uint64_t k = first; rc == WDS_OK && k < first + count; k++) {
+  for (uint64_t k = first;
+       rc == WDS_OK && k < first + count && !tool_signal_caught(); k++) {
     char key[64], cls[32], json[64];
     fill_random(buf, size, seed, k);
     snprintf(key, sizeof key, "sample%09" PRIu64, k);
@@ -117,6 +119,7 @@ int wds_cmd_synth(int argc, char **argv) {
   uint64_t shards = 1, samples = 100, size = 1024, seed = 0;
   long level = 3;
   int c;
+  tool_stdout_init("synth");
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -212,10 +215,21 @@ int wds_cmd_synth(int argc, char **argv) {
     status = 2;
     goto done;
   }
+  tool_signals_defer(1); /* write_samples checks; the unfinished shard goes */
   if (write_samples(w, 0, shards * samples, buf, (size_t)size, seed) !=
       WDS_OK) {
     fprintf(stderr, "wds synth: %s\n", wds_writer_error(w));
     status = 1;
+    goto done;
+  }
+  if (tool_signal_caught()) {
+    wds_writer_stats st;
+    wds_writer_stats_get(w, &st);
+    wds_writer_abort(w); /* removes the unfinished shard's temporary file */
+    w = NULL;
+    status = tool_interrupted(
+        "synth", "%" PRIu64 " shard%s completed, the unfinished one removed",
+        st.shards, st.shards == 1 ? "" : "s");
     goto done;
   }
   if (wds_writer_end_shard(w) != WDS_OK) {
@@ -231,5 +245,7 @@ int wds_cmd_synth(int argc, char **argv) {
 done:
   wds_writer_close(w);
   free(buf);
+  if (tool_stdout_flush() != 0)
+    status = 1;
   return status;
 }

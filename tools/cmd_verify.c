@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loader_opts.h"
+#include "signals.h"
 #include "util.h"
 #include "wds/loader.h"
 #include "wds/reader.h"
@@ -49,6 +51,8 @@ static const char verify_usage[] =
     "\"problem_count\",\n"
     "                  \"counts\": {KIND: N}}\n"
     "  --max-urls N    refuse specs that expand to more than N URLs\n"
+    "  --read-timeout S  a shard that delivers no data for S seconds is\n"
+    "                  reported unreadable (default 300; 0: wait forever)\n"
     "Exit status: 0 no problems, 1 problems found, 2 usage error.\n";
 
 enum kind {
@@ -74,6 +78,7 @@ typedef struct verifier {
   char **require; /* groups: "jpg;png" */
   size_t nrequire;
   wds_decode_checker *checker; /* --decode */
+  int read_timeout_ms;         /* --read-timeout */
 } verifier;
 
 /* Prints one problem. key may be NULL (shard-level). */
@@ -228,16 +233,22 @@ static int verify_shard(verifier *v, const char *url) {
   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
   cfg.urls = &url;
   cfg.url_count = 1;
+  cfg.read_timeout_ms = v->read_timeout_ms;
   v->shards++;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     const char *m = wds_open_error();
     report(v, K_UNREADABLE, url, NULL, strip_url(m, url));
     goto done;
   }
+  tool_signals_reader(r);
   const wds_sample *s;
   /* After an error the reader goes on: with the next sample after a
    * duplicate extension, else with the (absent) next shard: WDS_EOF. */
   while ((rc = wds_reader_next(r, &s)) != WDS_EOF) {
+    if (rc == WDS_ERR_CANCELLED && tool_signal_caught()) {
+      v->shards--; /* not verified: the caller says so */
+      break;
+    }
     if (rc != WDS_OK) {
       const char *m = wds_reader_error(r);
       report(v, classify(rc, m), url, NULL, strip_url(m, url));
@@ -251,6 +262,7 @@ static int verify_shard(verifier *v, const char *url) {
   }
 done:
   key_set_free(&keys);
+  tool_signals_reader(NULL);
   wds_reader_close(r);
   return status;
 }
@@ -282,6 +294,8 @@ int wds_cmd_verify(int argc, char **argv) {
                                        {"decode", no_argument, 0, 'd'},
                                        {"json", no_argument, 0, 'j'},
                                        {"max-urls", required_argument, 0, 'm'},
+                                       {"read-timeout", required_argument, 0,
+                                        't'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   verifier v;
@@ -289,6 +303,7 @@ int wds_cmd_verify(int argc, char **argv) {
   int decode = 0, c, status = 2;
   size_t max_urls = 0;
   wds_url_list urls = {0};
+  tool_stdout_init("verify");
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -303,6 +318,10 @@ int wds_cmd_verify(int argc, char **argv) {
       break;
     case 'd':
       decode = 1;
+      break;
+    case 't':
+      if (tool_read_timeout("verify", optarg, &v.read_timeout_ms))
+        goto done;
       break;
     case 'j':
       v.json = 1;
@@ -336,13 +355,30 @@ int wds_cmd_verify(int argc, char **argv) {
   }
   if (v.json)
     fputs("{\"problems\": [", stdout);
-  for (size_t i = 0; i < urls.count; i++)
+  tool_signals_defer(1); /* the shard loop checks */
+  for (size_t i = 0; i < urls.count; i++) {
+    if (tool_signal_caught())
+      break;
     if (verify_shard(&v, urls.urls[i]) != 0) {
       fflush(stdout);
       fprintf(stderr, "wds verify: out of memory\n");
       status = 1;
       goto done;
     }
+    if (tool_stdout_check() != 0) { /* the report is lost: stop */
+      status = 1;
+      goto done;
+    }
+  }
+  if (tool_signal_caught()) {
+    if (v.json)
+      fputs("]}\n", stdout); /* valid JSON, but no verdict */
+    status = tool_interrupted(
+        "verify", "%" PRIu64 " of %zu shards verified (%" PRIu64 " problem%s "
+                  "so far), no verdict",
+        v.shards, urls.count, v.problems, v.problems == 1 ? "" : "s");
+    goto done;
+  }
   if (v.json) {
     printf("%s], \"shards\": %" PRIu64 ", \"samples\": %" PRIu64
            ", \"problem_count\": %" PRIu64 ", \"counts\": {",
@@ -367,10 +403,8 @@ int wds_cmd_verify(int argc, char **argv) {
   }
   status = v.problems ? 1 : 0;
 done:
-  if (fflush(stdout) != 0 && status == 0) {
-    fprintf(stderr, "wds verify: cannot write the output\n");
+  if (tool_stdout_flush() != 0 && status == 0)
     status = 1;
-  }
   for (size_t i = 0; i < v.nrequire; i++)
     free(v.require[i]);
   free(v.require);

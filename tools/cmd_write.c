@@ -8,9 +8,14 @@
  * and groups runs of equal keys into samples; the manifest is parsed line by
  * line into records (a bad line is reported before any shard exists). So
  * the total is known (ETA on the progress line) and --shuffle permutes the
- * whole list with a seeded Fisher-Yates. A sample's files are then read,
- * each with one read(2) of its fstat size, into one reused buffer and handed
- * to the writer, which copies them into its 1 MiB staging buffer.
+ * whole list with a seeded Fisher-Yates. A sample's files are then read to
+ * their end (the fstat size sizes the buffer, but /proc and /sys files
+ * report 0 or 4096 whatever they hold) into one reused buffer and handed
+ * to the writer, which copies them into its 1 MiB staging buffer. A file
+ * that changes size while it is read is an error naming it.
+ *
+ * Shards are synced (fsync) before their rename unless --no-sync; "-o -"
+ * writes one tar stream to stdout (the writer's out_fd mode, as wds cat).
  *
  * Stream inputs are read with the public reader and passed through without
  * a copy; with --shuffle, through a bounded buffer of copied samples
@@ -30,6 +35,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "loader_opts.h"
+#include "signals.h"
 #include "util.h"
 #include "wds/reader.h"
 #include "wds/writer.h"
@@ -69,7 +76,13 @@ static const char write_usage[] =
     "  -o, --output PATTERN  shard names, a printf pattern with one %d/%i/%u\n"
     "                     (e.g. %06d; %% for a literal %), no braces; default\n"
     "                     shard-%06d.tar. A name ending in .zst or .tzst is\n"
-    "                     zstd-compressed, .gz or .tgz gzip-compressed\n"
+    "                     zstd-compressed, .gz or .tgz gzip-compressed. A\n"
+    "                     name without %d is one file, whatever its size.\n"
+    "                     An existing name that is a device or a FIFO\n"
+    "                     (/dev/null) is written in place, never replaced.\n"
+    "                     - writes one uncompressed tar stream to stdout\n"
+    "                     (no --maxcount/--maxsize; the summary goes to\n"
+    "                     stderr)\n"
     "      --maxcount N   samples per shard (default 100000)\n"
     "      --maxsize SIZE bytes per shard, uncompressed (default 3G); K, M, "
     "G,\n"
@@ -82,10 +95,18 @@ static const char write_usage[] =
     "      --shuffle-buffer N  samples (default 10000)\n"
     "      --seed S       seed of the shuffle (default 0)\n"
     "      --inline       manifest strings are always values, never files\n"
+    "      --no-sync      do not fsync shards (faster for scratch data; a\n"
+    "                     power loss may leave a short shard under its name)\n"
+    "      --read-timeout S  SPEC input: a shard that delivers no data for S\n"
+    "                     seconds fails (default 300; 0: wait forever)\n"
     "\n"
-    "Each shard is written as NAME.tmp-PID-N beside NAME and renamed when\n"
-    "complete, so an interrupted run never leaves a truncated shard under a\n"
-    "final name; a killed run may leave *.tmp-* files, safe to delete.\n"
+    "SIGINT, SIGTERM or SIGHUP stop it cleanly: completed shards stay, the\n"
+    "unfinished one is removed, and it exits with 128 + the signal.\n"
+    "Each shard is written as NAME.tmp-PID-N beside NAME, synced, and renamed\n"
+    "when complete, so neither an interrupted run nor a power loss leaves a\n"
+    "truncated shard under a final name; a killed run may leave *.tmp-*\n"
+    "files, safe to delete. Files are read to their end (files in /proc and\n"
+    "/sys too); one that changes size while it is read is an error.\n"
     "On a terminal, a progress line goes to stderr. At the end one line on\n"
     "stdout: shards, samples, bytes. Exit status 1 on an error, 2 on a usage\n"
     "error.\n";
@@ -177,26 +198,6 @@ static int parse_size_suffix(const char *s, uint64_t *out) {
   return 0;
 }
 
-/* Reads exactly size bytes of fd into buf: 0, or -1 with errno (EIO when
- * the file ended early). */
-static int read_exact(int fd, uint8_t *buf, size_t size) {
-  while (size > 0) {
-    ssize_t k = read(fd, buf, size);
-    if (k < 0) {
-      if (errno == EINTR)
-        continue;
-      return -1;
-    }
-    if (k == 0) {
-      errno = EIO;
-      return -1;
-    }
-    buf += k;
-    size -= (size_t)k;
-  }
-  return 0;
-}
-
 /* Reads all of f into a malloc'd buffer (NUL-terminated); NULL on error. */
 static char *slurp(FILE *f, size_t *len) {
   size_t cap = 1 << 16, n = 0, k;
@@ -264,7 +265,8 @@ static void progress_end(progress *p) {
 typedef struct write_opts {
   const char *pattern;
   uint64_t max_count, max_size, start, seed, shuffle_buffer;
-  int level, shuffle, inline_values;
+  int level, shuffle, inline_values, no_sync, split_given;
+  int read_timeout_ms; /* --read-timeout, for shard inputs */
   const char *manifest;
 } write_opts;
 
@@ -457,7 +459,11 @@ static int scratch_fields(scratch *s, size_t n, size_t key_len) {
 }
 
 /* Reads the file at dirfd/rel (for messages: shown as "where/rel") to the
- * end of s->data at *used; sets *off and *size. */
+ * end of s->data at *used; sets *off and *size. It reads to the end of the
+ * file, not to its fstat size, which /proc and /sys make up (0, 4096). A
+ * regular file with a non-zero size must give exactly that many bytes, and
+ * no file may grow past what was read: otherwise it changed while being
+ * read, and the sample would hold a mix of two versions. */
 static int read_file_at(int dirfd, const char *where, const char *rel,
                         scratch *s, size_t *used, size_t *off, size_t *size) {
   int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC);
@@ -477,15 +483,38 @@ static int read_file_at(int dirfd, const char *where, const char *rel,
     fprintf(stderr, "wds write: %s/%s is not a regular file\n", where, rel);
     goto done;
   }
-  size_t n = (size_t)st.st_size;
-  if (grow(&s->data, &s->data_cap, *used + n + 1, 1) != 0) {
-    fprintf(stderr, "wds write: out of memory reading %s/%s (%zu bytes)\n",
-            where, rel, n);
-    goto done;
+  size_t expect = (size_t)st.st_size, n = 0;
+  for (;;) {
+    /* Room for what is expected and one byte more: the read that returns 0
+     * (the end) or shows that the file grew. */
+    size_t need = *used + (n < expect ? expect : n) + 1;
+    if (grow(&s->data, &s->data_cap, need, 1) != 0) {
+      fprintf(stderr, "wds write: out of memory reading %s/%s (%zu bytes)\n",
+              where, rel, need - *used);
+      goto done;
+    }
+    ssize_t k = read(fd, s->data + *used + n, s->data_cap - *used - n);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0) {
+      fprintf(stderr, "wds write: cannot read %s/%s: %s\n", where, rel,
+              strerror(errno));
+      goto done;
+    }
+    if (k == 0)
+      break;
+    n += (size_t)k;
+    if (expect > 0 && n > expect)
+      break; /* grew: refused below */
   }
-  if (read_exact(fd, s->data + *used, n) != 0) {
-    fprintf(stderr, "wds write: cannot read %s/%s: %s\n", where, rel,
-            errno == EIO ? "file shrank while being read" : strerror(errno));
+  struct stat now;
+  if ((expect > 0 && n != expect) ||
+      (fstat(fd, &now) == 0 && now.st_size > 0 && (size_t)now.st_size > n)) {
+    fprintf(stderr,
+            "wds write: %s/%s changed size while it was read (%zu bytes "
+            "when opened, %s%zu read)\n",
+            where, rel, expect, n > expect && expect > 0 ? "more than " : "",
+            n);
     goto done;
   }
   *off = *used;
@@ -550,7 +579,7 @@ static int run_dir(const char *root, const write_opts *o, wds_writer *w,
   if (o->shuffle)
     shuffle_spans(sp, nsp, o->seed);
   pg->total = nsp;
-  for (size_t k = 0; k < nsp; k++) {
+  for (size_t k = 0; k < nsp && !tool_signal_caught(); k++) {
     const dir_entry *e = &l.e[sp[k].first];
     size_t n = sp[k].count, used = 0;
     if (scratch_fields(&s, n, e->key_len) != 0)
@@ -1037,7 +1066,7 @@ static int run_manifest(const write_opts *o, wds_writer *w, progress *pg) {
   if (o->shuffle)
     shuffle_spans(sp, m.nr, o->seed);
   pg->total = m.nr;
-  for (size_t k = 0; k < m.nr; k++) {
+  for (size_t k = 0; k < m.nr && !tool_signal_caught(); k++) {
     const mrecord *r = &m.r[sp[k].first];
     size_t used = 0;
     if (scratch_fields(&s, r->count, 0) != 0)
@@ -1144,10 +1173,12 @@ static int run_stream(char **specs, int nspecs, const write_opts *o,
   wds_reader_config rc = WDS_READER_CONFIG_INIT;
   rc.urls = (const char *const *)urls.urls;
   rc.url_count = urls.count;
+  rc.read_timeout_ms = o->read_timeout_ms;
   if (wds_reader_open(&rc, &r) != WDS_OK) {
     fprintf(stderr, "wds write: %s\n", wds_open_error());
     goto done;
   }
+  tool_signals_reader(r);
   if (o->shuffle) {
     buf = calloc(o->shuffle_buffer, sizeof *buf);
     if (!buf) {
@@ -1195,6 +1226,8 @@ static int run_stream(char **specs, int nspecs, const write_opts *o,
     }
     progress_update(pg, w, 0);
   }
+  if (rrc == WDS_ERR_CANCELLED && tool_signal_caught())
+    goto done; /* the caller says so */
   if (rrc != WDS_EOF) {
     fprintf(stderr, "wds write: %s\n", wds_reader_error(r));
     goto done;
@@ -1206,7 +1239,7 @@ static int run_stream(char **specs, int nspecs, const write_opts *o,
     buf[i - 1] = buf[j];
     buf[j] = t;
   }
-  for (size_t i = 0; i < nbuf; i++) {
+  for (size_t i = 0; i < nbuf && !tool_signal_caught(); i++) {
     if (wds_writer_write_sample(w, buf[i]->key, buf[i]->f, buf[i]->count) !=
         WDS_OK) {
       writer_failed(w);
@@ -1220,6 +1253,7 @@ done:
     free(buf[i]);
   free(buf);
   free(f);
+  tool_signals_reader(NULL);
   wds_reader_close(r);
   wds_url_list_free(&urls);
   return status;
@@ -1244,7 +1278,9 @@ int wds_cmd_write(int argc, char **argv) {
     OPT_SHUFFLE_BUFFER,
     OPT_SEED,
     OPT_MANIFEST,
-    OPT_INLINE
+    OPT_INLINE,
+    OPT_NO_SYNC,
+    OPT_READ_TIMEOUT
   };
   static const struct option opts[] = {
       {"output", required_argument, 0, 'o'},
@@ -1257,6 +1293,8 @@ int wds_cmd_write(int argc, char **argv) {
       {"seed", required_argument, 0, OPT_SEED},
       {"manifest", required_argument, 0, OPT_MANIFEST},
       {"inline", no_argument, 0, OPT_INLINE},
+      {"no-sync", no_argument, 0, OPT_NO_SYNC},
+      {"read-timeout", required_argument, 0, OPT_READ_TIMEOUT},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   write_opts o = {.pattern = "shard-%06d.tar",
@@ -1264,6 +1302,7 @@ int wds_cmd_write(int argc, char **argv) {
                   .max_size = DEFAULT_MAX_SIZE,
                   .shuffle_buffer = DEFAULT_SHUFFLE_BUFFER};
   int c;
+  tool_stdout_init("write");
   optind = 1;
   while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
     switch (c) {
@@ -1274,12 +1313,14 @@ int wds_cmd_write(int argc, char **argv) {
       if (tool_parse_u64(optarg, &o.max_count) != 0 || o.max_count == 0)
         return usage_error("--maxcount needs a positive number, not \"%s\"",
                            optarg);
+      o.split_given = 1;
       break;
     case OPT_MAXSIZE:
       if (parse_size_suffix(optarg, &o.max_size) != 0 || o.max_size == 0)
         return usage_error("--maxsize needs a positive size (e.g. 500M, 3G), "
                            "not \"%s\"",
                            optarg);
+      o.split_given = 1;
       break;
     case OPT_LEVEL: {
       char *end;
@@ -1315,6 +1356,13 @@ int wds_cmd_write(int argc, char **argv) {
       break;
     case OPT_INLINE:
       o.inline_values = 1;
+      break;
+    case OPT_NO_SYNC:
+      o.no_sync = 1;
+      break;
+    case OPT_READ_TIMEOUT:
+      if (tool_read_timeout("write", optarg, &o.read_timeout_ms))
+        return 2;
       break;
     case 'h':
       fputs(write_usage, stdout);
@@ -1352,9 +1400,20 @@ int wds_cmd_write(int argc, char **argv) {
   }
   if (o.inline_values && !o.manifest)
     return usage_error("%s", "--inline applies to --manifest only");
+  int to_stdout = strcmp(o.pattern, "-") == 0;
+  if (to_stdout && o.split_given)
+    return usage_error("%s", "-o - is one tar stream: --maxcount and "
+                             "--maxsize need a shard PATTERN");
+  if (to_stdout && isatty(1)) {
+    fprintf(stderr, "wds write: not writing a tar stream to a terminal "
+                    "(redirect stdout)\n");
+    return 2;
+  }
 
   wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
-  cfg.pattern = o.pattern;
+  cfg.pattern = to_stdout ? NULL : o.pattern;
+  cfg.out_fd = to_stdout ? 1 : -1;
+  cfg.no_sync = o.no_sync;
   cfg.max_count = o.max_count;
   cfg.max_size_bytes = o.max_size;
   cfg.start_index = o.start;
@@ -1368,12 +1427,22 @@ int wds_cmd_write(int argc, char **argv) {
   pg.enabled = isatty(2);
   pg.start = tool_now();
   int status;
+  tool_signals_defer(1); /* the loops check; the unfinished shard goes */
   if (o.manifest)
     status = run_manifest(&o, w, &pg);
   else if (is_dir)
     status = run_dir(inputs[0], &o, w, &pg);
   else
     status = run_stream(inputs, ninputs, &o, w, &pg);
+  if (tool_signal_caught()) {
+    progress_end(&pg);
+    wds_writer_stats st;
+    wds_writer_stats_get(w, &st);
+    wds_writer_abort(w); /* removes the unfinished shard's temporary file */
+    return tool_interrupted(
+        "write", "%" PRIu64 " shard%s completed, the unfinished one removed",
+        st.shards, st.shards == 1 ? "" : "s");
+  }
   if (status == 0 && wds_writer_end_shard(w) != WDS_OK)
     status = writer_failed(w);
   progress_end(&pg);
@@ -1385,9 +1454,11 @@ int wds_cmd_write(int argc, char **argv) {
   wds_writer_stats st;
   wds_writer_stats_get(w, &st);
   wds_writer_close(w);
-  printf("wrote %" PRIu64 " shard%s, %" PRIu64 " sample%s, %" PRIu64
-         " bytes (%" PRIu64 " bytes of tar)\n",
-         st.shards, st.shards == 1 ? "" : "s", st.samples,
-         st.samples == 1 ? "" : "s", st.out_bytes, st.tar_bytes);
-  return 0;
+  /* With -o - stdout holds the tar stream. */
+  fprintf(to_stdout ? stderr : stdout,
+          "wrote %" PRIu64 " shard%s, %" PRIu64 " sample%s, %" PRIu64
+          " bytes (%" PRIu64 " bytes of tar)\n",
+          st.shards, st.shards == 1 ? "" : "s", st.samples,
+          st.samples == 1 ? "" : "s", st.out_bytes, st.tar_bytes);
+  return tool_stdout_flush() != 0 ? 1 : 0;
 }

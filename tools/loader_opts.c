@@ -8,6 +8,7 @@
  * loader checks the config again when it opens. */
 #include "loader_opts.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +36,9 @@ enum {
   OPT_ON_ERROR,
   OPT_INDEX,
   OPT_RESUME_AT,
-  OPT_MAX_SAMPLE_BYTES
+  OPT_MAX_SAMPLE_BYTES,
+  OPT_READ_TIMEOUT,
+  OPT_SHUFFLE_BYTES
 };
 
 static const struct option loader_options[] = {
@@ -61,6 +64,8 @@ static const struct option loader_options[] = {
     {"index", required_argument, 0, OPT_INDEX},
     {"resume-at", required_argument, 0, OPT_RESUME_AT},
     {"max-sample-bytes", required_argument, 0, OPT_MAX_SAMPLE_BYTES},
+    {"read-timeout", required_argument, 0, OPT_READ_TIMEOUT},
+    {"shuffle-bytes", required_argument, 0, OPT_SHUFFLE_BYTES},
 };
 
 #define NLOADER (sizeof loader_options / sizeof *loader_options)
@@ -275,6 +280,14 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
     if (bytes(cmd, c, arg, &cfg->max_sample_bytes))
       return -1;
     break;
+  case OPT_READ_TIMEOUT:
+    if (tool_read_timeout(cmd, arg, &cfg->read_timeout_ms))
+      return -1;
+    break;
+  case OPT_SHUFFLE_BYTES:
+    if (bytes(cmd, c, arg, &cfg->shuffle_buffer_bytes))
+      return -1;
+    break;
   default:
     return 0;
   }
@@ -388,6 +401,9 @@ void tool_loader_opts_help(FILE *f) {
       "                         an uninterrupted run would be\n"
       "  --shuffle-buffer N     samples per worker shuffle buffer (0: none)\n"
       "  --shuffle-initial N    samples buffered before the first output\n"
+      "  --shuffle-bytes N      and at most N bytes of samples per worker\n"
+      "                         (K, M, G suffixes; default 1G): the buffer\n"
+      "                         holds fewer samples when they are large\n"
       "  --no-shard-shuffle     keep the spec's shard order in every epoch\n"
       "  --drop-last            exact mode: drop the tail instead of padding,\n"
       "                         and drop a partial last batch (torch's\n"
@@ -402,6 +418,27 @@ void tool_loader_opts_help(FILE *f) {
       "default 4)\n"
       "  --on-error HOW         stop (default) or skip (count and go on; bad\n"
       "                         samples become invalid rows)\n"
-      "  --max-sample-bytes N   largest sample accepted (K, M, G suffixes)\n",
+      "  --max-sample-bytes N   largest sample accepted (K, M, G suffixes)\n"
+      "  --read-timeout S       a shard that delivers no data for S seconds\n"
+      "                         fails, naming it (default 300; 0: wait\n"
+      "                         forever)\n",
       f);
+}
+
+int tool_read_timeout(const char *cmd, const char *arg, int *ms) {
+  char *end;
+  errno = 0;
+  double s = strtod(arg, &end);
+  if (errno || end == arg || *end || !(s >= 0) || s > 86400.0 * 24) {
+    fprintf(stderr,
+            "wds %s: --read-timeout needs seconds (0 = wait forever, at "
+            "most 24 days), not \"%s\"\n",
+            cmd, arg);
+    return -1;
+  }
+  if (s == 0)
+    *ms = -1; /* the config's "never" (0 there is the default) */
+  else
+    *ms = s * 1000 < 1 ? 1 : (int)(s * 1000 + 0.5);
+  return 0;
 }

@@ -63,4 +63,9 @@ void tool_loader_opts_help(FILE *f);
 
 const char *tool_mode_name(wds_mode m);
 
+/* --read-timeout SECONDS (fractions allowed; 0 = wait forever) into a
+ * config's read_timeout_ms. Returns 0, or -1 after printing the error. The
+ * reader commands share it with the loader commands. */
+int tool_read_timeout(const char *cmd, const char *arg, int *ms);
+
 #endif

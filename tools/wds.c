@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "signals.h"
 #include "util.h"
 
 static const struct {
@@ -46,6 +47,7 @@ int main(int argc, char **argv) {
     printf("wds 0.1.0\n");
     return 0;
   }
+  tool_signals_install();
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
     if (strcmp(argv[1], commands[i].name) == 0)
       return commands[i].run(argc - 1, argv + 1);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/signals.h"
 #include "trainer/rendezvous.h"
 #include "trainer/train.h"
 
@@ -63,6 +64,12 @@ static const char usage_text[] =
     "  --collective-timeout SECONDS  CUDA: a collective or copy that makes\n"
     "                         no progress this long (a peer process died or\n"
     "                         hangs) aborts the run (default 600)\n"
+    "  --read-timeout SECONDS a shard that delivers no data this long fails\n"
+    "                         the run, naming it (default 300; 0: wait\n"
+    "                         forever)\n"
+    "  SIGINT, SIGTERM, SIGHUP stop the run before its next step (a blocked\n"
+    "  read wakes), abort the job's other processes, say how far it got and\n"
+    "  the last checkpoint, and exit with 128 + the signal.\n"
     "  Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) each process drives\n"
     "  GPU LOCAL_RANK and the rendezvous uses MASTER_PORT + 1.\n"
     "  --checkpoint PATH      written every --checkpoint-every K steps and at\n"
@@ -134,7 +141,7 @@ enum {
   O_WARMUP, O_SEED, O_BATCH, O_EPOCHS, O_STEPS, O_STOP, O_DEVICE, O_RANKS,
   O_GPUS, O_NODES, O_NODE_RANK, O_CKPT, O_CKPT_EVERY, O_RESUME, O_LOG_EVERY,
   O_LOG_SUMS, O_JSON, O_MASTER_ADDR, O_MASTER_PORT, O_RDV_TIMEOUT,
-  O_COLL_TIMEOUT, O_PRECISION, O_HELP
+  O_COLL_TIMEOUT, O_PRECISION, O_READ_TIMEOUT, O_HELP
 };
 
 static const struct option long_opts[] = {
@@ -175,6 +182,7 @@ static const struct option long_opts[] = {
     {"master-port", required_argument, 0, O_MASTER_PORT},
     {"rdv-timeout", required_argument, 0, O_RDV_TIMEOUT},
     {"collective-timeout", required_argument, 0, O_COLL_TIMEOUT},
+    {"read-timeout", required_argument, 0, O_READ_TIMEOUT},
     {"precision", required_argument, 0, O_PRECISION},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0}};
@@ -334,6 +342,12 @@ int main(int argc, char **argv) {
                            a);
       o.collective_timeout_ms = (int)(d * 1000.0 + 0.5);
       break;
+    case O_READ_TIMEOUT:
+      if (parse_double(a, &d) != 0 || d > 86400.0 * 24)
+        return usage_error("--read-timeout: bad value '%s' (seconds; 0: "
+                           "wait forever)", a);
+      o.read_timeout_ms = d == 0 ? -1 : d * 1000 < 1 ? 1 : (int)(d * 1000 + 0.5);
+      break;
     case O_PRECISION:
       if (strcmp(a, "auto") == 0) o.precision = TR_PRECISION_AUTO;
       else if (strcmp(a, "tf32") == 0) o.precision = TR_PRECISION_TF32;
@@ -438,8 +452,21 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  /* SIGINT, SIGTERM, SIGHUP: the loaders are cancelled (a blocked read
+   * wakes), rank 0 stops before the next step, the job's other processes
+   * are aborted through its links, and the run says how far it got. */
+  tool_signals_install();
+  o.interrupted = tool_signal_caught;
+  o.watch_loader = tool_signals_loader;
   char err[1024];
-  if (tr_run(&o, err, sizeof err) != 0) {
+  int rc = tr_run(&o, err, sizeof err);
+  if (rc == 1 && tool_signal_caught()) {
+    fflush(stdout);
+    fprintf(stderr, "wds-train: interrupted by %s; %s\n", tool_signal_name(),
+            err);
+    return tool_signal_status();
+  }
+  if (rc != 0) {
     fprintf(stderr, "wds-train: %s\n", err);
     return 1;
   }

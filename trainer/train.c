@@ -78,7 +78,10 @@ typedef struct shared {
 
   pthread_mutex_t err_mu;
   int failed;
+  int interrupted; /* the failure was an interrupt (o->interrupted) */
   char err[512];
+  uint64_t saved_step; /* of the last checkpoint written, if saved */
+  int saved;
 } shared;
 
 typedef struct rank_arg {
@@ -148,6 +151,11 @@ static int fetch(shared *sh, const wds_batch **out) {
   sh->total_wait_s += dt;
   if (rc == WDS_EOF)
     return 0;
+  if (rc == WDS_ERR_CANCELLED) {
+    sh->interrupted = 1;
+    fail(sh, "interrupted");
+    return -1;
+  }
   if (rc != WDS_OK) {
     fail(sh, "training data: %s", wds_loader_error(sh->train));
     return -1;
@@ -171,6 +179,11 @@ static int more_steps(const shared *sh, uint64_t done) {
 
 /* Rank 0: decide the next round. */
 static int coordinate(shared *sh, int *seen_eof) {
+  if (sh->o->interrupted && sh->o->interrupted()) {
+    sh->interrupted = 1;
+    fail(sh, "interrupted");
+    return -1;
+  }
   if (sh->step >= sh->total_steps) {
     sh->cmd = CMD_FINAL;
     return 0;
@@ -238,6 +251,10 @@ static int save_checkpoint(shared *sh, tr_rank *r, char *err, size_t err_size) {
   } else if (sh->be->get_state(r, c.weights, c.momentum, err, err_size) == 0) {
     rc = tr_checkpoint_save(sh->o->checkpoint_path, &c, err, err_size);
   }
+  if (rc == 0) {
+    sh->saved = 1;
+    sh->saved_step = c.step;
+  }
   tr_checkpoint_free(&c);
   return rc;
 }
@@ -263,6 +280,10 @@ static int run_eval(shared *sh, tr_rank *r, int rank, char *err,
         }
         sh->batch = b;
         sh->eval_end = 0;
+      } else if (rc == WDS_ERR_CANCELLED) {
+        sh->interrupted = 1;
+        fail(sh, "interrupted");
+        return -1;
       } else if (rc != WDS_EOF) {
         fail(sh, "evaluation data: %s", wds_loader_error(sh->eval));
         return -1;
@@ -630,6 +651,7 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
   lc.field_count = 2;
   lc.image_size = o->image_size;
   lc.crop = o->crop;
+  lc.read_timeout_ms = o->read_timeout_ms;
   /* The next epoch's shuffle buffer fills while this one's last step
    * computes and the evaluation runs. */
   lc.eager_next_epoch = 1;
@@ -641,6 +663,8 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
     snprintf(err, err_size, "--train: %s", wds_open_error());
     goto done;
   }
+  if (o->watch_loader)
+    o->watch_loader(0, sh.train);
   sh.epoch_batches = wds_loader_epoch_batches(sh.train);
   sh.total_steps = o->steps ? o->steps : o->epochs * sh.epoch_batches;
   if (sh.total_steps == 0) {
@@ -671,6 +695,8 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
       snprintf(err, err_size, "--eval: %s", wds_open_error());
       goto done;
     }
+    if (o->watch_loader)
+      o->watch_loader(1, sh.eval);
   }
   if (o->json_path) {
     sh.json = fopen(o->json_path, "w");
@@ -734,6 +760,21 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
   double dt = now_s() - t0;
   if (sh.next) /* fetched ahead of a stop (or a failure) */
     wds_loader_release(sh.train, sh.next);
+  if (sh.failed && sh.interrupted) {
+    if (sh.saved)
+      snprintf(err, err_size,
+               "%" PRIu64 " of %" PRIu64 " steps done; checkpoint %s is at "
+               "step %" PRIu64 " (--resume it to continue)",
+               sh.step, sh.total_steps, o->checkpoint_path, sh.saved_step);
+    else
+      snprintf(err, err_size,
+               "%" PRIu64 " of %" PRIu64 " steps done; no checkpoint written "
+               "in this run%s",
+               sh.step, sh.total_steps,
+               o->checkpoint_path ? "" : " (--checkpoint PATH keeps one)");
+    rc = 1;
+    goto done;
+  }
   if (sh.failed) {
     snprintf(err, err_size, "%s", sh.err);
     goto done;
@@ -784,6 +825,10 @@ done:
   free(sh.checksums);
   if (sh.group)
     o->backend->group_destroy(sh.group);
+  if (o->watch_loader) {
+    o->watch_loader(0, NULL);
+    o->watch_loader(1, NULL);
+  }
   wds_loader_close(sh.eval);
   wds_loader_close(sh.train);
   tr_checkpoint_free(&ck);

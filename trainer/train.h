@@ -48,11 +48,21 @@ typedef struct tr_options {
   int log_checksums; /* per-rank weight checksums in every log line */
   const tr_backend *backend;
   FILE *out; /* log lines (stdout) */
+  int read_timeout_ms; /* the loaders' read timeout (0: their default) */
+  /* Non-zero when the run must stop (a signal): rank 0 checks it before
+   * each step; the caller also cancels the loaders so that a blocked read
+   * wakes. NULL: never. */
+  int (*interrupted)(void);
+  /* Told of each loader once it is open (slot 0 train, 1 eval) and before
+   * it is closed (NULL), so that a signal handler can cancel it. NULL: no
+   * one is told. */
+  void (*watch_loader)(int slot, wds_loader *l);
 } tr_options;
 
 void tr_options_init(tr_options *o);
 
-/* Runs the training. 0, or -1 with the message in err. */
+/* Runs the training. 0; 1 when interrupted (err says how far it got and
+ * the last checkpoint); or -1 with the message in err. */
 int tr_run(const tr_options *o, char *err, size_t err_size);
 
 #endif
