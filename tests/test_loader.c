@@ -6,7 +6,9 @@
  * "s<s>/<i>", a .cls field holding its global id and a .txt field with the
  * key's text, so every test can tell exactly which samples went where. */
 #include <dirent.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
 #include <unistd.h>
@@ -1262,6 +1264,208 @@ TEST(rss_stays_flat_over_epochs) {
   shardset_free(&s);
 }
 
+/* ---- stalls, cancellation, the shuffle buffer's byte bound ---- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A shard's list plus a pipe: command that never writes (it would sleep for
+ * a minute: every test below must end long before). */
+#define STALL "pipe:sleep 61"
+
+TEST(read_timeout_names_the_shard_and_the_wait) {
+  uint64_t counts[1] = {40};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 1, counts, -1), 0);
+  const char *urls[2] = {s.urls[0], STALL};
+  wds_loader_config c = base_cfg(&s);
+  c.urls = urls;
+  c.url_count = 2;
+  c.mode = WDS_MODE_PLAIN;
+  c.batch_size = 8;
+  c.read_timeout_ms = 300;
+  run_out o;
+  double t0 = now_s();
+  ASSERT_EQ_INT(run_cfg(&c, &o), WDS_ERR_TIMEOUT);
+  double dt = now_s() - t0;
+  printf("  stop policy: %s (after %.2f s)\n", o.err, dt);
+  ASSERT_TRUE(dt < 10);
+  ASSERT_CONTAINS(o.err, STALL);
+  ASSERT_CONTAINS(o.err, "no data for 0.");
+  out_free(&o);
+  /* Skip policy: the stalled shard is counted and the rest delivered. */
+  c.on_error = WDS_ON_ERROR_SKIP;
+  wds_loader *l;
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+  memset(&o, 0, sizeof o);
+  run_epoch(l, &o);
+  wds_loader_stats st;
+  wds_loader_stats_get(l, &st);
+  wds_loader_close(l);
+  ASSERT_EQ_INT(o.status, WDS_EOF);
+  ASSERT_EQ_U64(o.n, 40);
+  ASSERT_EQ_U64(st.skipped, 1);
+  out_free(&o);
+  shardset_free(&s);
+}
+
+typedef struct next_call {
+  wds_loader *l;
+  int rc;
+  double returned;
+} next_call;
+
+static void *call_next(void *arg) {
+  next_call *n = arg;
+  const wds_batch *b;
+  n->rc = wds_loader_next(n->l, &b);
+  n->returned = now_s();
+  if (n->rc == WDS_OK)
+    wds_loader_release(n->l, b);
+  return NULL;
+}
+
+TEST(cancel_wakes_a_next_blocked_on_a_read) {
+  const char *urls[1] = {STALL};
+  wds_loader_config c = WDS_LOADER_CONFIG_INIT;
+  c.urls = urls;
+  c.url_count = 1;
+  c.rank = 0;
+  c.world_size = 1;
+  c.mode = WDS_MODE_PLAIN;
+  c.fields = cls_txt;
+  c.field_count = 2;
+  c.read_timeout_ms = -1; /* never: only the cancel can end it */
+  next_call n = {0};
+  ASSERT_EQ_INT(wds_loader_open(&c, &n.l), WDS_OK);
+  pthread_t t;
+  ASSERT_EQ_INT(pthread_create(&t, NULL, call_next, &n), 0);
+  struct timespec pause = {0, 300 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  double t0 = now_s();
+  wds_loader_cancel(n.l);
+  pthread_join(t, NULL);
+  printf("  next() returned %.3f s after the cancel\n", n.returned - t0);
+  ASSERT_EQ_INT(n.rc, WDS_ERR_CANCELLED);
+  ASSERT_TRUE(n.returned - t0 < 2.0);
+  const wds_batch *b;
+  ASSERT_EQ_INT(wds_loader_next(n.l, &b), WDS_ERR_CANCELLED); /* for good */
+  ASSERT_CONTAINS(wds_loader_error(n.l), "cancelled");
+  t0 = now_s();
+  wds_loader_close(n.l);
+  ASSERT_TRUE(now_s() - t0 < 2.0);
+}
+
+TEST(set_epoch_and_close_return_while_a_worker_is_blocked) {
+  uint64_t counts[1] = {8};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 1, counts, -1), 0);
+  const char *urls[2] = {s.urls[0], STALL};
+  wds_loader_config c = base_cfg(&s);
+  c.urls = urls;
+  c.url_count = 2;
+  c.mode = WDS_MODE_PLAIN;
+  c.workers = 1; /* reads the 8 samples, then blocks on the stalled shard */
+  c.shard_shuffle = 0;
+  c.batch_size = 4;
+  c.read_timeout_ms = -1;
+  wds_loader *l;
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+  for (int round = 0; round < 2; round++) {
+    const wds_batch *b;
+    ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_OK);
+    ASSERT_EQ_U64(b->rows, 4);
+    wds_loader_release(l, b);
+    struct timespec pause = {0, 200 * 1000 * 1000};
+    nanosleep(&pause, NULL); /* the worker is now in the stalled read */
+    double t0 = now_s();
+    if (round == 0) {
+      ASSERT_EQ_INT(wds_loader_set_epoch(l, 0), WDS_OK);
+    } else {
+      wds_loader_close(l);
+      l = NULL;
+    }
+    double dt = now_s() - t0;
+    printf("  %s returned in %.3f s\n", round ? "close" : "set_epoch", dt);
+    ASSERT_TRUE(dt < 2.0);
+  }
+  shardset_free(&s);
+}
+
+/* Shards of n samples, each a .cls (its id) and a .bin of size bytes. */
+static int make_big_shard(const char *path, int n, size_t size) {
+  wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
+  wds__tarw *w;
+  wds__err e;
+  if (wds__tarw_open_path(path, &o, &w, &e) != WDS_OK)
+    return -1;
+  uint8_t *data = calloc(1, size);
+  for (int i = 0; i < n; i++) {
+    char name[64], val[32];
+    snprintf(name, sizeof name, "%06d.cls", i);
+    snprintf(val, sizeof val, "%d", i);
+    wds__tarw_add(w, name, val, strlen(val), &e);
+    snprintf(name, sizeof name, "%06d.bin", i);
+    memset(data, i & 0xff, size);
+    wds__tarw_add(w, name, data, size, &e);
+  }
+  free(data);
+  int rc = wds__tarw_finish(w, &e);
+  wds__tarw_close(w);
+  return rc == WDS_OK ? 0 : -1;
+}
+
+TEST(shuffle_buffer_is_bounded_in_bytes) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/big.tar", tmpdir);
+  ASSERT_EQ_INT(make_big_shard(path, 200, 10000), 0);
+  static const wds_field_spec cls_bin[] = {
+      {"cls", WDS_DECODE_AUTO, 0, 0, 0}, {"bin", WDS_DECODE_BYTES, 0, 0, 0}};
+  const char *urls[1] = {path};
+  wds_loader_config c = WDS_LOADER_CONFIG_INIT;
+  c.urls = urls;
+  c.url_count = 1;
+  c.rank = 0;
+  c.world_size = 1;
+  c.workers = 1;
+  c.fields = cls_bin;
+  c.field_count = 2;
+  c.batch_size = 10;
+  c.shuffle_buffer = 100;
+  /* How far ahead of its reading position a sample can come out: at most
+   * the buffer's length at an emission, less one. */
+  size_t ahead_max[3];
+  const size_t caps[3] = {0 /* default: 1 GiB, the 100 samples bind */,
+                          35000 /* 3 samples of 10 KB, a 4th fills it */,
+                          1 /* less than a sample: it passes alone */};
+  for (int k = 0; k < 3; k++) {
+    c.shuffle_buffer_bytes = caps[k];
+    run_out o;
+    ASSERT_EQ_INT(run_cfg(&c, &o), WDS_OK);
+    ASSERT_EQ_U64(o.n, 200);
+    ahead_max[k] = 0;
+    for (size_t p = 0; p < o.n; p++) {
+      size_t id = (size_t)o.ids[p];
+      if (id > p && id - p > ahead_max[k])
+        ahead_max[k] = id - p;
+    }
+    /* Still every sample once, and the same order on a second run. */
+    run_out o2;
+    ASSERT_EQ_INT(run_cfg(&c, &o2), WDS_OK);
+    ASSERT_TRUE(memcmp(o.ids, o2.ids, o.n * sizeof *o.ids) == 0);
+    out_free(&o2);
+    out_free(&o);
+  }
+  printf("  furthest ahead: %zu (100 samples), %zu (35000 bytes), %zu (1 "
+         "byte)\n",
+         ahead_max[0], ahead_max[1], ahead_max[2]);
+  ASSERT_TRUE(ahead_max[0] > 10); /* the test can tell the bounds apart */
+  ASSERT_TRUE(ahead_max[1] <= 4);
+  ASSERT_EQ_U64(ahead_max[2], 0); /* in reading order */
+}
 
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wds-test-loader-XXXXXX");
@@ -1291,6 +1495,10 @@ int main(void) {
   RUN(environment_rank_and_world);
   RUN(images_decode_into_fixed_shapes_deterministically);
   RUN(rss_stays_flat_over_epochs);
+  RUN(read_timeout_names_the_shard_and_the_wait);
+  RUN(cancel_wakes_a_next_blocked_on_a_read);
+  RUN(set_epoch_and_close_return_while_a_worker_is_blocked);
+  RUN(shuffle_buffer_is_bounded_in_bytes);
   test_remove_tree(tmpdir);
   return test_summary();
 }
