@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/index.h"
@@ -31,6 +32,8 @@ static const char ls_usage[] =
     "               the spec must be in it, and a local shard whose size\n"
     "               differs from the index's is an error (stale index)\n"
     "  --max-urls N refuse specs that expand to more than N URLs\n"
+    "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
+    "               (default 300; 0: wait forever)\n"
     "Exits 1 at the first error (the message names shard, member, offset).\n";
 
 /* Extension counts: a small open-addressing table. */
@@ -218,9 +221,11 @@ int wds_cmd_ls(int argc, char **argv) {
                                        {"summary", no_argument, 0, 's'},
                                        {"max-urls", required_argument, 0, 'm'},
                                        {"index", required_argument, 0, 'i'},
+                                       {"read-timeout", required_argument, 0,
+                                        't'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
-  int json = 0, summary = 0, c;
+  int json = 0, summary = 0, c, timeout_ms = 0;
   size_t max_urls = 0;
   const char *index_path = NULL;
   tool_stdout_init("ls");
@@ -238,6 +243,10 @@ int wds_cmd_ls(int argc, char **argv) {
         fprintf(stderr, "wds ls: --max-urls needs a number\n");
         return 2;
       }
+      break;
+    case 't':
+      if (tool_read_timeout("ls", optarg, &timeout_ms))
+        return 2;
       break;
     case 'i':
       index_path = optarg;
@@ -272,6 +281,7 @@ int wds_cmd_ls(int argc, char **argv) {
   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
   cfg.urls = (const char *const *)urls.urls;
   cfg.url_count = urls.count;
+  cfg.read_timeout_ms = timeout_ms;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     fprintf(stderr, "wds ls: %s\n", wds_open_error());
     status = 1;
