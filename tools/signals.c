@@ -9,7 +9,8 @@
 
 #define NLOADERS 4
 
-static volatile sig_atomic_t caught;
+/* Atomic, not volatile sig_atomic_t: other threads read it too. */
+static atomic_int caught;
 static _Atomic(wds_reader *) reader;
 static _Atomic(wds_loader *) loaders[NLOADERS];
 static atomic_int defer;
@@ -17,12 +18,12 @@ static atomic_int in_handler; /* handlers running: a handle being forgotten
                                  is freed only once none may touch it */
 
 static void on_signal(int sig) {
-  if (caught) { /* the second: end now */
+  if (atomic_load(&caught)) { /* the second: end now */
     signal(sig, SIG_DFL);
     raise(sig);
     return;
   }
-  caught = sig;
+  atomic_store(&caught, sig);
   atomic_fetch_add(&in_handler, 1);
   int any = atomic_load(&defer);
   wds_reader *r = atomic_load(&reader);
@@ -84,12 +85,12 @@ void tool_signals_loader(int slot, wds_loader *l) {
 
 void tool_signals_defer(int on) { atomic_store(&defer, on); }
 
-int tool_signal_caught(void) { return caught; }
+int tool_signal_caught(void) { return atomic_load(&caught); }
 
-int tool_signal_status(void) { return 128 + caught; }
+int tool_signal_status(void) { return 128 + atomic_load(&caught); }
 
 const char *tool_signal_name(void) {
-  switch (caught) {
+  switch (atomic_load(&caught)) {
   case SIGINT:
     return "SIGINT";
   case SIGTERM:
