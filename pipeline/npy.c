@@ -9,12 +9,14 @@
  * count * itemsize bytes; bytes after the array are ignored, as np.load
  * ignores them. Nothing is copied at parse time: wds__npy points into the
  * input. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "decode.h"
+#include "wds/writer.h" /* wds_outfile */
 
 static const struct {
   const char *name;
@@ -305,7 +307,8 @@ int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
   wds__err e = {{0}};
   int rc = WDS_OK;
   FILE *f = NULL;
-  char *tmp = NULL;
+  wds_outfile *of = NULL;
+  char msg[WDS__ERR_SIZE];
   if (!path || dtype <= WDS_DTYPE_BYTES || dtype > WDS_DTYPE_F64 ||
       ndim < 0 || ndim > 8 || (ndim > 0 && !shape)) {
     rc = wds__fail(&e, WDS_ERR_INVALID,
@@ -339,16 +342,19 @@ int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
     rc = wds__fail(&e, WDS_ERR_INVALID, "npy save: no data");
     goto done;
   }
-  size_t plen = strlen(path) + 32;
-  tmp = malloc(plen);
-  if (!tmp) {
-    rc = wds__fail(&e, WDS_ERR_NOMEM, "npy save: out of memory");
+  /* A temporary renamed when complete (/dev/null or a FIFO in place, never
+   * replaced); not synced: saved batches are for inspection. stdio on a
+   * copy of the descriptor, which commit closes. */
+  if (wds_outfile_open(path, WDS_OUTFILE_NO_SYNC, &of, msg, sizeof msg) !=
+      WDS_OK) {
+    rc = wds__fail(&e, WDS_ERR_IO, "npy save: %s", msg);
     goto done;
   }
-  snprintf(tmp, plen, "%s.tmp%ld", path, (long)getpid());
-  f = fopen(tmp, "wb");
-  if (!f) {
-    rc = wds__fail(&e, WDS_ERR_IO, "npy save: cannot create %s", tmp);
+  int fd = dup(wds_outfile_fd(of));
+  if (fd < 0 || !(f = fdopen(fd, "wb"))) {
+    if (fd >= 0)
+      close(fd);
+    rc = wds__fail(&e, WDS_ERR_IO, "npy save: %s: %s", path, strerror(errno));
     goto done;
   }
   uint8_t pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (uint8_t)n,
@@ -370,21 +376,15 @@ int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
     bad = 1;
   f = NULL;
   if (bad) {
-    rc = wds__fail(&e, WDS_ERR_IO, "npy save: write error on %s", tmp);
-    remove(tmp);
+    rc = wds__fail(&e, WDS_ERR_IO, "npy save: write error on %s", path);
     goto done;
   }
-  if (rename(tmp, path) != 0) {
-    rc = wds__fail(&e, WDS_ERR_IO, "npy save: cannot rename %s to %s", tmp,
-                   path);
-    remove(tmp);
-  }
+  if (wds_outfile_commit(of, msg, sizeof msg) != WDS_OK)
+    rc = wds__fail(&e, WDS_ERR_IO, "npy save: %s", msg);
 done:
-  if (f) {
+  if (f)
     fclose(f);
-    remove(tmp);
-  }
-  free(tmp);
+  wds_outfile_close(of); /* removes the temporary file after an error */
   if (rc != WDS_OK && err && err_size)
     wds__copy_msg(err, err_size, e.msg);
   else if (err && err_size)

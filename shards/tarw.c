@@ -28,15 +28,15 @@
 #include "tarw.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
+
+#include "wds/writer.h" /* wds_outfile: temporary name, sync, rename */
 
 #define BLOCK 512
 #define RECORD_BYTES 10240
@@ -49,9 +49,8 @@
 
 struct wds__tarw {
   int fd;
-  int owns_fd;
-  char *path;     /* final name (path mode) */
-  char *tmp_path; /* temporary name while writing (path mode) */
+  wds_outfile *of; /* path mode: the file (fd is its descriptor) */
+  char *path;      /* final name (path mode) */
   int opts_fsync;
   int64_t mtime;
 
@@ -467,7 +466,6 @@ int wds__tarw_open_fd(int fd, const wds__tarw_options *opts, wds__tarw **out,
 
 int wds__tarw_open_path(const char *path, const wds__tarw_options *opts,
                         wds__tarw **out, wds__err *err) {
-  static atomic_uint counter;
   int rc;
   *out = NULL;
   if (!path || !*path)
@@ -479,28 +477,19 @@ int wds__tarw_open_path(const char *path, const wds__tarw_options *opts,
   rc = open_common(w, opts, err);
   if (rc != WDS_OK)
     goto done;
-  size_t n = strlen(path) + 48;
   w->path = strdup(path);
-  w->tmp_path = malloc(n);
-  if (!w->path || !w->tmp_path) {
+  if (!w->path) {
     rc = wds__fail(err, WDS_ERR_NOMEM, "out of memory");
     goto done;
   }
-  /* A name of our own beside the target, so the rename is atomic and
-   * concurrent writers (threads or processes) never share one. */
-  for (int tries = 0;; tries++) {
-    snprintf(w->tmp_path, n, "%s.tmp-%ld-%u", path, (long)getpid(),
-             atomic_fetch_add(&counter, 1));
-    w->fd = open(w->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (w->fd >= 0)
-      break;
-    if (errno != EEXIST || tries >= 100) {
-      rc = wds__fail(err, WDS_ERR_OPEN, "cannot create %s (as %s): %s", path,
-                     w->tmp_path, strerror(errno));
-      goto done;
-    }
+  char msg[WDS__ERR_SIZE];
+  rc = wds_outfile_open(path, w->opts_fsync ? 0 : WDS_OUTFILE_NO_SYNC, &w->of,
+                        msg, sizeof msg);
+  if (rc != WDS_OK) {
+    rc = wds__fail(err, rc, "%s", msg);
+    goto done;
   }
-  w->owns_fd = 1;
+  w->fd = wds_outfile_fd(w->of);
 done:
   if (rc != WDS_OK) {
     wds__tarw_close(w);
@@ -618,18 +607,12 @@ int wds__tarw_finish(wds__tarw *w, wds__err *err) {
     rc = gzip_sink(w, NULL, 0, Z_FINISH, err);
   if (rc != WDS_OK)
     return rc;
-  if (w->owns_fd) {
-    if (w->opts_fsync && fsync(w->fd) != 0)
-      return fail(w, err, WDS_ERR_IO, "cannot sync %s: %s", w->tmp_path,
-                  strerror(errno));
-    int fd = w->fd;
-    w->fd = -1;
-    if (close(fd) != 0)
-      return fail(w, err, WDS_ERR_IO, "cannot write %s: %s", w->tmp_path,
-                  strerror(errno));
-    if (rename(w->tmp_path, w->path) != 0)
-      return fail(w, err, WDS_ERR_IO, "cannot rename %s to %s: %s", w->tmp_path,
-                  w->path, strerror(errno));
+  if (w->of) {
+    char msg[WDS__ERR_SIZE];
+    w->fd = -1; /* the outfile's, closed by commit */
+    rc = wds_outfile_commit(w->of, msg, sizeof msg);
+    if (rc != WDS_OK)
+      return fail(w, err, rc, "%s", msg);
   }
   w->finished = 1;
   return WDS_OK;
@@ -642,10 +625,7 @@ void wds__tarw_stats_get(const wds__tarw *w, wds__tarw_stats *out) {
 void wds__tarw_close(wds__tarw *w) {
   if (!w)
     return;
-  if (w->owns_fd && w->fd >= 0)
-    close(w->fd);
-  if (w->tmp_path && w->owns_fd && !w->finished)
-    unlink(w->tmp_path);
+  wds_outfile_close(w->of); /* removes an uncommitted temporary file */
   ZSTD_freeCCtx(w->zc);
   if (w->gz) {
     deflateEnd(w->gz);
@@ -655,7 +635,6 @@ void wds__tarw_close(wds__tarw *w) {
   free(w->stage);
   free(w->hdr);
   free(w->path);
-  free(w->tmp_path);
   free(w);
 }
 
@@ -687,5 +666,5 @@ uint64_t wds__tarw_finished_bytes(uint64_t tar_bytes) {
 }
 
 const char *wds__tarw_tmp_path(const wds__tarw *w) {
-  return w->owns_fd && !w->finished ? w->tmp_path : NULL;
+  return w->finished ? NULL : wds_outfile_tmp_path(w->of);
 }

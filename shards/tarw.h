@@ -17,10 +17,12 @@
  *   if (rc == WDS_OK) rc = wds__tarw_finish(w, &err);
  *   wds__tarw_close(w);     // always; discards an unfinished archive
  *
- * With a path, the archive is written to a temporary name in the same
- * directory, "PATH.tmp-PID-N" (N a per-process counter), and renamed into place
- * by wds__tarw_finish(); closing without a successful finish removes the
- * temporary file. With a descriptor, the caller keeps ownership of it.
+ * With a path, the archive is written through wds_outfile (wds/writer.h): to
+ * a temporary name in the same directory, "PATH.tmp-PID-N" (N a per-process
+ * counter), renamed into place by wds__tarw_finish() (synced first with the
+ * fsync option); closing without a successful finish removes the temporary
+ * file. A PATH that is a device or a FIFO is written in place. With a
+ * descriptor, the caller keeps ownership of it.
  *
  * Errors are sticky: after a failed call every later call (except close)
  * returns the same status. */
@@ -45,7 +47,8 @@ typedef struct wds__tarw_options {
   int64_t mtime;       /* seconds since the epoch, for every member;
                           0 <= mtime < 8^11 */
   size_t buffer_bytes; /* write block; 0 = 1 MiB */
-  int fsync;           /* path mode: fsync before the rename */
+  int fsync;           /* path mode: fsync the file before the rename and
+                          its directory after */
   int gzip_level;      /* 1..9; 0 = 6 */
 } wds__tarw_options;
 

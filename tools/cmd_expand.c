@@ -45,6 +45,7 @@ int wds_cmd_expand(int argc, char **argv) {
   char err[1024];
   int i;
 
+  tool_stdout_init("expand");
   for (i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--") == 0) {
@@ -85,12 +86,8 @@ int wds_cmd_expand(int argc, char **argv) {
         break;
     }
     wds_url_list_free(&list);
-    if (ferror(stdout))
-      break;
+    if (tool_stdout_check() != 0)
+      return 1;
   }
-  if (fflush(stdout) != 0 || ferror(stdout)) {
-    fprintf(stderr, "wds expand: cannot write the URLs: %s\n", strerror(errno));
-    return 1;
-  }
-  return 0;
+  return tool_stdout_flush() != 0 ? 1 : 0;
 }

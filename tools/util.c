@@ -3,9 +3,11 @@
 
 #include <errno.h>
 #include <openssl/evp.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int tool_expand_specs(const char *cmd, char **specs, int nspecs,
                       size_t max_urls, wds_url_list *out) {
@@ -158,4 +160,68 @@ double tool_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- stdout ---- */
+
+static const char *stdout_cmd = "";
+static int stdout_reported;
+
+static void stdout_report(int err) {
+  if (stdout_reported)
+    return;
+  stdout_reported = 1;
+  if (err)
+    fprintf(stderr, "wds %s: cannot write the output: %s\n", stdout_cmd,
+            strerror(err));
+  else
+    fprintf(stderr, "wds %s: cannot write the output\n", stdout_cmd);
+}
+
+int tool_stdout_check(void) {
+  if (!ferror(stdout))
+    return 0;
+  int err = errno;
+  /* glibc drops a buffer whose write failed; what was written since is
+   * still pending, and flushing it fails again with a fresh errno. */
+  errno = 0;
+  if (fflush(stdout) != 0 && errno)
+    err = errno;
+  stdout_report(err);
+  return -1;
+}
+
+int tool_stdout_flush(void) {
+  errno = 0;
+  if (fflush(stdout) != 0) {
+    stdout_report(errno);
+    return -1;
+  }
+  return tool_stdout_check();
+}
+
+/* The exit handler (gnulib's close_stdout): fclose also reports errors a
+ * file system defers to close (NFS). A stdout closed before we started
+ * (EBADF) is no error when nothing was written to it. */
+static void stdout_at_exit(void) {
+  int pending = __fpending(stdout) != 0;
+  int failed = ferror(stdout) != 0, err = 0;
+  errno = 0;
+  if (fclose(stdout) != 0 && (failed || pending || errno != EBADF)) {
+    failed = 1;
+    err = errno;
+  }
+  if (!failed)
+    return;
+  stdout_report(err);
+  /* exit() is already running: _exit is how a handler changes the status
+   * (the streams left are stderr, unbuffered, and those already closed). */
+  _exit(1);
+}
+
+void tool_stdout_init(const char *cmd) {
+  static int registered;
+  stdout_cmd = cmd;
+  if (!registered && atexit(stdout_at_exit) == 0)
+    registered = 1;
 }

@@ -39,4 +39,26 @@ int tool_parse_size(const char *s, size_t *out);
 /* Monotonic seconds. */
 double tool_now(void);
 
+/* ---- stdout ----
+ * A command's results go to stdout, and output that cannot be written is an
+ * error, as in coreutils: "wds CMD: cannot write the output: REASON" on
+ * stderr and exit status 1 (`> /dev/full`, a full disk, `ulimit -f`, a
+ * closed descriptor). A reader that goes away (`| head`) ends the process
+ * by SIGPIPE, quietly, as it does coreutils; where SIGPIPE is ignored
+ * (inherited), EPIPE is a write error like any other. */
+
+/* Called first by every command: registers (once) an exit handler that
+ * flushes and closes stdout and, if writing it failed at any time, prints
+ * the message (unless already printed) and ends the process with status 1
+ * whatever the command returned. */
+void tool_stdout_init(const char *cmd);
+
+/* 0 while writing stdout has not failed; -1 once it has (printing the
+ * message, once). Call it right after writing (its errno is the write's),
+ * in loops that print per item, to stop early. */
+int tool_stdout_check(void);
+
+/* Flushes stdout, then as tool_stdout_check(). */
+int tool_stdout_flush(void);
+
 #endif

@@ -1,10 +1,8 @@
-/* checkpoint.c — atomic checkpoint files (temporary name + fsync + rename)
- * and the learning-rate schedule. The file is built in memory and checked
- * as a whole on load, so a truncated or altered file is always an error
- * before any of it is used. */
+/* checkpoint.c — atomic checkpoint files (wds_outfile: temporary name +
+ * fsync + rename) and the learning-rate schedule. The file is built in
+ * memory and checked as a whole on load, so a truncated or altered file is
+ * always an error before any of it is used. */
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +11,7 @@
 #include <unistd.h>
 
 #include "trainer/checkpoint.h"
+#include "wds/writer.h"
 
 #define TR_MAGIC "WDSTRAIN"
 #define TR_HEADER_BYTES (8 + 4 + 4 + 4 * (TR_MAX_LAYERS + 1) + 8 * 7)
@@ -70,10 +69,11 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
 
 int tr_checkpoint_save(const char *path, const tr_checkpoint *c, char *err,
                        size_t err_size) {
-  int rc = -1, fd = -1;
+  int rc = -1;
   size_t size = TR_HEADER_BYTES + 8 * c->param_count + 8;
   unsigned char *buf = malloc(size), *p = buf;
-  char *tmp = NULL, *dircopy = NULL;
+  wds_outfile *f = NULL;
+  char msg[1024];
   if (!buf) {
     snprintf(err, err_size, "checkpoint %s: out of memory", path);
     goto done;
@@ -95,49 +95,23 @@ int tr_checkpoint_save(const char *path, const tr_checkpoint *c, char *err,
   put_floats(&p, c->momentum, c->param_count);
   put_u64(&p, tr_fnv1a(TR_FNV_INIT, buf, (size_t)(p - buf)));
 
-  /* Unique per host and process: the processes of a multi-node job may
-   * write the same path on a shared file system. */
-  char host[64] = "";
-  if (gethostname(host, sizeof host - 1) != 0)
-    host[0] = 0;
-  host[sizeof host - 1] = 0;
-  size_t tlen = strlen(path) + strlen(host) + 40;
-  tmp = malloc(tlen);
-  dircopy = strdup(path);
-  if (!tmp || !dircopy) {
-    snprintf(err, err_size, "checkpoint %s: out of memory", path);
+  /* The processes of a multi-node job may write the same path on a shared
+   * file system: wds_outfile creates its temporary name exclusively. */
+  if (wds_outfile_open(path, 0, &f, msg, sizeof msg) != WDS_OK) {
+    snprintf(err, err_size, "checkpoint: %s", msg);
     goto done;
   }
-  snprintf(tmp, tlen, "%s.tmp-%s-%ld", path, host, (long)getpid());
-  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0 || write_all(fd, buf, size) != 0 || fsync(fd) != 0) {
-    snprintf(err, err_size, "checkpoint %s: %s", tmp, strerror(errno));
+  if (write_all(wds_outfile_fd(f), buf, size) != 0) {
+    snprintf(err, err_size, "checkpoint %s: %s", path, strerror(errno));
     goto done;
   }
-  if (close(fd) != 0) {
-    fd = -1;
-    snprintf(err, err_size, "checkpoint %s: %s", tmp, strerror(errno));
+  if (wds_outfile_commit(f, msg, sizeof msg) != WDS_OK) {
+    snprintf(err, err_size, "checkpoint: %s", msg);
     goto done;
-  }
-  fd = -1;
-  if (rename(tmp, path) != 0) {
-    snprintf(err, err_size, "checkpoint: rename %s -> %s: %s", tmp, path,
-             strerror(errno));
-    goto done;
-  }
-  int dfd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)fsync(dfd); /* best effort: some file systems refuse it */
-    close(dfd);
   }
   rc = 0;
 done:
-  if (fd >= 0)
-    close(fd);
-  if (rc != 0 && tmp)
-    unlink(tmp);
-  free(tmp);
-  free(dircopy);
+  wds_outfile_close(f); /* removes the temporary file after an error */
   free(buf);
   return rc;
 }

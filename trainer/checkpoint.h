@@ -9,8 +9,11 @@
  *       model), seed
  *   f32 weights[param_count], f32 momentum[param_count]
  *   u64 FNV-1a 64 of every byte before it
- * Written to PATH.tmp-PID, fsync'ed, renamed to PATH, the directory
- * fsync'ed: a crash leaves the old checkpoint or the new one. */
+ * Written through wds_outfile (wds/writer.h): to PATH.tmp-PID-N (created
+ * exclusively, so processes on several hosts sharing the file system never
+ * share one), fsync'ed, renamed to PATH, the directory fsync'ed: a crash
+ * leaves the old checkpoint or the new one. A PATH that is a device or a
+ * FIFO (/dev/null) is written in place, never replaced. */
 #ifndef WDS_TRAINER_CHECKPOINT_H
 #define WDS_TRAINER_CHECKPOINT_H
 

@@ -13,10 +13,13 @@
  * (config .mtime, default 0); the archive ends with two zero blocks padded
  * to a 10240-byte record; gzip headers carry no name, time 0 and OS byte 3.
  * So the same samples give byte-identical shards. Each shard is written
- * under a temporary name in its directory, "NAME.tmp-PID-N", and renamed to
- * NAME when complete: an interrupted run never leaves a truncated shard
- * under a final name (a killed process may leave its "*.tmp-PID-N" files;
- * they can be deleted).
+ * under a temporary name in its directory, "NAME.tmp-PID-N", synced
+ * (fsync), renamed to NAME when complete and the directory synced: neither
+ * an interrupted run nor a power loss leaves a truncated shard under a final
+ * name (a killed process may leave its "*.tmp-PID-N" files; they can be
+ * deleted). A NAME that exists and is not a regular file (/dev/null, a
+ * FIFO, a device) is written in place instead, never replaced: see
+ * wds_outfile below.
  *
  * Compression comes from the name: ".zst"/".tzst" zstd, ".gz"/".tgz" gzip,
  * anything else none (WDS_COMPRESS_AUTO), or is given explicitly.
@@ -74,6 +77,9 @@ typedef struct wds_writer_config {
                     ignored without compression */
   int64_t mtime; /* of every member, seconds since the epoch, 0..8^11-1;
                     default 0 */
+  int no_sync;   /* 1: do not fsync shards and their directory (faster for
+                    scratch data; a power loss may then leave a short shard
+                    under its final name); default 0: synced */
 
   /* Called after each shard is complete and renamed (NULL: not called):
    * for progress lines and indexes. With out_fd, called once by close with
@@ -140,6 +146,58 @@ int wds_writer_close(wds_writer *w);
  * file is removed (with out_fd, the stream is left without its end
  * blocks). Shards completed before stay. NULL is a no-op. */
 void wds_writer_abort(wds_writer *w);
+
+/* ---- whole files written safely: wds_outfile ----
+ *
+ * What the writer does for each shard, for any file written whole (an
+ * index, a checkpoint, a .npy file). A PATH that does not exist or is a
+ * regular file (or a symlink to one) is written under a temporary name
+ * beside it, "PATH.tmp-PID-N" (created exclusively, so concurrent writers,
+ * even on other hosts of a shared file system, never share one), and
+ * commit() syncs it (fsync), renames it to PATH and syncs the directory:
+ * PATH holds the old file or the complete new one, never part of one, even
+ * after a power loss. WDS_OUTFILE_NO_SYNC leaves out both syncs (scratch
+ * output; a crash is then still safe, a power loss may not be).
+ *
+ * Temporary-and-rename is for regular files only: renaming over a device
+ * would replace it (run as root, `-o /dev/null` would turn /dev/null into a
+ * regular file for every later `> /dev/null` on the machine). A PATH that
+ * exists and is a character or block device or a FIFO (or a symlink to
+ * one) is opened and written in place, as a shell redirection would (a FIFO
+ * blocks until a reader opens it); a directory or a socket is an error.
+ *
+ *   wds_outfile *f;
+ *   if (wds_outfile_open(path, 0, &f, err, sizeof err) != WDS_OK) ...
+ *   write(wds_outfile_fd(f), ...);
+ *   rc = wds_outfile_commit(f, err, sizeof err);
+ *   wds_outfile_close(f);  // always; removes the temporary if not committed
+ *
+ * Errors: WDS_ERR_OPEN from open, WDS_ERR_IO from commit, with a message
+ * naming the file in err (err may be NULL). */
+#define WDS_OUTFILE_NO_SYNC 1u
+
+typedef struct wds_outfile wds_outfile;
+
+int wds_outfile_open(const char *path, unsigned flags, wds_outfile **out,
+                     char *err, size_t err_size);
+
+/* The descriptor to write to (the outfile's: do not close it). */
+int wds_outfile_fd(const wds_outfile *f);
+
+/* 1 when PATH is written in place (a device or a FIFO), 0 otherwise. */
+int wds_outfile_in_place(const wds_outfile *f);
+
+/* The temporary name; NULL when written in place or once committed. */
+const char *wds_outfile_tmp_path(const wds_outfile *f);
+
+/* Ends the file: fsync (unless NO_SYNC; in place only for block devices),
+ * close, rename to PATH and fsync of its directory. After a failure the
+ * temporary file is removed by close. */
+int wds_outfile_commit(wds_outfile *f, char *err, size_t err_size);
+
+/* Closes the descriptor if still open and removes an uncommitted temporary
+ * file; frees f. NULL is a no-op. */
+void wds_outfile_close(wds_outfile *f);
 
 #ifdef __cplusplus
 }
