@@ -2,11 +2,13 @@
  * `wds verify --decode`.
  *
  * A checker wraps one wds__decoder (TurboJPEG handle and buffers reused
- * from field to field) and a small output buffer. Images are decoded into
- * a CHECK_SIDE x CHECK_SIDE RGB center crop: the decoders read every byte
- * of the entropy-coded data whatever the output size (a JPEG at its
- * smallest DCT scale, a PNG fully with its CRCs), so truncation and corrupt
- * data are found while resampling stays negligible. Nothing is printed. */
+ * from field to field; a field's result never depends on the fields
+ * checked before it, decode.h) and a small output buffer. Images are
+ * decoded into a CHECK_SIDE x CHECK_SIDE RGB center crop: the decoders
+ * read every byte of the entropy-coded data whatever the output size (a
+ * JPEG at its smallest DCT scale, a PNG fully with its CRCs), so
+ * truncation and corrupt data are found while resampling stays negligible.
+ * Nothing is printed. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -4,7 +4,11 @@
  * image: the TurboJPEG handle, the decoded-image buffer, the intermediate
  * of the horizontal resampling pass, the vertical accumulator row and the
  * cached filter taps (unchanged between images of one size, the common
- * case). Buffers only grow; wds__decoder_free releases them.
+ * case; keyed by every argument). Buffers only grow; wds__decoder_free
+ * releases them. Nothing reused may show in a result (decode.h): buffers
+ * are written in full before they are read, and the TurboJPEG handle,
+ * which keeps libjpeg state, is replaced after a failure and before an
+ * image that could see an earlier one's tables (decode_jpeg).
  *
  * An image is decoded in three steps: the header gives the source size; the
  * crop plan (resize.c) says which source span maps to the output; the pixels
@@ -241,41 +245,140 @@ cleanup:
 
 /* ---- JPEG ---- */
 
-/* Walks the marker segments up to the frame header (SOFn) and reads the
- * image size from it. TurboJPEG 2.1 reports success with stale or zero
- * dimensions for some truncated headers, so its answer is checked against
- * this one. */
-static int jpeg_frame_size(const uint8_t *p, size_t n, int *w, int *h,
-                           wds__err *e) {
+/* What a JPEG's marker segments before its first scan say. */
+typedef struct jpeg_headers {
+  int w, h; /* from the frame header (SOFn) */
+  /* The image defines every table its decode reads, so tables an earlier
+   * image left in a decompressor cannot change it (see decode_jpeg). Only
+   * ever 1 for a sequential Huffman frame (SOF0, SOF1) coded in one scan
+   * (the first scan names every component), with the quantization tables
+   * of its components and the Huffman tables of its scan defined before
+   * the scan, and nothing unusual in the segments before it. 0 is always
+   * safe: it costs a new decompressor. */
+  int self_contained;
+} jpeg_headers;
+
+/* The tables a DQT segment's payload defines (bit t: table t), read as
+ * libjpeg reads it; -1 for anything unusual. */
+static int dqt_tables(const uint8_t *s, size_t n) {
+  int mask = 0;
+  while (n > 0) {
+    size_t need = 1 + 64 * (size_t)((s[0] >> 4) + 1);
+    if ((s[0] >> 4) > 1 || (s[0] & 15) > 3 || n < need)
+      return -1;
+    mask |= 1 << (s[0] & 15);
+    s += need;
+    n -= need;
+  }
+  return mask;
+}
+
+/* The tables a DHT segment's payload defines (bit t: DC table t, bit
+ * 4 + t: AC table t), read as libjpeg reads it; -1 for anything unusual. */
+static int dht_tables(const uint8_t *s, size_t n) {
+  int mask = 0;
+  while (n > 0) {
+    if (n < 17 || (s[0] & ~0x13) != 0)
+      return -1;
+    size_t count = 0;
+    for (int i = 1; i <= 16; i++)
+      count += s[i];
+    if (count > 256 || count > n - 17)
+      return -1;
+    mask |= 1 << ((s[0] >> 4) * 4 + (s[0] & 3));
+    s += 17 + count;
+    n -= 17 + count;
+  }
+  return mask;
+}
+
+/* Walks the marker segments up to the first scan (SOS): the image size from
+ * the frame header, checked against TurboJPEG's (2.1 reports success with
+ * stale or zero dimensions for some truncated headers), and whether the
+ * image is self-contained. Errors only before the frame header; after it,
+ * whatever is wrong is left to libjpeg to report. */
+static int jpeg_scan_headers(const uint8_t *p, size_t n, jpeg_headers *hd,
+                             wds__err *e) {
+  unsigned qdef = 0, hdef = 0, qused = 0, hused = 0;
+  int nf = 0, sof = 0, odd = 0;
   size_t i = 2;
+  hd->self_contained = 0;
   for (;;) {
     while (i < n && p[i] == 0xFF && i + 1 < n && p[i + 1] == 0xFF)
       i++; /* fill bytes */
     if (i + 4 > n)
-      return wds__fail(e, WDS_ERR_TRUNCATED,
-                       "JPEG: data ends before the frame header");
+      return sof ? WDS_OK
+                 : wds__fail(e, WDS_ERR_TRUNCATED,
+                             "JPEG: data ends before the frame header");
     if (p[i] != 0xFF)
-      return wds__fail(e, WDS_ERR_FORMAT,
-                       "JPEG: no marker at byte %zu (0x%02x)", i, p[i]);
+      return sof ? WDS_OK
+                 : wds__fail(e, WDS_ERR_FORMAT,
+                             "JPEG: no marker at byte %zu (0x%02x)", i, p[i]);
     uint8_t m = p[i + 1];
     if (m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {
+      odd = 1;
       i += 2;
       continue;
     }
-    if (m == 0xD9 || m == 0xDA)
+    if (m == 0xD9 && !sof)
       return wds__fail(e, WDS_ERR_FORMAT,
                        "JPEG: no frame header before marker 0x%02x", m);
     size_t len = (size_t)p[i + 2] << 8 | p[i + 3];
+    const uint8_t *s = p + i + 4;
+    size_t sn = len >= 2 && len <= n - i - 2 ? len - 2 : 0;
+    if (m == 0xDA || m == 0xD9) {
+      if (!sof)
+        return wds__fail(e, WDS_ERR_FORMAT,
+                         "JPEG: no frame header before marker 0x%02x", m);
+      /* one scan over all nf components, naming defined tables */
+      if (m == 0xDA && !odd && sn >= 1 && s[0] == nf &&
+          sn == 4 + 2 * (size_t)nf) {
+        int ok = 1;
+        for (int k = 0; k < nf; k++) {
+          unsigned dc = s[2 + 2 * k] >> 4, ac = s[2 + 2 * k] & 15;
+          ok = ok && dc <= 3 && ac <= 3;
+          hused |= 1u << (dc & 3) | 1u << (4 + (ac & 3));
+        }
+        hd->self_contained = ok && (qused & ~qdef) == 0 && (hused & ~hdef) == 0;
+      }
+      return WDS_OK;
+    }
     if (len < 2)
-      return wds__fail(e, WDS_ERR_FORMAT, "JPEG: bad segment length");
+      return sof ? WDS_OK
+                 : wds__fail(e, WDS_ERR_FORMAT, "JPEG: bad segment length");
     if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+      if (sof)
+        return WDS_OK; /* a second frame header: libjpeg's error */
       if (i + 9 > n)
         return wds__fail(e, WDS_ERR_TRUNCATED,
                          "JPEG: data ends in the frame header");
-      *h = p[i + 5] << 8 | p[i + 6];
-      *w = p[i + 7] << 8 | p[i + 8];
-      return WDS_OK;
+      hd->h = p[i + 5] << 8 | p[i + 6];
+      hd->w = p[i + 7] << 8 | p[i + 8];
+      sof = m;
+      nf = sn >= 6 ? s[5] : 0;
+      if ((m != 0xC0 && m != 0xC1) || nf < 1 || nf > 4 ||
+          sn != 6 + 3 * (size_t)nf)
+        return WDS_OK;
+      for (int k = 0; k < nf; k++) {
+        if (s[8 + 3 * k] > 3)
+          return WDS_OK;
+        qused |= 1u << s[8 + 3 * k];
+      }
+    } else if (m == 0xDB || m == 0xC4) {
+      int t = sn + 2 != len ? -1
+              : m == 0xDB   ? dqt_tables(s, sn)
+                            : dht_tables(s, sn);
+      if (t < 0)
+        odd = 1;
+      else if (m == 0xDB)
+        qdef |= (unsigned)t;
+      else
+        hdef |= (unsigned)t;
+    } else if (!(m == 0xDD || m == 0xFE || (m >= 0xE0 && m <= 0xEF))) {
+      odd = 1; /* DRI, COM and APPn are all a table-complete image has */
     }
+    if (odd && sof)
+      return WDS_OK;
     i += 2 + len;
   }
 }
@@ -285,24 +388,28 @@ static int jpeg_frame_size(const uint8_t *p, size_t n, int *w, int *h,
  * follows a warning; so the decode is first run with TJFLAG_STOPONWARNING
  * (any warning stops it), and only a warning other than the data ending
  * early is retried without the flag, accepted if nothing but that same
- * warning comes back. */
-static int jpeg_decompress(tjhandle tj, const uint8_t *data, size_t size,
+ * warning comes back. The retry gets a new decompressor: the stopped run
+ * may have read tables from later in the file. */
+static int jpeg_decompress(wds__decoder *d, const uint8_t *data, size_t size,
                            uint8_t *dst, int w, int h, int pf, wds__err *e) {
   int pitch = w * tjPixelSize[pf];
-  if (tjDecompress2(tj, data, (unsigned long)size, dst, w, pitch, h, pf,
+  if (tjDecompress2(d->tj, data, (unsigned long)size, dst, w, pitch, h, pf,
                     TJFLAG_STOPONWARNING) == 0)
     return WDS_OK;
   char first[JMSG_LENGTH_MAX_];
-  snprintf(first, sizeof first, "%s", tjGetErrorStr2(tj));
+  snprintf(first, sizeof first, "%s", tjGetErrorStr2(d->tj));
   if (strstr(first, "Premature end"))
     return wds__fail(e, WDS_ERR_TRUNCATED, "JPEG: %s", first);
-  if (tjGetErrorCode(tj) != TJERR_WARNING)
+  if (tjGetErrorCode(d->tj) != TJERR_WARNING)
     return wds__fail(e, WDS_ERR_FORMAT, "JPEG: %s", first);
-  if (tjDecompress2(tj, data, (unsigned long)size, dst, w, pitch, h, pf, 0) ==
-          0 ||
-      strcmp(tjGetErrorStr2(tj), first) == 0)
+  tjDestroy(d->tj);
+  if (!(d->tj = tjInitDecompress()))
+    return wds__fail(e, WDS_ERR_NOMEM, "JPEG: cannot create a decompressor");
+  if (tjDecompress2(d->tj, data, (unsigned long)size, dst, w, pitch, h, pf,
+                    0) == 0 ||
+      strcmp(tjGetErrorStr2(d->tj), first) == 0)
     return WDS_OK;
-  const char *msg = tjGetErrorStr2(tj);
+  const char *msg = tjGetErrorStr2(d->tj);
   return wds__fail(e,
                    strstr(msg, "Premature end") ? WDS_ERR_TRUNCATED
                                                 : WDS_ERR_FORMAT,
@@ -318,22 +425,18 @@ static int span_fits(const wds__crop_plan *p, int src_w, int src_h, int dec_w,
   return sw >= out_w - 1e-9 && sh >= out_h - 1e-9;
 }
 
-static int decode_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
-                       const wds__image_opts *o, wds__crop_plan *plan,
-                       int *w_out, int *h_out, wds__err *e) {
-  if (!d->tj && !(d->tj = tjInitDecompress()))
-    return wds__fail(e, WDS_ERR_NOMEM, "JPEG: cannot create a decompressor");
-  int w, h, fw = 0, fh = 0, subsamp, cs, rc;
-  if (size > ULONG_MAX)
-    return wds__fail(e, WDS_ERR_LIMIT, "JPEG: too large");
-  if ((rc = jpeg_frame_size(data, size, &fw, &fh, e)) != WDS_OK)
-    return rc;
+/* Decodes with d->tj into d->img at the smallest scale that serves o. */
+static int jpeg_read(wds__decoder *d, const uint8_t *data, size_t size,
+                     const jpeg_headers *hd, const wds__image_opts *o,
+                     wds__crop_plan *plan, int *w_out, int *h_out,
+                     wds__err *e) {
+  int w = 0, h = 0, subsamp, cs, rc;
   if (tjDecompressHeader3(d->tj, data, (unsigned long)size, &w, &h, &subsamp,
                           &cs) != 0)
     return wds__fail(e, WDS_ERR_FORMAT, "JPEG: %s", tjGetErrorStr2(d->tj));
-  if (w != fw || h != fh || w <= 0 || h <= 0)
-    return wds__fail(e, WDS_ERR_FORMAT, "JPEG: bad frame header (%dx%d)", fw,
-                     fh);
+  if (w != hd->w || h != hd->h || w <= 0 || h <= 0)
+    return wds__fail(e, WDS_ERR_FORMAT, "JPEG: bad frame header (%dx%d)", hd->w,
+                     hd->h);
   if ((uint64_t)w * (uint64_t)h > d->max_pixels)
     return wds__fail(e, WDS_ERR_LIMIT,
                      "JPEG: %dx%d image is over the limit of %llu pixels", w,
@@ -363,7 +466,7 @@ static int decode_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
   int ps = tjPixelSize[pf];
   if (grow_bytes(&d->img, &d->img_cap, (size_t)dec_w * dec_h * (size_t)ps))
     return wds__fail(e, WDS_ERR_NOMEM, "JPEG: out of memory");
-  if ((rc = jpeg_decompress(d->tj, data, size, d->img, dec_w, dec_h, pf, e)) !=
+  if ((rc = jpeg_decompress(d, data, size, d->img, dec_w, dec_h, pf, e)) !=
       WDS_OK)
     return rc;
   if (cmyk)
@@ -377,6 +480,48 @@ static int decode_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
   *w_out = dec_w;
   *h_out = dec_h;
   return WDS_OK;
+}
+
+static void jpeg_drop(wds__decoder *d) {
+  if (d->tj)
+    tjDestroy(d->tj);
+  d->tj = NULL;
+}
+
+/* The decompressor is kept from image to image, and what it keeps must
+ * never show in an image: a decoder decodes every image as a new one
+ * would, whatever it decoded before (a worker's images depend on the
+ * worker count; `wds verify` uses a fresh-from-start checker).
+ * - After a failure it is dropped. TurboJPEG 2.1's tjDecompressHeader3
+ *   returns from a libjpeg error without aborting the decompression, so
+ *   libjpeg stays mid-header and reads the next image's markers as the
+ *   rest of the broken one's ("bad frame header", "two SOF markers" on
+ *   good JPEGs after a truncated one: issue 10); tjDecompress2 aborts, but
+ *   keeps the tables the broken image defined. A new one costs ~0.2 us,
+ *   and only failures pay it.
+ * - libjpeg keeps quantization and Huffman tables from image to image (for
+ *   abbreviated datastreams): an image that uses a table it does not define
+ *   would read an earlier image's instead of failing (no DQT) or getting
+ *   the standard ones (no DHT). Only an image known to define all it uses
+ *   (jpeg_headers.self_contained: nearly every baseline JPEG) keeps the
+ *   decompressor; others (progressive, multi-scan, table-less) get a new
+ *   one. */
+static int decode_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
+                       const wds__image_opts *o, wds__crop_plan *plan,
+                       int *w_out, int *h_out, wds__err *e) {
+  jpeg_headers hd = {0, 0, 0};
+  int rc;
+  if (size > ULONG_MAX)
+    return wds__fail(e, WDS_ERR_LIMIT, "JPEG: too large");
+  if ((rc = jpeg_scan_headers(data, size, &hd, e)) != WDS_OK)
+    return rc;
+  if (!hd.self_contained)
+    jpeg_drop(d);
+  if (!d->tj && !(d->tj = tjInitDecompress()))
+    return wds__fail(e, WDS_ERR_NOMEM, "JPEG: cannot create a decompressor");
+  if ((rc = jpeg_read(d, data, size, &hd, o, plan, w_out, h_out, e)) != WDS_OK)
+    jpeg_drop(d);
+  return rc;
 }
 
 /* ---- images ---- */

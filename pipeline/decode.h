@@ -1,7 +1,11 @@
 /* decode.h — field decoders used by the loader's worker threads. Internal.
  *
  * Every function is reentrant; per-thread scratch (TurboJPEG handle, row
- * buffers) lives in a wds__decoder that one thread owns. Failures return a
+ * buffers) lives in a wds__decoder that one thread owns. What a decoder
+ * decoded before never shows in a result: after any failure, and whatever
+ * the earlier inputs were, it decodes an input exactly as a new decoder
+ * would (the loader's rows must not depend on which worker decoded what,
+ * nor `wds verify` on the order of fields). Failures return a
  * negative status with a message in the wds__err (what was wrong: "not a
  * JPEG", "PNG: CRC error", "npy: unsupported dtype '<c8'"); the caller adds
  * the sample, shard and field. Nothing here prints or aborts. */

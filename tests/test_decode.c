@@ -1,7 +1,9 @@
 /* test_decode.c — the field decoders (pipeline/decode.h): integers, .npy
  * parsing and copying, wds_npy_save, image errors, crop geometry and the
  * random crop's determinism, on inputs built here (TurboJPEG and a small
- * PNG writer over zlib).
+ * PNG writer over zlib); and recovery (issue 10): after any bad input, and
+ * whatever it decoded before, a decoder gives a fresh decoder's bytes (the
+ * fuzz corpus's images, .npy and integers, cut and changed).
  *
  * Modes used by tests/decode_ref.py, which compares against Pillow, numpy
  * and djpeg:
@@ -29,7 +31,7 @@ typedef struct buf {
 } buf;
 
 static void buf_add(buf *b, const void *p, size_t n) {
-  if (b->n + n > b->cap) {
+  if (b->n + n > b->cap || !b->d) { /* allocated even when empty */
     b->cap = (b->n + n) * 2 + 64;
     b->d = realloc(b->d, b->cap);
   }
@@ -565,6 +567,366 @@ TEST(image_not_image_message) {
   wds__decoder_free(d);
 }
 
+/* ---- recovery: what a decoder decoded before never shows ---- */
+
+/* Known-good inputs of every decoder (corpus files and generated images)
+ * and the bytes a fresh decoder makes of each with each option set. Every
+ * later decode of them, by a decoder that has just failed on a bad input,
+ * must give the same bytes (issue 10: a JPEG cut in its headers left the
+ * TurboJPEG handle mid-header, and the next good JPEGs failed). */
+enum { KIND_IMAGE, KIND_NPY, KIND_INT, N_OPTS = 3, MAX_GOOD = 20 };
+
+typedef struct good_input {
+  const char *name;
+  int kind;
+  buf data;
+  uint8_t *ref[N_OPTS];
+  size_t ref_n[N_OPTS];
+} good_input;
+
+static wds__image_opts recovery_opts(int k) {
+  wds__image_opts o = center_opts(24, 16, 3); /* DCT-scaled JPEGs */
+  if (k == 1) {
+    o = center_opts(16, 16, 1);
+    o.crop = WDS_CROP_RANDOM;
+    o.rng_key = 7;
+  } else if (k == 2) {
+    o = center_opts(5, 7, 3);
+  }
+  return o;
+}
+
+/* Decodes data as kind (option set k) into *out (malloc'd; images: the
+ * pixels; npy: dtype, shape and the copied array; int: the value). */
+static int decode_any(wds__decoder *d, int kind, const uint8_t *data, size_t n,
+                      int k, uint8_t **out, size_t *out_n) {
+  wds__err e;
+  e.msg[0] = '\0';
+  *out = NULL;
+  *out_n = 0;
+  int rc;
+  if (kind == KIND_IMAGE) {
+    wds__image_opts o = recovery_opts(k);
+    *out_n = (size_t)o.width * (size_t)o.height * (size_t)o.channels;
+    *out = malloc(*out_n);
+    rc = wds__decode_image(d, data, n, &o, *out, &e);
+  } else if (kind == KIND_NPY) {
+    wds__npy a;
+    rc = wds__npy_parse(data, n, &a, &e);
+    if (rc == WDS_OK) {
+      size_t head = sizeof a.dtype + sizeof a.ndim + sizeof a.shape;
+      *out_n = head + a.data_bytes;
+      *out = calloc(1, *out_n);
+      memcpy(*out, &a.dtype, sizeof a.dtype);
+      memcpy(*out + sizeof a.dtype, &a.ndim, sizeof a.ndim);
+      memcpy(*out + sizeof a.dtype + sizeof a.ndim, a.shape, sizeof a.shape);
+      wds__npy_copy(&a, *out + head);
+    }
+  } else {
+    int64_t v = 0;
+    rc = wds__decode_int(data, n, &v, &e);
+    *out_n = sizeof v;
+    *out = malloc(sizeof v);
+    memcpy(*out, &v, sizeof v);
+  }
+  if (rc != WDS_OK && !e.msg[0])
+    rc = -1000; /* a failure without a message is a failure of the test */
+  return rc;
+}
+
+static size_t load_goods(good_input *g) {
+  static const struct {
+    const char *name;
+    int kind;
+  } files[] = {
+      {"tiny420.jpg", KIND_IMAGE},     {"tiny444-progressive.jpg", KIND_IMAGE},
+      {"tiny-gray.jpg", KIND_IMAGE},   {"tiny-cmyk.jpg", KIND_IMAGE},
+      {"tiny-rgb.png", KIND_IMAGE},    {"tiny-interlaced16.png", KIND_IMAGE},
+      {"tiny-p-trns.png", KIND_IMAGE}, {"tiny-la.png", KIND_IMAGE},
+      {"tiny-1bit.png", KIND_IMAGE},   {"f4-c.npy", KIND_NPY},
+      {"i2-be-fortran.npy", KIND_NPY}, {"b1-v3.npy", KIND_NPY},
+      {"u1-scalar-v2.npy", KIND_NPY},  {"int.txt", KIND_INT},
+  };
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++, n++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fuzz/corpus/decode/%s",
+             WDS_SOURCE_DIR, files[i].name);
+    g[n].name = files[i].name;
+    g[n].kind = files[i].kind;
+    g[n].data.d = test_read_file(path, &g[n].data.n);
+    if (!g[n].data.d)
+      return 0;
+  }
+  /* larger ones: DCT scaling of a baseline JPEG, a PNG made here */
+  g[n].name = "generated 4:2:0 JPEG";
+  g[n].kind = KIND_IMAGE;
+  g[n++].data = make_jpeg(96, 72, 3, TJSAMP_420);
+  uint8_t *pix = gradient(45, 30, 3);
+  g[n].name = "generated PNG";
+  g[n].kind = KIND_IMAGE;
+  g[n++].data = make_png(pix, 45, 30, 3, 0);
+  free(pix);
+  /* the reference: a fresh decoder per input and option set */
+  for (size_t i = 0; i < n; i++)
+    for (int k = 0; k < N_OPTS; k++) {
+      wds__decoder *d = wds__decoder_new();
+      int rc = decode_any(d, g[i].kind, g[i].data.d, g[i].data.n, k,
+                          &g[i].ref[k], &g[i].ref_n[k]);
+      wds__decoder_free(d);
+      if (rc != WDS_OK) {
+        printf("  %s: rc %d with a fresh decoder\n", g[i].name, rc);
+        return 0;
+      }
+    }
+  return n;
+}
+
+static void free_goods(good_input *g, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    free(g[i].data.d);
+    for (int k = 0; k < N_OPTS; k++)
+      free(g[i].ref[k]);
+  }
+}
+
+/* Every good input once more with d (option sets rotating with round):
+ * 0 if each gives its reference bytes. */
+static int goods_match(wds__decoder *d, const good_input *g, size_t n,
+                       size_t round, const char *after) {
+  for (size_t i = 0; i < n; i++) {
+    int k = (int)((i + round) % N_OPTS);
+    uint8_t *out;
+    size_t out_n;
+    int rc =
+        decode_any(d, g[i].kind, g[i].data.d, g[i].data.n, k, &out, &out_n);
+    int same = rc == WDS_OK && out_n == g[i].ref_n[k] &&
+               memcmp(out, g[i].ref[k], out_n) == 0;
+    free(out);
+    if (!same) {
+      printf("  after %s: %s (options %d): rc %d, %s\n", after, g[i].name, k,
+             rc, rc == WDS_OK ? "different bytes" : "failed");
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* The bad inputs made from a good one: variant v of data into *bad (a cut,
+ * at every offset through the headers and every eighth one after; or one
+ * byte changed, at every thirteenth offset, to 0xFF or its complement by
+ * turns). Returns 0 when there are no more. */
+static int bad_variant(const buf *data, size_t v, buf *bad, char *what,
+                       size_t what_size) {
+  const uint8_t *p = data->d;
+  size_t n = data->n, hdr = n;
+  for (size_t i = 0; i + 4 <= n; i++)
+    if ((p[i] == 0xFF && p[i + 1] == 0xDA) || memcmp(p + i, "IDAT", 4) == 0) {
+      hdr = i + 16 < n ? i + 16 : n;
+      break;
+    }
+  size_t cuts = hdr + (n - hdr + 7) / 8, flips = (n + 12) / 13;
+  if (v >= cuts + flips)
+    return 0;
+  bad->n = 0;
+  if (v < cuts) {
+    size_t at = v < hdr ? v : hdr + 8 * (v - hdr);
+    buf_add(bad, p, at);
+    snprintf(what, what_size, "cut at %zu", at);
+  } else {
+    size_t f = v - cuts, at = 13 * f;
+    buf_add(bad, p, n);
+    bad->d[at] = f % 2 ? 0xFF : (uint8_t)~p[at];
+    snprintf(what, what_size, "byte %zu set to 0x%02x", at, bad->d[at]);
+  }
+  return 1;
+}
+
+TEST(recovery_after_bad_input) {
+  good_input g[MAX_GOOD];
+  memset(g, 0, sizeof g);
+  size_t ng = load_goods(g);
+  ASSERT_TRUE(ng > 0);
+  wds__decoder *d = wds__decoder_new();
+  buf bad = {0};
+  char what[64], after[256];
+  size_t round = 0;
+  int failed = 0;
+  for (size_t s = 0; s < ng && !failed; s++) {
+    for (size_t v = 0;
+         !failed && bad_variant(&g[s].data, v, &bad, what, sizeof what);
+         v++, round++) {
+      /* the bad input is decoded as a fresh decoder decodes it (images
+       * may still decode: a changed byte in the data) */
+      int k = (int)(round % N_OPTS);
+      uint8_t *out, *want;
+      size_t out_n, want_n;
+      wds__decoder *fresh = wds__decoder_new();
+      int rc = decode_any(d, g[s].kind, bad.d, bad.n, k, &out, &out_n);
+      int want_rc =
+          decode_any(fresh, g[s].kind, bad.d, bad.n, k, &want, &want_n);
+      wds__decoder_free(fresh);
+      snprintf(after, sizeof after, "%s %s (rc %d)", g[s].name, what, rc);
+      if (rc != want_rc || (rc == WDS_OK && memcmp(out, want, out_n) != 0)) {
+        printf("  %s: rc %d, a fresh decoder %d%s\n", after, rc, want_rc,
+               rc == want_rc ? ", different bytes" : "");
+        failed = 1;
+      }
+      free(out);
+      free(want);
+      failed = failed || goods_match(d, g, ng, round, after);
+    }
+  }
+  free(bad.d);
+  wds__decoder_free(d);
+  free_goods(g, ng);
+  ASSERT_EQ_INT(failed, 0);
+}
+
+/* The same through wds_decode_check (`wds verify --decode`): after a bad
+ * input one checker still passes every good one, and says of the bad one
+ * what a fresh checker says. */
+TEST(recovery_checker) {
+  good_input g[MAX_GOOD];
+  memset(g, 0, sizeof g);
+  size_t ng = load_goods(g);
+  ASSERT_TRUE(ng > 0);
+  static const char *const ext[] = {
+      [KIND_IMAGE] = "jpg", [KIND_NPY] = "npy", [KIND_INT] = "cls"};
+  wds_decode_checker *c;
+  ASSERT_EQ_INT(wds_decode_checker_open(&c), WDS_OK);
+  buf bad = {0};
+  char what[64], err[256], want_err[256];
+  int failed = 0;
+  for (size_t s = 0; s < ng && !failed; s++) {
+    for (size_t v = 0;
+         !failed && bad_variant(&g[s].data, v, &bad, what, sizeof what); v++) {
+      int rc =
+          wds_decode_check(c, ext[g[s].kind], bad.d, bad.n, err, sizeof err);
+      int want = wds_decode_check(NULL, ext[g[s].kind], bad.d, bad.n, want_err,
+                                  sizeof want_err);
+      if (rc != want || strcmp(err, want_err) != 0) {
+        printf("  %s %s: rc %d \"%s\", a fresh checker %d \"%s\"\n", g[s].name,
+               what, rc, err, want, want_err);
+        failed = 1;
+      }
+      for (size_t i = 0; i < ng && !failed; i++) {
+        rc = wds_decode_check(c, ext[g[i].kind], g[i].data.d, g[i].data.n, err,
+                              sizeof err);
+        if (rc != WDS_OK) {
+          printf("  after %s %s: %s: rc %d \"%s\"\n", g[s].name, what,
+                 g[i].name, rc, err);
+          failed = 1;
+        }
+      }
+    }
+  }
+  free(bad.d);
+  wds_decode_checker_close(c);
+  free_goods(g, ng);
+  ASSERT_EQ_INT(failed, 0);
+}
+
+/* j without its segments of marker m before the first scan. */
+static buf jpeg_without(const buf *j, uint8_t m) {
+  buf b = {0};
+  size_t i = 2;
+  buf_add(&b, j->d, 2);
+  while (i + 4 <= j->n && j->d[i] == 0xFF && j->d[i + 1] != 0xDA) {
+    size_t len = 2 + ((size_t)j->d[i + 2] << 8 | j->d[i + 3]);
+    if (j->d[i + 1] != m)
+      buf_add(&b, j->d + i, len);
+    i += len;
+  }
+  buf_add(&b, j->d + i, j->n - i);
+  return b;
+}
+
+/* j with every quantization table (0-3) and Huffman table (DC and AC 0-3)
+ * defined again after its scan, before EOI: libjpeg reads them there, and
+ * keeps them in the decompressor for the next image. */
+static buf jpeg_with_trailing_tables(const buf *j) {
+  buf b = {0};
+  buf_add(&b, j->d, j->n - 2);
+  uint8_t dqt[4 + 4 * 65] = {0xFF, 0xDB, 0x01, 0x06};
+  for (int t = 0; t < 4; t++) {
+    dqt[4 + 65 * t] = (uint8_t)t;
+    for (int i = 1; i <= 64; i++)
+      dqt[4 + 65 * t + i] = (uint8_t)(3 + t + i % 7);
+  }
+  buf_add(&b, dqt, sizeof dqt);
+  for (int t = 0; t < 8; t++) {
+    /* DC: 12 four-bit codes; AC: 162 eight-bit codes */
+    uint8_t h[4 + 17 + 162] = {0xFF, 0xC4, 0, 0,
+                               (uint8_t)((t / 4) << 4 | t % 4)};
+    size_t count = t < 4 ? 12 : 162;
+    h[4 + (t < 4 ? 4 : 8)] = (uint8_t)count;
+    for (size_t i = 0; i < count; i++)
+      h[21 + i] = (uint8_t)(t < 4 ? 11 - i : (i * 37 + 1) & 0xFF);
+    h[2] = (uint8_t)((19 + count) >> 8);
+    h[3] = (uint8_t)(19 + count);
+    buf_add(&b, h, 21 + count);
+  }
+  buf_add(&b, "\xFF\xD9", 2);
+  return b;
+}
+
+/* A table-less JPEG is decoded as a fresh decoder decodes it whatever the
+ * decoder read before: libjpeg keeps quantization and Huffman tables from
+ * image to image in one decompressor (for abbreviated datastreams), so an
+ * image without DHT would otherwise get the previous image's Huffman tables
+ * instead of the standard ones, and one without DQT its quantization
+ * tables instead of an error: different pixels, or a row valid or not,
+ * depending on which worker decoded what before it. */
+TEST(jpeg_tables_not_carried) {
+  static const char *const names[] = {"tiny420.jpg", "tiny-gray.jpg",
+                                      "tiny-cmyk.jpg",
+                                      "tiny444-progressive.jpg"};
+  wds__decoder *d = wds__decoder_new();
+  int failed = 0;
+  for (size_t f = 0; f < sizeof names / sizeof *names && !failed; f++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fuzz/corpus/decode/%s",
+             WDS_SOURCE_DIR, names[f]);
+    buf j = {0};
+    j.d = test_read_file(path, &j.n);
+    ASSERT_TRUE(j.d != NULL);
+    buf tables = jpeg_with_trailing_tables(&j);
+    buf variants[3] = {jpeg_without(&j, 0xC4), jpeg_without(&j, 0xDB), j};
+    for (int v = 0; v < 3 && !failed; v++) {
+      for (int k = 0; k < N_OPTS && !failed; k++) {
+        uint8_t *a, *b, *t;
+        size_t an, bn, tn;
+        wds__decoder *fresh = wds__decoder_new();
+        int want = decode_any(fresh, KIND_IMAGE, variants[v].d, variants[v].n,
+                              k, &a, &an);
+        wds__decoder_free(fresh);
+        /* the tables image itself decodes as the plain one (v == 2) */
+        int trc = decode_any(d, KIND_IMAGE, tables.d, tables.n, k, &t, &tn);
+        int rc =
+            decode_any(d, KIND_IMAGE, variants[v].d, variants[v].n, k, &b, &bn);
+        if (trc != WDS_OK || rc != want ||
+            (rc == WDS_OK && memcmp(a, b, an) != 0) ||
+            (v == 2 && memcmp(t, a, an) != 0)) {
+          printf("  %s variant %d options %d: rc %d (tables image %d), "
+                 "a fresh decoder %d\n",
+                 names[f], v, k, rc, trc, want);
+          failed = 1;
+        }
+        free(a);
+        free(b);
+        free(t);
+      }
+    }
+    free(variants[0].d);
+    free(variants[1].d);
+    free(tables.d);
+    free(j.d);
+  }
+  wds__decoder_free(d);
+  ASSERT_EQ_INT(failed, 0);
+}
+
 /* ---- reference mode (driven by decode_ref.py) ---- */
 
 
@@ -736,5 +1098,8 @@ int main(int argc, char **argv) {
   RUN(random_crop_images);
   RUN(image_errors);
   RUN(image_not_image_message);
+  RUN(recovery_after_bad_input);
+  RUN(recovery_checker);
+  RUN(jpeg_tables_not_carried);
   return test_summary();
 }
