@@ -21,6 +21,8 @@ BASE=$BUILD/bench/wds_jpeg_baseline
 PY=${PYTHON3:-/usr/bin/python3}
 N=$(nproc)
 die() { echo "bench-loader.sh: $*" >&2; exit 1; }
+source "$root/scripts/lib-bench.sh"
+bench_check_devnull bench-loader.sh
 [ -x "$WDS" ] && [ -x "$BASE" ] || die "build first: $WDS, $BASE"
 "$PY" -c 'import numpy, PIL' 2>/dev/null || die "$PY needs numpy and PIL (apt-get install python3-numpy python3-pil)"
 mkdir -p "$DATA"

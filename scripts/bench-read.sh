@@ -29,6 +29,8 @@ CPU=${CPU:-0}
 WDS=$BUILD_DIR/tools/wds
 
 die() { echo "bench-read.sh: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib-bench.sh"
+bench_check_devnull bench-read.sh
 [ -x "$WDS" ] || die "no wds binary at $WDS (build first, or pass BUILD_DIR)"
 for tool in cat zstd taskset python3; do
   command -v "$tool" >/dev/null || die "$tool is required"

@@ -13,8 +13,9 @@
 # Input: 10,000 files of 100 KB (102400 bytes of random data, one sample of
 # one field each: f00000.bin ... f09999.bin) in DATA_DIR/files. The page
 # cache is warmed by reading them all once, then `tar -cf OUT.tar -C DIR .`
-# and `wds write -o OUT-%06d.tar DIR` (default --maxcount/--maxsize: one
-# shard) are timed alternately, RUNS times each, outputs deleted (and
+# and `wds write --no-sync -o OUT-%06d.tar DIR` (default --maxcount/--maxsize:
+# one shard; --no-sync because tar -cf does not fsync either: like with like)
+# are timed alternately, RUNS times each, outputs deleted (and
 # `sync`ed) between runs. Printed: the median time and throughput (input MB / s) of each,
 # and the median of the per-pair ratios tar time / wds time (the throughput
 # ratio of wds to tar; >= 0.8 is the target, > 1 means wds is faster).
@@ -29,6 +30,8 @@ NFILES=10000
 SIZE=102400
 
 die() { echo "bench-write.sh: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib-bench.sh"
+bench_check_devnull bench-write.sh
 [ -x "$WDS" ] || die "no wds binary at $WDS (build first, or pass BUILD_DIR)"
 for tool in tar python3; do
   command -v "$tool" >/dev/null || die "$tool is required"
@@ -73,7 +76,7 @@ for i in $(seq "$RUNS"); do
   t=$(time_cmd tar -cf "$WORK/out.tar" -C "$SRC" .)
   rm -f "$WORK/out.tar"
   sync # no writeback of one run left to slow the next
-  w=$(time_cmd "$WDS" write -o "$WORK/out-%06d.tar" "$SRC")
+  w=$(time_cmd "$WDS" write --no-sync -o "$WORK/out-%06d.tar" "$SRC")
   rm -f "$WORK"/out-*.tar
   sync
   r=$(python3 -c "print(f'{$t / $w:.3f}')")

@@ -110,8 +110,8 @@ uint64_t wds__tarw_member_bytes(size_t name_len, const char *name,
  * blocks added and padded to a whole 10240-byte record. */
 uint64_t wds__tarw_finished_bytes(uint64_t tar_bytes);
 
-/* Path of the file being written (the temporary name; NULL in fd mode or
- * once finished). */
+/* Path of the file being written (the temporary name; NULL in fd mode,
+ * for a target written in place, or once finished). */
 const char *wds__tarw_tmp_path(const wds__tarw *w);
 
 #define WDS__TARW_HEADER_MAX (3 * 512 + 65536 + 64)

@@ -3,18 +3,26 @@
  * public reader (every byte compared) and by GNU tar, zstd and gzip; shard
  * boundaries are checked against the greedy rule the header states
  * (computed here from tar's block arithmetic); errors are provoked with bad
- * keys, /dev/full and RLIMIT_FSIZE. */
+ * keys, /dev/full and RLIMIT_FSIZE. Durability is observed through fsync,
+ * defined here in place of libc's; special files (a FIFO, a private
+ * character device made with mknod, never /dev/null itself) must be
+ * written in place, never renamed over. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "test.h"
 #include "test_files.h"
+#include "wds/loader.h" /* wds_npy_save */
 #include "wds/reader.h"
 #include "wds/writer.h"
 
@@ -633,6 +641,265 @@ TEST(write_error_removes_temporary) {
   ASSERT_TRUE(check_read(first, 0, 2));
 }
 
+/* ---- durability and special files ---- */
+
+/* fsync as the library sees it: the executable's definition comes before
+ * libc's (wds is a static library), so every call the writer makes lands
+ * here, is classified, and is passed on to the system call. */
+static struct {
+  int on;
+  char dir[600];  /* the shard directory */
+  int files;      /* regular files synced... */
+  int files_tmp;  /* ...while under their temporary name */
+  int dirs;       /* directories synced... */
+  int dirs_after; /* ...once the shard had its final name (no temporary) */
+} syncs;
+
+int fsync(int fd) {
+  struct stat st;
+  if (syncs.on && fstat(fd, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      syncs.dirs++;
+      int tmp, n = dir_entries(syncs.dir, &tmp);
+      if (tmp == 0 && n == syncs.dirs)
+        syncs.dirs_after++;
+    } else if (S_ISREG(st.st_mode)) {
+      char link[64], name[700];
+      snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+      ssize_t n = readlink(link, name, sizeof name - 1);
+      syncs.files++;
+      if (n > 0) {
+        name[n] = '\0';
+        if (strstr(name, ".tmp-"))
+          syncs.files_tmp++;
+      }
+    }
+  }
+  return (int)syscall(SYS_fsync, fd);
+}
+
+/* Each shard is synced under its temporary name, renamed, and then its
+ * directory synced; no_sync leaves out both. */
+TEST(shards_synced_by_default) {
+  char dir[512], pat[600], path[700];
+  fresh_dir(dir, sizeof dir, "sync");
+  snprintf(pat, sizeof pat, "%s/s-%%d.tar", dir);
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = pat;
+  cfg.max_count = 4;
+  memset(&syncs, 0, sizeof syncs);
+  snprintf(syncs.dir, sizeof syncs.dir, "%s", dir);
+  syncs.on = 1;
+  int rc = write_all(&cfg, 12);
+  syncs.on = 0;
+  ASSERT_EQ_INT(rc, WDS_OK);
+  ASSERT_EQ_INT(syncs.files, 3);
+  ASSERT_EQ_INT(syncs.files_tmp, 3);
+  ASSERT_EQ_INT(syncs.dirs, 3);
+  ASSERT_EQ_INT(syncs.dirs_after, 3);
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/s-%d.tar", dir, i);
+    ASSERT_TRUE(check_read(path, 4 * i, 4));
+  }
+
+  fresh_dir(dir, sizeof dir, "nosync");
+  snprintf(pat, sizeof pat, "%s/s-%%d.tar", dir);
+  cfg.pattern = pat;
+  cfg.no_sync = 1;
+  memset(&syncs, 0, sizeof syncs);
+  syncs.on = 1;
+  rc = write_all(&cfg, 12);
+  syncs.on = 0;
+  ASSERT_EQ_INT(rc, WDS_OK);
+  ASSERT_EQ_INT(syncs.files + syncs.dirs, 0);
+  snprintf(path, sizeof path, "%s/s-2.tar", dir);
+  ASSERT_TRUE(check_read(path, 8, 4));
+}
+
+/* Reads what is in the FIFO (its writer gone) into path; the byte count. */
+static long drain_to(int rfd, const char *path) {
+  FILE *f = fopen(path, "wb");
+  char buf[4096];
+  long total = 0;
+  ssize_t k;
+  while (f && (k = read(rfd, buf, sizeof buf)) > 0) {
+    fwrite(buf, 1, (size_t)k, f);
+    total += k;
+  }
+  if (f)
+    fclose(f);
+  return total;
+}
+
+/* A FIFO is written in place (its read end opened first, so opening it
+ * does not block; samples small enough for the pipe's buffer): it stays a
+ * FIFO and carries the archive. A pattern without %d gets one shard: a
+ * second would follow the first into the same stream, so it is refused.
+ * wds_npy_save too writes it in place. */
+TEST(fifo_written_in_place) {
+  char dir[512], path[600], copy[600];
+  fresh_dir(dir, sizeof dir, "fifo");
+  snprintf(path, sizeof path, "%s/out.tar", dir);
+  snprintf(copy, sizeof copy, "%s/copy.tar", dir);
+  ASSERT_EQ_INT(mkfifo(path, 0644), 0);
+  int rfd = open(path, O_RDONLY | O_NONBLOCK);
+  ASSERT_TRUE(rfd >= 0);
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = path;
+  wds_writer *w;
+  int rc = wds_writer_open(&cfg, &w);
+  if (rc == WDS_OK)
+    rc = write_sample(w, &samples[0]); /* 512 bytes */
+  if (rc == WDS_OK)
+    rc = wds_writer_end_shard(w);
+  int second = rc == WDS_OK ? write_sample(w, &samples[3]) : rc;
+  char msg[1100];
+  snprintf(msg, sizeof msg, "%s", rc == WDS_OK ? wds_writer_error(w) : "");
+  if (w)
+    wds_writer_close(w);
+  struct stat st;
+  ASSERT_EQ_INT(lstat(path, &st), 0);
+  int fifo = S_ISFIFO(st.st_mode);
+  long got = drain_to(rfd, copy);
+  close(rfd);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  ASSERT_TRUE(fifo);
+  ASSERT_EQ_INT(got, 10240);
+  ASSERT_TRUE(check_read(copy, 0, 1));
+  ASSERT_EQ_INT(second, WDS_ERR_INVALID);
+  ASSERT_CONTAINS(msg, "in place");
+  ASSERT_EQ_INT(dir_entries(dir, NULL), 2); /* out.tar, copy.tar */
+
+  rfd = open(path, O_RDONLY | O_NONBLOCK);
+  ASSERT_TRUE(rfd >= 0);
+  int64_t shape = 3;
+  char err[512];
+  rc = wds_npy_save(path, WDS_DTYPE_U8, 1, &shape, "abc", err, sizeof err);
+  ASSERT_EQ_INT(lstat(path, &st), 0);
+  fifo = S_ISFIFO(st.st_mode);
+  char head[8] = "";
+  ssize_t k = read(rfd, head, 6);
+  close(rfd);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  ASSERT_TRUE(fifo);
+  ASSERT_TRUE(k == 6 && memcmp(head, "\x93NUMPY", 6) == 0);
+  ASSERT_EQ_INT(dir_entries(dir, NULL), 2);
+}
+
+/* A character device, also through a symlink, is written in place: a
+ * private null device made with mknod in the test's directory (never
+ * /dev/null itself, which a failing test would replace). Needs CAP_MKNOD
+ * and a file system without nodev: skipped, and said, otherwise. */
+TEST(device_written_in_place) {
+  char dir[512], dev[600], link[600];
+  fresh_dir(dir, sizeof dir, "dev");
+  snprintf(dev, sizeof dev, "%s/null", dir);
+  snprintf(link, sizeof link, "%s/link", dir);
+  if (mknod(dev, S_IFCHR | 0666, makedev(1, 3)) != 0) {
+    printf("  skipped: mknod %s: %s\n", dev, strerror(errno));
+    return;
+  }
+  int probe = open(dev, O_WRONLY);
+  if (probe < 0) {
+    printf("  skipped: open %s: %s\n", dev, strerror(errno));
+    unlink(dev);
+    return;
+  }
+  close(probe);
+  ASSERT_EQ_INT(symlink("null", link), 0);
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = dev;
+  int rc = write_all(&cfg, 5);
+  struct stat st;
+  ASSERT_EQ_INT(lstat(dev, &st), 0);
+  int chr = S_ISCHR(st.st_mode);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  ASSERT_TRUE(chr);
+
+  wds_outfile *f;
+  char err[512];
+  ASSERT_EQ_INT(wds_outfile_open(link, 0, &f, err, sizeof err), WDS_OK);
+  ASSERT_EQ_INT(wds_outfile_in_place(f), 1);
+  ASSERT_TRUE(wds_outfile_tmp_path(f) == NULL);
+  ASSERT_EQ_INT(write(wds_outfile_fd(f), "x", 1), 1);
+  rc = wds_outfile_commit(f, err, sizeof err);
+  wds_outfile_close(f);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  ASSERT_EQ_INT(lstat(link, &st), 0);
+  ASSERT_TRUE(S_ISLNK(st.st_mode));
+  ASSERT_EQ_INT(lstat(dev, &st), 0);
+  ASSERT_TRUE(S_ISCHR(st.st_mode));
+  ASSERT_EQ_INT(dir_entries(dir, NULL), 2);
+  unlink(link);
+  unlink(dev);
+}
+
+/* wds_outfile on its own: a regular file is replaced only by commit (the
+ * old content stays until then; close without commit removes the
+ * temporary); a directory and a socket are refused at open. */
+TEST(outfile_regular_directory_socket) {
+  char dir[512], path[600], sock[600], err[512];
+  fresh_dir(dir, sizeof dir, "outfile");
+  snprintf(path, sizeof path, "%s/f.txt", dir);
+  FILE *old = fopen(path, "w");
+  ASSERT_TRUE(old != NULL);
+  fputs("old", old);
+  fclose(old);
+  wds_outfile *f;
+  ASSERT_EQ_INT(wds_outfile_open(path, 0, &f, err, sizeof err), WDS_OK);
+  ASSERT_EQ_INT(wds_outfile_in_place(f), 0);
+  ASSERT_CONTAINS(wds_outfile_tmp_path(f), ".tmp-");
+  ASSERT_EQ_INT(write(wds_outfile_fd(f), "new", 3), 3);
+  ASSERT_EQ_INT(dir_entries(dir, NULL), 2);
+  wds_outfile_close(f); /* not committed */
+  size_t len;
+  uint8_t *d = test_read_file(path, &len);
+  int kept = d && len == 3 && memcmp(d, "old", 3) == 0;
+  free(d);
+  ASSERT_TRUE(kept);
+  ASSERT_EQ_INT(dir_entries(dir, NULL), 1);
+
+  ASSERT_EQ_INT(wds_outfile_open(path, 0, &f, err, sizeof err), WDS_OK);
+  ASSERT_EQ_INT(write(wds_outfile_fd(f), "new!", 4), 4);
+  int rc = wds_outfile_commit(f, err, sizeof err);
+  int again = wds_outfile_commit(f, err, sizeof err);
+  const char *tmp_after = wds_outfile_tmp_path(f);
+  wds_outfile_close(f);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  ASSERT_EQ_INT(again, WDS_ERR_INVALID);
+  ASSERT_TRUE(tmp_after == NULL);
+  d = test_read_file(path, &len);
+  int replaced = d && len == 4 && memcmp(d, "new!", 4) == 0;
+  free(d);
+  ASSERT_TRUE(replaced);
+  ASSERT_EQ_INT(dir_entries(dir, NULL), 1);
+
+  f = NULL;
+  ASSERT_EQ_INT(wds_outfile_open(dir, 0, &f, err, sizeof err), WDS_ERR_OPEN);
+  ASSERT_TRUE(f == NULL);
+  ASSERT_CONTAINS(err, "directory");
+  snprintf(sock, sizeof sock, "%s/sock", dir);
+  int sfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_TRUE(sfd >= 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  size_t slen = strlen(sock);
+  int bound = slen < sizeof sa.sun_path;
+  if (bound) {
+    memcpy(sa.sun_path, sock, slen + 1);
+    bound = bind(sfd, (struct sockaddr *)&sa, sizeof sa) == 0;
+  }
+  rc = bound ? wds_outfile_open(sock, 0, &f, err, sizeof err) : -1;
+  close(sfd);
+  ASSERT_TRUE(bound);
+  ASSERT_EQ_INT(rc, WDS_ERR_OPEN);
+  ASSERT_CONTAINS(err, "socket");
+  ASSERT_EQ_INT(
+      wds_outfile_open("/nonexistent-dir-wds/x", 0, &f, err, sizeof err),
+      WDS_ERR_OPEN);
+  ASSERT_CONTAINS(err, "/nonexistent-dir-wds/x");
+  ASSERT_EQ_INT(dir_entries(dir, NULL), 2); /* f.txt, sock */
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "%s/wds-test-writer-XXXXXX",
            getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -652,6 +919,10 @@ int main(void) {
   RUN(out_fd_mode);
   RUN(write_error_to_dev_full);
   RUN(write_error_removes_temporary);
+  RUN(shards_synced_by_default);
+  RUN(fifo_written_in_place);
+  RUN(device_written_in_place);
+  RUN(outfile_regular_directory_socket);
   free_samples();
   test_remove_tree(tmpdir);
   return test_summary();

@@ -161,7 +161,7 @@ int wds_cmd_batches(int argc, char **argv) {
     case 'h':
       fputs(batches_usage, stdout);
       tool_loader_opts_help(stdout);
-      return 0;
+      return tool_stdout_check() != 0; /* longer than a buffer */
     default:
       r = tool_loader_opt(&lo, c, optarg, "batches");
       if (r == 1)

@@ -281,7 +281,7 @@ int wds_cmd_bench(int argc, char **argv) {
     case 'h':
       fputs(bench_usage, stdout);
       tool_loader_opts_help(stdout);
-      return 0;
+      return tool_stdout_check() != 0; /* longer than a buffer */
     default:
       r = tool_loader_opt(&lo, c, optarg, "bench");
       if (r == 1)

@@ -347,13 +347,15 @@ int wds_cmd_cat(int argc, char **argv) {
     if (wrc != 0)
       goto done;
   }
-  rc = wds_writer_close(c.w);
-  c.w = NULL;
-  if (rc != WDS_OK) {
+  /* end_shard, not close: the handle keeps the error's text (a small
+   * stream is written only now: "/dev/full: No space left on device"). */
+  if (wds_writer_end_shard(c.w) != WDS_OK) {
     fprintf(stderr, "wds cat: cannot finish the tar stream: %s\n",
-            wds_strerror(rc));
+            wds_writer_error(c.w));
     goto done;
   }
+  wds_writer_close(c.w);
+  c.w = NULL;
   status = 0;
 done:
   if (c.w) {

@@ -1366,7 +1366,7 @@ int wds_cmd_write(int argc, char **argv) {
       break;
     case 'h':
       fputs(write_usage, stdout);
-      return 0;
+      return tool_stdout_check() != 0; /* about a buffer long */
     default:
       fputs(write_usage, stderr);
       return 2;

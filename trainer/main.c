@@ -6,8 +6,10 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tools/signals.h"
 #include "trainer/rendezvous.h"
@@ -187,9 +189,33 @@ static const struct option long_opts[] = {
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0}};
 
+/* main printed why the run failed: the exit handler adds nothing. */
+static int error_printed;
+
+/* The log on stdout is an output like the wds tools' (tools/util.c): at
+ * exit it is flushed and closed, and if writing it failed at any time the
+ * process says so (tr_run already did when the run got that far) and exits
+ * 1 (_exit: exit() is already running). The run is not stopped early for
+ * it: the checkpoint is what a run is for. */
+static void stdout_at_exit(void) {
+  int pending = __fpending(stdout) != 0, failed = ferror(stdout) != 0;
+  errno = 0;
+  if (fclose(stdout) != 0 && (failed || pending || errno != EBADF))
+    failed = 1;
+  else
+    errno = 0;
+  if (!failed)
+    return;
+  if (!error_printed)
+    fprintf(stderr, "wds-train: cannot write the output%s%s\n",
+            errno ? ": " : "", errno ? strerror(errno) : "");
+  _exit(1);
+}
+
 int main(int argc, char **argv) {
   tr_options o;
   tr_options_init(&o);
+  atexit(stdout_at_exit);
   const char *device = "auto";
   int gpus = -1, ranks_given = 0, nodes = -1, node_rank = -1, c;
   int master_port = -1;
@@ -468,6 +494,7 @@ int main(int argc, char **argv) {
   }
   if (rc != 0) {
     fprintf(stderr, "wds-train: %s\n", err);
+    error_printed = 1;
     return 1;
   }
   return 0;

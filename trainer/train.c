@@ -13,6 +13,7 @@
  * which wakes every rank blocked in a collective. Rank 0 alone writes logs
  * and checkpoints (the weights are bit-identical on every rank; the
  * per-rank checksums in the logs show it). */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -797,7 +798,12 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
   fputc('\n', o->out);
   if (o->checkpoint_path)
     fprintf(o->out, "checkpoint %s\n", o->checkpoint_path);
-  fflush(o->out);
+  /* A log that could not be written fails the run (exit 1), after the JSON
+   * summary: the errno of the failed flush, or none if an earlier line's
+   * write failed and this one's did not. */
+  errno = 0;
+  int out_failed = fflush(o->out) != 0 || ferror(o->out);
+  int out_errno = out_failed ? errno : 0;
   if (sh.json) {
     fprintf(sh.json, "{\"summary\": {\"steps\": %" PRIu64 ", \"stopped\": %s",
             sh.step, stopped ? "true" : "false");
@@ -814,11 +820,25 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
     print_checksums(&sh, sh.json, ", ");
     fputs("]}}\n", sh.json);
   }
+  if (out_failed) {
+    snprintf(err, err_size, "cannot write the output%s%s",
+             out_errno ? ": " : "", out_errno ? strerror(out_errno) : "");
+    goto done;
+  }
   rc = 0;
 done:
-  if (sh.json && fclose(sh.json) != 0 && rc == 0) {
-    snprintf(err, err_size, "--json %s: write failed", o->json_path);
-    rc = -1;
+  if (sh.json) {
+    /* A write that failed earlier leaves only the error flag: fclose
+     * reports only what was still buffered. */
+    int failed = ferror(sh.json) != 0;
+    errno = 0;
+    if (fclose(sh.json) != 0)
+      failed = 1;
+    if (failed && rc == 0) {
+      snprintf(err, err_size, "--json %s: cannot write it%s%s", o->json_path,
+               errno ? ": " : "", errno ? strerror(errno) : "");
+      rc = -1;
+    }
   }
   free(threads);
   free(args);

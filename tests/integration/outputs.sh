@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# Tool test: outputs (issue 10, items 4, 6, 8 and 9c).
+#
+#   * output that cannot be written is an error: every tool (expand, ls,
+#     bench, synth, batches, write, index, verify, cat, --help, and
+#     wds-train's log and --json) exits 1 saying "cannot write ...: No space
+#     left on device" with stdout on /dev/full;
+#   * `ulimit -f` (SIGXFSZ ignored) cuts `wds ls` short: exit 1, "File too
+#     large", and it stops at once: a pipe: input that would stall for 60 s
+#     after its data is not waited for;
+#   * a reader that goes away (`| head -1`): by SIGPIPE, quietly (status
+#     141); with SIGPIPE ignored, "Broken pipe" and exit 1, at once;
+#   * a FIFO as -o of `wds index` and `wds write`, and as wds-train's
+#     --checkpoint, is written in place (read by a background cat) and stays
+#     a FIFO; so does a private character device (mknod in the test's
+#     directory, never /dev/null itself) for write, synth, index,
+#     batches --save and --checkpoint, also through a symlink; no temporary
+#     file is left;
+#   * `-o -`: `wds write -o -` is the same bytes as the shard file (its
+#     summary on stderr), `wds index -o -` the same as stdout;
+#   * `wds write` reads files to their end: a symlink to /proc/self/environ
+#     (size 0 in fstat) is stored whole, from a directory and from a
+#     manifest; a /sys file whose size (4096) is not what it holds is a
+#     "changed size" error naming it;
+#   * the benchmark scripts refuse to measure when /dev/null is not the null
+#     device (checked on a regular file and a FIFO through
+#     WDS_BENCH_DEVNULL, never by touching /dev/null).
+#
+# Usage: outputs.sh WDS_BINARY WDS_TRAIN_BINARY
+# Prints `ok NAME` / `FAIL NAME` per check and a final `N passed, N failed`.
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+wds_test_setup outputs "timeout mkfifo cmp" "$@"
+TRAIN=${2:?usage: outputs.sh WDS_BINARY WDS_TRAIN_BINARY}
+[[ $TRAIN == /* ]] || TRAIN=$OLDPWD/$TRAIN
+[[ -x $TRAIN ]] || die "wds-train binary '$TRAIN' not found"
+SCRIPTS=$HERE/../../scripts
+
+# expect_fail NAME STATUS PATTERN: the last command's status (given) is 1
+# and its stderr (err.txt) matches PATTERN.
+expect_fail() {
+  local name=$1 rc=$2 pat=$3
+  if [[ $rc == 1 ]] && grep -q -- "$pat" err.txt; then
+    ok "$name"
+  else
+    bad "$name" "exit $rc (expected 1), stderr:" "$(head -3 err.txt)"
+  fi
+}
+# full ARGS...: wds ARGS with stdout on /dev/full.
+full() {
+  local rc=0
+  timeout 60 "$WDS" "$@" >/dev/full 2>err.txt || rc=$?
+  expect_fail "/dev/full: wds $*" "$rc" "No space left on device"
+}
+# still NAME TEST PATH: ok when `test TEST PATH` holds (the file type).
+still() {
+  if test "$2" "$3"; then ok "$1"; else bad "$1" "$(ls -l "$3" 2>&1)"; fi
+}
+# no_temporaries NAME DIR: no *.tmp* file is left in DIR.
+no_temporaries() {
+  local left
+  left=$(find "$2" -maxdepth 1 -name '*.tmp*' | head -3)
+  if [[ -z $left ]]; then ok "$1"; else bad "$1" "left: $left"; fi
+}
+
+# ---- fixtures ----
+"$WDS" synth --shards 1 --samples 2000 --size 64 big.tar >/dev/null
+"$WDS" synth --shards 1 --samples 20 --size 64 small.tar >/dev/null
+mkdir tree
+printf 'hello' >tree/a.txt
+printf '3' >tree/a.cls
+printf 'world' >tree/b.txt
+cat >gen.py <<'PY'
+import io, random, sys, tarfile
+from PIL import Image
+rng = random.Random(1)
+with tarfile.open(sys.argv[1], "w", format=tarfile.USTAR_FORMAT) as tf:
+    for k in range(40):
+        c = rng.randrange(10)
+        im = Image.new("L", (8, 8)); im.putdata([rng.randrange(256) for _ in range(64)])
+        b = io.BytesIO(); im.save(b, "PNG")
+        for ext, d in (("png", b.getvalue()), ("cls", str(c).encode())):
+            ti = tarfile.TarInfo(f"s{k:03d}.{ext}"); ti.size = len(d); ti.mtime = 0
+            tf.addfile(ti, io.BytesIO(d))
+PY
+"$PYTHON3" gen.py img.tar || die "generating PNG shards (python3 with Pillow)"
+TRAIN_ARGS=(--train img.tar --device cpu --image-size 8 --channels 1 --hidden 8
+  --batch-size 8 --epochs 1 --seed 1)
+
+# ---- item 4: write errors ----
+full expand 'x-{0..9}.tar'
+full ls big.tar
+full ls --json small.tar
+full ls --summary small.tar
+full bench small.tar
+full bench --decode bin --batch-size 4 small.tar
+full synth synth-out.tar
+full batches small.tar --decode bin --batch-size 4
+full write -o w-%d.tar tree
+full write -o - tree
+full index small.tar
+full index small.tar -o -
+full verify small.tar
+full verify --json small.tar
+full cat small.tar
+for cmd in expand ls bench synth batches write index verify cat; do
+  full "$cmd" --help
+done
+rc=0
+timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" >/dev/full 2>err.txt || rc=$?
+expect_fail "/dev/full: wds-train log" "$rc" "cannot write the output: No space left on device"
+rc=0
+timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" --json /dev/full >/dev/null 2>err.txt || rc=$?
+expect_fail "/dev/full: wds-train --json" "$rc" "No space left on device"
+rc=0
+timeout 60 "$TRAIN" --help >/dev/full 2>err.txt || rc=$?
+expect_fail "/dev/full: wds-train --help" "$rc" "No space left on device"
+
+# A file size limit: the listing (about 60 KB) is cut at 10 KiB. The input
+# stalls for 60 s after its data, so only a tool that stops at the failed
+# write ends in time.
+rc=0
+(
+  trap '' XFSZ
+  ulimit -f 10
+  exec timeout 30 "$WDS" ls 'pipe:cat big.tar; sleep 60' >limited.txt 2>err.txt
+) || rc=$?
+expect_fail "ulimit -f: wds ls exits 1 at once" "$rc" "cannot write the output: File too large"
+size=$(stat -c %s limited.txt)
+if ((size <= 10240)); then ok "ulimit -f: output within the limit"; else bad "ulimit -f: output within the limit" "$size bytes"; fi
+
+# A reader that goes away: SIGPIPE at its default ends wds quietly (141);
+# ignored (inherited), EPIPE is a write error (exit 1) that stops it at once.
+# (A SIGPIPE ignored when this script started cannot be reset by bash.)
+set +o pipefail
+sigign=$(awk '/^SigIgn:/ {print $2}' /proc/$$/status)
+if (((0x$sigign >> 12) & 1)); then
+  echo "# skipped the default-SIGPIPE check: SIGPIPE is ignored by our parent"
+else
+  status=$(
+    timeout 30 "$WDS" ls 'pipe:cat big.tar; sleep 60' 2>err.txt | head -1 >/dev/null
+    echo "${PIPESTATUS[0]}"
+  )
+  if [[ $status == 141 && ! -s err.txt ]]; then
+    ok "| head -1: SIGPIPE, quietly"
+  else
+    bad "| head -1: SIGPIPE, quietly" "status $status, stderr: $(head -2 err.txt)"
+  fi
+fi
+status=$(
+  trap '' PIPE
+  timeout 30 "$WDS" ls 'pipe:cat big.tar; sleep 60' 2>err.txt | head -1 >/dev/null
+  echo "${PIPESTATUS[0]}"
+)
+set -o pipefail
+expect_fail "| head -1, SIGPIPE ignored: exit 1 at once" "$status" "cannot write the output: Broken pipe"
+
+# ---- item 6: special files are written in place ----
+mkdir fifo
+mkfifo fifo/index.json fifo/shard.tar fifo/ck
+timeout 30 cat fifo/index.json >got-index.json &
+reader=$!
+rc=0
+timeout 30 "$WDS" index small.tar -o fifo/index.json 2>err.txt || rc=$?
+wait "$reader" || true
+check "FIFO: wds index -o FIFO exits 0" test "$rc" = 0
+still "FIFO: wds index leaves a FIFO" -p fifo/index.json
+check "FIFO: the reader got the index" grep -q '"nsamples": 20' got-index.json
+timeout 30 cat fifo/shard.tar >got-shard.tar &
+reader=$!
+rc=0
+timeout 30 "$WDS" write -o fifo/shard.tar tree >/dev/null 2>err.txt || rc=$?
+wait "$reader" || true
+check "FIFO: wds write -o FIFO exits 0" test "$rc" = 0
+still "FIFO: wds write leaves a FIFO" -p fifo/shard.tar
+printf 'a\tcls 1\ttxt 5\nb\ttxt 5\n' >expect-tree.txt
+"$WDS" ls got-shard.tar >got-tree.txt 2>&1 || true
+check "FIFO: the reader got the shard" cmp -s expect-tree.txt got-tree.txt
+timeout 60 cat fifo/ck >got-ck &
+reader=$!
+rc=0
+timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" --checkpoint fifo/ck >/dev/null 2>err.txt || rc=$?
+wait "$reader" || true
+check "FIFO: wds-train --checkpoint FIFO exits 0" test "$rc" = 0
+still "FIFO: the checkpoint FIFO stays a FIFO" -p fifo/ck
+check "FIFO: the reader got the checkpoint" test "$(head -c 8 got-ck)" = WDSTRAIN
+no_temporaries "FIFO: no temporary file" fifo
+
+# A private null device (never /dev/null itself: a failing run would
+# replace it for the whole machine).
+mkdir dev
+if mknod -m 666 dev/null c 1 3 2>/dev/null && echo probe >dev/null 2>/dev/null; then
+  ln -s null dev/link
+  mkdir dev/save
+  mknod -m 666 dev/save/e0-b000000.bin.npy c 1 3
+  "$WDS" write -o dev/null tree >/dev/null 2>err.txt || bad "device: wds write" "$(head -2 err.txt)"
+  "$WDS" synth dev/link >/dev/null 2>err.txt || bad "device: wds synth" "$(head -2 err.txt)"
+  "$WDS" index small.tar -o dev/null 2>err.txt || bad "device: wds index" "$(head -2 err.txt)"
+  "$WDS" batches small.tar --decode bin --batch-size 4 --save dev/save >/dev/null 2>err.txt ||
+    bad "device: wds batches --save" "$(head -2 err.txt)"
+  timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" --checkpoint dev/link >/dev/null 2>err.txt ||
+    bad "device: wds-train --checkpoint" "$(head -2 err.txt)"
+  still "device: still a character device" -c dev/null
+  still "device: the link still a link" -L dev/link
+  still "device: the .npy name still a character device" -c dev/save/e0-b000000.bin.npy
+  no_temporaries "device: no temporary file" dev
+  no_temporaries "device: no temporary .npy file" dev/save
+else
+  echo "# skipped the character-device checks: mknod or writing a device node fails here"
+fi
+rm -rf dev
+
+# ---- -o - ----
+"$WDS" write -o file.tar tree >/dev/null
+rc=0
+"$WDS" write -o - tree >stream.tar 2>err.txt || rc=$?
+check "-o -: wds write exits 0" test "$rc" = 0
+check "-o -: the same bytes as the shard file" cmp -s file.tar stream.tar
+check "-o -: the summary on stderr" grep -q '^wrote 1 shard' err.txt
+rc=0
+"$WDS" write -o - --maxcount 1 tree >/dev/null 2>err.txt || rc=$?
+check "-o - with --maxcount: usage error" test "$rc" = 2
+"$WDS" index small.tar >index-stdout.json
+"$WDS" index small.tar -o - >index-dash.json
+check "-o -: wds index -o - is stdout" cmp -s index-stdout.json index-dash.json
+
+# ---- item 9c: files read to their end ----
+mkdir proc
+printf 'x' >proc/a.txt
+ln -s /proc/self/environ proc/a.env
+env -i WDS_T=abc "$WDS" write -o env.tar proc >/dev/null 2>err.txt || bad "environ: wds write" "$(head -2 err.txt)"
+# wds's own environment: "WDS_T=abc" and its NUL, 10 bytes.
+check "environ: stored whole from a directory" grep -q $'^a\tenv 10\ttxt 1$' <("$WDS" ls env.tar)
+printf '{"__key__": "m", "env": "%s/proc/a.env"}\n' "$PWD" >m.jsonl
+env -i WDS_T=abc "$WDS" write -o envm.tar --manifest m.jsonl >/dev/null 2>err.txt ||
+  bad "environ: wds write --manifest" "$(head -2 err.txt)"
+check "environ: stored whole from a manifest" grep -q $'^m\tenv 10$' <("$WDS" ls envm.tar)
+sysfile=
+for f in /sys/devices/system/cpu/online /sys/kernel/mm/transparent_hugepage/enabled; do
+  if [[ -r $f && $(stat -c %s "$f") == 4096 ]]; then
+    sysfile=$f
+    break
+  fi
+done
+if [[ -n $sysfile ]]; then
+  mkdir sys
+  ln -s "$sysfile" sys/a.txt
+  rc=0
+  "$WDS" write -o sys.tar sys >/dev/null 2>err.txt || rc=$?
+  expect_fail "sysfs: a size that is not what the file holds" "$rc" "sys/a.txt changed size while it was read"
+  check "sysfs: no shard" test ! -e sys.tar
+else
+  echo "# skipped the sysfs check: no /sys file of 4096 bytes"
+fi
+
+# ---- the benchmark scripts check /dev/null ----
+printf 'not a device' >fake-null
+mkfifo fake-fifo
+for s in bench-read.sh bench-write.sh bench-loader.sh; do
+  for fake in fake-null fake-fifo; do
+    rc=0
+    WDS_BENCH_DEVNULL=$PWD/$fake timeout 30 bash "$SCRIPTS/$s" "$PWD/no-build" "$PWD/no-data" \
+      >/dev/null 2>err.txt || rc=$?
+    expect_fail "$s refuses $fake as /dev/null" "$rc" "is not the null device"
+  done
+done
+check "bench scripts: nothing generated" test ! -e no-data
+
+echo "$passed passed, $failed failed"
+((failed == 0))
