@@ -17,6 +17,10 @@
  * Lookups binary-search two sorted permutations of the entries (by url and
  * by resolved path), so opening a loader on n shards costs O(n log n).
  *
+ * Counts are untrusted (see index.h): an entry whose nsamples, "samples"
+ * list and tar_bytes contradict each other is an error naming it, and
+ * wds__index_check_count() bounds a count by the shard file's size.
+ *
  * The per-sample detail ("samples": keys, [offset, size] per extension) is
  * kept only with WDS__INDEX_SAMPLES (tools: `wds ls --summary --index`);
  * the loader skips it, so its memory stays O(shards). The public handle
@@ -33,6 +37,7 @@
 #include <unistd.h>
 
 #include "shards/mem.h"
+#include "shards/tar.h"
 
 #define WDS__JSON_MAX_DEPTH 64
 #define WDS__INDEX_MAX_BYTES ((size_t)1 << 31) /* 2 GiB of JSON */
@@ -652,14 +657,82 @@ static int parse_samples(jp *p, wds__index_entry *ent, int depth) {
   }
 }
 
+/* Validates the "samples" array at p->pos and counts its entries (each a
+ * JSON value; parse_samples checks their shape when they are kept). */
+static int count_samples(jp *p, size_t *count, int depth) {
+  int rc;
+  *count = 0;
+  skip_ws(p);
+  if (peek(p) != '[')
+    return jfail(p, p->pos, "\"samples\" must be an array");
+  p->pos++;
+  skip_ws(p);
+  if (peek(p) == ']') {
+    p->pos++;
+    return WDS_OK;
+  }
+  for (;;) {
+    if ((rc = skip_value(p, depth + 1)) != WDS_OK)
+      return rc;
+    (*count)++;
+    skip_ws(p);
+    if (peek(p) == ',') {
+      p->pos++;
+      continue;
+    }
+    return expect(p, ']', "expected ',' or ']' in an array");
+  }
+}
+
+/* What an entry's tar_bytes (the decompressed tar stream's length, up to
+ * and including its end-of-archive block) can hold: every sample starts
+ * with a 512-byte header, so at most tar_bytes / 512 - 1 samples, and a
+ * member's data (padded to 512 bytes) lies between its header at OFFSET
+ * and that last block. */
+static int check_tar_bytes(jp *p, size_t i, const wds__index_entry *ent,
+                           size_t at) {
+  char msg[900];
+  if (ent->tar_bytes < 0)
+    return WDS_OK;
+  uint64_t tb = (uint64_t)ent->tar_bytes;
+  uint64_t most = tb >= 1024 ? tb / 512 - 1 : 0;
+  if (ent->nsamples > most) {
+    snprintf(msg, sizeof msg,
+             "shardlist[%zu] (\"%.200s\"): \"nsamples\" %llu is more than "
+             "its \"tar_bytes\" %llu can hold (at most %llu: a sample takes "
+             "a 512-byte header, and the stream ends with a 512-byte block)",
+             i, ent->url, (unsigned long long)ent->nsamples,
+             (unsigned long long)tb, (unsigned long long)most);
+    return jfail(p, at, msg);
+  }
+  for (size_t j = 0; j < ent->sample_count; j++) {
+    const wds_index_sample *s = &ent->samples[j];
+    for (size_t k = 0; k < s->field_count; k++) {
+      const wds_index_field *f = &s->fields[k];
+      uint64_t padded = (f->size_bytes + 511) & ~(uint64_t)511;
+      if (tb < 1024 || f->offset > tb - 1024 || f->size_bytes > tb ||
+          padded > tb - 1024 - f->offset) {
+        snprintf(msg, sizeof msg,
+                 "shardlist[%zu] (\"%.200s\"): sample \"%.200s\" field "
+                 "\"%.40s\" [%llu, %llu] does not fit in its \"tar_bytes\" "
+                 "%llu",
+                 i, ent->url, s->key, f->ext, (unsigned long long)f->offset,
+                 (unsigned long long)f->size_bytes, (unsigned long long)tb);
+        return jfail(p, at, msg);
+      }
+    }
+  }
+  return WDS_OK;
+}
+
 /* Parses one shardlist entry (an object at p->pos) into *ent. */
 static int parse_entry(jp *p, size_t i, const char *dir, wds__index_entry *ent,
                        int depth) {
-  char msg[128], key[16];
+  char msg[320], key[16];
   size_t obj_at = p->pos;
   int rc = WDS_OK, have_url = 0, have_n = 0, have_size = 0, have_tar = 0,
       have_samples = 0;
-  size_t samples_at = 0;
+  size_t samples_at = 0, listed = 0;
   ent->filesize = -1;
   ent->tar_bytes = -1;
   if (depth > WDS__JSON_MAX_DEPTH)
@@ -680,7 +753,8 @@ static int parse_entry(jp *p, size_t i, const char *dir, wds__index_entry *ent,
           : strcmp(key, "nsamples") == 0  ? &have_n
           : strcmp(key, "filesize") == 0  ? &have_size
           : strcmp(key, "tar_bytes") == 0 ? &have_tar
-          : strcmp(key, "samples") == 0 && (p->flags & WDS__INDEX_SAMPLES)
+          : strcmp(key, "samples") == 0 &&
+                  (p->flags & (WDS__INDEX_SAMPLES | WDS__INDEX_COUNT_SAMPLES))
               ? &have_samples
               : NULL;
       if (seen && *seen) {
@@ -730,8 +804,14 @@ static int parse_entry(jp *p, size_t i, const char *dir, wds__index_entry *ent,
       } else if (seen == &have_samples) {
         skip_ws(p);
         samples_at = p->pos;
-        if ((rc = parse_samples(p, ent, depth + 1)) != WDS_OK)
+        if (p->flags & WDS__INDEX_SAMPLES)
+          rc = parse_samples(p, ent, depth + 1);
+        else
+          rc = count_samples(p, &listed, depth + 1);
+        if (rc != WDS_OK)
           return rc;
+        if (p->flags & WDS__INDEX_SAMPLES)
+          listed = ent->sample_count;
       } else if ((rc = skip_value(p, depth + 1)) != WDS_OK) {
         return rc;
       }
@@ -749,13 +829,14 @@ static int parse_entry(jp *p, size_t i, const char *dir, wds__index_entry *ent,
              have_url ? "nsamples" : "url");
     return jfail(p, obj_at, msg);
   }
-  if (have_samples && ent->sample_count != ent->nsamples) {
+  if (have_samples && listed != ent->nsamples) {
     snprintf(msg, sizeof msg,
-             "shardlist[%zu] lists %zu samples but \"nsamples\" is %llu", i,
-             ent->sample_count, (unsigned long long)ent->nsamples);
+             "shardlist[%zu] (\"%.200s\") lists %zu samples but "
+             "\"nsamples\" is %llu",
+             i, ent->url, listed, (unsigned long long)ent->nsamples);
     return jfail(p, samples_at, msg);
   }
-  return WDS_OK;
+  return check_tar_bytes(p, i, ent, obj_at);
 }
 
 static int parse_shardlist(jp *p, const char *dir, wds__index *ix) {
@@ -1086,6 +1167,91 @@ int wds__index_find(const wds__index *ix, const char *url, size_t *entry,
                      url, ent->filesize, (int64_t)st.st_size);
   *entry = (size_t)i;
   return WDS_OK;
+}
+
+/* How the reader will decode a file, from its first bytes, as
+ * shards/stream.c decides it: a plain tar starts with a valid header (or
+ * the end-of-archive block). */
+enum shard_kind { KIND_OTHER, KIND_PLAIN, KIND_ZSTD, KIND_GZIP };
+
+static enum shard_kind shard_kind(const char *path) {
+  uint8_t h[512];
+  size_t n = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return KIND_OTHER;
+  while (n < sizeof h) {
+    ssize_t k = read(fd, h + n, sizeof h - n);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0)
+      break;
+    n += (size_t)k;
+  }
+  close(fd);
+  int zero = 1;
+  for (size_t i = 0; i < n && zero; i++)
+    zero = h[i] == 0;
+  if (n == sizeof h && (zero || wds__tar_block_is_header(h)))
+    return KIND_PLAIN;
+  if (n >= 4) {
+    uint32_t m = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
+                 (uint32_t)h[3] << 24;
+    if (m == 0xFD2FB528u || (m & 0xFFFFFFF0u) == 0x184D2A50u)
+      return KIND_ZSTD;
+  }
+  if (n >= 2 && h[0] == 0x1f && h[1] == 0x8b)
+    return KIND_GZIP;
+  /* xz, bzip2 and the rest; or bytes the reader will refuse. */
+  return KIND_OTHER;
+}
+
+int wds__index_check_count(const char *url, uint64_t nsamples, wds__err *e) {
+  const char *lp = local_path(url);
+  struct stat st;
+  /* A file that is missing or not regular is reported when it is read;
+   * a remote one has no size to go by. */
+  if (!lp || stat(lp, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (nsamples <= WDS__INDEX_MAX_SAMPLES - 1)
+      return WDS_OK;
+    return wds__fail(e, WDS_ERR_CORRUPT,
+                     "%s: the index gives %llu samples, more than any shard "
+                     "can hold (%llu: a sample takes at least 512 bytes of a "
+                     "tar stream whose offsets are 64-bit)",
+                     url, (unsigned long long)nsamples,
+                     (unsigned long long)(WDS__INDEX_MAX_SAMPLES - 1));
+  }
+  uint64_t size = (uint64_t)st.st_size;
+  if (nsamples <= (size >= 1024 ? size / 512 - 1 : 0))
+    return WDS_OK; /* fits even as a plain tar: no need to read the file */
+  enum shard_kind kind = shard_kind(lp);
+  uint64_t ratio = kind == KIND_PLAIN  ? 1
+                   : kind == KIND_ZSTD ? 32768
+                   : kind == KIND_GZIP ? 1032
+                                       : 0;
+  uint64_t tar = ratio == 0                  ? UINT64_MAX
+                 : size > UINT64_MAX / ratio ? UINT64_MAX
+                                             : size * ratio;
+  uint64_t most = tar >= 1024 ? tar / 512 - 1 : 0;
+  if (nsamples <= most)
+    return WDS_OK;
+  return wds__fail(
+      e, WDS_ERR_CORRUPT,
+      "%s: the index gives %llu samples, more than the shard's %llu bytes "
+      "can hold (at most %llu %s; re-run wds index)",
+      url, (unsigned long long)nsamples, (unsigned long long)size,
+      (unsigned long long)most,
+      kind == KIND_PLAIN
+          ? "in a plain tar: a sample takes a 512-byte header, and the "
+            "archive ends with a 512-byte block"
+      : kind == KIND_ZSTD
+          ? "in zstd data, which decompresses to at most 32768 times its "
+            "size, at 512 bytes of tar per sample"
+      : kind == KIND_GZIP
+          ? "in gzip data, which decompresses to at most 1032 times its "
+            "size, at 512 bytes of tar per sample"
+          : "in any tar stream, whose offsets are 64-bit, at 512 bytes per "
+            "sample");
 }
 
 void wds__index_free(wds__index *ix) {

@@ -11,7 +11,14 @@
  * shardlist[].url, .nsamples, .filesize and .tar_bytes are read; with
  * WDS__INDEX_SAMPLES also .samples (the full format is in wds/index.h,
  * which is the public face of this reader). Every other value is skipped.
- * A relative url is relative to the directory holding the index file. */
+ * A relative url is relative to the directory holding the index file.
+ *
+ * An index is untrusted input: a count it gives decides how many samples
+ * the loader reads and how many invalid rows it tops a short shard up with.
+ * So parsing refuses counts the entry itself contradicts (more samples than
+ * its tar_bytes can hold, a "samples" list of another length, members
+ * outside tar_bytes), and wds__index_check_count() bounds a count by the
+ * shard file itself. */
 #ifndef WDS_LOADER_INDEX_H
 #define WDS_LOADER_INDEX_H
 
@@ -33,6 +40,16 @@ typedef struct wds__index_entry {
 } wds__index_entry;
 
 #define WDS__INDEX_SAMPLES WDS_INDEX_SAMPLES
+/* Internal flag: count the entries of a "samples" list without keeping
+ * them, and require nsamples of them (the loader's check, at O(shards)
+ * memory). Implied by WDS__INDEX_SAMPLES. */
+#define WDS__INDEX_COUNT_SAMPLES 2u
+
+/* Every sample takes at least one 512-byte tar header, and a tar stream
+ * ends with a 512-byte block: a stream wds can read (its offsets are 64-bit)
+ * holds fewer samples than this, and so does a data set whose streams add
+ * up to less than 2^64 bytes. */
+#define WDS__INDEX_MAX_SAMPLES (UINT64_MAX / 512)
 
 typedef struct wds__index {
   wds__index_entry *shards; /* in file order */
@@ -71,6 +88,17 @@ int wds__index_lookup(const wds__index *ix, const char *url,
 /* The same, giving the entry's position in ix->shards. */
 int wds__index_find(const wds__index *ix, const char *url, size_t *entry,
                     wds__err *e);
+
+/* Checks that the shard at url can hold nsamples samples: at most
+ * WDS__INDEX_MAX_SAMPLES - 1, and for a local file what its current size
+ * can hold, as the reader will decode it (the first bytes tell): a plain
+ * tar (512 bytes per sample plus the end-of-archive block), zstd (at most
+ * 32768 bytes out per byte in: a 128 KiB block from a 4-byte RLE block),
+ * gzip (deflate's 1032:1). Other codecs (xz, bzip2, ...) have no bound
+ * worth the name, and remote shards no size: only the first bound applies.
+ * WDS_ERR_CORRUPT with a message naming url and the numbers; a file that
+ * cannot be opened is left to the reader to report. */
+int wds__index_check_count(const char *url, uint64_t nsamples, wds__err *e);
 
 void wds__index_free(wds__index *ix);
 

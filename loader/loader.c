@@ -594,6 +594,9 @@ typedef struct source {
   uint64_t empty_draws;
   uint64_t read_ns, bytes, shards; /* stats not yet published */
   uint64_t begin;  /* exact: first sample of the piece */
+  uint64_t before; /* samples read before the piece: begin, unless the
+                      shard ended (or failed) first */
+  int failed;      /* a read error ended the shard (already reported) */
   int to_end;      /* exact: the piece ends where the shard's count does */
   int done;
   char last_err[WDS__ERR_SIZE];
@@ -650,6 +653,8 @@ static int source_open(source *src, size_t shard, uint64_t begin,
   src->got = 0;
   src->want = end == WDS__TO_END ? WDS__TO_END : end - begin;
   src->begin = begin;
+  src->before = 0;
+  src->failed = 0;
   src->to_end = l->counts && end != WDS__TO_END && end == l->counts[shard];
   src->shards++;
   if (open_shard_reader(l, shard, &src->rd) != WDS_OK) {
@@ -659,20 +664,31 @@ static int source_open(source *src, size_t shard, uint64_t begin,
     return read_error(src, WDS_ERR_OPEN, msg, fatal) ? -1 : 0;
   }
   /* Samples before the piece are read and dropped: tar has no index. */
-  for (uint64_t i = 0; i < begin && !atomic_load(&src->w->run->abort); i++) {
+  for (; src->before < begin && !atomic_load(&src->w->run->abort);) {
     const wds_sample *s;
     int st = wds_reader_next(src->rd, &s);
-    if (st == WDS_OK)
+    if (st == WDS_OK) {
+      src->before++;
       continue;
+    }
     if (st == WDS_EOF)
       break;
     if (read_error(src, st, wds_reader_error(src->rd), fatal))
       return -1;
-    if (st != WDS_ERR_DUPLICATE)
+    if (st != WDS_ERR_DUPLICATE) { /* the duplicate was not a sample */
+      src->failed = 1;
       break;
-    i--; /* the duplicate was not a sample */
+    }
   }
   return 0;
+}
+
+/* Where the exact mode's counts came from, for messages. */
+static const char *count_source(const wds_loader *l, char *buf, size_t n) {
+  if (!l->cfg.index_path)
+    return "the counting pass";
+  snprintf(buf, n, "the index %.300s", l->cfg.index_path);
+  return buf;
 }
 
 /* Exact mode, at the counted end of a shard: one more sample means the count
@@ -683,14 +699,29 @@ static int source_check_end(source *src, item **fatal) {
   int st = wds_reader_next(src->rd, &s);
   if (st == WDS_EOF)
     return 0;
-  char msg[WDS__ERR_SIZE];
-  if (st == WDS_OK)
+  char msg[WDS__ERR_SIZE], from[320];
+  if (st == WDS_OK) {
+    /* The true count, for the message: read on to the end (this shard's
+     * later samples are dropped either way). */
+    char key[101];
+    snprintf(key, sizeof key, "%s", s->key);
+    uint64_t n = l->counts[src->shard] + 1;
+    int more = WDS_OK;
+    while (!atomic_load(&src->w->run->abort) &&
+           (more = wds_reader_next(src->rd, &s)) != WDS_EOF) {
+      if (more == WDS_OK)
+        n++;
+      else if (more != WDS_ERR_DUPLICATE)
+        break;
+    }
     snprintf(msg, sizeof msg,
-             "%.800s: has more samples than the %llu its count (index or "
-             "counting pass) gives; sample \"%.100s\" and later are not read",
+             "%.500s: has more samples than the %llu %s gives (%s%llu); "
+             "sample \"%s\" and later are not read",
              l->urls.urls[src->shard],
-             (unsigned long long)(src->begin + src->want), s->key);
-  else
+             (unsigned long long)l->counts[src->shard],
+             count_source(l, from, sizeof from),
+             more == WDS_EOF ? "" : "at least ", (unsigned long long)n, key);
+  } else
     snprintf(msg, sizeof msg, "%s", wds_reader_error(src->rd));
   return read_error(src, st == WDS_OK ? WDS_ERR_CORRUPT : st, msg, fatal) ? -1
                                                                           : 0;
@@ -775,16 +806,19 @@ static int source_next(source *src, raw_sample **out, item **fatal) {
     /* End of the shard (or an error that ended it). */
     if (src->got == 0)
       src->empty_draws++;
-    if (st == WDS_EOF && src->want != WDS__TO_END && src->got < src->want) {
+    if (st == WDS_EOF && src->want != WDS__TO_END && src->got < src->want &&
+        !src->failed) {
       /* Exact mode: fewer samples than counted (a stale index, a shard
-       * changed since): an error, and under skip the rank is topped up. */
-      char msg[WDS__ERR_SIZE];
+       * changed since): an error, and under skip the rank is topped up.
+       * The shard's count, not the piece's end, and where it really
+       * ended (perhaps before the piece began). */
+      char msg[WDS__ERR_SIZE], from[320];
       snprintf(msg, sizeof msg,
-               "%.800s: ended after sample %llu, but its count (index or "
-               "counting pass) promised %llu",
+               "%.500s: ended after %llu samples, but %s promised %llu",
                l->urls.urls[src->shard],
-               (unsigned long long)(src->begin + src->got),
-               (unsigned long long)(src->begin + src->want));
+               (unsigned long long)(src->before + src->got),
+               count_source(l, from, sizeof from),
+               (unsigned long long)l->counts[src->shard]);
       if (read_error(src, WDS_ERR_TRUNCATED, msg, fatal))
         return -1;
     }
@@ -1792,23 +1826,103 @@ static int count_shards(wds_loader *l) {
   return rc;
 }
 
+/* Exact mode: the epoch's total, overflow-checked, so that the plan's and
+ * the batch count's arithmetic cannot wrap (counted shards could only get
+ * there in theory; an index can say anything). */
+static int check_total(wds_loader *l) {
+  char from[320];
+  uint64_t total = 0;
+  for (size_t s = 0; s < l->urls.count; s++) {
+    if (l->counts[s] > WDS__INDEX_MAX_SAMPLES - total)
+      return wds__open_fail(
+          WDS_ERR_CORRUPT,
+          "exact mode: the counts from %s add up to more than %llu samples "
+          "at %.300s (%llu samples), more than any data set holds (a "
+          "sample takes at least 512 bytes of tar: 2^64 bytes in all)",
+          count_source(l, from, sizeof from),
+          (unsigned long long)WDS__INDEX_MAX_SAMPLES, l->urls.urls[s],
+          (unsigned long long)l->counts[s]);
+    total += l->counts[s];
+  }
+  return WDS_OK;
+}
+
+/* Exact mode with an index: a shard it gives no samples is in no piece of
+ * any plan, so nothing would ever read it, and samples it does hold would
+ * be lost without a word. Each such shard is read here (an empty one ends
+ * at its first block) and must be empty; otherwise the error names the
+ * true count. Under skip it is noted, and the samples stay unread, as
+ * with any count that is too small. */
+static int check_empty_shards(wds_loader *l) {
+  for (size_t s = 0; s < l->urls.count; s++) {
+    if (l->counts[s] != 0)
+      continue;
+    const char *url = l->urls.urls[s];
+    char msg[WDS__ERR_SIZE];
+    uint64_t n = 0;
+    wds_reader *rd;
+    int st = open_shard_reader(l, s, &rd);
+    if (st != WDS_OK) {
+      snprintf(msg, sizeof msg, "%s", wds_open_error());
+    } else {
+      const wds_sample *smp;
+      while ((st = wds_reader_next(rd, &smp)) != WDS_EOF)
+        if (st == WDS_OK)
+          n++;
+        else if (st != WDS_ERR_DUPLICATE)
+          break;
+      if (n > 0)
+        snprintf(msg, sizeof msg,
+                 "index %.300s: %.400s: the index gives 0 samples, but the "
+                 "shard has %s%llu: they would never be read (re-run wds "
+                 "index)",
+                 l->cfg.index_path, url, st == WDS_EOF ? "" : "at least ",
+                 (unsigned long long)n);
+      else if (st != WDS_EOF)
+        snprintf(msg, sizeof msg,
+                 "index %.300s gives 0 samples, and the shard cannot be read "
+                 "to check: %.600s",
+                 l->cfg.index_path, wds_reader_error(rd));
+      wds_reader_close(rd);
+    }
+    if (st == WDS_EOF && n == 0)
+      continue;
+    int status = n > 0 ? WDS_ERR_CORRUPT : st;
+    if (l->cfg.on_error == WDS_ON_ERROR_STOP)
+      return wds__open_fail(status, "%s", msg);
+    note_skip(l, "skipped", msg);
+  }
+  return WDS_OK;
+}
+
 static int load_counts(wds_loader *l) {
   l->counts = calloc(l->urls.count ? l->urls.count : 1, sizeof *l->counts);
   if (!l->counts)
     return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
-  if (!l->cfg.index_path)
-    return count_shards(l);
+  if (!l->cfg.index_path) {
+    int rc = count_shards(l);
+    return rc == WDS_OK ? check_total(l) : rc;
+  }
   wds__index ix;
   wds__err e;
-  int rc = wds__index_load(l->cfg.index_path, &ix, &e);
+  /* An index is untrusted: its counts are checked against its own
+   * "samples" lists and tar_bytes, against each shard file, and summed
+   * with an overflow check; a shard it says is empty is read. */
+  int rc = wds__index_load_flags(l->cfg.index_path, WDS__INDEX_COUNT_SAMPLES,
+                                 &ix, &e);
   if (rc != WDS_OK)
     return wds__open_fail(rc, "%s", e.msg);
-  for (size_t s = 0; s < l->urls.count && rc == WDS_OK; s++)
+  for (size_t s = 0; s < l->urls.count && rc == WDS_OK; s++) {
     rc = wds__index_lookup(&ix, l->urls.urls[s], &l->counts[s], &e);
+    if (rc == WDS_OK)
+      rc = wds__index_check_count(l->urls.urls[s], l->counts[s], &e);
+  }
   wds__index_free(&ix);
   if (rc != WDS_OK)
     return wds__open_fail(rc, "index %s: %s", l->cfg.index_path, e.msg);
-  return WDS_OK;
+  if ((rc = check_total(l)) != WDS_OK)
+    return rc;
+  return check_empty_shards(l);
 }
 
 static int setup_pool(wds_loader *l) {

@@ -3,7 +3,10 @@
  * open() reads the first block of the source (up to 512 bytes, more if a
  * pipe delivers them in pieces) and decides:
  *   - a valid tar header or a zero block -> no codec, bytes pass through;
- *   - zstd magic (or a skippable frame) -> libzstd (window limit 128 MiB);
+ *   - zstd magic (or a skippable frame) -> libzstd, with a window limit
+ *     (128 MiB unless the caller raises it: `zstd --long=31` frames need
+ *     2 GiB); a frame over it is WDS_ERR_LIMIT naming its window and the
+ *     option, not "corrupt data", so each frame's header is kept;
  *   - gzip magic -> zlib, concatenated members, CRC-32 and length checked
  *     (libarchive's gzip reader skips both);
  *   - xz, or lzma-alone headers -> liblzma with a memory limit (libarchive
@@ -27,7 +30,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
+/* ZSTD_getFrameHeader and ZSTD_DCtx_setMaxWindowSize: in libzstd's
+ * "experimental" section, exported by the shared library and unchanged
+ * since 1.3. */
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
+#include <zstd_errors.h>
 
 #include "source.h"
 #include "tar.h"
@@ -61,6 +69,11 @@ struct wds__stream {
   /* zstd */
   ZSTD_DCtx *zd;
   size_t zlast; /* last ZSTD_decompressStream() hint; 0 = frame complete */
+  uint64_t zmax_window; /* the window limit given to libzstd */
+  int zframe_start;     /* the next input byte starts a frame */
+  uint8_t zhdr[ZSTD_FRAMEHEADERSIZE_MAX]; /* the current frame's header */
+  size_t zhdr_len;
+  uint64_t zframe_off; /* compressed offset of the current frame */
 
   /* gzip (zlib) */
   z_stream gz;
@@ -164,11 +177,26 @@ static int alloc_input(wds__stream *s, wds__err *err) {
   return WDS_OK;
 }
 
-static int open_zstd(wds__stream *s, wds__err *err) {
+static int open_zstd(wds__stream *s, const wds__io_opts *opts, wds__err *err) {
   s->zd = ZSTD_createDCtx();
   if (!s->zd)
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory (zstd)");
   s->zlast = 1;
+  s->zframe_start = 1;
+  /* libzstd takes 1 KiB .. 2 GiB (64-bit): no frame needs less than the
+   * minimum, and none it can decode needs more than the maximum. The exact
+   * size, not a power of two (ZSTD_d_windowLogMax), so that the limit the
+   * message names is the one applied. */
+  uint64_t limit = opts && opts->max_window_bytes
+                       ? opts->max_window_bytes
+                       : WDS__DEFAULT_MAX_WINDOW_BYTES;
+  ZSTD_bounds b = ZSTD_dParam_getBounds(ZSTD_d_windowLogMax);
+  uint64_t lo = (uint64_t)1 << b.lowerBound, hi = (uint64_t)1 << b.upperBound;
+  s->zmax_window = limit < lo ? lo : limit > hi ? hi : limit;
+  size_t r = ZSTD_DCtx_setMaxWindowSize(s->zd, (size_t)s->zmax_window);
+  if (ZSTD_isError(r))
+    return wds__fail(err, WDS_ERR_INVALID, "zstd window limit %llu: %s",
+                     (unsigned long long)s->zmax_window, ZSTD_getErrorName(r));
   return alloc_input(s, err);
 }
 
@@ -337,7 +365,7 @@ int wds__stream_open(const char *url, const wds__io_opts *opts,
     s->codec = CODEC_NONE;
   } else if (is_zstd_magic(s->peek, s->peek_len)) {
     s->codec = CODEC_ZSTD;
-    rc = open_zstd(s, err);
+    rc = open_zstd(s, opts, err);
   } else if (s->peek_len >= 2 && s->peek[0] == 0x1f && s->peek[1] == 0x8b) {
     s->codec = CODEC_GZIP;
     snprintf(s->filter_name, sizeof s->filter_name, "gzip");
@@ -363,8 +391,81 @@ done:
   return WDS_OK;
 }
 
+/* v as "2 GiB" (unit " GiB") or "2G" (unit "G"), in the largest unit that
+ * divides it; plain bytes otherwise. */
+static void size_text(char *out, size_t n, uint64_t v, int short_units) {
+  static const char *const units[] = {" GiB", " MiB", " KiB"};
+  for (int i = 0; i < 3; i++) {
+    int shift = 30 - 10 * i;
+    if (v >= ((uint64_t)1 << shift) && v % ((uint64_t)1 << shift) == 0) {
+      snprintf(out, n, "%llu%.*s", (unsigned long long)(v >> shift),
+               short_units ? 1 : 4, units[i] + short_units);
+      return;
+    }
+  }
+  snprintf(out, n, short_units ? "%llu" : "%llu bytes", (unsigned long long)v);
+}
+
+/* At the start of a frame: keeps a copy of its header (the decoder does not
+ * say what window a frame it refuses asked for), first moving the unread
+ * input down and reading more if the header may straddle two reads. */
+static int zstd_frame_start(wds__stream *s, wds__err *err) {
+  size_t avail = s->in_len - s->in_pos;
+  if (avail < sizeof s->zhdr && !raw_done(s)) {
+    memmove(s->in, s->in + s->in_pos, avail);
+    s->in_pos = 0;
+    s->in_len = avail;
+    while (s->in_len < sizeof s->zhdr) {
+      ssize_t n = raw_read(s, s->in + s->in_len, s->in_cap - s->in_len, err);
+      if (n < 0)
+        return (int)n;
+      if (n == 0)
+        break;
+      s->in_len += (size_t)n;
+    }
+    avail = s->in_len;
+  }
+  if (avail == 0)
+    return WDS_OK; /* the end, or nothing yet: no frame starts here */
+  s->zhdr_len = avail < sizeof s->zhdr ? avail : sizeof s->zhdr;
+  memcpy(s->zhdr, s->in + s->in_pos, s->zhdr_len);
+  /* compressed_bytes counts what was read from the source, peeked bytes
+   * included; some of those are not consumed yet. */
+  s->zframe_off = s->compressed_bytes - (s->peek_len - s->peek_pos) - avail;
+  s->zframe_start = 0;
+  return WDS_OK;
+}
+
+static int zstd_window_error(const wds__stream *s, wds__err *err) {
+  char limit[32], need[32], opt[32], long_n[40] = "";
+  ZSTD_frameHeader fh;
+  size_text(limit, sizeof limit, s->zmax_window, 0);
+  if (ZSTD_getFrameHeader(&fh, s->zhdr, s->zhdr_len) != 0)
+    return wds__fail(err, WDS_ERR_LIMIT,
+                     "the zstd frame at compressed offset %llu needs a window "
+                     "over the limit of %s: raise the limit with --max-window "
+                     "(max_window_bytes in the C API)",
+                     (unsigned long long)s->zframe_off, limit);
+  size_text(need, sizeof need, fh.windowSize, 0);
+  size_text(opt, sizeof opt, fh.windowSize, 1);
+  if ((fh.windowSize & (fh.windowSize - 1)) == 0)
+    snprintf(long_n, sizeof long_n, " (as zstd --long=%d writes)",
+             __builtin_ctzll(fh.windowSize));
+  return wds__fail(err, WDS_ERR_LIMIT,
+                   "the zstd frame at compressed offset %llu needs a %s "
+                   "window%s, over the limit of %s: raise the limit with "
+                   "--max-window %s (max_window_bytes in the C API); the "
+                   "decoder holds the whole window in memory",
+                   (unsigned long long)s->zframe_off, need, long_n, limit, opt);
+}
+
 static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
   for (;;) {
+    if (s->zframe_start) {
+      int rc = zstd_frame_start(s, err);
+      if (rc != WDS_OK)
+        return rc;
+    }
     ssize_t avail = refill(s, err);
     if (avail < 0)
       return avail;
@@ -380,6 +481,9 @@ static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
     ZSTD_outBuffer o = {dst, cap, 0};
     size_t r = ZSTD_decompressStream(s->zd, &o, &in);
     s->in_pos = in.pos;
+    if (ZSTD_isError(r) &&
+        ZSTD_getErrorCode(r) == ZSTD_error_frameParameter_windowTooLarge)
+      return zstd_window_error(s, err);
     if (ZSTD_isError(r))
       return wds__fail(err, WDS_ERR_DECOMPRESS,
                        "corrupt zstd data (within the first %llu compressed "
@@ -387,6 +491,8 @@ static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
                        (unsigned long long)s->compressed_bytes,
                        ZSTD_getErrorName(r));
     s->zlast = r;
+    if (r == 0) /* a frame ended: the decoder stops at its last byte */
+      s->zframe_start = 1;
     if (o.pos > 0)
       return (ssize_t)o.pos;
   }

@@ -56,16 +56,19 @@ struct wds__tar {
   /* Extension state for the next member. */
   char *name; /* final name of the member being returned */
   size_t name_cap;
+  /* Extension names are kept with their length: a NUL byte inside one is
+   * reported (for a regular member), not silently cut at. */
   char *ext_name; /* from 'x' path or 'L' (outermost wins) */
-  size_t ext_name_cap;
+  size_t ext_name_cap, ext_name_len;
   int has_ext_name;
+  int ext_name_gnu; /* it came from a GNU long name ('L') */
   int has_ext_size;
   uint64_t ext_size;
   int ext_sparse;
   uint64_t ext_start; /* stream offset of the first extension header */
   int has_ext_start;
   char *glob_name; /* from 'g' path */
-  size_t glob_name_cap;
+  size_t glob_name_cap, glob_name_len;
   int has_glob_name;
 };
 
@@ -423,10 +426,13 @@ static int parse_pax(wds__tar *t, const uint8_t *p, size_t n, int global,
   if (path && global) {
     if (set_str(&t->glob_name, &t->glob_name_cap, path, path_len) != WDS_OK)
       return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+    t->glob_name_len = path_len;
     t->has_glob_name = 1;
   } else if (path && !t->has_ext_name) {
     if (set_str(&t->ext_name, &t->ext_name_cap, path, path_len) != WDS_OK)
       return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+    t->ext_name_len = path_len;
+    t->ext_name_gnu = 0;
     t->has_ext_name = 1;
   }
   if (has_size && !global && !t->has_ext_size) {
@@ -434,6 +440,38 @@ static int parse_pax(wds__tar *t, const uint8_t *p, size_t n, int global,
     t->ext_size = size;
   }
   return WDS_OK;
+}
+
+/* A regular member whose extension name holds a NUL byte. A C string (and
+ * so a wds key) cannot hold it, and dropping the member (its name cut at
+ * the NUL has no extension, or names another member) would lose data
+ * silently: Python's tarfile keeps a pax path whole. Links, directories
+ * and the like carry no data and are skipped as usual. The name is shown
+ * with the NULs as \0. */
+static int name_nul_error(const char *name, size_t len, const char *origin,
+                          uint64_t off, wds__err *err) {
+  char shown[256];
+  size_t o = 0, i = 0;
+  size_t at = (size_t)((const char *)memchr(name, 0, len) - name);
+  for (; i < len && o + 3 < sizeof shown; i++) {
+    if (name[i] == 0) {
+      shown[o++] = '\\';
+      shown[o++] = '0';
+    } else {
+      shown[o++] = name[i];
+    }
+  }
+  shown[o] = '\0';
+  int gnu = origin[0] == 'G';
+  return wds__fail(err, gnu ? WDS_ERR_CORRUPT : WDS_ERR_FORMAT,
+                   "member \"%s%s\" at offset %llu: its name (%s record) has "
+                   "a NUL byte at position %zu%s",
+                   shown, i < len ? "..." : "", (unsigned long long)off, origin,
+                   at,
+                   gnu ? " followed by more name bytes (tar would cut the "
+                         "name there)"
+                       : ", which wds cannot represent in a name (Python's "
+                         "tarfile keeps it)");
 }
 
 static void clear_ext(wds__tar *t) {
@@ -564,9 +602,18 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
       const uint8_t *d = wds__tar_view(t, data_v);
       if (type == 'L') {
         if (!t->has_ext_name) {
-          if (set_str(&t->ext_name, &t->ext_name_cap, (const char *)d,
-                      field_len(d, (size_t)hsize)) != WDS_OK)
+          /* The name and its terminating NUL (writers may pad with more).
+           * Anything after the first NUL is kept, and reported below if
+           * this names a regular member: tar and tarfile would cut the
+           * name there, so a member "a\0b.jpg" would vanish unseen. */
+          size_t len = (size_t)hsize;
+          while (len > 0 && d[len - 1] == 0)
+            len--;
+          if (set_str(&t->ext_name, &t->ext_name_cap, (const char *)d, len) !=
+              WDS_OK)
             return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+          t->ext_name_len = len;
+          t->ext_name_gnu = 1;
           t->has_ext_name = 1;
         }
       } else {
@@ -592,12 +639,15 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
      * then the header (ustar prefix + name unless a GNU type). */
     const char *nm;
     size_t nml;
+    const char *origin = NULL; /* the record an extension name came from */
     if (t->has_ext_name) {
       nm = t->ext_name;
-      nml = strlen(t->ext_name);
+      nml = t->ext_name_len;
+      origin = t->ext_name_gnu ? "GNU long name" : "pax path";
     } else if (t->has_glob_name) {
       nm = t->glob_name;
-      nml = strlen(t->glob_name);
+      nml = t->glob_name_len;
+      origin = "global pax path";
     } else if (h[345] == 0 || type == 'K' || type == 'S') {
       if (set_str(&t->name, &t->name_cap, (const char *)h, nlen) != WDS_OK)
         return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
@@ -623,6 +673,8 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
 
     int regular = type == '0' || type == '7' ||
                   (type == '\0' && !(nlen > 0 && h[nlen - 1] == '/'));
+    if (regular && origin && memchr(t->name, 0, nml))
+      return name_nul_error(t->name, nml, origin, first_off, err);
     if (type == 'S' || (regular && t->ext_sparse))
       return wds__fail(err, WDS_ERR_FORMAT,
                        "member \"%s\" at offset %llu: GNU sparse files are not "

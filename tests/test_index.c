@@ -482,6 +482,156 @@ TEST(bad_samples_json) {
   }
 }
 
+/* Issue 10: counts are untrusted. What an entry contradicts itself with
+ * (tar_bytes, the "samples" list) is a format error naming the entry. */
+TEST(counts_bounded_by_the_entry) {
+  wds__index ix;
+  wds__err e;
+  /* tar_bytes 13312 = 26 blocks: at most 25 samples and the final block. */
+  const char *ok =
+      "{\"shardlist\":[{\"url\":\"a.tar\",\"nsamples\":25,\"tar_bytes\":13312},"
+      "{\"url\":\"b.tar\",\"nsamples\":0,\"tar_bytes\":0}]}";
+  ASSERT_EQ_INT(parse(ok, &ix, &e), WDS_OK);
+  wds__index_free(&ix);
+  const char *over = "{\"shardlist\":[{\"url\":\"a.tar\",\"nsamples\":26,"
+                     "\"tar_bytes\":13312}]}";
+  ASSERT_EQ_INT(parse(over, &ix, &e), WDS_ERR_FORMAT);
+  ASSERT_CONTAINS(e.msg, "offset 14: shardlist[0] (\"a.tar\"): \"nsamples\" "
+                         "26 is more than its \"tar_bytes\" 13312 can hold "
+                         "(at most 25");
+  ASSERT_TRUE(ix.count == 0 && ix.shards == NULL);
+  const char *max = "{\"shardlist\":[{\"tar_bytes\":1024,\"url\":\"a.tar\","
+                    "\"nsamples\":18446744073709551615}]}";
+  ASSERT_EQ_INT(parse(max, &ix, &e), WDS_ERR_FORMAT);
+  ASSERT_CONTAINS(e.msg, "at most 1:");
+
+  /* A "samples" list of another length: with the detail kept (as before)
+   * and, for the loader, counted without keeping it. Without either flag
+   * it is skipped. */
+  const char *list = "{\"shardlist\":[{\"url\":\"a.tar\",\"nsamples\":3,"
+                     "\"samples\":[{\"key\":\"a\",\"fields\":{}},"
+                     "{\"key\":\"b\",\"fields\":{}}]}]}";
+  ASSERT_EQ_INT(parse(list, &ix, &e), WDS_OK);
+  wds__index_free(&ix);
+  ASSERT_EQ_INT(wds__index_parse_flags(list, strlen(list), "",
+                                       WDS__INDEX_COUNT_SAMPLES, &ix, &e),
+                WDS_ERR_FORMAT);
+  ASSERT_CONTAINS(e.msg, "shardlist[0] (\"a.tar\") lists 2 samples but "
+                         "\"nsamples\" is 3");
+  ASSERT_EQ_INT(wds__index_parse_flags(list, strlen(list), "",
+                                       WDS__INDEX_SAMPLES, &ix, &e),
+                WDS_ERR_FORMAT);
+  ASSERT_CONTAINS(e.msg, "lists 2 samples");
+  const char *list2 = "{\"shardlist\":[{\"url\":\"a.tar\",\"nsamples\":2,"
+                      "\"samples\":[[1, {\"x\": []}], \"y\"]}]}";
+  ASSERT_EQ_INT(wds__index_parse_flags(list2, strlen(list2), "",
+                                       WDS__INDEX_COUNT_SAMPLES, &ix, &e),
+                WDS_OK);
+  ASSERT_EQ_U64(ix.shards[0].nsamples, 2);
+  ASSERT_TRUE(!ix.shards[0].has_samples && ix.shards[0].samples == NULL);
+  wds__index_free(&ix);
+  const char *list3 = "{\"shardlist\":[{\"url\":\"a.tar\",\"nsamples\":2,"
+                      "\"samples\":[1, 2,]}]}";
+  ASSERT_EQ_INT(wds__index_parse_flags(list3, strlen(list3), "",
+                                       WDS__INDEX_COUNT_SAMPLES, &ix, &e),
+                WDS_ERR_FORMAT);
+
+  /* A member's [OFFSET, SIZE] lies inside tar_bytes: a header at OFFSET,
+   * the data padded to 512 bytes, and the final block after it. */
+  const char *fits = "{\"shardlist\":[{\"url\":\"a.tar\",\"nsamples\":1,"
+                     "\"tar_bytes\":3072,\"samples\":[{\"key\":\"k\","
+                     "\"fields\":{\"jpg\":[1024,1024]}}]}]}";
+  ASSERT_EQ_INT(wds__index_parse_flags(fits, strlen(fits), "",
+                                       WDS__INDEX_SAMPLES, &ix, &e),
+                WDS_OK);
+  wds__index_free(&ix);
+  const char *outside[] = {"[1024,1025]", "[2048,1]", "[0,3072]",
+                           "[18446744073709551615,1]",
+                           "[0,18446744073709551615]"};
+  for (size_t i = 0; i < sizeof outside / sizeof *outside; i++) {
+    char text[256];
+    snprintf(text, sizeof text,
+             "{\"shardlist\":[{\"url\":\"a.tar\",\"nsamples\":1,"
+             "\"tar_bytes\":3072,\"samples\":[{\"key\":\"k\","
+             "\"fields\":{\"jpg\":%s}}]}]}",
+             outside[i]);
+    int rc = wds__index_parse_flags(text, strlen(text), "", WDS__INDEX_SAMPLES,
+                                    &ix, &e);
+    if (rc != WDS_ERR_FORMAT || !strstr(e.msg, "sample \"k\" field \"jpg\"") ||
+        !strstr(e.msg, "does not fit in its \"tar_bytes\" 3072"))
+      TEST_FAIL_("%s: rc %d, %s", outside[i], rc, e.msg);
+    wds__index_free(&ix);
+  }
+}
+
+static void write_bytes(const char *path, const void *head, size_t head_len,
+                        size_t size) {
+  FILE *f = fopen(path, "wb");
+  if (!f) {
+    perror(path);
+    exit(1);
+  }
+  for (size_t i = 0; i < size; i++)
+    fputc(i < head_len ? ((const unsigned char *)head)[i] : 0, f);
+  fclose(f);
+}
+
+/* wds__index_check_count bounds a count by the shard file, read as the
+ * reader will decode it. */
+TEST(counts_bounded_by_the_file) {
+  char path[192], url[220];
+  wds__err e;
+  /* Plain (a zero first block is an empty tar): 20 blocks, at most 19. */
+  snprintf(path, sizeof path, "%s/plain.tar", tmpdir);
+  write_bytes(path, "", 0, 10240);
+  ASSERT_EQ_INT(wds__index_check_count(path, 19, &e), WDS_OK);
+  ASSERT_EQ_INT(wds__index_check_count(path, 20, &e), WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(e.msg, path);
+  ASSERT_CONTAINS(e.msg, "the index gives 20 samples, more than the shard's "
+                         "10240 bytes can hold (at most 19 in a plain tar");
+  snprintf(url, sizeof url, "file://%s", path);
+  ASSERT_EQ_INT(wds__index_check_count(url, UINT64_MAX, &e), WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(e.msg, "at most 19 in a plain tar");
+  /* zstd: 1000 bytes decompress to at most 32768000, 63999 samples. */
+  snprintf(path, sizeof path, "%s/z.tar.zst", tmpdir);
+  write_bytes(path, "\x28\xb5\x2f\xfd", 4, 1000);
+  ASSERT_EQ_INT(wds__index_check_count(path, 63999, &e), WDS_OK);
+  ASSERT_EQ_INT(wds__index_check_count(path, 64000, &e), WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(e.msg, "at most 63999 in zstd data");
+  /* A skippable frame first is zstd too. */
+  write_bytes(path, "\x5a\x2a\x4d\x18", 4, 1000);
+  ASSERT_EQ_INT(wds__index_check_count(path, 64000, &e), WDS_ERR_CORRUPT);
+  /* gzip: 1000 bytes, at most 1032000 of tar: 2014 samples. */
+  snprintf(path, sizeof path, "%s/g.tar.gz", tmpdir);
+  write_bytes(path, "\x1f\x8b", 2, 1000);
+  ASSERT_EQ_INT(wds__index_check_count(path, 2014, &e), WDS_OK);
+  ASSERT_EQ_INT(wds__index_check_count(path, 2015, &e), WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(e.msg, "at most 2014 in gzip data");
+  /* xz (and bzip2, ...): no sound ratio; only the bound for any stream. */
+  snprintf(path, sizeof path, "%s/x.tar.xz", tmpdir);
+  write_bytes(path,
+              "\xfd"
+              "7zXZ",
+              6, 1000);
+  ASSERT_EQ_INT(wds__index_check_count(path, 1u << 30, &e), WDS_OK);
+  ASSERT_EQ_INT(wds__index_check_count(path, WDS__INDEX_MAX_SAMPLES - 1, &e),
+                WDS_OK);
+  ASSERT_EQ_INT(wds__index_check_count(path, WDS__INDEX_MAX_SAMPLES, &e),
+                WDS_ERR_CORRUPT);
+  /* No file to look at: a missing one is reported when read; a remote or
+   * piped one gets the bound for any stream. */
+  snprintf(path, sizeof path, "%s/missing.tar", tmpdir);
+  ASSERT_EQ_INT(wds__index_check_count(path, 1000000, &e), WDS_OK);
+  ASSERT_EQ_INT(
+      wds__index_check_count("pipe:cat x.tar", WDS__INDEX_MAX_SAMPLES - 1, &e),
+      WDS_OK);
+  ASSERT_EQ_INT(wds__index_check_count("https://h/a.tar", UINT64_MAX, &e),
+                WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(e.msg, "https://h/a.tar: the index gives "
+                         "18446744073709551615 samples, more than any shard "
+                         "can hold");
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wds-test-index.XXXXXX");
   if (!mkdtemp(tmpdir)) {
@@ -499,6 +649,8 @@ int main(void) {
   RUN(public_api);
   RUN(parent_urls);
   RUN(bad_samples_json);
+  RUN(counts_bounded_by_the_entry);
+  RUN(counts_bounded_by_the_file);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd) != 0)

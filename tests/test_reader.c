@@ -114,6 +114,22 @@ static void tb_pax(tb *b, char type, const char *key, const char *value) {
   tb_pad(b);
 }
 
+/* A pax header with one record whose value is n raw bytes (NULs too). */
+static void tb_pax_bytes(tb *b, char type, const char *key, const char *value,
+                         size_t n) {
+  char rec[4096];
+  size_t body = strlen(key) + n + 3;
+  size_t len = body + 1;
+  while (len != body + (size_t)snprintf(NULL, 0, "%zu", len))
+    len = body + (size_t)snprintf(NULL, 0, "%zu", len);
+  size_t at = (size_t)snprintf(rec, sizeof rec, "%zu %s=", len, key);
+  memcpy(rec + at, value, n);
+  rec[at + n] = '\n';
+  tb_header(b, "././@PaxHeader", type, len);
+  tb_bytes(b, rec, len);
+  tb_pad(b);
+}
+
 static void tb_end(tb *b) {
   uint8_t z[1024] = {0};
   tb_bytes(b, z, sizeof z);
@@ -140,16 +156,10 @@ typedef struct listing {
   int samples;
 } listing;
 
-static void list_urls(const char *const *urls, size_t n, size_t buffer,
-                      size_t max_sample, listing *out) {
+static void list_cfg(const wds_reader_config *cfg, listing *out) {
   memset(out, 0, sizeof *out);
-  wds_reader_config cfg = WDS_READER_CONFIG_INIT;
-  cfg.urls = urls;
-  cfg.url_count = n;
-  cfg.buffer_size_bytes = buffer;
-  cfg.max_sample_bytes = max_sample;
   wds_reader *r;
-  if ((out->rc = wds_reader_open(&cfg, &r)) != WDS_OK)
+  if ((out->rc = wds_reader_open(cfg, &r)) != WDS_OK)
     return;
   const wds_sample *s;
   size_t len = 0;
@@ -165,6 +175,16 @@ static void list_urls(const char *const *urls, size_t n, size_t buffer,
   }
   snprintf(out->err, sizeof out->err, "%s", wds_reader_error(r));
   wds_reader_close(r);
+}
+
+static void list_urls(const char *const *urls, size_t n, size_t buffer,
+                      size_t max_sample, listing *out) {
+  wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+  cfg.urls = urls;
+  cfg.url_count = n;
+  cfg.buffer_size_bytes = buffer;
+  cfg.max_sample_bytes = max_sample;
+  list_cfg(&cfg, out);
 }
 
 static void list_file(const char *path, listing *out) {
@@ -609,6 +629,100 @@ TEST(small_zstd_shard) {
   free(p);
 }
 
+/* A zstd frame of raw blocks whose header asks for a 2^window_log window,
+ * as `zstd --long=N` writes from a pipe: no content size (with one, libzstd
+ * decodes a frame that fits the output buffer without any window). The
+ * decoder reserves the window but touches only what the blocks fill. */
+static size_t zstd_raw_frame(uint8_t *out, const uint8_t *data, size_t n,
+                             int window_log) {
+  size_t o = 0;
+  memcpy(out, "\x28\xb5\x2f\xfd", 4);
+  o = 4;
+  out[o++] = 0x00; /* no content size, no checksum: a window descriptor */
+  out[o++] = (uint8_t)((window_log - 10) << 3);
+  size_t block = (size_t)1 << (window_log < 17 ? window_log : 17);
+  size_t at = 0;
+  do {
+    size_t k = n - at < block ? n - at : block;
+    uint32_t h = (uint32_t)(k << 3) | (at + k == n); /* raw, last */
+    out[o++] = (uint8_t)h;
+    out[o++] = (uint8_t)(h >> 8);
+    out[o++] = (uint8_t)(h >> 16);
+    memcpy(out + o, data + at, k);
+    o += k;
+    at += k;
+  } while (at < n);
+  return o;
+}
+
+TEST(zstd_window_limit_is_named_and_can_be_raised) {
+  /* Issue 10: a valid `zstd --long=31` shard was refused as "corrupt zstd
+   * data". Now: WDS_ERR_LIMIT with the frame's window, the limit and the
+   * option; max_window_bytes raises it (and lowers it). */
+  tb b = {0};
+  tb_file(&b, "w.txt", "window");
+  tb_file_n(&b, "w.bin", 3000, 5);
+  tb_end(&b);
+  uint8_t *z = malloc(2 * b.n + 64);
+  size_t zn = zstd_raw_frame(z, b.d, b.n, 28);
+  char *p28 = save_bytes(z, zn);
+  /* Two frames: the second, at offset `first`, asks for 2 GiB. */
+  size_t first = zstd_raw_frame(z, b.d, 1024, 20);
+  zn = first + zstd_raw_frame(z + first, b.d + 1024, b.n - 1024, 31);
+  char *p31 = save_bytes(z, zn);
+  free(z);
+  free(b.d);
+  const char *expect = "w:txt=6,bin=3000;";
+  wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+  cfg.urls = (const char *const[]){p28};
+  cfg.url_count = 1;
+  listing l;
+  list_cfg(&cfg, &l);
+  ASSERT_EQ_INT(l.rc, WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(l.err, p28);
+  ASSERT_CONTAINS(l.err, "zstd frame at compressed offset 0 needs a 256 MiB "
+                         "window (as zstd --long=28 writes), over the limit "
+                         "of 128 MiB");
+  ASSERT_CONTAINS(l.err, "--max-window 256M");
+  ASSERT_CONTAINS(l.err, "max_window_bytes");
+  cfg.max_window_bytes = ((uint64_t)256 << 20) - 1; /* exact, not 2^N */
+  list_cfg(&cfg, &l);
+  ASSERT_EQ_INT(l.rc, WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(l.err, "over the limit of 268435455 bytes");
+  cfg.max_window_bytes = (uint64_t)256 << 20;
+  list_cfg(&cfg, &l);
+  ASSERT_EQ_INT(l.rc, WDS_EOF);
+  ASSERT_STREQ(l.text, expect);
+
+  cfg.urls = (const char *const[]){p31};
+  cfg.max_window_bytes = 0;
+  list_cfg(&cfg, &l);
+  ASSERT_EQ_INT(l.rc, WDS_ERR_LIMIT);
+  char at[96];
+  snprintf(at, sizeof at,
+           "zstd frame at compressed offset %zu needs a 2 GiB window", first);
+  ASSERT_CONTAINS(l.err, at);
+  ASSERT_CONTAINS(l.err, "--max-window 2G");
+  cfg.max_window_bytes = (uint64_t)2 << 30;
+  list_cfg(&cfg, &l);
+  ASSERT_EQ_INT(l.rc, WDS_EOF);
+  ASSERT_STREQ(l.text, expect);
+  /* No frame needs more than libzstd's maximum, which applies. */
+  cfg.max_window_bytes = UINT64_MAX;
+  list_cfg(&cfg, &l);
+  ASSERT_EQ_INT(l.rc, WDS_EOF);
+  /* A lower limit refuses the 1 MiB frame before it. */
+  cfg.max_window_bytes = 1000;
+  list_cfg(&cfg, &l);
+  ASSERT_EQ_INT(l.rc, WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(l.err, "offset 0 needs a 1 MiB window (as zstd --long=20 "
+                         "writes), over the limit of 1 KiB");
+  unlink(p28);
+  free(p28);
+  unlink(p31);
+  free(p31);
+}
+
 static size_t gzip_bytes(const uint8_t *in, size_t n, uint8_t *out, size_t cap,
                          int level) {
   z_stream zs;
@@ -795,6 +909,81 @@ TEST(pax_and_gnu_corner_cases_match_tarfile) {
   free(p);
 }
 
+TEST(nul_in_extension_names_is_an_error) {
+  /* Issue 10: a pax path "a\0b.txt" dropped the member silently (its name
+   * was cut to "a", which has no extension); Python's tarfile keeps it. */
+  tb b = {0};
+  tb_file(&b, "first.txt", "1");
+  tb_pax_bytes(&b, 'x', "path", "a\0b.txt", 7);
+  tb_file(&b, "ignored", "22");
+  tb_file(&b, "after.txt", "333");
+  tb_end(&b);
+  char *p = tb_save(&b);
+  listing l;
+  list_file(p, &l);
+  ASSERT_EQ_INT(l.rc, WDS_ERR_FORMAT);
+  ASSERT_STREQ(l.text, ""); /* "first" might have had more members */
+  ASSERT_CONTAINS(l.err, p);
+  ASSERT_CONTAINS(l.err, "member \"a\\0b.txt\" at offset 1024");
+  ASSERT_CONTAINS(l.err, "pax path record");
+  ASSERT_CONTAINS(l.err, "NUL byte at position 1");
+  unlink(p);
+  free(p);
+
+  /* A global pax path applies to the members that have none of their own. */
+  tb_pax_bytes(&b, 'g', "path", "g\0.jpg", 6);
+  tb_file(&b, "named.jpg", "1");
+  tb_end(&b);
+  p = tb_save(&b);
+  list_file(p, &l);
+  ASSERT_EQ_INT(l.rc, WDS_ERR_FORMAT);
+  ASSERT_CONTAINS(l.err, "member \"g\\0.jpg\" at offset 1024");
+  ASSERT_CONTAINS(l.err, "global pax path record");
+  unlink(p);
+  free(p);
+
+  /* A GNU long name is its bytes up to a NUL (and NUL padding); more name
+   * after the NUL is damage tar would hide by cutting the name. */
+  tb_header(&b, "././@LongLink", 'L', 12);
+  tb_bytes(&b, "x\0y.jpg\0\0\0\0\0", 12);
+  tb_pad(&b);
+  tb_file(&b, "short", "data");
+  tb_end(&b);
+  p = tb_save(&b);
+  list_file(p, &l);
+  ASSERT_EQ_INT(l.rc, WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(l.err, "member \"x\\0y.jpg\" at offset 0");
+  ASSERT_CONTAINS(l.err, "GNU long name record");
+  unlink(p);
+  free(p);
+
+  /* Not errors: trailing NULs after a long name; a NUL in the name of a
+   * link or directory (no data, skipped anyway) or in a pax linkpath (wds
+   * reads no link targets); an inner path overridden by the outer one. */
+  tb_header(&b, "././@LongLink", 'L', 12);
+  tb_bytes(&b, "ok.jpg\0\0\0\0\0\0", 12);
+  tb_pad(&b);
+  tb_file(&b, "short", "data");
+  tb_pax_bytes(&b, 'x', "path", "l\0nk.jpg", 8);
+  tb_header(&b, "link.jpg", '2', 0);
+  tb_pax_bytes(&b, 'x', "path", "d\0r.d", 6);
+  tb_header(&b, "dir.d/", '5', 0);
+  tb_pax_bytes(&b, 'x', "linkpath", "t\0rget", 7);
+  tb_header(&b, "sym.jpg", '2', 0);
+  tb_pax_bytes(&b, 'x', "linkpath", "t\0rget", 7);
+  tb_file(&b, "reg.txt", "r");
+  tb_pax(&b, 'x', "path", "outer.cls");
+  tb_pax_bytes(&b, 'x', "path", "in\0ner.cls", 9);
+  tb_file(&b, "ignored", "7");
+  tb_end(&b);
+  p = tb_save(&b);
+  list_file(p, &l);
+  ASSERT_EQ_INT(l.rc, WDS_EOF);
+  ASSERT_STREQ(l.text, "ok:jpg=4;reg:txt=1;outer:cls=1;");
+  unlink(p);
+  free(p);
+}
+
 TEST(endless_input_after_the_archive_ends) {
   /* Endless zeros after a compressed tar: gzip skips them as padding, xz
    * rejects nothing it has not read; the drain budget is in source bytes,
@@ -839,12 +1028,14 @@ int main(void) {
   RUN(pipe_sources_and_exit_status);
   RUN(skipped_entries_do_not_fill_the_window);
   RUN(small_zstd_shard);
+  RUN(zstd_window_limit_is_named_and_can_be_raised);
   RUN(gzip_checksum_and_members);
   RUN(decompression_memory_and_bombs_are_bounded);
   RUN(fields_per_sample_are_bounded);
   RUN(pipe_status_checked_for_every_codec);
   RUN(sample_limit_counts_the_sample_only);
   RUN(pax_and_gnu_corner_cases_match_tarfile);
+  RUN(nul_in_extension_names_is_an_error);
   RUN(endless_input_after_the_archive_ends);
   RUN(status_table);
   return test_summary();

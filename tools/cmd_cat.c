@@ -48,6 +48,8 @@ static const char cat_usage[] =
     "  --max-urls N   refuse specs that expand to more than N URLs\n"
     "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
     "                 (default 300; 0: wait forever)\n"
+    "  --max-window N largest zstd window a shard may need (K, M, G; default\n"
+    "                 128M; zstd --long=31 needs 2G)\n"
     "Exit status: 0 done, 1 read or write error (the stream is then left\n"
     "without its end-of-archive marker), 2 usage error.\n";
 
@@ -193,13 +195,15 @@ int wds_cmd_cat(int argc, char **argv) {
                                        {"max-urls", required_argument, 0, 'm'},
                                        {"read-timeout", required_argument, 0,
                                         't'},
+                                       {"max-window", required_argument, 0,
+                                        'w'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   cat_state c;
   memset(&c, 0, sizeof c);
   int force = 0, status = 2, ch, rc = WDS_OK, have_seed = 0, timeout_ms = 0;
   size_t shuffle = 0, max_urls = 0, nheld = 0;
-  uint64_t seed = 0, rng;
+  uint64_t seed = 0, rng, max_window = 0;
   held **buf = NULL;
   wds_url_list urls = {0};
   wds_reader *r = NULL;
@@ -242,6 +246,10 @@ int wds_cmd_cat(int argc, char **argv) {
       if (tool_read_timeout("cat", optarg, &timeout_ms))
         goto done;
       break;
+    case 'w':
+      if (tool_max_window("cat", optarg, &max_window))
+        goto done;
+      break;
     case 'm':
       if (tool_parse_size(optarg, &max_urls) != 0) {
         fprintf(stderr, "wds cat: --max-urls needs a number\n");
@@ -276,6 +284,7 @@ int wds_cmd_cat(int argc, char **argv) {
   rcfg.urls = (const char *const *)urls.urls;
   rcfg.url_count = urls.count;
   rcfg.read_timeout_ms = timeout_ms;
+  rcfg.max_window_bytes = max_window;
   if (wds_reader_open(&rcfg, &r) != WDS_OK) {
     fprintf(stderr, "wds cat: %s\n", wds_open_error());
     goto done;

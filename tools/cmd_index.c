@@ -52,11 +52,14 @@ static const char index_usage[] =
     "  --max-urls N refuse specs that expand to more than N URLs\n"
     "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
     "               (default 300; 0: wait forever)\n"
+    "  --max-window N  largest zstd window a shard may need (K, M, G; default\n"
+    "               128M; zstd --long=31 needs 2G)\n"
     "The loader (wds batches --mode exact --index FILE) and wds ls --summary\n"
     "--index FILE read it. Exits 1, leaving no index, if a shard cannot be\n"
     "read completely (the message names it).\n";
 
 static int read_timeout_ms; /* --read-timeout */
+static uint64_t max_window; /* --max-window */
 
 /* Reads one shard and writes its shardlist entry to out. Returns 0, or 1
  * after printing the error (nothing when a signal cancelled the read). */
@@ -77,6 +80,7 @@ static int index_shard(const char *url, const char *written_url, FILE *out) {
   cfg.urls = &url;
   cfg.url_count = 1;
   cfg.read_timeout_ms = read_timeout_ms;
+  cfg.max_window_bytes = max_window;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     fprintf(stderr, "wds index: %s\n", wds_open_error());
     goto done;
@@ -148,6 +152,8 @@ int wds_cmd_index(int argc, char **argv) {
                                        {"max-urls", required_argument, 0, 'm'},
                                        {"read-timeout", required_argument, 0,
                                         't'},
+                                       {"max-window", required_argument, 0,
+                                        'w'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   const char *out_path = NULL, *name = NULL;
@@ -165,6 +171,10 @@ int wds_cmd_index(int argc, char **argv) {
       break;
     case 't':
       if (tool_read_timeout("index", optarg, &read_timeout_ms))
+        return 2;
+      break;
+    case 'w':
+      if (tool_max_window("index", optarg, &max_window))
         return 2;
       break;
     case 'm':

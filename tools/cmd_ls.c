@@ -34,6 +34,8 @@ static const char ls_usage[] =
     "  --max-urls N refuse specs that expand to more than N URLs\n"
     "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
     "               (default 300; 0: wait forever)\n"
+    "  --max-window N  largest zstd window a shard may need (K, M, G; default\n"
+    "               128M; zstd --long=31 needs 2G)\n"
     "Exits 1 at the first error (the message names shard, member, offset).\n";
 
 /* Extension counts: a small open-addressing table. */
@@ -223,10 +225,13 @@ int wds_cmd_ls(int argc, char **argv) {
                                        {"index", required_argument, 0, 'i'},
                                        {"read-timeout", required_argument, 0,
                                         't'},
+                                       {"max-window", required_argument, 0,
+                                        'w'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   int json = 0, summary = 0, c, timeout_ms = 0;
   size_t max_urls = 0;
+  uint64_t max_window = 0;
   const char *index_path = NULL;
   tool_stdout_init("ls");
   optind = 1;
@@ -246,6 +251,10 @@ int wds_cmd_ls(int argc, char **argv) {
       break;
     case 't':
       if (tool_read_timeout("ls", optarg, &timeout_ms))
+        return 2;
+      break;
+    case 'w':
+      if (tool_max_window("ls", optarg, &max_window))
         return 2;
       break;
     case 'i':
@@ -282,6 +291,7 @@ int wds_cmd_ls(int argc, char **argv) {
   cfg.urls = (const char *const *)urls.urls;
   cfg.url_count = urls.count;
   cfg.read_timeout_ms = timeout_ms;
+  cfg.max_window_bytes = max_window;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     fprintf(stderr, "wds ls: %s\n", wds_open_error());
     status = 1;

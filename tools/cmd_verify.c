@@ -53,6 +53,8 @@ static const char verify_usage[] =
     "  --max-urls N    refuse specs that expand to more than N URLs\n"
     "  --read-timeout S  a shard that delivers no data for S seconds is\n"
     "                  reported unreadable (default 300; 0: wait forever)\n"
+    "  --max-window N  largest zstd window a shard may need (K, M, G;\n"
+    "                  default 128M; zstd --long=31 needs 2G)\n"
     "Exit status: 0 no problems, 1 problems found, 2 usage error.\n";
 
 enum kind {
@@ -79,6 +81,7 @@ typedef struct verifier {
   size_t nrequire;
   wds_decode_checker *checker; /* --decode */
   int read_timeout_ms;         /* --read-timeout */
+  uint64_t max_window_bytes;   /* --max-window */
 } verifier;
 
 /* Prints one problem. key may be NULL (shard-level). */
@@ -234,6 +237,7 @@ static int verify_shard(verifier *v, const char *url) {
   cfg.urls = &url;
   cfg.url_count = 1;
   cfg.read_timeout_ms = v->read_timeout_ms;
+  cfg.max_window_bytes = v->max_window_bytes;
   v->shards++;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     const char *m = wds_open_error();
@@ -296,6 +300,8 @@ int wds_cmd_verify(int argc, char **argv) {
                                        {"max-urls", required_argument, 0, 'm'},
                                        {"read-timeout", required_argument, 0,
                                         't'},
+                                       {"max-window", required_argument, 0,
+                                        'w'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   verifier v;
@@ -321,6 +327,10 @@ int wds_cmd_verify(int argc, char **argv) {
       break;
     case 't':
       if (tool_read_timeout("verify", optarg, &v.read_timeout_ms))
+        goto done;
+      break;
+    case 'w':
+      if (tool_max_window("verify", optarg, &v.max_window_bytes))
         goto done;
       break;
     case 'j':

@@ -99,6 +99,8 @@ static const char write_usage[] =
     "                     power loss may leave a short shard under its name)\n"
     "      --read-timeout S  SPEC input: a shard that delivers no data for S\n"
     "                     seconds fails (default 300; 0: wait forever)\n"
+    "      --max-window N SPEC input: largest zstd window a shard may need\n"
+    "                     (K, M, G; default 128M; zstd --long=31 needs 2G)\n"
     "\n"
     "SIGINT, SIGTERM or SIGHUP stop it cleanly: completed shards stay, the\n"
     "unfinished one is removed, and it exits with 128 + the signal.\n"
@@ -267,6 +269,7 @@ typedef struct write_opts {
   uint64_t max_count, max_size, start, seed, shuffle_buffer;
   int level, shuffle, inline_values, no_sync, split_given;
   int read_timeout_ms; /* --read-timeout, for shard inputs */
+  uint64_t max_window; /* --max-window, for shard inputs */
   const char *manifest;
 } write_opts;
 
@@ -1174,6 +1177,7 @@ static int run_stream(char **specs, int nspecs, const write_opts *o,
   rc.urls = (const char *const *)urls.urls;
   rc.url_count = urls.count;
   rc.read_timeout_ms = o->read_timeout_ms;
+  rc.max_window_bytes = o->max_window;
   if (wds_reader_open(&rc, &r) != WDS_OK) {
     fprintf(stderr, "wds write: %s\n", wds_open_error());
     goto done;
@@ -1280,7 +1284,8 @@ int wds_cmd_write(int argc, char **argv) {
     OPT_MANIFEST,
     OPT_INLINE,
     OPT_NO_SYNC,
-    OPT_READ_TIMEOUT
+    OPT_READ_TIMEOUT,
+    OPT_MAX_WINDOW
   };
   static const struct option opts[] = {
       {"output", required_argument, 0, 'o'},
@@ -1295,6 +1300,7 @@ int wds_cmd_write(int argc, char **argv) {
       {"inline", no_argument, 0, OPT_INLINE},
       {"no-sync", no_argument, 0, OPT_NO_SYNC},
       {"read-timeout", required_argument, 0, OPT_READ_TIMEOUT},
+      {"max-window", required_argument, 0, OPT_MAX_WINDOW},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   write_opts o = {.pattern = "shard-%06d.tar",
@@ -1362,6 +1368,10 @@ int wds_cmd_write(int argc, char **argv) {
       break;
     case OPT_READ_TIMEOUT:
       if (tool_read_timeout("write", optarg, &o.read_timeout_ms))
+        return 2;
+      break;
+    case OPT_MAX_WINDOW:
+      if (tool_max_window("write", optarg, &o.max_window))
         return 2;
       break;
     case 'h':

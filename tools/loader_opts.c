@@ -38,7 +38,8 @@ enum {
   OPT_RESUME_AT,
   OPT_MAX_SAMPLE_BYTES,
   OPT_READ_TIMEOUT,
-  OPT_SHUFFLE_BYTES
+  OPT_SHUFFLE_BYTES,
+  OPT_MAX_WINDOW
 };
 
 static const struct option loader_options[] = {
@@ -66,6 +67,7 @@ static const struct option loader_options[] = {
     {"max-sample-bytes", required_argument, 0, OPT_MAX_SAMPLE_BYTES},
     {"read-timeout", required_argument, 0, OPT_READ_TIMEOUT},
     {"shuffle-bytes", required_argument, 0, OPT_SHUFFLE_BYTES},
+    {"max-window", required_argument, 0, OPT_MAX_WINDOW},
 };
 
 #define NLOADER (sizeof loader_options / sizeof *loader_options)
@@ -170,7 +172,10 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
   int w;
   if (c < TOOL_LOADER_OPT_BASE || c >= TOOL_LOADER_OPT_BASE + (int)NLOADER)
     return 0;
-  o->given = 1;
+  /* --max-window applies to a plain reader too (wds bench without
+   * --decode): it does not make a loader. */
+  if (c != OPT_MAX_WINDOW)
+    o->given = 1;
   switch (c) {
   case OPT_RANK:
     if (num(cmd, c, arg, 0, 1 << 20, &v))
@@ -286,6 +291,10 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
     break;
   case OPT_SHUFFLE_BYTES:
     if (bytes(cmd, c, arg, &cfg->shuffle_buffer_bytes))
+      return -1;
+    break;
+  case OPT_MAX_WINDOW:
+    if (tool_max_window(cmd, arg, &cfg->max_window_bytes))
       return -1;
     break;
   default:
@@ -421,7 +430,9 @@ void tool_loader_opts_help(FILE *f) {
       "  --max-sample-bytes N   largest sample accepted (K, M, G suffixes)\n"
       "  --read-timeout S       a shard that delivers no data for S seconds\n"
       "                         fails, naming it (default 300; 0: wait\n"
-      "                         forever)\n",
+      "                         forever)\n"
+      "  --max-window N         largest zstd window a shard may need (K, M, G\n"
+      "                         suffixes; default 128M; zstd --long=31: 2G)\n",
       f);
 }
 
@@ -441,4 +452,30 @@ int tool_read_timeout(const char *cmd, const char *arg, int *ms) {
   else
     *ms = s * 1000 < 1 ? 1 : (int)(s * 1000 + 0.5);
   return 0;
+}
+
+int tool_max_window(const char *cmd, const char *arg, uint64_t *out) {
+  size_t n = strlen(arg), shift = 0;
+  char digits[32];
+  if (n > 0 && n < sizeof digits) {
+    char last = arg[n - 1];
+    shift = last == 'K' || last == 'k'   ? 10
+            : last == 'M' || last == 'm' ? 20
+            : last == 'G' || last == 'g' ? 30
+                                         : 0;
+    memcpy(digits, arg, n + 1);
+    if (shift)
+      digits[n - 1] = '\0';
+    uint64_t v;
+    if (tool_parse_u64(digits, &v) == 0 && v >= 1 && v <= UINT64_MAX >> shift) {
+      *out = v << shift;
+      return 0;
+    }
+  }
+  fprintf(stderr,
+          "wds %s: --max-window needs a size in bytes, optionally with K, M "
+          "or G (a zstd window: default 128M, zstd --long=31 needs 2G), not "
+          "\"%s\"\n",
+          cmd, arg);
+  return -1;
 }

@@ -29,7 +29,8 @@ typedef struct tool_loader_opts {
   wds_loader_config cfg; /* from WDS_LOADER_CONFIG_INIT plus the options */
   uint64_t epochs;       /* --epochs: how many epochs to run (default 1) */
   const char *decode;    /* --decode text; NULL when not given */
-  int given;             /* any loader option was given */
+  int given;             /* any loader option was given (but
+                            --max-window, which readers take too) */
   int last_batch_given;  /* --last-batch (overrides --drop-last) */
   int drop_last_given;
   int resume_given;
@@ -67,5 +68,10 @@ const char *tool_mode_name(wds_mode m);
  * config's read_timeout_ms. Returns 0, or -1 after printing the error. The
  * reader commands share it with the loader commands. */
 int tool_read_timeout(const char *cmd, const char *arg, int *ms);
+
+/* --max-window SIZE (K, M, G suffixes) into a config's max_window_bytes: the
+ * largest zstd window a shard may need. Returns 0, or -1 after printing the
+ * error. Shared by the loader and reader commands. */
+int tool_max_window(const char *cmd, const char *arg, uint64_t *bytes);
 
 #endif

@@ -76,9 +76,14 @@ typedef struct wds_index_shard {
 } wds_index_shard;
 
 /* Reads and validates the index at path (flags: 0 or WDS_INDEX_SAMPLES).
- * With WDS_INDEX_SAMPLES a "samples" list must have nsamples entries. On
- * failure *out is NULL and wds_open_error() names the file and the byte
- * offset of the problem. */
+ * An index is untrusted input: an entry whose nsamples is more than its
+ * tar_bytes can hold (a sample takes a 512-byte header, and the stream
+ * ends with a 512-byte block) is an error naming it, and with
+ * WDS_INDEX_SAMPLES so is a "samples" list without nsamples entries or a
+ * member [OFFSET, SIZE] that does not fit in tar_bytes. On failure *out is
+ * NULL and wds_open_error() names the file and the byte offset of the
+ * problem. (The loader also bounds each count by the shard file's size,
+ * and checks their sum.) */
 int wds_index_load(const char *path, unsigned flags, wds_index **out);
 
 size_t wds_index_shard_count(const wds_index *ix);

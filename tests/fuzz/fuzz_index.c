@@ -5,7 +5,9 @@
  * empty index; on success non-empty urls with resolved paths, and every url
  * found again by wds__index_lookup with its own count (or reported stale:
  * lookups stat local paths, which may exist on the fuzzing machine); parsed
- * again with WDS__INDEX_SAMPLES, the per-sample detail is consistent. */
+ * again with WDS__INDEX_SAMPLES, the per-sample detail is consistent; every
+ * accepted count fits its tar_bytes; the loader's parse
+ * (WDS__INDEX_COUNT_SAMPLES) lies between the other two in strictness. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       const wds__index_entry *s = &ix.shards[i];
       if (!s->url || !s->url[0] || !s->path || s->filesize < -1)
         abort();
+      uint64_t tb = s->tar_bytes >= 0 ? (uint64_t)s->tar_bytes : 0;
+      if (s->tar_bytes >= 0 && s->nsamples > (tb >= 1024 ? tb / 512 - 1 : 0))
+        abort();
       uint64_t n = 0;
       int lr = wds__index_lookup(&ix, s->url, &n, &e);
       if (lr == WDS_OK ? n != s->nsamples : lr != WDS_ERR_CORRUPT)
@@ -59,6 +64,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } else if (e.msg[0] == '\0' || ix.count != 0 || ix.shards != NULL) {
     abort();
   }
+  wds__index_free(&ix);
+  int rc3 = wds__index_parse_flags(text, size, "dir", WDS__INDEX_COUNT_SAMPLES,
+                                   &ix, &e);
+  if ((rc2 == WDS_OK && rc3 != WDS_OK) || (rc3 == WDS_OK && rc != WDS_OK))
+    abort();
+  if (rc3 == WDS_OK)
+    for (size_t i = 0; i < ix.count; i++)
+      if (ix.shards[i].has_samples || ix.shards[i].samples)
+        abort(); /* counted, not kept */
   wds__index_free(&ix);
   free(text);
   return 0;
