@@ -47,14 +47,15 @@ static const char bench_usage[] =
 
 /* The reader benchmark (no loader options). */
 static int bench_reader(const wds_url_list *urls, size_t buffer,
-                        uint64_t max_window, int json) {
+                        const wds_loader_config *lc, int json) {
   int status = 0;
   wds_reader *r = NULL;
   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
   cfg.urls = (const char *const *)urls->urls;
   cfg.url_count = urls->count;
   cfg.buffer_size_bytes = buffer;
-  cfg.max_window_bytes = max_window; /* --max-window */
+  cfg.max_window_bytes = lc->max_window_bytes; /* --max-window */
+  cfg.read_timeout_ms = lc->read_timeout_ms;   /* --read-timeout */
   double t0 = tool_now();
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     fprintf(stderr, "wds bench: %s\n", wds_open_error());
@@ -317,7 +318,7 @@ int wds_cmd_bench(int argc, char **argv) {
     lo.cfg.read_buffer_bytes = buffer;
     status = bench_loader(&lo, json, warmup);
   } else {
-    status = bench_reader(&urls, buffer, lo.cfg.max_window_bytes, json);
+    status = bench_reader(&urls, buffer, &lo.cfg, json);
   }
 done:
   wds_url_list_free(&urls);

@@ -172,9 +172,9 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
   int w;
   if (c < TOOL_LOADER_OPT_BASE || c >= TOOL_LOADER_OPT_BASE + (int)NLOADER)
     return 0;
-  /* --max-window applies to a plain reader too (wds bench without
-   * --decode): it does not make a loader. */
-  if (c != OPT_MAX_WINDOW)
+  /* --max-window and --read-timeout apply to a plain reader too (wds bench
+   * without --decode): they do not make a loader. */
+  if (c != OPT_MAX_WINDOW && c != OPT_READ_TIMEOUT)
     o->given = 1;
   switch (c) {
   case OPT_RANK:

@@ -66,6 +66,8 @@ static const char usage_text[] =
     "  --collective-timeout SECONDS  CUDA: a collective or copy that makes\n"
     "                         no progress this long (a peer process died or\n"
     "                         hangs) aborts the run (default 600)\n"
+    "  --max-window SIZE      largest zstd window a shard may need (default\n"
+    "                         128M; 2G reads zstd --long=31 shards)\n"
     "  --read-timeout SECONDS a shard that delivers no data this long fails\n"
     "                         the run, naming it (default 300; 0: wait\n"
     "                         forever)\n"
@@ -97,6 +99,28 @@ static int parse_u64(const char *s, uint64_t *out) {
   if (errno || *end)
     return -1;
   *out = v;
+  return 0;
+}
+
+/* Bytes, with an optional K, M or G suffix (powers of 1024), at least 1. */
+static int parse_size(const char *s, uint64_t *out) {
+  char digits[32];
+  size_t n = strlen(s);
+  if (n == 0 || n >= sizeof digits)
+    return -1;
+  memcpy(digits, s, n + 1);
+  int shift = 0;
+  switch (digits[n - 1]) {
+  case 'K': case 'k': shift = 10; break;
+  case 'M': case 'm': shift = 20; break;
+  case 'G': case 'g': shift = 30; break;
+  }
+  if (shift)
+    digits[n - 1] = '\0';
+  uint64_t v;
+  if (parse_u64(digits, &v) != 0 || v < 1 || v > (UINT64_MAX >> shift))
+    return -1;
+  *out = v << shift;
   return 0;
 }
 
@@ -143,7 +167,7 @@ enum {
   O_WARMUP, O_SEED, O_BATCH, O_EPOCHS, O_STEPS, O_STOP, O_DEVICE, O_RANKS,
   O_GPUS, O_NODES, O_NODE_RANK, O_CKPT, O_CKPT_EVERY, O_RESUME, O_LOG_EVERY,
   O_LOG_SUMS, O_JSON, O_MASTER_ADDR, O_MASTER_PORT, O_RDV_TIMEOUT,
-  O_COLL_TIMEOUT, O_PRECISION, O_READ_TIMEOUT, O_HELP
+  O_COLL_TIMEOUT, O_PRECISION, O_READ_TIMEOUT, O_MAX_WINDOW, O_HELP
 };
 
 static const struct option long_opts[] = {
@@ -185,6 +209,7 @@ static const struct option long_opts[] = {
     {"rdv-timeout", required_argument, 0, O_RDV_TIMEOUT},
     {"collective-timeout", required_argument, 0, O_COLL_TIMEOUT},
     {"read-timeout", required_argument, 0, O_READ_TIMEOUT},
+    {"max-window", required_argument, 0, O_MAX_WINDOW},
     {"precision", required_argument, 0, O_PRECISION},
     {"help", no_argument, 0, O_HELP},
     {0, 0, 0, 0}};
@@ -373,6 +398,11 @@ int main(int argc, char **argv) {
         return usage_error("--read-timeout: bad value '%s' (seconds; 0: "
                            "wait forever)", a);
       o.read_timeout_ms = d == 0 ? -1 : d * 1000 < 1 ? 1 : (int)(d * 1000 + 0.5);
+      break;
+    case O_MAX_WINDOW:
+      if (parse_size(a, &o.max_window_bytes) != 0)
+        return usage_error("--max-window: bad size '%s' (bytes, K, M or G "
+                           "suffixes: 2G for zstd --long=31)", a);
       break;
     case O_PRECISION:
       if (strcmp(a, "auto") == 0) o.precision = TR_PRECISION_AUTO;
