@@ -121,25 +121,33 @@ static int num(const char *cmd, int c, const char *arg, uint64_t min,
   return 0;
 }
 
-/* A byte count: digits with an optional K, M or G suffix (powers of 1024). */
-static int bytes(const char *cmd, int c, const char *arg, size_t *out) {
+/* A byte count of at least 1 and at most max: digits with an optional K, M
+ * or G suffix (powers of 1024). 0, or -1 for anything else. */
+static int suffixed_bytes(const char *arg, uint64_t max, uint64_t *out) {
   size_t n = strlen(arg), shift = 0;
   char digits[32];
-  if (n > 0 && n < sizeof digits) {
-    char last = arg[n - 1];
-    shift = last == 'K' || last == 'k'   ? 10
-            : last == 'M' || last == 'm' ? 20
-            : last == 'G' || last == 'g' ? 30
-                                         : 0;
-    memcpy(digits, arg, n + 1);
-    if (shift)
-      digits[n - 1] = '\0';
-    uint64_t v;
-    if (tool_parse_u64(digits, &v) == 0 && v >= 1 &&
-        v <= (uint64_t)SIZE_MAX >> shift) {
-      *out = (size_t)(v << shift);
-      return 0;
-    }
+  if (n == 0 || n >= sizeof digits)
+    return -1;
+  char last = arg[n - 1];
+  shift = last == 'K' || last == 'k'   ? 10
+          : last == 'M' || last == 'm' ? 20
+          : last == 'G' || last == 'g' ? 30
+                                       : 0;
+  memcpy(digits, arg, n + 1);
+  if (shift)
+    digits[n - 1] = '\0';
+  uint64_t v;
+  if (tool_parse_u64(digits, &v) != 0 || v < 1 || v > max >> shift)
+    return -1;
+  *out = v << shift;
+  return 0;
+}
+
+static int bytes(const char *cmd, int c, const char *arg, size_t *out) {
+  uint64_t v;
+  if (suffixed_bytes(arg, SIZE_MAX, &v) == 0) {
+    *out = (size_t)v;
+    return 0;
   }
   fprintf(stderr,
           "wds %s: --%s needs a size in bytes (optionally with K, M or G), "
@@ -455,23 +463,8 @@ int tool_read_timeout(const char *cmd, const char *arg, int *ms) {
 }
 
 int tool_max_window(const char *cmd, const char *arg, uint64_t *out) {
-  size_t n = strlen(arg), shift = 0;
-  char digits[32];
-  if (n > 0 && n < sizeof digits) {
-    char last = arg[n - 1];
-    shift = last == 'K' || last == 'k'   ? 10
-            : last == 'M' || last == 'm' ? 20
-            : last == 'G' || last == 'g' ? 30
-                                         : 0;
-    memcpy(digits, arg, n + 1);
-    if (shift)
-      digits[n - 1] = '\0';
-    uint64_t v;
-    if (tool_parse_u64(digits, &v) == 0 && v >= 1 && v <= UINT64_MAX >> shift) {
-      *out = v << shift;
-      return 0;
-    }
-  }
+  if (suffixed_bytes(arg, UINT64_MAX, out) == 0)
+    return 0;
   fprintf(stderr,
           "wds %s: --max-window needs a size in bytes, optionally with K, M "
           "or G (a zstd window: default 128M, zstd --long=31 needs 2G), not "
