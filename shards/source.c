@@ -58,6 +58,7 @@ struct wds__source {
   char *command;   /* for messages */
   int timeout_ms;  /* < 0: none */
   const wds__cancel *cancel;
+  int nonblock; /* our own pipe, O_NONBLOCK: read first, poll when empty */
 };
 
 /* ---- the warden ---- */
@@ -264,6 +265,10 @@ static int spawn_command(wds__source *s, const char *cmd, wds__err *err) {
     goto done;
   }
   warden_send('+', s->pid);
+  /* The read end is ours alone, so it may be non-blocking: a read is then
+   * tried before any poll, and a flowing pipe costs no extra system call. */
+  int fl = fcntl(fds[0], F_GETFL);
+  s->nonblock = fl >= 0 && fcntl(fds[0], F_SETFL, fl | O_NONBLOCK) == 0;
   s->fd = fds[0];
   s->owns_fd = 1;
   fds[0] = -1;
@@ -463,12 +468,12 @@ ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err) {
   if (s->at_eof)
     return 0;
   for (;;) {
-    if (!s->regular) {
+    if (wds__cancelled(s->cancel))
+      return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
+    if (!s->regular && !s->nonblock) {
       int rc = wait_readable(s, err);
       if (rc != WDS_OK)
         return rc;
-    } else if (wds__cancelled(s->cancel)) {
-      return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
     }
     ssize_t n = read(s->fd, dst, cap);
     if (n > 0) {
@@ -477,6 +482,12 @@ ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err) {
     }
     if (n < 0 && errno == EINTR)
       continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && s->nonblock) {
+      int rc = wait_readable(s, err); /* empty: wait for the command */
+      if (rc != WDS_OK)
+        return rc;
+      continue;
+    }
     if (n < 0)
       return wds__fail(err, WDS_ERR_IO, "read error: %s", strerror(errno));
     s->at_eof = 1;
