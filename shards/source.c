@@ -225,6 +225,10 @@ static int spawn_command(wds__source *s, const char *cmd, wds__err *err) {
                    "cannot create a pipe for the command: %s", strerror(errno));
     goto done;
   }
+  /* A larger pipe (1 MiB, the default limit for unprivileged processes;
+   * refused quietly where lower) means fewer wake-ups per byte: the
+   * command fills more before we drain it. */
+  fcntl(fds[0], F_SETPIPE_SZ, 1 << 20);
   if (posix_spawn_file_actions_init(&fa) != 0) {
     rc = wds__fail(err, WDS_ERR_NOMEM, "out of memory");
     goto done;
