@@ -167,10 +167,19 @@ static int index_summary(const char *index_path, const wds_url_list *urls,
     }
     st.shards++;
     st.samples += sh.nsamples;
-    if (sh.tar_bytes < 0 || tar_bytes < 0)
+    if (sh.tar_bytes < 0 || tar_bytes < 0) {
       tar_bytes = -1;
-    else
+    } else if (sh.tar_bytes > INT64_MAX - tar_bytes) {
+      /* An index is untrusted input: its sizes must add up. (Member sizes
+       * and counts are bounded by each entry's tar_bytes when it loads.) */
+      fprintf(stderr,
+              "wds ls: %s: %s: the shards' tar_bytes add up to more than "
+              "2^63 bytes: not a real index\n",
+              index_path, urls->urls[u]);
+      goto done;
+    } else {
       tar_bytes += sh.tar_bytes;
+    }
     for (size_t j = 0; j < sh.sample_count; j++)
       for (size_t k = 0; k < sh.samples[j].field_count; k++) {
         const wds_index_field *f = &sh.samples[j].fields[k];

@@ -98,6 +98,19 @@ expect_rc list_refused 1 list
 has list_message list.err 'shardlist[0] ("s-0.tar") lists 480 samples but "nsamples" is 481'
 
 doctor high.json 500
+
+# wds ls --summary --index adds the entries' tar_bytes: a sum past 2^63 is
+# an error, not a wrapped (undefined) signed sum.
+"$PYTHON3" - <<'EOF' || die "cannot write big.json"
+import json
+d = json.load(open("ix.json"))
+for s in d["shardlist"]:
+    s["tar_bytes"] = 6000000000000000000
+json.dump(d, open("big.json", "w"))
+EOF
+w big ls --summary --index big.json 's-{0..1}.tar'
+expect_rc summary_sum_overflow 1 big
+has summary_sum_overflow_message big.err "big.json: s-1.tar: the shards' tar_bytes add up to more than 2^63 bytes"
 w high "${B[@]}" --index high.json
 expect_rc high_stops 1 high
 has high_message high.err "s-0.tar: ended after 480 samples, but the index high.json promised 500"
