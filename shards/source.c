@@ -61,6 +61,50 @@ struct wds__source {
   int nonblock; /* our own pipe, O_NONBLOCK: read first, poll when empty */
 };
 
+/* Runs `/bin/sh -c script` with posix_spawn (safe in threaded programs)
+ * in a process group of its own, with an empty signal mask (even if the
+ * calling thread blocks signals) and the signals in dflt at their default
+ * action (even if we ignore them). stdin comes from in_fd and stdout goes
+ * to out_fd (-1: /dev/null); stderr is ours, or /dev/null when quiet.
+ * Returns 0 with *pid set, or an errno value. */
+static int spawn_sh(const char *script, int in_fd, int out_fd, int quiet,
+                    const sigset_t *dflt, pid_t *pid) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  if (posix_spawn_file_actions_init(&fa) != 0)
+    return ENOMEM;
+  if (posix_spawnattr_init(&attr) != 0) {
+    posix_spawn_file_actions_destroy(&fa);
+    return ENOMEM;
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  int e = EINVAL;
+  if ((in_fd >= 0 ? posix_spawn_file_actions_adddup2(&fa, in_fd, STDIN_FILENO)
+                  : posix_spawn_file_actions_addopen(&fa, STDIN_FILENO,
+                                                     "/dev/null", O_RDONLY,
+                                                     0)) == 0 &&
+      (out_fd >= 0
+           ? posix_spawn_file_actions_adddup2(&fa, out_fd, STDOUT_FILENO)
+           : posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null",
+                                              O_WRONLY, 0)) == 0 &&
+      (!quiet || posix_spawn_file_actions_addopen(&fa, STDERR_FILENO,
+                                                  "/dev/null", O_WRONLY,
+                                                  0) == 0) &&
+      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
+                                          POSIX_SPAWN_SETSIGDEF |
+                                          POSIX_SPAWN_SETSIGMASK) == 0 &&
+      posix_spawnattr_setpgroup(&attr, 0) == 0 &&
+      posix_spawnattr_setsigdefault(&attr, dflt) == 0 &&
+      posix_spawnattr_setsigmask(&attr, &none) == 0) {
+    char *argv[] = {"sh", "-c", (char *)script, NULL};
+    e = posix_spawn(pid, "/bin/sh", &fa, &attr, argv, environ);
+  }
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&fa);
+  return e;
+}
+
 /* ---- the warden ---- */
 
 /* The warden's script: $g holds " PGID PGID ... ". */
@@ -105,50 +149,21 @@ static void warden_start(void) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     return;
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  if (posix_spawn_file_actions_init(&fa) != 0) {
-    close(sv[0]);
-    close(sv[1]);
-    return;
-  }
-  if (posix_spawnattr_init(&attr) != 0) {
-    posix_spawn_file_actions_destroy(&fa);
-    close(sv[0]);
-    close(sv[1]);
-    return;
-  }
-  sigset_t dflt, none;
+  sigset_t dflt; /* at their default, then ignored by the script's trap */
   sigemptyset(&dflt);
   sigaddset(&dflt, SIGPIPE);
   sigaddset(&dflt, SIGINT);
   sigaddset(&dflt, SIGTERM);
   sigaddset(&dflt, SIGHUP);
-  sigemptyset(&none);
-  pid_t pid = 0;
   /* stdout and stderr to /dev/null: it must not hold a pipe of ours (a
    * `wds ... 2>&1 | tail` would wait for it). */
-  char *argv[] = {"sh", "-c", (char *)warden_script, NULL};
-  if (posix_spawn_file_actions_adddup2(&fa, sv[1], STDIN_FILENO) == 0 &&
-      posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null",
-                                       O_WRONLY, 0) == 0 &&
-      posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null",
-                                       O_WRONLY, 0) == 0 &&
-      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
-                                          POSIX_SPAWN_SETSIGDEF |
-                                          POSIX_SPAWN_SETSIGMASK) == 0 &&
-      posix_spawnattr_setpgroup(&attr, 0) == 0 &&
-      posix_spawnattr_setsigdefault(&attr, &dflt) == 0 &&
-      posix_spawnattr_setsigmask(&attr, &none) == 0 &&
-      posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, environ) == 0) {
+  pid_t pid;
+  if (spawn_sh(warden_script, sv[1], -1, 1, &dflt, &pid) == 0) {
     warden_fd = sv[0];
     warden_pid = pid;
-    sv[0] = -1;
-  }
-  posix_spawnattr_destroy(&attr);
-  posix_spawn_file_actions_destroy(&fa);
-  if (sv[0] >= 0)
+  } else {
     close(sv[0]);
+  }
   close(sv[1]);
 }
 
@@ -214,59 +229,31 @@ static char *shell_quote(const char *s) {
 }
 
 static int spawn_command(wds__source *s, const char *cmd, wds__err *err) {
-  int rc = WDS_OK;
-  int fds[2] = {-1, -1};
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  int fa_ok = 0, attr_ok = 0;
-
-  if (pipe2(fds, O_CLOEXEC) != 0) {
-    rc = wds__fail(err, WDS_ERR_OPEN,
-                   "cannot create a pipe for the command: %s", strerror(errno));
-    goto done;
-  }
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    return wds__fail(err, WDS_ERR_OPEN,
+                     "cannot create a pipe for the command: %s",
+                     strerror(errno));
   /* A larger pipe (1 MiB, the default limit for unprivileged processes;
    * refused quietly where lower) means fewer wake-ups per byte: the
    * command fills more before we drain it. */
   fcntl(fds[0], F_SETPIPE_SZ, 1 << 20);
-  if (posix_spawn_file_actions_init(&fa) != 0) {
-    rc = wds__fail(err, WDS_ERR_NOMEM, "out of memory");
-    goto done;
-  }
-  fa_ok = 1;
-  if (posix_spawnattr_init(&attr) != 0) {
-    rc = wds__fail(err, WDS_ERR_NOMEM, "out of memory");
-    goto done;
-  }
-  attr_ok = 1;
-  sigset_t dflt, none;
+  /* Its own process group, so that close() can stop the whole pipeline;
+   * SIGPIPE at its default even if we ignore it. stdin is /dev/null: the
+   * command runs in a background process group, where reading the terminal
+   * would stop it (SIGTTIN) and hang us; and our own stdin may be a shard
+   * ("-"). */
+  sigset_t dflt;
   sigemptyset(&dflt);
   sigaddset(&dflt, SIGPIPE);
-  sigemptyset(&none);
-  /* The child gets its own process group (so close() can stop the whole
-   * pipeline), SIGPIPE at its default even if we ignore it, and an empty
-   * signal mask even if the calling thread blocks signals. */
-  /* stdin is /dev/null: the command runs in a background process group,
-   * where reading the terminal would stop it (SIGTTIN) and hang us; and our
-   * own stdin may be a shard ("-"). */
-  if (posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY,
-                                       0) != 0 ||
-      posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO) != 0 ||
-      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
-                                          POSIX_SPAWN_SETSIGDEF |
-                                          POSIX_SPAWN_SETSIGMASK) != 0 ||
-      posix_spawnattr_setpgroup(&attr, 0) != 0 ||
-      posix_spawnattr_setsigdefault(&attr, &dflt) != 0 ||
-      posix_spawnattr_setsigmask(&attr, &none) != 0) {
-    rc = wds__fail(err, WDS_ERR_OPEN, "cannot set up the command");
-    goto done;
-  }
-  char *argv[] = {"sh", "-c", (char *)cmd, NULL};
-  int e = posix_spawn(&s->pid, "/bin/sh", &fa, &attr, argv, environ);
+  int e = spawn_sh(cmd, -1, fds[1], 0, &dflt, &s->pid);
+  close(fds[1]);
   if (e != 0) {
     s->pid = 0;
-    rc = wds__fail(err, WDS_ERR_OPEN, "cannot start /bin/sh: %s", strerror(e));
-    goto done;
+    close(fds[0]);
+    return e == ENOMEM ? wds__fail(err, WDS_ERR_NOMEM, "out of memory")
+                       : wds__fail(err, WDS_ERR_OPEN,
+                                   "cannot start /bin/sh: %s", strerror(e));
   }
   warden_send('+', s->pid);
   /* The read end is ours alone, so it may be non-blocking: a read is then
@@ -275,17 +262,7 @@ static int spawn_command(wds__source *s, const char *cmd, wds__err *err) {
   s->nonblock = fl >= 0 && fcntl(fds[0], F_SETFL, fl | O_NONBLOCK) == 0;
   s->fd = fds[0];
   s->owns_fd = 1;
-  fds[0] = -1;
-done:
-  if (attr_ok)
-    posix_spawnattr_destroy(&attr);
-  if (fa_ok)
-    posix_spawn_file_actions_destroy(&fa);
-  if (fds[0] >= 0)
-    close(fds[0]);
-  if (fds[1] >= 0)
-    close(fds[1]);
-  return rc;
+  return WDS_OK;
 }
 
 /* Maps remote URLs to curl, as WebDataset's gopen does for these schemes. */
