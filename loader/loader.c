@@ -72,6 +72,7 @@ typedef struct raw_field {
 typedef struct raw_sample {
   size_t shard;
   int hole; /* exact mode fill for samples a shard failed to yield */
+  uint64_t data_bytes; /* the fields' data, summed (0 for a hole) */
   const char *key;
   size_t nfields;
   raw_field *f;
@@ -531,11 +532,12 @@ static int wanted_ext(const wds_loader *l, const char *ext) {
 
 static raw_sample *raw_copy(const wds_loader *l, blk_pool *bp, int owner,
                             const wds_sample *s, size_t shard) {
-  size_t n = 0, bytes = strlen(s->key) + 1;
+  size_t n = 0, bytes = strlen(s->key) + 1, data = 0;
   for (size_t i = 0; i < s->field_count; i++)
     if (wanted_ext(l, s->fields[i].ext)) {
       n++;
       bytes += strlen(s->fields[i].ext) + 1 + s->fields[i].size_bytes;
+      data += s->fields[i].size_bytes;
     }
   size_t head = sizeof(raw_sample) + n * sizeof(raw_field);
   raw_sample *r = blk_alloc(bp, owner, head + bytes);
@@ -544,6 +546,7 @@ static raw_sample *raw_copy(const wds_loader *l, blk_pool *bp, int owner,
   char *p = (char *)r + head;
   r->shard = shard;
   r->hole = 0;
+  r->data_bytes = data;
   r->nfields = n;
   r->f = (raw_field *)(r + 1);
   size_t klen = strlen(s->key) + 1;
@@ -792,8 +795,7 @@ static int source_next(source *src, raw_sample **out, item **fatal) {
       raw_sample *r = raw_copy(l, w->pool, w->index, s, src->shard);
       if (!r)
         goto nomem;
-      for (size_t i = 0; i < r->nfields; i++)
-        src->bytes += r->f[i].size;
+      src->bytes += r->data_bytes;
       *out = r;
       return 0;
     }
@@ -841,23 +843,16 @@ typedef struct shuffler {
   wds__rng rng;
 } shuffler;
 
-static uint64_t raw_bytes(const raw_sample *r) {
-  uint64_t n = 0;
-  for (size_t i = 0; i < r->nfields; i++)
-    n += r->f[i].size;
-  return n;
-}
-
 static void shuffle_add(shuffler *sh, raw_sample *s) {
   sh->buf[sh->len++] = s;
-  sh->bytes += raw_bytes(s);
+  sh->bytes += s->data_bytes;
 }
 
 static raw_sample *shuffle_pick(shuffler *sh) {
   size_t k = (size_t)wds__rng_below(&sh->rng, sh->len);
   raw_sample *s = sh->buf[k];
   sh->buf[k] = sh->buf[--sh->len];
-  sh->bytes -= raw_bytes(s);
+  sh->bytes -= s->data_bytes;
   return s;
 }
 
