@@ -71,6 +71,23 @@ bad() {
   for line in "$@"; do printf '    %s\n' "$line"; done
   failed=$((failed + 1))
 }
+# w OUT ARGS...: `wds ARGS` into OUT.out / OUT.err, its status in RC, killed
+# after W_TIMEOUT seconds (default 120).
+RC=0
+w() {
+  local out=$1
+  shift
+  RC=0
+  timeout "${W_TIMEOUT:-120}" "$WDS" "$@" >"$out.out" 2>"$out.err" || RC=$?
+}
+# expect_rc NAME WANT OUT: the last w's status is WANT.
+expect_rc() {
+  if [[ $RC == "$2" ]]; then ok "$1"; else bad "$1" "exit $RC, wanted $2" "$(head -c 600 "$3.err")"; fi
+}
+# has NAME FILE TEXT: FILE contains TEXT (fixed string).
+has() {
+  if grep -qF -- "$3" "$2"; then ok "$1"; else bad "$1" "no '$3' in $2:" "$(head -c 600 "$2")"; fi
+}
 # check NAME COMMAND...: ok when the command succeeds.
 check() {
   local name=$1

@@ -20,14 +20,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 wds_test_setup decode_recovery "timeout" "$@"
 CORPUS=$HERE/../fuzz/corpus/decode
 
-# w OUT ARGS...: `wds ARGS` into OUT.out / OUT.err, status in RC.
-RC=0
-w() {
-  local out=$1
-  shift
-  RC=0
-  timeout 300 "$WDS" "$@" >"$out.out" 2>"$out.err" || RC=$?
-}
+W_TIMEOUT=300 # w (common.sh): the 1,000-sample runs under ASan
 # same NAME GOT WANT: the two texts are equal.
 same() {
   if [[ $2 == "$3" ]]; then ok "$1"; else bad "$1" "got:  $(head -c 400 <<<"$2")" "want: $(head -c 400 <<<"$3")"; fi

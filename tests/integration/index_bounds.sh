@@ -26,20 +26,6 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 wds_test_setup index_bounds "timeout zstd" "$@"
 
-# w OUT ARGS...: `wds ARGS` into OUT.out / OUT.err, status in RC.
-RC=0
-w() {
-  local out=$1
-  shift
-  RC=0
-  timeout 120 "$WDS" "$@" >"$out.out" 2>"$out.err" || RC=$?
-}
-expect_rc() {
-  if [[ $RC == "$2" ]]; then ok "$1"; else bad "$1" "exit $RC, wanted $2" "$(head -c 600 "$3.err")"; fi
-}
-has() {
-  if grep -qF -- "$3" "$2"; then ok "$1"; else bad "$1" "no '$3' in $2:" "$(head -c 600 "$2")"; fi
-}
 lines() {
   local n
   n=$(wc -l <"$2")

@@ -31,22 +31,6 @@ wds_test_setup index_verify_cat "timeout cmp sort" "$@"
 "$PYTHON3" -c 'import PIL' 2>/dev/null ||
   die "$PYTHON3 has no PIL (apt-get install python3-pil)"
 
-# w OUT ARGS...: `wds ARGS` into OUT.out / OUT.err, status in RC.
-RC=0
-w() {
-  local out=$1
-  shift
-  RC=0
-  timeout 120 "$WDS" "$@" >"$out.out" 2>"$out.err" || RC=$?
-}
-# expect_rc NAME WANT OUT: the last w's status is WANT.
-expect_rc() {
-  if [[ $RC == "$2" ]]; then ok "$1"; else bad "$1" "exit $RC, wanted $2" "$(head -c 600 "$3.err")"; fi
-}
-# has NAME FILE TEXT: FILE contains TEXT (fixed string).
-has() {
-  if grep -qF -- "$3" "$2"; then ok "$1"; else bad "$1" "no '$3' in $2:" "$(head -c 600 "$2")"; fi
-}
 
 # ---- fixtures ----
 mkdir d
