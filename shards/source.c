@@ -81,16 +81,14 @@ static int spawn_sh(const char *script, int in_fd, int out_fd, int quiet,
   sigemptyset(&none);
   int e = EINVAL;
   if ((in_fd >= 0 ? posix_spawn_file_actions_adddup2(&fa, in_fd, STDIN_FILENO)
-                  : posix_spawn_file_actions_addopen(&fa, STDIN_FILENO,
-                                                     "/dev/null", O_RDONLY,
-                                                     0)) == 0 &&
+                  : posix_spawn_file_actions_addopen(
+                        &fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0)) == 0 &&
       (out_fd >= 0
            ? posix_spawn_file_actions_adddup2(&fa, out_fd, STDOUT_FILENO)
            : posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null",
                                               O_WRONLY, 0)) == 0 &&
-      (!quiet || posix_spawn_file_actions_addopen(&fa, STDERR_FILENO,
-                                                  "/dev/null", O_WRONLY,
-                                                  0) == 0) &&
+      (!quiet || posix_spawn_file_actions_addopen(
+                     &fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0) == 0) &&
       posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
                                           POSIX_SPAWN_SETSIGDEF |
                                           POSIX_SPAWN_SETSIGMASK) == 0 &&
@@ -421,9 +419,9 @@ static int wait_readable(wds__source *s, wds__err *err) {
   for (;;) {
     if (wds__cancelled(s->cancel))
       return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
-    struct pollfd p[2] = {{.fd = s->fd, .events = POLLIN},
-                          {.fd = s->cancel ? s->cancel->fd : -1,
-                           .events = POLLIN}};
+    struct pollfd p[2] = {
+        {.fd = s->fd, .events = POLLIN},
+        {.fd = s->cancel ? s->cancel->fd : -1, .events = POLLIN}};
     int wait = -1;
     if (s->timeout_ms >= 0) {
       uint64_t waited = now_ms() - start;

@@ -205,7 +205,7 @@ TEST(commands_die_with_their_process) {
       const wds_sample *s;
       if (r)
         wds_reader_next(r, &s); /* k == 0 blocks until killed */
-      _exit(0); /* k == 1: leaves the reader open */
+      _exit(0);                 /* k == 1: leaves the reader open */
     }
     if (k == 0) {
       ASSERT_TRUE(wait_sleep(args[k], 1, 5000));
