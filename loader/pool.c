@@ -50,19 +50,19 @@ static void pinned_free(void *ctx, void *ptr, size_t size_bytes) {
 }
 #endif
 
+#ifdef WDS_HAVE_CUDA
 static pthread_once_t choice_once = PTHREAD_ONCE_INIT;
 static int use_pinned;
 
 static void choose(void) {
-#ifdef WDS_HAVE_CUDA
   int n = 0;
   use_pinned = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-#endif
 }
+#endif
 
 wds_allocator wds__default_allocator(void) {
-  pthread_once(&choice_once, choose);
 #ifdef WDS_HAVE_CUDA
+  pthread_once(&choice_once, choose);
   if (use_pinned) {
     wds_allocator a = {pinned_alloc, pinned_free, NULL, "cuda-pinned"};
     return a;
