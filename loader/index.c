@@ -1192,7 +1192,7 @@ static enum shard_kind shard_kind(const char *path) {
   int zero = 1;
   for (size_t i = 0; i < n && zero; i++)
     zero = h[i] == 0;
-  if (n == sizeof h && (zero || wds__tar_block_is_header(h)))
+  if (n == sizeof h && (zero || wds__tarfmt_is_header(h)))
     return KIND_PLAIN;
   if (n >= 4) {
     uint32_t m = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |

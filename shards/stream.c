@@ -38,7 +38,7 @@
 #include <zstd_errors.h>
 
 #include "source.h"
-#include "tar.h"
+#include "tarfmt.h"
 
 enum codec { CODEC_NONE, CODEC_ZSTD, CODEC_GZIP, CODEC_XZ, CODEC_ARCHIVE };
 
@@ -361,7 +361,7 @@ int wds__stream_open(const char *url, const wds__io_opts *opts,
     s->compressed_bytes += (uint64_t)n;
   }
   if (s->peek_len == PEEK_BYTES &&
-      (wds__tar_block_is_header(s->peek) || is_zero(s->peek, PEEK_BYTES))) {
+      (wds__tarfmt_is_header(s->peek) || is_zero(s->peek, PEEK_BYTES))) {
     s->codec = CODEC_NONE;
   } else if (is_zstd_magic(s->peek, s->peek_len)) {
     s->codec = CODEC_ZSTD;

@@ -24,9 +24,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE2__) && defined(__x86_64__)
-#include <emmintrin.h>
-#endif
+
+#include "tarfmt.h"
 
 #define PAX_MAX_BYTES ((uint64_t)16 << 20)
 /* Longest member name accepted (pax path, GNU long name): names are copied
@@ -251,108 +250,6 @@ static int skip_to(wds__tar *t, uint64_t target, wds__err *err) {
   return WDS_OK;
 }
 
-static int is_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
-
-/* Python tarfile's nti(): base-256 when the first byte is 0x80 (0xff is
- * negative, refused here), else octal text up to the first NUL with
- * surrounding whitespace ignored; empty means 0. One pass: this runs twice
- * per member. */
-static int parse_number(const uint8_t *f, size_t n, uint64_t *out) {
-  if (f[0] == 0x80 || f[0] == 0xff) {
-    if (f[0] == 0xff)
-      return -1;
-    uint64_t v = 0;
-    for (size_t i = 1; i < n; i++) {
-      if (v >> 55)
-        return -1;
-      v = (v << 8) | f[i];
-    }
-    *out = v;
-    return 0;
-  }
-  size_t i = 0;
-  while (i < n && is_space(f[i]))
-    i++;
-  uint64_t v = 0; /* fields are at most 12 bytes: 36 bits, no overflow */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-  if (i + 8 <= n) {
-    /* Eight octal digits at once (the common case: sizes are 11 digits). */
-    uint64_t w;
-    memcpy(&w, f + i, 8);
-    uint64_t x = w ^ 0x3030303030303030ull; /* '0'..'7' -> 0..7 */
-    if ((x & 0xF8F8F8F8F8F8F8F8ull) == 0) {
-      /* Little-endian load: the first (most significant) digit is the low
-       * byte. Merge neighbours into 6-, 12- and 24-bit groups. */
-      x = ((x & 0x0007000700070007ull) << 3) |
-          ((x >> 8) & 0x0007000700070007ull);
-      x = ((x & 0x0000003F0000003Full) << 6) |
-          ((x >> 16) & 0x0000003F0000003Full);
-      v = ((x & 0xFFFull) << 12) | ((x >> 32) & 0xFFFull);
-      i += 8;
-    }
-  }
-#endif
-  for (; i < n && (uint8_t)(f[i] - '0') < 8; i++)
-    v = v * 8 + (uint64_t)(f[i] - '0');
-  while (i < n && is_space(f[i]))
-    i++;
-  if (i < n && f[i] != 0)
-    return -1;
-  *out = v;
-  return 0;
-}
-
-/* Sum of the 512 bytes: every member header is summed once, so this is on
- * the hot path. SSE2 (x86-64's baseline) sums 16 bytes per instruction;
- * the portable version sums 16-bit lanes of 64-bit words, which cannot
- * overflow (64 words x 2 x 255 < 65536). */
-static uint32_t block_sum(const uint8_t *h) {
-#if defined(__SSE2__) && defined(__x86_64__)
-  const __m128i zero = _mm_setzero_si128();
-  __m128i a0 = zero, a1 = zero, a2 = zero, a3 = zero;
-  for (int i = 0; i < WDS__TAR_BLOCK; i += 64) {
-    const __m128i *p = (const __m128i *)(const void *)(h + i);
-    a0 = _mm_add_epi64(a0, _mm_sad_epu8(_mm_loadu_si128(p), zero));
-    a1 = _mm_add_epi64(a1, _mm_sad_epu8(_mm_loadu_si128(p + 1), zero));
-    a2 = _mm_add_epi64(a2, _mm_sad_epu8(_mm_loadu_si128(p + 2), zero));
-    a3 = _mm_add_epi64(a3, _mm_sad_epu8(_mm_loadu_si128(p + 3), zero));
-  }
-  __m128i acc = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
-  return (uint32_t)(_mm_cvtsi128_si64(acc) +
-                    _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc)));
-#else
-  const uint64_t lo = 0x00FF00FF00FF00FFull;
-  uint64_t acc = 0;
-  for (int i = 0; i < WDS__TAR_BLOCK; i += 8) {
-    uint64_t w;
-    memcpy(&w, h + i, 8);
-    acc += (w & lo) + ((w >> 8) & lo);
-  }
-  acc = (acc & 0x0000FFFF0000FFFFull) + ((acc >> 16) & 0x0000FFFF0000FFFFull);
-  return (uint32_t)((acc & 0xFFFFFFFFull) + (acc >> 32));
-#endif
-}
-
-/* Checks the header checksum given the plain sum of the block. */
-static int checksum_ok(const uint8_t *h, uint32_t sum) {
-  uint64_t stored;
-  if (parse_number(h + 148, 8, &stored) != 0)
-    return 0;
-  uint32_t usum = sum + 8 * ' ';
-  for (int i = 148; i < 156; i++)
-    usum -= h[i];
-  if (stored == usum)
-    return 1;
-  int32_t ssum = 8 * ' ';
-  for (int i = 0; i < WDS__TAR_BLOCK; i++)
-    ssum += (i >= 148 && i < 156) ? 0 : (int8_t)h[i];
-  return (int64_t)stored == (int64_t)ssum;
-}
-
-int wds__tar_block_is_header(const uint8_t *h) {
-  return checksum_ok(h, block_sum(h));
-}
-
 static size_t field_len(const uint8_t *f, size_t n) {
   const uint8_t *z = memchr(f, 0, n);
   return z ? (size_t)(z - f) : n;
@@ -542,7 +439,7 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
     }
     const uint8_t *h = wds__tar_view(t, hv);
     uint64_t hoff = hv + t->dropped;
-    uint32_t sum = block_sum(h);
+    uint32_t sum = wds__tarfmt_sum(h);
     if (sum == 0) { /* a zero block: the end-of-archive marker */
       t->pos = hv + WDS__TAR_BLOCK;
       if (t->has_ext_start)
@@ -552,7 +449,7 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
                          (unsigned long long)t->ext_start);
       return WDS_EOF;
     }
-    if (!checksum_ok(h, sum)) {
+    if (!wds__tarfmt_checksum_ok(h, sum)) {
       if (!t->seen_header)
         return wds__fail(err, WDS_ERR_FORMAT,
                          "not a tar archive: no valid tar header at offset 0 "
@@ -569,7 +466,7 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
     char type = (char)h[156];
     size_t nlen = field_len(h, 100);
     uint64_t hsize;
-    if (parse_number(h + 124, 12, &hsize) != 0)
+    if (wds__tarfmt_number(h + 124, 12, &hsize) != 0)
       return wds__fail(err, WDS_ERR_CORRUPT,
                        "member \"%.*s\" at offset %llu: invalid size field in "
                        "the tar header",

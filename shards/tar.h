@@ -16,8 +16,7 @@
 
 #include "err.h"
 #include "stream.h"
-
-#define WDS__TAR_BLOCK 512
+#include "tarfmt.h" /* WDS__TAR_BLOCK */
 
 typedef struct wds__tar wds__tar;
 
@@ -58,8 +57,5 @@ const uint8_t *wds__tar_view(const wds__tar *t, uint64_t voff);
 
 /* Stream bytes consumed so far. */
 uint64_t wds__tar_offset(const wds__tar *t);
-
-/* Is this 512-byte block a tar header with a valid checksum? */
-int wds__tar_block_is_header(const uint8_t *block);
 
 #endif

@@ -36,9 +36,10 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "tarfmt.h"
 #include "wds/writer.h" /* wds_outfile: temporary name, sync, rename */
 
-#define BLOCK 512
+#define BLOCK WDS__TAR_BLOCK
 #define RECORD_BYTES 10240
 #define DEFAULT_BUFFER_BYTES ((size_t)1 << 20)
 #define MIN_BUFFER_BYTES ((size_t)64 << 10)
@@ -246,37 +247,23 @@ static int emit_zeros(wds__tarw *w, size_t n, wds__err *err) {
   return WDS_OK;
 }
 
-/* Zero-padded octal in a field of n bytes: n - 1 digits and a NUL. The value
- * must fit (callers check). */
-static void put_octal(uint8_t *f, size_t n, uint64_t v) {
-  f[n - 1] = '\0';
-  for (size_t i = n - 1; i > 0; i--) {
-    f[i - 1] = (uint8_t)('0' + (v & 7));
-    v >>= 3;
-  }
-}
-
 /* One ustar header block for name/prefix (already split to fit). */
 static void ustar_block(uint8_t *h, const char *prefix, size_t plen,
                         const char *name, size_t nlen, unsigned mode,
                         uint64_t size, int64_t mtime, char type) {
   memset(h, 0, BLOCK);
   memcpy(h, name, nlen);
-  put_octal(h + 100, 8, mode);
-  put_octal(h + 108, 8, 0);
-  put_octal(h + 116, 8, 0);
-  put_octal(h + 124, 12, size);
-  put_octal(h + 136, 12, (uint64_t)mtime);
-  memset(h + 148, ' ', 8); /* the checksum counts its own field as spaces */
+  wds__tarfmt_put_octal(h + 100, 8, mode);
+  wds__tarfmt_put_octal(h + 108, 8, 0);
+  wds__tarfmt_put_octal(h + 116, 8, 0);
+  wds__tarfmt_put_octal(h + 124, 12, size);
+  wds__tarfmt_put_octal(h + 136, 12, (uint64_t)mtime);
   h[156] = (uint8_t)type;
   memcpy(h + 257, "ustar", 6); /* with its NUL */
   memcpy(h + 263, "00", 2);
   /* devmajor/devminor stay empty: not a device (as tarfile writes them) */
   memcpy(h + 345, prefix, plen);
-  uint32_t sum = 0;
-  for (int i = 0; i < BLOCK; i++)
-    sum += h[i];
-  put_octal(h + 148, 7, sum); /* "%06o\0", the eighth byte stays ' ' */
+  wds__tarfmt_seal(h);
 }
 
 /* Length of a pax record "LEN key=value\n", LEN counting itself. */

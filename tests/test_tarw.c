@@ -372,7 +372,7 @@ TEST(header_layout) {
   ASSERT_EQ_INT(h[297], 0);
   ASSERT_EQ_INT(h[345], 0); /* no prefix */
   ASSERT_TRUE(header_checksum_ok(h));
-  ASSERT_TRUE(wds__tar_block_is_header(h));
+  ASSERT_TRUE(wds__tarfmt_is_header(h));
 
   /* Prefix split at the last '/' that leaves <= 155 bytes of prefix. */
   char name[512];
