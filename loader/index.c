@@ -36,7 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "shards/mem.h"
+#include "base/mem.h"
 #include "shards/tar.h"
 
 #define WDS__JSON_MAX_DEPTH 64

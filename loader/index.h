@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shards/err.h"
+#include "base/err.h"
 #include "wds/index.h"
 
 typedef struct wds__index_entry {

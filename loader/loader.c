@@ -43,14 +43,14 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "base/err.h"
+#include "base/rng.h"
 #include "loader/index.h"
 #include "loader/plan.h"
 #include "loader/pool.h"
-#include "loader/rng.h"
 #include "pipeline/decode.h"
 #include "pipeline/reader_internal.h"
 #include "shards/cancel.h"
-#include "shards/err.h"
 #include "wds/loader.h"
 #include "wds/reader.h"
 #include "wds/spec.h"

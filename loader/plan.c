@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader/rng.h"
+#include "base/rng.h"
 
 static size_t rank_shard_count(size_t shards, int rank, int world) {
   return shards > (size_t)rank ? (shards - (size_t)rank + (size_t)world - 1) /

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shards/err.h"
+#include "base/err.h"
 #include "wds/loader.h"
 
 #define WDS__TO_END UINT64_MAX

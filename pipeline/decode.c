@@ -32,8 +32,8 @@
 #include <string.h>
 #include <turbojpeg.h>
 
+#include "base/mem.h"
 #include "resize.h"
-#include "shards/mem.h"
 
 #define WDS__MAX_PIXELS ((uint64_t)1 << 28)
 #define JMSG_LENGTH_MAX_ 200 /* libjpeg's JMSG_LENGTH_MAX */

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "shards/err.h"
+#include "base/err.h"
 #include "wds/loader.h"
 
 typedef struct wds__decoder wds__decoder;

@@ -19,10 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
+#include "base/mem.h"
 #include "reader_internal.h"
 #include "shards/cancel.h"
-#include "shards/err.h"
-#include "shards/mem.h"
 #include "shards/stream.h"
 #include "shards/tar.h"
 #include "wds/spec.h"

@@ -20,7 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shards/mem.h"
+#include "base/mem.h"
+#include "base/rng.h"
 
 static double bilinear(double x) {
   if (x < 0.0)
@@ -219,15 +220,8 @@ void wds__plan_center(int src_w, int src_h, int out_w, int out_h,
   p->flip = 0;
 }
 
-static uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 static uint64_t draw(uint64_t key, uint64_t n) {
-  return splitmix64(key + n * 0xD1B54A32D192ED03ull);
+  return wds__mix64(key + n * 0xD1B54A32D192ED03ull);
 }
 
 static double draw_unit(uint64_t key, uint64_t n) { /* [0, 1) */

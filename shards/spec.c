@@ -39,8 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "err.h"
-#include "mem.h"
+#include "base/err.h"
+#include "base/mem.h"
 #include "wds/spec.h"
 
 #define WDS__BRACE_MAX_DEPTH 64

@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "base/err.h"
 #include "cancel.h"
-#include "err.h"
 
 typedef struct wds__stream wds__stream;
 

@@ -20,7 +20,7 @@
  * corrupt is an error naming the member and offset. */
 #include "tar.h"
 
-#include "mem.h"
+#include "base/mem.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 #include "stream.h"
 #include "tarfmt.h" /* WDS__TAR_BLOCK */
 

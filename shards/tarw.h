@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "base/err.h"
 
 enum wds__tarw_compression {
   WDS__TARW_NONE = 0,

@@ -35,8 +35,8 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include "err.h"
-#include "mem.h"
+#include "base/err.h"
+#include "base/mem.h"
 #include "tarw.h"
 
 #define DEFAULT_MAX_COUNT 100000u

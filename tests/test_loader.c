@@ -13,8 +13,8 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "base/rng.h"
 #include "loader/plan.h"
-#include "loader/rng.h"
 #include "shards/tarw.h"
 #include "test.h"
 #include "test_files.h"

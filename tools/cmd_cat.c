@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/rng.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -147,18 +148,11 @@ static int write_one(cat_state *c, const char *key, const wds_writer_field *f,
   return 0;
 }
 
-static uint64_t splitmix64(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 /* Uniform in [0, n) (n > 0), without modulo bias. */
 static size_t draw(uint64_t *state, size_t n) {
   uint64_t limit = UINT64_MAX - UINT64_MAX % n, x;
   do
-    x = splitmix64(state);
+    x = wds__splitmix64(state);
   while (x >= limit);
   return (size_t)(x % n);
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <zstd.h>
 
+#include "base/rng.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/writer.h"
@@ -61,24 +62,17 @@ static int has_conversion(const char *s) {
   return 0;
 }
 
-static uint64_t splitmix64(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 /* Fills buf with the data of sample k: a stream seeded by (seed, k). */
 static void fill_random(uint8_t *buf, size_t n, uint64_t seed, uint64_t k) {
   uint64_t st = seed;
-  st = splitmix64(&st) ^ (k * 0xD1B54A32D192ED03ull);
+  st = wds__splitmix64(&st) ^ (k * 0xD1B54A32D192ED03ull);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    uint64_t v = splitmix64(&st);
+    uint64_t v = wds__splitmix64(&st);
     memcpy(buf + i, &v, 8);
   }
   if (i < n) {
-    uint64_t v = splitmix64(&st);
+    uint64_t v = wds__splitmix64(&st);
     memcpy(buf + i, &v, n - i);
   }
 }

@@ -35,6 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/rng.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -119,17 +120,10 @@ static const char write_usage[] =
 
 /* ---- small helpers ---- */
 
-static uint64_t splitmix64(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 /* Uniform in [0, n), n > 0 (modulo: the bias is below n / 2^64, nothing
  * for any list that fits in memory). */
 static uint64_t rand_below(uint64_t *state, uint64_t n) {
-  return splitmix64(state) % n;
+  return wds__splitmix64(state) % n;
 }
 
 /* Grows *buf (of *cap bytes) to at least need bytes; 0 or -1. */

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "trainer/backend.h"
 #include "trainer/barrier.h"
 
@@ -69,13 +70,6 @@ uint64_t tr_fnv1a(uint64_t h, const void *data, size_t size) {
   return h;
 }
 
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 void tr_model_init(const tr_model_config *m, float *w) {
   /* He-uniform weights from one splitmix64 stream of the seed, zero
    * biases: the same on every rank and in every backend. */
@@ -86,7 +80,8 @@ void tr_model_init(const tr_model_config *m, float *w) {
     float bound = sqrtf(6.0f / (float)m->dims[l]);
     float *W = w + off;
     for (size_t i = 0; i < nw; i++) {
-      double u = (double)(splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0);
+      double u =
+          (double)(wds__splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0);
       W[i] = (float)((2.0 * u - 1.0) * bound);
     }
     memset(W + nw, 0, (size_t)m->dims[l + 1] * sizeof(float));

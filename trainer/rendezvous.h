@@ -29,7 +29,7 @@
 
 #include <stddef.h>
 
-#include "shards/err.h"
+#include "base/err.h"
 
 #define WDS__RDV_MAGIC 0x57445352u /* "WDSR" */
 #define WDS__RDV_VERSION 1

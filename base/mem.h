@@ -1,7 +1,7 @@
 /* mem.h — growing arrays, the one allocation pattern every module repeats.
  * Internal to wds. */
-#ifndef WDS_SHARDS_MEM_H
-#define WDS_SHARDS_MEM_H
+#ifndef WDS_BASE_MEM_H
+#define WDS_BASE_MEM_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /* mem.c — see mem.h. */
-#include "mem.h"
+#include "base/mem.h"
 
 #include <stdint.h>
 #include <stdlib.h>

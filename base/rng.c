@@ -1,13 +1,19 @@
 /* rng.c — splitmix64 key hashing and xoshiro256** generators (see rng.h).
  * Both are small, fast, well studied and identical on every platform, which
  * is what reproducible orders across machines need. */
-#include "loader/rng.h"
+#include "base/rng.h"
 
 uint64_t wds__mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
+}
+
+uint64_t wds__splitmix64(uint64_t *state) {
+  uint64_t x = *state;
+  *state = x + 0x9e3779b97f4a7c15ULL;
+  return wds__mix64(x);
 }
 
 uint64_t wds__rng_key(uint64_t seed, uint64_t stream, uint64_t epoch,

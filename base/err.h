@@ -3,8 +3,8 @@
  * Internal functions take a wds__err* and, on failure, write what failed and
  * where into it and return the negative status. Handles copy it into their
  * last-error text. Fixed-size: formatting an error never allocates. */
-#ifndef WDS_SHARDS_ERR_H
-#define WDS_SHARDS_ERR_H
+#ifndef WDS_BASE_ERR_H
+#define WDS_BASE_ERR_H
 
 #include <stddef.h>
 

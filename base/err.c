@@ -1,6 +1,6 @@
 /* err.c — status table and error-text helpers. The only place that turns
  * status codes into text; everything is generated from WDS_STATUS_TABLE. */
-#include "err.h"
+#include "base/err.h"
 
 #include <stdarg.h>
 #include <stdio.h>

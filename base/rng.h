@@ -1,12 +1,12 @@
-/* rng.h — seeded, counter-based randomness for every ordering decision.
- * Internal.
+/* rng.h — seeded, counter-based randomness for every ordering decision,
+ * and the splitmix64 stream every module and tool uses. Internal.
  *
  * A key is a hash of (seed, stream, epoch, rank, worker): a pure function,
  * so any draw can be recomputed anywhere without replaying others. A
  * generator (xoshiro256**) is seeded from one key and used by exactly one
  * thread. Bounded draws are unbiased (Lemire's multiply-and-reject). */
-#ifndef WDS_LOADER_RNG_H
-#define WDS_LOADER_RNG_H
+#ifndef WDS_BASE_RNG_H
+#define WDS_BASE_RNG_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -23,12 +23,17 @@ typedef struct wds__rng {
   uint64_t s[4];
 } wds__rng;
 
+/* The splitmix64 finaliser: a bijective mix of x + golden ratio. */
 uint64_t wds__mix64(uint64_t x);
+/* The sequential splitmix64 generator: advances *state by the golden ratio
+ * and returns its mix (wds__mix64 of the old state). Fast, not
+ * cryptographic; the tools' seeded streams and the trainer's weights. */
+uint64_t wds__splitmix64(uint64_t *state);
 uint64_t wds__rng_key(uint64_t seed, uint64_t stream, uint64_t epoch,
                       uint64_t rank, uint64_t worker);
 void wds__rng_init(wds__rng *r, uint64_t key);
 uint64_t wds__rng_next(wds__rng *r);
-uint64_t wds__rng_below(wds__rng *r, uint64_t n); /* [0, n); n > 0 */
+uint64_t wds__rng_below(wds__rng *r, uint64_t n);    /* [0, n); n > 0 */
 void wds__permute(size_t *a, size_t n, wds__rng *r); /* Fisher-Yates */
 
 #endif
