@@ -1,4 +1,4 @@
-/* check.c — the public decode check (wds/loader.h: wds_decode_check), for
+/* check.c — the public decode check (wds/decode.h: wds_decode_check), for
  * `wds verify --decode`.
  *
  * A checker wraps one wds__decoder (TurboJPEG handle and buffers reused

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "wds/loader.h"
+#include "wds/decode.h"
 
 typedef struct wds__decoder wds__decoder;
 
@@ -72,10 +72,10 @@ typedef struct wds__npy {
   wds_dtype dtype;
   int ndim; /* 0..7 */
   int64_t shape[7];
-  size_t count;         /* elements */
-  const uint8_t *data;  /* into the input buffer */
-  size_t data_bytes;    /* count * dtype size */
-  int swap;             /* stored byte order differs from the host's */
+  size_t count;        /* elements */
+  const uint8_t *data; /* into the input buffer */
+  size_t data_bytes;   /* count * dtype size */
+  int swap;            /* stored byte order differs from the host's */
   int fortran_order;
 } wds__npy;
 

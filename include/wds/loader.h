@@ -61,6 +61,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wds/decode.h" /* wds_decode, wds_crop, wds_dtype, checks, npy */
 #include "wds/status.h"
 
 #ifdef __cplusplus
@@ -84,41 +85,6 @@ typedef enum wds_error_policy {
   WDS_ON_ERROR_STOP = 0,
   WDS_ON_ERROR_SKIP = 1
 } wds_error_policy;
-
-/* How a field is turned into a batch array. */
-typedef enum wds_decode {
-  WDS_DECODE_AUTO = 0, /* by extension: jpg/jpeg/png -> image, npy -> npy,
-                          cls/cls2/index/inx/id -> int, else bytes */
-  WDS_DECODE_IMAGE = 1,
-  WDS_DECODE_NPY = 2,
-  WDS_DECODE_INT = 3, /* decimal text (whitespace around it allowed) */
-  WDS_DECODE_BYTES = 4
-} wds_decode;
-
-typedef enum wds_crop {
-  WDS_CROP_CENTER = 0, /* resize the shorter side, center crop (evaluation) */
-  WDS_CROP_RANDOM = 1  /* random resized crop + horizontal flip (training) */
-} wds_crop;
-
-/* Element types of batch arrays (numpy's names in wds_dtype_name). */
-typedef enum wds_dtype {
-  WDS_DTYPE_BYTES = 0, /* variable-size bytes: data + offsets */
-  WDS_DTYPE_BOOL,
-  WDS_DTYPE_U8,
-  WDS_DTYPE_I8,
-  WDS_DTYPE_U16,
-  WDS_DTYPE_I16,
-  WDS_DTYPE_U32,
-  WDS_DTYPE_I32,
-  WDS_DTYPE_U64,
-  WDS_DTYPE_I64,
-  WDS_DTYPE_F16,
-  WDS_DTYPE_F32,
-  WDS_DTYPE_F64
-} wds_dtype;
-
-size_t wds_dtype_size(wds_dtype t);      /* bytes per element; BYTES: 1 */
-const char *wds_dtype_name(wds_dtype t); /* numpy descr, e.g. "<u1", "|b1" */
 
 /* One output field. */
 typedef struct wds_field_spec {
@@ -166,20 +132,20 @@ typedef struct wds_loader_config {
   uint64_t epoch;          /* first epoch (or the epoch to resume in) */
   uint64_t resume_batches; /* batches of `epoch` already delivered */
   wds_mode mode;
-  int shard_shuffle;         /* permute shards per epoch (default 1) */
-  size_t shuffle_buffer;     /* samples per worker; 0/1 = no shuffle */
-  size_t shuffle_initial;    /* fill before the first output; 0 = the
-                                whole buffer. WebDataset's `initial`. */
+  int shard_shuffle;          /* permute shards per epoch (default 1) */
+  size_t shuffle_buffer;      /* samples per worker; 0/1 = no shuffle */
+  size_t shuffle_initial;     /* fill before the first output; 0 = the
+                                 whole buffer. WebDataset's `initial`. */
   uint64_t samples_per_epoch; /* per rank: required in resampled mode, a
                                  cap in plain mode, unused in exact mode */
   int drop_last;              /* exact mode: drop the tail (else pad) */
 
   /* Batches. */
-  size_t batch_size;        /* default 1 */
+  size_t batch_size; /* default 1 */
   wds_last_batch last_batch;
   const wds_field_spec *fields; /* required: the arrays of a batch */
   size_t field_count;
-  int image_size;   /* default image width and height (224) */
+  int image_size; /* default image width and height (224) */
   wds_crop crop;
   double crop_scale_min, crop_scale_max; /* random crop area (0.08, 1) */
   size_t prefetch_batches;               /* slots in the pool; 0 = 4 */
@@ -193,8 +159,8 @@ typedef struct wds_loader_config {
   wds_error_policy on_error;
   size_t max_sample_bytes; /* per sample, as in wds_reader_config */
   size_t read_buffer_bytes;
-  int read_timeout_ms;        /* as in wds_reader_config: 0 = 5 minutes */
-  uint64_t max_window_bytes;  /* as in wds_reader_config: 0 = 128 MiB */
+  int read_timeout_ms;         /* as in wds_reader_config: 0 = 5 minutes */
+  uint64_t max_window_bytes;   /* as in wds_reader_config: 0 = 128 MiB */
   size_t shuffle_buffer_bytes; /* per worker: the shuffle buffer holds at
                                   most this many bytes of sample data (as
                                   well as at most shuffle_buffer samples);
@@ -209,8 +175,10 @@ typedef struct wds_loader_config {
 } wds_loader_config;
 
 #define WDS_LOADER_CONFIG_INIT                                                 \
-  {.rank = -1, .world_size = -1, .shard_shuffle = 1, .batch_size = 1,         \
-   .image_size = 224, .crop_scale_min = 0.08, .crop_scale_max = 1.0}
+  {                                                                            \
+    .rank = -1, .world_size = -1, .shard_shuffle = 1, .batch_size = 1,         \
+    .image_size = 224, .crop_scale_min = 0.08, .crop_scale_max = 1.0           \
+  }
 
 /* One array of a batch. Row i of a fixed-size field starts at
  * data + i * row_bytes; a BYTES field's row i is data[offsets[i] ..
@@ -219,11 +187,11 @@ typedef struct wds_batch_field {
   const char *name; /* the extension each sample used is not recorded;
                        this is the spec's name, e.g. "jpg;png" */
   wds_dtype dtype;
-  int ndim;           /* including the batch dimension */
-  int64_t shape[8];   /* shape[0] = rows */
-  void *data;         /* in the slot's (pinned) memory */
-  size_t size_bytes;  /* of data in use */
-  size_t row_bytes;   /* 0 for BYTES */
+  int ndim;                /* including the batch dimension */
+  int64_t shape[8];        /* shape[0] = rows */
+  void *data;              /* in the slot's (pinned) memory */
+  size_t size_bytes;       /* of data in use */
+  size_t row_bytes;        /* 0 for BYTES */
   const uint64_t *offsets; /* BYTES only: rows + 1 entries */
 } wds_batch_field;
 
@@ -231,9 +199,9 @@ typedef struct wds_batch {
   uint64_t epoch;
   uint64_t index; /* batch number within the epoch, from 0 */
   size_t rows;
-  const char *const *keys;    /* per row */
-  const char *const *urls;    /* per row: the shard it came from */
-  const uint8_t *valid;       /* per row: 1, or 0 for a fill row */
+  const char *const *keys; /* per row */
+  const char *const *urls; /* per row: the shard it came from */
+  const uint8_t *valid;    /* per row: 1, or 0 for a fill row */
   size_t field_count;
   const wds_batch_field *fields;
   int slot; /* the pool slot, for callers tracking their copies */
@@ -278,14 +246,14 @@ typedef struct wds_loader_stats {
   uint64_t skipped;          /* errors under WDS_ON_ERROR_SKIP */
   uint64_t fill_rows;        /* invalid rows: failures, padding */
   uint64_t shards_opened;
-  uint64_t bytes_read;       /* field bytes read from shards */
+  uint64_t bytes_read; /* field bytes read from shards */
   /* Time in each stage, summed over threads (nanoseconds). */
-  uint64_t read_ns;    /* tar reading and grouping into samples (one pass
-                          of the reader; workers) */
-  uint64_t shuffle_ns; /* copying into and out of the shuffle buffer */
-  uint64_t decode_ns;  /* decoding and resizing (workers) */
-  uint64_t batch_ns;   /* collating into slots (collator) */
-  uint64_t wait_ns;    /* the caller blocked in next(): waiting on data */
+  uint64_t read_ns;      /* tar reading and grouping into samples (one pass
+                            of the reader; workers) */
+  uint64_t shuffle_ns;   /* copying into and out of the shuffle buffer */
+  uint64_t decode_ns;    /* decoding and resizing (workers) */
+  uint64_t batch_ns;     /* collating into slots (collator) */
+  uint64_t wait_ns;      /* the caller blocked in next(): waiting on data */
   uint64_t slot_wait_ns; /* the collator blocked for a free slot: the
                             pipeline waiting on the consumer */
   uint64_t peak_pool_bytes;
@@ -305,38 +273,8 @@ void wds_loader_cancel(wds_loader *l);
  * a no-op. */
 void wds_loader_close(wds_loader *l);
 
-/* Writes a .npy file (format 1.0, little-endian, C order) holding an array
- * of the given dtype (not BYTES) and shape: `wds batches --save` uses it.
- * Written under a temporary name and renamed. Returns WDS_OK or
- * WDS_ERR_IO / WDS_ERR_INVALID with a message in err. */
-int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
-                 const int64_t *shape, const void *data, char *err,
-                 size_t err_size);
-
 /* Rank and world size from the environment, as the loader reads them. */
 void wds_env_rank_world(int *rank, int *world_size);
-
-/* The decoder WDS_DECODE_AUTO picks for an extension (lower-case):
- * jpg/jpeg/png -> IMAGE, npy -> NPY, cls/cls2/index/inx/id -> INT, else
- * BYTES. */
-wds_decode wds_decode_for_ext(const char *ext);
-
-/* Checking that fields decode (`wds verify --decode`). A checker holds the
- * decoder state reused from field to field (one thread at a time). */
-typedef struct wds_decode_checker wds_decode_checker;
-
-int wds_decode_checker_open(wds_decode_checker **out); /* WDS_ERR_NOMEM */
-void wds_decode_checker_close(wds_decode_checker *c);  /* NULL: no-op */
-
-/* Decodes one field as the loader would with WDS_DECODE_AUTO for ext:
- * images fully (every scan decoded; the output is a small RGB thumbnail,
- * so a truncated or corrupt image is found at little cost), .npy header
- * and data size, integers as decimal text. Returns WDS_OK (also for BYTES
- * extensions: nothing to check) or the decoder's status with its message
- * ("JPEG: Premature end of JPEG file", "npy: ...") in err. c may be NULL:
- * a temporary checker is used. */
-int wds_decode_check(wds_decode_checker *c, const char *ext, const void *data,
-                     size_t size, char *err, size_t err_size);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@
 #ifndef WDS_WDS_H
 #define WDS_WDS_H
 
+#include "wds/decode.h"
 #include "wds/index.h"
 #include "wds/loader.h"
 #include "wds/reader.h"
