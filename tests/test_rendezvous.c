@@ -27,12 +27,12 @@ static void sleep_ms(int ms) {
 
 /* A port that was free a moment ago (bound by the kernel, then released). */
 static int free_port(void) {
-  wds__rdv_listener l;
+  tr_rdv_listener l;
   wds__err e;
-  if (wds__rdv_listen("127.0.0.1", 0, &l, &e) != WDS_OK)
+  if (tr_rdv_listen("127.0.0.1", 0, &l, &e) != WDS_OK)
     return -1;
   int port = l.port;
-  wds__rdv_close(&l);
+  tr_rdv_close(&l);
   return port;
 }
 
@@ -49,7 +49,7 @@ static void fill_blob(unsigned char *b, size_t n, unsigned seed) {
 /* ---- server and client threads ------------------------------------------ */
 
 typedef struct server_arg {
-  wds__rdv_listener *l;
+  tr_rdv_listener *l;
   const char *bind_addr; /* used when l is NULL: listen on port after delay */
   int port, delay_ms;
   const unsigned char *blob;
@@ -64,12 +64,12 @@ static void *server_main(void *p) {
   server_arg *a = p;
   int64_t t0 = now_ms();
   if (a->l) {
-    a->rc = wds__rdv_serve_on(a->l, a->blob, a->size, a->clients, a->timeout_ms,
-                              &a->e);
+    a->rc = tr_rdv_serve_on(a->l, a->blob, a->size, a->clients, a->timeout_ms,
+                            &a->e);
   } else {
     sleep_ms(a->delay_ms);
-    a->rc = wds__rdv_serve(a->bind_addr, a->port, a->blob, a->size, a->clients,
-                           a->timeout_ms, &a->e);
+    a->rc = tr_rdv_serve(a->bind_addr, a->port, a->blob, a->size, a->clients,
+                         a->timeout_ms, &a->e);
   }
   a->elapsed_ms = now_ms() - t0;
   return NULL;
@@ -78,7 +78,7 @@ static void *server_main(void *p) {
 typedef struct client_arg {
   const char *addr;
   int port, node_rank, nodes, timeout_ms;
-  unsigned char blob[WDS__RDV_MAX_BLOB];
+  unsigned char blob[TR_RDV_MAX_BLOB];
   size_t size;
   int rc;
   int64_t elapsed_ms;
@@ -88,8 +88,8 @@ typedef struct client_arg {
 static void *client_main(void *p) {
   client_arg *a = p;
   int64_t t0 = now_ms();
-  a->rc = wds__rdv_fetch(a->addr, a->port, a->node_rank, a->nodes, a->blob,
-                         sizeof a->blob, &a->size, a->timeout_ms, &a->e);
+  a->rc = tr_rdv_fetch(a->addr, a->port, a->node_rank, a->nodes, a->blob,
+                       sizeof a->blob, &a->size, a->timeout_ms, &a->e);
   a->elapsed_ms = now_ms() - t0;
   return NULL;
 }
@@ -131,7 +131,7 @@ static void make_hello(unsigned char *h, uint32_t magic, uint16_t version,
 
 /* Reads the 12-byte reply of a raw client (status, or -1 on EOF/error). */
 static int raw_reply_status(int fd) {
-  unsigned char h[WDS__RDV_REPLY_BYTES];
+  unsigned char h[TR_RDV_REPLY_BYTES];
   size_t got = 0;
   while (got < sizeof h) {
     ssize_t r = recv(fd, h + got, sizeof h - got, 0);
@@ -147,9 +147,9 @@ static int raw_reply_status(int fd) {
 TEST(serve_three_clients) {
   unsigned char blob[128];
   fill_blob(blob, sizeof blob, 1);
-  wds__rdv_listener l;
+  tr_rdv_listener l;
   wds__err e;
-  ASSERT_EQ_INT(wds__rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
+  ASSERT_EQ_INT(tr_rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
   ASSERT_TRUE(l.port > 0);
   server_arg s = {.l = &l,
                   .blob = blob,
@@ -166,7 +166,7 @@ TEST(serve_three_clients) {
   for (int i = 0; i < 3; i++)
     pthread_join(tc[i], NULL);
   pthread_join(ts, NULL);
-  wds__rdv_close(&l);
+  tr_rdv_close(&l);
   if (s.rc != WDS_OK)
     printf("  server: %s\n", s.e.msg);
   ASSERT_EQ_INT(s.rc, WDS_OK);
@@ -182,11 +182,11 @@ TEST(serve_three_clients) {
 /* The largest blob, through a name ("localhost") resolved by getaddrinfo;
  * the server listens on every interface. */
 TEST(max_blob_by_name_wildcard) {
-  static unsigned char blob[WDS__RDV_MAX_BLOB];
+  static unsigned char blob[TR_RDV_MAX_BLOB];
   fill_blob(blob, sizeof blob, 2);
-  wds__rdv_listener l;
+  tr_rdv_listener l;
   wds__err e;
-  ASSERT_EQ_INT(wds__rdv_listen(NULL, 0, &l, &e), WDS_OK);
+  ASSERT_EQ_INT(tr_rdv_listen(NULL, 0, &l, &e), WDS_OK);
   server_arg s = {.l = &l,
                   .blob = blob,
                   .size = sizeof blob,
@@ -199,7 +199,7 @@ TEST(max_blob_by_name_wildcard) {
   pthread_create(&tc, NULL, client_main, &c);
   pthread_join(tc, NULL);
   pthread_join(ts, NULL);
-  wds__rdv_close(&l);
+  tr_rdv_close(&l);
   ASSERT_EQ_INT(s.rc, WDS_OK);
   if (c.rc)
     printf("  client: %s\n", c.e.msg);
@@ -209,9 +209,9 @@ TEST(max_blob_by_name_wildcard) {
 }
 
 TEST(ipv6_loopback) {
-  wds__rdv_listener l;
+  tr_rdv_listener l;
   wds__err e;
-  if (wds__rdv_listen("::1", 0, &l, &e) != WDS_OK) {
+  if (tr_rdv_listen("::1", 0, &l, &e) != WDS_OK) {
     printf("  (no IPv6 loopback here: %s; skipped)\n", e.msg);
     return;
   }
@@ -230,7 +230,7 @@ TEST(ipv6_loopback) {
   pthread_create(&tc, NULL, client_main, &c);
   pthread_join(tc, NULL);
   pthread_join(ts, NULL);
-  wds__rdv_close(&l);
+  tr_rdv_close(&l);
   ASSERT_EQ_INT(s.rc, WDS_OK);
   ASSERT_EQ_INT(c.rc, WDS_OK);
   ASSERT_TRUE(memcmp(c.blob, blob, sizeof blob) == 0);
@@ -309,34 +309,34 @@ TEST(bad_arguments) {
   unsigned char b[16];
   size_t n;
   wds__err e;
-  ASSERT_EQ_INT(wds__rdv_fetch("127.0.0.1", 0, 1, 2, b, sizeof b, &n, 100, &e),
+  ASSERT_EQ_INT(tr_rdv_fetch("127.0.0.1", 0, 1, 2, b, sizeof b, &n, 100, &e),
                 WDS_ERR_INVALID);
-  ASSERT_EQ_INT(wds__rdv_fetch("127.0.0.1", 1, 2, 2, b, sizeof b, &n, 100, &e),
+  ASSERT_EQ_INT(tr_rdv_fetch("127.0.0.1", 1, 2, 2, b, sizeof b, &n, 100, &e),
                 WDS_ERR_INVALID);
-  ASSERT_EQ_INT(wds__rdv_fetch("", 1, 1, 2, b, sizeof b, &n, 100, &e),
+  ASSERT_EQ_INT(tr_rdv_fetch("", 1, 1, 2, b, sizeof b, &n, 100, &e),
                 WDS_ERR_INVALID);
   ASSERT_CONTAINS(e.msg, "MASTER_ADDR");
-  wds__rdv_listener l;
-  ASSERT_EQ_INT(wds__rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
-  static unsigned char big[WDS__RDV_MAX_BLOB + 1];
-  ASSERT_EQ_INT(wds__rdv_serve_on(&l, big, sizeof big, 1, 100, &e),
+  tr_rdv_listener l;
+  ASSERT_EQ_INT(tr_rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
+  static unsigned char big[TR_RDV_MAX_BLOB + 1];
+  ASSERT_EQ_INT(tr_rdv_serve_on(&l, big, sizeof big, 1, 100, &e),
                 WDS_ERR_INVALID);
-  ASSERT_EQ_INT(wds__rdv_serve_on(&l, big, 1, 0, 100, &e), WDS_OK);
+  ASSERT_EQ_INT(tr_rdv_serve_on(&l, big, 1, 0, 100, &e), WDS_OK);
   /* The port is taken: a second listener says so. */
-  wds__rdv_listener l2;
-  ASSERT_EQ_INT(wds__rdv_listen("127.0.0.1", l.port, &l2, &e), WDS_ERR_IO);
+  tr_rdv_listener l2;
+  ASSERT_EQ_INT(tr_rdv_listen("127.0.0.1", l.port, &l2, &e), WDS_ERR_IO);
   ASSERT_CONTAINS(e.msg, "in use");
   ASSERT_EQ_INT(l2.fd, -1);
-  wds__rdv_close(&l);
-  wds__rdv_close(&l2); /* fd -1: no-op */
+  tr_rdv_close(&l);
+  tr_rdv_close(&l2); /* fd -1: no-op */
 }
 
 /* Only 1 of 2 clients arrives: the server times out naming the count, and
  * the client that did arrive is told node 0 failed. */
 TEST(server_timeout_one_of_two) {
-  wds__rdv_listener l;
+  tr_rdv_listener l;
   wds__err e;
-  ASSERT_EQ_INT(wds__rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
+  ASSERT_EQ_INT(tr_rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
   unsigned char blob[128] = {0};
   server_arg s = {.l = &l,
                   .blob = blob,
@@ -350,7 +350,7 @@ TEST(server_timeout_one_of_two) {
   pthread_create(&tc, NULL, client_main, &c);
   pthread_join(ts, NULL);
   pthread_join(tc, NULL);
-  wds__rdv_close(&l);
+  tr_rdv_close(&l);
   printf("  server after %lld ms: %s\n", (long long)s.elapsed_ms, s.e.msg);
   printf("  client: %s\n", c.e.msg);
   ASSERT_EQ_INT(s.rc, WDS_ERR_IO);
@@ -369,9 +369,9 @@ TEST(server_timeout_one_of_two) {
 /* A client whose server never answers gives up at its own deadline; its
  * departure frees its rank on the server. */
 TEST(client_timeout_waiting_for_answer) {
-  wds__rdv_listener l;
+  tr_rdv_listener l;
   wds__err e;
-  ASSERT_EQ_INT(wds__rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
+  ASSERT_EQ_INT(tr_rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
   unsigned char blob[8] = {0};
   server_arg s = {.l = &l,
                   .blob = blob,
@@ -385,7 +385,7 @@ TEST(client_timeout_waiting_for_answer) {
   pthread_create(&tc, NULL, client_main, &c);
   pthread_join(tc, NULL);
   pthread_join(ts, NULL);
-  wds__rdv_close(&l);
+  tr_rdv_close(&l);
   printf("  client after %lld ms: %s\n", (long long)c.elapsed_ms, c.e.msg);
   printf("  server: %s\n", s.e.msg);
   ASSERT_EQ_INT(c.rc, WDS_ERR_IO);
@@ -398,9 +398,9 @@ TEST(client_timeout_waiting_for_answer) {
 /* A connection that sends nothing holds the server only until its
  * timeout, and is named. */
 TEST(silent_client) {
-  wds__rdv_listener l;
+  tr_rdv_listener l;
   wds__err e;
-  ASSERT_EQ_INT(wds__rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
+  ASSERT_EQ_INT(tr_rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
   int fd = raw_connect(l.port);
   ASSERT_TRUE(fd >= 0);
   unsigned char blob[8] = {0};
@@ -411,7 +411,7 @@ TEST(silent_client) {
                   .timeout_ms = 300};
   server_main(&s);
   close(fd);
-  wds__rdv_close(&l);
+  tr_rdv_close(&l);
   printf("  %lld ms: %s\n", (long long)s.elapsed_ms, s.e.msg);
   ASSERT_EQ_INT(s.rc, WDS_ERR_IO);
   ASSERT_TRUE(s.elapsed_ms >= 250 && s.elapsed_ms <= 1000);
@@ -422,9 +422,9 @@ TEST(silent_client) {
 /* A probe that connects and leaves, and a client that joins and leaves,
  * do not stop the rendezvous: the rank can be taken again. */
 TEST(leavers_are_forgotten) {
-  wds__rdv_listener l;
+  tr_rdv_listener l;
   wds__err e;
-  ASSERT_EQ_INT(wds__rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
+  ASSERT_EQ_INT(tr_rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
   unsigned char blob[32];
   fill_blob(blob, sizeof blob, 5);
   server_arg s = {.l = &l,
@@ -440,7 +440,7 @@ TEST(leavers_are_forgotten) {
   int fd = raw_connect(l.port);
   ASSERT_TRUE(fd >= 0);
   unsigned char h[16];
-  make_hello(h, WDS__RDV_MAGIC, WDS__RDV_VERSION, 1, 3);
+  make_hello(h, TR_RDV_MAGIC, TR_RDV_VERSION, 1, 3);
   ASSERT_EQ_INT(send(fd, h, sizeof h, MSG_NOSIGNAL), 16);
   sleep_ms(100); /* let the server register rank 1 */
   close(fd);
@@ -454,7 +454,7 @@ TEST(leavers_are_forgotten) {
   for (int i = 0; i < 2; i++)
     pthread_join(tc[i], NULL);
   pthread_join(ts, NULL);
-  wds__rdv_close(&l);
+  tr_rdv_close(&l);
   if (s.rc)
     printf("  server: %s\n", s.e.msg);
   ASSERT_EQ_INT(s.rc, WDS_OK);
@@ -466,7 +466,7 @@ TEST(leavers_are_forgotten) {
 
 /* Runs a server for `clients` clients against one raw hello; returns the
  * status the raw client read and leaves the server's error in *s. */
-static int raw_hello_case(server_arg *s, wds__rdv_listener *l, int clients,
+static int raw_hello_case(server_arg *s, tr_rdv_listener *l, int clients,
                           uint32_t magic, uint16_t version, uint32_t rank,
                           uint32_t nodes) {
   static unsigned char blob[8];
@@ -491,10 +491,10 @@ static int raw_hello_case(server_arg *s, wds__rdv_listener *l, int clients,
 }
 
 TEST(bad_hellos) {
-  wds__rdv_listener l;
+  tr_rdv_listener l;
   wds__err e;
   server_arg s;
-  ASSERT_EQ_INT(wds__rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
+  ASSERT_EQ_INT(tr_rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
 
   int st = raw_hello_case(&s, &l, 2, 0x47455420u /* "GET " */, 1, 1, 3);
   printf("  %s\n", s.e.msg);
@@ -504,25 +504,25 @@ TEST(bad_hellos) {
   ASSERT_EQ_INT(st, -1); /* not ours: closed without a reply */
   ASSERT_TRUE(s.elapsed_ms < 2000);
 
-  st = raw_hello_case(&s, &l, 2, WDS__RDV_MAGIC, 7, 1, 3);
+  st = raw_hello_case(&s, &l, 2, TR_RDV_MAGIC, 7, 1, 3);
   printf("  %s\n", s.e.msg);
   ASSERT_EQ_INT(s.rc, WDS_ERR_IO);
   ASSERT_CONTAINS(s.e.msg, "protocol version 7");
-  ASSERT_EQ_INT(st, WDS__RDV_REJECT_VERSION);
+  ASSERT_EQ_INT(st, TR_RDV_REJECT_VERSION);
 
-  st = raw_hello_case(&s, &l, 2, WDS__RDV_MAGIC, 1, 0, 3);
+  st = raw_hello_case(&s, &l, 2, TR_RDV_MAGIC, 1, 0, 3);
   printf("  %s\n", s.e.msg);
   ASSERT_EQ_INT(s.rc, WDS_ERR_IO);
   ASSERT_CONTAINS(s.e.msg, "node rank 0, outside 1..2");
-  ASSERT_EQ_INT(st, WDS__RDV_REJECT_RANK);
+  ASSERT_EQ_INT(st, TR_RDV_REJECT_RANK);
 
-  wds__rdv_close(&l);
+  tr_rdv_close(&l);
 }
 
 TEST(mismatched_node_count) {
-  wds__rdv_listener l;
+  tr_rdv_listener l;
   wds__err e;
-  ASSERT_EQ_INT(wds__rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
+  ASSERT_EQ_INT(tr_rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
   unsigned char blob[8] = {0};
   server_arg s = {.l = &l,
                   .blob = blob,
@@ -536,7 +536,7 @@ TEST(mismatched_node_count) {
   pthread_create(&tc, NULL, client_main, &c);
   pthread_join(tc, NULL);
   pthread_join(ts, NULL);
-  wds__rdv_close(&l);
+  tr_rdv_close(&l);
   printf("  server: %s\n  client: %s\n", s.e.msg, c.e.msg);
   ASSERT_EQ_INT(s.rc, WDS_ERR_IO);
   ASSERT_CONTAINS(s.e.msg, "says there are 5 nodes, node 0 expects 3");
@@ -549,9 +549,9 @@ TEST(mismatched_node_count) {
 }
 
 TEST(duplicate_node_rank) {
-  wds__rdv_listener l;
+  tr_rdv_listener l;
   wds__err e;
-  ASSERT_EQ_INT(wds__rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
+  ASSERT_EQ_INT(tr_rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
   unsigned char blob[8] = {0};
   server_arg s = {.l = &l,
                   .blob = blob,
@@ -568,7 +568,7 @@ TEST(duplicate_node_rank) {
   for (int i = 0; i < 2; i++)
     pthread_join(tc[i], NULL);
   pthread_join(ts, NULL);
-  wds__rdv_close(&l);
+  tr_rdv_close(&l);
   printf("  server: %s\n  client: %s\n  client: %s\n", s.e.msg, c[0].e.msg,
          c[1].e.msg);
   ASSERT_EQ_INT(s.rc, WDS_ERR_IO);
@@ -587,7 +587,7 @@ TEST(duplicate_node_rank) {
 
 /* A server that is not a wds rendezvous (answers garbage). */
 static void *garbage_server(void *p) {
-  wds__rdv_listener *l = p;
+  tr_rdv_listener *l = p;
   int fd = -1;
   for (int i = 0; i < 500 && fd < 0; i++) {
     fd = accept(l->fd, NULL, NULL);
@@ -611,16 +611,16 @@ static void *garbage_server(void *p) {
 }
 
 TEST(not_a_wds_server) {
-  wds__rdv_listener l;
+  tr_rdv_listener l;
   wds__err e;
-  ASSERT_EQ_INT(wds__rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
+  ASSERT_EQ_INT(tr_rdv_listen("127.0.0.1", 0, &l, &e), WDS_OK);
   pthread_t ts;
   pthread_create(&ts, NULL, garbage_server, &l);
   static client_arg c;
   client_init(&c, "127.0.0.1", l.port, 1, 2, 5000);
   client_main(&c);
   pthread_join(ts, NULL);
-  wds__rdv_close(&l);
+  tr_rdv_close(&l);
   printf("  %s\n", c.e.msg);
   ASSERT_EQ_INT(c.rc, WDS_ERR_IO);
   ASSERT_CONTAINS(c.e.msg, "not a wds rendezvous server");
@@ -641,13 +641,13 @@ static const char *env_lookup(const char *name, void *ctx) {
   return NULL;
 }
 
-static int resolve(wds__rdv_config *c, wds__err *e, const char *const *vars) {
+static int resolve(tr_rdv_config *c, wds__err *e, const char *const *vars) {
   env en = {vars};
-  return wds__rdv_resolve(c, env_lookup, &en, e);
+  return tr_rdv_resolve(c, env_lookup, &en, e);
 }
 
 TEST(env_single_node_default) {
-  wds__rdv_config c = WDS__RDV_CONFIG_INIT;
+  tr_rdv_config c = TR_RDV_CONFIG_INIT;
   wds__err e;
   const char *vars[] = {NULL};
   ASSERT_EQ_INT(resolve(&c, &e, vars), WDS_OK);
@@ -661,7 +661,7 @@ TEST(env_single_node_default) {
 }
 
 TEST(env_nnodes) {
-  wds__rdv_config c = WDS__RDV_CONFIG_INIT;
+  tr_rdv_config c = TR_RDV_CONFIG_INIT;
   wds__err e;
   const char *vars[] = {
       "MASTER_ADDR=10.0.0.1", "MASTER_PORT=1234", "NNODES=4", "NODE_RANK=2",
@@ -677,7 +677,7 @@ TEST(env_nnodes) {
 }
 
 TEST(env_slurm) {
-  wds__rdv_config c = WDS__RDV_CONFIG_INIT;
+  tr_rdv_config c = TR_RDV_CONFIG_INIT;
   wds__err e;
   const char *vars[] = {"MASTER_ADDR=node001", "SLURM_NNODES=3",
                         "SLURM_NODEID=1", NULL};
@@ -688,7 +688,7 @@ TEST(env_slurm) {
   ASSERT_STREQ(c.source, "SLURM_NNODES, SLURM_NODEID");
 
   /* SLURM without MASTER_ADDR: an error that says what to set. */
-  wds__rdv_config c2 = WDS__RDV_CONFIG_INIT;
+  tr_rdv_config c2 = TR_RDV_CONFIG_INIT;
   const char *vars2[] = {"SLURM_NNODES=3", "SLURM_NODEID=1", NULL};
   ASSERT_EQ_INT(resolve(&c2, &e, vars2), WDS_ERR_INVALID);
   ASSERT_CONTAINS(e.msg, "MASTER_ADDR is not set");
@@ -696,7 +696,7 @@ TEST(env_slurm) {
 }
 
 TEST(env_explicit_wins) {
-  wds__rdv_config c = WDS__RDV_CONFIG_INIT;
+  tr_rdv_config c = TR_RDV_CONFIG_INIT;
   wds__err e;
   snprintf(c.master_addr, sizeof c.master_addr, "head");
   c.master_port = 4000;
@@ -713,7 +713,7 @@ TEST(env_explicit_wins) {
 }
 
 TEST(env_torchrun) {
-  wds__rdv_config c = WDS__RDV_CONFIG_INIT;
+  tr_rdv_config c = TR_RDV_CONFIG_INIT;
   wds__err e;
   const char *vars[] = {
       "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29400",  "RANK=5",    "WORLD_SIZE=8",
@@ -731,7 +731,7 @@ TEST(env_torchrun) {
   ASSERT_EQ_INT(c.master_port, 29401); /* torchrun's store has 29400 */
 
   /* Single node, LOCAL_WORLD_SIZE missing: defaults to WORLD_SIZE. */
-  wds__rdv_config c2 = WDS__RDV_CONFIG_INIT;
+  tr_rdv_config c2 = TR_RDV_CONFIG_INIT;
   const char *vars2[] = {"MASTER_ADDR=127.0.0.1", "RANK=0", "WORLD_SIZE=2",
                          "LOCAL_RANK=0", NULL};
   ASSERT_EQ_INT(resolve(&c2, &e, vars2), WDS_OK);
@@ -740,7 +740,7 @@ TEST(env_torchrun) {
   ASSERT_EQ_INT(c2.master_port, 29501);
 
   /* An explicit port is used as given. */
-  wds__rdv_config c3 = WDS__RDV_CONFIG_INIT;
+  tr_rdv_config c3 = TR_RDV_CONFIG_INIT;
   c3.master_port = 7000;
   ASSERT_EQ_INT(resolve(&c3, &e, vars2), WDS_OK);
   ASSERT_EQ_INT(c3.master_port, 7000);
@@ -790,7 +790,7 @@ TEST(env_errors_name_variable_and_value) {
       {{"NODE_RANK=1", NULL}, -1, {"NODE_RANK=1 but no node count", "NNODES"}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    wds__rdv_config c = WDS__RDV_CONFIG_INIT;
+    tr_rdv_config c = TR_RDV_CONFIG_INIT;
     c.nodes = cases[i].nodes;
     wds__err e;
     e.msg[0] = '\0';
@@ -811,9 +811,9 @@ TEST(env_getenv) {
   unsetenv("WORLD_SIZE");
   unsetenv("LOCAL_RANK");
   unsetenv("MASTER_PORT");
-  wds__rdv_config c = WDS__RDV_CONFIG_INIT;
+  tr_rdv_config c = TR_RDV_CONFIG_INIT;
   wds__err e;
-  int rc = wds__rdv_env(&c, &e);
+  int rc = tr_rdv_env(&c, &e);
   unsetenv("MASTER_ADDR");
   unsetenv("NNODES");
   unsetenv("NODE_RANK");
@@ -866,22 +866,22 @@ static void *keep_client(void *p) {
   keep_arg *a = p;
   unsigned char blob[16];
   size_t n = 0;
-  a->rc = wds__rdv_fetch_keep("127.0.0.1", a->port, a->rank, 3, blob,
-                              sizeof blob, &n, 5000, &a->fd, &a->e);
+  a->rc = tr_rdv_fetch_keep("127.0.0.1", a->port, a->rank, 3, blob, sizeof blob,
+                            &n, 5000, &a->fd, &a->e);
   return NULL;
 }
 
 /* Three processes (threads here): the rendezvous with kept sockets, then a
  * link each; node 0 relays. */
-static int make_job(wds__rdv_link *k[3], hit h[3]) {
-  wds__rdv_listener l;
+static int make_job(tr_rdv_link *k[3], hit h[3]) {
+  tr_rdv_listener l;
   wds__err e;
   for (int i = 0; i < 3; i++) {
     memset(&h[i], 0, sizeof h[i]);
     pthread_mutex_init(&h[i].mu, NULL);
     pthread_cond_init(&h[i].cv, NULL);
   }
-  if (wds__rdv_listen("127.0.0.1", 0, &l, &e) != WDS_OK)
+  if (tr_rdv_listen("127.0.0.1", 0, &l, &e) != WDS_OK)
     return -1;
   keep_arg c[2];
   pthread_t t[2];
@@ -892,17 +892,17 @@ static int make_job(wds__rdv_link *k[3], hit h[3]) {
     pthread_create(&t[i], NULL, keep_client, &c[i]);
   }
   int fds[2];
-  int rc = wds__rdv_serve_keep(&l, "id", 2, 2, 5000, fds, &e);
+  int rc = tr_rdv_serve_keep(&l, "id", 2, 2, 5000, fds, &e);
   for (int i = 0; i < 2; i++)
     pthread_join(t[i], NULL);
-  wds__rdv_close(&l);
+  tr_rdv_close(&l);
   if (rc != WDS_OK || c[0].rc != WDS_OK || c[1].rc != WDS_OK)
     return -1;
   if (fds[0] < 0 || fds[1] < 0 || c[0].fd < 0 || c[1].fd < 0)
     return -1;
-  if (wds__rdv_link_start(fds, 2, 1, 1, on_abort, &h[0], &k[0], &e) ||
-      wds__rdv_link_start(&c[0].fd, 1, 0, 0, on_abort, &h[1], &k[1], &e) ||
-      wds__rdv_link_start(&c[1].fd, 1, 0, 0, on_abort, &h[2], &k[2], &e))
+  if (tr_rdv_link_start(fds, 2, 1, 1, on_abort, &h[0], &k[0], &e) ||
+      tr_rdv_link_start(&c[0].fd, 1, 0, 0, on_abort, &h[1], &k[1], &e) ||
+      tr_rdv_link_start(&c[1].fd, 1, 0, 0, on_abort, &h[2], &k[2], &e))
     return -1;
   return 0;
 }
@@ -916,19 +916,19 @@ static void free_hits(hit h[3]) {
 
 TEST(links_goodbye_is_not_a_failure) {
   for (int order = 0; order < 2; order++) {
-    wds__rdv_link *k[3];
+    tr_rdv_link *k[3];
     hit h[3];
     ASSERT_EQ_INT(make_job(k, h), 0);
     if (order == 0) { /* the clients end first, then node 0 */
-      wds__rdv_link_finish(k[1], 1);
-      wds__rdv_link_finish(k[2], 1);
+      tr_rdv_link_finish(k[1], 1);
+      tr_rdv_link_finish(k[2], 1);
       sleep_ms(100);
-      wds__rdv_link_finish(k[0], 1);
+      tr_rdv_link_finish(k[0], 1);
     } else { /* node 0 first */
-      wds__rdv_link_finish(k[0], 1);
+      tr_rdv_link_finish(k[0], 1);
       sleep_ms(100);
-      wds__rdv_link_finish(k[1], 1);
-      wds__rdv_link_finish(k[2], 1);
+      tr_rdv_link_finish(k[1], 1);
+      tr_rdv_link_finish(k[2], 1);
     }
     for (int i = 0; i < 3; i++)
       ASSERT_EQ_INT(h[i].hits, 0);
@@ -937,11 +937,11 @@ TEST(links_goodbye_is_not_a_failure) {
 }
 
 TEST(links_a_failure_reaches_every_process) {
-  wds__rdv_link *k[3];
+  tr_rdv_link *k[3];
   hit h[3];
   ASSERT_EQ_INT(make_job(k, h), 0);
-  wds__rdv_link_abort(k[1]); /* process 1 failed */
-  wds__rdv_link_abort(k[1]); /* once only */
+  tr_rdv_link_abort(k[1]); /* process 1 failed */
+  tr_rdv_link_abort(k[1]); /* once only */
   ASSERT_EQ_INT(hits_within(&h[0], 5000), 1);
   ASSERT_EQ_INT(hits_within(&h[2], 5000), 1); /* relayed by node 0 */
   ASSERT_CONTAINS(h[0].why, "process 1 failed");
@@ -949,31 +949,31 @@ TEST(links_a_failure_reaches_every_process) {
   sleep_ms(50);
   ASSERT_EQ_INT(h[1].hits, 0); /* no echo back */
   for (int i = 0; i < 3; i++)
-    wds__rdv_link_finish(k[i], 0);
+    tr_rdv_link_finish(k[i], 0);
   ASSERT_EQ_INT(h[0].hits + h[1].hits + h[2].hits, 2);
   free_hits(h);
 }
 
 TEST(links_a_lost_process_reaches_every_process) {
   /* Process 2 ends without a goodbye (crashed, killed). */
-  wds__rdv_link *k[3];
+  tr_rdv_link *k[3];
   hit h[3];
   ASSERT_EQ_INT(make_job(k, h), 0);
-  wds__rdv_link_finish(k[2], 0);
+  tr_rdv_link_finish(k[2], 0);
   ASSERT_EQ_INT(hits_within(&h[0], 5000), 1);
   ASSERT_CONTAINS(h[0].why, "process 2 exited or lost its connection");
   ASSERT_EQ_INT(hits_within(&h[1], 5000), 1);
-  wds__rdv_link_finish(k[0], 0);
-  wds__rdv_link_finish(k[1], 0);
+  tr_rdv_link_finish(k[0], 0);
+  tr_rdv_link_finish(k[1], 0);
   free_hits(h);
   /* Node 0 lost: both others learn it. */
   ASSERT_EQ_INT(make_job(k, h), 0);
-  wds__rdv_link_finish(k[0], 0);
+  tr_rdv_link_finish(k[0], 0);
   ASSERT_EQ_INT(hits_within(&h[1], 5000), 1);
   ASSERT_EQ_INT(hits_within(&h[2], 5000), 1);
   ASSERT_CONTAINS(h[1].why, "process 0 exited or lost its connection");
-  wds__rdv_link_finish(k[1], 0);
-  wds__rdv_link_finish(k[2], 0);
+  tr_rdv_link_finish(k[1], 0);
+  tr_rdv_link_finish(k[2], 0);
   free_hits(h);
 }
 

@@ -31,13 +31,13 @@
  * group's abort flag, and has a deadline (--collective-timeout; init has
  * --rdv-timeout). The abort flag is also set by the job's links (the
  * rendezvous sockets, kept open: rendezvous.h) when another process fails
- * or is lost, so that reaches every process at once. A failure of another local rank (the abort flag), a
- * network error NCCL reports, or a peer process that failed or hangs (NCCL
- * does not tell the others when a process on the same node dies or aborts:
- * the deadline) ends the wait with a message naming the rank and the call,
- * and the communicator is aborted (ncclCommAbort), not left hanging. Copies
- * to pageable host memory, which block inside the driver, are made only
- * after a polled wait for everything before them. */
+ * or is lost, so that reaches every process at once. A failure of another local
+ * rank (the abort flag), a network error NCCL reports, or a peer process that
+ * failed or hangs (NCCL does not tell the others when a process on the same
+ * node dies or aborts: the deadline) ends the wait with a message naming the
+ * rank and the call, and the communicator is aborted (ncclCommAbort), not left
+ * hanging. Copies to pageable host memory, which block inside the driver, are
+ * made only after a polled wait for everything before them. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -62,8 +62,8 @@ struct tr_group {
   tr_group_config c;
   tr_barrier barrier;
   ncclUniqueId id;
-  wds__rdv_link *link; /* to the other processes (NULL: one process) */
-  int aborted;         /* __atomic */
+  tr_rdv_link *link; /* to the other processes (NULL: one process) */
+  int aborted;       /* __atomic */
   pthread_mutex_t why_mu;
   char why[192]; /* set when another process failed */
 };
@@ -477,18 +477,18 @@ static int cuda_group_create(const tr_group_config *c, tr_group **out,
     }
     if (c->procs > 1) {
       wds__err e;
-      wds__rdv_listener l;
+      tr_rdv_listener l;
       int *fds = (int *)calloc((size_t)c->procs, sizeof *fds);
-      int rc = fds ? wds__rdv_listen(NULL, c->master_port, &l, &e)
+      int rc = fds ? tr_rdv_listen(NULL, c->master_port, &l, &e)
                    : wds__fail(&e, WDS_ERR_NOMEM, "out of memory");
       if (rc == WDS_OK) {
-        rc = wds__rdv_serve_keep(&l, &g->id, sizeof g->id, c->procs - 1,
-                                 c->rdv_timeout_ms, fds, &e);
-        wds__rdv_close(&l);
+        rc = tr_rdv_serve_keep(&l, &g->id, sizeof g->id, c->procs - 1,
+                               c->rdv_timeout_ms, fds, &e);
+        tr_rdv_close(&l);
       }
       if (rc == WDS_OK)
-        rc = wds__rdv_link_start(fds, c->procs - 1, 1, 1, link_aborted, g,
-                                 &g->link, &e);
+        rc = tr_rdv_link_start(fds, c->procs - 1, 1, 1, link_aborted, g,
+                               &g->link, &e);
       free(fds);
       if (rc != WDS_OK) {
         snprintf(err, err_size, "rendezvous (serving the NCCL id): %s", e.msg);
@@ -499,9 +499,9 @@ static int cuda_group_create(const tr_group_config *c, tr_group **out,
     wds__err e;
     size_t got = 0;
     int fd = -1;
-    if (wds__rdv_fetch_keep(c->master_addr, c->master_port, c->proc_rank,
-                            c->procs, &g->id, sizeof g->id, &got,
-                            c->rdv_timeout_ms, &fd, &e) != WDS_OK) {
+    if (tr_rdv_fetch_keep(c->master_addr, c->master_port, c->proc_rank,
+                          c->procs, &g->id, sizeof g->id, &got,
+                          c->rdv_timeout_ms, &fd, &e) != WDS_OK) {
       snprintf(err, err_size, "rendezvous (fetching the NCCL id): %s", e.msg);
       goto fail;
     }
@@ -513,7 +513,7 @@ static int cuda_group_create(const tr_group_config *c, tr_group **out,
                c->master_addr, c->master_port, got, sizeof g->id);
       goto fail;
     }
-    if (wds__rdv_link_start(&fd, 1, 0, 0, link_aborted, g, &g->link, &e) !=
+    if (tr_rdv_link_start(&fd, 1, 0, 0, link_aborted, g, &g->link, &e) !=
         WDS_OK) {
       snprintf(err, err_size, "rendezvous: %s", e.msg);
       goto fail;
@@ -531,13 +531,13 @@ fail:
 static void cuda_group_abort(tr_group *g) {
   __atomic_store_n(&g->aborted, 1, __ATOMIC_RELEASE);
   tr_barrier_abort(&g->barrier);
-  wds__rdv_link_abort(g->link); /* tell the other processes */
+  tr_rdv_link_abort(g->link); /* tell the other processes */
 }
 
 static void cuda_group_destroy(tr_group *g) {
   if (!g)
     return;
-  wds__rdv_link_finish(g->link, !aborted(g));
+  tr_rdv_link_finish(g->link, !aborted(g));
   tr_barrier_destroy(&g->barrier);
   pthread_mutex_destroy(&g->why_mu);
   free(g);

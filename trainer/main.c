@@ -111,9 +111,18 @@ static int parse_size(const char *s, uint64_t *out) {
   memcpy(digits, s, n + 1);
   int shift = 0;
   switch (digits[n - 1]) {
-  case 'K': case 'k': shift = 10; break;
-  case 'M': case 'm': shift = 20; break;
-  case 'G': case 'g': shift = 30; break;
+  case 'K':
+  case 'k':
+    shift = 10;
+    break;
+  case 'M':
+  case 'm':
+    shift = 20;
+    break;
+  case 'G':
+  case 'g':
+    shift = 30;
+    break;
   }
   if (shift)
     digits[n - 1] = '\0';
@@ -162,12 +171,47 @@ static int parse_hidden(const char *s, tr_options *o) {
 }
 
 enum {
-  O_TRAIN = 256, O_EVAL, O_INDEX, O_IMAGE_SIZE, O_CHANNELS, O_CROP, O_MODE,
-  O_SPE, O_LAST, O_SHUF, O_WORKERS, O_HIDDEN, O_CLASSES, O_LR, O_MOM, O_WD,
-  O_WARMUP, O_SEED, O_BATCH, O_EPOCHS, O_STEPS, O_STOP, O_DEVICE, O_RANKS,
-  O_GPUS, O_NODES, O_NODE_RANK, O_CKPT, O_CKPT_EVERY, O_RESUME, O_LOG_EVERY,
-  O_LOG_SUMS, O_JSON, O_MASTER_ADDR, O_MASTER_PORT, O_RDV_TIMEOUT,
-  O_COLL_TIMEOUT, O_PRECISION, O_READ_TIMEOUT, O_MAX_WINDOW, O_HELP
+  O_TRAIN = 256,
+  O_EVAL,
+  O_INDEX,
+  O_IMAGE_SIZE,
+  O_CHANNELS,
+  O_CROP,
+  O_MODE,
+  O_SPE,
+  O_LAST,
+  O_SHUF,
+  O_WORKERS,
+  O_HIDDEN,
+  O_CLASSES,
+  O_LR,
+  O_MOM,
+  O_WD,
+  O_WARMUP,
+  O_SEED,
+  O_BATCH,
+  O_EPOCHS,
+  O_STEPS,
+  O_STOP,
+  O_DEVICE,
+  O_RANKS,
+  O_GPUS,
+  O_NODES,
+  O_NODE_RANK,
+  O_CKPT,
+  O_CKPT_EVERY,
+  O_RESUME,
+  O_LOG_EVERY,
+  O_LOG_SUMS,
+  O_JSON,
+  O_MASTER_ADDR,
+  O_MASTER_PORT,
+  O_RDV_TIMEOUT,
+  O_COLL_TIMEOUT,
+  O_PRECISION,
+  O_READ_TIMEOUT,
+  O_MAX_WINDOW,
+  O_HELP
 };
 
 static const struct option long_opts[] = {
@@ -251,38 +295,58 @@ int main(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
     const char *a = optarg;
     switch (c) {
-    case O_TRAIN: o.train_spec = a; break;
-    case O_EVAL: o.eval_spec = a; break;
-    case O_INDEX: o.train_index = a; break;
+    case O_TRAIN:
+      o.train_spec = a;
+      break;
+    case O_EVAL:
+      o.eval_spec = a;
+      break;
+    case O_INDEX:
+      o.train_index = a;
+      break;
     case O_IMAGE_SIZE:
       if (parse_int(a, 1, 4096, &o.image_size) != 0)
         return usage_error("--image-size: bad value '%s' (1..4096)", a);
       break;
     case O_CHANNELS:
-      if (strcmp(a, "1") == 0) o.channels = 1;
-      else if (strcmp(a, "3") == 0) o.channels = 3;
-      else return usage_error("--channels: '%s' (1 or 3)", a);
+      if (strcmp(a, "1") == 0)
+        o.channels = 1;
+      else if (strcmp(a, "3") == 0)
+        o.channels = 3;
+      else
+        return usage_error("--channels: '%s' (1 or 3)", a);
       break;
     case O_CROP:
-      if (strcmp(a, "center") == 0) o.crop = WDS_CROP_CENTER;
-      else if (strcmp(a, "random") == 0) o.crop = WDS_CROP_RANDOM;
-      else return usage_error("--crop: '%s' (center or random)", a);
+      if (strcmp(a, "center") == 0)
+        o.crop = WDS_CROP_CENTER;
+      else if (strcmp(a, "random") == 0)
+        o.crop = WDS_CROP_RANDOM;
+      else
+        return usage_error("--crop: '%s' (center or random)", a);
       break;
     case O_MODE:
-      if (strcmp(a, "exact") == 0) o.mode = WDS_MODE_EXACT;
-      else if (strcmp(a, "resampled") == 0) o.mode = WDS_MODE_RESAMPLED;
-      else return usage_error("--mode: '%s' (exact or resampled; plain mode "
-                              "gives ranks unequal steps)", a);
+      if (strcmp(a, "exact") == 0)
+        o.mode = WDS_MODE_EXACT;
+      else if (strcmp(a, "resampled") == 0)
+        o.mode = WDS_MODE_RESAMPLED;
+      else
+        return usage_error("--mode: '%s' (exact or resampled; plain mode "
+                           "gives ranks unequal steps)",
+                           a);
       break;
     case O_SPE:
       if (parse_u64(a, &o.samples_per_epoch) != 0 || !o.samples_per_epoch)
         return usage_error("--samples-per-epoch: bad value '%s'", a);
       break;
     case O_LAST:
-      if (strcmp(a, "keep") == 0) o.last_batch = WDS_LAST_KEEP;
-      else if (strcmp(a, "drop") == 0) o.last_batch = WDS_LAST_DROP;
-      else if (strcmp(a, "pad") == 0) o.last_batch = WDS_LAST_PAD;
-      else return usage_error("--last-batch: '%s' (keep, drop or pad)", a);
+      if (strcmp(a, "keep") == 0)
+        o.last_batch = WDS_LAST_KEEP;
+      else if (strcmp(a, "drop") == 0)
+        o.last_batch = WDS_LAST_DROP;
+      else if (strcmp(a, "pad") == 0)
+        o.last_batch = WDS_LAST_PAD;
+      else
+        return usage_error("--last-batch: '%s' (keep, drop or pad)", a);
       break;
     case O_SHUF:
       if (parse_u64(a, &u) != 0)
@@ -361,18 +425,26 @@ int main(int argc, char **argv) {
       if (parse_int(a, 0, 1 << 20, &node_rank) != 0)
         return usage_error("--node-rank: bad value '%s'", a);
       break;
-    case O_CKPT: o.checkpoint_path = a; break;
+    case O_CKPT:
+      o.checkpoint_path = a;
+      break;
     case O_CKPT_EVERY:
       if (parse_u64(a, &o.checkpoint_every) != 0)
         return usage_error("--checkpoint-every: bad value '%s'", a);
       break;
-    case O_RESUME: o.resume_path = a; break;
+    case O_RESUME:
+      o.resume_path = a;
+      break;
     case O_LOG_EVERY:
       if (parse_u64(a, &o.log_every) != 0)
         return usage_error("--log-every: bad value '%s'", a);
       break;
-    case O_LOG_SUMS: o.log_checksums = 1; break;
-    case O_JSON: o.json_path = a; break;
+    case O_LOG_SUMS:
+      o.log_checksums = 1;
+      break;
+    case O_JSON:
+      o.json_path = a;
+      break;
     case O_MASTER_ADDR:
       if (!*a || strlen(a) >= 256)
         return usage_error("--master-addr: bad address '%s'", a);
@@ -389,28 +461,37 @@ int main(int argc, char **argv) {
       break;
     case O_COLL_TIMEOUT:
       if (parse_double(a, &d) != 0 || d <= 0 || d > 86400)
-        return usage_error("--collective-timeout: bad value '%s' (seconds)",
-                           a);
+        return usage_error("--collective-timeout: bad value '%s' (seconds)", a);
       o.collective_timeout_ms = (int)(d * 1000.0 + 0.5);
       break;
     case O_READ_TIMEOUT:
       if (parse_double(a, &d) != 0 || d > 86400.0 * 24)
         return usage_error("--read-timeout: bad value '%s' (seconds; 0: "
-                           "wait forever)", a);
-      o.read_timeout_ms = d == 0 ? -1 : d * 1000 < 1 ? 1 : (int)(d * 1000 + 0.5);
+                           "wait forever)",
+                           a);
+      o.read_timeout_ms = d == 0         ? -1
+                          : d * 1000 < 1 ? 1
+                                         : (int)(d * 1000 + 0.5);
       break;
     case O_MAX_WINDOW:
       if (parse_size(a, &o.max_window_bytes) != 0)
         return usage_error("--max-window: bad size '%s' (bytes, K, M or G "
-                           "suffixes: 2G for zstd --long=31)", a);
+                           "suffixes: 2G for zstd --long=31)",
+                           a);
       break;
     case O_PRECISION:
-      if (strcmp(a, "auto") == 0) o.precision = TR_PRECISION_AUTO;
-      else if (strcmp(a, "tf32") == 0) o.precision = TR_PRECISION_TF32;
-      else if (strcmp(a, "fp32") == 0) o.precision = TR_PRECISION_FP32;
-      else return usage_error("--precision: '%s' (auto, tf32 or fp32)", a);
+      if (strcmp(a, "auto") == 0)
+        o.precision = TR_PRECISION_AUTO;
+      else if (strcmp(a, "tf32") == 0)
+        o.precision = TR_PRECISION_TF32;
+      else if (strcmp(a, "fp32") == 0)
+        o.precision = TR_PRECISION_FP32;
+      else
+        return usage_error("--precision: '%s' (auto, tf32 or fp32)", a);
       break;
-    case O_HELP: fputs(usage_text, stdout); return 0;
+    case O_HELP:
+      fputs(usage_text, stdout);
+      return 0;
     default:
       return usage_error("unknown option or missing value: %s",
                          argv[optind - 1]);
@@ -428,14 +509,14 @@ int main(int argc, char **argv) {
     return usage_error("%s", "--stop-after needs --checkpoint PATH");
   /* Topology: flags, then the environment (NNODES/NODE_RANK, SLURM_*, or
    * torchrun's RANK/WORLD_SIZE/LOCAL_RANK), then a single process. */
-  wds__rdv_config topo = WDS__RDV_CONFIG_INIT;
+  tr_rdv_config topo = TR_RDV_CONFIG_INIT;
   if (master_addr)
     snprintf(topo.master_addr, sizeof topo.master_addr, "%s", master_addr);
   topo.master_port = master_port;
   topo.nodes = nodes;
   topo.node_rank = node_rank;
   wds__err terr;
-  if (wds__rdv_env(&topo, &terr) != WDS_OK) {
+  if (tr_rdv_env(&topo, &terr) != WDS_OK) {
     fprintf(stderr, "wds-train: %s\n", terr.msg);
     return 2;
   }
@@ -481,8 +562,10 @@ int main(int argc, char **argv) {
   if (o.backend != &tr_backend_cpu) {
     if (topo.per_process) {
       if (gpus > 1) {
-        fprintf(stderr, "wds-train: --gpus %d: under torchrun each process "
-                        "drives one GPU (LOCAL_RANK)\n", gpus);
+        fprintf(stderr,
+                "wds-train: --gpus %d: under torchrun each process "
+                "drives one GPU (LOCAL_RANK)\n",
+                gpus);
         return 2;
       }
       if (o.first_device >= visible) {

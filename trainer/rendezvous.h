@@ -1,26 +1,30 @@
 /* rendezvous.h — topology from flags and environment, and the TCP exchange
- * of one small blob (the NCCL unique id) from rank 0 to the other processes.
- * Internal to wds.
+ * of one small blob from rank 0 to the other processes, whose connections
+ * stay open as the job's links. Internal to wds-train.
+ *
+ * Files: rdv_topology.c (flags and environment), rdv_serve.c (process 0),
+ * rdv_fetch.c (the others), rdv_link.c (the links), rdv_net.{h,c} (what
+ * they share: deadlines, socket reads and writes).
  *
  * Rank 0 listens and serves; every other process fetches:
  *
- *   rank 0:  wds__rdv_listen(NULL, port, &l, &e);
- *            wds__rdv_serve_on(&l, id, sizeof id, nodes - 1, timeout_ms, &e);
- *            wds__rdv_close(&l);          (or wds__rdv_serve() for all three)
- *   others:  wds__rdv_fetch(addr, port, node_rank, nodes, id, sizeof id,
+ *   rank 0:  tr_rdv_listen(NULL, port, &l, &e);
+ *            tr_rdv_serve_on(&l, id, sizeof id, nodes - 1, timeout_ms, &e);
+ *            tr_rdv_close(&l);          (or tr_rdv_serve() for all three)
+ *   others:  tr_rdv_fetch(addr, port, node_rank, nodes, id, sizeof id,
  *                           &size, timeout_ms, &e);
  *
- * The blob is opaque (at most WDS__RDV_MAX_BLOB bytes). Nothing here prints;
+ * The blob is opaque (at most TR_RDV_MAX_BLOB bytes). Nothing here prints;
  * failures return WDS_ERR_INVALID (bad arguments or configuration) or
  * WDS_ERR_IO (network, protocol, timeout: the message then says "timed out"
  * or "no answer after") with the message in the wds__err.
  *
  * Wire protocol (integers big-endian):
  *   hello, client -> server (16 bytes):
- *     u32 magic WDS__RDV_MAGIC, u16 version WDS__RDV_VERSION, u16 0,
+ *     u32 magic TR_RDV_MAGIC, u16 version TR_RDV_VERSION, u16 0,
  *     u32 node rank (1 .. nodes-1), u32 nodes
  *   reply, server -> client (12 bytes, then the blob when status is 0):
- *     u32 magic, u16 version, u16 status (WDS__RDV_OK or a WDS__RDV_REJECT_*),
+ *     u32 magic, u16 version, u16 status (TR_RDV_OK or a TR_RDV_REJECT_*),
  *     u32 blob size
  * The server answers only once every expected client has sent a valid hello,
  * so either all of them get the blob or none does. */
@@ -31,37 +35,37 @@
 
 #include "base/err.h"
 
-#define WDS__RDV_MAGIC 0x57445352u /* "WDSR" */
-#define WDS__RDV_VERSION 1
-#define WDS__RDV_HELLO_BYTES 16
-#define WDS__RDV_REPLY_BYTES 12
-#define WDS__RDV_MAX_BLOB 4096
-#define WDS__RDV_DEFAULT_PORT 29500
+#define TR_RDV_MAGIC 0x57445352u /* "WDSR" */
+#define TR_RDV_VERSION 1
+#define TR_RDV_HELLO_BYTES 16
+#define TR_RDV_REPLY_BYTES 12
+#define TR_RDV_MAX_BLOB 4096
+#define TR_RDV_DEFAULT_PORT 29500
 
 /* Reply status codes (the reason a server turned a client away). */
 enum {
-  WDS__RDV_OK = 0,
-  WDS__RDV_REJECT_VERSION = 1,   /* protocol version differs */
-  WDS__RDV_REJECT_RANK = 2,      /* node rank out of range */
-  WDS__RDV_REJECT_DUPLICATE = 3, /* node rank already taken */
-  WDS__RDV_REJECT_NODES = 4,     /* node count differs from the server's */
-  WDS__RDV_REJECT_ABORT = 5      /* the server failed for another reason */
+  TR_RDV_OK = 0,
+  TR_RDV_REJECT_VERSION = 1,   /* protocol version differs */
+  TR_RDV_REJECT_RANK = 2,      /* node rank out of range */
+  TR_RDV_REJECT_DUPLICATE = 3, /* node rank already taken */
+  TR_RDV_REJECT_NODES = 4,     /* node count differs from the server's */
+  TR_RDV_REJECT_ABORT = 5      /* the server failed for another reason */
 };
 
 /* A listening socket (rank 0). port is the bound port: the one asked for,
  * or the one the kernel chose when 0 was asked for. */
-typedef struct wds__rdv_listener {
+typedef struct tr_rdv_listener {
   int fd;
   int port;
   char addr[80]; /* the bound address as text, for messages */
-} wds__rdv_listener;
+} tr_rdv_listener;
 
 /* Listens on bind_addr:port (SO_REUSEADDR). bind_addr NULL or "" is every
  * interface (IPv6 and IPv4 when the host has IPv6, else IPv4); otherwise a
  * name or numeric address resolved with getaddrinfo. port 0 picks a free
  * port (tests). On failure l->fd is -1. */
-int wds__rdv_listen(const char *bind_addr, int port, wds__rdv_listener *l,
-                    wds__err *e);
+int tr_rdv_listen(const char *bind_addr, int port, tr_rdv_listener *l,
+                  wds__err *e);
 
 /* Accepts exactly `clients` clients (node ranks 1..clients, node count
  * clients + 1), checks their hellos, then sends blob[0..size) to every one
@@ -72,15 +76,15 @@ int wds__rdv_listen(const char *bind_addr, int port, wds__rdv_listener *l,
  * many nodes arrived. Connections that close before sending a hello are
  * dropped, and a client that leaves after its hello frees its node rank (it
  * may come back). clients 0 returns at once. The listener stays open. */
-int wds__rdv_serve_on(wds__rdv_listener *l, const void *blob, size_t size,
-                      int clients, int timeout_ms, wds__err *e);
+int tr_rdv_serve_on(tr_rdv_listener *l, const void *blob, size_t size,
+                    int clients, int timeout_ms, wds__err *e);
 
 /* Closes the listener (fd -1 is a no-op). */
-void wds__rdv_close(wds__rdv_listener *l);
+void tr_rdv_close(tr_rdv_listener *l);
 
 /* listen + serve_on + close. */
-int wds__rdv_serve(const char *bind_addr, int port, const void *blob,
-                   size_t size, int clients, int timeout_ms, wds__err *e);
+int tr_rdv_serve(const char *bind_addr, int port, const void *blob, size_t size,
+                 int clients, int timeout_ms, wds__err *e);
 
 /* Connects to addr:port (a name or an IPv4/IPv6 address), retrying while
  * the server is not up yet (connection refused, timed out, unreachable:
@@ -89,18 +93,18 @@ int wds__rdv_serve(const char *bind_addr, int port, const void *blob,
  * blob[0..cap), its length into *size. Every read and write is bounded by
  * the same deadline. On expiry the message names the address, the port, the
  * last connection error and the number of attempts. */
-int wds__rdv_fetch(const char *addr, int port, int node_rank, int nodes,
-                   void *blob, size_t cap, size_t *size, int timeout_ms,
-                   wds__err *e);
+int tr_rdv_fetch(const char *addr, int port, int node_rank, int nodes,
+                 void *blob, size_t cap, size_t *size, int timeout_ms,
+                 wds__err *e);
 
 /* As serve_on / fetch, but the connections stay open as the job's links
  * (below): fds[i] is node rank i + 1's socket (clients entries); *fd the
  * socket to node 0. On failure nothing stays open. */
-int wds__rdv_serve_keep(wds__rdv_listener *l, const void *blob, size_t size,
-                        int clients, int timeout_ms, int *fds, wds__err *e);
-int wds__rdv_fetch_keep(const char *addr, int port, int node_rank, int nodes,
-                        void *blob, size_t cap, size_t *size, int timeout_ms,
-                        int *fd, wds__err *e);
+int tr_rdv_serve_keep(tr_rdv_listener *l, const void *blob, size_t size,
+                      int clients, int timeout_ms, int *fds, wds__err *e);
+int tr_rdv_fetch_keep(const char *addr, int port, int node_rank, int nodes,
+                      void *blob, size_t cap, size_t *size, int timeout_ms,
+                      int *fd, wds__err *e);
 
 /* The job's links: after the rendezvous, node 0 keeps a socket to every
  * other process and each keeps its socket to node 0, watched by a thread.
@@ -111,21 +115,21 @@ int wds__rdv_fetch_keep(const char *addr, int port, int node_rank, int nodes,
  * the failure on to every other process. So a failure anywhere reaches
  * every process at once, which NCCL does not promise (a process on the same
  * node that dies is not noticed by its peers' kernels). */
-typedef struct wds__rdv_link wds__rdv_link;
+typedef struct tr_rdv_link tr_rdv_link;
 
 /* Takes ownership of fds[0..n) (closed on failure too); first_peer names
  * fds[0]'s process in messages ("process N"). */
-int wds__rdv_link_start(int *fds, int n, int relay, int first_peer,
-                        void (*on_abort)(void *ctx, const char *why), void *ctx,
-                        wds__rdv_link **out, wds__err *e);
+int tr_rdv_link_start(int *fds, int n, int relay, int first_peer,
+                      void (*on_abort)(void *ctx, const char *why), void *ctx,
+                      tr_rdv_link **out, wds__err *e);
 /* Tells the other processes this one failed (once; a no-op after an abort
  * came in). Thread-safe. */
-void wds__rdv_link_abort(wds__rdv_link *k);
+void tr_rdv_link_abort(tr_rdv_link *k);
 /* Says goodbye when ok (and nothing was aborted), stops the thread, closes
  * the sockets, frees. NULL is a no-op. */
-void wds__rdv_link_finish(wds__rdv_link *k, int ok);
+void tr_rdv_link_finish(tr_rdv_link *k, int ok);
 
-/* Topology of the job. Before wds__rdv_resolve(): explicit values (from
+/* Topology of the job. Before tr_rdv_resolve(): explicit values (from
  * command-line flags) or "unset" ("" for master_addr, -1 for the integers);
  * explicit values win over the environment. After: every field set.
  *
@@ -141,7 +145,7 @@ void wds__rdv_link_finish(wds__rdv_link *k, int ok);
  * rendezvous participant (SLURM's node list is not parsed); master_port from
  * MASTER_PORT, default 29500. Messages name explicit values by the flags
  * that set them: --master-addr, --master-port, --nodes, --node-rank. */
-typedef struct wds__rdv_config {
+typedef struct tr_rdv_config {
   char master_addr[256];
   int master_port;
   int nodes;
@@ -152,18 +156,18 @@ typedef struct wds__rdv_config {
       local_world_size;   /* -1 unless per_process */
   int rdv_rank, rdv_size; /* who serves (0) and how many take part */
   char source[48];        /* where the topology came from, for logs */
-} wds__rdv_config;
+} tr_rdv_config;
 
-#define WDS__RDV_CONFIG_INIT                                                   \
+#define TR_RDV_CONFIG_INIT                                                     \
   { "", -1, -1, -1, 0, -1, -1, -1, -1, 0, 1, "" }
 
 /* Looks variables up with get(name, ctx) (NULL: unset). Validation errors
  * (WDS_ERR_INVALID) name the variable and its value. */
-int wds__rdv_resolve(wds__rdv_config *c,
-                     const char *(*get)(const char *name, void *ctx), void *ctx,
-                     wds__err *e);
+int tr_rdv_resolve(tr_rdv_config *c,
+                   const char *(*get)(const char *name, void *ctx), void *ctx,
+                   wds__err *e);
 
-/* wds__rdv_resolve() with getenv. */
-int wds__rdv_env(wds__rdv_config *c, wds__err *e);
+/* tr_rdv_resolve() with getenv. */
+int tr_rdv_env(tr_rdv_config *c, wds__err *e);
 
 #endif
