@@ -3,8 +3,9 @@
  *
  * Grammar: FIELD (',' FIELD)*, FIELD = NAME (':' OPTION)*, NAME = EXT
  * (';' EXT)*. Blanks around fields, names and options are ignored. OPTION is
- * one of: rgb | l (channels), N | WxH (image size, 1..65536), image | npy |
- * int | bytes (decoder); options are case-insensitive and each kind may be
+ * one of: rgb | l (channels), N | WxH (image size, 1..65536), a decoder's
+ * name from the decoder table (pipeline/decoders.h: image | npy | int |
+ * bytes); options are case-insensitive and each kind may be
  * given once. Names are stored lower-case (the loader matches extensions
  * lower-case) and must be unique.
  *
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipeline/decoders.h"
 #include "wds/loader.h"
 
 #define FIELD_MAX_SIZE 65536
@@ -80,13 +82,6 @@ static int starts_with_digit(const char *s, size_t n) {
 static int apply_option(wds_field_spec *f, unsigned *seen, const char *s,
                         size_t n, size_t index, const char *field, int flen,
                         char *err, size_t err_size) {
-  static const struct {
-    const char *word;
-    wds_decode decode;
-  } decoders[] = {{"image", WDS_DECODE_IMAGE},
-                  {"npy", WDS_DECODE_NPY},
-                  {"int", WDS_DECODE_INT},
-                  {"bytes", WDS_DECODE_BYTES}};
   int olen = n > 64 ? 64 : (int)n;
   if (n == 0)
     return fail(err, err_size, "field %zu (\"%.*s\"): empty option", index,
@@ -118,17 +113,20 @@ static int apply_option(wds_field_spec *f, unsigned *seen, const char *s,
       f->height = (int)h;
     }
   } else {
-    for (size_t i = 0; i < sizeof decoders / sizeof *decoders; i++)
-      if (token_is(s, n, decoders[i].word)) {
-        kind = 4;
-        if (!(*seen & kind))
-          f->decode = decoders[i].decode;
-      }
-    if (!kind)
+    const wds__decoder_def *d = wds__decoder_named(s, n);
+    if (d) {
+      kind = 4;
+      if (!(*seen & kind))
+        f->decode = d->id;
+    }
+    if (!kind) {
+      char names[128];
+      wds__decoder_names(names, sizeof names);
       return fail(err, err_size,
                   "field %zu (\"%.*s\"): unknown option \"%.*s\" (expected "
-                  "rgb, l, N or WxH, image, npy, int, bytes)",
-                  index, flen, field, olen, s);
+                  "rgb, l, N or WxH, %s)",
+                  index, flen, field, olen, s, names);
+    }
   }
   if (*seen & kind)
     return fail(err, err_size,
@@ -243,7 +241,7 @@ int wds_field_specs_parse(const char *text, wds_field_spec **specs,
       ob = oe + 1;
     }
     if ((seen & 3) && f->decode != WDS_DECODE_AUTO &&
-        f->decode != WDS_DECODE_IMAGE) {
+        !wds__decoder_get(f->decode)->image_opts) {
       rc = fail(err, err_size,
                 "field %zu (\"%.*s\"): image options (rgb, l, size) need the "
                 "image decoder",

@@ -49,6 +49,7 @@
 #include "loader/plan.h"
 #include "loader/pool.h"
 #include "pipeline/decode.h"
+#include "pipeline/decoders.h"
 #include "pipeline/reader_internal.h"
 #include "shards/cancel.h"
 #include "wds/loader.h"
@@ -71,7 +72,7 @@ typedef struct raw_field {
  * One allocation: this struct, the field table, the strings, the data. */
 typedef struct raw_sample {
   size_t shard;
-  int hole; /* exact mode fill for samples a shard failed to yield */
+  int hole;            /* exact mode fill for samples a shard failed to yield */
   uint64_t data_bytes; /* the fields' data, summed (0 for a hole) */
   const char *key;
   size_t nfields;
@@ -80,20 +81,15 @@ typedef struct raw_sample {
 
 enum { ITEM_SAMPLE, ITEM_TOKEN, ITEM_END, ITEM_ERROR };
 
-typedef struct item_field {
-  void *data; /* image/npy: owned; bytes: into raw */
-  size_t size;
-  wds_dtype dtype;
-  int ndim;
-  int64_t shape[7];
-  int64_t ival;
-} item_field;
+/* A decoded field (pipeline/decoders.h): owned data is a block of the
+ * worker's pool. */
+typedef wds__field_value item_field;
 
 typedef struct item {
   int kind;
   int valid;
-  int status;     /* ITEM_ERROR, or the failure of an invalid row */
-  char *msg;      /* owned, or NULL */
+  int status;      /* ITEM_ERROR, or the failure of an invalid row */
+  char *msg;       /* owned, or NULL */
   raw_sample *raw; /* owned */
   item_field f[];
 } item;
@@ -101,11 +97,12 @@ typedef struct item {
 /* ---- per-field output ---------------------------------------------------- */
 
 typedef struct out_field {
-  char *name;        /* the spec's name, "jpg;png" */
-  char **alts;       /* its alternatives */
+  char *name;  /* the spec's name, "jpg;png" */
+  char **alts; /* its alternatives */
   size_t nalts;
-  wds_decode decode; /* resolved, never AUTO */
-  int width, height, channels;
+  const wds__decoder_def *def; /* resolved, never AUTO */
+  wds__field_opts opts;
+  wds__row_shape row; /* as the options give it */
 } out_field;
 
 /* ---- queues -------------------------------------------------------------- */
@@ -179,9 +176,9 @@ typedef struct worker {
   queue q;
   item *terminal;  /* the END (or out-of-memory error) item, made early */
   blk_pool *ipool; /* item shells: one size, kept apart from the data */
-  blk_pool *pool; /* the loader's, for this worker index: kept across
-                     epochs, so a new epoch reuses the last one's memory */
-  item **pending; /* the chunk being filled */
+  blk_pool *pool;  /* the loader's, for this worker index: kept across
+                      epochs, so a new epoch reuses the last one's memory */
+  item **pending;  /* the chunk being filled */
   size_t npending;
 } worker;
 
@@ -211,7 +208,7 @@ struct wds_loader {
   blk_pool *pools;  /* per worker index */
   int needs_decode; /* some field is not plain bytes */
   wds_allocator alloc;
-  wds__cancel wake;    /* every reader's token: see "Stopping" above */
+  wds__cancel wake;     /* every reader's token: see "Stopping" above */
   atomic_int cancelled; /* wds_loader_cancel() was called */
 
   pthread_mutex_t mu;
@@ -226,18 +223,18 @@ struct wds_loader {
   char run_error[WDS__ERR_SIZE];
 
   run *cur;
-  uint64_t epoch;       /* of the next batch */
-  uint64_t delivered;   /* batches of `epoch` delivered */
-  uint64_t first_skip;  /* resume_batches, for the first run only */
-  int failed;           /* a fatal status, returned from then on */
+  uint64_t epoch;      /* of the next batch */
+  uint64_t delivered;  /* batches of `epoch` delivered */
+  uint64_t first_skip; /* resume_batches, for the first run only */
+  int failed;          /* a fatal status, returned from then on */
   uint64_t epoch_batches;
   char err[WDS__ERR_SIZE];
   char err_out[WDS__ERR_SIZE]; /* what wds_loader_error() returned */
 
   /* Stats (relaxed atomics, summed over threads). */
-  atomic_uint_fast64_t st_batches, st_samples, st_skipped, st_fill,
-      st_shards, st_bytes, st_read_ns, st_shuffle_ns, st_decode_ns,
-      st_batch_ns, st_wait_ns, st_slot_wait_ns, st_pool_bytes;
+  atomic_uint_fast64_t st_batches, st_samples, st_skipped, st_fill, st_shards,
+      st_bytes, st_read_ns, st_shuffle_ns, st_decode_ns, st_batch_ns,
+      st_wait_ns, st_slot_wait_ns, st_pool_bytes;
 };
 
 /* The last error's text: written by workers (skips) and the caller's thread,
@@ -278,9 +275,11 @@ static void note_skip(wds_loader *l, const char *what, const char *msg) {
   log_msg(l, "%s: %s", what, msg);
 }
 
-/* ---- dtype helpers (public) ------------------------------------------------ */
+/* ---- dtype helpers (public) ------------------------------------------------
+ */
 
-/* ---- environment ---------------------------------------------------------- */
+/* ---- environment ----------------------------------------------------------
+ */
 
 static int env_int(const char *name, int *out) {
   const char *v = getenv(name);
@@ -315,7 +314,8 @@ void wds_env_rank_world(int *rank, int *world_size) {
     *world_size = w;
 }
 
-/* ---- queues --------------------------------------------------------------- */
+/* ---- queues ---------------------------------------------------------------
+ */
 
 static int queue_init(queue *q, size_t cap) {
   memset(q, 0, sizeof *q);
@@ -389,7 +389,8 @@ static void queue_wake(queue *q) {
   pthread_mutex_unlock(&q->mu);
 }
 
-/* ---- recycled blocks ------------------------------------------------------ */
+/* ---- recycled blocks ------------------------------------------------------
+ */
 
 static void blk_free(void *p) {
   if (p)
@@ -454,8 +455,7 @@ static void blk_flush(blk_pool *bp, blk_returns *r) {
     return;
   pthread_mutex_lock(&bp->mu);
   size_t i = 0;
-  if (bp->shared_len + r->len > bp->shared_cap &&
-      bp->shared_cap < bp->limit) {
+  if (bp->shared_len + r->len > bp->shared_cap && bp->shared_cap < bp->limit) {
     size_t c = bp->shared_len + r->len;
     if (c > bp->limit)
       c = bp->limit;
@@ -484,14 +484,15 @@ static void blk_pool_destroy(blk_pool *bp) {
   memset(bp, 0, sizeof *bp);
 }
 
-/* ---- items ---------------------------------------------------------------- */
+/* ---- items ----------------------------------------------------------------
+ */
 
 static void item_free(item *it, size_t nfields) {
   if (!it)
     return;
   if (it->kind == ITEM_SAMPLE)
     for (size_t i = 0; i < nfields; i++)
-      if (it->f[i].dtype != WDS_DTYPE_BYTES)
+      if (it->f[i].owned)
         blk_free(it->f[i].data);
   free(it->msg);
   blk_free(it->raw);
@@ -504,7 +505,7 @@ static void item_recycle(item *it, size_t nfields, blk_returns *r,
                          blk_returns *ri) {
   if (it->kind == ITEM_SAMPLE)
     for (size_t i = 0; i < nfields; i++)
-      if (it->f[i].dtype != WDS_DTYPE_BYTES)
+      if (it->f[i].owned)
         blk_return(r, it->f[i].data);
   blk_return(r, it->raw);
   free(it->msg);
@@ -583,20 +584,21 @@ static raw_sample *raw_hole(blk_pool *bp, int owner, size_t shard) {
   return r;
 }
 
-/* ---- worker: the sample source -------------------------------------------- */
+/* ---- worker: the sample source --------------------------------------------
+ */
 
 typedef struct source {
   worker *w;
   wds_reader *rd;
-  size_t piece;    /* next piece (plain, exact) */
-  size_t shard;    /* shard being read */
-  uint64_t want;   /* samples wanted from it (exact), or TO_END */
+  size_t piece;  /* next piece (plain, exact) */
+  size_t shard;  /* shard being read */
+  uint64_t want; /* samples wanted from it (exact), or TO_END */
   uint64_t got;
-  uint64_t holes;  /* fill samples still to emit */
-  wds__rng draw;   /* resampled shard draws */
+  uint64_t holes; /* fill samples still to emit */
+  wds__rng draw;  /* resampled shard draws */
   uint64_t empty_draws;
   uint64_t read_ns, bytes, shards; /* stats not yet published */
-  uint64_t begin;  /* exact: first sample of the piece */
+  uint64_t begin;                  /* exact: first sample of the piece */
   uint64_t before; /* samples read before the piece: begin, unless the
                       shard ended (or failed) first */
   int failed;      /* a read error ended the shard (already reported) */
@@ -649,8 +651,8 @@ static int open_shard_reader(wds_loader *l, size_t shard, wds_reader **out) {
   return wds__reader_open(&rc, &l->wake, out);
 }
 
-static int source_open(source *src, size_t shard, uint64_t begin,
-                       uint64_t end, item **fatal) {
+static int source_open(source *src, size_t shard, uint64_t begin, uint64_t end,
+                       item **fatal) {
   wds_loader *l = src->w->run->l;
   src->shard = shard;
   src->got = 0;
@@ -833,7 +835,8 @@ nomem:
   return -1;
 }
 
-/* ---- worker: shuffle buffer (WebDataset's _shuffle) ------------------------ */
+/* ---- worker: shuffle buffer (WebDataset's _shuffle) ------------------------
+ */
 
 typedef struct shuffler {
   raw_sample **buf;
@@ -908,19 +911,33 @@ static const raw_field *find_field(const raw_sample *r, const out_field *of) {
   return NULL;
 }
 
-/* Decodes every output field of r into it; on failure returns the status
- * with a message naming sample, shard and field in e. */
-static int decode_item(wds_loader *l, wds__decoder *dec, run *rn, worker *w,
-                       uint64_t seq, item *it, wds__err *e) {
-  int windex = w->index;
+/* Row memory for a decoder: a block of the worker's pool. */
+typedef struct row_alloc {
+  blk_pool *pool;
+  int owner;
+  int failed;
+} row_alloc;
+
+static void *alloc_row(void *ctx, size_t size_bytes) {
+  row_alloc *a = ctx;
+  void *p = blk_alloc(a->pool, a->owner, size_bytes);
+  if (!p)
+    a->failed = 1;
+  return p;
+}
+
+/* Decodes every output field of r into it, each with its decoder from the
+ * table; on failure returns the status with a message naming sample, shard
+ * and field in e. aug_key: the worker's augmentation key for the epoch. */
+static int decode_item(wds_loader *l, wds__decoder *dec, worker *w,
+                       uint64_t aug_key, uint64_t seq, item *it, wds__err *e) {
   const raw_sample *r = it->raw;
   const char *url = l->urls.urls[r->shard];
+  row_alloc ra = {w->pool, w->index, 0};
+  wds__decode_call call = {dec, 0, alloc_row, &ra};
   for (size_t i = 0; i < l->nfields; i++) {
     const out_field *of = &l->fields[i];
-    item_field *f = &it->f[i];
     const raw_field *rf = find_field(r, of);
-    int rc = WDS_OK;
-    f->dtype = WDS_DTYPE_U8;
     if (!rf) {
       char have[256] = "";
       size_t n = 0;
@@ -931,54 +948,13 @@ static int decode_item(wds_loader *l, wds__decoder *dec, run *rn, worker *w,
                        "%s: sample \"%s\" has no field '%s' (has: %s)", url,
                        r->key, of->name, r->nfields ? have : "nothing wanted");
     }
-    switch (of->decode) {
-    case WDS_DECODE_IMAGE: {
-      size_t n = (size_t)of->width * (size_t)of->height * (size_t)of->channels;
-      f->data = blk_alloc(w->pool, windex, n);
-      if (!f->data)
-        return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
-      wds__image_opts o = {of->width, of->height, of->channels, l->cfg.crop,
-                           l->cfg.crop_scale_min, l->cfg.crop_scale_max, 0};
-      o.rng_key = wds__mix64(
-          wds__rng_key(l->cfg.seed, WDS__STREAM_AUGMENT, rn->epoch,
-                       (uint64_t)l->pin.rank, (uint64_t)windex) ^
-          wds__mix64(wds__mix64(seq) ^ i));
-      rc = wds__decode_image(dec, rf->data, rf->size, &o, f->data, e);
-      f->size = n;
-      f->ndim = 3;
-      f->shape[0] = of->height;
-      f->shape[1] = of->width;
-      f->shape[2] = of->channels;
-      break;
-    }
-    case WDS_DECODE_NPY: {
-      wds__npy a;
-      rc = wds__npy_parse(rf->data, rf->size, &a, e);
-      if (rc != WDS_OK)
-        break;
-      f->data = blk_alloc(w->pool, windex, a.data_bytes ? a.data_bytes : 1);
-      if (!f->data)
-        return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
-      wds__npy_copy(&a, f->data);
-      f->size = a.data_bytes;
-      f->dtype = a.dtype;
-      f->ndim = a.ndim;
-      memcpy(f->shape, a.shape, sizeof f->shape);
-      break;
-    }
-    case WDS_DECODE_INT:
-      f->dtype = WDS_DTYPE_I64;
-      rc = wds__decode_int(rf->data, rf->size, &f->ival, e);
-      break;
-    default:
-      f->dtype = WDS_DTYPE_BYTES;
-      f->data = (void *)rf->data;
-      f->size = rf->size;
-      break;
-    }
+    call.rng_key = wds__mix64(aug_key ^ wds__mix64(wds__mix64(seq) ^ i));
+    int rc =
+        of->def->decode(&of->opts, &call, rf->data, rf->size, &it->f[i], e);
     if (rc != WDS_OK) {
-      wds__err_prefix(e, "%s: sample \"%s\": field '%s'", url, r->key,
-                      rf->ext);
+      if (ra.failed) /* the worker's own failure, not the field's */
+        return rc;
+      wds__err_prefix(e, "%s: sample \"%s\": field '%s'", url, r->key, rf->ext);
       return rc;
     }
   }
@@ -1009,6 +985,8 @@ static void *worker_main(void *arg) {
   wds_loader *l = rn->l;
   const wds__worker_plan *wp = &rn->plan.w[w->index];
   uint64_t W = (uint64_t)l->pin.workers;
+  uint64_t aug_key = wds__rng_key(l->cfg.seed, WDS__STREAM_AUGMENT, rn->epoch,
+                                  (uint64_t)l->pin.rank, (uint64_t)w->index);
   item *fatal = NULL;
   int failed = 0; /* the loop ended on an error (fatal may be NULL if even
                      its item could not be allocated) */
@@ -1018,12 +996,12 @@ static void *worker_main(void *arg) {
   memset(&src, 0, sizeof src);
   memset(&sh, 0, sizeof sh);
   src.w = w;
-  wds__rng_init(&src.draw, wds__rng_key(l->cfg.seed, WDS__STREAM_RESAMPLE,
-                                        rn->epoch, (uint64_t)l->pin.rank,
-                                        (uint64_t)w->index));
-  wds__rng_init(&sh.rng, wds__rng_key(l->cfg.seed, WDS__STREAM_SHUFFLE,
-                                      rn->epoch, (uint64_t)l->pin.rank,
-                                      (uint64_t)w->index));
+  wds__rng_init(&src.draw,
+                wds__rng_key(l->cfg.seed, WDS__STREAM_RESAMPLE, rn->epoch,
+                             (uint64_t)l->pin.rank, (uint64_t)w->index));
+  wds__rng_init(&sh.rng,
+                wds__rng_key(l->cfg.seed, WDS__STREAM_SHUFFLE, rn->epoch,
+                             (uint64_t)l->pin.rank, (uint64_t)w->index));
   sh.cap = l->cfg.shuffle_buffer;
   sh.cap_bytes = l->cfg.shuffle_buffer_bytes;
   sh.initial = l->cfg.shuffle_initial == 0 ||
@@ -1056,7 +1034,7 @@ static void *worker_main(void *arg) {
     } else if (!token) {
       wds__err e;
       uint64_t t1 = l->needs_decode ? now_ns() : 0;
-      int rc = decode_item(l, dec, rn, w, seq, it, &e);
+      int rc = decode_item(l, dec, w, aug_key, seq, it, &e);
       if (l->needs_decode)
         decode_ns += now_ns() - t1;
       if (rc != WDS_OK) {
@@ -1068,7 +1046,7 @@ static void *worker_main(void *arg) {
         }
         /* Skip: the row stays, zero-filled and marked invalid. */
         for (size_t i = 0; i < l->nfields; i++)
-          if (it->f[i].dtype != WDS_DTYPE_BYTES) {
+          if (it->f[i].owned) {
             blk_free(it->f[i].data);
             it->f[i].data = NULL;
           }
@@ -1190,13 +1168,13 @@ static int acquire_slot(wds_loader *l, run *rn) {
 typedef struct filling {
   int slot;
   size_t rows;
-  int *npy_set; /* per field: dtype/shape fixed by a valid row */
+  int *first_set; /* per field: dtype/shape fixed by a valid row */
 } filling;
 
 static void begin_batch(wds_loader *l, slot *s, filling *fl, run *rn,
                         uint64_t index) {
   fl->rows = 0;
-  memset(fl->npy_set, 0, l->nfields * sizeof *fl->npy_set);
+  memset(fl->first_set, 0, l->nfields * sizeof *fl->first_set);
   s->key_len = 0;
   s->batch.epoch = rn->epoch;
   s->batch.index = index;
@@ -1205,30 +1183,17 @@ static void begin_batch(wds_loader *l, slot *s, filling *fl, run *rn,
     const out_field *of = &l->fields[i];
     bf->name = of->name;
     bf->size_bytes = 0;
-    if (of->decode == WDS_DECODE_IMAGE) {
-      bf->dtype = WDS_DTYPE_U8;
-      bf->ndim = 4;
-      bf->shape[1] = of->height;
-      bf->shape[2] = of->width;
-      bf->shape[3] = of->channels;
-      bf->row_bytes =
-          (size_t)of->width * (size_t)of->height * (size_t)of->channels;
-    } else if (of->decode == WDS_DECODE_INT) {
-      bf->dtype = WDS_DTYPE_I64;
-      bf->ndim = 1;
-      bf->row_bytes = 8;
-    } else if (of->decode == WDS_DECODE_NPY) {
-      bf->dtype = WDS_DTYPE_U8; /* until a valid row says otherwise */
-      bf->ndim = 2;
-      bf->shape[1] = 0;
-      bf->row_bytes = 0;
-    } else {
-      bf->dtype = WDS_DTYPE_BYTES;
-      bf->ndim = 1;
-      bf->row_bytes = 0;
+    bf->dtype = of->row.dtype;
+    bf->ndim = of->row.ndim + 1;
+    memcpy(bf->shape + 1, of->row.shape,
+           (size_t)of->row.ndim * sizeof *bf->shape);
+    bf->row_bytes = of->row.row_bytes;
+    if (of->def->layout == WDS__ROW_VARIABLE) {
       s->offsets[i][0] = 0;
+      bf->offsets = s->offsets[i];
+    } else {
+      bf->offsets = NULL;
     }
-    bf->offsets = of->decode == WDS_DECODE_BYTES ? s->offsets[i] : NULL;
   }
 }
 
@@ -1263,8 +1228,7 @@ static int key_append(slot *s, size_t row, const char *key) {
   return key_append_at(s, row, key, SIZE_MAX);
 }
 
-static int put_row(wds_loader *l, slot *s, filling *fl, item *it,
-                   wds__err *e) {
+static int put_row(wds_loader *l, slot *s, filling *fl, item *it, wds__err *e) {
   size_t row = fl->rows;
   const raw_sample *r = it->raw;
   int valid = it->valid;
@@ -1272,16 +1236,17 @@ static int put_row(wds_loader *l, slot *s, filling *fl, item *it,
     for (size_t i = 0; i < l->nfields; i++) {
       const item_field *f = &it->f[i];
       wds_batch_field *bf = &s->bf[i];
-      if (l->fields[i].decode != WDS_DECODE_NPY || !fl->npy_set[i])
+      if (l->fields[i].def->layout != WDS__ROW_FIRST || !fl->first_set[i])
         continue;
       int same = bf->dtype == f->dtype && bf->ndim == f->ndim + 1;
       for (int d = 0; same && d < f->ndim; d++)
         same = bf->shape[d + 1] == f->shape[d];
       if (!same) {
         wds__fail(e, WDS_ERR_FORMAT,
-                  "%s: sample \"%s\": field '%s': npy array of a different "
-                  "dtype or shape than the batch's first row",
-                  l->urls.urls[r->shard], r->key, l->fields[i].name);
+                  "%s: sample \"%s\": field '%s': %s of a different dtype "
+                  "or shape than the batch's first row",
+                  l->urls.urls[r->shard], r->key, l->fields[i].name,
+                  l->fields[i].def->row_noun);
         if (l->cfg.on_error == WDS_ON_ERROR_STOP)
           return WDS_ERR_FORMAT;
         note_skip(l, "skipped", e->msg);
@@ -1301,10 +1266,10 @@ static int put_row(wds_loader *l, slot *s, filling *fl, item *it,
     const item_field *f = &it->f[i];
     wds_batch_field *bf = &s->bf[i];
     slot_buf *b = &s->buf[i];
-    switch (l->fields[i].decode) {
-    case WDS_DECODE_NPY:
-      if (valid && !fl->npy_set[i]) {
-        fl->npy_set[i] = 1;
+    switch (l->fields[i].def->layout) {
+    case WDS__ROW_FIRST:
+      if (valid && !fl->first_set[i]) {
+        fl->first_set[i] = 1;
         bf->dtype = f->dtype;
         bf->ndim = f->ndim + 1;
         memcpy(bf->shape + 1, f->shape, (size_t)f->ndim * sizeof(int64_t));
@@ -1314,20 +1279,17 @@ static int put_row(wds_loader *l, slot *s, filling *fl, item *it,
         memset(b->mem, 0, row * bf->row_bytes); /* earlier invalid rows */
       }
       /* fall through */
-    case WDS_DECODE_IMAGE:
-    case WDS_DECODE_INT: {
+    case WDS__ROW_FIXED: {
       if (bf->row_bytes == 0)
         break;
       uint8_t *dst = (uint8_t *)b->mem + row * bf->row_bytes;
       if (!valid)
         memset(dst, 0, bf->row_bytes);
-      else if (l->fields[i].decode == WDS_DECODE_INT)
-        memcpy(dst, &f->ival, 8);
       else
         memcpy(dst, f->data, bf->row_bytes);
       break;
     }
-    default: {
+    case WDS__ROW_VARIABLE: {
       uint64_t at = s->offsets[i][row];
       size_t n = valid ? f->size : 0;
       if (slot_reserve(l, b, (size_t)at + n, (size_t)at) != 0)
@@ -1357,7 +1319,7 @@ static int pad_batch(wds_loader *l, slot *s, filling *fl, wds__err *e) {
     for (size_t i = 0; i < l->nfields; i++) {
       wds_batch_field *bf = &s->bf[i];
       slot_buf *b = &s->buf[i];
-      if (l->fields[i].decode == WDS_DECODE_BYTES) {
+      if (l->fields[i].def->layout == WDS__ROW_VARIABLE) {
         uint64_t a = s->offsets[i][src], z = s->offsets[i][src + 1];
         uint64_t at = s->offsets[i][row];
         if (slot_reserve(l, b, (size_t)(at + z - a), (size_t)at) != 0)
@@ -1383,7 +1345,7 @@ static void finish_batch(wds_loader *l, slot *s, filling *fl) {
     wds_batch_field *bf = &s->bf[i];
     bf->shape[0] = (int64_t)rows;
     bf->data = s->buf[i].mem;
-    bf->size_bytes = l->fields[i].decode == WDS_DECODE_BYTES
+    bf->size_bytes = l->fields[i].def->layout == WDS__ROW_VARIABLE
                          ? (size_t)s->offsets[i][rows]
                          : rows * bf->row_bytes;
   }
@@ -1400,8 +1362,7 @@ static item *inbox_next(run *rn, int w, inbox *in, uint64_t *waited) {
   if (in->at == in->len) {
     uint64_t t0 = now_ns();
     in->at = 0;
-    in->len =
-        queue_pop_many(&rn->w[w].q, in->v, rn->l->chunk, &rn->abort);
+    in->len = queue_pop_many(&rn->w[w].q, in->v, rn->l->chunk, &rn->abort);
     *waited += now_ns() - t0;
     if (in->len == 0)
       return NULL; /* aborted */
@@ -1429,7 +1390,7 @@ static void *collator_main(void *arg) {
   int n_active = W, cur = 0;
   uint64_t mark = now_ns(), waited = 0;
   wds__err e;
-  if (!active || !in || !fl.npy_set) {
+  if (!active || !in || !fl.first_set) {
     post_error(l, WDS_ERR_NOMEM, "out of memory");
     goto done;
   }
@@ -1456,8 +1417,7 @@ static void *collator_main(void *arg) {
       continue;
     }
     if (it->kind == ITEM_ERROR) {
-      post_error(l, it->status,
-                 it->msg ? it->msg : wds_strerror(it->status));
+      post_error(l, it->status, it->msg ? it->msg : wds_strerror(it->status));
       item_free(it, l->nfields);
       goto done;
     }
@@ -1509,8 +1469,7 @@ static void *collator_main(void *arg) {
         goto done; /* aborted */
       int kind = it->kind;
       if (kind == ITEM_ERROR)
-        post_error(l, it->status,
-                   it->msg ? it->msg : wds_strerror(it->status));
+        post_error(l, it->status, it->msg ? it->msg : wds_strerror(it->status));
       item_free(it, l->nfields);
       if (kind == ITEM_ERROR)
         goto done;
@@ -1552,7 +1511,7 @@ done:
     free(in[i].v);
   }
   free(in);
-  free(fl.npy_set);
+  free(fl.first_set);
   free(active);
   return NULL;
 }
@@ -1720,26 +1679,27 @@ static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
       p = q ? q + 1 : p + len;
     }
     total_alts += n;
-    of->decode = fs->decode == WDS_DECODE_AUTO ? wds_decode_for_ext(of->alts[0])
-                                               : fs->decode;
-    if (of->decode < WDS_DECODE_AUTO || of->decode > WDS_DECODE_BYTES)
+    of->def = fs->decode == WDS_DECODE_AUTO ? wds__decoder_for_ext(of->alts[0])
+                                            : wds__decoder_get(fs->decode);
+    if (!of->def)
       return wds__open_fail(WDS_ERR_INVALID,
                             "wds_loader_open: field \"%s\": unknown decode %d",
                             fs->name, (int)fs->decode);
-    of->channels = fs->channels ? fs->channels : 3;
-    of->width = fs->width ? fs->width : cfg->image_size;
-    of->height = fs->height ? fs->height : cfg->image_size;
-    if (of->decode == WDS_DECODE_IMAGE &&
-        ((of->channels != 1 && of->channels != 3) || of->width < 1 ||
-         of->height < 1 || of->width > 65536 || of->height > 65536 ||
-         (uint64_t)of->width * (uint64_t)of->height > (1u << 28)))
+    of->opts.channels = fs->channels ? fs->channels : 3;
+    of->opts.width = fs->width ? fs->width : cfg->image_size;
+    of->opts.height = fs->height ? fs->height : cfg->image_size;
+    of->opts.crop = cfg->crop;
+    of->opts.scale_min = cfg->crop_scale_min;
+    of->opts.scale_max = cfg->crop_scale_max;
+    wds__err e;
+    if (of->def->check_opts && of->def->check_opts(&of->opts, &e) != WDS_OK)
       return wds__open_fail(WDS_ERR_INVALID,
-                            "wds_loader_open: field \"%s\": image %dx%d with "
-                            "%d channels (sizes 1..65536, 1 or 3 channels)",
-                            fs->name, of->width, of->height, of->channels);
+                            "wds_loader_open: field \"%s\": %s", fs->name,
+                            e.msg);
+    of->def->row_shape(&of->opts, &of->row);
   }
   for (size_t i = 0; i < l->nfields; i++)
-    l->needs_decode |= l->fields[i].decode != WDS_DECODE_BYTES;
+    l->needs_decode |= !l->fields[i].def->passthrough;
   l->wanted = calloc(total_alts, sizeof *l->wanted);
   if (!l->wanted)
     return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
@@ -1936,8 +1896,8 @@ static int setup_pool(wds_loader *l) {
     s->urls = calloc(bs, sizeof *s->urls);
     s->valid = calloc(bs, 1);
     s->key_off = calloc(bs, sizeof *s->key_off);
-    if (!s->bf || !s->buf || !s->offsets || !s->keys || !s->urls ||
-        !s->valid || !s->key_off)
+    if (!s->bf || !s->buf || !s->offsets || !s->keys || !s->urls || !s->valid ||
+        !s->key_off)
       return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
     s->batch.keys = (const char *const *)s->keys;
     s->batch.urls = s->urls;
@@ -1947,18 +1907,14 @@ static int setup_pool(wds_loader *l) {
     s->batch.slot = k;
     for (size_t i = 0; i < l->nfields; i++) {
       const out_field *of = &l->fields[i];
-      size_t fixed = 0;
-      if (of->decode == WDS_DECODE_IMAGE)
-        fixed = bs * (size_t)of->width * (size_t)of->height *
-                (size_t)of->channels;
-      else if (of->decode == WDS_DECODE_INT)
-        fixed = bs * 8;
+      size_t fixed =
+          of->def->layout == WDS__ROW_FIXED ? bs * of->row.row_bytes : 0;
       if (fixed && slot_reserve(l, &s->buf[i], fixed, 0) != 0)
         return wds__open_fail(WDS_ERR_NOMEM,
                               "cannot allocate %zu bytes for a batch slot "
                               "(%s memory)",
                               fixed, l->alloc.name ? l->alloc.name : "custom");
-      if (of->decode == WDS_DECODE_BYTES &&
+      if (of->def->layout == WDS__ROW_VARIABLE &&
           !(s->offsets[i] = calloc(bs + 1, sizeof(uint64_t))))
         return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
     }
@@ -1997,7 +1953,8 @@ static uint64_t batches_for(const wds_loader *l, uint64_t samples) {
 }
 
 static int validate(const wds_loader_config *c) {
-#define BAD(...) return wds__open_fail(WDS_ERR_INVALID, "wds_loader_open: " __VA_ARGS__)
+#define BAD(...)                                                               \
+  return wds__open_fail(WDS_ERR_INVALID, "wds_loader_open: " __VA_ARGS__)
   if (c->world_size < 1 || c->world_size > 1 << 24)
     BAD("world size %d (1 .. 16777216)", c->world_size);
   if (c->rank < 0 || c->rank >= c->world_size)
@@ -2115,18 +2072,19 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   if (auto_workers && c->mode == WDS_MODE_PLAIN) {
     /* Not more workers than this rank has shards: still a function of the
      * config alone, never of the machine. */
-    size_t mine = l->urls.count > (size_t)c->rank
-                      ? (l->urls.count - (size_t)c->rank +
-                         (size_t)c->world_size - 1) /
-                            (size_t)c->world_size
-                      : 0;
+    size_t mine =
+        l->urls.count > (size_t)c->rank
+            ? (l->urls.count - (size_t)c->rank + (size_t)c->world_size - 1) /
+                  (size_t)c->world_size
+            : 0;
     if (mine >= 1 && mine < (size_t)c->workers)
       c->workers = (int)mine;
   }
-  l->pin = (wds__plan_input){l->urls.count, NULL,        c->seed,
-                             c->rank,       c->world_size, c->workers,
-                             c->mode,       c->shard_shuffle, c->drop_last,
-                             c->samples_per_epoch};
+  l->pin = (wds__plan_input){l->urls.count, NULL,
+                             c->seed,       c->rank,
+                             c->world_size, c->workers,
+                             c->mode,       c->shard_shuffle,
+                             c->drop_last,  c->samples_per_epoch};
   if (c->mode == WDS_MODE_EXACT && !c->index_path)
     for (size_t i = 0; i < l->urls.count; i++)
       if (strcmp(l->urls.urls[i], "-") == 0) {
@@ -2177,8 +2135,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   {
     /* Enough queued items per worker to fill a batch between them twice,
      * within limits: the queues are part of the memory bound. */
-    size_t per = 2 * ((c->batch_size + (size_t)c->workers - 1) /
-                      (size_t)c->workers);
+    size_t per =
+        2 * ((c->batch_size + (size_t)c->workers - 1) / (size_t)c->workers);
     l->queue_cap = per < 4 ? 4 : per > 1024 ? 1024 : per;
     l->chunk = l->queue_cap / 2;
   }
@@ -2192,9 +2150,9 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     pthread_mutex_init(&l->pools[i].mu, NULL);
     /* Blocks in circulation: shuffle buffer, queue, a batch, with some
      * slack; every sample has a copy and up to one block per field. */
-    l->pools[i].limit = (c->shuffle_buffer + l->queue_cap + c->batch_size +
-                         64) *
-                        (l->nfields + 1);
+    l->pools[i].limit =
+        (c->shuffle_buffer + l->queue_cap + c->batch_size + 64) *
+        (l->nfields + 1);
   }
   l->epoch = c->epoch;
   l->delivered = c->resume_batches;
@@ -2242,9 +2200,9 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
     if (l->held == l->nslots && l->collator_waits) {
       pthread_mutex_unlock(&l->mu);
       set_error(l,
-               "wds_loader_next: all %d batch slots are held by the caller; "
-               "release one first",
-               l->nslots);
+                "wds_loader_next: all %d batch slots are held by the caller; "
+                "release one first",
+                l->nslots);
       return WDS_ERR_INVALID;
     }
     if (atomic_load(&l->cancelled)) {

@@ -3,39 +3,20 @@
  *
  * A checker wraps one wds__decoder (TurboJPEG handle and buffers reused
  * from field to field; a field's result never depends on the fields
- * checked before it, decode.h) and a small output buffer. Images are
- * decoded into a CHECK_SIDE x CHECK_SIDE RGB center crop: the decoders
- * read every byte of the entropy-coded data whatever the output size (a
- * JPEG at its smallest DCT scale, a PNG fully with its CRCs), so
- * truncation and corrupt data are found while resampling stays negligible.
- * Nothing is printed. */
+ * checked before it, decode.h). The decoder table (decoders.h) says which
+ * decoder an extension gets and how that decoder checks a field: images
+ * are decoded in full into a small thumbnail, npy headers and sizes
+ * parsed, integers read; bytes have nothing to check. Nothing is
+ * printed. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "decode.h"
-
-#define CHECK_SIDE 16
+#include "decoders.h"
 
 struct wds_decode_checker {
   wds__decoder *dec;
-  uint8_t out[CHECK_SIDE * CHECK_SIDE * 3];
 };
-
-wds_decode wds_decode_for_ext(const char *ext) {
-  static const char *const images[] = {"jpg", "jpeg", "png", NULL};
-  static const char *const ints[] = {"cls", "cls2", "index", "inx", "id", NULL};
-  if (!ext)
-    return WDS_DECODE_BYTES;
-  for (const char *const *p = images; *p; p++)
-    if (strcmp(ext, *p) == 0)
-      return WDS_DECODE_IMAGE;
-  if (strcmp(ext, "npy") == 0)
-    return WDS_DECODE_NPY;
-  for (const char *const *p = ints; *p; p++)
-    if (strcmp(ext, *p) == 0)
-      return WDS_DECODE_INT;
-  return WDS_DECODE_BYTES;
-}
 
 int wds_decode_checker_open(wds_decode_checker **out) {
   if (!out)
@@ -71,8 +52,8 @@ int wds_decode_check(wds_decode_checker *c, const char *ext, const void *data,
     rc = wds__fail(&e, WDS_ERR_INVALID, "wds_decode_check: NULL argument");
     goto done;
   }
-  wds_decode kind = wds_decode_for_ext(ext);
-  if (kind == WDS_DECODE_BYTES)
+  const wds__decoder_def *def = wds__decoder_for_ext(ext);
+  if (!def->check)
     goto done;
   if (!c) {
     if ((rc = wds_decode_checker_open(&own)) != WDS_OK) {
@@ -81,21 +62,7 @@ int wds_decode_check(wds_decode_checker *c, const char *ext, const void *data,
     }
     c = own;
   }
-  const uint8_t *d = size ? data : (const uint8_t *)"";
-  if (kind == WDS_DECODE_IMAGE) {
-    wds__image_opts o;
-    memset(&o, 0, sizeof o);
-    o.width = o.height = CHECK_SIDE;
-    o.channels = 3;
-    o.crop = WDS_CROP_CENTER;
-    rc = wds__decode_image(c->dec, d, size, &o, c->out, &e);
-  } else if (kind == WDS_DECODE_NPY) {
-    wds__npy a;
-    rc = wds__npy_parse(d, size, &a, &e);
-  } else {
-    int64_t v;
-    rc = wds__decode_int(d, size, &v, &e);
-  }
+  rc = def->check(c->dec, size ? data : (const uint8_t *)"", size, &e);
 done:
   if (rc != WDS_OK && err && err_size)
     wds__copy_msg(err, err_size, e.msg);

@@ -1,4 +1,5 @@
-/* decode.c — image and integer field decoders (npy lives in npy.c).
+/* decode.c — the image decoder (JPEG, PNG) and its row in the decoder table
+ * (npy lives in npy.c, int in int.c).
  *
  * One wds__decoder per worker thread holds everything reused from image to
  * image: the TurboJPEG handle, the decoded-image buffer, the intermediate
@@ -23,6 +24,7 @@
  * error; other libjpeg warnings (extraneous bytes, corrupt-data warnings
  * that Pillow also accepts) are not. */
 #include "decode.h"
+#include "decoders.h"
 
 #include <limits.h>
 #include <png.h>
@@ -202,8 +204,7 @@ static int decode_png(wds__decoder *d, const uint8_t *data, size_t size,
   if ((uint64_t)w * h > d->max_pixels) {
     rc = wds__fail(e, WDS_ERR_LIMIT,
                    "PNG: %ux%u image is over the limit of %llu pixels",
-                   (unsigned)w, (unsigned)h,
-                   (unsigned long long)d->max_pixels);
+                   (unsigned)w, (unsigned)h, (unsigned long long)d->max_pixels);
     goto cleanup;
   }
   if (color == PNG_COLOR_TYPE_PALETTE)
@@ -410,10 +411,9 @@ static int jpeg_decompress(wds__decoder *d, const uint8_t *data, size_t size,
       strcmp(tjGetErrorStr2(d->tj), first) == 0)
     return WDS_OK;
   const char *msg = tjGetErrorStr2(d->tj);
-  return wds__fail(e,
-                   strstr(msg, "Premature end") ? WDS_ERR_TRUNCATED
-                                                : WDS_ERR_FORMAT,
-                   "JPEG: %s", msg);
+  return wds__fail(
+      e, strstr(msg, "Premature end") ? WDS_ERR_TRUNCATED : WDS_ERR_FORMAT,
+      "JPEG: %s", msg);
 }
 
 /* The source span of p, per axis, at decoded size dec / src: still at
@@ -439,8 +439,8 @@ static int jpeg_read(wds__decoder *d, const uint8_t *data, size_t size,
                      hd->h);
   if ((uint64_t)w * (uint64_t)h > d->max_pixels)
     return wds__fail(e, WDS_ERR_LIMIT,
-                     "JPEG: %dx%d image is over the limit of %llu pixels", w,
-                     h, (unsigned long long)d->max_pixels);
+                     "JPEG: %dx%d image is over the limit of %llu pixels", w, h,
+                     (unsigned long long)d->max_pixels);
   if (o->crop == WDS_CROP_RANDOM)
     wds__plan_random(w, h, o->width, o->height, o->scale_min, o->scale_max,
                      o->rng_key, plan);
@@ -526,19 +526,17 @@ static int decode_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
 
 /* ---- images ---- */
 
-static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a,
-                                   '\n'};
+static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 
 int wds__decode_image(wds__decoder *d, const uint8_t *data, size_t size,
                       const wds__image_opts *o, uint8_t *out, wds__err *e) {
   if (o->width <= 0 || o->height <= 0 ||
       (o->channels != 1 && o->channels != 3) ||
       (uint64_t)o->width * (uint64_t)o->height > WDS__MAX_PIXELS)
-    return wds__fail(e, WDS_ERR_INVALID, "image: bad output %dx%dx%d",
-                     o->width, o->height, o->channels);
+    return wds__fail(e, WDS_ERR_INVALID, "image: bad output %dx%dx%d", o->width,
+                     o->height, o->channels);
   if (o->crop == WDS_CROP_RANDOM &&
-      !(o->scale_min > 0 && o->scale_min <= o->scale_max &&
-        o->scale_max <= 1))
+      !(o->scale_min > 0 && o->scale_min <= o->scale_max && o->scale_max <= 1))
     return wds__fail(e, WDS_ERR_INVALID, "image: bad crop scale [%g, %g]",
                      o->scale_min, o->scale_max);
   wds__crop_plan plan;
@@ -556,8 +554,8 @@ int wds__decode_image(wds__decoder *d, const uint8_t *data, size_t size,
     char hex[3 * 8 + 1] = "";
     int at = 0;
     for (size_t i = 0; i < size && i < 8; i++)
-      at += snprintf(hex + at, sizeof hex - (size_t)at, "%s%02x",
-                     i ? " " : "", data[i]);
+      at += snprintf(hex + at, sizeof hex - (size_t)at, "%s%02x", i ? " " : "",
+                     data[i]);
     return wds__fail(e, WDS_ERR_FORMAT,
                      "not a JPEG or PNG image (%zu bytes, first bytes %s)",
                      size, size ? hex : "none");
@@ -583,37 +581,62 @@ int wds__decode_image(wds__decoder *d, const uint8_t *data, size_t size,
   return WDS_OK;
 }
 
-/* ---- int ---- */
+/* ---- the image decoder's row in the table (decoders.h) ---- */
 
-static int is_space(uint8_t c) {
-  return c == ' ' || (c >= '\t' && c <= '\r'); /* Python's bytes.isspace */
+/* wds_decode_check decodes images into a CHECK_SIDE x CHECK_SIDE RGB
+ * center crop: the decoders read every byte of the entropy-coded data
+ * whatever the output size (a JPEG at its smallest DCT scale, a PNG fully
+ * with its CRCs), so truncation and corrupt data are found while
+ * resampling stays negligible. */
+#define CHECK_SIDE 16
+
+int wds__image_check_opts(const wds__field_opts *o, wds__err *e) {
+  if ((o->channels != 1 && o->channels != 3) || o->width < 1 || o->height < 1 ||
+      o->width > 65536 || o->height > 65536 ||
+      (uint64_t)o->width * (uint64_t)o->height > (1u << 28))
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "image %dx%d with %d channels (sizes 1..65536, 1 or 3 "
+                     "channels)",
+                     o->width, o->height, o->channels);
+  return WDS_OK;
 }
 
-int wds__decode_int(const uint8_t *data, size_t size, int64_t *out,
-                    wds__err *e) {
-  size_t i = 0, n = size;
-  while (i < n && is_space(data[i]))
-    i++;
-  while (n > i && is_space(data[n - 1]))
-    n--;
-  int neg = 0;
-  if (i < n && (data[i] == '+' || data[i] == '-'))
-    neg = data[i++] == '-';
-  if (i == n)
-    return wds__fail(e, WDS_ERR_FORMAT, "int: no digits in %zu bytes", size);
-  uint64_t v = 0;
-  /* magnitude limit: 2^63 - 1, or 2^63 for a negative number */
-  uint64_t limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
-  for (; i < n; i++) {
-    uint8_t c = data[i];
-    if (c < '0' || c > '9')
-      return wds__fail(e, WDS_ERR_FORMAT,
-                       "int: unexpected character 0x%02x at byte %zu", c, i);
-    unsigned digit = (unsigned)(c - '0');
-    if (v > (limit - digit) / 10)
-      return wds__fail(e, WDS_ERR_LIMIT, "int: value out of the int64 range");
-    v = v * 10 + digit;
-  }
-  *out = neg ? (int64_t)(0 - v) : (int64_t)v;
-  return WDS_OK;
+void wds__image_row_shape(const wds__field_opts *o, wds__row_shape *out) {
+  memset(out, 0, sizeof *out);
+  out->dtype = WDS_DTYPE_U8;
+  out->ndim = 3;
+  out->shape[0] = o->height;
+  out->shape[1] = o->width;
+  out->shape[2] = o->channels;
+  out->row_bytes = (size_t)o->width * (size_t)o->height * (size_t)o->channels;
+}
+
+int wds__image_decode(const wds__field_opts *o, const wds__decode_call *call,
+                      const uint8_t *data, size_t size, wds__field_value *out,
+                      wds__err *e) {
+  size_t n = (size_t)o->width * (size_t)o->height * (size_t)o->channels;
+  out->dtype = WDS_DTYPE_U8;
+  if (!(out->data = call->alloc(call->alloc_ctx, n)))
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+  out->owned = 1;
+  wds__image_opts io = {o->width,     o->height,    o->channels,  o->crop,
+                        o->scale_min, o->scale_max, call->rng_key};
+  int rc = wds__decode_image(call->dec, data, size, &io, out->data, e);
+  out->size = n;
+  out->ndim = 3;
+  out->shape[0] = o->height;
+  out->shape[1] = o->width;
+  out->shape[2] = o->channels;
+  return rc;
+}
+
+int wds__image_check(wds__decoder *dec, const uint8_t *data, size_t size,
+                     wds__err *e) {
+  uint8_t out[CHECK_SIDE * CHECK_SIDE * 3];
+  wds__image_opts o;
+  memset(&o, 0, sizeof o);
+  o.width = o.height = CHECK_SIDE;
+  o.channels = 3;
+  o.crop = WDS_CROP_CENTER;
+  return wds__decode_image(dec, data, size, &o, out, e);
 }

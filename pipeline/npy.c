@@ -1,5 +1,6 @@
 /* npy.c — the .npy format: parsing (versions 1.0, 2.0, 3.0), copying to
- * host-order C-order arrays, writing (version 1.0), and dtype names.
+ * host-order C-order arrays, writing (version 1.0), dtype names, and the
+ * npy decoder's row in the decoder table.
  *
  * The header is a Python dict literal; it is parsed as numpy writes it and
  * as a hand-written one may look: keys 'descr', 'fortran_order', 'shape' in
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "decode.h"
+#include "decoders.h"
 #include "wds/writer.h" /* wds_outfile */
 
 static const struct {
@@ -51,8 +53,8 @@ typedef struct cursor {
 } cursor;
 
 static void skip_ws(cursor *c) {
-  while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' ||
-                           *c->p == '\r'))
+  while (c->p < c->end &&
+         (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
     c->p++;
 }
 
@@ -98,12 +100,11 @@ static int parse_descr(const char *s, wds__npy *out, wds__err *e) {
   static const struct {
     const char *code;
     wds_dtype t;
-  } codes[] = {{"b1", WDS_DTYPE_BOOL}, {"i1", WDS_DTYPE_I8},
-               {"u1", WDS_DTYPE_U8},   {"i2", WDS_DTYPE_I16},
-               {"u2", WDS_DTYPE_U16},  {"i4", WDS_DTYPE_I32},
-               {"u4", WDS_DTYPE_U32},  {"i8", WDS_DTYPE_I64},
-               {"u8", WDS_DTYPE_U64},  {"f2", WDS_DTYPE_F16},
-               {"f4", WDS_DTYPE_F32},  {"f8", WDS_DTYPE_F64}};
+  } codes[] = {
+      {"b1", WDS_DTYPE_BOOL}, {"i1", WDS_DTYPE_I8},  {"u1", WDS_DTYPE_U8},
+      {"i2", WDS_DTYPE_I16},  {"u2", WDS_DTYPE_U16}, {"i4", WDS_DTYPE_I32},
+      {"u4", WDS_DTYPE_U32},  {"i8", WDS_DTYPE_I64}, {"u8", WDS_DTYPE_U64},
+      {"f2", WDS_DTYPE_F16},  {"f4", WDS_DTYPE_F32}, {"f8", WDS_DTYPE_F64}};
   char order = '=';
   const char *code = s;
   if (*code == '<' || *code == '>' || *code == '|' || *code == '=')
@@ -112,8 +113,8 @@ static int parse_descr(const char *s, wds__npy *out, wds__err *e) {
     if (strcmp(code, codes[i].code) != 0)
       continue;
     out->dtype = codes[i].t;
-    int little = order == '<' || ((order == '=' || order == '|') &&
-                                  host_is_little());
+    int little =
+        order == '<' || ((order == '=' || order == '|') && host_is_little());
     out->swap = wds_dtype_size(out->dtype) > 1 && little != host_is_little();
     return WDS_OK;
   }
@@ -196,7 +197,7 @@ static int parse_dict(const char *text, size_t len, wds__npy *out,
     return wds__fail(e, WDS_ERR_FORMAT, "npy: text after the header dict");
   if (!have_descr || !have_order || !have_shape)
     return wds__fail(e, WDS_ERR_FORMAT, "npy: header lacks '%s'",
-                     !have_descr ? "descr"
+                     !have_descr   ? "descr"
                      : !have_order ? "fortran_order"
                                    : "shape");
   return WDS_OK;
@@ -219,12 +220,12 @@ int wds__npy_parse(const uint8_t *data, size_t size, wds__npy *out,
     hlen = (size_t)data[8] | (size_t)data[9] << 8 | (size_t)data[10] << 16 |
            (size_t)data[11] << 24;
   } else {
-    return wds__fail(e, WDS_ERR_FORMAT, "npy: unsupported version %d.%d",
-                     major, minor);
+    return wds__fail(e, WDS_ERR_FORMAT, "npy: unsupported version %d.%d", major,
+                     minor);
   }
   if (minor != 0)
-    return wds__fail(e, WDS_ERR_FORMAT, "npy: unsupported version %d.%d",
-                     major, minor);
+    return wds__fail(e, WDS_ERR_FORMAT, "npy: unsupported version %d.%d", major,
+                     minor);
   if (hlen > size - start)
     return wds__fail(e, WDS_ERR_TRUNCATED,
                      "npy: header of %zu bytes, %zu available", hlen,
@@ -251,8 +252,7 @@ int wds__npy_parse(const uint8_t *data, size_t size, wds__npy *out,
   return WDS_OK;
 }
 
-static void copy_item(uint8_t *dst, const uint8_t *src, size_t item,
-                      int swap) {
+static void copy_item(uint8_t *dst, const uint8_t *src, size_t item, int swap) {
   if (!swap) {
     memcpy(dst, src, item);
     return;
@@ -295,6 +295,43 @@ void wds__npy_copy(const wds__npy *a, void *dst_v) {
   }
 }
 
+/* ---- the npy decoder's row in the table (decoders.h) ---- */
+
+/* Until a valid row says otherwise, a batch's npy field is (rows, 0) u8. */
+void wds__npy_row_shape(const wds__field_opts *o, wds__row_shape *out) {
+  (void)o;
+  memset(out, 0, sizeof *out);
+  out->dtype = WDS_DTYPE_U8;
+  out->ndim = 1;
+}
+
+int wds__npy_decode(const wds__field_opts *o, const wds__decode_call *call,
+                    const uint8_t *data, size_t size, wds__field_value *out,
+                    wds__err *e) {
+  (void)o;
+  wds__npy a;
+  int rc = wds__npy_parse(data, size, &a, e);
+  if (rc != WDS_OK)
+    return rc;
+  out->data = call->alloc(call->alloc_ctx, a.data_bytes ? a.data_bytes : 1);
+  if (!out->data)
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+  out->owned = 1;
+  wds__npy_copy(&a, out->data);
+  out->size = a.data_bytes;
+  out->dtype = a.dtype;
+  out->ndim = a.ndim;
+  memcpy(out->shape, a.shape, sizeof out->shape);
+  return WDS_OK;
+}
+
+int wds__npy_check(wds__decoder *dec, const uint8_t *data, size_t size,
+                   wds__err *e) {
+  wds__npy a;
+  (void)dec;
+  return wds__npy_parse(data, size, &a, e);
+}
+
 /* ---- writing ---- */
 
 static int write_all(FILE *f, const void *p, size_t n) {
@@ -309,8 +346,8 @@ int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
   FILE *f = NULL;
   wds_outfile *of = NULL;
   char msg[WDS__ERR_SIZE];
-  if (!path || dtype <= WDS_DTYPE_BYTES || dtype > WDS_DTYPE_F64 ||
-      ndim < 0 || ndim > 8 || (ndim > 0 && !shape)) {
+  if (!path || dtype <= WDS_DTYPE_BYTES || dtype > WDS_DTYPE_F64 || ndim < 0 ||
+      ndim > 8 || (ndim > 0 && !shape)) {
     rc = wds__fail(&e, WDS_ERR_INVALID,
                    "npy save: bad arguments (dtype %d, ndim %d)", (int)dtype,
                    ndim);
@@ -357,8 +394,8 @@ int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
     rc = wds__fail(&e, WDS_ERR_IO, "npy save: %s: %s", path, strerror(errno));
     goto done;
   }
-  uint8_t pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (uint8_t)n,
-                     (uint8_t)(n >> 8)};
+  uint8_t pre[10] = {0x93, 'N', 'U', 'M',        'P',
+                     'Y',  1,   0,   (uint8_t)n, (uint8_t)(n >> 8)};
   int bad = write_all(f, pre, sizeof pre) || write_all(f, header, (size_t)n);
   if (!bad && (host_is_little() || item == 1)) {
     bad = write_all(f, data, count * item);

@@ -1,0 +1,99 @@
+/* decoders.c — the table of field decoders (decoders.h), its look-ups,
+ * wds_decode_for_ext, and the bytes decoder (the fallback: a row is the
+ * field's bytes as they are).
+ *
+ * The table is indexed by wds_decode; the public enum values never change.
+ * Its order is the order of names in messages and of extension look-ups
+ * (the extension lists do not overlap). */
+#include "pipeline/decoders.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const image_exts[] = {"jpg", "jpeg", "png", NULL};
+static const char *const npy_exts[] = {"npy", NULL};
+static const char *const int_exts[] = {"cls", "cls2", "index",
+                                       "inx", "id",   NULL};
+
+static const wds__decoder_def table[] = {
+    [WDS_DECODE_IMAGE] = {WDS_DECODE_IMAGE, "image", image_exts, WDS__ROW_FIXED,
+                          1, 0, NULL, wds__image_check_opts,
+                          wds__image_row_shape, wds__image_decode,
+                          wds__image_check},
+    [WDS_DECODE_NPY] = {WDS_DECODE_NPY, "npy", npy_exts, WDS__ROW_FIRST, 0, 0,
+                        "npy array", NULL, wds__npy_row_shape, wds__npy_decode,
+                        wds__npy_check},
+    [WDS_DECODE_INT] = {WDS_DECODE_INT, "int", int_exts, WDS__ROW_FIXED, 0, 0,
+                        NULL, NULL, wds__int_row_shape, wds__int_decode,
+                        wds__int_check},
+    [WDS_DECODE_BYTES] = {WDS_DECODE_BYTES, "bytes", NULL, WDS__ROW_VARIABLE, 0,
+                          1, NULL, NULL, wds__bytes_row_shape,
+                          wds__bytes_decode, NULL},
+};
+
+#define FIRST WDS_DECODE_IMAGE
+#define END (sizeof table / sizeof *table)
+
+const wds__decoder_def *wds__decoder_get(wds_decode id) {
+  return (unsigned)id >= FIRST && (unsigned)id < END ? &table[id] : NULL;
+}
+
+const wds__decoder_def *wds__decoder_for_ext(const char *ext) {
+  if (ext)
+    for (size_t i = FIRST; i < END; i++)
+      for (const char *const *p = table[i].exts; p && *p; p++)
+        if (strcmp(ext, *p) == 0)
+          return &table[i];
+  return &table[WDS_DECODE_BYTES];
+}
+
+wds_decode wds_decode_for_ext(const char *ext) {
+  return wds__decoder_for_ext(ext)->id;
+}
+
+const wds__decoder_def *wds__decoder_named(const char *s, size_t n) {
+  for (size_t i = FIRST; i < END; i++) {
+    const char *name = table[i].name;
+    if (strlen(name) != n)
+      continue;
+    size_t k = 0;
+    for (; k < n; k++) {
+      char c = s[k] >= 'A' && s[k] <= 'Z' ? (char)(s[k] - 'A' + 'a') : s[k];
+      if (c != name[k])
+        break;
+    }
+    if (k == n)
+      return &table[i];
+  }
+  return NULL;
+}
+
+void wds__decoder_names(char *buf, size_t n) {
+  size_t at = 0;
+  if (n == 0)
+    return;
+  buf[0] = '\0';
+  for (size_t i = FIRST; i < END && at < n; i++)
+    at += (size_t)snprintf(buf + at, n - at, "%s%s", i == FIRST ? "" : ", ",
+                           table[i].name);
+}
+
+/* ---- bytes ---- */
+
+void wds__bytes_row_shape(const wds__field_opts *o, wds__row_shape *out) {
+  (void)o;
+  memset(out, 0, sizeof *out);
+  out->dtype = WDS_DTYPE_BYTES;
+}
+
+int wds__bytes_decode(const wds__field_opts *o, const wds__decode_call *call,
+                      const uint8_t *data, size_t size, wds__field_value *out,
+                      wds__err *e) {
+  (void)o;
+  (void)call;
+  (void)e;
+  out->dtype = WDS_DTYPE_BYTES;
+  out->data = (void *)data; /* the row points into the sample */
+  out->size = size;
+  return WDS_OK;
+}
