@@ -1,15 +1,10 @@
-/* index.c — reads the shard-set index (format in index.h).
+/* index.c — reads and writes the shard-set index (format in index.h): the
+ * one file that defines the format, both ways.
  *
- * A small strict JSON parser, written for this one format: recursive descent
- * over a byte buffer with an explicit length (no NUL terminator needed),
- * nesting limited to WDS__JSON_MAX_DEPTH so the stack is bounded whatever the
- * input. Strict means RFC 8259: no comments, trailing commas, leading zeros,
- * BOM, raw control characters or invalid UTF-8 in strings. Strings decode all
- * escapes; \uXXXX surrogate pairs become UTF-8, and a lone \udc80..\udcff
- * becomes the raw byte 0x80..0xff (Python's surrogateescape, which is how
- * `wds` tools write names that are not UTF-8); other lone surrogates are
- * errors. Values the index does not use are validated and skipped, whatever
- * their type, without allocating.
+ * Read with the strict JSON reader of base/json.h (recursive descent over
+ * the text, nesting bounded; with surrogateescape, which is how the writer
+ * below writes names that are not UTF-8). Values the index does not use
+ * are validated and skipped, whatever their type, without allocating.
  *
  * Every error is WDS_ERR_FORMAT with "offset N: what" (N counted in bytes
  * from the start of the text); wds__index_load prefixes the file name.
@@ -36,368 +31,36 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "base/mem.h"
 #include "shards/tar.h"
 
-#define WDS__JSON_MAX_DEPTH 64
-#define WDS__INDEX_MAX_BYTES ((size_t)1 << 31) /* 2 GiB of JSON */
-
-typedef struct jp {
-  const unsigned char *s;
-  size_t n, pos;
-  wds__err *e;
-  unsigned flags; /* WDS__INDEX_SAMPLES: keep the sample detail */
-} jp;
-
-static int jfail(jp *p, size_t at, const char *what) {
-  return wds__fail(p->e, WDS_ERR_FORMAT, "offset %zu: %s", at, what);
-}
-
-static void skip_ws(jp *p) {
-  while (p->pos < p->n && (p->s[p->pos] == ' ' || p->s[p->pos] == '\t' ||
-                           p->s[p->pos] == '\n' || p->s[p->pos] == '\r'))
-    p->pos++;
-}
-
-/* The next byte, or -1 at the end. */
-static int peek(const jp *p) { return p->pos < p->n ? p->s[p->pos] : -1; }
-
-/* Expects byte c (after blanks). */
-static int expect(jp *p, int c, const char *what) {
-  skip_ws(p);
-  if (peek(p) != c)
-    return jfail(p, p->pos, p->pos < p->n ? what : "unexpected end of input");
-  p->pos++;
-  return WDS_OK;
-}
-
-/* Length of the valid UTF-8 sequence at s (at most n bytes), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0], cp, min;
-  size_t len;
-  if (c < 0x80)
-    return 1;
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-    min = 0x80;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    min = 0x800;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (len > n)
-    return 0;
-  cp = c & (0xFFu >> (len + 1));
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xC0) != 0x80)
-      return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  return len;
-}
-
-static int hex4(const unsigned char *s, unsigned *out) {
-  unsigned v = 0;
-  for (int i = 0; i < 4; i++) {
-    unsigned c = s[i], d;
-    if (c >= '0' && c <= '9')
-      d = c - '0';
-    else if (c >= 'a' && c <= 'f')
-      d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F')
-      d = c - 'A' + 10;
-    else
-      return -1;
-    v = v << 4 | d;
-  }
-  *out = v;
-  return 0;
-}
-
-/* Appends byte c to out[0..cap) at *len (counting past cap too). */
-static void put(char *out, size_t cap, size_t *len, unsigned c) {
-  if (out && *len < cap)
-    out[*len] = (char)c;
-  (*len)++;
-}
-
-static void put_utf8(char *out, size_t cap, size_t *len, unsigned cp) {
-  if (cp < 0x80) {
-    put(out, cap, len, cp);
-  } else if (cp < 0x800) {
-    put(out, cap, len, 0xC0 | cp >> 6);
-    put(out, cap, len, 0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    put(out, cap, len, 0xE0 | cp >> 12);
-    put(out, cap, len, 0x80 | (cp >> 6 & 0x3F));
-    put(out, cap, len, 0x80 | (cp & 0x3F));
-  } else {
-    put(out, cap, len, 0xF0 | cp >> 18);
-    put(out, cap, len, 0x80 | (cp >> 12 & 0x3F));
-    put(out, cap, len, 0x80 | (cp >> 6 & 0x3F));
-    put(out, cap, len, 0x80 | (cp & 0x3F));
-  }
-}
-
-/* Parses the string at p->pos (blanks skipped first), validating all of it;
- * writes up to cap decoded bytes to out (may be NULL) and the full decoded
- * length to *len. Does not NUL-terminate. */
-static int parse_string(jp *p, char *out, size_t cap, size_t *len) {
-  *len = 0;
-  skip_ws(p);
-  if (peek(p) != '"')
-    return jfail(p, p->pos,
-                 p->pos < p->n ? "expected a string"
-                               : "unexpected end of input");
-  size_t start = p->pos++;
-  for (;;) {
-    if (p->pos >= p->n)
-      return jfail(p, start, "unterminated string");
-    unsigned c = p->s[p->pos];
-    if (c == '"') {
-      p->pos++;
-      return WDS_OK;
-    }
-    if (c < 0x20)
-      return jfail(p, p->pos, "control character in a string");
-    if (c != '\\') {
-      size_t l = utf8_len(p->s + p->pos, p->n - p->pos);
-      if (l == 0)
-        return jfail(p, p->pos, "invalid UTF-8 in a string");
-      for (size_t i = 0; i < l; i++)
-        put(out, cap, len, p->s[p->pos + i]);
-      p->pos += l;
-      continue;
-    }
-    size_t esc = p->pos;
-    if (p->pos + 1 >= p->n)
-      return jfail(p, start, "unterminated string");
-    c = p->s[p->pos + 1];
-    p->pos += 2;
-    switch (c) {
-    case '"':
-    case '\\':
-    case '/':
-      put(out, cap, len, c);
-      continue;
-    case 'b':
-      put(out, cap, len, '\b');
-      continue;
-    case 'f':
-      put(out, cap, len, '\f');
-      continue;
-    case 'n':
-      put(out, cap, len, '\n');
-      continue;
-    case 'r':
-      put(out, cap, len, '\r');
-      continue;
-    case 't':
-      put(out, cap, len, '\t');
-      continue;
-    case 'u':
-      break;
-    default:
-      return jfail(p, esc, "invalid escape in a string");
-    }
-    unsigned cp, lo;
-    if (p->pos + 4 > p->n || hex4(p->s + p->pos, &cp) != 0)
-      return jfail(p, esc, "invalid \\u escape (4 hex digits needed)");
-    p->pos += 4;
-    if (cp >= 0xD800 && cp <= 0xDBFF) {
-      if (p->pos + 6 <= p->n && p->s[p->pos] == '\\' &&
-          p->s[p->pos + 1] == 'u' && hex4(p->s + p->pos + 2, &lo) == 0 &&
-          lo >= 0xDC00 && lo <= 0xDFFF) {
-        p->pos += 6;
-        put_utf8(out, cap, len,
-                 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00));
-        continue;
-      }
-      return jfail(p, esc, "unpaired surrogate in a \\u escape");
-    }
-    if (cp >= 0xDC00 && cp <= 0xDFFF) {
-      if (cp < 0xDC80 || cp > 0xDCFF)
-        return jfail(p, esc, "unpaired surrogate in a \\u escape");
-      put(out, cap, len, cp & 0xFF); /* surrogateescape: a raw byte */
-      continue;
-    }
-    put_utf8(out, cap, len, cp);
-  }
-}
-
-/* Parses a number; *is_uint is set when it is a non-negative integer
- * without fraction or exponent, and *val to its value (UINT64_MAX when it
- * does not fit: *is_uint is then 2). */
-static int parse_number(jp *p, int *is_uint, uint64_t *val) {
-  size_t start = p->pos;
-  int neg = 0, integral = 1, fits = 1;
-  uint64_t v = 0;
-  *is_uint = 0;
-  if (peek(p) == '-') {
-    neg = 1;
-    p->pos++;
-  }
-  int c = peek(p);
-  if (c == '0') {
-    p->pos++;
-    c = peek(p);
-    if (c >= '0' && c <= '9')
-      return jfail(p, start, "number with a leading zero");
-  } else if (c >= '1' && c <= '9') {
-    while ((c = peek(p)) >= '0' && c <= '9') {
-      unsigned d = (unsigned)(c - '0');
-      if (v > (UINT64_MAX - d) / 10)
-        fits = 0;
-      else
-        v = v * 10 + d;
-      p->pos++;
-    }
-  } else {
-    return jfail(p, start, "invalid number");
-  }
-  if (peek(p) == '.') {
-    integral = 0;
-    p->pos++;
-    if (!((c = peek(p)) >= '0' && c <= '9'))
-      return jfail(p, start, "invalid number (digits must follow '.')");
-    while ((c = peek(p)) >= '0' && c <= '9')
-      p->pos++;
-  }
-  if (peek(p) == 'e' || peek(p) == 'E') {
-    integral = 0;
-    p->pos++;
-    if (peek(p) == '+' || peek(p) == '-')
-      p->pos++;
-    if (!((c = peek(p)) >= '0' && c <= '9'))
-      return jfail(p, start, "invalid number (digits must follow 'e')");
-    while ((c = peek(p)) >= '0' && c <= '9')
-      p->pos++;
-  }
-  if (!neg && integral) {
-    *is_uint = fits ? 1 : 2;
-    *val = fits ? v : UINT64_MAX;
-  }
-  return WDS_OK;
-}
-
-static int skip_value(jp *p, int depth);
-
-/* Skips an array or object; the opening byte is at p->pos. */
-static int skip_container(jp *p, int depth) {
-  size_t open_at = p->pos;
-  int close = p->s[p->pos] == '[' ? ']' : '}';
-  if (depth > WDS__JSON_MAX_DEPTH)
-    return jfail(p, open_at, "nesting deeper than 64 levels");
-  p->pos++;
-  skip_ws(p);
-  if (peek(p) == close) {
-    p->pos++;
-    return WDS_OK;
-  }
-  for (;;) {
-    int rc;
-    size_t len;
-    if (close == '}') {
-      if ((rc = parse_string(p, NULL, 0, &len)) != WDS_OK ||
-          (rc = expect(p, ':', "expected ':' after an object key")) != WDS_OK)
-        return rc;
-    }
-    if ((rc = skip_value(p, depth + 1)) != WDS_OK)
-      return rc;
-    skip_ws(p);
-    if (peek(p) == ',') {
-      p->pos++;
-      continue;
-    }
-    if (peek(p) == close) {
-      p->pos++;
-      return WDS_OK;
-    }
-    return jfail(p, p->pos,
-                 p->pos >= p->n ? "unexpected end of input"
-                 : close == ']' ? "expected ',' or ']' in an array"
-                                : "expected ',' or '}' in an object");
-  }
-}
-
-static int skip_literal(jp *p, const char *word) {
-  size_t n = strlen(word);
-  if (p->n - p->pos < n || memcmp(p->s + p->pos, word, n) != 0)
-    return jfail(p, p->pos, "invalid value");
-  p->pos += n;
-  return WDS_OK;
-}
-
-/* Validates and skips one value of any type at nesting depth `depth`. */
-static int skip_value(jp *p, int depth) {
-  skip_ws(p);
-  int c = peek(p), is_uint;
-  uint64_t v;
-  size_t len;
-  switch (c) {
-  case -1:
-    return jfail(p, p->pos, "unexpected end of input");
-  case '{':
-  case '[':
-    return skip_container(p, depth);
-  case '"':
-    return parse_string(p, NULL, 0, &len);
-  case 't':
-    return skip_literal(p, "true");
-  case 'f':
-    return skip_literal(p, "false");
-  case 'n':
-    return skip_literal(p, "null");
-  default:
-    if (c == '-' || (c >= '0' && c <= '9'))
-      return parse_number(p, &is_uint, &v);
-    return jfail(p, p->pos, "invalid value");
-  }
-}
-
-/* Parses an object key into key[0..cap) (NUL-terminated; a longer key is
- * cut, which no known key is) and the ':' after it. */
-static int parse_key(jp *p, char *key, size_t cap) {
-  size_t len;
-  int rc = parse_string(p, key, cap - 1, &len);
-  if (rc != WDS_OK)
-    return rc;
-  key[len < cap - 1 ? len : cap - 1] = '\0';
-  if (len >= cap - 1 || memchr(key, '\0', len))
-    key[0] = '\0'; /* matches nothing */
-  return expect(p, ':', "expected ':' after an object key");
-}
+#define WDS__INDEX_MAX_BYTES WDS__JSON_MAX_BYTES /* 2 GiB of JSON */
 
 /* Parses a non-negative integer value no larger than max; with allow_null,
  * `null` is accepted and sets *is_null. */
-static int parse_count(jp *p, const char *name, uint64_t max, int allow_null,
-                       uint64_t *out, int *is_null) {
+static int parse_count(wds__json *p, const char *name, uint64_t max,
+                       int allow_null, uint64_t *out, int *is_null) {
   char msg[96];
-  skip_ws(p);
+  wds__json_ws(p);
   size_t at = p->pos;
   *is_null = 0;
-  if (allow_null && peek(p) == 'n') {
+  if (allow_null && wds__json_peek(p) == 'n') {
     *is_null = 1;
     *out = 0;
-    return skip_literal(p, "null");
+    return wds__json_literal(p, "null");
   }
-  int is_uint = 0, c = peek(p);
+  int is_uint = 0, c = wds__json_peek(p);
   uint64_t v = 0;
   if (c == '-' || (c >= '0' && c <= '9')) {
-    int rc = parse_number(p, &is_uint, &v);
+    int rc = wds__json_number(p, &is_uint, &v);
     if (rc != WDS_OK)
       return rc;
   }
   if (is_uint != 1 || v > max) {
     snprintf(msg, sizeof msg, "\"%s\" must be a non-negative integer%s", name,
              is_uint ? " (too large)" : "");
-    return jfail(p, at, msg);
+    return wds__json_fail(p, at, msg);
   }
   *out = v;
   return WDS_OK;
@@ -476,49 +139,22 @@ static char *resolve(const char *dir, const char *url) {
   return join_normalize(lp == url ? dir : NULL, lp);
 }
 
-/* Parses a string value into a new NUL-terminated copy (*out, malloc'd);
- * a NUL inside is an error naming `what`. */
-static int parse_new_string(jp *p, const char *what, char **out) {
-  char msg[96];
-  size_t len, at;
-  int rc;
-  *out = NULL;
-  skip_ws(p);
-  at = p->pos;
-  if ((rc = parse_string(p, NULL, 0, &len)) != WDS_OK)
-    return rc;
-  char *s = malloc(len + 1);
-  if (!s)
-    return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
-  p->pos = at;
-  if ((rc = parse_string(p, s, len, &len)) != WDS_OK) {
-    free(s);
-    return rc;
-  }
-  s[len] = '\0';
-  if (strlen(s) != len) {
-    free(s);
-    snprintf(msg, sizeof msg, "%s contains a NUL character", what);
-    return jfail(p, at, msg);
-  }
-  *out = s;
-  return WDS_OK;
-}
-
 /* Parses one [OFFSET, SIZE] pair. */
-static int parse_pair(jp *p, wds_index_field *f) {
+static int parse_pair(wds__json *p, wds_index_field *f) {
   int rc, is_null;
-  skip_ws(p);
+  wds__json_ws(p);
   size_t at = p->pos;
-  if (peek(p) != '[')
-    return jfail(p, at, "a field must be [offset, size]");
+  if (wds__json_peek(p) != '[')
+    return wds__json_fail(p, at, "a field must be [offset, size]");
   p->pos++;
   if ((rc = parse_count(p, "offset", UINT64_MAX, 0, &f->offset, &is_null)) !=
           WDS_OK ||
-      (rc = expect(p, ',', "a field must be [offset, size]")) != WDS_OK ||
+      (rc = wds__json_expect(p, ',', "a field must be [offset, size]")) !=
+          WDS_OK ||
       (rc = parse_count(p, "size", UINT64_MAX, 0, &f->size_bytes, &is_null)) !=
           WDS_OK ||
-      (rc = expect(p, ']', "a field must be [offset, size]")) != WDS_OK)
+      (rc = wds__json_expect(p, ']', "a field must be [offset, size]")) !=
+          WDS_OK)
     return rc;
   return WDS_OK;
 }
@@ -532,15 +168,15 @@ static void free_sample(wds_index_sample *s) {
 
 /* Parses {"EXT": [OFFSET, SIZE], ...} into s->fields; an extension listed
  * twice is an error. */
-static int parse_fields(jp *p, wds_index_sample *s) {
+static int parse_fields(wds__json *p, wds_index_sample *s) {
   size_t cap = 0;
   int rc;
-  skip_ws(p);
-  if (peek(p) != '{')
-    return jfail(p, p->pos, "\"fields\" must be an object");
+  wds__json_ws(p);
+  if (wds__json_peek(p) != '{')
+    return wds__json_fail(p, p->pos, "\"fields\" must be an object");
   p->pos++;
-  skip_ws(p);
-  if (peek(p) == '}') {
+  wds__json_ws(p);
+  if (wds__json_peek(p) == '}') {
     p->pos++;
     return WDS_OK;
   }
@@ -552,88 +188,90 @@ static int parse_fields(jp *p, wds_index_sample *s) {
     s->fields = grown;
     wds_index_field *f = &grown[s->field_count];
     char *ext;
-    skip_ws(p);
+    wds__json_ws(p);
     size_t at = p->pos;
-    if ((rc = parse_new_string(p, "an extension", &ext)) != WDS_OK)
+    if ((rc = wds__json_string_dup(p, "an extension", &ext, NULL)) != WDS_OK)
       return rc;
     f->ext = ext;
     s->field_count++;
     for (size_t i = 0; i + 1 < s->field_count; i++)
       if (strcmp(grown[i].ext, ext) == 0)
-        return jfail(p, at, "extension listed twice in a sample");
-    if ((rc = expect(p, ':', "expected ':' after an object key")) != WDS_OK ||
+        return wds__json_fail(p, at, "extension listed twice in a sample");
+    if ((rc = wds__json_expect(p, ':', "expected ':' after an object key")) !=
+            WDS_OK ||
         (rc = parse_pair(p, f)) != WDS_OK)
       return rc;
-    skip_ws(p);
-    if (peek(p) == ',') {
+    wds__json_ws(p);
+    if (wds__json_peek(p) == ',') {
       p->pos++;
       continue;
     }
-    return expect(p, '}', "expected ',' or '}' in an object");
+    return wds__json_expect(p, '}', "expected ',' or '}' in an object");
   }
 }
 
 /* Parses {"key": K, "fields": {...}} (other keys skipped). */
-static int parse_sample(jp *p, wds_index_sample *s, int depth) {
+static int parse_sample(wds__json *p, wds_index_sample *s, int depth) {
   char key[16];
   size_t obj_at = p->pos;
   int rc, have_key = 0, have_fields = 0;
-  if ((rc = expect(p, '{', "samples must be objects")) != WDS_OK)
+  if ((rc = wds__json_expect(p, '{', "samples must be objects")) != WDS_OK)
     return rc;
-  skip_ws(p);
-  if (peek(p) == '}')
+  wds__json_ws(p);
+  if (wds__json_peek(p) == '}')
     p->pos++;
   else
     for (;;) {
-      skip_ws(p);
+      wds__json_ws(p);
       size_t key_at = p->pos;
-      if ((rc = parse_key(p, key, sizeof key)) != WDS_OK)
+      if ((rc = wds__json_key(p, key, sizeof key)) != WDS_OK)
         return rc;
       int *seen = strcmp(key, "key") == 0      ? &have_key
                   : strcmp(key, "fields") == 0 ? &have_fields
                                                : NULL;
       if (seen && *seen)
-        return jfail(p, key_at, "duplicate key in a sample");
+        return wds__json_fail(p, key_at, "duplicate key in a sample");
       if (seen)
         *seen = 1;
       if (seen == &have_key) {
         char *k;
-        if ((rc = parse_new_string(p, "\"key\"", &k)) != WDS_OK)
+        if ((rc = wds__json_string_dup(p, "\"key\"", &k, NULL)) != WDS_OK)
           return rc;
         s->key = k;
       } else if (seen == &have_fields) {
         if ((rc = parse_fields(p, s)) != WDS_OK)
           return rc;
-      } else if ((rc = skip_value(p, depth + 1)) != WDS_OK) {
+      } else if ((rc = wds__json_skip(p, depth + 1)) != WDS_OK) {
         return rc;
       }
-      skip_ws(p);
-      if (peek(p) == ',') {
+      wds__json_ws(p);
+      if (wds__json_peek(p) == ',') {
         p->pos++;
         continue;
       }
-      if ((rc = expect(p, '}', "expected ',' or '}' in an object")) != WDS_OK)
+      if ((rc = wds__json_expect(p, '}', "expected ',' or '}' in an object")) !=
+          WDS_OK)
         return rc;
       break;
     }
   if (!have_key || !have_fields)
-    return jfail(p, obj_at,
-                 have_key ? "a sample has no \"fields\""
-                          : "a sample has no \"key\"");
+    return wds__json_fail(p, obj_at,
+                          have_key ? "a sample has no \"fields\""
+                                   : "a sample has no \"key\"");
   return WDS_OK;
 }
 
 /* Parses the "samples" array of an entry into ent->samples. */
-static int parse_samples(jp *p, wds__index_entry *ent, int depth) {
+static int parse_samples(wds__json *p, wds__index_entry *ent, int depth) {
   size_t cap = 0;
   int rc;
-  skip_ws(p);
-  if (peek(p) != '[')
-    return jfail(p, p->pos, "\"samples\" must be an array");
+  wds__json_ws(p);
+  if (wds__json_peek(p) != '[')
+    return wds__json_fail(p, p->pos, "\"samples\" must be an array");
   p->pos++;
   ent->has_samples = 1;
-  skip_ws(p);
-  if (peek(p) == ']') {
+  wds__json_ws(p);
+  if (wds__json_peek(p) == ']') {
     p->pos++;
     return WDS_OK;
   }
@@ -645,42 +283,42 @@ static int parse_samples(jp *p, wds__index_entry *ent, int depth) {
     ent->samples = grown;
     wds_index_sample *s = &ent->samples[ent->sample_count++];
     memset(s, 0, sizeof *s);
-    skip_ws(p);
+    wds__json_ws(p);
     if ((rc = parse_sample(p, s, depth + 1)) != WDS_OK)
       return rc;
-    skip_ws(p);
-    if (peek(p) == ',') {
+    wds__json_ws(p);
+    if (wds__json_peek(p) == ',') {
       p->pos++;
       continue;
     }
-    return expect(p, ']', "expected ',' or ']' in an array");
+    return wds__json_expect(p, ']', "expected ',' or ']' in an array");
   }
 }
 
 /* Validates the "samples" array at p->pos and counts its entries (each a
  * JSON value; parse_samples checks their shape when they are kept). */
-static int count_samples(jp *p, size_t *count, int depth) {
+static int count_samples(wds__json *p, size_t *count, int depth) {
   int rc;
   *count = 0;
-  skip_ws(p);
-  if (peek(p) != '[')
-    return jfail(p, p->pos, "\"samples\" must be an array");
+  wds__json_ws(p);
+  if (wds__json_peek(p) != '[')
+    return wds__json_fail(p, p->pos, "\"samples\" must be an array");
   p->pos++;
-  skip_ws(p);
-  if (peek(p) == ']') {
+  wds__json_ws(p);
+  if (wds__json_peek(p) == ']') {
     p->pos++;
     return WDS_OK;
   }
   for (;;) {
-    if ((rc = skip_value(p, depth + 1)) != WDS_OK)
+    if ((rc = wds__json_skip(p, depth + 1)) != WDS_OK)
       return rc;
     (*count)++;
-    skip_ws(p);
-    if (peek(p) == ',') {
+    wds__json_ws(p);
+    if (wds__json_peek(p) == ',') {
       p->pos++;
       continue;
     }
-    return expect(p, ']', "expected ',' or ']' in an array");
+    return wds__json_expect(p, ']', "expected ',' or ']' in an array");
   }
 }
 
@@ -689,7 +327,7 @@ static int count_samples(jp *p, size_t *count, int depth) {
  * with a 512-byte header, so at most tar_bytes / 512 - 1 samples, and a
  * member's data (padded to 512 bytes) lies between its header at OFFSET
  * and that last block. */
-static int check_tar_bytes(jp *p, size_t i, const wds__index_entry *ent,
+static int check_tar_bytes(wds__json *p, size_t i, const wds__index_entry *ent,
                            size_t at) {
   char msg[900];
   if (ent->tar_bytes < 0)
@@ -703,7 +341,7 @@ static int check_tar_bytes(jp *p, size_t i, const wds__index_entry *ent,
              "a 512-byte header, and the stream ends with a 512-byte block)",
              i, ent->url, (unsigned long long)ent->nsamples,
              (unsigned long long)tb, (unsigned long long)most);
-    return jfail(p, at, msg);
+    return wds__json_fail(p, at, msg);
   }
   for (size_t j = 0; j < ent->sample_count; j++) {
     const wds_index_sample *s = &ent->samples[j];
@@ -718,7 +356,7 @@ static int check_tar_bytes(jp *p, size_t i, const wds__index_entry *ent,
                  "%llu",
                  i, ent->url, s->key, f->ext, (unsigned long long)f->offset,
                  (unsigned long long)f->size_bytes, (unsigned long long)tb);
-        return jfail(p, at, msg);
+        return wds__json_fail(p, at, msg);
       }
     }
   }
@@ -726,8 +364,8 @@ static int check_tar_bytes(jp *p, size_t i, const wds__index_entry *ent,
 }
 
 /* Parses one shardlist entry (an object at p->pos) into *ent. */
-static int parse_entry(jp *p, size_t i, const char *dir, wds__index_entry *ent,
-                       int depth) {
+static int parse_entry(wds__json *p, size_t i, const char *dir, unsigned flags,
+                       wds__index_entry *ent, int depth) {
   char msg[320], key[16];
   size_t obj_at = p->pos;
   int rc = WDS_OK, have_url = 0, have_n = 0, have_size = 0, have_tar = 0,
@@ -736,17 +374,18 @@ static int parse_entry(jp *p, size_t i, const char *dir, wds__index_entry *ent,
   ent->filesize = -1;
   ent->tar_bytes = -1;
   if (depth > WDS__JSON_MAX_DEPTH)
-    return jfail(p, obj_at, "nesting deeper than 64 levels");
-  if ((rc = expect(p, '{', "shardlist entries must be objects")) != WDS_OK)
+    return wds__json_fail(p, obj_at, "nesting deeper than 64 levels");
+  if ((rc = wds__json_expect(p, '{', "shardlist entries must be objects")) !=
+      WDS_OK)
     return rc;
-  skip_ws(p);
-  if (peek(p) == '}')
+  wds__json_ws(p);
+  if (wds__json_peek(p) == '}')
     p->pos++;
   else
     for (;;) {
-      skip_ws(p);
+      wds__json_ws(p);
       size_t key_at = p->pos;
-      if ((rc = parse_key(p, key, sizeof key)) != WDS_OK)
+      if ((rc = wds__json_key(p, key, sizeof key)) != WDS_OK)
         return rc;
       int *seen =
           strcmp(key, "url") == 0         ? &have_url
@@ -754,31 +393,31 @@ static int parse_entry(jp *p, size_t i, const char *dir, wds__index_entry *ent,
           : strcmp(key, "filesize") == 0  ? &have_size
           : strcmp(key, "tar_bytes") == 0 ? &have_tar
           : strcmp(key, "samples") == 0 &&
-                  (p->flags & (WDS__INDEX_SAMPLES | WDS__INDEX_COUNT_SAMPLES))
+                  (flags & (WDS__INDEX_SAMPLES | WDS__INDEX_COUNT_SAMPLES))
               ? &have_samples
               : NULL;
       if (seen && *seen) {
         snprintf(msg, sizeof msg, "duplicate key \"%s\"", key);
-        return jfail(p, key_at, msg);
+        return wds__json_fail(p, key_at, msg);
       }
       if (seen)
         *seen = 1;
       if (seen == &have_url) {
-        skip_ws(p);
+        wds__json_ws(p);
         size_t at = p->pos, len;
-        if ((rc = parse_string(p, NULL, 0, &len)) != WDS_OK)
+        if ((rc = wds__json_string(p, NULL, 0, &len)) != WDS_OK)
           return rc;
         if (len == 0)
-          return jfail(p, at, "\"url\" is empty");
+          return wds__json_fail(p, at, "\"url\" is empty");
         ent->url = malloc(len + 1);
         if (!ent->url)
           return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
         p->pos = at;
-        if ((rc = parse_string(p, ent->url, len, &len)) != WDS_OK)
+        if ((rc = wds__json_string(p, ent->url, len, &len)) != WDS_OK)
           return rc;
         ent->url[len] = '\0';
         if (strlen(ent->url) != len)
-          return jfail(p, at, "\"url\" contains a NUL character");
+          return wds__json_fail(p, at, "\"url\" contains a NUL character");
         ent->path = resolve(dir, ent->url);
         if (!ent->path)
           return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
@@ -802,52 +441,54 @@ static int parse_entry(jp *p, size_t i, const char *dir, wds__index_entry *ent,
           return rc;
         ent->tar_bytes = is_null ? -1 : (int64_t)v;
       } else if (seen == &have_samples) {
-        skip_ws(p);
+        wds__json_ws(p);
         samples_at = p->pos;
-        if (p->flags & WDS__INDEX_SAMPLES)
+        if (flags & WDS__INDEX_SAMPLES)
           rc = parse_samples(p, ent, depth + 1);
         else
           rc = count_samples(p, &listed, depth + 1);
         if (rc != WDS_OK)
           return rc;
-        if (p->flags & WDS__INDEX_SAMPLES)
+        if (flags & WDS__INDEX_SAMPLES)
           listed = ent->sample_count;
-      } else if ((rc = skip_value(p, depth + 1)) != WDS_OK) {
+      } else if ((rc = wds__json_skip(p, depth + 1)) != WDS_OK) {
         return rc;
       }
-      skip_ws(p);
-      if (peek(p) == ',') {
+      wds__json_ws(p);
+      if (wds__json_peek(p) == ',') {
         p->pos++;
         continue;
       }
-      if ((rc = expect(p, '}', "expected ',' or '}' in an object")) != WDS_OK)
+      if ((rc = wds__json_expect(p, '}', "expected ',' or '}' in an object")) !=
+          WDS_OK)
         return rc;
       break;
     }
   if (!have_url || !have_n) {
     snprintf(msg, sizeof msg, "shardlist[%zu] has no \"%s\"", i,
              have_url ? "nsamples" : "url");
-    return jfail(p, obj_at, msg);
+    return wds__json_fail(p, obj_at, msg);
   }
   if (have_samples && listed != ent->nsamples) {
     snprintf(msg, sizeof msg,
              "shardlist[%zu] (\"%.200s\") lists %zu samples but "
              "\"nsamples\" is %llu",
              i, ent->url, listed, (unsigned long long)ent->nsamples);
-    return jfail(p, samples_at, msg);
+    return wds__json_fail(p, samples_at, msg);
   }
   return check_tar_bytes(p, i, ent, obj_at);
 }
 
-static int parse_shardlist(jp *p, const char *dir, wds__index *ix) {
+static int parse_shardlist(wds__json *p, const char *dir, unsigned flags,
+                           wds__index *ix) {
   size_t cap = 0;
   int rc;
-  skip_ws(p);
-  if (peek(p) != '[')
-    return jfail(p, p->pos, "\"shardlist\" must be an array");
+  wds__json_ws(p);
+  if (wds__json_peek(p) != '[')
+    return wds__json_fail(p, p->pos, "\"shardlist\" must be an array");
   p->pos++;
-  skip_ws(p);
-  if (peek(p) == ']') {
+  wds__json_ws(p);
+  if (wds__json_peek(p) == ']') {
     p->pos++;
     return WDS_OK;
   }
@@ -859,15 +500,15 @@ static int parse_shardlist(jp *p, const char *dir, wds__index *ix) {
     ix->shards = grown;
     wds__index_entry *ent = &ix->shards[ix->count++];
     memset(ent, 0, sizeof *ent);
-    skip_ws(p);
-    if ((rc = parse_entry(p, ix->count - 1, dir, ent, 3)) != WDS_OK)
+    wds__json_ws(p);
+    if ((rc = parse_entry(p, ix->count - 1, dir, flags, ent, 3)) != WDS_OK)
       return rc;
-    skip_ws(p);
-    if (peek(p) == ',') {
+    wds__json_ws(p);
+    if (wds__json_peek(p) == ',') {
       p->pos++;
       continue;
     }
-    return expect(p, ']', "expected ',' or ']' in an array");
+    return wds__json_expect(p, ']', "expected ',' or ']' in an array");
   }
 }
 
@@ -933,7 +574,7 @@ int wds__index_parse(const char *text, size_t size, const char *dir,
 int wds__index_parse_flags(const char *text, size_t size, const char *dir,
                            unsigned flags, wds__index *out, wds__err *e) {
   wds__index ix = {0};
-  jp p = {(const unsigned char *)text, size, 0, e, flags};
+  wds__json p;
   int rc = WDS_OK, have_list = 0;
   char key[16];
   memset(out, 0, sizeof *out);
@@ -941,43 +582,43 @@ int wds__index_parse_flags(const char *text, size_t size, const char *dir,
     return wds__fail(e, WDS_ERR_INVALID, "NULL index text");
   if (!dir)
     dir = "";
-  if ((rc = expect(&p, '{', "the index must be a JSON object")) != WDS_OK)
+  wds__json_init(&p, text, size, WDS__JSON_SURROGATEESCAPE, e);
+  if ((rc = wds__json_expect(&p, '{', "the index must be a JSON object")) !=
+      WDS_OK)
     goto done;
-  skip_ws(&p);
-  if (peek(&p) == '}')
+  wds__json_ws(&p);
+  if (wds__json_peek(&p) == '}')
     p.pos++;
   else
     for (;;) {
-      skip_ws(&p);
+      wds__json_ws(&p);
       size_t key_at = p.pos;
-      if ((rc = parse_key(&p, key, sizeof key)) != WDS_OK)
+      if ((rc = wds__json_key(&p, key, sizeof key)) != WDS_OK)
         goto done;
       if (strcmp(key, "shardlist") == 0) {
         if (have_list) {
-          rc = jfail(&p, key_at, "duplicate key \"shardlist\"");
+          rc = wds__json_fail(&p, key_at, "duplicate key \"shardlist\"");
           goto done;
         }
         have_list = 1;
-        rc = parse_shardlist(&p, dir, &ix);
+        rc = parse_shardlist(&p, dir, flags, &ix);
       } else {
-        rc = skip_value(&p, 2);
+        rc = wds__json_skip(&p, 2);
       }
       if (rc != WDS_OK)
         goto done;
-      skip_ws(&p);
-      if (peek(&p) == ',') {
+      wds__json_ws(&p);
+      if (wds__json_peek(&p) == ',') {
         p.pos++;
         continue;
       }
-      if ((rc = expect(&p, '}', "expected ',' or '}' in an object")) != WDS_OK)
+      if ((rc = wds__json_expect(&p, '}',
+                                 "expected ',' or '}' in an object")) != WDS_OK)
         goto done;
       break;
     }
-  skip_ws(&p);
-  if (p.pos < p.n) {
-    rc = jfail(&p, p.pos, "unexpected data after the index object");
+  if ((rc = wds__json_end(&p, "the index object")) != WDS_OK)
     goto done;
-  }
   if (!have_list) {
     rc = wds__fail(e, WDS_ERR_FORMAT, "no \"shardlist\" in the index");
     goto done;
@@ -1270,6 +911,46 @@ void wds__index_free(wds__index *ix) {
   free(ix->dir_real_);
   memset(ix, 0, sizeof *ix);
 }
+
+/* ---- writing (the format above, the other way) ----------------------- */
+
+void wds__index_write_head(FILE *out, const char *name) {
+  fputs("{\"wids_version\": 1, \"__kind__\": \"wds-shard-index\", "
+        "\"name\": ",
+        out);
+  wds__json_write_string(out, name, strlen(name));
+  fputs(", \"shardlist\": [\n", out);
+}
+
+void wds__index_write_sample(FILE *out, int first, const wds_sample *s) {
+  fputs(first ? "\n  {\"key\": " : ",\n  {\"key\": ", out);
+  wds__json_write_string(out, s->key, strlen(s->key));
+  fputs(", \"fields\": {", out);
+  for (size_t i = 0; i < s->field_count; i++) {
+    const wds_field *f = &s->fields[i];
+    fputs(i ? ", " : "", out);
+    wds__json_write_string(out, f->ext, strlen(f->ext));
+    fprintf(out, ": [%" PRIu64 ", %zu]", f->offset, f->size_bytes);
+  }
+  fputs("}}", out);
+}
+
+void wds__index_write_entry(FILE *out, int first, const char *url,
+                            uint64_t nsamples, int64_t filesize,
+                            uint64_t tar_bytes, const char *samples,
+                            size_t samples_len) {
+  if (!first)
+    fputs(",\n", out);
+  fputs("{\"url\": ", out);
+  wds__json_write_string(out, url, strlen(url));
+  fprintf(out, ", \"nsamples\": %" PRIu64 ", \"filesize\": ", nsamples);
+  wds__json_write_i64_or_null(out, filesize);
+  fprintf(out, ", \"tar_bytes\": %" PRIu64 ", \"samples\": [", tar_bytes);
+  fwrite(samples, 1, samples_len, out);
+  fputs("]}", out);
+}
+
+void wds__index_write_tail(FILE *out) { fputs("\n]}\n", out); }
 
 /* ---- the public API (wds/index.h): a handle around wds__index ---------- */
 

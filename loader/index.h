@@ -1,4 +1,5 @@
-/* index.h — reading a shard-set index (the JSON `wds index` writes). Internal.
+/* index.h — reading and writing a shard-set index (the JSON `wds index`
+ * writes). Internal.
  *
  * Format (top level compatible with wids' shard index):
  *
@@ -24,9 +25,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/err.h"
 #include "wds/index.h"
+#include "wds/reader.h"
 
 typedef struct wds__index_entry {
   char *url;         /* as written in the index */
@@ -101,5 +104,27 @@ int wds__index_find(const wds__index *ix, const char *url, size_t *entry,
 int wds__index_check_count(const char *url, uint64_t nsamples, wds__err *e);
 
 void wds__index_free(wds__index *ix);
+
+/* ---- writing: what the functions above read (`wds index`) ----
+ * An index is the head, the entries, the tail. An entry's "samples" list is
+ * built first (one sample at a time, into a memory stream, say), as its
+ * count is only known at the end of the shard; the entry then writes its
+ * keys (url, nsamples and filesize first, for people reading the file) and
+ * that list. Names that are not UTF-8 are written with surrogateescape. */
+
+/* {"wids_version": 1, "__kind__": "wds-shard-index", "name": NAME,
+ *  "shardlist": [ */
+void wds__index_write_head(FILE *out, const char *name);
+/* One element of an entry's "samples": {"key": K, "fields": {EXT: [OFFSET,
+ * SIZE], ...}}; first: the first of its list. */
+void wds__index_write_sample(FILE *out, int first, const wds_sample *s);
+/* One shardlist entry; samples[0..samples_len) is what write_sample wrote,
+ * filesize -1 for none (null). first: the first entry of the list. */
+void wds__index_write_entry(FILE *out, int first, const char *url,
+                            uint64_t nsamples, int64_t filesize,
+                            uint64_t tar_bytes, const char *samples,
+                            size_t samples_len);
+/* Closes the shardlist and the index object. */
+void wds__index_write_tail(FILE *out);
 
 #endif

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/json.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -73,7 +74,7 @@ static void print_batch(const wds_batch *b, int json) {
     if (i)
       putchar(',');
     if (b->keys[i])
-      tool_json_string(stdout, b->keys[i], strlen(b->keys[i]));
+      wds__json_write_string(stdout, b->keys[i], strlen(b->keys[i]));
     else
       fputs("null", stdout);
   }

@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -217,7 +218,7 @@ static int bench_loader(const tool_loader_opts *lo, int json,
         st.skipped, st.fill_rows, st.shards_opened);
     const char *alloc = wds_loader_allocator_name(l);
     alloc = alloc ? alloc : "";
-    tool_json_string(stdout, alloc, strlen(alloc));
+    wds__json_write_string(stdout, alloc, strlen(alloc));
     printf(", \"stages\": {");
     for (int i = 0; i < 6; i++)
       printf("%s\"%s\": {\"seconds\": %.6f, \"busy_pct\": %.1f}", i ? ", " : "",

@@ -2,9 +2,10 @@
  * wds/index.h, the top level compatible with wids' shard index).
  *
  * Each shard is read by its own reader, to its end, so a shard's count,
- * tar size and errors are its own. A shard's entry is built in a memory
- * stream and written once the shard has been read completely: the "url",
- * "nsamples" and "filesize" keys come first, for people reading the file.
+ * tar size and errors are its own. A shard's "samples" list is built in a
+ * memory stream and its entry written once the shard has been read
+ * completely. The text itself is written by loader/index.c, next to the
+ * reader of the same format.
  * Memory is one shard's entry at a time.
  *
  * With -o the index goes through wds_outfile (wds/writer.h): a temporary
@@ -23,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "loader/index.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -61,9 +63,11 @@ static const char index_usage[] =
 static int read_timeout_ms; /* --read-timeout */
 static uint64_t max_window; /* --max-window */
 
-/* Reads one shard and writes its shardlist entry to out. Returns 0, or 1
- * after printing the error (nothing when a signal cancelled the read). */
-static int index_shard(const char *url, const char *written_url, FILE *out) {
+/* Reads one shard and writes its shardlist entry to out (first: the first
+ * entry). Returns 0, or 1 after printing the error (nothing when a signal
+ * cancelled the read). */
+static int index_shard(const char *url, const char *written_url, int first,
+                       FILE *out) {
   int status = 1, rc;
   char *buf = NULL;
   size_t buf_len = 0;
@@ -92,16 +96,7 @@ static int index_shard(const char *url, const char *written_url, FILE *out) {
   }
   const wds_sample *s;
   while ((rc = wds_reader_next(r, &s)) == WDS_OK) {
-    fputs(nsamples ? ",\n  {\"key\": " : "\n  {\"key\": ", mem);
-    tool_json_string(mem, s->key, strlen(s->key));
-    fputs(", \"fields\": {", mem);
-    for (size_t i = 0; i < s->field_count; i++) {
-      const wds_field *f = &s->fields[i];
-      fputs(i ? ", " : "", mem);
-      tool_json_string(mem, f->ext, strlen(f->ext));
-      fprintf(mem, ": [%" PRIu64 ", %zu]", f->offset, f->size_bytes);
-    }
-    fputs("}}", mem);
+    wds__index_write_sample(mem, nsamples == 0, s);
     nsamples++;
   }
   if (rc == WDS_ERR_CANCELLED && tool_signal_caught())
@@ -126,16 +121,8 @@ static int index_shard(const char *url, const char *written_url, FILE *out) {
             url, filesize, (int64_t)st.st_size);
     goto done;
   }
-  fputs("{\"url\": ", out);
-  tool_json_string(out, written_url, strlen(written_url));
-  fprintf(out, ", \"nsamples\": %" PRIu64 ", \"filesize\": ", nsamples);
-  if (filesize >= 0)
-    fprintf(out, "%" PRId64, filesize);
-  else
-    fputs("null", out);
-  fprintf(out, ", \"tar_bytes\": %" PRIu64 ", \"samples\": [", rs.tar_bytes);
-  fwrite(buf, 1, buf_len, out);
-  fputs("]}", out);
+  wds__index_write_entry(out, first, written_url, nsamples, filesize,
+                         rs.tar_bytes, buf, buf_len);
   status = 0;
 done:
   if (mem)
@@ -147,15 +134,14 @@ done:
 }
 
 int wds_cmd_index(int argc, char **argv) {
-  static const struct option opts[] = {{"output", required_argument, 0, 'o'},
-                                       {"name", required_argument, 0, 'n'},
-                                       {"max-urls", required_argument, 0, 'm'},
-                                       {"read-timeout", required_argument, 0,
-                                        't'},
-                                       {"max-window", required_argument, 0,
-                                        'w'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"output", required_argument, 0, 'o'},
+      {"name", required_argument, 0, 'n'},
+      {"max-urls", required_argument, 0, 'm'},
+      {"read-timeout", required_argument, 0, 't'},
+      {"max-window", required_argument, 0, 'w'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   const char *out_path = NULL, *name = NULL;
   size_t max_urls = 0;
   int c;
@@ -246,24 +232,19 @@ int wds_cmd_index(int argc, char **argv) {
     }
   }
 
-  fputs("{\"wids_version\": 1, \"__kind__\": \"wds-shard-index\", "
-        "\"name\": ",
-        out);
-  tool_json_string(out, name, strlen(name));
-  fputs(", \"shardlist\": [\n", out);
+  wds__index_write_head(out, name);
   for (size_t i = 0; i < urls.count; i++) {
     char *wurl = wds_index_url_for(urls.urls[i], dir_real);
     if (!wurl) {
       fprintf(stderr, "wds index: out of memory\n");
       goto done;
     }
-    if (i)
-      fputs(",\n", out);
-    int rc = index_shard(urls.urls[i], wurl, out);
+    int rc = index_shard(urls.urls[i], wurl, i == 0, out);
     free(wurl);
     if (tool_signal_caught()) {
-      status = tool_interrupted("index", "%zu of %zu shards read, no index "
-                                         "written",
+      status = tool_interrupted("index",
+                                "%zu of %zu shards read, no index "
+                                "written",
                                 rc ? i : i + 1, urls.count);
       goto done;
     }
@@ -272,7 +253,7 @@ int wds_cmd_index(int argc, char **argv) {
     if (ferror(out)) /* stop reading shards: reported below */
       break;
   }
-  fputs("\n]}\n", out);
+  wds__index_write_tail(out);
   if (out == stdout) {
     if (tool_stdout_flush() != 0)
       goto done;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -115,7 +116,7 @@ static int print_summary(const wds_reader_stats *st, int64_t tar_bytes,
     printf(", \"extensions\": {");
     for (size_t i = 0; i < n; i++) {
       fputs(i ? ", " : "", stdout);
-      tool_json_string(stdout, list[i].ext, strlen(list[i].ext));
+      wds__json_write_string(stdout, list[i].ext, strlen(list[i].ext));
       printf(": {\"samples\": %" PRIu64 ", \"bytes\": %" PRIu64 "}",
              list[i].samples, list[i].bytes);
     }
@@ -206,16 +207,16 @@ done:
 static void print_sample(const wds_sample *s, int json) {
   if (json) {
     fputs("{\"__key__\": ", stdout);
-    tool_json_string(stdout, s->key, strlen(s->key));
+    wds__json_write_string(stdout, s->key, strlen(s->key));
     fputs(", \"__url__\": ", stdout);
-    tool_json_string(stdout, s->url, strlen(s->url));
+    wds__json_write_string(stdout, s->url, strlen(s->url));
     fputs(", \"fields\": {", stdout);
     for (size_t i = 0; i < s->field_count; i++) {
       const wds_field *f = &s->fields[i];
       char hex[65];
       tool_sha256_hex(f->data, f->size_bytes, hex);
       fputs(i ? ", " : "", stdout);
-      tool_json_string(stdout, f->ext, strlen(f->ext));
+      wds__json_write_string(stdout, f->ext, strlen(f->ext));
       printf(": {\"size\": %zu, \"sha256\": \"%s\"}", f->size_bytes, hex);
     }
     fputs("}}\n", stdout);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -89,14 +90,14 @@ static void report(verifier *v, enum kind k, const char *url, const char *key,
                    const char *msg) {
   if (v->json) {
     fputs(v->problems ? ",\n  {\"url\": " : "\n  {\"url\": ", stdout);
-    tool_json_string(stdout, url, strlen(url));
+    wds__json_write_string(stdout, url, strlen(url));
     fputs(", \"key\": ", stdout);
     if (key)
-      tool_json_string(stdout, key, strlen(key));
+      wds__json_write_string(stdout, key, strlen(key));
     else
       fputs("null", stdout);
     printf(", \"kind\": \"%s\", \"message\": ", kind_names[k]);
-    tool_json_string(stdout, msg, strlen(msg));
+    wds__json_write_string(stdout, msg, strlen(msg));
     fputs("}", stdout);
   } else if (key) {
     printf("%s: sample %s: %s: %s\n", url, key, kind_names[k], msg);

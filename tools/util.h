@@ -23,11 +23,6 @@ int wds_cmd_cat(int argc, char **argv);
 int tool_expand_specs(const char *cmd, char **specs, int nspecs,
                       size_t max_urls, wds_url_list *out);
 
-/* Writes s[0..n) as a JSON string (quotes included). Valid UTF-8 passes
- * through; control characters are escaped; bytes that are not UTF-8 are
- * written as \udcXX, as Python's surrogateescape + json.dumps does. */
-void tool_json_string(FILE *f, const char *s, size_t n);
-
 /* Lower-case hex SHA-256 of data into hex (65 bytes). */
 void tool_sha256_hex(const void *data, size_t n, char hex[65]);
 
