@@ -17,13 +17,14 @@
 #include <unistd.h>
 
 #include "base/json.h"
+#include "base/size.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/reader.h"
 
 static const char bench_usage[] =
-    "usage: wds bench [--json] [--buffer-size BYTES] [--max-urls N] SPEC...\n"
+    "usage: wds bench [--json] [--buffer-size SIZE] [--max-urls N] SPEC...\n"
     "       wds bench [--json] --decode FIELDS [loader options] SPEC...\n"
     "\n"
     "Without loader options: streams every sample of the shards without\n"
@@ -268,11 +269,18 @@ int wds_cmd_bench(int argc, char **argv) {
     case 'j':
       json = 1;
       break;
-    case 'b':
+    case 'b': {
+      uint64_t v;
+      if (wds__size_parse(optarg, &v) != 0 || v > SIZE_MAX) {
+        fprintf(stderr, "wds bench: --buffer-size needs a SIZE\n");
+        return 2;
+      }
+      buffer = (size_t)v;
+      break;
+    }
     case 'm':
-      if (tool_parse_size(optarg, c == 'b' ? &buffer : &max_urls) != 0) {
-        fprintf(stderr, "wds bench: --%s needs a number\n",
-                c == 'b' ? "buffer-size" : "max-urls");
+      if (tool_parse_size(optarg, &max_urls) != 0) {
+        fprintf(stderr, "wds bench: --max-urls needs a number\n");
         return 2;
       }
       break;

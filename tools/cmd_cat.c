@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "base/rng.h"
+#include "base/size.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -49,10 +50,11 @@ static const char cat_usage[] =
     "  --max-urls N   refuse specs that expand to more than N URLs\n"
     "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
     "                 (default 300; 0: wait forever)\n"
-    "  --max-window N largest zstd window a shard may need (K, M, G; default\n"
+    "  --max-window SIZE  largest zstd window a shard may need (default\n"
     "                 128M; zstd --long=31 needs 2G)\n"
     "Exit status: 0 done, 1 read or write error (the stream is then left\n"
-    "without its end-of-archive marker), 2 usage error.\n";
+    "without its end-of-archive marker), 2 usage error.\n"
+    "\n" WDS__SIZE_HELP;
 
 /* A deep copy of a sample, for the shuffle buffer. */
 typedef struct held {

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/size.h"
 #include "loader/index.h"
 #include "loader_opts.h"
 #include "signals.h"
@@ -54,11 +55,12 @@ static const char index_usage[] =
     "  --max-urls N refuse specs that expand to more than N URLs\n"
     "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
     "               (default 300; 0: wait forever)\n"
-    "  --max-window N  largest zstd window a shard may need (K, M, G; default\n"
+    "  --max-window SIZE  largest zstd window a shard may need (default\n"
     "               128M; zstd --long=31 needs 2G)\n"
     "The loader (wds batches --mode exact --index FILE) and wds ls --summary\n"
     "--index FILE read it. Exits 1, leaving no index, if a shard cannot be\n"
-    "read completely (the message names it).\n";
+    "read completely (the message names it).\n"
+    "\n" WDS__SIZE_HELP;
 
 static int read_timeout_ms; /* --read-timeout */
 static uint64_t max_window; /* --max-window */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "base/size.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -35,9 +36,10 @@ static const char ls_usage[] =
     "  --max-urls N refuse specs that expand to more than N URLs\n"
     "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
     "               (default 300; 0: wait forever)\n"
-    "  --max-window N  largest zstd window a shard may need (K, M, G; default\n"
+    "  --max-window SIZE  largest zstd window a shard may need (default\n"
     "               128M; zstd --long=31 needs 2G)\n"
-    "Exits 1 at the first error (the message names shard, member, offset).\n";
+    "Exits 1 at the first error (the message names shard, member, offset).\n"
+    "\n" WDS__SIZE_HELP;
 
 /* Extension counts: a small open-addressing table. */
 typedef struct ext_count {

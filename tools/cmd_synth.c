@@ -17,12 +17,13 @@
 #include <zstd.h>
 
 #include "base/rng.h"
+#include "base/size.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/writer.h"
 
 static const char synth_usage[] =
-    "usage: wds synth [--shards N] [--samples N] [--size BYTES] [--seed S]\n"
+    "usage: wds synth [--shards N] [--samples N] [--size SIZE] [--seed S]\n"
     "                 [--level L] PATTERN\n"
     "\n"
     "Writes a synthetic WebDataset shard set, for demos and benchmarks only:\n"
@@ -41,11 +42,12 @@ static const char synth_usage[] =
     "\n"
     "  --shards N     number of shards (default 1)\n"
     "  --samples N    samples per shard (default 100)\n"
-    "  --size BYTES   size of the .bin field (default 1024)\n"
+    "  --size SIZE    size of the .bin field (default 1024)\n"
     "  --seed S       seed of the data (default 0)\n"
     "  --level L      zstd level for .zst names (default 3)\n"
     "\n"
-    "Prints one line: shards, samples, bytes written.\n";
+    "Prints one line: shards, samples, bytes written.\n"
+    "\n" WDS__SIZE_HELP;
 
 /* Whether PATTERN has an integer conversion (the writer checks the rest):
  * without one, every shard would get the same name. */
@@ -125,7 +127,8 @@ int wds_cmd_synth(int argc, char **argv) {
                       : c == 's' ? &samples
                       : c == 'z' ? &size
                                  : &seed;
-      if (tool_parse_u64(optarg, dst) != 0) {
+      if ((c == 'z' ? wds__size_parse(optarg, dst)
+                    : tool_parse_u64(optarg, dst)) != 0) {
         fprintf(stderr,
                 "wds synth: --%s needs a non-negative number, not "
                 "\"%s\"\n",

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "base/size.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -54,9 +55,10 @@ static const char verify_usage[] =
     "  --max-urls N    refuse specs that expand to more than N URLs\n"
     "  --read-timeout S  a shard that delivers no data for S seconds is\n"
     "                  reported unreadable (default 300; 0: wait forever)\n"
-    "  --max-window N  largest zstd window a shard may need (K, M, G;\n"
-    "                  default 128M; zstd --long=31 needs 2G)\n"
-    "Exit status: 0 no problems, 1 problems found, 2 usage error.\n";
+    "  --max-window SIZE  largest zstd window a shard may need (default\n"
+    "                  128M; zstd --long=31 needs 2G)\n"
+    "Exit status: 0 no problems, 1 problems found, 2 usage error.\n"
+    "\n" WDS__SIZE_HELP;
 
 enum kind {
   K_UNREADABLE,

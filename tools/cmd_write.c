@@ -35,7 +35,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "base/rng.h"
+#include "base/size.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -85,9 +87,7 @@ static const char write_usage[] =
     "                     (no --maxcount/--maxsize; the summary goes to\n"
     "                     stderr)\n"
     "      --maxcount N   samples per shard (default 100000)\n"
-    "      --maxsize SIZE bytes per shard, uncompressed (default 3G); K, M, "
-    "G,\n"
-    "                     T = 1000^n, Ki, Mi, Gi, Ti = 1024^n\n"
+    "      --maxsize SIZE bytes per shard, uncompressed (default 3GB)\n"
     "      --level L      zstd (default 3) or gzip (default 6) level\n"
     "      --start N      number of the first shard (default 0)\n"
     "      --shuffle      shuffle the sample order: the whole list for DIR "
@@ -100,8 +100,8 @@ static const char write_usage[] =
     "                     power loss may leave a short shard under its name)\n"
     "      --read-timeout S  SPEC input: a shard that delivers no data for S\n"
     "                     seconds fails (default 300; 0: wait forever)\n"
-    "      --max-window N SPEC input: largest zstd window a shard may need\n"
-    "                     (K, M, G; default 128M; zstd --long=31 needs 2G)\n"
+    "      --max-window SIZE  SPEC input: largest zstd window a shard may\n"
+    "                     need (default 128M; zstd --long=31 needs 2G)\n"
     "\n"
     "SIGINT, SIGTERM or SIGHUP stop it cleanly: completed shards stay, the\n"
     "unfinished one is removed, and it exits with 128 + the signal.\n"
@@ -112,7 +112,8 @@ static const char write_usage[] =
     "/sys too); one that changes size while it is read is an error.\n"
     "On a terminal, a progress line goes to stderr. At the end one line on\n"
     "stdout: shards, samples, bytes. Exit status 1 on an error, 2 on a usage\n"
-    "error.\n";
+    "error.\n"
+    "\n" WDS__SIZE_HELP;
 
 #define DEFAULT_MAX_COUNT 100000u
 #define DEFAULT_MAX_SIZE 3000000000u
@@ -142,55 +143,6 @@ static int grow(void *pbuf, size_t *cap, size_t need, size_t elem) {
     return -1;
   *buf = p;
   *cap = n;
-  return 0;
-}
-
-/* "3G", "500Mi", "1000": decimal digits and an optional K/M/G/T (1000^n) or
- * Ki/Mi/Gi/Ti (1024^n) suffix, optionally followed by 'B'. */
-static int parse_size_suffix(const char *s, uint64_t *out) {
-  uint64_t v = 0;
-  const char *p = s;
-  if (*p < '0' || *p > '9')
-    return -1;
-  for (; *p >= '0' && *p <= '9'; p++) {
-    if (v > (UINT64_MAX - 9) / 10)
-      return -1;
-    v = v * 10 + (uint64_t)(*p - '0');
-  }
-  uint64_t mult = 1;
-  int power = 0;
-  switch (*p) {
-  case 'k':
-  case 'K':
-    power = 1;
-    break;
-  case 'M':
-    power = 2;
-    break;
-  case 'G':
-    power = 3;
-    break;
-  case 'T':
-    power = 4;
-    break;
-  default:
-    break;
-  }
-  if (power) {
-    p++;
-    uint64_t base = 1000;
-    if (*p == 'i') {
-      base = 1024;
-      p++;
-    }
-    for (int i = 0; i < power; i++)
-      mult *= base;
-  }
-  if (*p == 'B')
-    p++;
-  if (*p || (v && mult > UINT64_MAX / v))
-    return -1;
-  *out = v * mult;
   return 0;
 }
 
@@ -634,23 +586,6 @@ typedef struct manifest {
   size_t nr, r_cap;
 } manifest;
 
-typedef struct jparse {
-  const char *s, *end;
-  manifest *m;
-  char msg[256];
-} jparse;
-
-static void skip_ws(jparse *p) {
-  while (p->s < p->end &&
-         (*p->s == ' ' || *p->s == '\t' || *p->s == '\r' || *p->s == '\n'))
-    p->s++;
-}
-
-static int jfail(jparse *p, const char *what) {
-  snprintf(p->msg, sizeof p->msg, "%s", what);
-  return -1;
-}
-
 static int arena_put(manifest *m, const void *d, size_t n) {
   if (n == 0)
     return 0; /* (an empty arena may still be NULL) */
@@ -661,220 +596,23 @@ static int arena_put(manifest *m, const void *d, size_t n) {
   return 0;
 }
 
-static int put_utf8(manifest *m, uint32_t cp) {
-  uint8_t b[4];
-  size_t n;
-  if (cp < 0x80) {
-    b[0] = (uint8_t)cp;
-    n = 1;
-  } else if (cp < 0x800) {
-    b[0] = (uint8_t)(0xC0 | (cp >> 6));
-    b[1] = (uint8_t)(0x80 | (cp & 0x3F));
-    n = 2;
-  } else if (cp < 0x10000) {
-    b[0] = (uint8_t)(0xE0 | (cp >> 12));
-    b[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-    b[2] = (uint8_t)(0x80 | (cp & 0x3F));
-    n = 3;
-  } else {
-    b[0] = (uint8_t)(0xF0 | (cp >> 18));
-    b[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-    b[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-    b[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    n = 4;
-  }
-  return arena_put(m, b, n);
-}
-
-static int hex4(const char *s, uint32_t *out) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) {
-    char c = s[i];
-    v <<= 4;
-    if (c >= '0' && c <= '9')
-      v |= (uint32_t)(c - '0');
-    else if (c >= 'a' && c <= 'f')
-      v |= (uint32_t)(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F')
-      v |= (uint32_t)(c - 'A' + 10);
-    else
-      return -1;
-  }
-  *out = v;
-  return 0;
-}
-
-/* A JSON string at p->s (at its '"'), unescaped into the arena followed by
- * a NUL; *off and *len locate it (len without the NUL). */
-static int parse_string(jparse *p, size_t *off, size_t *len) {
-  manifest *m = p->m;
-  p->s++;
-  *off = m->arena_len;
-  for (;;) {
-    const char *q = p->s;
-    while (q < p->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20)
-      q++;
-    if (arena_put(m, p->s, (size_t)(q - p->s)) != 0)
-      return jfail(p, "out of memory");
-    p->s = q;
-    if (q >= p->end)
-      return jfail(p, "unterminated string");
-    if (*q == '"')
-      break;
-    if ((unsigned char)*q < 0x20)
-      return jfail(p, "control character in a string");
-    /* a backslash */
-    if (q + 1 >= p->end)
-      return jfail(p, "unterminated string");
-    char c = q[1], out = 0;
-    p->s = q + 2;
-    switch (c) {
-    case '"':
-    case '\\':
-    case '/':
-      out = c;
-      break;
-    case 'b':
-      out = '\b';
-      break;
-    case 'f':
-      out = '\f';
-      break;
-    case 'n':
-      out = '\n';
-      break;
-    case 'r':
-      out = '\r';
-      break;
-    case 't':
-      out = '\t';
-      break;
-    case 'u': {
-      uint32_t cp, lo;
-      if (p->end - p->s < 4 || hex4(p->s, &cp) != 0)
-        return jfail(p, "bad \\u escape");
-      p->s += 4;
-      if (cp >= 0xD800 && cp <= 0xDBFF) {
-        if (p->end - p->s < 6 || p->s[0] != '\\' || p->s[1] != 'u' ||
-            hex4(p->s + 2, &lo) != 0 || lo < 0xDC00 || lo > 0xDFFF)
-          return jfail(p, "unpaired surrogate in \\u escape");
-        p->s += 6;
-        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-      } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-        return jfail(p, "unpaired surrogate in \\u escape");
-      }
-      if (put_utf8(m, cp) != 0)
-        return jfail(p, "out of memory");
-      continue;
-    }
-    default:
-      return jfail(p, "bad escape in a string");
-    }
-    if (arena_put(m, &out, 1) != 0)
-      return jfail(p, "out of memory");
-  }
-  p->s++; /* the closing quote */
-  *len = m->arena_len - *off;
-  if (arena_put(m, "", 1) != 0)
-    return jfail(p, "out of memory");
-  return 0;
-}
-
-/* A JSON number (its grammar checked); *n its length at p->s. */
-static int scan_number(jparse *p, size_t *n) {
-  const char *q = p->s;
-  if (q < p->end && *q == '-')
-    q++;
-  if (q >= p->end || *q < '0' || *q > '9')
-    return jfail(p, "bad value");
-  if (*q == '0')
-    q++;
-  else
-    while (q < p->end && *q >= '0' && *q <= '9')
-      q++;
-  if (q < p->end && *q == '.') {
-    q++;
-    if (q >= p->end || *q < '0' || *q > '9')
-      return jfail(p, "bad number");
-    while (q < p->end && *q >= '0' && *q <= '9')
-      q++;
-  }
-  if (q < p->end && (*q == 'e' || *q == 'E')) {
-    q++;
-    if (q < p->end && (*q == '+' || *q == '-'))
-      q++;
-    if (q >= p->end || *q < '0' || *q > '9')
-      return jfail(p, "bad number");
-    while (q < p->end && *q >= '0' && *q <= '9')
-      q++;
-  }
-  *n = (size_t)(q - p->s);
-  return 0;
-}
-
-/* Skips a whole JSON value (checking its syntax roughly: strings, brackets
- * balanced); used for objects and arrays, kept as their text. */
-static int skip_value(jparse *p, int depth) {
-  skip_ws(p);
-  if (p->s >= p->end)
-    return jfail(p, "missing value");
-  if (depth > 64)
-    return jfail(p, "nested too deeply");
-  char c = *p->s;
-  if (c == '"') {
-    size_t off, len;
-    size_t mark = p->m->arena_len;
-    int rc = parse_string(p, &off, &len);
-    p->m->arena_len = mark; /* only its syntax mattered */
+/* A JSON string at the cursor, unescaped into the arena followed by a NUL;
+ * *off and *len locate it (len without the NUL). */
+static int arena_string(wds__json *j, manifest *m, size_t *off, size_t *len) {
+  wds__json_ws(j);
+  size_t start = j->pos;
+  int rc = wds__json_string(j, NULL, 0, len);
+  if (rc != WDS_OK)
     return rc;
-  }
-  if (c == '{' || c == '[') {
-    char close = c == '{' ? '}' : ']';
-    p->s++;
-    skip_ws(p);
-    if (p->s < p->end && *p->s == close) {
-      p->s++;
-      return 0;
-    }
-    for (;;) {
-      if (c == '{') {
-        skip_ws(p);
-        if (p->s >= p->end || *p->s != '"')
-          return jfail(p, "expected a name in an object");
-        if (skip_value(p, depth + 1) != 0)
-          return -1;
-        skip_ws(p);
-        if (p->s >= p->end || *p->s != ':')
-          return jfail(p, "expected ':'");
-        p->s++;
-      }
-      if (skip_value(p, depth + 1) != 0)
-        return -1;
-      skip_ws(p);
-      if (p->s < p->end && *p->s == ',') {
-        p->s++;
-        continue;
-      }
-      if (p->s < p->end && *p->s == close) {
-        p->s++;
-        return 0;
-      }
-      return jfail(p, "expected ',' or a closing bracket");
-    }
-  }
-  static const char *const words[] = {"true", "false", "null"};
-  for (int i = 0; i < 3; i++) {
-    size_t k = strlen(words[i]);
-    if ((size_t)(p->end - p->s) >= k && memcmp(p->s, words[i], k) == 0) {
-      p->s += k;
-      return 0;
-    }
-  }
-  size_t n;
-  if (scan_number(p, &n) != 0)
-    return -1;
-  p->s += n;
-  return 0;
+  if (grow(&m->arena, &m->arena_cap, m->arena_len + *len + 1, 1) != 0)
+    return wds__fail(j->e, WDS_ERR_NOMEM, "out of memory");
+  j->pos = start;
+  *off = m->arena_len;
+  if ((rc = wds__json_string(j, m->arena + *off, *len, len)) != WDS_OK)
+    return rc;
+  m->arena[*off + *len] = '\0';
+  m->arena_len += *len + 1;
+  return WDS_OK;
 }
 
 static int is_dunder(const char *s, size_t n) {
@@ -882,112 +620,91 @@ static int is_dunder(const char *s, size_t n) {
          s[n - 2] == '_';
 }
 
-/* One line: a flat JSON object. Appends a record (and its fields). */
-static int parse_record(jparse *p, size_t line) {
-  manifest *m = p->m;
-  size_t first = m->nf;
-  int have_key = 0;
-  size_t key_off = 0;
-  skip_ws(p);
-  if (p->s >= p->end || *p->s != '{')
-    return jfail(p, "expected a JSON object");
-  p->s++;
-  skip_ws(p);
-  int empty = p->s < p->end && *p->s == '}';
-  if (empty)
-    p->s++;
-  while (!empty) {
-    skip_ws(p);
-    if (p->s >= p->end || *p->s != '"')
-      return jfail(p, "expected a field name");
+/* One line: a flat JSON object, read with base/json's strict reader.
+ * Appends a record (and its fields). */
+static int parse_record(wds__json *j, manifest *m, size_t line) {
+  size_t first = m->nf, key_off = 0;
+  int have_key = 0, more = 1, rc;
+  wds__json_ws(j);
+  size_t obj_at = j->pos;
+  if ((rc = wds__json_expect(j, '{', "expected a JSON object")) != WDS_OK)
+    return rc;
+  if (wds__json_peek(j) == '}') {
+    j->pos++;
+    more = 0;
+  }
+  while (more) {
     size_t name_off, name_len;
-    if (parse_string(p, &name_off, &name_len) != 0)
-      return -1;
-    skip_ws(p);
-    if (p->s >= p->end || *p->s != ':')
-      return jfail(p, "expected ':'");
-    p->s++;
-    skip_ws(p);
-    if (p->s >= p->end)
-      return jfail(p, "missing value");
+    wds__json_ws(j);
+    size_t name_at = j->pos;
+    if ((rc = arena_string(j, m, &name_off, &name_len)) != WDS_OK ||
+        (rc = wds__json_expect(j, ':', "expected ':' after an object key")) !=
+            WDS_OK)
+      return rc;
     const char *name = m->arena + name_off;
     int is_key = name_len == 7 && memcmp(name, "__key__", 7) == 0;
     /* memchr: a NUL from "\u0000" would cut the name short. */
     if (memchr(name, '\0', name_len))
-      return jfail(p, "a field name contains NUL");
+      return wds__json_fail(j, name_at, "a field name contains NUL");
     for (size_t i = first; i < m->nf; i++)
       if (strcmp(m->arena + m->f[i].ext_off, name) == 0)
-        return jfail(p, "a field name appears twice");
+        return wds__json_fail(j, name_at, "a field name appears twice");
     if (is_key && have_key)
-      return jfail(p, "__key__ appears twice");
-    char c = *p->s;
-    size_t val_off = 0, val_len = 0;
+      return wds__json_fail(j, name_at, "__key__ appears twice");
+    int c = wds__json_peek(j);
+    size_t val_at = j->pos, val_off = 0, val_len = 0;
     int maybe_file = 0, omit = 0;
     if (c == '"') {
-      if (parse_string(p, &val_off, &val_len) != 0)
-        return -1;
+      if ((rc = arena_string(j, m, &val_off, &val_len)) != WDS_OK)
+        return rc;
       maybe_file = 1;
-    } else if (c == 'n' && p->end - p->s >= 4 && !memcmp(p->s, "null", 4)) {
-      p->s += 4;
+    } else if (c == 'n') {
+      if ((rc = wds__json_literal(j, "null")) != WDS_OK)
+        return rc;
       omit = 1;
     } else {
-      const char *start = p->s;
-      if (c == '{' || c == '[' || c == 't' || c == 'f') {
-        if (skip_value(p, 0) != 0)
-          return -1;
-        val_len = (size_t)(p->s - start);
-      } else if (scan_number(p, &val_len) != 0) {
-        return -1;
-      } else {
-        p->s += val_len;
-      }
+      /* numbers, true, false, objects and arrays: their text as written */
+      if ((rc = wds__json_skip(j, 2)) != WDS_OK)
+        return rc;
+      val_len = j->pos - val_at;
       val_off = m->arena_len;
-      if (arena_put(m, start, val_len) != 0 || arena_put(m, "", 1) != 0)
-        return jfail(p, "out of memory");
+      if (arena_put(m, j->s + val_at, val_len) != 0 || arena_put(m, "", 1) != 0)
+        return wds__fail(j->e, WDS_ERR_NOMEM, "out of memory");
     }
     if (is_key) {
       if (c != '"')
-        return jfail(p, "__key__ must be a string");
+        return wds__json_fail(j, val_at, "__key__ must be a string");
       if (memchr(m->arena + val_off, '\0', val_len))
-        return jfail(p, "__key__ contains NUL");
+        return wds__json_fail(j, val_at, "__key__ contains NUL");
       have_key = 1;
       key_off = val_off;
     } else if (!omit && !is_dunder(m->arena + name_off, name_len)) {
       /* (m->arena, not name: parsing the value may have moved the arena) */
       if (grow(&m->f, &m->f_cap, m->nf + 1, sizeof *m->f) != 0)
-        return jfail(p, "out of memory");
+        return wds__fail(j->e, WDS_ERR_NOMEM, "out of memory");
       m->f[m->nf].ext_off = name_off;
       m->f[m->nf].val_off = val_off;
       m->f[m->nf].val_len = val_len;
       m->f[m->nf].maybe_file = maybe_file;
       m->nf++;
     }
-    skip_ws(p);
-    if (p->s < p->end && *p->s == ',') {
-      p->s++;
-      continue;
-    }
-    if (p->s < p->end && *p->s == '}') {
-      p->s++;
-      break;
-    }
-    return jfail(p, "expected ',' or '}'");
+    if ((rc = wds__json_next(j, '}', &more)) != WDS_OK)
+      return rc;
   }
-  skip_ws(p);
-  if (p->s < p->end)
-    return jfail(p, "text after the object");
+  if ((rc = wds__json_end(j, "the object")) != WDS_OK)
+    return rc;
   if (!have_key)
-    return jfail(p, "no \"__key__\"");
+    return wds__json_fail(j, obj_at, "no \"__key__\"");
   if (m->nf == first)
-    return jfail(p, "no fields");
+    return wds__json_fail(j, obj_at, "no fields");
   if (grow(&m->r, &m->r_cap, m->nr + 1, sizeof *m->r) != 0)
-    return jfail(p, "out of memory");
+    return wds__fail(j->e, WDS_ERR_NOMEM, "out of memory");
   m->r[m->nr].key_off = key_off;
   m->r[m->nr].first = first;
   m->r[m->nr].count = m->nf - first;
   m->r[m->nr].line = line;
   m->nr++;
-  return 0;
+  return WDS_OK;
 }
 
 static int run_manifest(const write_opts *o, wds_writer *w, progress *pg) {
@@ -1042,10 +759,17 @@ static int run_manifest(const write_opts *o, wds_writer *w, progress *pg) {
     while (q < e && (*q == ' ' || *q == '\t' || *q == '\r'))
       q++;
     if (q < e) {
-      jparse jp = {p, e, &m, ""};
-      if (parse_record(&jp, line) != 0) {
-        fprintf(stderr, "wds write: manifest %s, line %zu: %s\n", name, line,
-                jp.msg);
+      wds__err err = {""};
+      wds__json j;
+      wds__json_init(&j, p, (size_t)(e - p), 0, &err);
+      j.line = line;
+      if (parse_record(&j, &m, line) != WDS_OK) {
+        /* "line L, column C: what" (out of memory has no place) */
+        if (strncmp(err.msg, "line ", 5) == 0)
+          fprintf(stderr, "wds write: manifest %s, %s\n", name, err.msg);
+        else
+          fprintf(stderr, "wds write: manifest %s, line %zu: %s\n", name, line,
+                  err.msg);
         goto done;
       }
     }
@@ -1316,7 +1040,7 @@ int wds_cmd_write(int argc, char **argv) {
       o.split_given = 1;
       break;
     case OPT_MAXSIZE:
-      if (parse_size_suffix(optarg, &o.max_size) != 0 || o.max_size == 0)
+      if (wds__size_parse(optarg, &o.max_size) != 0 || o.max_size == 0)
         return usage_error("--maxsize needs a positive size (e.g. 500M, 3G), "
                            "not \"%s\"",
                            optarg);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/size.h"
 #include "util.h"
 
 enum {
@@ -121,25 +122,13 @@ static int num(const char *cmd, int c, const char *arg, uint64_t min,
   return 0;
 }
 
-/* A byte count of at least 1 and at most max: digits with an optional K, M
- * or G suffix (powers of 1024). 0, or -1 for anything else. */
+/* A byte count of at least 1 and at most max, in the size grammar of
+ * base/size.h. 0, or -1 for anything else. */
 static int suffixed_bytes(const char *arg, uint64_t max, uint64_t *out) {
-  size_t n = strlen(arg), shift = 0;
-  char digits[32];
-  if (n == 0 || n >= sizeof digits)
-    return -1;
-  char last = arg[n - 1];
-  shift = last == 'K' || last == 'k'   ? 10
-          : last == 'M' || last == 'm' ? 20
-          : last == 'G' || last == 'g' ? 30
-                                       : 0;
-  memcpy(digits, arg, n + 1);
-  if (shift)
-    digits[n - 1] = '\0';
   uint64_t v;
-  if (tool_parse_u64(digits, &v) != 0 || v < 1 || v > max >> shift)
+  if (wds__size_parse(arg, &v) != 0 || v < 1 || v > max)
     return -1;
-  *out = v << shift;
+  *out = v;
   return 0;
 }
 
@@ -150,8 +139,8 @@ static int bytes(const char *cmd, int c, const char *arg, size_t *out) {
     return 0;
   }
   fprintf(stderr,
-          "wds %s: --%s needs a size in bytes (optionally with K, M or G), "
-          "not \"%s\"\n",
+          "wds %s: --%s needs a size in bytes (optionally with K, M, G, T: "
+          "powers of 1024, or KB, MB, GB, TB: of 1000), not \"%s\"\n",
           cmd, flag_name(c), arg);
   return -1;
 }
@@ -418,8 +407,8 @@ void tool_loader_opts_help(FILE *f) {
       "                         an uninterrupted run would be\n"
       "  --shuffle-buffer N     samples per worker shuffle buffer (0: none)\n"
       "  --shuffle-initial N    samples buffered before the first output\n"
-      "  --shuffle-bytes N      and at most N bytes of samples per worker\n"
-      "                         (K, M, G suffixes; default 1G): the buffer\n"
+      "  --shuffle-bytes SIZE   and at most SIZE bytes of samples per worker\n"
+      "                         (default 1G): the buffer\n"
       "                         holds fewer samples when they are large\n"
       "  --no-shard-shuffle     keep the spec's shard order in every epoch\n"
       "  --drop-last            exact mode: drop the tail instead of padding,\n"
@@ -435,12 +424,13 @@ void tool_loader_opts_help(FILE *f) {
       "default 4)\n"
       "  --on-error HOW         stop (default) or skip (count and go on; bad\n"
       "                         samples become invalid rows)\n"
-      "  --max-sample-bytes N   largest sample accepted (K, M, G suffixes)\n"
+      "  --max-sample-bytes SIZE  largest sample accepted\n"
       "  --read-timeout S       a shard that delivers no data for S seconds\n"
       "                         fails, naming it (default 300; 0: wait\n"
       "                         forever)\n"
-      "  --max-window N         largest zstd window a shard may need (K, M, G\n"
-      "                         suffixes; default 128M; zstd --long=31: 2G)\n",
+      "  --max-window SIZE      largest zstd window a shard may need\n"
+      "                         (default 128M; zstd --long=31: 2G)\n"
+      "\n" WDS__SIZE_HELP,
       f);
 }
 
@@ -466,9 +456,9 @@ int tool_max_window(const char *cmd, const char *arg, uint64_t *out) {
   if (suffixed_bytes(arg, UINT64_MAX, out) == 0)
     return 0;
   fprintf(stderr,
-          "wds %s: --max-window needs a size in bytes, optionally with K, M "
-          "or G (a zstd window: default 128M, zstd --long=31 needs 2G), not "
-          "\"%s\"\n",
+          "wds %s: --max-window needs a size in bytes, optionally with K, M, "
+          "G, T (powers of 1024) or KB, MB, GB, TB (of 1000) (a zstd window: "
+          "default 128M, zstd --long=31 needs 2G), not \"%s\"\n",
           cmd, arg);
   return -1;
 }

@@ -69,7 +69,7 @@ const char *tool_mode_name(wds_mode m);
  * reader commands share it with the loader commands. */
 int tool_read_timeout(const char *cmd, const char *arg, int *ms);
 
-/* --max-window SIZE (K, M, G suffixes) into a config's max_window_bytes: the
+/* --max-window SIZE (base/size.h) into a config's max_window_bytes: the
  * largest zstd window a shard may need. Returns 0, or -1 after printing the
  * error. Shared by the loader and reader commands. */
 int tool_max_window(const char *cmd, const char *arg, uint64_t *bytes);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/size.h"
 #include "tools/signals.h"
 #include "trainer/rendezvous.h"
 #include "trainer/train.h"
@@ -81,7 +82,8 @@ static const char usage_text[] =
     "  --resume PATH          continue from a checkpoint\n"
     "  --log-every N          a log line every N steps (default 10)\n"
     "  --log-checksums        per-rank weight checksums in each log line\n"
-    "  --json FILE            log lines and the final summary as JSON lines\n";
+    "  --json FILE            log lines and the final summary as JSON lines\n"
+    "\n" WDS__SIZE_HELP;
 
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "wds-train: ");
@@ -102,34 +104,12 @@ static int parse_u64(const char *s, uint64_t *out) {
   return 0;
 }
 
-/* Bytes, with an optional K, M or G suffix (powers of 1024), at least 1. */
+/* Bytes in the size grammar of base/size.h, at least 1. */
 static int parse_size(const char *s, uint64_t *out) {
-  char digits[32];
-  size_t n = strlen(s);
-  if (n == 0 || n >= sizeof digits)
-    return -1;
-  memcpy(digits, s, n + 1);
-  int shift = 0;
-  switch (digits[n - 1]) {
-  case 'K':
-  case 'k':
-    shift = 10;
-    break;
-  case 'M':
-  case 'm':
-    shift = 20;
-    break;
-  case 'G':
-  case 'g':
-    shift = 30;
-    break;
-  }
-  if (shift)
-    digits[n - 1] = '\0';
   uint64_t v;
-  if (parse_u64(digits, &v) != 0 || v < 1 || v > (UINT64_MAX >> shift))
+  if (wds__size_parse(s, &v) != 0 || v < 1)
     return -1;
-  *out = v << shift;
+  *out = v;
   return 0;
 }
 
@@ -475,8 +455,9 @@ int main(int argc, char **argv) {
       break;
     case O_MAX_WINDOW:
       if (parse_size(a, &o.max_window_bytes) != 0)
-        return usage_error("--max-window: bad size '%s' (bytes, K, M or G "
-                           "suffixes: 2G for zstd --long=31)",
+        return usage_error("--max-window: bad size '%s' (bytes; K, M, G, T "
+                           "powers of 1024, KB, MB, GB, TB of 1000: 2G for "
+                           "zstd --long=31)",
                            a);
       break;
     case O_PRECISION:
