@@ -1,0 +1,307 @@
+/* feed.c — a worker's sample feed: the raw samples its shuffle buffer
+ * takes, in the order its plan gives.
+ *
+ * Plain and exact mode: the worker's pieces (shard, first sample, end) in
+ * plan order; samples before a piece's first are read and dropped (tar has
+ * no index). Resampled mode: shards drawn with replacement from the
+ * worker's RNG, each read to its end. A sample is copied out of the reader
+ * with only the fields some output wants (one block: raw_copy).
+ *
+ * Exact mode keeps its promises: a shard that ends before its count, or
+ * cannot be opened, leaves "holes" (fill samples, invalid rows) for what
+ * it owed, so every rank still yields the same number of rows; a shard
+ * with more samples than its count is an error found at its counted end.
+ * Read errors go through read_error: under the stop policy (or a cancel)
+ * the worker stops with an error item; under skip they are counted and the
+ * feed goes on. */
+#include <stdio.h>
+
+#include "loader/internal.h"
+#include "pipeline/reader_internal.h"
+
+static int wanted_ext(const wds_loader *l, const char *ext) {
+  for (size_t i = 0; i < l->nwanted; i++)
+    if (strcmp(l->wanted[i], ext) == 0)
+      return 1;
+  return 0;
+}
+
+static raw_sample *raw_copy(const wds_loader *l, blk_pool *bp, int owner,
+                            const wds_sample *s, size_t shard) {
+  size_t n = 0, bytes = strlen(s->key) + 1, data = 0;
+  for (size_t i = 0; i < s->field_count; i++)
+    if (wanted_ext(l, s->fields[i].ext)) {
+      n++;
+      bytes += strlen(s->fields[i].ext) + 1 + s->fields[i].size_bytes;
+      data += s->fields[i].size_bytes;
+    }
+  size_t head = sizeof(raw_sample) + n * sizeof(raw_field);
+  raw_sample *r = wds__blk_alloc(bp, owner, head + bytes);
+  if (!r)
+    return NULL;
+  char *p = (char *)r + head;
+  r->shard = shard;
+  r->hole = 0;
+  r->data_bytes = data;
+  r->nfields = n;
+  r->f = (raw_field *)(r + 1);
+  size_t klen = strlen(s->key) + 1;
+  memcpy(p, s->key, klen);
+  r->key = p;
+  p += klen;
+  size_t j = 0;
+  for (size_t i = 0; i < s->field_count; i++) {
+    const wds_field *f = &s->fields[i];
+    if (!wanted_ext(l, f->ext))
+      continue;
+    size_t elen = strlen(f->ext) + 1;
+    memcpy(p, f->ext, elen);
+    r->f[j].ext = p;
+    p += elen;
+    if (f->size_bytes)
+      memcpy(p, f->data, f->size_bytes);
+    r->f[j].data = (const uint8_t *)p;
+    r->f[j].size = f->size_bytes;
+    p += f->size_bytes;
+    j++;
+  }
+  return r;
+}
+
+/* Reports a read error: returns 1 if the worker must stop (stop policy),
+ * after putting an error item in *fatal. */
+static int read_error(feed *src, int status, const char *msg, item **fatal) {
+  wds_loader *l = src->w->run->l;
+  if (l->cfg.on_error == WDS_ON_ERROR_STOP || status == WDS_ERR_CANCELLED) {
+    *fatal = wds__error_item(l->nfields, status, msg);
+    return 1;
+  }
+  snprintf(src->last_err, sizeof src->last_err, "%s", msg);
+  wds__note_skip(l, "skipped", msg);
+  return 0;
+}
+
+static void feed_close_reader(feed *src) {
+  if (src->rd) {
+    wds_reader_close(src->rd);
+    src->rd = NULL;
+  }
+}
+
+int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out) {
+  wds_reader_config rc = WDS_READER_CONFIG_INIT;
+  const char *url = l->urls.urls[shard];
+  rc.urls = &url;
+  rc.url_count = 1;
+  rc.max_sample_bytes = l->cfg.max_sample_bytes;
+  rc.buffer_size_bytes = l->cfg.read_buffer_bytes;
+  rc.read_timeout_ms = l->cfg.read_timeout_ms;
+  rc.max_window_bytes = l->cfg.max_window_bytes;
+  return wds__reader_open(&rc, &l->wake, out);
+}
+
+static int feed_open(feed *src, size_t shard, uint64_t begin, uint64_t end,
+                     item **fatal) {
+  wds_loader *l = src->w->run->l;
+  src->shard = shard;
+  src->got = 0;
+  src->want = end == WDS__TO_END ? WDS__TO_END : end - begin;
+  src->begin = begin;
+  src->before = 0;
+  src->failed = 0;
+  src->to_end = l->counts && end != WDS__TO_END && end == l->counts[shard];
+  src->shards++;
+  if (wds__open_shard_reader(l, shard, &src->rd) != WDS_OK) {
+    char msg[WDS__ERR_SIZE];
+    snprintf(msg, sizeof msg, "%s", wds_open_error());
+    src->rd = NULL;
+    return read_error(src, WDS_ERR_OPEN, msg, fatal) ? -1 : 0;
+  }
+  /* Samples before the piece are read and dropped: tar has no index. */
+  for (; src->before < begin && !atomic_load(&src->w->run->abort);) {
+    const wds_sample *s;
+    int st = wds_reader_next(src->rd, &s);
+    if (st == WDS_OK) {
+      src->before++;
+      continue;
+    }
+    if (st == WDS_EOF)
+      break;
+    if (read_error(src, st, wds_reader_error(src->rd), fatal))
+      return -1;
+    if (st != WDS_ERR_DUPLICATE) { /* the duplicate was not a sample */
+      src->failed = 1;
+      break;
+    }
+  }
+  return 0;
+}
+
+const char *wds__count_source(const wds_loader *l, char *buf, size_t n) {
+  if (!l->cfg.index_path)
+    return "the counting pass";
+  snprintf(buf, n, "the index %.300s", l->cfg.index_path);
+  return buf;
+}
+
+/* Exact mode, at the counted end of a shard: one more sample means the count
+ * is wrong, and samples would silently go unread. */
+static int feed_check_end(feed *src, item **fatal) {
+  wds_loader *l = src->w->run->l;
+  const wds_sample *s;
+  int st = wds_reader_next(src->rd, &s);
+  if (st == WDS_EOF)
+    return 0;
+  char msg[WDS__ERR_SIZE], from[320];
+  if (st == WDS_OK) {
+    /* The true count, for the message: read on to the end (this shard's
+     * later samples are dropped either way). */
+    char key[101];
+    snprintf(key, sizeof key, "%s", s->key);
+    uint64_t n = l->counts[src->shard] + 1;
+    int more = WDS_OK;
+    while (!atomic_load(&src->w->run->abort) &&
+           (more = wds_reader_next(src->rd, &s)) != WDS_EOF) {
+      if (more == WDS_OK)
+        n++;
+      else if (more != WDS_ERR_DUPLICATE)
+        break;
+    }
+    snprintf(msg, sizeof msg,
+             "%.500s: has more samples than the %llu %s gives (%s%llu); "
+             "sample \"%s\" and later are not read",
+             l->urls.urls[src->shard],
+             (unsigned long long)l->counts[src->shard],
+             wds__count_source(l, from, sizeof from),
+             more == WDS_EOF ? "" : "at least ", (unsigned long long)n, key);
+  } else
+    snprintf(msg, sizeof msg, "%s", wds_reader_error(src->rd));
+  return read_error(src, st == WDS_OK ? WDS_ERR_CORRUPT : st, msg, fatal) ? -1
+                                                                          : 0;
+}
+
+/* Next raw sample for the shuffle buffer: *out set, or NULL at the end.
+ * Returns -1 with *fatal set when the worker must stop. */
+static int feed_pull(feed *src, raw_sample **out, item **fatal) {
+  worker *w = src->w;
+  run *rn = w->run;
+  wds_loader *l = rn->l;
+  const wds__worker_plan *wp = &rn->plan.w[w->index];
+  *out = NULL;
+  for (;;) {
+    if (src->holes > 0) {
+      src->holes--;
+      if (!(*out = wds__raw_hole(w->pool, w->index, src->shard)))
+        goto nomem;
+      return 0;
+    }
+    if (src->done || atomic_load(&rn->abort))
+      return 0;
+    if (!src->rd) {
+      if (l->cfg.mode == WDS_MODE_RESAMPLED) {
+        uint64_t limit = 2 * (uint64_t)l->urls.count + 100;
+        if (src->empty_draws >= limit) {
+          char msg[WDS__ERR_SIZE];
+          snprintf(msg, sizeof msg,
+                   "resampled mode: %llu shards drawn in a row gave no "
+                   "sample (last error: %.900s)",
+                   (unsigned long long)src->empty_draws,
+                   src->last_err[0] ? src->last_err : "none");
+          *fatal = wds__error_item(l->nfields, WDS_ERR_CORRUPT, msg);
+          return -1;
+        }
+        size_t shard = (size_t)wds__rng_below(&src->draw, l->urls.count);
+        if (feed_open(src, shard, 0, WDS__TO_END, fatal) != 0)
+          return -1;
+      } else {
+        if (src->piece == wp->count) {
+          src->done = 1;
+          return 0;
+        }
+        const wds__piece *pc = &wp->pieces[src->piece++];
+        if (feed_open(src, pc->shard, pc->begin, pc->end, fatal) != 0)
+          return -1;
+      }
+      if (!src->rd) { /* open failed, skipped */
+        src->empty_draws++;
+        if (src->want != WDS__TO_END)
+          src->holes = src->want;
+        continue;
+      }
+    }
+    if (src->want != WDS__TO_END && src->got == src->want) {
+      if (src->to_end && feed_check_end(src, fatal) != 0)
+        return -1;
+      feed_close_reader(src);
+      continue;
+    }
+    const wds_sample *s;
+    uint64_t t0 = wds__now_ns();
+    int st = wds_reader_next(src->rd, &s);
+    src->read_ns += wds__now_ns() - t0;
+    if (st == WDS_OK) {
+      src->got++;
+      src->empty_draws = 0;
+      raw_sample *r = raw_copy(l, w->pool, w->index, s, src->shard);
+      if (!r)
+        goto nomem;
+      src->bytes += r->data_bytes;
+      *out = r;
+      return 0;
+    }
+    if (st != WDS_EOF) {
+      if (read_error(src, st, wds_reader_error(src->rd), fatal))
+        return -1;
+      if (st == WDS_ERR_DUPLICATE)
+        continue; /* the reader goes on within the shard */
+    }
+    /* End of the shard (or an error that ended it). */
+    if (src->got == 0)
+      src->empty_draws++;
+    if (st == WDS_EOF && src->want != WDS__TO_END && src->got < src->want &&
+        !src->failed) {
+      /* Exact mode: fewer samples than counted (a stale index, a shard
+       * changed since): an error, and under skip the rank is topped up.
+       * The shard's count, not the piece's end, and where it really
+       * ended (perhaps before the piece began). */
+      char msg[WDS__ERR_SIZE], from[320];
+      snprintf(msg, sizeof msg,
+               "%.500s: ended after %llu samples, but %s promised %llu",
+               l->urls.urls[src->shard],
+               (unsigned long long)(src->before + src->got),
+               wds__count_source(l, from, sizeof from),
+               (unsigned long long)l->counts[src->shard]);
+      if (read_error(src, WDS_ERR_TRUNCATED, msg, fatal))
+        return -1;
+    }
+    if (src->want != WDS__TO_END && src->got < src->want)
+      src->holes = src->want - src->got;
+    feed_close_reader(src);
+  }
+nomem:
+  *fatal = wds__error_item(l->nfields, WDS_ERR_NOMEM, "out of memory");
+  return -1;
+}
+
+void wds__feed_init(feed *src, worker *w) {
+  run *rn = w->run;
+  wds_loader *l = rn->l;
+  memset(src, 0, sizeof *src);
+  src->w = w;
+  wds__rng_init(&src->draw,
+                wds__rng_key(l->cfg.seed, WDS__STREAM_RESAMPLE, rn->epoch,
+                             (uint64_t)l->pin.rank, (uint64_t)w->index));
+}
+
+int wds__feed_next(void *src, raw_sample **out) {
+  feed *f = src;
+  return feed_pull(f, out, &f->fatal);
+}
+
+int wds__feed_check_last(feed *src) {
+  if (src->rd && src->to_end && src->got == src->want)
+    return feed_check_end(src, &src->fatal);
+  return 0;
+}
+
+void wds__feed_close(feed *src) { feed_close_reader(src); }

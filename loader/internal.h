@@ -1,0 +1,459 @@
+/* internal.h — the loader's shared internal structures and the functions
+ * its files call across. Internal.
+ *
+ * The loader is one concern per file:
+ *
+ *   loader.c   open (configuration, fields, batch pool), next, release,
+ *              set_epoch, position, errors, stats, close, cancel
+ *   run.c      one epoch's threads: run_start/run_stop, the collator
+ *              (round-robin over the worker queues, batch slots, the ready
+ *              FIFO)
+ *   worker.c   a worker thread: feed -> shuffle -> decode (the decoder
+ *              table, pipeline/decoders.h) -> items -> its queue
+ *   feed.c     a worker's sample feed: plan pieces or resampled draws,
+ *              shard readers, raw sample copies, holes, the exact mode's
+ *              count checks
+ *   shuffle.c  the shuffle buffer (WebDataset's _shuffle), no threads
+ *   collate.c  rows into batch slots: layouts, keys, valid flags, the last
+ *              batch (keep, drop, pad), no threads
+ *   queue.c    the bounded per-worker queues (chunked hand-off)
+ *   items.c    recycled blocks (per worker pools) and items
+ *   count.c    exact mode's per-shard counts: the index, or a counting pass
+ *
+ * Threads, locks and invariants are described in loader.c. */
+#ifndef WDS_LOADER_INTERNAL_H
+#define WDS_LOADER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/err.h"
+#include "base/rng.h"
+#include "loader/plan.h"
+#include "pipeline/decoders.h"
+#include "shards/cancel.h"
+#include "wds/loader.h"
+#include "wds/reader.h"
+#include "wds/spec.h"
+
+/* ---- samples and items ---- */
+
+typedef struct raw_field {
+  const char *ext;
+  const uint8_t *data;
+  size_t size;
+} raw_field;
+
+/* A sample copied out of the reader: only the fields some output wants.
+ * One allocation: this struct, the field table, the strings, the data. */
+typedef struct raw_sample {
+  size_t shard;
+  int hole;            /* exact mode fill for samples a shard failed to yield */
+  uint64_t data_bytes; /* the fields' data, summed (0 for a hole) */
+  const char *key;
+  size_t nfields;
+  raw_field *f;
+} raw_sample;
+
+enum { ITEM_SAMPLE, ITEM_TOKEN, ITEM_END, ITEM_ERROR };
+
+/* A decoded field (pipeline/decoders.h): owned data is a block of the
+ * worker's pool. */
+typedef wds__field_value item_field;
+
+typedef struct item {
+  int kind;
+  int valid;
+  int status;      /* ITEM_ERROR, or the failure of an invalid row */
+  char *msg;       /* owned, or NULL */
+  raw_sample *raw; /* owned */
+  item_field f[];
+} item;
+
+/* ---- per-field output ---- */
+
+typedef struct out_field {
+  char *name;  /* the spec's name, "jpg;png" */
+  char **alts; /* its alternatives */
+  size_t nalts;
+  const wds__decoder_def *def; /* resolved, never AUTO */
+  wds__field_opts opts;
+  wds__row_shape row; /* as the options give it */
+} out_field;
+
+/* ---- queues ---- */
+
+typedef struct queue {
+  pthread_mutex_t mu;
+  pthread_cond_t not_empty, not_full;
+  item **ring;
+  size_t cap, head, len;
+} queue;
+
+/* ---- slots ---- */
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+
+typedef struct slot_buf {
+  void *mem;
+  size_t cap;
+} slot_buf;
+
+typedef struct slot {
+  int state;
+  wds_batch batch;
+  wds_batch_field *bf;
+  slot_buf *buf;      /* per field, from the allocator */
+  uint64_t **offsets; /* per field (VARIABLE rows), batch_size + 1 */
+  char **keys;
+  const char **urls;
+  uint8_t *valid;
+  char *key_arena;
+  size_t key_len, key_cap;
+  size_t *key_off;
+} slot;
+
+enum { READY_SLOT, READY_EOF, READY_ERROR };
+
+typedef struct ready_entry {
+  int kind;
+  int slot;
+} ready_entry;
+
+/* Per-batch state while a slot fills. */
+typedef struct filling {
+  int slot;
+  size_t rows;
+  int *first_set; /* per field: dtype/shape fixed by a valid row */
+} filling;
+
+/* What collation needs to know (collate.c), set when the loader opens. */
+typedef struct wds__collate {
+  const out_field *fields;
+  size_t nfields;
+  size_t batch_size;
+  wds_error_policy on_error;
+  wds_last_batch last_batch;
+  const char *const *urls; /* shard URLs, by raw_sample.shard */
+  wds_allocator alloc;     /* slot memory */
+  /* An error under WDS_ON_ERROR_SKIP (counted, kept, logged). */
+  void (*skip)(void *ctx, const char *msg);
+  void *skip_ctx;
+  atomic_uint_fast64_t *fill_rows;  /* stats: invalid rows */
+  atomic_uint_fast64_t *pool_bytes; /* stats: slot memory */
+} wds__collate;
+
+/* ---- recycled blocks ---- */
+
+typedef struct run run;
+
+/* Sample copies and decoded images are large and made at a high rate. Fresh
+ * malloc memory for each costs page faults (glibc gives freed heap tops
+ * back to the kernel), so blocks go back to the worker that made them: the
+ * collator returns them in bulk after each batch, the worker reuses them.
+ * A block carries its capacity and owner in a 16-byte header. */
+typedef struct blk_head {
+  size_t cap;
+  int owner;
+  int pad;
+} blk_head;
+
+typedef struct blk_pool {
+  pthread_mutex_t mu;
+  void **shared; /* returned by the collator; under mu */
+  size_t shared_len, shared_cap;
+  void **local; /* the worker's own */
+  size_t local_len, local_cap;
+  size_t limit; /* most blocks kept */
+} blk_pool;
+
+/* Collator side: blocks to hand back, per worker, flushed after a batch. */
+typedef struct blk_returns {
+  void **v;
+  size_t len, cap;
+} blk_returns;
+
+/* ---- runs ---- */
+
+typedef struct worker {
+  run *run;
+  int index;
+  pthread_t thread;
+  int started;
+  queue q;
+  item *terminal;  /* the END (or out-of-memory error) item, made early */
+  blk_pool *ipool; /* item shells: one size, kept apart from the data */
+  blk_pool *pool;  /* the loader's, for this worker index: kept across
+                      epochs, so a new epoch reuses the last one's memory */
+  item **pending;  /* the chunk being filled */
+  size_t npending;
+} worker;
+
+struct run {
+  wds_loader *l;
+  uint64_t epoch;
+  uint64_t skip; /* rank items to discard (resume) */
+  wds__epoch_plan plan;
+  worker *w;
+  pthread_t collator;
+  int collator_started;
+  atomic_int abort;
+};
+
+struct wds_loader {
+  wds_loader_config cfg;
+  char *spec_copy, *index_copy;
+  wds_url_list urls;
+  uint64_t *counts;
+  wds__plan_input pin;
+  out_field *fields;
+  size_t nfields;
+  char **wanted; /* every alternative of every field: what raws keep */
+  size_t nwanted;
+  size_t queue_cap; /* items per worker queue */
+  size_t chunk;     /* items per hand-off */
+  blk_pool *pools;  /* per worker index */
+  int needs_decode; /* some field is not plain bytes */
+  wds_allocator alloc;
+  wds__collate col;
+  wds__cancel wake;     /* every reader's token: see "Stopping" in loader.c */
+  atomic_int cancelled; /* wds_loader_cancel() was called */
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_mutex_t log_mu;
+  slot *slots;
+  int nslots, held;
+  int collator_waits; /* the collator is blocked for want of a free slot */
+  ready_entry *ready;
+  size_t ready_head, ready_len;
+  int run_error_status;
+  char run_error[WDS__ERR_SIZE];
+
+  run *cur;
+  uint64_t epoch;      /* of the next batch */
+  uint64_t delivered;  /* batches of `epoch` delivered */
+  uint64_t first_skip; /* resume_batches, for the first run only */
+  int failed;          /* a fatal status, returned from then on */
+  uint64_t epoch_batches;
+  char err[WDS__ERR_SIZE];
+  char err_out[WDS__ERR_SIZE]; /* what wds_loader_error() returned */
+
+  /* Stats (relaxed atomics, summed over threads). */
+  atomic_uint_fast64_t st_batches, st_samples, st_skipped, st_fill, st_shards,
+      st_bytes, st_read_ns, st_shuffle_ns, st_decode_ns, st_batch_ns,
+      st_wait_ns, st_slot_wait_ns, st_pool_bytes;
+};
+
+static inline uint64_t wds__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#define STAT_ADD(l, name, v)                                                   \
+  atomic_fetch_add_explicit(&(l)->st_##name, (v), memory_order_relaxed)
+
+/* ---- loader.c ---- */
+
+/* The last error's text: written by workers (skips) and the caller's thread,
+ * so always under l->mu; wds_loader_error() hands out a copy. */
+void wds__set_error(wds_loader *l, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* An error under WDS_ON_ERROR_SKIP: counted, kept as the last error, and
+ * logged ("<what>: msg"). */
+void wds__note_skip(wds_loader *l, const char *what, const char *msg);
+
+/* ---- items.c: blocks and items ---- */
+
+static inline void wds__blk_free(void *p) {
+  if (p)
+    free((blk_head *)p - 1);
+}
+
+/* A block of at least need bytes from bp (the worker's; NULL: a fresh
+ * block), or NULL. The common case, the worker's last block fitting, is
+ * inline. */
+void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need);
+
+static inline void *wds__blk_alloc(blk_pool *bp, int owner, size_t need) {
+  if (bp && bp->local_len > 0) {
+    void *p = bp->local[bp->local_len - 1];
+    if (((blk_head *)p - 1)->cap >= need) {
+      bp->local_len--;
+      return p;
+    }
+  }
+  return wds__blk_alloc_slow(bp, owner, need);
+}
+
+static inline void wds__blk_return(blk_returns *r, void *p) {
+  if (!p)
+    return;
+  if (r->len == r->cap) {
+    size_t c = r->cap ? 2 * r->cap : 64;
+    void **nv = realloc(r->v, c * sizeof *nv);
+    if (!nv) {
+      wds__blk_free(p);
+      return;
+    }
+    r->v = nv;
+    r->cap = c;
+  }
+  r->v[r->len++] = p;
+}
+
+/* Hands the collator's returns to their pool (bounded by its limit; the
+ * rest are freed). */
+void wds__blk_flush(blk_pool *bp, blk_returns *r);
+void wds__blk_pool_destroy(blk_pool *bp);
+
+/* bp: the worker's pool, or NULL (a fresh block). */
+static inline item *wds__item_new(blk_pool *bp, int owner, size_t nfields,
+                                  int kind) {
+  size_t n = sizeof(item) + nfields * sizeof(item_field);
+  item *it = wds__blk_alloc(bp, owner, n);
+  if (it) {
+    memset(it, 0, n);
+    it->kind = kind;
+    it->valid = 1;
+  }
+  return it;
+}
+
+void wds__item_free(item *it, size_t nfields); /* NULL: no-op */
+/* The collator's way to dispose of an item: its blocks go back to their
+ * worker (r: data blocks, ri: item shells). */
+void wds__item_recycle(item *it, size_t nfields, blk_returns *r,
+                       blk_returns *ri);
+/* An ITEM_ERROR item (a fresh block), or NULL. */
+item *wds__error_item(size_t nfields, int status, const char *msg);
+/* An exact mode fill sample of a shard (key ""), or NULL. */
+raw_sample *wds__raw_hole(blk_pool *bp, int owner, size_t shard);
+
+/* ---- queue.c ---- */
+
+int wds__queue_init(queue *q, size_t cap);         /* 0, or -1: out of memory */
+void wds__queue_destroy(queue *q, size_t nfields); /* frees queued items */
+/* Queues move items in chunks (one lock and one wake-up per chunk, not per
+ * item). Returns 0, or -1 when the run is aborted (nothing is queued). */
+int wds__queue_push_many(queue *q, item **its, size_t n,
+                         atomic_int *abort_flag);
+/* Takes up to max items (at least one, unless aborted: then 0). */
+size_t wds__queue_pop_many(queue *q, item **out, size_t max,
+                           atomic_int *abort_flag);
+void wds__queue_wake(queue *q); /* wakes every waiter (abort) */
+
+/* ---- feed.c: a worker's sample feed ---- */
+
+typedef struct feed {
+  worker *w;
+  wds_reader *rd;
+  size_t piece;  /* next piece (plain, exact) */
+  size_t shard;  /* shard being read */
+  uint64_t want; /* samples wanted from it (exact), or TO_END */
+  uint64_t got;
+  uint64_t holes; /* fill samples still to emit */
+  wds__rng draw;  /* resampled shard draws */
+  uint64_t empty_draws;
+  uint64_t read_ns, bytes, shards; /* stats not yet published */
+  uint64_t begin;                  /* exact: first sample of the piece */
+  uint64_t before; /* samples read before the piece: begin, unless the
+                      shard ended (or failed) first */
+  int failed;      /* a read error ended the shard (already reported) */
+  int to_end;      /* exact: the piece ends where the shard's count does */
+  int done;
+  item *fatal; /* why the worker must stop: an error item (or NULL when
+                  even that could not be allocated) */
+  char last_err[WDS__ERR_SIZE];
+} feed;
+
+/* Worker w's feed for the run's epoch. */
+void wds__feed_init(feed *src, worker *w);
+
+/* Next raw sample (wds__sample_pull): *out set, or NULL at the end.
+ * Returns -1 with src->fatal set when the worker must stop. */
+int wds__feed_next(void *src, raw_sample **out);
+
+/* Exact mode, the quota met without another read: the last shard's count
+ * is checked too (one more sample is an error). 0, or -1 with src->fatal. */
+int wds__feed_check_last(feed *src);
+
+void wds__feed_close(feed *src); /* closes the open reader, if any */
+
+/* A reader of one shard, as the workers and the counting pass open it: the
+ * loader's limits, and reads that its wake token interrupts. */
+int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out);
+
+/* Where the exact mode's counts came from, for messages. */
+const char *wds__count_source(const wds_loader *l, char *buf, size_t n);
+
+/* ---- shuffle.c: the shuffle buffer ---- */
+
+/* Where the shuffle buffer's input comes from: 0 with *out (NULL at the
+ * end), or -1 when the caller must stop. */
+typedef int (*wds__sample_pull)(void *ctx, raw_sample **out);
+
+typedef struct wds__shuffle {
+  raw_sample **buf;
+  size_t len, cap, initial;
+  uint64_t bytes, cap_bytes; /* field data held, and its bound */
+  int src_done;
+  wds__rng rng;
+} wds__shuffle;
+
+/* cap samples (0/1: no shuffling), at most cap_bytes of field data, the
+ * first output once `initial` are buffered (0 or more than cap: cap), the
+ * picks drawn from an RNG keyed by key. WDS_OK or WDS_ERR_NOMEM. */
+int wds__shuffle_init(wds__shuffle *sh, size_t cap, size_t initial,
+                      uint64_t cap_bytes, uint64_t key);
+
+/* The next sample in shuffled order: 0 with *out (NULL at the end), or -1
+ * when pull failed. */
+int wds__shuffle_next(wds__shuffle *sh, wds__sample_pull pull, void *ctx,
+                      raw_sample **out);
+
+/* Frees the samples still buffered (blocks) and the buffer. */
+void wds__shuffle_free(wds__shuffle *sh);
+
+/* ---- collate.c: rows into batch slots ---- */
+
+/* A slot's arrays for batch_size rows, with FIXED fields' memory reserved;
+ * s is zeroed first. WDS_OK or WDS_ERR_NOMEM (message in e). */
+int wds__slot_init(const wds__collate *c, slot *s, int index, wds__err *e);
+void wds__slot_free(const wds__collate *c, slot *s); /* also half-made */
+
+void wds__batch_begin(const wds__collate *c, slot *s, filling *fl,
+                      uint64_t epoch, uint64_t index);
+
+/* Writes item `it` as row fl->rows of slot s. A shape mismatch of a FIRST
+ * field is an error naming the sample (returned), or under the skip policy
+ * turns the row invalid. */
+int wds__batch_put(const wds__collate *c, slot *s, filling *fl, const item *it,
+                   wds__err *e);
+
+/* Rows, keys and sizes published in s->batch. */
+void wds__batch_finish(const wds__collate *c, slot *s, filling *fl);
+
+/* The epoch's last, partial batch by the last-batch policy: 1 (finished,
+ * padded under WDS_LAST_PAD: deliver it), 0 (drop it: no rows, or
+ * WDS_LAST_DROP), or a negative status (message in e). */
+int wds__batch_last(const wds__collate *c, slot *s, filling *fl, wds__err *e);
+
+/* ---- worker.c, run.c, count.c ---- */
+
+void *wds__worker_main(void *arg); /* a worker thread (arg: worker *) */
+
+int wds__run_start(wds_loader *l, uint64_t epoch, uint64_t skip);
+void wds__run_stop(wds_loader *l); /* no run: no-op */
+
+/* Exact mode: l->counts from the index or a counting pass, checked. */
+int wds__load_counts(wds_loader *l);
+
+#endif

@@ -1,0 +1,323 @@
+/* run.c — one epoch's threads: start, stop, and the collator.
+ *
+ * run_start plans the epoch (plan.c), makes each worker's queue, pending
+ * chunk and terminal item, and starts the workers (worker.c) and the
+ * collator. The collator pops the worker queues round-robin in worker
+ * order (a worker that ends leaves the rotation), discards the resume
+ * skip, and fills pool slots through collate.c; full batches go to the
+ * ready FIFO that next() pops. Slot states and the FIFO are under the
+ * loader's mutex. run_stop aborts and joins everything (loader.c:
+ * "Locks", "Stopping"). */
+#include <stdio.h>
+
+#include "loader/internal.h"
+
+static void post_ready(wds_loader *l, int kind, int slot_index) {
+  pthread_mutex_lock(&l->mu);
+  size_t cap = (size_t)l->nslots + 2;
+  l->ready[(l->ready_head + l->ready_len) % cap] =
+      (ready_entry){kind, slot_index};
+  l->ready_len++;
+  if (kind == READY_SLOT)
+    l->slots[slot_index].state = SLOT_READY;
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void post_error(wds_loader *l, int status, const char *msg) {
+  pthread_mutex_lock(&l->mu);
+  l->run_error_status = status;
+  snprintf(l->run_error, sizeof l->run_error, "%s", msg);
+  pthread_mutex_unlock(&l->mu);
+  post_ready(l, READY_ERROR, -1);
+}
+
+static int acquire_slot(wds_loader *l, run *rn) {
+  int found = -1;
+  pthread_mutex_lock(&l->mu);
+  for (;;) {
+    if (atomic_load(&rn->abort))
+      break;
+    for (int i = 0; i < l->nslots; i++)
+      if (l->slots[i].state == SLOT_FREE) {
+        found = i;
+        break;
+      }
+    if (found >= 0) {
+      l->slots[found].state = SLOT_FILLING;
+      break;
+    }
+    l->collator_waits = 1;
+    pthread_cond_broadcast(&l->cv); /* a caller holding every slot */
+    pthread_cond_wait(&l->cv, &l->mu);
+    l->collator_waits = 0;
+  }
+  pthread_mutex_unlock(&l->mu);
+  return found;
+}
+
+/* The collator's view of one worker: the chunk it took last. */
+typedef struct inbox {
+  item **v;
+  size_t len, at;
+  blk_returns back, back_items;
+} inbox;
+
+static item *inbox_next(run *rn, int w, inbox *in, uint64_t *waited) {
+  if (in->at == in->len) {
+    uint64_t t0 = wds__now_ns();
+    in->at = 0;
+    in->len = wds__queue_pop_many(&rn->w[w].q, in->v, rn->l->chunk, &rn->abort);
+    *waited += wds__now_ns() - t0;
+    if (in->len == 0)
+      return NULL; /* aborted */
+  }
+  return in->v[in->at++];
+}
+
+static void return_blocks(run *rn, inbox *in) {
+  for (int w = 0; w < rn->l->pin.workers; w++) {
+    wds__blk_flush(rn->w[w].pool, &in[w].back);
+    wds__blk_flush(rn->w[w].ipool, &in[w].back_items);
+  }
+}
+
+static void *collator_main(void *arg) {
+  run *rn = arg;
+  wds_loader *l = rn->l;
+  int W = l->pin.workers;
+  int *active = malloc((size_t)W * sizeof *active);
+  inbox *in = calloc((size_t)W, sizeof *in);
+  filling fl = {-1, 0, calloc(l->nfields ? l->nfields : 1, sizeof(int))};
+  size_t bs = l->cfg.batch_size;
+  uint64_t pos = 0, index = rn->skip / bs;
+  uint64_t target = rn->plan.rank_samples;
+  int n_active = W, cur = 0;
+  uint64_t mark = wds__now_ns(), waited = 0;
+  wds__err e;
+  if (!active || !in || !fl.first_set) {
+    post_error(l, WDS_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (int i = 0; i < W; i++)
+    if (!(in[i].v = malloc(l->chunk * sizeof *in[i].v))) {
+      post_error(l, WDS_ERR_NOMEM, "out of memory");
+      goto done;
+    }
+  if (l->cfg.mode == WDS_MODE_PLAIN && l->cfg.samples_per_epoch)
+    target = l->cfg.samples_per_epoch;
+  for (int i = 0; i < W; i++)
+    active[i] = i;
+  while (pos < target && n_active > 0) {
+    int wi = active[cur];
+    item *it = inbox_next(rn, wi, &in[wi], &waited);
+    if (!it)
+      goto done; /* aborted */
+    if (it->kind == ITEM_END) {
+      wds__item_free(it, l->nfields);
+      memmove(active + cur, active + cur + 1,
+              (size_t)(n_active - cur - 1) * sizeof *active);
+      if (--n_active > 0)
+        cur %= n_active;
+      continue;
+    }
+    if (it->kind == ITEM_ERROR) {
+      post_error(l, it->status, it->msg ? it->msg : wds_strerror(it->status));
+      wds__item_free(it, l->nfields);
+      goto done;
+    }
+    cur = (cur + 1) % n_active;
+    if (pos++ < rn->skip) {
+      wds__item_recycle(it, l->nfields, &in[wi].back, &in[wi].back_items);
+      if (pos % bs == 0)
+        return_blocks(rn, in);
+      continue;
+    }
+    if (fl.slot < 0) {
+      uint64_t t0 = wds__now_ns();
+      fl.slot = acquire_slot(l, rn);
+      uint64_t dt = wds__now_ns() - t0;
+      waited += dt;
+      STAT_ADD(l, slot_wait_ns, dt);
+      if (fl.slot < 0) {
+        wds__item_free(it, l->nfields);
+        goto done;
+      }
+      wds__batch_begin(&l->col, &l->slots[fl.slot], &fl, rn->epoch, index);
+    }
+    int rc = wds__batch_put(&l->col, &l->slots[fl.slot], &fl, it, &e);
+    wds__item_recycle(it, l->nfields, &in[wi].back, &in[wi].back_items);
+    if (rc != WDS_OK) {
+      post_error(l, rc, e.msg);
+      goto done;
+    }
+    if (fl.rows == bs) {
+      wds__batch_finish(&l->col, &l->slots[fl.slot], &fl);
+      post_ready(l, READY_SLOT, fl.slot);
+      fl.slot = -1;
+      index++;
+      return_blocks(rn, in);
+      /* The collator's busy time: wall time less its waits, per batch. */
+      uint64_t now = wds__now_ns();
+      STAT_ADD(l, batch_ns, now - mark > waited ? now - mark - waited : 0);
+      mark = now;
+      waited = 0;
+    }
+  }
+  if (l->cfg.mode != WDS_MODE_PLAIN) {
+    /* Each worker yields exactly its quota, then its last word: an error
+     * found after its last sample (a shard longer than its count) is read
+     * here, before the epoch may end. */
+    for (int k = 0; k < n_active; k++) {
+      item *it = inbox_next(rn, active[k], &in[active[k]], &waited);
+      if (!it)
+        goto done; /* aborted */
+      int kind = it->kind;
+      if (kind == ITEM_ERROR)
+        post_error(l, it->status, it->msg ? it->msg : wds_strerror(it->status));
+      wds__item_free(it, l->nfields);
+      if (kind == ITEM_ERROR)
+        goto done;
+    }
+  }
+  if (fl.slot >= 0) {
+    int rc = wds__batch_last(&l->col, &l->slots[fl.slot], &fl, &e);
+    if (rc < 0) {
+      post_error(l, rc, e.msg);
+      goto done;
+    }
+    if (rc == 0) {
+      pthread_mutex_lock(&l->mu);
+      l->slots[fl.slot].state = SLOT_FREE;
+      pthread_cond_broadcast(&l->cv);
+      pthread_mutex_unlock(&l->mu);
+    } else {
+      post_ready(l, READY_SLOT, fl.slot);
+    }
+    fl.slot = -1;
+  }
+  post_ready(l, READY_EOF, -1);
+done:
+  if (fl.slot >= 0) {
+    pthread_mutex_lock(&l->mu);
+    l->slots[fl.slot].state = SLOT_FREE;
+    pthread_mutex_unlock(&l->mu);
+  }
+  for (int i = 0; in && i < W; i++) {
+    for (size_t k = in[i].at; k < in[i].len; k++)
+      wds__item_free(in[i].v[k], l->nfields);
+    for (size_t k = 0; k < in[i].back.len; k++)
+      wds__blk_free(in[i].back.v[k]);
+    for (size_t k = 0; k < in[i].back_items.len; k++)
+      wds__blk_free(in[i].back_items.v[k]);
+    free(in[i].back.v);
+    free(in[i].back_items.v);
+    free(in[i].v);
+  }
+  free(in);
+  free(fl.first_set);
+  free(active);
+  return NULL;
+}
+
+void wds__run_stop(wds_loader *l) {
+  run *rn = l->cur;
+  if (!rn)
+    return;
+  atomic_store(&rn->abort, 1);
+  wds__cancel_set(&l->wake); /* workers blocked in a read */
+  for (int i = 0; i < l->pin.workers; i++)
+    if (rn->w[i].q.ring)
+      wds__queue_wake(&rn->w[i].q);
+  pthread_mutex_lock(&l->mu);
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+  for (int i = 0; i < l->pin.workers; i++)
+    if (rn->w[i].started)
+      pthread_join(rn->w[i].thread, NULL);
+  if (rn->collator_started)
+    pthread_join(rn->collator, NULL);
+  /* No reader is open now. A cancel stores its flag before setting the
+   * token, so one that comes during the reset is not lost. */
+  wds__cancel_reset(&l->wake);
+  if (atomic_load(&l->cancelled))
+    wds__cancel_set(&l->wake);
+  for (int i = 0; i < l->pin.workers; i++) {
+    wds__queue_destroy(&rn->w[i].q, l->nfields);
+    for (size_t k = 0; k < rn->w[i].npending; k++)
+      wds__item_free(rn->w[i].pending[k], l->nfields);
+    free(rn->w[i].pending);
+    wds__item_free(rn->w[i].terminal, l->nfields);
+  }
+  /* Batches prepared but not delivered go back to the pool. */
+  pthread_mutex_lock(&l->mu);
+  for (int i = 0; i < l->nslots; i++)
+    if (l->slots[i].state == SLOT_READY || l->slots[i].state == SLOT_FILLING)
+      l->slots[i].state = SLOT_FREE;
+  l->ready_len = 0;
+  l->ready_head = 0;
+  pthread_mutex_unlock(&l->mu);
+  wds__plan_free(&rn->plan);
+  free(rn->w);
+  free(rn);
+  l->cur = NULL;
+}
+
+int wds__run_start(wds_loader *l, uint64_t epoch, uint64_t skip) {
+  wds__err e;
+  run *rn = calloc(1, sizeof *rn);
+  if (!rn)
+    return wds__fail(&e, WDS_ERR_NOMEM, "out of memory");
+  rn->l = l;
+  rn->epoch = epoch;
+  rn->skip = skip;
+  atomic_init(&rn->abort, 0);
+  l->cur = rn;
+  int rc = wds__plan_epoch(&l->pin, epoch, &rn->plan, &e);
+  if (rc != WDS_OK) {
+    wds__set_error(l, "%s", e.msg);
+    l->cur = NULL;
+    free(rn);
+    return rc;
+  }
+  rn->w = calloc((size_t)l->pin.workers, sizeof *rn->w);
+  if (!rn->w)
+    goto nomem;
+  for (int i = 0; i < l->pin.workers; i++) {
+    rn->w[i].run = rn;
+    rn->w[i].index = i;
+    rn->w[i].pool = &l->pools[i];
+    rn->w[i].ipool = &l->pools[l->cfg.workers + i];
+    if (wds__queue_init(&rn->w[i].q, l->queue_cap) != 0 ||
+        !(rn->w[i].pending = malloc(l->chunk * sizeof(item *))) ||
+        !(rn->w[i].terminal = wds__item_new(NULL, 0, l->nfields, ITEM_END)))
+      goto nomem;
+  }
+  for (int i = 0; i < l->pin.workers; i++) {
+    if (pthread_create(&rn->w[i].thread, NULL, wds__worker_main, &rn->w[i]) !=
+        0)
+      goto nothread;
+    rn->w[i].started = 1;
+  }
+  if (pthread_create(&rn->collator, NULL, collator_main, rn) != 0)
+    goto nothread;
+  rn->collator_started = 1;
+  return WDS_OK;
+nothread:
+  wds__run_stop(l);
+  wds__set_error(l, "cannot start a thread");
+  return WDS_ERR_NOMEM;
+nomem:
+  if (rn->w)
+    for (int i = 0; i < l->pin.workers; i++) {
+      wds__queue_destroy(&rn->w[i].q, l->nfields);
+      free(rn->w[i].pending);
+      wds__item_free(rn->w[i].terminal, l->nfields);
+    }
+  wds__plan_free(&rn->plan);
+  free(rn->w);
+  free(rn);
+  l->cur = NULL;
+  wds__set_error(l, "out of memory");
+  return WDS_ERR_NOMEM;
+}

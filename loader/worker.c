@@ -1,0 +1,200 @@
+/* worker.c — a worker thread: its feed's samples through its shuffle
+ * buffer, decoded by each field's decoder (pipeline/decoders.h) into
+ * items, handed to its queue in chunks.
+ *
+ * The worker's item i is a pure function of the plan and the RNG keys
+ * (seed, stream, epoch, rank, worker, i). Items the collator will certainly
+ * discard on resume pass undecoded ("tokens", loader.c). A decode failure
+ * under the skip policy keeps the row, zero-filled and marked invalid. The
+ * worker's last word (its END item, allocated before it started, or its
+ * error) is always delivered. */
+#include <stdio.h>
+
+#include "loader/internal.h"
+
+static const raw_field *find_field(const raw_sample *r, const out_field *of) {
+  for (size_t a = 0; a < of->nalts; a++)
+    for (size_t i = 0; i < r->nfields; i++)
+      if (strcmp(r->f[i].ext, of->alts[a]) == 0)
+        return &r->f[i];
+  return NULL;
+}
+
+/* Row memory for a decoder: a block of the worker's pool. */
+typedef struct row_alloc {
+  blk_pool *pool;
+  int owner;
+  int failed;
+} row_alloc;
+
+static void *alloc_row(void *ctx, size_t size_bytes) {
+  row_alloc *a = ctx;
+  void *p = wds__blk_alloc(a->pool, a->owner, size_bytes);
+  if (!p)
+    a->failed = 1;
+  return p;
+}
+
+/* Decodes every output field of r into it, each with its decoder from the
+ * table; on failure returns the status with a message naming sample, shard
+ * and field in e. aug_key: the worker's augmentation key for the epoch. */
+static int decode_item(wds_loader *l, wds__decoder *dec, worker *w,
+                       uint64_t aug_key, uint64_t seq, item *it, wds__err *e) {
+  const raw_sample *r = it->raw;
+  const char *url = l->urls.urls[r->shard];
+  row_alloc ra = {w->pool, w->index, 0};
+  wds__decode_call call = {dec, 0, alloc_row, &ra};
+  for (size_t i = 0; i < l->nfields; i++) {
+    const out_field *of = &l->fields[i];
+    const raw_field *rf = find_field(r, of);
+    if (!rf) {
+      char have[256] = "";
+      size_t n = 0;
+      for (size_t k = 0; k < r->nfields && n < sizeof have - 1; k++)
+        n += (size_t)snprintf(have + n, sizeof have - n, "%s%s", k ? ", " : "",
+                              r->f[k].ext);
+      return wds__fail(e, WDS_ERR_FORMAT,
+                       "%s: sample \"%s\" has no field '%s' (has: %s)", url,
+                       r->key, of->name, r->nfields ? have : "nothing wanted");
+    }
+    call.rng_key = wds__mix64(aug_key ^ wds__mix64(wds__mix64(seq) ^ i));
+    int rc =
+        of->def->decode(&of->opts, &call, rf->data, rf->size, &it->f[i], e);
+    if (rc != WDS_OK) {
+      if (ra.failed) /* the worker's own failure, not the field's */
+        return rc;
+      wds__err_prefix(e, "%s: sample \"%s\": field '%s'", url, r->key, rf->ext);
+      return rc;
+    }
+  }
+  return WDS_OK;
+}
+
+/* Publishes a worker's stage times since *mark: reading and decoding as
+ * measured, the rest of its busy time (copying samples out of the reader,
+ * the shuffle buffer, making items) as "shuffle". Per chunk, not per
+ * sample: shared counters written per sample cost more than they measure. */
+static void worker_stats(wds_loader *l, feed *src, uint64_t *decode_ns,
+                         uint64_t *mark) {
+  uint64_t now = wds__now_ns(), busy = now - *mark;
+  uint64_t known = src->read_ns + *decode_ns;
+  STAT_ADD(l, read_ns, src->read_ns);
+  STAT_ADD(l, decode_ns, *decode_ns);
+  STAT_ADD(l, shuffle_ns, busy > known ? busy - known : 0);
+  STAT_ADD(l, bytes, src->bytes);
+  STAT_ADD(l, shards, src->shards);
+  src->read_ns = src->bytes = src->shards = 0;
+  *decode_ns = 0;
+  *mark = now;
+}
+
+void *wds__worker_main(void *arg) {
+  worker *w = arg;
+  run *rn = w->run;
+  wds_loader *l = rn->l;
+  const wds__worker_plan *wp = &rn->plan.w[w->index];
+  uint64_t W = (uint64_t)l->pin.workers;
+  uint64_t aug_key = wds__rng_key(l->cfg.seed, WDS__STREAM_AUGMENT, rn->epoch,
+                                  (uint64_t)l->pin.rank, (uint64_t)w->index);
+  item *fatal = NULL;
+  int failed = 0; /* the loop ended on an error (fatal may be NULL if even
+                     its item could not be allocated) */
+  feed src;
+  wds__shuffle sh;
+  wds__decoder *dec = wds__decoder_new();
+  wds__feed_init(&src, w);
+  if (wds__shuffle_init(&sh, l->cfg.shuffle_buffer, l->cfg.shuffle_initial,
+                        l->cfg.shuffle_buffer_bytes,
+                        wds__rng_key(l->cfg.seed, WDS__STREAM_SHUFFLE,
+                                     rn->epoch, (uint64_t)l->pin.rank,
+                                     (uint64_t)w->index)) != WDS_OK ||
+      !dec)
+    failed = 1;
+
+  uint64_t mark = wds__now_ns(), decode_ns = 0;
+  for (uint64_t seq = 0; !failed && seq < wp->quota; seq++) {
+    raw_sample *r;
+    if (wds__shuffle_next(&sh, wds__feed_next, &src, &r) != 0) {
+      fatal = src.fatal;
+      failed = 1;
+      break;
+    }
+    if (!r)
+      break;
+    int token = seq * W + (uint64_t)w->index < rn->skip;
+    item *it = wds__item_new(w->ipool, w->index, l->nfields,
+                             token ? ITEM_TOKEN : ITEM_SAMPLE);
+    if (!it) {
+      wds__blk_free(r);
+      failed = 1;
+      break;
+    }
+    it->raw = r;
+    if (!token && r->hole) {
+      it->valid = 0;
+    } else if (!token) {
+      wds__err e;
+      uint64_t t1 = l->needs_decode ? wds__now_ns() : 0;
+      int rc = decode_item(l, dec, w, aug_key, seq, it, &e);
+      if (l->needs_decode)
+        decode_ns += wds__now_ns() - t1;
+      if (rc != WDS_OK) {
+        if (l->cfg.on_error == WDS_ON_ERROR_STOP || rc == WDS_ERR_NOMEM) {
+          fatal = wds__error_item(l->nfields, rc, e.msg);
+          failed = 1;
+          wds__item_free(it, l->nfields);
+          break;
+        }
+        /* Skip: the row stays, zero-filled and marked invalid. */
+        for (size_t i = 0; i < l->nfields; i++)
+          if (it->f[i].owned) {
+            wds__blk_free(it->f[i].data);
+            it->f[i].data = NULL;
+          }
+        memset(it->f, 0, l->nfields * sizeof *it->f);
+        it->valid = 0;
+        it->status = rc;
+        it->msg = strdup(e.msg);
+        wds__note_skip(l, "skipped", e.msg);
+      }
+    }
+    w->pending[w->npending++] = it;
+    if (w->npending == l->chunk) {
+      worker_stats(l, &src, &decode_ns, &mark);
+      if (wds__queue_push_many(&w->q, w->pending, w->npending, &rn->abort) != 0)
+        break; /* aborted: run_stop frees what is pending */
+      w->npending = 0;
+      mark = wds__now_ns(); /* time blocked on the queue is nobody's stage */
+    }
+  }
+  /* The quota can be met without another read: check the last shard's
+   * count too. */
+  if (!failed && wds__feed_check_last(&src) != 0) {
+    fatal = src.fatal;
+    failed = 1;
+  }
+  worker_stats(l, &src, &decode_ns, &mark);
+  /* The worker's last word, always delivered: its error, or the end. The
+   * terminal item was allocated by run_start, so running out of memory
+   * cannot turn an error into a silent early end (a short epoch on one
+   * rank would hang an all-reduce). */
+  item *last = w->terminal;
+  w->terminal = NULL;
+  if (fatal) {
+    wds__item_free(last, l->nfields);
+    last = fatal;
+  } else if (failed) {
+    last->kind = ITEM_ERROR;
+    last->status = WDS_ERR_NOMEM;
+  }
+  if (w->npending < l->chunk)
+    w->pending[w->npending++] = last;
+  else
+    wds__item_free(last, l->nfields);
+  if (wds__queue_push_many(&w->q, w->pending, w->npending, &rn->abort) == 0)
+    w->npending = 0;
+  wds__feed_close(&src);
+  wds__shuffle_free(&sh);
+  wds__decoder_free(dec);
+  return NULL;
+}
