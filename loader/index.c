@@ -33,6 +33,7 @@
 
 #include "base/json.h"
 #include "base/mem.h"
+#include "base/url.h"
 #include "shards/tar.h"
 
 #define WDS__INDEX_MAX_BYTES WDS__JSON_MAX_BYTES /* 2 GiB of JSON */
@@ -64,26 +65,6 @@ static int parse_count(wds__json *p, const char *name, uint64_t max,
   }
   *out = v;
   return WDS_OK;
-}
-
-/* Returns a pointer to the local path a URL names (after file://), or NULL
- * when it is not a local path: "-", pipe:, any scheme://. */
-static const char *local_path(const char *url) {
-  if (strcmp(url, "-") == 0 || strncmp(url, "pipe:", 5) == 0)
-    return NULL;
-  if (strncmp(url, "file://", 7) == 0) {
-    const char *p = url + 7;
-    if (strncmp(p, "localhost/", 10) == 0)
-      p += 9;
-    return p;
-  }
-  const char *p = url;
-  while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-         (*p >= '0' && *p <= '9') || *p == '+' || *p == '-' || *p == '.')
-    p++;
-  if (p > url && strncmp(p, "://", 3) == 0)
-    return NULL;
-  return url;
 }
 
 /* dir + "/" + path, lexically normalised: repeated '/' and "." components
@@ -131,7 +112,7 @@ static char *join_normalize(const char *dir, const char *path) {
 
 /* The resolved path of an entry url: local relative paths joined to dir. */
 static char *resolve(const char *dir, const char *url) {
-  const char *lp = local_path(url);
+  const char *lp = wds__url_local_path(url);
   if (!lp) {
     char *s = strdup(url);
     return s;
@@ -732,10 +713,12 @@ static char *relative_to(const char *dir, const char *target) {
   return out;
 }
 
-const char *wds_index_local_path(const char *url) { return local_path(url); }
+const char *wds_index_local_path(const char *url) {
+  return wds__url_local_path(url);
+}
 
 char *wds_index_url_for(const char *url, const char *index_dir_real) {
-  const char *lp = local_path(url);
+  const char *lp = wds__url_local_path(url);
   if (!index_dir_real || !lp)
     return strdup(url);
   char *real = realpath(lp, NULL);
@@ -787,7 +770,8 @@ int wds__index_find(const wds__index *ix, const char *url, size_t *entry,
     i = find(ix, ix->by_path_, 1, norm);
     free(norm);
   }
-  if (i < 0 && ix->count && ix->by_url_ && ix->dir_real_ && local_path(url)) {
+  if (i < 0 && ix->count && ix->by_url_ && ix->dir_real_ &&
+      wds__url_local_path(url)) {
     /* what `wds index -o` recorded for this file */
     char *rel = wds_index_url_for(url, ix->dir_real_);
     if (rel)
@@ -797,7 +781,7 @@ int wds__index_find(const wds__index *ix, const char *url, size_t *entry,
   if (i < 0)
     return wds__fail(e, WDS_ERR_INVALID, "%s: not in the index", url);
   const wds__index_entry *ent = &ix->shards[i];
-  const char *lp = local_path(url);
+  const char *lp = wds__url_local_path(url);
   struct stat st;
   /* A file that cannot be stat'ed is reported when the loader opens it. */
   if (ent->filesize >= 0 && lp && stat(lp, &st) == 0 && S_ISREG(st.st_mode) &&
@@ -848,7 +832,7 @@ static enum shard_kind shard_kind(const char *path) {
 }
 
 int wds__index_check_count(const char *url, uint64_t nsamples, wds__err *e) {
-  const char *lp = local_path(url);
+  const char *lp = wds__url_local_path(url);
   struct stat st;
   /* A file that is missing or not regular is reported when it is read;
    * a remote one has no size to go by. */

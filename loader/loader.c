@@ -40,6 +40,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "base/topology.h"
 #include "loader/internal.h"
 #include "loader/pool.h"
 
@@ -71,37 +72,15 @@ void wds__note_skip(wds_loader *l, const char *what, const char *msg) {
 
 /* ---- environment ---- */
 
-static int env_int(const char *name, int *out) {
-  const char *v = getenv(name);
-  if (!v || !*v)
-    return 0;
-  char *end;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno || *end || x < 0 || x > 1 << 30)
-    return 0;
-  *out = (int)x;
-  return 1;
-}
-
+/* The rule is base/topology.h's; an environment it refuses gives 0 and 1
+ * here, and fails wds_loader_open with its message. */
 void wds_env_rank_world(int *rank, int *world_size) {
-  static const char *const pairs[][2] = {
-      {"RANK", "WORLD_SIZE"},
-      {"SLURM_PROCID", "SLURM_NTASKS"},
-      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}};
-  int r = 0, w = 1;
-  for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
-    int a, b;
-    if (env_int(pairs[i][0], &a) && env_int(pairs[i][1], &b) && b > 0) {
-      r = a;
-      w = b;
-      break;
-    }
-  }
+  wds__topology t;
+  wds__topology_from_env(&t, NULL, NULL, NULL);
   if (rank)
-    *rank = r;
+    *rank = t.rank;
   if (world_size)
-    *world_size = w;
+    *world_size = t.world_size;
 }
 
 /* ---- open: configuration ---- */
@@ -293,12 +272,17 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   l->cfg = *cfg;
   wds_loader_config *c = &l->cfg;
   if (c->rank < 0 || c->world_size < 0) {
-    int r, w;
-    wds_env_rank_world(&r, &w);
+    wds__topology t;
+    wds__err te;
+    if ((rc = wds__topology_from_env(&t, NULL, NULL, &te)) != WDS_OK) {
+      wds__open_fail(rc, "rank and world size from the environment: %s",
+                     te.msg);
+      goto fail;
+    }
     if (c->rank < 0)
-      c->rank = r;
+      c->rank = t.rank;
     if (c->world_size < 0)
-      c->world_size = w;
+      c->world_size = t.world_size;
   }
   int auto_workers = c->workers == 0;
   if (auto_workers)

@@ -45,6 +45,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/url.h"
+
 extern char **environ;
 
 struct wds__source {
@@ -273,15 +275,6 @@ static int is_curl_url(const char *url) {
   return 0;
 }
 
-/* "scheme://" with a scheme made of letters, digits, '+', '-', '.'. */
-static int has_scheme(const char *url) {
-  const char *p = url;
-  while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-         (*p >= '0' && *p <= '9') || *p == '+' || *p == '-' || *p == '.')
-    p++;
-  return p > url && starts_with(p, "://");
-}
-
 int wds__source_open(const char *url, const wds__io_opts *opts,
                      wds__source **out, wds__err *err) {
   int rc = WDS_OK;
@@ -318,18 +311,13 @@ int wds__source_open(const char *url, const wds__io_opts *opts,
              quoted);
     rc = spawn_command(s, s->command, err);
   } else {
-    const char *path = url;
-    if (starts_with(url, "file://")) {
-      path = url + 7;
-      if (starts_with(path, "localhost/"))
-        path += 9;
-      if (*path != '/') {
-        rc = wds__fail(err, WDS_ERR_OPEN,
-                       "cannot open: file URLs must name an absolute "
-                       "local path (file:///PATH)");
-        goto done;
-      }
-    } else if (has_scheme(url)) {
+    const char *path = wds__url_local_path(url);
+    if (!path && wds__url_is_bad_file(url)) {
+      rc = wds__fail(err, WDS_ERR_OPEN,
+                     "cannot open: file URLs must name an absolute "
+                     "local path (file:///PATH)");
+      goto done;
+    } else if (!path) {
       rc = wds__fail(err, WDS_ERR_OPEN,
                      "cannot open: unsupported URL scheme (use a local "
                      "path, file://, http(s)://, pipe:CMD or -)");

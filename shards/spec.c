@@ -1215,8 +1215,11 @@ static int expand_spec(expander *x, const char *s, size_t n, int depth) {
 
 /* ---- public API ------------------------------------------------------ */
 
-static int expand_entry(const char *what, int full, size_t max_urls,
-                        wds_url_list *out, char *err, size_t err_size) {
+/* Expands what[0..n) in turn into one list (full: as specs, else as brace
+ * patterns), sharing one expander: one limit on URLs, bytes and @FILEs. */
+static int expand_entry(const char *const *what, size_t n, int full,
+                        size_t max_urls, wds_url_list *out, char *err,
+                        size_t err_size) {
   wds__err e;
   expander x;
   int rc;
@@ -1228,14 +1231,18 @@ static int expand_entry(const char *what, int full, size_t max_urls,
     out->urls = NULL;
     out->count = 0;
   }
-  if (!what || !out) {
-    rc = wds__fail(&e, WDS_ERR_INVALID, "%s is NULL", what ? "out" : "spec");
-    goto done;
+  rc = WDS_OK;
+  for (size_t i = 0; i < n && rc == WDS_OK; i++)
+    if (!what || !what[i])
+      rc = wds__fail(&e, WDS_ERR_INVALID, "spec is NULL");
+  if (rc == WDS_OK && !out)
+    rc = wds__fail(&e, WDS_ERR_INVALID, "out is NULL");
+  for (size_t i = 0; i < n && rc == WDS_OK; i++) {
+    if (full)
+      rc = expand_spec(&x, what[i], strlen(what[i]), 0);
+    else
+      rc = expand_pattern(&x, what[i], strlen(what[i]));
   }
-  if (full)
-    rc = expand_spec(&x, what, strlen(what), 0);
-  else
-    rc = expand_pattern(&x, what, strlen(what));
   if (rc == WDS_OK) {
     *out = x.list;
     if (out->count == 0) {
@@ -1247,7 +1254,6 @@ static int expand_entry(const char *what, int full, size_t max_urls,
   } else if (e.msg[0] == '\0') {
     wds__fail(&e, rc, "%s", wds_strerror(rc));
   }
-done:
   wds_url_list_free(&x.list);
   if (rc == WDS_OK)
     e.msg[0] = '\0';
@@ -1257,12 +1263,19 @@ done:
 
 int wds_spec_expand(const char *spec, size_t max_urls, wds_url_list *out,
                     char *err, size_t err_size) {
-  return expand_entry(spec, 1, max_urls, out, err, err_size);
+  return expand_entry(&spec, 1, 1, max_urls, out, err, err_size);
+}
+
+int wds_spec_expand_list(const char *const *specs, size_t nspecs,
+                         size_t max_urls, wds_url_list *out, char *err,
+                         size_t err_size) {
+  return expand_entry(specs, specs ? nspecs : 1, 1, max_urls, out, err,
+                      err_size);
 }
 
 int wds_brace_expand(const char *pattern, size_t max_urls, wds_url_list *out,
                      char *err, size_t err_size) {
-  return expand_entry(pattern, 0, max_urls, out, err, err_size);
+  return expand_entry(&pattern, 1, 0, max_urls, out, err, err_size);
 }
 
 void wds_url_list_free(wds_url_list *list) {

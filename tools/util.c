@@ -12,41 +12,12 @@
 int tool_expand_specs(const char *cmd, char **specs, int nspecs,
                       size_t max_urls, wds_url_list *out) {
   char err[1024];
-  wds_url_list all = {0};
-  int rc = 0;
-  for (int i = 0; i < nspecs; i++) {
-    wds_url_list one = {0};
-    if (wds_spec_expand(specs[i], max_urls, &one, err, sizeof err) != WDS_OK) {
-      fprintf(stderr, "wds %s: %s\n", cmd, err);
-      rc = 1;
-      goto done;
-    }
-    size_t limit = max_urls ? max_urls : WDS_DEFAULT_MAX_URLS;
-    if (all.count + one.count > limit) {
-      fprintf(stderr, "wds %s: the specs expand to more than %zu URLs\n", cmd,
-              limit);
-      wds_url_list_free(&one);
-      rc = 1;
-      goto done;
-    }
-    char **u = realloc(all.urls, (all.count + one.count + 1) * sizeof *u);
-    if (!u) {
-      fprintf(stderr, "wds %s: out of memory\n", cmd);
-      wds_url_list_free(&one);
-      rc = 1;
-      goto done;
-    }
-    all.urls = u;
-    memcpy(all.urls + all.count, one.urls, one.count * sizeof *u);
-    all.count += one.count;
-    free(one.urls); /* the strings now belong to all */
+  if (wds_spec_expand_list((const char *const *)specs, (size_t)nspecs, max_urls,
+                           out, err, sizeof err) != WDS_OK) {
+    fprintf(stderr, "wds %s: %s\n", cmd, err);
+    return 1;
   }
-done:
-  if (rc != 0)
-    wds_url_list_free(&all);
-  else
-    *out = all;
-  return rc;
+  return 0;
 }
 
 void tool_sha256_hex(const void *data, size_t n, char hex[65]) {

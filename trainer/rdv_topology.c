@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/topology.h"
 #include "trainer/rendezvous.h"
 
 typedef struct getter {
@@ -88,44 +89,22 @@ int tr_rdv_resolve(tr_rdv_config *c,
   if (rc)
     return rc;
 
-  /* One process per GPU (torchrun). */
-  const char *rank_s = var(&g, "RANK"), *world_s = var(&g, "WORLD_SIZE");
-  const char *lrank_s = var(&g, "LOCAL_RANK");
-  const char *lworld_s = var(&g, "LOCAL_WORLD_SIZE");
+  /* One process per GPU (torchrun): the job topology of base/topology.h,
+   * which must then give the local rank too. */
   const char *nodes_from = NULL, *rank_from = NULL;
   int nodes = 1, node_rank = 0;
-  if (rank_s || world_s || lrank_s) {
-    const char *names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK"};
-    const char *vals[] = {rank_s, world_s, lrank_s};
-    int set = vals[0] ? 0 : vals[1] ? 1 : 2;
-    for (int i = 0; i < 3; i++)
-      if (!vals[i])
-        return wds__fail(e, WDS_ERR_INVALID,
-                         "%s is not set, but %s='%s' is (one process per GPU "
-                         "needs RANK, WORLD_SIZE and LOCAL_RANK, as torchrun "
-                         "sets them)",
-                         names[i], names[set], vals[set]);
-    int world = 0, rank = 0, lrank = 0, lworld = 0;
-    if ((rc = parse_int("WORLD_SIZE", world_s, 1, 1 << 20, &world, e)) ||
-        (rc = parse_int("RANK", rank_s, 0, world - 1, &rank, e)))
-      return rc;
-    lworld = world;
-    if (lworld_s &&
-        (rc = parse_int("LOCAL_WORLD_SIZE", lworld_s, 1, world, &lworld, e)))
-      return rc;
-    if ((rc = parse_int("LOCAL_RANK", lrank_s, 0, lworld - 1, &lrank, e)))
-      return rc;
-    if (world % lworld != 0)
+  wds__topology t;
+  if ((rc = wds__topology_from_env(&t, get, ctx, e)) != WDS_OK)
+    return rc;
+  if (t.launcher == WDS__LAUNCHER_TORCHRUN) {
+    if (t.local_rank < 0)
       return wds__fail(e, WDS_ERR_INVALID,
-                       "WORLD_SIZE=%d is not a multiple of LOCAL_WORLD_SIZE=%d "
-                       "(every node must run the same number of processes)",
-                       world, lworld);
-    if (rank % lworld != lrank)
-      return wds__fail(e, WDS_ERR_INVALID,
-                       "RANK=%d and LOCAL_RANK=%d disagree with "
-                       "LOCAL_WORLD_SIZE=%d (expected LOCAL_RANK=%d: ranks are "
-                       "numbered node by node)",
-                       rank, lrank, lworld, rank % lworld);
+                       "LOCAL_RANK is not set, but RANK='%s' is (one process "
+                       "per GPU needs RANK, WORLD_SIZE and LOCAL_RANK, as "
+                       "torchrun sets them)",
+                       var(&g, "RANK"));
+    int world = t.world_size, rank = t.rank, lrank = t.local_rank,
+        lworld = t.local_world_size;
     nodes = world / lworld;
     node_rank = rank / lworld;
     if (c->nodes != -1 && c->nodes != nodes)

@@ -106,8 +106,9 @@ const char *wds_index_error(const wds_index *ix);
 void wds_index_close(wds_index *ix); /* NULL is a no-op */
 
 /* The local path a URL names ("/d/a.tar", "file:///d/a.tar" -> "/d/a.tar"),
- * pointing into url; NULL for "-", pipe: commands and other scheme://
- * URLs. The rules every index function applies. */
+ * pointing into url; NULL for "-", pipe: commands, other scheme:// URLs
+ * and file:// URLs without an absolute path (file://relative), which the
+ * reader refuses too. The rules every index function applies. */
 const char *wds_index_local_path(const char *url);
 
 /* The url an index in the canonical directory index_dir_real (as realpath

@@ -56,6 +56,14 @@ typedef struct wds_url_list {
 int wds_spec_expand(const char *spec, size_t max_urls, wds_url_list *out,
                     char *err, size_t err_size);
 
+/* Expands specs[0..nspecs) in turn into one list, as one expansion: the
+ * limits (max_urls, URL bytes, @FILEs) hold for the whole list, and an
+ * error names the spec at fault. Same contract as wds_spec_expand(); the
+ * `wds` tools expand their SPEC arguments with it. */
+int wds_spec_expand_list(const char *const *specs, size_t nspecs,
+                         size_t max_urls, wds_url_list *out, char *err,
+                         size_t err_size);
+
 /* Brace expansion of a single pattern only: no "::", "@" or "${}" handling.
  * Same contract as wds_spec_expand(). */
 int wds_brace_expand(const char *pattern, size_t max_urls, wds_url_list *out,

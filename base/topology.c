@@ -1,0 +1,120 @@
+/* topology.c — see topology.h. A pure function of the variable lookup. */
+#include "base/topology.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+typedef struct getter {
+  wds__getenv_fn get;
+  void *ctx;
+} getter;
+
+static const char *var(const getter *g, const char *name) {
+  const char *v = g->get ? g->get(name, g->ctx) : getenv(name);
+  return v && v[0] ? v : NULL;
+}
+
+/* Strict decimal in [lo, hi]; the error names the variable and value. */
+static int parse_int(const char *name, const char *v, long lo, long hi,
+                     int *out, wds__err *e) {
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || end == v || *end || x < lo || x > hi)
+    return wds__fail(e, WDS_ERR_INVALID, "%s='%s': not an integer in %ld..%ld",
+                     name, v, lo, hi);
+  *out = (int)x;
+  return WDS_OK;
+}
+
+#define MAX_WORLD (1L << 20)
+
+static int torchrun(const getter *g, wds__topology *t, wds__err *e) {
+  static const char *const names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK"};
+  const char *vals[3], *lworld_s = var(g, "LOCAL_WORLD_SIZE");
+  int rc;
+  for (int i = 0; i < 3; i++)
+    vals[i] = var(g, names[i]);
+  int set = vals[0] ? 0 : vals[1] ? 1 : 2;
+  for (int i = 0; i < 2; i++)
+    if (!vals[i])
+      return wds__fail(e, WDS_ERR_INVALID,
+                       "%s is not set, but %s='%s' is (torchrun sets RANK, "
+                       "WORLD_SIZE and LOCAL_RANK together)",
+                       names[i], names[set], vals[set]);
+  if ((rc =
+           parse_int("WORLD_SIZE", vals[1], 1, MAX_WORLD, &t->world_size, e)) ||
+      (rc = parse_int("RANK", vals[0], 0, t->world_size - 1, &t->rank, e)))
+    return rc;
+  if (lworld_s && (rc = parse_int("LOCAL_WORLD_SIZE", lworld_s, 1,
+                                  t->world_size, &t->local_world_size, e)))
+    return rc;
+  if (!vals[2])
+    return WDS_OK;
+  if (!lworld_s)
+    t->local_world_size = t->world_size;
+  int lworld = t->local_world_size;
+  if ((rc = parse_int("LOCAL_RANK", vals[2], 0, lworld - 1, &t->local_rank, e)))
+    return rc;
+  if (t->world_size % lworld != 0)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "WORLD_SIZE=%d is not a multiple of LOCAL_WORLD_SIZE=%d "
+                     "(every node must run the same number of processes)",
+                     t->world_size, lworld);
+  if (t->rank % lworld != t->local_rank)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "RANK=%d and LOCAL_RANK=%d disagree with "
+                     "LOCAL_WORLD_SIZE=%d (expected LOCAL_RANK=%d: ranks are "
+                     "numbered node by node)",
+                     t->rank, t->local_rank, lworld, t->rank % lworld);
+  return WDS_OK;
+}
+
+/* SLURM and Open MPI: rank, size, and optional local rank and size. */
+static int pair(const getter *g, const char *const names[4], wds__topology *t,
+                wds__err *e) {
+  const char *lrank_s = var(g, names[2]);
+  const char *lsize_s = names[3] ? var(g, names[3]) : NULL;
+  int rc;
+  if ((rc = parse_int(names[1], var(g, names[1]), 1, MAX_WORLD, &t->world_size,
+                      e)) ||
+      (rc = parse_int(names[0], var(g, names[0]), 0, t->world_size - 1,
+                      &t->rank, e)))
+    return rc;
+  if (lsize_s && (rc = parse_int(names[3], lsize_s, 1, t->world_size,
+                                 &t->local_world_size, e)))
+    return rc;
+  if (lrank_s &&
+      (rc = parse_int(
+           names[2], lrank_s, 0,
+           (t->local_world_size > 0 ? t->local_world_size : t->world_size) - 1,
+           &t->local_rank, e)))
+    return rc;
+  return WDS_OK;
+}
+
+int wds__topology_from_env(wds__topology *t, wds__getenv_fn get, void *ctx,
+                           wds__err *e) {
+  static const char *const slurm[4] = {"SLURM_PROCID", "SLURM_NTASKS",
+                                       "SLURM_LOCALID", NULL};
+  static const char *const ompi[4] = {
+      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+  getter g = {get, ctx};
+  int rc = WDS_OK;
+  wds__topology none = {WDS__LAUNCHER_NONE, 0, 1, -1, -1};
+  *t = none;
+  if (var(&g, "RANK") || var(&g, "WORLD_SIZE") || var(&g, "LOCAL_RANK")) {
+    t->launcher = WDS__LAUNCHER_TORCHRUN;
+    rc = torchrun(&g, t, e);
+  } else if (var(&g, slurm[0]) && var(&g, slurm[1])) {
+    t->launcher = WDS__LAUNCHER_SLURM;
+    rc = pair(&g, slurm, t, e);
+  } else if (var(&g, ompi[0]) && var(&g, ompi[1])) {
+    t->launcher = WDS__LAUNCHER_OMPI;
+    rc = pair(&g, ompi, t, e);
+  }
+  if (rc != WDS_OK)
+    *t = none;
+  return rc;
+}

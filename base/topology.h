@@ -1,0 +1,47 @@
+/* topology.h — the job's topology from the environment: which process of
+ * how many this is, and on its node. Internal; one reading for the loader
+ * (wds_env_rank_world) and the trainer's rendezvous.
+ *
+ * One rule, launcher by launcher, the first present wins:
+ *   torchrun  RANK, WORLD_SIZE (LOCAL_RANK, LOCAL_WORLD_SIZE): present when
+ *             any of RANK, WORLD_SIZE, LOCAL_RANK is set; then RANK and
+ *             WORLD_SIZE must be, and with LOCAL_RANK the ranks must be
+ *             numbered node by node (LOCAL_WORLD_SIZE, default WORLD_SIZE,
+ *             divides WORLD_SIZE; RANK % LOCAL_WORLD_SIZE == LOCAL_RANK).
+ *   SLURM     SLURM_PROCID, SLURM_NTASKS (SLURM_LOCALID): present when both
+ *             are set (a batch script sees some without being many ranks).
+ *   Open MPI  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
+ *             (OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE):
+ *             present when both are set.
+ * A variable set to "" counts as unset. A present value that is not a
+ * decimal integer in range (0 <= rank < world size <= 2^20) is an error
+ * naming the variable and its value; none present is rank 0 of 1. */
+#ifndef WDS_BASE_TOPOLOGY_H
+#define WDS_BASE_TOPOLOGY_H
+
+#include "base/err.h"
+
+typedef enum wds__launcher {
+  WDS__LAUNCHER_NONE = 0,
+  WDS__LAUNCHER_TORCHRUN,
+  WDS__LAUNCHER_SLURM,
+  WDS__LAUNCHER_OMPI
+} wds__launcher;
+
+typedef struct wds__topology {
+  wds__launcher launcher; /* which variables gave the values */
+  int rank, world_size;   /* 0 and 1 when no launcher is present */
+  int local_rank;         /* on this node; -1 when not given */
+  int local_world_size;   /* processes on this node; -1 when not given */
+} wds__topology;
+
+/* A getenv-like lookup (tests pass their own). */
+typedef const char *(*wds__getenv_fn)(const char *name, void *ctx);
+
+/* Reads the topology through get (NULL: getenv). WDS_OK, or
+ * WDS_ERR_INVALID with a message naming the variable (*t is then rank 0 of
+ * 1, no launcher). */
+int wds__topology_from_env(wds__topology *t, wds__getenv_fn get, void *ctx,
+                           wds__err *e);
+
+#endif

@@ -1,0 +1,341 @@
+/* test_base.c — the internal base (base/): UTF-8, the JSON reader and
+ * writer, the size grammar, the job topology from the environment, URL to
+ * path, splitmix64; and the multi-spec expansion the tools use. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "base/rng.h"
+#include "base/size.h"
+#include "base/topology.h"
+#include "base/url.h"
+#include "base/utf8.h"
+#include "test.h"
+#include "wds/spec.h"
+
+/* ---- utf8 ---- */
+
+TEST(utf8_rules) {
+  const unsigned char ok2[] = {0xC3, 0xA9}, ok4[] = {0xF0, 0x9F, 0x98, 0x80};
+  ASSERT_EQ_INT(wds__utf8_len((const unsigned char *)"a", 1), 1);
+  ASSERT_EQ_INT(wds__utf8_len(ok2, 2), 2);
+  ASSERT_EQ_INT(wds__utf8_len(ok4, 4), 4);
+  ASSERT_EQ_INT(wds__utf8_len(ok4, 3), 0); /* cut short */
+  const unsigned char overlong[] = {0xC0, 0x80},
+                      surrogate[] = {0xED, 0xA0, 0x80};
+  const unsigned char too_big[] = {0xF4, 0x90, 0x80, 0x80};
+  ASSERT_EQ_INT(wds__utf8_len(overlong, 2), 0);
+  ASSERT_EQ_INT(wds__utf8_len(surrogate, 3), 0);
+  ASSERT_EQ_INT(wds__utf8_len(too_big, 4), 0);
+  size_t bad = 99;
+  ASSERT_EQ_INT(wds__utf8_valid("caf\xc3\xa9", 5, &bad), 1);
+  ASSERT_EQ_U64(bad, 5);
+  ASSERT_EQ_INT(wds__utf8_valid("ab\xff", 3, &bad), 0);
+  ASSERT_EQ_U64(bad, 2);
+  unsigned char b[4];
+  ASSERT_EQ_INT(wds__utf8_encode(0xE9, b), 2);
+  ASSERT_TRUE(b[0] == 0xC3 && b[1] == 0xA9);
+  ASSERT_EQ_INT(wds__utf8_encode(0x1F600, b), 4);
+  ASSERT_TRUE(memcmp(b, ok4, 4) == 0);
+}
+
+/* ---- json ---- */
+
+static int skip_all(const char *text, unsigned flags, wds__err *e) {
+  wds__json j;
+  wds__json_init(&j, text, strlen(text), flags, e);
+  int rc = wds__json_skip(&j, 1);
+  return rc ? rc : wds__json_end(&j, "the value");
+}
+
+TEST(json_valid_and_strict) {
+  wds__err e = {""};
+  ASSERT_EQ_INT(
+      skip_all(" {\"a\": [1, -2.5e+3, true, null, {}], \"b\": \"x\"} ", 0, &e),
+      WDS_OK);
+  static const struct {
+    const char *text, *want;
+  } bad[] = {
+      {"{\"a\": 1,}", "offset 8: expected a string"},
+      {"[1 2]", "offset 3: expected ',' or ']' in an array"},
+      {"01", "offset 0: number with a leading zero"},
+      {"1.", "offset 0: invalid number (digits must follow '.')"},
+      {"\"a\x01\"", "offset 2: control character in a string"},
+      {"\"\xff\"", "offset 1: invalid UTF-8 in a string"},
+      {"\"\\x\"", "offset 1: invalid escape in a string"},
+      {"\"\\ud800\"", "offset 1: unpaired surrogate"},
+      {"\"abc", "offset 0: unterminated string"},
+      {"{} x", "offset 3: unexpected data after the value"},
+      {"\xef\xbb\xbf{}", "offset 0: invalid value"},
+      {"tru", "offset 0: invalid value"},
+      {"", "offset 0: unexpected end of input"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    e.msg[0] = '\0';
+    ASSERT_EQ_INT(skip_all(bad[i].text, 0, &e), WDS_ERR_FORMAT);
+    ASSERT_CONTAINS(e.msg, bad[i].want);
+  }
+  /* Depth: 64 levels pass, 65 do not. */
+  char deep[200];
+  memset(deep, '[', 64);
+  memset(deep + 64, ']', 64);
+  deep[128] = '\0';
+  ASSERT_EQ_INT(skip_all(deep, 0, &e), WDS_OK);
+  memset(deep, '[', 65);
+  memset(deep + 65, ']', 65);
+  deep[130] = '\0';
+  ASSERT_EQ_INT(skip_all(deep, 0, &e), WDS_ERR_FORMAT);
+  ASSERT_CONTAINS(e.msg, "nesting deeper than 64 levels");
+}
+
+TEST(json_strings_numbers_lines) {
+  wds__err e = {""};
+  wds__json j;
+  const char *text = "\"a\\u00e9\\ud83d\\ude00\\udc80\\n\"";
+  char out[16];
+  size_t len;
+  /* \udc80 is a raw byte with surrogateescape only. */
+  wds__json_init(&j, text, strlen(text), 0, &e);
+  ASSERT_EQ_INT(wds__json_string(&j, out, sizeof out, &len), WDS_ERR_FORMAT);
+  wds__json_init(&j, text, strlen(text), WDS__JSON_SURROGATEESCAPE, &e);
+  ASSERT_EQ_INT(wds__json_string(&j, out, sizeof out, &len), WDS_OK);
+  ASSERT_EQ_U64(len, 9);
+  ASSERT_TRUE(memcmp(out, "a\xc3\xa9\xf0\x9f\x98\x80\x80\n", 9) == 0);
+  /* Numbers. */
+  int is_uint;
+  uint64_t v;
+  const char *nums[] = {"18446744073709551615", "18446744073709551616", "-1",
+                        "1e3"};
+  int want[] = {1, 2, 0, 0};
+  for (int i = 0; i < 4; i++) {
+    wds__json_init(&j, nums[i], strlen(nums[i]), 0, &e);
+    ASSERT_EQ_INT(wds__json_number(&j, &is_uint, &v), WDS_OK);
+    ASSERT_EQ_INT(is_uint, want[i]);
+  }
+  /* A NUL inside a string that must not hold one. */
+  const char *nul = "\"a\\u0000b\"";
+  char *s = NULL;
+  wds__json_init(&j, nul, strlen(nul), 0, &e);
+  ASSERT_EQ_INT(wds__json_string_dup(&j, "the key", &s, NULL), WDS_ERR_FORMAT);
+  ASSERT_CONTAINS(e.msg, "the key contains a NUL character");
+  /* Errors name line and column when the cursor has a line. */
+  wds__json_init(&j, "{\"a\" 1}", 7, 0, &e);
+  j.line = 7;
+  ASSERT_EQ_INT(wds__json_skip(&j, 1), WDS_ERR_FORMAT);
+  ASSERT_STREQ(e.msg, "line 7, column 6: expected ':' after an object key");
+}
+
+TEST(json_writer_round_trip) {
+  char *buf = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n);
+  ASSERT_TRUE(f != NULL);
+  const char raw[] = "q\"b\\\n\x01 \xc3\xa9 \xff";
+  wds__json_write_string(f, raw, sizeof raw - 1);
+  putc(' ', f);
+  wds__json_write_i64_or_null(f, -1);
+  putc(' ', f);
+  wds__json_write_i64_or_null(f, 42);
+  fclose(f);
+  ASSERT_STREQ(buf, "\"q\\\"b\\\\\\n\\u0001 \xc3\xa9 \\udcff\" null 42");
+  /* Read back with surrogateescape: the same bytes. */
+  wds__err e = {""};
+  wds__json j;
+  char out[32];
+  size_t len;
+  wds__json_init(&j, buf, strlen(buf), WDS__JSON_SURROGATEESCAPE, &e);
+  ASSERT_EQ_INT(wds__json_string(&j, out, sizeof out, &len), WDS_OK);
+  ASSERT_EQ_U64(len, sizeof raw - 1);
+  ASSERT_TRUE(memcmp(out, raw, len) == 0);
+  free(buf);
+}
+
+/* ---- size ---- */
+
+TEST(size_grammar) {
+  static const struct {
+    const char *s;
+    uint64_t v;
+  } ok[] = {{"0", 0},
+            {"1000", 1000},
+            {"1K", 1024},
+            {"1k", 1024},
+            {"2M", 2 << 20},
+            {"3G", 3ull << 30},
+            {"1T", 1ull << 40},
+            {"1KiB", 1024},
+            {"500Mi", 500ull << 20},
+            {"1KB", 1000},
+            {"3GB", 3000000000ull},
+            {"1TB", 1000000000000ull},
+            {"100B", 100},
+            {"18446744073709551615", UINT64_MAX},
+            {"16777215T", 16777215ull << 40}};
+  for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+    uint64_t v = 7;
+    ASSERT_EQ_INT(wds__size_parse(ok[i].s, &v), 0);
+    ASSERT_EQ_U64(v, ok[i].v);
+  }
+  static const char *const bad[] = {
+      "",          "-1",  "+1",  " 1", "1 ",  "1.5G", "3e9",
+      "1X",        "1Kb", "1iB", "K",  "1GG", "1B5",  "18446744073709551616",
+      "16777216T", NULL};
+  for (size_t i = 0; bad[i]; i++) {
+    uint64_t v;
+    ASSERT_EQ_INT(wds__size_parse(bad[i], &v), -1);
+  }
+  ASSERT_EQ_INT(wds__size_parse(NULL, NULL), -1);
+}
+
+/* ---- topology ---- */
+
+static const char *lookup(const char *name, void *ctx) {
+  for (const char *const *v = ctx; *v; v++) {
+    size_t n = strlen(name);
+    if (strncmp(*v, name, n) == 0 && (*v)[n] == '=')
+      return *v + n + 1;
+  }
+  return NULL;
+}
+
+static int topo(wds__topology *t, wds__err *e, const char *const *vars) {
+  e->msg[0] = '\0';
+  return wds__topology_from_env(t, lookup, (void *)vars, e);
+}
+
+TEST(topology_one_rule) {
+  wds__topology t;
+  wds__err e;
+  const char *none[] = {"LOCAL_WORLD_SIZE=4", "SLURM_NTASKS=8", NULL};
+  ASSERT_EQ_INT(topo(&t, &e, none), WDS_OK);
+  ASSERT_TRUE(t.launcher == WDS__LAUNCHER_NONE && t.rank == 0 &&
+              t.world_size == 1 && t.local_rank == -1);
+  const char *torch[] = {"RANK=5",
+                         "WORLD_SIZE=8",
+                         "LOCAL_RANK=1",
+                         "LOCAL_WORLD_SIZE=4",
+                         "SLURM_PROCID=0",
+                         "SLURM_NTASKS=2",
+                         NULL};
+  ASSERT_EQ_INT(topo(&t, &e, torch), WDS_OK);
+  ASSERT_TRUE(t.launcher == WDS__LAUNCHER_TORCHRUN && t.rank == 5 &&
+              t.world_size == 8 && t.local_rank == 1 &&
+              t.local_world_size == 4);
+  const char *torch2[] = {"RANK=1", "WORLD_SIZE=2", NULL};
+  ASSERT_EQ_INT(topo(&t, &e, torch2), WDS_OK);
+  ASSERT_TRUE(t.rank == 1 && t.world_size == 2 && t.local_rank == -1);
+  const char *slurm[] = {"SLURM_PROCID=3",         "SLURM_NTASKS=8",
+                         "SLURM_LOCALID=1",        "OMPI_COMM_WORLD_RANK=0",
+                         "OMPI_COMM_WORLD_SIZE=2", NULL};
+  ASSERT_EQ_INT(topo(&t, &e, slurm), WDS_OK);
+  ASSERT_TRUE(t.launcher == WDS__LAUNCHER_SLURM && t.rank == 3 &&
+              t.world_size == 8 && t.local_rank == 1);
+  const char *ompi[] = {"OMPI_COMM_WORLD_RANK=2", "OMPI_COMM_WORLD_SIZE=4",
+                        "OMPI_COMM_WORLD_LOCAL_RANK=0",
+                        "OMPI_COMM_WORLD_LOCAL_SIZE=2", NULL};
+  ASSERT_EQ_INT(topo(&t, &e, ompi), WDS_OK);
+  ASSERT_TRUE(t.launcher == WDS__LAUNCHER_OMPI && t.rank == 2 &&
+              t.world_size == 4 && t.local_rank == 0 &&
+              t.local_world_size == 2);
+  static const struct {
+    const char *vars[5];
+    const char *want;
+  } bad[] = {
+      {{"RANK=1", NULL}, "WORLD_SIZE is not set, but RANK='1' is"},
+      {{"LOCAL_RANK=0", NULL}, "RANK is not set, but LOCAL_RANK='0' is"},
+      {{"RANK=x", "WORLD_SIZE=2", NULL}, "RANK='x': not an integer in 0..1"},
+      {{"RANK=2", "WORLD_SIZE=2", NULL}, "RANK='2'"},
+      {{"RANK=0", "WORLD_SIZE=6", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=4", NULL},
+       "WORLD_SIZE=6 is not a multiple of LOCAL_WORLD_SIZE=4"},
+      {{"RANK=5", "WORLD_SIZE=8", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=4", NULL},
+       "expected LOCAL_RANK=1"},
+      {{"SLURM_PROCID=8", "SLURM_NTASKS=8", NULL}, "SLURM_PROCID='8'"},
+      {{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=0", NULL},
+       "OMPI_COMM_WORLD_SIZE='0'"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    ASSERT_EQ_INT(topo(&t, &e, bad[i].vars), WDS_ERR_INVALID);
+    ASSERT_CONTAINS(e.msg, bad[i].want);
+    ASSERT_TRUE(t.rank == 0 && t.world_size == 1);
+  }
+}
+
+/* ---- url ---- */
+
+TEST(url_to_path) {
+  static const struct {
+    const char *url, *path;
+  } cases[] = {{"a.tar", "a.tar"},
+               {"/d/a.tar", "/d/a.tar"},
+               {"file:///d/a.tar", "/d/a.tar"},
+               {"file://localhost/d/a.tar", "/d/a.tar"},
+               {"file://rel/a.tar", NULL},
+               {"file://host/d/a.tar", NULL},
+               {"-", NULL},
+               {"pipe:cat a.tar", NULL},
+               {"http://h/a.tar", NULL},
+               {"s3+x://b/a.tar", NULL},
+               {"dir:/x", "dir:/x"}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const char *p = wds__url_local_path(cases[i].url);
+    if (!cases[i].path)
+      ASSERT_TRUE(p == NULL);
+    else
+      ASSERT_STREQ(p, cases[i].path);
+  }
+  ASSERT_EQ_INT(wds__url_is_bad_file("file://rel/a.tar"), 1);
+  ASSERT_EQ_INT(wds__url_is_bad_file("file:///a.tar"), 0);
+  ASSERT_EQ_INT(wds__url_is_bad_file("http://h/a.tar"), 0);
+  ASSERT_EQ_INT(wds__url_has_scheme("http://h"), 1);
+  ASSERT_EQ_INT(wds__url_has_scheme("://h"), 0);
+}
+
+/* ---- rng ---- */
+
+TEST(splitmix64_sequence) {
+  /* The reference sequence of splitmix64 from seed 0 (Vigna's). */
+  uint64_t s = 0;
+  ASSERT_EQ_U64(wds__splitmix64(&s), 0xe220a8397b1dcdafULL);
+  ASSERT_EQ_U64(wds__splitmix64(&s), 0x6e789e6aa1b965f4ULL);
+  ASSERT_EQ_U64(wds__splitmix64(&s), 0x06c45d188009454fULL);
+  ASSERT_EQ_U64(s, 3 * 0x9e3779b97f4a7c15ULL);
+  ASSERT_EQ_U64(wds__mix64(0), 0xe220a8397b1dcdafULL);
+}
+
+/* ---- several specs, one list ---- */
+
+TEST(spec_expand_list) {
+  const char *specs[] = {"a-{0..1}.tar", "b.tar::c-{x,y}.tar"};
+  wds_url_list l = {0};
+  char err[256];
+  ASSERT_EQ_INT(wds_spec_expand_list(specs, 2, 0, &l, err, sizeof err), WDS_OK);
+  ASSERT_EQ_U64(l.count, 5);
+  ASSERT_STREQ(l.urls[0], "a-0.tar");
+  ASSERT_STREQ(l.urls[2], "b.tar");
+  ASSERT_STREQ(l.urls[4], "c-y.tar");
+  wds_url_list_free(&l);
+  /* One limit for the whole list; the message names the spec at fault. */
+  ASSERT_EQ_INT(wds_spec_expand_list(specs, 2, 4, &l, err, sizeof err),
+                WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(err, "c-{x,y}.tar");
+  ASSERT_CONTAINS(err, "after 3 others");
+  ASSERT_TRUE(l.count == 0 && l.urls == NULL);
+  ASSERT_EQ_INT(wds_spec_expand_list(specs, 0, 0, &l, err, sizeof err), WDS_OK);
+  ASSERT_EQ_U64(l.count, 0);
+  ASSERT_EQ_INT(wds_spec_expand_list(NULL, 1, 0, &l, err, sizeof err),
+                WDS_ERR_INVALID);
+}
+
+int main(void) {
+  RUN(utf8_rules);
+  RUN(json_valid_and_strict);
+  RUN(json_strings_numbers_lines);
+  RUN(json_writer_round_trip);
+  RUN(size_grammar);
+  RUN(topology_one_rule);
+  RUN(url_to_path);
+  RUN(splitmix64_sequence);
+  RUN(spec_expand_list);
+  return test_summary();
+}
