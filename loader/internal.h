@@ -13,7 +13,8 @@
  *   feed.c     a worker's sample feed: plan pieces or resampled draws,
  *              shard readers, raw sample copies, holes, the exact mode's
  *              count checks
- *   shuffle.c  the shuffle buffer (WebDataset's _shuffle), no threads
+ *   shuffle.c  the shuffle buffer (WebDataset's _shuffle), no threads;
+ *              shuffle.h has its per-sample path inline
  *   collate.c  rows into batch slots: layouts, keys, valid flags, the last
  *              batch (keep, drop, pad), no threads
  *   queue.c    the bounded per-worker queues (chunked hand-off)
@@ -330,8 +331,16 @@ static inline item *wds__item_new(blk_pool *bp, int owner, size_t nfields,
 void wds__item_free(item *it, size_t nfields); /* NULL: no-op */
 /* The collator's way to dispose of an item: its blocks go back to their
  * worker (r: data blocks, ri: item shells). */
-void wds__item_recycle(item *it, size_t nfields, blk_returns *r,
-                       blk_returns *ri);
+static inline void wds__item_recycle(item *it, size_t nfields, blk_returns *r,
+                                     blk_returns *ri) {
+  if (it->kind == ITEM_SAMPLE)
+    for (size_t i = 0; i < nfields; i++)
+      if (it->f[i].owned)
+        wds__blk_return(r, it->f[i].data);
+  wds__blk_return(r, it->raw);
+  free(it->msg);
+  wds__blk_return(ri, it);
+}
 /* An ITEM_ERROR item (a fresh block), or NULL. */
 item *wds__error_item(size_t nfields, int status, const char *msg);
 /* An exact mode fill sample of a shard (key ""), or NULL. */
@@ -394,33 +403,7 @@ int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out);
 /* Where the exact mode's counts came from, for messages. */
 const char *wds__count_source(const wds_loader *l, char *buf, size_t n);
 
-/* ---- shuffle.c: the shuffle buffer ---- */
-
-/* Where the shuffle buffer's input comes from: 0 with *out (NULL at the
- * end), or -1 when the caller must stop. */
-typedef int (*wds__sample_pull)(void *ctx, raw_sample **out);
-
-typedef struct wds__shuffle {
-  raw_sample **buf;
-  size_t len, cap, initial;
-  uint64_t bytes, cap_bytes; /* field data held, and its bound */
-  int src_done;
-  wds__rng rng;
-} wds__shuffle;
-
-/* cap samples (0/1: no shuffling), at most cap_bytes of field data, the
- * first output once `initial` are buffered (0 or more than cap: cap), the
- * picks drawn from an RNG keyed by key. WDS_OK or WDS_ERR_NOMEM. */
-int wds__shuffle_init(wds__shuffle *sh, size_t cap, size_t initial,
-                      uint64_t cap_bytes, uint64_t key);
-
-/* The next sample in shuffled order: 0 with *out (NULL at the end), or -1
- * when pull failed. */
-int wds__shuffle_next(wds__shuffle *sh, wds__sample_pull pull, void *ctx,
-                      raw_sample **out);
-
-/* Frees the samples still buffered (blocks) and the buffer. */
-void wds__shuffle_free(wds__shuffle *sh);
+/* ---- shuffle.c: the shuffle buffer (loader/shuffle.h) ---- */
 
 /* ---- collate.c: rows into batch slots ---- */
 

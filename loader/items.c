@@ -89,17 +89,6 @@ void wds__item_free(item *it, size_t nfields) {
   wds__blk_free(it);
 }
 
-void wds__item_recycle(item *it, size_t nfields, blk_returns *r,
-                       blk_returns *ri) {
-  if (it->kind == ITEM_SAMPLE)
-    for (size_t i = 0; i < nfields; i++)
-      if (it->f[i].owned)
-        wds__blk_return(r, it->f[i].data);
-  wds__blk_return(r, it->raw);
-  free(it->msg);
-  wds__blk_return(ri, it);
-}
-
 item *wds__error_item(size_t nfields, int status, const char *msg) {
   item *it = wds__item_new(NULL, 0, nfields, ITEM_ERROR);
   if (it) {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "loader/internal.h"
+#include "loader/shuffle.h"
 
 static const raw_field *find_field(const raw_sample *r, const out_field *of) {
   for (size_t a = 0; a < of->nalts; a++)
@@ -57,7 +58,9 @@ static int decode_item(wds_loader *l, wds__decoder *dec, worker *w,
                        "%s: sample \"%s\" has no field '%s' (has: %s)", url,
                        r->key, of->name, r->nfields ? have : "nothing wanted");
     }
-    call.rng_key = wds__mix64(aug_key ^ wds__mix64(wds__mix64(seq) ^ i));
+    call.rng_key = of->def->random
+                       ? wds__mix64(aug_key ^ wds__mix64(wds__mix64(seq) ^ i))
+                       : 0;
     int rc =
         of->def->decode(&of->opts, &call, rf->data, rf->size, &it->f[i], e);
     if (rc != WDS_OK) {

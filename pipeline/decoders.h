@@ -69,8 +69,9 @@ typedef struct wds__field_value {
 /* What a decode call gets besides the field's bytes. */
 typedef struct wds__decode_call {
   wds__decoder *dec; /* the calling thread's decoder state */
-  uint64_t rng_key;  /* random augmentation: a pure function of the
-                        sample and field (the loader derives it) */
+  uint64_t rng_key;  /* random augmentation (decoders marked random): a
+                        pure function of the sample and field (the loader
+                        derives it) */
   void *(*alloc)(void *ctx, size_t size_bytes); /* a row's memory; NULL:
                                                    out of memory */
   void *alloc_ctx;
@@ -84,6 +85,8 @@ typedef struct wds__decoder_def {
   wds__row_layout layout;
   int image_opts;       /* takes the image options (rgb, l, size) */
   int passthrough;      /* the row is the input: no decoding time */
+  int random;           /* draws from the call's rng_key (augmentation);
+                           others get no key */
   const char *row_noun; /* FIRST: what a row is, in the message when rows
                            of one batch differ ("npy array") */
   /* Checks resolved options when the loader opens: WDS_ERR_INVALID with

@@ -2,7 +2,7 @@
  * threads: its input is a list pulled one sample at a time. Determinism of
  * the pick order for a key, the `initial` fill, the byte bound, the
  * pass-through of a buffer of 0 or 1, and a failing pull. */
-#include "loader/internal.h"
+#include "loader/shuffle.h"
 #include "test.h"
 
 #define MAX_IN 256
