@@ -9,12 +9,12 @@
  * Every error is WDS_ERR_FORMAT with "offset N: what" (N counted in bytes
  * from the start of the text); wds__index_load prefixes the file name.
  *
- * Lookups binary-search two sorted permutations of the entries (by url and
- * by resolved path), so opening a loader on n shards costs O(n log n).
+ * Lookups (the sorted permutations built here) are index_lookup.c's.
  *
  * Counts are untrusted (see index.h): an entry whose nsamples, "samples"
  * list and tar_bytes contradict each other is an error naming it, and
- * wds__index_check_count() bounds a count by the shard file's size.
+ * wds__index_check_count() (index_bounds.c) bounds a count by the shard
+ * file's size.
  *
  * The per-sample detail ("samples": keys, [offset, size] per extension) is
  * kept only with WDS__INDEX_SAMPLES (tools: `wds ls --summary --index`);
@@ -65,59 +65,6 @@ static int parse_count(wds__json *p, const char *name, uint64_t max,
   }
   *out = v;
   return WDS_OK;
-}
-
-/* dir + "/" + path, lexically normalised: repeated '/' and "." components
- * removed ("..": kept, as it depends on symlinks). Malloc'd. */
-static char *join_normalize(const char *dir, const char *path) {
-  size_t dn = dir ? strlen(dir) : 0, pn = strlen(path);
-  char *in = malloc(dn + pn + 2), *out = malloc(dn + pn + 3);
-  if (!in || !out) {
-    free(in);
-    free(out);
-    return NULL;
-  }
-  size_t n = 0;
-  if (dn && path[0] != '/') {
-    memcpy(in, dir, dn);
-    in[dn] = '/';
-    n = dn + 1;
-  }
-  memcpy(in + n, path, pn + 1);
-  size_t o = 0;
-  if (in[0] == '/')
-    out[o++] = '/';
-  for (size_t i = 0; in[i];) {
-    while (in[i] == '/')
-      i++;
-    size_t j = i;
-    while (in[j] && in[j] != '/')
-      j++;
-    if (j == i)
-      break;
-    if (!(j - i == 1 && in[i] == '.')) {
-      if (o && out[o - 1] != '/')
-        out[o++] = '/';
-      memcpy(out + o, in + i, j - i);
-      o += j - i;
-    }
-    i = j;
-  }
-  if (o == 0)
-    out[o++] = '.';
-  out[o] = '\0';
-  free(in);
-  return out;
-}
-
-/* The resolved path of an entry url: local relative paths joined to dir. */
-static char *resolve(const char *dir, const char *url) {
-  const char *lp = wds__url_local_path(url);
-  if (!lp) {
-    char *s = strdup(url);
-    return s;
-  }
-  return join_normalize(lp == url ? dir : NULL, lp);
 }
 
 /* Parses one [OFFSET, SIZE] pair. */
@@ -399,7 +346,7 @@ static int parse_entry(wds__json *p, size_t i, const char *dir, unsigned flags,
         ent->url[len] = '\0';
         if (strlen(ent->url) != len)
           return wds__json_fail(p, at, "\"url\" contains a NUL character");
-        ent->path = resolve(dir, ent->url);
+        ent->path = wds__index_resolve(dir, ent->url);
         if (!ent->path)
           return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
       } else if (seen == &have_n) {
@@ -493,60 +440,6 @@ static int parse_shardlist(wds__json *p, const char *dir, unsigned flags,
   }
 }
 
-/* (key, entry) pairs: qsort has no context argument, and a global would not
- * be thread-safe. Ties break by entry number so the order is total. */
-typedef struct keyed {
-  const char *key;
-  size_t index;
-} keyed;
-
-static int keyed_cmp(const void *a, const void *b) {
-  const keyed *x = a, *y = b;
-  int c = strcmp(x->key, y->key);
-  if (c)
-    return c;
-  return x->index < y->index ? -1 : x->index > y->index;
-}
-
-/* Sorts entries by url (field 0) or path (field 1) into *perm; a repeated
- * key is an error naming both entries. */
-static int sort_entries(wds__index *ix, int by_path, size_t **perm,
-                        wds__err *e) {
-  int rc = WDS_OK;
-  keyed *k = malloc((ix->count ? ix->count : 1) * sizeof *k);
-  *perm = malloc((ix->count ? ix->count : 1) * sizeof **perm);
-  if (!k || !*perm) {
-    rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
-    goto done;
-  }
-  for (size_t i = 0; i < ix->count; i++) {
-    k[i].key = by_path ? ix->shards[i].path : ix->shards[i].url;
-    k[i].index = i;
-  }
-  qsort(k, ix->count, sizeof *k, keyed_cmp);
-  for (size_t i = 0; i < ix->count; i++) {
-    (*perm)[i] = k[i].index;
-    if (i && strcmp(k[i].key, k[i - 1].key) == 0) {
-      const wds__index_entry *a = &ix->shards[k[i - 1].index],
-                             *b = &ix->shards[k[i].index];
-      if (by_path)
-        rc = wds__fail(e, WDS_ERR_FORMAT,
-                       "shardlist[%zu] (\"%s\") and shardlist[%zu] (\"%s\") "
-                       "are the same file \"%s\"",
-                       k[i - 1].index, a->url, k[i].index, b->url, a->path);
-      else
-        rc = wds__fail(e, WDS_ERR_FORMAT,
-                       "duplicate url \"%s\" in shardlist[%zu] and "
-                       "shardlist[%zu]",
-                       a->url, k[i - 1].index, k[i].index);
-      goto done;
-    }
-  }
-done:
-  free(k);
-  return rc;
-}
-
 int wds__index_parse(const char *text, size_t size, const char *dir,
                      wds__index *out, wds__err *e) {
   return wds__index_parse_flags(text, size, dir, 0, out, e);
@@ -604,8 +497,8 @@ int wds__index_parse_flags(const char *text, size_t size, const char *dir,
     rc = wds__fail(e, WDS_ERR_FORMAT, "no \"shardlist\" in the index");
     goto done;
   }
-  if ((rc = sort_entries(&ix, 0, &ix.by_url_, e)) != WDS_OK ||
-      (rc = sort_entries(&ix, 1, &ix.by_path_, e)) != WDS_OK)
+  if ((rc = wds__index_sort(&ix, 0, &ix.by_url_, e)) != WDS_OK ||
+      (rc = wds__index_sort(&ix, 1, &ix.by_path_, e)) != WDS_OK)
     goto done;
   *out = ix;
   return WDS_OK;
@@ -677,206 +570,6 @@ done:
   free(text);
   free(dir);
   return rc;
-}
-
-/* The path of target relative to directory dir, both canonical (from
- * realpath): "a.tar", "sub/a.tar", "../a.tar". Malloc'd; NULL when out of
- * memory. The inverse of resolving a url against the index's directory,
- * and what `wds index -o` writes. */
-static char *relative_to(const char *dir, const char *target) {
-  size_t common = 0;
-  for (size_t i = 0;; i++) {
-    int dend = dir[i] == '\0' || dir[i] == '/';
-    int tend = target[i] == '\0' || target[i] == '/';
-    if (dend && tend)
-      common = i;
-    if (dir[i] != target[i] || dir[i] == '\0')
-      break;
-  }
-  if (strcmp(dir, "/") == 0)
-    common = 0;
-  size_t ups = 0;
-  for (const char *p = dir + common; *p; p++)
-    if (*p == '/' && p[1] != '\0')
-      ups++;
-  const char *rest = target + common;
-  while (*rest == '/')
-    rest++;
-  char *out = malloc(ups * 3 + strlen(rest) + 2);
-  if (!out)
-    return NULL;
-  for (size_t k = 0; k < ups; k++)
-    memcpy(out + 3 * k, "../", 3);
-  strcpy(out + 3 * ups, rest);
-  if (out[0] == '\0')
-    strcpy(out, ".");
-  return out;
-}
-
-const char *wds_index_local_path(const char *url) {
-  return wds__url_local_path(url);
-}
-
-char *wds_index_url_for(const char *url, const char *index_dir_real) {
-  const char *lp = wds__url_local_path(url);
-  if (!index_dir_real || !lp)
-    return strdup(url);
-  char *real = realpath(lp, NULL);
-  if (!real)
-    return strdup(url); /* reported when the shard is read */
-  char *rel = relative_to(index_dir_real, real);
-  free(real);
-  return rel;
-}
-
-/* Binary search of perm (sorted by url or path) for key; -1 if absent. */
-static long find(const wds__index *ix, const size_t *perm, int by_path,
-                 const char *key) {
-  size_t lo = 0, hi = ix->count;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    const wds__index_entry *m = &ix->shards[perm[mid]];
-    int c = strcmp(key, by_path ? m->path : m->url);
-    if (c == 0)
-      return (long)perm[mid];
-    if (c < 0)
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
-  return -1;
-}
-
-int wds__index_lookup(const wds__index *ix, const char *url, uint64_t *nsamples,
-                      wds__err *e) {
-  size_t i;
-  int rc = wds__index_find(ix, url, &i, e);
-  if (rc == WDS_OK)
-    *nsamples = ix->shards[i].nsamples;
-  return rc;
-}
-
-int wds__index_find(const wds__index *ix, const char *url, size_t *entry,
-                    wds__err *e) {
-  long i = -1;
-  if (!ix || !url)
-    return wds__fail(e, WDS_ERR_INVALID, "NULL index or url");
-  if (ix->count && ix->by_url_)
-    i = find(ix, ix->by_url_, 0, url);
-  if (i < 0 && ix->count && ix->by_path_) {
-    char *norm = resolve(NULL, url);
-    if (!norm)
-      return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
-    i = find(ix, ix->by_path_, 1, norm);
-    free(norm);
-  }
-  if (i < 0 && ix->count && ix->by_url_ && ix->dir_real_ &&
-      wds__url_local_path(url)) {
-    /* what `wds index -o` recorded for this file */
-    char *rel = wds_index_url_for(url, ix->dir_real_);
-    if (rel)
-      i = find(ix, ix->by_url_, 0, rel);
-    free(rel);
-  }
-  if (i < 0)
-    return wds__fail(e, WDS_ERR_INVALID, "%s: not in the index", url);
-  const wds__index_entry *ent = &ix->shards[i];
-  const char *lp = wds__url_local_path(url);
-  struct stat st;
-  /* A file that cannot be stat'ed is reported when the loader opens it. */
-  if (ent->filesize >= 0 && lp && stat(lp, &st) == 0 && S_ISREG(st.st_mode) &&
-      (int64_t)st.st_size != ent->filesize)
-    return wds__fail(e, WDS_ERR_CORRUPT,
-                     "%s: stale index: the shard was %" PRId64
-                     " bytes, is %" PRId64 " (re-run wds index)",
-                     url, ent->filesize, (int64_t)st.st_size);
-  *entry = (size_t)i;
-  return WDS_OK;
-}
-
-/* How the reader will decode a file, from its first bytes, as
- * shards/stream.c decides it: a plain tar starts with a valid header (or
- * the end-of-archive block). */
-enum shard_kind { KIND_OTHER, KIND_PLAIN, KIND_ZSTD, KIND_GZIP };
-
-static enum shard_kind shard_kind(const char *path) {
-  uint8_t h[512];
-  size_t n = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return KIND_OTHER;
-  while (n < sizeof h) {
-    ssize_t k = read(fd, h + n, sizeof h - n);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0)
-      break;
-    n += (size_t)k;
-  }
-  close(fd);
-  int zero = 1;
-  for (size_t i = 0; i < n && zero; i++)
-    zero = h[i] == 0;
-  if (n == sizeof h && (zero || wds__tarfmt_is_header(h)))
-    return KIND_PLAIN;
-  if (n >= 4) {
-    uint32_t m = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-                 (uint32_t)h[3] << 24;
-    if (m == 0xFD2FB528u || (m & 0xFFFFFFF0u) == 0x184D2A50u)
-      return KIND_ZSTD;
-  }
-  if (n >= 2 && h[0] == 0x1f && h[1] == 0x8b)
-    return KIND_GZIP;
-  /* xz, bzip2 and the rest; or bytes the reader will refuse. */
-  return KIND_OTHER;
-}
-
-int wds__index_check_count(const char *url, uint64_t nsamples, wds__err *e) {
-  const char *lp = wds__url_local_path(url);
-  struct stat st;
-  /* A file that is missing or not regular is reported when it is read;
-   * a remote one has no size to go by. */
-  if (!lp || stat(lp, &st) != 0 || !S_ISREG(st.st_mode)) {
-    if (nsamples <= WDS__INDEX_MAX_SAMPLES - 1)
-      return WDS_OK;
-    return wds__fail(e, WDS_ERR_CORRUPT,
-                     "%s: the index gives %llu samples, more than any shard "
-                     "can hold (%llu: a sample takes at least 512 bytes of a "
-                     "tar stream whose offsets are 64-bit)",
-                     url, (unsigned long long)nsamples,
-                     (unsigned long long)(WDS__INDEX_MAX_SAMPLES - 1));
-  }
-  uint64_t size = (uint64_t)st.st_size;
-  if (nsamples <= (size >= 1024 ? size / 512 - 1 : 0))
-    return WDS_OK; /* fits even as a plain tar: no need to read the file */
-  enum shard_kind kind = shard_kind(lp);
-  uint64_t ratio = kind == KIND_PLAIN  ? 1
-                   : kind == KIND_ZSTD ? 32768
-                   : kind == KIND_GZIP ? 1032
-                                       : 0;
-  uint64_t tar = ratio == 0                  ? UINT64_MAX
-                 : size > UINT64_MAX / ratio ? UINT64_MAX
-                                             : size * ratio;
-  uint64_t most = tar >= 1024 ? tar / 512 - 1 : 0;
-  if (nsamples <= most)
-    return WDS_OK;
-  return wds__fail(
-      e, WDS_ERR_CORRUPT,
-      "%s: the index gives %llu samples, more than the shard's %llu bytes "
-      "can hold (at most %llu %s; re-run wds index)",
-      url, (unsigned long long)nsamples, (unsigned long long)size,
-      (unsigned long long)most,
-      kind == KIND_PLAIN
-          ? "in a plain tar: a sample takes a 512-byte header, and the "
-            "archive ends with a 512-byte block"
-      : kind == KIND_ZSTD
-          ? "in zstd data, which decompresses to at most 32768 times its "
-            "size, at 512 bytes of tar per sample"
-      : kind == KIND_GZIP
-          ? "in gzip data, which decompresses to at most 1032 times its "
-            "size, at 512 bytes of tar per sample"
-          : "in any tar stream, whose offsets are 64-bit, at 512 bytes per "
-            "sample");
 }
 
 void wds__index_free(wds__index *ix) {

@@ -32,8 +32,8 @@
 #include "wds/reader.h"
 
 typedef struct wds__index_entry {
-  char *url;         /* as written in the index */
-  char *path;        /* url resolved against the index's directory */
+  char *url;  /* as written in the index */
+  char *path; /* url resolved against the index's directory */
   uint64_t nsamples;
   int64_t filesize;  /* -1 when absent */
   int64_t tar_bytes; /* -1 when absent */
@@ -82,12 +82,12 @@ int wds__index_parse_flags(const char *text, size_t size, const char *dir,
  * entry's url exactly, then against its resolved path, then (a local file
  * and an index loaded from a file) the file's real path made relative to
  * the index's real directory, as `wds index -o` writes it, against the
- * urls: so "../a.tar" in d/sub/index.json is found as "d/a.tar". For a local file
- * whose filesize is recorded, the file's current size is compared and a
+ * urls: so "../a.tar" in d/sub/index.json is found as "d/a.tar". For a local
+ * file whose filesize is recorded, the file's current size is compared and a
  * difference is WDS_ERR_CORRUPT ("stale index: ... was N bytes, is M").
  * WDS_ERR_INVALID if the index has no entry for url. */
-int wds__index_lookup(const wds__index *ix, const char *url,
-                      uint64_t *nsamples, wds__err *e);
+int wds__index_lookup(const wds__index *ix, const char *url, uint64_t *nsamples,
+                      wds__err *e);
 /* The same, giving the entry's position in ix->shards. */
 int wds__index_find(const wds__index *ix, const char *url, size_t *entry,
                     wds__err *e);
@@ -104,6 +104,14 @@ int wds__index_find(const wds__index *ix, const char *url, size_t *entry,
 int wds__index_check_count(const char *url, uint64_t nsamples, wds__err *e);
 
 void wds__index_free(wds__index *ix);
+
+/* index_lookup.c, for the parser: the resolved path of an entry url (local
+ * relative paths joined to dir, lexically normalised; remote urls as they
+ * are), malloc'd or NULL when out of memory; and the permutation sorting
+ * entries by url (by_path 0) or path (1), a repeated key being an error
+ * naming both entries. */
+char *wds__index_resolve(const char *dir, const char *url);
+int wds__index_sort(wds__index *ix, int by_path, size_t **perm, wds__err *e);
 
 /* ---- writing: what the functions above read (`wds index`) ----
  * An index is the head, the entries, the tail. An entry's "samples" list is
