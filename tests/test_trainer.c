@@ -23,7 +23,8 @@ TEST(lr_schedule) {
 }
 
 TEST(checkpoint_round_trip_and_validation) {
-  char path[256], err[512];
+  char path[256];
+  wds__err err;
   snprintf(path, sizeof path, "/tmp/test_trainer_%ld.ck", (long)getpid());
   tr_checkpoint c = {.layers = 2,
                      .dims = {4, 3, 2},
@@ -43,9 +44,9 @@ TEST(checkpoint_round_trip_and_validation) {
   }
   c.weights = w;
   c.momentum = v;
-  ASSERT_EQ_INT(tr_checkpoint_save(path, &c, err, sizeof err), 0);
+  ASSERT_EQ_INT(tr_checkpoint_save(path, &c, &err), 0);
   tr_checkpoint r;
-  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, err, sizeof err), 0);
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), 0);
   ASSERT_EQ_U64(r.step, 7);
   ASSERT_EQ_U64(r.loader_epoch, 1);
   ASSERT_EQ_U64(r.loader_batches, 3);
@@ -66,16 +67,19 @@ TEST(checkpoint_round_trip_and_validation) {
     fwrite(buf, 1, n, f);
     fclose(f);
     buf[i] ^= 0x10;
-    err[0] = 0;
-    ASSERT_EQ_INT(tr_checkpoint_load(path, &r, err, sizeof err), -1);
-    ASSERT_TRUE(strstr(err, path) != NULL);
+    err.msg[0] = 0;
+    /* The version field (bytes 8..11) says another format; any other byte
+     * makes a corrupt file. */
+    ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err),
+                  i >= 8 && i < 12 ? WDS_ERR_FORMAT : WDS_ERR_CORRUPT);
+    ASSERT_TRUE(strstr(err.msg, path) != NULL);
     ASSERT_TRUE(r.weights == NULL);
   }
   f = fopen(path, "wb");
   fwrite(buf, 1, n - 1, f);
   fclose(f);
-  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, err, sizeof err), -1);
-  ASSERT_CONTAINS(err, "truncated");
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), WDS_ERR_TRUNCATED);
+  ASSERT_CONTAINS(err.msg, "truncated");
   unlink(path);
 }
 
@@ -87,15 +91,15 @@ static const uint8_t g_valid[3] = {1, 1, 0};
 
 static double loss_of(const tr_backend *be, tr_rank *r, const float *w,
                       size_t np) {
-  char err[256];
+  wds__err err;
   float *tmp = malloc(np * sizeof(float));
   memcpy(tmp, w, np * sizeof(float));
-  be->set_state(r, tmp, NULL, err, sizeof err);
+  be->set_state(r, tmp, NULL, &err);
   free(tmp);
   tr_batch_view v = {g_img, g_lab, g_valid, 3, 0, 3, 0};
   double loss = 0;
   uint64_t correct = 0, count = 0;
-  be->evaluate(r, &v, &loss, &correct, &count, err, sizeof err);
+  be->evaluate(r, &v, &loss, &correct, &count, &err);
   return loss / (double)count;
 }
 
@@ -103,24 +107,24 @@ TEST(cpu_gradients_match_finite_differences) {
   const tr_backend *be = &tr_backend_cpu;
   tr_model_config m = {.layers = 2, .dims = {4, 5, 3}, .seed = 3};
   size_t np = tr_model_param_count(&m);
-  char err[256];
+  wds__err err;
   tr_group *g;
   tr_rank *r;
   tr_group_config gc = tr_group_config_local(1, np);
-  ASSERT_EQ_INT(be->group_create(&gc, &g, err, sizeof err), 0);
-  ASSERT_EQ_INT(be->rank_create(g, 0, &m, 3, &r, err, sizeof err), 0);
+  ASSERT_EQ_INT(be->group_create(&gc, &g, &err), 0);
+  ASSERT_EQ_INT(be->rank_create(g, 0, &m, 3, &r, &err), 0);
   float *w = malloc(np * sizeof(float)), *grad0 = malloc(np * sizeof(float));
-  be->get_state(r, w, NULL, err, sizeof err);
+  be->get_state(r, w, NULL, &err);
   tr_batch_view v = {g_img, g_lab, g_valid, 3, 0, 3, 0};
-  ASSERT_EQ_INT(be->forward_backward(r, &v, err, sizeof err), 0);
-  ASSERT_EQ_INT(be->allreduce(r, err, sizeof err), 0);
+  ASSERT_EQ_INT(be->forward_backward(r, &v, &err), 0);
+  ASSERT_EQ_INT(be->allreduce(r, &err), 0);
   double ls, cnt;
-  ASSERT_EQ_INT(be->take_loss(r, &ls, &cnt, err, sizeof err), 0);
+  ASSERT_EQ_INT(be->take_loss(r, &ls, &cnt, &err), 0);
   ASSERT_TRUE(cnt == 2.0); /* the invalid row is not counted */
   /* The gradient: an SGD step with lr 1, no momentum/decay, moves the
    * weights by -grad/count. */
-  ASSERT_EQ_INT(be->sgd_step(r, 1.0f, err, sizeof err), 0);
-  be->get_state(r, grad0, NULL, err, sizeof err);
+  ASSERT_EQ_INT(be->sgd_step(r, 1.0f, &err), 0);
+  be->get_state(r, grad0, NULL, &err);
   int bad = 0;
   for (size_t i = 0; i < np; i++) {
     double g_an = (double)w[i] - (double)grad0[i];
@@ -160,18 +164,18 @@ static void *ar_main(void *p) {
                        .seed = 1,
                        .momentum = 0.9f,
                        .weight_decay = 1e-3f};
-  char err[256];
+  wds__err err;
   tr_rank *r;
-  a->rc = be->rank_create(a->g, a->rank, &m, 1, &r, err, sizeof err);
+  a->rc = be->rank_create(a->g, a->rank, &m, 1, &r, &err);
   if (a->rc)
     return NULL;
   for (int it = 0; it < 20 && !a->rc; it++) {
     tr_batch_view v = {g_img, g_lab, g_valid, 3, (size_t)(a->rank % 3), 1, 0};
-    a->rc |= be->forward_backward(r, &v, err, sizeof err);
-    a->rc |= be->allreduce(r, err, sizeof err);
-    a->rc |= be->sgd_step(r, 0.1f, err, sizeof err);
+    a->rc |= be->forward_backward(r, &v, &err);
+    a->rc |= be->allreduce(r, &err);
+    a->rc |= be->sgd_step(r, 0.1f, &err);
   }
-  be->get_state(r, a->out, NULL, err, sizeof err);
+  be->get_state(r, a->out, NULL, &err);
   be->rank_destroy(r);
   return NULL;
 }
@@ -179,12 +183,12 @@ static void *ar_main(void *p) {
 TEST(cpu_allreduce_identical_on_every_rank) {
   for (int ranks = 2; ranks <= 4; ranks++) {
     tr_group *g;
-    char err[256];
+    wds__err err;
     tr_model_config m = {.layers = 2, .dims = {4, 6, 3}};
     size_t np = tr_model_param_count(&m);
     ASSERT_TRUE(np <= 64);
     tr_group_config gc = tr_group_config_local(ranks, np);
-    ASSERT_EQ_INT(tr_backend_cpu.group_create(&gc, &g, err, sizeof err), 0);
+    ASSERT_EQ_INT(tr_backend_cpu.group_create(&gc, &g, &err), 0);
     ar_arg args[4];
     pthread_t t[4];
     for (int i = 0; i < ranks; i++) {
@@ -206,21 +210,21 @@ TEST(cpu_allreduce_identical_on_every_rank) {
 static void *abort_main(void *p) {
   tr_group *g = p;
   tr_model_config m = {.layers = 1, .dims = {4, 3}};
-  char err[256];
+  wds__err err;
   tr_rank *r;
-  if (tr_backend_cpu.rank_create(g, 0, &m, 1, &r, err, sizeof err) != 0)
+  if (tr_backend_cpu.rank_create(g, 0, &m, 1, &r, &err) != 0)
     return NULL;
   /* Rank 1 never comes: only the abort lets this return. */
-  int rc = tr_backend_cpu.allreduce(r, err, sizeof err);
+  int rc = tr_backend_cpu.allreduce(r, &err);
   tr_backend_cpu.rank_destroy(r);
-  return rc == -1 ? p : NULL;
+  return rc == WDS_ERR_CANCELLED ? p : NULL;
 }
 
 TEST(cpu_group_abort_wakes_waiting_rank) {
   tr_group *g;
-  char err[256];
+  wds__err err;
   tr_group_config gc = tr_group_config_local(2, 15);
-  ASSERT_EQ_INT(tr_backend_cpu.group_create(&gc, &g, err, sizeof err), 0);
+  ASSERT_EQ_INT(tr_backend_cpu.group_create(&gc, &g, &err), 0);
   pthread_t t;
   pthread_create(&t, NULL, abort_main, g);
   usleep(20000);
@@ -244,29 +248,29 @@ static void *gather_main(void *p) {
   gather_arg *a = p;
   const tr_backend *be = &tr_backend_cpu;
   tr_model_config m = {.layers = 2, .dims = {4, 6, 3}, .seed = 1};
-  char err[256];
+  wds__err err;
   tr_rank *r;
-  a->rc = be->rank_create(a->g, a->rank, &m, 1, &r, err, sizeof err);
+  a->rc = be->rank_create(a->g, a->rank, &m, 1, &r, &err);
   if (a->rc)
     return NULL;
-  a->rc |= be->gather_u64(r, 1000 + (uint64_t)a->rank, a->all, err, sizeof err);
+  a->rc |= be->gather_u64(r, 1000 + (uint64_t)a->rank, a->all, &err);
   for (int it = 0; it < 2; it++) {
     tr_batch_view v = {g_img, g_lab, g_valid, 3, (size_t)a->rank, 1, 0};
-    a->rc |= be->forward_backward(r, &v, err, sizeof err);
-    a->rc |= be->allreduce(r, err, sizeof err);
+    a->rc |= be->forward_backward(r, &v, &err);
+    a->rc |= be->allreduce(r, &err);
   }
-  a->rc |= be->take_loss(r, &a->loss, &a->count, err, sizeof err);
-  a->rc |= be->take_loss(r, &a->loss2, &a->count2, err, sizeof err);
+  a->rc |= be->take_loss(r, &a->loss, &a->count, &err);
+  a->rc |= be->take_loss(r, &a->loss2, &a->count2, &err);
   be->rank_destroy(r);
   return NULL;
 }
 
 TEST(cpu_gather_and_take_loss) {
   tr_group *g;
-  char err[256];
+  wds__err err;
   tr_model_config m = {.layers = 2, .dims = {4, 6, 3}};
   tr_group_config gc = tr_group_config_local(3, tr_model_param_count(&m));
-  ASSERT_EQ_INT(tr_backend_cpu.group_create(&gc, &g, err, sizeof err), 0);
+  ASSERT_EQ_INT(tr_backend_cpu.group_create(&gc, &g, &err), 0);
   gather_arg a[3];
   pthread_t t[3];
   for (int i = 0; i < 3; i++) {
@@ -291,13 +295,13 @@ TEST(cpu_gather_and_take_loss) {
 
 TEST(cpu_group_is_one_process) {
   tr_group *g = NULL;
-  char err[256] = "";
+  wds__err err = {""};
   tr_group_config gc = tr_group_config_local(2, 15);
   gc.procs = 2;
   gc.world = 4;
-  ASSERT_EQ_INT(tr_backend_cpu.group_create(&gc, &g, err, sizeof err), -1);
+  ASSERT_EQ_INT(tr_backend_cpu.group_create(&gc, &g, &err), WDS_ERR_INVALID);
   ASSERT_TRUE(g == NULL);
-  ASSERT_CONTAINS(err, "CUDA backend");
+  ASSERT_CONTAINS(err.msg, "CUDA backend");
 }
 
 int main(void) {

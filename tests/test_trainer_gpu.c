@@ -76,15 +76,15 @@ typedef struct pair {
 } pair;
 
 static int open_pair(pair *p, const tr_model_config *m, int precision,
-                     char *err, size_t n) {
+                     wds__err *err) {
   memset(p, 0, sizeof *p);
   p->np = tr_model_param_count(m);
   tr_group_config c = tr_group_config_local(1, p->np);
   c.precision = precision;
-  if (tr_backend_cpu.group_create(&c, &p->gc, err, n) ||
-      tr_backend_cpu.rank_create(p->gc, 0, m, RROWS, &p->rc, err, n) ||
-      cuda->group_create(&c, &p->gg, err, n) ||
-      cuda->rank_create(p->gg, 0, m, RROWS, &p->rg, err, n))
+  if (tr_backend_cpu.group_create(&c, &p->gc, err) ||
+      tr_backend_cpu.rank_create(p->gc, 0, m, RROWS, &p->rc, err) ||
+      cuda->group_create(&c, &p->gg, err) ||
+      cuda->rank_create(p->gg, 0, m, RROWS, &p->rg, err))
     return -1;
   return 0;
 }
@@ -116,7 +116,7 @@ static double rel_max_err(const float *a, const float *b, size_t n) {
 /* Four steps on four different batches, driven as train.c drives them:
  * batch i+1 is uploaded to the other slot while batch i computes. */
 static void grads_match(int precision, double tol) {
-  char err[512] = "";
+  wds__err err = {""};
   tr_model_config m = {.layers = 3,
                        .dims = {D, 64, 32, 10},
                        .seed = 7,
@@ -125,9 +125,9 @@ static void grads_match(int precision, double tol) {
   pair p;
   for (int k = 0; k < NB; k++)
     make_batch(k, 11 + 7 * (uint32_t)k);
-  int rc = open_pair(&p, &m, precision, err, sizeof err);
+  int rc = open_pair(&p, &m, precision, &err);
   if (rc)
-    printf("    %s\n", err);
+    printf("    %s\n", err.msg);
   ASSERT_EQ_INT(rc, 0);
   size_t np = p.np;
   float *gc = malloc((np + 2) * sizeof(float));
@@ -135,20 +135,20 @@ static void grads_match(int precision, double tol) {
   float *wc = malloc(np * sizeof(float)), *wg = malloc(np * sizeof(float));
   double counts = 0;
   tr_batch_view v0 = view(0, ROW0, RROWS, 0);
-  rc |= cuda->upload(p.rg, &v0, err, sizeof err);
+  rc |= cuda->upload(p.rg, &v0, &err);
   for (int step = 0; step < NB - 1 && rc == 0; step++) {
     tr_batch_view v = view(step, ROW0, RROWS, step & 1);
     tr_batch_view next = view(step + 1, ROW0, RROWS, (step + 1) & 1);
-    rc |= tr_backend_cpu.forward_backward(p.rc, &v, err, sizeof err);
-    rc |= tr_backend_cpu.allreduce(p.rc, err, sizeof err);
-    rc |= cuda->forward_backward(p.rg, &v, err, sizeof err);
-    rc |= cuda->allreduce(p.rg, err, sizeof err);
-    rc |= cuda->upload(p.rg, &next, err, sizeof err);
-    rc |= cuda->upload_wait(p.rg, v.slot, err, sizeof err);
-    rc |= tr_backend_cpu.get_grad(p.rc, gc, err, sizeof err);
-    rc |= cuda->get_grad(p.rg, gg, err, sizeof err);
+    rc |= tr_backend_cpu.forward_backward(p.rc, &v, &err);
+    rc |= tr_backend_cpu.allreduce(p.rc, &err);
+    rc |= cuda->forward_backward(p.rg, &v, &err);
+    rc |= cuda->allreduce(p.rg, &err);
+    rc |= cuda->upload(p.rg, &next, &err);
+    rc |= cuda->upload_wait(p.rg, v.slot, &err);
+    rc |= tr_backend_cpu.get_grad(p.rc, gc, &err);
+    rc |= cuda->get_grad(p.rg, gg, &err);
     if (rc)
-      printf("    %s\n", err);
+      printf("    %s\n", err.msg);
     ASSERT_EQ_INT(rc, 0);
     if (rc)
       break;
@@ -166,10 +166,10 @@ static void grads_match(int precision, double tol) {
            step, gc[np], gg[np], gerr, tol);
     ASSERT_TRUE(lerr < tol);
     ASSERT_TRUE(gerr < tol);
-    rc |= tr_backend_cpu.sgd_step(p.rc, 0.05f, err, sizeof err);
-    rc |= cuda->sgd_step(p.rg, 0.05f, err, sizeof err);
-    rc |= tr_backend_cpu.get_state(p.rc, wc, NULL, err, sizeof err);
-    rc |= cuda->get_state(p.rg, wg, NULL, err, sizeof err);
+    rc |= tr_backend_cpu.sgd_step(p.rc, 0.05f, &err);
+    rc |= cuda->sgd_step(p.rg, 0.05f, &err);
+    rc |= tr_backend_cpu.get_state(p.rc, wc, NULL, &err);
+    rc |= cuda->get_state(p.rg, wg, NULL, &err);
     ASSERT_EQ_INT(rc, 0);
     double werr = rel_max_err(wg, wc, np);
     ASSERT_TRUE(werr < tol);
@@ -179,18 +179,18 @@ static void grads_match(int precision, double tol) {
   double lc = 0, lg = 0;
   uint64_t cc = 0, cg = 0, nc = 0, ng = 0;
   tr_batch_view v = view(NB - 1, ROW0, RROWS, (NB - 1) & 1);
-  rc |= tr_backend_cpu.evaluate(p.rc, &v, &lc, &cc, &nc, err, sizeof err);
-  rc |= cuda->upload_wait(p.rg, v.slot, err, sizeof err);
-  rc |= cuda->evaluate(p.rg, &v, &lg, &cg, &ng, err, sizeof err);
+  rc |= tr_backend_cpu.evaluate(p.rc, &v, &lc, &cc, &nc, &err);
+  rc |= cuda->upload_wait(p.rg, v.slot, &err);
+  rc |= cuda->evaluate(p.rg, &v, &lg, &cg, &ng, &err);
   ASSERT_EQ_INT(rc, 0);
   ASSERT_EQ_U64(ng, nc);
   ASSERT_TRUE(fabs(lg - lc) / lc < tol);
   ASSERT_TRUE(cg + 1 >= cc && cc + 1 >= cg); /* a near tie may flip */
   /* take_loss: the 4 steps' sums, then nothing. */
   double ls = 0, cnt = 0;
-  ASSERT_EQ_INT(cuda->take_loss(p.rg, &ls, &cnt, err, sizeof err), 0);
+  ASSERT_EQ_INT(cuda->take_loss(p.rg, &ls, &cnt, &err), 0);
   ASSERT_TRUE(cnt == counts);
-  ASSERT_EQ_INT(cuda->take_loss(p.rg, &ls, &cnt, err, sizeof err), 0);
+  ASSERT_EQ_INT(cuda->take_loss(p.rg, &ls, &cnt, &err), 0);
   ASSERT_TRUE(cnt == 0.0 && ls == 0.0);
   free(gc);
   free(gg);
@@ -210,26 +210,26 @@ typedef struct two_arg {
   tr_group *g;
   int local, precision, rc;
   float *grad;
-  char err[512];
+  wds__err err;
 } two_arg;
 
 static void *two_rank(void *p) {
   two_arg *a = p;
   tr_model_config m = {.layers = 2, .dims = {D, 48, 10}, .seed = 3};
   tr_rank *r = NULL;
-  a->rc = a->be->rank_create(a->g, a->local, &m, 16, &r, a->err, sizeof a->err);
+  a->rc = a->be->rank_create(a->g, a->local, &m, 16, &r, &a->err);
   if (a->rc) {
     a->be->group_abort(a->g);
     return NULL;
   }
   tr_batch_view v = view(2, (size_t)a->local * 16, 16, 0);
   if (a->be->upload)
-    a->rc |= a->be->upload(r, &v, a->err, sizeof a->err);
-  a->rc |= a->be->forward_backward(r, &v, a->err, sizeof a->err);
-  a->rc |= a->be->allreduce(r, a->err, sizeof a->err);
+    a->rc |= a->be->upload(r, &v, &a->err);
+  a->rc |= a->be->forward_backward(r, &v, &a->err);
+  a->rc |= a->be->allreduce(r, &a->err);
   if (a->be->upload_wait)
-    a->rc |= a->be->upload_wait(r, 0, a->err, sizeof a->err);
-  a->rc |= a->be->get_grad(r, a->grad, a->err, sizeof a->err);
+    a->rc |= a->be->upload_wait(r, 0, &a->err);
+  a->rc |= a->be->get_grad(r, a->grad, &a->err);
   if (a->rc)
     a->be->group_abort(a->g);
   a->be->rank_destroy(r);
@@ -237,11 +237,11 @@ static void *two_rank(void *p) {
 }
 
 static int run_two(const tr_backend *be, float *g0, float *g1, size_t np,
-                   char *err, size_t n) {
+                   wds__err *err) {
   tr_group_config c = tr_group_config_local(2, np);
   c.precision = TR_PRECISION_FP32;
   tr_group *g = NULL;
-  if (be->group_create(&c, &g, err, n) != 0)
+  if (be->group_create(&c, &g, err) != 0)
     return -1;
   two_arg a[2];
   pthread_t t[2];
@@ -258,7 +258,7 @@ static int run_two(const tr_backend *be, float *g0, float *g1, size_t np,
   be->group_destroy(g);
   for (int i = 0; i < 2; i++)
     if (a[i].rc) {
-      snprintf(err, n, "%s", a[i].err);
+      *err = a[i].err;
       return -1;
     }
   return 0;
@@ -271,7 +271,7 @@ TEST(two_gpus_allreduce_matches_cpu) {
     printf("    (one GPU: skipped)\n");
     return;
   }
-  char err[512] = "";
+  wds__err err = {""};
   make_batch(2, 99);
   tr_model_config m = {.layers = 2, .dims = {D, 48, 10}, .seed = 3};
   size_t np = tr_model_param_count(&m);
@@ -279,11 +279,11 @@ TEST(two_gpus_allreduce_matches_cpu) {
   float *c1 = malloc((np + 2) * sizeof(float));
   float *g0 = malloc((np + 2) * sizeof(float));
   float *g1 = malloc((np + 2) * sizeof(float));
-  int rc = run_two(&tr_backend_cpu, c0, c1, np, err, sizeof err);
+  int rc = run_two(&tr_backend_cpu, c0, c1, np, &err);
   ASSERT_EQ_INT(rc, 0);
-  rc = run_two(cuda, g0, g1, np, err, sizeof err);
+  rc = run_two(cuda, g0, g1, np, &err);
   if (rc)
-    printf("    %s\n", err);
+    printf("    %s\n", err.msg);
   ASSERT_EQ_INT(rc, 0);
   if (rc == 0) {
     ASSERT_TRUE(memcmp(g0, g1, (np + 2) * sizeof(float)) == 0);
@@ -300,34 +300,33 @@ TEST(two_gpus_allreduce_matches_cpu) {
 }
 
 TEST(one_rank_collectives) {
-  char err[512] = "";
+  wds__err err = {""};
   tr_model_config m = {.layers = 1, .dims = {D, 10}, .seed = 1};
   size_t np = tr_model_param_count(&m);
   tr_group_config c = tr_group_config_local(1, np);
   tr_group *g = NULL;
   tr_rank *r = NULL;
-  ASSERT_EQ_INT(cuda->group_create(&c, &g, err, sizeof err), 0);
-  int rc = cuda->rank_create(g, 0, &m, 4, &r, err, sizeof err);
+  ASSERT_EQ_INT(cuda->group_create(&c, &g, &err), 0);
+  int rc = cuda->rank_create(g, 0, &m, 4, &r, &err);
   if (rc)
-    printf("    %s\n", err);
+    printf("    %s\n", err.msg);
   ASSERT_EQ_INT(rc, 0);
   double vals[3] = {1.5, -2.0, 1e9};
-  ASSERT_EQ_INT(cuda->allreduce_small(r, vals, 3, err, sizeof err), 0);
+  ASSERT_EQ_INT(cuda->allreduce_small(r, vals, 3, &err), 0);
   ASSERT_TRUE(vals[0] == 1.5 && vals[1] == -2.0 && vals[2] == 1e9);
   uint64_t all[1] = {0};
-  ASSERT_EQ_INT(
-      cuda->gather_u64(r, 0xfedcba9876543210ULL, all, err, sizeof err), 0);
+  ASSERT_EQ_INT(cuda->gather_u64(r, 0xfedcba9876543210ULL, all, &err), 0);
   ASSERT_EQ_U64(all[0], 0xfedcba9876543210ULL);
   /* A label out of range is refused, naming it. */
   make_batch(0, 3);
   int64_t lab[4] = {1, 2, 10, 3};
   tr_batch_view v = {g_img, lab, g_valid, 4, 0, 4, 1};
-  ASSERT_EQ_INT(cuda->upload(r, &v, err, sizeof err), -1);
-  ASSERT_CONTAINS(err, "label 10 of batch row 2");
+  ASSERT_EQ_INT(cuda->upload(r, &v, &err), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(err.msg, "label 10 of batch row 2");
   /* The weights start as the CPU backend's. */
   float *w = malloc(np * sizeof(float)), *w0 = malloc(np * sizeof(float));
   tr_model_init(&m, w0);
-  ASSERT_EQ_INT(cuda->get_state(r, w, NULL, err, sizeof err), 0);
+  ASSERT_EQ_INT(cuda->get_state(r, w, NULL, &err), 0);
   ASSERT_TRUE(memcmp(w, w0, np * sizeof(float)) == 0);
   free(w);
   free(w0);
@@ -338,7 +337,7 @@ TEST(one_rank_collectives) {
 /* H2D: the backend's upload of pinned batches against plain cudaMemcpy of
  * the same bytes from pinned memory. */
 TEST(h2d_upload_reaches_pinned_memcpy) {
-  char err[512] = "";
+  wds__err err = {""};
   const size_t rows = 256, d = 224 * 224 * 3, bytes = rows * d;
   tr_model_config m = {.layers = 1, .dims = {(int)d, 10}, .seed = 1};
   tr_group_config c = tr_group_config_local(1, tr_model_param_count(&m));
@@ -352,8 +351,8 @@ TEST(h2d_upload_reaches_pinned_memcpy) {
   int64_t *lab = calloc(rows, sizeof *lab);
   uint8_t *valid = malloc(rows);
   memset(valid, 1, rows);
-  ASSERT_EQ_INT(cuda->group_create(&c, &g, err, sizeof err), 0);
-  ASSERT_EQ_INT(cuda->rank_create(g, 0, &m, rows, &r, err, sizeof err), 0);
+  ASSERT_EQ_INT(cuda->group_create(&c, &g, &err), 0);
+  ASSERT_EQ_INT(cuda->rank_create(g, 0, &m, rows, &r, &err), 0);
   ASSERT_EQ_INT(cudaMalloc(&dev, bytes), cudaSuccess);
   const int reps = 20;
   double best_plain = 0, best_up = 0, engine = 0;
@@ -369,8 +368,8 @@ TEST(h2d_upload_reaches_pinned_memcpy) {
     int rc = 0;
     for (int i = 0; i < reps; i++) {
       tr_batch_view v = {pinned, lab, valid, rows, 0, rows, i & 1};
-      rc |= cuda->upload(r, &v, err, sizeof err);
-      rc |= cuda->upload_wait(r, i & 1, err, sizeof err);
+      rc |= cuda->upload(r, &v, &err);
+      rc |= cuda->upload_wait(r, i & 1, &err);
     }
     double up = (double)bytes * reps / (now_s() - t0) / 1e9;
     ASSERT_EQ_INT(rc, 0);
@@ -404,14 +403,14 @@ typedef struct abort_arg {
   tr_group *g;
   int local;
   int rc;
-  char err[512];
+  wds__err err;
 } abort_arg;
 
 static void *abort_rank(void *p) {
   abort_arg *a = p;
   tr_model_config m = {.layers = 1, .dims = {D, 10}, .seed = 1};
   tr_rank *r = NULL;
-  a->rc = cuda->rank_create(a->g, a->local, &m, 4, &r, a->err, sizeof a->err);
+  a->rc = cuda->rank_create(a->g, a->local, &m, 4, &r, &a->err);
   if (a->rc) {
     cuda->group_abort(a->g);
     return NULL;
@@ -422,16 +421,16 @@ static void *abort_rank(void *p) {
   for (int step = 0; step < 2 && a->rc == 0; step++) {
     int64_t lab[4] = {1, 2, step && a->local ? 99 : 3, 3};
     tr_batch_view v = {g_img, lab, g_valid, 4, 0, 4, step & 1};
-    a->rc = cuda->upload(r, &v, a->err, sizeof a->err);
+    a->rc = cuda->upload(r, &v, &a->err);
     if (a->rc) {
       cuda->group_abort(a->g);
       break;
     }
-    a->rc = cuda->forward_backward(r, &v, a->err, sizeof a->err);
+    a->rc = cuda->forward_backward(r, &v, &a->err);
     if (a->rc == 0)
-      a->rc = cuda->allreduce(r, a->err, sizeof a->err);
+      a->rc = cuda->allreduce(r, &a->err);
     if (a->rc == 0) /* the all-reduce is asynchronous: wait for it */
-      a->rc = cuda->take_loss(r, &ls, &cnt, a->err, sizeof a->err);
+      a->rc = cuda->take_loss(r, &ls, &cnt, &a->err);
   }
   cuda->rank_destroy(r);
   return NULL;
@@ -444,10 +443,10 @@ TEST(failed_rank_aborts_the_other) {
     printf("    (one GPU: skipped)\n");
     return;
   }
-  char err[512];
+  wds__err err;
   tr_group_config c = tr_group_config_local(2, D * 10 + 10);
   tr_group *g = NULL;
-  ASSERT_EQ_INT(cuda->group_create(&c, &g, err, sizeof err), 0);
+  ASSERT_EQ_INT(cuda->group_create(&c, &g, &err), 0);
   make_batch(0, 5);
   abort_arg a[2];
   pthread_t t[2];
@@ -460,20 +459,22 @@ TEST(failed_rank_aborts_the_other) {
   }
   for (int i = 0; i < 2; i++)
     pthread_join(t[i], NULL);
-  printf("    rank 0: %s\n    rank 1: %s\n    (%.2f s)\n", a[0].err, a[1].err,
-         now_s() - t0);
-  ASSERT_EQ_INT(a[1].rc, -1);
-  ASSERT_CONTAINS(a[1].err, "label 99");
-  ASSERT_EQ_INT(a[0].rc, -1);
-  ASSERT_CONTAINS(a[0].err, "rank 0");
+  printf("    rank 0: %s\n    rank 1: %s\n    (%.2f s)\n", a[0].err.msg,
+         a[1].err.msg, now_s() - t0);
+  ASSERT_EQ_INT(a[1].rc, WDS_ERR_INVALID); /* its upload refused the label */
+  ASSERT_CONTAINS(a[1].err.msg, "label 99");
+  /* Rank 0 fails too (aborted by rank 1, or its wait timed out): any
+   * error status, as -1 was the only one before statuses. */
+  ASSERT_TRUE(a[0].rc < 0);
+  ASSERT_CONTAINS(a[0].err.msg, "rank 0");
   cuda->group_destroy(g);
 }
 
 int main(void) {
-  char why[256] = "";
-  cuda = tr_backend_cuda_get();
-  if (!cuda || tr_cuda_device_count(why, sizeof why) < 1) {
-    printf("no CUDA GPU (%s): skipped\n", why);
+  wds__err why = {""};
+  cuda = tr_backend_find("cuda");
+  if (!cuda || cuda->device_count(&why) < 1) {
+    printf("no CUDA GPU (%s): skipped\n", why.msg);
     return 77;
   }
   RUN(cuda_matches_cpu_fp32);

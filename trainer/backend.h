@@ -4,10 +4,12 @@
  * rank threads, the schedule, logs and checkpoints, and asks a backend to do
  * the math of one rank. A backend is a table of functions:
  *
- *   group_create   once per process: the state shared by its local ranks
- *                  (CPU: a barrier and the all-reduce buffers; CUDA: the
- *                  ncclUniqueId, created by process 0 and fetched from it by
- *                  the others through the TCP rendezvous).
+ *   group_create   once per process, on the job's process group
+ *                  (procgroup.h: the rendezvous, the links, the barrier
+ *                  and the host collectives, made before any backend): the
+ *                  state shared by its local ranks (CPU: nothing more;
+ *                  CUDA: the ncclUniqueId, made by process 0 and broadcast
+ *                  over the group).
  *   rank_create    per local rank, called on the rank's own thread:
  *                  parameters initialised from the seed (the same on every
  *                  rank), momentum zero, buffers sized for batch_rows rows
@@ -38,10 +40,18 @@
  *   get_state / set_state  host copies of weights and momentum (checkpoints,
  *                  checksums); get_grad the flat gradient buffer (tests).
  *
- * Every function returns 0 or -1 with a message in err that names the rank
- * (and, for CUDA/NCCL failures, the call). Functions taking a rank handle
- * are called on that rank's thread only; the group's functions may block
- * until every rank of the job has called them (collectives). */
+ * Every function returns WDS_OK or a negative status (wds/status.h) with a
+ * message in e that names the rank (and, for CUDA/NCCL failures, the call):
+ * WDS_ERR_CANCELLED when a collective ended because the group was aborted,
+ * WDS_ERR_TIMEOUT when one made no progress for --collective-timeout,
+ * WDS_ERR_INVALID for bad input (a label out of range), WDS_ERR_NOMEM, and
+ * WDS_ERR_IO for a failed device, library or network call. Functions taking
+ * a rank handle are called on that rank's thread only; the group's
+ * functions may block until every rank of the job has called them
+ * (collectives).
+ *
+ * The backends of a build are listed in one table (backends.c): a new
+ * backend is one file that defines its tr_backend, and one row there. */
 #ifndef WDS_TRAINER_BACKEND_H
 #define WDS_TRAINER_BACKEND_H
 
@@ -49,59 +59,32 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "wds/loader.h"
+#include "base/err.h"
+#include "trainer/model.h"
+#include "trainer/procgroup.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define TR_MAX_LAYERS 16
-
-/* The model: an MLP on flattened images. dims[0] = H*W*C inputs,
- * dims[1..layers-1] hidden (ReLU), dims[layers] = classes. */
-typedef struct tr_model_config {
-  int layers; /* weight matrices */
-  int dims[TR_MAX_LAYERS + 1];
-  uint64_t seed; /* initial weights */
-  float momentum;
-  float weight_decay;
-} tr_model_config;
-
-/* Parameters: for each layer l, W (dims[l+1] x dims[l], row-major) then b
- * (dims[l+1]). */
-size_t tr_model_param_count(const tr_model_config *m);
-
-/* The initial parameters (param_count floats) from m->seed: He-uniform
- * weights, zero biases; the same in every backend and on every rank. */
-void tr_model_init(const tr_model_config *m, float *w);
-
-/* A rank's view of a loader batch: rows [row0, row0 + rows). Rows past the
- * batch's end count as invalid (a partial last batch). */
-typedef struct tr_batch_view {
-  const uint8_t *images; /* batch->fields[image] data, N x H x W x C */
-  const int64_t *labels; /* N */
-  const uint8_t *valid;  /* N */
-  size_t batch_rows;     /* rows in the loader batch */
-  size_t row0, rows;     /* this rank's range */
-  int slot;              /* device buffer (backends with upload) */
-} tr_batch_view;
 
 /* The job as one process sees it. */
 typedef struct tr_group_config {
   int local_ranks;  /* rank threads in this process */
   int world;        /* ranks of the job (all processes) */
   int first_rank;   /* global rank of local rank 0 */
-  int first_device; /* CUDA device of local rank 0 (torchrun: LOCAL_RANK) */
+  int first_device; /* device of local rank 0 (torchrun: LOCAL_RANK) */
   size_t param_count;
-  /* Processes of the job (CUDA: the ncclUniqueId rendezvous). */
-  int procs, proc_rank;
-  const char *master_addr; /* process 0's address, as the others reach it */
-  int master_port;
-  int rdv_timeout_ms;
+  int procs, proc_rank;      /* processes of the job; this one's rank */
+  int rdv_timeout_ms;        /* CUDA: the longest wait for ncclCommInitRank */
   int collective_timeout_ms; /* CUDA: the longest wait for a collective or
                                 a copy before the communicator is aborted;
                                 0 = 600 s */
   int precision;             /* TR_PRECISION_* (CUDA) */
+  /* The job's process group, started or not (a broadcast over it needs it
+   * not yet started); the caller destroys it after the backend's group.
+   * NULL: the backend's group makes a one-process group of local_ranks
+   * ranks and owns it (tests). */
+  tr_pg *pg;
 } tr_group_config;
 
 enum { TR_PRECISION_AUTO, TR_PRECISION_FP32, TR_PRECISION_TF32 };
@@ -122,67 +105,70 @@ typedef struct tr_group tr_group;
 typedef struct tr_rank tr_rank;
 
 typedef struct tr_backend {
-  const char *name;
-  int (*group_create)(const tr_group_config *c, tr_group **out, char *err,
-                      size_t err_size);
-  /* Makes every rank blocked in (or later entering) a collective return -1:
-   * a rank that failed calls it so the others do not wait forever. */
+  const char *name; /* --device NAME */
+  /* Device backends: the devices visible (0, with why, when none), and
+   * making `device` the calling thread's current one (the main thread,
+   * before the loaders pin their batch memory: the context is made on that
+   * device, not on device 0). NULL both for a host backend, whose ranks are
+   * threads (--ranks). */
+  int (*device_count)(wds__err *why);
+  int (*set_device)(int device, wds__err *e);
+  /* Non-zero: the ranks may span several processes (the process group's
+   * rendezvous and links). Zero: one process, ranks are its threads. */
+  int multi_process;
+  int (*group_create)(const tr_group_config *c, tr_group **out, wds__err *e);
+  /* Makes every rank blocked in (or later entering) a collective return
+   * WDS_ERR_CANCELLED: a rank that failed calls it so the others do not wait
+   * forever. */
   void (*group_abort)(tr_group *g);
   void (*group_destroy)(tr_group *g);
   int (*rank_create)(tr_group *g, int rank, const tr_model_config *m,
-                     size_t batch_rows, tr_rank **out, char *err,
-                     size_t err_size);
+                     size_t batch_rows, tr_rank **out, wds__err *e);
   void (*rank_destroy)(tr_rank *r);
-  int (*upload)(tr_rank *r, const tr_batch_view *b, char *err, size_t err_size);
-  int (*upload_wait)(tr_rank *r, int slot, char *err, size_t err_size);
-  int (*forward_backward)(tr_rank *r, const tr_batch_view *b, char *err,
-                          size_t err_size);
-  int (*allreduce)(tr_rank *r, char *err, size_t err_size);
-  int (*take_loss)(tr_rank *r, double *loss_sum, double *count, char *err,
-                   size_t err_size);
-  int (*sgd_step)(tr_rank *r, float lr, char *err, size_t err_size);
+  int (*upload)(tr_rank *r, const tr_batch_view *b, wds__err *e);
+  int (*upload_wait)(tr_rank *r, int slot, wds__err *e);
+  int (*forward_backward)(tr_rank *r, const tr_batch_view *b, wds__err *e);
+  int (*allreduce)(tr_rank *r, wds__err *e);
+  int (*take_loss)(tr_rank *r, double *loss_sum, double *count, wds__err *e);
+  int (*sgd_step)(tr_rank *r, float lr, wds__err *e);
   int (*evaluate)(tr_rank *r, const tr_batch_view *b, double *loss_sum,
-                  uint64_t *correct, uint64_t *count, char *err,
-                  size_t err_size);
+                  uint64_t *correct, uint64_t *count, wds__err *e);
   /* Sums n doubles over the ranks (rank order; every rank gets the same
    * result): evaluation totals. */
-  int (*allreduce_small)(tr_rank *r, double *values, int n, char *err,
-                         size_t err_size);
+  int (*allreduce_small)(tr_rank *r, double *values, int n, wds__err *e);
   /* all[0..world) = every rank's value, in global rank order. */
-  int (*gather_u64)(tr_rank *r, uint64_t mine, uint64_t *all, char *err,
-                    size_t err_size);
-  /* Blocks until every local rank arrived (-1 once aborted). */
+  int (*gather_u64)(tr_rank *r, uint64_t mine, uint64_t *all, wds__err *e);
+  /* Blocks until every local rank arrived (WDS_ERR_CANCELLED once
+   * aborted). */
   int (*barrier)(tr_rank *r);
   /* Host copies, param_count floats each (either may be NULL). */
-  int (*get_state)(tr_rank *r, float *weights, float *momentum, char *err,
-                   size_t err_size);
+  int (*get_state)(tr_rank *r, float *weights, float *momentum, wds__err *e);
   int (*set_state)(tr_rank *r, const float *weights, const float *momentum,
-                   char *err, size_t err_size);
+                   wds__err *e);
   /* param_count + 2 floats: the gradient buffer as the last allreduce left
    * it (tests). */
-  int (*get_grad)(tr_rank *r, float *grad, char *err, size_t err_size);
+  int (*get_grad)(tr_rank *r, float *grad, wds__err *e);
   /* Bytes copied to the device and the copy engine's busy seconds since the
    * last call (NULL: no device). */
   void (*take_h2d)(tr_rank *r, double *bytes, double *seconds);
 } tr_backend;
 
-extern const tr_backend tr_backend_cpu;
+/* The backends (one file each). */
+extern const tr_backend tr_backend_cpu;  /* backend_cpu.c */
+extern const tr_backend tr_backend_cuda; /* backend_cuda.cu: CUDA builds */
 
-/* NULL when this build has no CUDA backend (backend_cuda.cu). */
-const tr_backend *tr_backend_cuda_get(void);
+/* ---- the registry (backends.c) ------------------------------------------ */
 
-/* CUDA devices visible (0 without CUDA or without a GPU), and, when none,
- * why (the CUDA runtime's message) into why. */
-int tr_cuda_device_count(char *why, size_t why_size);
+/* The backend called name in this build, or NULL. */
+const tr_backend *tr_backend_find(const char *name);
 
-/* Makes `device` the calling thread's current device (the main thread, before
- * the loaders pin their batch memory: the context is made on that GPU, not
- * on GPU 0). 0, or -1 with the message in err. */
-int tr_cuda_set_device(int device, char *err, size_t err_size);
+/* Non-zero when be can run here: a host backend always, a device backend
+ * when a device is visible (else 0, with the reason in why). */
+int tr_backend_available(const tr_backend *be, wds__err *why);
 
-/* FNV-1a 64 of bytes, continuing from h (start with TR_FNV_INIT). */
-#define TR_FNV_INIT 0xcbf29ce484222325ULL
-uint64_t tr_fnv1a(uint64_t h, const void *data, size_t size);
+/* --device auto: the first backend of the table that is available (device
+ * backends come first); why says why the ones before it are not. */
+const tr_backend *tr_backend_auto(wds__err *why);
 
 #ifdef __cplusplus
 }

@@ -1,141 +1,71 @@
-/* backend_cpu.c — the CPU backend: the MLP in plain C float32, ranks as
- * threads of one process.
+/* backend_cpu.c — the CPU backend: the model's CPU reference (model.c) on
+ * rank threads of one process, the process group's host collectives
+ * (procgroup.c) between them.
  *
- * Determinism: every loop runs in a fixed order (rows ascending, then
- * outputs, then inputs) on one thread, so a rank's gradient is a pure
- * function of its weights and rows. The all-reduce is a reduce-scatter into
- * a shared result buffer, where rank r sums its slice of the parameters over
- * ranks 0..N-1 in that order, followed by every rank copying the result: all
- * ranks get the same bits, whatever the thread timing, and the same SGD step
- * on the same bits keeps the weights bit-identical on every rank.
+ * Determinism: a rank's gradient is a pure function of its weights and rows
+ * (model.c); the all-reduce sums every element over ranks 0..N-1 in that
+ * order and gives every rank the same bits, whatever the thread timing, so
+ * the same SGD step keeps the weights bit-identical on every rank.
  *
- * Synchronisation: two barriers per all-reduce. After the first, every
- * rank's gradient is complete (and the previous result has been copied by
- * everyone, so it may be overwritten); after the second, the result is
- * complete. A rank's own gradient buffer is written only by itself, between
- * the second barrier of one all-reduce and the first of the next.
- *
- * Loss and gradients: rows with valid == 0 are skipped (weight 0). The
- * gradient is summed over the valid rows; the flat buffer's last two entries
- * carry the loss sum and the valid count through the same all-reduce, and
- * sgd_step divides by the global count: the mean over the valid rows of all
- * ranks. */
-#include <math.h>
+ * Loss and gradients: the flat gradient buffer's last two entries carry the
+ * loss sum and the valid count through the same all-reduce, and sgd_step
+ * divides by the global count: the mean over the valid rows of all ranks.
+ * A rank's gradient buffer is written only by itself outside an all-reduce
+ * (procgroup.c explains the one inside). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/rng.h"
 #include "trainer/backend.h"
-#include "trainer/barrier.h"
-
-#define TR_SMALL_MAX 8
 
 struct tr_group {
-  int ranks;
-  size_t n; /* param_count + 2 */
-  tr_barrier barrier;
-  float **grads; /* per rank */
-  float *result; /* the reduced buffer */
-  double (*small)[TR_SMALL_MAX];
-  uint64_t *u64; /* per rank: gather_u64 */
+  tr_pg *pg;
+  int owns_pg;
 };
 
 struct tr_rank {
   tr_group *g;
   int rank;
   tr_model_config m;
-  size_t param_count, batch_rows;
-  size_t offset[TR_MAX_LAYERS];  /* of W of layer l in the flat buffers */
-  float *w, *v, *grad;           /* weights, momentum, gradient (+2) */
-  float *act[TR_MAX_LAYERS + 1]; /* batch_rows x dims[l] */
-  float *delta, *delta2;         /* batch_rows x max dim */
-  size_t *rows_idx;
+  size_t param_count;
+  float *w, *v, *grad; /* weights, momentum, gradient (+2) */
+  tr_model_work work;
   double loss_acc, count_acc; /* take_loss */
 };
 
-size_t tr_model_param_count(const tr_model_config *m) {
-  size_t n = 0;
-  for (int l = 0; l < m->layers; l++)
-    n += (size_t)m->dims[l + 1] * (size_t)m->dims[l] + (size_t)m->dims[l + 1];
-  return n;
-}
-
-uint64_t tr_fnv1a(uint64_t h, const void *data, size_t size) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < size; i++) {
-    h ^= p[i];
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
-void tr_model_init(const tr_model_config *m, float *w) {
-  /* He-uniform weights from one splitmix64 stream of the seed, zero
-   * biases: the same on every rank and in every backend. */
-  uint64_t s = m->seed ^ 0x5eed0f3a11e7ULL;
-  size_t off = 0;
-  for (int l = 0; l < m->layers; l++) {
-    size_t nw = (size_t)m->dims[l + 1] * (size_t)m->dims[l];
-    float bound = sqrtf(6.0f / (float)m->dims[l]);
-    float *W = w + off;
-    for (size_t i = 0; i < nw; i++) {
-      double u =
-          (double)(wds__splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0);
-      W[i] = (float)((2.0 * u - 1.0) * bound);
-    }
-    memset(W + nw, 0, (size_t)m->dims[l + 1] * sizeof(float));
-    off += nw + (size_t)m->dims[l + 1];
-  }
-}
-
-static int cpu_group_create(const tr_group_config *c, tr_group **out, char *err,
-                            size_t err_size) {
-  int ranks = c->local_ranks;
+static int cpu_group_create(const tr_group_config *c, tr_group **out,
+                            wds__err *e) {
   *out = NULL;
-  if (c->world != ranks || c->procs != 1) {
-    snprintf(err, err_size,
-             "the CPU backend runs in one process (ranks are threads); "
-             "%d processes of %d ranks need the CUDA backend",
-             c->procs, c->world);
-    return -1;
-  }
+  if (c->world != c->local_ranks || c->procs != 1)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "the CPU backend runs in one process (ranks are "
+                     "threads); %d processes of %d ranks need the CUDA "
+                     "backend",
+                     c->procs, c->world);
   tr_group *g = calloc(1, sizeof *g);
   if (!g)
-    goto nomem;
-  g->ranks = ranks;
-  g->n = c->param_count + 2;
-  g->grads = calloc((size_t)ranks, sizeof *g->grads);
-  g->result = malloc(g->n * sizeof *g->result);
-  g->small = calloc((size_t)ranks, sizeof *g->small);
-  g->u64 = calloc((size_t)ranks, sizeof *g->u64);
-  if (!g->grads || !g->result || !g->small || !g->u64)
-    goto nomem_free;
-  if (tr_barrier_init(&g->barrier, ranks) != 0)
-    goto nomem_free;
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory (CPU group of %d ranks)",
+                     c->local_ranks);
+  g->pg = c->pg;
+  if (!g->pg) {
+    int rc = tr_pg_create_local(c->local_ranks, &g->pg, e);
+    if (rc != WDS_OK) {
+      free(g);
+      return rc;
+    }
+    g->owns_pg = 1;
+  }
   *out = g;
-  return 0;
-nomem_free:
-  free(g->grads);
-  free(g->result);
-  free(g->small);
-  free(g->u64);
-  free(g);
-nomem:
-  snprintf(err, err_size, "out of memory (CPU group of %d ranks)", ranks);
-  return -1;
+  return WDS_OK;
 }
 
-static void cpu_group_abort(tr_group *g) { tr_barrier_abort(&g->barrier); }
+static void cpu_group_abort(tr_group *g) { tr_pg_abort(g->pg, NULL); }
 
 static void cpu_group_destroy(tr_group *g) {
   if (!g)
     return;
-  tr_barrier_destroy(&g->barrier);
-  free(g->grads);
-  free(g->result);
-  free(g->small);
-  free(g->u64);
+  if (g->owns_pg)
+    tr_pg_destroy(g->pg);
   free(g);
 }
 
@@ -145,17 +75,12 @@ static void cpu_rank_destroy(tr_rank *r) {
   free(r->w);
   free(r->v);
   free(r->grad);
-  for (int l = 0; l <= r->m.layers; l++)
-    free(r->act[l]);
-  free(r->delta);
-  free(r->delta2);
-  free(r->rows_idx);
+  tr_model_work_free(&r->work);
   free(r);
 }
 
 static int cpu_rank_create(tr_group *g, int rank, const tr_model_config *m,
-                           size_t batch_rows, tr_rank **out, char *err,
-                           size_t err_size) {
+                           size_t batch_rows, tr_rank **out, wds__err *e) {
   tr_rank *r = calloc(1, sizeof *r);
   *out = NULL;
   if (!r)
@@ -164,310 +89,102 @@ static int cpu_rank_create(tr_group *g, int rank, const tr_model_config *m,
   r->rank = rank;
   r->m = *m;
   r->param_count = tr_model_param_count(m);
-  r->batch_rows = batch_rows ? batch_rows : 1;
-  size_t off = 0, maxdim = 0;
-  for (int l = 0; l < m->layers; l++) {
-    r->offset[l] = off;
-    off += (size_t)m->dims[l + 1] * (size_t)m->dims[l] + (size_t)m->dims[l + 1];
-  }
-  for (int l = 0; l <= m->layers; l++) {
-    if (l > 0 && (size_t)m->dims[l] > maxdim) /* deltas: never the input */
-      maxdim = (size_t)m->dims[l];
-    r->act[l] = malloc(r->batch_rows * (size_t)m->dims[l] * sizeof(float));
-    if (!r->act[l])
-      goto nomem_free;
-  }
   r->w = malloc(r->param_count * sizeof(float));
   r->v = calloc(r->param_count, sizeof(float));
   r->grad = calloc(r->param_count + 2, sizeof(float));
-  r->delta = malloc(r->batch_rows * maxdim * sizeof(float));
-  r->delta2 = malloc(r->batch_rows * maxdim * sizeof(float));
-  r->rows_idx = malloc(r->batch_rows * sizeof(size_t));
-  if (!r->w || !r->v || !r->grad || !r->delta || !r->delta2 || !r->rows_idx)
+  if (!r->w || !r->v || !r->grad ||
+      tr_model_work_init(&r->work, m, batch_rows) != WDS_OK)
     goto nomem_free;
   tr_model_init(m, r->w);
-  g->grads[rank] = r->grad;
   *out = r;
-  return 0;
+  return WDS_OK;
 nomem_free:
   cpu_rank_destroy(r);
 nomem:
-  snprintf(err, err_size, "rank %d: out of memory (model of %zu parameters)",
-           rank, tr_model_param_count(m));
-  return -1;
+  return wds__fail(e, WDS_ERR_NOMEM,
+                   "rank %d: out of memory (model of %zu parameters)", rank,
+                   tr_model_param_count(m));
 }
 
-/* Normalised inputs of the valid rows of b into act[0]; their indexes in
- * rows_idx. Returns the count, or -1 for a label out of range. */
-static long gather(tr_rank *r, const tr_batch_view *b, char *err,
-                   size_t err_size) {
-  size_t d = (size_t)r->m.dims[0], n = 0;
-  int classes = r->m.dims[r->m.layers];
-  for (size_t i = 0; i < b->rows && n < r->batch_rows; i++) {
-    size_t row = b->row0 + i;
-    if (row >= b->batch_rows || !b->valid[row])
-      continue;
-    int64_t y = b->labels[row];
-    if (y < 0 || y >= classes) {
-      snprintf(err, err_size,
-               "rank %d: label %lld of batch row %zu is out of range "
-               "[0, %d) (--classes)",
-               r->rank, (long long)y, row, classes);
-      return -1;
-    }
-    const uint8_t *px = b->images + row * d;
-    float *x = r->act[0] + n * d;
-    for (size_t k = 0; k < d; k++)
-      x[k] = ((float)px[k] * (1.0f / 255.0f) - 0.5f) * 2.0f;
-    r->rows_idx[n++] = row;
-  }
-  return (long)n;
-}
-
-static void forward(tr_rank *r, size_t n) {
-  for (int l = 0; l < r->m.layers; l++) {
-    size_t din = (size_t)r->m.dims[l], dout = (size_t)r->m.dims[l + 1];
-    const float *W = r->w + r->offset[l], *bias = W + dout * din;
-    int relu = l + 1 < r->m.layers;
-    for (size_t i = 0; i < n; i++) {
-      const float *a = r->act[l] + i * din;
-      float *z = r->act[l + 1] + i * dout;
-      for (size_t o = 0; o < dout; o++) {
-        const float *wo = W + o * din;
-        float s = 0.0f;
-        for (size_t k = 0; k < din; k++)
-          s += wo[k] * a[k];
-        s += bias[o];
-        z[o] = relu && s < 0.0f ? 0.0f : s;
-      }
-    }
-  }
-}
-
-/* Cross-entropy of row i's logits against label y; probabilities into p
- * (may be NULL). Also the argmax. */
-static double xent(const float *z, int classes, int64_t y, float *p,
-                   int *argmax) {
-  float mx = z[0];
-  int am = 0;
-  for (int c = 1; c < classes; c++)
-    if (z[c] > mx) {
-      mx = z[c];
-      am = c;
-    }
-  double sum = 0.0;
-  for (int c = 0; c < classes; c++)
-    sum += exp((double)(z[c] - mx));
-  if (p)
-    for (int c = 0; c < classes; c++)
-      p[c] = (float)(exp((double)(z[c] - mx)) / sum);
-  *argmax = am;
-  return log(sum) + (double)mx - (double)z[y];
-}
-
-static int cpu_forward_backward(tr_rank *r, const tr_batch_view *b, char *err,
-                                size_t err_size) {
-  long nl = gather(r, b, err, err_size);
-  if (nl < 0)
-    return -1;
-  size_t n = (size_t)nl;
-  int L = r->m.layers, classes = r->m.dims[L];
-  memset(r->grad, 0, (r->param_count + 2) * sizeof(float));
-  forward(r, n);
-  double loss = 0.0;
-  float *dz = r->delta;
-  for (size_t i = 0; i < n; i++) {
-    int64_t y = b->labels[r->rows_idx[i]];
-    int am;
-    float *p = dz + i * (size_t)classes;
-    loss += xent(r->act[L] + i * (size_t)classes, classes, y, p, &am);
-    p[y] -= 1.0f;
-  }
-  for (int l = L - 1; l >= 0; l--) {
-    size_t din = (size_t)r->m.dims[l], dout = (size_t)r->m.dims[l + 1];
-    const float *W = r->w + r->offset[l];
-    float *dW = r->grad + r->offset[l], *db = dW + dout * din;
-    float *da = r->delta2;
-    for (size_t i = 0; i < n; i++) {
-      const float *a = r->act[l] + i * din, *d = dz + i * dout;
-      for (size_t o = 0; o < dout; o++) {
-        float g = d[o];
-        if (g == 0.0f)
-          continue;
-        float *row = dW + o * din;
-        for (size_t k = 0; k < din; k++)
-          row[k] += g * a[k];
-        db[o] += g;
-      }
-    }
-    if (l == 0)
-      break;
-    for (size_t i = 0; i < n; i++) {
-      const float *d = dz + i * dout, *a = r->act[l] + i * din;
-      float *out = da + i * din;
-      memset(out, 0, din * sizeof(float));
-      for (size_t o = 0; o < dout; o++) {
-        float g = d[o];
-        if (g == 0.0f)
-          continue;
-        const float *wo = W + o * din;
-        for (size_t k = 0; k < din; k++)
-          out[k] += g * wo[k];
-      }
-      for (size_t k = 0; k < din; k++)
-        if (a[k] <= 0.0f) /* ReLU: a = max(z, 0) */
-          out[k] = 0.0f;
-    }
-    r->delta2 = dz;
-    r->delta = da;
-    dz = da;
-  }
-  r->grad[r->param_count] = (float)loss;
-  r->grad[r->param_count + 1] = (float)n;
-  return 0;
+static int cpu_forward_backward(tr_rank *r, const tr_batch_view *b,
+                                wds__err *e) {
+  return tr_model_forward_backward(&r->work, r->w, b, r->grad, r->rank, e);
 }
 
 /* A collective left because the group was aborted. */
-static int aborted_err(const tr_rank *r, const char *what, char *err,
-                       size_t err_size) {
-  snprintf(err, err_size, "rank %d: %s aborted (another rank failed)", r->rank,
-           what);
-  return -1;
+static int aborted_err(const tr_rank *r, const char *what, wds__err *e) {
+  return wds__fail(e, WDS_ERR_CANCELLED,
+                   "rank %d: %s aborted (another rank failed)", r->rank, what);
 }
 
-static int cpu_allreduce(tr_rank *r, char *err, size_t err_size) {
-  tr_group *g = r->g;
-  if (tr_barrier_wait(&g->barrier) != 0)
-    goto aborted;
-  size_t lo = g->n * (size_t)r->rank / (size_t)g->ranks;
-  size_t hi = g->n * (size_t)(r->rank + 1) / (size_t)g->ranks;
-  for (size_t i = lo; i < hi; i++) {
-    float s = g->grads[0][i];
-    for (int k = 1; k < g->ranks; k++)
-      s += g->grads[k][i];
-    g->result[i] = s;
-  }
-  if (tr_barrier_wait(&g->barrier) != 0)
-    goto aborted;
-  memcpy(r->grad, g->result, g->n * sizeof(float));
+static int cpu_allreduce(tr_rank *r, wds__err *e) {
+  if (tr_pg_allreduce_f32(r->g->pg, r->rank, r->grad, r->param_count + 2) !=
+      WDS_OK)
+    return aborted_err(r, "all-reduce", e);
   r->loss_acc += r->grad[r->param_count];
   r->count_acc += r->grad[r->param_count + 1];
-  return 0;
-aborted:
-  return aborted_err(r, "all-reduce", err, err_size);
+  return WDS_OK;
 }
 
-static int cpu_take_loss(tr_rank *r, double *loss_sum, double *count, char *err,
-                         size_t err_size) {
-  (void)err;
-  (void)err_size;
+static int cpu_take_loss(tr_rank *r, double *loss_sum, double *count,
+                         wds__err *e) {
+  (void)e;
   *loss_sum = r->loss_acc;
   *count = r->count_acc;
   r->loss_acc = r->count_acc = 0;
-  return 0;
+  return WDS_OK;
 }
 
-static int cpu_sgd_step(tr_rank *r, float lr, char *err, size_t err_size) {
-  (void)err;
-  (void)err_size;
-  float count = r->grad[r->param_count + 1];
-  float scale = count > 0.0f ? 1.0f / count : 0.0f;
-  float mu = r->m.momentum, wd = r->m.weight_decay;
-  for (size_t i = 0; i < r->param_count; i++) {
-    float gi = r->grad[i] * scale + wd * r->w[i];
-    r->v[i] = mu * r->v[i] + gi;
-    r->w[i] -= lr * r->v[i];
-  }
-  return 0;
+static int cpu_sgd_step(tr_rank *r, float lr, wds__err *e) {
+  (void)e;
+  tr_model_sgd(&r->m, r->param_count, r->w, r->v, r->grad, lr);
+  return WDS_OK;
 }
 
 static int cpu_evaluate(tr_rank *r, const tr_batch_view *b, double *loss_sum,
-                        uint64_t *correct, uint64_t *count, char *err,
-                        size_t err_size) {
-  long nl = gather(r, b, err, err_size);
-  if (nl < 0)
-    return -1;
-  size_t n = (size_t)nl;
-  int L = r->m.layers, classes = r->m.dims[L];
-  forward(r, n);
-  for (size_t i = 0; i < n; i++) {
-    int64_t y = b->labels[r->rows_idx[i]];
-    int am;
-    *loss_sum += xent(r->act[L] + i * (size_t)classes, classes, y, NULL, &am);
-    if (am == y)
-      (*correct)++;
-  }
-  *count += n;
-  return 0;
+                        uint64_t *correct, uint64_t *count, wds__err *e) {
+  return tr_model_evaluate(&r->work, r->w, b, loss_sum, correct, count, r->rank,
+                           e);
 }
 
-static int cpu_allreduce_small(tr_rank *r, double *values, int n, char *err,
-                               size_t err_size) {
-  tr_group *g = r->g;
-  if (n > TR_SMALL_MAX) {
-    snprintf(err, err_size, "allreduce_small: %d values (at most %d)", n,
-             TR_SMALL_MAX);
-    return -1;
-  }
-  memcpy(g->small[r->rank], values, (size_t)n * sizeof(double));
-  if (tr_barrier_wait(&g->barrier) != 0)
-    goto aborted;
-  for (int i = 0; i < n; i++) {
-    double s = g->small[0][i];
-    for (int k = 1; k < g->ranks; k++)
-      s += g->small[k][i];
-    values[i] = s;
-  }
-  if (tr_barrier_wait(&g->barrier) != 0) /* before small[] is reused */
-    goto aborted;
-  return 0;
-aborted:
-  return aborted_err(r, "all-reduce", err, err_size);
+static int cpu_allreduce_small(tr_rank *r, double *values, int n, wds__err *e) {
+  int rc = tr_pg_sum_f64(r->g->pg, r->rank, values, n, e);
+  return rc == WDS_ERR_CANCELLED ? aborted_err(r, "all-reduce", e) : rc;
 }
 
-static int cpu_gather_u64(tr_rank *r, uint64_t mine, uint64_t *all, char *err,
-                          size_t err_size) {
-  tr_group *g = r->g;
-  g->u64[r->rank] = mine;
-  if (tr_barrier_wait(&g->barrier) != 0)
-    goto aborted;
-  memcpy(all, g->u64, (size_t)g->ranks * sizeof *all);
-  if (tr_barrier_wait(&g->barrier) != 0) /* before u64[] is reused */
-    goto aborted;
-  return 0;
-aborted:
-  return aborted_err(r, "gather", err, err_size);
+static int cpu_gather_u64(tr_rank *r, uint64_t mine, uint64_t *all,
+                          wds__err *e) {
+  if (tr_pg_gather_u64(r->g->pg, r->rank, mine, all) != WDS_OK)
+    return aborted_err(r, "gather", e);
+  return WDS_OK;
 }
 
-static int cpu_barrier(tr_rank *r) { return tr_barrier_wait(&r->g->barrier); }
+static int cpu_barrier(tr_rank *r) { return tr_pg_barrier(r->g->pg); }
 
-static int cpu_get_state(tr_rank *r, float *weights, float *momentum, char *err,
-                         size_t err_size) {
-  (void)err;
-  (void)err_size;
+static int cpu_get_state(tr_rank *r, float *weights, float *momentum,
+                         wds__err *e) {
+  (void)e;
   if (weights)
     memcpy(weights, r->w, r->param_count * sizeof(float));
   if (momentum)
     memcpy(momentum, r->v, r->param_count * sizeof(float));
-  return 0;
+  return WDS_OK;
 }
 
 static int cpu_set_state(tr_rank *r, const float *weights,
-                         const float *momentum, char *err, size_t err_size) {
-  (void)err;
-  (void)err_size;
+                         const float *momentum, wds__err *e) {
+  (void)e;
   if (weights)
     memcpy(r->w, weights, r->param_count * sizeof(float));
   if (momentum)
     memcpy(r->v, momentum, r->param_count * sizeof(float));
-  return 0;
+  return WDS_OK;
 }
 
-static int cpu_get_grad(tr_rank *r, float *grad, char *err, size_t err_size) {
-  (void)err;
-  (void)err_size;
+static int cpu_get_grad(tr_rank *r, float *grad, wds__err *e) {
+  (void)e;
   memcpy(grad, r->grad, (r->param_count + 2) * sizeof(float));
-  return 0;
+  return WDS_OK;
 }
 
 const tr_backend tr_backend_cpu = {

@@ -28,14 +28,15 @@
  * Waiting: the host never blocks in a CUDA or NCCL call that a failed peer
  * could hold forever. Communicators are non-blocking (NCCL's config
  * blocking = 0); every wait polls the event, ncclCommGetAsyncError and the
- * group's abort flag, and has a deadline (--collective-timeout; init has
- * --rdv-timeout). The abort flag is also set by the job's links (the
- * rendezvous sockets, kept open: rendezvous.h) when another process fails
- * or is lost, so that reaches every process at once. A failure of another local
- * rank (the abort flag), a network error NCCL reports, or a peer process that
- * failed or hangs (NCCL does not tell the others when a process on the same
- * node dies or aborts: the deadline) ends the wait with a message naming the
- * rank and the call, and the communicator is aborted (ncclCommAbort), not left
+ * group's abort flag (the process group's: procgroup.h), and has a
+ * deadline (--collective-timeout; init has --rdv-timeout). The abort flag
+ * is also set by the job's links (the rendezvous sockets, kept open by the
+ * process group) when another process fails or is lost, so that reaches
+ * every process at once. A failure of another local rank (the abort flag),
+ * a network error NCCL reports, or a peer process that failed or hangs
+ * (NCCL does not tell the others when a process on the same node dies or
+ * aborts: the deadline) ends the wait with a message naming the rank and
+ * the call, and the communicator is aborted (ncclCommAbort), not left
  * hanging. Copies to pageable host memory, which block inside the driver, are
  * made only after a polled wait for everything before them. */
 #include <cublas_v2.h>
@@ -51,8 +52,7 @@
 
 extern "C" {
 #include "trainer/backend.h"
-#include "trainer/barrier.h"
-#include "trainer/rendezvous.h"
+#include "trainer/procgroup.h"
 }
 
 #define TR_SMALL_MAX 8
@@ -60,12 +60,9 @@ extern "C" {
 
 struct tr_group {
   tr_group_config c;
-  tr_barrier barrier;
+  tr_pg *pg;   /* the job's processes: barrier, abort flag, links */
+  int owns_pg; /* made here (c.pg was NULL) */
   ncclUniqueId id;
-  tr_rdv_link *link; /* to the other processes (NULL: one process) */
-  int aborted;       /* __atomic */
-  pthread_mutex_t why_mu;
-  char why[192]; /* set when another process failed */
 };
 
 struct tr_rank {
@@ -106,51 +103,54 @@ struct tr_rank {
 
 /* ---- errors and waiting ------------------------------------------------- */
 
-static int aborted(const tr_group *g) {
-  return __atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE);
-}
+static int aborted(const tr_group *g) { return tr_pg_aborted(g->pg); }
 
-static int cuda_fail(tr_rank *r, cudaError_t e, const char *call, char *err,
-                     size_t n) {
-  snprintf(err, n, "rank %d (GPU %d): %s: %s (%s)", r->rank, r->device, call,
-           cudaGetErrorString(e), cudaGetErrorName(e));
+static int cuda_fail(tr_rank *r, cudaError_t e, const char *call,
+                     wds__err *err) {
   r->failed = 1;
-  return -1;
+  return wds__fail(err, WDS_ERR_IO, "rank %d (GPU %d): %s: %s (%s)", r->rank,
+                   r->device, call, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
-static int nccl_fail(tr_rank *r, ncclResult_t res, const char *call, char *err,
-                     size_t n) {
+static int nccl_fail(tr_rank *r, ncclResult_t res, const char *call,
+                     wds__err *err) {
   const char *last = r->comm ? ncclGetLastError(r->comm) : NULL;
-  snprintf(err, n, "rank %d (GPU %d): %s: %s%s%s", r->rank, r->device, call,
-           ncclGetErrorString(res), last && *last ? ": " : "",
-           last ? last : "");
   r->failed = 1;
-  return -1;
+  return wds__fail(err, WDS_ERR_IO, "rank %d (GPU %d): %s: %s%s%s", r->rank,
+                   r->device, call, ncclGetErrorString(res),
+                   last && *last ? ": " : "", last ? last : "");
 }
 
-static int blas_fail(tr_rank *r, cublasStatus_t st, const char *call, char *err,
-                     size_t n) {
-  snprintf(err, n, "rank %d (GPU %d): %s: %s", r->rank, r->device, call,
-           cublasGetStatusString(st));
+static int blas_fail(tr_rank *r, cublasStatus_t st, const char *call,
+                     wds__err *err) {
   r->failed = 1;
-  return -1;
+  return wds__fail(err, WDS_ERR_IO, "rank %d (GPU %d): %s: %s", r->rank,
+                   r->device, call, cublasGetStatusString(st));
 }
 
 #define CU(call, what)                                                         \
   do {                                                                         \
     cudaError_t e_ = (call);                                                   \
     if (e_ != cudaSuccess)                                                     \
-      return cuda_fail(r, e_, what, err, err_size);                            \
+      return cuda_fail(r, e_, what, err);                                      \
   } while (0)
 
 #define BL(call, what)                                                         \
   do {                                                                         \
     cublasStatus_t s_ = (call);                                                \
     if (s_ != CUBLAS_STATUS_SUCCESS)                                           \
-      return blas_fail(r, s_, what, err, err_size);                            \
+      return blas_fail(r, s_, what, err);                                      \
   } while (0)
 
 #define LAUNCHED(what) CU(cudaGetLastError(), what)
+
+/* Returns the status of a call that failed (its message is in err). */
+#define TRY(call)                                                              \
+  do {                                                                         \
+    int rc_ = (call);                                                          \
+    if (rc_ != WDS_OK)                                                         \
+      return rc_;                                                              \
+  } while (0)
 
 static double now_s(void) {
   struct timespec ts;
@@ -165,13 +165,13 @@ static double collective_deadline(const tr_rank *r) {
 }
 
 static int timeout_fail(tr_rank *r, const char *what, double waited_s,
-                        const char *flag, char *err, size_t n) {
-  snprintf(err, n,
-           "rank %d (GPU %d): %s: nothing completed for %.0f s (%s): a rank "
-           "of another process failed or hangs; aborting the communicator",
-           r->rank, r->device, what, waited_s, flag);
+                        const char *flag, wds__err *err) {
   r->failed = 1;
-  return -1;
+  return wds__fail(err, WDS_ERR_TIMEOUT,
+                   "rank %d (GPU %d): %s: nothing completed for %.0f s (%s): "
+                   "a rank of another process failed or hangs; aborting the "
+                   "communicator",
+                   r->rank, r->device, what, waited_s, flag);
 }
 
 static void pause_briefly(unsigned spins) {
@@ -183,67 +183,63 @@ static void pause_briefly(unsigned spins) {
   }
 }
 
-/* The communicator's pending error, if any (0: none). */
-static int nccl_async_check(tr_rank *r, const char *call, char *err,
-                            size_t err_size) {
+/* The communicator's pending error, if any (WDS_OK: none). */
+static int nccl_async_check(tr_rank *r, const char *call, wds__err *err) {
   if (!r->comm)
-    return 0;
+    return WDS_OK;
   ncclResult_t a = ncclSuccess;
   ncclResult_t q = ncclCommGetAsyncError(r->comm, &a);
   if (q != ncclSuccess)
-    return nccl_fail(r, q, "ncclCommGetAsyncError", err, err_size);
+    return nccl_fail(r, q, "ncclCommGetAsyncError", err);
   if (a != ncclSuccess && a != ncclInProgress)
-    return nccl_fail(r, a, call, err, err_size);
-  return 0;
+    return nccl_fail(r, a, call, err);
+  return WDS_OK;
 }
 
-static int aborted_fail(tr_rank *r, const char *what, char *err, size_t n) {
+static int aborted_fail(tr_rank *r, const char *what, wds__err *err) {
   char why[192];
-  pthread_mutex_lock(&r->g->why_mu);
-  snprintf(why, sizeof why, "%s", r->g->why);
-  pthread_mutex_unlock(&r->g->why_mu);
-  snprintf(err, n, "rank %d (GPU %d): %s: aborted (%s)", r->rank, r->device,
-           what, why[0] ? why : "another rank failed");
+  tr_pg_why(r->g->pg, why, sizeof why);
   r->failed = 1;
-  return -1;
+  return wds__fail(err, WDS_ERR_CANCELLED, "rank %d (GPU %d): %s: aborted (%s)",
+                   r->rank, r->device, what,
+                   why[0] ? why : "another rank failed");
 }
 
 /* Waits for an event: polls it, the communicator's asynchronous error and
  * the group's abort flag. */
-static int wait_event(tr_rank *r, cudaEvent_t ev, const char *what, char *err,
-                      size_t err_size) {
+static int wait_event(tr_rank *r, cudaEvent_t ev, const char *what,
+                      wds__err *err) {
   double t0 = now_s(), deadline = collective_deadline(r);
   for (unsigned spins = 0;; spins++) {
     cudaError_t e = cudaEventQuery(ev);
     if (e == cudaSuccess)
-      return 0;
+      return WDS_OK;
     if (e != cudaErrorNotReady)
-      return cuda_fail(r, e, what, err, err_size);
-    if (nccl_async_check(r, what, err, err_size) != 0)
-      return -1;
+      return cuda_fail(r, e, what, err);
+    int rc = nccl_async_check(r, what, err);
+    if (rc != WDS_OK)
+      return rc;
     if (aborted(r->g))
-      return aborted_fail(r, what, err, err_size);
+      return aborted_fail(r, what, err);
     if ((spins & 63) == 63 && now_s() > deadline)
-      return timeout_fail(r, what, now_s() - t0, "--collective-timeout", err,
-                          err_size);
+      return timeout_fail(r, what, now_s() - t0, "--collective-timeout", err);
     pause_briefly(spins);
   }
 }
 
 /* Everything enqueued on the compute stream so far. */
-static int wait_compute(tr_rank *r, const char *what, char *err,
-                        size_t err_size) {
+static int wait_compute(tr_rank *r, const char *what, wds__err *err) {
   CU(cudaEventRecord(r->sync, r->compute), "cudaEventRecord");
-  return wait_event(r, r->sync, what, err, err_size);
+  return wait_event(r, r->sync, what, err);
 }
 
 /* A non-blocking NCCL call's result: ncclInProgress is polled until the
  * call is complete (or failed, or the group aborted, or deadline_s passed:
  * 0 = --collective-timeout from now). */
 static int nccl_done(tr_rank *r, ncclResult_t res, const char *call,
-                     double deadline_s, char *err, size_t err_size) {
+                     double deadline_s, wds__err *err) {
   if (res != ncclSuccess && res != ncclInProgress)
-    return nccl_fail(r, res, call, err, err_size);
+    return nccl_fail(r, res, call, err);
   double t0 = now_s();
   const char *flag = deadline_s > 0 ? "--rdv-timeout" : "--collective-timeout";
   if (deadline_s <= 0)
@@ -252,15 +248,15 @@ static int nccl_done(tr_rank *r, ncclResult_t res, const char *call,
     ncclResult_t a = ncclSuccess;
     ncclResult_t q = ncclCommGetAsyncError(r->comm, &a);
     if (q != ncclSuccess)
-      return nccl_fail(r, q, "ncclCommGetAsyncError", err, err_size);
+      return nccl_fail(r, q, "ncclCommGetAsyncError", err);
     if (a == ncclSuccess)
-      return 0;
+      return WDS_OK;
     if (a != ncclInProgress)
-      return nccl_fail(r, a, call, err, err_size);
+      return nccl_fail(r, a, call, err);
     if (aborted(r->g))
-      return aborted_fail(r, call, err, err_size);
+      return aborted_fail(r, call, err);
     if ((spins & 63) == 63 && now_s() > deadline_s)
-      return timeout_fail(r, call, now_s() - t0, flag, err, err_size);
+      return timeout_fail(r, call, now_s() - t0, flag, err);
     pause_briefly(spins);
   }
 }
@@ -410,136 +406,94 @@ __global__ void k_sgd(float *w, float *v, const float *g, size_t n,
 
 /* ---- group -------------------------------------------------------------- */
 
-extern "C" int tr_cuda_device_count(char *why, size_t why_size) {
+static int cuda_device_count(wds__err *why) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    snprintf(why, why_size, "%s", cudaGetErrorString(e));
+    wds__fail(why, WDS_ERR_IO, "%s", cudaGetErrorString(e));
     return 0;
   }
   if (n == 0)
-    snprintf(why, why_size, "no device");
+    wds__fail(why, WDS_ERR_IO, "no device");
   return n;
 }
 
-/* The link's thread: another process failed or was lost. */
-static void link_aborted(void *ctx, const char *why) {
-  tr_group *g = (tr_group *)ctx;
-  pthread_mutex_lock(&g->why_mu);
-  if (!g->why[0])
-    snprintf(g->why, sizeof g->why, "%s", why);
-  pthread_mutex_unlock(&g->why_mu);
-  __atomic_store_n(&g->aborted, 1, __ATOMIC_RELEASE);
-  tr_barrier_abort(&g->barrier);
-}
-
-extern "C" int tr_cuda_set_device(int device, char *err, size_t err_size) {
+static int cuda_set_device(int device, wds__err *err) {
   cudaError_t e = cudaSetDevice(device);
-  if (e != cudaSuccess) {
-    snprintf(err, err_size, "cudaSetDevice(%d): %s", device,
-             cudaGetErrorString(e));
-    return -1;
-  }
-  return 0;
+  if (e != cudaSuccess)
+    return wds__fail(err, WDS_ERR_IO, "cudaSetDevice(%d): %s", device,
+                     cudaGetErrorString(e));
+  return WDS_OK;
 }
 
 static int cuda_group_create(const tr_group_config *c, tr_group **out,
-                             char *err, size_t err_size) {
+                             wds__err *err) {
   *out = NULL;
-  char why[256] = "";
-  int visible = tr_cuda_device_count(why, sizeof why);
-  if (visible < 1) {
-    snprintf(err, err_size, "no CUDA GPU found (%s)", why);
-    return -1;
-  }
-  if (c->first_device < 0 || c->first_device + c->local_ranks > visible) {
-    snprintf(err, err_size, "GPUs %d..%d asked for, %d visible",
-             c->first_device, c->first_device + c->local_ranks - 1, visible);
-    return -1;
-  }
+  wds__err why;
+  why.msg[0] = '\0';
+  int visible = cuda_device_count(&why);
+  if (visible < 1)
+    return wds__fail(err, WDS_ERR_INVALID, "no CUDA GPU found (%s)", why.msg);
+  if (c->first_device < 0 || c->first_device + c->local_ranks > visible)
+    return wds__fail(err, WDS_ERR_INVALID, "GPUs %d..%d asked for, %d visible",
+                     c->first_device, c->first_device + c->local_ranks - 1,
+                     visible);
+  if (c->pg && (tr_pg_local_ranks(c->pg) != c->local_ranks ||
+                tr_pg_procs(c->pg) != c->procs ||
+                tr_pg_proc_rank(c->pg) != c->proc_rank))
+    return wds__fail(err, WDS_ERR_INVALID,
+                     "the process group (process %d of %d, %d local ranks) is "
+                     "not the job's (process %d of %d, %d local ranks)",
+                     tr_pg_proc_rank(c->pg), tr_pg_procs(c->pg),
+                     tr_pg_local_ranks(c->pg), c->proc_rank, c->procs,
+                     c->local_ranks);
   tr_group *g = (tr_group *)calloc(1, sizeof *g);
-  if (!g || tr_barrier_init(&g->barrier, c->local_ranks) != 0) {
-    free(g);
-    snprintf(err, err_size, "out of memory");
-    return -1;
-  }
+  if (!g)
+    return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
   g->c = *c;
-  pthread_mutex_init(&g->why_mu, NULL);
-  /* Process 0 makes the communicator's id and serves it to the other
-   * processes; their threads share it in memory. The connections stay open
-   * as the job's links: a failure anywhere aborts every process. */
+  g->pg = c->pg;
+  int rc;
+  if (!g->pg) {
+    if ((rc = tr_pg_create_local(c->local_ranks, &g->pg, err)) != WDS_OK) {
+      free(g);
+      return rc;
+    }
+    g->owns_pg = 1;
+  }
+  /* Process 0 makes the communicator's id and broadcasts it over the
+   * process group; the threads of a process share it in memory. */
   if (c->proc_rank == 0) {
     ncclResult_t res = ncclGetUniqueId(&g->id);
     if (res != ncclSuccess) {
-      snprintf(err, err_size, "ncclGetUniqueId: %s: %s",
-               ncclGetErrorString(res), ncclGetLastError(NULL));
-      goto fail;
-    }
-    if (c->procs > 1) {
-      wds__err e;
-      tr_rdv_listener l;
-      int *fds = (int *)calloc((size_t)c->procs, sizeof *fds);
-      int rc = fds ? tr_rdv_listen(NULL, c->master_port, &l, &e)
-                   : wds__fail(&e, WDS_ERR_NOMEM, "out of memory");
-      if (rc == WDS_OK) {
-        rc = tr_rdv_serve_keep(&l, &g->id, sizeof g->id, c->procs - 1,
-                               c->rdv_timeout_ms, fds, &e);
-        tr_rdv_close(&l);
-      }
-      if (rc == WDS_OK)
-        rc = tr_rdv_link_start(fds, c->procs - 1, 1, 1, link_aborted, g,
-                               &g->link, &e);
-      free(fds);
-      if (rc != WDS_OK) {
-        snprintf(err, err_size, "rendezvous (serving the NCCL id): %s", e.msg);
-        goto fail;
-      }
-    }
-  } else {
-    wds__err e;
-    size_t got = 0;
-    int fd = -1;
-    if (tr_rdv_fetch_keep(c->master_addr, c->master_port, c->proc_rank,
-                          c->procs, &g->id, sizeof g->id, &got,
-                          c->rdv_timeout_ms, &fd, &e) != WDS_OK) {
-      snprintf(err, err_size, "rendezvous (fetching the NCCL id): %s", e.msg);
-      goto fail;
-    }
-    if (got != sizeof g->id) {
-      close(fd);
-      snprintf(err, err_size,
-               "rendezvous: %s:%d sent %zu bytes, not an NCCL id (%zu): "
-               "another program on that port, or another wds version?",
-               c->master_addr, c->master_port, got, sizeof g->id);
-      goto fail;
-    }
-    if (tr_rdv_link_start(&fd, 1, 0, 0, link_aborted, g, &g->link, &e) !=
-        WDS_OK) {
-      snprintf(err, err_size, "rendezvous: %s", e.msg);
+      rc = wds__fail(err, WDS_ERR_IO, "ncclGetUniqueId: %s: %s",
+                     ncclGetErrorString(res), ncclGetLastError(NULL));
       goto fail;
     }
   }
+  if ((rc = tr_pg_bcast(g->pg, &g->id, sizeof g->id, err)) != WDS_OK) {
+    wds__err_prefix(err, "%s",
+                    c->proc_rank == 0 ? "serving the NCCL id"
+                                      : "fetching the NCCL id");
+    goto fail;
+  }
   *out = g;
-  return 0;
+  return WDS_OK;
 fail:
-  tr_barrier_destroy(&g->barrier);
-  pthread_mutex_destroy(&g->why_mu);
+  if (g->owns_pg)
+    tr_pg_destroy(g->pg);
   free(g);
-  return -1;
+  return rc;
 }
 
 static void cuda_group_abort(tr_group *g) {
-  __atomic_store_n(&g->aborted, 1, __ATOMIC_RELEASE);
-  tr_barrier_abort(&g->barrier);
-  tr_rdv_link_abort(g->link); /* tell the other processes */
+  tr_pg_abort(g->pg, NULL); /* the local ranks, and the other processes */
 }
 
 static void cuda_group_destroy(tr_group *g) {
   if (!g)
     return;
-  tr_rdv_link_finish(g->link, !aborted(g));
-  tr_barrier_destroy(&g->barrier);
-  pthread_mutex_destroy(&g->why_mu);
+  if (g->owns_pg)
+    tr_pg_destroy(g->pg);
   free(g);
 }
 
@@ -555,9 +509,8 @@ static void cuda_rank_destroy(tr_rank *r) {
     if (r->comm_ok && !r->failed && !aborted(r->g)) {
       /* Flush, then free; ncclCommFinalize is non-blocking here. */
       ncclResult_t res = ncclCommFinalize(r->comm);
-      char err[256];
-      size_t err_size = sizeof err;
-      if (nccl_done(r, res, "ncclCommFinalize", 0, err, err_size) == 0)
+      wds__err err;
+      if (nccl_done(r, res, "ncclCommFinalize", 0, &err) == WDS_OK)
         ncclCommDestroy(r->comm);
       else
         ncclCommAbort(r->comm);
@@ -611,7 +564,7 @@ static void cuda_rank_destroy(tr_rank *r) {
 #define DMALLOC(ptr, bytes)                                                    \
   CU(cudaMalloc((void **)&(ptr), (bytes)), "cudaMalloc")
 
-static int rank_init(tr_rank *r, char *err, size_t err_size) {
+static int rank_init(tr_rank *r, wds__err *err) {
   tr_group *g = r->g;
   const tr_model_config *m = &r->m;
   CU(cudaSetDevice(r->device), "cudaSetDevice");
@@ -673,8 +626,7 @@ static int rank_init(tr_rank *r, char *err, size_t err_size) {
   CU(cudaMemset(r->loss_acc, 0, 2 * sizeof(double)), "cudaMemset");
   float *w0 = (float *)malloc(r->np * sizeof(float));
   if (!w0) {
-    snprintf(err, err_size, "rank %d: out of memory", r->rank);
-    return -1;
+    return wds__fail(err, WDS_ERR_NOMEM, "rank %d: out of memory", r->rank);
   }
   tr_model_init(m, w0);
   cudaError_t e =
@@ -692,21 +644,18 @@ static int rank_init(tr_rank *r, char *err, size_t err_size) {
   double deadline =
       now_s() +
       (g->c.rdv_timeout_ms > 0 ? g->c.rdv_timeout_ms / 1000.0 : 300.0);
-  if (nccl_done(r, res, "ncclCommInitRank", deadline, err, err_size) != 0)
-    return -1;
+  TRY(nccl_done(r, res, "ncclCommInitRank", deadline, err));
   r->comm_ok = 1;
-  return 0;
+  return WDS_OK;
 }
 
 static int cuda_rank_create(tr_group *g, int local, const tr_model_config *m,
-                            size_t batch_rows, tr_rank **out, char *err,
-                            size_t err_size) {
+                            size_t batch_rows, tr_rank **out, wds__err *err) {
   *out = NULL;
   tr_rank *r = (tr_rank *)calloc(1, sizeof *r);
-  if (!r) {
-    snprintf(err, err_size, "rank %d: out of memory", g->c.first_rank + local);
-    return -1;
-  }
+  if (!r)
+    return wds__fail(err, WDS_ERR_NOMEM, "rank %d: out of memory",
+                     g->c.first_rank + local);
   r->g = g;
   r->local = local;
   r->rank = g->c.first_rank + local;
@@ -715,23 +664,20 @@ static int cuda_rank_create(tr_group *g, int local, const tr_model_config *m,
   r->np = tr_model_param_count(m);
   r->B = batch_rows ? batch_rows : 1;
   r->D = (size_t)m->dims[0];
-  size_t off = 0;
-  for (int l = 0; l < m->layers; l++) {
-    r->offset[l] = off;
-    off += (size_t)m->dims[l + 1] * (size_t)m->dims[l] + (size_t)m->dims[l + 1];
-  }
-  if (rank_init(r, err, err_size) != 0) {
+  tr_model_offsets(m, r->offset);
+  int rc = rank_init(r, err);
+  if (rc != WDS_OK) {
     r->failed = 1;
     cuda_rank_destroy(r);
-    return -1;
+    return rc;
   }
   *out = r;
-  return 0;
+  return WDS_OK;
 }
 
 /* ---- data --------------------------------------------------------------- */
 
-static int cuda_upload_wait(tr_rank *r, int s, char *err, size_t err_size);
+static int cuda_upload_wait(tr_rank *r, int s, wds__err *err);
 
 /* Rows of view b that exist in its batch. */
 static size_t rows_present(const tr_batch_view *b) {
@@ -741,17 +687,16 @@ static size_t rows_present(const tr_batch_view *b) {
   return n < b->rows ? n : b->rows;
 }
 
-static int cuda_upload(tr_rank *r, const tr_batch_view *b, char *err,
-                       size_t err_size) {
+static int cuda_upload(tr_rank *r, const tr_batch_view *b, wds__err *err) {
   int s = b->slot;
   if (s < 0 || s > 1 || b->rows > r->B) {
-    snprintf(err, err_size, "rank %d: upload: slot %d, %zu rows (at most %zu)",
-             r->rank, s, b->rows, r->B);
-    return -1;
+    return wds__fail(err, WDS_ERR_INVALID,
+                     "rank %d: upload: slot %d, %zu rows (at most %zu)",
+                     r->rank, s, b->rows, r->B);
   }
   /* The staging buffers of the slot are free once its last copy is done. */
-  if (r->pending[s] && cuda_upload_wait(r, s, err, err_size) != 0)
-    return -1;
+  if (r->pending[s])
+    TRY(cuda_upload_wait(r, s, err));
   size_t n = rows_present(b);
   int classes = r->m.dims[r->m.layers];
   for (size_t i = 0; i < r->B; i++) {
@@ -759,11 +704,10 @@ static int cuda_upload(tr_rank *r, const tr_batch_view *b, char *err,
     int ok = i < n && b->valid[row];
     int64_t y = ok ? b->labels[row] : 0;
     if (ok && (y < 0 || y >= classes)) {
-      snprintf(err, err_size,
-               "rank %d: label %lld of batch row %zu is out of range "
-               "[0, %d) (--classes)",
-               r->rank, (long long)y, row, classes);
-      return -1;
+      return wds__fail(err, WDS_ERR_INVALID,
+                       "rank %d: label %lld of batch row %zu is out of range "
+                       "[0, %d) (--classes)",
+                       r->rank, (long long)y, row, classes);
     }
     r->h_lab[s][i] = (int)y;
     r->h_valid[s][i] = ok ? 1.0f : 0.0f;
@@ -785,21 +729,20 @@ static int cuda_upload(tr_rank *r, const tr_batch_view *b, char *err,
   r->uploaded[s] = 1;
   r->pending_bytes[s] =
       (double)(n * r->D + r->B * (sizeof(int) + sizeof(float)));
-  return 0;
+  return WDS_OK;
 }
 
-static int cuda_upload_wait(tr_rank *r, int s, char *err, size_t err_size) {
+static int cuda_upload_wait(tr_rank *r, int s, wds__err *err) {
   if (s < 0 || s > 1 || !r->pending[s])
     return 0;
-  if (wait_event(r, r->h2d_stop[s], "host-to-device copy", err, err_size) != 0)
-    return -1;
+  TRY(wait_event(r, r->h2d_stop[s], "host-to-device copy", err));
   float ms = 0.0f;
   CU(cudaEventElapsedTime(&ms, r->h2d_start[s], r->h2d_stop[s]),
      "cudaEventElapsedTime");
   r->h2d_bytes += r->pending_bytes[s];
   r->h2d_s += ms / 1000.0;
   r->pending[s] = 0;
-  return 0;
+  return WDS_OK;
 }
 
 static void cuda_take_h2d(tr_rank *r, double *bytes, double *seconds) {
@@ -811,11 +754,10 @@ static void cuda_take_h2d(tr_rank *r, double *bytes, double *seconds) {
 /* ---- math --------------------------------------------------------------- */
 
 /* Normalised inputs of slot s into act[0], then the forward pass. */
-static int forward(tr_rank *r, int s, char *err, size_t err_size) {
+static int forward(tr_rank *r, int s, wds__err *err) {
   if (s < 0 || s > 1 || !r->uploaded[s]) {
-    snprintf(err, err_size, "rank %d: device buffer %d holds no batch", r->rank,
-             s);
-    return -1;
+    return wds__fail(err, WDS_ERR_INVALID,
+                     "rank %d: device buffer %d holds no batch", r->rank, s);
   }
   CU(cudaStreamWaitEvent(r->compute, r->h2d_stop[s], 0), "cudaStreamWaitEvent");
   size_t n = r->B * r->D;
@@ -837,14 +779,13 @@ static int forward(tr_rank *r, int s, char *err, size_t err_size) {
         r->act[l + 1], bias, r->B, dout, l + 1 < r->m.layers);
     LAUNCHED("k_bias_act");
   }
-  return 0;
+  return WDS_OK;
 }
 
-static int cuda_forward_backward(tr_rank *r, const tr_batch_view *b, char *err,
-                                 size_t err_size) {
+static int cuda_forward_backward(tr_rank *r, const tr_batch_view *b,
+                                 wds__err *err) {
   int s = b->slot, L = r->m.layers, classes = r->m.dims[L];
-  if (forward(r, s, err, err_size) != 0)
-    return -1;
+  TRY(forward(r, s, err));
   int rows = (int)r->B;
   k_softmax_xent<<<(rows + THREADS - 1) / THREADS, THREADS, 0, r->compute>>>(
       r->act[L], r->lab[s], r->valid[s], rows, classes, r->dz, r->rowloss,
@@ -883,49 +824,45 @@ static int cuda_forward_backward(tr_rank *r, const tr_batch_view *b, char *err,
     dz = da;
     da = t;
   }
-  return 0;
+  return WDS_OK;
 }
 
-static int cuda_allreduce(tr_rank *r, char *err, size_t err_size) {
+static int cuda_allreduce(tr_rank *r, wds__err *err) {
   if (aborted(r->g))
-    return aborted_fail(r, "ncclAllReduce", err, err_size);
+    return aborted_fail(r, "ncclAllReduce", err);
   ncclResult_t res = ncclAllReduce(r->grad, r->grad, r->np + 2, ncclFloat,
                                    ncclSum, r->comm, r->compute);
-  if (nccl_done(r, res, "ncclAllReduce", 0, err, err_size) != 0)
-    return -1;
+  TRY(nccl_done(r, res, "ncclAllReduce", 0, err));
   k_take_step_loss<<<1, 1, 0, r->compute>>>(r->grad + r->np, r->loss_acc);
   LAUNCHED("k_take_step_loss");
-  return 0;
+  return WDS_OK;
 }
 
 static int cuda_take_loss(tr_rank *r, double *loss_sum, double *count,
-                          char *err, size_t err_size) {
+                          wds__err *err) {
   CU(cudaMemcpyAsync(r->h_scratch, r->loss_acc, 2 * sizeof(double),
                      cudaMemcpyDeviceToHost, r->compute),
      "cudaMemcpyAsync (loss)");
   CU(cudaMemsetAsync(r->loss_acc, 0, 2 * sizeof(double), r->compute),
      "cudaMemsetAsync");
-  if (wait_compute(r, "loss", err, err_size) != 0)
-    return -1;
+  TRY(wait_compute(r, "loss", err));
   *loss_sum = r->h_scratch[0];
   *count = r->h_scratch[1];
-  return 0;
+  return WDS_OK;
 }
 
-static int cuda_sgd_step(tr_rank *r, float lr, char *err, size_t err_size) {
+static int cuda_sgd_step(tr_rank *r, float lr, wds__err *err) {
   k_sgd<<<blocks_for(r->np), THREADS, 0, r->compute>>>(
       r->w, r->v, r->grad, r->np, r->grad + r->np + 1, lr, r->m.momentum,
       r->m.weight_decay);
   LAUNCHED("k_sgd");
-  return 0;
+  return WDS_OK;
 }
 
 static int cuda_evaluate(tr_rank *r, const tr_batch_view *b, double *loss_sum,
-                         uint64_t *correct, uint64_t *count, char *err,
-                         size_t err_size) {
+                         uint64_t *correct, uint64_t *count, wds__err *err) {
   int s = b->slot, L = r->m.layers, rows = (int)r->B;
-  if (forward(r, s, err, err_size) != 0)
-    return -1;
+  TRY(forward(r, s, err));
   k_softmax_xent<<<(rows + THREADS - 1) / THREADS, THREADS, 0, r->compute>>>(
       r->act[L], r->lab[s], r->valid[s], rows, r->m.dims[L], NULL, r->rowloss,
       r->rowcorrect);
@@ -937,20 +874,19 @@ static int cuda_evaluate(tr_rank *r, const tr_batch_view *b, double *loss_sum,
   CU(cudaMemcpyAsync(r->h_scratch, r->sums, 3 * sizeof(double),
                      cudaMemcpyDeviceToHost, r->compute),
      "cudaMemcpyAsync (evaluation sums)");
-  if (wait_compute(r, "evaluate", err, err_size) != 0)
-    return -1;
+  TRY(wait_compute(r, "evaluate", err));
   *loss_sum += r->h_scratch[0];
   *correct += (uint64_t)(r->h_scratch[1] + 0.5);
   *count += (uint64_t)(r->h_scratch[2] + 0.5);
-  return 0;
+  return WDS_OK;
 }
 
-static int cuda_allreduce_small(tr_rank *r, double *values, int n, char *err,
-                                size_t err_size) {
+static int cuda_allreduce_small(tr_rank *r, double *values, int n,
+                                wds__err *err) {
   if (n < 1 || n > TR_SMALL_MAX) {
-    snprintf(err, err_size, "allreduce_small: %d values (at most %d)", n,
-             TR_SMALL_MAX);
-    return -1;
+    return wds__fail(err, WDS_ERR_LIMIT,
+                     "allreduce_small: %d values (at most %d)", n,
+                     TR_SMALL_MAX);
   }
   memcpy(r->h_scratch, values, (size_t)n * sizeof(double));
   CU(cudaMemcpyAsync(r->small, r->h_scratch, (size_t)n * sizeof(double),
@@ -958,83 +894,79 @@ static int cuda_allreduce_small(tr_rank *r, double *values, int n, char *err,
      "cudaMemcpyAsync");
   ncclResult_t res = ncclAllReduce(r->small, r->small, (size_t)n, ncclFloat64,
                                    ncclSum, r->comm, r->compute);
-  if (nccl_done(r, res, "ncclAllReduce (evaluation totals)", 0, err,
-                err_size) != 0)
-    return -1;
+  TRY(nccl_done(r, res, "ncclAllReduce (evaluation totals)", 0, err));
   CU(cudaMemcpyAsync(r->h_scratch, r->small, (size_t)n * sizeof(double),
                      cudaMemcpyDeviceToHost, r->compute),
      "cudaMemcpyAsync");
-  if (wait_compute(r, "ncclAllReduce (evaluation totals)", err, err_size) != 0)
-    return -1;
+  TRY(wait_compute(r, "ncclAllReduce (evaluation totals)", err));
   memcpy(values, r->h_scratch, (size_t)n * sizeof(double));
-  return 0;
+  return WDS_OK;
 }
 
-static int cuda_gather_u64(tr_rank *r, uint64_t mine, uint64_t *all, char *err,
-                           size_t err_size) {
+static int cuda_gather_u64(tr_rank *r, uint64_t mine, uint64_t *all,
+                           wds__err *err) {
   unsigned long long *h = (unsigned long long *)r->h_scratch;
   h[0] = mine;
   CU(cudaMemcpyAsync(r->gin, h, sizeof *h, cudaMemcpyHostToDevice, r->compute),
      "cudaMemcpyAsync");
   ncclResult_t res =
       ncclAllGather(r->gin, r->gout, 1, ncclUint64, r->comm, r->compute);
-  if (nccl_done(r, res, "ncclAllGather", 0, err, err_size) != 0)
-    return -1;
+  TRY(nccl_done(r, res, "ncclAllGather", 0, err));
   size_t bytes = (size_t)r->g->c.world * sizeof *h;
   CU(cudaMemcpyAsync(h, r->gout, bytes, cudaMemcpyDeviceToHost, r->compute),
      "cudaMemcpyAsync");
-  if (wait_compute(r, "ncclAllGather", err, err_size) != 0)
-    return -1;
+  TRY(wait_compute(r, "ncclAllGather", err));
   for (int i = 0; i < r->g->c.world; i++)
     all[i] = h[i];
-  return 0;
+  return WDS_OK;
 }
 
-static int cuda_barrier(tr_rank *r) { return tr_barrier_wait(&r->g->barrier); }
+static int cuda_barrier(tr_rank *r) { return tr_pg_barrier(r->g->pg); }
 
 /* Device <-> host copies of n floats, ordered on the compute stream. */
 static int copy_floats(tr_rank *r, void *dst, const void *src, size_t n,
-                       cudaMemcpyKind kind, const char *what, char *err,
-                       size_t err_size) {
+                       cudaMemcpyKind kind, const char *what, wds__err *err) {
   /* With pageable host memory the copy blocks in the driver until the
    * stream reaches it: first wait (polling) for what is queued before. */
-  if (wait_compute(r, what, err, err_size) != 0)
-    return -1;
+  TRY(wait_compute(r, what, err));
   CU(cudaMemcpyAsync(dst, src, n * sizeof(float), kind, r->compute), what);
-  return wait_compute(r, what, err, err_size);
+  return wait_compute(r, what, err);
 }
 
 static int cuda_get_state(tr_rank *r, float *weights, float *momentum,
-                          char *err, size_t err_size) {
-  if (weights && copy_floats(r, weights, r->w, r->np, cudaMemcpyDeviceToHost,
-                             "cudaMemcpyAsync (weights)", err, err_size) != 0)
-    return -1;
-  if (momentum && copy_floats(r, momentum, r->v, r->np, cudaMemcpyDeviceToHost,
-                              "cudaMemcpyAsync (momentum)", err, err_size) != 0)
-    return -1;
-  return 0;
+                          wds__err *err) {
+  if (weights)
+    TRY(copy_floats(r, weights, r->w, r->np, cudaMemcpyDeviceToHost,
+                    "cudaMemcpyAsync (weights)", err));
+  if (momentum)
+    TRY(copy_floats(r, momentum, r->v, r->np, cudaMemcpyDeviceToHost,
+                    "cudaMemcpyAsync (momentum)", err));
+  return WDS_OK;
 }
 
 static int cuda_set_state(tr_rank *r, const float *weights,
-                          const float *momentum, char *err, size_t err_size) {
-  if (weights && copy_floats(r, r->w, weights, r->np, cudaMemcpyHostToDevice,
-                             "cudaMemcpyAsync (weights)", err, err_size) != 0)
-    return -1;
-  if (momentum && copy_floats(r, r->v, momentum, r->np, cudaMemcpyHostToDevice,
-                              "cudaMemcpyAsync (momentum)", err, err_size) != 0)
-    return -1;
-  return 0;
+                          const float *momentum, wds__err *err) {
+  if (weights)
+    TRY(copy_floats(r, r->w, weights, r->np, cudaMemcpyHostToDevice,
+                    "cudaMemcpyAsync (weights)", err));
+  if (momentum)
+    TRY(copy_floats(r, r->v, momentum, r->np, cudaMemcpyHostToDevice,
+                    "cudaMemcpyAsync (momentum)", err));
+  return WDS_OK;
 }
 
-static int cuda_get_grad(tr_rank *r, float *grad, char *err, size_t err_size) {
+static int cuda_get_grad(tr_rank *r, float *grad, wds__err *err) {
   return copy_floats(r, grad, r->grad, r->np + 2, cudaMemcpyDeviceToHost,
-                     "cudaMemcpyAsync (gradient)", err, err_size);
+                     "cudaMemcpyAsync (gradient)", err);
 }
 
 static tr_backend make_backend(void) {
   tr_backend b;
   memset(&b, 0, sizeof b);
   b.name = "cuda";
+  b.device_count = cuda_device_count;
+  b.set_device = cuda_set_device;
+  b.multi_process = 1;
   b.group_create = cuda_group_create;
   b.group_abort = cuda_group_abort;
   b.group_destroy = cuda_group_destroy;
@@ -1057,7 +989,5 @@ static tr_backend make_backend(void) {
   return b;
 }
 
-extern "C" const tr_backend *tr_backend_cuda_get(void) {
-  static const tr_backend b = make_backend(); /* initialised once */
-  return &b;
-}
+/* Initialised before main (the registry's table holds its address). */
+extern "C" const tr_backend tr_backend_cuda = make_backend();

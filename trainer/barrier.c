@@ -8,12 +8,12 @@ int tr_barrier_init(tr_barrier *b, int count) {
   b->generation = 0;
   b->aborted = 0;
   if (pthread_mutex_init(&b->mu, NULL) != 0)
-    return -1;
+    return WDS_ERR_NOMEM;
   if (pthread_cond_init(&b->cv, NULL) != 0) {
     pthread_mutex_destroy(&b->mu);
-    return -1;
+    return WDS_ERR_NOMEM;
   }
-  return 0;
+  return WDS_OK;
 }
 
 void tr_barrier_destroy(tr_barrier *b) {
@@ -22,10 +22,10 @@ void tr_barrier_destroy(tr_barrier *b) {
 }
 
 int tr_barrier_wait(tr_barrier *b) {
-  int rc = 0;
+  int rc = WDS_OK;
   pthread_mutex_lock(&b->mu);
   if (b->aborted) {
-    rc = -1;
+    rc = WDS_ERR_CANCELLED;
   } else if (++b->waiting == b->count) {
     b->waiting = 0;
     b->generation++;
@@ -35,7 +35,7 @@ int tr_barrier_wait(tr_barrier *b) {
     while (gen == b->generation && !b->aborted)
       pthread_cond_wait(&b->cv, &b->mu);
     if (gen == b->generation)
-      rc = -1;
+      rc = WDS_ERR_CANCELLED;
   }
   pthread_mutex_unlock(&b->mu);
   return rc;

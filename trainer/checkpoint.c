@@ -67,15 +67,23 @@ static int write_all(int fd, const unsigned char *p, size_t n) {
   return 0;
 }
 
-int tr_checkpoint_save(const char *path, const tr_checkpoint *c, char *err,
-                       size_t err_size) {
-  int rc = -1;
+uint64_t tr_fnv1a(uint64_t h, const void *data, size_t size) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < size; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+int tr_checkpoint_save(const char *path, const tr_checkpoint *c, wds__err *e) {
+  int rc = WDS_ERR_IO;
   size_t size = TR_HEADER_BYTES + 8 * c->param_count + 8;
   unsigned char *buf = malloc(size), *p = buf;
   wds_outfile *f = NULL;
   char msg[1024];
   if (!buf) {
-    snprintf(err, err_size, "checkpoint %s: out of memory", path);
+    rc = wds__fail(e, WDS_ERR_NOMEM, "checkpoint %s: out of memory", path);
     goto done;
   }
   memcpy(p, TR_MAGIC, 8);
@@ -98,77 +106,79 @@ int tr_checkpoint_save(const char *path, const tr_checkpoint *c, char *err,
   /* The processes of a multi-node job may write the same path on a shared
    * file system: wds_outfile creates its temporary name exclusively. */
   if (wds_outfile_open(path, 0, &f, msg, sizeof msg) != WDS_OK) {
-    snprintf(err, err_size, "checkpoint: %s", msg);
+    rc = wds__fail(e, WDS_ERR_IO, "checkpoint: %s", msg);
     goto done;
   }
   if (write_all(wds_outfile_fd(f), buf, size) != 0) {
-    snprintf(err, err_size, "checkpoint %s: %s", path, strerror(errno));
+    rc = wds__fail(e, WDS_ERR_IO, "checkpoint %s: %s", path, strerror(errno));
     goto done;
   }
   if (wds_outfile_commit(f, msg, sizeof msg) != WDS_OK) {
-    snprintf(err, err_size, "checkpoint: %s", msg);
+    rc = wds__fail(e, WDS_ERR_IO, "checkpoint: %s", msg);
     goto done;
   }
-  rc = 0;
+  rc = WDS_OK;
 done:
   wds_outfile_close(f); /* removes the temporary file after an error */
   free(buf);
   return rc;
 }
 
-int tr_checkpoint_load(const char *path, tr_checkpoint *c, char *err,
-                       size_t err_size) {
-  int rc = -1;
+int tr_checkpoint_load(const char *path, tr_checkpoint *c, wds__err *e) {
+  int rc = WDS_ERR_CORRUPT;
   unsigned char *buf = NULL;
   FILE *f = fopen(path, "rb");
   memset(c, 0, sizeof *c);
   if (!f) {
-    snprintf(err, err_size, "checkpoint %s: %s", path, strerror(errno));
-    return -1;
+    return wds__fail(e, WDS_ERR_OPEN, "checkpoint %s: %s", path,
+                     strerror(errno));
   }
   struct stat st;
   if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    snprintf(err, err_size, "checkpoint %s: not a regular file", path);
+    rc = wds__fail(e, WDS_ERR_IO, "checkpoint %s: not a regular file", path);
     goto done;
   }
   size_t size = (size_t)st.st_size;
   if (size < TR_HEADER_BYTES + 8) {
-    snprintf(err, err_size,
-             "checkpoint %s: too short (%zu bytes) to be a wds-train "
-             "checkpoint",
-             path, size);
+    rc = wds__fail(e, WDS_ERR_TRUNCATED,
+                   "checkpoint %s: too short (%zu bytes) to be a wds-train "
+                   "checkpoint",
+                   path, size);
     goto done;
   }
   buf = malloc(size);
   if (!buf || fread(buf, 1, size, f) != size) {
-    snprintf(err, err_size, "checkpoint %s: read failed", path);
+    rc = wds__fail(e, WDS_ERR_IO, "checkpoint %s: read failed", path);
     goto done;
   }
   const unsigned char *p = buf;
   if (memcmp(p, TR_MAGIC, 8) != 0) {
-    snprintf(err, err_size,
-             "checkpoint %s: not a wds-train checkpoint (bad magic)", path);
+    rc = wds__fail(e, WDS_ERR_CORRUPT,
+                   "checkpoint %s: not a wds-train checkpoint (bad magic)",
+                   path);
     goto done;
   }
   p += 8;
   uint32_t version = get_u32(&p);
   if (version != TR_CHECKPOINT_VERSION) {
-    snprintf(err, err_size,
-             "checkpoint %s: version %u (this wds-train reads version %d)",
-             path, version, TR_CHECKPOINT_VERSION);
+    rc =
+        wds__fail(e, WDS_ERR_FORMAT,
+                  "checkpoint %s: version %u (this wds-train reads version %d)",
+                  path, version, TR_CHECKPOINT_VERSION);
     goto done;
   }
   uint32_t layers = get_u32(&p);
   if (layers < 1 || layers > TR_MAX_LAYERS) {
-    snprintf(err, err_size, "checkpoint %s: bad layer count %u", path,
-             layers);
+    rc = wds__fail(e, WDS_ERR_CORRUPT, "checkpoint %s: bad layer count %u",
+                   path, layers);
     goto done;
   }
   c->layers = (int)layers;
   for (int i = 0; i <= TR_MAX_LAYERS; i++) {
     uint32_t d = get_u32(&p);
     if (i <= c->layers && (d < 1 || d > (1u << 24))) {
-      snprintf(err, err_size, "checkpoint %s: bad layer size %u", path, d);
+      rc = wds__fail(e, WDS_ERR_CORRUPT, "checkpoint %s: bad layer size %u",
+                     path, d);
       goto done;
     }
     c->dims[i] = i <= c->layers ? (int)d : 0;
@@ -178,22 +188,24 @@ int tr_checkpoint_load(const char *path, tr_checkpoint *c, char *err,
   size_t expect_params = tr_model_param_count(&m);
   c->param_count = (size_t)get_u64(&p);
   if (c->param_count != expect_params) {
-    snprintf(err, err_size,
-             "checkpoint %s: %zu parameters, but its layer sizes make %zu",
-             path, c->param_count, expect_params);
+    rc =
+        wds__fail(e, WDS_ERR_CORRUPT,
+                  "checkpoint %s: %zu parameters, but its layer sizes make %zu",
+                  path, c->param_count, expect_params);
     goto done;
   }
   if (size != TR_HEADER_BYTES + 8 * c->param_count + 8) {
-    snprintf(err, err_size,
-             "checkpoint %s: %zu bytes, expected %zu (truncated or extended)",
-             path, size, (size_t)(TR_HEADER_BYTES + 8 * c->param_count + 8));
+    rc = wds__fail(
+        e, WDS_ERR_TRUNCATED,
+        "checkpoint %s: %zu bytes, expected %zu (truncated or extended)", path,
+        size, (size_t)(TR_HEADER_BYTES + 8 * c->param_count + 8));
     goto done;
   }
   const unsigned char *q = buf + size - 8;
   uint64_t sum = get_u64(&q);
   if (sum != tr_fnv1a(TR_FNV_INIT, buf, size - 8)) {
-    snprintf(err, err_size, "checkpoint %s: checksum mismatch (corrupt file)",
-             path);
+    rc = wds__fail(e, WDS_ERR_CORRUPT,
+                   "checkpoint %s: checksum mismatch (corrupt file)", path);
     goto done;
   }
   c->step = get_u64(&p);
@@ -205,14 +217,14 @@ int tr_checkpoint_load(const char *path, tr_checkpoint *c, char *err,
   c->weights = malloc(c->param_count * sizeof(float));
   c->momentum = malloc(c->param_count * sizeof(float));
   if (!c->weights || !c->momentum) {
-    snprintf(err, err_size, "checkpoint %s: out of memory", path);
+    rc = wds__fail(e, WDS_ERR_NOMEM, "checkpoint %s: out of memory", path);
     goto done;
   }
   get_floats(&p, c->weights, c->param_count);
   get_floats(&p, c->momentum, c->param_count);
-  rc = 0;
+  rc = WDS_OK;
 done:
-  if (rc != 0)
+  if (rc != WDS_OK)
     tr_checkpoint_free(c);
   free(buf);
   fclose(f);

@@ -20,7 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer/backend.h"
+#include "base/err.h"
+#include "trainer/model.h"
 
 #define TR_CHECKPOINT_VERSION 1
 
@@ -33,17 +34,26 @@ typedef struct tr_checkpoint {
   float *weights, *momentum; /* param_count each; owned after load */
 } tr_checkpoint;
 
-int tr_checkpoint_save(const char *path, const tr_checkpoint *c, char *err,
-                       size_t err_size);
-/* Reads and validates (magic, version, sizes, checksum). 0, or -1 with a
- * message naming the file and what is wrong. */
-int tr_checkpoint_load(const char *path, tr_checkpoint *c, char *err,
-                       size_t err_size);
+/* WDS_OK, or WDS_ERR_IO (WDS_ERR_NOMEM) with the message in e. */
+int tr_checkpoint_save(const char *path, const tr_checkpoint *c, wds__err *e);
+/* Reads and validates (magic, version, sizes, checksum). WDS_OK, or a
+ * negative status with a message naming the file and what is wrong:
+ * WDS_ERR_OPEN (cannot open it), WDS_ERR_IO (not a regular file, a failed
+ * read), WDS_ERR_TRUNCATED (too short, or a size that does not match its
+ * header), WDS_ERR_FORMAT (another version), WDS_ERR_CORRUPT (bad magic,
+ * sizes or checksum), WDS_ERR_NOMEM. On failure c holds nothing. */
+int tr_checkpoint_load(const char *path, tr_checkpoint *c, wds__err *e);
 void tr_checkpoint_free(tr_checkpoint *c);
 
 /* Learning rate of step `step` (0-based) of `total`: linear warm-up from
  * base/warmup to base over the first `warmup` steps, then cosine decay from
  * base towards 0 at step `total`. */
 double tr_lr_at(uint64_t step, uint64_t total, uint64_t warmup, double base);
+
+/* FNV-1a 64 of bytes, continuing from h (start with TR_FNV_INIT): the
+ * checkpoint's checksum, the weight checksums in the logs, the
+ * configuration's fingerprint. */
+#define TR_FNV_INIT 0xcbf29ce484222325ULL
+uint64_t tr_fnv1a(uint64_t h, const void *data, size_t size);
 
 #endif

@@ -512,35 +512,39 @@ int main(int argc, char **argv) {
   o.master_addr = topo.master_addr;
   o.master_port = topo.master_port;
 
-  const tr_backend *cuda = tr_backend_cuda_get();
-  char why[256] = "";
-  int visible = cuda ? tr_cuda_device_count(why, sizeof why) : 0;
-  if (strcmp(device, "cuda") == 0) {
-    if (!cuda) {
-      fprintf(stderr, "wds-train: --device cuda: not built with CUDA (this "
-                      "wds-train has the CPU backend only; use --device "
-                      "cpu)\n");
-      return 1;
-    }
-    if (visible < 1) {
-      fprintf(stderr, "wds-train: --device cuda: no CUDA GPU found (%s)\n",
-              why);
-      return 1;
-    }
-    if (ranks_given)
-      return usage_error("%s", "--ranks is for --device cpu; use --gpus");
-    o.backend = cuda;
-  } else if (strcmp(device, "auto") == 0 && cuda && visible > 0) {
-    o.backend = cuda; /* --ranks is the CPU's rank count: not used */
+  /* The backend, from the registry (backends.c): --device NAME, or auto:
+   * the first available one (a device backend with a device visible, else
+   * the CPU). why says why a device backend is not available. */
+  wds__err why;
+  why.msg[0] = '\0';
+  const tr_backend *best = tr_backend_auto(&why);
+  if (strcmp(device, "auto") == 0) {
+    o.backend = best; /* --ranks is the CPU's rank count: not used */
   } else {
-    o.backend = &tr_backend_cpu;
+    o.backend = tr_backend_find(device);
+    if (!o.backend) {
+      fprintf(stderr,
+              "wds-train: --device %s: not built with CUDA (this "
+              "wds-train has the CPU backend only; use --device "
+              "cpu)\n",
+              device);
+      return 1;
+    }
+    if (!tr_backend_available(o.backend, &why)) {
+      fprintf(stderr, "wds-train: --device %s: no CUDA GPU found (%s)\n",
+              device, why.msg);
+      return 1;
+    }
+    if (o.backend->device_count && ranks_given)
+      return usage_error("%s", "--ranks is for --device cpu; use --gpus");
   }
-  if (o.backend == &tr_backend_cpu && gpus > 0) {
+  int visible = o.backend->device_count ? o.backend->device_count(&why) : 0;
+  if (!o.backend->device_count && gpus > 0) {
     fprintf(stderr, "wds-train: --gpus: the CPU backend uses --ranks%s%s\n",
-            why[0] ? "; no GPU: " : "", why);
+            why.msg[0] ? "; no GPU: " : "", why.msg);
     return 2;
   }
-  if (o.backend != &tr_backend_cpu) {
+  if (o.backend->device_count) {
     if (topo.per_process) {
       if (gpus > 1) {
         fprintf(stderr,
@@ -564,7 +568,7 @@ int main(int argc, char **argv) {
       o.ranks = gpus > 0 ? gpus : visible;
     }
   }
-  if (o.backend == &tr_backend_cpu && o.procs > 1) {
+  if (!o.backend->multi_process && o.procs > 1) {
     fprintf(stderr,
             "wds-train: %d processes (%s): the CPU backend runs in one "
             "process (ranks are threads); several nodes need --device cuda\n",
@@ -578,16 +582,16 @@ int main(int argc, char **argv) {
   tool_signals_install();
   o.interrupted = tool_signal_caught;
   o.watch_loader = tool_signals_loader;
-  char err[1024];
-  int rc = tr_run(&o, err, sizeof err);
-  if (rc == 1 && tool_signal_caught()) {
+  wds__err err;
+  int rc = tr_run(&o, &err);
+  if (rc == WDS_ERR_CANCELLED && tool_signal_caught()) {
     fflush(stdout);
     fprintf(stderr, "wds-train: interrupted by %s; %s\n", tool_signal_name(),
-            err);
+            err.msg);
     return tool_signal_status();
   }
-  if (rc != 0) {
-    fprintf(stderr, "wds-train: %s\n", err);
+  if (rc != WDS_OK) {
+    fprintf(stderr, "wds-train: %s\n", err.msg);
     error_printed = 1;
     return 1;
   }

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "trainer/rdv_net.h"
 #include "trainer/rendezvous.h"
 
 struct tr_rdv_link {
@@ -177,4 +178,57 @@ void tr_rdv_link_finish(tr_rdv_link *k, int ok) {
   free(k->done);
   free(k->names);
   free(k);
+}
+
+/* ---- one blob from process 0, before the links start -------------------- */
+
+int tr_rdv_blob_send(const int *fds, int n, int first_peer, const void *blob,
+                     size_t size, int timeout_ms, wds__err *e) {
+  if ((!blob && size) || size > TR_RDV_MAX_BLOB || timeout_ms <= 0)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "rendezvous: bad arguments (blob size %zu of at most %d, "
+                     "timeout %d ms)",
+                     size, TR_RDV_MAX_BLOB, timeout_ms);
+  int64_t deadline = tr_rdv_now_ms() + timeout_ms;
+  unsigned char head[4];
+  tr_rdv_put_u32(head, (uint32_t)size);
+  for (int i = 0; i < n; i++) {
+    int w = tr_rdv_write_full(fds[i], head, sizeof head, deadline);
+    if (w == TR_RDV_IO_OK && size)
+      w = tr_rdv_write_full(fds[i], blob, size, deadline);
+    if (w != TR_RDV_IO_OK)
+      return wds__fail(e, WDS_ERR_IO, "rendezvous: sending to process %d: %s",
+                       first_peer + i,
+                       w == TR_RDV_IO_TIMEOUT ? "timed out" : strerror(errno));
+  }
+  return WDS_OK;
+}
+
+int tr_rdv_blob_recv(int fd, void *blob, size_t cap, size_t *size,
+                     int timeout_ms, wds__err *e) {
+  *size = 0;
+  if ((!blob && cap) || timeout_ms <= 0)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "rendezvous: bad arguments (timeout %d ms)", timeout_ms);
+  int64_t deadline = tr_rdv_now_ms() + timeout_ms;
+  unsigned char head[4];
+  size_t got = 0;
+  int r = tr_rdv_read_full(fd, head, sizeof head, &got, deadline);
+  uint32_t n = r == TR_RDV_IO_OK ? tr_rdv_get_u32(head) : 0;
+  if (r == TR_RDV_IO_OK && (n > TR_RDV_MAX_BLOB || n > cap))
+    return wds__fail(e, WDS_ERR_IO,
+                     "rendezvous: process 0 sent %u bytes for a buffer of %zu "
+                     "(another wds version?)",
+                     (unsigned)n, cap);
+  if (r == TR_RDV_IO_OK && n)
+    r = tr_rdv_read_full(fd, blob, n, &got, deadline);
+  if (r != TR_RDV_IO_OK)
+    return wds__fail(e, WDS_ERR_IO, "rendezvous: reading from process 0: %s",
+                     r == TR_RDV_IO_TIMEOUT ? "timed out"
+                     : r == TR_RDV_IO_EOF
+                         ? "process 0 closed the connection (did it fail? "
+                           "see its log)"
+                         : strerror(errno));
+  *size = n;
+  return WDS_OK;
 }

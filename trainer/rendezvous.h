@@ -129,6 +129,17 @@ void tr_rdv_link_abort(tr_rdv_link *k);
  * the sockets, frees. NULL is a no-op. */
 void tr_rdv_link_finish(tr_rdv_link *k, int ok);
 
+/* Before the links start (their thread reads the sockets): process 0 sends
+ * blob[0..size) (at most TR_RDV_MAX_BLOB bytes) on each of fds[0..n)
+ * (first_peer names fds[0]'s process in messages); another process reads
+ * one into blob[0..cap) from its socket to process 0, its length into
+ * *size. Framed as u32 size (big-endian), then the bytes; both bounded by
+ * timeout_ms. */
+int tr_rdv_blob_send(const int *fds, int n, int first_peer, const void *blob,
+                     size_t size, int timeout_ms, wds__err *e);
+int tr_rdv_blob_recv(int fd, void *blob, size_t cap, size_t *size,
+                     int timeout_ms, wds__err *e);
+
 /* Topology of the job. Before tr_rdv_resolve(): explicit values (from
  * command-line flags) or "unset" ("" for master_addr, -1 for the integers);
  * explicit values win over the environment. After: every field set.

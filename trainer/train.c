@@ -23,26 +23,15 @@
 #include <time.h>
 
 #include "trainer/checkpoint.h"
+#include "trainer/procgroup.h"
 #include "trainer/train.h"
-
-#ifndef WDS_TRAINER_CUDA
-const tr_backend *tr_backend_cuda_get(void) { return NULL; }
-int tr_cuda_device_count(char *why, size_t why_size) {
-  snprintf(why, why_size, "wds-train was built without CUDA");
-  return 0;
-}
-int tr_cuda_set_device(int device, char *err, size_t err_size) {
-  snprintf(err, err_size, "device %d: wds-train was built without CUDA",
-           device);
-  return -1;
-}
-#endif
 
 enum { CMD_STEP, CMD_EVAL, CMD_FINAL, CMD_STOP };
 
 typedef struct shared {
   const tr_options *o;
   const tr_backend *be;
+  tr_pg *pg; /* the job's processes (procgroup.h) */
   tr_group *group;
   tr_model_config model;
   size_t param_count;
@@ -80,7 +69,8 @@ typedef struct shared {
   pthread_mutex_t err_mu;
   int failed;
   int interrupted; /* the failure was an interrupt (o->interrupted) */
-  char err[512];
+  wds__err err;    /* the first failure */
+  int err_code;
   uint64_t saved_step; /* of the last checkpoint written, if saved */
   int saved;
 } shared;
@@ -96,13 +86,18 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void fail(shared *sh, const char *fmt, ...) {
+/* Records the first failure (status and message) and aborts the group, so
+ * that every rank leaves its collectives. */
+static void fail(shared *sh, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fail(shared *sh, int status, const char *fmt, ...) {
   pthread_mutex_lock(&sh->err_mu);
   if (!sh->failed) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(sh->err, sizeof sh->err, fmt, ap);
+    vsnprintf(sh->err.msg, sizeof sh->err.msg, fmt, ap);
     va_end(ap);
+    sh->err_code = status;
     sh->failed = 1;
   }
   pthread_mutex_unlock(&sh->err_mu);
@@ -132,7 +127,7 @@ void tr_options_init(tr_options *o) {
   o->momentum = 0.9;
   o->weight_decay = 5e-4;
   o->log_every = 10;
-  o->backend = &tr_backend_cpu;
+  o->backend = tr_backend_find("cpu");
   o->out = stdout;
 }
 
@@ -154,18 +149,18 @@ static int fetch(shared *sh, const wds_batch **out) {
     return 0;
   if (rc == WDS_ERR_CANCELLED) {
     sh->interrupted = 1;
-    fail(sh, "interrupted");
+    fail(sh, rc, "interrupted");
     return -1;
   }
   if (rc != WDS_OK) {
-    fail(sh, "training data: %s", wds_loader_error(sh->train));
+    fail(sh, rc, "training data: %s", wds_loader_error(sh->train));
     return -1;
   }
   if (b->field_count < 2 || b->fields[0].dtype != WDS_DTYPE_U8 ||
       b->fields[0].row_bytes != (size_t)sh->model.dims[0] ||
       b->fields[1].dtype != WDS_DTYPE_I64) {
     wds_loader_release(sh->train, b);
-    fail(sh, "training data: unexpected batch layout");
+    fail(sh, WDS_ERR_FORMAT, "training data: unexpected batch layout");
     return -1;
   }
   *out = b;
@@ -182,7 +177,7 @@ static int more_steps(const shared *sh, uint64_t done) {
 static int coordinate(shared *sh, int *seen_eof) {
   if (sh->o->interrupted && sh->o->interrupted()) {
     sh->interrupted = 1;
-    fail(sh, "interrupted");
+    fail(sh, WDS_ERR_CANCELLED, "interrupted");
     return -1;
   }
   if (sh->step >= sh->total_steps) {
@@ -204,7 +199,7 @@ static int coordinate(shared *sh, int *seen_eof) {
       return -1;
     if (!got) {
       if (*seen_eof) {
-        fail(sh, "training data: an epoch has no batches");
+        fail(sh, WDS_ERR_INVALID, "training data: an epoch has no batches");
         return -1;
       }
       *seen_eof = 1;
@@ -233,7 +228,7 @@ static void view_of(const shared *sh, const wds_batch *b, int rank, int slot,
   v->slot = slot;
 }
 
-static int save_checkpoint(shared *sh, tr_rank *r, char *err, size_t err_size) {
+static int save_checkpoint(shared *sh, tr_rank *r, wds__err *e) {
   tr_checkpoint c = {.layers = sh->model.layers,
                      .param_count = sh->param_count,
                      .step = sh->step,
@@ -246,13 +241,12 @@ static int save_checkpoint(shared *sh, tr_rank *r, char *err, size_t err_size) {
     c.loader_batches--;
   c.weights = malloc(sh->param_count * sizeof(float));
   c.momentum = malloc(sh->param_count * sizeof(float));
-  int rc = -1;
-  if (!c.weights || !c.momentum) {
-    snprintf(err, err_size, "checkpoint: out of memory");
-  } else if (sh->be->get_state(r, c.weights, c.momentum, err, err_size) == 0) {
-    rc = tr_checkpoint_save(sh->o->checkpoint_path, &c, err, err_size);
-  }
-  if (rc == 0) {
+  int rc;
+  if (!c.weights || !c.momentum)
+    rc = wds__fail(e, WDS_ERR_NOMEM, "checkpoint: out of memory");
+  else if ((rc = sh->be->get_state(r, c.weights, c.momentum, e)) == WDS_OK)
+    rc = tr_checkpoint_save(sh->o->checkpoint_path, &c, e);
+  if (rc == WDS_OK) {
     sh->saved = 1;
     sh->saved_step = c.step;
   }
@@ -261,56 +255,58 @@ static int save_checkpoint(shared *sh, tr_rank *r, char *err, size_t err_size) {
 }
 
 /* All ranks: one pass over the evaluation set. */
-static int run_eval(shared *sh, tr_rank *r, int rank, char *err,
-                    size_t err_size) {
+/* WDS_OK, or a negative status: with a message in e when this rank failed,
+ * without one when the group was aborted (another rank failed). */
+static int run_eval(shared *sh, tr_rank *r, int rank, wds__err *e) {
   double sums[3] = {0, 0, 0}; /* loss, correct, count */
   double loss = 0;
   uint64_t correct = 0, count = 0;
+  int rc;
   for (;;) {
     if (rank == 0) {
       const wds_batch *b = NULL;
-      int rc = wds_loader_next(sh->eval, &b);
+      rc = wds_loader_next(sh->eval, &b);
       sh->batch = NULL;
       sh->eval_end = 1;
       if (rc == WDS_OK) {
         if (b->field_count < 2 ||
             b->fields[0].row_bytes != (size_t)sh->model.dims[0]) {
           wds_loader_release(sh->eval, b);
-          fail(sh, "evaluation data: unexpected batch layout");
-          return -1;
+          fail(sh, WDS_ERR_FORMAT, "evaluation data: unexpected batch layout");
+          return WDS_ERR_FORMAT;
         }
         sh->batch = b;
         sh->eval_end = 0;
       } else if (rc == WDS_ERR_CANCELLED) {
         sh->interrupted = 1;
-        fail(sh, "interrupted");
-        return -1;
+        fail(sh, rc, "interrupted");
+        return rc;
       } else if (rc != WDS_EOF) {
-        fail(sh, "evaluation data: %s", wds_loader_error(sh->eval));
-        return -1;
+        fail(sh, rc, "evaluation data: %s", wds_loader_error(sh->eval));
+        return rc;
       }
     }
-    if (sh->be->barrier(r) != 0)
-      return -1;
+    if ((rc = sh->be->barrier(r)) != WDS_OK)
+      return rc;
     if (sh->eval_end)
       break;
     tr_batch_view v;
     view_of(sh, sh->batch, rank, 0, &v);
-    if (sh->be->upload && (sh->be->upload(r, &v, err, err_size) != 0 ||
-                           sh->be->upload_wait(r, 0, err, err_size) != 0))
-      return -1;
-    if (sh->be->evaluate(r, &v, &loss, &correct, &count, err, err_size) != 0)
-      return -1;
-    if (sh->be->barrier(r) != 0)
-      return -1;
+    if (sh->be->upload && ((rc = sh->be->upload(r, &v, e)) != WDS_OK ||
+                           (rc = sh->be->upload_wait(r, 0, e)) != WDS_OK))
+      return rc;
+    if ((rc = sh->be->evaluate(r, &v, &loss, &correct, &count, e)) != WDS_OK)
+      return rc;
+    if ((rc = sh->be->barrier(r)) != WDS_OK)
+      return rc;
     if (rank == 0)
       wds_loader_release(sh->eval, sh->batch);
   }
   sums[0] = loss;
   sums[1] = (double)correct;
   sums[2] = (double)count;
-  if (sh->be->allreduce_small(r, sums, 3, err, err_size) != 0)
-    return -1;
+  if ((rc = sh->be->allreduce_small(r, sums, 3, e)) != WDS_OK)
+    return rc;
   if (rank == 0) {
     sh->have_eval = 1;
     sh->eval_count = (uint64_t)sums[2];
@@ -372,11 +368,11 @@ static void print_step(shared *sh, double lr, double loss, double sps,
 }
 
 /* Rank 0, every rank having taken the step: a log line for the interval. */
-static int log_step(shared *sh, tr_rank *r, double lr, char *err,
-                    size_t err_size) {
+static int log_step(shared *sh, tr_rank *r, double lr, wds__err *e) {
   double loss_sum, count;
-  if (sh->be->take_loss(r, &loss_sum, &count, err, err_size) != 0)
-    return -1;
+  int rc = sh->be->take_loss(r, &loss_sum, &count, e);
+  if (rc != WDS_OK)
+    return rc;
   if (sh->be->take_h2d) {
     double bytes, secs;
     sh->be->take_h2d(r, &bytes, &secs);
@@ -395,40 +391,44 @@ static int log_step(shared *sh, tr_rank *r, double lr, char *err,
     print_step(sh, lr, loss, sps, wait, h2d);
   sh->iv_wait_s = sh->iv_h2d_bytes = sh->iv_h2d_s = 0;
   sh->iv_start_s = t;
-  return 0;
+  return WDS_OK;
 }
 
 /* Every rank: the weight checksums of all ranks of the job (a collective),
  * into all[world]; local rank 0 keeps them in sh->checksums. */
 static int gather_checksums(shared *sh, tr_rank *r, int rank, float *tmp,
-                            uint64_t *all, char *err, size_t err_size) {
-  if (sh->be->get_state(r, tmp, NULL, err, err_size) != 0)
-    return -1;
+                            uint64_t *all, wds__err *e) {
+  int rc = sh->be->get_state(r, tmp, NULL, e);
+  if (rc != WDS_OK)
+    return rc;
   /* The bytes of the float32 weights as the host holds them (little-endian
    * on every platform wds builds for). */
   uint64_t mine = tr_fnv1a(TR_FNV_INIT, tmp, sh->param_count * sizeof(float));
-  if (sh->be->gather_u64(r, mine, all, err, err_size) != 0)
-    return -1;
+  if ((rc = sh->be->gather_u64(r, mine, all, e)) != WDS_OK)
+    return rc;
   if (rank == 0)
     memcpy(sh->checksums, all, (size_t)sh->world * sizeof *all);
-  return 0;
+  return WDS_OK;
 }
 
 /* One training step on sh->batch (every rank), with the next batch fetched
- * (rank 0) and uploaded (every rank) while this one computes. */
+ * (rank 0) and uploaded (every rank) while this one computes. WDS_OK; 1 when
+ * the run ends because another rank failed (or a fetch failed: already
+ * recorded); or a negative status with the message in e. */
 static int run_step(shared *sh, tr_rank *r, int rank, float *tmp, uint64_t *all,
-                    char *err, size_t err_size) {
+                    wds__err *e) {
   const tr_options *o = sh->o;
   const tr_backend *be = sh->be;
   tr_batch_view v;
   view_of(sh, sh->batch, rank, sh->batch_slot, &v);
   double lr = tr_lr_at(sh->step, sh->total_steps, o->warmup_steps, o->lr);
-  if (be->upload && !sh->batch_staged && be->upload(r, &v, err, err_size) != 0)
-    return -1;
-  if (be->forward_backward(r, &v, err, err_size) != 0 ||
-      be->allreduce(r, err, err_size) != 0 ||
-      be->sgd_step(r, (float)lr, err, err_size) != 0)
-    return -1;
+  int rc;
+  if (be->upload && !sh->batch_staged && (rc = be->upload(r, &v, e)) != WDS_OK)
+    return rc;
+  if ((rc = be->forward_backward(r, &v, e)) != WDS_OK ||
+      (rc = be->allreduce(r, e)) != WDS_OK ||
+      (rc = be->sgd_step(r, (float)lr, e)) != WDS_OK)
+    return rc;
   uint64_t done = sh->step + 1;
   if (rank == 0 && more_steps(sh, done)) {
     const wds_batch *b = NULL;
@@ -445,31 +445,31 @@ static int run_step(shared *sh, tr_rank *r, int rank, float *tmp, uint64_t *all,
   if (be->upload && sh->next) {
     tr_batch_view nv;
     view_of(sh, sh->next, rank, sh->next_slot, &nv);
-    if (be->upload(r, &nv, err, err_size) != 0)
-      return -1;
+    if ((rc = be->upload(r, &nv, e)) != WDS_OK)
+      return rc;
   }
-  if (be->upload_wait && be->upload_wait(r, v.slot, err, err_size) != 0)
-    return -1;
+  if (be->upload_wait && (rc = be->upload_wait(r, v.slot, e)) != WDS_OK)
+    return rc;
   int log_now =
       o->log_every && (done % o->log_every == 0 || done == sh->total_steps);
   if (log_now && o->log_checksums &&
-      gather_checksums(sh, r, rank, tmp, all, err, err_size) != 0)
-    return -1;
+      (rc = gather_checksums(sh, r, rank, tmp, all, e)) != WDS_OK)
+    return rc;
   if (be->barrier(r) != 0) /* nobody reads the batch any more */
     return 1;
   if (rank == 0) {
     wds_loader_release(sh->train, sh->batch);
     sh->batch = NULL;
     sh->step = done;
-    if (log_now && log_step(sh, r, lr, err, err_size) != 0)
-      return -1;
+    if (log_now && (rc = log_step(sh, r, lr, e)) != WDS_OK)
+      return rc;
     if (o->checkpoint_path &&
         ((o->checkpoint_every && done % o->checkpoint_every == 0) ||
          done == o->stop_after || done == sh->total_steps) &&
-        save_checkpoint(sh, r, err, err_size) != 0)
-      return -1;
+        (rc = save_checkpoint(sh, r, e)) != WDS_OK)
+      return rc;
   }
-  return 0;
+  return WDS_OK;
 }
 
 static void *rank_main(void *arg) {
@@ -477,30 +477,32 @@ static void *rank_main(void *arg) {
   shared *sh = a->sh;
   const tr_backend *be = sh->be;
   int rank = a->rank, seen_eof = 0, rc;
-  char err[512] = "";
+  wds__err err;
+  err.msg[0] = '\0';
   tr_rank *r = NULL;
   float *tmp = malloc(sh->param_count * sizeof(float));
   uint64_t *prints = calloc((size_t)sh->world, sizeof *prints);
   if (!tmp || !prints) {
-    fail(sh, "rank %d: out of memory", sh->first_rank + rank);
+    fail(sh, WDS_ERR_NOMEM, "rank %d: out of memory", sh->first_rank + rank);
     goto out;
   }
-  if (be->rank_create(sh->group, rank, &sh->model, sh->o->batch_size, &r, err,
-                      sizeof err) != 0)
+  if ((rc = be->rank_create(sh->group, rank, &sh->model, sh->o->batch_size, &r,
+                            &err)) != WDS_OK)
     goto failed;
-  if (sh->resume && be->set_state(r, sh->resume->weights, sh->resume->momentum,
-                                  err, sizeof err) != 0)
+  if (sh->resume && (rc = be->set_state(r, sh->resume->weights,
+                                        sh->resume->momentum, &err)) != WDS_OK)
     goto failed;
   /* Every rank of the job runs the same configuration (processes started
    * with other options would train something else, or hang). */
-  if (be->gather_u64(r, sh->fingerprint, prints, err, sizeof err) != 0)
+  if ((rc = be->gather_u64(r, sh->fingerprint, prints, &err)) != WDS_OK)
     goto failed;
   for (int i = 0; i < sh->world; i++)
     if (prints[i] != sh->fingerprint) {
-      snprintf(err, sizeof err,
-               "rank %d was started with other options than rank %d (data, "
-               "model, optimizer, batch or topology settings differ)",
-               i, sh->first_rank + rank);
+      rc = wds__fail(&err, WDS_ERR_INVALID,
+                     "rank %d was started with other options than rank %d "
+                     "(data, model, optimizer, batch or topology settings "
+                     "differ)",
+                     i, sh->first_rank + rank);
       goto failed;
     }
   if (rank == 0)
@@ -508,25 +510,25 @@ static void *rank_main(void *arg) {
   for (;;) {
     if (rank == 0 && coordinate(sh, &seen_eof) != 0)
       goto out;
-    if (be->barrier(r) != 0)
+    if (be->barrier(r) != WDS_OK)
       goto out;
     int cmd = sh->cmd;
     if (cmd == CMD_STEP) {
-      rc = run_step(sh, r, rank, tmp, prints, err, sizeof err);
+      rc = run_step(sh, r, rank, tmp, prints, &err);
       if (rc < 0)
         goto failed;
       if (rc > 0)
         goto out;
     } else if (cmd == CMD_EVAL || cmd == CMD_FINAL) {
       if (sh->eval) {
-        if (run_eval(sh, r, rank, err, sizeof err) != 0)
+        if ((rc = run_eval(sh, r, rank, &err)) != WDS_OK)
           goto failed_or_out;
         if (rank == 0 && sh->o->proc_rank == 0) /* for the job */
           log_eval(sh, cmd == CMD_FINAL ? "final" : "epoch-end");
       }
       /* Every rank has read this round's command before rank 0 writes the
        * next one (without an eval set the round has no collective). */
-      if (be->barrier(r) != 0)
+      if (be->barrier(r) != WDS_OK)
         goto out;
       if (cmd == CMD_FINAL)
         break;
@@ -535,14 +537,14 @@ static void *rank_main(void *arg) {
     }
   }
   /* Final checksums of every rank. */
-  if (gather_checksums(sh, r, rank, tmp, prints, err, sizeof err) != 0)
+  if ((rc = gather_checksums(sh, r, rank, tmp, prints, &err)) != WDS_OK)
     goto failed;
   goto out;
 failed_or_out:
-  if (!err[0])
+  if (!err.msg[0])
     goto out;
 failed:
-  fail(sh, "%s", err);
+  fail(sh, rc, "%s", err.msg);
 out:
   be->rank_destroy(r);
   free(tmp);
@@ -572,8 +574,8 @@ static uint64_t config_fingerprint(const tr_options *o,
   return tr_fnv1a(h, m->dims, sizeof m->dims);
 }
 
-int tr_run(const tr_options *o, char *err, size_t err_size) {
-  int rc = -1;
+int tr_run(const tr_options *o, wds__err *e) {
+  int rc = WDS_ERR_INVALID;
   shared sh;
   memset(&sh, 0, sizeof sh);
   sh.o = o;
@@ -585,11 +587,11 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
   rank_arg *args = NULL;
   int started = 0;
 
-  if (o->procs > 1 && o->backend == &tr_backend_cpu) {
-    snprintf(err, err_size,
-             "%d processes: the CPU backend runs in one process (ranks are "
-             "threads); multi-node training needs the CUDA backend",
-             o->procs);
+  if (o->procs > 1 && !o->backend->multi_process) {
+    rc = wds__fail(e, WDS_ERR_INVALID,
+                   "%d processes: the CPU backend runs in one process (ranks "
+                   "are threads); multi-node training needs the CUDA backend",
+                   o->procs);
     goto done;
   }
   sh.world = o->procs * o->ranks;
@@ -607,22 +609,23 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
   sh.fingerprint = config_fingerprint(o, m);
 
   if (o->resume_path) {
-    if (tr_checkpoint_load(o->resume_path, &ck, err, err_size) != 0)
+    if ((rc = tr_checkpoint_load(o->resume_path, &ck, e)) != WDS_OK)
       goto done;
     if (ck.layers != m->layers ||
         memcmp(ck.dims, m->dims, sizeof ck.dims) != 0) {
-      snprintf(err, err_size,
-               "checkpoint %s: its model has other layer sizes than "
-               "--image-size/--channels/--hidden/--classes give",
-               o->resume_path);
+      rc = wds__fail(e, WDS_ERR_INVALID,
+                     "checkpoint %s: its model has other layer sizes than "
+                     "--image-size/--channels/--hidden/--classes give",
+                     o->resume_path);
       goto done;
     }
     if (ck.fingerprint != sh.fingerprint) {
-      snprintf(err, err_size,
-               "checkpoint %s: made with another configuration (data spec, "
-               "seed, mode, batch size, ranks, workers, image options or "
-               "optimizer settings differ); resume with the same options",
-               o->resume_path);
+      rc = wds__fail(
+          e, WDS_ERR_INVALID,
+          "checkpoint %s: made with another configuration (data spec, "
+          "seed, mode, batch size, ranks, workers, image options or "
+          "optimizer settings differ); resume with the same options",
+          o->resume_path);
       goto done;
     }
     sh.resume = &ck;
@@ -631,8 +634,8 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
 
   /* The loaders pin their batch memory in the current device's context:
    * make it this process's first GPU (under torchrun, GPU LOCAL_RANK). */
-  if (o->backend != &tr_backend_cpu &&
-      tr_cuda_set_device(o->first_device, err, err_size) != 0)
+  if (o->backend->set_device &&
+      (rc = o->backend->set_device(o->first_device, e)) != WDS_OK)
     goto done;
   wds_field_spec fields[2] = {g_fields_tpl[0], g_fields_tpl[1]};
   fields[0].channels = o->channels;
@@ -661,8 +664,8 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
     lc.epoch = ck.loader_epoch;
     lc.resume_batches = ck.loader_batches;
   }
-  if (wds_loader_open(&lc, &sh.train) != WDS_OK) {
-    snprintf(err, err_size, "--train: %s", wds_open_error());
+  if ((rc = wds_loader_open(&lc, &sh.train)) != WDS_OK) {
+    wds__fail(e, rc, "--train: %s", wds_open_error());
     goto done;
   }
   if (o->watch_loader)
@@ -670,14 +673,15 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
   sh.epoch_batches = wds_loader_epoch_batches(sh.train);
   sh.total_steps = o->steps ? o->steps : o->epochs * sh.epoch_batches;
   if (sh.total_steps == 0) {
-    snprintf(err, err_size, "no training steps (an epoch has no batches?)");
+    rc = wds__fail(e, WDS_ERR_INVALID,
+                   "no training steps (an epoch has no batches?)");
     goto done;
   }
   if (sh.resume && sh.start_step > sh.total_steps) {
-    snprintf(err, err_size,
-             "checkpoint %s is at step %" PRIu64 ", past the %" PRIu64
-             " steps of this run",
-             o->resume_path, sh.start_step, sh.total_steps);
+    rc = wds__fail(e, WDS_ERR_INVALID,
+                   "checkpoint %s is at step %" PRIu64 ", past the %" PRIu64
+                   " steps of this run",
+                   o->resume_path, sh.start_step, sh.total_steps);
     goto done;
   }
   if (o->eval_spec) {
@@ -693,8 +697,8 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
     ec.last_batch = WDS_LAST_KEEP;
     ec.epoch = 0;
     ec.resume_batches = 0;
-    if (wds_loader_open(&ec, &sh.eval) != WDS_OK) {
-      snprintf(err, err_size, "--eval: %s", wds_open_error());
+    if ((rc = wds_loader_open(&ec, &sh.eval)) != WDS_OK) {
+      wds__fail(e, rc, "--eval: %s", wds_open_error());
       goto done;
     }
     if (o->watch_loader)
@@ -703,8 +707,8 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
   if (o->json_path) {
     sh.json = fopen(o->json_path, "w");
     if (!sh.json) {
-      snprintf(err, err_size, "--json %s: cannot open for writing",
-               o->json_path);
+      rc = wds__fail(e, WDS_ERR_OPEN, "--json %s: cannot open for writing",
+                     o->json_path);
       goto done;
     }
   }
@@ -726,6 +730,17 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
             o->resume_path, ck.step, ck.loader_epoch, ck.loader_batches);
   fflush(o->out);
 
+  /* The job's processes meet (the rendezvous, with more than one), then
+   * the backend builds on them; from tr_pg_start on, a process that fails
+   * or is lost aborts every other one. */
+  tr_pg_config pc = {.local_ranks = o->ranks,
+                     .procs = o->procs,
+                     .proc_rank = o->proc_rank,
+                     .master_addr = o->master_addr,
+                     .master_port = o->master_port,
+                     .rdv_timeout_ms = o->rdv_timeout_ms};
+  if ((rc = tr_pg_create(&pc, &sh.pg, e)) != WDS_OK)
+    goto done;
   tr_group_config gc = {.local_ranks = o->ranks,
                         .world = sh.world,
                         .first_rank = sh.first_rank,
@@ -733,18 +748,18 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
                         .param_count = sh.param_count,
                         .procs = o->procs,
                         .proc_rank = o->proc_rank,
-                        .master_addr = o->master_addr,
-                        .master_port = o->master_port,
                         .rdv_timeout_ms = o->rdv_timeout_ms,
                         .collective_timeout_ms = o->collective_timeout_ms,
-                        .precision = o->precision};
-  if (o->backend->group_create(&gc, &sh.group, err, err_size) != 0)
+                        .precision = o->precision,
+                        .pg = sh.pg};
+  if ((rc = o->backend->group_create(&gc, &sh.group, e)) != WDS_OK ||
+      (rc = tr_pg_start(sh.pg, e)) != WDS_OK)
     goto done;
   sh.checksums = calloc((size_t)sh.world, sizeof *sh.checksums);
   threads = calloc((size_t)o->ranks, sizeof *threads);
   args = calloc((size_t)o->ranks, sizeof *args);
   if (!sh.checksums || !threads || !args) {
-    snprintf(err, err_size, "out of memory");
+    rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
     goto done;
   }
   double t0 = now_s();
@@ -753,7 +768,7 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
     args[started].rank = started;
     if (pthread_create(&threads[started], NULL, rank_main, &args[started]) !=
         0) {
-      fail(&sh, "cannot start rank thread %d", started);
+      fail(&sh, WDS_ERR_NOMEM, "cannot start rank thread %d", started);
       break;
     }
   }
@@ -764,21 +779,24 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
     wds_loader_release(sh.train, sh.next);
   if (sh.failed && sh.interrupted) {
     if (sh.saved)
-      snprintf(err, err_size,
-               "%" PRIu64 " of %" PRIu64 " steps done; checkpoint %s is at "
-               "step %" PRIu64 " (--resume it to continue)",
-               sh.step, sh.total_steps, o->checkpoint_path, sh.saved_step);
+      wds__fail(e, WDS_ERR_CANCELLED,
+                "%" PRIu64 " of %" PRIu64 " steps done; checkpoint %s is at "
+                "step %" PRIu64 " (--resume it to continue)",
+                sh.step, sh.total_steps, o->checkpoint_path, sh.saved_step);
     else
-      snprintf(err, err_size,
-               "%" PRIu64 " of %" PRIu64 " steps done; no checkpoint written "
-               "in this run%s",
-               sh.step, sh.total_steps,
-               o->checkpoint_path ? "" : " (--checkpoint PATH keeps one)");
-    rc = 1;
+      wds__fail(e, WDS_ERR_CANCELLED,
+                "%" PRIu64 " of %" PRIu64 " steps done; no checkpoint written "
+                "in this run%s",
+                sh.step, sh.total_steps,
+                o->checkpoint_path ? "" : " (--checkpoint PATH keeps one)");
+    rc = WDS_ERR_CANCELLED;
     goto done;
   }
   if (sh.failed) {
-    snprintf(err, err_size, "%s", sh.err);
+    /* WDS_ERR_CANCELLED is the interrupt's alone: a rank that left because
+     * another process failed reports an I/O error of the job. */
+    rc = sh.err_code == WDS_ERR_CANCELLED ? WDS_ERR_IO : sh.err_code;
+    wds__fail(e, rc, "%s", sh.err.msg);
     goto done;
   }
   int stopped = sh.step < sh.total_steps;
@@ -822,11 +840,11 @@ int tr_run(const tr_options *o, char *err, size_t err_size) {
     fputs("]}}\n", sh.json);
   }
   if (out_failed) {
-    snprintf(err, err_size, "cannot write the output%s%s",
-             out_errno ? ": " : "", out_errno ? strerror(out_errno) : "");
+    rc = wds__fail(e, WDS_ERR_IO, "cannot write the output%s%s",
+                   out_errno ? ": " : "", out_errno ? strerror(out_errno) : "");
     goto done;
   }
-  rc = 0;
+  rc = WDS_OK;
 done:
   if (sh.json) {
     /* A write that failed earlier leaves only the error flag: fclose
@@ -835,17 +853,17 @@ done:
     errno = 0;
     if (fclose(sh.json) != 0)
       failed = 1;
-    if (failed && rc == 0) {
-      snprintf(err, err_size, "--json %s: cannot write it%s%s", o->json_path,
-               errno ? ": " : "", errno ? strerror(errno) : "");
-      rc = -1;
-    }
+    if (failed && rc == WDS_OK)
+      rc = wds__fail(e, WDS_ERR_IO, "--json %s: cannot write it%s%s",
+                     o->json_path, errno ? ": " : "",
+                     errno ? strerror(errno) : "");
   }
   free(threads);
   free(args);
   free(sh.checksums);
   if (sh.group)
     o->backend->group_destroy(sh.group);
+  tr_pg_destroy(sh.pg);
   if (o->watch_loader) {
     o->watch_loader(0, NULL);
     o->watch_loader(1, NULL);

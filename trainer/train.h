@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/err.h"
 #include "trainer/backend.h"
 #include "wds/loader.h"
 
@@ -45,10 +46,10 @@ typedef struct tr_options {
   uint64_t checkpoint_every;
   const char *checkpoint_path, *resume_path, *json_path;
   uint64_t log_every;
-  int log_checksums; /* per-rank weight checksums in every log line */
-  const tr_backend *backend;
-  FILE *out; /* log lines (stdout) */
-  int read_timeout_ms; /* the loaders' read timeout (0: their default) */
+  int log_checksums;         /* per-rank weight checksums in every log line */
+  const tr_backend *backend; /* tr_backend_find(), tr_backend_auto() */
+  FILE *out;                 /* log lines (stdout) */
+  int read_timeout_ms;       /* the loaders' read timeout (0: their default) */
   uint64_t max_window_bytes; /* the loaders' zstd window limit (0: theirs) */
   /* Non-zero when the run must stop (a signal): rank 0 checks it before
    * each step; the caller also cancels the loaders so that a blocked read
@@ -62,8 +63,9 @@ typedef struct tr_options {
 
 void tr_options_init(tr_options *o);
 
-/* Runs the training. 0; 1 when interrupted (err says how far it got and
- * the last checkpoint); or -1 with the message in err. */
-int tr_run(const tr_options *o, char *err, size_t err_size);
+/* Runs the training. WDS_OK; WDS_ERR_CANCELLED when interrupted (e says
+ * how far it got and the last checkpoint), and only then; or another
+ * negative status with the message in e. */
+int tr_run(const tr_options *o, wds__err *e);
 
 #endif
