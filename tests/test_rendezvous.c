@@ -1,6 +1,7 @@
 /* test_rendezvous.c — the TCP rendezvous (server thread + client threads on
  * the loopback interface, ephemeral ports) and topology from environment
  * variables. No GPU needed. */
+#include "trainer/procgroup.h"
 #include "trainer/rendezvous.h"
 
 #include <arpa/inet.h>
@@ -977,6 +978,122 @@ TEST(links_a_lost_process_reaches_every_process) {
   free_hits(h);
 }
 
+/* The process group (procgroup.h) of three "processes" (threads here):
+ * the rendezvous, process 0's blob reaching the others, then the links:
+ * process 2 fails and the others are aborted, with the reason. */
+typedef struct pg_arg {
+  int rank, port, rc, bcast_rc, start_rc;
+  unsigned char blob[128];
+  tr_pg *pg;
+  wds__err e;
+} pg_arg;
+
+static void *pg_process(void *p) {
+  pg_arg *a = p;
+  tr_pg_config c = {.local_ranks = 1,
+                    .procs = 3,
+                    .proc_rank = a->rank,
+                    .master_addr = "127.0.0.1",
+                    .master_port = a->port,
+                    .rdv_timeout_ms = 10000};
+  a->rc = tr_pg_create(&c, &a->pg, &a->e);
+  if (a->rc != WDS_OK)
+    return NULL;
+  if (a->rank == 0)
+    fill_blob(a->blob, sizeof a->blob, 7);
+  a->bcast_rc = tr_pg_bcast(a->pg, a->blob, sizeof a->blob, &a->e);
+  a->start_rc = tr_pg_start(a->pg, &a->e);
+  return NULL;
+}
+
+TEST(process_group_bcast_and_abort) {
+  pg_arg a[3];
+  pthread_t t[3];
+  int port = free_port();
+  ASSERT_TRUE(port > 0);
+  for (int i = 0; i < 3; i++) {
+    memset(&a[i], 0, sizeof a[i]);
+    a[i].rank = i;
+    a[i].port = port;
+    pthread_create(&t[i], NULL, pg_process, &a[i]);
+  }
+  for (int i = 0; i < 3; i++)
+    pthread_join(t[i], NULL);
+  unsigned char want[128];
+  fill_blob(want, sizeof want, 7);
+  for (int i = 0; i < 3; i++) {
+    ASSERT_EQ_INT(a[i].rc, WDS_OK);
+    ASSERT_EQ_INT(a[i].bcast_rc, WDS_OK);
+    ASSERT_EQ_INT(a[i].start_rc, WDS_OK);
+    ASSERT_TRUE(memcmp(a[i].blob, want, sizeof want) == 0);
+    ASSERT_EQ_INT(tr_pg_procs(a[i].pg), 3);
+    ASSERT_EQ_INT(tr_pg_proc_rank(a[i].pg), i);
+    ASSERT_TRUE(!tr_pg_aborted(a[i].pg));
+  }
+  /* A one-rank group's barrier passes at once. */
+  ASSERT_EQ_INT(tr_pg_barrier(a[1].pg), WDS_OK);
+  tr_pg_abort(a[2].pg, "rank 2 failed here");
+  int64_t t0 = now_ms();
+  while ((!tr_pg_aborted(a[0].pg) || !tr_pg_aborted(a[1].pg)) &&
+         now_ms() - t0 < 5000)
+    sleep_ms(5);
+  char why[192];
+  ASSERT_TRUE(tr_pg_aborted(a[0].pg));
+  tr_pg_why(a[0].pg, why, sizeof why);
+  ASSERT_CONTAINS(why, "process 2 failed");
+  ASSERT_TRUE(tr_pg_aborted(a[1].pg));
+  tr_pg_why(a[1].pg, why, sizeof why);
+  ASSERT_CONTAINS(why, "process 0 failed");
+  tr_pg_why(a[2].pg, why, sizeof why);
+  ASSERT_STREQ(why, "rank 2 failed here");
+  /* An aborted group's barrier returns at once. */
+  ASSERT_EQ_INT(tr_pg_barrier(a[1].pg), WDS_ERR_CANCELLED);
+  for (int i = 0; i < 3; i++)
+    tr_pg_destroy(a[i].pg);
+}
+
+/* A blob of another size than the receiver expects is an error. */
+typedef struct pg_size_arg {
+  int rank, port, rc;
+  wds__err e;
+} pg_size_arg;
+
+static void *pg_size_process(void *p) {
+  pg_size_arg *a = p;
+  tr_pg_config c = {.local_ranks = 1,
+                    .procs = 2,
+                    .proc_rank = a->rank,
+                    .master_addr = "127.0.0.1",
+                    .master_port = a->port,
+                    .rdv_timeout_ms = 10000};
+  tr_pg *g = NULL;
+  unsigned char blob[64] = {0};
+  a->rc = tr_pg_create(&c, &g, &a->e);
+  if (a->rc == WDS_OK)
+    a->rc = tr_pg_bcast(g, blob, a->rank == 0 ? 16 : 32, &a->e);
+  tr_pg_destroy(g);
+  return NULL;
+}
+
+TEST(process_group_bcast_size_mismatch) {
+  pg_size_arg a[2];
+  pthread_t t[2];
+  int port = free_port();
+  ASSERT_TRUE(port > 0);
+  for (int i = 0; i < 2; i++) {
+    memset(&a[i], 0, sizeof a[i]);
+    a[i].rank = i;
+    a[i].port = port;
+    pthread_create(&t[i], NULL, pg_size_process, &a[i]);
+  }
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  printf("  %s\n", a[1].e.msg);
+  ASSERT_EQ_INT(a[0].rc, WDS_OK);
+  ASSERT_EQ_INT(a[1].rc, WDS_ERR_IO);
+  ASSERT_CONTAINS(a[1].e.msg, "sent 16 bytes, 32 expected");
+}
+
 int main(void) {
   RUN(env_single_node_default);
   RUN(env_nnodes);
@@ -1003,5 +1120,7 @@ int main(void) {
   RUN(links_goodbye_is_not_a_failure);
   RUN(links_a_failure_reaches_every_process);
   RUN(links_a_lost_process_reaches_every_process);
+  RUN(process_group_bcast_and_abort);
+  RUN(process_group_bcast_size_mismatch);
   return test_summary();
 }
