@@ -199,6 +199,19 @@ static void warden_send(char op, pid_t pgid) {
   pthread_mutex_unlock(&warden_mu);
 }
 
+/* Starts the warden before a command does, if it is not running: a
+ * command then only lives unregistered for the few instructions between
+ * its spawn and warden_send() (whose line the warden reads even if we die
+ * right after sending it), not for the time a first warden takes to
+ * start, during which a SIGKILL of this process would leave it running. */
+static void warden_ensure(void) {
+  pthread_once(&warden_once, warden_register_atfork);
+  pthread_mutex_lock(&warden_mu);
+  if (warden_fd < 0)
+    warden_start();
+  pthread_mutex_unlock(&warden_mu);
+}
+
 /* ---- commands ---- */
 
 static int starts_with(const char *s, const char *prefix) {
@@ -246,6 +259,7 @@ static int spawn_command(wds__source *s, const char *cmd, wds__err *err) {
   sigset_t dflt;
   sigemptyset(&dflt);
   sigaddset(&dflt, SIGPIPE);
+  warden_ensure();
   int e = spawn_sh(cmd, -1, fds[1], 0, &dflt, &s->pid);
   close(fds[1]);
   if (e != 0) {
