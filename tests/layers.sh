@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# layers.sh — the one-way module dependencies (shards <- pipeline <- loader
-# <- trainer), checked on the #include lines of the sources: a module may
-# not include a header of a module above it.
+# layers.sh — the one-way module dependencies (base <- shards <- pipeline
+# <- loader <- trainer, tools; docs/architecture.md), checked on the
+# #include lines of the sources: a module may not include a header of a
+# module above it, internal or public.
 # Usage: layers.sh SOURCE_DIR
 set -euo pipefail
 root=${1:?usage: layers.sh SOURCE_DIR}
 bad=0
 
-# forbid DIR REGEX WHY: no file under DIR includes a header matching REGEX.
+# forbid DIR REGEX WHY [EXCLUDE]: no file under DIR (but EXCLUDE, a file
+# name) includes a header matching REGEX.
 forbid() {
-  local dir=$1 re=$2 why=$3 hits
+  local dir=$1 re=$2 why=$3 exclude=${4:-} hits
   hits=$(grep -rnE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[\"<]($re)" \
-           "$root/$dir" --include='*.c' --include='*.h' --include='*.cu' || true)
+           "$root/$dir" --include='*.c' --include='*.h' --include='*.cu' \
+           ${exclude:+--exclude="$exclude"} || true)
   if [ -n "$hits" ]; then
     echo "layers: $dir/ includes $why:"
     echo "$hits" | sed "s|^$root/|  |"
@@ -19,8 +22,18 @@ forbid() {
   fi
 }
 
+forbid base 'shards/|pipeline/|loader/|trainer/|tools/|wds/(spec|reader|writer|index|decode|loader)\.h' \
+  'a header of a module above it (base/ depends on nothing but wds/status.h)'
+forbid shards 'pipeline/|loader/|trainer/|tools/|wds/(reader|index|decode|loader)\.h' \
+  'a header of a module above it'
 # The decode vocabulary is wds/decode.h, below the loader.
-forbid pipeline 'wds/loader\.h|loader/' 'a loader header (use wds/decode.h)'
+forbid pipeline 'wds/loader\.h|wds/index\.h|loader/|trainer/|tools/' \
+  'a loader header or one above it (use wds/decode.h)'
+forbid loader 'trainer/|tools/' 'a header of the trainer or the tools'
+# wds-train's main.c is a command like the tools and shares their signal
+# handling; the trainer's library does not include tools/.
+forbid trainer 'tools/' 'a tools header' main.c
+forbid tools 'trainer/' 'a trainer header'
 
 if [ "$bad" -ne 0 ]; then
   echo "layers: FAILED"
