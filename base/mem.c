@@ -19,3 +19,13 @@ void *wds__grow(void *buf, size_t *cap, size_t need, size_t elem_size,
   *cap = c;
   return p;
 }
+
+int wds__grow_at(void *pbuf, size_t *cap, size_t need, size_t elem_size,
+                 size_t min_cap) {
+  void **buf = pbuf;
+  void *p = wds__grow(*buf, cap, need, elem_size, min_cap);
+  if (!p)
+    return -1;
+  *buf = p;
+  return 0;
+}

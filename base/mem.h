@@ -13,4 +13,10 @@
 void *wds__grow(void *buf, size_t *cap, size_t need, size_t elem_size,
                 size_t min_cap);
 
+/* The same for an array pointer updated in place: pbuf is its address
+ * (T **). 0, or -1 on allocation failure or overflow (the array and *cap
+ * are then unchanged). */
+int wds__grow_at(void *pbuf, size_t *cap, size_t need, size_t elem_size,
+                 size_t min_cap);
+
 #endif

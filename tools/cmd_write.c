@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "base/json.h"
+#include "base/mem.h"
 #include "base/rng.h"
 #include "base/size.h"
 #include "loader_opts.h"
@@ -127,32 +128,13 @@ static uint64_t rand_below(uint64_t *state, uint64_t n) {
   return wds__splitmix64(state) % n;
 }
 
-/* Grows *buf (of *cap bytes) to at least need bytes; 0 or -1. */
-static int grow(void *pbuf, size_t *cap, size_t need, size_t elem) {
-  void **buf = pbuf;
-  if (need <= *cap)
-    return 0;
-  size_t n = *cap ? *cap : 64;
-  while (n < need) {
-    if (n > SIZE_MAX / 2 / elem)
-      return -1;
-    n *= 2;
-  }
-  void *p = realloc(*buf, n * elem);
-  if (!p)
-    return -1;
-  *buf = p;
-  *cap = n;
-  return 0;
-}
-
 /* Reads all of f into a malloc'd buffer (NUL-terminated); NULL on error. */
 static char *slurp(FILE *f, size_t *len) {
   size_t cap = 1 << 16, n = 0, k;
   char *d = malloc(cap);
   while (d && (k = fread(d + n, 1, cap - n - 1, f)) > 0) {
     n += k;
-    if (n + 1 == cap && grow(&d, &cap, cap * 2, 1) != 0) {
+    if (n + 1 == cap && wds__grow_at(&d, &cap, cap * 2, 1, 64) != 0) {
       free(d);
       d = NULL;
     }
@@ -272,8 +254,9 @@ static int add_file(dir_list *l, const char *rel, size_t len) {
     fprintf(stderr, "wds write: path too long: %.200s\n", rel);
     return -1;
   }
-  if (grow(&l->arena, &l->arena_cap, l->arena_len + len + 1, 1) != 0 ||
-      grow(&l->e, &l->cap, l->n + 1, sizeof *l->e) != 0) {
+  if (wds__grow_at(&l->arena, &l->arena_cap, l->arena_len + len + 1, 1, 64) !=
+          0 ||
+      wds__grow_at(&l->e, &l->cap, l->n + 1, sizeof *l->e, 64) != 0) {
     fprintf(stderr, "wds write: out of memory listing files\n");
     return -1;
   }
@@ -398,9 +381,9 @@ static void scratch_free(scratch *s) {
 }
 
 static int scratch_fields(scratch *s, size_t n, size_t key_len) {
-  if (grow(&s->offs, &s->offs_cap, n, sizeof *s->offs) != 0 ||
-      grow(&s->f, &s->f_cap, n, sizeof *s->f) != 0 ||
-      grow(&s->key, &s->key_cap, key_len + 1, 1) != 0) {
+  if (wds__grow_at(&s->offs, &s->offs_cap, n, sizeof *s->offs, 64) != 0 ||
+      wds__grow_at(&s->f, &s->f_cap, n, sizeof *s->f, 64) != 0 ||
+      wds__grow_at(&s->key, &s->key_cap, key_len + 1, 1, 64) != 0) {
     fprintf(stderr, "wds write: out of memory\n");
     return -1;
   }
@@ -437,7 +420,7 @@ static int read_file_at(int dirfd, const char *where, const char *rel,
     /* Room for what is expected and one byte more: the read that returns 0
      * (the end) or shows that the file grew. */
     size_t need = *used + (n < expect ? expect : n) + 1;
-    if (grow(&s->data, &s->data_cap, need, 1) != 0) {
+    if (wds__grow_at(&s->data, &s->data_cap, need, 1, 64) != 0) {
       fprintf(stderr, "wds write: out of memory reading %s/%s (%zu bytes)\n",
               where, rel, need - *used);
       goto done;
@@ -589,7 +572,7 @@ typedef struct manifest {
 static int arena_put(manifest *m, const void *d, size_t n) {
   if (n == 0)
     return 0; /* (an empty arena may still be NULL) */
-  if (grow(&m->arena, &m->arena_cap, m->arena_len + n, 1) != 0)
+  if (wds__grow_at(&m->arena, &m->arena_cap, m->arena_len + n, 1, 64) != 0)
     return -1;
   memcpy(m->arena + m->arena_len, d, n);
   m->arena_len += n;
@@ -604,7 +587,8 @@ static int arena_string(wds__json *j, manifest *m, size_t *off, size_t *len) {
   int rc = wds__json_string(j, NULL, 0, len);
   if (rc != WDS_OK)
     return rc;
-  if (grow(&m->arena, &m->arena_cap, m->arena_len + *len + 1, 1) != 0)
+  if (wds__grow_at(&m->arena, &m->arena_cap, m->arena_len + *len + 1, 1, 64) !=
+      0)
     return wds__fail(j->e, WDS_ERR_NOMEM, "out of memory");
   j->pos = start;
   *off = m->arena_len;
@@ -680,7 +664,7 @@ static int parse_record(wds__json *j, manifest *m, size_t line) {
       key_off = val_off;
     } else if (!omit && !is_dunder(m->arena + name_off, name_len)) {
       /* (m->arena, not name: parsing the value may have moved the arena) */
-      if (grow(&m->f, &m->f_cap, m->nf + 1, sizeof *m->f) != 0)
+      if (wds__grow_at(&m->f, &m->f_cap, m->nf + 1, sizeof *m->f, 64) != 0)
         return wds__fail(j->e, WDS_ERR_NOMEM, "out of memory");
       m->f[m->nf].ext_off = name_off;
       m->f[m->nf].val_off = val_off;
@@ -697,7 +681,7 @@ static int parse_record(wds__json *j, manifest *m, size_t line) {
     return wds__json_fail(j, obj_at, "no \"__key__\"");
   if (m->nf == first)
     return wds__json_fail(j, obj_at, "no fields");
-  if (grow(&m->r, &m->r_cap, m->nr + 1, sizeof *m->r) != 0)
+  if (wds__grow_at(&m->r, &m->r_cap, m->nr + 1, sizeof *m->r, 64) != 0)
     return wds__fail(j->e, WDS_ERR_NOMEM, "out of memory");
   m->r[m->nr].key_off = key_off;
   m->r[m->nr].first = first;
@@ -932,7 +916,7 @@ static int run_stream(char **specs, int nspecs, const write_opts *o,
       }
     } else {
       size_t key_len = strlen(smp->key);
-      if (grow(&f, &f_cap, smp->field_count, sizeof *f) != 0) {
+      if (wds__grow_at(&f, &f_cap, smp->field_count, sizeof *f, 64) != 0) {
         fprintf(stderr, "wds write: out of memory\n");
         goto done;
       }
