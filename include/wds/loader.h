@@ -121,7 +121,10 @@ typedef struct wds_loader_config {
   const char *index_path; /* exact mode: per-shard counts; NULL = count */
 
   /* Topology. -1: from RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS,
-   * else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else 0/1. */
+   * else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else 0/1 (the rule
+   * wds-train's rendezvous reads too). A partial torchrun set (RANK
+   * without WORLD_SIZE, LOCAL_RANK alone) or a value that is not an
+   * integer in range fails wds_loader_open, naming the variable. */
   int rank;
   int world_size;
   int workers; /* worker threads; 0 = 4 (plain mode: at most the rank's
@@ -273,7 +276,9 @@ void wds_loader_cancel(wds_loader *l);
  * a no-op. */
 void wds_loader_close(wds_loader *l);
 
-/* Rank and world size from the environment, as the loader reads them. */
+/* Rank and world size from the environment, as the loader reads them
+ * (see wds_loader_config.rank); 0 and 1 for an environment the loader
+ * refuses. */
 void wds_env_rank_world(int *rank, int *world_size);
 
 #ifdef __cplusplus
