@@ -135,7 +135,7 @@ static int save_batch(const char *dir, const wds_batch *b) {
   return 0;
 }
 
-int wds_cmd_batches(int argc, char **argv) {
+int tool_cmd_batches(int argc, char **argv) {
   static const struct option own[] = {{"json", no_argument, 0, 'j'},
                                       {"save", required_argument, 0, 's'},
                                       {"help", no_argument, 0, 'h'},

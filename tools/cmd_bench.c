@@ -246,7 +246,7 @@ done:
   return status;
 }
 
-int wds_cmd_bench(int argc, char **argv) {
+int tool_cmd_bench(int argc, char **argv) {
   static const struct option own[] = {
       {"json", no_argument, 0, 'j'},
       {"buffer-size", required_argument, 0, 'b'},

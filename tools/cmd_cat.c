@@ -182,7 +182,7 @@ static int parse_fields_opt(cat_state *c, const char *list) {
   }
 }
 
-int wds_cmd_cat(int argc, char **argv) {
+int tool_cmd_cat(int argc, char **argv) {
   static const struct option opts[] = {{"fields", required_argument, 0, 'F'},
                                        {"shuffle", required_argument, 0, 's'},
                                        {"seed", required_argument, 0, 'S'},

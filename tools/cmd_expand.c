@@ -39,7 +39,7 @@ static int usage_error(const char *fmt, const char *arg) {
   return 2;
 }
 
-int wds_cmd_expand(int argc, char **argv) {
+int tool_cmd_expand(int argc, char **argv) {
   size_t max_urls = 0;
   int first = argc; /* index of the first SPEC */
   char err[1024];

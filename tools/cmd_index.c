@@ -135,7 +135,7 @@ done:
   return status;
 }
 
-int wds_cmd_index(int argc, char **argv) {
+int tool_cmd_index(int argc, char **argv) {
   static const struct option opts[] = {
       {"output", required_argument, 0, 'o'},
       {"name", required_argument, 0, 'n'},

@@ -230,7 +230,7 @@ static void print_sample(const wds_sample *s, int json) {
   }
 }
 
-int wds_cmd_ls(int argc, char **argv) {
+int tool_cmd_ls(int argc, char **argv) {
   static const struct option opts[] = {{"json", no_argument, 0, 'j'},
                                        {"summary", no_argument, 0, 's'},
                                        {"max-urls", required_argument, 0, 'm'},

@@ -104,7 +104,7 @@ static int write_samples(wds_writer *w, uint64_t first, uint64_t count,
   return rc;
 }
 
-int wds_cmd_synth(int argc, char **argv) {
+int tool_cmd_synth(int argc, char **argv) {
   static const struct option opts[] = {{"shards", required_argument, 0, 'n'},
                                        {"samples", required_argument, 0, 's'},
                                        {"size", required_argument, 0, 'z'},

@@ -296,7 +296,7 @@ static int parse_require(verifier *v, const char *list) {
   }
 }
 
-int wds_cmd_verify(int argc, char **argv) {
+int tool_cmd_verify(int argc, char **argv) {
   static const struct option opts[] = {{"require", required_argument, 0, 'r'},
                                        {"decode", no_argument, 0, 'd'},
                                        {"json", no_argument, 0, 'j'},

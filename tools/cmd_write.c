@@ -974,7 +974,7 @@ static int usage_error(const char *fmt, const char *arg) {
   return 2;
 }
 
-int wds_cmd_write(int argc, char **argv) {
+int tool_cmd_write(int argc, char **argv) {
   enum {
     OPT_MAXCOUNT = 256,
     OPT_MAXSIZE,

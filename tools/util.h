@@ -8,15 +8,15 @@
 
 #include "wds/spec.h"
 
-int wds_cmd_expand(int argc, char **argv);
-int wds_cmd_ls(int argc, char **argv);
-int wds_cmd_bench(int argc, char **argv);
-int wds_cmd_synth(int argc, char **argv);
-int wds_cmd_batches(int argc, char **argv);
-int wds_cmd_write(int argc, char **argv);
-int wds_cmd_index(int argc, char **argv);
-int wds_cmd_verify(int argc, char **argv);
-int wds_cmd_cat(int argc, char **argv);
+int tool_cmd_expand(int argc, char **argv);
+int tool_cmd_ls(int argc, char **argv);
+int tool_cmd_bench(int argc, char **argv);
+int tool_cmd_synth(int argc, char **argv);
+int tool_cmd_batches(int argc, char **argv);
+int tool_cmd_write(int argc, char **argv);
+int tool_cmd_index(int argc, char **argv);
+int tool_cmd_verify(int argc, char **argv);
+int tool_cmd_cat(int argc, char **argv);
 
 /* Expands every SPEC argument in turn into one list. On error prints
  * "wds CMD: message" and returns non-zero. */

@@ -10,18 +10,18 @@ static const struct {
   int (*run)(int, char **);
   const char *help;
 } commands[] = {
-    {"expand", wds_cmd_expand, "print the URLs a shard spec expands to"},
-    {"ls", wds_cmd_ls, "list the samples of shards (--json, --summary)"},
-    {"batches", wds_cmd_batches,
+    {"expand", tool_cmd_expand, "print the URLs a shard spec expands to"},
+    {"ls", tool_cmd_ls, "list the samples of shards (--json, --summary)"},
+    {"batches", tool_cmd_batches,
      "run the loader, print each batch's keys (--save: .npy)"},
-    {"bench", wds_cmd_bench,
+    {"bench", tool_cmd_bench,
      "report throughput of the reader, or of the loader"},
-    {"synth", wds_cmd_synth, "write synthetic shards (demos, benchmarks)"},
-    {"write", wds_cmd_write,
+    {"synth", tool_cmd_synth, "write synthetic shards (demos, benchmarks)"},
+    {"write", tool_cmd_write,
      "write shards from a directory, a manifest or shards (re-shard)"},
-    {"index", wds_cmd_index, "write a JSON index of a shard set"},
-    {"verify", wds_cmd_verify, "read shards to the end, report every problem"},
-    {"cat", wds_cmd_cat, "write the samples as one tar stream to stdout"},
+    {"index", tool_cmd_index, "write a JSON index of a shard set"},
+    {"verify", tool_cmd_verify, "read shards to the end, report every problem"},
+    {"cat", tool_cmd_cat, "write the samples as one tar stream to stdout"},
 };
 
 static void usage(FILE *f) {

@@ -106,14 +106,14 @@ same "dir: deterministic" d-000.tar d2-000.tar
 check "maxcount: 3 shards (5, 5, 4 samples) from 05" test -f m-05.tar -a -f m-06.tar -a -f m-07.tar -a ! -f m-08.tar
 "$WDS" ls 'm-{05..07}.tar' >m.ls
 same "maxcount: same listing" tree.expect m.ls
-"$WDS" write --maxsize 40K -o 's-%02d.tar' tree >/dev/null 2>&1
+"$WDS" write --maxsize 40KB -o 's-%02d.tar' tree >/dev/null 2>&1
 ok_size=1
 for f in s-*.tar; do
   n=$("$WDS" ls "$f" | wc -l)
   sz=$(stat -c %s "$f")
   if ((sz > 40000 && n != 1)); then ok_size=0; fi
 done
-check "maxsize: no shard over 40K unless it holds one sample" test $ok_size -eq 1
+check "maxsize: no shard over 40KB (40000 bytes) unless it holds one sample" test $ok_size -eq 1
 check "maxsize: split into several shards" test "$(ls s-*.tar | wc -l)" -ge 3
 "$WDS" ls $(ls s-*.tar) >s.ls
 same "maxsize: same listing" tree.expect s.ls
