@@ -42,7 +42,9 @@ static void *run_job(void *arg) {
     j->failed++;
     goto cleanup;
   }
-  wds__image_opts o = {.width = j->size, .height = j->size, .channels = 3,
+  wds__image_opts o = {.width = j->size,
+                       .height = j->size,
+                       .channels = 3,
                        .crop = WDS_CROP_CENTER};
   for (int r = 0; r < j->repeat; r++) {
     for (size_t i = j->first; i < j->count; i += j->step) {
@@ -172,8 +174,12 @@ int main(int argc, char **argv) {
   }
   double t0 = now_s();
   for (int t = 0; t < threads; t++) {
-    jobs[t] = (job){.files = files, .count = npaths, .first = (size_t)t,
-                    .step = (size_t)threads, .size = size, .repeat = repeat};
+    jobs[t] = (job){.files = files,
+                    .count = npaths,
+                    .first = (size_t)t,
+                    .step = (size_t)threads,
+                    .size = size,
+                    .repeat = repeat};
     if (pthread_create(&tids[t], NULL, run_job, &jobs[t]) != 0) {
       fprintf(stderr, "wds_jpeg_baseline: cannot start threads\n");
       for (int k = 0; k < t; k++)

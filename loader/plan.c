@@ -23,9 +23,9 @@
 #include "base/rng.h"
 
 static size_t rank_shard_count(size_t shards, int rank, int world) {
-  return shards > (size_t)rank ? (shards - (size_t)rank + (size_t)world - 1) /
-                                     (size_t)world
-                               : 0;
+  return shards > (size_t)rank
+             ? (shards - (size_t)rank + (size_t)world - 1) / (size_t)world
+             : 0;
 }
 
 static uint64_t exact_total(const wds__plan_input *in) {
@@ -192,9 +192,9 @@ int wds__plan_epoch(const wds__plan_input *in, uint64_t epoch,
   if (in->mode == WDS_MODE_RESAMPLED) {
     out->rank_samples = in->samples_per_epoch;
     for (int w = 0; w < in->workers; w++)
-      out->w[w].quota = in->samples_per_epoch / (uint64_t)in->workers +
-                        ((uint64_t)w < in->samples_per_epoch %
-                                           (uint64_t)in->workers);
+      out->w[w].quota =
+          in->samples_per_epoch / (uint64_t)in->workers +
+          ((uint64_t)w < in->samples_per_epoch % (uint64_t)in->workers);
     goto done;
   }
   if (in->mode == WDS_MODE_PLAIN) {

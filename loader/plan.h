@@ -40,12 +40,12 @@ typedef struct wds__plan_input {
 
 typedef struct wds__epoch_plan {
   uint64_t epoch;
-  uint64_t rank_samples; /* exact/resampled: samples this rank yields;
-                            WDS__TO_END in plain mode */
+  uint64_t rank_samples;  /* exact/resampled: samples this rank yields;
+                             WDS__TO_END in plain mode */
   uint64_t total_samples; /* exact: samples in the data set */
   uint64_t padded;        /* exact: repeated samples added on this rank */
   int workers;
-  wds__worker_plan *w;    /* [workers] */
+  wds__worker_plan *w; /* [workers] */
 } wds__epoch_plan;
 
 /* Checks what does not depend on the epoch (a rank or worker left without

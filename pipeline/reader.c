@@ -73,7 +73,7 @@ struct wds_reader {
 
   wds_reader_stats stats;
   wds__err err;
-  wds__cancel own_cancel;   /* wds_reader_cancel() */
+  wds__cancel own_cancel;    /* wds_reader_cancel() */
   const wds__cancel *cancel; /* the one reads honour: own, or the owner's */
   wds__io_opts io;
 };
@@ -409,8 +409,8 @@ int wds_reader_next(wds_reader *r, const wds_sample **out) {
       if (r->next_shard >= r->urls.count)
         return WDS_EOF;
       r->shard = r->next_shard++;
-      rc = wds__stream_open(r->urls.urls[r->shard], &r->io, &r->stream,
-                            &r->err);
+      rc =
+          wds__stream_open(r->urls.urls[r->shard], &r->io, &r->stream, &r->err);
       if (rc == WDS_OK)
         rc = wds__tar_open(r->stream, r->cfg.buffer_size_bytes,
                            window_limit(&r->cfg), &r->tar, &r->err);

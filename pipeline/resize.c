@@ -232,9 +232,8 @@ static int draw_below(uint64_t key, uint64_t n, int bound) { /* [0, bound) */
   return (int)(((draw(key, n) >> 32) * (uint64_t)bound) >> 32);
 }
 
-void wds__plan_random(int src_w, int src_h, int out_w, int out_h,
-                      double smin, double smax, uint64_t key,
-                      wds__crop_plan *p) {
+void wds__plan_random(int src_w, int src_h, int out_w, int out_h, double smin,
+                      double smax, uint64_t key, wds__crop_plan *p) {
   double area = (double)src_w * src_h;
   memset(p, 0, sizeof *p);
   double lr0 = log(3.0 / 4.0), lr1 = log(4.0 / 3.0);

@@ -20,9 +20,9 @@ typedef struct wds__taps {
   int valid;
   /* table */
   int ksize;
-  int *bounds;     /* 2 * count */
-  int32_t *taps;   /* count * ksize */
-  double *work;    /* ksize doubles, scratch */
+  int *bounds;   /* 2 * count */
+  int32_t *taps; /* count * ksize */
+  double *work;  /* ksize doubles, scratch */
   size_t bounds_cap, taps_cap, work_cap;
 } wds__taps;
 
@@ -61,8 +61,7 @@ void wds__plan_center(int src_w, int src_h, int out_w, int out_h,
 /* RANDOM: torchvision RandomResizedCrop.get_params (scale [smin, smax],
  * ratio [3/4, 4/3], 10 attempts, then the fallback) and a flip with
  * probability 1/2, all drawn from key. */
-void wds__plan_random(int src_w, int src_h, int out_w, int out_h,
-                      double smin, double smax, uint64_t key,
-                      wds__crop_plan *p);
+void wds__plan_random(int src_w, int src_h, int out_w, int out_h, double smin,
+                      double smax, uint64_t key, wds__crop_plan *p);
 
 #endif

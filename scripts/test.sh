@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: set up, then build and run ctest three times — a
+# The whole test suite: set up, check the formatting (.clang-format), then
+# build and run ctest three times — a
 # plain build with warnings as errors, an AddressSanitizer+UBSan build, and
 # the threaded tests (label threads) under ThreadSanitizer.
 # GPU tests (label gpu) skip themselves, visibly, when no GPU is present.
@@ -7,6 +8,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
 "$root/scripts/setup.sh" "$root/build-test" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWDS_WERROR=ON
+"$root/scripts/check-format.sh"
 (cd "$root/build-test" && ctest --output-on-failure -j "$jobs")
 "$root/scripts/setup.sh" "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug -DWDS_WERROR=ON -DWDS_SANITIZE=ON
 (cd "$root/build-asan" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \

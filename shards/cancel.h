@@ -29,8 +29,8 @@ void wds__cancel_set(wds__cancel *c);
 /* Clears the flag and drains the eventfd (no reader may be blocked on it). */
 void wds__cancel_reset(wds__cancel *c);
 static inline int wds__cancelled(const wds__cancel *c) {
-  return c && atomic_load_explicit(&((wds__cancel *)c)->set,
-                                   memory_order_acquire);
+  return c &&
+         atomic_load_explicit(&((wds__cancel *)c)->set, memory_order_acquire);
 }
 
 /* Default read timeout: no byte for this long ends the shard with

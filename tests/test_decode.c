@@ -110,8 +110,11 @@ static buf make_jpeg(int w, int h, int ch, int subsamp) {
 }
 
 static wds__image_opts center_opts(int w, int h, int ch) {
-  wds__image_opts o = {.width = w, .height = h, .channels = ch,
-                       .crop = WDS_CROP_CENTER, .scale_min = 0.08,
+  wds__image_opts o = {.width = w,
+                       .height = h,
+                       .channels = ch,
+                       .crop = WDS_CROP_CENTER,
+                       .scale_min = 0.08,
                        .scale_max = 1.0};
   return o;
 }
@@ -191,8 +194,10 @@ TEST(npy_headers) {
   wds__npy a;
   wds__err e;
   int32_t v[6] = {1, 2, 3, 4, 5, 6};
-  ASSERT_EQ_INT(npy_of(1, "{'descr': '<i4', 'fortran_order': False, "
-                          "'shape': (2, 3), }", v, sizeof v, &a, &e),
+  ASSERT_EQ_INT(npy_of(1,
+                       "{'descr': '<i4', 'fortran_order': False, "
+                       "'shape': (2, 3), }",
+                       v, sizeof v, &a, &e),
                 WDS_OK);
   ASSERT_EQ_INT(a.dtype, WDS_DTYPE_I32);
   ASSERT_EQ_INT(a.ndim, 2);
@@ -201,49 +206,65 @@ TEST(npy_headers) {
   ASSERT_EQ_INT(a.count, 6);
   ASSERT_EQ_INT(a.data_bytes, 24);
   /* any key order, double quotes, no trailing comma, version 2 and 3 */
-  ASSERT_EQ_INT(npy_of(2, "{ \"shape\":(6,),\"fortran_order\" :True ,"
-                          "\"descr\":\"<i4\"}", v, sizeof v, &a, &e),
+  ASSERT_EQ_INT(npy_of(2,
+                       "{ \"shape\":(6,),\"fortran_order\" :True ,"
+                       "\"descr\":\"<i4\"}",
+                       v, sizeof v, &a, &e),
                 WDS_OK);
   ASSERT_EQ_INT(a.ndim, 1);
   ASSERT_EQ_INT(a.shape[0], 6);
   ASSERT_EQ_INT(a.fortran_order, 1);
-  ASSERT_EQ_INT(npy_of(3, "{'descr':'|u1','fortran_order':False,'shape':()}",
-                       v, 1, &a, &e),
+  ASSERT_EQ_INT(npy_of(3, "{'descr':'|u1','fortran_order':False,'shape':()}", v,
+                       1, &a, &e),
                 WDS_OK);
   ASSERT_EQ_INT(a.ndim, 0);
   ASSERT_EQ_INT(a.count, 1);
   /* empty array, trailing bytes ignored */
-  ASSERT_EQ_INT(npy_of(1, "{'descr':'<f8','fortran_order':False,"
-                          "'shape':(0, 5),}", v, 3, &a, &e),
+  ASSERT_EQ_INT(npy_of(1,
+                       "{'descr':'<f8','fortran_order':False,"
+                       "'shape':(0, 5),}",
+                       v, 3, &a, &e),
                 WDS_OK);
   ASSERT_EQ_INT(a.count, 0);
   /* errors name the problem */
-  ASSERT_EQ_INT(npy_of(1, "{'descr':'<c8','fortran_order':False,'shape':()}",
-                       v, 8, &a, &e),
+  ASSERT_EQ_INT(npy_of(1, "{'descr':'<c8','fortran_order':False,'shape':()}", v,
+                       8, &a, &e),
                 WDS_ERR_FORMAT);
   ASSERT_CONTAINS(e.msg, "'<c8'");
-  ASSERT_EQ_INT(npy_of(1, "{'descr':[('a','<i4')],'fortran_order':False,"
-                          "'shape':()}", v, 8, &a, &e),
+  ASSERT_EQ_INT(npy_of(1,
+                       "{'descr':[('a','<i4')],'fortran_order':False,"
+                       "'shape':()}",
+                       v, 8, &a, &e),
                 WDS_ERR_FORMAT);
   ASSERT_CONTAINS(e.msg, "structured");
   ASSERT_EQ_INT(npy_of(1, "{'descr':'<i4','shape':(1,)}", v, 4, &a, &e),
                 WDS_ERR_FORMAT);
   ASSERT_CONTAINS(e.msg, "fortran_order");
-  ASSERT_EQ_INT(npy_of(1, "{'descr':'<i4','fortran_order':False,"
-                          "'shape':(2,3)}", v, 20, &a, &e),
+  ASSERT_EQ_INT(npy_of(1,
+                       "{'descr':'<i4','fortran_order':False,"
+                       "'shape':(2,3)}",
+                       v, 20, &a, &e),
                 WDS_ERR_TRUNCATED);
   ASSERT_CONTAINS(e.msg, "24 bytes");
-  ASSERT_EQ_INT(npy_of(1, "{'descr':'<i8','fortran_order':False,"
-                          "'shape':(4294967296, 4294967296, 4)}", v, 8, &a, &e),
+  ASSERT_EQ_INT(npy_of(1,
+                       "{'descr':'<i8','fortran_order':False,"
+                       "'shape':(4294967296, 4294967296, 4)}",
+                       v, 8, &a, &e),
                 WDS_ERR_LIMIT);
-  ASSERT_EQ_INT(npy_of(1, "{'descr':'<i8','fortran_order':False,"
-                          "'shape':(1,1,1,1,1,1,1,1)}", v, 8, &a, &e),
+  ASSERT_EQ_INT(npy_of(1,
+                       "{'descr':'<i8','fortran_order':False,"
+                       "'shape':(1,1,1,1,1,1,1,1)}",
+                       v, 8, &a, &e),
                 WDS_ERR_LIMIT);
-  ASSERT_EQ_INT(npy_of(1, "{'descr':'<i8','fortran_order':False,"
-                          "'shape':(-1,)}", v, 8, &a, &e),
+  ASSERT_EQ_INT(npy_of(1,
+                       "{'descr':'<i8','fortran_order':False,"
+                       "'shape':(-1,)}",
+                       v, 8, &a, &e),
                 WDS_ERR_FORMAT);
-  ASSERT_EQ_INT(npy_of(1, "{'descr':'<i8','fortran_order':False,"
-                          "'shape':(1,), 'x': 1}", v, 8, &a, &e),
+  ASSERT_EQ_INT(npy_of(1,
+                       "{'descr':'<i8','fortran_order':False,"
+                       "'shape':(1,), 'x': 1}",
+                       v, 8, &a, &e),
                 WDS_ERR_FORMAT);
   ASSERT_CONTAINS(e.msg, "'x'");
   ASSERT_EQ_INT(npy_of(4, "{}", v, 0, &a, &e), WDS_ERR_FORMAT);
@@ -260,8 +281,10 @@ TEST(npy_copy_order) {
   wds__err e;
   /* Fortran order 2x3: memory holds columns */
   int16_t f[6] = {1, 4, 2, 5, 3, 6}, out[6];
-  ASSERT_EQ_INT(npy_of(1, "{'descr':'<i2','fortran_order':True,"
-                          "'shape':(2,3)}", f, sizeof f, &a, &e),
+  ASSERT_EQ_INT(npy_of(1,
+                       "{'descr':'<i2','fortran_order':True,"
+                       "'shape':(2,3)}",
+                       f, sizeof f, &a, &e),
                 WDS_OK);
   wds__npy_copy(&a, out);
   for (int i = 0; i < 6; i++)
@@ -275,8 +298,10 @@ TEST(npy_copy_order) {
     be[2 * k + 1] = (uint8_t)(c + 0x100);
   }
   uint16_t out3[12];
-  ASSERT_EQ_INT(npy_of(1, "{'descr':'>u2','fortran_order':True,"
-                          "'shape':(2,2,3)}", be, sizeof be, &a, &e),
+  ASSERT_EQ_INT(npy_of(1,
+                       "{'descr':'>u2','fortran_order':True,"
+                       "'shape':(2,2,3)}",
+                       be, sizeof be, &a, &e),
                 WDS_OK);
   ASSERT_EQ_INT(a.swap, 1);
   wds__npy_copy(&a, out3);
@@ -292,9 +317,9 @@ TEST(npy_save_roundtrip) {
   for (int i = 0; i < 24; i++)
     data[i] = (float)i * 0.5f;
   int64_t shape[3] = {2, 3, 4};
-  ASSERT_EQ_INT(wds_npy_save(path, WDS_DTYPE_F32, 3, shape, data, err,
-                             sizeof err),
-                WDS_OK);
+  ASSERT_EQ_INT(
+      wds_npy_save(path, WDS_DTYPE_F32, 3, shape, data, err, sizeof err),
+      WDS_OK);
   FILE *fp = fopen(path, "rb");
   ASSERT_TRUE(fp != NULL);
   uint8_t file[1024];
@@ -310,13 +335,13 @@ TEST(npy_save_roundtrip) {
   float back[24];
   wds__npy_copy(&a, back);
   ASSERT_TRUE(memcmp(back, data, sizeof data) == 0);
-  ASSERT_EQ_INT(wds_npy_save(path, WDS_DTYPE_BYTES, 1, shape, data, err,
-                             sizeof err),
-                WDS_ERR_INVALID);
+  ASSERT_EQ_INT(
+      wds_npy_save(path, WDS_DTYPE_BYTES, 1, shape, data, err, sizeof err),
+      WDS_ERR_INVALID);
   snprintf(path, sizeof path, "%s/no/such/dir/a.npy", dir);
-  ASSERT_EQ_INT(wds_npy_save(path, WDS_DTYPE_U8, 0, NULL, data, err,
-                             sizeof err),
-                WDS_ERR_IO);
+  ASSERT_EQ_INT(
+      wds_npy_save(path, WDS_DTYPE_U8, 0, NULL, data, err, sizeof err),
+      WDS_ERR_IO);
   ASSERT_CONTAINS(err, "cannot create");
   snprintf(path, sizeof path, "%s/a.npy", dir);
   unlink(path);
@@ -352,7 +377,8 @@ TEST(image_png_identity) {
   ASSERT_EQ_INT(wds__decode_image(d, png.d, png.n, &o, gray, &e), WDS_OK);
   for (int i = 0; i < 37 * 23; i++) {
     unsigned l = (pix[3 * i] * 19595u + pix[3 * i + 1] * 38470u +
-                  pix[3 * i + 2] * 7471u + 0x8000u) >> 16;
+                  pix[3 * i + 2] * 7471u + 0x8000u) >>
+                 16;
     ASSERT_EQ_INT(gray[i], l);
   }
   wds__decoder_free(d);
@@ -417,8 +443,8 @@ TEST(random_plan) {
     flips += p.flip;
     wds__crop_plan q;
     wds__plan_random(500, 375, 224, 224, 0.08, 1.0, key, &q);
-    ASSERT_TRUE(p.x0 == q.x0 && p.x1 == q.x1 && p.y0 == q.y0 &&
-                p.y1 == q.y1 && p.flip == q.flip);
+    ASSERT_TRUE(p.x0 == q.x0 && p.x1 == q.x1 && p.y0 == q.y0 && p.y1 == q.y1 &&
+                p.flip == q.flip);
   }
   ASSERT_TRUE(flips > 70 && flips < 130);
   ASSERT_EQ_INT(fallback, 0);
@@ -469,8 +495,7 @@ TEST(random_crop_images) {
   for (int y = 0; y < 48; y++)
     for (int x = 0; x < 64; x++)
       for (int c = 0; c < 3; c++)
-        ASSERT_EQ_INT(a[(y * 64 + x) * 3 + c],
-                      b[(y * 64 + 63 - x) * 3 + c]);
+        ASSERT_EQ_INT(a[(y * 64 + x) * 3 + c], b[(y * 64 + 63 - x) * 3 + c]);
   free(a);
   free(b);
   free(jpg.d);
@@ -559,8 +584,7 @@ TEST(image_not_image_message) {
   uint8_t out[3];
   wds__err e;
   wds__image_opts o = center_opts(1, 1, 3);
-  ASSERT_EQ_INT(wds__decode_image(d, (const uint8_t *)"GIF89a", 6, &o, out,
-                                  &e),
+  ASSERT_EQ_INT(wds__decode_image(d, (const uint8_t *)"GIF89a", 6, &o, out, &e),
                 WDS_ERR_FORMAT);
   ASSERT_CONTAINS(e.msg, "not a JPEG or PNG image");
   ASSERT_CONTAINS(e.msg, "47 49 46 38 39 61");
@@ -929,9 +953,8 @@ TEST(jpeg_tables_not_carried) {
 
 /* ---- reference mode (driven by decode_ref.py) ---- */
 
-
-static int ref_image(wds__decoder *d, const char *dir, const char *name,
-                     int w, int h, int ch, const char *crop, const char *ref,
+static int ref_image(wds__decoder *d, const char *dir, const char *name, int w,
+                     int h, int ch, const char *crop, const char *ref,
                      double tol_mean, int tol_max) {
   char path[1024];
   size_t n = 0, rn = 0;
@@ -943,9 +966,9 @@ static int ref_image(wds__decoder *d, const char *dir, const char *name,
   uint8_t *out = malloc(out_n);
   wds__err e = {{0}};
   wds__image_opts o = center_opts(w, h, ch);
-  int rc = !data || !want || rn != out_n ? -100
-                                         : wds__decode_image(d, data, n, &o,
-                                                             out, &e);
+  int rc = !data || !want || rn != out_n
+               ? -100
+               : wds__decode_image(d, data, n, &o, out, &e);
   (void)crop;
   int fail = 1;
   if (rc != WDS_OK) {
@@ -1034,10 +1057,9 @@ static int run_ref(const char *dir) {
     long long s[8];
     if (sscanf(line, "image %511s %d %d %d %15s %511s %lf %d", name, &w, &h,
                &ch, crop, ref, &tol_mean, &tol_max) == 8) {
-      failed += ref_image(d, dir, name, w, h, ch, crop, ref, tol_mean,
-                          tol_max);
-    } else if (sscanf(line, "npy %511s %d %d %lld %lld %lld %lld", name,
-                      &dtype, &ndim, &s[0], &s[1], &s[2], &s[3]) >= 3) {
+      failed += ref_image(d, dir, name, w, h, ch, crop, ref, tol_mean, tol_max);
+    } else if (sscanf(line, "npy %511s %d %d %lld %lld %lld %lld", name, &dtype,
+                      &ndim, &s[0], &s[1], &s[2], &s[3]) >= 3) {
       for (int i = 0; i < ndim && i < 4; i++)
         shape[i] = s[i];
       failed += ref_npy(dir, name, dtype, ndim, shape);

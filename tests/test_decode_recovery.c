@@ -137,8 +137,11 @@ static void make_sample(const goods *g, int i, sample *s) {
 
 static void reference(sample *s) {
   wds__decoder *d = wds__decoder_new();
-  wds__image_opts o = {.width = OUT_W, .height = OUT_H, .channels = OUT_CH,
-                       .crop = WDS_CROP_CENTER, .scale_min = 0.08,
+  wds__image_opts o = {.width = OUT_W,
+                       .height = OUT_H,
+                       .channels = OUT_CH,
+                       .crop = WDS_CROP_CENTER,
+                       .scale_min = 0.08,
                        .scale_max = 1.0};
   wds__err e;
   s->ref = malloc(OUT_W * OUT_H * OUT_CH);

@@ -8,8 +8,8 @@
 #include <dirent.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <time.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
@@ -89,8 +89,8 @@ static int make_shards(shardset *s, size_t n, const uint64_t *counts,
   return 0;
 }
 
-static const wds_field_spec cls_txt[] = {
-    {"cls", WDS_DECODE_AUTO, 0, 0, 0}, {"txt", WDS_DECODE_AUTO, 0, 0, 0}};
+static const wds_field_spec cls_txt[] = {{"cls", WDS_DECODE_AUTO, 0, 0, 0},
+                                         {"txt", WDS_DECODE_AUTO, 0, 0, 0}};
 
 static wds_loader_config base_cfg(const shardset *s) {
   wds_loader_config c = WDS_LOADER_CONFIG_INIT;
@@ -182,8 +182,8 @@ TEST(plain_plan_splits_by_rank_then_worker) {
       size_t shards = 7;
       int seen[7] = {0};
       for (int rank = 0; rank < world; rank++) {
-        wds__plan_input in = {shards, NULL, 9, rank, world, workers,
-                              WDS_MODE_PLAIN, 1, 0, 0};
+        wds__plan_input in = {shards,  NULL,           9, rank, world,
+                              workers, WDS_MODE_PLAIN, 1, 0,    0};
         wds__epoch_plan p;
         wds__err e;
         ASSERT_EQ_INT(wds__plan_epoch(&in, 3, &p, &e), WDS_OK);
@@ -281,7 +281,7 @@ TEST(distributed_sampler_cases) {
     uint64_t n;
     int drop;
     uint64_t samples, batches;
-  } cases[] = {{5, 0, 3, 1}, {5, 1, 2, 0}, {6, 0, 3, 1}, {6, 1, 3, 0},
+  } cases[] = {{5, 0, 3, 1}, {5, 1, 2, 0}, {6, 0, 3, 1},  {6, 1, 3, 0},
                {8, 0, 4, 1}, {8, 1, 4, 1}, {10, 0, 5, 2}, {10, 1, 5, 1}};
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
     /* The samples in two shards of uneven size. */
@@ -1253,8 +1253,7 @@ TEST(rss_stays_flat_over_epochs) {
   }
   long after20 = rss_kib();
   wds_loader_close(l);
-  printf("  RSS after 2 epochs: %ld KiB, after 20: %ld KiB\n", after2,
-         after20);
+  printf("  RSS after 2 epochs: %ld KiB, after 20: %ld KiB\n", after2, after20);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   printf("  (growth not asserted under ASan/TSan: they hold freed memory "
          "in quarantine)\n");
@@ -1422,8 +1421,8 @@ TEST(shuffle_buffer_is_bounded_in_bytes) {
   char path[512];
   snprintf(path, sizeof path, "%s/big.tar", tmpdir);
   ASSERT_EQ_INT(make_big_shard(path, 200, 10000), 0);
-  static const wds_field_spec cls_bin[] = {
-      {"cls", WDS_DECODE_AUTO, 0, 0, 0}, {"bin", WDS_DECODE_BYTES, 0, 0, 0}};
+  static const wds_field_spec cls_bin[] = {{"cls", WDS_DECODE_AUTO, 0, 0, 0},
+                                           {"bin", WDS_DECODE_BYTES, 0, 0, 0}};
   const char *urls[1] = {path};
   wds_loader_config c = WDS_LOADER_CONFIG_INIT;
   c.urls = urls;

@@ -26,7 +26,6 @@ static void path_in(char *out, size_t n, const char *name) {
   snprintf(out, n, "%s/%s", tmpdir, name);
 }
 
-
 static int file_exists(const char *path) {
   struct stat st;
   return stat(path, &st) == 0;
@@ -44,7 +43,6 @@ static int dir_entries(const char *dir) {
   closedir(d);
   return n;
 }
-
 
 static int have_command(const char *name) {
   char cmd[256];

@@ -30,7 +30,6 @@ static char tmpdir[256];
 
 /* ---- helpers ---- */
 
-
 static int same_files(const char *a, const char *b) {
   size_t la, lb;
   uint8_t *da = test_read_file(a, &la), *db = test_read_file(b, &lb);
@@ -64,7 +63,6 @@ static int dir_entries(const char *dir, int *tmp_count) {
   closedir(d);
   return n;
 }
-
 
 /* A fresh, empty subdirectory of tmpdir. */
 static void fresh_dir(char *out, size_t n, const char *name) {

@@ -121,8 +121,7 @@ static void progress(uint64_t epoch, uint64_t batch, uint64_t per_epoch,
 }
 
 /* The loader benchmark: --epochs epochs, every batch released at once. */
-static int bench_loader(const tool_loader_opts *lo, int json,
-                        uint64_t warmup) {
+static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
   static const char *const stage_names[] = {"read",  "shuffle", "decode",
                                             "batch", "wait",    "consumer"};
   int status = 0, rc = WDS_OK;
@@ -143,10 +142,10 @@ static int bench_loader(const tool_loader_opts *lo, int json,
     while ((rc = wds_loader_next(l, &b)) == WDS_OK)
       wds_loader_release(l, b);
     if (rc != WDS_EOF) {
-      status = rc == WDS_ERR_CANCELLED && tool_signal_caught()
-                   ? tool_interrupted("bench", "during the warm-up")
-                   : (fprintf(stderr, "wds bench: %s\n", wds_loader_error(l)),
-                      1);
+      status =
+          rc == WDS_ERR_CANCELLED && tool_signal_caught()
+              ? tool_interrupted("bench", "during the warm-up")
+              : (fprintf(stderr, "wds bench: %s\n", wds_loader_error(l)), 1);
       goto done;
     }
   }

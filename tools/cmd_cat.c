@@ -183,18 +183,17 @@ static int parse_fields_opt(cat_state *c, const char *list) {
 }
 
 int tool_cmd_cat(int argc, char **argv) {
-  static const struct option opts[] = {{"fields", required_argument, 0, 'F'},
-                                       {"shuffle", required_argument, 0, 's'},
-                                       {"seed", required_argument, 0, 'S'},
-                                       {"limit", required_argument, 0, 'l'},
-                                       {"force", no_argument, 0, 'f'},
-                                       {"max-urls", required_argument, 0, 'm'},
-                                       {"read-timeout", required_argument, 0,
-                                        't'},
-                                       {"max-window", required_argument, 0,
-                                        'w'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"fields", required_argument, 0, 'F'},
+      {"shuffle", required_argument, 0, 's'},
+      {"seed", required_argument, 0, 'S'},
+      {"limit", required_argument, 0, 'l'},
+      {"force", no_argument, 0, 'f'},
+      {"max-urls", required_argument, 0, 'm'},
+      {"read-timeout", required_argument, 0, 't'},
+      {"max-window", required_argument, 0, 'w'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   cat_state c;
   memset(&c, 0, sizeof c);
   int force = 0, status = 2, ch, rc = WDS_OK, have_seed = 0, timeout_ms = 0;
@@ -332,8 +331,9 @@ int tool_cmd_cat(int argc, char **argv) {
   }
   if (rc == WDS_ERR_CANCELLED && tool_signal_caught()) {
     /* The stream is left without its end marker, as after any error. */
-    status = tool_interrupted("cat", "%llu samples written, the tar stream "
-                                     "left unfinished",
+    status = tool_interrupted("cat",
+                              "%llu samples written, the tar stream "
+                              "left unfinished",
                               (unsigned long long)c.written);
     goto done;
   }

@@ -231,16 +231,15 @@ static void print_sample(const wds_sample *s, int json) {
 }
 
 int tool_cmd_ls(int argc, char **argv) {
-  static const struct option opts[] = {{"json", no_argument, 0, 'j'},
-                                       {"summary", no_argument, 0, 's'},
-                                       {"max-urls", required_argument, 0, 'm'},
-                                       {"index", required_argument, 0, 'i'},
-                                       {"read-timeout", required_argument, 0,
-                                        't'},
-                                       {"max-window", required_argument, 0,
-                                        'w'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"json", no_argument, 0, 'j'},
+      {"summary", no_argument, 0, 's'},
+      {"max-urls", required_argument, 0, 'm'},
+      {"index", required_argument, 0, 'i'},
+      {"read-timeout", required_argument, 0, 't'},
+      {"max-window", required_argument, 0, 'w'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   int json = 0, summary = 0, c, timeout_ms = 0;
   size_t max_urls = 0;
   uint64_t max_window = 0;

@@ -297,16 +297,15 @@ static int parse_require(verifier *v, const char *list) {
 }
 
 int tool_cmd_verify(int argc, char **argv) {
-  static const struct option opts[] = {{"require", required_argument, 0, 'r'},
-                                       {"decode", no_argument, 0, 'd'},
-                                       {"json", no_argument, 0, 'j'},
-                                       {"max-urls", required_argument, 0, 'm'},
-                                       {"read-timeout", required_argument, 0,
-                                        't'},
-                                       {"max-window", required_argument, 0,
-                                        'w'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"require", required_argument, 0, 'r'},
+      {"decode", no_argument, 0, 'd'},
+      {"json", no_argument, 0, 'j'},
+      {"max-urls", required_argument, 0, 'm'},
+      {"read-timeout", required_argument, 0, 't'},
+      {"max-window", required_argument, 0, 'w'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   verifier v;
   memset(&v, 0, sizeof v);
   int decode = 0, c, status = 2;
@@ -387,8 +386,9 @@ int tool_cmd_verify(int argc, char **argv) {
     if (v.json)
       fputs("]}\n", stdout); /* valid JSON, but no verdict */
     status = tool_interrupted(
-        "verify", "%" PRIu64 " of %zu shards verified (%" PRIu64 " problem%s "
-                  "so far), no verdict",
+        "verify",
+        "%" PRIu64 " of %zu shards verified (%" PRIu64 " problem%s "
+        "so far), no verdict",
         v.shards, urls.count, v.problems, v.problems == 1 ? "" : "s");
     goto done;
   }

@@ -66,18 +66,18 @@ typedef struct wds_reader_config {
   const char *spec;
   const char *const *urls;
   size_t url_count;
-  size_t max_urls;          /* limit on the expanded spec; 0 = default */
-  size_t buffer_size_bytes; /* read block; 0 = 4 MiB */
-  size_t max_sample_bytes;  /* largest sample accepted: field data plus
-                               two strings (name, extension) per field;
-                               0 = 1 GiB. A larger one is WDS_ERR_LIMIT
-                               naming the member, and ends the shard. */
-  size_t max_fields;        /* most fields in one sample; 0 = 4096 */
-  int read_timeout_ms;      /* a shard that delivers no byte for this long
-                               fails with WDS_ERR_TIMEOUT naming the shard
-                               and the wait; 0 = 300000 (5 minutes), < 0 =
-                               wait forever. Pipes, stdin and sockets only:
-                               a regular file's read does not stall. */
+  size_t max_urls;           /* limit on the expanded spec; 0 = default */
+  size_t buffer_size_bytes;  /* read block; 0 = 4 MiB */
+  size_t max_sample_bytes;   /* largest sample accepted: field data plus
+                                two strings (name, extension) per field;
+                                0 = 1 GiB. A larger one is WDS_ERR_LIMIT
+                                naming the member, and ends the shard. */
+  size_t max_fields;         /* most fields in one sample; 0 = 4096 */
+  int read_timeout_ms;       /* a shard that delivers no byte for this long
+                                fails with WDS_ERR_TIMEOUT naming the shard
+                                and the wait; 0 = 300000 (5 minutes), < 0 =
+                                wait forever. Pipes, stdin and sockets only:
+                                a regular file's read does not stall. */
   uint64_t max_window_bytes; /* zstd window a shard may need; 0 = 128 MiB.
                                 A larger one (zstd --long=31) is
                                 WDS_ERR_LIMIT naming the window. */
@@ -101,7 +101,6 @@ typedef struct wds_reader_stats {
  * lazily by wds_reader_next(). On failure *out is NULL, nothing leaks and
  * wds_open_error() tells why. */
 int wds_reader_open(const wds_reader_config *cfg, wds_reader **out);
-
 
 /* Next sample: WDS_OK with *out set (borrowed until the next call), WDS_EOF
  * after the last shard, or a negative status with wds_reader_error() naming

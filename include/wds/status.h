@@ -26,7 +26,7 @@ extern "C" {
   X(WDS_ERR_CORRUPT, -9, "corrupt archive")                                    \
   X(WDS_ERR_FORMAT, -10, "unsupported format")                                 \
   X(WDS_ERR_DECOMPRESS, -11, "decompression error")                            \
-  X(WDS_ERR_DUPLICATE, -12, "duplicate field in sample")                      \
+  X(WDS_ERR_DUPLICATE, -12, "duplicate field in sample")                       \
   X(WDS_ERR_TIMEOUT, -13, "timed out")                                         \
   X(WDS_ERR_CANCELLED, -14, "cancelled")
 

@@ -162,9 +162,13 @@ static struct {
 } good;
 
 static wds__image_opts opts(int k, size_t size) {
-  wds__image_opts o = {.width = 24, .height = 16, .channels = 3,
-                       .crop = WDS_CROP_CENTER, .scale_min = 0.08,
-                       .scale_max = 1.0, .rng_key = size};
+  wds__image_opts o = {.width = 24,
+                       .height = 16,
+                       .channels = 3,
+                       .crop = WDS_CROP_CENTER,
+                       .scale_min = 0.08,
+                       .scale_max = 1.0,
+                       .rng_key = size};
   if (k == 1) {
     o.channels = 1;
     o.crop = WDS_CROP_RANDOM;
