@@ -4,6 +4,7 @@
 
 #include "signals.h"
 #include "util.h"
+#include "wds/version.h"
 
 static const struct {
   const char *name;
@@ -44,7 +45,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(argv[1], "--version") == 0) {
-    printf("wds 0.1.0\n");
+    printf("wds %s\n", wds_version());
     return 0;
   }
   tool_signals_install();

@@ -15,6 +15,7 @@
 #include "tools/signals.h"
 #include "trainer/rendezvous.h"
 #include "trainer/train.h"
+#include "wds/version.h"
 
 static const char usage_text[] =
     "usage: wds-train --train SPEC [--eval SPEC] [options]\n"
@@ -191,7 +192,8 @@ enum {
   O_PRECISION,
   O_READ_TIMEOUT,
   O_MAX_WINDOW,
-  O_HELP
+  O_HELP,
+  O_VERSION
 };
 
 static const struct option long_opts[] = {
@@ -236,6 +238,7 @@ static const struct option long_opts[] = {
     {"max-window", required_argument, 0, O_MAX_WINDOW},
     {"precision", required_argument, 0, O_PRECISION},
     {"help", no_argument, 0, O_HELP},
+    {"version", no_argument, 0, O_VERSION},
     {0, 0, 0, 0}};
 
 /* main printed why the run failed: the exit handler adds nothing. */
@@ -472,6 +475,9 @@ int main(int argc, char **argv) {
       break;
     case O_HELP:
       fputs(usage_text, stdout);
+      return 0;
+    case O_VERSION:
+      printf("wds %s\n", wds_version());
       return 0;
     default:
       return usage_error("unknown option or missing value: %s",

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wds/api.h"
 #include "wds/status.h"
 
 #ifdef __cplusplus
@@ -54,20 +55,22 @@ typedef enum wds_dtype {
   WDS_DTYPE_F64
 } wds_dtype;
 
-size_t wds_dtype_size(wds_dtype t);      /* bytes per element; BYTES: 1 */
-const char *wds_dtype_name(wds_dtype t); /* numpy descr, e.g. "<u1", "|b1" */
+WDS_API size_t wds_dtype_size(wds_dtype t); /* bytes per element; BYTES: 1 */
+WDS_API const char *
+wds_dtype_name(wds_dtype t); /* numpy descr, e.g. "<u1", "|b1" */
 
 /* The decoder WDS_DECODE_AUTO picks for an extension (lower-case):
  * jpg/jpeg/png -> IMAGE, npy -> NPY, cls/cls2/index/inx/id -> INT, else
  * BYTES. */
-wds_decode wds_decode_for_ext(const char *ext);
+WDS_API wds_decode wds_decode_for_ext(const char *ext);
 
 /* Checking that fields decode (`wds verify --decode`). A checker holds the
  * decoder state reused from field to field (one thread at a time). */
 typedef struct wds_decode_checker wds_decode_checker;
 
-int wds_decode_checker_open(wds_decode_checker **out); /* WDS_ERR_NOMEM */
-void wds_decode_checker_close(wds_decode_checker *c);  /* NULL: no-op */
+WDS_API int
+wds_decode_checker_open(wds_decode_checker **out); /* WDS_ERR_NOMEM */
+WDS_API void wds_decode_checker_close(wds_decode_checker *c); /* NULL: no-op */
 
 /* Decodes one field as the loader would with WDS_DECODE_AUTO for ext:
  * images fully (every scan decoded; the output is a small RGB thumbnail,
@@ -76,16 +79,17 @@ void wds_decode_checker_close(wds_decode_checker *c);  /* NULL: no-op */
  * extensions: nothing to check) or the decoder's status with its message
  * ("JPEG: Premature end of JPEG file", "npy: ...") in err. c may be NULL:
  * a temporary checker is used. */
-int wds_decode_check(wds_decode_checker *c, const char *ext, const void *data,
-                     size_t size, char *err, size_t err_size);
+WDS_API int wds_decode_check(wds_decode_checker *c, const char *ext,
+                             const void *data, size_t size, char *err,
+                             size_t err_size);
 
 /* Writes a .npy file (format 1.0, little-endian, C order) holding an array
  * of the given dtype (not BYTES) and shape: `wds batches --save` uses it.
  * Written under a temporary name and renamed. Returns WDS_OK or
  * WDS_ERR_IO / WDS_ERR_INVALID with a message in err. */
-int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
-                 const int64_t *shape, const void *data, char *err,
-                 size_t err_size);
+WDS_API int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
+                         const int64_t *shape, const void *data, char *err,
+                         size_t err_size);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wds/api.h"
 #include "wds/status.h"
 
 #ifdef __cplusplus
@@ -84,13 +85,14 @@ typedef struct wds_index_shard {
  * NULL and wds_open_error() names the file and the byte offset of the
  * problem. (The loader also bounds each count by the shard file's size,
  * and checks their sum.) */
-int wds_index_load(const char *path, unsigned flags, wds_index **out);
+WDS_API int wds_index_load(const char *path, unsigned flags, wds_index **out);
 
-size_t wds_index_shard_count(const wds_index *ix);
+WDS_API size_t wds_index_shard_count(const wds_index *ix);
 
 /* Shard i (in file order) into *out; WDS_ERR_INVALID when i is out of
  * range. */
-int wds_index_shard_info(const wds_index *ix, size_t i, wds_index_shard *out);
+WDS_API int wds_index_shard_info(const wds_index *ix, size_t i,
+                                 wds_index_shard *out);
 
 /* Finds the shard for a URL of a spec: matched against each url exactly,
  * then against the resolved paths (so "./a.tar", "file:///d/a.tar" and
@@ -98,18 +100,18 @@ int wds_index_shard_info(const wds_index *ix, size_t i, wds_index_shard *out);
  * filesize, the file's current size is compared: a difference is
  * WDS_ERR_CORRUPT ("URL: stale index: the shard was N bytes, is M"). Not
  * listed: WDS_ERR_INVALID. The message is in wds_index_error(). */
-int wds_index_lookup(wds_index *ix, const char *url, size_t *shard);
+WDS_API int wds_index_lookup(wds_index *ix, const char *url, size_t *shard);
 
 /* Text of the last failed lookup ("" if none). */
-const char *wds_index_error(const wds_index *ix);
+WDS_API const char *wds_index_error(const wds_index *ix);
 
-void wds_index_close(wds_index *ix); /* NULL is a no-op */
+WDS_API void wds_index_close(wds_index *ix); /* NULL is a no-op */
 
 /* The local path a URL names ("/d/a.tar", "file:///d/a.tar" -> "/d/a.tar"),
  * pointing into url; NULL for "-", pipe: commands, other scheme:// URLs
  * and file:// URLs without an absolute path (file://relative), which the
  * reader refuses too. The rules every index function applies. */
-const char *wds_index_local_path(const char *url);
+WDS_API const char *wds_index_local_path(const char *url);
 
 /* The url an index in the canonical directory index_dir_real (as realpath
  * gives it) records for a shard URL: a local path made relative to that
@@ -117,7 +119,7 @@ const char *wds_index_local_path(const char *url);
  * moved together; the URL as given when it is not local, cannot be
  * resolved, or index_dir_real is NULL. Malloc'd (free()); NULL when out of
  * memory. */
-char *wds_index_url_for(const char *url, const char *index_dir_real);
+WDS_API char *wds_index_url_for(const char *url, const char *index_dir_real);
 
 #ifdef __cplusplus
 }

@@ -61,6 +61,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wds/api.h"
 #include "wds/decode.h" /* wds_decode, wds_crop, wds_dtype, checks, npy */
 #include "wds/status.h"
 
@@ -100,9 +101,9 @@ typedef struct wds_field_spec {
  * size), image, npy, int, bytes (decoder). Names point into *storage
  * (release with free()). Returns WDS_OK or WDS_ERR_INVALID with a message in
  * err. */
-int wds_field_specs_parse(const char *text, wds_field_spec **specs,
-                          size_t *count, char **storage, char *err,
-                          size_t err_size);
+WDS_API int wds_field_specs_parse(const char *text, wds_field_spec **specs,
+                                  size_t *count, char **storage, char *err,
+                                  size_t err_size);
 
 /* Memory for batch slots. alloc returns size_bytes bytes aligned to at
  * least 64, or NULL. */
@@ -215,34 +216,34 @@ typedef struct wds_loader wds_loader;
 /* Validates cfg, expands the spec, (exact mode) loads or counts shard sizes,
  * allocates the batch pool. On failure *out is NULL and wds_open_error()
  * says why. */
-int wds_loader_open(const wds_loader_config *cfg, wds_loader **out);
+WDS_API int wds_loader_open(const wds_loader_config *cfg, wds_loader **out);
 
 /* Next batch, borrowed until wds_loader_release(). Blocks while the batch is
  * prepared. Returns WDS_OK, WDS_EOF at the end of an epoch (the next call
  * starts the next one), or a negative status (wds_loader_error() says what
  * and where). WDS_ERR_INVALID if every slot is held by the caller. */
-int wds_loader_next(wds_loader *l, const wds_batch **out);
+WDS_API int wds_loader_next(wds_loader *l, const wds_batch **out);
 
 /* Gives a batch's slot back to the pool. */
-void wds_loader_release(wds_loader *l, const wds_batch *b);
+WDS_API void wds_loader_release(wds_loader *l, const wds_batch *b);
 
 /* Abandons the current epoch; the next call to next() starts `epoch`.
  * Batches the caller holds stay valid until released. */
-int wds_loader_set_epoch(wds_loader *l, uint64_t epoch);
+WDS_API int wds_loader_set_epoch(wds_loader *l, uint64_t epoch);
 
 /* Position for resume: the epoch of the next batch and how many batches of
  * it were delivered. After the last batch of epoch e: (e, n); after the
  * WDS_EOF that ends it: (e + 1, 0). */
-void wds_loader_position(const wds_loader *l, uint64_t *epoch,
-                         uint64_t *batches);
+WDS_API void wds_loader_position(const wds_loader *l, uint64_t *epoch,
+                                 uint64_t *batches);
 
 /* Batches in an epoch for this rank; 0 in plain mode (not known). */
-uint64_t wds_loader_epoch_batches(const wds_loader *l);
+WDS_API uint64_t wds_loader_epoch_batches(const wds_loader *l);
 
 /* Text of the last error, or of the last skipped one under
  * WDS_ON_ERROR_SKIP ("" if none): shard, sample, field, offset. Safe to call
  * while the workers run; valid until the next call on this handle. */
-const char *wds_loader_error(const wds_loader *l);
+WDS_API const char *wds_loader_error(const wds_loader *l);
 
 typedef struct wds_loader_stats {
   uint64_t batches, samples; /* delivered */
@@ -262,24 +263,24 @@ typedef struct wds_loader_stats {
   uint64_t peak_pool_bytes;
 } wds_loader_stats;
 
-void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *out);
-const char *wds_loader_allocator_name(const wds_loader *l);
+WDS_API void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *out);
+WDS_API const char *wds_loader_allocator_name(const wds_loader *l);
 
 /* Makes a next() blocked on data, and every later one, return
  * WDS_ERR_CANCELLED promptly: workers blocked in a read wake at once.
  * Thread-safe and async-signal-safe (a signal handler may call it while
  * another thread is in next()). The loader must still be closed. */
-void wds_loader_cancel(wds_loader *l);
+WDS_API void wds_loader_cancel(wds_loader *l);
 
 /* Stops the threads and frees everything; returns promptly even while a
  * worker is blocked in a read. Batches still held become invalid. NULL is
  * a no-op. */
-void wds_loader_close(wds_loader *l);
+WDS_API void wds_loader_close(wds_loader *l);
 
 /* Rank and world size from the environment, as the loader reads them
  * (see wds_loader_config.rank); 0 and 1 for an environment the loader
  * refuses. */
-void wds_env_rank_world(int *rank, int *world_size);
+WDS_API void wds_env_rank_world(int *rank, int *world_size);
 
 #ifdef __cplusplus
 }

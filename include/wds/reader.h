@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wds/api.h"
 #include "wds/status.h"
 
 #ifdef __cplusplus
@@ -100,7 +101,7 @@ typedef struct wds_reader_stats {
 /* Validates cfg, expands the spec and prepares to read; shards are opened
  * lazily by wds_reader_next(). On failure *out is NULL, nothing leaks and
  * wds_open_error() tells why. */
-int wds_reader_open(const wds_reader_config *cfg, wds_reader **out);
+WDS_API int wds_reader_open(const wds_reader_config *cfg, wds_reader **out);
 
 /* Next sample: WDS_OK with *out set (borrowed until the next call), WDS_EOF
  * after the last shard, or a negative status with wds_reader_error() naming
@@ -108,26 +109,26 @@ int wds_reader_open(const wds_reader_config *cfg, wds_reader **out);
  * usable: the next call continues with the next shard (or, after
  * WDS_ERR_DUPLICATE, with the next sample of the same shard), so callers
  * can choose to stop at the first error or to skip what is bad. */
-int wds_reader_next(wds_reader *r, const wds_sample **out);
+WDS_API int wds_reader_next(wds_reader *r, const wds_sample **out);
 
 /* Makes a wds_reader_next() blocked in a read, and every later one, return
  * WDS_ERR_CANCELLED at once (a pipe: command is stopped when the reader is
  * closed). Thread-safe and async-signal-safe: a signal handler may call it
  * while another thread reads. */
-void wds_reader_cancel(wds_reader *r);
+WDS_API void wds_reader_cancel(wds_reader *r);
 
 /* Text of the last error ("" if none). Valid until the next call. */
-const char *wds_reader_error(const wds_reader *r);
+WDS_API const char *wds_reader_error(const wds_reader *r);
 
 /* The expanded shard list. */
-size_t wds_reader_shard_count(const wds_reader *r);
-const char *wds_reader_shard_url(const wds_reader *r, size_t index);
+WDS_API size_t wds_reader_shard_count(const wds_reader *r);
+WDS_API const char *wds_reader_shard_url(const wds_reader *r, size_t index);
 
-void wds_reader_stats_get(const wds_reader *r, wds_reader_stats *out);
+WDS_API void wds_reader_stats_get(const wds_reader *r, wds_reader_stats *out);
 
 /* Closes the current shard (stopping a pipe: command if it still runs) and
  * frees everything. NULL is a no-op. */
-void wds_reader_close(wds_reader *r);
+WDS_API void wds_reader_close(wds_reader *r);
 
 #ifdef __cplusplus
 }

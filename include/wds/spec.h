@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wds/api.h"
 #include "wds/status.h"
 
 #ifdef __cplusplus
@@ -53,24 +54,24 @@ typedef struct wds_url_list {
  * @FILE, WDS_ERR_NOMEM, WDS_ERR_INVALID for NULL arguments), writes a message
  * naming what and where into err (when err is not NULL; always NUL-terminated),
  * and leaves *out empty. */
-int wds_spec_expand(const char *spec, size_t max_urls, wds_url_list *out,
-                    char *err, size_t err_size);
+WDS_API int wds_spec_expand(const char *spec, size_t max_urls,
+                            wds_url_list *out, char *err, size_t err_size);
 
 /* Expands specs[0..nspecs) in turn into one list, as one expansion: the
  * limits (max_urls, URL bytes, @FILEs) hold for the whole list, and an
  * error names the spec at fault. Same contract as wds_spec_expand(); the
  * `wds` tools expand their SPEC arguments with it. */
-int wds_spec_expand_list(const char *const *specs, size_t nspecs,
-                         size_t max_urls, wds_url_list *out, char *err,
-                         size_t err_size);
+WDS_API int wds_spec_expand_list(const char *const *specs, size_t nspecs,
+                                 size_t max_urls, wds_url_list *out, char *err,
+                                 size_t err_size);
 
 /* Brace expansion of a single pattern only: no "::", "@" or "${}" handling.
  * Same contract as wds_spec_expand(). */
-int wds_brace_expand(const char *pattern, size_t max_urls, wds_url_list *out,
-                     char *err, size_t err_size);
+WDS_API int wds_brace_expand(const char *pattern, size_t max_urls,
+                             wds_url_list *out, char *err, size_t err_size);
 
 /* Frees the strings and the array; leaves list zeroed. NULL is a no-op. */
-void wds_url_list_free(wds_url_list *list);
+WDS_API void wds_url_list_free(wds_url_list *list);
 
 #ifdef __cplusplus
 }

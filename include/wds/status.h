@@ -7,6 +7,8 @@
 #ifndef WDS_STATUS_H
 #define WDS_STATUS_H
 
+#include "wds/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -38,15 +40,15 @@ enum wds_status {
 
 /* Generic text of a status code ("unknown status" for anything else). The
  * returned string is static. */
-const char *wds_strerror(int status);
+WDS_API const char *wds_strerror(int status);
 
 /* Name of a status code ("WDS_ERR_TRUNCATED"), static; "WDS_UNKNOWN" otherwise.
  */
-const char *wds_status_name(int status);
+WDS_API const char *wds_status_name(int status);
 
 /* Text of the last failed wds_*_open() call in this thread ("" if none):
  * what failed and where (spec position, shard, option). */
-const char *wds_open_error(void);
+WDS_API const char *wds_open_error(void);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include "wds/reader.h"
 #include "wds/spec.h"
 #include "wds/status.h"
+#include "wds/version.h"
 #include "wds/writer.h"
 
 #endif

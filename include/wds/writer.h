@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wds/api.h"
 #include "wds/status.h"
 
 #ifdef __cplusplus
@@ -114,7 +115,7 @@ typedef struct wds_writer_stats {
 
 /* On failure *out is NULL and wds_open_error() says why. No file is created
  * before the first sample. */
-int wds_writer_open(const wds_writer_config *cfg, wds_writer **out);
+WDS_API int wds_writer_open(const wds_writer_config *cfg, wds_writer **out);
 
 /* Writes one sample (the data is copied or written before it returns). The
  * key must be non-empty, must not end with '/', and (to be read back as the
@@ -123,29 +124,30 @@ int wds_writer_open(const wds_writer_config *cfg, wds_writer **out);
  * contain no '/', and be unique within the sample ignoring ASCII case
  * (readers lower-case them). Fields are written sorted by extension (byte
  * order). Anything else is WDS_ERR_INVALID (sticky, like every error). */
-int wds_writer_write_sample(wds_writer *w, const char *key,
-                            const wds_writer_field *fields, size_t count);
+WDS_API int wds_writer_write_sample(wds_writer *w, const char *key,
+                                    const wds_writer_field *fields,
+                                    size_t count);
 
 /* Text of the last error ("" if none). */
-const char *wds_writer_error(const wds_writer *w);
+WDS_API const char *wds_writer_error(const wds_writer *w);
 
-void wds_writer_stats_get(const wds_writer *w, wds_writer_stats *out);
+WDS_API void wds_writer_stats_get(const wds_writer *w, wds_writer_stats *out);
 
 /* Finishes and renames the current shard now (no-op when none is open);
  * the next sample starts a new one, numbered on. With out_fd it ends the
  * stream, and later samples are WDS_ERR_INVALID. Unlike close, it leaves
  * the handle to read the error text and the final stats from. */
-int wds_writer_end_shard(wds_writer *w);
+WDS_API int wds_writer_end_shard(wds_writer *w);
 
 /* Finishes and renames the current shard, then frees everything; returns
  * WDS_OK or the error (sticky or from finishing). NULL is a no-op (WDS_OK).
  * After an error the unfinished shard's temporary file is removed. */
-int wds_writer_close(wds_writer *w);
+WDS_API int wds_writer_close(wds_writer *w);
 
 /* Frees everything without finishing: the unfinished shard's temporary
  * file is removed (with out_fd, the stream is left without its end
  * blocks). Shards completed before stay. NULL is a no-op. */
-void wds_writer_abort(wds_writer *w);
+WDS_API void wds_writer_abort(wds_writer *w);
 
 /* ---- whole files written safely: wds_outfile ----
  *
@@ -178,26 +180,26 @@ void wds_writer_abort(wds_writer *w);
 
 typedef struct wds_outfile wds_outfile;
 
-int wds_outfile_open(const char *path, unsigned flags, wds_outfile **out,
-                     char *err, size_t err_size);
+WDS_API int wds_outfile_open(const char *path, unsigned flags,
+                             wds_outfile **out, char *err, size_t err_size);
 
 /* The descriptor to write to (the outfile's: do not close it). */
-int wds_outfile_fd(const wds_outfile *f);
+WDS_API int wds_outfile_fd(const wds_outfile *f);
 
 /* 1 when PATH is written in place (a device or a FIFO), 0 otherwise. */
-int wds_outfile_in_place(const wds_outfile *f);
+WDS_API int wds_outfile_in_place(const wds_outfile *f);
 
 /* The temporary name; NULL when written in place or once committed. */
-const char *wds_outfile_tmp_path(const wds_outfile *f);
+WDS_API const char *wds_outfile_tmp_path(const wds_outfile *f);
 
 /* Ends the file: fsync (unless NO_SYNC; in place only for block devices),
  * close, rename to PATH and fsync of its directory. After a failure the
  * temporary file is removed by close. */
-int wds_outfile_commit(wds_outfile *f, char *err, size_t err_size);
+WDS_API int wds_outfile_commit(wds_outfile *f, char *err, size_t err_size);
 
 /* Closes the descriptor if still open and removes an uncommitted temporary
  * file; frees f. NULL is a no-op. */
-void wds_outfile_close(wds_outfile *f);
+WDS_API void wds_outfile_close(wds_outfile *f);
 
 #ifdef __cplusplus
 }
