@@ -9,7 +9,7 @@ shift || true
 
 pkgs="build-essential cmake pkg-config libarchive-dev libzstd-dev zlib1g-dev liblzma-dev libssl-dev
       libturbojpeg0-dev libpng-dev libarchive-tools tar gzip zstd xz-utils bzip2 python3
-      python3-numpy python3-pil python3-venv python3-sklearn libjpeg-turbo-progs
+      python3-dev python3-numpy python3-pil python3-venv python3-sklearn libjpeg-turbo-progs
       clang-format file dpkg-dev"
 missing=()
 for p in $pkgs; do

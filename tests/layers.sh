@@ -34,6 +34,9 @@ forbid loader 'trainer/|tools/' 'a header of the trainer or the tools'
 # handling; the trainer's library does not include tools/.
 forbid trainer 'tools/' 'a tools header' main.c
 forbid tools 'trainer/' 'a trainer header'
+# The Python extension is written over the public API (include/wds/) only.
+forbid python 'base/|shards/|pipeline/|loader/|trainer/|tools/' \
+  'an internal header (the extension uses the public API, include/wds/, only)'
 
 if [ "$bad" -ne 0 ]; then
   echo "layers: FAILED"

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The Python package's pytest suite (python/tests/test_*.py), run by ctest.
+#
+# Makes (once, cached) a virtual environment with pytest, numpy and Python
+# webdataset from the package index, then runs pytest with it, in one of two
+# modes:
+#   tree  the extension just built in the build tree (PYTHONPATH=BUILD/python)
+#   pip   a real `pip wheel SRC` (scikit-build-core, the root pyproject.toml;
+#         its CMake build kept in BUILD/pip-build so that re-runs are quick),
+#         the wheel installed into the environment, and the suite run
+#         against the installed package.
+#
+# Usage: run.sh MODE VENV_DIR SRC_DIR BUILD_DIR WDS_BINARY SHARED_TESTDATA
+# Environment: PYTHON3 (the interpreter CMake built the extension for),
+# WDS_PY_SKIP (when set, the reason to skip: sanitizer builds, no Python
+# headers), PIP_INDEX_URL and the other PIP_* variables are passed to pip.
+# Exit status: 0 passed, 1 a failure, 77 skipped (WDS_PY_SKIP, or no
+# package index reachable and no cached environment).
+set -euo pipefail
+export LC_ALL=C.UTF-8
+SKIP=77
+REQUIREMENTS=("pytest" "numpy" "webdataset>=1.0,<2")
+
+fail() {
+  echo "FAIL setup: $*"
+  exit 1
+}
+if (($# != 6)); then
+  echo "usage: run.sh MODE VENV_DIR SRC_DIR BUILD_DIR WDS_BINARY SHARED_TESTDATA" >&2
+  exit 2
+fi
+MODE=$1 VENV=$2 SRC=$3 BUILD=$4 WDS=$5 SHARED=$6
+if [[ -n ${WDS_PY_SKIP:-} ]]; then
+  echo "SKIP: $WDS_PY_SKIP"
+  exit $SKIP
+fi
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PYTHON3=${PYTHON3:-python3}
+command -v "$PYTHON3" >/dev/null 2>&1 || fail "$PYTHON3 not found"
+
+stamp="python=$("$PYTHON3" -c 'import sys; print(sys.version.split()[0])') ${REQUIREMENTS[*]}"
+marker=$VENV/.wds-py-ready
+NETERR='NewConnectionError|ConnectTimeoutError|ReadTimeoutError|ProxyError|Temporary failure in name resolution|Name or service not known|Network is unreachable|Connection refused|No route to host|timed out|Max retries exceeded|ConnectionError'
+
+make_venv() {
+  echo "# making the virtual environment $VENV (${REQUIREMENTS[*]})"
+  "$PYTHON3" -c 'import venv, ensurepip' 2>/dev/null ||
+    fail "$PYTHON3 has no venv/ensurepip module: apt-get install python3-venv"
+  rm -rf "$VENV"
+  "$PYTHON3" -m venv "$VENV" || fail "$PYTHON3 -m venv $VENV failed"
+  local dir out rc=0
+  dir=$(mktemp -d)
+  out=$(timeout 60 "$VENV/bin/python" -m pip download --no-deps --retries 1 --timeout 15 \
+    --disable-pip-version-check -d "$dir" pytest 2>&1) || rc=$?
+  rm -rf "$dir"
+  if ((rc != 0)); then
+    if ((rc == 124)) || grep -qiE "$NETERR" <<<"$out"; then
+      rm -rf "$VENV"
+      echo "$out" | tail -n 5 | sed 's/^/# pip: /'
+      echo "SKIP: no package index reachable (index: ${PIP_INDEX_URL:-https://pypi.org/simple})"
+      exit $SKIP
+    fi
+    echo "$out" | tail -n 20 | sed 's/^/# pip: /'
+    fail "pip download pytest failed (not a network error, see above)"
+  fi
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${REQUIREMENTS[@]}" ||
+    fail "pip install ${REQUIREMENTS[*]} into $VENV failed"
+  echo "$stamp" >"$marker"
+}
+
+if [[ ! -f $marker || $(cat "$marker") != "$stamp" ]] ||
+  ! "$VENV/bin/python" -c 'import pytest, numpy, webdataset' 2>/dev/null; then
+  make_venv
+fi
+
+export WDS_TEST_CLI=$WDS WDS_TEST_SHARED=$SHARED
+case $MODE in
+tree)
+  export PYTHONPATH=$BUILD/python
+  ;;
+pip)
+  unset PYTHONPATH
+  wheels=$BUILD/pip-wheels
+  rm -rf "$wheels"
+  # The build isolation fetches scikit-build-core from the index.
+  "$VENV/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" \
+    -C build-dir="$BUILD/pip-build" -C cmake.define.WDS_WITH_CUDA=OFF \
+    -C cmake.define.WDS_WERROR=ON "$SRC" || fail "pip wheel $SRC failed"
+  ls "$wheels"/wds-*.whl >/dev/null || fail "pip wheel made no wds wheel"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall \
+    --no-deps "$wheels"/wds-*.whl || fail "pip install of the wheel failed"
+  echo "# installed $(basename "$wheels"/wds-*.whl)"
+  ;;
+*) fail "unknown mode $MODE" ;;
+esac
+# From a directory outside the source tree: `import wds` is the package
+# under test, never the source folder python/wds (which has no extension).
+cd "$BUILD"
+exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$HERE"

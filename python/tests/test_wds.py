@@ -1,0 +1,382 @@
+"""The Python package wds: expand, Reader, Index and the errors.
+
+Run by python/tests/run.sh (ctest python_tree and python_pip). The samples
+are compared with `wds ls --json` (WDS_TEST_CLI), with Python webdataset's raw
+samples, and with the expected listings of the third-party shards
+(WDS_TEST_SHARED/webdataset/expected; skipped without ../shared).
+"""
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import tarfile
+import threading
+import time
+
+import pytest
+
+import wds
+
+CLI = os.environ.get("WDS_TEST_CLI", "")
+SHARED = os.environ.get("WDS_TEST_SHARED", "")
+
+
+def cli(*args, check=True):
+    if not CLI or not os.access(CLI, os.X_OK):
+        pytest.skip("WDS_TEST_CLI (the wds command) not given")
+    p = subprocess.run([CLI, *args], capture_output=True, timeout=120)
+    if check and p.returncode != 0:
+        raise AssertionError(f"wds {args}: {p.returncode} {p.stderr.decode()}")
+    return p
+
+
+def make_shard(path, samples, fmt=tarfile.USTAR_FORMAT):
+    """samples: list of (key, {ext: bytes}). Written in order, fields sorted."""
+    with tarfile.open(path, "w", format=fmt) as tf:
+        for key, fields in samples:
+            for ext in sorted(fields):
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(fields[ext])
+                info.mtime = 0
+                tf.addfile(info, io.BytesIO(fields[ext]))
+    return str(path)
+
+
+def sample_set(shard, n, size=100):
+    return [
+        (f"s{shard}/k{i:04d}",
+         {"txt": f"text {shard} {i}".encode(),
+          "bin": bytes((i * 7 + j) % 256 for j in range(size + i)),
+          "cls": str(i % 10).encode()})
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def shards(tmp_path):
+    """Three shards of 5, 7 and 3 samples; returns (spec, paths, samples)."""
+    paths, everything = [], []
+    for s, n in enumerate((5, 7, 3)):
+        samples = sample_set(s, n)
+        paths.append(make_shard(tmp_path / f"d-{s:03d}.tar", samples))
+        everything.append(samples)
+    return str(tmp_path / "d-{000..002}.tar"), paths, everything
+
+
+# ---- the package --------------------------------------------------------
+
+def test_version_and_mode():
+    assert re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", wds.__version__)
+    mode = os.environ.get("WDS_TEST_MODE")
+    if mode == "pip":
+        from importlib.metadata import version
+        assert version("wds") == wds.__version__
+        assert "site-packages" in wds.__file__, wds.__file__
+    elif mode == "tree":
+        assert os.environ["PYTHONPATH"] in wds.__file__, wds.__file__
+
+
+def test_error_classes():
+    names = ["NoMemoryError", "InvalidError", "SpecError", "LimitError", "IOError",
+             "OpenError", "CommandError", "TruncatedError", "CorruptError",
+             "FormatError", "DecompressError", "DuplicateError", "TimeoutError",
+             "CancelledError"]
+    codes = set()
+    for i, name in enumerate(names):
+        cls = getattr(wds, name)
+        assert issubclass(cls, wds.Error) and issubclass(cls, Exception)
+        assert cls.status == -(i + 1)
+        assert cls.status_name.startswith("WDS_ERR_")
+        codes.add(cls.status)
+    assert len(codes) == len(names)
+    assert issubclass(wds.TimeoutError, TimeoutError)
+    assert issubclass(wds.NoMemoryError, MemoryError)
+    assert issubclass(wds.SpecError, ValueError)
+
+
+# ---- expand -------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", [
+    "a-{000..003}.tar",
+    "a-{0..10..3}.tar::b-{x,y}.tar",
+    "pipe:curl -s http://h/d-{0..2}.tar",
+    "{a..c}{1,2}",
+])
+def test_expand_matches_cli(spec):
+    want = cli("expand", spec).stdout.decode().splitlines()
+    assert wds.expand(spec) == want
+
+
+def test_expand_matches_braceexpand():
+    from braceexpand import braceexpand
+    for spec in ["x-{000..012}.tar", "{a,b{1..3}}-{9..7}", "d{0..20..5}"]:
+        assert wds.expand(spec) == list(braceexpand(spec))
+
+
+def test_expand_file_and_env(tmp_path, monkeypatch):
+    lst = tmp_path / "list.txt"
+    lst.write_text("# comment\n\na-{0..1}.tar\nb.tar\n")
+    assert wds.expand(f"@{lst}") == ["a-0.tar", "a-1.tar", "b.tar"]
+    monkeypatch.setenv("WDS_ROOT", "/data")
+    assert wds.expand("${ROOT}/s-{0..1}.tar") == ["/data/s-0.tar", "/data/s-1.tar"]
+
+
+def test_expand_errors():
+    with pytest.raises(wds.SpecError) as e:
+        wds.expand("a-{0..2.tar")
+    p = cli("expand", "a-{0..2.tar", check=False)
+    assert p.returncode != 0
+    assert str(e.value) and str(e.value) in p.stderr.decode()
+    assert e.value.status == wds.SpecError.status
+    with pytest.raises(wds.LimitError):
+        wds.expand("{0..99}", max_urls=10)
+    with pytest.raises(wds.OpenError):
+        wds.expand("@/nonexistent/list.txt")
+    with pytest.raises(TypeError):
+        wds.expand(3)
+
+
+# ---- Reader -------------------------------------------------------------
+
+def test_reader_samples(shards):
+    spec, paths, everything = shards
+    with wds.Reader(spec) as r:
+        assert r.shards == paths
+        got = list(r)
+        st = r.stats()
+    want = [dict({"__key__": k, "__url__": paths[s]}, **f)
+            for s, samples in enumerate(everything) for k, f in samples]
+    assert got == want
+    assert st["shards"] == 3 and st["samples"] == 15
+    assert r.closed
+
+
+def test_reader_matches_cli_json(shards):
+    spec, _, _ = shards
+    lines = cli("ls", "--json", spec).stdout.decode().splitlines()
+    want = [json.loads(line) for line in lines]
+    got = list(wds.Reader(spec))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g["__key__"] == w["__key__"] and g["__url__"] == w["__url__"]
+        fields = {k: v for k, v in g.items() if not k.startswith("__")}
+        assert sorted(fields) == sorted(w["fields"])
+        for ext, data in fields.items():
+            assert len(data) == w["fields"][ext]["size"]
+            assert hashlib.sha256(data).hexdigest() == w["fields"][ext]["sha256"]
+
+
+def test_reader_matches_webdataset(shards):
+    webdataset = pytest.importorskip("webdataset")
+    spec, paths, _ = shards
+    ds = webdataset.WebDataset(paths, shardshuffle=False)
+    want = [{k: v for k, v in s.items() if k != "__local_path__"} for s in ds]
+    got = list(wds.Reader(paths))  # a list of URLs, taken as is
+    assert got == want
+
+
+def test_reader_shared_expected():
+    if not SHARED or not os.path.isdir(os.path.join(SHARED, "webdataset", "expected")):
+        pytest.skip("../shared/testdata/webdataset not present")
+    base = os.path.join(SHARED, "webdataset")
+    names = sorted(f[:-len(".jsonl")] for f in os.listdir(os.path.join(base, "expected"))
+                   if f.endswith(".jsonl"))
+    assert names
+    for name in names:
+        with open(os.path.join(base, "expected", name + ".jsonl")) as f:
+            want = [json.loads(line) for line in f if line.strip()]
+        url = os.path.join(base, name)
+        got = list(wds.Reader(url))
+        assert [g["__key__"] for g in got] == [w["key"] for w in want], name
+        for g, w in zip(got, want):
+            assert g["__url__"] == url
+            fields = {k: v for k, v in g.items() if not k.startswith("__")}
+            assert sorted(fields) == sorted(w["fields"]), (name, g["__key__"])
+            for ext, data in fields.items():
+                assert len(data) == w["fields"][ext]["size"]
+                assert hashlib.sha256(data).hexdigest() == w["fields"][ext]["sha256"]
+
+
+def test_reader_compressed_and_pipe(tmp_path, shards):
+    _, paths, everything = shards
+    import gzip
+    gz = tmp_path / "c.tar.gz"
+    with open(paths[1], "rb") as f, gzip.open(gz, "wb") as g:
+        g.write(f.read())
+    got = list(wds.Reader(str(gz)))
+    assert [s["__key__"] for s in got] == [k for k, _ in everything[1]]
+    got = list(wds.Reader(f"pipe:cat {paths[2]}"))
+    assert [s["bin"] for s in got] == [f["bin"] for _, f in everything[2]]
+
+
+def test_reader_errors_carry_messages(tmp_path, shards):
+    _, paths, everything = shards
+    missing = str(tmp_path / "missing.tar")
+    with pytest.raises(wds.OpenError) as e:
+        next(iter(wds.Reader(missing)))
+    assert missing in str(e.value)
+    p = cli("ls", missing, check=False)
+    assert p.returncode != 0 and str(e.value) in p.stderr.decode()
+
+    # A truncated shard: the error names it; iterating again continues with
+    # the next shard, as the C reader does.
+    data = open(paths[0], "rb").read()
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(data[:1536 + 100])
+    r = wds.Reader([str(cut), paths[2]])
+    seen, errors = [], []
+    while True:
+        try:
+            s = next(r)
+        except StopIteration:
+            break
+        except wds.Error as exc:
+            errors.append(exc)
+            continue
+        seen.append(s["__key__"])
+    assert len(errors) == 1 and isinstance(errors[0], wds.TruncatedError)
+    assert str(cut) in str(errors[0])
+    assert errors[0].status_name == "WDS_ERR_TRUNCATED"
+    assert seen[-3:] == [k for k, _ in everything[2]]
+
+    garbage = tmp_path / "garbage.tar"
+    garbage.write_bytes(b"this is not a tar file at all\n" * 100)
+    with pytest.raises(wds.Error) as e:
+        list(wds.Reader(str(garbage)))
+    p = cli("ls", str(garbage), check=False)
+    assert p.returncode != 0 and str(e.value) in p.stderr.decode()
+
+
+def test_reader_options(shards):
+    _, paths, _ = shards
+    with pytest.raises(wds.LimitError) as e:
+        list(wds.Reader(paths[0], max_sample_bytes=64))
+    assert "k0000" in str(e.value)
+    assert len(list(wds.Reader(paths[0], buffer_size_bytes=4096, max_fields=3,
+                               read_timeout_ms=-1, max_window_bytes=1 << 20))) == 5
+    with pytest.raises(wds.SpecError):
+        wds.Reader("d-{0..2.tar")
+    with pytest.raises(ValueError):
+        wds.Reader(paths[0], max_fields=-1)
+    with pytest.raises(TypeError):
+        wds.Reader(paths[0], no_such_option=1)
+    with pytest.raises(TypeError):
+        wds.Reader(paths[0], 5)  # options are keyword-only
+
+
+def test_reader_close(shards):
+    _, paths, _ = shards
+    r = wds.Reader(paths[1])
+    assert next(r)["__key__"] == "s1/k0000"
+    r.close()
+    r.close()
+    assert r.closed
+    with pytest.raises(ValueError):
+        next(r)
+    with pytest.raises(ValueError):
+        r.stats()
+    del r
+
+
+def test_gil_released_while_reading(shards):
+    """Another thread runs while next() waits on a slow pipe: shard."""
+    _, paths, _ = shards
+    count = 0
+    stop = threading.Event()
+
+    def spin():
+        nonlocal count
+        while not stop.is_set():
+            count += 1
+            time.sleep(0.001)
+
+    t = threading.Thread(target=spin)
+    r = wds.Reader(f"pipe:sleep 1; cat {paths[0]}")
+    t.start()
+    try:
+        t0 = time.monotonic()
+        first = next(r)
+        waited = time.monotonic() - t0
+    finally:
+        stop.set()
+        t.join()
+        r.close()
+    assert first["__key__"] == "s0/k0000"
+    assert waited >= 0.9
+    assert count > 100, count  # ~1000 if the GIL was free for the second
+
+
+def test_cancel_and_close_from_another_thread(shards):
+    r = wds.Reader("pipe:sleep 30")
+    threading.Timer(0.3, r.cancel).start()
+    t0 = time.monotonic()
+    with pytest.raises(wds.CancelledError):
+        next(r)
+    assert time.monotonic() - t0 < 10
+    r.close()
+
+    r = wds.Reader("pipe:sleep 30")
+    threading.Timer(0.3, r.close).start()
+    t0 = time.monotonic()
+    with pytest.raises(wds.Error):
+        next(r)
+    assert time.monotonic() - t0 < 10
+    assert r.closed
+
+
+# ---- Index --------------------------------------------------------------
+
+def test_index(tmp_path, shards):
+    spec, paths, everything = shards
+    out = tmp_path / "d.index.json"
+    cli("index", spec, "-o", str(out))
+    ix = wds.Index(str(out))
+    assert len(ix) == 3
+    assert ix.sizes == [5, 7, 3]
+    assert ix.urls == [os.path.basename(p) for p in paths]
+    sh = ix[1]
+    assert sh["path"] == paths[1] and sh["nsamples"] == 7
+    assert sh["filesize"] == os.path.getsize(paths[1])
+    assert [s["key"] for s in sh["samples"]] == [k for k, _ in everything[1]]
+    assert ix[-1]["url"] == "d-002.tar"
+    with pytest.raises(IndexError):
+        ix[3]
+    assert ix.lookup(paths[2]) == 2
+    with pytest.raises(wds.InvalidError):
+        ix.lookup(str(tmp_path / "other.tar"))
+
+    # A key's shard and member offsets: the member's header is at offset.
+    key, fields = everything[1][4]
+    where = ix.find(key)
+    assert where["shard"] == 1 and where["sample"] == 4 and where["path"] == paths[1]
+    raw = open(paths[1], "rb").read()
+    for ext, (offset, size) in where["fields"].items():
+        assert size == len(fields[ext])
+        assert raw[offset:offset + 100].rstrip(b"\0") == f"{key}.{ext}".encode()
+        assert raw[offset + 512:offset + 512 + size] == fields[ext]
+    with pytest.raises(KeyError):
+        ix.find("nope")
+
+    light = wds.Index(out, samples=False)  # a path-like is accepted
+    assert light.sizes == [5, 7, 3] and "samples" not in light[0]
+    with pytest.raises(ValueError):
+        light.find(key)
+
+    # Stale: the shard changed size.
+    with open(paths[2], "ab") as f:
+        f.write(b"\0" * 512)
+    with pytest.raises(wds.CorruptError) as e:
+        ix.lookup(paths[2])
+    assert "stale" in str(e.value)
+
+
+def test_index_errors(tmp_path):
+    with pytest.raises(wds.OpenError):
+        wds.Index(str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"wids_version": 1, "shardlist": [')
+    with pytest.raises(wds.Error) as e:
+        wds.Index(str(bad))
+    assert str(bad) in str(e.value)

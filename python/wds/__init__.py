@@ -1,0 +1,58 @@
+"""wds: WebDataset shards into training, from Python.
+
+The C library (include/wds/) through a CPython extension, wds._wds:
+
+- ``wds.expand(spec) -> list[str]``: the shard URLs a spec expands to.
+- ``wds.Reader(spec, **options)``: samples as dicts
+  ``{"__key__": str, "__url__": str, EXT: bytes, ...}``, the raw samples of
+  Python webdataset.
+- ``wds.Index(path)``: a shard-set index (``wds index``): shard count and sizes,
+  a key's shard and member offsets.
+- ``wds.Error``: every failure, with one subclass per status code of
+  wds/status.h (``wds.OpenError``, ``wds.TruncatedError``, ...), carrying the
+  library's message; ``.status`` is the code, ``.status_name`` its name.
+"""
+
+from ._wds import (
+    CancelledError,
+    CommandError,
+    CorruptError,
+    DecompressError,
+    DuplicateError,
+    Error,
+    FormatError,
+    Index,
+    InvalidError,
+    IOError,
+    LimitError,
+    NoMemoryError,
+    OpenError,
+    Reader,
+    SpecError,
+    TimeoutError,
+    TruncatedError,
+    __version__,
+    expand,
+)
+
+__all__ = [
+    "CancelledError",
+    "CommandError",
+    "CorruptError",
+    "DecompressError",
+    "DuplicateError",
+    "Error",
+    "FormatError",
+    "Index",
+    "InvalidError",
+    "IOError",
+    "LimitError",
+    "NoMemoryError",
+    "OpenError",
+    "Reader",
+    "SpecError",
+    "TimeoutError",
+    "TruncatedError",
+    "__version__",
+    "expand",
+]

@@ -1,0 +1,923 @@
+/* _wds: the CPython extension behind the `wds` Python package.
+ *
+ * Written over the public C API only (the headers of include/wds/). What it
+ * exposes:
+ *   - wds.Error and one subclass per status code of wds/status.h, raised with
+ *     the library's message (the handle's last error, or wds_open_error());
+ *   - wds.expand(spec, max_urls=0) -> list[str];
+ *   - wds.Reader(spec, **options): samples as dicts {"__key__", "__url__",
+ *     EXT: bytes}, the raw samples of Python webdataset;
+ *   - wds.Index(path): a shard-set index (the JSON `wds index` writes).
+ * The GIL is released while the library reads or expands. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "wds/index.h"
+#include "wds/reader.h"
+#include "wds/spec.h"
+#include "wds/status.h"
+#include "wds/version.h"
+
+PyMODINIT_FUNC PyInit__wds(void);
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* One exception class per status code: index -code (1..14); [0] is Error. */
+#define WDS_PY_NERR 15
+static PyObject *wds_errors[WDS_PY_NERR];
+
+typedef struct {
+  int status;
+  const char *name;    /* class name in the module */
+  const char *builtin; /* a builtin base besides wds.Error, or NULL */
+} wds_py_errdef;
+
+static const wds_py_errdef wds_py_errdefs[] = {
+    {WDS_ERR_NOMEM, "NoMemoryError", "MemoryError"},
+    {WDS_ERR_INVALID, "InvalidError", "ValueError"},
+    {WDS_ERR_SPEC, "SpecError", "ValueError"},
+    {WDS_ERR_LIMIT, "LimitError", NULL},
+    {WDS_ERR_IO, "IOError", NULL},
+    {WDS_ERR_OPEN, "OpenError", NULL},
+    {WDS_ERR_COMMAND, "CommandError", NULL},
+    {WDS_ERR_TRUNCATED, "TruncatedError", NULL},
+    {WDS_ERR_CORRUPT, "CorruptError", NULL},
+    {WDS_ERR_FORMAT, "FormatError", NULL},
+    {WDS_ERR_DECOMPRESS, "DecompressError", NULL},
+    {WDS_ERR_DUPLICATE, "DuplicateError", NULL},
+    {WDS_ERR_TIMEOUT, "TimeoutError", "TimeoutError"},
+    {WDS_ERR_CANCELLED, "CancelledError", NULL},
+};
+
+/* Raises the class for status with msg (the generic text when msg is empty).
+ * The exception carries .status (the code) and .status_name. Returns NULL. */
+static PyObject *wds_py_raise(int status, const char *msg) {
+  PyObject *cls = wds_errors[0];
+  if (status < 0 && -status < WDS_PY_NERR && wds_errors[-status])
+    cls = wds_errors[-status];
+  if (!msg || !*msg)
+    msg = wds_strerror(status);
+  PyObject *text =
+      PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "backslashreplace");
+  if (!text)
+    return NULL;
+  PyObject *exc = PyObject_CallOneArg(cls, text);
+  Py_DECREF(text);
+  if (!exc)
+    return NULL;
+  PyObject *code = PyLong_FromLong(status);
+  PyObject *name = PyUnicode_FromString(wds_status_name(status));
+  if (!code || !name || PyObject_SetAttrString(exc, "status", code) < 0 ||
+      PyObject_SetAttrString(exc, "status_name", name) < 0) {
+    Py_XDECREF(code);
+    Py_XDECREF(name);
+    Py_DECREF(exc);
+    return NULL;
+  }
+  Py_DECREF(code);
+  Py_DECREF(name);
+  PyErr_SetObject(cls, exc);
+  Py_DECREF(exc);
+  return NULL;
+}
+
+static int wds_py_add_errors(PyObject *m) {
+  PyObject *dict =
+      Py_BuildValue("{s:i,s:s}", "status", 0, "status_name", "WDS_UNKNOWN");
+  if (!dict)
+    return -1;
+  wds_errors[0] = PyErr_NewExceptionWithDoc(
+      "wds.Error",
+      "A wds failure: .status is the library's status code (wds/status.h), "
+      ".status_name its name, str() the library's message.",
+      PyExc_Exception, dict);
+  Py_DECREF(dict);
+  if (!wds_errors[0])
+    return -1;
+  Py_INCREF(wds_errors[0]);
+  if (PyModule_AddObject(m, "Error", wds_errors[0]) < 0) {
+    Py_DECREF(wds_errors[0]);
+    return -1;
+  }
+  PyObject *builtins = PyEval_GetBuiltins(); /* borrowed */
+  for (size_t i = 0; i < sizeof wds_py_errdefs / sizeof wds_py_errdefs[0];
+       i++) {
+    const wds_py_errdef *d = &wds_py_errdefs[i];
+    char qual[64];
+    snprintf(qual, sizeof qual, "wds.%s", d->name);
+    PyObject *bases;
+    if (d->builtin) {
+      PyObject *b = builtins ? PyDict_GetItemString(builtins, d->builtin)
+                             : NULL; /* borrowed */
+      bases = b ? PyTuple_Pack(2, wds_errors[0], b)
+                : PyTuple_Pack(1, wds_errors[0]);
+    } else {
+      bases = PyTuple_Pack(1, wds_errors[0]);
+    }
+    if (!bases)
+      return -1;
+    PyObject *cdict = Py_BuildValue("{s:i,s:s}", "status", d->status,
+                                    "status_name", wds_status_name(d->status));
+    if (!cdict) {
+      Py_DECREF(bases);
+      return -1;
+    }
+    char doc[128];
+    snprintf(doc, sizeof doc, "%s: %s.", wds_status_name(d->status),
+             wds_strerror(d->status));
+    PyObject *cls = PyErr_NewExceptionWithDoc(qual, doc, bases, cdict);
+    Py_DECREF(bases);
+    Py_DECREF(cdict);
+    if (!cls)
+      return -1;
+    wds_errors[-d->status] = cls;
+    Py_INCREF(cls);
+    if (PyModule_AddObject(m, d->name, cls) < 0) {
+      Py_DECREF(cls);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* str from library text: UTF-8, undecodable bytes as surrogates (the way
+ * Python decodes file names), so any tar member name round-trips. */
+static PyObject *wds_py_str(const char *s) {
+  if (!s)
+    Py_RETURN_NONE;
+  return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "surrogateescape");
+}
+
+/* A C string from a str or bytes argument (a new bytes object holds it). */
+static int wds_py_fsbytes(PyObject *obj, PyObject **out) {
+  if (PyUnicode_Check(obj)) {
+    *out = PyUnicode_AsEncodedString(obj, "utf-8", "surrogateescape");
+  } else if (PyBytes_Check(obj)) {
+    Py_INCREF(obj);
+    *out = obj;
+  } else {
+    PyErr_Format(PyExc_TypeError, "expected str or bytes, not %.80s",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  if (!*out)
+    return -1;
+  if (strlen(PyBytes_AS_STRING(*out)) != (size_t)PyBytes_GET_SIZE(*out)) {
+    Py_CLEAR(*out);
+    PyErr_SetString(PyExc_ValueError, "embedded null character");
+    return -1;
+  }
+  return 0;
+}
+
+/* A non-negative size option; None means the library's default (0). */
+static int wds_py_size(PyObject *obj, const char *what, uint64_t max,
+                       uint64_t *out) {
+  *out = 0;
+  if (!obj || obj == Py_None)
+    return 0;
+  unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+  if (PyErr_Occurred()) {
+    if (PyErr_ExceptionMatches(PyExc_OverflowError) ||
+        PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_ValueError,
+                   "%s: expected a non-negative integer up to %llu", what,
+                   (unsigned long long)max);
+    }
+    return -1;
+  }
+  if (v > max) {
+    PyErr_Format(PyExc_ValueError, "%s: %llu is more than %llu", what, v,
+                 (unsigned long long)max);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static PyObject *wds_py_url_list(const wds_url_list *l) {
+  PyObject *list = PyList_New((Py_ssize_t)l->count);
+  if (!list)
+    return NULL;
+  for (size_t i = 0; i < l->count; i++) {
+    PyObject *s = wds_py_str(l->urls[i]);
+    if (!s) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+  }
+  return list;
+}
+
+/* ---- expand -------------------------------------------------------------- */
+
+PyDoc_STRVAR(wds_py_expand_doc,
+             "expand(spec, max_urls=None) -> list[str]\n\n"
+             "The shard URLs a spec expands to (braces, '::', @FILE, ${VAR}), "
+             "as `wds expand` prints them.");
+
+static PyObject *wds_py_expand(PyObject *self, PyObject *args,
+                               PyObject *kwargs) {
+  (void)self;
+  static char *kwlist[] = {"spec", "max_urls", NULL};
+  PyObject *spec_obj, *max_obj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:expand", kwlist,
+                                   &spec_obj, &max_obj))
+    return NULL;
+  uint64_t max_urls;
+  if (wds_py_size(max_obj, "max_urls", SIZE_MAX, &max_urls) < 0)
+    return NULL;
+  PyObject *spec;
+  if (wds_py_fsbytes(spec_obj, &spec) < 0)
+    return NULL;
+  wds_url_list list = {0};
+  char err[1024];
+  int rc;
+  Py_BEGIN_ALLOW_THREADS;
+  rc = wds_spec_expand(PyBytes_AS_STRING(spec), (size_t)max_urls, &list, err,
+                       sizeof err);
+  Py_END_ALLOW_THREADS;
+  Py_DECREF(spec);
+  if (rc != WDS_OK)
+    return wds_py_raise(rc, err);
+  PyObject *out = wds_py_url_list(&list);
+  wds_url_list_free(&list);
+  return out;
+}
+
+/* ---- Reader -------------------------------------------------------------- */
+
+typedef struct {
+  PyObject_HEAD wds_reader *r;
+  int busy;          /* a thread is in wds_reader_next() without the GIL */
+  int close_pending; /* close() came while busy: the reader thread closes */
+  int done;          /* EOF seen */
+} wds_py_reader;
+
+static void wds_py_reader_release(wds_py_reader *self) {
+  wds_reader *r = self->r;
+  self->r = NULL;
+  if (r) {
+    Py_BEGIN_ALLOW_THREADS; /* stopping a pipe: command may wait */
+    wds_reader_close(r);
+    Py_END_ALLOW_THREADS;
+  }
+}
+
+static void wds_py_reader_dealloc(wds_py_reader *self) {
+  wds_py_reader_release(self);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
+                              PyObject *kwargs) {
+  static char *kwlist[] = {
+      "spec",       "max_urls",        "buffer_size_bytes", "max_sample_bytes",
+      "max_fields", "read_timeout_ms", "max_window_bytes",  NULL};
+  PyObject *spec_obj;
+  PyObject *o_max_urls = Py_None, *o_buf = Py_None, *o_sample = Py_None,
+           *o_fields = Py_None, *o_window = Py_None;
+  int timeout_ms = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOiO:Reader", kwlist,
+                                   &spec_obj, &o_max_urls, &o_buf, &o_sample,
+                                   &o_fields, &timeout_ms, &o_window))
+    return -1;
+  if (self->r || self->busy) {
+    PyErr_SetString(PyExc_RuntimeError, "Reader is already initialised");
+    return -1;
+  }
+  wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+  uint64_t v;
+  if (wds_py_size(o_max_urls, "max_urls", SIZE_MAX, &v) < 0)
+    return -1;
+  cfg.max_urls = (size_t)v;
+  if (wds_py_size(o_buf, "buffer_size_bytes", SIZE_MAX, &v) < 0)
+    return -1;
+  cfg.buffer_size_bytes = (size_t)v;
+  if (wds_py_size(o_sample, "max_sample_bytes", SIZE_MAX, &v) < 0)
+    return -1;
+  cfg.max_sample_bytes = (size_t)v;
+  if (wds_py_size(o_fields, "max_fields", SIZE_MAX, &v) < 0)
+    return -1;
+  cfg.max_fields = (size_t)v;
+  if (wds_py_size(o_window, "max_window_bytes", UINT64_MAX, &v) < 0)
+    return -1;
+  cfg.max_window_bytes = v;
+  cfg.read_timeout_ms = timeout_ms;
+
+  /* spec: a str (or bytes) spec, or a list/tuple of URLs taken as is. */
+  PyObject *spec = NULL, *urls = NULL;
+  const char **url_ptrs = NULL;
+  if (PyUnicode_Check(spec_obj) || PyBytes_Check(spec_obj)) {
+    if (wds_py_fsbytes(spec_obj, &spec) < 0)
+      return -1;
+    cfg.spec = PyBytes_AS_STRING(spec);
+  } else {
+    PyObject *seq = PySequence_Fast(
+        spec_obj, "Reader: spec must be a str or a sequence of URLs");
+    if (!seq)
+      return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    urls = PyTuple_New(n);
+    url_ptrs = PyMem_Calloc(n ? (size_t)n : 1, sizeof *url_ptrs);
+    if (!urls || !url_ptrs) {
+      Py_DECREF(seq);
+      Py_XDECREF(urls);
+      PyMem_Free(url_ptrs);
+      PyErr_NoMemory();
+      return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      PyObject *b;
+      if (wds_py_fsbytes(PySequence_Fast_GET_ITEM(seq, i), &b) < 0) {
+        Py_DECREF(seq);
+        Py_DECREF(urls);
+        PyMem_Free(url_ptrs);
+        return -1;
+      }
+      PyTuple_SET_ITEM(urls, i, b);
+      url_ptrs[i] = PyBytes_AS_STRING(b);
+    }
+    Py_DECREF(seq);
+    cfg.urls = url_ptrs;
+    cfg.url_count = (size_t)n;
+  }
+
+  wds_reader *r = NULL;
+  int rc;
+  char msg[2048] = "";
+  Py_BEGIN_ALLOW_THREADS;
+  rc = wds_reader_open(&cfg, &r);
+  if (rc != WDS_OK) /* the thread's text, read on the same thread */
+    snprintf(msg, sizeof msg, "%s", wds_open_error());
+  Py_END_ALLOW_THREADS;
+  Py_XDECREF(spec);
+  PyMem_Free(url_ptrs);
+  Py_XDECREF(urls); /* the reader copied the URLs */
+  if (rc != WDS_OK) {
+    wds_py_raise(rc, msg);
+    return -1;
+  }
+  self->r = r;
+  self->done = 0;
+  self->close_pending = 0;
+  return 0;
+}
+
+static int wds_py_reader_check(wds_py_reader *self) {
+  if (!self->r || self->close_pending) {
+    PyErr_SetString(PyExc_ValueError, "I/O operation on a closed Reader");
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *wds_py_sample_dict(const wds_sample *s) {
+  PyObject *d = PyDict_New();
+  if (!d)
+    return NULL;
+  PyObject *v = wds_py_str(s->key);
+  if (!v || PyDict_SetItemString(d, "__key__", v) < 0)
+    goto fail;
+  Py_DECREF(v);
+  v = wds_py_str(s->url);
+  if (!v || PyDict_SetItemString(d, "__url__", v) < 0)
+    goto fail;
+  Py_DECREF(v);
+  for (size_t i = 0; i < s->field_count; i++) {
+    const wds_field *f = &s->fields[i];
+    PyObject *k = wds_py_str(f->ext);
+    if (!k) {
+      v = NULL;
+      goto fail;
+    }
+    v = PyBytes_FromStringAndSize((const char *)f->data,
+                                  (Py_ssize_t)f->size_bytes);
+    int bad = !v || PyDict_SetItem(d, k, v) < 0;
+    Py_DECREF(k);
+    if (bad)
+      goto fail;
+    Py_DECREF(v);
+  }
+  return d;
+fail:
+  Py_XDECREF(v);
+  Py_DECREF(d);
+  return NULL;
+}
+
+static PyObject *wds_py_reader_iter(PyObject *self) {
+  if (wds_py_reader_check((wds_py_reader *)self) < 0)
+    return NULL;
+  Py_INCREF(self);
+  return self;
+}
+
+static PyObject *wds_py_reader_next(wds_py_reader *self) {
+  if (wds_py_reader_check(self) < 0)
+    return NULL;
+  if (self->busy) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "Reader is being read by another thread");
+    return NULL;
+  }
+  if (self->done)
+    return NULL; /* StopIteration */
+  wds_reader *r = self->r;
+  const wds_sample *s = NULL;
+  int rc;
+  self->busy = 1;
+  Py_BEGIN_ALLOW_THREADS;
+  rc = wds_reader_next(r, &s);
+  Py_END_ALLOW_THREADS;
+  self->busy = 0;
+  PyObject *out = NULL;
+  if (rc == WDS_OK)
+    out = wds_py_sample_dict(s);
+  else if (rc == WDS_EOF)
+    self->done = 1;
+  else
+    wds_py_raise(rc, wds_reader_error(r));
+  if (self->close_pending) {
+    self->close_pending = 0;
+    wds_py_reader_release(self);
+  }
+  return out;
+}
+
+static PyObject *wds_py_reader_close(wds_py_reader *self,
+                                     PyObject *Py_UNUSED(ignored)) {
+  if (self->busy) { /* another thread is in next(): stop it; it closes */
+    if (self->r)
+      wds_reader_cancel(self->r);
+    self->close_pending = 1;
+    Py_RETURN_NONE;
+  }
+  wds_py_reader_release(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *wds_py_reader_cancel(wds_py_reader *self,
+                                      PyObject *Py_UNUSED(ignored)) {
+  if (self->r)
+    wds_reader_cancel(self->r);
+  Py_RETURN_NONE;
+}
+
+static PyObject *wds_py_reader_enter(PyObject *self,
+                                     PyObject *Py_UNUSED(ignored)) {
+  if (wds_py_reader_check((wds_py_reader *)self) < 0)
+    return NULL;
+  Py_INCREF(self);
+  return self;
+}
+
+static PyObject *wds_py_reader_exit(wds_py_reader *self, PyObject *args) {
+  (void)args;
+  return wds_py_reader_close(self, NULL);
+}
+
+static PyObject *wds_py_reader_stats(wds_py_reader *self,
+                                     PyObject *Py_UNUSED(ignored)) {
+  if (wds_py_reader_check(self) < 0)
+    return NULL;
+  wds_reader_stats st;
+  wds_reader_stats_get(self->r, &st);
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "shards",
+                       (unsigned long long)st.shards, "samples",
+                       (unsigned long long)st.samples, "members",
+                       (unsigned long long)st.members, "field_bytes",
+                       (unsigned long long)st.field_bytes, "tar_bytes",
+                       (unsigned long long)st.tar_bytes);
+}
+
+static PyObject *wds_py_reader_get_shards(wds_py_reader *self, void *closure) {
+  (void)closure;
+  if (wds_py_reader_check(self) < 0)
+    return NULL;
+  size_t n = wds_reader_shard_count(self->r);
+  PyObject *list = PyList_New((Py_ssize_t)n);
+  if (!list)
+    return NULL;
+  for (size_t i = 0; i < n; i++) {
+    PyObject *s = wds_py_str(wds_reader_shard_url(self->r, i));
+    if (!s) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+  }
+  return list;
+}
+
+static PyObject *wds_py_reader_get_closed(wds_py_reader *self, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(!self->r || self->close_pending);
+}
+
+static PyMethodDef wds_py_reader_methods[] = {
+    {"close", (PyCFunction)(void (*)(void))wds_py_reader_close, METH_NOARGS,
+     "Closes the reader (stopping a pipe: command); a next() blocked in "
+     "another thread is cancelled. Idempotent."},
+    {"cancel", (PyCFunction)(void (*)(void))wds_py_reader_cancel, METH_NOARGS,
+     "Makes a blocked next(), and every later one, raise wds.CancelledError."},
+    {"stats", (PyCFunction)(void (*)(void))wds_py_reader_stats, METH_NOARGS,
+     "Counters since open: shards, samples, members, field_bytes, "
+     "tar_bytes."},
+    {"__enter__", (PyCFunction)(void (*)(void))wds_py_reader_enter, METH_NOARGS,
+     NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))wds_py_reader_exit, METH_VARARGS,
+     NULL},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef wds_py_reader_getset[] = {
+    {"shards", (getter)(void (*)(void))wds_py_reader_get_shards, NULL,
+     "The expanded shard URLs.", NULL},
+    {"closed", (getter)(void (*)(void))wds_py_reader_get_closed, NULL,
+     "True after close().", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyDoc_STRVAR(
+    wds_py_reader_doc,
+    "Reader(spec, *, max_urls=None, buffer_size_bytes=None, "
+    "max_sample_bytes=None, max_fields=None, read_timeout_ms=0, "
+    "max_window_bytes=None)\n\n"
+    "Iterates the samples of a shard spec (a str, or a list of URLs taken as "
+    "is) as dicts {'__key__': str, '__url__': str, EXT: bytes, ...}, the raw "
+    "samples of Python webdataset. Options are those of wds_reader_config "
+    "(wds/reader.h); None or 0 is the library's default. A failure raises a "
+    "wds.Error subclass with the library's message (shard, member, offset); "
+    "iterating again continues with what follows, as the C reader does. A "
+    "context manager; close() frees it.");
+
+static PyTypeObject wds_py_reader_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wds.Reader",
+    .tp_basicsize = sizeof(wds_py_reader),
+    .tp_dealloc = (destructor)wds_py_reader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = wds_py_reader_doc,
+    .tp_iter = wds_py_reader_iter,
+    .tp_iternext = (iternextfunc)wds_py_reader_next,
+    .tp_methods = wds_py_reader_methods,
+    .tp_getset = wds_py_reader_getset,
+    .tp_init = (initproc)wds_py_reader_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- Index --------------------------------------------------------------- */
+
+typedef struct {
+  PyObject_HEAD wds_index *ix;
+  int has_samples;
+  PyObject *keys; /* dict key -> (shard, sample) built on first find() */
+} wds_py_index;
+
+static void wds_py_index_dealloc(wds_py_index *self) {
+  wds_index_close(self->ix);
+  self->ix = NULL;
+  Py_CLEAR(self->keys);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int wds_py_index_init(wds_py_index *self, PyObject *args,
+                             PyObject *kwargs) {
+  static char *kwlist[] = {"path", "samples", NULL};
+  PyObject *path_obj;
+  int samples = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:Index", kwlist,
+                                   &path_obj, &samples))
+    return -1;
+  PyObject *path = NULL;
+  if (!PyUnicode_Check(path_obj) && !PyBytes_Check(path_obj)) {
+    path_obj = PyOS_FSPath(path_obj); /* pathlib.Path */
+    if (!path_obj)
+      return -1;
+  } else {
+    Py_INCREF(path_obj);
+  }
+  int bad = wds_py_fsbytes(path_obj, &path) < 0;
+  Py_DECREF(path_obj);
+  if (bad)
+    return -1;
+  wds_index *ix = NULL;
+  int rc;
+  char msg[2048] = "";
+  Py_BEGIN_ALLOW_THREADS;
+  rc = wds_index_load(PyBytes_AS_STRING(path), samples ? WDS_INDEX_SAMPLES : 0,
+                      &ix);
+  if (rc != WDS_OK)
+    snprintf(msg, sizeof msg, "%s", wds_open_error());
+  Py_END_ALLOW_THREADS;
+  Py_DECREF(path);
+  if (rc != WDS_OK) {
+    wds_py_raise(rc, msg);
+    return -1;
+  }
+  wds_index_close(self->ix);
+  Py_CLEAR(self->keys);
+  self->ix = ix;
+  self->has_samples = samples;
+  return 0;
+}
+
+static int wds_py_index_check(wds_py_index *self) {
+  if (!self->ix) {
+    PyErr_SetString(PyExc_ValueError, "Index is not loaded");
+    return -1;
+  }
+  return 0;
+}
+
+static Py_ssize_t wds_py_index_len(wds_py_index *self) {
+  if (wds_py_index_check(self) < 0)
+    return -1;
+  return (Py_ssize_t)wds_index_shard_count(self->ix);
+}
+
+static PyObject *wds_py_int64_or_none(int64_t v) {
+  if (v < 0)
+    Py_RETURN_NONE;
+  return PyLong_FromLongLong((long long)v);
+}
+
+/* {ext: (offset, size)} of an indexed sample. */
+static PyObject *wds_py_index_fields(const wds_index_sample *s) {
+  PyObject *d = PyDict_New();
+  if (!d)
+    return NULL;
+  for (size_t i = 0; i < s->field_count; i++) {
+    PyObject *k = wds_py_str(s->fields[i].ext);
+    PyObject *v = Py_BuildValue("(KK)", (unsigned long long)s->fields[i].offset,
+                                (unsigned long long)s->fields[i].size_bytes);
+    int bad = !k || !v || PyDict_SetItem(d, k, v) < 0;
+    Py_XDECREF(k);
+    Py_XDECREF(v);
+    if (bad) {
+      Py_DECREF(d);
+      return NULL;
+    }
+  }
+  return d;
+}
+
+static PyObject *wds_py_index_shard(wds_py_index *self, PyObject *arg) {
+  if (wds_py_index_check(self) < 0)
+    return NULL;
+  Py_ssize_t i = PyNumber_AsSsize_t(arg, PyExc_IndexError);
+  if (i == -1 && PyErr_Occurred())
+    return NULL;
+  Py_ssize_t n = (Py_ssize_t)wds_index_shard_count(self->ix);
+  if (i < 0)
+    i += n;
+  wds_index_shard sh;
+  if (i < 0 || i >= n ||
+      wds_index_shard_info(self->ix, (size_t)i, &sh) != WDS_OK) {
+    PyErr_SetString(PyExc_IndexError, "shard index out of range");
+    return NULL;
+  }
+  PyObject *d = Py_BuildValue("{s:N,s:N,s:K,s:N,s:N}", "url",
+                              wds_py_str(sh.url), "path", wds_py_str(sh.path),
+                              "nsamples", (unsigned long long)sh.nsamples,
+                              "filesize", wds_py_int64_or_none(sh.filesize),
+                              "tar_bytes", wds_py_int64_or_none(sh.tar_bytes));
+  if (!d || !sh.has_samples)
+    return d;
+  PyObject *list = PyList_New((Py_ssize_t)sh.sample_count);
+  if (!list) {
+    Py_DECREF(d);
+    return NULL;
+  }
+  for (size_t j = 0; j < sh.sample_count; j++) {
+    PyObject *s =
+        Py_BuildValue("{s:N,s:N}", "key", wds_py_str(sh.samples[j].key),
+                      "fields", wds_py_index_fields(&sh.samples[j]));
+    if (!s) {
+      Py_DECREF(list);
+      Py_DECREF(d);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)j, s);
+  }
+  if (PyDict_SetItemString(d, "samples", list) < 0) {
+    Py_DECREF(list);
+    Py_DECREF(d);
+    return NULL;
+  }
+  Py_DECREF(list);
+  return d;
+}
+
+static PyObject *wds_py_index_sq_item(wds_py_index *self, Py_ssize_t i) {
+  PyObject *n = PyLong_FromSsize_t(i);
+  if (!n)
+    return NULL;
+  PyObject *out = wds_py_index_shard(self, n);
+  Py_DECREF(n);
+  return out;
+}
+
+static PyObject *wds_py_index_lookup(wds_py_index *self, PyObject *arg) {
+  if (wds_py_index_check(self) < 0)
+    return NULL;
+  PyObject *url;
+  if (wds_py_fsbytes(arg, &url) < 0)
+    return NULL;
+  size_t i = 0;
+  int rc = wds_index_lookup(self->ix, PyBytes_AS_STRING(url), &i);
+  Py_DECREF(url);
+  if (rc != WDS_OK)
+    return wds_py_raise(rc, wds_index_error(self->ix));
+  return PyLong_FromSize_t(i);
+}
+
+static PyObject *wds_py_index_find(wds_py_index *self, PyObject *arg) {
+  if (wds_py_index_check(self) < 0)
+    return NULL;
+  if (!self->has_samples) {
+    PyErr_SetString(PyExc_ValueError,
+                    "find(): the index was loaded with samples=False");
+    return NULL;
+  }
+  if (!self->keys) { /* key -> (shard, sample); the first occurrence wins */
+    PyObject *keys = PyDict_New();
+    if (!keys)
+      return NULL;
+    size_t n = wds_index_shard_count(self->ix);
+    for (size_t i = 0; i < n; i++) {
+      wds_index_shard sh;
+      if (wds_index_shard_info(self->ix, i, &sh) != WDS_OK)
+        continue;
+      for (size_t j = 0; j < sh.sample_count; j++) {
+        PyObject *k = wds_py_str(sh.samples[j].key);
+        PyObject *v =
+            k ? Py_BuildValue("(nn)", (Py_ssize_t)i, (Py_ssize_t)j) : NULL;
+        int bad = !v || PyDict_SetDefault(keys, k, v) == NULL;
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (bad) {
+          Py_DECREF(keys);
+          return NULL;
+        }
+      }
+    }
+    self->keys = keys;
+  }
+  PyObject *where = PyDict_GetItemWithError(self->keys, arg); /* borrowed */
+  if (!where) {
+    if (!PyErr_Occurred())
+      PyErr_SetObject(PyExc_KeyError, arg);
+    return NULL;
+  }
+  Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(where, 0));
+  Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(where, 1));
+  wds_index_shard sh;
+  if (wds_index_shard_info(self->ix, (size_t)i, &sh) != WDS_OK)
+    return wds_py_raise(WDS_ERR_INVALID, "index changed");
+  return Py_BuildValue("{s:n,s:N,s:N,s:n,s:N}", "shard", i, "url",
+                       wds_py_str(sh.url), "path", wds_py_str(sh.path),
+                       "sample", j, "fields",
+                       wds_py_index_fields(&sh.samples[j]));
+}
+
+static PyObject *wds_py_index_get_sizes(wds_py_index *self, void *closure) {
+  (void)closure;
+  if (wds_py_index_check(self) < 0)
+    return NULL;
+  size_t n = wds_index_shard_count(self->ix);
+  PyObject *list = PyList_New((Py_ssize_t)n);
+  if (!list)
+    return NULL;
+  for (size_t i = 0; i < n; i++) {
+    wds_index_shard sh;
+    PyObject *v = wds_index_shard_info(self->ix, i, &sh) == WDS_OK
+                      ? PyLong_FromUnsignedLongLong(sh.nsamples)
+                      : NULL;
+    if (!v) {
+      Py_DECREF(list);
+      return PyErr_Occurred() ? NULL
+                              : wds_py_raise(WDS_ERR_INVALID, "bad shard");
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+  }
+  return list;
+}
+
+static PyObject *wds_py_index_get_urls(wds_py_index *self, void *closure) {
+  (void)closure;
+  if (wds_py_index_check(self) < 0)
+    return NULL;
+  size_t n = wds_index_shard_count(self->ix);
+  PyObject *list = PyList_New((Py_ssize_t)n);
+  if (!list)
+    return NULL;
+  for (size_t i = 0; i < n; i++) {
+    wds_index_shard sh;
+    PyObject *v = wds_index_shard_info(self->ix, i, &sh) == WDS_OK
+                      ? wds_py_str(sh.url)
+                      : NULL;
+    if (!v) {
+      Py_DECREF(list);
+      return PyErr_Occurred() ? NULL
+                              : wds_py_raise(WDS_ERR_INVALID, "bad shard");
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+  }
+  return list;
+}
+
+static PyMethodDef wds_py_index_methods[] = {
+    {"shard", (PyCFunction)(void (*)(void))wds_py_index_shard, METH_O,
+     "shard(i) -> dict: url, path, nsamples, filesize, tar_bytes (None when "
+     "unknown) and, when loaded, samples: [{'key', 'fields': {EXT: (offset, "
+     "size)}}]. Also index[i]."},
+    {"lookup", (PyCFunction)(void (*)(void))wds_py_index_lookup, METH_O,
+     "lookup(url) -> int: the shard a URL of a spec names; wds.InvalidError "
+     "when not listed, wds.CorruptError when the file's size changed."},
+    {"find", (PyCFunction)(void (*)(void))wds_py_index_find, METH_O,
+     "find(key) -> dict: shard, url, path, sample (its position in the "
+     "shard) and fields {EXT: (offset, size)}: offset of the member's first "
+     "header in the decompressed tar stream, size of its data. KeyError "
+     "when absent."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef wds_py_index_getset[] = {
+    {"sizes", (getter)(void (*)(void))wds_py_index_get_sizes, NULL,
+     "Samples per shard, in file order.", NULL},
+    {"urls", (getter)(void (*)(void))wds_py_index_get_urls, NULL,
+     "Shard URLs as written in the index.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PySequenceMethods wds_py_index_seq = {
+    .sq_length = (lenfunc)wds_py_index_len,
+    .sq_item = (ssizeargfunc)wds_py_index_sq_item,
+};
+
+PyDoc_STRVAR(wds_py_index_doc,
+             "Index(path, *, samples=True)\n\n"
+             "A shard-set index, the JSON `wds index` writes (wds/index.h). "
+             "len() is the shard count, sizes the samples per shard, "
+             "index[i] / shard(i) a shard's details, find(key) a key's shard "
+             "and member offsets, lookup(url) a URL's shard.");
+
+static PyTypeObject wds_py_index_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wds.Index",
+    .tp_basicsize = sizeof(wds_py_index),
+    .tp_dealloc = (destructor)wds_py_index_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = wds_py_index_doc,
+    .tp_as_sequence = &wds_py_index_seq,
+    .tp_methods = wds_py_index_methods,
+    .tp_getset = wds_py_index_getset,
+    .tp_init = (initproc)wds_py_index_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- module -------------------------------------------------------------- */
+
+static PyMethodDef wds_py_methods[] = {
+    {"expand", (PyCFunction)(void (*)(void))wds_py_expand,
+     METH_VARARGS | METH_KEYWORDS, wds_py_expand_doc},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef wds_py_module = {
+    PyModuleDef_HEAD_INIT,
+    "wds._wds",
+    "The C extension of the wds package (use `import wds`).",
+    -1,
+    wds_py_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL};
+
+PyMODINIT_FUNC PyInit__wds(void) {
+  PyObject *m = PyModule_Create(&wds_py_module);
+  if (!m)
+    return NULL;
+  if (PyModule_AddStringConstant(m, "__version__", wds_version()) < 0 ||
+      wds_py_add_errors(m) < 0)
+    goto fail;
+  if (PyType_Ready(&wds_py_reader_type) < 0 ||
+      PyType_Ready(&wds_py_index_type) < 0)
+    goto fail;
+  Py_INCREF(&wds_py_reader_type);
+  if (PyModule_AddObject(m, "Reader", (PyObject *)&wds_py_reader_type) < 0) {
+    Py_DECREF(&wds_py_reader_type);
+    goto fail;
+  }
+  Py_INCREF(&wds_py_index_type);
+  if (PyModule_AddObject(m, "Index", (PyObject *)&wds_py_index_type) < 0) {
+    Py_DECREF(&wds_py_index_type);
+    goto fail;
+  }
+  return m;
+fail:
+  Py_DECREF(m);
+  return NULL;
+}
