@@ -12,8 +12,10 @@
 #
 # Usage: run.sh MODE VENV_DIR SRC_DIR BUILD_DIR WDS_BINARY SHARED_TESTDATA
 # Environment: PYTHON3 (the interpreter CMake built the extension for),
-# WDS_PY_SKIP (when set, the reason to skip: sanitizer builds, no Python
-# headers), PIP_INDEX_URL and the other PIP_* variables are passed to pip.
+# WDS_PY_SKIP (when set, the reason to skip: TSan builds, no Python headers),
+# WDS_PY_PRELOAD (ASan builds: the sanitizer runtime, preloaded into pytest's
+# python with PYTHONMALLOC=malloc and leak detection off), PIP_INDEX_URL and
+# the other PIP_* variables are passed to pip.
 # Exit status: 0 passed, 1 a failure, 77 skipped (WDS_PY_SKIP, or no
 # package index reachable and no cached environment).
 set -euo pipefail
@@ -96,4 +98,9 @@ esac
 # From a directory outside the source tree: `import wds` is the package
 # under test, never the source folder python/wds (which has no extension).
 cd "$BUILD"
+if [[ -n ${WDS_PY_PRELOAD:-} ]]; then
+  echo "# sanitized extension: LD_PRELOAD=$WDS_PY_PRELOAD PYTHONMALLOC=malloc"
+  export LD_PRELOAD=$WDS_PY_PRELOAD PYTHONMALLOC=malloc
+  export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+fi
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$HERE"
