@@ -66,7 +66,7 @@ if(WDS_DPKG_SHLIBDEPS AND WDS_FILE)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 else()
   set(CPACK_DEBIAN_PACKAGE_DEPENDS
-      "libc6, libarchive13, libzstd1, zlib1g, liblzma5, libturbojpeg0, libpng16-16")
+      "libc6, libarchive13, libzstd1, zlib1g, liblzma5, libturbojpeg0, libpng16-16, libssl3")
 endif()
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS
     "pkg-config, libarchive-dev, libzstd-dev, zlib1g-dev, liblzma-dev, libturbojpeg0-dev, libpng-dev")
