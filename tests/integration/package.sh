@@ -87,6 +87,13 @@ for f in libwds.a libwds.so "libwds.so.$MAJOR" "libwds.so.$VERSION" pkgconfig/wd
   [[ -e $LIBDIR/$f ]] || missing+=("${LIBDIR#"$PREFIX"/}/$f")
 done
 if ((${#missing[@]} == 0)); then ok install_files; else bad install_files "missing: ${missing[*]}"; fi
+# Nothing else at the top: bin, include, lib (the Python extension, for
+# one, is pip's: component python, not in a plain install).
+top=$(cd "$PREFIX" && find . -mindepth 1 -maxdepth 1 | sed 's|^\./||' | sort | tr '\n' ' ')
+lib_top=${LIBDIR#"$PREFIX"/}
+lib_top=${lib_top%%/*}
+if [[ $top == "bin include $lib_top " ]]; then ok install_nothing_else; else
+  bad install_nothing_else "top of the prefix: $top"; fi
 soname=$(readelf -d "$LIBDIR/libwds.so" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 if [[ $soname == "libwds.so.$MAJOR" ]]; then ok soname; else bad soname "SONAME '$soname'"; fi
 RC=0
@@ -164,6 +171,9 @@ if [[ -n $deb ]]; then
   if ((${#miss[@]} == 0)); then ok deb_depends; else bad deb_depends "Depends: $depends" "missing: ${miss[*]}"; fi
   ROOT=$TMP/root
   dpkg-deb -x "$deb" "$ROOT"
+  top=$(cd "$ROOT/usr" && find . -mindepth 1 -maxdepth 1 | sed 's|^\./||' | sort | tr '\n' ' ')
+  if [[ $top == "bin include $lib_top " ]]; then ok deb_nothing_else; else
+    bad deb_nothing_else "top of /usr: $top"; fi
   RC=0
   out=$("$ROOT/usr/bin/wds" --version 2>&1) || RC=$?
   if [[ $RC == 0 && $out == "wds $VERSION" ]]; then ok deb_wds; else bad deb_wds "exit $RC: $out"; fi
