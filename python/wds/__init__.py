@@ -8,6 +8,8 @@ The C library (include/wds/) through a CPython extension, wds._wds:
   Python webdataset.
 - ``wds.Index(path)``: a shard-set index (``wds index``): shard count and sizes,
   a key's shard and member offsets.
+- ``wds.ShardWriter(pattern, maxcount=100000, maxsize=3e9, compress=None)``:
+  webdataset's ShardWriter over the C writer.
 - ``wds.Error``: every failure, with one subclass per status code of
   wds/status.h (``wds.OpenError``, ``wds.TruncatedError``, ...), carrying the
   library's message; ``.status`` is the code, ``.status_name`` its name.
@@ -34,6 +36,7 @@ from ._wds import (
     __version__,
     expand,
 )
+from ._writer import ShardWriter
 
 __all__ = [
     "CancelledError",
@@ -50,6 +53,7 @@ __all__ = [
     "NoMemoryError",
     "OpenError",
     "Reader",
+    "ShardWriter",
     "SpecError",
     "TimeoutError",
     "TruncatedError",
