@@ -1074,6 +1074,90 @@ TEST(holding_every_slot_is_an_error_not_a_hang) {
   shardset_free(&s);
 }
 
+/* wds_loader_release() from another thread while this one is in next():
+ * a consumer handing batches to other threads (the Python binding's garbage
+ * collector does). Every batch arrives, in order; TSan checks the rest. */
+typedef struct releaser {
+  wds_loader *l;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  const wds_batch *q[8];
+  size_t head, len;
+  int done;
+} releaser;
+
+static void *release_later(void *arg) {
+  releaser *r = arg;
+  pthread_mutex_lock(&r->mu);
+  for (;;) {
+    while (r->len == 0 && !r->done)
+      pthread_cond_wait(&r->cv, &r->mu);
+    if (r->len == 0)
+      break;
+    const wds_batch *b = r->q[r->head];
+    r->head = (r->head + 1) % 8;
+    r->len--;
+    pthread_mutex_unlock(&r->mu);
+    struct timespec pause = {0, 2 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    wds_loader_release(r->l, b);
+    pthread_mutex_lock(&r->mu);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return NULL;
+}
+
+TEST(release_from_another_thread) {
+  uint64_t counts[2] = {15, 15};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 2, counts, -1), 0);
+  wds_loader_config c = base_cfg(&s);
+  c.workers = 2;
+  c.prefetch_batches = 2;
+  c.batch_size = 2;
+  releaser r = {.head = 0};
+  ASSERT_EQ_INT(wds_loader_open(&c, &r.l), WDS_OK);
+  pthread_mutex_init(&r.mu, NULL);
+  pthread_cond_init(&r.cv, NULL);
+  pthread_t t;
+  ASSERT_EQ_INT(pthread_create(&t, NULL, release_later, &r), 0);
+  uint64_t got = 0, retries = 0;
+  int rc;
+  for (;;) {
+    const wds_batch *b;
+    rc = wds_loader_next(r.l, &b);
+    if (rc == WDS_ERR_INVALID) { /* every slot is with the releaser */
+      retries++;
+      struct timespec pause = {0, 1000 * 1000};
+      nanosleep(&pause, NULL);
+      continue;
+    }
+    if (rc != WDS_OK)
+      break;
+    if (b->index != got)
+      break;
+    got++;
+    pthread_mutex_lock(&r.mu);
+    r.q[(r.head + r.len) % 8] = b;
+    r.len++;
+    pthread_cond_signal(&r.cv);
+    pthread_mutex_unlock(&r.mu);
+  }
+  pthread_mutex_lock(&r.mu);
+  r.done = 1;
+  pthread_cond_signal(&r.cv);
+  pthread_mutex_unlock(&r.mu);
+  pthread_join(t, NULL);
+  printf("  %llu batches, %llu retries with every slot held\n",
+         (unsigned long long)got, (unsigned long long)retries);
+  ASSERT_EQ_INT(rc, WDS_EOF);
+  ASSERT_EQ_U64(got, 15);
+  wds_loader_close(r.l);
+  pthread_cond_destroy(&r.cv);
+  pthread_mutex_destroy(&r.mu);
+  shardset_free(&s);
+}
+
 TEST(environment_rank_and_world) {
   int r, w;
   unsetenv("RANK");
@@ -1491,6 +1575,7 @@ int main(void) {
   RUN(end_of_epoch_with_every_slot_held);
   RUN(batch_layout_bytes_ints_npy_and_pad);
   RUN(holding_every_slot_is_an_error_not_a_hang);
+  RUN(release_from_another_thread);
   RUN(environment_rank_and_world);
   RUN(images_decode_into_fixed_shapes_deterministically);
   RUN(rss_stays_flat_over_epochs);

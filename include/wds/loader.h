@@ -54,7 +54,8 @@
  * end.
  *
  * Threads: workers + 1 collator thread per loader; the handle itself is
- * used by one thread at a time. */
+ * used by one thread at a time, except wds_loader_release() and
+ * wds_loader_cancel(), which any thread may call. */
 #ifndef WDS_LOADER_H
 #define WDS_LOADER_H
 
@@ -224,7 +225,10 @@ WDS_API int wds_loader_open(const wds_loader_config *cfg, wds_loader **out);
  * and where). WDS_ERR_INVALID if every slot is held by the caller. */
 WDS_API int wds_loader_next(wds_loader *l, const wds_batch **out);
 
-/* Gives a batch's slot back to the pool. */
+/* Gives a batch's slot back to the pool. Unlike the other calls, it may be
+ * made from any thread, also while another thread is in wds_loader_next()
+ * (a consumer handing batches to other threads, the Python binding's
+ * garbage collector); not after wds_loader_close(). */
 WDS_API void wds_loader_release(wds_loader *l, const wds_batch *b);
 
 /* Abandons the current epoch; the next call to next() starts `epoch`.

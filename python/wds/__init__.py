@@ -10,6 +10,8 @@ The C library (include/wds/) through a CPython extension, wds._wds:
   a key's shard and member offsets.
 - ``wds.ShardWriter(pattern, maxcount=100000, maxsize=3e9, compress=None)``:
   webdataset's ShardWriter over the C writer.
+- ``wds.Loader(spec, fields, batch_size, **options)``: the loader's batches
+  (``wds.Batch``: numpy arrays viewing the pool slot without a copy).
 - ``wds.Error``: every failure, with one subclass per status code of
   wds/status.h (``wds.OpenError``, ``wds.TruncatedError``, ...), carrying the
   library's message; ``.status`` is the code, ``.status_name`` its name.
@@ -36,9 +38,12 @@ from ._wds import (
     __version__,
     expand,
 )
+from ._loader import Batch, Loader
 from ._writer import ShardWriter
 
 __all__ = [
+    "Batch",
+    "Loader",
     "CancelledError",
     "CommandError",
     "CorruptError",

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "wds/index.h"
+#include "wds/loader.h"
 #include "wds/reader.h"
 #include "wds/spec.h"
 #include "wds/status.h"
@@ -1142,6 +1143,674 @@ static PyTypeObject wds_py_writer_type = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- _Loader and _Batch (behind wds.Loader and wds.Batch) ---------------- */
+
+typedef struct {
+  PyObject_HEAD wds_loader *l;
+  wds_field_spec *specs;
+  char *spec_storage;
+  int busy;          /* a thread is in wds_loader_next() without the GIL */
+  Py_ssize_t live;   /* _Batch objects holding a slot */
+  int close_pending; /* close() while batches live: the last one closes */
+} wds_py_loader;
+
+typedef struct {
+  PyObject_HEAD wds_py_loader *loader; /* strong reference */
+  const wds_batch *b;                  /* NULL once the slot is given back */
+  Py_ssize_t exports;                  /* buffers exported by its _Arrays */
+  int released;                        /* release() called */
+} wds_py_batch;
+
+/* A buffer over one field of a batch (field -1: the valid flags). */
+typedef struct {
+  PyObject_HEAD wds_py_batch *batch; /* strong reference */
+  int field;
+  Py_ssize_t shape[9], strides[9];
+} wds_py_array;
+
+static PyTypeObject wds_py_loader_type, wds_py_batch_type, wds_py_array_type;
+
+static void wds_py_loader_free(wds_py_loader *self) {
+  wds_loader *l = self->l;
+  self->l = NULL;
+  if (l) {
+    Py_BEGIN_ALLOW_THREADS;
+    wds_loader_close(l);
+    Py_END_ALLOW_THREADS;
+  }
+  free(self->specs);
+  free(self->spec_storage);
+  self->specs = NULL;
+  self->spec_storage = NULL;
+}
+
+/* Gives the batch's slot back (once; when nothing exports its memory). */
+static void wds_py_batch_give_back(wds_py_batch *self) {
+  if (!self->b || self->exports > 0)
+    return;
+  wds_py_loader *lo = self->loader;
+  if (lo->l)
+    wds_loader_release(lo->l, self->b);
+  self->b = NULL;
+  lo->live--;
+  if (lo->live == 0 && lo->close_pending) {
+    lo->close_pending = 0;
+    wds_py_loader_free(lo);
+  }
+}
+
+static void wds_py_batch_dealloc(wds_py_batch *self) {
+  self->exports = 0; /* its _Arrays are gone: they hold a reference */
+  wds_py_batch_give_back(self);
+  Py_CLEAR(self->loader);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int wds_py_batch_check(wds_py_batch *self) {
+  if (!self->b || self->released) {
+    PyErr_SetString(PyExc_ValueError, "the Batch was released");
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *wds_py_batch_release(wds_py_batch *self,
+                                      PyObject *Py_UNUSED(ignored)) {
+  self->released = 1;
+  wds_py_batch_give_back(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *wds_py_batch_strings(const char *const *v, size_t n) {
+  PyObject *list = PyList_New((Py_ssize_t)n);
+  if (!list)
+    return NULL;
+  for (size_t i = 0; i < n; i++) {
+    PyObject *s = wds_py_str(v[i] ? v[i] : "");
+    if (!s) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+  }
+  return list;
+}
+
+static PyObject *wds_py_batch_get(wds_py_batch *self, void *closure) {
+  if (wds_py_batch_check(self) < 0)
+    return NULL;
+  const wds_batch *b = self->b;
+  switch ((intptr_t)closure) {
+  case 0:
+    return wds_py_batch_strings(b->keys, b->rows);
+  case 1:
+    return wds_py_batch_strings(b->urls, b->rows);
+  case 2:
+    return PyLong_FromUnsignedLongLong(b->epoch);
+  case 3:
+    return PyLong_FromUnsignedLongLong(b->index);
+  case 4:
+    return PyLong_FromSize_t(b->rows);
+  case 5: {
+    PyObject *list = PyList_New((Py_ssize_t)b->field_count);
+    for (size_t i = 0; list && i < b->field_count; i++) {
+      PyObject *s = wds_py_str(b->fields[i].name);
+      if (!s) {
+        Py_CLEAR(list);
+        break;
+      }
+      PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+    }
+    return list;
+  }
+  case 6:
+    return PyLong_FromLong(b->slot);
+  }
+  Py_RETURN_NONE;
+}
+
+static const char *wds_py_dtype_format(wds_dtype t) {
+  switch (t) {
+  case WDS_DTYPE_BOOL:
+    return "?";
+  case WDS_DTYPE_U8:
+    return "B";
+  case WDS_DTYPE_I8:
+    return "b";
+  case WDS_DTYPE_U16:
+    return "<H";
+  case WDS_DTYPE_I16:
+    return "<h";
+  case WDS_DTYPE_U32:
+    return "<I";
+  case WDS_DTYPE_I32:
+    return "<i";
+  case WDS_DTYPE_U64:
+    return "<Q";
+  case WDS_DTYPE_I64:
+    return "<q";
+  case WDS_DTYPE_F16:
+    return "<e";
+  case WDS_DTYPE_F32:
+    return "<f";
+  case WDS_DTYPE_F64:
+    return "<d";
+  default:
+    return NULL;
+  }
+}
+
+/* field(i): a memoryview over a numeric field (no copy; it keeps the batch
+ * alive), or for a bytes field a list of bytes (copied). i = -1: the valid
+ * flags (bool). */
+static PyObject *wds_py_batch_field(wds_py_batch *self, PyObject *arg) {
+  if (wds_py_batch_check(self) < 0)
+    return NULL;
+  Py_ssize_t i = PyNumber_AsSsize_t(arg, PyExc_IndexError);
+  if (i == -1 && PyErr_Occurred())
+    return NULL;
+  const wds_batch *b = self->b;
+  if (i < -1 || i >= (Py_ssize_t)b->field_count) {
+    PyErr_SetString(PyExc_IndexError, "field index out of range");
+    return NULL;
+  }
+  if (i >= 0 && b->fields[i].dtype == WDS_DTYPE_BYTES) {
+    const wds_batch_field *f = &b->fields[i];
+    PyObject *list = PyList_New((Py_ssize_t)b->rows);
+    for (size_t r = 0; list && r < b->rows; r++) {
+      PyObject *v = PyBytes_FromStringAndSize(
+          (const char *)f->data + f->offsets[r],
+          (Py_ssize_t)(f->offsets[r + 1] - f->offsets[r]));
+      if (!v) {
+        Py_CLEAR(list);
+        break;
+      }
+      PyList_SET_ITEM(list, (Py_ssize_t)r, v);
+    }
+    return list;
+  }
+  if (i >= 0 && (!wds_py_dtype_format(b->fields[i].dtype) ||
+                 b->fields[i].ndim < 1 || b->fields[i].ndim > 8)) {
+    PyErr_SetString(PyExc_TypeError, "unsupported field type");
+    return NULL;
+  }
+  wds_py_array *a = PyObject_New(wds_py_array, &wds_py_array_type);
+  if (!a)
+    return NULL;
+  Py_INCREF(self);
+  a->batch = self;
+  a->field = (int)i;
+  PyObject *mv = PyMemoryView_FromObject((PyObject *)a);
+  Py_DECREF(a);
+  return mv;
+}
+
+static PyObject *wds_py_batch_enter(PyObject *self,
+                                    PyObject *Py_UNUSED(ignored)) {
+  Py_INCREF(self);
+  return self;
+}
+
+static PyObject *wds_py_batch_exit(wds_py_batch *self, PyObject *args) {
+  (void)args;
+  return wds_py_batch_release(self, NULL);
+}
+
+static PyMethodDef wds_py_batch_methods[] = {
+    {"release", (PyCFunction)(void (*)(void))wds_py_batch_release, METH_NOARGS,
+     "Gives the slot back to the loader (once no array uses its memory)."},
+    {"field", (PyCFunction)(void (*)(void))wds_py_batch_field, METH_O,
+     "field(i): memoryview of a numeric field (no copy), list of bytes for a "
+     "bytes field; -1: the valid flags."},
+    {"__enter__", (PyCFunction)(void (*)(void))wds_py_batch_enter, METH_NOARGS,
+     NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))wds_py_batch_exit, METH_VARARGS,
+     NULL},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef wds_py_batch_getset[] = {
+    {"keys", (getter)(void (*)(void))wds_py_batch_get, NULL, "Row keys.",
+     (void *)0},
+    {"urls", (getter)(void (*)(void))wds_py_batch_get, NULL, "Row shards.",
+     (void *)1},
+    {"epoch", (getter)(void (*)(void))wds_py_batch_get, NULL, "Epoch.",
+     (void *)2},
+    {"index", (getter)(void (*)(void))wds_py_batch_get, NULL,
+     "Batch number in the epoch.", (void *)3},
+    {"rows", (getter)(void (*)(void))wds_py_batch_get, NULL, "Rows.",
+     (void *)4},
+    {"names", (getter)(void (*)(void))wds_py_batch_get, NULL, "Field names.",
+     (void *)5},
+    {"slot", (getter)(void (*)(void))wds_py_batch_get, NULL, "Pool slot.",
+     (void *)6},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject wds_py_batch_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wds._wds._Batch",
+    .tp_basicsize = sizeof(wds_py_batch),
+    .tp_dealloc = (destructor)wds_py_batch_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A batch in a loader slot (wds/loader.h), behind wds.Batch.",
+    .tp_methods = wds_py_batch_methods,
+    .tp_getset = wds_py_batch_getset,
+};
+
+static void wds_py_array_dealloc(wds_py_array *self) {
+  Py_CLEAR(self->batch);
+  PyObject_Free(self);
+}
+
+static int wds_py_array_getbuffer(wds_py_array *self, Py_buffer *view,
+                                  int flags) {
+  wds_py_batch *bt = self->batch;
+  if (!bt->b) {
+    PyErr_SetString(PyExc_ValueError, "the Batch was released");
+    return -1;
+  }
+  const wds_batch *b = bt->b;
+  void *data;
+  const char *fmt;
+  Py_ssize_t itemsize, len;
+  int ndim;
+  if (self->field < 0) {
+    data = (void *)b->valid;
+    fmt = "?";
+    itemsize = 1;
+    ndim = 1;
+    self->shape[0] = (Py_ssize_t)b->rows;
+  } else {
+    const wds_batch_field *f = &b->fields[self->field];
+    data = f->data;
+    fmt = wds_py_dtype_format(f->dtype);
+    itemsize = (Py_ssize_t)wds_dtype_size(f->dtype);
+    ndim = f->ndim;
+    for (int d = 0; d < ndim; d++)
+      self->shape[d] = (Py_ssize_t)f->shape[d];
+  }
+  len = itemsize;
+  for (int d = ndim - 1; d >= 0; d--) {
+    self->strides[d] = len;
+    len *= self->shape[d];
+  }
+  view->buf = data;
+  view->obj = (PyObject *)self;
+  Py_INCREF(self);
+  view->len = len;
+  view->readonly = 0;
+  view->itemsize = itemsize;
+  view->format = (flags & PyBUF_FORMAT) ? (char *)fmt : NULL;
+  view->ndim = ndim;
+  view->shape = (flags & PyBUF_ND) ? self->shape : NULL;
+  view->strides =
+      (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->strides : NULL;
+  view->suboffsets = NULL;
+  view->internal = NULL;
+  bt->exports++;
+  return 0;
+}
+
+static void wds_py_array_releasebuffer(wds_py_array *self, Py_buffer *view) {
+  (void)view;
+  wds_py_batch *bt = self->batch;
+  if (bt->exports > 0 && --bt->exports == 0 && bt->released)
+    wds_py_batch_give_back(bt);
+}
+
+static PyBufferProcs wds_py_array_buffer = {
+    .bf_getbuffer = (getbufferproc)wds_py_array_getbuffer,
+    .bf_releasebuffer = (releasebufferproc)wds_py_array_releasebuffer,
+};
+
+static PyTypeObject wds_py_array_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wds._wds._Array",
+    .tp_basicsize = sizeof(wds_py_array),
+    .tp_dealloc = (destructor)wds_py_array_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The memory of one field of a batch slot.",
+    .tp_as_buffer = &wds_py_array_buffer,
+};
+
+static void wds_py_loader_dealloc(wds_py_loader *self) {
+  /* No _Batch lives: each holds a reference. */
+  wds_py_loader_free(self);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
+                              PyObject *kwargs) {
+  static char *kwlist[] = {"spec",
+                           "fields",
+                           "batch_size",
+                           "mode",
+                           "rank",
+                           "world_size",
+                           "workers",
+                           "seed",
+                           "epoch",
+                           "resume_batches",
+                           "shuffle_buffer",
+                           "index",
+                           "drop_last",
+                           "last_batch",
+                           "samples_per_epoch",
+                           "image_size",
+                           "crop",
+                           "prefetch",
+                           "on_error",
+                           "shard_shuffle",
+                           "read_timeout_ms",
+                           NULL};
+  PyObject *spec_obj, *fields_obj, *o_seed = Py_None, *o_epoch = Py_None,
+                                   *o_resume = Py_None, *o_shuf = Py_None,
+                                   *o_index = Py_None, *o_spe = Py_None,
+                                   *o_prefetch = Py_None, *o_bs = Py_None;
+  int mode = WDS_MODE_EXACT, rank = -1, world = -1, workers = 0, drop_last = 0,
+      last_batch = -1, image_size = 224, crop = 0, on_error = 0,
+      shard_shuffle = 1, timeout_ms = 0;
+  if (!PyArg_ParseTupleAndKeywords(
+          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiii:_Loader", kwlist, &spec_obj,
+          &fields_obj, &o_bs, &mode, &rank, &world, &workers, &o_seed, &o_epoch,
+          &o_resume, &o_shuf, &o_index, &drop_last, &last_batch, &o_spe,
+          &image_size, &crop, &o_prefetch, &on_error, &shard_shuffle,
+          &timeout_ms))
+    return -1;
+  if (self->l || self->live) {
+    PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
+    return -1;
+  }
+  wds_loader_config cfg = WDS_LOADER_CONFIG_INIT;
+  uint64_t v;
+  if (wds_py_size(o_bs, "batch_size", SIZE_MAX, &v) < 0)
+    return -1;
+  cfg.batch_size = (size_t)v;
+  if (wds_py_size(o_seed, "seed", UINT64_MAX, &cfg.seed) < 0 ||
+      wds_py_size(o_epoch, "epoch", UINT64_MAX, &cfg.epoch) < 0 ||
+      wds_py_size(o_resume, "resume_batches", UINT64_MAX, &cfg.resume_batches) <
+          0 ||
+      wds_py_size(o_spe, "samples_per_epoch", UINT64_MAX,
+                  &cfg.samples_per_epoch) < 0)
+    return -1;
+  if (wds_py_size(o_shuf, "shuffle_buffer", SIZE_MAX, &v) < 0)
+    return -1;
+  cfg.shuffle_buffer = (size_t)v;
+  if (wds_py_size(o_prefetch, "prefetch", SIZE_MAX, &v) < 0)
+    return -1;
+  cfg.prefetch_batches = (size_t)v;
+  cfg.mode = (wds_mode)mode;
+  cfg.rank = rank;
+  cfg.world_size = world;
+  cfg.workers = workers;
+  cfg.drop_last = drop_last;
+  if (last_batch >= 0)
+    cfg.last_batch = (wds_last_batch)last_batch;
+  else if (drop_last)
+    cfg.last_batch = WDS_LAST_DROP; /* as `wds batches --drop-last` */
+  cfg.image_size = image_size;
+  cfg.crop = (wds_crop)crop;
+  cfg.on_error = (wds_error_policy)on_error;
+  cfg.shard_shuffle = shard_shuffle;
+  cfg.read_timeout_ms = timeout_ms;
+
+  PyObject *fields = NULL, *spec = NULL, *index = NULL, *urls = NULL;
+  const char **url_ptrs = NULL;
+  int ret = -1;
+  char err[1024] = "";
+  if (wds_py_fsbytes(fields_obj, &fields) < 0)
+    goto done;
+  wds_field_spec *specs = NULL;
+  size_t nspecs = 0;
+  char *storage = NULL;
+  int rc = wds_field_specs_parse(PyBytes_AS_STRING(fields), &specs, &nspecs,
+                                 &storage, err, sizeof err);
+  if (rc != WDS_OK) {
+    wds_py_raise(rc, err);
+    goto done;
+  }
+  free(self->specs);
+  free(self->spec_storage);
+  self->specs = specs;
+  self->spec_storage = storage;
+  cfg.fields = specs;
+  cfg.field_count = nspecs;
+  if (o_index != Py_None) {
+    PyObject *p = PyOS_FSPath(o_index);
+    if (!p)
+      goto done;
+    int bad = wds_py_fsbytes(p, &index) < 0;
+    Py_DECREF(p);
+    if (bad)
+      goto done;
+    cfg.index_path = PyBytes_AS_STRING(index);
+  }
+  if (PyUnicode_Check(spec_obj) || PyBytes_Check(spec_obj)) {
+    if (wds_py_fsbytes(spec_obj, &spec) < 0)
+      goto done;
+    cfg.spec = PyBytes_AS_STRING(spec);
+  } else {
+    PyObject *seq = PySequence_Fast(
+        spec_obj, "Loader: spec must be a str or a sequence of URLs");
+    if (!seq)
+      goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    urls = PyTuple_New(n);
+    url_ptrs = PyMem_Calloc(n ? (size_t)n : 1, sizeof *url_ptrs);
+    if (!urls || !url_ptrs) {
+      Py_DECREF(seq);
+      PyErr_NoMemory();
+      goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      PyObject *b;
+      if (wds_py_fsbytes(PySequence_Fast_GET_ITEM(seq, i), &b) < 0) {
+        Py_DECREF(seq);
+        goto done;
+      }
+      PyTuple_SET_ITEM(urls, i, b);
+      url_ptrs[i] = PyBytes_AS_STRING(b);
+    }
+    Py_DECREF(seq);
+    cfg.urls = url_ptrs;
+    cfg.url_count = (size_t)n;
+  }
+  wds_loader *l = NULL;
+  char msg[2048] = "";
+  Py_BEGIN_ALLOW_THREADS;
+  rc = wds_loader_open(&cfg, &l);
+  if (rc != WDS_OK)
+    snprintf(msg, sizeof msg, "%s", wds_open_error());
+  Py_END_ALLOW_THREADS;
+  if (rc != WDS_OK) {
+    wds_py_raise(rc, msg);
+    goto done;
+  }
+  self->l = l;
+  ret = 0;
+done:
+  Py_XDECREF(fields);
+  Py_XDECREF(spec);
+  Py_XDECREF(index);
+  Py_XDECREF(urls);
+  PyMem_Free(url_ptrs);
+  return ret;
+}
+
+static int wds_py_loader_check(wds_py_loader *self) {
+  if (!self->l || self->close_pending) {
+    PyErr_SetString(PyExc_ValueError, "the Loader is closed");
+    return -1;
+  }
+  if (self->busy) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "the Loader is being used by another thread");
+    return -1;
+  }
+  return 0;
+}
+
+/* next() -> _Batch, or None at the end of the epoch. */
+static PyObject *wds_py_loader_next(wds_py_loader *self,
+                                    PyObject *Py_UNUSED(ignored)) {
+  if (wds_py_loader_check(self) < 0)
+    return NULL;
+  wds_py_batch *bt = PyObject_New(wds_py_batch, &wds_py_batch_type);
+  if (!bt)
+    return NULL;
+  bt->loader = NULL;
+  bt->b = NULL;
+  bt->exports = 0;
+  bt->released = 0;
+  wds_loader *l = self->l;
+  const wds_batch *b = NULL;
+  int rc;
+  self->busy = 1;
+  Py_BEGIN_ALLOW_THREADS;
+  rc = wds_loader_next(l, &b);
+  Py_END_ALLOW_THREADS;
+  self->busy = 0;
+  if (rc == WDS_OK) {
+    Py_INCREF(self);
+    bt->loader = self;
+    bt->b = b;
+    self->live++;
+  }
+  if (self->close_pending && rc == WDS_OK) {
+    /* close() came from another thread meanwhile: the batch is still
+     * valid, the loader closes when it is gone. */
+  } else if (self->close_pending && self->live == 0) {
+    self->close_pending = 0;
+    wds_py_loader_free(self);
+  }
+  if (rc == WDS_OK)
+    return (PyObject *)bt;
+  Py_DECREF(bt);
+  if (rc == WDS_EOF)
+    Py_RETURN_NONE;
+  return wds_py_raise(rc, self->l ? wds_loader_error(l) : "");
+}
+
+static PyObject *wds_py_loader_set_epoch(wds_py_loader *self, PyObject *arg) {
+  if (wds_py_loader_check(self) < 0)
+    return NULL;
+  unsigned long long e = PyLong_AsUnsignedLongLong(arg);
+  if (e == (unsigned long long)-1 && PyErr_Occurred())
+    return NULL;
+  wds_loader *l = self->l;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS;
+  rc = wds_loader_set_epoch(l, (uint64_t)e);
+  Py_END_ALLOW_THREADS;
+  if (rc != WDS_OK)
+    return wds_py_raise(rc, wds_loader_error(l));
+  Py_RETURN_NONE;
+}
+
+static PyObject *wds_py_loader_position(wds_py_loader *self,
+                                        PyObject *Py_UNUSED(ignored)) {
+  if (wds_py_loader_check(self) < 0)
+    return NULL;
+  uint64_t e = 0, n = 0;
+  wds_loader_position(self->l, &e, &n);
+  return Py_BuildValue("(KK)", (unsigned long long)e, (unsigned long long)n);
+}
+
+static PyObject *wds_py_loader_epoch_batches(wds_py_loader *self,
+                                             PyObject *Py_UNUSED(ignored)) {
+  if (wds_py_loader_check(self) < 0)
+    return NULL;
+  return PyLong_FromUnsignedLongLong(wds_loader_epoch_batches(self->l));
+}
+
+static PyObject *wds_py_loader_stats(wds_py_loader *self,
+                                     PyObject *Py_UNUSED(ignored)) {
+  if (wds_py_loader_check(self) < 0)
+    return NULL;
+  wds_loader_stats st;
+  wds_loader_stats_get(self->l, &st);
+  return Py_BuildValue(
+      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:s}", "batches",
+      (unsigned long long)st.batches, "samples", (unsigned long long)st.samples,
+      "skipped", (unsigned long long)st.skipped, "fill_rows",
+      (unsigned long long)st.fill_rows, "shards_opened",
+      (unsigned long long)st.shards_opened, "bytes_read",
+      (unsigned long long)st.bytes_read, "read_ns",
+      (unsigned long long)st.read_ns, "shuffle_ns",
+      (unsigned long long)st.shuffle_ns, "decode_ns",
+      (unsigned long long)st.decode_ns, "batch_ns",
+      (unsigned long long)st.batch_ns, "wait_ns",
+      (unsigned long long)st.wait_ns, "slot_wait_ns",
+      (unsigned long long)st.slot_wait_ns, "peak_pool_bytes",
+      (unsigned long long)st.peak_pool_bytes, "allocator",
+      wds_loader_allocator_name(self->l));
+}
+
+static PyObject *wds_py_loader_cancel(wds_py_loader *self,
+                                      PyObject *Py_UNUSED(ignored)) {
+  if (self->l)
+    wds_loader_cancel(self->l);
+  Py_RETURN_NONE;
+}
+
+static PyObject *wds_py_loader_close(wds_py_loader *self,
+                                     PyObject *Py_UNUSED(ignored)) {
+  if (!self->l)
+    Py_RETURN_NONE;
+  if (self->busy || self->live > 0) {
+    /* A next() in another thread, or batches still held: stop the
+     * pipeline now, free it when the last batch is gone. */
+    wds_loader_cancel(self->l);
+    self->close_pending = 1;
+    Py_RETURN_NONE;
+  }
+  wds_py_loader_free(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *wds_py_loader_get_closed(wds_py_loader *self, void *closure) {
+  (void)closure;
+  return PyBool_FromLong(!self->l || self->close_pending);
+}
+
+static PyObject *wds_py_loader_get_live(wds_py_loader *self, void *closure) {
+  (void)closure;
+  return PyLong_FromSsize_t(self->live);
+}
+
+static PyMethodDef wds_py_loader_methods[] = {
+    {"next", (PyCFunction)(void (*)(void))wds_py_loader_next, METH_NOARGS,
+     "The next _Batch, or None at the end of the epoch."},
+    {"set_epoch", (PyCFunction)(void (*)(void))wds_py_loader_set_epoch, METH_O,
+     "Abandons the current epoch; the next batch is from the given one."},
+    {"position", (PyCFunction)(void (*)(void))wds_py_loader_position,
+     METH_NOARGS, "(epoch, batches delivered in it)."},
+    {"epoch_batches", (PyCFunction)(void (*)(void))wds_py_loader_epoch_batches,
+     METH_NOARGS, "Batches per epoch on this rank (0: not known)."},
+    {"stats", (PyCFunction)(void (*)(void))wds_py_loader_stats, METH_NOARGS,
+     "The loader's counters."},
+    {"cancel", (PyCFunction)(void (*)(void))wds_py_loader_cancel, METH_NOARGS,
+     "Makes a blocked next() raise wds.CancelledError."},
+    {"close", (PyCFunction)(void (*)(void))wds_py_loader_close, METH_NOARGS,
+     "Stops the loader (freed once no batch is held)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef wds_py_loader_getset[] = {
+    {"closed", (getter)(void (*)(void))wds_py_loader_get_closed, NULL,
+     "True after close().", NULL},
+    {"live_batches", (getter)(void (*)(void))wds_py_loader_get_live, NULL,
+     "Batches holding a slot.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject wds_py_loader_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wds._wds._Loader",
+    .tp_basicsize = sizeof(wds_py_loader),
+    .tp_dealloc = (destructor)wds_py_loader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The C loader (wds/loader.h) behind wds.Loader.",
+    .tp_methods = wds_py_loader_methods,
+    .tp_getset = wds_py_loader_getset,
+    .tp_init = (initproc)wds_py_loader_init,
+    .tp_new = PyType_GenericNew,
+};
+
 /* ---- module -------------------------------------------------------------- */
 
 static PyMethodDef wds_py_methods[] = {
@@ -1180,8 +1849,16 @@ PyMODINIT_FUNC PyInit__wds(void) {
     Py_DECREF(&wds_py_index_type);
     goto fail;
   }
-  if (PyType_Ready(&wds_py_writer_type) < 0)
+  if (PyType_Ready(&wds_py_writer_type) < 0 ||
+      PyType_Ready(&wds_py_loader_type) < 0 ||
+      PyType_Ready(&wds_py_batch_type) < 0 ||
+      PyType_Ready(&wds_py_array_type) < 0)
     goto fail;
+  Py_INCREF(&wds_py_loader_type);
+  if (PyModule_AddObject(m, "_Loader", (PyObject *)&wds_py_loader_type) < 0) {
+    Py_DECREF(&wds_py_loader_type);
+    goto fail;
+  }
   Py_INCREF(&wds_py_writer_type);
   if (PyModule_AddObject(m, "_Writer", (PyObject *)&wds_py_writer_type) < 0) {
     Py_DECREF(&wds_py_writer_type);

@@ -1,0 +1,256 @@
+"""wds.Loader and wds.Batch over the C loader (wds/loader.h)."""
+
+import os
+
+from ._wds import _Loader
+
+_MODES = {"plain": 0, "exact": 1, "resampled": 2}
+_LAST = {None: -1, "keep": 0, "drop": 1, "pad": 2}
+_CROPS = {"center": 0, "random": 1}
+_ON_ERROR = {"stop": 0, "skip": 1}
+
+
+def _choice(name, value, table):
+    if value not in table:
+        names = ", ".join(repr(k) for k in table if k is not None)
+        raise ValueError(f"Loader: {name}={value!r}: one of {names}")
+    return table[value]
+
+
+def _torch_rank_world():
+    """torch.distributed's rank and world size when it is initialised."""
+    import sys
+
+    torch = sys.modules.get("torch")  # never imported here for its own sake
+    if torch is None:
+        return None
+    try:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:
+        return None
+    return None
+
+
+class Batch:
+    """One batch of a wds.Loader, in the loader's slot memory.
+
+    batch["jpg;png"] or batch[0] is a numpy array viewing the slot without a
+    copy (a bytes field: a list of bytes); batch.keys, batch.urls,
+    batch.valid (numpy bool), batch.epoch, batch.index. The batch keeps its
+    slot until release(), the end of a `with batch:` block, or garbage
+    collection; arrays taken from it keep the memory alive after that.
+    """
+
+    __slots__ = ("_b", "_names", "_arrays", "keys", "urls", "epoch", "index")
+
+    def __init__(self, b):
+        self._b = b
+        self._names = b.names
+        self._arrays = {}
+        self.keys = b.keys
+        self.urls = b.urls
+        self.epoch = b.epoch
+        self.index = b.index
+
+    def __len__(self):
+        return len(self.keys)
+
+    @property
+    def names(self):
+        """The field names, as given in fields ("jpg;png", "cls")."""
+        return list(self._names)
+
+    def _field(self, i):
+        a = self._arrays.get(i)
+        if a is None:
+            import numpy as np
+
+            v = self._b.field(i)
+            a = v if isinstance(v, list) else np.asarray(v)
+            self._arrays[i] = a
+        return a
+
+    @property
+    def valid(self):
+        return self._field(-1)
+
+    def __getitem__(self, name):
+        if isinstance(name, int):
+            if not -len(self._names) <= name < len(self._names):
+                raise IndexError(f"Batch: field {name} out of range")
+            return self._field(name % len(self._names))
+        try:
+            i = self._names.index(name)
+        except ValueError:
+            raise KeyError(name) from None
+        return self._field(i)
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def items(self):
+        return [(n, self._field(i)) for i, n in enumerate(self._names)]
+
+    def torch(self):
+        """{name: torch tensor sharing the slot's memory} (bytes fields stay
+        lists of bytes), plus "__valid__"."""
+        import torch
+
+        out = {}
+        for i, n in enumerate(self._names):
+            a = self._field(i)
+            out[n] = a if isinstance(a, list) else torch.from_numpy(a)
+        out["__valid__"] = torch.from_numpy(self.valid)
+        return out
+
+    def release(self):
+        """Gives the slot back (once no array taken from it is alive)."""
+        self._arrays = {}
+        self._b.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+    def __repr__(self):
+        return (f"<wds.Batch epoch={self.epoch} index={self.index} "
+                f"rows={len(self.keys)} fields={self._names}>")
+
+
+class _EpochIterator:
+    __slots__ = ("_l", "_done")
+
+    def __init__(self, l):
+        self._l = l
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        b = self._l.next()
+        if b is None:
+            self._done = True
+            raise StopIteration
+        return Batch(b)
+
+
+class Loader:
+    """Loader(spec, fields, batch_size, *, mode="exact", rank=None,
+    world_size=None, workers=4, seed=0, epoch=0, shuffle_buffer=0,
+    index=None, drop_last=False, last_batch=None, samples_per_epoch=None,
+    image_size=224, crop="center", prefetch=4, on_error="stop")
+
+    The wds loader (wds/loader.h): the batches one data-parallel rank trains
+    on, decoded by worker threads into a pool of prefetch slots. fields is
+    the CLI's --decode string ("jpg;png:rgb:224,cls") or a list of such
+    items. rank and world_size default to torch.distributed's when it is
+    initialised, else to the environment as the C loader reads it (RANK and
+    WORLD_SIZE, SLURM_*, OMPI_*). Iterating yields the wds.Batch objects of
+    one epoch; the next iteration is the next epoch. len() is the number of
+    batches per epoch on this rank (exact and resampled modes). Failures
+    raise wds.Error subclasses; holding every slot raises wds.InvalidError.
+    """
+
+    def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
+                 world_size=None, workers=4, seed=0, epoch=0, shuffle_buffer=0,
+                 index=None, drop_last=False, last_batch=None,
+                 samples_per_epoch=None, image_size=224, crop="center",
+                 prefetch=4, on_error="stop", shard_shuffle=True,
+                 read_timeout_ms=0):
+        if not isinstance(fields, (str, bytes)):
+            fields = ",".join(fields)
+        if rank is None or world_size is None:
+            tw = _torch_rank_world()
+            if tw is not None:
+                rank = tw[0] if rank is None else rank
+                world_size = tw[1] if world_size is None else world_size
+        self._args = dict(
+            spec=spec if isinstance(spec, (str, bytes)) else list(spec),
+            fields=fields, batch_size=batch_size,
+            mode=_choice("mode", mode, _MODES),
+            rank=-1 if rank is None else int(rank),
+            world_size=-1 if world_size is None else int(world_size),
+            workers=int(workers), seed=seed, shuffle_buffer=shuffle_buffer,
+            index=os.fspath(index) if index is not None else None,
+            drop_last=bool(drop_last),
+            last_batch=_choice("last_batch", last_batch, _LAST),
+            samples_per_epoch=samples_per_epoch, image_size=int(image_size),
+            crop=_choice("crop", crop, _CROPS), prefetch=prefetch,
+            on_error=_choice("on_error", on_error, _ON_ERROR),
+            shard_shuffle=bool(shard_shuffle),
+            read_timeout_ms=int(read_timeout_ms))
+        self._open(int(epoch), 0)
+
+    def _open(self, epoch, batches):
+        self._l = _Loader(self._args["spec"], self._args["fields"],
+                          self._args["batch_size"],
+                          **{k: v for k, v in self._args.items()
+                             if k not in ("spec", "fields", "batch_size")},
+                          epoch=epoch, resume_batches=batches)
+
+    def __iter__(self):
+        """The batches of one epoch. An error raised by next() leaves the
+        iterator usable (holding every slot is an error to recover from)."""
+        return _EpochIterator(self._l)
+
+    def next(self):
+        """The next batch, or None at the end of the epoch."""
+        b = self._l.next()
+        return None if b is None else Batch(b)
+
+    def __len__(self):
+        n = self._l.epoch_batches()
+        if n == 0:
+            raise TypeError("len(Loader): not known in plain mode")
+        return n
+
+    def set_epoch(self, epoch):
+        """Abandons the current epoch; the next batch is from epoch."""
+        self._l.set_epoch(int(epoch))
+
+    @property
+    def epoch(self):
+        return self._l.position()[0]
+
+    def state_dict(self):
+        """The position (epoch, batches delivered in it) and the options,
+        as torchdata's StatefulDataLoader carries them."""
+        e, n = self._l.position()
+        return {"epoch": e, "batches": n,
+                "seed": self._args["seed"], "batch_size": self._args["batch_size"],
+                "world_size": self._args["world_size"], "rank": self._args["rank"]}
+
+    def load_state_dict(self, state):
+        """Resumes at state's position: the batches that follow are those
+        an uninterrupted loader would have yielded."""
+        for k in ("seed", "batch_size"):
+            if k in state and state[k] != self._args[k]:
+                raise ValueError(f"Loader.load_state_dict: {k} {state[k]!r} is "
+                                 f"not this loader's {self._args[k]!r}")
+        self._l.close()
+        self._open(int(state["epoch"]), int(state["batches"]))
+
+    def stats(self):
+        return self._l.stats()
+
+    def close(self):
+        self._l.close()
+
+    @property
+    def closed(self):
+        return self._l.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
