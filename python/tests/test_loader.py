@@ -290,3 +290,34 @@ def test_rss_flat_over_open_close_cycles(shards):
         cycle()
     grown = rss_kb() - before
     assert grown < 8 * 1024, f"RSS grew {grown} KiB over 300 open/close cycles"
+
+
+def test_index_option(shards, tmp_path):
+    spec, n = shards
+    if not CLI:
+        pytest.skip("WDS_TEST_CLI not given")
+    ix = tmp_path / "l.index.json"
+    subprocess.run([CLI, "index", spec, "-o", str(ix)], check=True,
+                   capture_output=True)
+    assert sum(wds.Index(ix, samples=False).sizes) == n
+    kw = dict(world_size=2, rank=1, seed=3, shuffle_buffer=4)
+    with wds.Loader(spec, "cls", 4, **kw) as a, \
+            wds.Loader(spec, "cls", 4, index=ix, **kw) as b:
+        assert len(a) == len(b)
+        assert [x.keys for x in a] == [x.keys for x in b]
+    with pytest.raises(wds.Error):
+        wds.Loader(spec, "cls", 4, index=tmp_path / "missing.json")
+
+
+def test_close_from_another_thread_stops_a_blocked_next():
+    import threading
+    import time
+
+    loader = wds.Loader("pipe:sleep 30", "cls", 1, mode="plain", workers=1,
+                        read_timeout_ms=-1)
+    threading.Timer(0.3, loader.close).start()
+    t0 = time.monotonic()
+    with pytest.raises(wds.CancelledError):
+        loader.next()
+    assert time.monotonic() - t0 < 10
+    assert loader.closed
