@@ -9,6 +9,9 @@
 #         its CMake build kept in BUILD/pip-build so that re-runs are quick),
 #         the wheel installed into the environment, and the suite run
 #         against the installed package.
+#   ddp   not pytest: ddp_check.py runs examples/train_ddp.py under torchrun
+#         (2 CPU ranks) with the tree's extension; skips (77) in ASan builds
+#         (WDS_PY_PRELOAD set: no torch in the environment).
 #
 # Usage: run.sh MODE VENV_DIR SRC_DIR BUILD_DIR WDS_BINARY SHARED_TESTDATA
 # Environment: PYTHON3 (the interpreter CMake built the extension for),
@@ -40,6 +43,10 @@ fi
 MODE=$1 VENV=$2 SRC=$3 BUILD=$4 WDS=$5 SHARED=$6
 if [[ -n ${WDS_PY_SKIP:-} ]]; then
   echo "SKIP: $WDS_PY_SKIP"
+  exit $SKIP
+fi
+if [[ $MODE == ddp && -n ${WDS_PY_PRELOAD:-} ]]; then
+  echo "SKIP: ASan build: torch is not installed beside the preloaded sanitizer runtime"
   exit $SKIP
 fi
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -85,6 +92,11 @@ export WDS_TEST_CLI=$WDS WDS_TEST_SHARED=$SHARED
 case $MODE in
 tree)
   export PYTHONPATH=$BUILD/python
+  ;;
+ddp)
+  export PYTHONPATH=$BUILD/python
+  cd "$BUILD"
+  exec "$VENV/bin/python" "$HERE/ddp_check.py" "$SRC"
   ;;
 pip)
   unset PYTHONPATH

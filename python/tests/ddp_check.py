@@ -1,0 +1,72 @@
+"""ctest python_ddp (run.sh ddp): examples/train_ddp.py under torchrun, 2 CPU
+ranks (gloo) on the demo's digits written to shards in a tmp dir with the wds
+CLI. Checks that both ranks take the same number of steps and end with equal
+weights, and that a run stopped after K steps (mid-epoch) and then resumed
+with --resume ends with the weights of an uninterrupted run.
+Not named test_*: the pytest suite (python_tree, python_pip) leaves it out.
+Usage: python ddp_check.py SRC_DIR (environment: WDS_TEST_CLI)."""
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+SRC = sys.argv[1]
+WDS = os.environ["WDS_TEST_CLI"]
+SCRIPT = os.path.join(SRC, "examples", "train_ddp.py")
+
+
+def run(*cmd, **kw):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if r.returncode != 0:
+        print(r.stdout)
+        sys.exit(f"FAIL: {' '.join(cmd)}: exit {r.returncode}")
+    return r.stdout
+
+
+def train(spec, ckpt, *extra):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    out = run(sys.executable, "-m", "torch.distributed.run", "--standalone",
+              "--nproc-per-node", "2", SCRIPT, "--train", spec, "--epochs", "2",
+              "--batch-size", "32", "--workers", "1", "--shuffle-buffer", "200",
+              "--seed", "3", "--checkpoint", ckpt, *extra, env=env)
+    steps = dict(re.findall(r"^rank (\d): steps (\d+)", out, re.M))
+    sha = dict(re.findall(r"^rank (\d): weights ([0-9a-f]{64})", out, re.M))
+    if sorted(steps) != ["0", "1"] or sorted(sha) != ["0", "1"]:
+        print(out)
+        sys.exit("FAIL: both ranks should print their steps and weights")
+    if steps["0"] != steps["1"] or sha["0"] != sha["1"]:
+        print(out)
+        sys.exit(f"FAIL: the ranks differ: steps {steps}, weights {sha}")
+    return int(steps["0"]), sha["0"], out
+
+
+def main():
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as d:
+        run(sys.executable, os.path.join(SRC, "scripts", "make-digits.py"), os.path.join(d, "files"))
+        run(WDS, "write", "-o", os.path.join(d, "digits-%04d.tar"), "--maxcount", "300",
+            os.path.join(d, "files", "train"))
+        n = len(glob.glob(os.path.join(d, "digits-*.tar")))
+        spec = os.path.join(d, "digits-{%04d..%04d}.tar" % (0, n - 1))
+
+        full, sha_full, out = train(spec, os.path.join(d, "full.pt"))
+        per_epoch = int(re.search(r"(\d+) per epoch", out).group(1))
+        print(f"# uninterrupted: {full} steps per rank ({per_epoch} per epoch), weights {sha_full}")
+        k = per_epoch + per_epoch // 2  # mid-way through the second epoch
+        part, _, _ = train(spec, os.path.join(d, "part.pt"), "--stop-after", str(k))
+        rest, sha_resumed, out = train(spec, os.path.join(d, "part.pt"), "--resume")
+        print(f"# stopped after {part} steps, resumed for {rest}: weights {sha_resumed}")
+        if part != k or part + rest != full:
+            print(out)
+            sys.exit(f"FAIL: {part} + {rest} steps, not {k} + {full - k}")
+        if sha_resumed != sha_full:
+            print(out)
+            sys.exit("FAIL: the resumed run's weights differ from the uninterrupted run's")
+    print(f"# ok ({time.time() - t0:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
