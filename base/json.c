@@ -52,6 +52,18 @@ int wds__json_expect(wds__json *j, int c, const char *what) {
   return WDS_OK;
 }
 
+int wds__json_open(wds__json *j, int open, const char *what, int *more) {
+  wds__json_ws(j);
+  if (at(j) != open)
+    return wds__json_fail(j, j->pos, what);
+  j->pos++;
+  wds__json_ws(j);
+  *more = at(j) != (open == '[' ? ']' : '}');
+  if (!*more)
+    j->pos++;
+  return WDS_OK;
+}
+
 int wds__json_next(wds__json *j, int close, int *more) {
   wds__json_ws(j);
   if (at(j) == ',') {
@@ -285,15 +297,11 @@ int wds__json_literal(wds__json *j, const char *word) {
 
 /* Skips an array or object; the opening byte is at j->pos. */
 static int skip_container(wds__json *j, int depth) {
-  size_t open_at = j->pos;
-  int close = j->s[j->pos] == '[' ? ']' : '}', more = 1, rc;
+  int open = j->s[j->pos], close = open == '[' ? ']' : '}', more, rc;
   if (depth > WDS__JSON_MAX_DEPTH)
-    return wds__json_fail(j, open_at, "nesting deeper than 64 levels");
-  j->pos++;
-  if (wds__json_peek(j) == close) {
-    j->pos++;
-    return WDS_OK;
-  }
+    return wds__json_fail(j, j->pos, "nesting deeper than 64 levels");
+  if ((rc = wds__json_open(j, open, "", &more)) != WDS_OK)
+    return rc;
   while (more) {
     size_t len;
     if (close == '}') {

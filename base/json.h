@@ -59,6 +59,11 @@ int wds__json_peek(wds__json *j);
  * "unexpected end of input"). */
 int wds__json_expect(wds__json *j, int c, const char *what);
 
+/* Opens an array (open '[') or object ('{') after blanks; anything else
+ * fails with `what`. *more = 0 when it is empty (its closing bracket is
+ * consumed too), else 1: read an element, then wds__json_next(). */
+int wds__json_open(wds__json *j, int open, const char *what, int *more);
+
 /* After an element of an array (close ']') or object ('}'): consumes ','
  * (*more = 1) or the closing bracket (*more = 0); anything else fails. */
 int wds__json_next(wds__json *j, int close, int *more);

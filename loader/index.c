@@ -98,17 +98,11 @@ static void free_sample(wds_index_sample *s) {
  * twice is an error. */
 static int parse_fields(wds__json *p, wds_index_sample *s) {
   size_t cap = 0;
-  int rc;
-  wds__json_ws(p);
-  if (wds__json_peek(p) != '{')
-    return wds__json_fail(p, p->pos, "\"fields\" must be an object");
-  p->pos++;
-  wds__json_ws(p);
-  if (wds__json_peek(p) == '}') {
-    p->pos++;
-    return WDS_OK;
-  }
-  for (;;) {
+  int rc, more;
+  if ((rc = wds__json_open(p, '{', "\"fields\" must be an object", &more)) !=
+      WDS_OK)
+    return rc;
+  while (more) {
     wds_index_field *grown = wds__grow((wds_index_field *)s->fields, &cap,
                                        s->field_count + 1, sizeof *grown, 4);
     if (!grown)
@@ -129,13 +123,10 @@ static int parse_fields(wds__json *p, wds_index_sample *s) {
             WDS_OK ||
         (rc = parse_pair(p, f)) != WDS_OK)
       return rc;
-    wds__json_ws(p);
-    if (wds__json_peek(p) == ',') {
-      p->pos++;
-      continue;
-    }
-    return wds__json_expect(p, '}', "expected ',' or '}' in an object");
+    if ((rc = wds__json_next(p, '}', &more)) != WDS_OK)
+      return rc;
   }
+  return WDS_OK;
 }
 
 /* Parses {"key": K, "fields": {...}} (other keys skipped). */
@@ -192,18 +183,12 @@ static int parse_sample(wds__json *p, wds_index_sample *s, int depth) {
 /* Parses the "samples" array of an entry into ent->samples. */
 static int parse_samples(wds__json *p, wds__index_entry *ent, int depth) {
   size_t cap = 0;
-  int rc;
-  wds__json_ws(p);
-  if (wds__json_peek(p) != '[')
-    return wds__json_fail(p, p->pos, "\"samples\" must be an array");
-  p->pos++;
+  int rc, more;
+  if ((rc = wds__json_open(p, '[', "\"samples\" must be an array", &more)) !=
+      WDS_OK)
+    return rc;
   ent->has_samples = 1;
-  wds__json_ws(p);
-  if (wds__json_peek(p) == ']') {
-    p->pos++;
-    return WDS_OK;
-  }
-  for (;;) {
+  while (more) {
     wds_index_sample *grown =
         wds__grow(ent->samples, &cap, ent->sample_count + 1, sizeof *grown, 64);
     if (!grown)
@@ -214,40 +199,28 @@ static int parse_samples(wds__json *p, wds__index_entry *ent, int depth) {
     wds__json_ws(p);
     if ((rc = parse_sample(p, s, depth + 1)) != WDS_OK)
       return rc;
-    wds__json_ws(p);
-    if (wds__json_peek(p) == ',') {
-      p->pos++;
-      continue;
-    }
-    return wds__json_expect(p, ']', "expected ',' or ']' in an array");
+    if ((rc = wds__json_next(p, ']', &more)) != WDS_OK)
+      return rc;
   }
+  return WDS_OK;
 }
 
 /* Validates the "samples" array at p->pos and counts its entries (each a
  * JSON value; parse_samples checks their shape when they are kept). */
 static int count_samples(wds__json *p, size_t *count, int depth) {
-  int rc;
+  int rc, more;
   *count = 0;
-  wds__json_ws(p);
-  if (wds__json_peek(p) != '[')
-    return wds__json_fail(p, p->pos, "\"samples\" must be an array");
-  p->pos++;
-  wds__json_ws(p);
-  if (wds__json_peek(p) == ']') {
-    p->pos++;
-    return WDS_OK;
-  }
-  for (;;) {
+  if ((rc = wds__json_open(p, '[', "\"samples\" must be an array", &more)) !=
+      WDS_OK)
+    return rc;
+  while (more) {
     if ((rc = wds__json_skip(p, depth + 1)) != WDS_OK)
       return rc;
     (*count)++;
-    wds__json_ws(p);
-    if (wds__json_peek(p) == ',') {
-      p->pos++;
-      continue;
-    }
-    return wds__json_expect(p, ']', "expected ',' or ']' in an array");
+    if ((rc = wds__json_next(p, ']', &more)) != WDS_OK)
+      return rc;
   }
+  return WDS_OK;
 }
 
 /* What an entry's tar_bytes (the decompressed tar stream's length, up to
@@ -410,17 +383,11 @@ static int parse_entry(wds__json *p, size_t i, const char *dir, unsigned flags,
 static int parse_shardlist(wds__json *p, const char *dir, unsigned flags,
                            wds__index *ix) {
   size_t cap = 0;
-  int rc;
-  wds__json_ws(p);
-  if (wds__json_peek(p) != '[')
-    return wds__json_fail(p, p->pos, "\"shardlist\" must be an array");
-  p->pos++;
-  wds__json_ws(p);
-  if (wds__json_peek(p) == ']') {
-    p->pos++;
-    return WDS_OK;
-  }
-  for (;;) {
+  int rc, more;
+  if ((rc = wds__json_open(p, '[', "\"shardlist\" must be an array", &more)) !=
+      WDS_OK)
+    return rc;
+  while (more) {
     wds__index_entry *grown =
         wds__grow(ix->shards, &cap, ix->count + 1, sizeof *grown, 64);
     if (!grown)
@@ -431,13 +398,10 @@ static int parse_shardlist(wds__json *p, const char *dir, unsigned flags,
     wds__json_ws(p);
     if ((rc = parse_entry(p, ix->count - 1, dir, flags, ent, 3)) != WDS_OK)
       return rc;
-    wds__json_ws(p);
-    if (wds__json_peek(p) == ',') {
-      p->pos++;
-      continue;
-    }
-    return wds__json_expect(p, ']', "expected ',' or ']' in an array");
+    if ((rc = wds__json_next(p, ']', &more)) != WDS_OK)
+      return rc;
   }
+  return WDS_OK;
 }
 
 int wds__index_parse(const char *text, size_t size, const char *dir,
