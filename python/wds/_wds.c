@@ -789,8 +789,9 @@ static PyObject *wds_py_index_find(wds_py_index *self, PyObject *arg) {
                        wds_py_index_fields(&sh.samples[j]));
 }
 
-static PyObject *wds_py_index_get_sizes(wds_py_index *self, void *closure) {
-  (void)closure;
+/* [item(shard) for every shard]: the sizes and urls properties. */
+static PyObject *wds_py_index_list(wds_py_index *self,
+                                   PyObject *(*item)(const wds_index_shard *)) {
   if (wds_py_index_check(self) < 0)
     return NULL;
   size_t n = wds_index_shard_count(self->ix);
@@ -799,9 +800,8 @@ static PyObject *wds_py_index_get_sizes(wds_py_index *self, void *closure) {
     return NULL;
   for (size_t i = 0; i < n; i++) {
     wds_index_shard sh;
-    PyObject *v = wds_index_shard_info(self->ix, i, &sh) == WDS_OK
-                      ? PyLong_FromUnsignedLongLong(sh.nsamples)
-                      : NULL;
+    PyObject *v =
+        wds_index_shard_info(self->ix, i, &sh) == WDS_OK ? item(&sh) : NULL;
     if (!v) {
       Py_DECREF(list);
       return PyErr_Occurred() ? NULL
@@ -812,27 +812,22 @@ static PyObject *wds_py_index_get_sizes(wds_py_index *self, void *closure) {
   return list;
 }
 
+static PyObject *wds_py_shard_size(const wds_index_shard *sh) {
+  return PyLong_FromUnsignedLongLong(sh->nsamples);
+}
+
+static PyObject *wds_py_shard_url(const wds_index_shard *sh) {
+  return wds_py_str(sh->url);
+}
+
+static PyObject *wds_py_index_get_sizes(wds_py_index *self, void *closure) {
+  (void)closure;
+  return wds_py_index_list(self, wds_py_shard_size);
+}
+
 static PyObject *wds_py_index_get_urls(wds_py_index *self, void *closure) {
   (void)closure;
-  if (wds_py_index_check(self) < 0)
-    return NULL;
-  size_t n = wds_index_shard_count(self->ix);
-  PyObject *list = PyList_New((Py_ssize_t)n);
-  if (!list)
-    return NULL;
-  for (size_t i = 0; i < n; i++) {
-    wds_index_shard sh;
-    PyObject *v = wds_index_shard_info(self->ix, i, &sh) == WDS_OK
-                      ? wds_py_str(sh.url)
-                      : NULL;
-    if (!v) {
-      Py_DECREF(list);
-      return PyErr_Occurred() ? NULL
-                              : wds_py_raise(WDS_ERR_INVALID, "bad shard");
-    }
-    PyList_SET_ITEM(list, (Py_ssize_t)i, v);
-  }
-  return list;
+  return wds_py_index_list(self, wds_py_shard_url);
 }
 
 static PyMethodDef wds_py_index_methods[] = {
