@@ -53,40 +53,9 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PYTHON3=${PYTHON3:-python3}
 command -v "$PYTHON3" >/dev/null 2>&1 || fail "$PYTHON3 not found"
 
-stamp="python=$("$PYTHON3" -c 'import sys; print(sys.version.split()[0])') ${REQUIREMENTS[*]}"
-marker=$VENV/.wds-py-ready
-NETERR='NewConnectionError|ConnectTimeoutError|ReadTimeoutError|ProxyError|Temporary failure in name resolution|Name or service not known|Network is unreachable|Connection refused|No route to host|timed out|Max retries exceeded|ConnectionError'
-
-make_venv() {
-  echo "# making the virtual environment $VENV (${REQUIREMENTS[*]})"
-  "$PYTHON3" -c 'import venv, ensurepip' 2>/dev/null ||
-    fail "$PYTHON3 has no venv/ensurepip module: apt-get install python3-venv"
-  rm -rf "$VENV"
-  "$PYTHON3" -m venv "$VENV" || fail "$PYTHON3 -m venv $VENV failed"
-  local dir out rc=0
-  dir=$(mktemp -d)
-  out=$(timeout 60 "$VENV/bin/python" -m pip download --no-deps --retries 1 --timeout 15 \
-    --disable-pip-version-check -d "$dir" pytest 2>&1) || rc=$?
-  rm -rf "$dir"
-  if ((rc != 0)); then
-    if ((rc == 124)) || grep -qiE "$NETERR" <<<"$out"; then
-      rm -rf "$VENV"
-      echo "$out" | tail -n 5 | sed 's/^/# pip: /'
-      echo "SKIP: no package index reachable (index: ${PIP_INDEX_URL:-https://pypi.org/simple})"
-      exit $SKIP
-    fi
-    echo "$out" | tail -n 20 | sed 's/^/# pip: /'
-    fail "pip download pytest failed (not a network error, see above)"
-  fi
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${REQUIREMENTS[@]}" ||
-    fail "pip install ${REQUIREMENTS[*]} into $VENV failed"
-  echo "$stamp" >"$marker"
-}
-
-if [[ ! -f $marker || $(cat "$marker") != "$stamp" ]] ||
-  ! "$VENV/bin/python" -c "import pytest, numpy, webdataset${WDS_PY_PRELOAD:+#}, torch" 2>/dev/null; then
-  make_venv
-fi
+source "$SRC/tests/lib-venv.sh"
+venv_ensure "$VENV" "$PYTHON3" "pytest, numpy, webdataset${WDS_PY_PRELOAD:+#}, torch" \
+  "${REQUIREMENTS[@]}"
 
 export WDS_TEST_CLI=$WDS WDS_TEST_SHARED=$SHARED
 case $MODE in

@@ -45,56 +45,8 @@ PYTHON3=${PYTHON3:-python3}
 command -v "$PYTHON3" >/dev/null 2>&1 || fail "$PYTHON3 not found (apt-get install python3)"
 mkdir -p "$WORK"
 
-# The marker records what the environment was made with; another
-# interpreter or other requirements make it again.
-stamp="python=$("$PYTHON3" -c 'import sys; print(sys.version.split()[0])') ${REQUIREMENTS[*]}"
-marker=$VENV/.wds-interop-ready
-
-# probe_index: 0 when the package index answers for webdataset; prints pip's
-# output. A quick download of the wheel alone, with one retry and a short
-# timeout, so that a machine without network skips in seconds.
-probe_index() {
-  local dir
-  dir=$(mktemp -d "$WORK/pip-probe.XXXXXX")
-  local rc=0
-  timeout 60 "$VENV/bin/python" -m pip download --no-deps --retries 1 --timeout 15 \
-    --disable-pip-version-check -d "$dir" "${REQUIREMENTS[0]}" 2>&1 || rc=$?
-  rm -rf "$dir"
-  return $rc
-}
-
-make_venv() {
-  echo "# making the virtual environment $VENV (${REQUIREMENTS[*]})"
-  "$PYTHON3" -c 'import venv, ensurepip' 2>/dev/null ||
-    fail "$PYTHON3 has no venv/ensurepip module: apt-get install python3-venv"
-  rm -rf "$VENV"
-  "$PYTHON3" -m venv "$VENV" || fail "$PYTHON3 -m venv $VENV failed (apt-get install python3-venv)"
-  local out rc=0
-  out=$(probe_index) || rc=$?
-  if ((rc != 0)); then
-    # A network failure skips; anything else (a bad requirement, a broken
-    # pip) fails.
-    if ((rc == 124)) || grep -qiE 'NewConnectionError|ConnectTimeoutError|ReadTimeoutError|ProxyError|Temporary failure in name resolution|Name or service not known|Network is unreachable|Connection refused|No route to host|timed out|Max retries exceeded|ConnectionError' <<<"$out"; then
-      rm -rf "$VENV"
-      echo "$out" | tail -n 5 | sed 's/^/# pip: /'
-      local why
-      why=$(grep -oiE 'NewConnectionError|ConnectTimeoutError|ReadTimeoutError|ProxyError|Temporary failure in name resolution|Name or service not known|Network is unreachable|Connection refused|No route to host|timed out|Max retries exceeded' <<<"$out" | head -n 1)
-      ((rc == 124)) && why="pip download timed out after 60 s"
-      echo "SKIP: no package index reachable (${why:-network error}; index: ${PIP_INDEX_URL:-https://pypi.org/simple})"
-      exit $SKIP
-    fi
-    echo "$out" | tail -n 20 | sed 's/^/# pip: /'
-    fail "pip download ${REQUIREMENTS[0]} failed (not a network error, see above)"
-  fi
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${REQUIREMENTS[@]}" ||
-    fail "pip install ${REQUIREMENTS[*]} into $VENV failed"
-  echo "$stamp" >"$marker"
-}
-
-if [[ ! -f $marker || $(cat "$marker") != "$stamp" ]] ||
-  ! "$VENV/bin/python" -c 'import webdataset, numpy' 2>/dev/null; then
-  make_venv
-fi
+source "$HERE/../lib-venv.sh"
+venv_ensure "$VENV" "$PYTHON3" "webdataset, numpy" "${REQUIREMENTS[@]}"
 "$VENV/bin/python" -c 'import webdataset, numpy, sys; from importlib.metadata import version; print("# python", sys.version.split()[0], "webdataset", version("webdataset"), "numpy", numpy.__version__)'
 
 TMP=$(mktemp -d "$WORK/run.XXXXXX")
