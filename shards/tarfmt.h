@@ -21,6 +21,7 @@
 /* Header field offsets (ustar). */
 #define WDS__TAR_OFF_CHKSUM 148
 #define WDS__TAR_CHKSUM_LEN 8
+#define WDS__TAR_CHKSUM_END (WDS__TAR_OFF_CHKSUM + WDS__TAR_CHKSUM_LEN)
 
 static inline int wds__tarfmt_is_space(uint8_t c) {
   return c == ' ' || (c >= '\t' && c <= '\r');
@@ -110,16 +111,19 @@ static inline uint32_t wds__tarfmt_sum(const uint8_t *h) {
 /* Checks the header checksum given the plain sum of the block. */
 static inline int wds__tarfmt_checksum_ok(const uint8_t *h, uint32_t sum) {
   uint64_t stored;
-  if (wds__tarfmt_number(h + 148, 8, &stored) != 0)
+  if (wds__tarfmt_number(h + WDS__TAR_OFF_CHKSUM, WDS__TAR_CHKSUM_LEN,
+                         &stored) != 0)
     return 0;
   uint32_t usum = sum + 8 * ' ';
-  for (int i = 148; i < 156; i++)
+  for (int i = WDS__TAR_OFF_CHKSUM; i < WDS__TAR_CHKSUM_END; i++)
     usum -= h[i];
   if (stored == usum)
     return 1;
   int32_t ssum = 8 * ' ';
   for (int i = 0; i < WDS__TAR_BLOCK; i++)
-    ssum += (i >= 148 && i < 156) ? 0 : (int8_t)h[i];
+    ssum += (i >= WDS__TAR_OFF_CHKSUM && i < WDS__TAR_CHKSUM_END)
+                ? 0
+                : (int8_t)h[i];
   return (int64_t)stored == (int64_t)ssum;
 }
 
