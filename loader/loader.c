@@ -123,7 +123,9 @@ static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
     size_t n = 1;
     for (const char *p = fs->name; *p; p++)
       n += *p == ';';
-    if (!(of->alts = calloc(n, sizeof *of->alts)))
+    /* room for each name's alias (wds__ext_alias: "jpg" also matches
+     * "jpeg"), appended after the names given */
+    if (!(of->alts = calloc(2 * n, sizeof *of->alts)))
       return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
     const char *p = fs->name;
     for (size_t a = 0; a < n; a++) {
@@ -142,7 +144,15 @@ static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
       of->nalts++;
       p = q ? q + 1 : p + len;
     }
-    total_alts += n;
+    for (size_t a = 0; a < n; a++) {
+      const char *alias = wds__ext_alias(of->alts[a], strlen(of->alts[a]));
+      int listed = 0;
+      for (size_t b = 0; alias && b < of->nalts; b++)
+        listed |= strcmp(of->alts[b], alias) == 0;
+      if (alias && !listed && !(of->alts[of->nalts++] = strdup(alias)))
+        return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    }
+    total_alts += of->nalts;
     of->def = fs->decode == WDS_DECODE_AUTO ? wds__decoder_for_ext(of->alts[0])
                                             : wds__decoder_get(fs->decode);
     if (!of->def)

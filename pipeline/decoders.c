@@ -69,20 +69,29 @@ wds_decode wds_decode_for_ext(const char *ext) {
   return wds__decoder_for_ext(ext)->id;
 }
 
-const wds__decoder_def *wds__decoder_named(const char *s, size_t n) {
-  for (size_t i = FIRST; i < END; i++) {
-    const char *name = table[i].name;
-    if (strlen(name) != n)
-      continue;
-    size_t k = 0;
-    for (; k < n; k++) {
-      char c = s[k] >= 'A' && s[k] <= 'Z' ? (char)(s[k] - 'A' + 'a') : s[k];
-      if (c != name[k])
-        break;
-    }
-    if (k == n)
-      return &table[i];
+static int same_lower(const char *s, size_t n, const char *word) {
+  if (strlen(word) != n)
+    return 0;
+  for (size_t k = 0; k < n; k++) {
+    char c = s[k] >= 'A' && s[k] <= 'Z' ? (char)(s[k] - 'A' + 'a') : s[k];
+    if (c != word[k])
+      return 0;
   }
+  return 1;
+}
+
+const char *wds__ext_alias(const char *s, size_t n) {
+  static const char *const pairs[][2] = {{"jpg", "jpeg"}, {"jpeg", "jpg"}};
+  for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++)
+    if (same_lower(s, n, pairs[i][0]))
+      return pairs[i][1];
+  return NULL;
+}
+
+const wds__decoder_def *wds__decoder_named(const char *s, size_t n) {
+  for (size_t i = FIRST; i < END; i++)
+    if (same_lower(s, n, table[i].name))
+      return &table[i];
   return NULL;
 }
 

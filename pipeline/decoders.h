@@ -112,6 +112,14 @@ const wds__decoder_def *wds__decoder_get(wds_decode id);
  * whose exts has it, else bytes. ext NULL: bytes. */
 const wds__decoder_def *wds__decoder_for_ext(const char *ext);
 
+/* The other spelling of the extension s[0..n) (ASCII case-insensitive),
+ * or NULL: "jpeg" for "jpg" and "jpg" for "jpeg". JPEG files are named
+ * .jpg, .jpeg, .JPG or .JPEG (ImageNet: .JPEG), and extensions are read
+ * lower-cased; webdataset's decoders take jpg and jpeg as one image type.
+ * A field spec's or `verify --require`'s name matches its alias too, after
+ * the names it lists (the loader, cmd_verify). */
+const char *wds__ext_alias(const char *s, size_t n);
+
 /* The row named s[0..n) (ASCII case-insensitive), or NULL. */
 const wds__decoder_def *wds__decoder_named(const char *s, size_t n);
 

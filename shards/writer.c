@@ -49,7 +49,9 @@ struct wds_writer {
 
   int out_fd;
   uint64_t max_count, max_size_bytes;
-  uint64_t next_index; /* number of the next shard to open */
+  int count_set, size_set; /* given (non-zero) in the config: a pattern
+                              without a conversion then has limits */
+  uint64_t next_index;     /* number of the next shard to open */
   wds__tarw_options topts;
   void (*on_shard)(void *ctx, const char *path, uint64_t samples,
                    uint64_t file_bytes);
@@ -266,6 +268,8 @@ int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
   w->max_count = cfg->max_count ? cfg->max_count : DEFAULT_MAX_COUNT;
   w->max_size_bytes =
       cfg->max_size_bytes ? cfg->max_size_bytes : DEFAULT_MAX_SIZE_BYTES;
+  w->count_set = cfg->max_count != 0;
+  w->size_set = cfg->max_size_bytes != 0;
   w->next_index = cfg->start_index;
   w->on_shard = cfg->on_shard;
   w->on_shard_ctx = cfg->on_shard_ctx;
@@ -448,12 +452,29 @@ int wds_writer_write_sample(wds_writer *w, const char *key,
     sample_bytes += b;
   }
 
-  if (w->tw && w->out_fd < 0 && w->has_conv && w->shard_samples > 0) {
+  if (w->tw && w->out_fd < 0 && w->shard_samples > 0 &&
+      (w->has_conv || w->count_set || w->size_set)) {
     wds__tarw_stats st;
     wds__tarw_stats_get(w->tw, &st);
-    if (w->shard_samples >= w->max_count ||
-        wds__tarw_finished_bytes(st.tar_bytes + sample_bytes) >
-            w->max_size_bytes) {
+    uint64_t finished = wds__tarw_finished_bytes(st.tar_bytes + sample_bytes);
+    int over_count =
+        w->shard_samples >= w->max_count && (w->has_conv || w->count_set);
+    int over_size =
+        finished > w->max_size_bytes && (w->has_conv || w->size_set);
+    /* Without a conversion the next shard would have the same name: the
+     * limits the caller gave cannot be kept. The shard stays unfinished
+     * (close and abort remove its temporary file). */
+    if ((over_count || over_size) && !w->has_conv)
+      return set_error(
+          w, WDS_ERR_INVALID,
+          "%s: the name has no %%d, so no second shard can follow it: "
+          "sample \"%.200s\" would take it past %" PRIu64 " %s (use a "
+          "pattern such as shard-%%06d.tar)",
+          w->tw_path, key, over_count ? w->max_count : w->max_size_bytes,
+          !over_count         ? "bytes"
+          : w->max_count == 1 ? "sample"
+                              : "samples");
+    if (over_count || over_size) {
       rc = finish_shard(w);
       if (rc != WDS_OK)
         return rc;

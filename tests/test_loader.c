@@ -1043,6 +1043,58 @@ TEST(batch_layout_bytes_ints_npy_and_pad) {
   wds_loader_close(l);
 }
 
+/* JPEG's spellings: a field named "jpg" also takes a sample's "jpeg" (read
+ * lower-cased from .JPEG), and "jpeg" a "jpg", after the names the spec
+ * lists; a sample with both gives the one named. Bytes rows show which. */
+TEST(jpg_and_jpeg_match_each_other) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/spellings.tar", tmpdir);
+  wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
+  wds__tarw *w;
+  wds__err e;
+  ASSERT_EQ_INT(wds__tarw_open_path(path, &o, &w, &e), WDS_OK);
+  wds__tarw_add(w, "a.jpg", "A", 1, &e);
+  wds__tarw_add(w, "b.JPEG", "B", 1, &e);
+  wds__tarw_add(w, "c.jpeg", "C", 1, &e);
+  wds__tarw_add(w, "d.JPG", "D", 1, &e);
+  wds__tarw_add(w, "e.jpeg", "e", 1, &e); /* both: the named one wins */
+  wds__tarw_add(w, "e.jpg", "E", 1, &e);
+  wds__tarw_add(w, "f.png", "F", 1, &e);
+  ASSERT_EQ_INT(wds__tarw_finish(w, &e), WDS_OK);
+  wds__tarw_close(w);
+  static const struct {
+    const char *name, *want;
+  } cases[] = {{"jpg", "ABCDE"}, {"JPEG", "ABCDe"}, {"png;jpg", "ABCDEF"}};
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    wds_field_spec fs[1] = {{cases[k].name, WDS_DECODE_BYTES, 0, 0, 0}};
+    wds_loader_config c = WDS_LOADER_CONFIG_INIT;
+    c.spec = path;
+    c.rank = 0;
+    c.world_size = 1;
+    c.workers = 1;
+    c.fields = fs;
+    c.field_count = 1;
+    c.batch_size = 6;
+    c.on_error = WDS_ON_ERROR_SKIP; /* f (no jpg) skipped */
+    wds_loader *l;
+    ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+    const wds_batch *b;
+    char got[8] = "";
+    size_t n = 0;
+    int rc;
+    while ((rc = wds_loader_next(l, &b)) == WDS_OK) {
+      for (size_t r = 0; r < b->rows && n < 7; r++)
+        if (b->valid[r] &&
+            b->fields[0].offsets[r + 1] > b->fields[0].offsets[r])
+          got[n++] = ((const char *)b->fields[0].data)[b->fields[0].offsets[r]];
+      wds_loader_release(l, b);
+    }
+    ASSERT_EQ_INT(rc, WDS_EOF);
+    ASSERT_STREQ(got, cases[k].want);
+    wds_loader_close(l);
+  }
+}
+
 TEST(holding_every_slot_is_an_error_not_a_hang) {
   uint64_t counts[1] = {20};
   shardset s;
@@ -1574,6 +1626,7 @@ int main(void) {
   RUN(padding_with_long_keys);
   RUN(end_of_epoch_with_every_slot_held);
   RUN(batch_layout_bytes_ints_npy_and_pad);
+  RUN(jpg_and_jpeg_match_each_other);
   RUN(holding_every_slot_is_an_error_not_a_hang);
   RUN(release_from_another_thread);
   RUN(environment_rank_and_world);

@@ -286,6 +286,47 @@ TEST(max_count_start_index_and_on_shard) {
   ASSERT_TRUE(check_read(spec, 15, 15));
 }
 
+/* A pattern without %d is one file: any number of samples without limits;
+ * with max_count or max_size_bytes, the sample that would need a second
+ * shard fails, naming the file and the limit, and nothing is left (not the
+ * file, not its temporary). */
+TEST(single_file_limits) {
+  char dir[512], path[600];
+  fresh_dir(dir, sizeof dir, "single");
+  snprintf(path, sizeof path, "%s/one.tar", dir);
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = path;
+  ASSERT_EQ_INT(write_all(&cfg, NSAMPLES), WDS_OK);
+  ASSERT_TRUE(check_read(path, 0, NSAMPLES));
+  ASSERT_EQ_INT(unlink(path), 0);
+
+  for (int limit = 0; limit < 2; limit++) {
+    cfg.max_count = limit == 0 ? 3 : 0;
+    cfg.max_size_bytes = limit == 1 ? 60000 : 0;
+    wds_writer *w;
+    ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_OK);
+    int rc = WDS_OK, i = 0;
+    for (; rc == WDS_OK && i < NSAMPLES; i++)
+      rc = write_sample(w, &samples[i]);
+    char msg[1100];
+    snprintf(msg, sizeof msg, "%s", wds_writer_error(w));
+    ASSERT_EQ_INT(rc, WDS_ERR_INVALID);
+    if (limit == 0)
+      ASSERT_EQ_INT(i, 4); /* the fourth sample */
+    ASSERT_CONTAINS(msg, path);
+    ASSERT_CONTAINS(msg, "has no %d");
+    ASSERT_CONTAINS(msg, limit == 0 ? "past 3 samples" : "past 60000 bytes");
+    ASSERT_EQ_INT(wds_writer_close(w), WDS_ERR_INVALID);
+    ASSERT_EQ_INT(dir_entries(dir, NULL), 0);
+  }
+  /* Within the limits: one file. */
+  cfg.max_count = NSAMPLES;
+  cfg.max_size_bytes = 0;
+  ASSERT_EQ_INT(write_all(&cfg, NSAMPLES), WDS_OK);
+  ASSERT_TRUE(check_read(path, 0, NSAMPLES));
+  ASSERT_EQ_INT(dir_entries(dir, NULL), 1);
+}
+
 TEST(max_size_splits_greedily) {
   char dir[512], pat[600];
   fresh_dir(dir, sizeof dir, "ms");
@@ -908,6 +949,7 @@ int main(void) {
   make_samples();
   RUN(round_trip_plain);
   RUN(max_count_start_index_and_on_shard);
+  RUN(single_file_limits);
   RUN(max_size_splits_greedily);
   RUN(zstd_and_gzip);
   RUN(deterministic);

@@ -14,10 +14,12 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/json.h"
 #include "base/size.h"
 #include "loader_opts.h"
+#include "pipeline/decoders.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/loader.h"
@@ -45,6 +47,7 @@ static const char verify_usage[] =
     "  --require LIST  comma-separated fields every sample must have; ';' "
     "separates\n"
     "                  alternatives: --require 'jpg;png,cls'\n"
+    "                  (jpg also matches jpeg, and jpeg jpg)\n"
     "  --decode        decode jpg/jpeg/png, npy and cls/cls2/index/inx/id "
     "fields\n"
     "  --json          one JSON object: {\"problems\": [{\"url\", \"key\", "
@@ -188,15 +191,26 @@ static void key_set_free(key_set *t) {
   memset(t, 0, sizeof *t);
 }
 
-/* Does the sample have one of the ';'-separated extensions of group? */
+/* Does the sample have the extension p[0..n) (ASCII case-insensitive, as
+ * extensions are read lower-cased)? */
+static int has_ext(const wds_sample *s, const char *p, size_t n) {
+  for (size_t i = 0; i < s->field_count; i++)
+    if (strlen(s->fields[i].ext) == n &&
+        strncasecmp(s->fields[i].ext, p, n) == 0)
+      return 1;
+  return 0;
+}
+
+/* Does the sample have one of the ';'-separated extensions of group, or
+ * the other spelling of one (wds__ext_alias: jpg and jpeg)? */
 static int has_any(const wds_sample *s, const char *group) {
   const char *p = group;
   while (*p) {
     const char *end = strchr(p, ';');
     size_t n = end ? (size_t)(end - p) : strlen(p);
-    for (size_t i = 0; i < s->field_count; i++)
-      if (strlen(s->fields[i].ext) == n && strncmp(s->fields[i].ext, p, n) == 0)
-        return 1;
+    const char *alias = wds__ext_alias(p, n);
+    if (has_ext(s, p, n) || (alias && has_ext(s, alias, strlen(alias))))
+      return 1;
     p += n + (end ? 1 : 0);
   }
   return 0;

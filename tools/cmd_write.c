@@ -75,13 +75,18 @@ static const char write_usage[] =
     "        numbers, true and false as their JSON text; objects and arrays\n"
     "        as their JSON text as written; null omits the field. Other\n"
     "        \"__x__\" names are ignored.\n"
-    "\n"
+    "\n";
+
+/* (two strings: C99 compilers need support only 4095 bytes in one) */
+static const char write_usage_options[] =
     "Options:\n"
     "  -o, --output PATTERN  shard names, a printf pattern with one %d/%i/%u\n"
     "                     (e.g. %06d; %% for a literal %), no braces; default\n"
     "                     shard-%06d.tar. A name ending in .zst or .tzst is\n"
     "                     zstd-compressed, .gz or .tgz gzip-compressed. A\n"
-    "                     name without %d is one file, whatever its size.\n"
+    "                     name without %d is one file: any size, but with\n"
+    "                     --maxcount or --maxsize a run that needs a second\n"
+    "                     shard fails, and that file is not written.\n"
     "                     An existing name that is a device or a FIFO\n"
     "                     (/dev/null) is written in place, never replaced.\n"
     "                     - writes one uncompressed tar stream to stdout\n"
@@ -196,9 +201,11 @@ typedef struct write_opts {
   const char *pattern;
   uint64_t max_count, max_size, start, seed, shuffle_buffer;
   int level, shuffle, inline_values, no_sync, split_given;
-  int read_timeout_ms; /* --read-timeout, for shard inputs */
-  uint64_t max_window; /* --max-window, for shard inputs */
+  int count_given, size_given; /* --maxcount, --maxsize */
+  int read_timeout_ms;         /* --read-timeout, for shard inputs */
+  uint64_t max_window;         /* --max-window, for shard inputs */
   const char *manifest;
+  const char *size_arg; /* --maxsize as given */
 } write_opts;
 
 /* ---- directory input ---- */
@@ -458,8 +465,29 @@ done:
   return rc;
 }
 
+/* The options, for writer_failed's hint (set once by tool_cmd_write). */
+static const write_opts *failed_opts;
+
+/* The writer's refusal of a second shard under a name without %d, in the
+ * words of the option that asked for it. */
+static void single_file_hint(const char *msg) {
+  const write_opts *o = failed_opts;
+  if (!o || !strstr(msg, "has no %d, so no second shard"))
+    return;
+  int count = strstr(msg, " bytes (use") == NULL;
+  char limit[32];
+  snprintf(limit, sizeof limit, "%" PRIu64, o->max_count);
+  fprintf(stderr,
+          "wds write: -o %s names one file: %s %s needs a pattern with %%d "
+          "(e.g. shard-%%06d.tar); no shard was written\n",
+          o->pattern, count ? "--maxcount" : "--maxsize",
+          count ? limit : o->size_arg);
+}
+
 static int writer_failed(wds_writer *w) {
-  fprintf(stderr, "wds write: %s\n", wds_writer_error(w));
+  const char *msg = wds_writer_error(w);
+  fprintf(stderr, "wds write: %s\n", msg);
+  single_file_hint(msg);
   return 1;
 }
 
@@ -805,6 +833,7 @@ static int run_manifest(const write_opts *o, wds_writer *w, progress *pg) {
         WDS_OK) {
       fprintf(stderr, "wds write: manifest %s, line %zu: %s\n", name, r->line,
               wds_writer_error(w));
+      single_file_hint(wds_writer_error(w));
       goto done;
     }
     progress_update(pg, w, 0);
@@ -1021,14 +1050,15 @@ int tool_cmd_write(int argc, char **argv) {
       if (tool_parse_u64(optarg, &o.max_count) != 0 || o.max_count == 0)
         return usage_error("--maxcount needs a positive number, not \"%s\"",
                            optarg);
-      o.split_given = 1;
+      o.split_given = o.count_given = 1;
       break;
     case OPT_MAXSIZE:
       if (wds__size_parse(optarg, &o.max_size) != 0 || o.max_size == 0)
         return usage_error("--maxsize needs a positive size (e.g. 500M, 3G), "
                            "not \"%s\"",
                            optarg);
-      o.split_given = 1;
+      o.split_given = o.size_given = 1;
+      o.size_arg = optarg;
       break;
     case OPT_LEVEL: {
       char *end;
@@ -1078,6 +1108,7 @@ int tool_cmd_write(int argc, char **argv) {
       break;
     case 'h':
       fputs(write_usage, stdout);
+      fputs(write_usage_options, stdout);
       return tool_stdout_check() != 0; /* about a buffer long */
     default:
       fputs(write_usage, stderr);
@@ -1126,8 +1157,10 @@ int tool_cmd_write(int argc, char **argv) {
   cfg.pattern = to_stdout ? NULL : o.pattern;
   cfg.out_fd = to_stdout ? 1 : -1;
   cfg.no_sync = o.no_sync;
-  cfg.max_count = o.max_count;
-  cfg.max_size_bytes = o.max_size;
+  /* Limits only when given: a PATTERN without %d is then one file that
+   * the writer refuses to take past them (its defaults are ours). */
+  cfg.max_count = o.count_given ? o.max_count : 0;
+  cfg.max_size_bytes = o.size_given ? o.max_size : 0;
   cfg.start_index = o.start;
   cfg.level = o.level;
   wds_writer *w = NULL;
@@ -1139,6 +1172,7 @@ int tool_cmd_write(int argc, char **argv) {
   pg.enabled = isatty(2);
   pg.start = tool_now();
   int status;
+  failed_opts = &o;
   tool_signals_defer(1); /* the loops check; the unfinished shard goes */
   if (o.manifest)
     status = run_manifest(&o, w, &pg);

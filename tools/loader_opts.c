@@ -380,6 +380,8 @@ void tool_loader_opts_help(FILE *f) {
       "image,\n"
       "                         npy, int, bytes (default: by extension).\n"
       "                         e.g. \"jpg;png:rgb:224,cls\"\n"
+      "                         (jpg also matches jpeg and jpeg jpg, so\n"
+      "                         .jpg, .JPG, .jpeg and .JPEG files all match)\n"
       "  --batch-size N         rows per batch (default 1)\n"
       "  --mode MODE            plain (default): each rank reads its shards\n"
       "                         once, ranks may get different batch counts;\n"

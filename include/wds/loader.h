@@ -91,7 +91,9 @@ typedef enum wds_error_policy {
 /* One output field. */
 typedef struct wds_field_spec {
   const char *name;  /* extensions, ';'-separated; the first one a sample
-                        has is used: "jpg;jpeg;png". Matched lower-case. */
+                        has is used: "jpg;png". Matched lower-case; "jpg"
+                        also matches "jpeg" and "jpeg" "jpg", after the
+                        names listed. */
   wds_decode decode; /* WDS_DECODE_AUTO by default */
   int channels;      /* images: 3 = RGB (0 means 3), 1 = L */
   int width, height; /* images: output size; 0 = the loader's image_size */

@@ -61,8 +61,11 @@ typedef enum wds_compress {
 typedef struct wds_writer_config {
   const char *pattern;     /* printf pattern with one integer conversion (%d,
                               %06d, %i, %u), '%%' for a literal '%'; a name
-                              without one is a single output file, and then
-                              max_count/max_size_bytes are not applied */
+                              without one is a single output file: without
+                              max_count/max_size_bytes (0) it takes any
+                              number of samples; with them, a sample that
+                              would need a second shard fails
+                              (WDS_ERR_INVALID, the file is not kept) */
   int out_fd;              /* >= 0: one tar stream to this descriptor instead
                               (not closed; no temporary name; max_count and
                               max_size_bytes not applied; with AUTO the
