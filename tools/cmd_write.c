@@ -23,7 +23,16 @@
  * chosen one, which is written; the rest is shuffled and written at the end.
  *
  * Every random choice comes from splitmix64 seeded by --seed: the same input
- * and options give byte-identical shards. */
+ * and options give byte-identical shards.
+ *
+ * A directory's listing is checked before anything is written
+ * (check_samples): members that would collide, samples whose every
+ * extension has a '.' (one warning), a class-folder tree without --labels
+ * (a note). --labels (label_samples) numbers the first key components as
+ * torchvision's ImageFolder does and writes the mapping through a
+ * wds_outfile before the first shard. A manifest's string values are
+ * resolved to files before anything is written too (resolve_files): a
+ * path-like value that names no file is an error naming its line. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +41,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,6 +50,7 @@
 #include "base/rng.h"
 #include "base/size.h"
 #include "loader_opts.h"
+#include "pipeline/decoders.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/reader.h"
@@ -62,7 +73,10 @@ static const char write_usage[] =
     "        (\"a/b.seg.png\": key \"a/b\", extension \"seg.png\"); files\n"
     "        sharing a key form one sample; samples in byte order of keys.\n"
     "        Names starting with '.' (files and directories) are skipped, as\n"
-    "        are files without an extension (counted on stderr). Symlinks to\n"
+    "        are files without an extension (counted on stderr). A warning\n"
+    "        counts samples whose every extension has a '.' (\"a.2019.jpg\"\n"
+    "        is key \"a\", extension \"2019.jpg\"; see --key-rule). Symlinks "
+    "to\n"
     "        files are followed (the target's bytes, under the link's name);\n"
     "        symlinks to directories are not descended (warned on stderr).\n"
     "  SPEC  shards read with wds's reader (paths, braces, '::', @FILE,\n"
@@ -71,7 +85,10 @@ static const char write_usage[] =
     "          {\"__key__\": \"img01\", \"jpg\": \"images/01.jpg\", \"cls\": "
     "3}\n"
     "        A string naming an existing file (relative to FILE's directory)\n"
-    "        is read from it; other strings are written as their UTF-8 text;\n"
+    "        is read from it; one that looks like a path (a '/' in it, or\n"
+    "        its field's extension at its end) but names no file is an error\n"
+    "        naming the line (--inline: all text); other strings are written\n"
+    "        as their UTF-8 text;\n"
     "        numbers, true and false as their JSON text; objects and arrays\n"
     "        as their JSON text as written; null omits the field. Other\n"
     "        \"__x__\" names are ignored.\n"
@@ -102,6 +119,19 @@ static const char write_usage_options[] =
     "      --shuffle-buffer N  samples (default 10000)\n"
     "      --seed S       seed of the shuffle (default 0)\n"
     "      --inline       manifest strings are always values, never files\n"
+    "      --labels       DIR of class folders (ImageFolder: DIR/CLASS/...):\n"
+    "                     each sample gets a cls field, its class id: the\n"
+    "                     folder names sorted (byte order) and numbered\n"
+    "                     0..N-1, as torchvision's ImageFolder does. The\n"
+    "                     mapping, {\"NAME\": ID, ...}, goes to classes.json\n"
+    "                     beside the shards. Use --shuffle too, or shards\n"
+    "                     hold the classes in order\n"
+    "      --classes FILE where --labels writes the mapping (needed with\n"
+    "                     -o -)\n"
+    "      --key-rule R   DIR: first-dot (default, webdataset's rule: a key\n"
+    "                     ends at the first '.' of a file name) or last-dot\n"
+    "                     (at the last '.'; a '.' left in the key is written\n"
+    "                     as '_', as readers end keys at the first '.')\n"
     "      --no-sync      do not fsync shards (faster for scratch data; a\n"
     "                     power loss may leave a short shard under its name)\n"
     "      --read-timeout S  SPEC input: a shard that delivers no data for S\n"
@@ -206,14 +236,21 @@ typedef struct write_opts {
   uint64_t max_window;         /* --max-window, for shard inputs */
   const char *manifest;
   const char *size_arg; /* --maxsize as given */
+  int labels;           /* --labels: class ids from folder names */
+  const char *classes;  /* --classes FILE: where the mapping goes */
+  int last_dot;         /* --key-rule last-dot */
 } write_opts;
 
 /* ---- directory input ---- */
 
 typedef struct dir_entry {
   size_t off;       /* of the relative path in the arena (NUL-terminated) */
-  uint32_t len;     /* its length */
-  uint32_t key_len; /* up to the first '.' of the last component */
+  size_t key_off;   /* of the key: off, or (--key-rule last-dot) a copy of
+                       the path's first key_len bytes with the '.' of its
+                       last component turned into '_' */
+  uint32_t len;     /* the path's length */
+  uint32_t key_len; /* up to the first (last-dot: last) '.' of the last
+                       component; the extension follows at off+key_len+1 */
 } dir_entry;
 
 typedef struct dir_list {
@@ -223,20 +260,29 @@ typedef struct dir_list {
   size_t n, cap;
   uint64_t no_ext; /* files skipped: no extension */
   int warnings;
+  int last_dot; /* --key-rule last-dot */
 } dir_list;
 
 static const char *sort_arena; /* qsort has no context argument */
 
-static int cmp_entry(const void *a, const void *b) {
-  const dir_entry *x = a, *y = b;
-  const char *px = sort_arena + x->off, *py = sort_arena + y->off;
+static int cmp_key(const dir_entry *x, const dir_entry *y) {
+  const char *px = sort_arena + x->key_off, *py = sort_arena + y->key_off;
   size_t m = x->key_len < y->key_len ? x->key_len : y->key_len;
   int c = memcmp(px, py, m);
   if (c)
     return c;
   if (x->key_len != y->key_len)
     return x->key_len < y->key_len ? -1 : 1;
-  return strcmp(px + x->key_len + 1, py + y->key_len + 1);
+  return 0;
+}
+
+static int cmp_entry(const void *a, const void *b) {
+  const dir_entry *x = a, *y = b;
+  int c = cmp_key(x, y);
+  if (c)
+    return c;
+  return strcmp(sort_arena + x->off + x->key_len + 1,
+                sort_arena + y->off + y->key_len + 1);
 }
 
 static void warn(dir_list *l, const char *fmt, const char *path) {
@@ -250,7 +296,8 @@ static void warn(dir_list *l, const char *fmt, const char *path) {
 static int add_file(dir_list *l, const char *rel, size_t len) {
   const char *slash = memrchr(rel, '/', len);
   size_t c = slash ? (size_t)(slash - rel) + 1 : 0;
-  const char *dot = memchr(rel + c, '.', len - c);
+  const char *dot = l->last_dot ? memrchr(rel + c, '.', len - c)
+                                : memchr(rel + c, '.', len - c);
   if (!dot) {
     if (l->no_ext++ == 0)
       fprintf(stderr,
@@ -261,18 +308,32 @@ static int add_file(dir_list *l, const char *rel, size_t len) {
     fprintf(stderr, "wds write: path too long: %.200s\n", rel);
     return -1;
   }
-  if (wds__grow_at(&l->arena, &l->arena_cap, l->arena_len + len + 1, 1, 64) !=
-          0 ||
+  size_t key_len = (size_t)(dot - rel);
+  /* last-dot: the key's dots would end it where a reader splits it */
+  int copy = l->last_dot && memchr(rel + c, '.', key_len - c) != NULL;
+  size_t need = len + 1 + (copy ? key_len + 1 : 0);
+  if (wds__grow_at(&l->arena, &l->arena_cap, l->arena_len + need, 1, 64) != 0 ||
       wds__grow_at(&l->e, &l->cap, l->n + 1, sizeof *l->e, 64) != 0) {
     fprintf(stderr, "wds write: out of memory listing files\n");
     return -1;
   }
-  memcpy(l->arena + l->arena_len, rel, len + 1);
+  char *a = l->arena + l->arena_len;
+  memcpy(a, rel, len + 1);
   l->e[l->n].off = l->arena_len;
+  l->e[l->n].key_off = l->arena_len;
+  if (copy) {
+    char *k = a + len + 1;
+    memcpy(k, rel, key_len);
+    k[key_len] = '\0';
+    for (size_t i = c; i < key_len; i++)
+      if (k[i] == '.')
+        k[i] = '_';
+    l->e[l->n].key_off = l->arena_len + len + 1;
+  }
   l->e[l->n].len = (uint32_t)len;
-  l->e[l->n].key_len = (uint32_t)(dot - rel);
+  l->e[l->n].key_len = (uint32_t)key_len;
   l->n++;
-  l->arena_len += len + 1;
+  l->arena_len += need;
   return 0;
 }
 
@@ -356,6 +417,7 @@ static int walk(int rootfd, const char *root, char *rel, size_t rel_len,
 /* A sample: a run of entries (directory) or a record (manifest). */
 typedef struct span {
   size_t first, count;
+  size_t label; /* --labels: the class id */
 } span;
 
 static void shuffle_spans(span *s, size_t n, uint64_t seed) {
@@ -491,6 +553,238 @@ static int writer_failed(wds_writer *w) {
   return 1;
 }
 
+/* The length of the first path component of the key of e, or 0 when the
+ * key has no '/' (a file directly in DIR). */
+static size_t class_len(const dir_list *l, const dir_entry *e) {
+  const char *k = l->arena + e->key_off;
+  const char *slash = memchr(k, '/', e->key_len);
+  return slash ? (size_t)(slash - k) : 0;
+}
+
+/* Does the sample have the extension ext (ASCII case-insensitive)? */
+static const dir_entry *span_has(const dir_list *l, const span *sp,
+                                 const char *ext) {
+  for (size_t i = 0; i < sp->count; i++) {
+    const dir_entry *e = &l->e[sp->first + i];
+    if (strcasecmp(l->arena + e->off + e->key_len + 1, ext) == 0)
+      return e;
+  }
+  return NULL;
+}
+
+/* Checks the listing before anything is written: two files that make the
+ * same member (--key-rule last-dot: "a.b.jpg" and "a_b.jpg") are an error;
+ * samples whose every extension has a '.' ("photo.2019.01.jpg": key
+ * "photo", extension "2019.01.jpg") are counted in one warning; a tree of
+ * class folders without --labels gets a note. */
+static int check_samples(const char *root, const dir_list *l, const span *sp,
+                         size_t nsp, const write_opts *o) {
+  for (size_t i = 1; i < l->n; i++)
+    if (cmp_entry(&l->e[i - 1], &l->e[i]) == 0) {
+      fprintf(stderr,
+              "wds write: %s/%s and %s/%s would both be the member "
+              "\"%.*s.%s\" (--key-rule last-dot turns '.' in a key into "
+              "'_')\n",
+              root, l->arena + l->e[i - 1].off, root, l->arena + l->e[i].off,
+              (int)l->e[i].key_len, l->arena + l->e[i].key_off,
+              l->arena + l->e[i].off + l->e[i].key_len + 1);
+      return -1;
+    }
+  size_t dotted = 0, example = 0;
+  for (size_t k = 0; k < nsp && !o->last_dot; k++) {
+    size_t all = 1;
+    for (size_t i = 0; i < sp[k].count && all; i++) {
+      const dir_entry *e = &l->e[sp[k].first + i];
+      all = strchr(l->arena + e->off + e->key_len + 1, '.') != NULL;
+    }
+    if (all && dotted++ == 0)
+      example = k;
+  }
+  if (dotted) {
+    const dir_entry *e = &l->e[sp[example].first];
+    char exts[256] = "";
+    size_t at = 0;
+    for (size_t i = 0; i < sp[example].count && i < 3 && at < sizeof exts; i++)
+      at += (size_t)snprintf(exts + at, sizeof exts - at, "%s%s", i ? ", " : "",
+                             l->arena + e[i].off + e[i].key_len + 1);
+    fprintf(stderr,
+            "wds write: %zu sample%s only extensions with a '.' in them, e.g. "
+            "\"%.*s\" with %s%s: a key ends at the first '.' of a file name "
+            "(webdataset's rule); if those are separate files, "
+            "--key-rule last-dot keys them up to the last '.'\n",
+            dotted, dotted == 1 ? " has" : "s have", (int)e->key_len,
+            l->arena + e->key_off, exts, sp[example].count > 3 ? ", ..." : "");
+  }
+  if (!o->labels && nsp > 0) {
+    /* ImageFolder: every file in a class folder, two folders or more,
+     * no cls field */
+    size_t classes = 0;
+    int folder_tree = 1;
+    for (size_t k = 0; k < nsp && folder_tree; k++) {
+      const dir_entry *e = &l->e[sp[k].first];
+      size_t c = class_len(l, e);
+      folder_tree = c > 0 && !span_has(l, &sp[k], "cls");
+      if (folder_tree &&
+          (k == 0 || c != class_len(l, &l->e[sp[k - 1].first]) ||
+           memcmp(l->arena + e->key_off,
+                  l->arena + l->e[sp[k - 1].first].key_off, c) != 0))
+        classes++;
+    }
+    if (folder_tree && classes >= 2)
+      fprintf(stderr,
+              "wds write: %s looks like an ImageFolder tree (%zu class "
+              "folders): --labels adds class ids from the folder names as "
+              ".cls (wds write --help)\n",
+              root, classes);
+  }
+  return 0;
+}
+
+typedef struct class_name {
+  const char *s;
+  size_t n;
+} class_name;
+
+static int cmp_class(const void *a, const void *b) {
+  const class_name *x = a, *y = b;
+  int c = memcmp(x->s, y->s, x->n < y->n ? x->n : y->n);
+  return c ? c : x->n < y->n ? -1 : x->n > y->n;
+}
+
+/* Writes the class mapping, {"NAME": ID, ...} in id order, to path through
+ * a temporary file (wds_outfile). */
+static int write_classes(const char *path, const class_name *cl, size_t n,
+                         const write_opts *o) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&text, &len);
+  if (!m) {
+    fprintf(stderr, "wds write: out of memory\n");
+    return -1;
+  }
+  fputs("{", m);
+  for (size_t i = 0; i < n; i++) {
+    fputs(i ? ",\n " : "\n ", m);
+    wds__json_write_string(m, cl[i].s, cl[i].n);
+    fprintf(m, ": %zu", i);
+  }
+  fputs("\n}\n", m);
+  if (fclose(m) != 0 || !text) {
+    free(text);
+    fprintf(stderr, "wds write: out of memory\n");
+    return -1;
+  }
+  char err[1100];
+  wds_outfile *f = NULL;
+  int rc = wds_outfile_open(path, o->no_sync ? WDS_OUTFILE_NO_SYNC : 0, &f, err,
+                            sizeof err);
+  for (size_t at = 0; rc == WDS_OK && at < len;) {
+    ssize_t k = write(wds_outfile_fd(f), text + at, len - at);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      snprintf(err, sizeof err, "%s: %s", path,
+               k < 0 ? strerror(errno) : "short write");
+      rc = WDS_ERR_IO;
+    } else {
+      at += (size_t)k;
+    }
+  }
+  if (rc == WDS_OK)
+    rc = wds_outfile_commit(f, err, sizeof err);
+  wds_outfile_close(f);
+  free(text);
+  if (rc != WDS_OK) {
+    fprintf(stderr, "wds write: %s\n", err);
+    return -1;
+  }
+  return 0;
+}
+
+/* --labels: each sample's class is the first component of its key (the
+ * folder under DIR); classes are numbered 0..N-1 in sorted (byte) order of
+ * their names, as torchvision's ImageFolder numbers them, and the mapping
+ * is written to --classes (default classes.json beside the shards). */
+static int label_samples(const char *root, const dir_list *l, span *sp,
+                         size_t nsp, const write_opts *o) {
+  int status = -1;
+  class_name *cl = malloc((nsp ? nsp : 1) * sizeof *cl);
+  char *path = NULL;
+  size_t ncl = 0, loose = 0;
+  if (!cl) {
+    fprintf(stderr, "wds write: out of memory\n");
+    return -1;
+  }
+  for (size_t k = 0; k < nsp; k++) {
+    const dir_entry *e = &l->e[sp[k].first];
+    size_t c = class_len(l, e);
+    const dir_entry *has = span_has(l, &sp[k], "cls");
+    if (has) {
+      fprintf(stderr,
+              "wds write: --labels: %s/%s: the sample already has a cls "
+              "field\n",
+              root, l->arena + has->off);
+      goto done;
+    }
+    if (c == 0) {
+      if (loose++ == 0)
+        fprintf(stderr,
+                "wds write: --labels: %s/%s is not in a class folder (the "
+                "class is the folder under %s)\n",
+                root, l->arena + e->off, root);
+      continue;
+    }
+    /* a class's samples are adjacent: they share the prefix "NAME/" */
+    const char *name = l->arena + e->key_off;
+    if (ncl == 0 || cl[ncl - 1].n != c || memcmp(cl[ncl - 1].s, name, c) != 0)
+      cl[ncl++] = (class_name){name, c};
+  }
+  if (loose) {
+    if (loose > 1)
+      fprintf(stderr,
+              "wds write: --labels: %zu samples are not in a class folder\n",
+              loose);
+    goto done;
+  }
+  qsort(cl, ncl, sizeof *cl, cmp_class);
+  for (size_t k = 0; k < nsp; k++) {
+    const dir_entry *e = &l->e[sp[k].first];
+    class_name key = {l->arena + e->key_off, class_len(l, e)};
+    const class_name *hit = bsearch(&key, cl, ncl, sizeof *cl, cmp_class);
+    sp[k].label = (size_t)(hit - cl);
+  }
+  if (o->classes) {
+    path = strdup(o->classes);
+  } else {
+    /* beside the shards: the pattern's directory (no conversion in it,
+     * checked with the options) */
+    const char *slash = strrchr(o->pattern, '/');
+    size_t dl = slash ? (size_t)(slash - o->pattern) + 1 : 0;
+    path = malloc(dl + sizeof "classes.json");
+    if (path) {
+      memcpy(path, o->pattern, dl);
+      memcpy(path + dl, "classes.json", sizeof "classes.json");
+    }
+  }
+  if (!path) {
+    fprintf(stderr, "wds write: out of memory\n");
+    goto done;
+  }
+  if (write_classes(path, cl, ncl, o) != 0)
+    goto done;
+  fprintf(stderr, "wds write: %zu classes (%.*s ... %.*s), mapping in %s%s\n",
+          ncl, ncl ? (int)cl[0].n : 0, ncl ? cl[0].s : "",
+          ncl ? (int)cl[ncl - 1].n : 0, ncl ? cl[ncl - 1].s : "", path,
+          o->shuffle ? ""
+                     : "; samples are in class order (--shuffle mixes the "
+                       "classes across shards)");
+  status = 0;
+done:
+  free(cl);
+  free(path);
+  return status;
+}
+
 static int run_dir(const char *root, const write_opts *o, wds_writer *w,
                    progress *pg) {
   int status = 1;
@@ -510,6 +804,7 @@ static int run_dir(const char *root, const write_opts *o, wds_writer *w,
     goto done;
   }
   rel[0] = '\0';
+  l.last_dot = o->last_dot;
   if (walk(rootfd, root, rel, 0, &l) != 0)
     goto done;
   if (l.warnings > 10)
@@ -527,22 +822,25 @@ static int run_dir(const char *root, const write_opts *o, wds_writer *w,
   }
   for (size_t i = 0; i < l.n;) {
     size_t j = i + 1;
-    while (j < l.n && l.e[j].key_len == l.e[i].key_len &&
-           memcmp(l.arena + l.e[i].off, l.arena + l.e[j].off, l.e[i].key_len) ==
-               0)
+    while (j < l.n && cmp_key(&l.e[i], &l.e[j]) == 0)
       j++;
     sp[nsp].first = i;
     sp[nsp].count = j - i;
+    sp[nsp].label = 0;
     nsp++;
     i = j;
   }
+  if (check_samples(root, &l, sp, nsp, o) != 0)
+    goto done;
+  if (o->labels && label_samples(root, &l, sp, nsp, o) != 0)
+    goto done;
   if (o->shuffle)
     shuffle_spans(sp, nsp, o->seed);
   pg->total = nsp;
   for (size_t k = 0; k < nsp && !tool_signal_caught(); k++) {
     const dir_entry *e = &l.e[sp[k].first];
     size_t n = sp[k].count, used = 0;
-    if (scratch_fields(&s, n, e->key_len) != 0)
+    if (scratch_fields(&s, n + (o->labels != 0), e->key_len) != 0)
       goto done;
     for (size_t i = 0; i < n; i++) {
       const char *path = l.arena + e[i].off;
@@ -553,9 +851,17 @@ static int run_dir(const char *root, const write_opts *o, wds_writer *w,
     }
     for (size_t i = 0; i < n; i++)
       s.f[i].data = s.data + s.offs[i];
-    memcpy(s.key, l.arena + e->off, e->key_len);
+    char label[24];
+    if (o->labels) {
+      snprintf(label, sizeof label, "%zu", sp[k].label);
+      s.f[n].ext = "cls";
+      s.f[n].data = label;
+      s.f[n].size_bytes = strlen(label);
+    }
+    memcpy(s.key, l.arena + e->key_off, e->key_len);
     s.key[e->key_len] = '\0';
-    if (wds_writer_write_sample(w, s.key, s.f, n) != WDS_OK) {
+    if (wds_writer_write_sample(w, s.key, s.f, n + (o->labels != 0)) !=
+        WDS_OK) {
       writer_failed(w);
       goto done;
     }
@@ -580,6 +886,7 @@ typedef struct mfield {
   size_t ext_off;
   size_t val_off, val_len;
   int maybe_file; /* a JSON string: read from the file it names, if any */
+  int is_file;    /* it names a regular file (resolve_files) */
 } mfield;
 
 typedef struct mrecord {
@@ -698,6 +1005,7 @@ static int parse_record(wds__json *j, manifest *m, size_t line) {
       m->f[m->nf].val_off = val_off;
       m->f[m->nf].val_len = val_len;
       m->f[m->nf].maybe_file = maybe_file;
+      m->f[m->nf].is_file = 0;
       m->nf++;
     }
     if ((rc = wds__json_next(j, '}', &more)) != WDS_OK)
@@ -717,6 +1025,64 @@ static int parse_record(wds__json *j, manifest *m, size_t line) {
   m->r[m->nr].line = line;
   m->nr++;
   return WDS_OK;
+}
+
+/* Does s end with "." + e[0..n) (ASCII case-insensitive)? */
+static int ends_with_ext(const char *s, size_t len, const char *e, size_t n) {
+  return n > 0 && len > n && s[len - n - 1] == '.' &&
+         strncasecmp(s + len - n, e, n) == 0;
+}
+
+/* Does the string value of field ext look like a path: a '/' in it, or the
+ * extension of its field at its end ("img.jpg" for jpg; for "seg.png",
+ * ".seg.png" or ".png"; jpg and jpeg for each other)? */
+static int looks_like_path(const char *val, size_t len, const char *ext) {
+  if (memchr(val, '/', len))
+    return 1;
+  const char *dot = strrchr(ext, '.');
+  const char *tail = dot ? dot + 1 : ext;
+  const char *alias = wds__ext_alias(tail, strlen(tail));
+  return ends_with_ext(val, len, ext, strlen(ext)) ||
+         ends_with_ext(val, len, tail, strlen(tail)) ||
+         (alias && ends_with_ext(val, len, alias, strlen(alias)));
+}
+
+/* Before anything is written: marks the string values that name a regular
+ * file (relative to dirfd); a value that looks like a path but names none
+ * is an error naming the manifest line (a typo would otherwise be stored
+ * as the text of the path). */
+static int resolve_files(manifest *m, int dirfd, const char *dir,
+                         const char *name) {
+  for (size_t k = 0; k < m->nr; k++) {
+    const mrecord *r = &m->r[k];
+    for (size_t i = 0; i < r->count; i++) {
+      mfield *mf = &m->f[r->first + i];
+      const char *val = m->arena + mf->val_off;
+      const char *ext = m->arena + mf->ext_off;
+      if (!mf->maybe_file || mf->val_len == 0 || memchr(val, '\0', mf->val_len))
+        continue;
+      struct stat st;
+      int found = fstatat(dirfd, val, &st, 0) == 0;
+      int err = errno;
+      if (found && S_ISREG(st.st_mode)) {
+        mf->is_file = 1;
+        continue;
+      }
+      if (!looks_like_path(val, mf->val_len, ext))
+        continue;
+      fprintf(stderr,
+              "wds write: manifest %s, line %zu: field \"%s\": \"%.300s\" "
+              "looks like a path but %s (relative to %s); --inline keeps "
+              "every string as text\n",
+              name, r->line, ext, val,
+              found ? "is not a regular file" : "names no file", dir);
+      if (!found && err != ENOENT && err != ENOTDIR)
+        fprintf(stderr, "wds write: (%s/%.300s: %s)\n", dir, val,
+                strerror(err));
+      return -1;
+    }
+  }
+  return 0;
 }
 
 static int run_manifest(const write_opts *o, wds_writer *w, progress *pg) {
@@ -787,6 +1153,8 @@ static int run_manifest(const write_opts *o, wds_writer *w, progress *pg) {
     }
     p = nl ? nl + 1 : e;
   }
+  if (!o->inline_values && resolve_files(&m, dirfd, dir, name) != 0)
+    goto done;
   sp = malloc((m.nr ? m.nr : 1) * sizeof *sp);
   if (!sp) {
     fprintf(stderr, "wds write: out of memory\n");
@@ -795,6 +1163,7 @@ static int run_manifest(const write_opts *o, wds_writer *w, progress *pg) {
   for (size_t i = 0; i < m.nr; i++) {
     sp[i].first = i;
     sp[i].count = 1;
+    sp[i].label = 0;
   }
   if (o->shuffle)
     shuffle_spans(sp, m.nr, o->seed);
@@ -812,17 +1181,10 @@ static int run_manifest(const write_opts *o, wds_writer *w, progress *pg) {
       s.f[i].ext = m.arena + mf->ext_off;
       s.offs[i] = SIZE_MAX;
       s.f[i].size_bytes = mf->val_len;
-      if (mf->maybe_file && !o->inline_values && mf->val_len > 0 &&
-          !memchr(val, '\0', mf->val_len)) {
-        struct stat st;
-        if (fstatat(dirfd, val, &st, 0) == 0 && S_ISREG(st.st_mode)) {
-          if (read_file_at(dirfd, dir, val, &s, &used, &s.offs[i],
-                           &s.f[i].size_bytes) != 0) {
-            fprintf(stderr, "wds write: (manifest %s, line %zu)\n", name,
-                    r->line);
-            goto done;
-          }
-        }
+      if (mf->is_file && read_file_at(dirfd, dir, val, &s, &used, &s.offs[i],
+                                      &s.f[i].size_bytes) != 0) {
+        fprintf(stderr, "wds write: (manifest %s, line %zu)\n", name, r->line);
+        goto done;
       }
     }
     for (size_t i = 0; i < r->count; i++)
@@ -1016,7 +1378,10 @@ int tool_cmd_write(int argc, char **argv) {
     OPT_INLINE,
     OPT_NO_SYNC,
     OPT_READ_TIMEOUT,
-    OPT_MAX_WINDOW
+    OPT_MAX_WINDOW,
+    OPT_LABELS,
+    OPT_CLASSES,
+    OPT_KEY_RULE
   };
   static const struct option opts[] = {
       {"output", required_argument, 0, 'o'},
@@ -1032,6 +1397,9 @@ int tool_cmd_write(int argc, char **argv) {
       {"no-sync", no_argument, 0, OPT_NO_SYNC},
       {"read-timeout", required_argument, 0, OPT_READ_TIMEOUT},
       {"max-window", required_argument, 0, OPT_MAX_WINDOW},
+      {"labels", no_argument, 0, OPT_LABELS},
+      {"classes", required_argument, 0, OPT_CLASSES},
+      {"key-rule", required_argument, 0, OPT_KEY_RULE},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   write_opts o = {.pattern = "shard-%06d.tar",
@@ -1106,6 +1474,18 @@ int tool_cmd_write(int argc, char **argv) {
       if (tool_max_window("write", optarg, &o.max_window))
         return 2;
       break;
+    case OPT_LABELS:
+      o.labels = 1;
+      break;
+    case OPT_CLASSES:
+      o.classes = optarg;
+      break;
+    case OPT_KEY_RULE:
+      if (strcmp(optarg, "first-dot") != 0 && strcmp(optarg, "last-dot") != 0)
+        return usage_error("--key-rule is first-dot or last-dot, not \"%s\"",
+                           optarg);
+      o.last_dot = strcmp(optarg, "last-dot") == 0;
+      break;
     case 'h':
       fputs(write_usage, stdout);
       fputs(write_usage_options, stdout);
@@ -1143,6 +1523,22 @@ int tool_cmd_write(int argc, char **argv) {
   }
   if (o.inline_values && !o.manifest)
     return usage_error("%s", "--inline applies to --manifest only");
+  if ((o.labels || o.last_dot) && !is_dir)
+    return usage_error("%s", o.labels ? "--labels applies to a DIR input only"
+                                      : "--key-rule applies to a DIR input "
+                                        "only");
+  if (o.classes && !o.labels)
+    return usage_error("%s", "--classes names the mapping --labels writes");
+  if (o.labels && !o.classes) {
+    const char *slash = strrchr(o.pattern, '/');
+    if (strcmp(o.pattern, "-") == 0)
+      return usage_error("%s", "--labels with -o -: name the class mapping "
+                               "file with --classes FILE");
+    if (slash && memchr(o.pattern, '%', (size_t)(slash - o.pattern)))
+      return usage_error("--labels: the shards' directory in \"%s\" has a "
+                         "%%: name the class mapping file with --classes FILE",
+                         o.pattern);
+  }
   int to_stdout = strcmp(o.pattern, "-") == 0;
   if (to_stdout && o.split_given)
     return usage_error("%s", "-o - is one tar stream: --maxcount and "
