@@ -88,7 +88,8 @@ def loader_epoch(loader):
         with batch:
             out.append({"epoch": batch.epoch, "index": batch.index,
                         "keys": batch.keys, "valid": batch.valid.tolist(),
-                        "arrays": {n: (a if isinstance(a, list) else a.copy())
+                        "arrays": {n: (a.tolist() if isinstance(a, wds.BytesField)
+                                       else a.copy())
                                    for n, a in batch.items()}})
     return out
 
@@ -208,7 +209,7 @@ def test_torch_tensors_share_the_slot(shards):
             assert tuple(t[n].shape) == a.shape
             assert torch.equal(t[n], torch.from_numpy(a.copy()))
         assert t["npy"].dtype == torch.int16 and t["cls"].dtype == torch.int64
-        assert isinstance(t["txt"], list) and t["txt"] == b["txt"]
+        assert isinstance(t["txt"], wds.BytesField) and t["txt"] == b["txt"]
         assert t["__valid__"].dtype == torch.bool
         assert t["__valid__"].tolist() == [bool(v) for v in b.valid]
         del arrays, a  # a: the loop variable above
@@ -345,3 +346,78 @@ def test_close_from_another_thread_stops_a_blocked_next():
         loader.next()
     assert time.monotonic() - t0 < 10
     assert loader.closed
+
+
+def test_bytes_field_is_a_lazy_sequence_viewing_the_slot(shards):
+    import collections.abc
+
+    spec, _ = shards
+    with wds.Loader(spec, "npy,txt:bytes", 4, prefetch=2, workers=1,
+                    mode="plain", shard_shuffle=False) as loader:
+        it = iter(loader)
+        b = next(it)
+        keys = b.keys
+        f = b["txt"]
+        assert isinstance(f, wds.BytesField) and b[1] is f
+        assert isinstance(f, collections.abc.Sequence)
+        want = [(f"t{int(k[1:])}" * (1 + int(k[1:]) % 3)).encode() for k in keys]
+        assert len(f) == 4 and f == want and want == f and not f != want
+        assert f != want[:3] and f != want[::-1]
+        assert f[0] == want[0] and f[-1] == want[-1] and f[-4] == want[0]
+        assert f[0] is f[0]  # made once, then kept
+        assert f[1:3] == want[1:3] and f[::-2] == want[::-2] and f[5:] == []
+        assert isinstance(f[1:3], list)
+        assert list(f) == want and f.tolist() == want and [x for x in f] == want
+        assert want[2] in f and b"nope" not in f
+        assert repr(f) == f"wds.BytesField({want!r})"
+        for i in (4, -5, 10**6):
+            with pytest.raises(IndexError):
+                f[i]
+        with pytest.raises(TypeError):
+            f["x"]
+        with pytest.raises(TypeError):
+            hash(f)
+        with pytest.raises(TypeError):
+            wds.BytesField()
+        copy = f.tolist()
+        item = f[3]
+        b.release()
+        # f views the slot, as an array does: the slot stays until f is gone.
+        assert loader._l.live_batches == 1
+        assert f == want and f[2] == want[2]
+        b2 = next(it)
+        with pytest.raises(wds.InvalidError):
+            next(it)  # both slots held: b2's, and b's through f
+        b2.release()
+        del f
+        assert loader._l.live_batches == 0
+        assert copy == want and item == want[3]  # copies, not views
+        n = sum(1 for x in it)
+        assert n > 0
+
+
+def test_keys_urls_names_read_on_demand(shards):
+    spec, _ = shards
+    with wds.Loader(spec, "cls,txt:bytes", 3, workers=1, mode="plain",
+                    shard_shuffle=False) as loader:
+        it = iter(loader)
+        b = next(it)
+        assert len(b) == 3
+        keys, urls = b.keys, b.urls
+        assert b.keys is keys and b.urls is urls  # read once
+        assert len(keys) == 3 and all(isinstance(k, str) for k in keys)
+        shards_ = wds.expand(spec)
+        assert all(u in shards_ for u in urls)
+        b.release()
+        assert b.keys == keys and b.urls == urls and len(b) == 3  # kept
+        assert repr(b) == f"<wds.Batch epoch={b.epoch} index=0 rows=3 fields=['cls', 'txt']>"
+        c = next(it)
+        assert c.names == ["cls", "txt"] and c._b.names is b._names  # made once
+        c.release()
+        with pytest.raises(ValueError):
+            c.keys  # never read while the batch held its slot
+        with pytest.raises(ValueError):
+            c.urls
+        with pytest.raises(ValueError):
+            c["txt"]
+        assert len(c) == 3

@@ -11,13 +11,15 @@ The C library (include/wds/) through a CPython extension, wds._wds:
 - ``wds.ShardWriter(pattern, maxcount=100000, maxsize=3e9, compress=None)``:
   webdataset's ShardWriter over the C writer.
 - ``wds.Loader(spec, fields, batch_size, **options)``: the loader's batches
-  (``wds.Batch``: numpy arrays viewing the pool slot without a copy).
+  (``wds.Batch``: numpy arrays viewing the pool slot without a copy; a bytes
+  field is a ``wds.BytesField``, a sequence of bytes made on access).
 - ``wds.Error``: every failure, with one subclass per status code of
   wds/status.h (``wds.OpenError``, ``wds.TruncatedError``, ...), carrying the
   library's message; ``.status`` is the code, ``.status_name`` its name.
 """
 
 from ._wds import (
+    BytesField,
     CancelledError,
     CommandError,
     CorruptError,
@@ -43,6 +45,7 @@ from ._writer import ShardWriter
 
 __all__ = [
     "Batch",
+    "BytesField",
     "Loader",
     "CancelledError",
     "CommandError",

@@ -1,8 +1,12 @@
 """wds.Loader and wds.Batch over the C loader (wds/loader.h)."""
 
+import collections.abc
 import os
 
-from ._wds import _Loader
+from ._wds import BytesField, _Loader
+
+# len, indexing, slices, iteration, `in`, ==: a read-only sequence.
+collections.abc.Sequence.register(BytesField)
 
 _MODES = {"plain": 0, "exact": 1, "resampled": 2}
 _LAST = {None: -1, "keep": 0, "drop": 1, "pad": 2}
@@ -37,25 +41,47 @@ class Batch:
     """One batch of a wds.Loader, in the loader's slot memory.
 
     batch["jpg;png"] or batch[0] is a numpy array viewing the slot without a
-    copy (a bytes field: a list of bytes); batch.keys, batch.urls,
-    batch.valid (numpy bool), batch.epoch, batch.index. The batch keeps its
-    slot until release(), the end of a `with batch:` block, or garbage
-    collection; arrays taken from it keep the memory alive after that.
+    copy (a bytes field: a wds.BytesField, a read-only sequence of bytes
+    whose items are made from the slot on first access); batch.keys,
+    batch.urls (lists of str), batch.valid (numpy bool), batch.epoch,
+    batch.index. The batch keeps its slot until release(), the end of a
+    `with batch:` block, or garbage collection; arrays and BytesFields taken
+    from it keep the memory alive after that (list(field) and array.copy()
+    do not). Fields, keys and urls are read from the slot when first asked
+    for, so ask before release().
     """
 
-    __slots__ = ("_b", "_names", "_arrays", "keys", "urls", "epoch", "index")
+    __slots__ = ("_b", "_names", "_arrays", "_keys", "_urls", "_rows",
+                 "epoch", "index")
 
     def __init__(self, b):
         self._b = b
-        self._names = b.names
+        self._names = b.names  # a tuple, shared by the loader's batches
         self._arrays = {}
-        self.keys = b.keys
-        self.urls = b.urls
+        self._keys = None
+        self._urls = None
+        self._rows = b.rows
         self.epoch = b.epoch
         self.index = b.index
 
+    @property
+    def keys(self):
+        """The samples' keys, one per row (a fill row repeats one)."""
+        k = self._keys
+        if k is None:
+            k = self._keys = self._b.keys
+        return k
+
+    @property
+    def urls(self):
+        """The shard each row came from."""
+        u = self._urls
+        if u is None:
+            u = self._urls = self._b.urls
+        return u
+
     def __len__(self):
-        return len(self.keys)
+        return self._rows
 
     @property
     def names(self):
@@ -68,7 +94,7 @@ class Batch:
             import numpy as np
 
             v = self._b.field(i)
-            a = v if isinstance(v, list) else np.asarray(v)
+            a = v if isinstance(v, BytesField) else np.asarray(v)
             self._arrays[i] = a
         return a
 
@@ -95,13 +121,13 @@ class Batch:
 
     def torch(self):
         """{name: torch tensor sharing the slot's memory} (bytes fields stay
-        lists of bytes), plus "__valid__"."""
+        wds.BytesField sequences of bytes), plus "__valid__"."""
         import torch
 
         out = {}
         for i, n in enumerate(self._names):
             a = self._field(i)
-            out[n] = a if isinstance(a, list) else torch.from_numpy(a)
+            out[n] = a if isinstance(a, BytesField) else torch.from_numpy(a)
         out["__valid__"] = torch.from_numpy(self.valid)
         return out
 
@@ -119,7 +145,7 @@ class Batch:
 
     def __repr__(self):
         return (f"<wds.Batch epoch={self.epoch} index={self.index} "
-                f"rows={len(self.keys)} fields={self._names}>")
+                f"rows={self._rows} fields={list(self._names)}>")
 
 
 class _EpochIterator:

@@ -1147,14 +1147,27 @@ typedef struct {
   int busy;          /* a thread is in wds_loader_next() without the GIL */
   Py_ssize_t live;   /* _Batch objects holding a slot */
   int close_pending; /* close() while batches live: the last one closes */
+  PyObject *names;   /* the field names (a tuple, the same in every batch),
+                        made on the first batch's request */
 } wds_py_loader;
 
 typedef struct {
   PyObject_HEAD wds_py_loader *loader; /* strong reference */
   const wds_batch *b;                  /* NULL once the slot is given back */
-  Py_ssize_t exports;                  /* buffers exported by its _Arrays */
-  int released;                        /* release() called */
+  Py_ssize_t exports; /* buffers exported by its _Arrays, and BytesFields */
+  int released;       /* release() called */
 } wds_py_batch;
+
+/* A bytes field of a batch (wds.BytesField): a read-only sequence whose
+ * items, bytes objects, are made from the slot on first access and kept.
+ * Like an array, it views the slot: it counts as an export of the batch,
+ * so the slot stays until the BytesField is gone. */
+typedef struct {
+  PyObject_HEAD wds_py_batch *batch; /* strong reference */
+  const wds_batch_field *f;          /* valid while batch->b is */
+  Py_ssize_t n;                      /* rows */
+  PyObject **items;                  /* n cached items, made on first use */
+} wds_py_bytesfield;
 
 /* A buffer over one field of a batch (field -1: the valid flags). */
 typedef struct {
@@ -1163,7 +1176,8 @@ typedef struct {
   Py_ssize_t shape[9], strides[9];
 } wds_py_array;
 
-static PyTypeObject wds_py_loader_type, wds_py_batch_type, wds_py_array_type;
+static PyTypeObject wds_py_loader_type, wds_py_batch_type, wds_py_array_type,
+    wds_py_bytesfield_type;
 
 static void wds_py_loader_free(wds_py_loader *self) {
   wds_loader *l = self->l;
@@ -1216,17 +1230,27 @@ static PyObject *wds_py_batch_release(wds_py_batch *self,
   Py_RETURN_NONE;
 }
 
+/* A list of n str; a row with the same pointer as the row before (the
+ * rows of one shard share its url) shares its str. */
 static PyObject *wds_py_batch_strings(const char *const *v, size_t n) {
   PyObject *list = PyList_New((Py_ssize_t)n);
   if (!list)
     return NULL;
+  PyObject *prev = NULL;
   for (size_t i = 0; i < n; i++) {
-    PyObject *s = wds_py_str(v[i] ? v[i] : "");
-    if (!s) {
-      Py_DECREF(list);
-      return NULL;
+    PyObject *s;
+    if (prev && v[i] == v[i - 1]) {
+      s = prev;
+      Py_INCREF(s);
+    } else {
+      s = wds_py_str(v[i] ? v[i] : "");
+      if (!s) {
+        Py_DECREF(list);
+        return NULL;
+      }
     }
     PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+    prev = s;
   }
   return list;
 }
@@ -1247,16 +1271,24 @@ static PyObject *wds_py_batch_get(wds_py_batch *self, void *closure) {
   case 4:
     return PyLong_FromSize_t(b->rows);
   case 5: {
-    PyObject *list = PyList_New((Py_ssize_t)b->field_count);
-    for (size_t i = 0; list && i < b->field_count; i++) {
-      PyObject *s = wds_py_str(b->fields[i].name);
-      if (!s) {
-        Py_CLEAR(list);
-        break;
+    /* The same names in every batch of a loader: made once. */
+    wds_py_loader *lo = self->loader;
+    if (!lo->names) {
+      PyObject *t = PyTuple_New((Py_ssize_t)b->field_count);
+      for (size_t i = 0; t && i < b->field_count; i++) {
+        PyObject *s = wds_py_str(b->fields[i].name);
+        if (!s) {
+          Py_CLEAR(t);
+          break;
+        }
+        PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
       }
-      PyList_SET_ITEM(list, (Py_ssize_t)i, s);
+      if (!t)
+        return NULL;
+      lo->names = t;
     }
-    return list;
+    Py_INCREF(lo->names);
+    return lo->names;
   }
   case 6:
     return PyLong_FromLong(b->slot);
@@ -1296,8 +1328,8 @@ static const char *wds_py_dtype_format(wds_dtype t) {
 }
 
 /* field(i): a memoryview over a numeric field (no copy; it keeps the batch
- * alive), or for a bytes field a list of bytes (copied). i = -1: the valid
- * flags (bool). */
+ * alive), or for a bytes field a BytesField (its items made on access; it
+ * keeps the slot too). i = -1: the valid flags (bool). */
 static PyObject *wds_py_batch_field(wds_py_batch *self, PyObject *arg) {
   if (wds_py_batch_check(self) < 0)
     return NULL;
@@ -1310,19 +1342,17 @@ static PyObject *wds_py_batch_field(wds_py_batch *self, PyObject *arg) {
     return NULL;
   }
   if (i >= 0 && b->fields[i].dtype == WDS_DTYPE_BYTES) {
-    const wds_batch_field *f = &b->fields[i];
-    PyObject *list = PyList_New((Py_ssize_t)b->rows);
-    for (size_t r = 0; list && r < b->rows; r++) {
-      PyObject *v = PyBytes_FromStringAndSize(
-          (const char *)f->data + f->offsets[r],
-          (Py_ssize_t)(f->offsets[r + 1] - f->offsets[r]));
-      if (!v) {
-        Py_CLEAR(list);
-        break;
-      }
-      PyList_SET_ITEM(list, (Py_ssize_t)r, v);
-    }
-    return list;
+    wds_py_bytesfield *bf =
+        PyObject_New(wds_py_bytesfield, &wds_py_bytesfield_type);
+    if (!bf)
+      return NULL;
+    Py_INCREF(self);
+    bf->batch = self;
+    bf->f = &b->fields[i];
+    bf->n = (Py_ssize_t)b->rows;
+    bf->items = NULL;
+    self->exports++;
+    return (PyObject *)bf;
   }
   if (i >= 0 && (!wds_py_dtype_format(b->fields[i].dtype) ||
                  b->fields[i].ndim < 1 || b->fields[i].ndim > 8)) {
@@ -1465,9 +1495,171 @@ static PyTypeObject wds_py_array_type = {
     .tp_as_buffer = &wds_py_array_buffer,
 };
 
+/* ---- wds.BytesField ----------------------------------------------------- */
+
+#ifdef Py_TPFLAGS_SEQUENCE /* 3.10: `match` treats it as a sequence */
+#define WDS_PY_TPFLAGS_SEQUENCE Py_TPFLAGS_SEQUENCE
+#else
+#define WDS_PY_TPFLAGS_SEQUENCE 0
+#endif
+
+static void wds_py_bytesfield_dealloc(wds_py_bytesfield *self) {
+  if (self->items) {
+    for (Py_ssize_t i = 0; i < self->n; i++)
+      Py_XDECREF(self->items[i]);
+    PyMem_Free(self->items);
+  }
+  wds_py_batch *bt = self->batch;
+  if (bt->exports > 0 && --bt->exports == 0 && bt->released)
+    wds_py_batch_give_back(bt);
+  Py_DECREF(bt);
+  PyObject_Free(self);
+}
+
+static Py_ssize_t wds_py_bytesfield_len(wds_py_bytesfield *self) {
+  return self->n;
+}
+
+/* Item i (0 <= i < n), a new reference: made from the slot once, then
+ * the same object. */
+static PyObject *wds_py_bytesfield_at(wds_py_bytesfield *self, Py_ssize_t i) {
+  if (!self->items) {
+    self->items = PyMem_Calloc((size_t)self->n ? (size_t)self->n : 1,
+                               sizeof *self->items);
+    if (!self->items)
+      return PyErr_NoMemory();
+  }
+  PyObject *v = self->items[i];
+  if (!v) {
+    const wds_batch_field *f = self->f;
+    v = PyBytes_FromStringAndSize(
+        (const char *)f->data + f->offsets[i],
+        (Py_ssize_t)(f->offsets[i + 1] - f->offsets[i]));
+    if (!v)
+      return NULL;
+    self->items[i] = v;
+  }
+  Py_INCREF(v);
+  return v;
+}
+
+static PyObject *wds_py_bytesfield_item(wds_py_bytesfield *self, Py_ssize_t i) {
+  if (i < 0 || i >= self->n) {
+    PyErr_SetString(PyExc_IndexError, "BytesField index out of range");
+    return NULL;
+  }
+  return wds_py_bytesfield_at(self, i);
+}
+
+/* A list of the items start, start + step, ... (count of them). */
+static PyObject *wds_py_bytesfield_list(wds_py_bytesfield *self,
+                                        Py_ssize_t start, Py_ssize_t step,
+                                        Py_ssize_t count) {
+  PyObject *list = PyList_New(count);
+  for (Py_ssize_t k = 0; list && k < count; k++) {
+    PyObject *v = wds_py_bytesfield_at(self, start + k * step);
+    if (!v)
+      Py_CLEAR(list);
+    else
+      PyList_SET_ITEM(list, k, v);
+  }
+  return list;
+}
+
+static PyObject *wds_py_bytesfield_subscript(wds_py_bytesfield *self,
+                                             PyObject *key) {
+  if (PySlice_Check(key)) {
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(key, &start, &stop, &step) < 0)
+      return NULL;
+    Py_ssize_t count = PySlice_AdjustIndices(self->n, &start, &stop, step);
+    return wds_py_bytesfield_list(self, start, step, count);
+  }
+  Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+  if (i == -1 && PyErr_Occurred())
+    return NULL;
+  if (i < 0)
+    i += self->n;
+  return wds_py_bytesfield_item(self, i);
+}
+
+static PyObject *wds_py_bytesfield_tolist(wds_py_bytesfield *self,
+                                          PyObject *Py_UNUSED(ignored)) {
+  return wds_py_bytesfield_list(self, 0, 1, self->n);
+}
+
+/* == and != against any sequence, item by item (as a list compares). */
+static PyObject *wds_py_bytesfield_richcompare(wds_py_bytesfield *self,
+                                               PyObject *other, int op) {
+  if ((op != Py_EQ && op != Py_NE) || !PySequence_Check(other) ||
+      PyUnicode_Check(other) || PyBytes_Check(other) ||
+      PyByteArray_Check(other))
+    Py_RETURN_NOTIMPLEMENTED;
+  PyObject *mine = wds_py_bytesfield_tolist(self, NULL);
+  if (!mine)
+    return NULL;
+  PyObject *theirs = PySequence_List(other);
+  if (!theirs) {
+    Py_DECREF(mine);
+    return NULL;
+  }
+  PyObject *r = PyObject_RichCompare(mine, theirs, op);
+  Py_DECREF(mine);
+  Py_DECREF(theirs);
+  return r;
+}
+
+static PyObject *wds_py_bytesfield_repr(wds_py_bytesfield *self) {
+  PyObject *list = wds_py_bytesfield_tolist(self, NULL);
+  if (!list)
+    return NULL;
+  PyObject *r = PyUnicode_FromFormat("wds.BytesField(%R)", list);
+  Py_DECREF(list);
+  return r;
+}
+
+static PySequenceMethods wds_py_bytesfield_seq = {
+    .sq_length = (lenfunc)wds_py_bytesfield_len,
+    .sq_item = (ssizeargfunc)wds_py_bytesfield_item,
+};
+
+static PyMappingMethods wds_py_bytesfield_map = {
+    .mp_length = (lenfunc)wds_py_bytesfield_len,
+    .mp_subscript = (binaryfunc)wds_py_bytesfield_subscript,
+};
+
+static PyMethodDef wds_py_bytesfield_methods[] = {
+    {"tolist", (PyCFunction)(void (*)(void))wds_py_bytesfield_tolist,
+     METH_NOARGS,
+     "A list of the items (bytes): it does not keep the batch's slot."},
+    {NULL, NULL, 0, NULL}};
+
+PyDoc_STRVAR(
+    wds_py_bytesfield_doc,
+    "A bytes field of a wds.Batch: a read-only sequence of bytes, one per\n"
+    "row (len, indexing, slices as lists, iteration, ==). Each item is made\n"
+    "from the loader's slot on first access and kept. Like the batch's\n"
+    "arrays it views the slot, so the slot is given back only once the\n"
+    "BytesField is gone too; tolist() or list() copies the items out.");
+
+static PyTypeObject wds_py_bytesfield_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wds.BytesField",
+    .tp_basicsize = sizeof(wds_py_bytesfield),
+    .tp_dealloc = (destructor)wds_py_bytesfield_dealloc,
+    .tp_repr = (reprfunc)wds_py_bytesfield_repr,
+    .tp_as_sequence = &wds_py_bytesfield_seq,
+    .tp_as_mapping = &wds_py_bytesfield_map,
+    .tp_hash = PyObject_HashNotImplemented,
+    .tp_flags = Py_TPFLAGS_DEFAULT | WDS_PY_TPFLAGS_SEQUENCE,
+    .tp_doc = wds_py_bytesfield_doc,
+    .tp_richcompare = (richcmpfunc)wds_py_bytesfield_richcompare,
+    .tp_methods = wds_py_bytesfield_methods,
+};
+
 static void wds_py_loader_dealloc(wds_py_loader *self) {
   /* No _Batch lives: each holds a reference. */
   wds_py_loader_free(self);
+  Py_CLEAR(self->names);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1847,8 +2039,15 @@ PyMODINIT_FUNC PyInit__wds(void) {
   if (PyType_Ready(&wds_py_writer_type) < 0 ||
       PyType_Ready(&wds_py_loader_type) < 0 ||
       PyType_Ready(&wds_py_batch_type) < 0 ||
-      PyType_Ready(&wds_py_array_type) < 0)
+      PyType_Ready(&wds_py_array_type) < 0 ||
+      PyType_Ready(&wds_py_bytesfield_type) < 0)
     goto fail;
+  Py_INCREF(&wds_py_bytesfield_type);
+  if (PyModule_AddObject(m, "BytesField", (PyObject *)&wds_py_bytesfield_type) <
+      0) {
+    Py_DECREF(&wds_py_bytesfield_type);
+    goto fail;
+  }
   Py_INCREF(&wds_py_loader_type);
   if (PyModule_AddObject(m, "_Loader", (PyObject *)&wds_py_loader_type) < 0) {
     Py_DECREF(&wds_py_loader_type);
