@@ -28,13 +28,16 @@ static int wanted_ext(const wds_loader *l, const char *ext) {
 
 static raw_sample *raw_copy(const wds_loader *l, blk_pool *bp, int owner,
                             const wds_sample *s, size_t shard) {
-  size_t n = 0, bytes = strlen(s->key) + 1, data = 0;
-  for (size_t i = 0; i < s->field_count; i++)
+  size_t n = 0, bytes = strlen(s->key) + 1, data = 0, all = 1;
+  for (size_t i = 0; i < s->field_count; i++) {
+    all += strlen(s->fields[i].ext) + 2;
     if (wanted_ext(l, s->fields[i].ext)) {
       n++;
       bytes += strlen(s->fields[i].ext) + 1 + s->fields[i].size_bytes;
       data += s->fields[i].size_bytes;
     }
+  }
+  bytes += all;
   size_t head = sizeof(raw_sample) + n * sizeof(raw_field);
   raw_sample *r = wds__blk_alloc(bp, owner, head + bytes);
   if (!r)
@@ -49,6 +52,17 @@ static raw_sample *raw_copy(const wds_loader *l, blk_pool *bp, int owner,
   memcpy(p, s->key, klen);
   r->key = p;
   p += klen;
+  r->all_exts = p;
+  for (size_t i = 0; i < s->field_count; i++) {
+    size_t elen = strlen(s->fields[i].ext);
+    if (i) {
+      memcpy(p, ", ", 2);
+      p += 2;
+    }
+    memcpy(p, s->fields[i].ext, elen);
+    p += elen;
+  }
+  *p++ = '\0';
   size_t j = 0;
   for (size_t i = 0; i < s->field_count; i++) {
     const wds_field *f = &s->fields[i];

@@ -57,6 +57,8 @@ typedef struct raw_sample {
   int hole;            /* exact mode fill for samples a shard failed to yield */
   uint64_t data_bytes; /* the fields' data, summed (0 for a hole) */
   const char *key;
+  const char *all_exts; /* every field the sample had, wanted or not:
+                           "cls, jpg" (for the missing-field message) */
   size_t nfields;
   raw_field *f;
 } raw_sample;

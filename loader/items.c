@@ -106,5 +106,6 @@ raw_sample *wds__raw_hole(blk_pool *bp, int owner, size_t shard) {
   r->shard = shard;
   r->hole = 1;
   r->key = (const char *)(r + 1); /* "" */
+  r->all_exts = r->key;
   return r;
 }

@@ -48,16 +48,11 @@ static int decode_item(wds_loader *l, wds__decoder *dec, worker *w,
   for (size_t i = 0; i < l->nfields; i++) {
     const out_field *of = &l->fields[i];
     const raw_field *rf = find_field(r, of);
-    if (!rf) {
-      char have[256] = "";
-      size_t n = 0;
-      for (size_t k = 0; k < r->nfields && n < sizeof have - 1; k++)
-        n += (size_t)snprintf(have + n, sizeof have - n, "%s%s", k ? ", " : "",
-                              r->f[k].ext);
-      return wds__fail(e, WDS_ERR_FORMAT,
-                       "%s: sample \"%s\" has no field '%s' (has: %s)", url,
-                       r->key, of->name, r->nfields ? have : "nothing wanted");
-    }
+    if (!rf) /* every field it has, wanted or not: a typo shows */
+      return wds__fail(
+          e, WDS_ERR_FORMAT,
+          "%s: sample \"%s\" has no field '%s' (has: %.300s)", url, r->key,
+          of->name, r->all_exts && r->all_exts[0] ? r->all_exts : "no fields");
     call.rng_key = of->def->random
                        ? wds__mix64(aug_key ^ wds__mix64(wds__mix64(seq) ^ i))
                        : 0;

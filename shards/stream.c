@@ -37,6 +37,7 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
+#include "sniff.h"
 #include "source.h"
 #include "tarfmt.h"
 
@@ -278,18 +279,14 @@ static int archive_status(wds__stream *s, wds__err *err, const char *what) {
                   strstr(msg, "nexpected end") != NULL ||
                   strstr(msg, "No progress is possible") != NULL;
   return wds__fail(err, truncated ? WDS_ERR_TRUNCATED : WDS_ERR_DECOMPRESS,
-                   "%s%s (%s data, after %llu compressed bytes): %s",
-                   truncated ? "truncated: " : "", what, s->filter_name,
+                   "%s (%s data%s, after %llu compressed bytes): %s", what,
+                   s->filter_name, truncated ? " truncated" : "",
                    (unsigned long long)s->compressed_bytes, msg);
 }
 
+/* Not compressed and not a tar: an HTML page, a zip archive... (sniff.h). */
 static int not_tar(const wds__stream *s, wds__err *err) {
-  return wds__fail(
-      err, WDS_ERR_FORMAT,
-      "not a tar archive: no valid tar header at offset 0 and "
-      "no known compression (first bytes %02x %02x %02x %02x)",
-      s->peek_len > 0 ? s->peek[0] : 0, s->peek_len > 1 ? s->peek[1] : 0,
-      s->peek_len > 2 ? s->peek[2] : 0, s->peek_len > 3 ? s->peek[3] : 0);
+  return wds__not_tar(err, "none", s->peek, s->peek_len);
 }
 
 static int open_archive(wds__stream *s, wds__err *err) {
@@ -318,7 +315,7 @@ static int open_archive(wds__stream *s, wds__err *err) {
       archive_filter_code(s->ar, 0) == ARCHIVE_FILTER_NONE) {
     if (magic) /* the filter could not even read its own header */
       return wds__fail(err, WDS_ERR_TRUNCATED,
-                       "truncated: %s data ends inside its header (%llu "
+                       "%s data truncated inside its header (%llu "
                        "compressed bytes)",
                        magic, (unsigned long long)s->compressed_bytes);
     return not_tar(s, err);
@@ -472,7 +469,7 @@ static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
     if (avail == 0) {
       if (s->zlast != 0)
         return wds__fail(err, WDS_ERR_TRUNCATED,
-                         "truncated: zstd stream ends inside a frame (after "
+                         "zstd stream truncated inside a frame (after "
                          "%llu compressed bytes)",
                          (unsigned long long)s->compressed_bytes);
       return 0;
@@ -519,7 +516,7 @@ static ssize_t gzip_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
     }
     if (avail == 0)
       return wds__fail(err, WDS_ERR_TRUNCATED,
-                       "truncated: gzip stream ends inside a member (after "
+                       "gzip stream truncated inside a member (after "
                        "%llu compressed bytes)",
                        (unsigned long long)s->compressed_bytes);
     s->gz.next_in = s->in + s->in_pos;
@@ -566,7 +563,7 @@ static ssize_t xz_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
           s->filter_name, (unsigned long long)(XZ_MEMLIMIT_BYTES >> 20));
     if (r == LZMA_BUF_ERROR && avail == 0)
       return wds__fail(err, WDS_ERR_TRUNCATED,
-                       "truncated: %s stream ends inside a block (after %llu "
+                       "%s stream truncated inside a block (after %llu "
                        "compressed bytes)",
                        s->filter_name, (unsigned long long)s->compressed_bytes);
     if (r != LZMA_OK && r != LZMA_BUF_ERROR)
@@ -579,7 +576,7 @@ static ssize_t xz_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
       return (ssize_t)produced;
     if (avail == 0)
       return wds__fail(err, WDS_ERR_TRUNCATED,
-                       "truncated: %s stream ends early (after %llu "
+                       "%s stream truncated early (after %llu "
                        "compressed bytes)",
                        s->filter_name, (unsigned long long)s->compressed_bytes);
   }

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sniff.h"
 #include "tarfmt.h"
 
 #define PAX_MAX_BYTES ((uint64_t)16 << 20)
@@ -383,17 +384,26 @@ static void clear_ext(wds__tar *t) {
 static int header_eof(wds__tar *t, uint64_t hv, wds__err *err) {
   uint64_t have = t->base + t->len > hv ? t->base + t->len - hv : 0;
   uint64_t at = hv + t->dropped;
-  if (have == 0 && at == 0)
-    return wds__fail(err, WDS_ERR_TRUNCATED,
-                     "truncated: empty stream, not a tar archive");
+  if (at == 0 && !t->seen_header) {
+    /* Less than one block in all: empty, or something that is not a tar
+     * (an error page) rather than a tar cut inside its first header, when
+     * it is something known or came out of a compressed stream. */
+    const char *codec = wds__stream_codec(t->stream);
+    const uint8_t *p = have ? wds__tar_view(t, hv) : NULL;
+    if (have == 0 || strcmp(codec, "none") != 0 || wds__sniff(p, (size_t)have))
+      return wds__not_tar(err, codec, p, (size_t)have);
+  }
+  /* The messages say "truncated" inside the sentence: a caller that labels
+   * the error by its code (wds verify: "truncated: ...") does not double
+   * a leading "truncated: ". */
   if (have == 0)
     return wds__fail(err, WDS_ERR_TRUNCATED,
-                     "truncated: stream ends at offset %llu without the "
+                     "stream truncated at offset %llu: it ends without the "
                      "end-of-archive marker",
                      (unsigned long long)at);
   return wds__fail(err, WDS_ERR_TRUNCATED,
-                   "truncated: stream ends inside the tar header at offset "
-                   "%llu (%llu of 512 bytes)",
+                   "stream truncated inside the tar header at offset %llu "
+                   "(%llu of 512 bytes)",
                    (unsigned long long)at, (unsigned long long)have);
 }
 
@@ -406,8 +416,8 @@ static int data_eof(wds__tar *t, const char *name, uint64_t hoff,
   if (got > size)
     got = size;
   return wds__fail(err, WDS_ERR_TRUNCATED,
-                   "member \"%s\" at offset %llu: truncated: stream ends after "
-                   "%llu of %llu data bytes",
+                   "member \"%s\" at offset %llu: stream truncated after %llu "
+                   "of %llu data bytes",
                    name, (unsigned long long)hoff, (unsigned long long)got,
                    (unsigned long long)size);
 }
@@ -451,9 +461,8 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err) {
     }
     if (!wds__tarfmt_checksum_ok(h, sum)) {
       if (!t->seen_header)
-        return wds__fail(err, WDS_ERR_FORMAT,
-                         "not a tar archive: no valid tar header at offset 0 "
-                         "(and no known compression)");
+        return wds__not_tar(err, wds__stream_codec(t->stream), h,
+                            WDS__TAR_BLOCK);
       return wds__fail(err, WDS_ERR_CORRUPT,
                        "bad tar header checksum at offset %llu",
                        (unsigned long long)hoff);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/json.h"
 #include "loader_opts.h"
@@ -39,7 +40,15 @@ static const char batches_usage[] =
     "              becomes '_'); a bytes field is a 1-D uint8 array of the "
     "rows\n"
     "              laid end to end plus {FIELD}.offsets.npy (uint64, rows + 1\n"
-    "              entries: row i is data[offsets[i]:offsets[i+1]])\n"
+    "              entries: row i is data[offsets[i]:offsets[i+1]]); and per\n"
+    "              batch the rows: e{EPOCH}-b{BATCH:06d}.__valid__.npy "
+    "(uint8,\n"
+    "              1 for a real row, 0 for padding or a failed sample) and\n"
+    "              e{EPOCH}-b{BATCH:06d}.__rows__.json ({\"keys\": [...],\n"
+    "              \"urls\": [...]}: each row's sample key and shard)\n"
+    "\n"
+    "With --on-error skip, what was skipped is summed up on stderr at the end\n"
+    "(how many errors and invalid rows, and the first few messages).\n"
     "\n"
     "Exit status: 0, 1 for a loader error (\"wds batches: MESSAGE\"), 2 for a\n"
     "usage error.\n\n";
@@ -99,9 +108,88 @@ static char *npy_path(const char *dir, const wds_batch *b, const char *field,
   return p;
 }
 
-/* Saves every field of b; prints the error and returns 1 on failure. */
+/* DIR/e{epoch}-b{index:06d}.__rows__.json: the rows' keys and shards. */
+static int save_rows(const char *dir, const wds_batch *b, char *err,
+                     size_t errn) {
+  char *path = npy_path(dir, b, "__rows__", ""), *tmp = NULL;
+  FILE *f = NULL;
+  int rc = WDS_ERR_IO;
+  snprintf(err, errn, "out of memory");
+  if (!path)
+    return WDS_ERR_NOMEM;
+  strcpy(path + strlen(path) - 4, ".json"); /* npy_path ends in ".npy" */
+  size_t n = strlen(path) + 8;
+  if (!(tmp = malloc(n))) {
+    rc = WDS_ERR_NOMEM;
+    goto done;
+  }
+  snprintf(tmp, n, "%s.tmp", path); /* written whole, then renamed */
+  if (!(f = fopen(tmp, "w"))) {
+    snprintf(err, errn, "%s: %s", tmp, strerror(errno));
+    goto done;
+  }
+  for (int which = 0; which < 2; which++) {
+    const char *const *v = which ? b->urls : b->keys;
+    fputs(which ? "], \"urls\": [" : "{\"keys\": [", f);
+    for (size_t i = 0; i < b->rows; i++) {
+      if (i)
+        fputs(", ", f);
+      if (v && v[i])
+        wds__json_write_string(f, v[i], strlen(v[i]));
+      else
+        fputs("null", f);
+    }
+  }
+  fputs("]}\n", f);
+  int failed = ferror(f) != 0;
+  if (fclose(f) != 0 || failed) {
+    f = NULL;
+    snprintf(err, errn, "%s: %s", tmp, strerror(errno));
+    goto done;
+  }
+  f = NULL;
+  if (rename(tmp, path) != 0) {
+    snprintf(err, errn, "%s: %s", path, strerror(errno));
+    goto done;
+  }
+  rc = WDS_OK;
+done:
+  if (f)
+    fclose(f);
+  if (rc != WDS_OK && tmp)
+    unlink(tmp);
+  free(tmp);
+  free(path);
+  return rc;
+}
+
+/* Saves every field of b, its valid mask and its rows' keys; prints the
+ * error and returns 1 on failure. */
 static int save_batch(const char *dir, const wds_batch *b) {
   char err[512];
+  {
+    /* The valid mask: which rows are real (padding and failed samples are
+     * not), so a reader of the arrays can tell them apart. */
+    uint8_t *ones = NULL;
+    const uint8_t *valid = b->valid;
+    if (!valid && (ones = malloc(b->rows ? b->rows : 1)))
+      memset(ones, 1, b->rows);
+    char *path = npy_path(dir, b, "__valid__", "");
+    int64_t shape = (int64_t)b->rows;
+    int rc = WDS_ERR_NOMEM;
+    snprintf(err, sizeof err, "out of memory");
+    if (path && (valid || ones))
+      rc = wds_npy_save(path, WDS_DTYPE_U8, 1, &shape, valid ? valid : ones,
+                        err, sizeof err);
+    free(path);
+    free(ones);
+    if (rc == WDS_OK)
+      rc = save_rows(dir, b, err, sizeof err);
+    if (rc != WDS_OK) {
+      fprintf(stderr, "wds batches: --save: %s\n", err);
+      return 1;
+    }
+  }
   for (size_t i = 0; i < b->field_count; i++) {
     const wds_batch_field *f = &b->fields[i];
     char *path = npy_path(dir, b, f->name, ""), *opath = NULL;
@@ -135,6 +223,41 @@ static int save_batch(const char *dir, const wds_batch *b) {
   return 0;
 }
 
+/* --on-error skip: what the loader skipped, from its log (one call at a
+ * time), summed up at the end. */
+#define SKIP_SHOWN 5
+typedef struct skip_log {
+  uint64_t count;
+  char *first[SKIP_SHOWN];
+} skip_log;
+
+static void skip_log_cb(void *ctx, const char *message) {
+  skip_log *s = ctx;
+  if (strncmp(message, "skipped", 7) != 0)
+    return;
+  if (s->count < SKIP_SHOWN)
+    s->first[s->count] = strdup(message);
+  s->count++;
+}
+
+static void skip_summary(const skip_log *s, const wds_loader_stats *stats) {
+  wds_loader_stats st = *stats;
+  if (st.skipped < s->count)
+    st.skipped = s->count; /* any logged after the stats were taken */
+  if (st.skipped == 0)
+    return;
+  fprintf(stderr,
+          "wds batches: --on-error skip: skipped %" PRIu64 " error%s; %" PRIu64
+          " invalid row%s (failed samples and padding)%s\n",
+          st.skipped, st.skipped == 1 ? "" : "s", st.fill_rows,
+          st.fill_rows == 1 ? "" : "s", s->count ? "; the first:" : "");
+  for (size_t i = 0; i < SKIP_SHOWN && i < s->count; i++)
+    if (s->first[i])
+      fprintf(stderr, "  %s\n", s->first[i]);
+  if (s->count > SKIP_SHOWN)
+    fprintf(stderr, "  ... and %" PRIu64 " more\n", s->count - SKIP_SHOWN);
+}
+
 int tool_cmd_batches(int argc, char **argv) {
   static const struct option own[] = {{"json", no_argument, 0, 'j'},
                                       {"save", required_argument, 0, 's'},
@@ -147,11 +270,12 @@ int tool_cmd_batches(int argc, char **argv) {
   const char *save = NULL;
   wds_url_list urls = {0};
   wds_loader *l = NULL;
+  skip_log skips = {0};
   tool_stdout_init("batches");
   if (tool_loader_options(own, opts, sizeof opts / sizeof *opts) != 0)
     return 2;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = tool_getopt("wds batches", argc, argv, "h", opts)) != -1) {
     switch (c) {
     case 'j':
       json = 1;
@@ -163,25 +287,24 @@ int tool_cmd_batches(int argc, char **argv) {
       fputs(batches_usage, stdout);
       tool_loader_opts_help(stdout);
       return tool_stdout_check() != 0; /* longer than a buffer */
+    case TOOL_OPT_BAD:
+      return 2;
     default:
-      r = tool_loader_opt(&lo, c, optarg, "batches");
+      r = tool_loader_opt(&lo, c, optarg, "wds batches");
       if (r == 1)
         break;
-      if (r == 0)
-        fputs("wds batches: see wds batches --help\n", stderr);
       return 2;
     }
   }
   if (optind >= argc) {
-    fprintf(stderr, "wds batches: expected a SPEC (see wds batches --help)\n");
-    return 2;
+    return tool_usage_error("wds batches", "expected a SPEC");
   }
   if (!lo.decode) {
-    fprintf(stderr, "wds batches: --decode FIELDS is required, e.g. --decode "
-                    "\"jpg;png:rgb:224,cls\" (see wds batches --help)\n");
-    return 2;
+    return tool_usage_error("wds batches",
+                            "--decode FIELDS is required, e.g. --decode "
+                            "\"jpg;png:rgb:224,cls\"");
   }
-  if (tool_loader_opts_finish(&lo, "batches") != 0) {
+  if (tool_loader_opts_finish(&lo, "wds batches") != 0) {
     status = 2;
     goto done;
   }
@@ -199,6 +322,10 @@ int tool_cmd_batches(int argc, char **argv) {
     }
     lo.cfg.urls = (const char *const *)urls.urls;
     lo.cfg.url_count = urls.count;
+  }
+  if (lo.cfg.on_error == WDS_ON_ERROR_SKIP) {
+    lo.cfg.log = skip_log_cb;
+    lo.cfg.log_ctx = &skips;
   }
   if (wds_loader_open(&lo.cfg, &l) != WDS_OK) {
     fprintf(stderr, "wds batches: %s\n", wds_open_error());
@@ -235,7 +362,16 @@ int tool_cmd_batches(int argc, char **argv) {
     status = 1;
 done:
   tool_signals_loader(0, NULL);
+  wds_loader_stats st = {0};
+  int opened = l != NULL;
+  if (l)
+    wds_loader_stats_get(l, &st);
+  /* Closed first: the log is the workers' until they stop. */
   wds_loader_close(l);
+  if (opened && lo.cfg.on_error == WDS_ON_ERROR_SKIP)
+    skip_summary(&skips, &st);
+  for (size_t i = 0; i < SKIP_SHOWN; i++)
+    free(skips.first[i]);
   wds_url_list_free(&urls);
   tool_loader_opts_free(&lo);
   return status;

@@ -263,7 +263,7 @@ int tool_cmd_bench(int argc, char **argv) {
   if (tool_loader_options(own, opts, sizeof opts / sizeof *opts) != 0)
     return 2;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+  while ((c = tool_getopt("wds bench", argc, argv, "jh", opts)) != -1) {
     switch (c) {
     case 'j':
       json = 1;
@@ -271,47 +271,44 @@ int tool_cmd_bench(int argc, char **argv) {
     case 'b': {
       uint64_t v;
       if (wds__size_parse(optarg, &v) != 0 || v > SIZE_MAX) {
-        fprintf(stderr, "wds bench: --buffer-size needs a SIZE\n");
-        return 2;
+        return tool_usage_error(
+            "wds bench", "--buffer-size needs a SIZE, not \"%s\"", optarg);
       }
       buffer = (size_t)v;
       break;
     }
     case 'm':
       if (tool_parse_size(optarg, &max_urls) != 0) {
-        fprintf(stderr, "wds bench: --max-urls needs a number\n");
-        return 2;
+        return tool_usage_error(
+            "wds bench", "--max-urls needs a number, not \"%s\"", optarg);
       }
       break;
     case 'w':
       if (tool_parse_size(optarg, &warmup) != 0) {
-        fprintf(stderr, "wds bench: --warmup-epochs needs a number\n");
-        return 2;
+        return tool_usage_error(
+            "wds bench", "--warmup-epochs needs a number, not \"%s\"", optarg);
       }
       break;
     case 'h':
       fputs(bench_usage, stdout);
       tool_loader_opts_help(stdout);
       return tool_stdout_check() != 0; /* longer than a buffer */
+    case TOOL_OPT_BAD:
+      return 2;
     default:
-      r = tool_loader_opt(&lo, c, optarg, "bench");
+      r = tool_loader_opt(&lo, c, optarg, "wds bench");
       if (r == 1)
         break;
-      if (r == 0)
-        fputs(bench_usage, stderr);
       return 2;
     }
   }
-  if (optind >= argc) {
-    fputs(bench_usage, stderr);
-    return 2;
-  }
-  if (lo.given && !lo.decode) {
-    fprintf(stderr, "wds bench: loader options need --decode FIELDS (without "
-                    "loader options bench measures the reader)\n");
-    return 2;
-  }
-  if (lo.given && tool_loader_opts_finish(&lo, "bench") != 0) {
+  if (optind >= argc)
+    return tool_usage_error("wds bench", "expected a SPEC");
+  if (lo.given && !lo.decode)
+    return tool_usage_error("wds bench",
+                            "loader options need --decode FIELDS (without "
+                            "loader options bench measures the reader)");
+  if (lo.given && tool_loader_opts_finish(&lo, "wds bench") != 0) {
     status = 2;
     goto done;
   }

@@ -204,33 +204,35 @@ int tool_cmd_cat(int argc, char **argv) {
   wds_reader *r = NULL;
   tool_stdout_init("cat");
   optind = 1;
-  while ((ch = getopt_long(argc, argv, "fh", opts, NULL)) != -1) {
+  while ((ch = tool_getopt("wds cat", argc, argv, "fh", opts)) != -1) {
     switch (ch) {
     case 'F':
       if (parse_fields_opt(&c, optarg) != 0) {
-        fprintf(stderr,
-                "wds cat: --fields needs extensions separated by "
-                "',': \"%s\"\n",
-                optarg);
+        tool_usage_error("wds cat",
+                         "--fields needs extensions separated by ',': \"%s\"",
+                         optarg);
         goto done;
       }
       break;
     case 's':
       if (tool_parse_size(optarg, &shuffle) != 0) {
-        fprintf(stderr, "wds cat: --shuffle needs a number\n");
+        tool_usage_error("wds cat", "--shuffle needs a number, not \"%s\"",
+                         optarg);
         goto done;
       }
       break;
     case 'S':
       if (tool_parse_u64(optarg, &seed) != 0) {
-        fprintf(stderr, "wds cat: --seed needs a number\n");
+        tool_usage_error("wds cat", "--seed needs a number, not \"%s\"",
+                         optarg);
         goto done;
       }
       have_seed = 1;
       break;
     case 'l':
       if (tool_parse_u64(optarg, &c.limit) != 0 || c.limit == 0) {
-        fprintf(stderr, "wds cat: --limit needs a number > 0\n");
+        tool_usage_error("wds cat", "--limit needs a number > 0, not \"%s\"",
+                         optarg);
         goto done;
       }
       break;
@@ -238,16 +240,17 @@ int tool_cmd_cat(int argc, char **argv) {
       force = 1;
       break;
     case 't':
-      if (tool_read_timeout("cat", optarg, &timeout_ms))
+      if (tool_read_timeout("wds cat", optarg, &timeout_ms))
         goto done;
       break;
     case 'w':
-      if (tool_max_window("cat", optarg, &max_window))
+      if (tool_max_window("wds cat", optarg, &max_window))
         goto done;
       break;
     case 'm':
       if (tool_parse_size(optarg, &max_urls) != 0) {
-        fprintf(stderr, "wds cat: --max-urls needs a number\n");
+        tool_usage_error("wds cat", "--max-urls needs a number, not \"%s\"",
+                         optarg);
         goto done;
       }
       break;
@@ -256,12 +259,11 @@ int tool_cmd_cat(int argc, char **argv) {
       status = 0;
       goto done;
     default:
-      fputs(cat_usage, stderr);
       goto done;
     }
   }
   if (optind >= argc) {
-    fputs(cat_usage, stderr);
+    tool_usage_error("wds cat", "expected a SPEC");
     goto done;
   }
   if (have_seed && shuffle <= 1)

@@ -31,50 +31,34 @@ static void usage(FILE *f) {
           (size_t)WDS_DEFAULT_MAX_URLS);
 }
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "wds expand: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n");
-  usage(stderr);
-  return 2;
-}
-
 int tool_cmd_expand(int argc, char **argv) {
+  static const struct option opts[] = {{"max-urls", required_argument, 0, 'm'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
   size_t max_urls = 0;
-  int first = argc; /* index of the first SPEC */
   char err[1024];
-  int i;
+  int i, c;
 
   tool_stdout_init("expand");
-  for (i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--") == 0) {
-      i++;
-      break;
-    }
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+  optind = 1;
+  while ((c = tool_getopt("wds expand", argc, argv, "h", opts)) != -1) {
+    switch (c) {
+    case 'h':
       usage(stdout);
-      return 0;
-    }
-    if (strcmp(a, "--max-urls") == 0) {
-      if (i + 1 >= argc)
-        return usage_error("%s needs a value", a);
-      if (tool_parse_size(argv[++i], &max_urls) != 0)
-        return usage_error("invalid --max-urls value \"%s\"", argv[i]);
-    } else if (strncmp(a, "--max-urls=", 11) == 0) {
-      if (tool_parse_size(a + 11, &max_urls) != 0)
-        return usage_error("invalid --max-urls value \"%s\"", a + 11);
-    } else if (a[0] == '-' && a[1] != '\0') {
-      return usage_error("unknown option \"%s\"", a);
-    } else {
+      return tool_stdout_flush() != 0;
+    case 'm':
+      if (tool_parse_size(optarg, &max_urls) != 0)
+        return tool_usage_error("wds expand", "invalid --max-urls value \"%s\"",
+                                optarg);
       break;
+    default:
+      return 2;
     }
   }
-  first = i;
-  if (first >= argc)
-    return usage_error("%s", "no SPEC given");
+  if (optind >= argc)
+    return tool_usage_error("wds expand", "no SPEC given");
 
-  for (i = first; i < argc; i++) {
+  for (i = optind; i < argc; i++) {
     wds_url_list list = {0};
     int rc = wds_spec_expand(argv[i], max_urls, &list, err, sizeof err);
     if (rc != WDS_OK) {

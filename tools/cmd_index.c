@@ -149,7 +149,7 @@ int tool_cmd_index(int argc, char **argv) {
   int c;
   tool_stdout_init("index");
   optind = 1;
-  while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+  while ((c = tool_getopt("wds index", argc, argv, "o:h", opts)) != -1) {
     switch (c) {
     case 'o':
       out_path = optarg;
@@ -158,36 +158,32 @@ int tool_cmd_index(int argc, char **argv) {
       name = optarg;
       break;
     case 't':
-      if (tool_read_timeout("index", optarg, &read_timeout_ms))
+      if (tool_read_timeout("wds index", optarg, &read_timeout_ms))
         return 2;
       break;
     case 'w':
-      if (tool_max_window("index", optarg, &max_window))
+      if (tool_max_window("wds index", optarg, &max_window))
         return 2;
       break;
     case 'm':
       if (tool_parse_size(optarg, &max_urls) != 0) {
-        fprintf(stderr, "wds index: --max-urls needs a number\n");
-        return 2;
+        return tool_usage_error(
+            "wds index", "--max-urls needs a number, not \"%s\"", optarg);
       }
       break;
     case 'h':
       fputs(index_usage, stdout);
       return 0;
     default:
-      fputs(index_usage, stderr);
       return 2;
     }
   }
-  if (optind >= argc) {
-    fputs(index_usage, stderr);
-    return 2;
-  }
+  if (optind >= argc)
+    return tool_usage_error("wds index", "expected a SPEC");
   if (out_path && strcmp(out_path, "-") == 0)
     out_path = NULL; /* stdout */
   if (out_path && (!out_path[0] || out_path[strlen(out_path) - 1] == '/')) {
-    fprintf(stderr, "wds index: -o needs a file name\n");
-    return 2;
+    return tool_usage_error("wds index", "-o needs a file name");
   }
   if (!name)
     name = argv[optind];

@@ -246,7 +246,7 @@ int tool_cmd_ls(int argc, char **argv) {
   const char *index_path = NULL;
   tool_stdout_init("ls");
   optind = 1;
-  while ((c = getopt_long(argc, argv, "jsh", opts, NULL)) != -1) {
+  while ((c = tool_getopt("wds ls", argc, argv, "jsh", opts)) != -1) {
     switch (c) {
     case 'j':
       json = 1;
@@ -256,16 +256,16 @@ int tool_cmd_ls(int argc, char **argv) {
       break;
     case 'm':
       if (tool_parse_size(optarg, &max_urls) != 0) {
-        fprintf(stderr, "wds ls: --max-urls needs a number\n");
-        return 2;
+        return tool_usage_error(
+            "wds ls", "--max-urls needs a number, not \"%s\"", optarg);
       }
       break;
     case 't':
-      if (tool_read_timeout("ls", optarg, &timeout_ms))
+      if (tool_read_timeout("wds ls", optarg, &timeout_ms))
         return 2;
       break;
     case 'w':
-      if (tool_max_window("ls", optarg, &max_window))
+      if (tool_max_window("wds ls", optarg, &max_window))
         return 2;
       break;
     case 'i':
@@ -275,18 +275,13 @@ int tool_cmd_ls(int argc, char **argv) {
       fputs(ls_usage, stdout);
       return 0;
     default:
-      fputs(ls_usage, stderr);
       return 2;
     }
   }
-  if (optind >= argc) {
-    fputs(ls_usage, stderr);
-    return 2;
-  }
-  if (index_path && !summary) {
-    fprintf(stderr, "wds ls: --index goes with --summary\n");
-    return 2;
-  }
+  if (optind >= argc)
+    return tool_usage_error("wds ls", "expected a SPEC");
+  if (index_path && !summary)
+    return tool_usage_error("wds ls", "--index goes with --summary");
   wds_url_list urls = {0};
   if (tool_expand_specs("ls", argv + optind, argc - optind, max_urls, &urls))
     return 1;

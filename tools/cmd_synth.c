@@ -117,7 +117,7 @@ int tool_cmd_synth(int argc, char **argv) {
   int c;
   tool_stdout_init("synth");
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = tool_getopt("wds synth", argc, argv, "h", opts)) != -1) {
     switch (c) {
     case 'n':
     case 's':
@@ -129,15 +129,13 @@ int tool_cmd_synth(int argc, char **argv) {
                                  : &seed;
       if ((c == 'z' ? wds__size_parse(optarg, dst)
                     : tool_parse_u64(optarg, dst)) != 0) {
-        fprintf(stderr,
-                "wds synth: --%s needs a non-negative number, not "
-                "\"%s\"\n",
-                c == 'n'   ? "shards"
-                : c == 's' ? "samples"
-                : c == 'z' ? "size"
-                           : "seed",
-                optarg);
-        return 2;
+        return tool_usage_error("wds synth",
+                                "--%s needs a non-negative number, not \"%s\"",
+                                c == 'n'   ? "shards"
+                                : c == 's' ? "samples"
+                                : c == 'z' ? "size"
+                                           : "seed",
+                                optarg);
       }
       break;
     }
@@ -146,9 +144,8 @@ int tool_cmd_synth(int argc, char **argv) {
       errno = 0;
       level = strtol(optarg, &end, 10);
       if (errno || !*optarg || *end || level < INT_MIN || level > INT_MAX) {
-        fprintf(stderr, "wds synth: --level needs an integer, not \"%s\"\n",
-                optarg);
-        return 2;
+        return tool_usage_error("wds synth",
+                                "--level needs an integer, not \"%s\"", optarg);
       }
       break;
     }
@@ -156,28 +153,19 @@ int tool_cmd_synth(int argc, char **argv) {
       fputs(synth_usage, stdout);
       return 0;
     default:
-      fputs(synth_usage, stderr);
       return 2;
     }
   }
-  if (argc - optind != 1) {
-    fprintf(stderr, "wds synth: expected one PATTERN\n");
-    fputs(synth_usage, stderr);
-    return 2;
-  }
-  if (level < ZSTD_minCLevel() || level > ZSTD_maxCLevel()) {
-    fprintf(stderr, "wds synth: --level must be in %d..%d\n", ZSTD_minCLevel(),
-            ZSTD_maxCLevel());
-    return 2;
-  }
-  if (shards == 0) {
-    fprintf(stderr, "wds synth: --shards must be at least 1\n");
-    return 2;
-  }
-  if (samples > UINT64_MAX / shards || size > (uint64_t)SIZE_MAX / 2) {
-    fprintf(stderr, "wds synth: --shards, --samples or --size too large\n");
-    return 2;
-  }
+  if (argc - optind != 1)
+    return tool_usage_error("wds synth", "expected one PATTERN");
+  if (level < ZSTD_minCLevel() || level > ZSTD_maxCLevel())
+    return tool_usage_error("wds synth", "--level must be in %d..%d",
+                            ZSTD_minCLevel(), ZSTD_maxCLevel());
+  if (shards == 0)
+    return tool_usage_error("wds synth", "--shards must be at least 1");
+  if (samples > UINT64_MAX / shards || size > (uint64_t)SIZE_MAX / 2)
+    return tool_usage_error("wds synth",
+                            "--shards, --samples or --size too large");
   const char *pat_text = argv[optind];
   if (!has_conversion(pat_text) && shards > 1) {
     fprintf(stderr,
@@ -186,10 +174,8 @@ int tool_cmd_synth(int argc, char **argv) {
             pat_text);
     return 2;
   }
-  if (samples == 0) {
-    fprintf(stderr, "wds synth: --samples must be at least 1\n");
-    return 2;
-  }
+  if (samples == 0)
+    return tool_usage_error("wds synth", "--samples must be at least 1");
   int status = 0;
   wds_writer *w = NULL;
   uint8_t *buf = malloc(size ? (size_t)size : 1);

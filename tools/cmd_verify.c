@@ -327,14 +327,14 @@ int tool_cmd_verify(int argc, char **argv) {
   wds_url_list urls = {0};
   tool_stdout_init("verify");
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = tool_getopt("wds verify", argc, argv, "h", opts)) != -1) {
     switch (c) {
     case 'r':
       if (parse_require(&v, optarg) != 0) {
-        fprintf(stderr,
-                "wds verify: --require needs extensions separated by ',' "
-                "(alternatives by ';'): \"%s\"\n",
-                optarg);
+        tool_usage_error("wds verify",
+                         "--require needs extensions separated by ',' "
+                         "(alternatives by ';'): \"%s\"",
+                         optarg);
         goto done;
       }
       break;
@@ -342,11 +342,11 @@ int tool_cmd_verify(int argc, char **argv) {
       decode = 1;
       break;
     case 't':
-      if (tool_read_timeout("verify", optarg, &v.read_timeout_ms))
+      if (tool_read_timeout("wds verify", optarg, &v.read_timeout_ms))
         goto done;
       break;
     case 'w':
-      if (tool_max_window("verify", optarg, &v.max_window_bytes))
+      if (tool_max_window("wds verify", optarg, &v.max_window_bytes))
         goto done;
       break;
     case 'j':
@@ -354,7 +354,8 @@ int tool_cmd_verify(int argc, char **argv) {
       break;
     case 'm':
       if (tool_parse_size(optarg, &max_urls) != 0) {
-        fprintf(stderr, "wds verify: --max-urls needs a number\n");
+        tool_usage_error("wds verify", "--max-urls needs a number, not \"%s\"",
+                         optarg);
         goto done;
       }
       break;
@@ -363,12 +364,11 @@ int tool_cmd_verify(int argc, char **argv) {
       status = 0;
       goto done;
     default:
-      fputs(verify_usage, stderr);
       goto done;
     }
   }
   if (optind >= argc) {
-    fputs(verify_usage, stderr);
+    tool_usage_error("wds verify", "expected a SPEC");
     goto done;
   }
   if (tool_expand_specs("verify", argv + optind, argc - optind, max_urls,

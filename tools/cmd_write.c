@@ -39,6 +39,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -1358,11 +1359,15 @@ done:
 
 /* ---- main ---- */
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "wds write: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(wds write --help describes the options)\n");
-  return 2;
+/* One line, naming the help (tools/opts.h). */
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt,
+                                                             ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return tool_usage_error("wds write", "%s", msg);
 }
 
 int tool_cmd_write(int argc, char **argv) {
@@ -1409,7 +1414,7 @@ int tool_cmd_write(int argc, char **argv) {
   int c;
   tool_stdout_init("write");
   optind = 1;
-  while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+  while ((c = tool_getopt("wds write", argc, argv, "ho:", opts)) != -1) {
     switch (c) {
     case 'o':
       o.pattern = optarg;
@@ -1467,11 +1472,11 @@ int tool_cmd_write(int argc, char **argv) {
       o.no_sync = 1;
       break;
     case OPT_READ_TIMEOUT:
-      if (tool_read_timeout("write", optarg, &o.read_timeout_ms))
+      if (tool_read_timeout("wds write", optarg, &o.read_timeout_ms))
         return 2;
       break;
     case OPT_MAX_WINDOW:
-      if (tool_max_window("write", optarg, &o.max_window))
+      if (tool_max_window("wds write", optarg, &o.max_window))
         return 2;
       break;
     case OPT_LABELS:
@@ -1491,7 +1496,6 @@ int tool_cmd_write(int argc, char **argv) {
       fputs(write_usage_options, stdout);
       return tool_stdout_check() != 0; /* about a buffer long */
     default:
-      fputs(write_usage, stderr);
       return 2;
     }
   }

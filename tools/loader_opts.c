@@ -13,62 +13,35 @@
 #include <string.h>
 
 #include "base/size.h"
-#include "util.h"
-
-enum {
-  OPT_RANK = TOOL_LOADER_OPT_BASE,
-  OPT_WORLD,
-  OPT_WORKERS,
-  OPT_SEED,
-  OPT_EPOCH,
-  OPT_EPOCHS,
-  OPT_MODE,
-  OPT_SAMPLES_PER_EPOCH,
-  OPT_BATCH_SIZE,
-  OPT_DROP_LAST,
-  OPT_LAST_BATCH,
-  OPT_SHUFFLE_BUFFER,
-  OPT_SHUFFLE_INITIAL,
-  OPT_NO_SHARD_SHUFFLE,
-  OPT_DECODE,
-  OPT_IMAGE_SIZE,
-  OPT_CROP,
-  OPT_PREFETCH,
-  OPT_ON_ERROR,
-  OPT_INDEX,
-  OPT_RESUME_AT,
-  OPT_MAX_SAMPLE_BYTES,
-  OPT_READ_TIMEOUT,
-  OPT_SHUFFLE_BYTES,
-  OPT_MAX_WINDOW
-};
+#include "base/topology.h"
+#include "opts.h"
 
 static const struct option loader_options[] = {
-    {"rank", required_argument, 0, OPT_RANK},
-    {"world", required_argument, 0, OPT_WORLD},
-    {"workers", required_argument, 0, OPT_WORKERS},
-    {"seed", required_argument, 0, OPT_SEED},
-    {"epoch", required_argument, 0, OPT_EPOCH},
-    {"epochs", required_argument, 0, OPT_EPOCHS},
-    {"mode", required_argument, 0, OPT_MODE},
-    {"samples-per-epoch", required_argument, 0, OPT_SAMPLES_PER_EPOCH},
-    {"batch-size", required_argument, 0, OPT_BATCH_SIZE},
-    {"drop-last", no_argument, 0, OPT_DROP_LAST},
-    {"last-batch", required_argument, 0, OPT_LAST_BATCH},
-    {"shuffle-buffer", required_argument, 0, OPT_SHUFFLE_BUFFER},
-    {"shuffle-initial", required_argument, 0, OPT_SHUFFLE_INITIAL},
-    {"no-shard-shuffle", no_argument, 0, OPT_NO_SHARD_SHUFFLE},
-    {"decode", required_argument, 0, OPT_DECODE},
-    {"image-size", required_argument, 0, OPT_IMAGE_SIZE},
-    {"crop", required_argument, 0, OPT_CROP},
-    {"prefetch", required_argument, 0, OPT_PREFETCH},
-    {"on-error", required_argument, 0, OPT_ON_ERROR},
-    {"index", required_argument, 0, OPT_INDEX},
-    {"resume-at", required_argument, 0, OPT_RESUME_AT},
-    {"max-sample-bytes", required_argument, 0, OPT_MAX_SAMPLE_BYTES},
-    {"read-timeout", required_argument, 0, OPT_READ_TIMEOUT},
-    {"shuffle-bytes", required_argument, 0, OPT_SHUFFLE_BYTES},
-    {"max-window", required_argument, 0, OPT_MAX_WINDOW},
+    {"rank", required_argument, 0, TOOL_LO_RANK},
+    {"world", required_argument, 0, TOOL_LO_WORLD},
+    {"workers", required_argument, 0, TOOL_LO_WORKERS},
+    {"seed", required_argument, 0, TOOL_LO_SEED},
+    {"epoch", required_argument, 0, TOOL_LO_EPOCH},
+    {"epochs", required_argument, 0, TOOL_LO_EPOCHS},
+    {"mode", required_argument, 0, TOOL_LO_MODE},
+    {"samples-per-epoch", required_argument, 0, TOOL_LO_SAMPLES_PER_EPOCH},
+    {"batch-size", required_argument, 0, TOOL_LO_BATCH_SIZE},
+    {"drop-last", no_argument, 0, TOOL_LO_DROP_LAST},
+    {"last-batch", required_argument, 0, TOOL_LO_LAST_BATCH},
+    {"shuffle-buffer", required_argument, 0, TOOL_LO_SHUFFLE_BUFFER},
+    {"shuffle-initial", required_argument, 0, TOOL_LO_SHUFFLE_INITIAL},
+    {"no-shard-shuffle", no_argument, 0, TOOL_LO_NO_SHARD_SHUFFLE},
+    {"decode", required_argument, 0, TOOL_LO_DECODE},
+    {"image-size", required_argument, 0, TOOL_LO_IMAGE_SIZE},
+    {"crop", required_argument, 0, TOOL_LO_CROP},
+    {"prefetch", required_argument, 0, TOOL_LO_PREFETCH},
+    {"on-error", required_argument, 0, TOOL_LO_ON_ERROR},
+    {"index", required_argument, 0, TOOL_LO_INDEX},
+    {"resume-at", required_argument, 0, TOOL_LO_RESUME_AT},
+    {"max-sample-bytes", required_argument, 0, TOOL_LO_MAX_SAMPLE_BYTES},
+    {"read-timeout", required_argument, 0, TOOL_LO_READ_TIMEOUT},
+    {"shuffle-bytes", required_argument, 0, TOOL_LO_SHUFFLE_BYTES},
+    {"max-window", required_argument, 0, TOOL_LO_MAX_WINDOW},
 };
 
 #define NLOADER (sizeof loader_options / sizeof *loader_options)
@@ -106,16 +79,14 @@ static int num(const char *cmd, int c, const char *arg, uint64_t min,
   uint64_t v;
   if (tool_parse_u64(arg, &v) != 0 || v < min || v > max) {
     if (max == UINT64_MAX)
-      fprintf(stderr,
-              "wds %s: --%s needs a whole number of at least %llu, not "
-              "\"%s\"\n",
-              cmd, flag_name(c), (unsigned long long)min, arg);
+      tool_usage_error(cmd,
+                       "--%s needs a whole number of at least %llu, not "
+                       "\"%s\"",
+                       flag_name(c), (unsigned long long)min, arg);
     else
-      fprintf(stderr,
-              "wds %s: --%s needs a whole number in %llu..%llu, "
-              "not \"%s\"\n",
-              cmd, flag_name(c), (unsigned long long)min,
-              (unsigned long long)max, arg);
+      tool_usage_error(
+          cmd, "--%s needs a whole number in %llu..%llu, not \"%s\"",
+          flag_name(c), (unsigned long long)min, (unsigned long long)max, arg);
     return -1;
   }
   *out = v;
@@ -138,10 +109,10 @@ static int bytes(const char *cmd, int c, const char *arg, size_t *out) {
     *out = (size_t)v;
     return 0;
   }
-  fprintf(stderr,
-          "wds %s: --%s needs a size in bytes (optionally with K, M, G, T: "
-          "powers of 1024, or KB, MB, GB, TB: of 1000), not \"%s\"\n",
-          cmd, flag_name(c), arg);
+  tool_usage_error(cmd,
+                   "--%s needs a size in bytes (optionally with K, M, G, T: "
+                   "powers of 1024, or KB, MB, GB, TB: of 1000), not \"%s\"",
+                   flag_name(c), arg);
   return -1;
 }
 
@@ -151,10 +122,17 @@ static int word(const char *cmd, int c, const char *arg,
   for (int i = 0; words[i]; i++)
     if (strcmp(arg, words[i]) == 0)
       return i;
-  fprintf(stderr, "wds %s: --%s must be ", cmd, flag_name(c));
-  for (int i = 0; words[i]; i++)
-    fprintf(stderr, "%s%s", i ? (words[i + 1] ? ", " : " or ") : "", words[i]);
-  fprintf(stderr, ", not \"%s\"\n", arg);
+  char list[256];
+  size_t used = 0;
+  list[0] = '\0';
+  for (int i = 0; words[i] && used < sizeof list; i++) {
+    int n = snprintf(list + used, sizeof list - used, "%s%s",
+                     i ? (words[i + 1] ? ", " : " or ") : "", words[i]);
+    if (n < 0)
+      break;
+    used += (size_t)n;
+  }
+  tool_usage_error(cmd, "--%s must be %s, not \"%s\"", flag_name(c), list, arg);
   return -1;
 }
 
@@ -171,58 +149,58 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
     return 0;
   /* --max-window and --read-timeout apply to a plain reader too (wds bench
    * without --decode): they do not make a loader. */
-  if (c != OPT_MAX_WINDOW && c != OPT_READ_TIMEOUT)
+  if (c != TOOL_LO_MAX_WINDOW && c != TOOL_LO_READ_TIMEOUT)
     o->given = 1;
   switch (c) {
-  case OPT_RANK:
+  case TOOL_LO_RANK:
     if (num(cmd, c, arg, 0, 1 << 20, &v))
       return -1;
     cfg->rank = (int)v;
     break;
-  case OPT_WORLD:
+  case TOOL_LO_WORLD:
     if (num(cmd, c, arg, 1, 1 << 20, &v))
       return -1;
     cfg->world_size = (int)v;
     break;
-  case OPT_WORKERS:
+  case TOOL_LO_WORKERS:
     if (num(cmd, c, arg, 1, 1024, &v))
       return -1;
     cfg->workers = (int)v;
     break;
-  case OPT_SEED:
+  case TOOL_LO_SEED:
     if (num(cmd, c, arg, 0, UINT64_MAX, &cfg->seed))
       return -1;
     break;
-  case OPT_EPOCH:
+  case TOOL_LO_EPOCH:
     if (num(cmd, c, arg, 0, UINT64_MAX, &cfg->epoch))
       return -1;
     break;
-  case OPT_EPOCHS:
+  case TOOL_LO_EPOCHS:
     if (num(cmd, c, arg, 1, UINT64_MAX, &o->epochs))
       return -1;
     break;
-  case OPT_MODE:
+  case TOOL_LO_MODE:
     if ((w = word(cmd, c, arg, modes)) < 0)
       return -1;
     cfg->mode = w == 0   ? WDS_MODE_PLAIN
                 : w == 1 ? WDS_MODE_EXACT
                          : WDS_MODE_RESAMPLED;
     break;
-  case OPT_SAMPLES_PER_EPOCH:
+  case TOOL_LO_SAMPLES_PER_EPOCH:
     if (num(cmd, c, arg, 1, UINT64_MAX, &cfg->samples_per_epoch))
       return -1;
     break;
-  case OPT_BATCH_SIZE:
+  case TOOL_LO_BATCH_SIZE:
     if (num(cmd, c, arg, 1, (uint64_t)1 << 24, &v))
       return -1;
     cfg->batch_size = (size_t)v;
     break;
-  case OPT_DROP_LAST:
+  case TOOL_LO_DROP_LAST:
     /* As torch users pass drop_last to DistributedSampler and DataLoader. */
     cfg->drop_last = 1;
     o->drop_last_given = 1;
     break;
-  case OPT_LAST_BATCH:
+  case TOOL_LO_LAST_BATCH:
     if ((w = word(cmd, c, arg, lasts)) < 0)
       return -1;
     o->last_batch = w == 0   ? WDS_LAST_KEEP
@@ -230,67 +208,67 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
                              : WDS_LAST_PAD;
     o->last_batch_given = 1;
     break;
-  case OPT_SHUFFLE_BUFFER:
-  case OPT_SHUFFLE_INITIAL:
+  case TOOL_LO_SHUFFLE_BUFFER:
+  case TOOL_LO_SHUFFLE_INITIAL:
     if (num(cmd, c, arg, 0, (uint64_t)1 << 32, &v))
       return -1;
-    if (c == OPT_SHUFFLE_BUFFER)
+    if (c == TOOL_LO_SHUFFLE_BUFFER)
       cfg->shuffle_buffer = (size_t)v;
     else
       cfg->shuffle_initial = (size_t)v;
     break;
-  case OPT_NO_SHARD_SHUFFLE:
+  case TOOL_LO_NO_SHARD_SHUFFLE:
     cfg->shard_shuffle = 0;
     break;
-  case OPT_DECODE:
+  case TOOL_LO_DECODE:
     o->decode = arg;
     break;
-  case OPT_IMAGE_SIZE:
+  case TOOL_LO_IMAGE_SIZE:
     if (num(cmd, c, arg, 1, 65536, &v))
       return -1;
     cfg->image_size = (int)v;
     break;
-  case OPT_CROP:
+  case TOOL_LO_CROP:
     if ((w = word(cmd, c, arg, crops)) < 0)
       return -1;
     cfg->crop = w == 0 ? WDS_CROP_CENTER : WDS_CROP_RANDOM;
     break;
-  case OPT_PREFETCH:
+  case TOOL_LO_PREFETCH:
     /* The pool needs a slot being filled and one held by the caller. */
     if (num(cmd, c, arg, 2, 1024, &v))
       return -1;
     cfg->prefetch_batches = (size_t)v;
     break;
-  case OPT_ON_ERROR:
+  case TOOL_LO_ON_ERROR:
     if ((w = word(cmd, c, arg, policies)) < 0)
       return -1;
     cfg->on_error = w == 0 ? WDS_ON_ERROR_STOP : WDS_ON_ERROR_SKIP;
     break;
-  case OPT_INDEX:
+  case TOOL_LO_INDEX:
     if (!arg[0]) {
-      fprintf(stderr, "wds %s: --index needs a file name\n", cmd);
+      tool_usage_error(cmd, "--index needs a file name");
       return -1;
     }
     cfg->index_path = arg;
     break;
-  case OPT_RESUME_AT:
+  case TOOL_LO_RESUME_AT:
     if (num(cmd, c, arg, 0, UINT64_MAX, &cfg->resume_batches))
       return -1;
     o->resume_given = 1;
     break;
-  case OPT_MAX_SAMPLE_BYTES:
+  case TOOL_LO_MAX_SAMPLE_BYTES:
     if (bytes(cmd, c, arg, &cfg->max_sample_bytes))
       return -1;
     break;
-  case OPT_READ_TIMEOUT:
+  case TOOL_LO_READ_TIMEOUT:
     if (tool_read_timeout(cmd, arg, &cfg->read_timeout_ms))
       return -1;
     break;
-  case OPT_SHUFFLE_BYTES:
+  case TOOL_LO_SHUFFLE_BYTES:
     if (bytes(cmd, c, arg, &cfg->shuffle_buffer_bytes))
       return -1;
     break;
-  case OPT_MAX_WINDOW:
+  case TOOL_LO_MAX_WINDOW:
     if (tool_max_window(cmd, arg, &cfg->max_window_bytes))
       return -1;
     break;
@@ -308,38 +286,46 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
   else if (o->drop_last_given)
     cfg->last_batch = WDS_LAST_DROP;
   if (cfg->mode == WDS_MODE_RESAMPLED && cfg->samples_per_epoch == 0) {
-    fprintf(stderr, "wds %s: --mode resampled needs --samples-per-epoch N\n",
-            cmd);
+    tool_usage_error(cmd, "--mode resampled needs --samples-per-epoch N");
     return -1;
   }
   if (cfg->mode == WDS_MODE_EXACT && cfg->samples_per_epoch) {
-    fprintf(stderr,
-            "wds %s: --samples-per-epoch is not used in --mode exact (every "
-            "sample once per epoch)\n",
-            cmd);
+    tool_usage_error(cmd, "--samples-per-epoch is not used in --mode exact "
+                          "(every sample once per epoch)");
     return -1;
   }
   if (cfg->index_path && cfg->mode != WDS_MODE_EXACT) {
-    fprintf(stderr, "wds %s: --index is only used in --mode exact\n", cmd);
+    tool_usage_error(cmd, "--index is only used in --mode exact");
     return -1;
   }
+  if (cfg->rank < 0 || cfg->world_size <= 0) {
+    /* What the loader would take from the environment is checked here, so
+     * that a wrong launcher environment (RANK without WORLD_SIZE) is the
+     * usage error it is, as in wds-train, before any shard is opened. */
+    wds__topology t;
+    wds__err e;
+    if (wds__topology_from_env(&t, NULL, NULL, &e) != WDS_OK) {
+      tool_usage_error(cmd, "rank and world size from the environment: %s",
+                       e.msg);
+      return -1;
+    }
+  }
   if (cfg->rank >= 0 && cfg->world_size > 0 && cfg->rank >= cfg->world_size) {
-    fprintf(stderr, "wds %s: --rank %d is not below --world %d\n", cmd,
-            cfg->rank, cfg->world_size);
+    tool_usage_error(cmd, "--rank %d is not below --world %d", cfg->rank,
+                     cfg->world_size);
     return -1;
   }
   if (cfg->shuffle_initial > cfg->shuffle_buffer) {
-    fprintf(stderr,
-            "wds %s: --shuffle-initial %zu is larger than --shuffle-buffer "
-            "%zu\n",
-            cmd, cfg->shuffle_initial, cfg->shuffle_buffer);
+    tool_usage_error(
+        cmd, "--shuffle-initial %zu is larger than --shuffle-buffer %zu",
+        cfg->shuffle_initial, cfg->shuffle_buffer);
     return -1;
   }
   if (o->decode) {
     size_t n = 0;
     if (wds_field_specs_parse(o->decode, &o->fields, &n, &o->field_storage, err,
                               sizeof err) != WDS_OK) {
-      fprintf(stderr, "wds %s: --decode: %s\n", cmd, err);
+      tool_usage_error(cmd, "--decode: %s", err);
       return -1;
     }
     cfg->fields = o->fields;
@@ -368,72 +354,113 @@ const char *tool_mode_name(wds_mode m) {
   }
 }
 
+static const char loader_help[] =
+    "  --decode FIELDS        the arrays of a batch: comma-separated "
+    "fields,\n"
+    "                         each NAME[:OPTION]..., NAME one or more\n"
+    "                         extensions joined by ';' (the first one a\n"
+    "                         sample has is used); OPTIONs: rgb, l (gray),\n"
+    "                         N or WxH (image size), and the decoder: "
+    "image,\n"
+    "                         npy, int, bytes (default: by extension).\n"
+    "                         e.g. \"jpg;png:rgb:224,cls\"\n"
+    "                         (jpg also matches jpeg and jpeg jpg, so\n"
+    "                         .jpg, .JPG, .jpeg and .JPEG files all match)\n"
+    "  --batch-size N         rows per batch (default 1)\n"
+    "  --mode MODE            plain (default): each rank reads its shards\n"
+    "                         once, ranks may get different batch counts;\n"
+    "                         exact: every sample once per epoch over all\n"
+    "                         ranks, equal counts (padded or --drop-last);\n"
+    "                         resampled: shards drawn with replacement,\n"
+    "                         --samples-per-epoch per rank\n"
+    "  --samples-per-epoch N  samples per rank and epoch (resampled: "
+    "needed;\n"
+    "                         plain: a cap)\n"
+    "  --index FILE           exact mode: per-shard sample counts (the JSON\n"
+    "                         `wds index` writes) instead of a counting "
+    "pass\n"
+    "  --rank N, --world N    this process's rank and the number of ranks\n"
+    "                         (default: RANK/WORLD_SIZE, SLURM_PROCID/\n"
+    "                         SLURM_NTASKS, OMPI_COMM_WORLD_*, else 0 of 1)\n"
+    "  --workers N            worker threads (default 4); the batch order\n"
+    "                         depends on it: keep it fixed to reproduce a "
+    "run\n"
+    "  --seed N               seed of every shuffle and draw (default 0)\n"
+    "  --epoch N              the first epoch (default 0)\n"
+    "  --epochs N             how many epochs to run (default 1)\n"
+    "  --resume-at K          skip the first K batches of --epoch, as after\n"
+    "                         a restart: the output continues exactly where\n"
+    "                         an uninterrupted run would be\n"
+    "  --shuffle-buffer N     samples per worker shuffle buffer (0: none)\n"
+    "  --shuffle-initial N    samples buffered before the first output\n"
+    "  --shuffle-bytes SIZE   and at most SIZE bytes of samples per worker\n"
+    "                         (default 1G): the buffer\n"
+    "                         holds fewer samples when they are large\n"
+    "  --no-shard-shuffle     keep the spec's shard order in every epoch\n"
+    "  --drop-last            exact mode: drop the tail instead of padding,\n"
+    "                         and drop a partial last batch (torch's\n"
+    "                         drop_last for the sampler and the DataLoader)\n"
+    "  --last-batch HOW       keep (default), drop, or pad (to --batch-size\n"
+    "                         with repeated rows marked invalid); overrides\n"
+    "                         --drop-last for the last batch\n"
+    "  --image-size N         default image width and height (224)\n"
+    "  --crop HOW             center (default) or random (resized crop and\n"
+    "                         flip)\n"
+    "  --prefetch N           batches in flight (pool slots, 2..1024, "
+    "default 4)\n"
+    "  --on-error HOW         stop (default) or skip (count and go on; bad\n"
+    "                         samples become invalid rows)\n"
+    "  --max-sample-bytes SIZE  largest sample accepted\n"
+    "  --read-timeout S       a shard that delivers no data for S seconds\n"
+    "                         fails, naming it (default 300; 0: wait\n"
+    "                         forever)\n"
+    "  --max-window SIZE      largest zstd window a shard may need\n"
+    "                         (default 128M; zstd --long=31: 2G)\n";
+
 void tool_loader_opts_help(FILE *f) {
-  fputs(
-      "loader options:\n"
-      "  --decode FIELDS        the arrays of a batch: comma-separated "
-      "fields,\n"
-      "                         each NAME[:OPTION]..., NAME one or more\n"
-      "                         extensions joined by ';' (the first one a\n"
-      "                         sample has is used); OPTIONs: rgb, l (gray),\n"
-      "                         N or WxH (image size), and the decoder: "
-      "image,\n"
-      "                         npy, int, bytes (default: by extension).\n"
-      "                         e.g. \"jpg;png:rgb:224,cls\"\n"
-      "                         (jpg also matches jpeg and jpeg jpg, so\n"
-      "                         .jpg, .JPG, .jpeg and .JPEG files all match)\n"
-      "  --batch-size N         rows per batch (default 1)\n"
-      "  --mode MODE            plain (default): each rank reads its shards\n"
-      "                         once, ranks may get different batch counts;\n"
-      "                         exact: every sample once per epoch over all\n"
-      "                         ranks, equal counts (padded or --drop-last);\n"
-      "                         resampled: shards drawn with replacement,\n"
-      "                         --samples-per-epoch per rank\n"
-      "  --samples-per-epoch N  samples per rank and epoch (resampled: "
-      "needed;\n"
-      "                         plain: a cap)\n"
-      "  --index FILE           exact mode: per-shard sample counts (the JSON\n"
-      "                         `wds index` writes) instead of a counting "
-      "pass\n"
-      "  --rank N, --world N    this process's rank and the number of ranks\n"
-      "                         (default: RANK/WORLD_SIZE, SLURM_PROCID/\n"
-      "                         SLURM_NTASKS, OMPI_COMM_WORLD_*, else 0 of 1)\n"
-      "  --workers N            worker threads (default 4); the batch order\n"
-      "                         depends on it: keep it fixed to reproduce a "
-      "run\n"
-      "  --seed N               seed of every shuffle and draw (default 0)\n"
-      "  --epoch N              the first epoch (default 0)\n"
-      "  --epochs N             how many epochs to run (default 1)\n"
-      "  --resume-at K          skip the first K batches of --epoch, as after\n"
-      "                         a restart: the output continues exactly where\n"
-      "                         an uninterrupted run would be\n"
-      "  --shuffle-buffer N     samples per worker shuffle buffer (0: none)\n"
-      "  --shuffle-initial N    samples buffered before the first output\n"
-      "  --shuffle-bytes SIZE   and at most SIZE bytes of samples per worker\n"
-      "                         (default 1G): the buffer\n"
-      "                         holds fewer samples when they are large\n"
-      "  --no-shard-shuffle     keep the spec's shard order in every epoch\n"
-      "  --drop-last            exact mode: drop the tail instead of padding,\n"
-      "                         and drop a partial last batch (torch's\n"
-      "                         drop_last for the sampler and the DataLoader)\n"
-      "  --last-batch HOW       keep (default), drop, or pad (to --batch-size\n"
-      "                         with repeated rows marked invalid); overrides\n"
-      "                         --drop-last for the last batch\n"
-      "  --image-size N         default image width and height (224)\n"
-      "  --crop HOW             center (default) or random (resized crop and\n"
-      "                         flip)\n"
-      "  --prefetch N           batches in flight (pool slots, 2..1024, "
-      "default 4)\n"
-      "  --on-error HOW         stop (default) or skip (count and go on; bad\n"
-      "                         samples become invalid rows)\n"
-      "  --max-sample-bytes SIZE  largest sample accepted\n"
-      "  --read-timeout S       a shard that delivers no data for S seconds\n"
-      "                         fails, naming it (default 300; 0: wait\n"
-      "                         forever)\n"
-      "  --max-window SIZE      largest zstd window a shard may need\n"
-      "                         (default 128M; zstd --long=31: 2G)\n"
-      "\n" WDS__SIZE_HELP,
-      f);
+  fputs("loader options:\n", f);
+  fputs(loader_help, f);
+  fputs("\n" WDS__SIZE_HELP, f);
+}
+
+void tool_loader_opts_help_some(FILE *f, const char *const *names) {
+  /* An entry is its "  --NAME" line and the indented lines after it. */
+  for (const char *const *n = names; *n; n++) {
+    size_t len = strlen(*n);
+    for (const char *line = loader_help; *line;) {
+      const char *end = strchr(line, '\n');
+      if (strncmp(line, "  --", 4) == 0 && strncmp(line + 4, *n, len) == 0 &&
+          (line[4 + len] == ' ' || line[4 + len] == ',')) {
+        do {
+          fwrite(line, 1, (size_t)(end - line) + 1, f);
+          line = end + 1;
+          end = strchr(line, '\n');
+        } while (*line && strncmp(line, "  --", 4) != 0);
+        break;
+      }
+      line = end + 1;
+    }
+  }
+}
+
+int tool_loader_options_some(const struct option *own, const char *const *names,
+                             struct option *out, size_t cap) {
+  size_t n = 0;
+  while (own && own[n].name)
+    n++;
+  if (n + 1 > cap)
+    return -1;
+  memcpy(out, own, n * sizeof *out);
+  for (const char *const *name = names; *name; name++) {
+    size_t i = 0;
+    while (i < NLOADER && strcmp(loader_options[i].name, *name) != 0)
+      i++;
+    if (i == NLOADER || n + 2 > cap)
+      return -1;
+    out[n++] = loader_options[i];
+  }
+  memset(out + n, 0, sizeof *out);
+  return 0;
 }
 
 int tool_read_timeout(const char *cmd, const char *arg, int *ms) {
@@ -441,10 +468,10 @@ int tool_read_timeout(const char *cmd, const char *arg, int *ms) {
   errno = 0;
   double s = strtod(arg, &end);
   if (errno || end == arg || *end || !(s >= 0) || s > 86400.0 * 24) {
-    fprintf(stderr,
-            "wds %s: --read-timeout needs seconds (0 = wait forever, at "
-            "most 24 days), not \"%s\"\n",
-            cmd, arg);
+    tool_usage_error(cmd,
+                     "--read-timeout needs seconds (0 = wait forever, at "
+                     "most 24 days), not \"%s\"",
+                     arg);
     return -1;
   }
   if (s == 0)
@@ -457,10 +484,10 @@ int tool_read_timeout(const char *cmd, const char *arg, int *ms) {
 int tool_max_window(const char *cmd, const char *arg, uint64_t *out) {
   if (suffixed_bytes(arg, UINT64_MAX, out) == 0)
     return 0;
-  fprintf(stderr,
-          "wds %s: --max-window needs a size in bytes, optionally with K, M, "
-          "G, T (powers of 1024) or KB, MB, GB, TB (of 1000) (a zstd window: "
-          "default 128M, zstd --long=31 needs 2G), not \"%s\"\n",
-          cmd, arg);
+  tool_usage_error(cmd,
+                   "--max-window needs a size in bytes, optionally with K, M, "
+                   "G, T (powers of 1024) or KB, MB, GB, TB (of 1000) (a zstd "
+                   "window: default 128M, zstd --long=31 needs 2G), not \"%s\"",
+                   arg);
   return -1;
 }

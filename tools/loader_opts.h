@@ -6,12 +6,13 @@
  *
  *   tool_loader_opts lo;
  *   tool_loader_opts_init(&lo);
- *   ...  default: switch (tool_loader_opt(&lo, c, optarg, "batches")) ...
- *   if (tool_loader_opts_finish(&lo, "batches") != 0) return 2;
+ *   ...  default: switch (tool_loader_opt(&lo, c, optarg, "wds batches")) ...
+ *   if (tool_loader_opts_finish(&lo, "wds batches") != 0) return 2;
  *   wds_loader_open(&lo.cfg, &l);  ...  tool_loader_opts_free(&lo);
  *
- * Usage errors are printed as "wds CMD: --flag ..." and reported to the
- * caller, which exits with status 2. */
+ * CMD is the command as typed ("wds batches", "wds-train"). Usage errors are
+ * printed as "CMD: --flag ... (see 'CMD --help')" (tools/opts.h) and
+ * reported to the caller, which exits with status 2. */
 #ifndef WDS_TOOLS_LOADER_OPTS_H
 #define WDS_TOOLS_LOADER_OPTS_H
 
@@ -24,6 +25,36 @@
 /* getopt_long codes of the loader options start here (commands use
  * characters below 256 for their own). */
 #define TOOL_LOADER_OPT_BASE 1000
+
+/* The loader options' getopt_long codes, for a command that takes some of
+ * them (tool_loader_options_some) and needs to know which were given. */
+enum {
+  TOOL_LO_RANK = TOOL_LOADER_OPT_BASE,
+  TOOL_LO_WORLD,
+  TOOL_LO_WORKERS,
+  TOOL_LO_SEED,
+  TOOL_LO_EPOCH,
+  TOOL_LO_EPOCHS,
+  TOOL_LO_MODE,
+  TOOL_LO_SAMPLES_PER_EPOCH,
+  TOOL_LO_BATCH_SIZE,
+  TOOL_LO_DROP_LAST,
+  TOOL_LO_LAST_BATCH,
+  TOOL_LO_SHUFFLE_BUFFER,
+  TOOL_LO_SHUFFLE_INITIAL,
+  TOOL_LO_NO_SHARD_SHUFFLE,
+  TOOL_LO_DECODE,
+  TOOL_LO_IMAGE_SIZE,
+  TOOL_LO_CROP,
+  TOOL_LO_PREFETCH,
+  TOOL_LO_ON_ERROR,
+  TOOL_LO_INDEX,
+  TOOL_LO_RESUME_AT,
+  TOOL_LO_MAX_SAMPLE_BYTES,
+  TOOL_LO_READ_TIMEOUT,
+  TOOL_LO_SHUFFLE_BYTES,
+  TOOL_LO_MAX_WINDOW
+};
 
 typedef struct tool_loader_opts {
   wds_loader_config cfg; /* from WDS_LOADER_CONFIG_INIT plus the options */
@@ -47,6 +78,11 @@ void tool_loader_opts_init(tool_loader_opts *o);
 int tool_loader_options(const struct option *own, struct option *out,
                         size_t cap);
 
+/* As tool_loader_options, with only the loader options named (without
+ * "--"; NULL-terminated). -1 if cap is too small or a name is unknown. */
+int tool_loader_options_some(const struct option *own, const char *const *names,
+                             struct option *out, size_t cap);
+
 /* Handles getopt_long code c with argument arg. Returns 1 if it was a loader
  * option, 0 if not (the caller's usage error), -1 for a bad value (the
  * message is printed). */
@@ -61,6 +97,10 @@ void tool_loader_opts_free(tool_loader_opts *o);
 
 /* The options' help text, for both commands' --help. */
 void tool_loader_opts_help(FILE *f);
+
+/* The help entries of the loader options named (NULL-terminated), in that
+ * order, for a command that takes only those (wds-train). */
+void tool_loader_opts_help_some(FILE *f, const char *const *names);
 
 const char *tool_mode_name(wds_mode m);
 

@@ -36,27 +36,6 @@ void tool_sha256_hex(const void *data, size_t n, char hex[65]) {
   hex[64] = '\0';
 }
 
-int tool_parse_u64(const char *s, uint64_t *out) {
-  /* strtoull alone would accept "-1", "+5" and leading blanks. */
-  if (!s || *s < '0' || *s > '9')
-    return -1;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end)
-    return -1;
-  *out = v;
-  return 0;
-}
-
-int tool_parse_size(const char *s, size_t *out) {
-  uint64_t v;
-  if (tool_parse_u64(s, &v) != 0 || v > SIZE_MAX)
-    return -1;
-  *out = (size_t)v;
-  return 0;
-}
-
 double tool_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "opts.h"
 #include "wds/spec.h"
 
 int tool_cmd_expand(int argc, char **argv);
@@ -25,11 +26,6 @@ int tool_expand_specs(const char *cmd, char **specs, int nspecs,
 
 /* Lower-case hex SHA-256 of data into hex (65 bytes). */
 void tool_sha256_hex(const void *data, size_t n, char hex[65]);
-
-/* Parse a decimal option value (digits only); return 0 on success, -1 for
- * anything else (signs, blanks, junk, overflow). */
-int tool_parse_u64(const char *s, uint64_t *out);
-int tool_parse_size(const char *s, size_t *out);
 
 /* Monotonic seconds. */
 double tool_now(void);

@@ -52,7 +52,5 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
     if (strcmp(argv[1], commands[i].name) == 0)
       return commands[i].run(argc - 1, argv + 1);
-  fprintf(stderr, "wds: unknown command '%s'\n", argv[1]);
-  usage(stderr);
-  return 2;
+  return tool_usage_error("wds", "unknown command '%s'", argv[1]);
 }

@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdio_ext.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@
 #include <unistd.h>
 
 #include "base/size.h"
+#include "tools/loader_opts.h"
+#include "tools/opts.h"
 #include "tools/signals.h"
 #include "trainer/rendezvous.h"
 #include "trainer/train.h"
@@ -27,7 +30,6 @@ static const char usage_text[] =
     "  --train SPEC           training shards (wds spec)\n"
     "  --eval SPEC            held-out shards: loss and accuracy after each\n"
     "                         epoch and at the end\n"
-    "  --index FILE           exact mode: `wds index` JSON of --train\n"
     "  --image-size N         images resized/cropped to N x N (default 32)\n"
     "  --channels 1|3         gray or RGB (default 3)\n"
     "  --crop center|random   training crop (default center)\n"
@@ -68,11 +70,6 @@ static const char usage_text[] =
     "  --collective-timeout SECONDS  CUDA: a collective or copy that makes\n"
     "                         no progress this long (a peer process died or\n"
     "                         hangs) aborts the run (default 600)\n"
-    "  --max-window SIZE      largest zstd window a shard may need (default\n"
-    "                         128M; 2G reads zstd --long=31 shards)\n"
-    "  --read-timeout SECONDS a shard that delivers no data this long fails\n"
-    "                         the run, naming it (default 300; 0: wait\n"
-    "                         forever)\n"
     "  SIGINT, SIGTERM, SIGHUP stop the run before its next step (a blocked\n"
     "  read wakes), abort the job's other processes, say how far it got and\n"
     "  the last checkpoint, and exit with 128 + the signal.\n"
@@ -84,13 +81,36 @@ static const char usage_text[] =
     "  --log-every N          a log line every N steps (default 10)\n"
     "  --log-checksums        per-rank weight checksums in each log line\n"
     "  --json FILE            log lines and the final summary as JSON lines\n"
-    "\n" WDS__SIZE_HELP;
+    "Reading shards (as `wds batches` takes them):\n";
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "wds-train: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(wds-train --help for usage)\n");
-  return 2;
+/* The loader options wds-train takes through tools/loader_opts.c: one
+ * spelling, parser, message and help text with `wds batches` and `wds
+ * bench`. Those whose defaults differ here (image size, shuffle buffer,
+ * mode, workers...) keep their own help lines above. */
+static const char *const loader_names[] = {"index",
+                                           "image-size",
+                                           "crop",
+                                           "mode",
+                                           "samples-per-epoch",
+                                           "last-batch",
+                                           "shuffle-buffer",
+                                           "workers",
+                                           "read-timeout",
+                                           "max-window",
+                                           NULL};
+static const char *const loader_help_names[] = {"index", "read-timeout",
+                                                "max-window", NULL};
+
+#define PROG "wds-train"
+
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt,
+                                                             ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return tool_usage_error(PROG, "%s", msg);
 }
 
 static int parse_u64(const char *s, uint64_t *out) {
@@ -100,15 +120,6 @@ static int parse_u64(const char *s, uint64_t *out) {
     return -1;
   unsigned long long v = strtoull(s, &end, 10);
   if (errno || *end)
-    return -1;
-  *out = v;
-  return 0;
-}
-
-/* Bytes in the size grammar of base/size.h, at least 1. */
-static int parse_size(const char *s, uint64_t *out) {
-  uint64_t v;
-  if (wds__size_parse(s, &v) != 0 || v < 1)
     return -1;
   *out = v;
   return 0;
@@ -154,15 +165,7 @@ static int parse_hidden(const char *s, tr_options *o) {
 enum {
   O_TRAIN = 256,
   O_EVAL,
-  O_INDEX,
-  O_IMAGE_SIZE,
   O_CHANNELS,
-  O_CROP,
-  O_MODE,
-  O_SPE,
-  O_LAST,
-  O_SHUF,
-  O_WORKERS,
   O_HIDDEN,
   O_CLASSES,
   O_LR,
@@ -190,8 +193,6 @@ enum {
   O_RDV_TIMEOUT,
   O_COLL_TIMEOUT,
   O_PRECISION,
-  O_READ_TIMEOUT,
-  O_MAX_WINDOW,
   O_HELP,
   O_VERSION
 };
@@ -199,15 +200,7 @@ enum {
 static const struct option long_opts[] = {
     {"train", required_argument, 0, O_TRAIN},
     {"eval", required_argument, 0, O_EVAL},
-    {"index", required_argument, 0, O_INDEX},
-    {"image-size", required_argument, 0, O_IMAGE_SIZE},
     {"channels", required_argument, 0, O_CHANNELS},
-    {"crop", required_argument, 0, O_CROP},
-    {"mode", required_argument, 0, O_MODE},
-    {"samples-per-epoch", required_argument, 0, O_SPE},
-    {"last-batch", required_argument, 0, O_LAST},
-    {"shuffle-buffer", required_argument, 0, O_SHUF},
-    {"workers", required_argument, 0, O_WORKERS},
     {"hidden", required_argument, 0, O_HIDDEN},
     {"classes", required_argument, 0, O_CLASSES},
     {"lr", required_argument, 0, O_LR},
@@ -234,8 +227,6 @@ static const struct option long_opts[] = {
     {"master-port", required_argument, 0, O_MASTER_PORT},
     {"rdv-timeout", required_argument, 0, O_RDV_TIMEOUT},
     {"collective-timeout", required_argument, 0, O_COLL_TIMEOUT},
-    {"read-timeout", required_argument, 0, O_READ_TIMEOUT},
-    {"max-window", required_argument, 0, O_MAX_WINDOW},
     {"precision", required_argument, 0, O_PRECISION},
     {"help", no_argument, 0, O_HELP},
     {"version", no_argument, 0, O_VERSION},
@@ -274,8 +265,15 @@ int main(int argc, char **argv) {
   const char *master_addr = NULL;
   uint64_t u;
   double d;
-  opterr = 0;
-  while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+  struct option opts[64];
+  tool_loader_opts lo;
+  uint64_t loader_given = 0; /* bit c - TOOL_LOADER_OPT_BASE */
+  tool_loader_opts_init(&lo);
+  if (tool_loader_options_some(long_opts, loader_names, opts,
+                               sizeof opts / sizeof *opts) != 0)
+    return 2;
+  optind = 1;
+  while ((c = tool_getopt(PROG, argc, argv, "", opts)) != -1) {
     const char *a = optarg;
     switch (c) {
     case O_TRAIN:
@@ -284,13 +282,6 @@ int main(int argc, char **argv) {
     case O_EVAL:
       o.eval_spec = a;
       break;
-    case O_INDEX:
-      o.train_index = a;
-      break;
-    case O_IMAGE_SIZE:
-      if (parse_int(a, 1, 4096, &o.image_size) != 0)
-        return usage_error("--image-size: bad value '%s' (1..4096)", a);
-      break;
     case O_CHANNELS:
       if (strcmp(a, "1") == 0)
         o.channels = 1;
@@ -298,47 +289,6 @@ int main(int argc, char **argv) {
         o.channels = 3;
       else
         return usage_error("--channels: '%s' (1 or 3)", a);
-      break;
-    case O_CROP:
-      if (strcmp(a, "center") == 0)
-        o.crop = WDS_CROP_CENTER;
-      else if (strcmp(a, "random") == 0)
-        o.crop = WDS_CROP_RANDOM;
-      else
-        return usage_error("--crop: '%s' (center or random)", a);
-      break;
-    case O_MODE:
-      if (strcmp(a, "exact") == 0)
-        o.mode = WDS_MODE_EXACT;
-      else if (strcmp(a, "resampled") == 0)
-        o.mode = WDS_MODE_RESAMPLED;
-      else
-        return usage_error("--mode: '%s' (exact or resampled; plain mode "
-                           "gives ranks unequal steps)",
-                           a);
-      break;
-    case O_SPE:
-      if (parse_u64(a, &o.samples_per_epoch) != 0 || !o.samples_per_epoch)
-        return usage_error("--samples-per-epoch: bad value '%s'", a);
-      break;
-    case O_LAST:
-      if (strcmp(a, "keep") == 0)
-        o.last_batch = WDS_LAST_KEEP;
-      else if (strcmp(a, "drop") == 0)
-        o.last_batch = WDS_LAST_DROP;
-      else if (strcmp(a, "pad") == 0)
-        o.last_batch = WDS_LAST_PAD;
-      else
-        return usage_error("--last-batch: '%s' (keep, drop or pad)", a);
-      break;
-    case O_SHUF:
-      if (parse_u64(a, &u) != 0)
-        return usage_error("--shuffle-buffer: bad value '%s'", a);
-      o.shuffle_buffer = (size_t)u;
-      break;
-    case O_WORKERS:
-      if (parse_int(a, 1, 1024, &o.workers) != 0)
-        return usage_error("--workers: bad value '%s' (1..1024)", a);
       break;
     case O_HIDDEN:
       if (parse_hidden(a, &o) != 0)
@@ -447,22 +397,6 @@ int main(int argc, char **argv) {
         return usage_error("--collective-timeout: bad value '%s' (seconds)", a);
       o.collective_timeout_ms = (int)(d * 1000.0 + 0.5);
       break;
-    case O_READ_TIMEOUT:
-      if (parse_double(a, &d) != 0 || d > 86400.0 * 24)
-        return usage_error("--read-timeout: bad value '%s' (seconds; 0: "
-                           "wait forever)",
-                           a);
-      o.read_timeout_ms = d == 0         ? -1
-                          : d * 1000 < 1 ? 1
-                                         : (int)(d * 1000 + 0.5);
-      break;
-    case O_MAX_WINDOW:
-      if (parse_size(a, &o.max_window_bytes) != 0)
-        return usage_error("--max-window: bad size '%s' (bytes; K, M, G, T "
-                           "powers of 1024, KB, MB, GB, TB of 1000: 2G for "
-                           "zstd --long=31)",
-                           a);
-      break;
     case O_PRECISION:
       if (strcmp(a, "auto") == 0)
         o.precision = TR_PRECISION_AUTO;
@@ -475,15 +409,53 @@ int main(int argc, char **argv) {
       break;
     case O_HELP:
       fputs(usage_text, stdout);
+      tool_loader_opts_help_some(stdout, loader_help_names);
+      fputs("\n" WDS__SIZE_HELP, stdout);
       return 0;
     case O_VERSION:
       printf("wds %s\n", wds_version());
       return 0;
+    case TOOL_OPT_BAD:
+      return 2;
     default:
-      return usage_error("unknown option or missing value: %s",
-                         argv[optind - 1]);
+      if (tool_loader_opt(&lo, c, a, PROG) != 1)
+        return 2;
+      loader_given |= (uint64_t)1 << (c - TOOL_LOADER_OPT_BASE);
     }
   }
+  /* The loader options taken, into the trainer's options. */
+#define GIVEN(code)                                                            \
+  (loader_given & ((uint64_t)1 << ((code)-TOOL_LOADER_OPT_BASE)))
+  if (GIVEN(TOOL_LO_INDEX))
+    o.train_index = lo.cfg.index_path;
+  if (GIVEN(TOOL_LO_IMAGE_SIZE)) {
+    if (lo.cfg.image_size > 4096)
+      return usage_error("--image-size %d: wds-train takes at most 4096",
+                         lo.cfg.image_size);
+    o.image_size = lo.cfg.image_size;
+  }
+  if (GIVEN(TOOL_LO_CROP))
+    o.crop = lo.cfg.crop;
+  if (GIVEN(TOOL_LO_MODE)) {
+    if (lo.cfg.mode == WDS_MODE_PLAIN)
+      return usage_error("--mode plain gives ranks unequal steps: wds-train "
+                         "takes exact or resampled");
+    o.mode = lo.cfg.mode;
+  }
+  if (GIVEN(TOOL_LO_SAMPLES_PER_EPOCH))
+    o.samples_per_epoch = lo.cfg.samples_per_epoch;
+  if (GIVEN(TOOL_LO_LAST_BATCH))
+    o.last_batch = lo.last_batch;
+  if (GIVEN(TOOL_LO_SHUFFLE_BUFFER))
+    o.shuffle_buffer = lo.cfg.shuffle_buffer;
+  if (GIVEN(TOOL_LO_WORKERS))
+    o.workers = lo.cfg.workers;
+  if (GIVEN(TOOL_LO_READ_TIMEOUT))
+    o.read_timeout_ms = lo.cfg.read_timeout_ms;
+  if (GIVEN(TOOL_LO_MAX_WINDOW))
+    o.max_window_bytes = lo.cfg.max_window_bytes;
+#undef GIVEN
+  tool_loader_opts_free(&lo);
   if (optind < argc)
     return usage_error("unexpected argument '%s'", argv[optind]);
   if (!o.train_spec)
@@ -546,18 +518,15 @@ int main(int argc, char **argv) {
   }
   int visible = o.backend->device_count ? o.backend->device_count(&why) : 0;
   if (!o.backend->device_count && gpus > 0) {
-    fprintf(stderr, "wds-train: --gpus: the CPU backend uses --ranks%s%s\n",
-            why.msg[0] ? "; no GPU: " : "", why.msg);
-    return 2;
+    return usage_error("--gpus: the CPU backend uses --ranks%s%s",
+                       why.msg[0] ? "; no GPU: " : "", why.msg);
   }
   if (o.backend->device_count) {
     if (topo.per_process) {
       if (gpus > 1) {
-        fprintf(stderr,
-                "wds-train: --gpus %d: under torchrun each process "
-                "drives one GPU (LOCAL_RANK)\n",
-                gpus);
-        return 2;
+        return usage_error("--gpus %d: under torchrun each process drives "
+                           "one GPU (LOCAL_RANK)",
+                           gpus);
       }
       if (o.first_device >= visible) {
         fprintf(stderr, "wds-train: LOCAL_RANK=%d, but %d GPU%s visible\n",

@@ -311,6 +311,14 @@ for b in batches:
         want |= {os.path.basename(f"{stem}.{field}.npy"),
                  os.path.basename(f"{stem}.{field}.offsets.npy")}
     want.add(os.path.basename(stem + ".cls.npy"))
+    # The rows: the valid mask as --json shows it, the keys and shards.
+    valid = np.load(stem + ".__valid__.npy")
+    assert valid.dtype == np.uint8 and list(valid) == b["valid"], (stem, valid)
+    rows = json.load(open(stem + ".__rows__.json"))
+    assert rows["keys"] == keys, (stem, rows)
+    assert all(u.startswith("d-") and u.endswith(".tar") for u in rows["urls"]), rows
+    want |= {os.path.basename(stem + ".__valid__.npy"),
+             os.path.basename(stem + ".__rows__.json")}
 assert files == want, sorted(files ^ want)
 ' save.txt
 fi
