@@ -22,6 +22,7 @@
 #include "base/rng.h"
 #include "base/size.h"
 #include "loader_opts.h"
+#include "pipeline/decoders.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/reader.h"
@@ -39,7 +40,8 @@ static const char cat_usage[] =
     "sorted by extension, with fixed mode, owner and mtime.\n"
     "  --fields LIST  keep only these extensions (comma-separated); a sample "
     "with\n"
-    "                 none of them is dropped\n"
+    "                 none of them is dropped (jpg also keeps jpeg, and jpeg\n"
+    "                 jpg)\n"
     "  --shuffle N    shuffle through a buffer of N samples (WebDataset's "
     "shuffle)\n"
     "  --seed S       seed of the shuffle (default 0): the same seed gives "
@@ -82,12 +84,15 @@ typedef struct cat_state {
   size_t scratch_cap;
 } cat_state;
 
+/* Is ext one of --fields, or its other spelling (jpg and jpeg)? */
 static int keep_ext(const cat_state *c, const char *ext) {
   if (!c->nkeep)
     return 1;
-  for (size_t i = 0; i < c->nkeep; i++)
-    if (strcmp(c->keep[i], ext) == 0)
+  for (size_t i = 0; i < c->nkeep; i++) {
+    const char *alias = wds__ext_alias(c->keep[i], strlen(c->keep[i]));
+    if (strcmp(c->keep[i], ext) == 0 || (alias && strcmp(alias, ext) == 0))
       return 1;
+  }
   return 0;
 }
 

@@ -6,8 +6,8 @@
 #     run that needs a second shard exits 1 naming the option, and no file
 #     (nor temporary) is left; within the limits the one file is written;
 #   * .JPEG/.jpeg/.JPG/.jpg: `verify --require jpg` (and JPG, jpeg) accepts
-#     them all, `batches --decode jpg` decodes them, and wds-train's default
-#     fields read them;
+#     them all, `batches --decode jpg` decodes them, `cat --fields jpg`
+#     keeps them, and wds-train's default fields read them;
 #   * --labels on an ImageFolder tree: cls = the folder's index among the
 #     sorted folder names (torchvision's numbering, computed here in
 #     Python), classes.json beside the shards, the note about class order
@@ -88,6 +88,10 @@ expect_rc "spellings: batches --decode jpg reads .JPEG/.jpeg" 0 dec
 check "spellings: 3 batches of 4" test "$(wc -l <dec.out)" -eq 3
 w dec2 batches sp-00.tar --decode 'JPEG:rgb:8' --batch-size 12
 expect_rc "spellings: --decode JPEG reads .jpg too" 0 dec2
+w cat cat --fields jpg sp-00.tar
+expect_rc "spellings: cat --fields jpg" 0 cat
+"$GTAR" -tf cat.out >cat.list
+check "spellings: cat --fields jpg keeps .jpeg members too" test "$(grep -c '\.jpeg$' cat.list)" -eq 6 -a "$(wc -l <cat.list)" -eq 12
 
 # ---- --labels ----
 mkdir -p lab
