@@ -113,16 +113,9 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt,
   return tool_usage_error(PROG, "%s", msg);
 }
 
+/* Digits only, as every tool's numbers (tools/opts.c). */
 static int parse_u64(const char *s, uint64_t *out) {
-  char *end;
-  errno = 0;
-  if (!s || !*s || *s == '-')
-    return -1;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end)
-    return -1;
-  *out = v;
-  return 0;
+  return tool_parse_u64(s, out);
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out) {

@@ -144,6 +144,9 @@ if ((RC == 0)) && grep -q -- '--read-timeout S ' train_help.out &&
 else
   bad "wds-train --help" "exit $RC" "$(tail -20 train_help.out)"
 fi
+# Its own numbers have the tools' grammar too: digits only.
+usage train_plus wds-train "--epochs: bad value '+3'" --train "$S" --epochs +3
+usage train_blank wds-train "--seed: bad value ' 3'" --train "$S" --seed ' 3'
 # wds-train keeps its own limits on what it takes through the shared parser.
 usage train_mode_plain wds-train "--mode plain" --train "$S" --mode plain
 usage train_image_size wds-train "--image-size 5000" --train "$S" --image-size 5000
