@@ -275,8 +275,8 @@ int tool_cmd_cat(int argc, char **argv) {
     fprintf(stderr, "wds cat: note: --seed has no effect without --shuffle N "
                     "(N > 1)\n");
   if (!force && isatty(1)) {
-    fprintf(stderr, "wds cat: not writing a tar stream to a terminal (redirect "
-                    "stdout, or use -f)\n");
+    tool_usage_error("wds cat", "not writing a tar stream to a terminal "
+                                "(redirect stdout, or use -f)");
     goto done;
   }
   if (tool_expand_specs("cat", argv + optind, argc - optind, max_urls, &urls))

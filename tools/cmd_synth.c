@@ -168,11 +168,10 @@ int tool_cmd_synth(int argc, char **argv) {
                             "--shards, --samples or --size too large");
   const char *pat_text = argv[optind];
   if (!has_conversion(pat_text) && shards > 1) {
-    fprintf(stderr,
-            "wds synth: PATTERN \"%s\" needs one integer conversion for the "
-            "shard index, e.g. demo-%%06d.tar\n",
-            pat_text);
-    return 2;
+    return tool_usage_error("wds synth",
+                            "PATTERN \"%s\" needs one integer conversion for "
+                            "the shard index, e.g. demo-%%06d.tar",
+                            pat_text);
   }
   if (samples == 0)
     return tool_usage_error("wds synth", "--samples must be at least 1");

@@ -1548,9 +1548,8 @@ int tool_cmd_write(int argc, char **argv) {
     return usage_error("%s", "-o - is one tar stream: --maxcount and "
                              "--maxsize need a shard PATTERN");
   if (to_stdout && isatty(1)) {
-    fprintf(stderr, "wds write: not writing a tar stream to a terminal "
-                    "(redirect stdout)\n");
-    return 2;
+    return usage_error("%s", "not writing a tar stream to a terminal "
+                             "(redirect stdout)");
   }
 
   wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;

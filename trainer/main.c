@@ -469,8 +469,7 @@ int main(int argc, char **argv) {
   topo.node_rank = node_rank;
   wds__err terr;
   if (tr_rdv_env(&topo, &terr) != WDS_OK) {
-    fprintf(stderr, "wds-train: %s\n", terr.msg);
-    return 2;
+    return usage_error("%s", terr.msg);
   }
   if (topo.per_process) { /* one process per GPU */
     o.procs = topo.world_size;

@@ -104,6 +104,7 @@ usage batches_nospec "wds batches" "expected a SPEC" --decode cls
 usage batches_nodecode "wds batches" "--decode FIELDS is required" "$S"
 usage expand_nospec "wds expand" "no SPEC given"
 usage synth_nopattern "wds synth" "expected one PATTERN"
+usage synth_pattern "wds synth" "needs one integer conversion" --shards 2 x.tar
 usage write_noinput "wds write" "no INPUT" -o 'o-%d.tar'
 usage write_badvalue "wds write" "--maxcount needs a positive number" --maxcount x "$S"
 usage cat_badvalue "wds cat" "--limit needs a number > 0" --limit 0 "$S"
