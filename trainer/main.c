@@ -32,12 +32,10 @@ static const char usage_text[] =
     "                         epoch and at the end\n"
     "  --image-size N         images resized/cropped to N x N (default 32)\n"
     "  --channels 1|3         gray or RGB (default 3)\n"
-    "  --crop center|random   training crop (default center)\n"
     "  --mode exact|resampled epoch mode (default exact)\n"
     "  --samples-per-epoch N  resampled mode: samples per node and epoch\n"
     "  --last-batch keep|drop|pad  partial last batch (default keep)\n"
     "  --shuffle-buffer N     samples per worker (default 1000; 0 = none)\n"
-    "  --workers N            loader threads (default 4)\n"
     "Model and optimizer:\n"
     "  --hidden LIST          hidden sizes, e.g. 256,128 (default); '' none\n"
     "  --classes N            output classes (default 10)\n"
@@ -98,8 +96,8 @@ static const char *const loader_names[] = {"index",
                                            "read-timeout",
                                            "max-window",
                                            NULL};
-static const char *const loader_help_names[] = {"index", "read-timeout",
-                                                "max-window", NULL};
+static const char *const loader_help_names[] = {
+    "index", "crop", "workers", "read-timeout", "max-window", NULL};
 
 #define PROG "wds-train"
 

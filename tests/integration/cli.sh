@@ -140,6 +140,7 @@ same_message shuffle_buffer --shuffle-buffer x
 same_message spe --samples-per-epoch 0
 run train_help wds-train --help
 if ((RC == 0)) && grep -q -- '--read-timeout S ' train_help.out &&
+  grep -q -- '--crop HOW ' train_help.out && grep -q -- '--workers N ' train_help.out &&
   grep -q -- '--max-window SIZE ' train_help.out && grep -q 'A SIZE is' train_help.out; then
   ok "wds-train --help shows the loader options' shared help"
 else
