@@ -399,9 +399,18 @@ int main(int argc, char **argv) {
         return usage_error("--precision: '%s' (auto, tf32 or fp32)", a);
       break;
     case O_HELP:
+      errno = 0;
       fputs(usage_text, stdout);
       tool_loader_opts_help_some(stdout, loader_help_names);
       fputs("\n" WDS__SIZE_HELP, stdout);
+      /* Longer than a buffer: a write may fail on the way (errno is then
+       * its reason, which the exit handler would no longer know). */
+      if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "wds-train: cannot write the output%s%s\n",
+                errno ? ": " : "", errno ? strerror(errno) : "");
+        error_printed = 1;
+        return 1;
+      }
       return 0;
     case O_VERSION:
       printf("wds %s\n", wds_version());
