@@ -36,8 +36,17 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    usage(stderr);
-    return 2;
+    char names[256];
+    size_t used = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+      int n = snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                       commands[i].name);
+      if (n < 0 || (size_t)n >= sizeof names - used)
+        break;
+      used += (size_t)n;
+    }
+    return tool_usage_error("wds", "no command given (%s)", names);
   }
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
       strcmp(argv[1], "help") == 0) {

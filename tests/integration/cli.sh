@@ -95,6 +95,7 @@ expect_rc "ls -- SPEC" 0 ls_dashdash
 
 # ---- 3. usage errors: one line, the help to read, exit 2 -------------------
 usage wds_unknown wds "unknown command 'frob'" frob
+usage wds_nothing wds "no command given"
 usage ls_nospec "wds ls" "expected a SPEC"
 usage cat_nospec "wds cat" "expected a SPEC"
 usage verify_nospec "wds verify" "expected a SPEC"
