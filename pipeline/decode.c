@@ -524,6 +524,22 @@ static int decode_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
   return rc;
 }
 
+int wds__decode_jpeg_scaled(wds__decoder *d, const uint8_t *data, size_t size,
+                            const wds__image_opts *o, int *w, int *h,
+                            wds__err *e) {
+  wds__crop_plan plan;
+  if (o->width <= 0 || o->height <= 0 || (o->channels != 1 && o->channels != 3))
+    return wds__fail(e, WDS_ERR_INVALID, "image: bad output %dx%dx%d", o->width,
+                     o->height, o->channels);
+  if (o->crop == WDS_CROP_RANDOM &&
+      !(o->scale_min > 0 && o->scale_min <= o->scale_max && o->scale_max <= 1))
+    return wds__fail(e, WDS_ERR_INVALID, "image: bad crop scale [%g, %g]",
+                     o->scale_min, o->scale_max);
+  if (!(size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF))
+    return wds__fail(e, WDS_ERR_FORMAT, "not a JPEG (%zu bytes)", size);
+  return decode_jpeg(d, data, size, o, &plan, w, h, e);
+}
+
 /* ---- images ---- */
 
 static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};

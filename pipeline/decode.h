@@ -67,6 +67,14 @@ typedef struct wds__image_opts {
 int wds__decode_image(wds__decoder *d, const uint8_t *data, size_t size,
                       const wds__image_opts *opts, uint8_t *out, wds__err *e);
 
+/* The first steps of wds__decode_image on a JPEG alone: the header, the
+ * crop plan and TurboJPEG's decode at the DCT scale wds__decode_image
+ * chooses for opts, into the decoder's own buffer; no resampling. *w, *h:
+ * the decoded size (bench/jpeg_baseline.c times TurboJPEG at that size). */
+int wds__decode_jpeg_scaled(wds__decoder *d, const uint8_t *data, size_t size,
+                            const wds__image_opts *opts, int *w, int *h,
+                            wds__err *e);
+
 /* Parsed .npy (format versions 1, 2 and 3). */
 typedef struct wds__npy {
   wds_dtype dtype;

@@ -23,7 +23,11 @@ typedef struct wds__taps {
   int *bounds;   /* 2 * count */
   int32_t *taps; /* count * ksize */
   double *work;  /* ksize doubles, scratch */
-  size_t bounds_cap, taps_cap, work_cap;
+  /* the taps split for pmaddwd (resize.c): per output, (ksize + 1) / 2
+   * pairs of taps x, x + 1, each as two int32 of two 16-bit halves: the
+   * low 15 bits of both, then the bits above */
+  int32_t *pairs;
+  size_t bounds_cap, taps_cap, work_cap, pairs_cap;
 } wds__taps;
 
 /* Taps of outputs off .. off + count - 1 of a resize of the source span
@@ -36,13 +40,27 @@ void wds__taps_free(wds__taps *t);
 /* Rows of the source the vertical taps read: [*first, *last). */
 void wds__taps_span(const wds__taps *t, int *first, int *last);
 
-/* Resamples src (src_h rows of src_stride bytes, channels interleaved; 1 or
- * 3 channels) through tx (horizontal) and ty (vertical) into out
- * (tx->count x ty->count x channels). tmp holds (last - first) *
- * tx->count * channels bytes (wds__taps_span of ty). */
+/* Resamples src (rows of src_stride bytes, tx->in_size pixels of channels
+ * interleaved bytes each; 1 or 3 channels) through tx (horizontal) and ty
+ * (vertical) into out (tx->count x ty->count x channels). tmp holds
+ * (last - first) * tx->count * channels bytes (wds__taps_span of ty), acc
+ * tx->count * channels. Runs the best kernels this CPU has. */
 void wds__resample(const uint8_t *src, size_t src_stride, int channels,
                    const wds__taps *tx, const wds__taps *ty, uint8_t *tmp,
                    int32_t *acc, uint8_t *out);
+
+/* The kernels, chosen at run time: every one gives the same bytes (exact
+ * integer arithmetic). SSE2: the horizontal pass of RGB and the vertical
+ * pass, with pmaddwd; AVX2: the vertical pass 32 bytes at a time; scalar:
+ * everything else, and everything on CPUs other than x86-64. */
+enum { WDS__RESIZE_SCALAR, WDS__RESIZE_SSE2, WDS__RESIZE_AVX2 };
+int wds__resize_isa_supported(int isa); /* 1 when this CPU runs it */
+int wds__resize_isa_best(void);
+const char *wds__resize_isa_name(int isa);
+/* wds__resample with the kernels of isa (scalar where not supported). */
+void wds__resample_isa(int isa, const uint8_t *src, size_t src_stride,
+                       int channels, const wds__taps *tx, const wds__taps *ty,
+                       uint8_t *tmp, int32_t *acc, uint8_t *out);
 
 /* Where the output comes from, in source pixels, per axis: a virtual
  * resize of [in0, in1) to out_total pixels, of which outputs off ..

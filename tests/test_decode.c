@@ -406,6 +406,190 @@ TEST(image_constant_resize) {
   free(png.d);
 }
 
+/* ---- resampling kernels (resize.h): every run-time path gives the bytes
+ * of a plain int64 evaluation of the same taps ---- */
+
+static uint64_t kern_rng = 0x9E3779B97F4A7C15ull;
+static uint32_t kern_next(void) {
+  kern_rng ^= kern_rng << 13;
+  kern_rng ^= kern_rng >> 7;
+  kern_rng ^= kern_rng << 17;
+  return (uint32_t)(kern_rng >> 16);
+}
+
+/* Pillow's two passes written out directly from the taps, in int64. */
+static void naive_resample(const uint8_t *src, size_t stride, int ch,
+                           const wds__taps *tx, const wds__taps *ty,
+                           uint8_t *out) {
+  int first, last;
+  wds__taps_span(ty, &first, &last);
+  size_t row = (size_t)tx->count * (size_t)ch;
+  uint8_t *tmp = malloc((size_t)(last - first) * row + 1);
+  ASSERT_TRUE(tmp != NULL);
+  int64_t half = (int64_t)1 << (WDS__RESIZE_BITS - 1);
+  for (int y = first; y < last; y++)
+    for (int i = 0; i < tx->count; i++)
+      for (int c = 0; c < ch; c++) {
+        int64_t v = half;
+        for (int x = 0; x < tx->bounds[2 * i + 1]; x++)
+          v += (int64_t)src[(size_t)y * stride +
+                            (size_t)(tx->bounds[2 * i] + x) * (size_t)ch +
+                            (size_t)c] *
+               tx->taps[(size_t)i * (size_t)tx->ksize + (size_t)x];
+        v >>= WDS__RESIZE_BITS;
+        tmp[(size_t)(y - first) * row + (size_t)i * (size_t)ch + (size_t)c] =
+            (uint8_t)(v < 0     ? 0
+                      : v > 255 ? 255
+                                : v);
+      }
+  for (int j = 0; j < ty->count; j++)
+    for (size_t x = 0; x < row; x++) {
+      int64_t v = half;
+      for (int y = 0; y < ty->bounds[2 * j + 1]; y++)
+        v += (int64_t)tmp[(size_t)(ty->bounds[2 * j] - first + y) * row + x] *
+             ty->taps[(size_t)j * (size_t)ty->ksize + (size_t)y];
+      v >>= WDS__RESIZE_BITS;
+      out[(size_t)j * row + x] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+  free(tmp);
+}
+
+/* One case: a source of sw x sh (fill: 0 noise, 1 all 255, 2 0/255
+ * stripes) with pad bytes at each row's end, resampled to ow x oh by
+ * plan (0 center, 1 random crop with flip) through every kernel set. The
+ * source is allocated to its exact size, so ASan sees any read past it. */
+static void kernels_case(int sw, int sh, int ow, int oh, int ch, int plan,
+                         int fill, int pad) {
+  size_t stride = (size_t)sw * (size_t)ch + (size_t)pad;
+  size_t size = stride * (size_t)sh;
+  uint8_t *src = malloc(size);
+  ASSERT_TRUE(src != NULL);
+  for (size_t i = 0; i < size; i++)
+    src[i] = fill == 1   ? 255
+             : fill == 2 ? ((i / (size_t)ch) % 3 ? 255 : 0)
+                         : (uint8_t)kern_next();
+  wds__crop_plan p;
+  if (plan)
+    wds__plan_random(sw, sh, ow, oh, 0.08, 1.0, (uint64_t)kern_next(), &p);
+  else
+    wds__plan_center(sw, sh, ow, oh, &p);
+  wds__taps tx = {0}, ty = {0};
+  ASSERT_EQ_INT(
+      wds__taps_prepare(&tx, sw, p.x0, p.x1, p.total_w, p.off_x, ow, p.flip),
+      0);
+  ASSERT_EQ_INT(
+      wds__taps_prepare(&ty, sh, p.y0, p.y1, p.total_h, p.off_y, oh, 0), 0);
+  int first, last;
+  wds__taps_span(&ty, &first, &last);
+  size_t row = (size_t)ow * (size_t)ch, n = row * (size_t)oh;
+  uint8_t *tmp = malloc((size_t)(last - first) * row);
+  int32_t *acc = malloc(row * sizeof *acc);
+  uint8_t *want = malloc(n), *got = malloc(n);
+  ASSERT_TRUE(tmp && acc && want && got);
+  naive_resample(src, stride, ch, &tx, &ty, want);
+  for (int isa = WDS__RESIZE_SCALAR; isa <= WDS__RESIZE_AVX2; isa++) {
+    if (!wds__resize_isa_supported(isa))
+      continue;
+    memset(got, 0xA5, n);
+    wds__resample_isa(isa, src, stride, ch, &tx, &ty, tmp, acc, got);
+    for (size_t i = 0; i < n; i++)
+      if (got[i] != want[i]) {
+        fprintf(stderr,
+                "  %s kernels, %dx%dx%d -> %dx%d (plan %d, fill %d): byte "
+                "%zu is %d, not %d\n",
+                wds__resize_isa_name(isa), sw, sh, ch, ow, oh, plan, fill, i,
+                got[i], want[i]);
+        ASSERT_EQ_INT(got[i], want[i]);
+      }
+  }
+  wds__taps_free(&tx);
+  wds__taps_free(&ty);
+  free(src);
+  free(tmp);
+  free(acc);
+  free(want);
+  free(got);
+}
+
+TEST(resize_kernels_agree) {
+  static int reported;
+  if (!reported++) {
+    fprintf(stderr, "  resize kernels run here:");
+    for (int isa = WDS__RESIZE_SCALAR; isa <= WDS__RESIZE_AVX2; isa++)
+      if (wds__resize_isa_supported(isa))
+        fprintf(stderr, " %s", wds__resize_isa_name(isa));
+    fprintf(stderr, " (best %s)\n",
+            wds__resize_isa_name(wds__resize_isa_best()));
+  }
+  ASSERT_TRUE(wds__resize_isa_supported(WDS__RESIZE_SCALAR));
+  ASSERT_TRUE(!wds__resize_isa_supported(WDS__RESIZE_AVX2 + 1));
+  ASSERT_TRUE(wds__resize_isa_supported(wds__resize_isa_best()));
+#if defined(__GNUC__) && defined(__x86_64__)
+  ASSERT_TRUE(wds__resize_isa_supported(WDS__RESIZE_SSE2));
+#endif
+  static const int cases[][4] = {
+      /* src w, h -> out w, h */
+      {313, 235, 224, 224}, /* the photo path: DCT-scaled 500x375 */
+      {500, 375, 224, 224}, {1, 1, 1, 1},         {1, 1, 5, 3},
+      {1, 100, 7, 7},       {100, 1, 7, 7},       {2, 2, 1, 1},
+      {3, 2, 17, 33},       {17, 9, 64, 48},      /* upscaling */
+      {37, 41, 13, 29},     {226, 225, 224, 224}, /* odd crops */
+      {640, 480, 1, 1},     {3000, 2, 2, 1},      /* filters of ~1,300 taps */
+      {2, 3000, 1, 2},      {64, 64, 64, 64},     {65, 33, 31, 16},
+      {5, 400, 33, 3}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (int ch = 1; ch <= 3; ch += 2)
+      for (int plan = 0; plan < 2; plan++)
+        for (int fill = 0; fill < 3; fill++)
+          kernels_case(cases[c][0], cases[c][1], cases[c][2], cases[c][3], ch,
+                       plan, fill, (int)(c % 3) * 5 % 7);
+  for (int r = 0; r < 60; r++) { /* random sizes */
+    int sw = 1 + (int)(kern_next() % 300), sh = 1 + (int)(kern_next() % 300);
+    int ow = 1 + (int)(kern_next() % 100), oh = 1 + (int)(kern_next() % 100);
+    kernels_case(sw, sh, ow, oh, kern_next() % 2 ? 3 : 1,
+                 (int)(kern_next() % 2), (int)(kern_next() % 3), 0);
+  }
+}
+
+TEST(jpeg_scaled_size) {
+  /* wds__decode_jpeg_scaled (bench/jpeg_baseline.c --dct-only) decodes at
+   * the smallest DCT scale that still leaves the crop its pixels */
+  wds__decoder *d = wds__decoder_new();
+  wds__err e;
+  int w = 0, h = 0;
+  buf j = make_jpeg(500, 375, 3, TJSAMP_420);
+  wds__image_opts o = center_opts(224, 224, 3);
+  ASSERT_EQ_INT(wds__decode_jpeg_scaled(d, j.d, j.n, &o, &w, &h, &e), WDS_OK);
+  ASSERT_EQ_INT(w, 313); /* 5/8: 235 rows >= 224, 4/8 would give 188 */
+  ASSERT_EQ_INT(h, 235);
+  o = center_opts(64, 64, 3);
+  ASSERT_EQ_INT(wds__decode_jpeg_scaled(d, j.d, j.n, &o, &w, &h, &e), WDS_OK);
+  ASSERT_EQ_INT(w, 125); /* 2/8: 94 rows >= 64; 1/8 would give 47 */
+  ASSERT_EQ_INT(h, 94);
+  o = center_opts(600, 600, 3); /* upscaling: full size */
+  ASSERT_EQ_INT(wds__decode_jpeg_scaled(d, j.d, j.n, &o, &w, &h, &e), WDS_OK);
+  ASSERT_EQ_INT(w, 500);
+  ASSERT_EQ_INT(h, 375);
+  o = center_opts(0, 224, 3);
+  ASSERT_EQ_INT(wds__decode_jpeg_scaled(d, j.d, j.n, &o, &w, &h, &e),
+                WDS_ERR_INVALID);
+  ASSERT_CONTAINS(e.msg, "bad output 0x224x3");
+  o = center_opts(224, 224, 3);
+  o.crop = WDS_CROP_RANDOM;
+  o.scale_min = 0;
+  ASSERT_EQ_INT(wds__decode_jpeg_scaled(d, j.d, j.n, &o, &w, &h, &e),
+                WDS_ERR_INVALID);
+  ASSERT_CONTAINS(e.msg, "bad crop scale");
+  o = center_opts(224, 224, 3);
+  ASSERT_EQ_INT(wds__decode_jpeg_scaled(d, j.d + 1, j.n - 1, &o, &w, &h, &e),
+                WDS_ERR_FORMAT);
+  ASSERT_CONTAINS(e.msg, "not a JPEG");
+  ASSERT_EQ_INT(wds__decode_jpeg_scaled(d, j.d, j.n / 2, &o, &w, &h, &e),
+                WDS_ERR_TRUNCATED);
+  wds__decoder_free(d);
+  free(j.d);
+}
+
 TEST(center_plan) {
   wds__crop_plan p;
   wds__plan_center(500, 375, 224, 224, &p); /* torchvision: 298x224, 37 */
@@ -1115,6 +1299,8 @@ int main(int argc, char **argv) {
   RUN(dtype_names);
   RUN(image_png_identity);
   RUN(image_constant_resize);
+  RUN(resize_kernels_agree);
+  RUN(jpeg_scaled_size);
   RUN(center_plan);
   RUN(random_plan);
   RUN(random_crop_images);
