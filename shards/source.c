@@ -63,14 +63,19 @@ struct wds__source {
   int nonblock; /* our own pipe, O_NONBLOCK: read first, poll when empty */
 };
 
+/* The descriptor a command's shell reads its gate from (see
+ * spawn_command). */
+#define WDS__GATE_FD 3
+
 /* Runs `/bin/sh -c script` with posix_spawn (safe in threaded programs)
  * in a process group of its own, with an empty signal mask (even if the
  * calling thread blocks signals) and the signals in dflt at their default
  * action (even if we ignore them). stdin comes from in_fd and stdout goes
- * to out_fd (-1: /dev/null); stderr is ours, or /dev/null when quiet.
+ * to out_fd (-1: /dev/null); gate_fd (unless -1) becomes its descriptor
+ * WDS__GATE_FD; stderr is ours, or /dev/null when quiet.
  * Returns 0 with *pid set, or an errno value. */
-static int spawn_sh(const char *script, int in_fd, int out_fd, int quiet,
-                    const sigset_t *dflt, pid_t *pid) {
+static int spawn_sh(const char *script, int in_fd, int out_fd, int gate_fd,
+                    int quiet, const sigset_t *dflt, pid_t *pid) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   if (posix_spawn_file_actions_init(&fa) != 0)
@@ -89,6 +94,8 @@ static int spawn_sh(const char *script, int in_fd, int out_fd, int quiet,
            ? posix_spawn_file_actions_adddup2(&fa, out_fd, STDOUT_FILENO)
            : posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null",
                                               O_WRONLY, 0)) == 0 &&
+      (gate_fd < 0 ||
+       posix_spawn_file_actions_adddup2(&fa, gate_fd, WDS__GATE_FD) == 0) &&
       (!quiet || posix_spawn_file_actions_addopen(
                      &fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0) == 0) &&
       posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
@@ -158,7 +165,7 @@ static void warden_start(void) {
   /* stdout and stderr to /dev/null: it must not hold a pipe of ours (a
    * `wds ... 2>&1 | tail` would wait for it). */
   pid_t pid;
-  if (spawn_sh(warden_script, sv[1], -1, 1, &dflt, &pid) == 0) {
+  if (spawn_sh(warden_script, sv[1], -1, -1, 1, &dflt, &pid) == 0) {
     warden_fd = sv[0];
     warden_pid = pid;
   } else {
@@ -199,11 +206,8 @@ static void warden_send(char op, pid_t pgid) {
   pthread_mutex_unlock(&warden_mu);
 }
 
-/* Starts the warden before a command does, if it is not running: a
- * command then only lives unregistered for the few instructions between
- * its spawn and warden_send() (whose line the warden reads even if we die
- * right after sending it), not for the time a first warden takes to
- * start, during which a SIGKILL of this process would leave it running. */
+/* Starts the warden before a command does, if it is not running, so that
+ * the command's registration does not wait for a first warden to start. */
 static void warden_ensure(void) {
   pthread_once(&warden_once, warden_register_atfork);
   pthread_mutex_lock(&warden_mu);
@@ -241,12 +245,64 @@ static char *shell_quote(const char *s) {
   return q;
 }
 
+/* A test hook: called between a command's spawn and its registration. */
+void (*wds__source_after_spawn_hook)(void);
+
+/* The command's shell waits at a gate (a socket on WDS__GATE_FD) until we
+ * have registered its group with the warden, and runs nothing if we died
+ * first (the gate then reads end-of-file). Without it, a SIGKILL of this
+ * process between the spawn and the registration, or a preemption there
+ * long enough for the command to start and be seen, left the command
+ * running with nobody to stop it. */
+static const char gate_script[] = "read -r _ <&3 || exit 1; exec 3<&-; ";
+
+/* A connected socket pair (a send to a shell that is gone then fails with
+ * EPIPE instead of raising SIGPIPE), both ends above WDS__GATE_FD, so that
+ * the dup2 onto it in the child never meets its own source (which would
+ * keep close-on-exec). */
+static int gate_pair(int fds[2]) {
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+    return -1;
+  for (int i = 0; i < 2; i++) {
+    if (fds[i] > WDS__GATE_FD)
+      continue;
+    int d = fcntl(fds[i], F_DUPFD_CLOEXEC, WDS__GATE_FD + 1);
+    if (d < 0) {
+      close(fds[0]);
+      close(fds[1]);
+      return -1;
+    }
+    close(fds[i]);
+    fds[i] = d;
+  }
+  return 0;
+}
+
 static int spawn_command(wds__source *s, const char *cmd, wds__err *err) {
-  int fds[2];
+  int fds[2], gate[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
     return wds__fail(err, WDS_ERR_OPEN,
                      "cannot create a pipe for the command: %s",
                      strerror(errno));
+  if (gate_pair(gate) != 0) {
+    int e = errno;
+    close(fds[0]);
+    close(fds[1]);
+    return wds__fail(err, WDS_ERR_OPEN,
+                     "cannot create a socket pair for the command: %s",
+                     strerror(e));
+  }
+  size_t glen = strlen(gate_script), clen = strlen(cmd);
+  char *script = malloc(glen + clen + 1);
+  if (!script) {
+    close(fds[0]);
+    close(fds[1]);
+    close(gate[0]);
+    close(gate[1]);
+    return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+  }
+  memcpy(script, gate_script, glen);
+  memcpy(script + glen, cmd, clen + 1);
   /* A larger pipe (1 MiB, the default limit for unprivileged processes;
    * refused quietly where lower) means fewer wake-ups per byte: the
    * command fills more before we drain it. */
@@ -260,16 +316,29 @@ static int spawn_command(wds__source *s, const char *cmd, wds__err *err) {
   sigemptyset(&dflt);
   sigaddset(&dflt, SIGPIPE);
   warden_ensure();
-  int e = spawn_sh(cmd, -1, fds[1], 0, &dflt, &s->pid);
+  int e = spawn_sh(script, -1, fds[1], gate[0], 0, &dflt, &s->pid);
+  free(script);
   close(fds[1]);
+  close(gate[0]);
   if (e != 0) {
     s->pid = 0;
     close(fds[0]);
+    close(gate[1]);
     return e == ENOMEM ? wds__fail(err, WDS_ERR_NOMEM, "out of memory")
                        : wds__fail(err, WDS_ERR_OPEN,
                                    "cannot start /bin/sh: %s", strerror(e));
   }
+  if (wds__source_after_spawn_hook)
+    wds__source_after_spawn_hook();
   warden_send('+', s->pid);
+  /* Open the gate. A failed write (the shell is already gone) leaves it
+   * closed: the shell then reads end-of-file and exits, which the reader
+   * reports as the command's failure. */
+  ssize_t gw;
+  do {
+    gw = send(gate[1], "\n", 1, MSG_NOSIGNAL);
+  } while (gw < 0 && errno == EINTR);
+  close(gate[1]);
   /* The read end is ours alone, so it may be non-blocking: a read is then
    * tried before any poll, and a flowing pipe costs no extra system call. */
   int fl = fcntl(fds[0], F_GETFL);

@@ -36,4 +36,9 @@ ssize_t wds__source_skip(wds__source *s, uint64_t n, void *scratch,
  * stopped reading early) is stopped: that is not an error. NULL is a no-op. */
 void wds__source_close(wds__source *s);
 
+/* Tests only: when set, called in the opening thread between a pipe:
+ * command's spawn and its registration with the warden (the command waits
+ * at its gate meanwhile). */
+extern void (*wds__source_after_spawn_hook)(void);
+
 #endif

@@ -2,8 +2,10 @@
  * timeout, wds_reader_cancel from a thread and from a signal handler, and
  * the warden (a command dies with its process, even by SIGKILL).
  *
- * Each stalled command is `sleep N` with N unique to its test, found in
- * /proc by its command line. */
+ * Each stalled command is `sleep N.PID`, N unique to its test and PID this
+ * test's process (so that suites running side by side, or a command some
+ * earlier run left behind, do not meet), found in /proc by its command
+ * line. */
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
@@ -13,12 +15,29 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shards/source.h"
 #include "shards/tarw.h"
 #include "test.h"
 #include "test_files.h"
 #include "wds/reader.h"
 
 static char tmpdir[256];
+
+static long run_id; /* this test's process id, taken before any fork */
+
+/* "N.PID": the argument of this run's `sleep` for test number n. */
+static const char *arg(int n) {
+  static char buf[8][32];
+  snprintf(buf[n], sizeof buf[n], "%d.%ld", 6400 + n, run_id % 100000);
+  return buf[n];
+}
+
+/* "pipe:sleep N.PID" */
+static const char *sleep_url(int n) {
+  static char buf[8][48];
+  snprintf(buf[n], sizeof buf[n], "pipe:sleep %s", arg(n));
+  return buf[n];
+}
 
 static double now_s(void) {
   struct timespec ts;
@@ -31,8 +50,9 @@ static void pause_ms(long ms) {
   nanosleep(&ts, NULL);
 }
 
-/* Whether a process runs `sleep ARG`. */
-static int sleep_running(const char *arg) {
+/* Whether a process runs `sleep ARG`; with stop, sends it SIGKILL too (so
+ * that a failed test leaves nothing behind holding our output). */
+static int sleep_find(const char *arg, int stop) {
   DIR *d = opendir("/proc");
   struct dirent *e;
   int found = 0;
@@ -50,11 +70,15 @@ static int sleep_running(const char *arg) {
     fclose(f);
     /* a zombie has an empty command line: it no longer runs */
     found = n == (size_t)wlen && memcmp(buf, want, n) == 0;
+    if (found && stop)
+      kill((pid_t)atol(e->d_name), SIGKILL);
   }
   if (d)
     closedir(d);
   return found;
 }
+
+static int sleep_running(const char *arg) { return sleep_find(arg, 0); }
 
 /* Waits up to ms for sleep_running(arg) to become `state`. */
 static int wait_sleep(const char *arg, int state, long ms) {
@@ -78,7 +102,7 @@ static wds_reader *open_one(const char *url, int timeout_ms) {
 }
 
 TEST(read_timeout_ends_a_stalled_shard) {
-  wds_reader *r = open_one("pipe:sleep 6401", 200);
+  wds_reader *r = open_one(sleep_url(1), 200);
   ASSERT_TRUE(r != NULL);
   const wds_sample *s;
   double t0 = now_s();
@@ -86,10 +110,12 @@ TEST(read_timeout_ends_a_stalled_shard) {
   double dt = now_s() - t0;
   printf("  %s (%.2f s)\n", wds_reader_error(r), dt);
   ASSERT_TRUE(dt >= 0.19 && dt < 5);
-  ASSERT_CONTAINS(wds_reader_error(r), "pipe:sleep 6401: no data for 0.2 s");
+  char want[96];
+  snprintf(want, sizeof want, "%s: no data for 0.2 s", sleep_url(1));
+  ASSERT_CONTAINS(wds_reader_error(r), want);
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_EOF); /* the only shard */
   wds_reader_close(r);
-  ASSERT_TRUE(wait_sleep("6401", 0, 5000)); /* stopped on close */
+  ASSERT_TRUE(wait_sleep(arg(1), 0, 5000)); /* stopped on close */
 }
 
 TEST(read_timeout_does_not_touch_files_or_flowing_pipes) {
@@ -141,11 +167,11 @@ static void *read_blocked(void *arg) {
 }
 
 TEST(cancel_from_a_thread_wakes_a_blocked_read) {
-  blocked b = {open_one("pipe:sleep 6402", -1), 0, 0};
+  blocked b = {open_one(sleep_url(2), -1), 0, 0};
   ASSERT_TRUE(b.r != NULL);
   pthread_t t;
   ASSERT_EQ_INT(pthread_create(&t, NULL, read_blocked, &b), 0);
-  ASSERT_TRUE(wait_sleep("6402", 1, 5000));
+  ASSERT_TRUE(wait_sleep(arg(2), 1, 5000));
   pause_ms(100);
   double t0 = now_s();
   wds_reader_cancel(b.r);
@@ -156,7 +182,7 @@ TEST(cancel_from_a_thread_wakes_a_blocked_read) {
   const wds_sample *s;
   ASSERT_EQ_INT(wds_reader_next(b.r, &s), WDS_ERR_CANCELLED); /* for good */
   wds_reader_close(b.r);
-  ASSERT_TRUE(wait_sleep("6402", 0, 5000));
+  ASSERT_TRUE(wait_sleep(arg(2), 0, 5000));
 }
 
 static wds_reader *volatile alarm_reader;
@@ -167,7 +193,7 @@ static void on_alarm(int sig) {
 }
 
 TEST(cancel_from_a_signal_handler) {
-  wds_reader *r = open_one("pipe:sleep 6403", -1);
+  wds_reader *r = open_one(sleep_url(3), -1);
   ASSERT_TRUE(r != NULL);
   alarm_reader = r;
   struct sigaction sa, old;
@@ -186,22 +212,20 @@ TEST(cancel_from_a_signal_handler) {
   ASSERT_EQ_INT(rc, WDS_ERR_CANCELLED);
   ASSERT_TRUE(dt < 3.0);
   wds_reader_close(r);
-  ASSERT_TRUE(wait_sleep("6403", 0, 5000));
+  ASSERT_TRUE(wait_sleep(arg(3), 0, 5000));
 }
 
 /* The warden: a process killed while its reader runs a command (no close,
  * no handler can run) takes the command with it; and one that exits
  * without closing its reader, as a careless program may. */
 TEST(commands_die_with_their_process) {
-  const char *args[2] = {"6404", "6405"};
+  const char *args[2] = {arg(4), arg(5)};
   for (int k = 0; k < 2; k++) {
     fflush(stdout);
     pid_t child = fork();
     ASSERT_TRUE(child >= 0);
     if (child == 0) {
-      char url[64];
-      snprintf(url, sizeof url, "pipe:sleep %s", args[k]);
-      wds_reader *r = open_one(url, k == 0 ? -1 : 300);
+      wds_reader *r = open_one(sleep_url(4 + k), k == 0 ? -1 : 300);
       const wds_sample *s;
       if (r)
         wds_reader_next(r, &s); /* k == 0 blocks until killed */
@@ -219,7 +243,38 @@ TEST(commands_die_with_their_process) {
   }
 }
 
+static void die_now(void) { raise(SIGKILL); }
+
+/* A process killed between a command's spawn and its registration with the
+ * warden (here by a hook at that point; before, by a preemption there on a
+ * busy machine) leaves nothing running: the command's shell waits at its
+ * gate, reads end-of-file when we are gone, and runs nothing. Before the
+ * gate, the command ran on with nobody to stop it. */
+TEST(a_command_never_outlives_a_death_before_registration) {
+  fflush(stdout);
+  pid_t child = fork();
+  ASSERT_TRUE(child >= 0);
+  if (child == 0) {
+    wds__source_after_spawn_hook = die_now;
+    wds_reader *r = open_one(sleep_url(6), -1);
+    const wds_sample *s;
+    if (r)
+      wds_reader_next(r, &s); /* opens the shard: the hook kills us */
+    _exit(0);                 /* not reached */
+  }
+  int status;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  /* The command would have started within this time. */
+  pause_ms(500);
+  int gone = wait_sleep(arg(6), 0, 2000);
+  if (!gone)
+    sleep_find(arg(6), 1);
+  ASSERT_TRUE(gone);
+}
+
 int main(void) {
+  run_id = (long)getpid();
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wds-test-source-XXXXXX");
   if (!mkdtemp(tmpdir)) {
     perror("mkdtemp");
@@ -230,6 +285,7 @@ int main(void) {
   RUN(cancel_from_a_thread_wakes_a_blocked_read);
   RUN(cancel_from_a_signal_handler);
   RUN(commands_die_with_their_process);
+  RUN(a_command_never_outlives_a_death_before_registration);
   test_remove_tree(tmpdir);
   return test_summary();
 }
