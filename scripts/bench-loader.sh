@@ -27,39 +27,12 @@ source "$root/scripts/lib-bench.sh"
 bench_check_devnull bench-loader.sh
 [ -x "$WDS" ] && [ -x "$BASE" ] || die "build first: $WDS, $BASE"
 "$PY" -c 'import numpy, PIL' 2>/dev/null || die "$PY needs numpy and PIL (apt-get install python3-numpy python3-pil)"
-mkdir -p "$DATA"
-
-synth() { # name shards samples size seed
-  [ -f "$DATA/$1-00.tar" ] && [ "$(cat "$DATA/$1.loader-params" 2>/dev/null)" = "$*" ] && return
-  "$WDS" synth --shards "$2" --samples "$3" --size "$4" --seed "$5" "$DATA/$1-%02d.tar" >/dev/null
-  echo "$*" >"$DATA/$1.loader-params"
-}
-synth 100k 4 1000 102400 1
-synth 1k 2 50000 1024 2
-
+bench_synth_sets "$WDS" "$DATA"
+bench_photo_jpegs "$PY" "$root" "$DATA"
 jpegs=$DATA/photo-jpegs
-if [ ! -f "$jpegs/done" ]; then
-  rm -rf "$jpegs"
-  "$PY" "$root/scripts/gen-photo-jpegs.py" "$jpegs" --count 2000 --seed 1 >/dev/null
-  # Pack into 4 shards of 500 samples (.jpg + .cls), sorted by name.
-  "$PY" - "$jpegs" <<'PYEOF'
-import io, os, sys, tarfile
-d = sys.argv[1]
-names = sorted(n for n in os.listdir(d) if n.endswith(".jpg"))
-for s in range(4):
-    with tarfile.open(os.path.join(d, f"photos-{s:02d}.tar"), "w", format=tarfile.USTAR_FORMAT) as t:
-        for i, n in enumerate(names[s * 500:(s + 1) * 500]):
-            key = f"p{s}_{i:04d}"
-            t.add(os.path.join(d, n), arcname=key + ".jpg")
-            cls = str(i % 10).encode()
-            ti = tarfile.TarInfo(key + ".cls"); ti.size = len(cls)
-            t.addfile(ti, io.BytesIO(cls))
-PYEOF
-  touch "$jpegs/done"
-fi
 cat "$DATA"/*.tar "$jpegs"/*.tar "$jpegs"/*.jpg >/dev/null
 
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+median() { bench_median; }
 field() { "$PY" -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 
 # pair REF_CMD... -- LOADER_CMD...: runs the two alternately RUNS times (so

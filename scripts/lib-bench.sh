@@ -21,3 +21,47 @@ bench_check_devnull() {
     exit 1
   fi
 }
+
+# bench_median: the median of the numbers on stdin, one a line.
+bench_median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# bench_synth_sets WDS DATA: the loader benchmarks' synthetic sets in DATA,
+# made with `wds synth` unless already there with the same parameters:
+#   100k-{00..03}.tar  4 x 1,000 samples, a 102,400-byte .bin each
+#   1k-{00..01}.tar    2 x 50,000 samples, a 1,024-byte .bin each
+bench_synth_sets() {
+  local wds=$1 data=$2
+  _bench_synth() { # name shards samples size seed
+    [ -f "$data/$1-00.tar" ] && [ "$(cat "$data/$1.loader-params" 2>/dev/null)" = "$*" ] && return
+    "$wds" synth --shards "$2" --samples "$3" --size "$4" --seed "$5" "$data/$1-%02d.tar" >/dev/null
+    echo "$*" >"$data/$1.loader-params"
+  }
+  mkdir -p "$data"
+  _bench_synth 100k 4 1000 102400 1
+  _bench_synth 1k 2 50000 1024 2
+}
+
+# bench_photo_jpegs PYTHON ROOT DATA: DATA/photo-jpegs: 2,000 photo-like
+# JPEGs (scripts/gen-photo-jpegs.py --seed 1: 500x375, quality 90) and the
+# same packed into photos-{00..03}.tar (500 samples each: .jpg + .cls, the
+# class i % 10, sorted by name), made once.
+bench_photo_jpegs() {
+  local py=$1 root=$2 jpegs=$3/photo-jpegs
+  [ -f "$jpegs/done" ] && return
+  rm -rf "$jpegs"
+  "$py" "$root/scripts/gen-photo-jpegs.py" "$jpegs" --count 2000 --seed 1 >/dev/null
+  "$py" - "$jpegs" <<'PYEOF'
+import io, os, sys, tarfile
+d = sys.argv[1]
+names = sorted(n for n in os.listdir(d) if n.endswith(".jpg"))
+for s in range(4):
+    with tarfile.open(os.path.join(d, f"photos-{s:02d}.tar"), "w", format=tarfile.USTAR_FORMAT) as t:
+        for i, n in enumerate(names[s * 500:(s + 1) * 500]):
+            key = f"p{s}_{i:04d}"
+            t.add(os.path.join(d, n), arcname=key + ".jpg")
+            cls = str(i % 10).encode()
+            ti = tarfile.TarInfo(key + ".cls"); ti.size = len(cls)
+            t.addfile(ti, io.BytesIO(cls))
+PYEOF
+  touch "$jpegs/done"
+}

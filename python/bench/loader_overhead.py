@@ -39,9 +39,13 @@ def main():
                         workers=a.workers, shuffle_buffer=a.shuffle_buffer)
     touch = a.touch
 
+    batches = 0
+
     def epoch():
+        nonlocal batches
         n = 0
         for b in loader:
+            batches += 1
             n += len(b)
             if touch != "none":
                 for name in b:
@@ -58,14 +62,14 @@ def main():
         epoch()
     t0 = time.perf_counter()
     c0 = time.thread_time()
-    samples = 0
+    batches = samples = 0
     for _ in range(a.epochs):
         samples += epoch()
     secs = time.perf_counter() - t0
-    cpu = time.thread_time() - c0
+    cpu = time.thread_time() - c0  # the consumer thread's CPU time
     loader.close()
     json.dump({"epochs": a.epochs, "workers": a.workers, "batch_size": a.batch_size,
-               "samples": samples, "seconds": round(secs, 6),
+               "batches": batches, "samples": samples, "seconds": round(secs, 6),
                "samples_per_s": round(samples / secs, 1), "touch": touch,
                "consumer_cpu_s": round(cpu, 6)}, sys.stdout)
     print()
