@@ -38,7 +38,12 @@
 # it; DALI's consumer takes its outputs as numpy arrays; torch's the tensors.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=$(cd "${1:-$root/build}" && pwd)
+source "$root/scripts/lib-bench.sh"
+bench_check_devnull bench-peers.sh
+BUILD=$(cd "${1:-$root/build}" 2>/dev/null && pwd) || {
+  echo "bench-peers.sh: no build directory ${1:-$root/build}" >&2
+  exit 1
+}
 DATA=${2:-/tmp/wds-bench-data}
 VENV=${3:-$BUILD/peers-venv}
 RUNS=${RUNS:-5}
@@ -51,9 +56,7 @@ die() {
   exit 1
 }
 fail() { die "$@"; } # for venv_ensure
-source "$root/scripts/lib-bench.sh"
 source "$root/tests/lib-venv.sh"
-bench_check_devnull bench-peers.sh
 [ -x "$WDS" ] || die "build first: $WDS"
 ls "$BUILD"/python/wds/_wds*.so >/dev/null 2>&1 ||
   die "no Python extension in $BUILD/python/wds (python3-dev missing when it was configured?)"

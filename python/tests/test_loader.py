@@ -421,3 +421,26 @@ def test_keys_urls_names_read_on_demand(shards):
         with pytest.raises(ValueError):
             c["txt"]
         assert len(c) == 3
+
+
+def test_bench_loader_overhead_script(shards):
+    """python/bench/loader_overhead.py (scripts/bench-peers.sh's wds.Loader
+    side): every --touch mode runs the loader and reports what it timed."""
+    import sys
+
+    spec, n = shards
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench",
+                          "loader_overhead.py")
+    for touch in ("none", "arrays", "all"):
+        p = subprocess.run([sys.executable, script, spec, "npy,txt:bytes", "4",
+                            "--workers", "2", "--shuffle-buffer", "5", "--epochs", "2",
+                            "--warmup-epochs", "1", "--touch", touch],
+                           capture_output=True, timeout=120)
+        assert p.returncode == 0, p.stderr.decode()
+        r = json.loads(p.stdout)
+        assert r["touch"] == touch and r["samples"] == 2 * n
+        assert r["batches"] == 2 * -(-n // 4)  # plain mode keeps the last, short batch
+        assert r["seconds"] > 0 and r["samples_per_s"] > 0 and r["consumer_cpu_s"] >= 0
+    p = subprocess.run([sys.executable, script, spec + "-missing", "cls", "4"],
+                       capture_output=True, timeout=120)
+    assert p.returncode != 0 and b"missing" in p.stderr
