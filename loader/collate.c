@@ -139,8 +139,8 @@ static int key_append(slot *s, size_t row, const char *key) {
   return key_append_at(s, row, key, SIZE_MAX);
 }
 
-int wds__batch_put(const wds__collate *c, slot *s, filling *fl, const item *it,
-                   wds__err *e) {
+int wds__batch_assign(const wds__collate *c, slot *s, filling *fl,
+                      const item *it, wds__err *e) {
   size_t row = fl->rows;
   const raw_sample *r = it->raw;
   int valid = it->valid;
@@ -177,7 +177,6 @@ int wds__batch_put(const wds__collate *c, slot *s, filling *fl, const item *it,
   for (size_t i = 0; i < c->nfields; i++) {
     const item_field *f = &it->f[i];
     wds_batch_field *bf = &s->bf[i];
-    slot_buf *b = &s->buf[i];
     switch (c->fields[i].def->layout) {
     case WDS__ROW_FIRST:
       if (valid && !fl->first_set[i]) {
@@ -186,34 +185,72 @@ int wds__batch_put(const wds__collate *c, slot *s, filling *fl, const item *it,
         bf->ndim = f->ndim + 1;
         memcpy(bf->shape + 1, f->shape, (size_t)f->ndim * sizeof(int64_t));
         bf->row_bytes = f->size;
-        if (slot_reserve(c, b, bs * bf->row_bytes, 0) != 0)
+        if (slot_reserve(c, &s->buf[i], bs * bf->row_bytes, 0) != 0)
           return wds__fail(e, WDS_ERR_NOMEM, "out of memory (batch slot)");
-        memset(b->mem, 0, row * bf->row_bytes); /* earlier invalid rows */
+        /* Earlier (invalid) rows, written while the row size was 0. */
+        memset(s->buf[i].mem, 0, row * bf->row_bytes);
       }
-      /* fall through */
-    case WDS__ROW_FIXED: {
-      if (bf->row_bytes == 0)
-        break;
-      uint8_t *dst = (uint8_t *)b->mem + row * bf->row_bytes;
-      if (!valid)
-        memset(dst, 0, bf->row_bytes);
-      else
-        memcpy(dst, f->data, bf->row_bytes);
       break;
-    }
-    case WDS__ROW_VARIABLE: {
-      uint64_t at = s->offsets[i][row];
-      size_t n = valid ? f->size : 0;
-      if (slot_reserve(c, b, (size_t)at + n, (size_t)at) != 0)
-        return wds__fail(e, WDS_ERR_NOMEM, "out of memory (batch slot)");
-      if (n)
-        memcpy((uint8_t *)b->mem + at, f->data, n);
-      s->offsets[i][row + 1] = at + n;
+    case WDS__ROW_FIXED:
       break;
-    }
+    case WDS__ROW_VARIABLE:
+      s->offsets[i][row + 1] = s->offsets[i][row] + (valid ? f->size : 0);
+      break;
     }
   }
   fl->rows++;
+  return WDS_OK;
+}
+
+/* Memory for the VARIABLE fields' rows [0, rows); keep: the bytes already
+ * written (rows before the last), kept if the buffer moves. */
+static int reserve_rows(const wds__collate *c, slot *s, size_t rows, int keep,
+                        wds__err *e) {
+  for (size_t i = 0; i < c->nfields; i++)
+    if (c->fields[i].def->layout == WDS__ROW_VARIABLE &&
+        slot_reserve(c, &s->buf[i], (size_t)s->offsets[i][rows],
+                     keep && rows ? (size_t)s->offsets[i][rows - 1] : 0) != 0)
+      return wds__fail(e, WDS_ERR_NOMEM, "out of memory (batch slot)");
+  return WDS_OK;
+}
+
+int wds__batch_reserve(const wds__collate *c, slot *s, const filling *fl,
+                       wds__err *e) {
+  return reserve_rows(c, s, fl->rows, 0, e);
+}
+
+void wds__batch_copy(const wds__collate *c, slot *s, const item *const *items,
+                     size_t row0, size_t row1) {
+  for (size_t row = row0; row < row1; row++) {
+    const item *it = items[row - row0];
+    int valid = s->valid[row];
+    for (size_t i = 0; i < c->nfields; i++) {
+      const item_field *f = &it->f[i];
+      const wds_batch_field *bf = &s->bf[i];
+      uint8_t *mem = s->buf[i].mem;
+      if (c->fields[i].def->layout == WDS__ROW_VARIABLE) {
+        uint64_t at = s->offsets[i][row], n = s->offsets[i][row + 1] - at;
+        if (n)
+          memcpy(mem + at, f->data, (size_t)n);
+      } else if (bf->row_bytes) {
+        uint8_t *dst = mem + row * bf->row_bytes;
+        if (!valid)
+          memset(dst, 0, bf->row_bytes);
+        else
+          memcpy(dst, f->data, bf->row_bytes);
+      }
+    }
+  }
+}
+
+int wds__batch_put(const wds__collate *c, slot *s, filling *fl, const item *it,
+                   wds__err *e) {
+  int rc = wds__batch_assign(c, s, fl, it, e);
+  if (rc != WDS_OK)
+    return rc;
+  if ((rc = reserve_rows(c, s, fl->rows, 1, e)) != WDS_OK)
+    return rc;
+  wds__batch_copy(c, s, &it, fl->rows - 1, fl->rows);
   return WDS_OK;
 }
 

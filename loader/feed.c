@@ -4,8 +4,13 @@
  * Plain and exact mode: the worker's pieces (shard, first sample, end) in
  * plan order; samples before a piece's first are read and dropped (tar has
  * no index). Resampled mode: shards drawn with replacement from the
- * worker's RNG, each read to its end. A sample is copied out of the reader
- * with only the fields some output wants (one block: raw_copy).
+ * worker's RNG, each read to its end. A sample is taken from the reader
+ * with only the fields some output wants (raw_copy): the reader skips the
+ * other fields' data unread and reads large fields straight into blocks
+ * of their own (feed_sink, the reader's sink), so their bytes are copied
+ * once (by the kernel) before the slot; small fields are copied out of the
+ * reader's window into the sample's block. Samples read only to be
+ * dropped have all their data skipped.
  *
  * Exact mode keeps its promises: a shard that ends before its count, or
  * cannot be opened, leaves "holes" (fill samples, invalid rows) for what
@@ -26,24 +31,87 @@ static int wanted_ext(const wds_loader *l, const char *ext) {
   return 0;
 }
 
-static raw_sample *raw_copy(const wds_loader *l, blk_pool *bp, int owner,
-                            const wds_sample *s, size_t shard) {
-  size_t n = 0, bytes = strlen(s->key) + 1, data = 0, all = 1;
-  for (size_t i = 0; i < s->field_count; i++) {
-    all += strlen(s->fields[i].ext) + 2;
-    if (wanted_ext(l, s->fields[i].ext)) {
-      n++;
-      bytes += strlen(s->fields[i].ext) + 1 + s->fields[i].size_bytes;
-      data += s->fields[i].size_bytes;
+/* Fields at least this large are read by the reader straight into a block
+ * of their own (feed_sink), smaller ones are copied out of its window into
+ * the sample's block. */
+#define FEED_INTO_BYTES ((uint64_t)16 << 10)
+
+/* Reclaims the blocks handed to the reader for a sample it did not return
+ * (an error dropped it). */
+static void into_reset(feed *src) {
+  for (size_t i = 0; i < src->ninto; i++)
+    wds__blk_free(src->into[i]);
+  src->ninto = 0;
+  src->into_failed = 0;
+}
+
+/* The reader's sink while the feed reads samples it keeps: fields no
+ * output wants are skipped unread, large ones go straight into a block. */
+static int feed_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
+  feed *src = ctx;
+  worker *w = src->w;
+  if (!wanted_ext(w->run->l, ext))
+    return WDS__SINK_SKIP;
+  if (size < FEED_INTO_BYTES)
+    return WDS__SINK_WINDOW;
+  if (src->ninto == src->into_cap) {
+    size_t c = src->into_cap ? 2 * src->into_cap : 8;
+    void **nv = realloc(src->into, c * sizeof *nv);
+    if (!nv) {
+      src->into_failed = 1;
+      return WDS_ERR_NOMEM;
     }
+    src->into = nv;
+    src->into_cap = c;
+  }
+  void *b = wds__blk_alloc(w->pool, w->index, (size_t)size);
+  if (!b) {
+    src->into_failed = 1;
+    return WDS_ERR_NOMEM;
+  }
+  src->into[src->ninto++] = b;
+  *dst = b;
+  return WDS__SINK_INTO;
+}
+
+/* The sink while samples are read only to be dropped (before a piece's
+ * first sample, past an exact count): no data is read at all. */
+static int skip_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
+  (void)ctx;
+  (void)ext;
+  (void)size;
+  (void)dst;
+  return WDS__SINK_SKIP;
+}
+
+/* The raw sample of s: one block for the key, extensions and small fields'
+ * data; the large fields' blocks (src->into, which the reader filled) are
+ * taken over as they are. */
+static raw_sample *raw_copy(feed *src, const wds_sample *s) {
+  const wds_loader *l = src->w->run->l;
+  size_t n = 0, bytes = strlen(s->key) + 1, data = 0, k = 0, all = 1;
+  for (size_t i = 0; i < s->field_count; i++) {
+    const wds_field *f = &s->fields[i];
+    all += strlen(f->ext) + 2; /* all_exts: skipped fields are listed too */
+    if (!f->data && f->size_bytes)
+      continue; /* skipped: not wanted */
+    if (!wanted_ext(l, f->ext))
+      continue;
+    n++;
+    bytes += strlen(f->ext) + 1;
+    if (k < src->ninto && (const void *)f->data == src->into[k])
+      k++;
+    else
+      bytes += f->size_bytes;
+    data += f->size_bytes;
   }
   bytes += all;
   size_t head = sizeof(raw_sample) + n * sizeof(raw_field);
-  raw_sample *r = wds__blk_alloc(bp, owner, head + bytes);
+  raw_sample *r = wds__blk_alloc(src->w->pool, src->w->index, head + bytes);
   if (!r)
     return NULL;
   char *p = (char *)r + head;
-  r->shard = shard;
+  r->shard = src->shard;
   r->hole = 0;
   r->data_bytes = data;
   r->nfields = n;
@@ -64,21 +132,29 @@ static raw_sample *raw_copy(const wds_loader *l, blk_pool *bp, int owner,
   }
   *p++ = '\0';
   size_t j = 0;
+  k = 0;
   for (size_t i = 0; i < s->field_count; i++) {
     const wds_field *f = &s->fields[i];
-    if (!wanted_ext(l, f->ext))
+    if ((!f->data && f->size_bytes) || !wanted_ext(l, f->ext))
       continue;
     size_t elen = strlen(f->ext) + 1;
     memcpy(p, f->ext, elen);
     r->f[j].ext = p;
     p += elen;
-    if (f->size_bytes)
-      memcpy(p, f->data, f->size_bytes);
-    r->f[j].data = (const uint8_t *)p;
     r->f[j].size = f->size_bytes;
-    p += f->size_bytes;
+    if (k < src->ninto && (const void *)f->data == src->into[k]) {
+      r->f[j].data = f->data;
+      r->f[j].blk = src->into[k++];
+    } else {
+      if (f->size_bytes)
+        memcpy(p, f->data, f->size_bytes);
+      r->f[j].data = (const uint8_t *)p;
+      r->f[j].blk = NULL;
+      p += f->size_bytes;
+    }
     j++;
   }
+  src->ninto = 0; /* the sample owns them now */
   return r;
 }
 
@@ -131,7 +207,9 @@ static int feed_open(feed *src, size_t shard, uint64_t begin, uint64_t end,
     src->rd = NULL;
     return read_error(src, WDS_ERR_OPEN, msg, fatal) ? -1 : 0;
   }
-  /* Samples before the piece are read and dropped: tar has no index. */
+  /* Samples before the piece are read and dropped (tar has no index),
+   * their data skipped unread. */
+  wds__reader_set_sink(src->rd, skip_sink, NULL);
   for (; src->before < begin && !atomic_load(&src->w->run->abort);) {
     const wds_sample *s;
     int st = wds_reader_next(src->rd, &s);
@@ -163,6 +241,7 @@ const char *wds__count_source(const wds_loader *l, char *buf, size_t n) {
 static int feed_check_end(feed *src, item **fatal) {
   wds_loader *l = src->w->run->l;
   const wds_sample *s;
+  wds__reader_set_sink(src->rd, skip_sink, NULL);
   int st = wds_reader_next(src->rd, &s);
   if (st == WDS_EOF)
     return 0;
@@ -251,18 +330,26 @@ static int feed_pull(feed *src, raw_sample **out, item **fatal) {
     }
     const wds_sample *s;
     uint64_t t0 = wds__now_ns();
+    wds__reader_set_sink(src->rd, feed_sink, src);
     int st = wds_reader_next(src->rd, &s);
     src->read_ns += wds__now_ns() - t0;
+    if (src->into_failed) {
+      into_reset(src);
+      goto nomem;
+    }
     if (st == WDS_OK) {
       src->got++;
       src->empty_draws = 0;
-      raw_sample *r = raw_copy(l, w->pool, w->index, s, src->shard);
-      if (!r)
+      raw_sample *r = raw_copy(src, s);
+      if (!r) {
+        into_reset(src);
         goto nomem;
+      }
       src->bytes += r->data_bytes;
       *out = r;
       return 0;
     }
+    into_reset(src); /* blocks of a sample the error dropped */
     if (st != WDS_EOF) {
       if (read_error(src, st, wds_reader_error(src->rd), fatal))
         return -1;
@@ -318,4 +405,10 @@ int wds__feed_check_last(feed *src) {
   return 0;
 }
 
-void wds__feed_close(feed *src) { feed_close_reader(src); }
+void wds__feed_close(feed *src) {
+  feed_close_reader(src);
+  into_reset(src);
+  free(src->into);
+  src->into = NULL;
+  src->into_cap = 0;
+}

@@ -48,10 +48,13 @@ typedef struct raw_field {
   const char *ext;
   const uint8_t *data;
   size_t size;
+  void *blk; /* the block data is (owned), or NULL: data is in the sample's */
 } raw_field;
 
-/* A sample copied out of the reader: only the fields some output wants.
- * One allocation: this struct, the field table, the strings, the data. */
+/* A sample taken from the reader: only the fields some output wants. One
+ * block holds this struct, the field table, the strings and the small
+ * fields' data; a large field's data is a block of its own, which the
+ * reader filled straight from the stream (feed.c). */
 typedef struct raw_sample {
   size_t shard;
   int hole;            /* exact mode fill for samples a shard failed to yield */
@@ -331,15 +334,24 @@ static inline item *wds__item_new(blk_pool *bp, int owner, size_t nfields,
 }
 
 void wds__item_free(item *it, size_t nfields); /* NULL: no-op */
+void wds__raw_free(raw_sample *r);             /* and its blocks; NULL: no-op */
 /* The collator's way to dispose of an item: its blocks go back to their
  * worker (r: data blocks, ri: item shells). */
+static inline void wds__raw_recycle(raw_sample *raw, blk_returns *r) {
+  if (!raw)
+    return;
+  for (size_t i = 0; i < raw->nfields; i++)
+    wds__blk_return(r, raw->f[i].blk);
+  wds__blk_return(r, raw);
+}
+
 static inline void wds__item_recycle(item *it, size_t nfields, blk_returns *r,
                                      blk_returns *ri) {
   if (it->kind == ITEM_SAMPLE)
     for (size_t i = 0; i < nfields; i++)
       if (it->f[i].owned)
         wds__blk_return(r, it->f[i].data);
-  wds__blk_return(r, it->raw);
+  wds__raw_recycle(it->raw, r);
   free(it->msg);
   wds__blk_return(ri, it);
 }
@@ -380,8 +392,11 @@ typedef struct feed {
   int failed;      /* a read error ended the shard (already reported) */
   int to_end;      /* exact: the piece ends where the shard's count does */
   int done;
-  item *fatal; /* why the worker must stop: an error item (or NULL when
-                  even that could not be allocated) */
+  void **into; /* blocks the reader is filling for the sample being read */
+  size_t ninto, into_cap;
+  int into_failed; /* a block could not be allocated */
+  item *fatal;     /* why the worker must stop: an error item (or NULL when
+                      even that could not be allocated) */
   char last_err[WDS__ERR_SIZE];
 } feed;
 
@@ -417,11 +432,28 @@ void wds__slot_free(const wds__collate *c, slot *s); /* also half-made */
 void wds__batch_begin(const wds__collate *c, slot *s, filling *fl,
                       uint64_t epoch, uint64_t index);
 
-/* Writes item `it` as row fl->rows of slot s. A shape mismatch of a FIRST
- * field is an error naming the sample (returned), or under the skip policy
- * turns the row invalid. */
+/* Writes item `it` as row fl->rows of slot s: wds__batch_assign, then
+ * wds__batch_copy of that row. */
 int wds__batch_put(const wds__collate *c, slot *s, filling *fl, const item *it,
                    wds__err *e);
+
+/* Rows in two steps, so that the data can be copied by other threads:
+ * wds__batch_assign makes item `it` row fl->rows (key, URL, valid flag, the
+ * batch's dtype and shape, VARIABLE offsets; FIXED and FIRST memory), no
+ * field data yet. A shape mismatch of a FIRST field is an error naming the
+ * sample (returned), or under the skip policy turns the row invalid.
+ * wds__batch_reserve then makes room for the VARIABLE rows assigned so far
+ * (data written before is not kept: call it before any wds__batch_copy of
+ * the batch), and wds__batch_copy writes rows [row0, row1) from
+ * items[0 .. row1 - row0), zeros for invalid rows. Copies of disjoint row
+ * ranges may run at once, on any threads; they only read the slot's
+ * layout and write those rows' bytes. */
+int wds__batch_assign(const wds__collate *c, slot *s, filling *fl,
+                      const item *it, wds__err *e);
+int wds__batch_reserve(const wds__collate *c, slot *s, const filling *fl,
+                       wds__err *e);
+void wds__batch_copy(const wds__collate *c, slot *s, const item *const *items,
+                     size_t row0, size_t row1);
 
 /* Rows, keys and sizes published in s->batch. */
 void wds__batch_finish(const wds__collate *c, slot *s, filling *fl);

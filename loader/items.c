@@ -85,8 +85,16 @@ void wds__item_free(item *it, size_t nfields) {
       if (it->f[i].owned)
         wds__blk_free(it->f[i].data);
   free(it->msg);
-  wds__blk_free(it->raw);
+  wds__raw_free(it->raw);
   wds__blk_free(it);
+}
+
+void wds__raw_free(raw_sample *r) {
+  if (!r)
+    return;
+  for (size_t i = 0; i < r->nfields; i++)
+    wds__blk_free(r->f[i].blk);
+  wds__blk_free(r);
 }
 
 item *wds__error_item(size_t nfields, int status, const char *msg) {

@@ -425,11 +425,13 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   }
   for (int i = 0; i < 2 * c->workers; i++) {
     pthread_mutex_init(&l->pools[i].mu, NULL);
-    /* Blocks in circulation: shuffle buffer, queue, a batch, with some
-     * slack; every sample has a copy and up to one block per field. */
+    /* Blocks in circulation: shuffle buffer, queue, two batches (one
+     * being copied into its slot while the next is assigned), with some
+     * slack; every sample has its block, up to one per wanted field (read
+     * straight into it) and one per output field (decoded). */
     l->pools[i].limit =
-        (c->shuffle_buffer + l->queue_cap + c->batch_size + 64) *
-        (l->nfields + 1);
+        (c->shuffle_buffer + l->queue_cap + 2 * c->batch_size + 64) *
+        (l->nwanted + l->nfields + 1);
   }
   l->epoch = c->epoch;
   l->delivered = c->resume_batches;

@@ -22,7 +22,7 @@ int wds__shuffle_init(wds__shuffle *sh, size_t cap, size_t initial,
 
 void wds__shuffle_free(wds__shuffle *sh) {
   for (size_t i = 0; i < sh->len; i++)
-    wds__blk_free(sh->buf[i]);
+    wds__raw_free(sh->buf[i]);
   free(sh->buf);
   sh->buf = NULL;
   sh->len = 0;

@@ -123,7 +123,7 @@ void *wds__worker_main(void *arg) {
     item *it = wds__item_new(w->ipool, w->index, l->nfields,
                              token ? ITEM_TOKEN : ITEM_SAMPLE);
     if (!it) {
-      wds__blk_free(r);
+      wds__raw_free(r);
       failed = 1;
       break;
     }

@@ -35,6 +35,8 @@ typedef struct field_slot {
   size_t ext_off; /* offsets into the arena */
   size_t name_off;
   uint64_t data_voff;
+  const uint8_t *dest; /* the sink's buffer (SINK_INTO), or NULL */
+  int where;           /* WDS__SINK_WINDOW, _INTO or _SKIP */
   uint64_t size;
   uint64_t offset;
 } field_slot;
@@ -76,7 +78,16 @@ struct wds_reader {
   wds__cancel own_cancel;    /* wds_reader_cancel() */
   const wds__cancel *cancel; /* the one reads honour: own, or the owner's */
   wds__io_opts io;
+
+  wds__member_sink sink; /* where member data goes (NULL: the window) */
+  void *sink_ctx;
+  int window_held; /* a member of the current sample is in the window */
 };
+
+void wds__reader_set_sink(wds_reader *r, wds__member_sink sink, void *ctx) {
+  r->sink = sink;
+  r->sink_ctx = ctx;
+}
 
 #define open_fail wds__open_fail
 int wds_reader_open(const wds_reader_config *cfg, wds_reader **out) {
@@ -289,7 +300,24 @@ static int take_pending(wds_reader *r) {
                      (unsigned long long)m->size, r->arena,
                      r->cfg.max_sample_bytes);
   r->sample_bytes += add;
-  int rc = wds__tar_load(r->tar, m, &r->err);
+  int where = WDS__SINK_WINDOW;
+  void *dest = NULL;
+  if (r->sink) {
+    where = r->sink(r->sink_ctx, r->pending_name + r->pending_ext_off, m->size,
+                    &dest);
+    if (where < 0)
+      return wds__fail(&r->err, where,
+                       "member \"%s\" at offset %llu (%llu bytes): %s", m->name,
+                       (unsigned long long)m->header_offset,
+                       (unsigned long long)m->size, wds_strerror(where));
+    if (where == WDS__SINK_INTO && !dest && m->size)
+      where = WDS__SINK_SKIP;
+  }
+  int rc = WDS_OK;
+  if (where == WDS__SINK_WINDOW)
+    rc = wds__tar_load(r->tar, m, &r->err);
+  else if (where == WDS__SINK_INTO && m->size)
+    rc = wds__tar_read_into(r->tar, m, dest, &r->err);
   if (rc != WDS_OK)
     return rc;
   field_slot *slots =
@@ -304,7 +332,15 @@ static int take_pending(wds_reader *r) {
       arena_add(r, r->pending_name + r->pending_ext_off,
                 m->name_len - r->pending_ext_off, &f->ext_off) != WDS_OK)
     return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
-  wds__tar_hold_to(r->tar, m->data_voff + m->size);
+  if (where == WDS__SINK_WINDOW) {
+    wds__tar_hold_to(r->tar, m->data_voff + m->size);
+    r->window_held = 1;
+  } else if (!r->window_held) {
+    /* Nothing of the sample is in the window: none of it need stay. */
+    wds__tar_keep_from(r->tar, m->data_voff);
+  }
+  f->where = where;
+  f->dest = dest;
   f->data_voff = m->data_voff;
   f->size = m->size;
   f->offset = m->header_offset;
@@ -337,7 +373,8 @@ static int finish_sample(wds_reader *r, const wds_sample **out) {
     wds_field *f = &r->fields[i];
     f->ext = r->arena + s->ext_off;
     f->name = r->arena + s->name_off;
-    f->data = wds__tar_view(r->tar, s->data_voff);
+    f->data = s->where == WDS__SINK_WINDOW ? wds__tar_view(r->tar, s->data_voff)
+                                           : s->dest;
     f->size_bytes = (size_t)s->size;
     f->offset = s->offset;
     r->stats.field_bytes += s->size;
@@ -434,6 +471,7 @@ int wds_reader_next(wds_reader *r, const wds_sample **out) {
     r->arena_len = 0;
     r->slot_count = 0;
     r->sample_bytes = 0;
+    r->window_held = 0;
     size_t key_off;
     wds__tar_keep_from(r->tar, r->pending.data_voff);
     if (arena_add(r, r->pending_name, r->pending_key_len, &key_off) != WDS_OK)

@@ -10,4 +10,31 @@
 int wds__reader_open(const wds_reader_config *cfg, const wds__cancel *cancel,
                      wds_reader **out);
 
+/* Where member data goes (wds__reader_set_sink). Called once per member
+ * that joins a sample, before its data is read, with the lower-cased
+ * extension and the data's size; returns one of: */
+enum {
+  WDS__SINK_WINDOW, /* the data is read into the reader's window, as without
+                       a sink: wds_field.data is a view, valid until the
+                       next call */
+  WDS__SINK_INTO,   /* *dst (at least size bytes, the caller's) receives the
+                       data: wds_field.data is *dst. The part of the member
+                       not already in the window is read straight from the
+                       stream into *dst (one copy in all) */
+  WDS__SINK_SKIP    /* the data is not wanted: it is skipped, never kept in
+                       memory, and wds_field.data is NULL (size_bytes is
+                       still its size) */
+};
+/* A negative return is an error status (WDS_ERR_NOMEM: the caller could not
+ * allocate *dst), which ends the shard like a read error would. A buffer
+ * handed out for a sample the reader then does not return (an error
+ * dropped it) stays the caller's. */
+typedef int (*wds__member_sink)(void *ctx, const char *ext, uint64_t size,
+                                void **dst);
+
+/* Sets (sink NULL: clears) where the reader puts member data from the next
+ * wds_reader_next() on. Without a sink every member is read into the
+ * window. */
+void wds__reader_set_sink(wds_reader *r, wds__member_sink sink, void *ctx);
+
 #endif

@@ -33,6 +33,12 @@
  * per field, so this bounds the memory of a sample's names. */
 #define NAME_MAX_BYTES ((size_t)64 << 10)
 #define SMALL_SKIP_BYTES ((uint64_t)64 << 10)
+/* wds__tar_read_into: a member at least this large turns on short window
+ * fills (DIRECT_FILL_BYTES past what is needed) for the next DIRECT_MEMBERS
+ * smaller members. */
+#define DIRECT_MIN_BYTES ((uint64_t)64 << 10)
+#define DIRECT_FILL_BYTES ((size_t)8 << 10)
+#define DIRECT_MEMBERS 8
 
 struct wds__tar {
   wds__stream *stream;
@@ -52,6 +58,10 @@ struct wds__tar {
   uint64_t dropped; /* stream offset - virtual offset at pos */
   int stream_eof;
   int seen_header;
+  /* Members were lately read straight into callers' buffers
+   * (wds__tar_read_into): window fills read only a little past what they
+   * need, so that the next large member is mostly still in the stream. */
+  int direct;
 
   /* Extension state for the next member. */
   char *name; /* final name of the member being returned */
@@ -201,8 +211,13 @@ static int fill_to(wds__tar *t, uint64_t end, wds__err *err) {
   while (t->base + t->len < end) {
     if (t->stream_eof)
       return WDS_EOF;
-    ssize_t n =
-        wds__stream_read(t->stream, t->buf + t->len, t->cap - t->len, err);
+    size_t want = t->cap - t->len;
+    if (t->direct) {
+      uint64_t short_fill = end - (t->base + t->len) + DIRECT_FILL_BYTES;
+      if (short_fill < want)
+        want = (size_t)short_fill;
+    }
+    ssize_t n = wds__stream_read(t->stream, t->buf + t->len, want, err);
     if (n < 0)
       return (int)n;
     if (n == 0) {
@@ -648,4 +663,53 @@ int wds__tar_load(wds__tar *t, const wds__tar_member *m, wds__err *err) {
                     (unsigned long long)m->header_offset,
                     (unsigned long long)m->size);
   return rc;
+}
+
+int wds__tar_read_into(wds__tar *t, const wds__tar_member *m, void *dst,
+                       wds__err *err) {
+  uint64_t end = t->base + t->len;
+  uint64_t have = end > m->data_voff ? end - m->data_voff : 0;
+  if (have > m->size)
+    have = m->size;
+  if (m->size >= DIRECT_MIN_BYTES)
+    t->direct = DIRECT_MEMBERS;
+  else if (t->direct)
+    t->direct--;
+  if (have)
+    memcpy(dst, wds__tar_view(t, m->data_voff), (size_t)have);
+  if (have == m->size)
+    return WDS_OK; /* all of it was in the window, which keeps it */
+  /* The window ends inside the data: the rest comes straight from the
+   * stream. Those bytes get no virtual offsets (like a large skip), so the
+   * padding after them is at the window's end. */
+  uint8_t *p = (uint8_t *)dst + have;
+  uint64_t left = m->size - have;
+  while (left > 0) {
+    ssize_t n = t->stream_eof
+                    ? 0
+                    : wds__stream_read(t->stream, p,
+                                       left > SIZE_MAX / 2 ? SIZE_MAX / 2
+                                                           : (size_t)left,
+                                       err);
+    if (n < 0) {
+      wds__err_prefix(err, "member \"%s\" at offset %llu (%llu bytes)", m->name,
+                      (unsigned long long)m->header_offset,
+                      (unsigned long long)m->size);
+      return (int)n;
+    }
+    if (n == 0) {
+      t->stream_eof = 1;
+      uint64_t got = m->size - left;
+      return wds__fail(err, WDS_ERR_TRUNCATED,
+                       "member \"%s\" at offset %llu: truncated: stream "
+                       "ends after %llu of %llu data bytes",
+                       m->name, (unsigned long long)m->header_offset,
+                       (unsigned long long)got, (unsigned long long)m->size);
+    }
+    p += n;
+    left -= (uint64_t)n;
+  }
+  t->dropped += m->size - have;
+  t->skip_target = end + (round_block(m->size) - m->size);
+  return WDS_OK;
 }

@@ -43,6 +43,16 @@ int wds__tar_next(wds__tar *t, wds__tar_member *m, wds__err *err);
 /* Brings m's data into the window. */
 int wds__tar_load(wds__tar *t, const wds__tar_member *m, wds__err *err);
 
+/* Copies m's data (the member last returned by wds__tar_next) into dst
+ * (m->size bytes): what the window already holds is copied, the rest is
+ * read from the stream straight into dst and never enters the window, so a
+ * large member costs one copy in all. The window then holds nothing of the
+ * member past what it already had; m's virtual offsets must not be used
+ * afterwards. After large members the window reads only a little ahead
+ * (so the next large member is mostly read straight too). */
+int wds__tar_read_into(wds__tar *t, const wds__tar_member *m, void *dst,
+                       wds__err *err);
+
 /* Bytes before virtual offset voff may be discarded from now on. */
 void wds__tar_keep_from(wds__tar *t, uint64_t voff);
 

@@ -1602,6 +1602,99 @@ TEST(shuffle_buffer_is_bounded_in_bytes) {
   ASSERT_EQ_U64(ahead_max[2], 0); /* in reading order */
 }
 
+/* Large fields are read by the reader straight into the loader's blocks
+ * (and unwanted ones skipped unread); rows are copied into the slot by
+ * several threads. Every row's bytes must be its sample's, with 1 and 3
+ * workers, in plain and exact mode (where rank 1 of 2 starts its pieces
+ * inside shards, dropping the samples before them unread). */
+static uint8_t big_byte(int id, size_t i) {
+  return (uint8_t)(i * 7 + (size_t)id * 13 + (i >> 11));
+}
+
+TEST(large_fields_arrive_intact) {
+  static const size_t sizes[] = {200000, 1000, 70000, 0, 16384, 16383, 130000};
+  enum { N = 60 };
+  const char *urls[4];
+  char paths[4][512];
+  uint8_t *data = malloc(200000);
+  ASSERT_TRUE(data != NULL);
+  for (int k = 0; k < 4; k++) {
+    snprintf(paths[k], sizeof paths[k], "%s/large-%d.tar", tmpdir, k);
+    urls[k] = paths[k];
+    wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
+    wds__tarw *w;
+    wds__err e;
+    ASSERT_EQ_INT(wds__tarw_open_path(paths[k], &o, &w, &e), WDS_OK);
+    for (int i = 0; i < N / 4; i++) {
+      int id = k * (N / 4) + i;
+      char name[64], val[32];
+      size_t n = sizes[id % 7];
+      snprintf(name, sizeof name, "%06d.big", id); /* unwanted */
+      memset(data, 0xee, 150000);
+      wds__tarw_add(w, name, data, 150000, &e);
+      snprintf(name, sizeof name, "%06d.cls", id);
+      snprintf(val, sizeof val, "%d", id);
+      wds__tarw_add(w, name, val, strlen(val), &e);
+      for (size_t j = 0; j < n; j++)
+        data[j] = big_byte(id, j);
+      snprintf(name, sizeof name, "%06d.bin", id);
+      wds__tarw_add(w, name, data, n, &e);
+    }
+    ASSERT_EQ_INT(wds__tarw_finish(w, &e), WDS_OK);
+    wds__tarw_close(w);
+  }
+  free(data);
+  static const wds_field_spec cls_bin[] = {{"cls", WDS_DECODE_AUTO, 0, 0, 0},
+                                           {"bin", WDS_DECODE_BYTES, 0, 0, 0}};
+  for (int mode = 0; mode < 2; mode++)
+    for (int workers = 1; workers <= 3; workers += 2) {
+      wds_loader_config c = WDS_LOADER_CONFIG_INIT;
+      c.urls = urls;
+      c.url_count = 4;
+      c.mode = mode ? WDS_MODE_EXACT : WDS_MODE_PLAIN;
+      c.rank = mode ? 1 : 0;
+      c.world_size = mode ? 2 : 1;
+      c.workers = workers;
+      c.fields = cls_bin;
+      c.field_count = 2;
+      c.batch_size = 7;
+      c.shuffle_buffer = 10;
+      c.read_buffer_bytes = 65536; /* large fields outgrow the window */
+      wds_loader *l;
+      if (wds_loader_open(&c, &l) != WDS_OK)
+        printf("  %s\n", wds_open_error());
+      ASSERT_TRUE(l != NULL);
+      const wds_batch *b;
+      int rows = 0, seen[N] = {0}, rc;
+      while ((rc = wds_loader_next(l, &b)) == WDS_OK) {
+        const int64_t *cls = b->fields[0].data;
+        const uint8_t *bin = b->fields[1].data;
+        const uint64_t *off = b->fields[1].offsets;
+        for (size_t r = 0; r < b->rows; r++) {
+          if (!b->valid[r])
+            continue;
+          int id = (int)cls[r];
+          ASSERT_TRUE(id >= 0 && id < N && !seen[id]);
+          seen[id] = 1;
+          ASSERT_EQ_U64(off[r + 1] - off[r], sizes[id % 7]);
+          for (size_t j = 0; j < sizes[id % 7]; j++)
+            if (bin[off[r] + j] != big_byte(id, j)) {
+              TEST_FAIL_("sample %d byte %zu differs (workers %d, mode %d)", id,
+                         j, workers, mode);
+              wds_loader_release(l, b);
+              wds_loader_close(l);
+              return;
+            }
+          rows++;
+        }
+        wds_loader_release(l, b);
+      }
+      ASSERT_EQ_INT(rc, WDS_EOF);
+      ASSERT_EQ_INT(rows, mode ? N / 2 : N);
+      wds_loader_close(l);
+    }
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wds-test-loader-XXXXXX");
   if (!mkdtemp(tmpdir)) {
@@ -1636,6 +1729,7 @@ int main(void) {
   RUN(cancel_wakes_a_next_blocked_on_a_read);
   RUN(set_epoch_and_close_return_while_a_worker_is_blocked);
   RUN(shuffle_buffer_is_bounded_in_bytes);
+  RUN(large_fields_arrive_intact);
   test_remove_tree(tmpdir);
   return test_summary();
 }

@@ -6,6 +6,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "pipeline/reader_internal.h"
 #include "test.h"
 #include "wds/reader.h"
 
@@ -1007,6 +1008,166 @@ TEST(endless_input_after_the_archive_ends) {
   free(p);
 }
 
+/* ---- the reader's sink (pipeline/reader_internal.h) ---- */
+
+/* The loader's sink: ".bin" into a buffer of its own, ".skip" skipped, the
+ * rest in the window; "fail" makes the next ".bin" fail to allocate. */
+typedef struct sink_ctx {
+  void *bufs[64];
+  int n;
+  int fail;
+} sink_ctx;
+
+static int test_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
+  sink_ctx *c = ctx;
+  if (strcmp(ext, "skip") == 0)
+    return WDS__SINK_SKIP;
+  if (strcmp(ext, "bin") != 0)
+    return WDS__SINK_WINDOW;
+  if (c->fail)
+    return WDS_ERR_NOMEM;
+  if (c->n == 64)
+    abort();
+  *dst = c->bufs[c->n++] = malloc(size ? size : 1);
+  return *dst ? WDS__SINK_INTO : WDS_ERR_NOMEM;
+}
+
+/* A shard of mixed sizes: small and large members, in and out of the
+ * window, skipped and kept, with and without padding. */
+static void sink_tar(tb *b) {
+  static const size_t sizes[] = {1000,   100000, 300000, 20000, 0,
+                                 131072, 70001,  512,    65536, 1};
+  char name[64];
+  for (int i = 0; i < 10; i++) {
+    snprintf(name, sizeof name, "s%02d.bin", i);
+    tb_file_n(b, name, sizes[i], i);
+    snprintf(name, sizeof name, "s%02d.skip", i);
+    tb_file_n(b, name, sizes[(i + 3) % 10], 100 + i);
+    snprintf(name, sizeof name, "s%02d.txt", i);
+    tb_file_n(b, name, sizes[(i + 7) % 10], 200 + i);
+  }
+  tb_end(b);
+}
+
+static int pattern_ok(const wds_field *f, int seed) {
+  for (size_t i = 0; i < f->size_bytes; i++)
+    if (f->data[i] != (uint8_t)(i * 31 + (size_t)seed))
+      return 0;
+  return 1;
+}
+
+/* Reads path with the sink and a window of `buffer` bytes; every field's
+ * bytes and offset must be what the reader without a sink gives. */
+static void check_sink(const char *path, size_t buffer) {
+  const char *urls[] = {path};
+  wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+  cfg.urls = urls;
+  cfg.url_count = 1;
+  cfg.buffer_size_bytes = buffer;
+  wds_reader *plain, *r;
+  ASSERT_EQ_INT(wds_reader_open(&cfg, &plain), WDS_OK);
+  ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
+  sink_ctx c = {0};
+  wds__reader_set_sink(r, test_sink, &c);
+  const wds_sample *s, *p;
+  int n = 0;
+  for (;; n++) {
+    int rp = wds_reader_next(plain, &p), rs = wds_reader_next(r, &s);
+    ASSERT_EQ_INT(rs, rp);
+    if (rs != WDS_OK)
+      break;
+    ASSERT_STREQ(s->key, p->key);
+    ASSERT_EQ_INT(s->field_count, 3);
+    ASSERT_EQ_INT(p->field_count, 3);
+    for (int f = 0; f < 3; f++) {
+      ASSERT_STREQ(s->fields[f].ext, p->fields[f].ext);
+      ASSERT_EQ_U64(s->fields[f].size_bytes, p->fields[f].size_bytes);
+      ASSERT_EQ_U64(s->fields[f].offset, p->fields[f].offset);
+    }
+    /* .bin in the caller's buffer, .skip not read, .txt a window view. */
+    ASSERT_TRUE(s->fields[0].data == c.bufs[c.n - 1]);
+    ASSERT_TRUE(s->fields[1].data == NULL);
+    ASSERT_TRUE(s->fields[2].data != NULL || s->fields[2].size_bytes == 0);
+    ASSERT_TRUE(pattern_ok(&s->fields[0], n));
+    ASSERT_TRUE(pattern_ok(&p->fields[1], 100 + n));
+    ASSERT_TRUE(pattern_ok(&s->fields[2], 200 + n));
+  }
+  ASSERT_EQ_INT(n, 10);
+  wds_reader_stats a, b;
+  wds_reader_stats_get(plain, &a);
+  wds_reader_stats_get(r, &b);
+  ASSERT_EQ_U64(b.tar_bytes, a.tar_bytes);
+  ASSERT_EQ_U64(b.field_bytes, a.field_bytes);
+  wds_reader_close(plain);
+  wds_reader_close(r);
+  for (int i = 0; i < c.n; i++)
+    free(c.bufs[i]);
+}
+
+TEST(sink_reads_members_into_caller_buffers) {
+  tb b = {0};
+  sink_tar(&b);
+  size_t len = b.n;
+  uint8_t *copy = malloc(len);
+  ASSERT_TRUE(copy != NULL);
+  memcpy(copy, b.d, len);
+  char *p = tb_save(&b);
+  check_sink(p, 0);     /* 4 MiB window: most members already in it */
+  check_sink(p, 65536); /* 64 KiB: large members come straight from the file */
+  /* The same through a decompressor (gzip). */
+  size_t cap = len + len / 2 + 1024;
+  uint8_t *gz = malloc(cap);
+  ASSERT_TRUE(gz != NULL);
+  size_t n = gzip_bytes(copy, len, gz, cap, 1);
+  ASSERT_TRUE(n > 0);
+  char *pg = save_bytes(gz, n);
+  check_sink(pg, 65536);
+  free(gz);
+  unlink(pg);
+  free(pg);
+
+  /* Cut inside a member read straight into a buffer (s01.bin, 100000
+   * bytes, found where the plain reader says): the error names it and how
+   * much of it there was. */
+  const char *urls[] = {p};
+  wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+  cfg.urls = urls;
+  cfg.url_count = 1;
+  cfg.buffer_size_bytes = 65536;
+  wds_reader *r;
+  ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
+  const wds_sample *s;
+  ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_OK);
+  ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_OK);
+  uint64_t s01_bin = s->fields[0].offset;
+  wds_reader_close(r);
+  ASSERT_EQ_INT(truncate(p, (off_t)(s01_bin + 512 + 90000)), 0);
+  ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
+  sink_ctx c = {0};
+  wds__reader_set_sink(r, test_sink, &c);
+  ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_OK);
+  ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_TRUNCATED);
+  ASSERT_CONTAINS(wds_reader_error(r), "\"s01.bin\"");
+  ASSERT_CONTAINS(wds_reader_error(r), "90000 of 100000 data bytes");
+  ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_EOF);
+  wds_reader_close(r);
+  for (int i = 0; i < c.n; i++)
+    free(c.bufs[i]);
+
+  /* A sink that cannot allocate: an error naming the member, the shard
+   * ends. */
+  ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
+  sink_ctx f = {.fail = 1};
+  wds__reader_set_sink(r, test_sink, &f);
+  ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_NOMEM);
+  ASSERT_CONTAINS(wds_reader_error(r), "\"s00.bin\" at offset 0");
+  ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_EOF);
+  wds_reader_close(r);
+  free(copy);
+  unlink(p);
+  free(p);
+}
+
 TEST(status_table) {
   ASSERT_STREQ(wds_strerror(WDS_ERR_TRUNCATED), "truncated input");
   ASSERT_STREQ(wds_status_name(WDS_ERR_CORRUPT), "WDS_ERR_CORRUPT");
@@ -1037,6 +1198,7 @@ int main(void) {
   RUN(pax_and_gnu_corner_cases_match_tarfile);
   RUN(nul_in_extension_names_is_an_error);
   RUN(endless_input_after_the_archive_ends);
+  RUN(sink_reads_members_into_caller_buffers);
   RUN(status_table);
   return test_summary();
 }
