@@ -200,6 +200,19 @@ typedef struct worker {
   size_t npending;
 } worker;
 
+/* A batch's rows being copied into its slot (run.c): the collator has
+ * assigned every row (wds__batch_assign, _reserve, _finish) and hands the
+ * copies out in parts, which the workers (between their samples) and the
+ * collator claim. Written by the collator only while no part is claimed or
+ * being copied (job_left == 0), published by the release store of
+ * job_claim. */
+typedef struct copy_job {
+  slot *s;
+  item **items; /* row r: items[r] */
+  size_t rows;
+  size_t part_rows;
+} copy_job;
+
 struct run {
   wds_loader *l;
   uint64_t epoch;
@@ -209,6 +222,11 @@ struct run {
   pthread_t collator;
   int collator_started;
   atomic_int abort;
+  copy_job job;
+  atomic_uint_fast64_t job_claim; /* (parts << 32) | next part to claim */
+  atomic_uint job_left;           /* parts not yet copied */
+  int job_waiting;                /* the collator waits for job_left == 0
+                                     (under l->mu) */
 };
 
 struct wds_loader {
@@ -365,9 +383,9 @@ raw_sample *wds__raw_hole(blk_pool *bp, int owner, size_t shard);
 int wds__queue_init(queue *q, size_t cap);         /* 0, or -1: out of memory */
 void wds__queue_destroy(queue *q, size_t nfields); /* frees queued items */
 /* Queues move items in chunks (one lock and one wake-up per chunk, not per
- * item). Returns 0, or -1 when the run is aborted (nothing is queued). */
-int wds__queue_push_many(queue *q, item **its, size_t n,
-                         atomic_int *abort_flag);
+ * item). Returns 0, or -1 when rn is aborted (nothing is queued). While the
+ * queue is full the caller copies slot rows of rn's open copy job. */
+int wds__queue_push_many(queue *q, item **its, size_t n, run *rn);
 /* Takes up to max items (at least one, unless aborted: then 0). */
 size_t wds__queue_pop_many(queue *q, item **out, size_t max,
                            atomic_int *abort_flag);
@@ -466,6 +484,18 @@ int wds__batch_last(const wds__collate *c, slot *s, filling *fl, wds__err *e);
 /* ---- worker.c, run.c, count.c ---- */
 
 void *wds__worker_main(void *arg); /* a worker thread (arg: worker *) */
+
+/* Copies parts of the run's open copy job until none is left to claim (any
+ * thread; run.c). */
+void wds__copy_parts(run *rn);
+
+/* A worker's check between samples: one relaxed load when there is nothing
+ * to copy. */
+static inline void wds__copy_help(run *rn) {
+  uint64_t v = atomic_load_explicit(&rn->job_claim, memory_order_relaxed);
+  if ((v & 0xffffffffu) < (v >> 32))
+    wds__copy_parts(rn);
+}
 
 int wds__run_start(wds_loader *l, uint64_t epoch, uint64_t skip);
 void wds__run_stop(wds_loader *l); /* no run: no-op */

@@ -3,7 +3,9 @@
  * One mutex and two condition variables per queue; a ring of cap item
  * pointers. Items move in chunks (one lock and one wake-up per chunk).
  * Every wait also ends when the run's abort flag is set: run_stop sets it,
- * then wakes both sides (wds__queue_wake). */
+ * then wakes both sides (wds__queue_wake). A worker waiting for room
+ * copies slot rows meanwhile, if the collator has opened a copy job
+ * (run.c), which wakes it. */
 #include "loader/internal.h"
 
 int wds__queue_init(queue *q, size_t cap) {
@@ -32,11 +34,21 @@ void wds__queue_destroy(queue *q, size_t nfields) {
 
 /* Chunks, not items: per-item hand-offs cost more than reading a small
  * sample. */
-int wds__queue_push_many(queue *q, item **its, size_t n,
-                         atomic_int *abort_flag) {
+int wds__queue_push_many(queue *q, item **its, size_t n, run *rn) {
+  atomic_int *abort_flag = &rn->abort;
   pthread_mutex_lock(&q->mu);
-  while (q->cap - q->len < n && !atomic_load(abort_flag))
+  while (q->cap - q->len < n && !atomic_load(abort_flag)) {
+    uint64_t v = atomic_load_explicit(&rn->job_claim, memory_order_relaxed);
+    if ((v & 0xffffffffu) < (v >> 32)) {
+      /* Slot copies to share rather than wait idle (run.c wakes this wait
+       * when it opens a job). */
+      pthread_mutex_unlock(&q->mu);
+      wds__copy_parts(rn);
+      pthread_mutex_lock(&q->mu);
+      continue;
+    }
     pthread_cond_wait(&q->not_full, &q->mu);
+  }
   if (atomic_load(abort_flag)) {
     pthread_mutex_unlock(&q->mu);
     return -1;

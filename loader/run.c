@@ -4,10 +4,11 @@
  * chunk and terminal item, and starts the workers (worker.c) and the
  * collator. The collator pops the worker queues round-robin in worker
  * order (a worker that ends leaves the rotation), discards the resume
- * skip, and fills pool slots through collate.c; full batches go to the
- * ready FIFO that next() pops. Slot states and the FIFO are under the
- * loader's mutex. run_stop aborts and joins everything (loader.c:
- * "Locks", "Stopping"). */
+ * skip, and assigns rows of pool slots through collate.c; the rows' data
+ * is copied by the workers and the collator together ("slot copies"
+ * below); full batches go to the ready FIFO that next() pops. Slot states and
+ * the FIFO are under the loader's mutex. run_stop aborts and joins everything
+ * (loader.c: "Locks", "Stopping"). */
 #include <stdio.h>
 
 #include "loader/internal.h"
@@ -32,7 +33,9 @@ static void post_error(wds_loader *l, int status, const char *msg) {
   post_ready(l, READY_ERROR, -1);
 }
 
-static int acquire_slot(wds_loader *l, run *rn) {
+/* A free slot, marked FILLING; -1 when aborted. wait 0: -1 at once when
+ * none is free. */
+static int acquire_slot(wds_loader *l, run *rn, int wait) {
   int found = -1;
   pthread_mutex_lock(&l->mu);
   for (;;) {
@@ -47,6 +50,8 @@ static int acquire_slot(wds_loader *l, run *rn) {
       l->slots[found].state = SLOT_FILLING;
       break;
     }
+    if (!wait)
+      break;
     l->collator_waits = 1;
     pthread_cond_broadcast(&l->cv); /* a caller holding every slot */
     pthread_cond_wait(&l->cv, &l->mu);
@@ -65,6 +70,7 @@ typedef struct inbox {
 
 static item *inbox_next(run *rn, int w, inbox *in, uint64_t *waited) {
   if (in->at == in->len) {
+    wds__copy_help(rn); /* rather than wait idle */
     uint64_t t0 = wds__now_ns();
     in->at = 0;
     in->len = wds__queue_pop_many(&rn->w[w].q, in->v, rn->l->chunk, &rn->abort);
@@ -82,6 +88,110 @@ static void return_blocks(run *rn, inbox *in) {
   }
 }
 
+/* ---- slot copies spread over the threads ----
+ *
+ * The collator assigns a batch's rows in the fixed round-robin order (so
+ * which sample is which row does not change), then opens a copy job: the
+ * rows split into parts that any thread claims (one atomic add) and copies
+ * (wds__batch_copy: disjoint rows). Workers claim parts between samples,
+ * the collator while it would otherwise wait for a queue, and before it
+ * opens the next job it claims what is left and waits for the parts in
+ * progress. The batch is posted when every part is copied: batches are
+ * still posted in order, one at a time. */
+
+#define COPY_PART_BYTES ((uint64_t)128 << 10)
+
+void wds__copy_parts(run *rn) {
+  wds_loader *l = rn->l;
+  for (;;) {
+    uint64_t v =
+        atomic_fetch_add_explicit(&rn->job_claim, 1, memory_order_acq_rel);
+    uint64_t part = v & 0xffffffffu, parts = v >> 32;
+    if (part >= parts)
+      return;
+    const copy_job *j = &rn->job;
+    size_t r0 = (size_t)part * j->part_rows;
+    size_t r1 = r0 + j->part_rows < j->rows ? r0 + j->part_rows : j->rows;
+    wds__batch_copy(&l->col, j->s, (const item *const *)j->items + r0, r0, r1);
+    if (atomic_fetch_sub_explicit(&rn->job_left, 1, memory_order_acq_rel) ==
+        1) {
+      pthread_mutex_lock(&l->mu);
+      if (rn->job_waiting)
+        pthread_cond_broadcast(&l->cv);
+      pthread_mutex_unlock(&l->mu);
+    }
+  }
+}
+
+/* A batch whose rows are assigned: its items, and each item's worker (its
+ * blocks go back there). */
+typedef struct batch_rows {
+  int slot;
+  item **items;
+  int *from;
+  size_t rows;
+} batch_rows;
+
+/* Opens the copy job of b's rows (the previous job is done). */
+static void job_open(run *rn, batch_rows *b) {
+  wds_loader *l = rn->l;
+  slot *s = &l->slots[b->slot];
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < l->nfields; i++)
+    bytes += s->bf[i].size_bytes;
+  uint64_t parts = bytes / COPY_PART_BYTES + 1;
+  uint64_t most = 2 * ((uint64_t)l->pin.workers + 1);
+  if (parts > most)
+    parts = most;
+  if (parts > b->rows)
+    parts = b->rows ? b->rows : 1;
+  rn->job.s = s;
+  rn->job.items = b->items;
+  rn->job.rows = b->rows;
+  rn->job.part_rows = (size_t)((b->rows + parts - 1) / parts);
+  if (rn->job.part_rows == 0)
+    rn->job.part_rows = 1;
+  parts = (b->rows + rn->job.part_rows - 1) / rn->job.part_rows;
+  atomic_store_explicit(&rn->job_left, (unsigned)parts, memory_order_relaxed);
+  atomic_store_explicit(&rn->job_claim, parts << 32, memory_order_release);
+  /* Workers waiting for room in their queue take parts too. */
+  for (int i = 0; i < l->pin.workers; i++) {
+    pthread_mutex_lock(&rn->w[i].q.mu);
+    pthread_cond_broadcast(&rn->w[i].q.not_full);
+    pthread_mutex_unlock(&rn->w[i].q.mu);
+  }
+}
+
+/* Copies what no one has claimed and waits for the rest: the job is done. */
+static void job_finish(run *rn) {
+  wds_loader *l = rn->l;
+  wds__copy_parts(rn);
+  if (atomic_load_explicit(&rn->job_left, memory_order_acquire) == 0)
+    return;
+  pthread_mutex_lock(&l->mu);
+  rn->job_waiting = 1;
+  while (atomic_load_explicit(&rn->job_left, memory_order_acquire) > 0)
+    pthread_cond_wait(&l->cv, &l->mu);
+  rn->job_waiting = 0;
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* Gives b's items back to their workers (after the job is done). */
+static void rows_recycle(run *rn, inbox *in, batch_rows *b) {
+  for (size_t r = 0; r < b->rows; r++)
+    wds__item_recycle(b->items[r], rn->l->nfields, &in[b->from[r]].back,
+                      &in[b->from[r]].back_items);
+  b->rows = 0;
+}
+
+static void rows_free(run *rn, batch_rows *b) {
+  for (size_t r = 0; r < b->rows; r++)
+    wds__item_free(b->items[r], rn->l->nfields);
+  b->rows = 0;
+  free(b->items);
+  free(b->from);
+}
+
 static void *collator_main(void *arg) {
   run *rn = arg;
   wds_loader *l = rn->l;
@@ -95,7 +205,14 @@ static void *collator_main(void *arg) {
   int n_active = W, cur = 0;
   uint64_t mark = wds__now_ns(), waited = 0;
   wds__err e;
-  if (!active || !in || !fl.first_set) {
+  /* cur: the batch being assigned (slot fl.slot); pend: the batch being
+   * copied (pend.slot >= 0), posted once the copies are done. */
+  batch_rows bcur = {-1, malloc(bs * sizeof(item *)), malloc(bs * sizeof(int)),
+                     0};
+  batch_rows pend = {-1, malloc(bs * sizeof(item *)), malloc(bs * sizeof(int)),
+                     0};
+  if (!active || !in || !fl.first_set || !bcur.items || !bcur.from ||
+      !pend.items || !pend.from) {
     post_error(l, WDS_ERR_NOMEM, "out of memory");
     goto done;
   }
@@ -133,9 +250,28 @@ static void *collator_main(void *arg) {
         return_blocks(rn, in);
       continue;
     }
+    /* The batch being copied, once done, goes out at once. */
+    if (pend.slot >= 0 &&
+        atomic_load_explicit(&rn->job_left, memory_order_acquire) == 0) {
+      post_ready(l, READY_SLOT, pend.slot);
+      pend.slot = -1;
+      rows_recycle(rn, in, &pend);
+      return_blocks(rn, in);
+    }
     if (fl.slot < 0) {
       uint64_t t0 = wds__now_ns();
-      fl.slot = acquire_slot(l, rn);
+      fl.slot = acquire_slot(l, rn, 0);
+      if (fl.slot < 0 && pend.slot >= 0) {
+        /* Every free slot is taken: the caller may need the one being
+         * copied before it releases any. */
+        job_finish(rn);
+        post_ready(l, READY_SLOT, pend.slot);
+        pend.slot = -1;
+        rows_recycle(rn, in, &pend);
+        return_blocks(rn, in);
+      }
+      if (fl.slot < 0)
+        fl.slot = acquire_slot(l, rn, 1);
       uint64_t dt = wds__now_ns() - t0;
       waited += dt;
       STAT_ADD(l, slot_wait_ns, dt);
@@ -143,26 +279,49 @@ static void *collator_main(void *arg) {
         wds__item_free(it, l->nfields);
         goto done;
       }
+      bcur.slot = fl.slot;
       wds__batch_begin(&l->col, &l->slots[fl.slot], &fl, rn->epoch, index);
     }
-    int rc = wds__batch_put(&l->col, &l->slots[fl.slot], &fl, it, &e);
-    wds__item_recycle(it, l->nfields, &in[wi].back, &in[wi].back_items);
+    bcur.items[bcur.rows] = it;
+    bcur.from[bcur.rows++] = wi;
+    int rc = wds__batch_assign(&l->col, &l->slots[fl.slot], &fl, it, &e);
     if (rc != WDS_OK) {
       post_error(l, rc, e.msg);
       goto done;
     }
     if (fl.rows == bs) {
-      wds__batch_finish(&l->col, &l->slots[fl.slot], &fl);
-      post_ready(l, READY_SLOT, fl.slot);
+      slot *s = &l->slots[fl.slot];
+      if ((rc = wds__batch_reserve(&l->col, s, &fl, &e)) != WDS_OK) {
+        post_error(l, rc, e.msg);
+        goto done;
+      }
+      wds__batch_finish(&l->col, s, &fl);
+      if (pend.slot >= 0) { /* batches go out in order */
+        job_finish(rn);
+        post_ready(l, READY_SLOT, pend.slot);
+        rows_recycle(rn, in, &pend);
+        return_blocks(rn, in);
+      }
+      batch_rows t = pend;
+      pend = bcur;
+      bcur = t;
+      bcur.slot = -1;
       fl.slot = -1;
+      job_open(rn, &pend);
       index++;
-      return_blocks(rn, in);
       /* The collator's busy time: wall time less its waits, per batch. */
       uint64_t now = wds__now_ns();
       STAT_ADD(l, batch_ns, now - mark > waited ? now - mark - waited : 0);
       mark = now;
       waited = 0;
     }
+  }
+  if (pend.slot >= 0) {
+    job_finish(rn);
+    post_ready(l, READY_SLOT, pend.slot);
+    pend.slot = -1;
+    rows_recycle(rn, in, &pend);
+    return_blocks(rn, in);
   }
   if (l->cfg.mode != WDS_MODE_PLAIN) {
     /* Each worker yields exactly its quota, then its last word: an error
@@ -181,7 +340,17 @@ static void *collator_main(void *arg) {
     }
   }
   if (fl.slot >= 0) {
-    int rc = wds__batch_last(&l->col, &l->slots[fl.slot], &fl, &e);
+    /* The last, partial batch: its rows copied here, then padded, kept or
+     * dropped. */
+    slot *s = &l->slots[fl.slot];
+    int rc = wds__batch_reserve(&l->col, s, &fl, &e);
+    if (rc == WDS_OK) {
+      wds__batch_copy(&l->col, s, (const item *const *)bcur.items, 0,
+                      bcur.rows);
+      rows_recycle(rn, in, &bcur);
+      return_blocks(rn, in);
+      rc = wds__batch_last(&l->col, s, &fl, &e);
+    }
     if (rc < 0) {
       post_error(l, rc, e.msg);
       goto done;
@@ -198,11 +367,17 @@ static void *collator_main(void *arg) {
   }
   post_ready(l, READY_EOF, -1);
 done:
-  if (fl.slot >= 0) {
-    pthread_mutex_lock(&l->mu);
+  /* Parts in progress read the pending batch's items: wait for them. */
+  if (pend.slot >= 0)
+    job_finish(rn);
+  pthread_mutex_lock(&l->mu);
+  if (fl.slot >= 0)
     l->slots[fl.slot].state = SLOT_FREE;
-    pthread_mutex_unlock(&l->mu);
-  }
+  if (pend.slot >= 0)
+    l->slots[pend.slot].state = SLOT_FREE;
+  pthread_mutex_unlock(&l->mu);
+  rows_free(rn, &bcur);
+  rows_free(rn, &pend);
   for (int i = 0; in && i < W; i++) {
     for (size_t k = in[i].at; k < in[i].len; k++)
       wds__item_free(in[i].v[k], l->nfields);
@@ -272,6 +447,8 @@ int wds__run_start(wds_loader *l, uint64_t epoch, uint64_t skip) {
   rn->epoch = epoch;
   rn->skip = skip;
   atomic_init(&rn->abort, 0);
+  atomic_init(&rn->job_claim, 0);
+  atomic_init(&rn->job_left, 0);
   l->cur = rn;
   int rc = wds__plan_epoch(&l->pin, epoch, &rn->plan, &e);
   if (rc != WDS_OK) {
