@@ -701,8 +701,8 @@ int wds__tar_read_into(wds__tar *t, const wds__tar_member *m, void *dst,
       t->stream_eof = 1;
       uint64_t got = m->size - left;
       return wds__fail(err, WDS_ERR_TRUNCATED,
-                       "member \"%s\" at offset %llu: truncated: stream "
-                       "ends after %llu of %llu data bytes",
+                       "member \"%s\" at offset %llu: stream truncated "
+                       "after %llu of %llu data bytes",
                        m->name, (unsigned long long)m->header_offset,
                        (unsigned long long)got, (unsigned long long)m->size);
     }

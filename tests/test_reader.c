@@ -1148,7 +1148,8 @@ TEST(sink_reads_members_into_caller_buffers) {
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_OK);
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_TRUNCATED);
   ASSERT_CONTAINS(wds_reader_error(r), "\"s01.bin\"");
-  ASSERT_CONTAINS(wds_reader_error(r), "90000 of 100000 data bytes");
+  ASSERT_CONTAINS(wds_reader_error(r),
+                  "stream truncated after 90000 of 100000 data bytes");
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_EOF);
   wds_reader_close(r);
   for (int i = 0; i < c.n; i++)
