@@ -45,15 +45,15 @@ static void into_reset(feed *src) {
   src->into_failed = 0;
 }
 
-/* The reader's sink while the feed reads samples it keeps: fields no
- * output wants are skipped unread, large ones go straight into a block. */
+/* The reader's sink while the feed reads samples it keeps, for fields of
+ * FEED_INTO_BYTES or more (smaller ones stay in the window, the cheapest
+ * way to read them; raw_copy drops those no output wants): straight into
+ * a block, or skipped unread if no output wants them. */
 static int feed_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
   feed *src = ctx;
   worker *w = src->w;
   if (!wanted_ext(w->run->l, ext))
     return WDS__SINK_SKIP;
-  if (size < FEED_INTO_BYTES)
-    return WDS__SINK_WINDOW;
   if (src->ninto == src->into_cap) {
     size_t c = src->into_cap ? 2 * src->into_cap : 8;
     void **nv = realloc(src->into, c * sizeof *nv);
@@ -209,7 +209,7 @@ static int feed_open(feed *src, size_t shard, uint64_t begin, uint64_t end,
   }
   /* Samples before the piece are read and dropped (tar has no index),
    * their data skipped unread. */
-  wds__reader_set_sink(src->rd, skip_sink, NULL);
+  wds__reader_set_sink(src->rd, skip_sink, NULL, 0);
   for (; src->before < begin && !atomic_load(&src->w->run->abort);) {
     const wds_sample *s;
     int st = wds_reader_next(src->rd, &s);
@@ -241,7 +241,7 @@ const char *wds__count_source(const wds_loader *l, char *buf, size_t n) {
 static int feed_check_end(feed *src, item **fatal) {
   wds_loader *l = src->w->run->l;
   const wds_sample *s;
-  wds__reader_set_sink(src->rd, skip_sink, NULL);
+  wds__reader_set_sink(src->rd, skip_sink, NULL, 0);
   int st = wds_reader_next(src->rd, &s);
   if (st == WDS_EOF)
     return 0;
@@ -330,7 +330,7 @@ static int feed_pull(feed *src, raw_sample **out, item **fatal) {
     }
     const wds_sample *s;
     uint64_t t0 = wds__now_ns();
-    wds__reader_set_sink(src->rd, feed_sink, src);
+    wds__reader_set_sink(src->rd, feed_sink, src, FEED_INTO_BYTES);
     int st = wds_reader_next(src->rd, &s);
     src->read_ns += wds__now_ns() - t0;
     if (src->into_failed) {

@@ -81,12 +81,15 @@ struct wds_reader {
 
   wds__member_sink sink; /* where member data goes (NULL: the window) */
   void *sink_ctx;
-  int window_held; /* a member of the current sample is in the window */
+  uint64_t sink_min; /* smaller members go to the window unasked */
+  int window_held;   /* a member of the current sample is in the window */
 };
 
-void wds__reader_set_sink(wds_reader *r, wds__member_sink sink, void *ctx) {
+void wds__reader_set_sink(wds_reader *r, wds__member_sink sink, void *ctx,
+                          uint64_t min_bytes) {
   r->sink = sink;
   r->sink_ctx = ctx;
+  r->sink_min = min_bytes;
 }
 
 #define open_fail wds__open_fail
@@ -302,7 +305,7 @@ static int take_pending(wds_reader *r) {
   r->sample_bytes += add;
   int where = WDS__SINK_WINDOW;
   void *dest = NULL;
-  if (r->sink) {
+  if (r->sink && m->size >= r->sink_min) {
     where = r->sink(r->sink_ctx, r->pending_name + r->pending_ext_off, m->size,
                     &dest);
     if (where < 0)

@@ -34,7 +34,8 @@ typedef int (*wds__member_sink)(void *ctx, const char *ext, uint64_t size,
 
 /* Sets (sink NULL: clears) where the reader puts member data from the next
  * wds_reader_next() on. Without a sink every member is read into the
- * window. */
-void wds__reader_set_sink(wds_reader *r, wds__member_sink sink, void *ctx);
+ * window; so is, without asking the sink, a member under min_bytes. */
+void wds__reader_set_sink(wds_reader *r, wds__member_sink sink, void *ctx,
+                          uint64_t min_bytes);
 
 #endif

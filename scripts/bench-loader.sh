@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # Loader benchmarks (docs/performance.md, "The loader"). Usage:
-#   scripts/bench-loader.sh [BUILD_DIR] [DATA_DIR]
+#   [BEFORE=OTHER_BUILD_DIR] [ONLY=cat] scripts/bench-loader.sh [BUILD_DIR] [DATA_DIR]
+# 0. Against cat (issue 13): the whole process `wds bench FILES --decode bin
+#    --batch-size 256 --shuffle-buffer 10000 --workers W --epochs 1` (one
+#    epoch, raw bytes, start to exit) against `cat FILES >/dev/null`, page
+#    cache warm, as throughput (the files' bytes over the wall time), W = 1
+#    and 2, on the 100k and 1k sets. With BEFORE, the same wds command of
+#    that build is run in the same alternation, and after/before is printed
+#    too. ONLY=cat stops after this part.
 # 1. No decode: the loader (plain mode, shuffle buffer 10,000, batches of 256
 #    raw .bin fields, steady state after one warm-up epoch) against the
 #    reader's sample stream (`wds bench` without loader options) over the
@@ -59,6 +66,63 @@ reader() { "$WDS" bench --json "$@" | field '["samples_per_s"]'; }
 loader() { "$WDS" bench --json --warmup-epochs 1 "$@" | field '["samples_per_s"]'; }
 base() { "$BASE" --json "$@" | field '["images_per_s"]'; }
 ls "$jpegs"/*.jpg >"$jpegs/list.txt"
+
+# rate CMD...: the files' MB per second of wall time of CMD (output dropped).
+rate() {
+  local t0 t1
+  t0=$(date +%s%N)
+  "$@" >/dev/null 2>&1 || die "failed: $*"
+  t1=$(date +%s%N)
+  "$PY" -c "print($bytes / 1e6 / (($t1 - $t0) / 1e9))"
+}
+# triple A -- B -- C: like pair, three commands alternated; prints the medians
+# of A, B, C and of the ratios B/A, C/A and B/C.
+triple() {
+  local k=0
+  local -a a b c
+  for x in "$@"; do
+    if [ "$x" = "--" ]; then k=$((k + 1)); else
+      case $k in 0) a+=("$x") ;; 1) b+=("$x") ;; 2) c+=("$x") ;; esac
+    fi
+  done
+  local ra=() rb=() rc=() q1=() q2=() q3=()
+  for _ in $(seq "$RUNS"); do
+    local x y z
+    x=$("${a[@]}")
+    y=$("${b[@]}")
+    z=$("${c[@]}")
+    ra+=("$x"); rb+=("$y"); rc+=("$z")
+    q1+=("$("$PY" -c "print($y / $x)")")
+    q2+=("$("$PY" -c "print($z / $x)")")
+    q3+=("$("$PY" -c "print($y / $z)")")
+  done
+  local m
+  for arr in ra rb rc q1 q2 q3; do
+    m="$arr[@]"
+    printf '%s ' "$(printf '%s\n' "${!m}" | median)"
+  done
+  echo
+}
+echo "== against cat: whole process, one epoch, batch 256, shuffle 10000, raw bytes"
+echo "   (medians of $RUNS alternating runs; throughput = the files' bytes / wall time)"
+for set in 100k 1k; do
+  files=("$DATA/$set"-*.tar)
+  bytes=$(cat "${files[@]}" | wc -c)
+  for w in 1 2; do
+    wcmd=(bench "${files[@]}" --decode bin --batch-size 256 --shuffle-buffer 10000 --workers "$w" --epochs 1)
+    if [ -n "${BEFORE:-}" ]; then
+      read -r c n b qn qb qa < <(triple rate cat "${files[@]}" -- rate "$WDS" "${wcmd[@]}" \
+        -- rate "$BEFORE/tools/wds" "${wcmd[@]}")
+      printf '%s workers=%d  cat %.0f MB/s  wds %.0f MB/s (%.2f of cat)  before %.0f MB/s (%.2f of cat)  after/before %.2f\n' \
+        "$set" "$w" "$c" "$n" "$qn" "$b" "$qb" "$qa"
+    else
+      read -r c n q < <(pair rate cat "${files[@]}" -- rate "$WDS" "${wcmd[@]}")
+      printf '%s workers=%d  cat %.0f MB/s  wds %.0f MB/s  ratio %.2f\n' "$set" "$w" "$c" "$n" "$q"
+    fi
+  done
+done
+echo "   (targets: 100k >= 0.5 with 1 worker, >= 0.8 with 2; 1k >= 0.4 / >= 0.6)"
+[ "${ONLY:-}" = cat ] && exit 0
 
 echo "== no decode: loader (shuffle 10000, batch 256, raw .bin) vs reader sample stream"
 echo "   (medians of $RUNS alternating runs: reference, loader, ratio)"

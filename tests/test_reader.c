@@ -1068,7 +1068,7 @@ static void check_sink(const char *path, size_t buffer) {
   ASSERT_EQ_INT(wds_reader_open(&cfg, &plain), WDS_OK);
   ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
   sink_ctx c = {0};
-  wds__reader_set_sink(r, test_sink, &c);
+  wds__reader_set_sink(r, test_sink, &c, 0);
   const wds_sample *s, *p;
   int n = 0;
   for (;; n++) {
@@ -1144,7 +1144,7 @@ TEST(sink_reads_members_into_caller_buffers) {
   ASSERT_EQ_INT(truncate(p, (off_t)(s01_bin + 512 + 90000)), 0);
   ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
   sink_ctx c = {0};
-  wds__reader_set_sink(r, test_sink, &c);
+  wds__reader_set_sink(r, test_sink, &c, 0);
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_OK);
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_TRUNCATED);
   ASSERT_CONTAINS(wds_reader_error(r), "\"s01.bin\"");
@@ -1155,11 +1155,20 @@ TEST(sink_reads_members_into_caller_buffers) {
   for (int i = 0; i < c.n; i++)
     free(c.bufs[i]);
 
+  /* Members under the sink's min_bytes go to the window unasked. */
+  ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
+  sink_ctx m = {0};
+  wds__reader_set_sink(r, test_sink, &m, 100000);
+  ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_OK); /* s00: 1000, 20000, 512 */
+  ASSERT_TRUE(s->fields[1].data != NULL && pattern_ok(&s->fields[1], 100));
+  ASSERT_EQ_INT(m.n, 0);
+  wds_reader_close(r);
+
   /* A sink that cannot allocate: an error naming the member, the shard
    * ends. */
   ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
   sink_ctx f = {.fail = 1};
-  wds__reader_set_sink(r, test_sink, &f);
+  wds__reader_set_sink(r, test_sink, &f, 0);
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_NOMEM);
   ASSERT_CONTAINS(wds_reader_error(r), "\"s00.bin\" at offset 0");
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_EOF);
