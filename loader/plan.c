@@ -54,9 +54,10 @@ int wds__plan_check(const wds__plan_input *in, wds__err *e) {
       return wds__fail(
           e, WDS_ERR_INVALID,
           "rank %d of %d gets %zu of the %zu shards, fewer than its %d "
-          "workers: a worker would get no shard (use at most %zu workers, "
+          "workers: a worker would get no shard (use at most %zu worker%s, "
           "more shards, or --mode resampled or exact)",
-          in->rank, in->world, mine, in->shards, in->workers, mine);
+          in->rank, in->world, mine, in->shards, in->workers, mine,
+          mine == 1 ? "" : "s");
   } else if (in->mode == WDS_MODE_EXACT) {
     uint64_t total = exact_total(in);
     if (exact_per_rank(in, total) == 0)

@@ -702,12 +702,35 @@ static int write_classes(const char *path, const class_name *cl, size_t n,
   return 0;
 }
 
+/* The class mapping --labels made, written once every sample is. */
+typedef struct class_map {
+  class_name *cl; /* names point into the directory list's arena */
+  size_t n;
+  char *path;
+} class_map;
+
+/* Writes the mapping and says so. */
+static int class_map_write(const class_map *m, const write_opts *o) {
+  if (write_classes(m->path, m->cl, m->n, o) != 0)
+    return -1;
+  size_t n = m->n;
+  fprintf(stderr, "wds write: %zu classes (%.*s ... %.*s), mapping in %s%s\n",
+          n, n ? (int)m->cl[0].n : 0, n ? m->cl[0].s : "",
+          n ? (int)m->cl[n - 1].n : 0, n ? m->cl[n - 1].s : "", m->path,
+          o->shuffle ? ""
+                     : "; samples are in class order (--shuffle mixes the "
+                       "classes across shards)");
+  return 0;
+}
+
 /* --labels: each sample's class is the first component of its key (the
  * folder under DIR); classes are numbered 0..N-1 in sorted (byte) order of
- * their names, as torchvision's ImageFolder numbers them, and the mapping
- * is written to --classes (default classes.json beside the shards). */
+ * their names, as torchvision's ImageFolder numbers them. The mapping, for
+ * --classes (default classes.json beside the shards), goes to *map, which
+ * the caller writes once the samples are written (a failed run leaves no
+ * mapping behind) and frees. */
 static int label_samples(const char *root, const dir_list *l, span *sp,
-                         size_t nsp, const write_opts *o) {
+                         size_t nsp, const write_opts *o, class_map *map) {
   int status = -1;
   class_name *cl = malloc((nsp ? nsp : 1) * sizeof *cl);
   char *path = NULL;
@@ -771,15 +794,8 @@ static int label_samples(const char *root, const dir_list *l, span *sp,
     fprintf(stderr, "wds write: out of memory\n");
     goto done;
   }
-  if (write_classes(path, cl, ncl, o) != 0)
-    goto done;
-  fprintf(stderr, "wds write: %zu classes (%.*s ... %.*s), mapping in %s%s\n",
-          ncl, ncl ? (int)cl[0].n : 0, ncl ? cl[0].s : "",
-          ncl ? (int)cl[ncl - 1].n : 0, ncl ? cl[ncl - 1].s : "", path,
-          o->shuffle ? ""
-                     : "; samples are in class order (--shuffle mixes the "
-                       "classes across shards)");
-  status = 0;
+  *map = (class_map){cl, ncl, path};
+  return 0;
 done:
   free(cl);
   free(path);
@@ -793,6 +809,7 @@ static int run_dir(const char *root, const write_opts *o, wds_writer *w,
   span *sp = NULL;
   size_t nsp = 0;
   scratch s = {0};
+  class_map map = {0};
   char *rel = malloc(PATH_MAX);
   int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (!rel) {
@@ -833,7 +850,7 @@ static int run_dir(const char *root, const write_opts *o, wds_writer *w,
   }
   if (check_samples(root, &l, sp, nsp, o) != 0)
     goto done;
-  if (o->labels && label_samples(root, &l, sp, nsp, o) != 0)
+  if (o->labels && label_samples(root, &l, sp, nsp, o, &map) != 0)
     goto done;
   if (o->shuffle)
     shuffle_spans(sp, nsp, o->seed);
@@ -868,10 +885,14 @@ static int run_dir(const char *root, const write_opts *o, wds_writer *w,
     }
     progress_update(pg, w, 0);
   }
+  if (map.path && !tool_signal_caught() && class_map_write(&map, o) != 0)
+    goto done;
   status = 0;
 done:
   if (rootfd >= 0)
     close(rootfd);
+  free(map.cl);
+  free(map.path);
   free(rel);
   free(l.arena);
   free(l.e);

@@ -124,6 +124,12 @@ w sh1 write --labels --shuffle --seed 4 -o 'lab/s1-%02d.tar' imgs
 w sh2 write --labels --shuffle --seed 4 -o 'lab/s2-%02d.tar' --classes lab/other.json imgs
 check "labels: --shuffle --seed is deterministic" cmp -s lab/s1-00.tar lab/s2-00.tar
 check "labels: --classes names the mapping" cmp -s lab/classes.json lab/other.json
+# The mapping is written once every sample is: a run that fails after the
+# listing (here: no such output folder) leaves none behind.
+w labfail write --labels --classes lab/fail.json -o 'lab/nodir/f-%02d.tar' imgs
+expect_rc "labels: a failed write, exit 1" 1 labfail
+has "labels: a failed write names the shard" labfail.err 'cannot create lab/nodir/f-00.tar'
+check "labels: a failed write leaves no mapping" test ! -e lab/fail.json
 "$WDS" ls lab/s1-00.tar | cut -d/ -f1 | head -4 | sort -u >sh.classes
 check "labels: shuffled, the first 4 samples are not one class" test "$(wc -l <sh.classes)" -ge 2
 if [[ -n $TRAIN ]]; then
