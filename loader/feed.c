@@ -187,6 +187,7 @@ int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out) {
   rc.buffer_size_bytes = l->cfg.read_buffer_bytes;
   rc.read_timeout_ms = l->cfg.read_timeout_ms;
   rc.max_window_bytes = l->cfg.max_window_bytes;
+  rc.retries = l->cfg.retries;
   return wds__reader_open(&rc, &l->wake, out);
 }
 

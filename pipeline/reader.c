@@ -115,7 +115,8 @@ int wds__reader_open(const wds_reader_config *cfg, const wds__cancel *cancel,
   r->cancel = cancel ? cancel : &r->own_cancel;
   r->io = (wds__io_opts){.read_timeout_ms = cfg->read_timeout_ms,
                          .cancel = r->cancel,
-                         .max_window_bytes = cfg->max_window_bytes};
+                         .max_window_bytes = cfg->max_window_bytes,
+                         .retries = cfg->retries};
   r->cfg.spec = NULL; /* not owned; only used here */
   r->cfg.urls = NULL;
   if (r->cfg.buffer_size_bytes == 0)

@@ -42,11 +42,17 @@ static inline int wds__cancelled(const wds__cancel *c) {
  * a message naming the window and the option that raises it. */
 #define WDS__DEFAULT_MAX_WINDOW_BYTES ((uint64_t)128 << 20)
 
+/* Default retries of an http(s):// transfer after attempts that failed
+ * transiently without progress (connect errors, HTTP 408/429/5xx, a cut
+ * transfer, which resumes where it stopped). */
+#define WDS__DEFAULT_RETRIES 5
+
 /* Options for opening a shard's source and stream. NULL or zeros: defaults. */
 typedef struct wds__io_opts {
   int read_timeout_ms;       /* 0 = WDS__DEFAULT_READ_TIMEOUT_MS, < 0 never */
   const wds__cancel *cancel; /* may be NULL */
   uint64_t max_window_bytes; /* 0 = WDS__DEFAULT_MAX_WINDOW_BYTES */
+  int retries;               /* http(s): 0 = WDS__DEFAULT_RETRIES, < 0 none */
 } wds__io_opts;
 
 #endif

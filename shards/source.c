@@ -7,8 +7,8 @@
  * then do we know the stream was complete, so a failing command is reported
  * in place of a clean end. When the caller stops early, close() kills the
  * process group and reaps it, so nothing is left running and nothing is
- * reported. Remote URLs are mapped to curl commands, as WebDataset's gopen
- * does.
+ * reported. http(s):// URLs are read in process with libcurl (http.c);
+ * WebDataset's other curl schemes need an explicit pipe:curl.
  *
  * Commands must not outlive us, however we end. Their own process group
  * keeps the terminal's Ctrl-C away from them (the program decides: the
@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "base/url.h"
+#include "http.h"
 
 extern char **environ;
 
@@ -60,7 +61,8 @@ struct wds__source {
   char *command;   /* for messages */
   int timeout_ms;  /* < 0: none */
   const wds__cancel *cancel;
-  int nonblock; /* our own pipe, O_NONBLOCK: read first, poll when empty */
+  int nonblock;    /* our own pipe, O_NONBLOCK: read first, poll when empty */
+  wds__http *http; /* http(s)://, read in process (http.c) */
 };
 
 /* The descriptor a command's shell reads its gate from (see
@@ -348,10 +350,15 @@ static int spawn_command(wds__source *s, const char *cmd, wds__err *err) {
   return WDS_OK;
 }
 
-/* Maps remote URLs to curl, as WebDataset's gopen does for these schemes. */
-static int is_curl_url(const char *url) {
-  static const char *const schemes[] = {"http://", "https://", "ftp://",
-                                        "ftps://", "sftp://",  "scp://"};
+/* Remote schemes that WebDataset's gopen hands to curl: http(s) is read in
+ * process (http.c); the others need an explicit pipe:curl. */
+static int is_http_url(const char *url) {
+  return starts_with(url, "http://") || starts_with(url, "https://");
+}
+
+static int is_other_remote_url(const char *url) {
+  static const char *const schemes[] = {"ftp://", "ftps://", "sftp://",
+                                        "scp://"};
   for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++)
     if (starts_with(url, schemes[i]))
       return 1;
@@ -382,17 +389,14 @@ int wds__source_open(const char *url, const wds__io_opts *opts,
       goto done;
     }
     rc = spawn_command(s, cmd, err);
-  } else if (is_curl_url(url)) {
+  } else if (is_http_url(url)) {
+    rc = wds__http_open(url, opts, &s->http, err);
+  } else if (is_other_remote_url(url)) {
     quoted = shell_quote(url);
-    size_t n = quoted ? strlen(quoted) + 64 : 0;
-    s->command = quoted ? malloc(n) : NULL;
-    if (!s->command) {
-      rc = wds__fail(err, WDS_ERR_NOMEM, "out of memory");
-      goto done;
-    }
-    snprintf(s->command, n, "curl --fail --silent --show-error --location %s",
-             quoted);
-    rc = spawn_command(s, s->command, err);
+    rc = wds__fail(err, WDS_ERR_OPEN,
+                   "cannot open: only http(s):// is read in process; name "
+                   "a command for this scheme explicitly (pipe:curl -s %s)",
+                   quoted ? quoted : url);
   } else {
     const char *path = wds__url_local_path(url);
     if (!path && wds__url_is_bad_file(url)) {
@@ -517,6 +521,14 @@ static int wait_readable(wds__source *s, wds__err *err) {
 ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err) {
   if (s->at_eof)
     return 0;
+  if (s->http) {
+    ssize_t n = wds__http_read(s->http, dst, cap, err);
+    if (n > 0)
+      s->offset += (uint64_t)n;
+    else if (n == 0)
+      s->at_eof = 1;
+    return n;
+  }
   for (;;) {
     if (wds__cancelled(s->cancel))
       return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
@@ -575,6 +587,7 @@ void wds__source_close(wds__source *s) {
     return;
   if (s->owns_fd && s->fd >= 0)
     close(s->fd);
+  wds__http_close(s->http);
   if (s->pid > 0) {
     /* Stopped early: the command may be blocked writing to us or elsewhere.
      * Its process group cannot be reused while the child is unreaped; if

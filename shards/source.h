@@ -14,9 +14,10 @@
 typedef struct wds__source wds__source;
 
 /* Opens url: "-" (stdin), "pipe:CMD" (CMD run by /bin/sh, its stdout read),
- * "file://PATH", http(s)/ftp(s)/sftp/scp URLs (read through curl, as
- * WebDataset does), or a local path. opts (NULL: defaults) gives the read
- * timeout and the cancellation token that reads honour. */
+ * "file://PATH", http(s):// (read in process with libcurl: http.h), or a
+ * local path (ftp, sftp and scp need an explicit pipe:curl). opts (NULL:
+ * defaults) gives the read timeout and the cancellation token that reads
+ * honour. */
 int wds__source_open(const char *url, const wds__io_opts *opts,
                      wds__source **out, wds__err *err);
 

@@ -58,6 +58,7 @@ static int bench_reader(const wds_url_list *urls, size_t buffer,
   cfg.buffer_size_bytes = buffer;
   cfg.max_window_bytes = lc->max_window_bytes; /* --max-window */
   cfg.read_timeout_ms = lc->read_timeout_ms;   /* --read-timeout */
+  cfg.retries = lc->retries;                   /* --retries */
   double t0 = tool_now();
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     fprintf(stderr, "wds bench: %s\n", wds_open_error());

@@ -52,6 +52,9 @@ static const char cat_usage[] =
     "  --max-urls N   refuse specs that expand to more than N URLs\n"
     "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
     "                 (default 300; 0: wait forever)\n"
+    "  --retries N  http(s):// shards: tries again N times (default 5; 0:\n"
+    "                 none) after a transient failure; a cut transfer resumes\n"
+    "                 at the byte where it stopped\n"
     "  --max-window SIZE  largest zstd window a shard may need (default\n"
     "                 128M; zstd --long=31 needs 2G)\n"
     "Exit status: 0 done, 1 read or write error (the stream is then left\n"
@@ -196,12 +199,14 @@ int tool_cmd_cat(int argc, char **argv) {
       {"force", no_argument, 0, 'f'},
       {"max-urls", required_argument, 0, 'm'},
       {"read-timeout", required_argument, 0, 't'},
+      {"retries", required_argument, 0, 'R'},
       {"max-window", required_argument, 0, 'w'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   cat_state c;
   memset(&c, 0, sizeof c);
-  int force = 0, status = 2, ch, rc = WDS_OK, have_seed = 0, timeout_ms = 0;
+  int force = 0, status = 2, ch, rc = WDS_OK, have_seed = 0, timeout_ms = 0,
+      retries = 0;
   size_t shuffle = 0, max_urls = 0, nheld = 0;
   uint64_t seed = 0, rng, max_window = 0;
   held **buf = NULL;
@@ -248,6 +253,10 @@ int tool_cmd_cat(int argc, char **argv) {
       if (tool_read_timeout("wds cat", optarg, &timeout_ms))
         goto done;
       break;
+    case 'R':
+      if (tool_retries("wds cat", optarg, &retries))
+        goto done;
+      break;
     case 'w':
       if (tool_max_window("wds cat", optarg, &max_window))
         goto done;
@@ -286,6 +295,7 @@ int tool_cmd_cat(int argc, char **argv) {
   rcfg.urls = (const char *const *)urls.urls;
   rcfg.url_count = urls.count;
   rcfg.read_timeout_ms = timeout_ms;
+  rcfg.retries = retries;
   rcfg.max_window_bytes = max_window;
   if (wds_reader_open(&rcfg, &r) != WDS_OK) {
     fprintf(stderr, "wds cat: %s\n", wds_open_error());

@@ -36,6 +36,9 @@ static const char ls_usage[] =
     "  --max-urls N refuse specs that expand to more than N URLs\n"
     "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
     "               (default 300; 0: wait forever)\n"
+    "  --retries N  http(s):// shards: tries again N times (default 5; 0:\n"
+    "               none) after a transient failure; a cut transfer resumes\n"
+    "               at the byte where it stopped\n"
     "  --max-window SIZE  largest zstd window a shard may need (default\n"
     "               128M; zstd --long=31 needs 2G)\n"
     "Exits 1 at the first error (the message names shard, member, offset).\n"
@@ -237,10 +240,11 @@ int tool_cmd_ls(int argc, char **argv) {
       {"max-urls", required_argument, 0, 'm'},
       {"index", required_argument, 0, 'i'},
       {"read-timeout", required_argument, 0, 't'},
+      {"retries", required_argument, 0, 'R'},
       {"max-window", required_argument, 0, 'w'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  int json = 0, summary = 0, c, timeout_ms = 0;
+  int json = 0, summary = 0, c, timeout_ms = 0, retries = 0;
   size_t max_urls = 0;
   uint64_t max_window = 0;
   const char *index_path = NULL;
@@ -262,6 +266,10 @@ int tool_cmd_ls(int argc, char **argv) {
       break;
     case 't':
       if (tool_read_timeout("wds ls", optarg, &timeout_ms))
+        return 2;
+      break;
+    case 'R':
+      if (tool_retries("wds ls", optarg, &retries))
         return 2;
       break;
     case 'w':
@@ -297,6 +305,7 @@ int tool_cmd_ls(int argc, char **argv) {
   cfg.urls = (const char *const *)urls.urls;
   cfg.url_count = urls.count;
   cfg.read_timeout_ms = timeout_ms;
+  cfg.retries = retries;
   cfg.max_window_bytes = max_window;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     fprintf(stderr, "wds ls: %s\n", wds_open_error());

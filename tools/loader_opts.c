@@ -42,6 +42,7 @@ static const struct option loader_options[] = {
     {"read-timeout", required_argument, 0, TOOL_LO_READ_TIMEOUT},
     {"shuffle-bytes", required_argument, 0, TOOL_LO_SHUFFLE_BYTES},
     {"max-window", required_argument, 0, TOOL_LO_MAX_WINDOW},
+    {"retries", required_argument, 0, TOOL_LO_RETRIES},
 };
 
 #define NLOADER (sizeof loader_options / sizeof *loader_options)
@@ -147,9 +148,10 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
   int w;
   if (c < TOOL_LOADER_OPT_BASE || c >= TOOL_LOADER_OPT_BASE + (int)NLOADER)
     return 0;
-  /* --max-window and --read-timeout apply to a plain reader too (wds bench
-   * without --decode): they do not make a loader. */
-  if (c != TOOL_LO_MAX_WINDOW && c != TOOL_LO_READ_TIMEOUT)
+  /* --max-window, --read-timeout and --retries apply to a plain reader too
+   * (wds bench without --decode): they do not make a loader. */
+  if (c != TOOL_LO_MAX_WINDOW && c != TOOL_LO_READ_TIMEOUT &&
+      c != TOOL_LO_RETRIES)
     o->given = 1;
   switch (c) {
   case TOOL_LO_RANK:
@@ -270,6 +272,10 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
     break;
   case TOOL_LO_MAX_WINDOW:
     if (tool_max_window(cmd, arg, &cfg->max_window_bytes))
+      return -1;
+    break;
+  case TOOL_LO_RETRIES:
+    if (tool_retries(cmd, arg, &cfg->retries))
       return -1;
     break;
   default:
@@ -415,7 +421,11 @@ static const char loader_help[] =
     "                         fails, naming it (default 300; 0: wait\n"
     "                         forever)\n"
     "  --max-window SIZE      largest zstd window a shard may need\n"
-    "                         (default 128M; zstd --long=31: 2G)\n";
+    "                         (default 128M; zstd --long=31: 2G)\n"
+    "  --retries N            http(s):// shards: tries again N times (default\n"
+    "                         5; 0: none), with backoff, after a connect\n"
+    "                         error, HTTP 408, 429 or 5xx or a cut transfer\n"
+    "                         (which resumes where it stopped)\n";
 
 void tool_loader_opts_help(FILE *f) {
   fputs("loader options:\n", f);
@@ -478,6 +488,20 @@ int tool_read_timeout(const char *cmd, const char *arg, int *ms) {
     *ms = -1; /* the config's "never" (0 there is the default) */
   else
     *ms = s * 1000 < 1 ? 1 : (int)(s * 1000 + 0.5);
+  return 0;
+}
+
+int tool_retries(const char *cmd, const char *arg, int *retries) {
+  char *end;
+  errno = 0;
+  long v = strtol(arg, &end, 10);
+  if (errno || end == arg || *end || v < 0 || v > 1000 ||
+      !(*arg >= '0' && *arg <= '9')) {
+    tool_usage_error(cmd, "--retries needs a count from 0 to 1000, not \"%s\"",
+                     arg);
+    return -1;
+  }
+  *retries = v == 0 ? -1 : (int)v; /* the config's "none" (0 there is 5) */
   return 0;
 }
 

@@ -53,7 +53,8 @@ enum {
   TOOL_LO_MAX_SAMPLE_BYTES,
   TOOL_LO_READ_TIMEOUT,
   TOOL_LO_SHUFFLE_BYTES,
-  TOOL_LO_MAX_WINDOW
+  TOOL_LO_MAX_WINDOW,
+  TOOL_LO_RETRIES
 };
 
 typedef struct tool_loader_opts {
@@ -113,5 +114,11 @@ int tool_read_timeout(const char *cmd, const char *arg, int *ms);
  * largest zstd window a shard may need. Returns 0, or -1 after printing the
  * error. Shared by the loader and reader commands. */
 int tool_max_window(const char *cmd, const char *arg, uint64_t *bytes);
+
+/* --retries N (0..1000; 0 = none) into a config's retries: how many times
+ * an http(s):// transfer that failed transiently is tried again. Returns 0,
+ * or -1 after printing the error. Shared by the loader and reader
+ * commands. */
+int tool_retries(const char *cmd, const char *arg, int *retries);
 
 #endif

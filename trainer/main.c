@@ -454,6 +454,8 @@ int main(int argc, char **argv) {
     o.read_timeout_ms = lo.cfg.read_timeout_ms;
   if (GIVEN(TOOL_LO_MAX_WINDOW))
     o.max_window_bytes = lo.cfg.max_window_bytes;
+  if (GIVEN(TOOL_LO_RETRIES))
+    o.retries = lo.cfg.retries;
 #undef GIVEN
   tool_loader_opts_free(&lo);
   if (optind < argc)

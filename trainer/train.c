@@ -656,6 +656,7 @@ int tr_run(const tr_options *o, wds__err *e) {
   lc.image_size = o->image_size;
   lc.crop = o->crop;
   lc.read_timeout_ms = o->read_timeout_ms;
+  lc.retries = o->retries;
   lc.max_window_bytes = o->max_window_bytes;
   /* The next epoch's shuffle buffer fills while this one's last step
    * computes and the evaluation runs. */

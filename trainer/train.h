@@ -50,6 +50,7 @@ typedef struct tr_options {
   const tr_backend *backend; /* tr_backend_find(), tr_backend_auto() */
   FILE *out;                 /* log lines (stdout) */
   int read_timeout_ms;       /* the loaders' read timeout (0: their default) */
+  int retries;               /* the loaders' http(s) retries (0: default) */
   uint64_t max_window_bytes; /* the loaders' zstd window limit (0: theirs) */
   /* Non-zero when the run must stop (a signal): rank 0 checks it before
    * each step; the caller also cancels the loaders so that a blocked read

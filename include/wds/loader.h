@@ -168,6 +168,7 @@ typedef struct wds_loader_config {
   size_t read_buffer_bytes;
   int read_timeout_ms;         /* as in wds_reader_config: 0 = 5 minutes */
   uint64_t max_window_bytes;   /* as in wds_reader_config: 0 = 128 MiB */
+  int retries;                 /* as in wds_reader_config: 0 = 5, < 0 none */
   size_t shuffle_buffer_bytes; /* per worker: the shuffle buffer holds at
                                   most this many bytes of sample data (as
                                   well as at most shuffle_buffer samples);

@@ -82,10 +82,18 @@ typedef struct wds_reader_config {
   uint64_t max_window_bytes; /* zstd window a shard may need; 0 = 128 MiB.
                                 A larger one (zstd --long=31) is
                                 WDS_ERR_LIMIT naming the window. */
+  int retries;               /* http(s):// shards: how many times a transfer
+                                that fails transiently (connect error, HTTP
+                                408, 429 or 5xx, a cut connection) is tried
+                                again, with backoff, before the shard fails;
+                                a cut transfer resumes at the byte where it
+                                stopped, and the count restarts after an
+                                attempt that delivered data. 0 = 5, < 0 =
+                                none. */
 } wds_reader_config;
 
 #define WDS_READER_CONFIG_INIT                                                 \
-  { NULL, NULL, 0, 0, 0, 0, 0, 0, 0 }
+  { NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 typedef struct wds_reader wds_reader;
 

@@ -1,0 +1,714 @@
+/* http.c — http(s):// shards read in process with libcurl (see http.h).
+ *
+ * One easy handle in a multi handle, driven by the reading thread: a read
+ * runs curl_multi_perform and waits in curl_multi_poll beside the
+ * cancellation token's eventfd, so a cancel wakes it at once and the read
+ * timeout (no byte for that long) works as it does for pipes. The write
+ * callback appends to a bounded buffer and pauses the transfer when it is
+ * full; the next read that finds the buffer empty resumes it. Memory per
+ * source is that buffer (WDS__HTTP_BUFFER) plus libcurl's own.
+ *
+ * Connections: each thread keeps one multi handle and one easy handle
+ * (a pthread key frees them when the thread ends), and libcurl keeps the
+ * multi's connections open after a transfer, so the next shard from the
+ * same host reuses one. (libcurl does not support sharing a connection
+ * cache between threads, so the cache is per thread.) A second source open
+ * in the same thread, or a forked child, gets handles of its own.
+ *
+ * Nothing is printed: no verbose output, errors go to an error buffer. */
+#include "http.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+const char *wds__http_reason(long status) {
+  switch (status) {
+  case 400:
+    return "Bad Request";
+  case 401:
+    return "Unauthorized";
+  case 403:
+    return "Forbidden";
+  case 404:
+    return "Not Found";
+  case 405:
+    return "Method Not Allowed";
+  case 408:
+    return "Request Timeout";
+  case 410:
+    return "Gone";
+  case 416:
+    return "Range Not Satisfiable";
+  case 429:
+    return "Too Many Requests";
+  case 500:
+    return "Internal Server Error";
+  case 501:
+    return "Not Implemented";
+  case 502:
+    return "Bad Gateway";
+  case 503:
+    return "Service Unavailable";
+  case 504:
+    return "Gateway Timeout";
+  default:
+    return "";
+  }
+}
+
+static int header_is(const char *line, size_t n, const char *name,
+                     const char **value, size_t *vlen) {
+  size_t k = strlen(name);
+  if (n <= k || strncasecmp(line, name, k) != 0 || line[k] != ':')
+    return 0;
+  const char *v = line + k + 1, *e = line + n;
+  while (v < e && (*v == ' ' || *v == '\t'))
+    v++;
+  while (e > v &&
+         (e[-1] == '\r' || e[-1] == '\n' || e[-1] == ' ' || e[-1] == '\t'))
+    e--;
+  *value = v;
+  *vlen = (size_t)(e - v);
+  return 1;
+}
+
+static void copy_value(char *dst, size_t size, const char *v, size_t n) {
+  if (n >= size)
+    n = size - 1;
+  memcpy(dst, v, n);
+  dst[n] = '\0';
+}
+
+/* Parses a decimal number of v[0..n); returns the end or NULL. */
+static const char *parse_u64(const char *v, const char *e, uint64_t *out) {
+  uint64_t x = 0;
+  const char *p = v;
+  while (p < e && *p >= '0' && *p <= '9') {
+    if (x > (UINT64_MAX - 9) / 10)
+      return NULL;
+    x = x * 10 + (uint64_t)(*p - '0');
+    p++;
+  }
+  if (p == v)
+    return NULL;
+  *out = x;
+  return p;
+}
+
+void wds__http_parse_header(wds__http_meta *m, const char *line, size_t n,
+                            char *reason, size_t reason_size) {
+  const char *v;
+  size_t vl;
+  if (n >= 5 && strncmp(line, "HTTP/", 5) == 0) {
+    memset(m, 0, sizeof *m);
+    const char *p = memchr(line, ' ', n), *e = line + n;
+    uint64_t code = 0;
+    if (p && (p = parse_u64(p + 1, e, &code)) != NULL)
+      m->status = (long)code;
+    if (reason && reason_size) {
+      reason[0] = '\0';
+      if (p) {
+        while (p < e && *p == ' ')
+          p++;
+        const char *q = e;
+        while (q > p && (q[-1] == '\r' || q[-1] == '\n' || q[-1] == ' '))
+          q--;
+        copy_value(reason, reason_size, p, (size_t)(q - p));
+      }
+    }
+  } else if (header_is(line, n, "etag", &v, &vl)) {
+    copy_value(m->etag, sizeof m->etag, v, vl);
+  } else if (header_is(line, n, "last-modified", &v, &vl)) {
+    copy_value(m->last_modified, sizeof m->last_modified, v, vl);
+  } else if (header_is(line, n, "content-length", &v, &vl)) {
+    uint64_t x = 0;
+    const char *p = parse_u64(v, v + vl, &x);
+    if (p == v + vl && !m->has_range) {
+      m->total = x;
+      m->has_total = 1;
+    }
+  } else if (header_is(line, n, "content-range", &v, &vl)) {
+    /* bytes A-B/T or bytes A-B/ * */
+    const char *e = v + vl, *p = v;
+    uint64_t a = 0, b = 0, t = 0;
+    if (vl > 6 && strncasecmp(p, "bytes ", 6) == 0 &&
+        (p = parse_u64(p + 6, e, &a)) != NULL && p < e && *p == '-' &&
+        (p = parse_u64(p + 1, e, &b)) != NULL && p < e && *p == '/') {
+      m->has_range = 1;
+      m->range_start = a;
+      m->has_total = 0;
+      if (parse_u64(p + 1, e, &t) == e) {
+        m->total = t;
+        m->has_total = 1;
+      }
+    }
+  }
+}
+
+int wds__http_resume_ok(const wds__http_meta *first, const wds__http_meta *now,
+                        uint64_t offset, char *why, size_t why_size) {
+  if (now->status != 206) {
+    snprintf(why, why_size,
+             "the server answered HTTP %ld to a request for bytes from %llu "
+             "(a range request needs 206)",
+             now->status, (unsigned long long)offset);
+    return 0;
+  }
+  if (!now->has_range || now->range_start != offset) {
+    snprintf(why, why_size,
+             "the server's Content-Range does not start at byte %llu",
+             (unsigned long long)offset);
+    return 0;
+  }
+  if (first->has_total && now->has_total && first->total != now->total) {
+    snprintf(why, why_size,
+             "the resource changed size (%llu bytes, then %llu) while it was "
+             "read",
+             (unsigned long long)first->total, (unsigned long long)now->total);
+    return 0;
+  }
+  if (strcmp(first->etag, now->etag) != 0) {
+    snprintf(why, why_size,
+             "the resource changed while it was read (ETag %s, then %s)",
+             first->etag[0] ? first->etag : "none",
+             now->etag[0] ? now->etag : "none");
+    return 0;
+  }
+  if (strcmp(first->last_modified, now->last_modified) != 0) {
+    snprintf(why, why_size,
+             "the resource changed while it was read (Last-Modified %s, "
+             "then %s)",
+             first->last_modified[0] ? first->last_modified : "none",
+             now->last_modified[0] ? now->last_modified : "none");
+    return 0;
+  }
+  return 1;
+}
+
+#ifndef WDS_HAVE_CURL
+
+int wds__http_available(void) { return 0; }
+
+int wds__http_open(const char *url, const wds__io_opts *opts, wds__http **out,
+                   wds__err *err) {
+  (void)url;
+  (void)opts;
+  *out = NULL;
+  return wds__fail(err, WDS_ERR_OPEN,
+                   "cannot open: this wds was built without libcurl, so "
+                   "http(s):// is not read in process (use pipe:curl -s URL)");
+}
+
+ssize_t wds__http_read(wds__http *h, void *dst, size_t cap, wds__err *err) {
+  (void)h;
+  (void)dst;
+  (void)cap;
+  return wds__fail(err, WDS_ERR_IO, "no libcurl");
+}
+
+void wds__http_close(wds__http *h) { (void)h; }
+
+#else
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+/* The buffer the write callback fills (grown only when libcurl hands one
+ * chunk larger than it, which CURLOPT_BUFFERSIZE bounds). */
+#define WDS__HTTP_BUFFER (1u << 20)
+#define WDS__HTTP_CURL_BUFFER (256L << 10)
+#define WDS__HTTP_CONNECT_TIMEOUT_MS 30000
+#define WDS__HTTP_BACKOFF_MS 200
+#define WDS__HTTP_BACKOFF_MAX_MS 5000
+
+/* ---- per-thread handles ---- */
+
+typedef struct handles {
+  CURLM *multi;
+  CURL *easy;
+  pid_t pid;
+  int busy;   /* lent to an open source */
+  int orphan; /* its thread ended while lent: the source frees it */
+} handles;
+
+/* Guards busy and orphan: a source may be closed in another thread than
+ * the one that opened it, while that one ends. */
+static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static pthread_key_t handles_key;
+static int global_ok;
+
+static void handles_free(handles *c) {
+  if (!c)
+    return;
+  if (c->easy)
+    curl_easy_cleanup(c->easy);
+  if (c->multi)
+    curl_multi_cleanup(c->multi);
+  free(c);
+}
+
+static void handles_destructor(void *p) {
+  handles *c = p;
+  if (!c || c->pid != getpid())
+    return; /* a forked parent's: not ours to close */
+  /* Lent to a source still open: it frees them at close. */
+  pthread_mutex_lock(&handles_mu);
+  int lent = c->busy;
+  if (lent)
+    c->orphan = 1;
+  pthread_mutex_unlock(&handles_mu);
+  if (!lent)
+    handles_free(c);
+}
+
+static void global_init(void) {
+  global_ok = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK &&
+              pthread_key_create(&handles_key, handles_destructor) == 0;
+}
+
+static handles *handles_new(void) {
+  handles *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  c->multi = curl_multi_init();
+  c->easy = curl_easy_init();
+  c->pid = getpid();
+  if (!c->multi || !c->easy) {
+    handles_free(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* The thread's handles if free, else new ones (*owned set). */
+static handles *handles_get(int *owned) {
+  handles *c = pthread_getspecific(handles_key);
+  if (c && c->pid != getpid()) {
+    /* Inherited through fork: the parent's connections are not ours to
+     * use or close. Forget them. */
+    pthread_setspecific(handles_key, NULL);
+    c = NULL;
+  }
+  int lent = 0;
+  if (c) {
+    pthread_mutex_lock(&handles_mu);
+    lent = c->busy;
+    c->busy = 1;
+    pthread_mutex_unlock(&handles_mu);
+  }
+  if (c && !lent) {
+    *owned = 0;
+    return c;
+  }
+  if (!c) {
+    c = handles_new();
+    if (c && pthread_setspecific(handles_key, c) == 0) {
+      c->busy = 1;
+      *owned = 0;
+      return c;
+    }
+    handles_free(c);
+  }
+  *owned = 1;
+  return handles_new();
+}
+
+/* ---- the source ---- */
+
+struct wds__http {
+  char *url;
+  handles *h;
+  int owned;      /* h is ours alone (freed at close) */
+  int in_multi;   /* the easy handle is added to the multi */
+  int timeout_ms; /* < 0: none */
+  int retries;    /* retries after failed attempts without progress */
+  const wds__cancel *cancel;
+
+  unsigned char *buf;
+  size_t buf_cap, len, pos;
+  int paused;
+  int done; /* the transfer ended; result holds how */
+  CURLcode result;
+  int eof; /* the whole resource was delivered */
+
+  uint64_t offset;       /* bytes of the resource taken into buf so far */
+  uint64_t attempt_from; /* offset at the start of this attempt */
+  int attempts;          /* attempts so far */
+  int failures;          /* consecutive failed attempts without progress */
+  int have_first;        /* first holds the first answer's meta */
+  wds__http_meta first, cur;
+  char reason[64];
+  int checked;      /* this attempt's answer was checked */
+  long http_error;  /* the final status of an attempt refused (>= 400) */
+  char refuse[512]; /* a resume refused: why (not retried) */
+  char errbuf[CURL_ERROR_SIZE];
+};
+
+int wds__http_available(void) { return 1; }
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *ud) {
+  wds__http *s = ud;
+  size_t len = size * n;
+  if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
+    wds__http_parse_header(&s->cur, p, len, s->reason, sizeof s->reason);
+    return len;
+  }
+  if (len <= 2 && (len == 0 || p[0] == '\r' || p[0] == '\n')) {
+    /* The end of a response's headers: an error status ends the attempt
+     * here (its body, an error page, is not shard data). 1xx and followed
+     * redirects come before the final answer. */
+    if (s->cur.status >= 400) {
+      s->http_error = s->cur.status;
+      return 0;
+    }
+    return len;
+  }
+  wds__http_parse_header(&s->cur, p, len, NULL, 0);
+  return len;
+}
+
+/* The first bytes of an attempt: a fresh answer sets the resource's
+ * identity; a resumed one must continue it. */
+static int check_answer(wds__http *s) {
+  s->checked = 1;
+  if (s->attempt_from == 0) {
+    if (s->cur.status >= 300 || s->cur.status < 200) {
+      snprintf(s->refuse, sizeof s->refuse, "unexpected HTTP %ld %s",
+               s->cur.status, s->reason);
+      return 0;
+    }
+    s->first = s->cur;
+    s->have_first = 1;
+    return 1;
+  }
+  char why[400];
+  if (!wds__http_resume_ok(&s->first, &s->cur, s->attempt_from, why,
+                           sizeof why)) {
+    snprintf(s->refuse, sizeof s->refuse,
+             "cannot resume the transfer cut after %llu bytes: %s",
+             (unsigned long long)s->attempt_from, why);
+    return 0;
+  }
+  return 1;
+}
+
+static size_t on_write(char *p, size_t size, size_t n, void *ud) {
+  wds__http *s = ud;
+  size_t len = size * n;
+  if (!s->checked && !check_answer(s))
+    return 0; /* CURLE_WRITE_ERROR; s->refuse says why */
+  if (s->pos == s->len)
+    s->pos = s->len = 0;
+  if (s->len + len > s->buf_cap) {
+    if (s->len > 0) {
+      s->paused = 1;
+      return CURL_WRITEFUNC_PAUSE; /* handed again once we resume */
+    }
+    unsigned char *b = realloc(s->buf, len);
+    if (!b)
+      return 0;
+    s->buf = b;
+    s->buf_cap = len;
+  }
+  memcpy(s->buf + s->len, p, len);
+  s->len += len;
+  s->offset += len;
+  return len;
+}
+
+static int start_attempt(wds__http *s, wds__err *err) {
+  CURL *e = s->h->easy;
+  curl_easy_reset(e);
+  s->done = 0;
+  s->paused = 0;
+  s->checked = 0;
+  s->http_error = 0;
+  s->errbuf[0] = '\0';
+  memset(&s->cur, 0, sizeof s->cur);
+  s->reason[0] = '\0';
+  s->attempt_from = s->offset;
+  s->attempts++;
+  char range[48];
+  long connect_ms = WDS__HTTP_CONNECT_TIMEOUT_MS;
+  if (s->timeout_ms > 0 && s->timeout_ms < connect_ms)
+    connect_ms = s->timeout_ms;
+  int bad = 0;
+  bad |= curl_easy_setopt(e, CURLOPT_URL, s->url) != CURLE_OK;
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_VERBOSE, 0L);
+  curl_easy_setopt(e, CURLOPT_NOPROGRESS, 1L);
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, s->errbuf);
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
+  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(e, CURLOPT_BUFFERSIZE, WDS__HTTP_CURL_BUFFER);
+  curl_easy_setopt(e, CURLOPT_USERAGENT, "wds");
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, s);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
+  if (s->offset > 0) {
+    snprintf(range, sizeof range, "%llu-", (unsigned long long)s->offset);
+    curl_easy_setopt(e, CURLOPT_RANGE, range);
+  }
+  if (bad)
+    return wds__fail(err, WDS_ERR_OPEN, "cannot open: a URL libcurl refuses");
+  if (curl_multi_add_handle(s->h->multi, e) != CURLM_OK)
+    return wds__fail(err, WDS_ERR_IO, "cannot start the HTTP transfer");
+  s->in_multi = 1;
+  return WDS_OK;
+}
+
+static void stop_attempt(wds__http *s) {
+  if (s->in_multi) {
+    curl_multi_remove_handle(s->h->multi, s->h->easy);
+    s->in_multi = 0;
+  }
+}
+
+int wds__http_open(const char *url, const wds__io_opts *opts, wds__http **out,
+                   wds__err *err) {
+  *out = NULL;
+  pthread_once(&global_once, global_init);
+  if (!global_ok)
+    return wds__fail(err, WDS_ERR_OPEN, "cannot initialise libcurl");
+  wds__http *s = calloc(1, sizeof *s);
+  if (!s)
+    return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+  s->url = strdup(url);
+  s->buf_cap = WDS__HTTP_BUFFER;
+  s->buf = malloc(s->buf_cap);
+  s->h = handles_get(&s->owned);
+  if (!s->url || !s->buf || !s->h) {
+    wds__http_close(s);
+    return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
+  }
+  s->timeout_ms = !opts || opts->read_timeout_ms == 0
+                      ? WDS__DEFAULT_READ_TIMEOUT_MS
+                      : opts->read_timeout_ms;
+  s->retries = !opts || opts->retries == 0 ? WDS__DEFAULT_RETRIES
+               : opts->retries < 0         ? 0
+                                           : opts->retries;
+  s->cancel = opts ? opts->cancel : NULL;
+  int rc = start_attempt(s, err);
+  if (rc != WDS_OK) {
+    wds__http_close(s);
+    return rc;
+  }
+  *out = s;
+  return WDS_OK;
+}
+
+void wds__http_close(wds__http *s) {
+  if (!s)
+    return;
+  if (s->h) {
+    stop_attempt(s);
+    curl_easy_reset(s->h->easy); /* drops our callbacks' pointers */
+    int drop = s->owned;
+    if (!s->owned) {
+      pthread_mutex_lock(&handles_mu);
+      drop = s->h->orphan;
+      s->h->busy = 0;
+      pthread_mutex_unlock(&handles_mu);
+    }
+    if (drop)
+      handles_free(s->h);
+  }
+  free(s->buf);
+  free(s->url);
+  free(s);
+}
+
+static int transient_curl(CURLcode c) {
+  switch (c) {
+  case CURLE_COULDNT_RESOLVE_HOST:
+  case CURLE_COULDNT_CONNECT:
+  case CURLE_OPERATION_TIMEDOUT:
+  case CURLE_PARTIAL_FILE:
+  case CURLE_RECV_ERROR:
+  case CURLE_SEND_ERROR:
+  case CURLE_GOT_NOTHING:
+  case CURLE_SSL_CONNECT_ERROR:
+  case CURLE_HTTP2:
+  case CURLE_HTTP2_STREAM:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static int transient_http(long status) {
+  return status == 408 || status == 429 || status >= 500;
+}
+
+/* Sleeps ms unless cancelled first. */
+static int backoff(wds__http *s, int ms, wds__err *err) {
+  uint64_t until = now_ms() + (uint64_t)ms;
+  for (;;) {
+    if (wds__cancelled(s->cancel))
+      return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
+    uint64_t t = now_ms();
+    if (t >= until)
+      return WDS_OK;
+    int wait = (int)(until - t);
+    int fd = s->cancel ? s->cancel->fd : -1;
+    if (fd < 0 && s->cancel && wait > WDS__CANCEL_POLL_MS)
+      wait = WDS__CANCEL_POLL_MS;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    poll(&p, 1, wait);
+  }
+}
+
+static const char *attempts_note(wds__http *s, char *b, size_t n) {
+  if (s->attempts > 1)
+    snprintf(b, n, " (gave up after %d attempts)", s->attempts);
+  else
+    b[0] = '\0';
+  return b;
+}
+
+/* The attempt ended. Returns WDS_OK when the resource is complete (eof
+ * set) or a new attempt started, else the error. */
+static int finish_attempt(wds__http *s, wds__err *err) {
+  CURLcode c = s->result;
+  long status = s->http_error;
+  stop_attempt(s);
+  if (s->refuse[0])
+    return wds__fail(err, WDS_ERR_IO, "%s", s->refuse);
+  if (c == CURLE_OK && status == 0) {
+    if (!s->checked && !check_answer(s)) /* an empty body */
+      return wds__fail(err, WDS_ERR_IO, "%s", s->refuse);
+    s->eof = 1;
+    return WDS_OK;
+  }
+  /* A cut that came exactly at the end of a known length lost nothing. */
+  if (status == 0 && s->have_first && s->first.has_total &&
+      s->offset == s->first.total) {
+    s->eof = 1;
+    return WDS_OK;
+  }
+  int transient = status ? transient_http(status) : transient_curl(c);
+  int progress = s->offset > s->attempt_from;
+  if (progress)
+    s->failures = 0; /* a new run of retries */
+  s->failures++;
+  if (transient && s->failures <= s->retries) {
+    /* A transfer cut after delivering data resumes at once; failures in a
+     * row back off (200 ms, doubling, at most 5 s, a little jitter). */
+    int ms = 0;
+    if (!progress) {
+      ms = WDS__HTTP_BACKOFF_MS << (s->failures - 1 < 5 ? s->failures - 1 : 5);
+      if (ms > WDS__HTTP_BACKOFF_MAX_MS)
+        ms = WDS__HTTP_BACKOFF_MAX_MS;
+      ms += (int)(now_ms() % 50);
+    }
+    int rc = backoff(s, ms, err);
+    if (rc != WDS_OK)
+      return rc;
+    return start_attempt(s, err);
+  }
+  char note[64];
+  attempts_note(s, note, sizeof note);
+  if (status) {
+    const char *reason = s->reason[0] ? s->reason : wds__http_reason(status);
+    char *eff = NULL;
+    curl_easy_getinfo(s->h->easy, CURLINFO_EFFECTIVE_URL, &eff);
+    if (eff && strcmp(eff, s->url) != 0)
+      return wds__fail(err, WDS_ERR_OPEN, "HTTP %ld%s%s: %s (redirected)%s",
+                       status, *reason ? " " : "", reason, eff, note);
+    return wds__fail(err, WDS_ERR_OPEN, "HTTP %ld%s%s: %s%s", status,
+                     *reason ? " " : "", reason, s->url, note);
+  }
+  const char *what = s->errbuf[0] ? s->errbuf : curl_easy_strerror(c);
+  if (s->offset > 0)
+    return wds__fail(err, WDS_ERR_IO, "%s after %llu bytes: %s%s", what,
+                     (unsigned long long)s->offset, s->url, note);
+  return wds__fail(err, WDS_ERR_OPEN, "%s: %s%s", what, s->url, note);
+}
+
+ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
+  uint64_t start = now_ms();
+  for (;;) {
+    if (s->pos < s->len) {
+      size_t n = s->len - s->pos;
+      if (n > cap)
+        n = cap;
+      memcpy(dst, s->buf + s->pos, n);
+      s->pos += n;
+      return (ssize_t)n;
+    }
+    if (s->eof)
+      return 0;
+    if (wds__cancelled(s->cancel))
+      return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
+    if (s->done) {
+      int rc = finish_attempt(s, err);
+      if (rc != WDS_OK)
+        return rc;
+      start = now_ms();
+      continue;
+    }
+    s->pos = s->len = 0;
+    if (s->paused) {
+      s->paused = 0;
+      curl_easy_pause(s->h->easy, CURLPAUSE_CONT); /* may deliver at once */
+      if (s->len > 0)
+        continue;
+    }
+    int running = 0;
+    CURLMcode mc = curl_multi_perform(s->h->multi, &running);
+    if (mc != CURLM_OK)
+      return wds__fail(err, WDS_ERR_IO, "libcurl: %s: %s",
+                       curl_multi_strerror(mc), s->url);
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(s->h->multi, &left)) != NULL) {
+      if (m->msg == CURLMSG_DONE && m->easy_handle == s->h->easy) {
+        s->done = 1;
+        s->result = m->data.result;
+      }
+    }
+    if (s->len > 0 || s->done)
+      continue;
+    int wait = 1000;
+    if (s->timeout_ms >= 0) {
+      uint64_t waited = now_ms() - start;
+      if (waited >= (uint64_t)s->timeout_ms)
+        return wds__fail(err, WDS_ERR_TIMEOUT,
+                         "no data for %.1f s from %s (the read timeout; raise "
+                         "it with --read-timeout or read_timeout_ms)",
+                         (double)waited / 1000, s->url);
+      if ((uint64_t)s->timeout_ms - waited < (uint64_t)wait)
+        wait = (int)((uint64_t)s->timeout_ms - waited);
+    }
+    struct curl_waitfd extra = {.fd = s->cancel ? s->cancel->fd : -1,
+                                .events = CURL_WAIT_POLLIN};
+    if (s->cancel && s->cancel->fd < 0 && wait > WDS__CANCEL_POLL_MS)
+      wait = WDS__CANCEL_POLL_MS;
+    mc = curl_multi_poll(s->h->multi, extra.fd >= 0 ? &extra : NULL,
+                         extra.fd >= 0 ? 1 : 0, wait, NULL);
+    if (mc != CURLM_OK)
+      return wds__fail(err, WDS_ERR_IO, "libcurl: %s: %s",
+                       curl_multi_strerror(mc), s->url);
+  }
+}
+
+#endif

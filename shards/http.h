@@ -1,0 +1,58 @@
+/* http.h — http:// and https:// shards read in process with libcurl.
+ * Internal to wds (used by source.c).
+ *
+ * A transfer streams into a bounded buffer that reads drain; connections
+ * are kept per thread and reused by the next shard on the same host;
+ * transient failures (connect errors, HTTP 408/429/5xx, a cut transfer) are
+ * retried with backoff, a transfer cut after N bytes resuming with a
+ * "Range: bytes=N-" request whose answer must be a 206 starting at N for
+ * the same ETag/Last-Modified, so no byte is lost or delivered twice. */
+#ifndef WDS_SHARDS_HTTP_H
+#define WDS_SHARDS_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "base/err.h"
+#include "cancel.h"
+
+typedef struct wds__http wds__http;
+
+/* 1 when built with libcurl. */
+int wds__http_available(void);
+
+/* Starts the transfer (nothing is sent before the first read). */
+int wds__http_open(const char *url, const wds__io_opts *opts, wds__http **out,
+                   wds__err *err);
+/* Up to cap bytes: the count (> 0), 0 at the end, or a negative status. */
+ssize_t wds__http_read(wds__http *h, void *dst, size_t cap, wds__err *err);
+/* Stops the transfer if it still runs. NULL is a no-op. */
+void wds__http_close(wds__http *h);
+
+/* What a response said about the resource, for the resume check. */
+typedef struct wds__http_meta {
+  long status;
+  int has_range;          /* a Content-Range "bytes A-B/T" was seen */
+  uint64_t range_start;   /* A */
+  uint64_t total;         /* T, or the Content-Length of a 200; */
+  int has_total;          /* 0: unknown ("*" or no length) */
+  char etag[128];         /* "" when absent */
+  char last_modified[64]; /* "" when absent */
+} wds__http_meta;
+
+/* Parses one header line (as libcurl hands them, with CRLF) into m; a status
+ * line starts a new response and clears m. */
+void wds__http_parse_header(wds__http_meta *m, const char *line, size_t n,
+                            char *reason, size_t reason_size);
+
+/* Whether a response to "Range: bytes=offset-" continues the resource first
+ * described by `first`: a 206 whose Content-Range starts at offset, with the
+ * same total, ETag and Last-Modified. Returns 1, or 0 with why filled. */
+int wds__http_resume_ok(const wds__http_meta *first, const wds__http_meta *now,
+                        uint64_t offset, char *why, size_t why_size);
+
+/* The reason phrase for a status (HTTP/2 sends none), or "". */
+const char *wds__http_reason(long status);
+
+#endif

@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# Tool test: http(s):// shards read in process with libcurl (issue 15, part 1).
+#
+# Starts Debian's nginx on a loopback port (no root: its own config, pid,
+# logs and temp paths in the test's directory) serving a generated shard set,
+# and tests/integration/http_proxy.py between wds and nginx for the faults:
+#   * `wds ls` over http:// equals the local listing (plain and .zst shards,
+#     a redirect), and one connection serves all shards (nginx's log:
+#     $connection / $connection_requests);
+#   * `wds batches` in exact mode over http:// equals the local run;
+#   * 404, 500 and an HTML page served as a shard: the message names the
+#     status (or says it is HTML) and the URL, exit status 1; 5xx is retried
+#     --retries times, 404 is not;
+#   * connections cut at random byte offsets (three seeds): every sample
+#     delivered exactly once, listings and batches equal the local ones, the
+#     server saw Range requests (206); with --retries 0 the cut is an error;
+#   * a stalled server ends at --read-timeout with a message naming the URL;
+#     a 503 proxy and a refused port give up after --retries, naming the URL
+#     and the attempts;
+#   * pipe:curl stays available explicitly; ftp:// says to use it.
+# Skips (77) when nginx is not installed or wds was built without libcurl.
+#
+# Usage: http.sh WDS_BINARY
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+wds_test_setup http "timeout curl" "$1"
+
+NGINX=${NGINX:-}
+[[ -n $NGINX ]] || NGINX=$(command -v nginx || true)
+[[ -n $NGINX ]] || [[ ! -x /usr/sbin/nginx ]] || NGINX=/usr/sbin/nginx
+if [[ -z $NGINX ]]; then
+  echo "SKIP: nginx is not installed (apt-get install nginx)"
+  exit 77
+fi
+probe=$("$WDS" ls http://127.0.0.1:1/x.tar 2>&1 || true)
+if [[ $probe == *"built without libcurl"* ]]; then
+  echo "SKIP: wds was built without libcurl (apt-get install libcurl4-openssl-dev)"
+  exit 77
+fi
+
+pids=()
+stop_all() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  wds_test_cleanup
+}
+trap stop_all EXIT
+
+mkdir www
+"$WDS" synth --shards 4 --samples 50 --size 3000 www/s-%02d.tar >/dev/null
+"$WDS" synth --shards 2 --samples 30 --size 70000 --seed 3 www/z-%d.tar.zst >/dev/null
+printf '<!DOCTYPE html>\n<html><head><title>Not here</title></head><body>gone</body></html>\n' >www/page.tar
+LOCAL=(www/s-{00..03}.tar www/z-{0..1}.tar.zst)
+NAMES=(s-{00..03}.tar z-{0..1}.tar.zst)
+
+# nginx on a free port (a few tries: the port is picked, then bound).
+start_nginx() {
+  local try port
+  for try in 1 2 3 4 5; do
+    port=$("$PYTHON3" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    # As root, nginx's worker would run as nobody, who cannot read $TMP.
+    local user=""
+    [[ $(id -u) != 0 ]] || user="user root $(id -gn);"
+    cat >nginx.conf <<CONF
+$user
+daemon off;
+worker_processes 1;
+pid $TMP/nginx.pid;
+error_log $TMP/error.log;
+events { worker_connections 256; }
+http {
+  log_format conn '\$connection \$connection_requests \$status \$request_uri';
+  access_log $TMP/access.log conn;
+  client_body_temp_path $TMP/t-body;
+  proxy_temp_path $TMP/t-proxy;
+  fastcgi_temp_path $TMP/t-fastcgi;
+  uwsgi_temp_path $TMP/t-uwsgi;
+  scgi_temp_path $TMP/t-scgi;
+  default_type application/octet-stream;
+  keepalive_requests 10000;
+  server {
+    listen 127.0.0.1:$port;
+    root $TMP/www;
+    location = /err500.tar { return 500; }
+    location = /moved.tar { return 302 /s-00.tar; }
+  }
+}
+CONF
+    "$NGINX" -e "$TMP/error.log" -p "$TMP" -c "$TMP/nginx.conf" &
+    local pid=$!
+    local i
+    for ((i = 0; i < 50; i++)); do
+      if curl -s -o /dev/null "http://127.0.0.1:$port/s-00.tar"; then
+        pids+=("$pid")
+        PORT=$port
+        return 0
+      fi
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  die "nginx did not start: $(tail -3 "$TMP/error.log" 2>/dev/null)"
+}
+start_nginx
+BASE=http://127.0.0.1:$PORT
+
+# proxy MODE [SEED]: starts http_proxy.py; its port in PPORT.
+proxy() {
+  local f=proxy-$1-${2:-0}.port i
+  "$PYTHON3" "$HERE/http_proxy.py" "$1" "$PORT" "$f" "${2:-1}" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do
+    [[ -s $f ]] && break
+    sleep 0.05
+  done
+  [[ -s $f ]] || die "http_proxy.py $1 did not start"
+  PPORT=$(cat "$f")
+}
+urls() { # urls BASE: the shard set under BASE
+  local n
+  for n in "${NAMES[@]}"; do printf '%s/%s\n' "$1" "$n"; done
+}
+
+"$WDS" ls "${LOCAL[@]}" >local.ls
+[[ -s local.ls ]] || die "empty local listing"
+total=$(wc -l <local.ls)
+# listings compared as text: one line per sample (key, fields, sizes).
+same() { # same NAME FILE: FILE equals local.ls
+  if cmp -s local.ls "$2"; then ok "$1"; else bad "$1" "differs from the local listing:" "$(diff local.ls "$2" | head -5)"; fi
+}
+
+# -- plain reads, connection reuse --
+: >access.log
+w ls ls "$BASE"/s-{00..03}.tar "$BASE"/z-{0..1}.tar.zst
+expect_rc ls_http_exit 0 ls
+same ls_http_equals_local ls.out
+conns=$(awk '{print $1}' access.log | sort -u | wc -l)
+maxreq=$(awk '{print $2}' access.log | sort -n | tail -1)
+if [[ $conns == 1 && $maxreq == 6 ]]; then
+  ok connection_reused_across_shards
+else
+  bad connection_reused_across_shards "$conns connections, at most $maxreq requests on one (wanted 1 and 6):" "$(cat access.log)"
+fi
+
+w moved ls "$BASE/moved.tar"
+head -50 local.ls >first.ls
+if [[ $RC == 0 ]] && cmp -s first.ls moved.out; then ok redirect_followed; else bad redirect_followed "exit $RC" "$(head -3 moved.err)"; fi
+
+"$WDS" batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
+  --save save-local "${LOCAL[@]}" >local.batches
+mapfile -t HTTP_URLS < <(urls "$BASE")
+w b batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
+  --save save-http "${HTTP_URLS[@]}"
+npy_sum() { (cd "$1" && cat ./*.bin.npy ./*.bin.offsets.npy ./*.cls.npy ./*__valid__.npy | md5sum); }
+if [[ $RC == 0 ]] && cmp -s local.batches b.out && [[ $(npy_sum save-local) == "$(npy_sum save-http)" ]]; then
+  ok batches_exact_http_equals_local
+else
+  bad batches_exact_http_equals_local "exit $RC" "$(head -3 b.err)" "$(diff local.batches b.out | head -3)"
+fi
+
+# -- HTTP errors --
+: >access.log
+w e404 ls --retries 3 "$BASE/nope.tar"
+expect_rc http_404_exit 1 e404
+has http_404_message e404.err "HTTP 404 Not Found: $BASE/nope.tar"
+n404=$(grep -c ' 404 ' access.log || true)
+if [[ $n404 == 1 ]]; then ok http_404_not_retried; else bad http_404_not_retried "$n404 requests"; fi
+
+: >access.log
+w e500 ls --retries 1 "$BASE/err500.tar"
+expect_rc http_500_exit 1 e500
+has http_500_message e500.err "HTTP 500 Internal Server Error: $BASE/err500.tar (gave up after 2 attempts)"
+n500=$(grep -c ' 500 ' access.log || true)
+if [[ $n500 == 2 ]]; then ok http_500_retried_once; else bad http_500_retried_once "$n500 requests, wanted 2"; fi
+
+w page ls "$BASE/page.tar"
+expect_rc html_page_exit 1 page
+has html_page_message page.err "$BASE/page.tar"
+has html_page_says_html page.err "HTML"
+
+# -- cut connections, resumed with Range --
+for seed in 1 2 3; do
+  proxy cut "$seed"
+  : >access.log
+  mapfile -t CUT_URLS < <(urls "http://127.0.0.1:$PPORT")
+  w cut$seed ls "${CUT_URLS[@]}"
+  cuts=$(grep -c '^cut' "proxy-cut-$seed.port.log" || true)
+  if [[ $RC == 0 ]] && cmp -s local.ls "cut$seed.out" && ((cuts > 0)) && grep -q ' 206 ' access.log; then
+    ok "cut_connections_resumed_seed$seed ($cuts cuts, $total samples once each)"
+  else
+    bad "cut_connections_resumed_seed$seed" "exit $RC, $cuts cuts" "$(head -3 "cut$seed.err")" "$(diff local.ls "cut$seed.out" | head -3)"
+  fi
+done
+# every key once: the listings above are equal line for line; and batches:
+w cutb batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
+  --save save-cut "${CUT_URLS[@]}"
+if [[ $RC == 0 ]] && cmp -s local.batches cutb.out && [[ $(npy_sum save-local) == "$(npy_sum save-cut)" ]]; then
+  ok batches_exact_through_cuts_equals_local
+else
+  bad batches_exact_through_cuts_equals_local "exit $RC" "$(head -3 cutb.err)"
+fi
+w cut0 ls --retries 0 "http://127.0.0.1:$PPORT/z-0.tar.zst"
+expect_rc cut_without_retries_fails 1 cut0
+has cut_without_retries_names_url cut0.err "http://127.0.0.1:$PPORT/z-0.tar.zst"
+
+# -- stalls, retries exhausted --
+proxy stall
+t0=$(date +%s)
+w stall ls --read-timeout 1 "http://127.0.0.1:$PPORT/z-0.tar.zst"
+t1=$(date +%s)
+expect_rc stall_exit 1 stall
+has stall_read_timeout_message stall.err "no data for 1.0 s from http://127.0.0.1:$PPORT/z-0.tar.zst"
+if ((t1 - t0 < 20)); then ok stall_ends_in_time; else bad stall_ends_in_time "$((t1 - t0)) s"; fi
+
+proxy 503
+w e503 ls --retries 2 "http://127.0.0.1:$PPORT/s-00.tar"
+expect_rc retries_exhausted_exit 1 e503
+has retries_exhausted_503 e503.err "HTTP 503 Service Unavailable: http://127.0.0.1:$PPORT/s-00.tar (gave up after 3 attempts)"
+n503=$(grep -c connection "proxy-503-0.port.log" || true)
+if ((n503 >= 1)); then ok retries_reached_the_proxy; else bad retries_reached_the_proxy "no connection"; fi
+
+dead=$("$PYTHON3" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+w refused ls --retries 1 "http://127.0.0.1:$dead/s-00.tar"
+expect_rc refused_exit 1 refused
+has refused_message refused.err "http://127.0.0.1:$dead/s-00.tar (gave up after 2 attempts)"
+has refused_says_connect refused.err "onnect"
+
+# -- other schemes --
+w pipe ls "pipe:curl -s $BASE/s-00.tar"
+if [[ $RC == 0 ]] && cmp -s first.ls pipe.out; then ok pipe_curl_explicit; else bad pipe_curl_explicit "exit $RC" "$(head -3 pipe.err)"; fi
+w ftp ls "ftp://127.0.0.1:$dead/s-00.tar"
+expect_rc ftp_exit 1 ftp
+has ftp_names_pipe_curl ftp.err "pipe:curl -s"
+
+# nothing printed by the library beside the errors: a clean run's stderr is empty
+if [[ ! -s ls.err && ! -s cut1.err ]]; then ok nothing_printed; else bad nothing_printed "$(head -3 ls.err cut1.err)"; fi
+
+echo "$passed passed, $failed failed"
+((failed == 0))
