@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# HTTP benchmarks (docs/performance.md, "HTTP in process", issue 15). Usage:
+#   [RUNS=5] scripts/bench-http.sh [BUILD_DIR] [DATA_DIR]
+# Starts nginx on a loopback port serving DATA_DIR (made with `wds synth`
+# unless there), then, in one alternation per run, medians of RUNS:
+#   1. big shards (8 x 200 samples of 100 KiB, each read 4 times: 670 MB):
+#      `wds bench URLS`
+#      (the reader over http:// in process) against `curl -s URLS
+#      >/dev/null` (one curl process, its connection reused), as MB/s;
+#      issue 15 asks wds >= 0.8 of curl;
+#   2. 1,000 small shards (10 samples of 1 KiB each): `wds bench URLS`
+#      (in process, connections reused) against `wds bench 'pipe:curl -s
+#      URL'...` (one curl process per shard, the way before), as shards/s.
+# Needs a Release build (scripts/setup.sh build-rel -DWDS_WITH_CUDA=OFF),
+# nginx and curl.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-$root/build}
+DATA=${2:-/tmp/wds-bench-http}
+RUNS=${RUNS:-5}
+WDS=$BUILD/tools/wds
+die() { echo "bench-http.sh: $*" >&2; exit 1; }
+source "$root/scripts/lib-bench.sh"
+bench_check_devnull bench-http.sh
+[ -x "$WDS" ] || die "build first: $WDS"
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+[ -x "$NGINX" ] || die "nginx not found (apt-get install nginx)"
+command -v curl >/dev/null || die "curl not found (apt-get install curl)"
+
+mkdir -p "$DATA/big" "$DATA/small"
+[ -e "$DATA/big/b-7.tar" ] || "$WDS" synth --shards 8 --samples 200 --size 100K "$DATA/big/b-%d.tar" >/dev/null
+[ -e "$DATA/small/s-0999.tar" ] || "$WDS" synth --shards 1000 --samples 10 --size 1K "$DATA/small/s-%04d.tar" >/dev/null
+cat "$DATA"/big/*.tar "$DATA"/small/*.tar >/dev/null
+
+TMP=$(mktemp -d /tmp/wds-bench-http.XXXXXX)
+ngpid=
+cleanup() {
+  [ -z "$ngpid" ] || { kill "$ngpid" 2>/dev/null; wait "$ngpid" 2>/dev/null || true; }
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+user=""
+[ "$(id -u)" != 0 ] || user="user root $(id -gn);"
+cat >"$TMP/nginx.conf" <<CONF
+$user
+daemon off;
+worker_processes 1;
+pid $TMP/nginx.pid;
+error_log $TMP/error.log;
+events { worker_connections 256; }
+http {
+  access_log off;
+  client_body_temp_path $TMP/t1; proxy_temp_path $TMP/t2; fastcgi_temp_path $TMP/t3;
+  uwsgi_temp_path $TMP/t4; scgi_temp_path $TMP/t5;
+  default_type application/octet-stream;
+  sendfile on;
+  keepalive_requests 100000;
+  server { listen 127.0.0.1:$port; root $DATA; }
+}
+CONF
+"$NGINX" -e "$TMP/error.log" -p "$TMP" -c "$TMP/nginx.conf" &
+ngpid=$!
+for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$port/big/b-0.tar" && break; sleep 0.1; done
+B=http://127.0.0.1:$port
+
+now() { date +%s.%N; }
+secs() { # secs COMMAND...: wall seconds, output to /dev/null
+  local t0 t1
+  t0=$(now)
+  "$@" >/dev/null 2>"$TMP/err" || die "failed: $* ($(head -c 300 "$TMP/err"))"
+  t1=$(now)
+  echo "$t1 - $t0" | bc -l
+}
+big=()
+for _ in 1 2 3 4; do # each shard 4 times: longer runs, less noise
+  for i in 0 1 2 3 4 5 6 7; do big+=("$B/big/b-$i.tar"); done
+done
+small=()
+pipes=()
+for i in $(seq -f %04g 0 999); do
+  small+=("$B/small/s-$i.tar")
+  pipes+=("pipe:curl -s $B/small/s-$i.tar")
+done
+mb=$((4 * $(du -cb "$DATA"/big/*.tar | tail -1 | cut -f1)))
+: >"$TMP/r"
+for r in $(seq "$RUNS"); do
+  c=$(secs curl -s "${big[@]}")
+  w=$(secs "$WDS" bench "${big[@]}")
+  hs=$(secs "$WDS" bench "${small[@]}")
+  ps=$(secs "$WDS" bench "${pipes[@]}")
+  echo "$c $w $hs $ps" >>"$TMP/r"
+  printf 'run %d: big curl %.3f s, wds %.3f s; 1000 small: in process %.3f s, pipe:curl %.3f s\n' "$r" "$c" "$w" "$hs" "$ps"
+done
+med() { awk -v k="$1" '{print $k}' "$TMP/r" | bench_median; }
+c=$(med 1) w=$(med 2) hs=$(med 3) ps=$(med 4)
+printf 'big shards (%d MB read): curl %.0f MB/s, wds over http %.0f MB/s: wds/curl %.2f (issue 15: >= 0.8)\n' \
+  $((mb / 1000000)) "$(echo "$mb / $c / 1000000" | bc -l)" "$(echo "$mb / $w / 1000000" | bc -l)" "$(echo "$c / $w" | bc -l)"
+printf '1000 small shards: in process %.0f shards/s, pipe:curl %.0f shards/s: %.1fx\n' \
+  "$(echo "1000 / $hs" | bc -l)" "$(echo "1000 / $ps" | bc -l)" "$(echo "$ps / $hs" | bc -l)"
