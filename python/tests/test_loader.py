@@ -348,6 +348,34 @@ def test_close_from_another_thread_stops_a_blocked_next():
     assert loader.closed
 
 
+def test_http_retries_and_close_while_a_server_is_silent():
+    import socket
+    import threading
+    import time
+
+    with socket.socket() as silent:  # listens, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        url = "http://127.0.0.1:%d/x.tar" % port
+        loader = wds.Loader(url, "cls", 1, mode="plain", workers=1,
+                            read_timeout_ms=-1, retries=2)
+        threading.Timer(0.3, loader.close).start()
+        t0 = time.monotonic()
+        with pytest.raises(wds.Error) as e:
+            loader.next()
+        assert time.monotonic() - t0 < 10
+        if "built without libcurl" not in str(e.value):
+            assert isinstance(e.value, wds.CancelledError)
+    # the port is closed now: refused, tried 1 + 1 times
+    loader = wds.Loader(url, "cls", 1, mode="plain", workers=1, retries=1)
+    with pytest.raises(wds.Error) as e:
+        loader.next()
+    msg = str(e.value)
+    assert ("gave up after 2 attempts" in msg or "built without libcurl" in msg), msg
+    loader.close()
+
+
 def test_bytes_field_is_a_lazy_sequence_viewing_the_slot(shards):
     import collections.abc
 

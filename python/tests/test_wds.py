@@ -266,6 +266,24 @@ def test_reader_options(shards):
         wds.Reader(paths[0], 5)  # options are keyword-only
 
 
+def test_reader_retries():
+    # A refused port: retries=1 is two attempts, named in the message (or
+    # the build has no libcurl, and says so).
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = "http://127.0.0.1:%d/x.tar" % port
+    with pytest.raises(wds.Error) as e:
+        list(wds.Reader(url, retries=1))
+    msg = str(e.value)
+    assert url in msg
+    assert ("gave up after 2 attempts" in msg or "built without libcurl" in msg)
+    with pytest.raises(wds.Error) as e:
+        list(wds.Reader(url, retries=-1))
+    assert "gave up" not in str(e.value)
+
+
 def test_reader_close(shards):
     _, paths, _ = shards
     r = wds.Reader(paths[1])

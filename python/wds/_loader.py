@@ -190,7 +190,7 @@ class Loader:
                  index=None, drop_last=False, last_batch=None,
                  samples_per_epoch=None, image_size=224, crop="center",
                  prefetch=4, on_error="stop", shard_shuffle=True,
-                 read_timeout_ms=0):
+                 read_timeout_ms=0, retries=0):
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
         if rank is None or world_size is None:
@@ -212,7 +212,7 @@ class Loader:
             crop=_choice("crop", crop, _CROPS), prefetch=prefetch,
             on_error=_choice("on_error", on_error, _ON_ERROR),
             shard_shuffle=bool(shard_shuffle),
-            read_timeout_ms=int(read_timeout_ms))
+            read_timeout_ms=int(read_timeout_ms), retries=int(retries))
         self._open(int(epoch), 0)
 
     def _open(self, epoch, batches):

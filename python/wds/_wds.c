@@ -283,14 +283,15 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
                               PyObject *kwargs) {
   static char *kwlist[] = {
       "spec",       "max_urls",        "buffer_size_bytes", "max_sample_bytes",
-      "max_fields", "read_timeout_ms", "max_window_bytes",  NULL};
+      "max_fields", "read_timeout_ms", "max_window_bytes",  "retries",
+      NULL};
   PyObject *spec_obj;
   PyObject *o_max_urls = Py_None, *o_buf = Py_None, *o_sample = Py_None,
            *o_fields = Py_None, *o_window = Py_None;
-  int timeout_ms = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOiO:Reader", kwlist,
+  int timeout_ms = 0, retries = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOiOi:Reader", kwlist,
                                    &spec_obj, &o_max_urls, &o_buf, &o_sample,
-                                   &o_fields, &timeout_ms, &o_window))
+                                   &o_fields, &timeout_ms, &o_window, &retries))
     return -1;
   if (self->r || self->busy) {
     PyErr_SetString(PyExc_RuntimeError, "Reader is already initialised");
@@ -314,6 +315,7 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
     return -1;
   cfg.max_window_bytes = v;
   cfg.read_timeout_ms = timeout_ms;
+  cfg.retries = retries;
 
   /* spec: a str (or bytes) spec, or a list/tuple of URLs taken as is. */
   PyObject *spec = NULL, *urls = NULL;
@@ -551,7 +553,7 @@ PyDoc_STRVAR(
     wds_py_reader_doc,
     "Reader(spec, *, max_urls=None, buffer_size_bytes=None, "
     "max_sample_bytes=None, max_fields=None, read_timeout_ms=0, "
-    "max_window_bytes=None)\n\n"
+    "max_window_bytes=None, retries=0)\n\n"
     "Iterates the samples of a shard spec (a str, or a list of URLs taken as "
     "is) as dicts {'__key__': str, '__url__': str, EXT: bytes, ...}, the raw "
     "samples of Python webdataset. Options are those of wds_reader_config "
@@ -1686,6 +1688,7 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
                            "on_error",
                            "shard_shuffle",
                            "read_timeout_ms",
+                           "retries",
                            NULL};
   PyObject *spec_obj, *fields_obj, *o_seed = Py_None, *o_epoch = Py_None,
                                    *o_resume = Py_None, *o_shuf = Py_None,
@@ -1693,13 +1696,13 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
                                    *o_prefetch = Py_None, *o_bs = Py_None;
   int mode = WDS_MODE_EXACT, rank = -1, world = -1, workers = 0, drop_last = 0,
       last_batch = -1, image_size = 224, crop = 0, on_error = 0,
-      shard_shuffle = 1, timeout_ms = 0;
+      shard_shuffle = 1, timeout_ms = 0, retries = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiii:_Loader", kwlist, &spec_obj,
+          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiii:_Loader", kwlist, &spec_obj,
           &fields_obj, &o_bs, &mode, &rank, &world, &workers, &o_seed, &o_epoch,
           &o_resume, &o_shuf, &o_index, &drop_last, &last_batch, &o_spe,
           &image_size, &crop, &o_prefetch, &on_error, &shard_shuffle,
-          &timeout_ms))
+          &timeout_ms, &retries))
     return -1;
   if (self->l || self->live) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
@@ -1737,6 +1740,7 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
   cfg.on_error = (wds_error_policy)on_error;
   cfg.shard_shuffle = shard_shuffle;
   cfg.read_timeout_ms = timeout_ms;
+  cfg.retries = retries;
 
   PyObject *fields = NULL, *spec = NULL, *index = NULL, *urls = NULL;
   const char **url_ptrs = NULL;

@@ -12,7 +12,8 @@
 #     status (or says it is HTML) and the URL, exit status 1; 5xx is retried
 #     --retries times, 404 is not;
 #   * connections cut at random byte offsets (three seeds): every sample
-#     delivered exactly once, listings and batches equal the local ones, the
+#     delivered exactly once, listings and batches equal the local ones,
+#     `wds cat` of a shard larger than the 1 MiB buffer byte-identical, the
 #     server saw Range requests (206); with --retries 0 the cut is an error;
 #   * a stalled server ends at --read-timeout with a message naming the URL;
 #     a 503 proxy and a refused port give up after --retries, naming the URL
@@ -49,6 +50,8 @@ trap stop_all EXIT
 mkdir www
 "$WDS" synth --shards 4 --samples 50 --size 3000 www/s-%02d.tar >/dev/null
 "$WDS" synth --shards 2 --samples 30 --size 70000 --seed 3 www/z-%d.tar.zst >/dev/null
+# larger than the source's 1 MiB buffer: the transfer pauses and resumes
+"$WDS" synth --shards 1 --samples 6 --size 1M --seed 5 www/big-%d.tar >/dev/null
 printf '<!DOCTYPE html>\n<html><head><title>Not here</title></head><body>gone</body></html>\n' >www/page.tar
 LOCAL=(www/s-{00..03}.tar www/z-{0..1}.tar.zst)
 NAMES=(s-{00..03}.tar z-{0..1}.tar.zst)
@@ -200,6 +203,14 @@ if [[ $RC == 0 ]] && cmp -s local.batches cutb.out && [[ $(npy_sum save-local) =
   ok batches_exact_through_cuts_equals_local
 else
   bad batches_exact_through_cuts_equals_local "exit $RC" "$(head -3 cutb.err)"
+fi
+# byte for byte: wds cat of a shard larger than the buffer, through cuts
+"$WDS" cat www/big-0.tar >big.local
+w bigcut cat "http://127.0.0.1:$PPORT/big-0.tar"
+if [[ $RC == 0 ]] && cmp -s big.local bigcut.out; then
+  ok cat_through_cuts_byte_identical
+else
+  bad cat_through_cuts_byte_identical "exit $RC" "$(head -3 bigcut.err)"
 fi
 w cut0 ls --retries 0 "http://127.0.0.1:$PPORT/z-0.tar.zst"
 expect_rc cut_without_retries_fails 1 cut0
