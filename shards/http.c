@@ -464,6 +464,16 @@ static int start_attempt(wds__http *s, wds__err *err) {
   curl_easy_setopt(e, CURLOPT_HEADERDATA, s);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
+  /* Trusted certificates beside the system's bundle, as the curl tool
+   * takes them (a private CA, a test server's own certificate). */
+  const char *ca = getenv("CURL_CA_BUNDLE");
+  if (!ca || !*ca)
+    ca = getenv("SSL_CERT_FILE");
+  if (ca && *ca)
+    curl_easy_setopt(e, CURLOPT_CAINFO, ca);
+  const char *cadir = getenv("SSL_CERT_DIR");
+  if (cadir && *cadir)
+    curl_easy_setopt(e, CURLOPT_CAPATH, cadir);
   if (s->offset > 0) {
     snprintf(range, sizeof range, "%llu-", (unsigned long long)s->offset);
     curl_easy_setopt(e, CURLOPT_RANGE, range);

@@ -18,6 +18,8 @@
 #   * a stalled server ends at --read-timeout with a message naming the URL;
 #     a 503 proxy and a refused port give up after --retries, naming the URL
 #     and the attempts;
+#   * https:// with a self-signed certificate trusted through CURL_CA_BUNDLE
+#     equals the local listing; untrusted, a clear error, not retried;
 #   * pipe:curl stays available explicitly; ftp:// says to use it.
 # Skips (77) when nginx is not installed or wds was built without libcurl.
 #
@@ -25,6 +27,8 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 wds_test_setup http "timeout curl" "$1"
 
+# loopback only: no proxy from the environment (libcurl and curl honour them)
+unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY
 NGINX=${NGINX:-}
 [[ -n $NGINX ]] || NGINX=$(command -v nginx || true)
 [[ -n $NGINX ]] || [[ ! -x /usr/sbin/nginx ]] || NGINX=/usr/sbin/nginx
@@ -56,11 +60,27 @@ printf '<!DOCTYPE html>\n<html><head><title>Not here</title></head><body>gone</b
 LOCAL=(www/s-{00..03}.tar www/z-{0..1}.tar.zst)
 NAMES=(s-{00..03}.tar z-{0..1}.tar.zst)
 
-# nginx on a free port (a few tries: the port is picked, then bound).
+# A self-signed certificate for 127.0.0.1, for an https server beside the
+# http one (skipped, visibly, without the openssl command).
+TLS=
+if command -v openssl >/dev/null 2>&1 &&
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout key.pem -out cert.pem -days 2 \
+    -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1; then
+  TLS=1
+else
+  echo "# skipped the https checks: no openssl command (apt-get install openssl)"
+fi
+
+# nginx on free ports (a few tries: the ports are picked, then bound).
 start_nginx() {
-  local try port
+  local try port sport
   for try in 1 2 3 4 5; do
-    port=$("$PYTHON3" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    read -r port sport < <("$PYTHON3" -c 'import socket
+a, b = socket.socket(), socket.socket()
+a.bind(("127.0.0.1", 0)); b.bind(("127.0.0.1", 0))
+print(a.getsockname()[1], b.getsockname()[1])')
+    local tls_server=""
+    [[ -z $TLS ]] || tls_server="server { listen 127.0.0.1:$sport ssl; ssl_certificate $TMP/cert.pem; ssl_certificate_key $TMP/key.pem; root $TMP/www; }"
     # As root, nginx's worker would run as nobody, who cannot read $TMP.
     local user=""
     [[ $(id -u) != 0 ]] || user="user root $(id -gn);"
@@ -87,6 +107,7 @@ http {
     location = /err500.tar { return 500; }
     location = /moved.tar { return 302 /s-00.tar; }
   }
+  $tls_server
 }
 CONF
     "$NGINX" -e "$TMP/error.log" -p "$TMP" -c "$TMP/nginx.conf" &
@@ -96,6 +117,7 @@ CONF
       if curl -s -o /dev/null "http://127.0.0.1:$port/s-00.tar"; then
         pids+=("$pid")
         PORT=$port
+        SPORT=$sport
         return 0
       fi
       kill -0 "$pid" 2>/dev/null || break
@@ -237,6 +259,23 @@ w refused ls --retries 1 "http://127.0.0.1:$dead/s-00.tar"
 expect_rc refused_exit 1 refused
 has refused_message refused.err "http://127.0.0.1:$dead/s-00.tar (gave up after 2 attempts)"
 has refused_says_connect refused.err "onnect"
+
+# -- https --
+if [[ -n $TLS ]]; then
+  SBASE=https://127.0.0.1:$SPORT
+  export CURL_CA_BUNDLE=$TMP/cert.pem
+  w https ls "$SBASE"/s-{00..03}.tar "$SBASE"/z-{0..1}.tar.zst
+  unset CURL_CA_BUNDLE
+  expect_rc https_exit 0 https
+  same https_equals_local https.out
+  RC=0
+  env -u CURL_CA_BUNDLE -u SSL_CERT_FILE -u SSL_CERT_DIR timeout 60 "$WDS" ls "$SBASE/s-00.tar" \
+    >untrusted.out 2>untrusted.err || RC=$?
+  expect_rc https_untrusted_exit 1 untrusted
+  has https_untrusted_names_url untrusted.err "$SBASE/s-00.tar"
+  has https_untrusted_says_certificate untrusted.err "certificate"
+  if grep -q "gave up" untrusted.err; then bad https_untrusted_not_retried "$(cat untrusted.err)"; else ok https_untrusted_not_retried; fi
+fi
 
 # -- other schemes --
 w pipe ls "pipe:curl -s $BASE/s-00.tar"
