@@ -27,6 +27,7 @@ Each rank prints its step count and, at the end, a SHA-256 of the weights
 ("rank R: steps N", "rank R: weights SHA"): equal on every rank.
 """
 import argparse
+import gc
 import hashlib
 import os
 import sys
@@ -180,6 +181,12 @@ def main():
     say(f"rank {rank}: weights {weights_sha(model)}")
     loader.close()
     dist.barrier()  # every rank done with gloo before any tears it down
+    # DDP's reducer holds the process group, and the module's hooks make
+    # reference cycles, so without this the group (and gloo's threads) would
+    # be freed by the collector during interpreter shutdown, where torch can
+    # abort ("terminate called without an active exception"). Free them now.
+    del ddp, opt
+    gc.collect()
     dist.destroy_process_group()
     return 0
 
