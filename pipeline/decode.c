@@ -524,17 +524,28 @@ static int decode_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
   return rc;
 }
 
-int wds__decode_jpeg_scaled(wds__decoder *d, const uint8_t *data, size_t size,
-                            const wds__image_opts *o, int *w, int *h,
-                            wds__err *e) {
-  wds__crop_plan plan;
-  if (o->width <= 0 || o->height <= 0 || (o->channels != 1 && o->channels != 3))
+/* The output size, channels and random-crop scales an image decode
+ * accepts. */
+static int check_image_opts(const wds__image_opts *o, wds__err *e) {
+  if (o->width <= 0 || o->height <= 0 ||
+      (o->channels != 1 && o->channels != 3) ||
+      (uint64_t)o->width * (uint64_t)o->height > WDS__MAX_PIXELS)
     return wds__fail(e, WDS_ERR_INVALID, "image: bad output %dx%dx%d", o->width,
                      o->height, o->channels);
   if (o->crop == WDS_CROP_RANDOM &&
       !(o->scale_min > 0 && o->scale_min <= o->scale_max && o->scale_max <= 1))
     return wds__fail(e, WDS_ERR_INVALID, "image: bad crop scale [%g, %g]",
                      o->scale_min, o->scale_max);
+  return WDS_OK;
+}
+
+int wds__decode_jpeg_scaled(wds__decoder *d, const uint8_t *data, size_t size,
+                            const wds__image_opts *o, int *w, int *h,
+                            wds__err *e) {
+  wds__crop_plan plan;
+  int rc = check_image_opts(o, e);
+  if (rc != WDS_OK)
+    return rc;
   if (!(size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF))
     return wds__fail(e, WDS_ERR_FORMAT, "not a JPEG (%zu bytes)", size);
   return decode_jpeg(d, data, size, o, &plan, w, h, e);
@@ -546,17 +557,11 @@ static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 
 int wds__decode_image(wds__decoder *d, const uint8_t *data, size_t size,
                       const wds__image_opts *o, uint8_t *out, wds__err *e) {
-  if (o->width <= 0 || o->height <= 0 ||
-      (o->channels != 1 && o->channels != 3) ||
-      (uint64_t)o->width * (uint64_t)o->height > WDS__MAX_PIXELS)
-    return wds__fail(e, WDS_ERR_INVALID, "image: bad output %dx%dx%d", o->width,
-                     o->height, o->channels);
-  if (o->crop == WDS_CROP_RANDOM &&
-      !(o->scale_min > 0 && o->scale_min <= o->scale_max && o->scale_max <= 1))
-    return wds__fail(e, WDS_ERR_INVALID, "image: bad crop scale [%g, %g]",
-                     o->scale_min, o->scale_max);
+  int rc = check_image_opts(o, e);
+  if (rc != WDS_OK)
+    return rc;
   wds__crop_plan plan;
-  int w = 0, h = 0, rc;
+  int w = 0, h = 0;
   if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) {
     rc = decode_jpeg(d, data, size, o, &plan, &w, &h, e);
   } else if (size >= 8 && memcmp(data, png_sig, 8) == 0) {
