@@ -39,7 +39,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -1381,15 +1380,7 @@ done:
 /* ---- main ---- */
 
 /* One line, naming the help (tools/opts.h). */
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt,
-                                                             ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return tool_usage_error("wds write", "%s", msg);
-}
+#define usage_error(...) tool_usage_error("wds write", __VA_ARGS__)
 
 int tool_cmd_write(int argc, char **argv) {
   enum {

@@ -5,7 +5,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdio_ext.h>
 #include <stdlib.h>
@@ -101,15 +100,7 @@ static const char *const loader_help_names[] = {
 
 #define PROG "wds-train"
 
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt,
-                                                             ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return tool_usage_error(PROG, "%s", msg);
-}
+#define usage_error(...) tool_usage_error(PROG, __VA_ARGS__)
 
 /* Digits only, as every tool's numbers (tools/opts.c). */
 static int parse_u64(const char *s, uint64_t *out) {
