@@ -361,7 +361,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
                              c->seed,       c->rank,
                              c->world_size, c->workers,
                              c->mode,       c->shard_shuffle,
-                             c->drop_last,  c->samples_per_epoch};
+                             c->drop_last,  c->samples_per_epoch,
+                             NULL};
   if (c->mode == WDS_MODE_EXACT && !c->index_path)
     for (size_t i = 0; i < l->urls.count; i++)
       if (strcmp(l->urls.urls[i], "-") == 0) {

@@ -4,17 +4,27 @@
  * [worker::workers]; each shard is read whole.
  *
  * Exact: the rank lists are laid end to end (rank 0's shards, then rank
- * 1's, ...) into one sequence of `total` samples, which is cut into `world`
- * equal ranges as DistributedSampler sizes them: ceil(total / world) per
- * rank, positions past the end wrapping to the start (the padding repeats
- * the first samples), or floor(total / world) with drop_last. When shard
- * sizes are even each rank reads exactly its list[rank::world]; otherwise
- * only the shards at the cuts are shared, each rank reading a sample range
- * of them. A rank's ranges are dealt to workers [worker::workers]; when
- * there are fewer ranges than workers the largest are halved first.
+ * 1's, ...) into one sequence of `total` samples, which wds__plan_rank_split
+ * cuts into `world` consecutive ranges. With equal ranks they are as
+ * DistributedSampler sizes them: ceil(total / world) per rank, positions
+ * past the end wrapping to the start (the padding repeats the first
+ * samples), or floor(total / world) with drop_last. With rank weights (the
+ * ranks' batch sizes B_r) every rank takes the same number of steps S =
+ * ceil(total / sum B) (floor with drop_last) and rank r the S * B_r samples
+ * after rank r-1's. When shard sizes are even and ranks equal each rank
+ * reads exactly its list[rank::world]; otherwise only the shards at the
+ * cuts are shared, each rank reading a sample range of them. A rank's
+ * ranges are dealt to workers [worker::workers]; when there are fewer
+ * ranges than workers the largest are halved first.
  *
  * Resampled: nothing is planned but each worker's quota of the rank's
- * samples_per_epoch; the shards are drawn while reading. */
+ * samples: samples_per_epoch, or with rank weights S * B_r where S =
+ * ceil(samples_per_epoch * world / sum B) (samples_per_epoch is then the
+ * mean per rank: the epoch's total is unchanged); the shards are drawn
+ * while reading.
+ *
+ * Plain mode refuses rank weights: a rank's sample count is not known
+ * before it reads its shards, so equal step counts cannot be promised. */
 #include "loader/plan.h"
 
 #include <stdlib.h>
@@ -35,12 +45,58 @@ static uint64_t exact_total(const wds__plan_input *in) {
   return total;
 }
 
-static uint64_t exact_per_rank(const wds__plan_input *in, uint64_t total) {
-  uint64_t w = (uint64_t)in->world;
-  return in->drop_last ? total / w : (total + w - 1) / w;
+uint64_t wds__plan_rank_split(uint64_t total, const size_t *weights, int world,
+                              int drop_last, uint64_t *begin) {
+  uint64_t sum = 0;
+  for (int r = 0; r < world; r++)
+    sum += weights ? (uint64_t)weights[r] : 1;
+  uint64_t steps = sum == 0    ? 0
+                   : drop_last ? total / sum
+                               : total / sum + (total % sum != 0);
+  if (begin) {
+    begin[0] = 0;
+    for (int r = 0; r < world; r++)
+      begin[r + 1] = begin[r] + steps * (weights ? (uint64_t)weights[r] : 1);
+  }
+  return steps;
+}
+
+static uint64_t weight_sum(const wds__plan_input *in) {
+  uint64_t sum = 0;
+  for (int r = 0; r < in->world; r++)
+    sum += in->rank_weights ? (uint64_t)in->rank_weights[r] : 1;
+  return sum;
+}
+
+static uint64_t rank_weight(const wds__plan_input *in) {
+  return in->rank_weights ? (uint64_t)in->rank_weights[in->rank] : 1;
+}
+
+/* Resampled mode with rank weights: the steps every rank takes. */
+static uint64_t resampled_steps(const wds__plan_input *in) {
+  return wds__plan_rank_split(in->samples_per_epoch * (uint64_t)in->world,
+                              in->rank_weights, in->world, 0, NULL);
 }
 
 int wds__plan_check(const wds__plan_input *in, wds__err *e) {
+  if (in->rank_weights) {
+    for (int r = 0; r < in->world; r++)
+      if (in->rank_weights[r] < 1 || in->rank_weights[r] > ((size_t)1 << 24))
+        return wds__fail(e, WDS_ERR_INVALID,
+                         "rank %d's batch size %zu (1 .. 16777216)", r,
+                         in->rank_weights[r]);
+    if (in->mode == WDS_MODE_PLAIN)
+      return wds__fail(
+          e, WDS_ERR_INVALID,
+          "per-rank batch sizes need --mode exact or resampled: in plain "
+          "mode a rank's sample count is not known before it reads its "
+          "shards, so equal step counts on every rank cannot be promised");
+    if (in->mode == WDS_MODE_RESAMPLED &&
+        in->samples_per_epoch > (UINT64_MAX / 2) / (uint64_t)in->world)
+      return wds__fail(e, WDS_ERR_INVALID,
+                       "resampled mode: samples_per_epoch %llu is too large",
+                       (unsigned long long)in->samples_per_epoch);
+  }
   if (in->mode == WDS_MODE_PLAIN) {
     size_t mine = rank_shard_count(in->shards, in->rank, in->world);
     if (in->shards < (size_t)in->world)
@@ -60,13 +116,28 @@ int wds__plan_check(const wds__plan_input *in, wds__err *e) {
           mine == 1 ? "" : "s");
   } else if (in->mode == WDS_MODE_EXACT) {
     uint64_t total = exact_total(in);
-    if (exact_per_rank(in, total) == 0)
+    if (total > UINT64_MAX / 2)
+      return wds__fail(e, WDS_ERR_INVALID,
+                       "exact mode: %llu samples is too many",
+                       (unsigned long long)total);
+    if (wds__plan_rank_split(total, in->rank_weights, in->world, in->drop_last,
+                             NULL) == 0) {
+      if (in->rank_weights)
+        return wds__fail(e, WDS_ERR_INVALID,
+                         "exact mode: %llu sample%s in %zu shards for %d "
+                         "ranks whose batch sizes add up to %llu%s: a rank "
+                         "would get no step",
+                         (unsigned long long)total, total == 1 ? "" : "s",
+                         in->shards, in->world,
+                         (unsigned long long)weight_sum(in),
+                         in->drop_last ? " with drop_last" : "");
       return wds__fail(e, WDS_ERR_INVALID,
                        "exact mode: %llu sample%s in %zu shards for %d "
                        "ranks%s: a rank would get no sample",
                        (unsigned long long)total, total == 1 ? "" : "s",
                        in->shards, in->world,
                        in->drop_last ? " with drop_last" : "");
+    }
   } else if (in->samples_per_epoch == 0) {
     return wds__fail(e, WDS_ERR_INVALID,
                      "resampled mode needs samples_per_epoch (per rank)");
@@ -107,7 +178,8 @@ static int exact_pieces(const wds__plan_input *in, const size_t *order,
   size_t n = in->shards, cap = 0;
   size_t *seq = malloc((n ? n : 1) * sizeof *seq);
   uint64_t *prefix = malloc((n + 1) * sizeof *prefix);
-  if (!seq || !prefix) {
+  uint64_t *cut = malloc(((size_t)in->world + 1) * sizeof *cut);
+  if (!seq || !prefix || !cut) {
     rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
     goto done;
   }
@@ -119,10 +191,12 @@ static int exact_pieces(const wds__plan_input *in, const size_t *order,
   for (size_t i = 0; i < n; i++)
     prefix[i + 1] = prefix[i] + in->counts[seq[i]];
   uint64_t total = prefix[n];
-  uint64_t per_rank = exact_per_rank(in, total);
-  uint64_t start = per_rank * (uint64_t)in->rank, end = start + per_rank;
+  uint64_t steps = wds__plan_rank_split(total, in->rank_weights, in->world,
+                                        in->drop_last, cut);
+  uint64_t start = cut[in->rank], end = cut[in->rank + 1];
   out->total_samples = total;
-  out->rank_samples = per_rank;
+  out->rank_samples = end - start;
+  out->steps = in->rank_weights ? steps : 0;
   out->padded = end > total ? end - (start > total ? start : total) : 0;
   for (uint64_t p = start; p < end;) {
     uint64_t q = p % total;
@@ -168,6 +242,7 @@ static int exact_pieces(const wds__plan_input *in, const size_t *order,
 done:
   free(seq);
   free(prefix);
+  free(cut);
   return rc;
 }
 
@@ -191,11 +266,15 @@ int wds__plan_epoch(const wds__plan_input *in, uint64_t epoch,
   wds__plan_shard_order(in, epoch, order);
 
   if (in->mode == WDS_MODE_RESAMPLED) {
-    out->rank_samples = in->samples_per_epoch;
+    uint64_t n = in->samples_per_epoch;
+    if (in->rank_weights) {
+      out->steps = resampled_steps(in);
+      n = out->steps * rank_weight(in);
+    }
+    out->rank_samples = n;
     for (int w = 0; w < in->workers; w++)
       out->w[w].quota =
-          in->samples_per_epoch / (uint64_t)in->workers +
-          ((uint64_t)w < in->samples_per_epoch % (uint64_t)in->workers);
+          n / (uint64_t)in->workers + ((uint64_t)w < n % (uint64_t)in->workers);
     goto done;
   }
   if (in->mode == WDS_MODE_PLAIN) {

@@ -35,18 +35,38 @@ typedef struct wds__plan_input {
   wds_mode mode;
   int shard_shuffle;
   int drop_last;
-  uint64_t samples_per_epoch; /* resampled: per rank */
+  uint64_t samples_per_epoch; /* resampled: per rank (the mean per rank
+                                 with rank_weights) */
+  const size_t *rank_weights; /* [world]: each rank's batch size, or NULL:
+                                 every rank the same (weight 1) */
 } wds__plan_input;
 
 typedef struct wds__epoch_plan {
   uint64_t epoch;
-  uint64_t rank_samples;  /* exact/resampled: samples this rank yields;
-                             WDS__TO_END in plain mode */
+  uint64_t rank_samples; /* exact/resampled: samples this rank yields;
+                            WDS__TO_END in plain mode */
+  uint64_t steps;        /* with rank_weights: the batches every rank takes (its
+                            rank_samples are steps * its weight); else 0 */
   uint64_t total_samples; /* exact: samples in the data set */
   uint64_t padded;        /* exact: repeated samples added on this rank */
   int workers;
   wds__worker_plan *w; /* [workers] */
 } wds__epoch_plan;
+
+/* The rank split, one function for every use (exact mode, each mixed
+ * source): `total` samples laid end to end are cut into `world`
+ * consecutive ranges, rank r's holding steps * weights[r] samples
+ * (weights NULL: every weight 1), where steps = ceil(total / sum of the
+ * weights), or floor(total / sum) with drop_last. Positions at or past
+ * `total` wrap to the start: the padding repeats the first samples and is
+ * smaller than the sum of the weights. begin (world + 1 entries, may be
+ * NULL) receives the cuts: rank r's range is [begin[r], begin[r + 1]).
+ * Returns steps: 0 when a rank would get no sample (total < sum with
+ * drop_last, or total == 0). Weights must be >= 1 and total + sum must not
+ * overflow (wds__plan_check checks both). With every weight 1 this is
+ * DistributedSampler's split. */
+uint64_t wds__plan_rank_split(uint64_t total, const size_t *weights, int world,
+                              int drop_last, uint64_t *begin);
 
 /* Checks what does not depend on the epoch (a rank or worker left without
  * shards in plain mode, without samples in exact mode). */

@@ -182,8 +182,8 @@ TEST(plain_plan_splits_by_rank_then_worker) {
       size_t shards = 7;
       int seen[7] = {0};
       for (int rank = 0; rank < world; rank++) {
-        wds__plan_input in = {shards,  NULL,           9, rank, world,
-                              workers, WDS_MODE_PLAIN, 1, 0,    0};
+        wds__plan_input in = {shards,         NULL, 9, rank, world, workers,
+                              WDS_MODE_PLAIN, 1,    0, 0,    NULL};
         wds__epoch_plan p;
         wds__err e;
         ASSERT_EQ_INT(wds__plan_epoch(&in, 3, &p, &e), WDS_OK);
@@ -211,7 +211,7 @@ TEST(plain_plan_splits_by_rank_then_worker) {
 
 TEST(shard_order_changes_with_epoch_not_rank) {
   size_t a[50], b[50], c[50];
-  wds__plan_input in = {50, NULL, 1, 0, 4, 1, WDS_MODE_PLAIN, 1, 0, 0};
+  wds__plan_input in = {50, NULL, 1, 0, 4, 1, WDS_MODE_PLAIN, 1, 0, 0, NULL};
   wds__plan_shard_order(&in, 0, a);
   in.rank = 3;
   wds__plan_shard_order(&in, 0, b);
@@ -226,7 +226,7 @@ TEST(shard_order_changes_with_epoch_not_rank) {
 
 TEST(open_time_errors_name_counts_and_remedies) {
   uint64_t counts[3] = {2, 2, 2};
-  wds__plan_input in = {3, counts, 0, 0, 4, 1, WDS_MODE_PLAIN, 1, 0, 0};
+  wds__plan_input in = {3, counts, 0, 0, 4, 1, WDS_MODE_PLAIN, 1, 0, 0, NULL};
   wds__err e;
   ASSERT_EQ_INT(wds__plan_check(&in, &e), WDS_ERR_INVALID);
   ASSERT_CONTAINS(e.msg, "3 shards for 4 ranks");
@@ -334,6 +334,119 @@ TEST(distributed_sampler_cases) {
     ASSERT_EQ_U64(rows_total, per * 2);
     shardset_free(&s);
   }
+}
+
+/* The rank split alone: ranges in proportion to the weights, the same
+ * number of steps on every rank, padding below the sum of the weights;
+ * with no weights, DistributedSampler's sizes. */
+TEST(rank_split_by_weights) {
+  static const size_t w[] = {24, 8, 8};
+  uint64_t cut[4];
+  /* 100 samples, sum 40: 3 steps, 120 positions, 20 of them padding. */
+  ASSERT_EQ_U64(wds__plan_rank_split(100, w, 3, 0, cut), 3);
+  ASSERT_EQ_U64(cut[0], 0);
+  ASSERT_EQ_U64(cut[1], 72);
+  ASSERT_EQ_U64(cut[2], 96);
+  ASSERT_EQ_U64(cut[3], 120);
+  /* drop_last: 2 steps, 80 positions, 20 dropped. */
+  ASSERT_EQ_U64(wds__plan_rank_split(100, w, 3, 1, cut), 2);
+  ASSERT_EQ_U64(cut[1], 48);
+  ASSERT_EQ_U64(cut[3], 80);
+  /* Fewer samples than one step of every rank. */
+  ASSERT_EQ_U64(wds__plan_rank_split(39, w, 3, 1, cut), 0);
+  ASSERT_EQ_U64(wds__plan_rank_split(0, w, 3, 0, cut), 0);
+  ASSERT_EQ_U64(wds__plan_rank_split(1, w, 3, 0, cut), 1);
+  ASSERT_EQ_U64(cut[3], 40);
+  /* No weights: ceil / floor of total / world per rank. */
+  ASSERT_EQ_U64(wds__plan_rank_split(10, NULL, 4, 0, cut), 3);
+  ASSERT_EQ_U64(cut[2], 6);
+  ASSERT_EQ_U64(cut[4 - 1], 9);
+  ASSERT_EQ_U64(wds__plan_rank_split(10, NULL, 4, 1, NULL), 2);
+  /* Random cases: the invariants. */
+  wds__rng r;
+  wds__rng_init(&r, 77);
+  for (int iter = 0; iter < 2000; iter++) {
+    int world = 1 + (int)wds__rng_below(&r, 8);
+    size_t ws[8];
+    uint64_t sum = 0, c[9];
+    for (int k = 0; k < world; k++)
+      sum += ws[k] = 1 + (size_t)wds__rng_below(&r, 40);
+    uint64_t total = wds__rng_below(&r, 1000);
+    int drop = (int)wds__rng_below(&r, 2);
+    uint64_t steps = wds__plan_rank_split(total, ws, world, drop, c);
+    ASSERT_EQ_U64(steps, drop ? total / sum : (total + sum - 1) / sum);
+    ASSERT_EQ_U64(c[0], 0);
+    for (int k = 0; k < world; k++)
+      ASSERT_EQ_U64(c[k + 1] - c[k], steps * ws[k]);
+    if (drop)
+      ASSERT_TRUE(c[world] <= total && total - c[world] < sum);
+    else
+      ASSERT_TRUE(c[world] >= total && c[world] - total < sum);
+  }
+}
+
+/* The plan with rank weights: a rank's pieces cover exactly its range of
+ * the rank-major sequence, split over its workers; plain mode refuses. */
+TEST(plan_with_rank_weights) {
+  uint64_t counts[5] = {7, 0, 13, 4, 9}; /* 33 samples */
+  size_t w[3] = {5, 1, 2};               /* sum 8: 5 steps, 40 positions */
+  uint64_t seen[33] = {0}, rows = 0;
+  for (int rank = 0; rank < 3; rank++) {
+    wds__plan_input in = {5, counts, 9, rank, 3, 3, WDS_MODE_EXACT, 1, 0, 0, w};
+    wds__epoch_plan p;
+    wds__err e;
+    ASSERT_EQ_INT(wds__plan_epoch(&in, 2, &p, &e), WDS_OK);
+    ASSERT_EQ_U64(p.steps, 5);
+    ASSERT_EQ_U64(p.rank_samples, 5 * w[rank]);
+    ASSERT_EQ_U64(p.total_samples, 33);
+    uint64_t mine = 0;
+    for (int k = 0; k < p.workers; k++) {
+      uint64_t q = 0;
+      for (size_t i = 0; i < p.w[k].count; i++) {
+        const wds__piece *pc = &p.w[k].pieces[i];
+        ASSERT_TRUE(pc->begin < pc->end && pc->end <= counts[pc->shard]);
+        q += pc->end - pc->begin;
+        uint64_t first = 0;
+        for (size_t j = 0; j < pc->shard; j++)
+          first += counts[j];
+        for (uint64_t x = pc->begin; x < pc->end; x++)
+          seen[first + x]++;
+      }
+      ASSERT_EQ_U64(p.w[k].quota, q);
+      mine += q;
+    }
+    ASSERT_EQ_U64(mine, p.rank_samples);
+    rows += mine;
+    wds__plan_free(&p);
+  }
+  ASSERT_EQ_U64(rows, 40);
+  uint64_t extra = 0;
+  for (int i = 0; i < 33; i++) {
+    ASSERT_TRUE(seen[i] >= 1);
+    extra += seen[i] - 1;
+  }
+  ASSERT_EQ_U64(extra, 7); /* padding < sum of the weights */
+  /* Resampled: S = ceil(spe * world / sum), rank r draws S * w[r]. */
+  wds__plan_input rs = {5, NULL, 9, 0, 3, 2, WDS_MODE_RESAMPLED, 1, 0, 10, w};
+  wds__epoch_plan p;
+  wds__err e;
+  ASSERT_EQ_INT(wds__plan_epoch(&rs, 0, &p, &e), WDS_OK);
+  ASSERT_EQ_U64(p.steps, 4); /* ceil(30 / 8) */
+  ASSERT_EQ_U64(p.rank_samples, 20);
+  ASSERT_EQ_U64(p.w[0].quota + p.w[1].quota, 20);
+  wds__plan_free(&p);
+  /* Plain mode and bad weights are refused, saying why. */
+  wds__plan_input pl = {5, NULL, 9, 0, 3, 1, WDS_MODE_PLAIN, 1, 0, 0, w};
+  ASSERT_EQ_INT(wds__plan_check(&pl, &e), WDS_ERR_INVALID);
+  ASSERT_TRUE(strstr(e.msg, "plain mode") != NULL);
+  size_t bad[3] = {4, 0, 4};
+  wds__plan_input zb = {5, counts, 9, 0, 3, 1, WDS_MODE_EXACT, 1, 0, 0, bad};
+  ASSERT_EQ_INT(wds__plan_check(&zb, &e), WDS_ERR_INVALID);
+  ASSERT_TRUE(strstr(e.msg, "rank 1's batch size 0") != NULL);
+  size_t big[3] = {30, 2, 2};
+  wds__plan_input few = {5, counts, 9, 0, 3, 1, WDS_MODE_EXACT, 1, 1, 0, big};
+  ASSERT_EQ_INT(wds__plan_check(&few, &e), WDS_ERR_INVALID);
+  ASSERT_TRUE(strstr(e.msg, "add up to 34") != NULL);
 }
 
 /* ---- properties over many configurations ---- */
@@ -1706,6 +1819,8 @@ int main(void) {
   RUN(shard_order_changes_with_epoch_not_rank);
   RUN(open_time_errors_name_counts_and_remedies);
   RUN(distributed_sampler_cases);
+  RUN(rank_split_by_weights);
+  RUN(plan_with_rank_weights);
   RUN(properties_exact_resampled_plain);
   RUN(output_is_independent_of_thread_timing);
   RUN(assignment_changes_with_the_epoch);
