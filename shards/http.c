@@ -108,6 +108,7 @@ void wds__http_parse_header(wds__http_meta *m, const char *line, size_t n,
     memset(m, 0, sizeof *m);
     const char *p = memchr(line, ' ', n), *e = line + n;
     uint64_t code = 0;
+    m->http1 = n >= 7 && strncmp(line, "HTTP/1.", 7) == 0;
     if (p && (p = parse_u64(p + 1, e, &code)) != NULL)
       m->status = (long)code;
     if (reason && reason_size) {
@@ -131,7 +132,13 @@ void wds__http_parse_header(wds__http_meta *m, const char *line, size_t n,
     if (p == v + vl && !m->has_range) {
       m->total = x;
       m->has_total = 1;
+      m->end = x;
+      m->has_end = 1;
     }
+  } else if (header_is(line, n, "transfer-encoding", &v, &vl)) {
+    for (size_t i = 0; i + 7 <= vl; i++)
+      if (strncasecmp(v + i, "chunked", 7) == 0)
+        m->chunked = 1;
   } else if (header_is(line, n, "content-range", &v, &vl)) {
     /* bytes A-B/T or bytes A-B/ * */
     const char *e = v + vl, *p = v;
@@ -142,12 +149,18 @@ void wds__http_parse_header(wds__http_meta *m, const char *line, size_t n,
       m->has_range = 1;
       m->range_start = a;
       m->has_total = 0;
+      m->has_end = b < UINT64_MAX;
+      m->end = b + 1;
       if (parse_u64(p + 1, e, &t) == e) {
         m->total = t;
         m->has_total = 1;
       }
     }
   }
+}
+
+int wds__http_close_delimited(const wds__http_meta *m) {
+  return m->http1 && !m->has_end && !m->chunked;
 }
 
 int wds__http_resume_ok(const wds__http_meta *first, const wds__http_meta *now,
@@ -346,9 +359,14 @@ struct wds__http {
   int have_first;        /* first holds the first answer's meta */
   wds__http_meta first, cur;
   char reason[64];
-  int checked;      /* this attempt's answer was checked */
-  long http_error;  /* the final status of an attempt refused (>= 400) */
-  char refuse[512]; /* a resume refused: why (not retried) */
+  int checked;       /* this attempt's answer was checked */
+  int headers_done;  /* the last response's header block ended */
+  int unsure_end;    /* a body without a length ended at close: a Range
+                        request at its end asks whether more follows */
+  int end_confirmed; /* ...and the answer was "no" (a 416, or a 200 from a
+                        server that ignores ranges) */
+  long http_error;   /* the final status of an attempt refused (>= 400) */
+  char refuse[512];  /* a resume refused: why (not retried) */
   char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -364,13 +382,16 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud) {
   wds__http *s = ud;
   size_t len = size * n;
   if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
+    /* A new response (after a 1xx or a redirect followed): its state only. */
     wds__http_parse_header(&s->cur, p, len, s->reason, sizeof s->reason);
+    s->headers_done = 0;
     return len;
   }
   if (len <= 2 && (len == 0 || p[0] == '\r' || p[0] == '\n')) {
     /* The end of a response's headers: an error status ends the attempt
      * here (its body, an error page, is not shard data). 1xx and followed
      * redirects come before the final answer. */
+    s->headers_done = 1;
     if (s->cur.status >= 400) {
       s->http_error = s->cur.status;
       return 0;
@@ -385,6 +406,12 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud) {
  * identity; a resumed one must continue it. */
 static int check_answer(wds__http *s) {
   s->checked = 1;
+  if (s->unsure_end && s->cur.status == 200) {
+    /* The server ignores ranges: the end it gave stands (nothing tells a
+     * cut from it). Stop this second copy. */
+    s->end_confirmed = 1;
+    return 0;
+  }
   if (s->attempt_from == 0) {
     if (s->cur.status >= 300 || s->cur.status < 200) {
       snprintf(s->refuse, sizeof s->refuse, "unexpected HTTP %ld %s",
@@ -393,6 +420,7 @@ static int check_answer(wds__http *s) {
     }
     s->first = s->cur;
     s->have_first = 1;
+    s->unsure_end = 0;
     return 1;
   }
   char why[400];
@@ -403,6 +431,7 @@ static int check_answer(wds__http *s) {
              (unsigned long long)s->attempt_from, why);
     return 0;
   }
+  s->unsure_end = 0;
   return 1;
 }
 
@@ -436,6 +465,7 @@ static int start_attempt(wds__http *s, wds__err *err) {
   s->done = 0;
   s->paused = 0;
   s->checked = 0;
+  s->headers_done = 0;
   s->http_error = 0;
   s->errbuf[0] = '\0';
   memset(&s->cur, 0, sizeof s->cur);
@@ -474,7 +504,7 @@ static int start_attempt(wds__http *s, wds__err *err) {
   const char *cadir = getenv("SSL_CERT_DIR");
   if (cadir && *cadir)
     curl_easy_setopt(e, CURLOPT_CAPATH, cadir);
-  if (s->offset > 0) {
+  if (s->offset > 0 || s->unsure_end) {
     snprintf(range, sizeof range, "%llu-", (unsigned long long)s->offset);
     curl_easy_setopt(e, CURLOPT_RANGE, range);
   }
@@ -601,13 +631,36 @@ static int finish_attempt(wds__http *s, wds__err *err) {
   CURLcode c = s->result;
   long status = s->http_error;
   stop_attempt(s);
-  if (s->refuse[0])
-    return wds__fail(err, WDS_ERR_IO, "%s", s->refuse);
-  if (c == CURLE_OK && status == 0) {
-    if (!s->checked && !check_answer(s)) /* an empty body */
-      return wds__fail(err, WDS_ERR_IO, "%s", s->refuse);
+  if (s->end_confirmed || (s->unsure_end && status == 416)) {
     s->eof = 1;
     return WDS_OK;
+  }
+  if (s->refuse[0])
+    return wds__fail(err, WDS_ERR_IO, "%s", s->refuse);
+  /* libcurl reports some cuts as a complete transfer: a connection that
+   * closes inside the headers (a 200 with no byte), or inside a body whose
+   * length is given only by Content-Range or not at all. */
+  const char *cut = NULL;
+  if (c == CURLE_OK && status == 0) {
+    if (!s->headers_done) {
+      cut = "the connection closed inside the response headers";
+    } else if (!s->checked && !check_answer(s)) { /* an empty body */
+      if (s->end_confirmed) {
+        s->eof = 1;
+        return WDS_OK;
+      }
+      return wds__fail(err, WDS_ERR_IO, "%s", s->refuse);
+    } else if (s->cur.has_end && s->offset < s->cur.end) {
+      cut = "the connection closed before the end of the body";
+    } else if (wds__http_close_delimited(&s->cur)) {
+      /* Ended by the close alone: ask for what follows (a 416 says
+       * nothing; a 206 continues a cut body). Not a failure. */
+      s->unsure_end = 1;
+      return start_attempt(s, err);
+    } else {
+      s->eof = 1;
+      return WDS_OK;
+    }
   }
   /* A cut that came exactly at the end of a known length lost nothing. */
   if (status == 0 && s->have_first && s->first.has_total &&
@@ -615,7 +668,7 @@ static int finish_attempt(wds__http *s, wds__err *err) {
     s->eof = 1;
     return WDS_OK;
   }
-  int transient = status ? transient_http(status) : transient_curl(c);
+  int transient = status ? transient_http(status) : cut ? 1 : transient_curl(c);
   int progress = s->offset > s->attempt_from;
   if (progress)
     s->failures = 0; /* a new run of retries */
@@ -647,7 +700,9 @@ static int finish_attempt(wds__http *s, wds__err *err) {
     return wds__fail(err, WDS_ERR_OPEN, "HTTP %ld%s%s: %s%s", status,
                      *reason ? " " : "", reason, s->url, note);
   }
-  const char *what = s->errbuf[0] ? s->errbuf : curl_easy_strerror(c);
+  const char *what = cut            ? cut
+                     : s->errbuf[0] ? s->errbuf
+                                    : curl_easy_strerror(c);
   if (s->offset > 0)
     return wds__fail(err, WDS_ERR_IO, "%s after %llu bytes: %s%s", what,
                      (unsigned long long)s->offset, s->url, note);

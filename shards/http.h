@@ -39,7 +39,15 @@ typedef struct wds__http_meta {
   int has_total;          /* 0: unknown ("*" or no length) */
   char etag[128];         /* "" when absent */
   char last_modified[64]; /* "" when absent */
+  int has_end;            /* the body's end in the resource is known: */
+  uint64_t end;           /* B + 1 of a Content-Range, else Content-Length */
+  int chunked;            /* Transfer-Encoding: chunked (its end is marked) */
+  int http1;              /* HTTP/1.x: a body without a length ends at close */
 } wds__http_meta;
+
+/* Whether a response's body ends only where the connection closed (HTTP/1.x,
+ * neither a length nor chunked), so a cut cannot be told from the end. */
+int wds__http_close_delimited(const wds__http_meta *m);
 
 /* Parses one header line (as libcurl hands them, with CRLF) into m; a status
  * line starts a new response and clears m. */

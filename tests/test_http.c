@@ -2,12 +2,17 @@
  * header parser, the resume check (a 206 at the right byte of the same
  * resource, or a refusal saying why), and, against a silent loopback
  * server, that a cancel wakes a blocked read at once and the read timeout
- * names the URL. The transfers themselves (reuse, cuts, retries, errors)
- * are tests/integration/http.sh's, with nginx and a fault-injecting proxy. */
+ * names the URL. A scripted loopback server answers each connection as a
+ * test says (closed at accept, after the status line, after the headers, a
+ * body without Content-Length cut short, ...): every one of these ends in
+ * the whole resource or a clear error, never in a short one. The transfers
+ * through nginx (reuse, random cuts, retries, errors) are
+ * tests/integration/http.sh's, with a fault-injecting proxy. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -38,6 +43,9 @@ TEST(headers_are_parsed) {
   ASSERT_EQ_U64(m.range_start, 1000);
   ASSERT_TRUE(m.has_total);
   ASSERT_EQ_U64(m.total, 2000);
+  ASSERT_TRUE(m.has_end); /* the body's end: B + 1 */
+  ASSERT_EQ_U64(m.end, 2000);
+  ASSERT_TRUE(m.http1 && !wds__http_close_delimited(&m));
   /* A new status line (a redirect followed) starts over. */
   parse(&m, "HTTP/2 200\r\n", reason);
   ASSERT_EQ_INT(m.status, 200);
@@ -46,6 +54,17 @@ TEST(headers_are_parsed) {
   parse(&m, "Content-Length: 12345\r\n", NULL);
   ASSERT_TRUE(m.has_total);
   ASSERT_EQ_U64(m.total, 12345);
+  ASSERT_TRUE(m.has_end && !m.http1);
+  ASSERT_EQ_U64(m.end, 12345);
+  /* HTTP/1.x without a length ends at close, unless chunked. */
+  memset(&m, 0, sizeof m);
+  parse(&m, "HTTP/1.0 200 OK\r\n", reason);
+  ASSERT_TRUE(wds__http_close_delimited(&m));
+  parse(&m, "Transfer-Encoding: gzip, Chunked\r\n", NULL);
+  ASSERT_TRUE(m.chunked && !wds__http_close_delimited(&m));
+  memset(&m, 0, sizeof m);
+  parse(&m, "HTTP/2 200\r\n", reason);
+  ASSERT_TRUE(!wds__http_close_delimited(&m));
   /* Unknown total, malformed values: ignored, not guessed. */
   memset(&m, 0, sizeof m);
   parse(&m, "Content-Range: bytes 5-9/*\r\n", NULL);
@@ -215,7 +234,222 @@ TEST(other_remote_schemes_name_pipe_curl) {
   ASSERT_TRUE(s == NULL);
 }
 
+/* ---- the scripted server ---- */
+
+#define BODY_SIZE 100000
+static unsigned char body[BODY_SIZE];
+
+/* What the server does on its i-th connection (one request each):
+ *   "accept"      close at once, reading nothing
+ *   "status"      the status line of a 200, then close
+ *   "midheader"   a status line and half a header, then close
+ *   "headers"     a 200's headers (Content-Length given), no body, close
+ *   "body:N"      a 200's headers and N bytes of the body, close
+ *   "nolen[:N]"   headers without Content-Length, the rest of the body
+ *                 (from the Range asked, as a 206) or N bytes of it, close
+ *   "norange"     ignores Range: a 200 without Content-Length, whole body
+ *   "full"        a correct answer: 200, or 206 for a Range, or 416 for a
+ *                 Range at the end
+ * Beyond the script: "full". */
+static const char *script[8];
+static int script_len, served;
+static int srv_fd = -1, srv_port;
+
+static void send_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n > 0) {
+    ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
+    if (k <= 0)
+      return;
+    c += k;
+    n -= (size_t)k;
+  }
+}
+
+static void serve_one(int c, const char *act) {
+  if (strcmp(act, "accept") == 0)
+    return;
+  char req[4096];
+  size_t n = 0;
+  while (n < sizeof req - 1) {
+    ssize_t k = recv(c, req + n, sizeof req - 1 - n, 0);
+    if (k <= 0)
+      return;
+    n += (size_t)k;
+    req[n] = '\0';
+    if (strstr(req, "\r\n\r\n"))
+      break;
+  }
+  long from = -1;
+  const char *r = strstr(req, "Range: bytes=");
+  if (r)
+    from = strtol(r + 13, NULL, 10);
+  char h[512];
+  const char *tag = "ETag: \"v1\"\r\nConnection: close\r\n";
+  if (strcmp(act, "status") == 0) {
+    send_all(c, "HTTP/1.1 200 OK\r\n", 17);
+  } else if (strcmp(act, "midheader") == 0) {
+    send_all(c, "HTTP/1.1 200 OK\r\nContent-Le", 27);
+  } else if (strcmp(act, "headers") == 0 || strncmp(act, "body:", 5) == 0) {
+    int k =
+        snprintf(h, sizeof h, "HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n",
+                 tag, BODY_SIZE);
+    send_all(c, h, (size_t)k);
+    if (act[0] == 'b')
+      send_all(c, body, (size_t)atol(act + 5));
+  } else if (strncmp(act, "nolen", 5) == 0 || strcmp(act, "norange") == 0) {
+    long start = from < 0 || act[2] == 'r' ? 0 : from;
+    int k = start > 0 ? snprintf(h, sizeof h,
+                                 "HTTP/1.1 206 Partial Content\r\n%s"
+                                 "Content-Range: bytes %ld-%d/%d\r\n\r\n",
+                                 tag, start, BODY_SIZE - 1, BODY_SIZE)
+                      : snprintf(h, sizeof h, "HTTP/1.1 200 OK\r\n%s\r\n", tag);
+    send_all(c, h, (size_t)k);
+    long len = BODY_SIZE - start;
+    if (act[5] == ':' && atol(act + 6) < len)
+      len = atol(act + 6);
+    send_all(c, body + start, (size_t)len);
+  } else { /* full */
+    int k;
+    if (from >= BODY_SIZE)
+      k = snprintf(h, sizeof h,
+                   "HTTP/1.1 416 Range Not Satisfiable\r\n%s"
+                   "Content-Range: bytes */%d\r\nContent-Length: 0\r\n\r\n",
+                   tag, BODY_SIZE);
+    else if (from >= 0)
+      k = snprintf(h, sizeof h,
+                   "HTTP/1.1 206 Partial Content\r\n%sContent-Length: %ld\r\n"
+                   "Content-Range: bytes %ld-%d/%d\r\n\r\n",
+                   tag, BODY_SIZE - from, from, BODY_SIZE - 1, BODY_SIZE);
+    else
+      k = snprintf(h, sizeof h,
+                   "HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n", tag,
+                   BODY_SIZE);
+    send_all(c, h, (size_t)k);
+    if (from < BODY_SIZE)
+      send_all(c, body + (from < 0 ? 0 : from),
+               (size_t)(BODY_SIZE - (from < 0 ? 0 : from)));
+  }
+}
+
+static void *serve_script(void *unused) {
+  (void)unused;
+  for (;;) {
+    int c = accept(srv_fd, NULL, NULL);
+    if (c < 0)
+      return NULL;
+    const char *act = served < script_len ? script[served] : "full";
+    served++;
+    serve_one(c, act);
+    shutdown(c, SHUT_RDWR);
+    close(c);
+  }
+}
+
+/* Reads the resource through the script; returns the bytes read (in *got)
+ * or the error status (message in err). */
+static int read_scripted(int retries, const char *const *acts, int n,
+                         size_t *got, wds__err *err) {
+  script_len = n;
+  for (int i = 0; i < n; i++)
+    script[i] = acts[i];
+  served = 0;
+  srv_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  if (srv_fd < 0 || bind(srv_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      listen(srv_fd, 8) != 0 ||
+      getsockname(srv_fd, (struct sockaddr *)&a, &al) != 0)
+    return -1000;
+  srv_port = ntohs(a.sin_port);
+  pthread_t t;
+  pthread_create(&t, NULL, serve_script, NULL);
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/s.tar", srv_port);
+  wds__io_opts o = {.read_timeout_ms = 10000, .retries = retries};
+  wds__source *s = NULL;
+  int rc = wds__source_open(url, &o, &s, err);
+  static unsigned char got_buf[2 * BODY_SIZE];
+  *got = 0;
+  while (rc == WDS_OK) {
+    ssize_t k = wds__source_read(s, got_buf + *got, sizeof got_buf - *got, err);
+    if (k < 0)
+      rc = (int)k;
+    if (k <= 0)
+      break;
+    *got += (size_t)k;
+  }
+  wds__source_close(s);
+  shutdown(srv_fd, SHUT_RDWR); /* wakes its accept: the server ends */
+  pthread_join(t, NULL);
+  close(srv_fd);
+  if (rc == WDS_OK && *got <= BODY_SIZE && memcmp(got_buf, body, *got) != 0)
+    return -2000; /* wrong bytes */
+  return rc;
+}
+
+/* Each script ends with the whole body, delivered once, in order. */
+TEST(every_cut_the_server_makes_is_resumed_or_retried) {
+  static const struct {
+    const char *acts[4];
+    int connections; /* the script's, then "full" ones */
+  } cases[] = {
+      {{"status"}, 2},    /* libcurl calls this a complete, empty 200 */
+      {{"midheader"}, 2}, /* ... and this */
+      {{"headers"}, 2},   /* cut at byte 0 of the body */
+      {{"accept"}, 2},    /* nothing at all */
+      {{"body:5000", "status"}, 3}, /* the resume cut in its headers */
+      {{"body:5000", "headers"}, 3},
+      {{"nolen:5000"}, 2}, /* no length, cut: the Range probe finds more */
+      {{"nolen:0"}, 2},    /* no length, no byte */
+      {{"nolen"}, 2},      /* no length, whole: the probe gets a 416 */
+      {{"nolen:7", "nolen:7", "nolen:0", "nolen"}, 4}, /* 206s cut too */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *const *acts = cases[i].acts;
+    int n = 0;
+    while (n < 4 && acts[n])
+      n++;
+    size_t got = 0;
+    wds__err err = {0};
+    int rc = read_scripted(5, acts, n, &got, &err);
+    printf("  %-10s %-9s: rc %d, %zu bytes, %d connections%s%s\n", acts[0],
+           n > 1 ? acts[1] : "", rc, got, served, rc ? ": " : "",
+           rc ? err.msg : "");
+    ASSERT_EQ_INT(rc, WDS_OK);
+    ASSERT_EQ_U64(got, BODY_SIZE);
+    ASSERT_EQ_INT(served, cases[i].connections);
+  }
+}
+
+TEST(a_server_ignoring_ranges_ends_a_body_without_length) {
+  /* Nothing can tell the cut from the end then: the end stands. */
+  const char *acts[] = {"nolen:5000", "norange"};
+  size_t got = 0;
+  wds__err err = {0};
+  ASSERT_EQ_INT(read_scripted(5, acts, 2, &got, &err), WDS_OK);
+  ASSERT_EQ_U64(got, 5000);
+  ASSERT_EQ_INT(served, 2);
+}
+
+TEST(cuts_in_the_headers_give_up_after_the_retries) {
+  const char *acts[] = {"status", "midheader", "status", "status"};
+  size_t got = 0;
+  wds__err err = {0};
+  int rc = read_scripted(2, acts, 4, &got, &err);
+  printf("  %s\n", err.msg);
+  ASSERT_TRUE(rc < 0);
+  ASSERT_EQ_U64(got, 0);
+  ASSERT_CONTAINS(err.msg, "the connection closed inside the response "
+                           "headers: http://127.0.0.1:");
+  ASSERT_CONTAINS(err.msg, "/s.tar (gave up after 3 attempts)");
+  ASSERT_EQ_INT(served, 3);
+}
+
 int main(void) {
+  for (size_t i = 0; i < BODY_SIZE; i++)
+    body[i] = (unsigned char)(i * 7 % 251);
   RUN(headers_are_parsed);
   RUN(resume_needs_the_same_resource_at_the_right_byte);
   RUN(other_remote_schemes_name_pipe_curl);
@@ -228,6 +462,9 @@ int main(void) {
     RUN(a_cancel_wakes_a_read_from_a_silent_server);
     RUN(the_read_timeout_names_the_url);
     RUN(a_source_outlives_its_thread);
+    RUN(every_cut_the_server_makes_is_resumed_or_retried);
+    RUN(a_server_ignoring_ranges_ends_a_body_without_length);
+    RUN(cuts_in_the_headers_give_up_after_the_retries);
     close(silent_fd);
   }
   return test_summary();

@@ -15,6 +15,11 @@
 #     delivered exactly once, listings and batches equal the local ones,
 #     `wds cat` of a shard larger than the 1 MiB buffer byte-identical, the
 #     server saw Range requests (206); with --retries 0 the cut is an error;
+#   * the faults libcurl takes for a complete transfer, or that end with no
+#     body byte (http_proxy.py accept, status, headers, nolen: a connection
+#     closed at accept, after the status line, after the headers, bodies
+#     without Content-Length cut anywhere): listings, exact batches and a
+#     large shard byte for byte equal the local ones;
 #   * a stalled server ends at --read-timeout with a message naming the URL;
 #     a 503 proxy and a refused port give up after --retries, naming the URL
 #     and the attempts;
@@ -237,6 +242,38 @@ fi
 w cut0 ls --retries 0 "http://127.0.0.1:$PPORT/z-0.tar.zst"
 expect_rc cut_without_retries_fails 1 cut0
 has cut_without_retries_names_url cut0.err "http://127.0.0.1:$PPORT/z-0.tar.zst"
+
+# The cuts libcurl calls complete transfers (the source of a flake: a
+# connection closed after a response's status line gave an empty shard), a
+# connection closed at accept, a cut at byte 0 of the body, and bodies
+# without Content-Length cut anywhere: each mode hits every other request.
+for mode in accept status headers nolen; do
+  proxy "$mode"
+  mapfile -t F_URLS < <(urls "http://127.0.0.1:$PPORT")
+  w "f$mode" ls "${F_URLS[@]}"
+  hits=$(grep -c '^cut' "proxy-$mode-0.port.log" || true)
+  if [[ $RC == 0 ]] && cmp -s local.ls "f$mode.out" && ((hits > 0)); then
+    ok "fault_${mode}_listing_equals_local ($hits hits)"
+  else
+    bad "fault_${mode}_listing_equals_local" "exit $RC, $hits hits" "$(head -3 "f$mode.err")" "$(diff local.ls "f$mode.out" | head -3)"
+  fi
+  if [[ $mode == status || $mode == nolen ]]; then
+    w "fb$mode" batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
+      --save "save-$mode" "${F_URLS[@]}"
+    if [[ $RC == 0 ]] && cmp -s local.batches "fb$mode.out" && [[ $(npy_sum save-local) == "$(npy_sum "save-$mode")" ]]; then
+      ok "fault_${mode}_batches_exact_equals_local"
+    else
+      bad "fault_${mode}_batches_exact_equals_local" "exit $RC" "$(head -3 "fb$mode.err")"
+    fi
+  fi
+done
+"$WDS" cat www/big-0.tar >big.local
+w fbig cat "http://127.0.0.1:$PPORT/big-0.tar"
+if [[ $RC == 0 ]] && cmp -s big.local fbig.out; then
+  ok cat_through_nolen_cuts_byte_identical
+else
+  bad cat_through_nolen_cuts_byte_identical "exit $RC" "$(head -3 fbig.err)"
+fi
 
 # -- stalls, retries exhausted --
 proxy stall

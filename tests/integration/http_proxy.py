@@ -11,6 +11,17 @@ relays every connection to 127.0.0.1:UPSTREAM_PORT, byte for byte, except:
   stall  the response stream stops after 2000 bytes and the connection is
          held open, silent, until the client goes away;
   503    no upstream: every request is answered "503 Service Unavailable".
+The faults libcurl reports as a complete transfer, or that end a response
+with no byte of its body; every other request (the 1st, 3rd, ...) is hit,
+the others are relayed whole on a kept-alive connection:
+  accept   the connection is closed at once, nothing read;
+  status   only the response's status line is sent, then close;
+  headers  only the response's headers (Content-Length kept), then close:
+           a cut at byte 0 of the body;
+  nolen    Content-Length is dropped from every response, whose body then
+           ends at close (HTTP/1.1 allows it); hit responses are cut at a
+           random offset (0 included), so only a Range request at the end
+           can tell the cut from the end.
 Counts connections and cuts in PORT_FILE.log (one line per event).
 Standard library only; stopped by SIGTERM.
 """
@@ -57,8 +68,84 @@ def close(*socks):
         s.close()
 
 
+turns = [0]
+
+
+def hit():
+    """Every other request (or connection, for accept) is hit."""
+    with lock:
+        turns[0] += 1
+        return turns[0] % 2 == 1
+
+
+def read_head(sock, buf):
+    """Reads until the end of a header block: (head, rest), or (None, b"")."""
+    while b"\r\n\r\n" not in buf:
+        d = sock.recv(65536)
+        if not d:
+            return None, b""
+        buf += d
+    i = buf.index(b"\r\n\r\n") + 4
+    return buf[:i], buf[i:]
+
+
+def relay_http(client):
+    """The HTTP-aware modes: one upstream connection per request."""
+    if mode == "accept" and hit():
+        note("cut accept")
+        return
+    pending = b""
+    while True:
+        req, pending = read_head(client, pending)
+        if req is None:
+            return
+        up = socket.create_connection(("127.0.0.1", upstream))
+        try:
+            up.sendall(req)
+            head, body = read_head(up, b"")
+            if head is None:
+                return
+            length = None
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            while length is not None and len(body) < length:
+                d = up.recv(65536)
+                if not d:
+                    break
+                body += d
+        finally:
+            close(up)
+        if mode == "nolen":
+            head = b"\r\n".join(
+                line for line in head.split(b"\r\n")
+                if not line.lower().startswith(b"content-length:"))
+        if mode != "accept" and hit():
+            if mode == "status":
+                client.sendall(head.split(b"\r\n", 1)[0] + b"\r\n")
+            elif mode == "headers":
+                client.sendall(head)
+            else:
+                with lock:
+                    n = rng.randint(0, len(body))
+                client.sendall(head + body[:n])
+            note("cut %s" % mode)
+            return
+        client.sendall(head + body)
+        if mode == "nolen":
+            return  # the body ends at close
+
+
 def serve(client):
     note("connection")
+    if mode in ("accept", "status", "headers", "nolen"):
+        try:
+            relay_http(client)
+        except OSError:
+            pass
+        finally:
+            close(client)
+        return
     if mode == "503":
         try:
             while True:
