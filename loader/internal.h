@@ -232,6 +232,7 @@ struct run {
 struct wds_loader {
   wds_loader_config cfg;
   char *spec_copy, *index_copy;
+  size_t *rank_bs; /* copy of cfg.rank_batch_sizes, or NULL */
   wds_url_list urls;
   uint64_t *counts;
   wds__plan_input pin;

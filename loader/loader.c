@@ -262,6 +262,54 @@ static int validate(const wds_loader_config *c) {
   return WDS_OK;
 }
 
+/* Checks and copies cfg's rank_batch_sizes; this rank's entry becomes
+ * the batch size. */
+static int rank_batch_sizes(wds_loader *l, const wds_loader_config *cfg) {
+  wds_loader_config *c = &l->cfg;
+  size_t n = cfg->rank_batch_size_count;
+  if (n == 0) {
+    c->rank_batch_sizes = NULL;
+    return WDS_OK;
+  }
+  if (!cfg->rank_batch_sizes)
+    return wds__open_fail(WDS_ERR_INVALID,
+                          "wds_loader_open: rank_batch_sizes is NULL but "
+                          "rank_batch_size_count is %zu",
+                          n);
+  if (c->world_size < 1 || n != (size_t)c->world_size)
+    return wds__open_fail(WDS_ERR_INVALID,
+                          "wds_loader_open: %zu per-rank batch sizes for a "
+                          "world size of %d: give one per rank",
+                          n, c->world_size);
+  for (size_t r = 0; r < n; r++)
+    if (cfg->rank_batch_sizes[r] < 1 || cfg->rank_batch_sizes[r] > MAX_BATCH)
+      return wds__open_fail(WDS_ERR_INVALID,
+                            "wds_loader_open: rank %zu's batch size %zu "
+                            "(1 .. %zu)",
+                            r, cfg->rank_batch_sizes[r], MAX_BATCH);
+  if (c->rank < 0 || c->rank >= c->world_size)
+    return WDS_OK; /* validate() says so */
+  size_t mine = cfg->rank_batch_sizes[c->rank];
+  if (c->batch_size != 1 && c->batch_size != mine)
+    return wds__open_fail(WDS_ERR_INVALID,
+                          "wds_loader_open: batch_size %zu, but "
+                          "rank_batch_sizes gives rank %d %zu: set one of "
+                          "them",
+                          c->batch_size, c->rank, mine);
+  if (c->mode == WDS_MODE_PLAIN)
+    return wds__open_fail(
+        WDS_ERR_INVALID,
+        "wds_loader_open: per-rank batch sizes need exact or resampled "
+        "mode: in plain mode a rank's sample count is not known before it "
+        "reads its shards, so equal step counts cannot be promised");
+  if (!(l->rank_bs = malloc(n * sizeof *l->rank_bs)))
+    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+  memcpy(l->rank_bs, cfg->rank_batch_sizes, n * sizeof *l->rank_bs);
+  c->rank_batch_sizes = l->rank_bs;
+  c->batch_size = mine;
+  return WDS_OK;
+}
+
 int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   int rc;
   wds_loader *l = NULL;
@@ -301,6 +349,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     c->prefetch_batches = 4;
   if (c->shuffle_buffer_bytes == 0)
     c->shuffle_buffer_bytes = DEFAULT_SHUFFLE_BYTES;
+  if ((rc = rank_batch_sizes(l, cfg)) != WDS_OK)
+    goto fail;
   if ((rc = validate(c)) != WDS_OK)
     goto fail;
   c->fields = NULL; /* copied into l->fields; the caller's may go away */
@@ -362,7 +412,7 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
                              c->world_size, c->workers,
                              c->mode,       c->shard_shuffle,
                              c->drop_last,  c->samples_per_epoch,
-                             NULL};
+                             l->rank_bs};
   if (c->mode == WDS_MODE_EXACT && !c->index_path)
     for (size_t i = 0; i < l->urls.count; i++)
       if (strcmp(l->urls.urls[i], "-") == 0) {
@@ -624,6 +674,7 @@ void wds_loader_close(wds_loader *l) {
   free(l->counts);
   free(l->spec_copy);
   free(l->index_copy);
+  free(l->rank_bs);
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);
   pthread_mutex_destroy(&l->log_mu);

@@ -333,6 +333,7 @@ int tool_cmd_batches(int argc, char **argv) {
     goto done;
   }
   tool_signals_loader(0, l);
+  tool_print_rank_batches(stderr, "wds batches", &lo.cfg, l);
   uint64_t printed = 0;
   for (uint64_t e = 0; e < lo.epochs && status == 0; e++) {
     const wds_batch *b;

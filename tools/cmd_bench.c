@@ -199,6 +199,11 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
   if (secs <= 0)
     secs = 1e-9;
   int workers = lo->cfg.workers > 0 ? lo->cfg.workers : 4;
+  size_t nrb = lo->cfg.rank_batch_size_count;
+  int rank = tool_loader_rank(&lo->cfg);
+  size_t batch_size = nrb && rank >= 0 && (size_t)rank < nrb
+                          ? lo->cfg.rank_batch_sizes[rank]
+                          : lo->cfg.batch_size;
   const uint64_t ns[] = {st.read_ns,  st.shuffle_ns, st.decode_ns,
                          st.batch_ns, st.wait_ns,    st.slot_wait_ns};
   /* Busy share of the threads running each stage (see the usage). */
@@ -211,12 +216,18 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
         ", \"bytes_read\": %" PRIu64 ", \"seconds\": %.6f, "
         "\"samples_per_s\": %.1f, \"mb_per_s\": %.1f, \"peak_rss_mb\": %.1f, "
         "\"peak_pool_bytes\": %" PRIu64 ", \"skipped\": %" PRIu64
-        ", \"fill_rows\": %" PRIu64 ", \"shards_opened\": %" PRIu64
-        ", \"allocator\": ",
-        tool_mode_name(lo->cfg.mode), lo->epochs, workers, lo->cfg.batch_size,
-        batches, samples, st.bytes_read, secs, (double)samples / secs,
+        ", \"fill_rows\": %" PRIu64 ", \"shards_opened\": %" PRIu64 ", %s",
+        tool_mode_name(lo->cfg.mode), lo->epochs, workers, batch_size, batches,
+        samples, st.bytes_read, secs, (double)samples / secs,
         (double)st.bytes_read / secs / 1e6, rss_mb, st.peak_pool_bytes,
-        st.skipped, st.fill_rows, st.shards_opened);
+        st.skipped, st.fill_rows, st.shards_opened,
+        nrb ? "" : "\"allocator\": ");
+    if (nrb) {
+      printf("\"rank\": %d, \"rank_batch_sizes\": [", rank);
+      for (size_t i = 0; i < nrb; i++)
+        printf(i ? ", %zu" : "%zu", lo->cfg.rank_batch_sizes[i]);
+      printf("], \"steps_per_epoch\": %" PRIu64 ", \"allocator\": ", per_epoch);
+    }
     const char *alloc = wds_loader_allocator_name(l);
     alloc = alloc ? alloc : "";
     wds__json_write_string(stdout, alloc, strlen(alloc));
@@ -231,6 +242,7 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
            "%.0f  MB/s %.1f  peak RSS %.1f MB\n",
            batches, samples, secs, (double)samples / secs,
            (double)st.bytes_read / secs / 1e6, rss_mb);
+    tool_print_rank_batches(stdout, "wds bench", &lo->cfg, l);
     printf("stages (thread-seconds, busy %%):");
     for (int i = 0; i < 6; i++)
       printf("  %s %.3f (%.0f%%)", stage_names[i], (double)ns[i] / 1e9,

@@ -43,6 +43,7 @@ static const struct option loader_options[] = {
     {"shuffle-bytes", required_argument, 0, TOOL_LO_SHUFFLE_BYTES},
     {"max-window", required_argument, 0, TOOL_LO_MAX_WINDOW},
     {"retries", required_argument, 0, TOOL_LO_RETRIES},
+    {"rank-batch-sizes", required_argument, 0, TOOL_LO_RANK_BATCH_SIZES},
 };
 
 #define NLOADER (sizeof loader_options / sizeof *loader_options)
@@ -137,6 +138,45 @@ static int word(const char *cmd, int c, const char *arg,
   return -1;
 }
 
+int tool_parse_rank_batch_sizes(const char *cmd, const char *flag,
+                                const char *arg, uint64_t max, size_t **out,
+                                size_t *count) {
+  size_t n = 1, k = 0;
+  for (const char *p = arg; *p; p++)
+    n += *p == ',';
+  size_t *v = n <= (1u << 20) ? malloc(n * sizeof *v) : NULL;
+  char *copy = strdup(arg);
+  if (!v || !copy) {
+    free(v);
+    free(copy);
+    tool_usage_error(cmd, "--%s: too many entries (at most 1048576)", flag);
+    return -1;
+  }
+  char *item = copy;
+  for (size_t i = 0; i < n; i++) {
+    char *comma = strchr(item, ',');
+    if (comma)
+      *comma = '\0';
+    uint64_t x;
+    if (tool_parse_u64(item, &x) != 0 || x < 1 || x > max) {
+      tool_usage_error(cmd,
+                       "--%s needs one batch size (1..%llu) per rank, "
+                       "comma-separated (e.g. 24,8,8); entry %zu is \"%s\"",
+                       flag, (unsigned long long)max, i + 1, item);
+      free(v);
+      free(copy);
+      return -1;
+    }
+    v[k++] = (size_t)x;
+    item = comma ? comma + 1 : item + strlen(item);
+  }
+  free(copy);
+  free(*out);
+  *out = v;
+  *count = k;
+  return 0;
+}
+
 int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
                     const char *cmd) {
   static const char *const modes[] = {"plain", "exact", "resampled", NULL};
@@ -196,6 +236,13 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
     if (num(cmd, c, arg, 1, (uint64_t)1 << 24, &v))
       return -1;
     cfg->batch_size = (size_t)v;
+    o->batch_size_given = 1;
+    break;
+  case TOOL_LO_RANK_BATCH_SIZES:
+    if (tool_parse_rank_batch_sizes(cmd, flag_name(c), arg, (uint64_t)1 << 24,
+                                    &o->rank_bs, &cfg->rank_batch_size_count))
+      return -1;
+    cfg->rank_batch_sizes = o->rank_bs;
     break;
   case TOOL_LO_DROP_LAST:
     /* As torch users pass drop_last to DistributedSampler and DataLoader. */
@@ -316,6 +363,40 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
       return -1;
     }
   }
+  if (cfg->rank_batch_size_count) {
+    int n = (int)cfg->rank_batch_size_count;
+    if (o->batch_size_given) {
+      tool_usage_error(cmd, "--batch-size and --rank-batch-sizes: give one "
+                            "(--rank-batch-sizes sets every rank's)");
+      return -1;
+    }
+    if (cfg->mode == WDS_MODE_PLAIN) {
+      tool_usage_error(cmd, "--rank-batch-sizes needs --mode exact or "
+                            "resampled (in plain mode the ranks' step counts "
+                            "are not known in advance)");
+      return -1;
+    }
+    if (cfg->world_size > 0 && cfg->world_size != n) {
+      tool_usage_error(cmd,
+                       "--rank-batch-sizes gives %d ranks, but --world is "
+                       "%d",
+                       n, cfg->world_size);
+      return -1;
+    }
+    if (cfg->world_size <= 0) {
+      wds__topology t;
+      wds__err e;
+      if (wds__topology_from_env(&t, NULL, NULL, &e) == WDS_OK &&
+          t.launcher != WDS__LAUNCHER_NONE && t.world_size != n) {
+        tool_usage_error(cmd,
+                         "--rank-batch-sizes gives %d ranks, but the "
+                         "environment's world size is %d",
+                         n, t.world_size);
+        return -1;
+      }
+      cfg->world_size = n;
+    }
+  }
   if (cfg->rank >= 0 && cfg->world_size > 0 && cfg->rank >= cfg->world_size) {
     tool_usage_error(cmd, "--rank %d is not below --world %d", cfg->rank,
                      cfg->world_size);
@@ -343,6 +424,10 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
 void tool_loader_opts_free(tool_loader_opts *o) {
   free(o->fields);
   free(o->field_storage);
+  free(o->rank_bs);
+  o->rank_bs = NULL;
+  o->cfg.rank_batch_sizes = NULL;
+  o->cfg.rank_batch_size_count = 0;
   o->fields = NULL;
   o->field_storage = NULL;
   o->cfg.fields = NULL;
@@ -360,7 +445,30 @@ const char *tool_mode_name(wds_mode m) {
   }
 }
 
-static const char loader_help[] =
+int tool_loader_rank(const wds_loader_config *cfg) {
+  int rank = cfg->rank, world;
+  if (rank < 0)
+    wds_env_rank_world(&rank, &world);
+  return rank;
+}
+
+void tool_print_rank_batches(FILE *f, const char *cmd,
+                             const wds_loader_config *cfg,
+                             const wds_loader *l) {
+  size_t n = cfg->rank_batch_size_count;
+  int rank = tool_loader_rank(cfg);
+  if (!n || rank < 0 || (size_t)rank >= n)
+    return;
+  fprintf(f, "%s: rank %d of %zu: batch size %zu (per rank: ", cmd, rank, n,
+          cfg->rank_batch_sizes[rank]);
+  for (size_t i = 0; i < n; i++)
+    fprintf(f, i ? ",%zu" : "%zu", cfg->rank_batch_sizes[i]);
+  fprintf(f, "), %llu steps per epoch\n",
+          (unsigned long long)wds_loader_epoch_batches(l));
+}
+
+/* In parts: one string literal may be at most 4095 characters (C99). */
+static const char loader_help_1[] =
     "  --decode FIELDS        the arrays of a batch: comma-separated "
     "fields,\n"
     "                         each NAME[:OPTION]..., NAME one or more\n"
@@ -373,6 +481,14 @@ static const char loader_help[] =
     "                         (jpg also matches jpeg and jpeg jpg, so\n"
     "                         .jpg, .JPG, .jpeg and .JPEG files all match)\n"
     "  --batch-size N         rows per batch (default 1)\n"
+    "  --rank-batch-sizes B0,B1,...  each rank's batch size (ranks of\n"
+    "                         different GPUs); the count is the world size.\n"
+    "                         Exact and resampled modes: every rank takes\n"
+    "                         the same number of steps S, rank r S x Br\n"
+    "                         samples, the epoch split in proportion\n"
+    "                         (S = ceil(samples / sum), floor with\n"
+    "                         --drop-last; resampled: samples = --samples-\n"
+    "                         per-epoch x ranks); no batch is partial\n"
     "  --mode MODE            plain (default): each rank reads its shards\n"
     "                         once, ranks may get different batch counts;\n"
     "                         exact: every sample once per epoch over all\n"
@@ -396,7 +512,9 @@ static const char loader_help[] =
     "  --epochs N             how many epochs to run (default 1)\n"
     "  --resume-at K          skip the first K batches of --epoch, as after\n"
     "                         a restart: the output continues exactly where\n"
-    "                         an uninterrupted run would be\n"
+    "                         an uninterrupted run would be\n";
+
+static const char loader_help_2[] =
     "  --shuffle-buffer N     samples per worker shuffle buffer (0: none)\n"
     "  --shuffle-initial N    samples buffered before the first output\n"
     "  --shuffle-bytes SIZE   and at most SIZE bytes of samples per worker\n"
@@ -429,27 +547,32 @@ static const char loader_help[] =
 
 void tool_loader_opts_help(FILE *f) {
   fputs("loader options:\n", f);
-  fputs(loader_help, f);
+  fputs(loader_help_1, f);
+  fputs(loader_help_2, f);
   fputs("\n" WDS__SIZE_HELP, f);
 }
 
 void tool_loader_opts_help_some(FILE *f, const char *const *names) {
   /* An entry is its "  --NAME" line and the indented lines after it. */
+  static const char *const parts[] = {loader_help_1, loader_help_2, NULL};
   for (const char *const *n = names; *n; n++) {
     size_t len = strlen(*n);
-    for (const char *line = loader_help; *line;) {
-      const char *end = strchr(line, '\n');
-      if (strncmp(line, "  --", 4) == 0 && strncmp(line + 4, *n, len) == 0 &&
-          (line[4 + len] == ' ' || line[4 + len] == ',')) {
-        do {
-          fwrite(line, 1, (size_t)(end - line) + 1, f);
-          line = end + 1;
-          end = strchr(line, '\n');
-        } while (*line && strncmp(line, "  --", 4) != 0);
-        break;
+    int found = 0;
+    for (const char *const *part = parts; *part && !found; part++)
+      for (const char *line = *part; *line;) {
+        const char *end = strchr(line, '\n');
+        if (strncmp(line, "  --", 4) == 0 && strncmp(line + 4, *n, len) == 0 &&
+            (line[4 + len] == ' ' || line[4 + len] == ',')) {
+          do {
+            fwrite(line, 1, (size_t)(end - line) + 1, f);
+            line = end + 1;
+            end = strchr(line, '\n');
+          } while (*line && strncmp(line, "  --", 4) != 0);
+          found = 1;
+          break;
+        }
+        line = end + 1;
       }
-      line = end + 1;
-    }
   }
 }
 

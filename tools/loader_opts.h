@@ -54,7 +54,8 @@ enum {
   TOOL_LO_READ_TIMEOUT,
   TOOL_LO_SHUFFLE_BYTES,
   TOOL_LO_MAX_WINDOW,
-  TOOL_LO_RETRIES
+  TOOL_LO_RETRIES,
+  TOOL_LO_RANK_BATCH_SIZES
 };
 
 typedef struct tool_loader_opts {
@@ -67,9 +68,19 @@ typedef struct tool_loader_opts {
   int drop_last_given;
   int resume_given;
   wds_last_batch last_batch;
+  int batch_size_given;
   wds_field_spec *fields; /* parsed --decode (cfg.fields points here) */
   char *field_storage;
+  size_t *rank_bs; /* --rank-batch-sizes (cfg.rank_batch_sizes points
+                      here) */
 } tool_loader_opts;
+
+/* Parses "24,8,8" (1 .. max each, at most 2^20 entries) into a malloc'ed
+ * array. Returns 0, or -1 after printing the error naming `flag` (without
+ * "--"). Shared with wds-train. */
+int tool_parse_rank_batch_sizes(const char *cmd, const char *flag,
+                                const char *arg, uint64_t max, size_t **out,
+                                size_t *count);
 
 void tool_loader_opts_init(tool_loader_opts *o);
 
@@ -104,6 +115,14 @@ void tool_loader_opts_help(FILE *f);
 void tool_loader_opts_help_some(FILE *f, const char *const *names);
 
 const char *tool_mode_name(wds_mode m);
+
+/* With --rank-batch-sizes: "CMD: rank R of N: batch size B (per rank:
+ * 24,8,8), S steps per epoch" on f; nothing without. */
+void tool_print_rank_batches(FILE *f, const char *cmd,
+                             const wds_loader_config *cfg, const wds_loader *l);
+
+/* The rank the loader of cfg runs as (cfg's, else the environment's). */
+int tool_loader_rank(const wds_loader_config *cfg);
 
 /* --read-timeout SECONDS (fractions allowed; 0 = wait forever) into a
  * config's read_timeout_ms. Returns 0, or -1 after printing the error. The

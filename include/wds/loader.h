@@ -28,6 +28,10 @@
  *                       different numbers of batches: unsafe for DDP, where
  *                       an all-reduce would wait on a rank that ran dry.
  *
+ * Per-rank batch sizes (rank_batch_sizes, exact and resampled modes): each
+ * rank takes its own batch size and a share of the epoch in proportion to
+ * it, and every rank still takes the same number of steps.
+ *
  * Determinism: the batch sequence is a pure function of the config, seed,
  * epoch, rank, world size and worker count, never of thread timing. The
  * default worker count is a constant (4, or fewer in plain mode when the
@@ -149,6 +153,20 @@ typedef struct wds_loader_config {
 
   /* Batches. */
   size_t batch_size; /* default 1 */
+  /* Per-rank batch sizes (mixed GPUs in one job): rank_batch_sizes[r] is
+   * rank r's batch size; the count must equal world_size, each entry 1 ..
+   * 2^24; this rank's batches have rank_batch_sizes[rank] rows (batch_size
+   * must then be 1, the default, or that same value). Exact mode splits
+   * the epoch in proportion: every rank takes the same number of steps
+   * S = ceil(total / sum) (floor with drop_last), rank r the S * B_r
+   * samples after those of ranks 0..r-1, the padding repeating the first
+   * samples (less than the sum). Resampled mode: samples_per_epoch is the
+   * mean per rank, S = ceil(samples_per_epoch * world / sum) and rank r
+   * draws S * B_r. Either way no batch is partial, so last_batch changes
+   * nothing. Plain mode refuses them (a rank's sample count is not known
+   * in advance). count 0: every rank uses batch_size, as before. */
+  const size_t *rank_batch_sizes;
+  size_t rank_batch_size_count;
   wds_last_batch last_batch;
   const wds_field_spec *fields; /* required: the arrays of a batch */
   size_t field_count;

@@ -166,6 +166,54 @@ def test_state_dict_resume(shards):
         assert [x.keys for x in c] == whole[len(whole) // 2:]
 
 
+def test_rank_batch_sizes(shards):
+    """rank_batch_sizes: every rank the same len(), its own rows per batch,
+    every sample once plus padding below the sum; state_dict records the
+    sizes and load_state_dict refuses other ones; bad sizes raise."""
+    spec, n = shards
+    sizes = [5, 2, 3]
+    seen, lens = [], []
+    for rank in range(3):
+        with wds.Loader(spec, "cls", None, world_size=3, rank=rank, seed=4,
+                        shuffle_buffer=3, rank_batch_sizes=sizes) as loader:
+            rows = []
+            for b in loader:
+                rows.append(len(b))
+                seen += b.keys
+            lens.append(len(loader))
+            assert rows == [sizes[rank]] * len(loader)
+    steps = -(-n // sum(sizes))
+    assert lens == [steps] * 3
+    assert len(seen) == steps * sum(sizes)
+    assert set(seen) == {f"k{k:04d}" for k in range(n)}
+    assert len(seen) - n < sum(sizes)
+    kw = dict(world_size=3, rank=1, seed=4, rank_batch_sizes=sizes)
+    with wds.Loader(spec, "cls", None, **kw) as a:
+        whole = [b.keys for b in a]
+    with wds.Loader(spec, "cls", None, **kw) as a:
+        it = iter(a)
+        head = [next(it).keys for _ in range(2)]
+        state = a.state_dict()
+    assert state["rank_batch_sizes"] == sizes
+    with wds.Loader(spec, "cls", None, **kw) as b:
+        b.load_state_dict(state)
+        assert head + [x.keys for x in b] == whole
+    with wds.Loader(spec, "cls", None, world_size=3, rank=1, seed=4,
+                    rank_batch_sizes=[4, 4, 2]) as c:
+        with pytest.raises(ValueError, match=r"rank_batch_sizes \[5, 2, 3\] is "
+                           r"not this loader's \[4, 4, 2\]"):
+            c.load_state_dict(state)
+    with pytest.raises(wds.InvalidError, match="2 per-rank batch sizes"):
+        wds.Loader(spec, "cls", None, world_size=3, rank=0,
+                   rank_batch_sizes=[2, 2])
+    with pytest.raises(wds.InvalidError, match="plain mode"):
+        wds.Loader(spec, "cls", None, mode="plain", world_size=3, rank=0,
+                   rank_batch_sizes=sizes)
+    with pytest.raises(ValueError, match="rank_batch_sizes"):
+        wds.Loader(spec, "cls", None, world_size=1, rank=0,
+                   rank_batch_sizes=[-1])
+
+
 def test_slots_and_zero_copy(shards):
     spec, _ = shards
     with wds.Loader(spec, "npy,cls", 4, prefetch=2, workers=1) as loader:

@@ -172,7 +172,8 @@ class Loader:
     """Loader(spec, fields, batch_size, *, mode="exact", rank=None,
     world_size=None, workers=4, seed=0, epoch=0, shuffle_buffer=0,
     index=None, drop_last=False, last_batch=None, samples_per_epoch=None,
-    image_size=224, crop="center", prefetch=4, on_error="stop")
+    image_size=224, crop="center", prefetch=4, on_error="stop",
+    rank_batch_sizes=None)
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -183,6 +184,14 @@ class Loader:
     one epoch; the next iteration is the next epoch. len() is the number of
     batches per epoch on this rank (exact and resampled modes). Failures
     raise wds.Error subclasses; holding every slot raises wds.InvalidError.
+
+    rank_batch_sizes=[24, 8, 8] gives each rank its own batch size (one
+    entry per rank; batch_size may then be None): in exact and resampled
+    modes every rank takes the same number of steps S and rank r S * B_r
+    samples of the epoch, split in proportion (S = ceil(samples / sum),
+    floor with drop_last; resampled: samples = samples_per_epoch *
+    world_size). Plain mode refuses it. state_dict() records the sizes and
+    load_state_dict() refuses other ones.
     """
 
     def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
@@ -190,7 +199,7 @@ class Loader:
                  index=None, drop_last=False, last_batch=None,
                  samples_per_epoch=None, image_size=224, crop="center",
                  prefetch=4, on_error="stop", shard_shuffle=True,
-                 read_timeout_ms=0, retries=0):
+                 read_timeout_ms=0, retries=0, rank_batch_sizes=None):
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
         if rank is None or world_size is None:
@@ -212,7 +221,9 @@ class Loader:
             crop=_choice("crop", crop, _CROPS), prefetch=prefetch,
             on_error=_choice("on_error", on_error, _ON_ERROR),
             shard_shuffle=bool(shard_shuffle),
-            read_timeout_ms=int(read_timeout_ms), retries=int(retries))
+            read_timeout_ms=int(read_timeout_ms), retries=int(retries),
+            rank_batch_sizes=None if rank_batch_sizes is None
+            else [int(b) for b in rank_batch_sizes])
         self._open(int(epoch), 0)
 
     def _open(self, epoch, batches):
@@ -252,15 +263,18 @@ class Loader:
         e, n = self._l.position()
         return {"epoch": e, "batches": n,
                 "seed": self._args["seed"], "batch_size": self._args["batch_size"],
-                "world_size": self._args["world_size"], "rank": self._args["rank"]}
+                "world_size": self._args["world_size"], "rank": self._args["rank"],
+                "rank_batch_sizes": self._args["rank_batch_sizes"]}
 
     def load_state_dict(self, state):
         """Resumes at state's position: the batches that follow are those
         an uninterrupted loader would have yielded."""
-        for k in ("seed", "batch_size"):
-            if k in state and state[k] != self._args[k]:
-                raise ValueError(f"Loader.load_state_dict: {k} {state[k]!r} is "
-                                 f"not this loader's {self._args[k]!r}")
+        for k in ("seed", "batch_size", "rank_batch_sizes"):
+            # A state without rank_batch_sizes had none.
+            if (k in state or k == "rank_batch_sizes") and \
+                    state.get(k) != self._args[k]:
+                raise ValueError(f"Loader.load_state_dict: {k} {state.get(k)!r} "
+                                 f"is not this loader's {self._args[k]!r}")
         self._l.close()
         self._open(int(state["epoch"]), int(state["batches"]))
 

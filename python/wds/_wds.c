@@ -1689,20 +1689,21 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
                            "shard_shuffle",
                            "read_timeout_ms",
                            "retries",
+                           "rank_batch_sizes",
                            NULL};
-  PyObject *spec_obj, *fields_obj, *o_seed = Py_None, *o_epoch = Py_None,
-                                   *o_resume = Py_None, *o_shuf = Py_None,
-                                   *o_index = Py_None, *o_spe = Py_None,
-                                   *o_prefetch = Py_None, *o_bs = Py_None;
+  PyObject *spec_obj, *fields_obj,
+      *o_seed = Py_None, *o_epoch = Py_None, *o_resume = Py_None,
+      *o_shuf = Py_None, *o_index = Py_None, *o_spe = Py_None,
+      *o_prefetch = Py_None, *o_bs = Py_None, *o_rbs = Py_None;
   int mode = WDS_MODE_EXACT, rank = -1, world = -1, workers = 0, drop_last = 0,
       last_batch = -1, image_size = 224, crop = 0, on_error = 0,
       shard_shuffle = 1, timeout_ms = 0, retries = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiii:_Loader", kwlist, &spec_obj,
+          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiO:_Loader", kwlist, &spec_obj,
           &fields_obj, &o_bs, &mode, &rank, &world, &workers, &o_seed, &o_epoch,
           &o_resume, &o_shuf, &o_index, &drop_last, &last_batch, &o_spe,
           &image_size, &crop, &o_prefetch, &on_error, &shard_shuffle,
-          &timeout_ms, &retries))
+          &timeout_ms, &retries, &o_rbs))
     return -1;
   if (self->l || self->live) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
@@ -1741,6 +1742,41 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
   cfg.shard_shuffle = shard_shuffle;
   cfg.read_timeout_ms = timeout_ms;
   cfg.retries = retries;
+  size_t *rbs = NULL;
+  if (o_rbs != Py_None) {
+    PyObject *seq = PySequence_Fast(
+        o_rbs, "Loader: rank_batch_sizes must be a sequence of integers");
+    if (!seq)
+      return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    rbs = PyMem_Calloc(n ? (size_t)n : 1, sizeof *rbs);
+    if (!rbs) {
+      Py_DECREF(seq);
+      PyErr_NoMemory();
+      return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      if (wds_py_size(PySequence_Fast_GET_ITEM(seq, i), "rank_batch_sizes",
+                      SIZE_MAX, &v) < 0) {
+        Py_DECREF(seq);
+        PyMem_Free(rbs);
+        return -1;
+      }
+      rbs[i] = (size_t)v;
+    }
+    Py_DECREF(seq);
+    if (n == 0) {
+      PyMem_Free(rbs);
+      PyErr_SetString(PyExc_ValueError,
+                      "Loader: rank_batch_sizes is empty (give one batch "
+                      "size per rank, or None)");
+      return -1;
+    }
+    cfg.rank_batch_sizes = rbs;
+    cfg.rank_batch_size_count = (size_t)n;
+    if (cfg.batch_size == 0)
+      cfg.batch_size = 1; /* batch_size=None: the rank's entry */
+  }
 
   PyObject *fields = NULL, *spec = NULL, *index = NULL, *urls = NULL;
   const char **url_ptrs = NULL;
@@ -1822,6 +1858,7 @@ done:
   Py_XDECREF(index);
   Py_XDECREF(urls);
   PyMem_Free(url_ptrs);
+  PyMem_Free(rbs);
   return ret;
 }
 

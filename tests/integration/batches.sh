@@ -19,7 +19,10 @@
 #   * --save writes .npy files numpy loads with the right shapes and values
 #     (compared with the tar members), bytes fields with offsets;
 #   * bad flags exit 2 naming the flag; a missing shard exits 1 naming it;
-#   * `wds bench` with loader options reports the same batch count.
+#   * `wds bench` with loader options reports the same batch count;
+#   * --rank-batch-sizes: equal step counts, each rank's rows its size,
+#     every key once plus padding below the sum (exact), resampled counts,
+#     resume, usage errors, bench's JSON fields.
 #
 # Usage: batches.sh WDS_BINARY [SHARED_TESTDATA]   (the second is unused)
 # Prints `ok NAME` / `FAIL NAME` per check and a final `N passed, N failed`.
@@ -422,6 +425,70 @@ RC=0
 timeout 60 "$WDS" bench "$SPEC" --batch-size 4 >bench2.txt 2>bench2.err || RC=$?
 check bench_loader_needs_decode test "$RC" -eq 2
 check bench_reader_still_works bash -c "'$WDS' bench '$SPEC' | grep -q 'samples 35'"
+
+# ---------------------------------------------------- per-rank batch sizes
+# --rank-batch-sizes 6,2,3 (sum 11) over the 35 samples: every rank
+# ceil(35/11) = 4 lines of exactly its size (no partial batch, whatever
+# --last-batch says), all 35 keys over the ranks plus 44 - 35 = 9 repeats;
+# with --drop-last 3 lines each and 33 distinct keys; stderr names the
+# rank's size and the step count; resampled: ceil(10 x 3 / 11) = 3 lines;
+# --resume-at gives the tail; bad combinations exit 2 naming the flag.
+rbs_case() {
+  local name=$1 lines_want=$2 distinct_want=$3 rows_want=$4 r b
+  shift 4
+  local files=() sizes=(6 2 3)
+  for r in 0 1 2; do
+    run_ok "$name" "$name.r$r" "$SPEC" --decode cls --rank-batch-sizes 6,2,3 \
+      --rank "$r" --seed 5 --shuffle-buffer 6 "$@" || return
+    files+=("$name.r$r.txt")
+    if [ "$(wc -l <"$name.r$r.txt")" != "$lines_want" ] ||
+      [ -n "$(awk -v b="${sizes[r]}" 'NF - 2 != b' "$name.r$r.txt")" ] ||
+      ! grep -q "rank $r of 3: batch size ${sizes[r]} (per rank: 6,2,3), $lines_want steps per epoch" "$name.r$r.err"; then
+      bad "$name" "rank $r: $(wc -l <"$name.r$r.txt") lines; $(cat "$name.r$r.err")"
+      return
+    fi
+  done
+  read -r b rows distinct < <(cat "${files[@]}" >"$name.all" && stats "$name.all")
+  if ((rows == rows_want)) && [[ $distinct_want == - || $distinct == "$distinct_want" ]]; then
+    ok "$name: $lines_want steps on every rank, $rows rows, $distinct keys"
+  else
+    bad "$name" "$rows rows, $distinct distinct keys (want $rows_want, $distinct_want)"
+  fi
+}
+rbs_case rank_sizes_exact 4 35 44 --mode exact
+rbs_case rank_sizes_exact_pad_policy 4 35 44 --mode exact --last-batch pad
+rbs_case rank_sizes_exact_drop_last 3 33 33 --mode exact --drop-last
+rbs_case rank_sizes_resampled 3 - 33 --mode resampled --samples-per-epoch 10
+if run_ok rank_sizes_resume rbs_res "$SPEC" --decode cls --rank-batch-sizes 6,2,3 \
+  --rank 0 --seed 5 --shuffle-buffer 6 --mode exact --resume-at 1; then
+  check rank_sizes_resume cmp -s rbs_res.txt <(tail -n +2 rank_sizes_exact.r0.txt)
+fi
+for args in "--rank-batch-sizes 6,2,3" "--rank-batch-sizes 6,2,3 --mode exact --world 2" \
+  "--rank-batch-sizes 6,0,3 --mode exact" "--rank-batch-sizes 6,2 --mode exact --batch-size 6" \
+  "--rank-batch-sizes 6,,2 --mode exact"; do
+  rc=0
+  # shellcheck disable=SC2086  # split on purpose
+  "$WDS" batches "$SPEC" --decode cls $args >/dev/null 2>rbs.err || rc=$?
+  if ((rc == 2)) && grep -q -- "--rank-batch-sizes" rbs.err; then
+    ok "usage error: $args: $(head -1 rbs.err)"
+  else
+    bad "usage error: $args" "rc $rc: $(cat rbs.err)"
+  fi
+done
+RC=0
+timeout 120 "$WDS" bench --json "$SPEC" --decode cls --mode exact --rank-batch-sizes 6,2,3 \
+  --rank 2 >rbs_bench.json 2>rbs_bench.err || RC=$?
+if ((RC == 0)); then
+  py_check rank_sizes_bench_json '
+import json, sys
+b = json.load(open(sys.argv[1]))
+assert b["batch_size"] == 3 and b["batches"] == 4 and b["samples"] == 12, b
+assert b["rank"] == 2 and b["rank_batch_sizes"] == [6, 2, 3], b
+assert b["steps_per_epoch"] == 4, b
+' rbs_bench.json
+else
+  bad rank_sizes_bench_json "exit status $RC: $(head -c 300 rbs_bench.err)"
+fi
 
 echo "$passed passed, $failed failed"
 ((failed == 0))
