@@ -83,6 +83,54 @@ TEST(checkpoint_round_trip_and_validation) {
   unlink(path);
 }
 
+/* Version 2: a run with per-rank batch sizes keeps them in its checkpoint;
+ * every byte is still covered by the checksum. */
+TEST(checkpoint_keeps_rank_sizes) {
+  char path[256];
+  wds__err err;
+  snprintf(path, sizeof path, "/tmp/test_trainer_rs_%ld.ck", (long)getpid());
+  tr_model_config m = {.layers = 1, .dims = {3, 2}};
+  float w[8], v[8];
+  for (int i = 0; i < 8; i++)
+    w[i] = v[i] = (float)i;
+  uint32_t sizes[3] = {24, 8, 8};
+  tr_checkpoint c = {.layers = 1,
+                     .dims = {3, 2},
+                     .step = 4,
+                     .weights = w,
+                     .momentum = v,
+                     .rank_sizes = sizes,
+                     .rank_sizes_count = 3};
+  c.param_count = tr_model_param_count(&m);
+  ASSERT_EQ_U64(c.param_count, 8);
+  ASSERT_EQ_INT(tr_checkpoint_save(path, &c, &err), 0);
+  tr_checkpoint r;
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), 0);
+  ASSERT_EQ_U64(r.rank_sizes_count, 3);
+  ASSERT_TRUE(r.rank_sizes[0] == 24 && r.rank_sizes[1] == 8 &&
+              r.rank_sizes[2] == 8);
+  ASSERT_EQ_U64(r.step, 4);
+  ASSERT_TRUE(memcmp(r.weights, w, sizeof w) == 0);
+  tr_checkpoint_free(&r);
+  FILE *f = fopen(path, "rb");
+  ASSERT_TRUE(f != NULL);
+  unsigned char buf[1024];
+  size_t n = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  ASSERT_EQ_U64(buf[8], 2); /* version 2 */
+  for (size_t i = 0; i < n; i++) {
+    buf[i] ^= 0x10;
+    f = fopen(path, "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    buf[i] ^= 0x10;
+    ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err),
+                  i >= 8 && i < 12 ? WDS_ERR_FORMAT : WDS_ERR_CORRUPT);
+    ASSERT_TRUE(r.rank_sizes == NULL && r.weights == NULL);
+  }
+  unlink(path);
+}
+
 /* A small model and batch: 3 rows (one invalid), 2x2x1 images. */
 static const uint8_t g_img[3 * 4] = {10, 200, 30, 90, 250, 5,
                                      60, 120, 0,  0,  255, 255};
@@ -207,6 +255,107 @@ TEST(cpu_allreduce_identical_on_every_rank) {
   }
 }
 
+/* Per-rank batch sizes on given batches: ranks of 5, 2 and 1 rows over
+ * one batch of 8 (two rows invalid) take, after the all-reduce of sums and
+ * counts, the step a single rank takes over all 8 rows; every rank holds
+ * the same bits. */
+#define UNEQ_ROWS 8
+static uint8_t u_img[UNEQ_ROWS * 4];
+static int64_t u_lab[UNEQ_ROWS];
+static uint8_t u_valid[UNEQ_ROWS];
+
+typedef struct uneq_arg {
+  tr_group *g;
+  int rank;
+  size_t row0, rows;
+  float out[64], grad[66];
+  int rc;
+} uneq_arg;
+
+static void *uneq_main(void *p) {
+  uneq_arg *a = p;
+  const tr_backend *be = &tr_backend_cpu;
+  tr_model_config m = {.layers = 2,
+                       .dims = {4, 6, 3},
+                       .seed = 5,
+                       .momentum = 0.9f,
+                       .weight_decay = 1e-3f};
+  wds__err err;
+  tr_rank *r;
+  a->rc = be->rank_create(a->g, a->rank, &m, a->rows, &r, &err);
+  if (a->rc)
+    return NULL;
+  for (int it = 0; it < 5 && !a->rc; it++) {
+    tr_batch_view v = {u_img, u_lab, u_valid, UNEQ_ROWS, a->row0, a->rows, 0};
+    a->rc |= be->forward_backward(r, &v, &err);
+    a->rc |= be->allreduce(r, &err);
+    if (it == 0)
+      a->rc |= be->get_grad(r, a->grad, &err);
+    a->rc |= be->sgd_step(r, 0.1f, &err);
+  }
+  be->get_state(r, a->out, NULL, &err);
+  be->rank_destroy(r);
+  return NULL;
+}
+
+static int run_uneq(const size_t *sizes, int ranks, uneq_arg *args, size_t np) {
+  tr_group *g;
+  wds__err err;
+  tr_group_config gc = tr_group_config_local(ranks, np);
+  if (tr_backend_cpu.group_create(&gc, &g, &err) != 0)
+    return -1;
+  pthread_t t[4];
+  size_t row0 = 0;
+  for (int i = 0; i < ranks; i++) {
+    memset(&args[i], 0, sizeof args[i]);
+    args[i].g = g;
+    args[i].rank = i;
+    args[i].row0 = row0;
+    args[i].rows = sizes[i];
+    row0 += sizes[i];
+    pthread_create(&t[i], NULL, uneq_main, &args[i]);
+  }
+  for (int i = 0; i < ranks; i++)
+    pthread_join(t[i], NULL);
+  tr_backend_cpu.group_destroy(g);
+  for (int i = 0; i < ranks; i++)
+    if (args[i].rc)
+      return -1;
+  return 0;
+}
+
+TEST(cpu_unequal_rank_rows_step_as_one_rank) {
+  for (int i = 0; i < UNEQ_ROWS * 4; i++)
+    u_img[i] = (uint8_t)(37 * i + 11);
+  for (int i = 0; i < UNEQ_ROWS; i++) {
+    u_lab[i] = i % 3;
+    u_valid[i] = i != 2 && i != 6;
+  }
+  tr_model_config m = {.layers = 2, .dims = {4, 6, 3}};
+  size_t np = tr_model_param_count(&m);
+  ASSERT_TRUE(np <= 64);
+  static const size_t one[1] = {UNEQ_ROWS}, three[3] = {5, 2, 1};
+  uneq_arg a1[1], a3[3];
+  ASSERT_EQ_INT(run_uneq(one, 1, a1, np), 0);
+  ASSERT_EQ_INT(run_uneq(three, 3, a3, np), 0);
+  /* The summed gradient, the loss sum and the count: as one rank's. */
+  ASSERT_TRUE(a3[0].grad[np + 1] == 6.0f && a1[0].grad[np + 1] == 6.0f);
+  double worst = 0, big = 0;
+  for (size_t i = 0; i < np + 1; i++) {
+    double d = fabs((double)a3[0].grad[i] - (double)a1[0].grad[i]);
+    worst = d > worst ? d : worst;
+    big = fabs((double)a1[0].grad[i]) > big ? fabs((double)a1[0].grad[i]) : big;
+  }
+  ASSERT_TRUE(big > 0 && worst <= 1e-5 * big);
+  /* After 5 steps (momentum, decay): the same weights, within rounding of
+   * the sum's order; bit-identical on every rank. */
+  for (size_t i = 0; i < np; i++)
+    ASSERT_TRUE(fabs((double)a3[0].out[i] - (double)a1[0].out[i]) <=
+                1e-5 * (1 + fabs((double)a1[0].out[i])));
+  for (int k = 1; k < 3; k++)
+    ASSERT_TRUE(memcmp(a3[k].out, a3[0].out, np * sizeof(float)) == 0);
+}
+
 static void *abort_main(void *p) {
   tr_group *g = p;
   tr_model_config m = {.layers = 1, .dims = {4, 3}};
@@ -307,8 +456,10 @@ TEST(cpu_group_is_one_process) {
 int main(void) {
   RUN(lr_schedule);
   RUN(checkpoint_round_trip_and_validation);
+  RUN(checkpoint_keeps_rank_sizes);
   RUN(cpu_gradients_match_finite_differences);
   RUN(cpu_allreduce_identical_on_every_rank);
+  RUN(cpu_unequal_rank_rows_step_as_one_rank);
   RUN(cpu_group_abort_wakes_waiting_rank);
   RUN(cpu_gather_and_take_loss);
   RUN(cpu_group_is_one_process);

@@ -11,6 +11,9 @@
  *   * H2D: uploading pinned batches (the backend's path, labels and flags
  *     included) reaches >= 0.8 of a plain pinned cudaMemcpy of the same
  *     size, timed in the same process;
+ *   * per-rank batch sizes: a CUDA rank over 32 rows matches CPU ranks of
+ *     24 and 8 rows (and, with two GPUs, CUDA ranks of 24 and 8 one CPU
+ *     rank of 32): the all-reduce adds gradient sums and counts;
  *   * with two GPUs: the NCCL all-reduce of two ranks matches the CPU
  *     backend's, bit-identical on both; and a rank failing after a first
  *     good step aborts the group, so the other rank, whose all-reduce kernel
@@ -299,6 +302,120 @@ TEST(two_gpus_allreduce_matches_cpu) {
   free(g1);
 }
 
+/* Per-rank batch sizes on given rows (--rank-batch-sizes): ranks of 24 and
+ * 8 rows of one batch all-reduce gradient sums and valid counts, so their
+ * gradient is that of one rank over the 32 rows. A CUDA rank over rows
+ * [0, 32) against two CPU ranks of 24 and 8; with two GPUs, CUDA ranks of
+ * 24 and 8 (bit-identical on both) against one CPU rank of 32. */
+typedef struct uneq_arg {
+  const tr_backend *be;
+  tr_group *g;
+  int local, rc;
+  size_t row0, rows;
+  float *grad;
+  wds__err err;
+} uneq_arg;
+
+static void *uneq_rank(void *p) {
+  uneq_arg *a = p;
+  tr_model_config m = {.layers = 2, .dims = {D, 48, 10}, .seed = 3};
+  tr_rank *r = NULL;
+  a->rc = a->be->rank_create(a->g, a->local, &m, a->rows, &r, &a->err);
+  if (a->rc) {
+    a->be->group_abort(a->g);
+    return NULL;
+  }
+  tr_batch_view v = view(3, a->row0, a->rows, 0);
+  if (a->be->upload)
+    a->rc |= a->be->upload(r, &v, &a->err);
+  a->rc |= a->be->forward_backward(r, &v, &a->err);
+  a->rc |= a->be->allreduce(r, &a->err);
+  if (a->be->upload_wait)
+    a->rc |= a->be->upload_wait(r, 0, &a->err);
+  a->rc |= a->be->get_grad(r, a->grad, &a->err);
+  if (a->rc)
+    a->be->group_abort(a->g);
+  a->be->rank_destroy(r);
+  return NULL;
+}
+
+/* ranks (1 or 2) ranks of be with sizes[] rows laid end to end. */
+static int run_uneq(const tr_backend *be, int ranks, const size_t *sizes,
+                    float **grads, size_t np, wds__err *err) {
+  tr_group_config c = tr_group_config_local(ranks, np);
+  c.precision = TR_PRECISION_FP32;
+  tr_group *g = NULL;
+  if (be->group_create(&c, &g, err) != 0)
+    return -1;
+  uneq_arg a[2];
+  pthread_t t[2];
+  size_t row0 = 0;
+  for (int i = 0; i < ranks; i++) {
+    memset(&a[i], 0, sizeof a[i]);
+    a[i].be = be;
+    a[i].g = g;
+    a[i].local = i;
+    a[i].row0 = row0;
+    a[i].rows = sizes[i];
+    a[i].grad = grads[i];
+    row0 += sizes[i];
+    pthread_create(&t[i], NULL, uneq_rank, &a[i]);
+  }
+  for (int i = 0; i < ranks; i++)
+    pthread_join(t[i], NULL);
+  be->group_destroy(g);
+  for (int i = 0; i < ranks; i++)
+    if (a[i].rc) {
+      *err = a[i].err;
+      return -1;
+    }
+  return 0;
+}
+
+TEST(unequal_rank_rows_match_one_rank) {
+  wds__err err = {""};
+  make_batch(3, 4321);
+  tr_model_config m = {.layers = 2, .dims = {D, 48, 10}, .seed = 3};
+  size_t np = tr_model_param_count(&m);
+  static const size_t one[1] = {32}, two[2] = {24, 8};
+  float *c[2], *g[2];
+  for (int i = 0; i < 2; i++) {
+    c[i] = malloc((np + 2) * sizeof(float));
+    g[i] = malloc((np + 2) * sizeof(float));
+  }
+  int rc = run_uneq(&tr_backend_cpu, 2, two, c, np, &err);
+  ASSERT_EQ_INT(rc, 0);
+  rc = run_uneq(cuda, 1, one, g, np, &err);
+  if (rc)
+    printf("    %s\n", err.msg);
+  ASSERT_EQ_INT(rc, 0);
+  ASSERT_TRUE(g[0][np + 1] == c[0][np + 1]); /* the valid rows of the 32 */
+  double e = rel_max_err(g[0], c[0], np);
+  printf("    CUDA 32 rows vs CPU 24 + 8: gradient max error %.2e\n", e);
+  ASSERT_TRUE(e < 1e-4);
+  ASSERT_TRUE(fabs((double)g[0][np] - (double)c[0][np]) / c[0][np] < 1e-4);
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  if (n >= 2) {
+    ASSERT_EQ_INT(run_uneq(&tr_backend_cpu, 1, one, c, np, &err), 0);
+    rc = run_uneq(cuda, 2, two, g, np, &err);
+    if (rc)
+      printf("    %s\n", err.msg);
+    ASSERT_EQ_INT(rc, 0);
+    ASSERT_TRUE(memcmp(g[0], g[1], (np + 2) * sizeof(float)) == 0);
+    ASSERT_TRUE(g[0][np + 1] == c[0][np + 1]);
+    e = rel_max_err(g[0], c[0], np);
+    printf("    CUDA 24 + 8 vs CPU 32 rows: gradient max error %.2e\n", e);
+    ASSERT_TRUE(e < 1e-4);
+  } else {
+    printf("    (one GPU: CUDA ranks of 24 and 8 skipped)\n");
+  }
+  for (int i = 0; i < 2; i++) {
+    free(c[i]);
+    free(g[i]);
+  }
+}
+
 TEST(one_rank_collectives) {
   wds__err err = {""};
   tr_model_config m = {.layers = 1, .dims = {D, 10}, .seed = 1};
@@ -480,6 +597,7 @@ int main(void) {
   RUN(cuda_matches_cpu_fp32);
   RUN(cuda_matches_cpu_tf32);
   RUN(two_gpus_allreduce_matches_cpu);
+  RUN(unequal_rank_rows_match_one_rank);
   RUN(one_rank_collectives);
   RUN(h2d_upload_reaches_pinned_memcpy);
   RUN(failed_rank_aborts_the_other);

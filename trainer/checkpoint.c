@@ -78,7 +78,8 @@ uint64_t tr_fnv1a(uint64_t h, const void *data, size_t size) {
 
 int tr_checkpoint_save(const char *path, const tr_checkpoint *c, wds__err *e) {
   int rc = WDS_ERR_IO;
-  size_t size = TR_HEADER_BYTES + 8 * c->param_count + 8;
+  size_t extra = c->rank_sizes_count ? 4 + 4 * c->rank_sizes_count : 0;
+  size_t size = TR_HEADER_BYTES + 8 * c->param_count + extra + 8;
   unsigned char *buf = malloc(size), *p = buf;
   wds_outfile *f = NULL;
   char msg[1024];
@@ -88,7 +89,7 @@ int tr_checkpoint_save(const char *path, const tr_checkpoint *c, wds__err *e) {
   }
   memcpy(p, TR_MAGIC, 8);
   p += 8;
-  put_u32(&p, TR_CHECKPOINT_VERSION);
+  put_u32(&p, c->rank_sizes_count ? 2 : 1);
   put_u32(&p, (uint32_t)c->layers);
   for (int i = 0; i <= TR_MAX_LAYERS; i++)
     put_u32(&p, i <= c->layers ? (uint32_t)c->dims[i] : 0);
@@ -101,6 +102,11 @@ int tr_checkpoint_save(const char *path, const tr_checkpoint *c, wds__err *e) {
   put_u64(&p, c->seed);
   put_floats(&p, c->weights, c->param_count);
   put_floats(&p, c->momentum, c->param_count);
+  if (c->rank_sizes_count) {
+    put_u32(&p, (uint32_t)c->rank_sizes_count);
+    for (size_t i = 0; i < c->rank_sizes_count; i++)
+      put_u32(&p, c->rank_sizes[i]);
+  }
   put_u64(&p, tr_fnv1a(TR_FNV_INIT, buf, (size_t)(p - buf)));
 
   /* The processes of a multi-node job may write the same path on a shared
@@ -160,11 +166,11 @@ int tr_checkpoint_load(const char *path, tr_checkpoint *c, wds__err *e) {
   }
   p += 8;
   uint32_t version = get_u32(&p);
-  if (version != TR_CHECKPOINT_VERSION) {
-    rc =
-        wds__fail(e, WDS_ERR_FORMAT,
-                  "checkpoint %s: version %u (this wds-train reads version %d)",
-                  path, version, TR_CHECKPOINT_VERSION);
+  if (version < 1 || version > TR_CHECKPOINT_VERSION) {
+    rc = wds__fail(e, WDS_ERR_FORMAT,
+                   "checkpoint %s: version %u (this wds-train reads versions "
+                   "1 to %d)",
+                   path, version, TR_CHECKPOINT_VERSION);
     goto done;
   }
   uint32_t layers = get_u32(&p);
@@ -194,11 +200,13 @@ int tr_checkpoint_load(const char *path, tr_checkpoint *c, wds__err *e) {
                   path, c->param_count, expect_params);
     goto done;
   }
-  if (size != TR_HEADER_BYTES + 8 * c->param_count + 8) {
+  size_t base = TR_HEADER_BYTES + 8 * c->param_count + 8;
+  if (version == 1 ? size != base : size < base + 4) {
     rc = wds__fail(
         e, WDS_ERR_TRUNCATED,
-        "checkpoint %s: %zu bytes, expected %zu (truncated or extended)", path,
-        size, (size_t)(TR_HEADER_BYTES + 8 * c->param_count + 8));
+        "checkpoint %s: %zu bytes, expected %s%zu (truncated or extended)",
+        path, size, version == 1 ? "" : "more than ",
+        version == 1 ? base : base + 3);
     goto done;
   }
   const unsigned char *q = buf + size - 8;
@@ -207,6 +215,24 @@ int tr_checkpoint_load(const char *path, tr_checkpoint *c, wds__err *e) {
     rc = wds__fail(e, WDS_ERR_CORRUPT,
                    "checkpoint %s: checksum mismatch (corrupt file)", path);
     goto done;
+  }
+  if (version == 2) {
+    const unsigned char *r = buf + base - 8;
+    uint32_t n = get_u32(&r);
+    if (n < 1 || (size - base - 4) / 4 != n || (size - base - 4) % 4 != 0) {
+      rc = wds__fail(e, WDS_ERR_CORRUPT,
+                     "checkpoint %s: %u per-rank batch sizes in %zu bytes",
+                     path, n, size - base - 4);
+      goto done;
+    }
+    c->rank_sizes = malloc(n * sizeof *c->rank_sizes);
+    if (!c->rank_sizes) {
+      rc = wds__fail(e, WDS_ERR_NOMEM, "checkpoint %s: out of memory", path);
+      goto done;
+    }
+    for (uint32_t i = 0; i < n; i++)
+      c->rank_sizes[i] = get_u32(&r);
+    c->rank_sizes_count = n;
   }
   c->step = get_u64(&p);
   c->total_steps = get_u64(&p);
@@ -234,7 +260,10 @@ done:
 void tr_checkpoint_free(tr_checkpoint *c) {
   free(c->weights);
   free(c->momentum);
+  free(c->rank_sizes);
   c->weights = c->momentum = NULL;
+  c->rank_sizes = NULL;
+  c->rank_sizes_count = 0;
 }
 
 double tr_lr_at(uint64_t step, uint64_t total, uint64_t warmup, double base) {

@@ -9,6 +9,9 @@
  *       model), seed
  *   f32 weights[param_count], f32 momentum[param_count]
  *   u64 FNV-1a 64 of every byte before it
+ * Version 2 (written only by runs with --rank-batch-sizes; version 1
+ * otherwise, byte for byte as before) adds, after the momentum:
+ *   u32 rank_sizes_count, u32 rank_sizes[rank_sizes_count]
  * Written through wds_outfile (wds/writer.h): to PATH.tmp-PID-N (created
  * exclusively, so processes on several hosts sharing the file system never
  * share one), fsync'ed, renamed to PATH, the directory fsync'ed: a crash
@@ -23,7 +26,7 @@
 #include "base/err.h"
 #include "trainer/model.h"
 
-#define TR_CHECKPOINT_VERSION 1
+#define TR_CHECKPOINT_VERSION 2 /* the newest this build reads */
 
 typedef struct tr_checkpoint {
   int layers;
@@ -32,6 +35,9 @@ typedef struct tr_checkpoint {
   uint64_t step, total_steps, loader_epoch, loader_batches;
   uint64_t fingerprint, seed;
   float *weights, *momentum; /* param_count each; owned after load */
+  uint32_t *rank_sizes;      /* per-rank batch sizes (--rank-batch-sizes),
+                                freed by tr_checkpoint_free; NULL when none */
+  size_t rank_sizes_count;
 } tr_checkpoint;
 
 /* WDS_OK, or WDS_ERR_IO (WDS_ERR_NOMEM) with the message in e. */

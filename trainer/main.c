@@ -47,6 +47,14 @@ static const char usage_text[] =
     "  --batch-size B         rows per rank and step (default 32); a loader\n"
     "                         batch is ranks x B rows, rank r gets rows\n"
     "                         [r*B, (r+1)*B)\n"
+    "  --rank-batch-sizes B0,B1,...  each rank's rows per step instead (GPUs\n"
+    "                         of different sizes), one per rank of the job\n"
+    "                         (CPU: sets --ranks): the epoch is split in\n"
+    "                         proportion and every rank takes the same\n"
+    "                         steps; the gradient is the mean over the\n"
+    "                         global batch (sum of the sizes), so --lr and\n"
+    "                         its schedule are per global batch, as with\n"
+    "                         equal sizes of the same sum\n"
     "  --epochs E             (default 1)   --steps S   (overrides --epochs)\n"
     "  --stop-after K         stop after step K (checkpointed), as if\n"
     "                         interrupted; resume with the same options\n"
@@ -84,21 +92,18 @@ static const char usage_text[] =
  * spelling, parser, message and help text with `wds batches` and `wds
  * bench`. Those whose defaults differ here (image size, shuffle buffer,
  * mode, workers...) keep their own help lines above. */
-static const char *const loader_names[] = {"index",
-                                           "image-size",
-                                           "crop",
-                                           "mode",
-                                           "samples-per-epoch",
-                                           "last-batch",
-                                           "shuffle-buffer",
-                                           "workers",
-                                           "read-timeout",
-                                           "max-window",
-                                           NULL};
+static const char *const loader_names[] = {
+    "index",          "image-size",        "crop",
+    "mode",           "samples-per-epoch", "last-batch",
+    "shuffle-buffer", "workers",           "read-timeout",
+    "max-window",     "rank-batch-sizes",  NULL};
 static const char *const loader_help_names[] = {
     "index", "crop", "workers", "read-timeout", "max-window", NULL};
 
 #define PROG "wds-train"
+
+/* --rank-batch-sizes: at most this many ranks. */
+#define TR_MAX_RANK_SIZES 65536
 
 #define usage_error(...) tool_usage_error(PROG, __VA_ARGS__)
 
@@ -243,7 +248,7 @@ int main(int argc, char **argv) {
   atexit(stdout_at_exit);
   const char *device = "auto";
   int gpus = -1, ranks_given = 0, nodes = -1, node_rank = -1, c;
-  int master_port = -1;
+  int master_port = -1, batch_given = 0;
   const char *master_addr = NULL;
   uint64_t u;
   double d;
@@ -305,6 +310,7 @@ int main(int argc, char **argv) {
       if (parse_u64(a, &u) != 0 || u < 1 || u > (1u << 20))
         return usage_error("--batch-size: bad value '%s'", a);
       o.batch_size = (size_t)u;
+      batch_given = 1;
       break;
     case O_EPOCHS:
       if (parse_u64(a, &o.epochs) != 0 || !o.epochs)
@@ -412,6 +418,23 @@ int main(int argc, char **argv) {
       if (tool_loader_opt(&lo, c, a, PROG) != 1)
         return 2;
       loader_given |= (uint64_t)1 << (c - TOOL_LOADER_OPT_BASE);
+      if (c == TOOL_LO_RANK_BATCH_SIZES) {
+        /* Into storage that outlives lo (no leak on an early return). */
+        static size_t rank_bs[TR_MAX_RANK_SIZES];
+        size_t n = lo.cfg.rank_batch_size_count;
+        if (n <= TR_MAX_RANK_SIZES) {
+          memcpy(rank_bs, lo.cfg.rank_batch_sizes, n * sizeof *rank_bs);
+          o.rank_batch_sizes = rank_bs;
+          o.rank_batch_size_count = n;
+        }
+        free(lo.rank_bs);
+        lo.rank_bs = NULL;
+        lo.cfg.rank_batch_sizes = NULL;
+        lo.cfg.rank_batch_size_count = 0;
+        if (n > TR_MAX_RANK_SIZES)
+          return usage_error("--rank-batch-sizes: %zu ranks (at most %d)", n,
+                             TR_MAX_RANK_SIZES);
+      }
     }
   }
   /* The loader options taken, into the trainer's options. */
@@ -447,6 +470,9 @@ int main(int argc, char **argv) {
     o.max_window_bytes = lo.cfg.max_window_bytes;
   if (GIVEN(TOOL_LO_RETRIES))
     o.retries = lo.cfg.retries;
+  if (GIVEN(TOOL_LO_RANK_BATCH_SIZES) && batch_given)
+    return usage_error("%s", "--batch-size and --rank-batch-sizes: give "
+                             "one (--rank-batch-sizes sets every rank's)");
 #undef GIVEN
   tool_loader_opts_free(&lo);
   if (optind < argc)
@@ -534,6 +560,17 @@ int main(int argc, char **argv) {
       }
       o.ranks = gpus > 0 ? gpus : visible;
     }
+  }
+  if (o.rank_batch_size_count) {
+    size_t n = o.rank_batch_size_count;
+    if (!o.backend->device_count && !ranks_given && o.procs == 1 && n <= 1024)
+      o.ranks = (int)n; /* CPU: one rank thread per size */
+    if (n != (size_t)o.procs * (size_t)o.ranks)
+      return usage_error(
+          "--rank-batch-sizes gives %zu ranks, but the job has %d (%d "
+          "process%s x %d rank%s)",
+          n, o.procs * o.ranks, o.procs, o.procs == 1 ? "" : "es", o.ranks,
+          o.ranks == 1 ? "" : "s");
   }
   if (!o.backend->multi_process && o.procs > 1) {
     fprintf(stderr,

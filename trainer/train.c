@@ -42,6 +42,9 @@ typedef struct shared {
   FILE *json;
 
   int world, first_rank; /* ranks of the job; global rank of local 0 */
+  size_t *rows, *row0;   /* per local rank: its rows of a loader batch */
+  size_t proc_rows;      /* rows of a loader batch (this process) */
+  size_t *proc_sizes;    /* per process: its rows (rank_batch_sizes) */
 
   /* Published by rank 0 before each round's barrier. */
   int cmd;
@@ -223,8 +226,8 @@ static void view_of(const shared *sh, const wds_batch *b, int rank, int slot,
   v->labels = b->fields[1].data;
   v->valid = b->valid;
   v->batch_rows = b->rows;
-  v->row0 = (size_t)rank * sh->o->batch_size;
-  v->rows = sh->o->batch_size;
+  v->row0 = sh->row0[rank];
+  v->rows = sh->rows[rank];
   v->slot = slot;
 }
 
@@ -241,8 +244,14 @@ static int save_checkpoint(shared *sh, tr_rank *r, wds__err *e) {
     c.loader_batches--;
   c.weights = malloc(sh->param_count * sizeof(float));
   c.momentum = malloc(sh->param_count * sizeof(float));
+  size_t nrs = sh->o->rank_batch_size_count;
+  if (nrs && (c.rank_sizes = malloc(nrs * sizeof *c.rank_sizes)) != NULL) {
+    for (size_t i = 0; i < nrs; i++)
+      c.rank_sizes[i] = (uint32_t)sh->o->rank_batch_sizes[i];
+    c.rank_sizes_count = nrs;
+  }
   int rc;
-  if (!c.weights || !c.momentum)
+  if (!c.weights || !c.momentum || (nrs && !c.rank_sizes))
     rc = wds__fail(e, WDS_ERR_NOMEM, "checkpoint: out of memory");
   else if ((rc = sh->be->get_state(r, c.weights, c.momentum, e)) == WDS_OK)
     rc = tr_checkpoint_save(sh->o->checkpoint_path, &c, e);
@@ -486,7 +495,7 @@ static void *rank_main(void *arg) {
     fail(sh, WDS_ERR_NOMEM, "rank %d: out of memory", sh->first_rank + rank);
     goto out;
   }
-  if ((rc = be->rank_create(sh->group, rank, &sh->model, sh->o->batch_size, &r,
+  if ((rc = be->rank_create(sh->group, rank, &sh->model, sh->rows[rank], &r,
                             &err)) != WDS_OK)
     goto failed;
   if (sh->resume && (rc = be->set_state(r, sh->resume->weights,
@@ -571,7 +580,47 @@ static uint64_t config_fingerprint(const tr_options *o,
                o->shuffle_buffer, (int)o->last_batch, o->lr, o->momentum,
                o->weight_decay, o->warmup_steps, o->backend->name, m->layers);
   uint64_t h = tr_fnv1a(TR_FNV_INIT, buf, n < 0 ? 0 : (size_t)n);
-  return tr_fnv1a(h, m->dims, sizeof m->dims);
+  h = tr_fnv1a(h, m->dims, sizeof m->dims);
+  /* Per-rank batch sizes: unchanged fingerprints without them. */
+  for (size_t i = 0; i < o->rank_batch_size_count; i++) {
+    uint64_t b = o->rank_batch_sizes[i];
+    h = tr_fnv1a(h, &b, sizeof b);
+  }
+  return h;
+}
+
+/* The checkpoint's per-rank batch sizes are the run's (none: none). */
+static int same_rank_sizes(const tr_options *o, const tr_checkpoint *ck) {
+  if (ck->rank_sizes_count != o->rank_batch_size_count)
+    return 0;
+  for (size_t i = 0; i < ck->rank_sizes_count; i++)
+    if (ck->rank_sizes[i] != o->rank_batch_sizes[i])
+      return 0;
+  return 1;
+}
+
+/* "per-rank batch sizes 24,8" (the run's, from o, or a checkpoint's), or
+ * "no per-rank batch sizes (--batch-size 32)". */
+static void describe_rank_sizes(char *buf, size_t cap, const tr_options *o,
+                                const uint32_t *ck_sizes, size_t ck_count) {
+  size_t n = o ? o->rank_batch_size_count : ck_count, used = 0;
+  if (n == 0) {
+    if (o)
+      snprintf(buf, cap, "no per-rank batch sizes (--batch-size %zu)",
+               o->batch_size);
+    else
+      snprintf(buf, cap, "no per-rank batch sizes");
+    return;
+  }
+  int k = snprintf(buf, cap, "per-rank batch sizes ");
+  used = k > 0 ? (size_t)k : 0;
+  for (size_t i = 0; i < n && used + 16 < cap; i++) {
+    k = snprintf(buf + used, cap - used, i ? ",%zu" : "%zu",
+                 o ? o->rank_batch_sizes[i] : (size_t)ck_sizes[i]);
+    used += k > 0 ? (size_t)k : 0;
+  }
+  if (used + 16 >= cap)
+    snprintf(buf + used, cap - used, ",...");
 }
 
 int tr_run(const tr_options *o, wds__err *e) {
@@ -596,6 +645,40 @@ int tr_run(const tr_options *o, wds__err *e) {
   }
   sh.world = o->procs * o->ranks;
   sh.first_rank = o->proc_rank * o->ranks;
+  if (o->rank_batch_size_count &&
+      o->rank_batch_size_count != (size_t)sh.world) {
+    rc = wds__fail(e, WDS_ERR_INVALID,
+                   "%zu per-rank batch sizes for %d ranks (%d process%s x %d "
+                   "rank%s): give one per rank",
+                   o->rank_batch_size_count, sh.world, o->procs,
+                   o->procs == 1 ? "" : "es", o->ranks,
+                   o->ranks == 1 ? "" : "s");
+    goto done;
+  }
+  sh.rows = calloc((size_t)o->ranks, sizeof *sh.rows);
+  sh.row0 = calloc((size_t)o->ranks, sizeof *sh.row0);
+  sh.proc_sizes = calloc((size_t)o->procs, sizeof *sh.proc_sizes);
+  if (!sh.rows || !sh.row0 || !sh.proc_sizes) {
+    rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (int p = 0; p < o->procs; p++)
+    for (int i = 0; i < o->ranks; i++) {
+      size_t g = (size_t)p * (size_t)o->ranks + (size_t)i;
+      size_t b =
+          o->rank_batch_size_count ? o->rank_batch_sizes[g] : o->batch_size;
+      if (b < 1 || b > ((size_t)1 << 24)) {
+        rc = wds__fail(e, WDS_ERR_INVALID,
+                       "rank %zu's batch size %zu (1 .. 16777216)", g, b);
+        goto done;
+      }
+      if (p == o->proc_rank) {
+        sh.row0[i] = sh.proc_rows;
+        sh.rows[i] = b;
+        sh.proc_rows += b;
+      }
+      sh.proc_sizes[p] += b;
+    }
   tr_model_config *m = &sh.model;
   m->layers = o->hidden_count + 1;
   m->dims[0] = o->image_size * o->image_size * o->channels;
@@ -617,6 +700,17 @@ int tr_run(const tr_options *o, wds__err *e) {
                      "checkpoint %s: its model has other layer sizes than "
                      "--image-size/--channels/--hidden/--classes give",
                      o->resume_path);
+      goto done;
+    }
+    if (!same_rank_sizes(o, &ck)) {
+      char had[256], have[256];
+      describe_rank_sizes(had, sizeof had, NULL, ck.rank_sizes,
+                          ck.rank_sizes_count);
+      describe_rank_sizes(have, sizeof have, o, NULL, 0);
+      rc = wds__fail(e, WDS_ERR_INVALID,
+                     "checkpoint %s was made with %s; this run has %s: "
+                     "resume with the same batch sizes",
+                     o->resume_path, had, have);
       goto done;
     }
     if (ck.fingerprint != sh.fingerprint) {
@@ -649,7 +743,14 @@ int tr_run(const tr_options *o, wds__err *e) {
   lc.mode = o->mode;
   lc.samples_per_epoch = o->samples_per_epoch;
   lc.shuffle_buffer = o->shuffle_buffer;
-  lc.batch_size = o->batch_size * (size_t)o->ranks;
+  if (o->rank_batch_size_count) {
+    /* Each process's share in proportion to its ranks' rows: every
+     * process takes the same number of steps. */
+    lc.rank_batch_sizes = sh.proc_sizes;
+    lc.rank_batch_size_count = (size_t)o->procs;
+  } else {
+    lc.batch_size = sh.proc_rows;
+  }
   lc.last_batch = o->last_batch;
   lc.fields = fields;
   lc.field_count = 2;
@@ -692,6 +793,9 @@ int tr_run(const tr_options *o, wds__err *e) {
     ec.mode = WDS_MODE_PLAIN;
     ec.workers = 0; /* plain mode: at most one per eval shard */
     ec.samples_per_epoch = 0;
+    ec.rank_batch_sizes = NULL; /* plain mode: rows split as in training */
+    ec.rank_batch_size_count = 0;
+    ec.batch_size = sh.proc_rows;
     ec.shard_shuffle = 0;
     ec.shuffle_buffer = 0;
     ec.crop = WDS_CROP_CENTER;
@@ -719,11 +823,24 @@ int tr_run(const tr_options *o, wds__err *e) {
     fprintf(o->out, " in process %d of %d (global ranks %d..%d of %d)",
             o->proc_rank, o->procs, sh.first_rank, sh.first_rank + o->ranks - 1,
             sh.world);
+  if (o->rank_batch_size_count) {
+    size_t sum = 0;
+    fputs(", rows per rank ", o->out);
+    for (size_t i = 0; i < o->rank_batch_size_count; i++) {
+      fprintf(o->out, i ? ",%zu" : "%zu", o->rank_batch_sizes[i]);
+      sum += o->rank_batch_sizes[i];
+    }
+    fprintf(o->out, " (global batch %zu; %zu per loader batch)", sum,
+            sh.proc_rows);
+  } else {
+    fprintf(o->out, ", %zu rows per rank (%zu per loader batch)", o->batch_size,
+            sh.proc_rows);
+  }
   fprintf(o->out,
-          ", %zu rows per rank (%zu per loader batch), %" PRIu64
-          " batches per epoch, %" PRIu64 " steps%s, model %zu parameters\n",
-          o->batch_size, lc.batch_size, sh.epoch_batches, sh.total_steps,
-          sh.resume ? " (resumed)" : "", sh.param_count);
+          ", %" PRIu64 " batches per epoch, %" PRIu64
+          " steps%s, model %zu parameters\n",
+          sh.epoch_batches, sh.total_steps, sh.resume ? " (resumed)" : "",
+          sh.param_count);
   if (sh.resume)
     fprintf(o->out,
             "resumed from %s at step %" PRIu64 " (epoch %" PRIu64
@@ -862,6 +979,9 @@ done:
   free(threads);
   free(args);
   free(sh.checksums);
+  free(sh.rows);
+  free(sh.row0);
+  free(sh.proc_sizes);
   if (sh.group)
     o->backend->group_destroy(sh.group);
   tr_pg_destroy(sh.pg);

@@ -8,7 +8,14 @@
  * partial last batch
  * (--last-batch keep) only leaves some ranks fewer (or no) valid rows: the
  * gradient is the mean over the valid rows of all ranks, computed by summing
- * gradients, losses and counts in one all-reduce. */
+ * gradients, losses and counts in one all-reduce.
+ *
+ * Per-rank batch sizes (rank_batch_sizes, one per global rank): local rank
+ * r takes B_r rows, after those of the process's ranks before it; the
+ * process's loader has rank_batch_sizes = each process's sum, so every
+ * process (and rank) takes the same number of steps. The same all-reduce
+ * of sums and counts makes a step the mean over the union of the ranks'
+ * rows, whatever their sizes. */
 #ifndef WDS_TRAINER_TRAIN_H
 #define WDS_TRAINER_TRAIN_H
 
@@ -25,7 +32,10 @@ typedef struct tr_options {
   int image_size, channels, classes;
   int hidden[TR_MAX_LAYERS];
   int hidden_count;
-  size_t batch_size;       /* per rank */
+  size_t batch_size;              /* per rank */
+  const size_t *rank_batch_sizes; /* [procs x ranks], by global rank, or
+                                     NULL: every rank batch_size */
+  size_t rank_batch_size_count;
   uint64_t epochs, steps;  /* steps > 0 overrides epochs */
   uint64_t stop_after;     /* > 0: stop (and checkpoint) after this step */
   int ranks;               /* local ranks (CPU threads or GPUs) */

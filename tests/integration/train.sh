@@ -10,6 +10,8 @@
 #     ranks: the run ends (timeout) with the expected step count;
 #   * --stop-after K then --resume: the final checksums equal those of an
 #     uninterrupted run (mid-epoch and at an epoch boundary);
+#   * --rank-batch-sizes 24,8: equal steps, identical weights, the accuracy
+#     of equal sizes (within 0.03), resume, other sizes refused;
 #   * bad checkpoints (truncated, a flipped byte, not a checkpoint, another
 #     configuration) exit 1 with a clear message; usage errors exit 2.
 #
@@ -158,6 +160,47 @@ for k in 17 "$per_epoch"; do # mid-epoch, and at its end
   fi
 done
 
+# --- per-rank batch sizes ------------------------------------------------------
+# --rank-batch-sizes 24,8: ranks of 24 and 8 rows, every rank the same
+# ceil(1000 / 32) = 32 steps per epoch; bit-identical weights on both ranks
+# after every step; the held-out accuracy of equal sizes of the same global
+# batch (--batch-size 16 on 2 ranks) within 0.03 (seeds 1 to 7 differ by at
+# most 0.015); stop and resume give the uninterrupted run's weights; a
+# resume with other sizes is refused naming both.
+if par 2; then
+  U=(--train 'train-{000..003}.tar' --eval eval-000.tar --epochs 3
+    --shuffle-buffer 100 "${P[@]}")
+  if run "${U[@]}" --rank-batch-sizes 24,8 --log-every 1 --log-checksums \
+    --json rb.json >rb.out &&
+    grep -q "rows per rank 24,8 (global batch 32" rb.out &&
+    json_check rb.json "summary['steps'] == 96 and len(steps) == 96 and all(len(set(s['weights_checksum'])) == 1 for s in steps) and len(set(summary['weights_checksum'])) == 1" &&
+    run "${U[@]}" --batch-size 16 --log-every 0 --json rbeq.json >rbeq.out &&
+    acc_u=$("$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["summary"]["eval_accuracy"])' rb.json) &&
+    json_check rbeq.json "summary['steps'] == 96 and summary['eval_accuracy'] >= 0.9 and abs(summary['eval_accuracy'] - $acc_u) <= 0.03"; then
+    ok "--rank-batch-sizes 24,8: 96 steps, identical weights on both ranks, accuracy $acc_u (equal sizes: $(grep -o 'accuracy [0-9.]*' rbeq.out | tail -1))"
+  else
+    bad "--rank-batch-sizes 24,8" "$(tail -3 rb.out rbeq.out 2>/dev/null)"
+  fi
+  RU=("${U[@]}" --rank-batch-sizes 24,8 --warmup-steps 10 --log-every 0)
+  run "${RU[@]}" --json rbfull.json >rbfull.out || bad "--rank-batch-sizes run" "$(tail -2 rbfull.out)"
+  rbfull=$("$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["summary"]["weights_checksum"])' rbfull.json)
+  if run "${RU[@]}" --checkpoint rbck --stop-after 45 >rbs.out &&
+    grep -q "stopped after 45 steps" rbs.out &&
+    run "${RU[@]}" --checkpoint rbck --resume rbck --json rbres.json >rbres.out &&
+    json_check rbres.json "str(summary['weights_checksum']) == \"$rbfull\" and summary['steps'] == 96"; then
+    ok "--rank-batch-sizes 24,8: stop after 45 steps, resume: the uninterrupted run's weights"
+  else
+    bad "--rank-batch-sizes resume" "$(tail -2 rbs.out rbres.out 2>/dev/null)"
+  fi
+  rc=0
+  run "${U[@]}" --rank-batch-sizes 16,16 --warmup-steps 10 --resume rbck >err.out 2>err.txt || rc=$?
+  if ((rc == 1)) && grep -q "made with per-rank batch sizes 24,8; this run has per-rank batch sizes 16,16" err.txt; then
+    ok "resume with other per-rank batch sizes: $(cat err.txt)"
+  else
+    bad "resume with other per-rank batch sizes" "rc $rc: $(cat err.txt)"
+  fi
+fi
+
 # --- bad checkpoints ---------------------------------------------------------
 expect_err() { # NAME PATTERN ARGS...: exit 1 and stderr matching PATTERN
   local name=$1 pat=$2 rc=0
@@ -290,7 +333,10 @@ for args in "--bogus" "--image-size 16" "--train x.tar --channels 2" \
   "--train x.tar --hidden 1,,2" "--train x.tar --stop-after 3" \
   "--train x.tar --precision fp16" "--train x.tar --rdv-timeout 0" \
   "--train x.tar --collective-timeout -1" "--train x.tar --master-port 70000" \
-  "--train x.tar --master-addr="; do
+  "--train x.tar --master-addr=" "--train x.tar --rank-batch-sizes 8,0" \
+  "--train x.tar --rank-batch-sizes 8,8 --batch-size 8" \
+  "--train x.tar --rank-batch-sizes 8,8 --ranks 3" \
+  "--train x.tar --rank-batch-sizes 8,x"; do
   rc=0
   # shellcheck disable=SC2086  # split on purpose
   "$TRAIN" $args >/dev/null 2>err.txt || rc=$?
