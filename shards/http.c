@@ -224,6 +224,11 @@ ssize_t wds__http_read(wds__http *h, void *dst, size_t cap, wds__err *err) {
   return wds__fail(err, WDS_ERR_IO, "no libcurl");
 }
 
+int wds__http_open_req(const wds__http_req *req, const wds__io_opts *opts,
+                       wds__http **out, wds__err *err) {
+  return wds__http_open(req->url, opts, out, err);
+}
+
 void wds__http_close(wds__http *h) { (void)h; }
 
 #else
@@ -337,7 +342,13 @@ static handles *handles_get(int *owned) {
 /* ---- the source ---- */
 
 struct wds__http {
-  char *url;
+  char *url;  /* what is requested */
+  char *name; /* what messages call it */
+  char *sigv4, *userpwd;
+  struct curl_slist *headers;
+  void (*error_detail)(const char *body, size_t n, char *out, size_t size);
+  char *errbody; /* an error response's body (error_detail only) */
+  size_t errbody_len;
   handles *h;
   int owned;      /* h is ours alone (freed at close) */
   int in_multi;   /* the easy handle is added to the multi */
@@ -392,9 +403,9 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud) {
      * here (its body, an error page, is not shard data). 1xx and followed
      * redirects come before the final answer. */
     s->headers_done = 1;
-    if (s->cur.status >= 400) {
+    if (s->cur.status >= 400 || (s->error_detail && s->cur.status >= 300)) {
       s->http_error = s->cur.status;
-      return 0;
+      return s->error_detail ? len : 0; /* the body says why */
     }
     return len;
   }
@@ -438,6 +449,14 @@ static int check_answer(wds__http *s) {
 static size_t on_write(char *p, size_t size, size_t n, void *ud) {
   wds__http *s = ud;
   size_t len = size * n;
+  if (s->http_error) { /* an error's body, kept for error_detail */
+    size_t room = WDS__HTTP_ERROR_BODY - s->errbody_len;
+    if (len > room)
+      len = room;
+    memcpy(s->errbody + s->errbody_len, p, len);
+    s->errbody_len += len;
+    return len == size * n ? len : 0; /* enough: end it */
+  }
   if (!s->checked && !check_answer(s))
     return 0; /* CURLE_WRITE_ERROR; s->refuse says why */
   if (s->pos == s->len)
@@ -467,6 +486,7 @@ static int start_attempt(wds__http *s, wds__err *err) {
   s->checked = 0;
   s->headers_done = 0;
   s->http_error = 0;
+  s->errbody_len = 0;
   s->errbuf[0] = '\0';
   memset(&s->cur, 0, sizeof s->cur);
   s->reason[0] = '\0';
@@ -480,7 +500,7 @@ static int start_attempt(wds__http *s, wds__err *err) {
   bad |= curl_easy_setopt(e, CURLOPT_URL, s->url) != CURLE_OK;
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, s->error_detail ? 0L : 1L);
   curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_VERBOSE, 0L);
@@ -504,6 +524,12 @@ static int start_attempt(wds__http *s, wds__err *err) {
   const char *cadir = getenv("SSL_CERT_DIR");
   if (cadir && *cadir)
     curl_easy_setopt(e, CURLOPT_CAPATH, cadir);
+  if (s->sigv4) {
+    curl_easy_setopt(e, CURLOPT_AWS_SIGV4, s->sigv4);
+    curl_easy_setopt(e, CURLOPT_USERPWD, s->userpwd);
+  }
+  if (s->headers)
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->headers);
   if (s->offset > 0 || s->unsure_end) {
     snprintf(range, sizeof range, "%llu-", (unsigned long long)s->offset);
     curl_easy_setopt(e, CURLOPT_RANGE, range);
@@ -523,8 +549,21 @@ static void stop_attempt(wds__http *s) {
   }
 }
 
+static char *dup_or_null(const char *x, int *bad) {
+  char *d = x ? strdup(x) : NULL;
+  if (x && !d)
+    *bad = 1;
+  return d;
+}
+
 int wds__http_open(const char *url, const wds__io_opts *opts, wds__http **out,
                    wds__err *err) {
+  wds__http_req req = {.url = url};
+  return wds__http_open_req(&req, opts, out, err);
+}
+
+int wds__http_open_req(const wds__http_req *req, const wds__io_opts *opts,
+                       wds__http **out, wds__err *err) {
   *out = NULL;
   pthread_once(&global_once, global_init);
   if (!global_ok)
@@ -532,11 +571,27 @@ int wds__http_open(const char *url, const wds__io_opts *opts, wds__http **out,
   wds__http *s = calloc(1, sizeof *s);
   if (!s)
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
-  s->url = strdup(url);
+  int bad = 0;
+  s->url = dup_or_null(req->url, &bad);
+  s->name = dup_or_null(req->name ? req->name : req->url, &bad);
+  s->sigv4 = dup_or_null(req->aws_sigv4, &bad);
+  s->userpwd = dup_or_null(req->userpwd, &bad);
+  for (size_t i = 0; i < sizeof req->headers / sizeof *req->headers &&
+                     req->headers[i] && !bad;
+       i++) {
+    struct curl_slist *l = curl_slist_append(s->headers, req->headers[i]);
+    if (l)
+      s->headers = l;
+    else
+      bad = 1;
+  }
+  s->error_detail = req->error_detail;
+  if (s->error_detail && !(s->errbody = malloc(WDS__HTTP_ERROR_BODY)))
+    bad = 1;
   s->buf_cap = WDS__HTTP_BUFFER;
   s->buf = malloc(s->buf_cap);
   s->h = handles_get(&s->owned);
-  if (!s->url || !s->buf || !s->h) {
+  if (bad || !s->url || !s->buf || !s->h) {
     wds__http_close(s);
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
   }
@@ -574,6 +629,14 @@ void wds__http_close(wds__http *s) {
   }
   free(s->buf);
   free(s->url);
+  free(s->name);
+  free(s->sigv4);
+  if (s->userpwd) { /* the secret: not left in freed memory */
+    explicit_bzero(s->userpwd, strlen(s->userpwd));
+    free(s->userpwd);
+  }
+  curl_slist_free_all(s->headers);
+  free(s->errbody);
   free(s);
 }
 
@@ -692,21 +755,30 @@ static int finish_attempt(wds__http *s, wds__err *err) {
   attempts_note(s, note, sizeof note);
   if (status) {
     const char *reason = s->reason[0] ? s->reason : wds__http_reason(status);
+    char detail[400] = "";
+    if (s->error_detail && s->errbody_len > 0) {
+      detail[0] = ',';
+      detail[1] = ' ';
+      s->error_detail(s->errbody, s->errbody_len, detail + 2,
+                      sizeof detail - 2);
+      if (!detail[2])
+        detail[0] = '\0';
+    }
     char *eff = NULL;
     curl_easy_getinfo(s->h->easy, CURLINFO_EFFECTIVE_URL, &eff);
-    if (eff && strcmp(eff, s->url) != 0)
+    if (!s->error_detail && eff && strcmp(eff, s->url) != 0)
       return wds__fail(err, WDS_ERR_OPEN, "HTTP %ld%s%s: %s (redirected)%s",
                        status, *reason ? " " : "", reason, eff, note);
-    return wds__fail(err, WDS_ERR_OPEN, "HTTP %ld%s%s: %s%s", status,
-                     *reason ? " " : "", reason, s->url, note);
+    return wds__fail(err, WDS_ERR_OPEN, "HTTP %ld%s%s%s: %s%s", status,
+                     *reason ? " " : "", reason, detail, s->name, note);
   }
   const char *what = cut            ? cut
                      : s->errbuf[0] ? s->errbuf
                                     : curl_easy_strerror(c);
   if (s->offset > 0)
     return wds__fail(err, WDS_ERR_IO, "%s after %llu bytes: %s%s", what,
-                     (unsigned long long)s->offset, s->url, note);
-  return wds__fail(err, WDS_ERR_OPEN, "%s: %s%s", what, s->url, note);
+                     (unsigned long long)s->offset, s->name, note);
+  return wds__fail(err, WDS_ERR_OPEN, "%s: %s%s", what, s->name, note);
 }
 
 ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
@@ -742,7 +814,7 @@ ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
     CURLMcode mc = curl_multi_perform(s->h->multi, &running);
     if (mc != CURLM_OK)
       return wds__fail(err, WDS_ERR_IO, "libcurl: %s: %s",
-                       curl_multi_strerror(mc), s->url);
+                       curl_multi_strerror(mc), s->name);
     CURLMsg *m;
     int left;
     while ((m = curl_multi_info_read(s->h->multi, &left)) != NULL) {
@@ -760,7 +832,7 @@ ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
         return wds__fail(err, WDS_ERR_TIMEOUT,
                          "no data for %.1f s from %s (the read timeout; raise "
                          "it with --read-timeout or read_timeout_ms)",
-                         (double)waited / 1000, s->url);
+                         (double)waited / 1000, s->name);
       if ((uint64_t)s->timeout_ms - waited < (uint64_t)wait)
         wait = (int)((uint64_t)s->timeout_ms - waited);
     }
@@ -772,7 +844,7 @@ ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
                          extra.fd >= 0 ? 1 : 0, wait, NULL);
     if (mc != CURLM_OK)
       return wds__fail(err, WDS_ERR_IO, "libcurl: %s: %s",
-                       curl_multi_strerror(mc), s->url);
+                       curl_multi_strerror(mc), s->name);
   }
 }
 

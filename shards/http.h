@@ -25,6 +25,25 @@ int wds__http_available(void);
 /* Starts the transfer (nothing is sent before the first read). */
 int wds__http_open(const char *url, const wds__io_opts *opts, wds__http **out,
                    wds__err *err);
+
+/* A request beyond a plain GET of a public URL (s3://, s3.c). The strings
+ * are copied. */
+typedef struct wds__http_req {
+  const char *url;        /* what is requested */
+  const char *name;       /* what messages call it (NULL: url) */
+  const char *aws_sigv4;  /* CURLOPT_AWS_SIGV4's parameter, or NULL */
+  const char *userpwd;    /* "KEY:SECRET" for it; never in a message */
+  const char *headers[3]; /* extra header lines; NULL ends them early */
+  /* Turns an error response's body (its first WDS__HTTP_ERROR_BODY bytes)
+   * into a detail for the message, such as S3's XML <Code>; "" for none.
+   * With it, 3xx answers are errors too (redirects are not followed). */
+  void (*error_detail)(const char *body, size_t n, char *out, size_t size);
+} wds__http_req;
+
+#define WDS__HTTP_ERROR_BODY 8192
+
+int wds__http_open_req(const wds__http_req *req, const wds__io_opts *opts,
+                       wds__http **out, wds__err *err);
 /* Up to cap bytes: the count (> 0), 0 at the end, or a negative status. */
 ssize_t wds__http_read(wds__http *h, void *dst, size_t cap, wds__err *err);
 /* Stops the transfer if it still runs. NULL is a no-op. */

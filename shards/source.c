@@ -7,8 +7,9 @@
  * then do we know the stream was complete, so a failing command is reported
  * in place of a clean end. When the caller stops early, close() kills the
  * process group and reaps it, so nothing is left running and nothing is
- * reported. http(s):// URLs are read in process with libcurl (http.c);
- * WebDataset's other curl schemes need an explicit pipe:curl.
+ * reported. http(s):// URLs are read in process with libcurl (http.c), and
+ * s3:// ones too, signed (s3.c); WebDataset's other curl schemes need an
+ * explicit pipe:curl.
  *
  * Commands must not outlive us, however we end. Their own process group
  * keeps the terminal's Ctrl-C away from them (the program decides: the
@@ -47,6 +48,7 @@
 
 #include "base/url.h"
 #include "http.h"
+#include "s3.h"
 
 extern char **environ;
 
@@ -62,7 +64,7 @@ struct wds__source {
   int timeout_ms;  /* < 0: none */
   const wds__cancel *cancel;
   int nonblock;    /* our own pipe, O_NONBLOCK: read first, poll when empty */
-  wds__http *http; /* http(s)://, read in process (http.c) */
+  wds__http *http; /* http(s):// and s3://, read in process (http.c) */
 };
 
 /* The descriptor a command's shell reads its gate from (see
@@ -391,6 +393,8 @@ int wds__source_open(const char *url, const wds__io_opts *opts,
     rc = spawn_command(s, cmd, err);
   } else if (is_http_url(url)) {
     rc = wds__http_open(url, opts, &s->http, err);
+  } else if (wds__s3_is_url(url)) {
+    rc = wds__s3_open(url, opts, &s->http, err);
   } else if (is_other_remote_url(url)) {
     quoted = shell_quote(url);
     rc = wds__fail(err, WDS_ERR_OPEN,
@@ -407,7 +411,7 @@ int wds__source_open(const char *url, const wds__io_opts *opts,
     } else if (!path) {
       rc = wds__fail(err, WDS_ERR_OPEN,
                      "cannot open: unsupported URL scheme (use a local "
-                     "path, file://, http(s)://, pipe:CMD or -)");
+                     "path, file://, http(s)://, s3://, pipe:CMD or -)");
       goto done;
     }
     s->fd = open(path, O_RDONLY | O_CLOEXEC);

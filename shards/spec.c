@@ -29,6 +29,9 @@
  * results and @FILE lines are at most 1 MiB; one expansion reads at most
  * 65536 @FILEs and 1 GiB from them.
  *
+ * An s3:// URL that names a listing (a glob or a prefix ending in '/',
+ * s3.h) is replaced by the objects listed, after brace expansion.
+ *
  * Known differences from Python: offsets are in bytes and \d, \w are ASCII
  * classes (Python also takes other Unicode digits and letters); empty "::"
  * parts are skipped (WebDataset would yield an empty URL). */
@@ -41,6 +44,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "s3.h"
 #include "wds/spec.h"
 
 #define WDS__BRACE_MAX_DEPTH 64
@@ -901,7 +905,33 @@ static int list_reserve(expander *x, size_t need) {
   return WDS_OK;
 }
 
-/* Brace-expands s[0..n) and appends the URLs. */
+/* Appends one URL of an s3:// listing (s3.h), within the same limits. */
+static int add_listed(void *ud, const char *url) {
+  expander *x = ud;
+  size_t len = strlen(url);
+  uint64_t per_url = (uint64_t)len + 1 + sizeof(char *);
+  if (x->list.count >= x->max_urls)
+    return wds__fail(x->e, WDS_ERR_LIMIT,
+                     "the listing makes more than %zu URLs, over the limit",
+                     x->max_urls);
+  if (per_url > WDS_SPEC_MAX_URL_BYTES - x->url_bytes)
+    return wds__fail(x->e, WDS_ERR_LIMIT,
+                     "the listing makes more than %llu bytes of URLs, over the "
+                     "limit",
+                     (unsigned long long)WDS_SPEC_MAX_URL_BYTES);
+  int rc = list_reserve(x, x->list.count + 1);
+  if (rc != WDS_OK)
+    return rc;
+  char *u = strdup(url);
+  if (!u)
+    return wds__fail(x->e, WDS_ERR_NOMEM, "out of memory");
+  x->url_bytes += per_url;
+  x->list.urls[x->list.count++] = u;
+  return WDS_OK;
+}
+
+/* Brace-expands s[0..n) and appends the URLs; an s3:// URL naming a
+ * listing (s3.h) becomes the objects it lists. */
 static int expand_pattern(expander *x, const char *s, size_t n) {
   parser p = {s, n, x->e};
   node *root = NULL;
@@ -966,6 +996,27 @@ static int expand_pattern(expander *x, const char *s, size_t n) {
     }
     memcpy(url, buf, len);
     url[len] = '\0';
+    if (wds__s3_is_listing(url)) {
+      /* Replaced by the objects it lists, which may be many more. */
+      x->url_bytes -= per_url;
+      rc = wds__s3_list(url, add_listed, x, x->e);
+      free(url);
+      if (rc != WDS_OK)
+        goto done;
+      node_advance(root);
+      continue;
+    }
+    if (x->list.count >= x->max_urls) { /* after a listing */
+      free(url);
+      rc = wds__fail(x->e, WDS_ERR_LIMIT,
+                     "\"%.*s%s\" makes more than %zu URLs with its listings",
+                     QUOTE_ARGS(s, n), x->max_urls);
+      goto done;
+    }
+    if ((rc = list_reserve(x, x->list.count + 1)) != WDS_OK) {
+      free(url);
+      goto done;
+    }
     x->list.urls[x->list.count++] = url;
     node_advance(root);
   }

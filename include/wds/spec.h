@@ -24,7 +24,16 @@
  * substituted in the @FILE path itself. Empty "::" parts are skipped.
  *
  * Plain URLs pass through unchanged: "pipe:curl -s http://x/a-{0..3}.tar"
- * expands its braces too, exactly as WebDataset does. */
+ * expands its braces too, exactly as WebDataset does.
+ *
+ * Object-store listings: after brace expansion, an s3:// URL whose key has
+ * a glob character (* ? [) or is empty or ends in '/' is replaced by the
+ * objects a ListObjectsV2 listing of the bucket gives (a glob is matched
+ * with fnmatch, '*' staying within one '/' component; a prefix takes every
+ * key under it that ends in a shard extension: .tar, .tar.gz, .tgz,
+ * .tar.zst, .tar.xz, .tar.bz2, ...), sorted by key; no match is an error
+ * naming the pattern. So expanding such a spec makes network requests, with
+ * the credentials of the environment (README, "Object stores"). */
 #ifndef WDS_SPEC_H
 #define WDS_SPEC_H
 
