@@ -188,7 +188,12 @@ int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out) {
   rc.read_timeout_ms = l->cfg.read_timeout_ms;
   rc.max_window_bytes = l->cfg.max_window_bytes;
   rc.retries = l->cfg.retries;
-  return wds__reader_open(&rc, &l->wake, out);
+  rc.cache_dir = l->cfg.cache_dir;
+  rc.cache_size = l->cfg.cache_size;
+  int st = wds__reader_open(&rc, &l->wake, out);
+  if (st == WDS_OK)
+    wds__reader_set_cache_stats(*out, &l->cache_stats);
+  return st;
 }
 
 static int feed_open(feed *src, size_t shard, uint64_t begin, uint64_t end,

@@ -248,6 +248,8 @@ struct wds_loader {
   wds__collate col;
   wds__cancel wake;     /* every reader's token: see "Stopping" in loader.c */
   atomic_int cancelled; /* wds_loader_cancel() was called */
+  wds__cache_stats cache_stats; /* every reader's use of cfg.cache_dir */
+  char *cache_dir_copy;
 
   pthread_mutex_t mu;
   pthread_cond_t cv;

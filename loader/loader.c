@@ -64,6 +64,9 @@ static void log_msg(wds_loader *l, const char *fmt, ...) {
   pthread_mutex_unlock(&l->log_mu);
 }
 
+/* The cache's first failure (the shard was read without it). */
+static void cache_warn(void *ctx, const char *msg) { log_msg(ctx, "%s", msg); }
+
 void wds__note_skip(wds_loader *l, const char *what, const char *msg) {
   STAT_ADD(l, skipped, 1);
   wds__set_error(l, "%s", msg);
@@ -361,6 +364,14 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     goto fail;
   }
   c->index_path = l->index_copy;
+  if (cfg->cache_dir && cfg->cache_dir[0] &&
+      !(l->cache_dir_copy = strdup(cfg->cache_dir))) {
+    rc = wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    goto fail;
+  }
+  c->cache_dir = l->cache_dir_copy;
+  l->cache_stats.warn = cache_warn;
+  l->cache_stats.warn_ctx = l;
   l->alloc = cfg->allocator.alloc ? cfg->allocator : wds__default_allocator();
   if (!l->alloc.free) {
     rc = wds__open_fail(WDS_ERR_INVALID,
@@ -659,6 +670,9 @@ void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *o) {
   o->wait_ns = atomic_load(&m->st_wait_ns);
   o->slot_wait_ns = atomic_load(&m->st_slot_wait_ns);
   o->peak_pool_bytes = atomic_load(&m->st_pool_bytes);
+  o->cache_hits = atomic_load(&m->cache_stats.hits);
+  o->cache_stored = atomic_load(&m->cache_stats.stored);
+  o->cache_errors = atomic_load(&m->cache_stats.errors);
 }
 
 void wds_loader_close(wds_loader *l) {
@@ -675,6 +689,7 @@ void wds_loader_close(wds_loader *l) {
   free(l->spec_copy);
   free(l->index_copy);
   free(l->rank_bs);
+  free(l->cache_dir_copy);
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);
   pthread_mutex_destroy(&l->log_mu);

@@ -78,6 +78,8 @@ struct wds_reader {
   wds__cancel own_cancel;    /* wds_reader_cancel() */
   const wds__cancel *cancel; /* the one reads honour: own, or the owner's */
   wds__io_opts io;
+  wds__cache_stats own_cache_stats;
+  char *cache_dir; /* io.cache.dir: a copy of the config's */
 
   wds__member_sink sink; /* where member data goes (NULL: the window) */
   void *sink_ctx;
@@ -117,7 +119,18 @@ int wds__reader_open(const wds_reader_config *cfg, const wds__cancel *cancel,
                          .cancel = r->cancel,
                          .max_window_bytes = cfg->max_window_bytes,
                          .retries = cfg->retries};
-  r->cfg.spec = NULL; /* not owned; only used here */
+  r->io.cache =
+      (wds__cache_cfg){.size = cfg->cache_size, .stats = &r->own_cache_stats};
+  if (cfg->cache_dir && cfg->cache_dir[0]) {
+    r->cache_dir = strdup(cfg->cache_dir);
+    if (!r->cache_dir) {
+      rc = open_fail(WDS_ERR_NOMEM, "out of memory");
+      goto done;
+    }
+    r->io.cache.dir = r->cache_dir;
+  }
+  r->cfg.spec = NULL;      /* not owned; only used here */
+  r->cfg.cache_dir = NULL; /* r->cache_dir: our copy */
   r->cfg.urls = NULL;
   if (r->cfg.buffer_size_bytes == 0)
     r->cfg.buffer_size_bytes = DEFAULT_BUFFER_BYTES;
@@ -178,6 +191,7 @@ void wds_reader_close(wds_reader *r) {
   free(r->arena);
   free(r->slots);
   free(r->fields);
+  free(r->cache_dir);
   wds__cancel_destroy(&r->own_cancel);
   free(r);
 }
@@ -197,6 +211,14 @@ const char *wds_reader_shard_url(const wds_reader *r, size_t index) {
 
 void wds_reader_stats_get(const wds_reader *r, wds_reader_stats *out) {
   *out = r->stats;
+  const wds__cache_stats *c = r->io.cache.stats;
+  out->cache_hits = atomic_load(&c->hits);
+  out->cache_stored = atomic_load(&c->stored);
+  out->cache_errors = atomic_load(&c->errors);
+}
+
+void wds__reader_set_cache_stats(wds_reader *r, wds__cache_stats *stats) {
+  r->io.cache.stats = stats ? stats : &r->own_cache_stats;
 }
 
 /* WebDataset's metadata rule: a top-level "__x__", or a match of the regex

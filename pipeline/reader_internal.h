@@ -38,4 +38,9 @@ typedef int (*wds__member_sink)(void *ctx, const char *ext, uint64_t size,
 void wds__reader_set_sink(wds_reader *r, wds__member_sink sink, void *ctx,
                           uint64_t min_bytes);
 
+/* Counts (and reports) the cache's use in stats, shared with other readers,
+ * instead of the reader's own counters (NULL: its own). Before the first
+ * wds_reader_next(); stats must outlive the reader. */
+void wds__reader_set_cache_stats(wds_reader *r, wds__cache_stats *stats);
+
 #endif

@@ -11,6 +11,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "cache.h"
+
 typedef struct wds__cancel {
   atomic_int set;
   int fd; /* eventfd, readable once set; -1 if none could be made (then
@@ -53,6 +55,7 @@ typedef struct wds__io_opts {
   const wds__cancel *cancel; /* may be NULL */
   uint64_t max_window_bytes; /* 0 = WDS__DEFAULT_MAX_WINDOW_BYTES */
   int retries;               /* http(s): 0 = WDS__DEFAULT_RETRIES, < 0 none */
+  wds__cache_cfg cache;      /* remote shards: cache.dir NULL = no cache */
 } wds__io_opts;
 
 #endif

@@ -231,6 +231,12 @@ int wds__http_open_req(const wds__http_req *req, const wds__io_opts *opts,
 
 void wds__http_close(wds__http *h) { (void)h; }
 
+int wds__http_total(const wds__http *h, uint64_t *total) {
+  (void)h;
+  *total = 0;
+  return 0;
+}
+
 #else
 
 #include <curl/curl.h>
@@ -609,6 +615,11 @@ int wds__http_open_req(const wds__http_req *req, const wds__io_opts *opts,
   }
   *out = s;
   return WDS_OK;
+}
+
+int wds__http_total(const wds__http *s, uint64_t *total) {
+  *total = s->have_first && s->first.has_total ? s->first.total : 0;
+  return s->have_first && s->first.has_total;
 }
 
 void wds__http_close(wds__http *s) {

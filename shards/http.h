@@ -46,6 +46,8 @@ int wds__http_open_req(const wds__http_req *req, const wds__io_opts *opts,
                        wds__http **out, wds__err *err);
 /* Up to cap bytes: the count (> 0), 0 at the end, or a negative status. */
 ssize_t wds__http_read(wds__http *h, void *dst, size_t cap, wds__err *err);
+/* 1 with *total set when the server announced the resource's length. */
+int wds__http_total(const wds__http *h, uint64_t *total);
 /* Stops the transfer if it still runs. NULL is a no-op. */
 void wds__http_close(wds__http *h);
 

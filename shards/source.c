@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "base/url.h"
+#include "cache.h"
 #include "http.h"
 #include "s3.h"
 
@@ -65,6 +66,8 @@ struct wds__source {
   const wds__cancel *cancel;
   int nonblock;    /* our own pipe, O_NONBLOCK: read first, poll when empty */
   wds__http *http; /* http(s):// and s3://, read in process (http.c) */
+  wds__cache_fill *fill; /* a remote shard being written to the cache */
+  char *cache_name;      /* a cache entry read in place of a remote shard */
 };
 
 /* The descriptor a command's shell reads its gate from (see
@@ -367,6 +370,24 @@ static int is_other_remote_url(const char *url) {
   return 0;
 }
 
+/* Reads the open file fd (ours now). */
+static int use_file(wds__source *s, int fd, wds__err *err) {
+  s->fd = fd;
+  s->owns_fd = 1;
+  struct stat st;
+  if (fstat(s->fd, &st) != 0)
+    return wds__fail(err, WDS_ERR_OPEN, "cannot stat the file: %s",
+                     strerror(errno));
+  if (S_ISDIR(st.st_mode))
+    return wds__fail(err, WDS_ERR_OPEN, "cannot open: is a directory");
+  if (S_ISREG(st.st_mode)) {
+    s->regular = 1;
+    s->size = (uint64_t)st.st_size;
+  }
+  posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  return WDS_OK;
+}
+
 int wds__source_open(const char *url, const wds__io_opts *opts,
                      wds__source **out, wds__err *err) {
   int rc = WDS_OK;
@@ -380,8 +401,15 @@ int wds__source_open(const char *url, const wds__io_opts *opts,
                       ? WDS__DEFAULT_READ_TIMEOUT_MS
                       : opts->read_timeout_ms;
   s->cancel = opts ? opts->cancel : NULL;
+  /* A remote shard read before may be in the local cache (cache.h). */
+  const wds__cache_cfg *cache =
+      opts && opts->cache.dir && wds__cache_is_remote(url) ? &opts->cache
+                                                           : NULL;
+  int cached_fd = cache ? wds__cache_open(cache, url, &s->cache_name) : -1;
 
-  if (strcmp(url, "-") == 0) {
+  if (cached_fd >= 0) {
+    rc = use_file(s, cached_fd, err);
+  } else if (strcmp(url, "-") == 0) {
     s->fd = STDIN_FILENO;
   } else if (starts_with(url, "pipe:")) {
     const char *cmd = url + 5;
@@ -414,29 +442,17 @@ int wds__source_open(const char *url, const wds__io_opts *opts,
                      "path, file://, http(s)://, s3://, pipe:CMD or -)");
       goto done;
     }
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (s->fd < 0) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
       rc = wds__fail(err, WDS_ERR_OPEN, "cannot open the file: %s",
                      strerror(errno));
       goto done;
     }
-    s->owns_fd = 1;
-    struct stat st;
-    if (fstat(s->fd, &st) != 0) {
-      rc = wds__fail(err, WDS_ERR_OPEN, "cannot stat the file: %s",
-                     strerror(errno));
-      goto done;
-    }
-    if (S_ISDIR(st.st_mode)) {
-      rc = wds__fail(err, WDS_ERR_OPEN, "cannot open: is a directory");
-      goto done;
-    }
-    if (S_ISREG(st.st_mode)) {
-      s->regular = 1;
-      s->size = (uint64_t)st.st_size;
-    }
-    posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    rc = use_file(s, fd, err);
   }
+  /* A remote shard streams into the cache as it is read. */
+  if (rc == WDS_OK && cache && s->http)
+    s->fill = wds__cache_fill_begin(cache, url);
 done:
   free(quoted);
   if (rc != WDS_OK) {
@@ -527,10 +543,21 @@ ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err) {
     return 0;
   if (s->http) {
     ssize_t n = wds__http_read(s->http, dst, cap, err);
-    if (n > 0)
+    if (n > 0) {
       s->offset += (uint64_t)n;
-    else if (n == 0)
+      wds__cache_fill_write(s->fill, dst, (size_t)n);
+    } else if (n == 0) {
       s->at_eof = 1;
+      if (s->fill) { /* read whole: the entry takes its place */
+        uint64_t total = 0;
+        int has_total = wds__http_total(s->http, &total);
+        wds__cache_fill_commit(s->fill, s->offset, has_total, total);
+        s->fill = NULL;
+      }
+    } else {
+      wds__cache_fill_abort(s->fill);
+      s->fill = NULL;
+    }
     return n;
   }
   for (;;) {
@@ -591,6 +618,8 @@ void wds__source_close(wds__source *s) {
     return;
   if (s->owns_fd && s->fd >= 0)
     close(s->fd);
+  wds__cache_fill_abort(s->fill); /* stopped early: nothing is kept */
+  wds__cache_release(s->cache_name);
   wds__http_close(s->http);
   if (s->pid > 0) {
     /* Stopped early: the command may be blocked writing to us or elsewhere.

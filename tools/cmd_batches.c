@@ -371,6 +371,7 @@ done:
   wds_loader_close(l);
   if (opened && lo.cfg.on_error == WDS_ON_ERROR_SKIP)
     skip_summary(&skips, &st);
+  tool_cache_note("wds batches", lo.cfg.cache_dir, st.cache_errors);
   for (size_t i = 0; i < SKIP_SHOWN; i++)
     free(skips.first[i]);
   wds_url_list_free(&urls);

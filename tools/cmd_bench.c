@@ -59,6 +59,8 @@ static int bench_reader(const wds_url_list *urls, size_t buffer,
   cfg.max_window_bytes = lc->max_window_bytes; /* --max-window */
   cfg.read_timeout_ms = lc->read_timeout_ms;   /* --read-timeout */
   cfg.retries = lc->retries;                   /* --retries */
+  cfg.cache_dir = lc->cache_dir;               /* --cache-dir */
+  cfg.cache_size = lc->cache_size;             /* --cache-size */
   double t0 = tool_now();
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     fprintf(stderr, "wds bench: %s\n", wds_open_error());

@@ -56,7 +56,7 @@ static const char cat_usage[] =
     "                 none) after a transient failure; a cut transfer resumes\n"
     "                 at the byte where it stopped\n"
     "  --max-window SIZE  largest zstd window a shard may need (default\n"
-    "                 128M; zstd --long=31 needs 2G)\n"
+    "                 128M; zstd --long=31 needs 2G)\n" TOOL_CACHE_HELP
     "Exit status: 0 done, 1 read or write error (the stream is then left\n"
     "without its end-of-archive marker), 2 usage error.\n"
     "\n" WDS__SIZE_HELP;
@@ -201,6 +201,8 @@ int tool_cmd_cat(int argc, char **argv) {
       {"read-timeout", required_argument, 0, 't'},
       {"retries", required_argument, 0, 'R'},
       {"max-window", required_argument, 0, 'w'},
+      {"cache-dir", required_argument, 0, 'C'},
+      {"cache-size", required_argument, 0, 'Z'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   cat_state c;
@@ -208,7 +210,8 @@ int tool_cmd_cat(int argc, char **argv) {
   int force = 0, status = 2, ch, rc = WDS_OK, have_seed = 0, timeout_ms = 0,
       retries = 0;
   size_t shuffle = 0, max_urls = 0, nheld = 0;
-  uint64_t seed = 0, rng, max_window = 0;
+  uint64_t seed = 0, rng, max_window = 0, cache_size = 0;
+  const char *cache_dir = NULL;
   held **buf = NULL;
   wds_url_list urls = {0};
   wds_reader *r = NULL;
@@ -261,6 +264,13 @@ int tool_cmd_cat(int argc, char **argv) {
       if (tool_max_window("wds cat", optarg, &max_window))
         goto done;
       break;
+    case 'C':
+      cache_dir = optarg;
+      break;
+    case 'Z':
+      if (tool_cache_size("wds cat", optarg, &cache_size))
+        goto done;
+      break;
     case 'm':
       if (tool_parse_size(optarg, &max_urls) != 0) {
         tool_usage_error("wds cat", "--max-urls needs a number, not \"%s\"",
@@ -280,6 +290,8 @@ int tool_cmd_cat(int argc, char **argv) {
     tool_usage_error("wds cat", "expected a SPEC");
     goto done;
   }
+  if (tool_cache_finish("wds cat", &cache_dir, cache_size) != 0)
+    goto done;
   if (have_seed && shuffle <= 1)
     fprintf(stderr, "wds cat: note: --seed has no effect without --shuffle N "
                     "(N > 1)\n");
@@ -297,6 +309,8 @@ int tool_cmd_cat(int argc, char **argv) {
   rcfg.read_timeout_ms = timeout_ms;
   rcfg.retries = retries;
   rcfg.max_window_bytes = max_window;
+  rcfg.cache_dir = cache_dir;
+  rcfg.cache_size = cache_size;
   if (wds_reader_open(&rcfg, &r) != WDS_OK) {
     fprintf(stderr, "wds cat: %s\n", wds_open_error());
     goto done;
@@ -397,6 +411,11 @@ done:
     free(c.keep[i]);
   free(c.keep);
   tool_signals_reader(NULL);
+  if (r) {
+    wds_reader_stats cst;
+    wds_reader_stats_get(r, &cst);
+    tool_cache_note("wds cat", cache_dir, cst.cache_errors);
+  }
   wds_reader_close(r);
   wds_url_list_free(&urls);
   return status;

@@ -56,14 +56,16 @@ static const char index_usage[] =
     "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
     "               (default 300; 0: wait forever)\n"
     "  --max-window SIZE  largest zstd window a shard may need (default\n"
-    "               128M; zstd --long=31 needs 2G)\n"
+    "               128M; zstd --long=31 needs 2G)\n" TOOL_CACHE_HELP
     "The loader (wds batches --mode exact --index FILE) and wds ls --summary\n"
     "--index FILE read it. Exits 1, leaving no index, if a shard cannot be\n"
     "read completely (the message names it).\n"
     "\n" WDS__SIZE_HELP;
 
-static int read_timeout_ms; /* --read-timeout */
-static uint64_t max_window; /* --max-window */
+static int read_timeout_ms;   /* --read-timeout */
+static uint64_t max_window;   /* --max-window */
+static const char *cache_dir; /* --cache-dir */
+static uint64_t cache_size;   /* --cache-size */
 
 /* Reads one shard and writes its shardlist entry to out (first: the first
  * entry). Returns 0, or 1 after printing the error (nothing when a signal
@@ -87,6 +89,8 @@ static int index_shard(const char *url, const char *written_url, int first,
   cfg.url_count = 1;
   cfg.read_timeout_ms = read_timeout_ms;
   cfg.max_window_bytes = max_window;
+  cfg.cache_dir = cache_dir;
+  cfg.cache_size = cache_size;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     fprintf(stderr, "wds index: %s\n", wds_open_error());
     goto done;
@@ -142,6 +146,8 @@ int tool_cmd_index(int argc, char **argv) {
       {"max-urls", required_argument, 0, 'm'},
       {"read-timeout", required_argument, 0, 't'},
       {"max-window", required_argument, 0, 'w'},
+      {"cache-dir", required_argument, 0, 'C'},
+      {"cache-size", required_argument, 0, 'Z'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *out_path = NULL, *name = NULL;
@@ -165,6 +171,13 @@ int tool_cmd_index(int argc, char **argv) {
       if (tool_max_window("wds index", optarg, &max_window))
         return 2;
       break;
+    case 'C':
+      cache_dir = optarg;
+      break;
+    case 'Z':
+      if (tool_cache_size("wds index", optarg, &cache_size))
+        return 2;
+      break;
     case 'm':
       if (tool_parse_size(optarg, &max_urls) != 0) {
         return tool_usage_error(
@@ -180,6 +193,8 @@ int tool_cmd_index(int argc, char **argv) {
   }
   if (optind >= argc)
     return tool_usage_error("wds index", "expected a SPEC");
+  if (tool_cache_finish("wds index", &cache_dir, cache_size) != 0)
+    return 2;
   if (out_path && strcmp(out_path, "-") == 0)
     out_path = NULL; /* stdout */
   if (out_path && (!out_path[0] || out_path[strlen(out_path) - 1] == '/')) {

@@ -40,7 +40,7 @@ static const char ls_usage[] =
     "               none) after a transient failure; a cut transfer resumes\n"
     "               at the byte where it stopped\n"
     "  --max-window SIZE  largest zstd window a shard may need (default\n"
-    "               128M; zstd --long=31 needs 2G)\n"
+    "               128M; zstd --long=31 needs 2G)\n" TOOL_CACHE_HELP
     "Exits 1 at the first error (the message names shard, member, offset).\n"
     "\n" WDS__SIZE_HELP;
 
@@ -242,12 +242,14 @@ int tool_cmd_ls(int argc, char **argv) {
       {"read-timeout", required_argument, 0, 't'},
       {"retries", required_argument, 0, 'R'},
       {"max-window", required_argument, 0, 'w'},
+      {"cache-dir", required_argument, 0, 'C'},
+      {"cache-size", required_argument, 0, 'Z'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int json = 0, summary = 0, c, timeout_ms = 0, retries = 0;
   size_t max_urls = 0;
-  uint64_t max_window = 0;
-  const char *index_path = NULL;
+  uint64_t max_window = 0, cache_size = 0;
+  const char *index_path = NULL, *cache_dir = NULL;
   tool_stdout_init("ls");
   optind = 1;
   while ((c = tool_getopt("wds ls", argc, argv, "jsh", opts)) != -1) {
@@ -279,6 +281,13 @@ int tool_cmd_ls(int argc, char **argv) {
     case 'i':
       index_path = optarg;
       break;
+    case 'C':
+      cache_dir = optarg;
+      break;
+    case 'Z':
+      if (tool_cache_size("wds ls", optarg, &cache_size))
+        return 2;
+      break;
     case 'h':
       fputs(ls_usage, stdout);
       return 0;
@@ -290,6 +299,8 @@ int tool_cmd_ls(int argc, char **argv) {
     return tool_usage_error("wds ls", "expected a SPEC");
   if (index_path && !summary)
     return tool_usage_error("wds ls", "--index goes with --summary");
+  if (tool_cache_finish("wds ls", &cache_dir, cache_size) != 0)
+    return 2;
   wds_url_list urls = {0};
   if (tool_expand_specs("ls", argv + optind, argc - optind, max_urls, &urls))
     return 1;
@@ -307,6 +318,8 @@ int tool_cmd_ls(int argc, char **argv) {
   cfg.read_timeout_ms = timeout_ms;
   cfg.retries = retries;
   cfg.max_window_bytes = max_window;
+  cfg.cache_dir = cache_dir;
+  cfg.cache_size = cache_size;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     fprintf(stderr, "wds ls: %s\n", wds_open_error());
     status = 1;
@@ -361,6 +374,11 @@ done:
     free(table.slots[i].ext);
   free(table.slots);
   tool_signals_reader(NULL);
+  if (r) {
+    wds_reader_stats cst;
+    wds_reader_stats_get(r, &cst);
+    tool_cache_note("wds ls", cache_dir, cst.cache_errors);
+  }
   wds_reader_close(r);
   wds_url_list_free(&urls);
   if (tool_stdout_flush() != 0)

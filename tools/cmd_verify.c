@@ -59,7 +59,7 @@ static const char verify_usage[] =
     "  --read-timeout S  a shard that delivers no data for S seconds is\n"
     "                  reported unreadable (default 300; 0: wait forever)\n"
     "  --max-window SIZE  largest zstd window a shard may need (default\n"
-    "                  128M; zstd --long=31 needs 2G)\n"
+    "                  128M; zstd --long=31 needs 2G)\n" TOOL_CACHE_HELP
     "Exit status: 0 no problems, 1 problems found, 2 usage error.\n"
     "\n" WDS__SIZE_HELP;
 
@@ -87,6 +87,8 @@ typedef struct verifier {
   size_t nrequire;
   wds_decode_checker *checker; /* --decode */
   int read_timeout_ms;         /* --read-timeout */
+  const char *cache_dir;       /* --cache-dir */
+  uint64_t cache_size;         /* --cache-size */
   uint64_t max_window_bytes;   /* --max-window */
 } verifier;
 
@@ -255,6 +257,8 @@ static int verify_shard(verifier *v, const char *url) {
   cfg.url_count = 1;
   cfg.read_timeout_ms = v->read_timeout_ms;
   cfg.max_window_bytes = v->max_window_bytes;
+  cfg.cache_dir = v->cache_dir;
+  cfg.cache_size = v->cache_size;
   v->shards++;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     const char *m = wds_open_error();
@@ -318,6 +322,8 @@ int tool_cmd_verify(int argc, char **argv) {
       {"max-urls", required_argument, 0, 'm'},
       {"read-timeout", required_argument, 0, 't'},
       {"max-window", required_argument, 0, 'w'},
+      {"cache-dir", required_argument, 0, 'C'},
+      {"cache-size", required_argument, 0, 'Z'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   verifier v;
@@ -343,6 +349,13 @@ int tool_cmd_verify(int argc, char **argv) {
       break;
     case 't':
       if (tool_read_timeout("wds verify", optarg, &v.read_timeout_ms))
+        goto done;
+      break;
+    case 'C':
+      v.cache_dir = optarg;
+      break;
+    case 'Z':
+      if (tool_cache_size("wds verify", optarg, &v.cache_size))
         goto done;
       break;
     case 'w':
@@ -371,6 +384,8 @@ int tool_cmd_verify(int argc, char **argv) {
     tool_usage_error("wds verify", "expected a SPEC");
     goto done;
   }
+  if (tool_cache_finish("wds verify", &v.cache_dir, v.cache_size) != 0)
+    goto done;
   if (tool_expand_specs("verify", argv + optind, argc - optind, max_urls,
                         &urls))
     goto done;

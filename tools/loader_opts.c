@@ -44,6 +44,8 @@ static const struct option loader_options[] = {
     {"max-window", required_argument, 0, TOOL_LO_MAX_WINDOW},
     {"retries", required_argument, 0, TOOL_LO_RETRIES},
     {"rank-batch-sizes", required_argument, 0, TOOL_LO_RANK_BATCH_SIZES},
+    {"cache-dir", required_argument, 0, TOOL_LO_CACHE_DIR},
+    {"cache-size", required_argument, 0, TOOL_LO_CACHE_SIZE},
 };
 
 #define NLOADER (sizeof loader_options / sizeof *loader_options)
@@ -188,10 +190,10 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
   int w;
   if (c < TOOL_LOADER_OPT_BASE || c >= TOOL_LOADER_OPT_BASE + (int)NLOADER)
     return 0;
-  /* --max-window, --read-timeout and --retries apply to a plain reader too
-   * (wds bench without --decode): they do not make a loader. */
+  /* --max-window, --read-timeout, --retries and the cache apply to a plain
+   * reader too (wds bench without --decode): they do not make a loader. */
   if (c != TOOL_LO_MAX_WINDOW && c != TOOL_LO_READ_TIMEOUT &&
-      c != TOOL_LO_RETRIES)
+      c != TOOL_LO_RETRIES && c != TOOL_LO_CACHE_DIR && c != TOOL_LO_CACHE_SIZE)
     o->given = 1;
   switch (c) {
   case TOOL_LO_RANK:
@@ -325,6 +327,13 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
     if (tool_retries(cmd, arg, &cfg->retries))
       return -1;
     break;
+  case TOOL_LO_CACHE_DIR:
+    cfg->cache_dir = arg;
+    break;
+  case TOOL_LO_CACHE_SIZE:
+    if (tool_cache_size(cmd, arg, &cfg->cache_size))
+      return -1;
+    break;
   default:
     return 0;
   }
@@ -338,6 +347,8 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
     cfg->last_batch = o->last_batch;
   else if (o->drop_last_given)
     cfg->last_batch = WDS_LAST_DROP;
+  if (tool_cache_finish(cmd, &cfg->cache_dir, cfg->cache_size) != 0)
+    return -1;
   if (cfg->mode == WDS_MODE_RESAMPLED && cfg->samples_per_epoch == 0) {
     tool_usage_error(cmd, "--mode resampled needs --samples-per-epoch N");
     return -1;
@@ -545,16 +556,26 @@ static const char loader_help_2[] =
     "                         error, HTTP 408, 429 or 5xx or a cut transfer\n"
     "                         (which resumes where it stopped)\n";
 
+static const char loader_help_3[] =
+    "  --cache-dir DIR        keep remote shards (http(s)://, s3://) read\n"
+    "                         whole in DIR and read them from there later\n"
+    "                         (default $WDS_CACHE_DIR; shared safely by\n"
+    "                         processes; trusts the URL)\n"
+    "  --cache-size SIZE      delete least recently used entries of the\n"
+    "                         cache over SIZE (default 0: no limit)\n";
+
 void tool_loader_opts_help(FILE *f) {
   fputs("loader options:\n", f);
   fputs(loader_help_1, f);
   fputs(loader_help_2, f);
+  fputs(loader_help_3, f);
   fputs("\n" WDS__SIZE_HELP, f);
 }
 
 void tool_loader_opts_help_some(FILE *f, const char *const *names) {
   /* An entry is its "  --NAME" line and the indented lines after it. */
-  static const char *const parts[] = {loader_help_1, loader_help_2, NULL};
+  static const char *const parts[] = {loader_help_1, loader_help_2,
+                                      loader_help_3, NULL};
   for (const char *const *n = names; *n; n++) {
     size_t len = strlen(*n);
     int found = 0;
@@ -626,6 +647,43 @@ int tool_retries(const char *cmd, const char *arg, int *retries) {
   }
   *retries = v == 0 ? -1 : (int)v; /* the config's "none" (0 there is 5) */
   return 0;
+}
+
+int tool_cache_size(const char *cmd, const char *arg, uint64_t *out) {
+  if (wds__size_parse(arg, out) == 0)
+    return 0;
+  tool_usage_error(cmd,
+                   "--cache-size needs a size in bytes, optionally with K, M, "
+                   "G, T (powers of 1024) or KB, MB, GB, TB (of 1000); 0 = no "
+                   "limit, not \"%s\"",
+                   arg);
+  return -1;
+}
+
+int tool_cache_finish(const char *cmd, const char **dir, uint64_t size) {
+  if (*dir && !**dir) {
+    tool_usage_error(cmd, "--cache-dir needs a directory, not \"\"");
+    return -1;
+  }
+  if (!*dir) {
+    const char *env = getenv("WDS_CACHE_DIR");
+    if (env && *env)
+      *dir = env;
+  }
+  if (size && !*dir) {
+    tool_usage_error(cmd, "--cache-size needs --cache-dir DIR (or "
+                          "WDS_CACHE_DIR)");
+    return -1;
+  }
+  return 0;
+}
+
+void tool_cache_note(const char *cmd, const char *dir, uint64_t errors) {
+  if (errors && dir)
+    fprintf(stderr,
+            "%s: note: the cache %s could not be used %llu time%s (those "
+            "shards were read without it)\n",
+            cmd, dir, (unsigned long long)errors, errors == 1 ? "" : "s");
 }
 
 int tool_max_window(const char *cmd, const char *arg, uint64_t *out) {

@@ -55,7 +55,9 @@ enum {
   TOOL_LO_SHUFFLE_BYTES,
   TOOL_LO_MAX_WINDOW,
   TOOL_LO_RETRIES,
-  TOOL_LO_RANK_BATCH_SIZES
+  TOOL_LO_RANK_BATCH_SIZES,
+  TOOL_LO_CACHE_DIR,
+  TOOL_LO_CACHE_SIZE
 };
 
 typedef struct tool_loader_opts {
@@ -139,5 +141,28 @@ int tool_max_window(const char *cmd, const char *arg, uint64_t *bytes);
  * or -1 after printing the error. Shared by the loader and reader
  * commands. */
 int tool_retries(const char *cmd, const char *arg, int *retries);
+
+/* --cache-size SIZE (base/size.h; 0 = no limit) into a config's cache_size.
+ * Returns 0, or -1 after printing the error. */
+int tool_cache_size(const char *cmd, const char *arg, uint64_t *bytes);
+
+/* After the options: *dir defaults to $WDS_CACHE_DIR (when set and not
+ * empty); --cache-size without a cache directory is a usage error. Returns
+ * 0, or -1 after printing the error. */
+int tool_cache_finish(const char *cmd, const char **dir, uint64_t size);
+
+/* After a run: a note on stderr when the cache could not be used for some
+ * shards (errors: the stats' cache_errors; none: nothing printed). */
+void tool_cache_note(const char *cmd, const char *dir, uint64_t errors);
+
+/* The help entries of --cache-dir and --cache-size, for the reader
+ * commands' usage text. */
+#define TOOL_CACHE_HELP                                                        \
+  "  --cache-dir DIR  keep remote shards (http(s)://, s3://) read whole in\n"  \
+  "               DIR and read them from there later (default\n"               \
+  "               $WDS_CACHE_DIR; shared safely by processes; trusts the\n"    \
+  "               URL)\n"                                                      \
+  "  --cache-size SIZE  delete least recently used cache entries over SIZE\n"  \
+  "               (default 0: no limit)\n"
 
 #endif

@@ -92,13 +92,23 @@ static const char usage_text[] =
  * spelling, parser, message and help text with `wds batches` and `wds
  * bench`. Those whose defaults differ here (image size, shuffle buffer,
  * mode, workers...) keep their own help lines above. */
-static const char *const loader_names[] = {
-    "index",          "image-size",        "crop",
-    "mode",           "samples-per-epoch", "last-batch",
-    "shuffle-buffer", "workers",           "read-timeout",
-    "max-window",     "rank-batch-sizes",  NULL};
+static const char *const loader_names[] = {"index",
+                                           "image-size",
+                                           "crop",
+                                           "mode",
+                                           "samples-per-epoch",
+                                           "last-batch",
+                                           "shuffle-buffer",
+                                           "workers",
+                                           "read-timeout",
+                                           "max-window",
+                                           "rank-batch-sizes",
+                                           "cache-dir",
+                                           "cache-size",
+                                           NULL};
 static const char *const loader_help_names[] = {
-    "index", "crop", "workers", "read-timeout", "max-window", NULL};
+    "index",      "crop",      "workers",    "read-timeout",
+    "max-window", "cache-dir", "cache-size", NULL};
 
 #define PROG "wds-train"
 
@@ -473,6 +483,10 @@ int main(int argc, char **argv) {
   if (GIVEN(TOOL_LO_RANK_BATCH_SIZES) && batch_given)
     return usage_error("%s", "--batch-size and --rank-batch-sizes: give "
                              "one (--rank-batch-sizes sets every rank's)");
+  if (tool_cache_finish(PROG, &lo.cfg.cache_dir, lo.cfg.cache_size) != 0)
+    return 2;
+  o.cache_dir = lo.cfg.cache_dir;
+  o.cache_size = lo.cfg.cache_size;
 #undef GIVEN
   tool_loader_opts_free(&lo);
   if (optind < argc)

@@ -759,6 +759,8 @@ int tr_run(const tr_options *o, wds__err *e) {
   lc.read_timeout_ms = o->read_timeout_ms;
   lc.retries = o->retries;
   lc.max_window_bytes = o->max_window_bytes;
+  lc.cache_dir = o->cache_dir;
+  lc.cache_size = o->cache_size;
   /* The next epoch's shuffle buffer fills while this one's last step
    * computes and the evaluation runs. */
   lc.eager_next_epoch = 1;

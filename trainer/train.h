@@ -62,6 +62,8 @@ typedef struct tr_options {
   int read_timeout_ms;       /* the loaders' read timeout (0: their default) */
   int retries;               /* the loaders' http(s) retries (0: default) */
   uint64_t max_window_bytes; /* the loaders' zstd window limit (0: theirs) */
+  const char *cache_dir;     /* the loaders' cache of remote shards (NULL) */
+  uint64_t cache_size;       /* its size limit (0: none) */
   /* Non-zero when the run must stop (a signal): rank 0 checks it before
    * each step; the caller also cancels the loaders so that a blocked read
    * wakes. NULL: never. */

@@ -187,6 +187,10 @@ typedef struct wds_loader_config {
   int read_timeout_ms;         /* as in wds_reader_config: 0 = 5 minutes */
   uint64_t max_window_bytes;   /* as in wds_reader_config: 0 = 128 MiB */
   int retries;                 /* as in wds_reader_config: 0 = 5, < 0 none */
+  const char *cache_dir;       /* as in wds_reader_config: the local cache
+                                  of remote shards; NULL = none. A failure
+                                  to write it is logged once (log). */
+  uint64_t cache_size;         /* as in wds_reader_config: 0 = no limit */
   size_t shuffle_buffer_bytes; /* per worker: the shuffle buffer holds at
                                   most this many bytes of sample data (as
                                   well as at most shuffle_buffer samples);
@@ -286,6 +290,9 @@ typedef struct wds_loader_stats {
   uint64_t slot_wait_ns; /* the collator blocked for a free slot: the
                             pipeline waiting on the consumer */
   uint64_t peak_pool_bytes;
+  /* cache_dir: shards read from it, written to it, and failures to use or
+     write it (those shards were read without the cache). */
+  uint64_t cache_hits, cache_stored, cache_errors;
 } wds_loader_stats;
 
 WDS_API void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *out);

@@ -90,20 +90,35 @@ typedef struct wds_reader_config {
                                 stopped, and the count restarts after an
                                 attempt that delivered data. 0 = 5, < 0 =
                                 none. */
+  const char *cache_dir;     /* remote shards (http(s)://, s3://; never
+                                local files or pipe:) are kept in this
+                                directory (created if missing) once read
+                                whole, and read from it on later opens;
+                                NULL = no cache. Shared safely by several
+                                processes. The cache trusts the URL: a
+                                changed object is not noticed. A failure to
+                                write it never fails a read. */
+  uint64_t cache_size;       /* bytes the cache's entries may take: least
+                                recently used ones are deleted over it;
+                                0 = no limit */
 } wds_reader_config;
 
 #define WDS_READER_CONFIG_INIT                                                 \
-  { NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0 }
+  { NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, NULL, 0 }
 
 typedef struct wds_reader wds_reader;
 
 /* Counters since open. */
 typedef struct wds_reader_stats {
-  uint64_t shards;      /* shards opened */
-  uint64_t samples;     /* samples returned */
-  uint64_t members;     /* regular tar members grouped into samples */
-  uint64_t field_bytes; /* bytes of field data returned */
-  uint64_t tar_bytes;   /* bytes of (decompressed) tar stream consumed */
+  uint64_t shards;       /* shards opened */
+  uint64_t samples;      /* samples returned */
+  uint64_t members;      /* regular tar members grouped into samples */
+  uint64_t field_bytes;  /* bytes of field data returned */
+  uint64_t tar_bytes;    /* bytes of (decompressed) tar stream consumed */
+  uint64_t cache_hits;   /* shards read from cache_dir */
+  uint64_t cache_stored; /* shards written to cache_dir */
+  uint64_t cache_errors; /* failures to use or write cache_dir (the shard
+                            was read without the cache) */
 } wds_reader_stats;
 
 /* Validates cfg, expands the spec and prepares to read; shards are opened

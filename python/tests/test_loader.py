@@ -520,3 +520,59 @@ def test_bench_loader_overhead_script(shards):
     p = subprocess.run([sys.executable, script, spec + "-missing", "cls", "4"],
                        capture_output=True, timeout=120)
     assert p.returncode != 0 and b"missing" in p.stderr
+
+
+def test_cache_dir_second_epoch_from_the_cache(shards, tmp_path):
+    # Two epochs over http:// with cache_dir: one request per shard, the
+    # same batches as the local shards, the hits counted in stats().
+    import functools
+    import http.server
+    import threading
+
+    spec = shards[0]
+    paths = sorted(glob.glob(os.path.join(os.path.dirname(spec), "*.tar")))
+    requested = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            requested.append(self.path)
+            super().do_GET()
+
+    srv = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0),
+        functools.partial(Handler, directory=os.path.dirname(paths[0])))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = "http://127.0.0.1:%d/" % srv.server_address[1]
+    urls = [base + os.path.basename(p) for p in paths]
+
+    def keys(loader):
+        out = []
+        for _ in range(2):
+            for b in loader:
+                out.append(list(b.keys))
+        return out
+    try:
+        local = wds.Loader(paths, "cls", 4, workers=2)
+        want = keys(local)
+        local.close()
+        loader = wds.Loader(urls, "cls", 4, workers=2,
+                            cache_dir=tmp_path / "cache", cache_size=1 << 30)
+        try:
+            got = keys(loader)
+        except wds.Error as e:
+            if "built without libcurl" in str(e):
+                pytest.skip("built without libcurl")
+            raise
+        st = loader.stats()
+        loader.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert got == want
+    assert len(requested) == len(paths)
+    assert st["cache_stored"] == len(paths)
+    assert st["cache_hits"] >= len(paths)
+    assert st["cache_errors"] == 0

@@ -398,3 +398,64 @@ def test_index_errors(tmp_path):
     with pytest.raises(wds.Error) as e:
         wds.Index(str(bad))
     assert str(bad) in str(e.value)
+
+
+def _serve(directory):
+    """An HTTP server on loopback serving directory, in a thread; returns
+    (server, base URL, list of the paths requested)."""
+    import functools
+    import http.server
+
+    requested = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            requested.append(self.path)
+            super().do_GET()
+
+    srv = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=directory))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, "http://127.0.0.1:%d" % srv.server_address[1], requested
+
+
+def test_reader_cache_dir(shards, tmp_path):
+    # Remote shards read whole are kept in cache_dir: a second reader gets
+    # the same samples without a request; a local shard is never cached.
+    _, paths, _ = shards
+    local = list(wds.Reader(paths))
+    srv, base, requested = _serve(os.path.dirname(paths[0]))
+    try:
+        urls = [base + "/" + os.path.basename(p) for p in paths]
+        cache = tmp_path / "cache"
+        r = wds.Reader(urls, cache_dir=cache, cache_size=10 << 20)
+        try:
+            first = list(r)
+        except wds.Error as e:
+            if "built without libcurl" in str(e):
+                pytest.skip("built without libcurl")
+            raise
+        r2 = wds.Reader(urls, cache_dir=str(cache))
+        second = list(r2)
+        st = r2.stats()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+    def plain(samples):
+        return [{k: v for k, v in s.items() if k != "__url__"} for s in samples]
+    assert plain(first) == plain(local)
+    assert plain(second) == plain(local)
+    assert len(requested) == len(paths)  # the first reader's only
+    assert st["cache_hits"] == len(paths)
+    assert st["cache_stored"] == 0 and st["cache_errors"] == 0
+    assert len([f for f in os.listdir(cache) if not f.startswith(".")]) == len(paths)
+    list(wds.Reader(paths, cache_dir=tmp_path / "c2"))
+    assert not (tmp_path / "c2").exists()
+    with pytest.raises(ValueError):
+        wds.Reader(paths, cache_dir=cache, cache_size=-1)
+    with pytest.raises(TypeError):
+        wds.Reader(paths, cache_dir=5)

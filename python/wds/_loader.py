@@ -173,7 +173,8 @@ class Loader:
     world_size=None, workers=4, seed=0, epoch=0, shuffle_buffer=0,
     index=None, drop_last=False, last_batch=None, samples_per_epoch=None,
     image_size=224, crop="center", prefetch=4, on_error="stop",
-    rank_batch_sizes=None)
+    shard_shuffle=True, read_timeout_ms=0, retries=0, rank_batch_sizes=None,
+    cache_dir=None, cache_size=0)
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -192,6 +193,10 @@ class Loader:
     floor with drop_last; resampled: samples = samples_per_epoch *
     world_size). Plain mode refuses it. state_dict() records the sizes and
     load_state_dict() refuses other ones.
+
+    cache_dir keeps remote shards (http(s)://, s3://) read whole on local
+    disk for later epochs and processes; cache_size (bytes, 0: no limit)
+    bounds it, least recently used shards deleted first.
     """
 
     def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
@@ -199,7 +204,8 @@ class Loader:
                  index=None, drop_last=False, last_batch=None,
                  samples_per_epoch=None, image_size=224, crop="center",
                  prefetch=4, on_error="stop", shard_shuffle=True,
-                 read_timeout_ms=0, retries=0, rank_batch_sizes=None):
+                 read_timeout_ms=0, retries=0, rank_batch_sizes=None,
+                 cache_dir=None, cache_size=0):
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
         if rank is None or world_size is None:
@@ -223,7 +229,9 @@ class Loader:
             shard_shuffle=bool(shard_shuffle),
             read_timeout_ms=int(read_timeout_ms), retries=int(retries),
             rank_batch_sizes=None if rank_batch_sizes is None
-            else [int(b) for b in rank_batch_sizes])
+            else [int(b) for b in rank_batch_sizes],
+            cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
+            cache_size=int(cache_size))
         self._open(int(epoch), 0)
 
     def _open(self, epoch, batches):

@@ -178,6 +178,20 @@ static int wds_py_fsbytes(PyObject *obj, PyObject **out) {
   return 0;
 }
 
+/* cache_dir= (None, or a str, bytes or os.PathLike) into *out (a bytes
+ * object the caller releases; NULL for None). */
+static int wds_py_cache_dir(PyObject *obj, PyObject **out) {
+  *out = NULL;
+  if (obj == Py_None)
+    return 0;
+  PyObject *p = PyOS_FSPath(obj);
+  if (!p)
+    return -1;
+  int rc = wds_py_fsbytes(p, out);
+  Py_DECREF(p);
+  return rc;
+}
+
 /* A non-negative size option; None means the library's default (0). */
 static int wds_py_size(PyObject *obj, const char *what, uint64_t max,
                        uint64_t *out) {
@@ -281,17 +295,26 @@ static void wds_py_reader_dealloc(wds_py_reader *self) {
 
 static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
                               PyObject *kwargs) {
-  static char *kwlist[] = {
-      "spec",       "max_urls",        "buffer_size_bytes", "max_sample_bytes",
-      "max_fields", "read_timeout_ms", "max_window_bytes",  "retries",
-      NULL};
+  static char *kwlist[] = {"spec",
+                           "max_urls",
+                           "buffer_size_bytes",
+                           "max_sample_bytes",
+                           "max_fields",
+                           "read_timeout_ms",
+                           "max_window_bytes",
+                           "retries",
+                           "cache_dir",
+                           "cache_size",
+                           NULL};
   PyObject *spec_obj;
   PyObject *o_max_urls = Py_None, *o_buf = Py_None, *o_sample = Py_None,
-           *o_fields = Py_None, *o_window = Py_None;
+           *o_fields = Py_None, *o_window = Py_None, *o_cdir = Py_None,
+           *o_csize = Py_None;
   int timeout_ms = 0, retries = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOiOi:Reader", kwlist,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOiOiOO:Reader", kwlist,
                                    &spec_obj, &o_max_urls, &o_buf, &o_sample,
-                                   &o_fields, &timeout_ms, &o_window, &retries))
+                                   &o_fields, &timeout_ms, &o_window, &retries,
+                                   &o_cdir, &o_csize))
     return -1;
   if (self->r || self->busy) {
     PyErr_SetString(PyExc_RuntimeError, "Reader is already initialised");
@@ -316,25 +339,36 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
   cfg.max_window_bytes = v;
   cfg.read_timeout_ms = timeout_ms;
   cfg.retries = retries;
+  if (wds_py_size(o_csize, "cache_size", UINT64_MAX, &v) < 0)
+    return -1;
+  cfg.cache_size = v;
 
   /* spec: a str (or bytes) spec, or a list/tuple of URLs taken as is. */
-  PyObject *spec = NULL, *urls = NULL;
+  PyObject *spec = NULL, *urls = NULL, *cdir = NULL;
   const char **url_ptrs = NULL;
+  if (wds_py_cache_dir(o_cdir, &cdir) < 0)
+    return -1;
+  cfg.cache_dir = cdir ? PyBytes_AS_STRING(cdir) : NULL;
   if (PyUnicode_Check(spec_obj) || PyBytes_Check(spec_obj)) {
-    if (wds_py_fsbytes(spec_obj, &spec) < 0)
+    if (wds_py_fsbytes(spec_obj, &spec) < 0) {
+      Py_XDECREF(cdir);
       return -1;
+    }
     cfg.spec = PyBytes_AS_STRING(spec);
   } else {
     PyObject *seq = PySequence_Fast(
         spec_obj, "Reader: spec must be a str or a sequence of URLs");
-    if (!seq)
+    if (!seq) {
+      Py_XDECREF(cdir);
       return -1;
+    }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     urls = PyTuple_New(n);
     url_ptrs = PyMem_Calloc(n ? (size_t)n : 1, sizeof *url_ptrs);
     if (!urls || !url_ptrs) {
       Py_DECREF(seq);
       Py_XDECREF(urls);
+      Py_XDECREF(cdir);
       PyMem_Free(url_ptrs);
       PyErr_NoMemory();
       return -1;
@@ -344,6 +378,7 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
       if (wds_py_fsbytes(PySequence_Fast_GET_ITEM(seq, i), &b) < 0) {
         Py_DECREF(seq);
         Py_DECREF(urls);
+        Py_XDECREF(cdir);
         PyMem_Free(url_ptrs);
         return -1;
       }
@@ -366,6 +401,7 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
   Py_XDECREF(spec);
   PyMem_Free(url_ptrs);
   Py_XDECREF(urls); /* the reader copied the URLs */
+  Py_XDECREF(cdir); /* and the cache directory */
   if (rc != WDS_OK) {
     wds_py_raise(rc, msg);
     return -1;
@@ -495,12 +531,15 @@ static PyObject *wds_py_reader_stats(wds_py_reader *self,
     return NULL;
   wds_reader_stats st;
   wds_reader_stats_get(self->r, &st);
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "shards",
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "shards",
                        (unsigned long long)st.shards, "samples",
                        (unsigned long long)st.samples, "members",
                        (unsigned long long)st.members, "field_bytes",
                        (unsigned long long)st.field_bytes, "tar_bytes",
-                       (unsigned long long)st.tar_bytes);
+                       (unsigned long long)st.tar_bytes, "cache_hits",
+                       (unsigned long long)st.cache_hits, "cache_stored",
+                       (unsigned long long)st.cache_stored, "cache_errors",
+                       (unsigned long long)st.cache_errors);
 }
 
 static PyObject *wds_py_reader_get_shards(wds_py_reader *self, void *closure) {
@@ -553,7 +592,7 @@ PyDoc_STRVAR(
     wds_py_reader_doc,
     "Reader(spec, *, max_urls=None, buffer_size_bytes=None, "
     "max_sample_bytes=None, max_fields=None, read_timeout_ms=0, "
-    "max_window_bytes=None, retries=0)\n\n"
+    "max_window_bytes=None, retries=0, cache_dir=None, cache_size=None)\n\n"
     "Iterates the samples of a shard spec (a str, or a list of URLs taken as "
     "is) as dicts {'__key__': str, '__url__': str, EXT: bytes, ...}, the raw "
     "samples of Python webdataset. Options are those of wds_reader_config "
@@ -1690,20 +1729,23 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
                            "read_timeout_ms",
                            "retries",
                            "rank_batch_sizes",
+                           "cache_dir",
+                           "cache_size",
                            NULL};
   PyObject *spec_obj, *fields_obj,
       *o_seed = Py_None, *o_epoch = Py_None, *o_resume = Py_None,
       *o_shuf = Py_None, *o_index = Py_None, *o_spe = Py_None,
-      *o_prefetch = Py_None, *o_bs = Py_None, *o_rbs = Py_None;
+      *o_prefetch = Py_None, *o_bs = Py_None, *o_rbs = Py_None,
+      *o_cdir = Py_None, *o_csize = Py_None;
   int mode = WDS_MODE_EXACT, rank = -1, world = -1, workers = 0, drop_last = 0,
       last_batch = -1, image_size = 224, crop = 0, on_error = 0,
       shard_shuffle = 1, timeout_ms = 0, retries = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiO:_Loader", kwlist, &spec_obj,
-          &fields_obj, &o_bs, &mode, &rank, &world, &workers, &o_seed, &o_epoch,
-          &o_resume, &o_shuf, &o_index, &drop_last, &last_batch, &o_spe,
-          &image_size, &crop, &o_prefetch, &on_error, &shard_shuffle,
-          &timeout_ms, &retries, &o_rbs))
+          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOO:_Loader", kwlist,
+          &spec_obj, &fields_obj, &o_bs, &mode, &rank, &world, &workers,
+          &o_seed, &o_epoch, &o_resume, &o_shuf, &o_index, &drop_last,
+          &last_batch, &o_spe, &image_size, &crop, &o_prefetch, &on_error,
+          &shard_shuffle, &timeout_ms, &retries, &o_rbs, &o_cdir, &o_csize))
     return -1;
   if (self->l || self->live) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
@@ -1778,7 +1820,8 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
       cfg.batch_size = 1; /* batch_size=None: the rank's entry */
   }
 
-  PyObject *fields = NULL, *spec = NULL, *index = NULL, *urls = NULL;
+  PyObject *fields = NULL, *spec = NULL, *index = NULL, *urls = NULL,
+           *cdir = NULL;
   const char **url_ptrs = NULL;
   int ret = -1;
   char err[1024] = "";
@@ -1809,6 +1852,12 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
       goto done;
     cfg.index_path = PyBytes_AS_STRING(index);
   }
+  uint64_t csize = 0;
+  if (wds_py_cache_dir(o_cdir, &cdir) < 0 ||
+      wds_py_size(o_csize, "cache_size", UINT64_MAX, &csize) < 0)
+    goto done;
+  cfg.cache_dir = cdir ? PyBytes_AS_STRING(cdir) : NULL;
+  cfg.cache_size = csize;
   if (PyUnicode_Check(spec_obj) || PyBytes_Check(spec_obj)) {
     if (wds_py_fsbytes(spec_obj, &spec) < 0)
       goto done;
@@ -1856,6 +1905,7 @@ done:
   Py_XDECREF(fields);
   Py_XDECREF(spec);
   Py_XDECREF(index);
+  Py_XDECREF(cdir);
   Py_XDECREF(urls);
   PyMem_Free(url_ptrs);
   PyMem_Free(rbs);
@@ -1955,10 +2005,10 @@ static PyObject *wds_py_loader_stats(wds_py_loader *self,
   wds_loader_stats st;
   wds_loader_stats_get(self->l, &st);
   return Py_BuildValue(
-      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:s}", "batches",
-      (unsigned long long)st.batches, "samples", (unsigned long long)st.samples,
-      "skipped", (unsigned long long)st.skipped, "fill_rows",
-      (unsigned long long)st.fill_rows, "shards_opened",
+      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:s,s:K,s:K,s:K}",
+      "batches", (unsigned long long)st.batches, "samples",
+      (unsigned long long)st.samples, "skipped", (unsigned long long)st.skipped,
+      "fill_rows", (unsigned long long)st.fill_rows, "shards_opened",
       (unsigned long long)st.shards_opened, "bytes_read",
       (unsigned long long)st.bytes_read, "read_ns",
       (unsigned long long)st.read_ns, "shuffle_ns",
@@ -1968,7 +2018,10 @@ static PyObject *wds_py_loader_stats(wds_py_loader *self,
       (unsigned long long)st.wait_ns, "slot_wait_ns",
       (unsigned long long)st.slot_wait_ns, "peak_pool_bytes",
       (unsigned long long)st.peak_pool_bytes, "allocator",
-      wds_loader_allocator_name(self->l));
+      wds_loader_allocator_name(self->l), "cache_hits",
+      (unsigned long long)st.cache_hits, "cache_stored",
+      (unsigned long long)st.cache_stored, "cache_errors",
+      (unsigned long long)st.cache_errors);
 }
 
 static PyObject *wds_py_loader_cancel(wds_py_loader *self,

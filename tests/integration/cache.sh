@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# Tool test: the local shard cache (--cache-dir, --cache-size; issue 15).
+#
+# Debian's nginx on a loopback port (as in http.sh) serves a shard set, and
+# tests/integration/http_proxy.py cuts transfers:
+#   * a first `wds ls --cache-dir` fills the cache with entries byte-equal to
+#     the shards; a second reads no byte from the server (nginx's log stays
+#     empty) and lists the same; so does `wds batches --mode exact --epochs
+#     2` (one request per shard in all); with nginx stopped at the end, `wds
+#     ls` and `wds batches` still equal the local runs;
+#   * a transfer cut with --retries 0 fails and leaves nothing in the cache;
+#     cut and resumed (retries), the entry is byte-equal to the shard; a
+#     reader that stops early (`wds cat --limit 1`) leaves nothing;
+#   * --cache-size: the least recently used entry is evicted (a hit counts
+#     as a use), a shard larger than the limit is not kept;
+#   * three processes filling one cache at once all succeed, with whole
+#     entries and no temporary file left;
+#   * a cache that cannot be written (below a regular file; a read-only
+#     directory when not root) does not fail the read: the listing is the
+#     same, and the tool notes it once on stderr;
+#   * a stale temporary file of a dead writer is deleted; local shards and
+#     pipe: are never cached.
+# Skips (77) when nginx is not installed or wds was built without libcurl.
+#
+# Usage: cache.sh WDS_BINARY
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+wds_test_setup cache "timeout curl cmp" "$1"
+
+unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY WDS_CACHE_DIR
+NGINX=${NGINX:-}
+[[ -n $NGINX ]] || NGINX=$(command -v nginx || true)
+[[ -n $NGINX ]] || [[ ! -x /usr/sbin/nginx ]] || NGINX=/usr/sbin/nginx
+if [[ -z $NGINX ]]; then
+  echo "SKIP: nginx is not installed (apt-get install nginx)"
+  exit 77
+fi
+probe=$("$WDS" ls http://127.0.0.1:1/x.tar 2>&1 || true)
+if [[ $probe == *"built without libcurl"* ]]; then
+  echo "SKIP: wds was built without libcurl (apt-get install libcurl4-openssl-dev)"
+  exit 77
+fi
+
+pids=()
+NGINX_PID=
+stop_all() {
+  local p
+  for p in "${pids[@]}" $NGINX_PID; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}" $NGINX_PID; do wait "$p" 2>/dev/null || true; done
+  wds_test_cleanup
+}
+trap stop_all EXIT
+
+mkdir www
+"$WDS" synth --shards 4 --samples 40 --size 3000 www/s-%02d.tar >/dev/null
+"$WDS" synth --shards 2 --samples 30 --size 70000 --seed 3 www/z-%d.tar.zst >/dev/null
+"$WDS" synth --shards 1 --samples 6 --size 1M --seed 5 www/big-%d.tar >/dev/null
+NAMES=(s-{00..03}.tar z-{0..1}.tar.zst big-0.tar)
+LOCAL=()
+for n in "${NAMES[@]}"; do LOCAL+=("www/$n"); done
+
+start_nginx() {
+  local try port
+  for try in 1 2 3 4 5; do
+    port=$("$PYTHON3" -c 'import socket
+a = socket.socket(); a.bind(("127.0.0.1", 0)); print(a.getsockname()[1])')
+    local user=""
+    [[ $(id -u) != 0 ]] || user="user root $(id -gn);"
+    cat >nginx.conf <<CONF
+$user
+daemon off;
+worker_processes 1;
+pid $TMP/nginx.pid;
+error_log $TMP/error.log;
+events { worker_connections 256; }
+http {
+  log_format req '\$status \$request_uri';
+  access_log $TMP/access.log req;
+  client_body_temp_path $TMP/t-body;
+  proxy_temp_path $TMP/t-proxy;
+  fastcgi_temp_path $TMP/t-fastcgi;
+  uwsgi_temp_path $TMP/t-uwsgi;
+  scgi_temp_path $TMP/t-scgi;
+  default_type application/octet-stream;
+  server { listen 127.0.0.1:$port; root $TMP/www; }
+}
+CONF
+    "$NGINX" -e "$TMP/error.log" -p "$TMP" -c "$TMP/nginx.conf" &
+    local pid=$! i
+    for ((i = 0; i < 50; i++)); do
+      if curl -s -o /dev/null "http://127.0.0.1:$port/s-00.tar"; then
+        NGINX_PID=$pid
+        PORT=$port
+        return 0
+      fi
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  die "nginx did not start: $(tail -3 "$TMP/error.log" 2>/dev/null)"
+}
+start_nginx
+BASE=http://127.0.0.1:$PORT
+
+# proxy MODE [SEED]: starts http_proxy.py; its port in PPORT.
+proxy() {
+  local f=proxy-$1-${2:-0}.port i
+  "$PYTHON3" "$HERE/http_proxy.py" "$1" "$PORT" "$f" "${2:-1}" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do
+    [[ -s $f ]] && break
+    sleep 0.05
+  done
+  [[ -s $f ]] || die "http_proxy.py $1 did not start"
+  PPORT=$(cat "$f")
+}
+URLS=()
+for n in "${NAMES[@]}"; do URLS+=("$BASE/$n"); done
+
+# entry DIR NAME: the cache entry of shard NAME (one file ending in -NAME).
+entry() {
+  local f
+  for f in "$1"/*-"$2"; do [[ -e $f ]] && echo "$f"; done
+}
+# entries DIR: how many entries (files not starting with '.').
+entries() { find "$1" -maxdepth 1 -type f ! -name '.*' | wc -l; }
+# temps DIR: temporary files left.
+temps() { find "$1" -maxdepth 1 -name '.tmp-*' | wc -l; }
+# whole DIR NAME...: every shard NAME has an entry byte-equal to it.
+whole() {
+  local d=$1 n e
+  shift
+  for n in "$@"; do
+    e=$(entry "$d" "$n")
+    [[ -n $e ]] && cmp -s "$e" "www/$n" || return 1
+  done
+}
+requests() { wc -l <access.log; }
+
+"$WDS" ls "${LOCAL[@]}" >local.ls
+[[ -s local.ls ]] || die "empty local listing"
+same() { # same NAME FILE [REF]: FILE equals REF (local.ls)
+  local ref=${3:-local.ls}
+  if cmp -s "$ref" "$2"; then ok "$1"; else bad "$1" "differs from $ref:" "$(diff "$ref" "$2" | head -5)"; fi
+}
+
+# -- epoch 1 fills, epoch 2 reads nothing from the server --
+: >access.log
+w ls1 ls --cache-dir c1 "${URLS[@]}"
+expect_rc ls_fill_exit 0 ls1
+same ls_fill_equals_local ls1.out
+if [[ $(entries c1) == "${#NAMES[@]}" ]] && whole c1 "${NAMES[@]}" && [[ $(temps c1) == 0 ]]; then
+  ok cache_entries_byte_equal_to_shards
+else
+  bad cache_entries_byte_equal_to_shards "$(ls -la c1)"
+fi
+: >access.log
+w ls2 ls --cache-dir c1 "${URLS[@]}"
+expect_rc ls_cached_exit 0 ls2
+same ls_cached_equals_local ls2.out
+if [[ $(requests) == 0 ]]; then ok second_epoch_reads_nothing_from_server; else bad second_epoch_reads_nothing_from_server "$(cat access.log)"; fi
+if [[ ! -s ls1.err && ! -s ls2.err ]]; then ok nothing_printed; else bad nothing_printed "$(cat ls1.err ls2.err)"; fi
+# WDS_CACHE_DIR is the default of --cache-dir
+: >access.log
+RC=0
+WDS_CACHE_DIR=c1 timeout 60 "$WDS" ls "${URLS[@]}" >env.out 2>env.err || RC=$?
+if [[ $RC == 0 ]] && cmp -s local.ls env.out && [[ $(requests) == 0 ]]; then
+  ok wds_cache_dir_environment
+else
+  bad wds_cache_dir_environment "exit $RC, $(requests) requests" "$(head -3 env.err)"
+fi
+
+# the loader: two epochs in one process, one request per shard in all
+"$WDS" batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
+  --epochs 2 --save save-local "${LOCAL[@]}" >local.batches
+: >access.log
+w b1 batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
+  --epochs 2 --cache-dir c2 --save save-http "${URLS[@]}"
+npy_sum() { (cd "$1" && cat ./*.npy | md5sum); }
+if [[ $RC == 0 ]] && cmp -s local.batches b1.out && [[ $(npy_sum save-local) == "$(npy_sum save-http)" ]]; then
+  ok batches_cached_equal_local
+else
+  bad batches_cached_equal_local "exit $RC" "$(head -3 b1.err)" "$(diff local.batches b1.out | head -3)"
+fi
+if [[ $(requests) == "${#NAMES[@]}" ]] && whole c2 "${NAMES[@]}"; then
+  ok batches_one_request_per_shard_over_two_epochs
+else
+  bad batches_one_request_per_shard_over_two_epochs "$(requests) requests, wanted ${#NAMES[@]}" "$(ls c2)"
+fi
+
+# -- a cut transfer is never cached --
+proxy cut 7
+w cut0 ls --retries 0 --cache-dir c3 "http://127.0.0.1:$PPORT/z-0.tar.zst"
+expect_rc cut_without_retries_fails 1 cut0
+if [[ $(entries c3) == 0 && $(temps c3) == 0 ]]; then ok cut_transfer_not_cached; else bad cut_transfer_not_cached "$(ls -la c3)"; fi
+w cutr ls --cache-dir c3 "http://127.0.0.1:$PPORT/z-0.tar.zst" "http://127.0.0.1:$PPORT/big-0.tar"
+cuts=$(grep -c '^cut' proxy-cut-7.port.log || true)
+if [[ $RC == 0 ]] && ((cuts > 1)) && whole c3 z-0.tar.zst big-0.tar && [[ $(entries c3) == 2 ]]; then
+  ok resumed_transfer_cached_whole
+else
+  bad resumed_transfer_cached_whole "exit $RC, $cuts cuts" "$(head -3 cutr.err)" "$(ls -la c3)"
+fi
+# a reader that stops early leaves nothing
+w part cat --limit 1 --cache-dir c4 "$BASE/big-0.tar"
+if [[ $RC == 0 ]] && [[ ! -d c4 || $(entries c4) == 0 && $(temps c4) == 0 ]]; then
+  ok partial_read_not_cached
+else
+  bad partial_read_not_cached "exit $RC" "$(ls -la c4)"
+fi
+
+# -- eviction: least recently used first --
+sz() { stat -c %s "www/$1"; }
+limit=$(($(sz s-00.tar) + $(sz s-01.tar) + $(sz s-02.tar) + 100))
+for n in s-00 s-01 s-02; do
+  w "e$n" ls --cache-dir c5 --cache-size "$limit" "$BASE/$n.tar"
+  sleep 0.05
+done
+w e00again ls --cache-dir c5 --cache-size "$limit" "$BASE/s-00.tar" # a hit: used now
+sleep 0.05
+w e03 ls --cache-dir c5 --cache-size "$limit" "$BASE/s-03.tar"
+if [[ $RC == 0 && -n $(entry c5 s-00.tar) && -z $(entry c5 s-01.tar) && -n $(entry c5 s-02.tar) && -n $(entry c5 s-03.tar) ]]; then
+  ok eviction_least_recently_used_first
+else
+  bad eviction_least_recently_used_first "$(ls -la --time-style=full-iso c5)"
+fi
+w ebig ls --cache-dir c5 --cache-size "$limit" "$BASE/big-0.tar"
+if [[ $RC == 0 && -z $(entry c5 big-0.tar) && $(entries c5) == 3 ]]; then
+  ok shard_larger_than_limit_not_kept
+else
+  bad shard_larger_than_limit_not_kept "exit $RC" "$(ls -la c5)"
+fi
+w badsize ls --cache-dir c5 --cache-size 12X "$BASE/s-00.tar"
+expect_rc bad_cache_size_usage_error 2 badsize
+has bad_cache_size_message badsize.err "--cache-size needs a size in bytes"
+w nodir ls --cache-size 1G "$BASE/s-00.tar"
+expect_rc cache_size_needs_dir 2 nodir
+
+# -- processes sharing one cache --
+ps=()
+for i in 1 2 3; do
+  timeout 120 "$WDS" ls --cache-dir c6 "${URLS[@]}" >"par$i.out" 2>"par$i.err" &
+  ps+=($!)
+done
+prc=0
+for p in "${ps[@]}"; do wait "$p" || prc=$?; done
+if [[ $prc == 0 ]] && cmp -s local.ls par1.out && cmp -s local.ls par2.out && cmp -s local.ls par3.out &&
+  whole c6 "${NAMES[@]}" && [[ $(entries c6) == "${#NAMES[@]}" && $(temps c6) == 0 ]]; then
+  ok processes_fill_one_cache_at_once
+else
+  bad processes_fill_one_cache_at_once "exit $prc" "$(head -3 par1.err par2.err par3.err)" "$(ls -la c6)"
+fi
+
+# -- a cache that cannot be written does not fail the read --
+echo x >afile
+w ro1 ls --cache-dir afile/cache "${URLS[@]}"
+if [[ $RC == 0 ]] && cmp -s local.ls ro1.out; then ok unwritable_cache_read_succeeds; else bad unwritable_cache_read_succeeds "exit $RC" "$(head -3 ro1.err)"; fi
+if [[ $(grep -c 'note: the cache afile/cache could not be used' ro1.err) == 1 ]]; then
+  ok unwritable_cache_noted_once
+else
+  bad unwritable_cache_noted_once "$(cat ro1.err)"
+fi
+w ro2 batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
+  --epochs 2 --cache-dir afile/cache "${URLS[@]}"
+if [[ $RC == 0 ]] && cmp -s local.batches ro2.out; then ok unwritable_cache_batches_succeed; else bad unwritable_cache_batches_succeed "exit $RC" "$(head -3 ro2.err)"; fi
+if [[ $(id -u) != 0 ]]; then
+  mkdir ro && chmod 555 ro
+  w ro3 ls --cache-dir ro "${URLS[@]}"
+  if [[ $RC == 0 ]] && cmp -s local.ls ro3.out && [[ $(entries ro) == 0 ]]; then ok readonly_cache_dir_read_succeeds; else bad readonly_cache_dir_read_succeeds "exit $RC" "$(head -3 ro3.err)"; fi
+  chmod 755 ro
+else
+  echo "# skipped the read-only directory check: root ignores permissions"
+fi
+
+# -- stale temporary files; what is never cached --
+mkdir -p c7
+echo junk >c7/.tmp-dead.1.1
+touch -d '2 hours ago' c7/.tmp-dead.1.1
+w stale ls --cache-dir c7 "$BASE/s-00.tar"
+if [[ $RC == 0 && ! -e c7/.tmp-dead.1.1 ]] && whole c7 s-00.tar; then ok stale_temporary_file_deleted; else bad stale_temporary_file_deleted "$(ls -la c7)"; fi
+w local ls --cache-dir c8 "${LOCAL[@]}" "file://$TMP/www/s-00.tar" "pipe:cat www/s-01.tar"
+if [[ $RC == 0 ]] && [[ ! -d c8 || $(entries c8) == 0 ]]; then ok local_and_pipe_not_cached; else bad local_and_pipe_not_cached "exit $RC" "$(ls -la c8)"; fi
+
+# -- the server gone: the cache serves everything --
+kill "$NGINX_PID"
+wait "$NGINX_PID" 2>/dev/null || true
+NGINX_PID=
+if curl -s -o /dev/null "$BASE/s-00.tar"; then bad server_stopped "still answers"; else ok server_stopped; fi
+w off ls --cache-dir c1 "${URLS[@]}"
+expect_rc ls_server_stopped_exit 0 off
+same ls_server_stopped_equals_local off.out
+w offb batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
+  --epochs 2 --cache-dir c2 "${URLS[@]}"
+if [[ $RC == 0 ]] && cmp -s local.batches offb.out; then ok batches_server_stopped_equal_local; else bad batches_server_stopped_equal_local "exit $RC" "$(head -3 offb.err)"; fi
+w offmiss ls --retries 0 --cache-dir c5 "$BASE/big-0.tar"
+expect_rc uncached_shard_fails_without_server 1 offmiss
+
+echo "$passed passed, $failed failed"
+((failed == 0))
