@@ -20,7 +20,10 @@
 #     and a message naming the cause and the s3:// URL, never the secret,
 #     and a 403 not retried;
 #   * temporary credentials (AWS_SESSION_TOKEN) from moto's STS;
-#     AWS_ENDPOINT_URL_S3 wins over AWS_ENDPOINT_URL.
+#     AWS_ENDPOINT_URL_S3 wins over AWS_ENDPOINT_URL;
+#   * Python: wds.Loader over an s3:// glob equals the local run, and a
+#     missing key raises wds.Error naming NoSuchKey (plain builds with the
+#     extension: WDS_S3_PYTHONPATH).
 # Skips (77) when wds was built without libcurl or libxml2.
 #
 # Usage: s3.sh WDS_BINARY VENV_DIR
@@ -41,7 +44,7 @@ fi
 
 fail() { die "$@"; } # for venv_ensure
 source "$HERE/../lib-venv.sh"
-venv_ensure "$VENV" "$PYTHON3" "moto.server, boto3, flask_cors" "moto[server]" boto3
+venv_ensure "$VENV" "$PYTHON3" "moto.server, boto3, flask_cors, numpy" "moto[server]" boto3 numpy
 
 mkdir train
 "$WDS" synth --shards 4 --samples 50 --size 3000 train/s-%02d.tar >/dev/null
@@ -245,6 +248,48 @@ same endpoint_s3_variable_wins local1.ls epvar.out
 AWS_ENDPOINT_URL=127.0.0.1:$PORT w epbad ls "$B/train/s-00.tar"
 expect_rc endpoint_without_scheme_exit 1 epbad
 has endpoint_without_scheme_message epbad.err "AWS_ENDPOINT_URL=\"127.0.0.1:$PORT\" is not an http:// or https:// URL"
+
+# -- Python: wds.Loader over s3:// equals the local run (plain builds with
+# the extension; WDS_S3_PYTHONPATH from CMake) --
+PY=
+if [[ -n ${WDS_S3_PYTHONPATH:-} ]]; then
+  # an interpreter with numpy that loads the extension (built for CMake's)
+  for py in "$VENV/bin/python" "${WDS_S3_PYTHON:-}" "$PYTHON3"; do
+    if [[ -n $py ]] && PYTHONPATH=$WDS_S3_PYTHONPATH "$py" -c 'import numpy, wds' 2>/dev/null; then
+      PY=$py
+      break
+    fi
+  done
+fi
+if [[ -n $PY ]]; then
+  PYTHONPATH=$WDS_S3_PYTHONPATH "$PY" - "$B" >py.out 2>py.err <<'PY' && RC=0 || RC=$?
+import sys
+import numpy as np
+import wds
+
+def run(spec):
+    keys, cls = [], []
+    with wds.Loader(spec, "cls", 16, rank=0, world_size=1, workers=2) as loader:
+        for b in loader:
+            keys += list(b.keys)
+            cls.append(np.array(b["cls"]))
+    return keys, np.concatenate(cls)
+
+b = sys.argv[1]
+lk, lc = run(["train/s-%02d.tar" % i for i in range(4)])
+sk, sc = run(b + "/train/s-*.tar")
+assert len(lk) == 200 and lk == sk and np.array_equal(lc, sc), (len(lk), len(sk))
+try:
+    run(b + "/train/nope.tar")
+    raise SystemExit("no error for a missing key")
+except wds.Error as e:
+    assert "NoSuchKey" in str(e) and b + "/train/nope.tar" in str(e), str(e)
+print("python ok")
+PY
+  if [[ $RC == 0 ]]; then ok python_loader_s3_equals_local; else bad python_loader_s3_equals_local "exit $RC" "$(tail -5 py.err)"; fi
+else
+  echo "# skipped the Python check: no extension in this build that an interpreter with numpy loads"
+fi
 
 echo "$passed passed, $failed failed"
 ((failed == 0))
