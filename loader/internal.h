@@ -227,6 +227,12 @@ struct run {
   atomic_uint job_left;           /* parts not yet copied */
   int job_waiting;                /* the collator waits for job_left == 0
                                      (under l->mu) */
+  /* Epoch overlap (run.c, "The next epoch"): the next epoch's run, made
+   * with this one and started worker by worker as this one's end (under
+   * l->mu; NULL when there is none). */
+  run *succ;
+  int ended; /* the collator took every worker's last word (it set this
+                before posting the end: read after popping it) */
 };
 
 struct wds_loader {
@@ -501,7 +507,13 @@ static inline void wds__copy_help(run *rn) {
 }
 
 int wds__run_start(wds_loader *l, uint64_t epoch, uint64_t skip);
-void wds__run_stop(wds_loader *l); /* no run: no-op */
+void wds__run_stop(wds_loader *l); /* and its successor; no run: no-op */
+/* The epoch's end was delivered: the run is joined and, if its successor
+ * was made, that becomes the current run (its collator started); else
+ * with eager_next_epoch the next run starts. WDS_OK or a failure. */
+int wds__run_next_epoch(wds_loader *l);
+/* A worker's last act: its successor in the next epoch's run starts. */
+void wds__worker_handoff(worker *w);
 
 /* Exact mode: l->counts from the index or a counting pass, checked. */
 int wds__load_counts(wds_loader *l);

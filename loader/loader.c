@@ -5,7 +5,9 @@
  *
  * One epoch is one "run": `workers` worker threads and one collator thread,
  * started by the first next() of the epoch and joined at its end (or by
- * set_epoch/close, which abort it).
+ * set_epoch/close, which abort it). With eager_next_epoch the next epoch's
+ * workers start as this epoch's end, and its collator at WDS_EOF (run.c,
+ * "The next epoch").
  *
  *   worker w:  plan pieces (or resampled draws) -> wds_reader -> copy of the
  *              wanted fields (a "raw" sample, owned) -> shuffle buffer ->
@@ -578,17 +580,15 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
     STAT_ADD(l, samples, (*out)->rows);
     return WDS_OK;
   }
-  wds__run_stop(l);
   if (r.kind == READY_EOF) {
     l->epoch++;
     l->delivered = 0;
-    if (l->cfg.eager_next_epoch) {
-      int rc = wds__run_start(l, l->epoch, 0);
-      if (rc != WDS_OK)
-        l->failed = rc; /* the next call reports it */
-    }
+    int rc = wds__run_next_epoch(l);
+    if (rc != WDS_OK)
+      l->failed = rc; /* the next call reports it */
     return WDS_EOF;
   }
+  wds__run_stop(l);
   wds__set_error(l, "%s", l->run_error);
   l->failed = l->run_error_status ? l->run_error_status : WDS_ERR_CORRUPT;
   return l->failed;
@@ -610,6 +610,11 @@ void wds_loader_release(wds_loader *l, const wds_batch *b) {
 int wds_loader_set_epoch(wds_loader *l, uint64_t epoch) {
   if (!l)
     return WDS_ERR_INVALID;
+  /* The run already reading this epoch from its start (eager_next_epoch)
+   * is the one asked for: kept. */
+  if (l->cur && l->cur->epoch == epoch && l->cur->skip == 0 &&
+      l->delivered == 0 && l->epoch == epoch)
+    return WDS_OK;
   wds__run_stop(l);
   l->epoch = epoch;
   l->delivered = 0;

@@ -365,6 +365,9 @@ static void *collator_main(void *arg) {
     }
     fl.slot = -1;
   }
+  /* Every worker's last word was taken (plain mode ends on the last END;
+   * the other modes read each one above): they are ending on their own. */
+  rn->ended = n_active == 0 || l->cfg.mode != WDS_MODE_PLAIN;
   post_ready(l, READY_EOF, -1);
 done:
   /* Parts in progress read the pending batch's items: wait for them. */
@@ -395,35 +398,77 @@ done:
   return NULL;
 }
 
-void wds__run_stop(wds_loader *l) {
-  run *rn = l->cur;
-  if (!rn)
-    return;
-  atomic_store(&rn->abort, 1);
-  wds__cancel_set(&l->wake); /* workers blocked in a read */
-  for (int i = 0; i < l->pin.workers; i++)
-    if (rn->w[i].q.ring)
-      wds__queue_wake(&rn->w[i].q);
-  pthread_mutex_lock(&l->mu);
-  pthread_cond_broadcast(&l->cv);
-  pthread_mutex_unlock(&l->mu);
+/* ---- runs: made, launched, stopped ----
+ *
+ * The next epoch (eager_next_epoch): a run is made with its successor, the
+ * next epoch's run (its plan, queues and terminal items; no threads). As
+ * each worker of the current run ends (it has handed its last item to its
+ * queue and will not touch its block pools again), it starts the
+ * successor's worker of the same index, which uses the same pools: so a
+ * worker's successor never runs beside it, and the next epoch's reading
+ * and shuffle-buffer filling overlap the current epoch's last batches.
+ * The successor's collator starts only when the current epoch's end has
+ * been delivered (wds__run_next_epoch), so no batch of the next epoch is
+ * posted before it. Not for plain mode with samples_per_epoch, where the
+ * collator stops workers that have not ended. Aborting a run aborts its
+ * successor too (the abort flag is set under l->mu, so no worker starts a
+ * successor's worker after it); the wake token is only set to abort, never
+ * at a normal end, when the successor's readers may be open. */
+
+static void run_free(wds_loader *l, run *rn) {
+  if (rn->w)
+    for (int i = 0; i < l->pin.workers; i++) {
+      wds__queue_destroy(&rn->w[i].q, l->nfields);
+      for (size_t k = 0; k < rn->w[i].npending; k++)
+        wds__item_free(rn->w[i].pending[k], l->nfields);
+      free(rn->w[i].pending);
+      wds__item_free(rn->w[i].terminal, l->nfields);
+    }
+  wds__plan_free(&rn->plan);
+  free(rn->w);
+  free(rn);
+}
+
+/* Joins rn's threads and frees it. abort: they are told to stop (and
+ * blocked reads woken: the caller resets the wake token after); else they
+ * have ended or are ending on their own. */
+static void run_join(wds_loader *l, run *rn, int abort) {
+  if (abort) {
+    for (int i = 0; i < l->pin.workers; i++)
+      if (rn->w[i].q.ring)
+        wds__queue_wake(&rn->w[i].q);
+    pthread_mutex_lock(&l->mu);
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+  }
   for (int i = 0; i < l->pin.workers; i++)
     if (rn->w[i].started)
       pthread_join(rn->w[i].thread, NULL);
   if (rn->collator_started)
     pthread_join(rn->collator, NULL);
+  run_free(l, rn);
+}
+
+void wds__run_stop(wds_loader *l) {
+  run *rn = l->cur;
+  if (!rn)
+    return;
+  pthread_mutex_lock(&l->mu);
+  atomic_store(&rn->abort, 1);
+  run *nx = rn->succ;
+  rn->succ = NULL;
+  if (nx)
+    atomic_store(&nx->abort, 1); /* no worker starts one of its own now */
+  pthread_mutex_unlock(&l->mu);
+  wds__cancel_set(&l->wake); /* workers blocked in a read */
+  run_join(l, rn, 1);
+  if (nx)
+    run_join(l, nx, 1);
   /* No reader is open now. A cancel stores its flag before setting the
    * token, so one that comes during the reset is not lost. */
   wds__cancel_reset(&l->wake);
   if (atomic_load(&l->cancelled))
     wds__cancel_set(&l->wake);
-  for (int i = 0; i < l->pin.workers; i++) {
-    wds__queue_destroy(&rn->w[i].q, l->nfields);
-    for (size_t k = 0; k < rn->w[i].npending; k++)
-      wds__item_free(rn->w[i].pending[k], l->nfields);
-    free(rn->w[i].pending);
-    wds__item_free(rn->w[i].terminal, l->nfields);
-  }
   /* Batches prepared but not delivered go back to the pool. */
   pthread_mutex_lock(&l->mu);
   for (int i = 0; i < l->nslots; i++)
@@ -432,28 +477,28 @@ void wds__run_stop(wds_loader *l) {
   l->ready_len = 0;
   l->ready_head = 0;
   pthread_mutex_unlock(&l->mu);
-  wds__plan_free(&rn->plan);
-  free(rn->w);
-  free(rn);
   l->cur = NULL;
 }
 
-int wds__run_start(wds_loader *l, uint64_t epoch, uint64_t skip) {
+/* A run of epoch: planned, its queues and terminal items made; no thread
+ * started. */
+static int run_make(wds_loader *l, uint64_t epoch, uint64_t skip, run **out) {
   wds__err e;
+  *out = NULL;
   run *rn = calloc(1, sizeof *rn);
-  if (!rn)
-    return wds__fail(&e, WDS_ERR_NOMEM, "out of memory");
+  if (!rn) {
+    wds__set_error(l, "out of memory");
+    return WDS_ERR_NOMEM;
+  }
   rn->l = l;
   rn->epoch = epoch;
   rn->skip = skip;
   atomic_init(&rn->abort, 0);
   atomic_init(&rn->job_claim, 0);
   atomic_init(&rn->job_left, 0);
-  l->cur = rn;
   int rc = wds__plan_epoch(&l->pin, epoch, &rn->plan, &e);
   if (rc != WDS_OK) {
     wds__set_error(l, "%s", e.msg);
-    l->cur = NULL;
     free(rn);
     return rc;
   }
@@ -470,31 +515,84 @@ int wds__run_start(wds_loader *l, uint64_t epoch, uint64_t skip) {
         !(rn->w[i].terminal = wds__item_new(NULL, 0, l->nfields, ITEM_END)))
       goto nomem;
   }
+  *out = rn;
+  return WDS_OK;
+nomem:
+  run_free(l, rn);
+  wds__set_error(l, "out of memory");
+  return WDS_ERR_NOMEM;
+}
+
+/* Starts l->cur's workers that are not running yet and its collator, and
+ * makes its successor when the next epoch may overlap this one. */
+static int run_launch(wds_loader *l) {
+  run *rn = l->cur;
   for (int i = 0; i < l->pin.workers; i++) {
-    if (pthread_create(&rn->w[i].thread, NULL, wds__worker_main, &rn->w[i]) !=
-        0)
+    pthread_mutex_lock(&l->mu); /* a predecessor may be starting it */
+    int rc = 0;
+    if (!rn->w[i].started) {
+      rc = pthread_create(&rn->w[i].thread, NULL, wds__worker_main, &rn->w[i]);
+      rn->w[i].started = rc == 0;
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (rc != 0)
       goto nothread;
-    rn->w[i].started = 1;
   }
   if (pthread_create(&rn->collator, NULL, collator_main, rn) != 0)
     goto nothread;
   rn->collator_started = 1;
+  if (l->cfg.eager_next_epoch &&
+      !(l->cfg.mode == WDS_MODE_PLAIN && l->cfg.samples_per_epoch) &&
+      rn->epoch < UINT64_MAX) {
+    run *nx;
+    if (run_make(l, rn->epoch + 1, 0, &nx) == WDS_OK) {
+      pthread_mutex_lock(&l->mu);
+      rn->succ = nx;
+      pthread_mutex_unlock(&l->mu);
+    } /* else the next epoch starts at this one's end, as without overlap */
+  }
   return WDS_OK;
 nothread:
   wds__run_stop(l);
   wds__set_error(l, "cannot start a thread");
   return WDS_ERR_NOMEM;
-nomem:
-  if (rn->w)
-    for (int i = 0; i < l->pin.workers; i++) {
-      wds__queue_destroy(&rn->w[i].q, l->nfields);
-      free(rn->w[i].pending);
-      wds__item_free(rn->w[i].terminal, l->nfields);
+}
+
+int wds__run_start(wds_loader *l, uint64_t epoch, uint64_t skip) {
+  int rc = run_make(l, epoch, skip, &l->cur);
+  return rc != WDS_OK ? rc : run_launch(l);
+}
+
+void wds__worker_handoff(worker *w) {
+  run *rn = w->run;
+  wds_loader *l = rn->l;
+  pthread_mutex_lock(&l->mu);
+  run *nx = rn->succ;
+  if (nx && !atomic_load(&rn->abort) && !atomic_load(&nx->abort) &&
+      !nx->w[w->index].started &&
+      pthread_create(&nx->w[w->index].thread, NULL, wds__worker_main,
+                     &nx->w[w->index]) == 0)
+    nx->w[w->index].started = 1;
+  pthread_mutex_unlock(&l->mu);
+}
+
+int wds__run_next_epoch(wds_loader *l) {
+  run *rn = l->cur;
+  if (!rn || !rn->ended) {
+    wds__run_stop(l);
+  } else {
+    pthread_mutex_lock(&l->mu);
+    run *nx = rn->succ;
+    rn->succ = NULL;
+    pthread_mutex_unlock(&l->mu);
+    /* Every thread of rn has ended or is ending: no abort, and the wake
+     * token stays clear for nx's readers. */
+    run_join(l, rn, 0);
+    l->cur = NULL;
+    if (nx) {
+      l->cur = nx;
+      return run_launch(l);
     }
-  wds__plan_free(&rn->plan);
-  free(rn->w);
-  free(rn);
-  l->cur = NULL;
-  wds__set_error(l, "out of memory");
-  return WDS_ERR_NOMEM;
+  }
+  return l->cfg.eager_next_epoch ? wds__run_start(l, l->epoch, 0) : WDS_OK;
 }

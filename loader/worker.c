@@ -196,5 +196,7 @@ void *wds__worker_main(void *arg) {
   wds__feed_close(&src);
   wds__shuffle_free(&sh);
   wds__decoder_free(dec);
+  if (!failed)
+    wds__worker_handoff(w); /* the next epoch's worker w, on its pools */
   return NULL;
 }

@@ -961,6 +961,68 @@ TEST(eager_next_epoch_changes_nothing) {
   shardset_free(&s);
 }
 
+/* eager_next_epoch overlaps the epochs: once the last batch of an epoch
+ * is out, the next epoch's workers read (its shards are opened) before the
+ * caller asks for the end; the batches stay those of a loader without
+ * overlap, and set_epoch() of the epoch already being read keeps it. */
+TEST(next_epoch_overlaps_the_last_batches) {
+  uint64_t counts[4] = {20, 20, 20, 20};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 4, counts, -1), 0);
+  for (int mode = 0; mode < 3; mode++) {
+    wds_loader_config c = base_cfg(&s);
+    c.mode = (wds_mode)mode;
+    c.workers = 2;
+    c.batch_size = 4;
+    c.shuffle_buffer = 8;
+    c.seed = 11;
+    c.samples_per_epoch = mode == WDS_MODE_RESAMPLED ? 40 : 0;
+    run_out a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    wds_loader *l;
+    wds_loader_stats st0, st;
+    ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+    run_epochs(l, 1, &a);
+    wds_loader_stats_get(l, &st0); /* what epoch 0 reads */
+    run_epochs(l, 2, &a);
+    wds_loader_close(l);
+    size_t per_epoch = 0;
+    while (a.batch_rows[per_epoch]) /* up to epoch 0's marker */
+      per_epoch++;
+    ASSERT_TRUE(per_epoch > 0);
+    c.eager_next_epoch = 1;
+    ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+    const wds_batch *bt;
+    for (size_t k = 0; k < per_epoch; k++) {
+      ASSERT_EQ_INT(wds_loader_next(l, &bt), WDS_OK);
+      out_push_batch(&b, bt);
+      wds_loader_release(l, bt);
+    }
+    /* Epoch 0's workers have ended; epoch 1's read now, before the end of
+     * epoch 0 is asked for. */
+    int overlapped = 0;
+    for (int t = 0; t < 20000 && !overlapped; t++) {
+      wds_loader_stats_get(l, &st);
+      overlapped = st.bytes_read > st0.bytes_read;
+      if (!overlapped)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    ASSERT_TRUE(overlapped);
+    ASSERT_EQ_INT(wds_loader_next(l, &bt), WDS_EOF);
+    out_push_batch(&b, &(wds_batch){0});
+    ASSERT_EQ_INT(wds_loader_set_epoch(l, 1), WDS_OK); /* kept: the same */
+    run_epochs(l, 2, &b);
+    wds_loader_close(l);
+    ASSERT_EQ_U64(a.n, b.n);
+    ASSERT_EQ_U64(a.batches, b.batches);
+    ASSERT_TRUE(memcmp(a.ids, b.ids, a.n * sizeof *a.ids) == 0);
+    out_free(&a);
+    out_free(&b);
+  }
+  shardset_free(&s);
+}
+
 TEST(resume_equals_an_uninterrupted_run) {
   uint64_t counts[5] = {11, 4, 9, 13, 6};
   shardset s;
@@ -1993,6 +2055,7 @@ int main(void) {
   RUN(shuffle_positions_are_close_to_uniform);
   RUN(large_buffer_separates_neighbours);
   RUN(eager_next_epoch_changes_nothing);
+  RUN(next_epoch_overlaps_the_last_batches);
   RUN(resume_equals_an_uninterrupted_run);
   RUN(resume_does_not_decode_delivered_samples);
   RUN(skip_policy_keeps_rows_and_counts);

@@ -174,11 +174,16 @@ typedef struct wds_loader_config {
   wds_crop crop;
   double crop_scale_min, crop_scale_max; /* random crop area (0.08, 1) */
   size_t prefetch_batches;               /* slots in the pool; 0 = 4 */
-  int eager_next_epoch; /* 1: on returning WDS_EOF, start reading the next
-                           epoch at once (its shuffle buffer fills while
-                           the caller evaluates or checkpoints) instead of
-                           at the next call; set_epoch() or close() stop
-                           it. The batches are the same either way. */
+  int eager_next_epoch; /* 1: read the next epoch early: each worker's
+                           successor starts as the worker ends, while this
+                           epoch's last batches are delivered (not in
+                           plain mode with samples_per_epoch: there at
+                           WDS_EOF), and its batches are made from WDS_EOF
+                           on (its shuffle buffer fills while the caller
+                           evaluates or checkpoints) instead of at the
+                           next call; set_epoch() of another epoch or
+                           close() stop it. The batches are the same
+                           either way. */
 
   /* Errors and limits. */
   wds_error_policy on_error;
