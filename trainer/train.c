@@ -946,6 +946,12 @@ int tr_run(const tr_options *o, wds__err *e) {
   if (sh.json) {
     fprintf(sh.json, "{\"summary\": {\"steps\": %" PRIu64 ", \"stopped\": %s",
             sh.step, stopped ? "true" : "false");
+    if (o->rank_batch_size_count) {
+      fputs(", \"rank_batch_sizes\": [", sh.json);
+      for (size_t i = 0; i < o->rank_batch_size_count; i++)
+        fprintf(sh.json, i ? ", %zu" : "%zu", o->rank_batch_sizes[i]);
+      fputc(']', sh.json);
+    }
     if (sh.have_eval)
       fprintf(sh.json, ", \"eval_loss\": %.6f, \"eval_accuracy\": %.6f",
               sh.eval_loss, sh.eval_acc);

@@ -173,7 +173,7 @@ if par 2; then
   if run "${U[@]}" --rank-batch-sizes 24,8 --log-every 1 --log-checksums \
     --json rb.json >rb.out &&
     grep -q "rows per rank 24,8 (global batch 32" rb.out &&
-    json_check rb.json "summary['steps'] == 96 and len(steps) == 96 and all(len(set(s['weights_checksum'])) == 1 for s in steps) and len(set(summary['weights_checksum'])) == 1" &&
+    json_check rb.json "summary['steps'] == 96 and summary['rank_batch_sizes'] == [24, 8] and len(steps) == 96 and all(len(set(s['weights_checksum'])) == 1 for s in steps) and len(set(summary['weights_checksum'])) == 1" &&
     run "${U[@]}" --batch-size 16 --log-every 0 --json rbeq.json >rbeq.out &&
     acc_u=$("$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["summary"]["eval_accuracy"])' rb.json) &&
     json_check rbeq.json "summary['steps'] == 96 and summary['eval_accuracy'] >= 0.9 and abs(summary['eval_accuracy'] - $acc_u) <= 0.03"; then
