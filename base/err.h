@@ -12,6 +12,13 @@
 
 #define WDS__ERR_SIZE 1024
 
+/* The refusal of a pipe: command read from a file (an @FILE list, an index),
+ * one %s: the URL. */
+#define WDS__PIPE_FROM_FILE_REFUSED                                            \
+  "\"%.300s\" is a pipe: command read from a file, which is not run unless "   \
+  "allowed (--allow-pipe-from-files, or allow_pipe_from_files in the "         \
+  "config)"
+
 typedef struct wds__err {
   char msg[WDS__ERR_SIZE];
 } wds__err;

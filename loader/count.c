@@ -161,8 +161,10 @@ int wds__load_counts(wds_loader *l) {
   /* An index is untrusted: its counts are checked against its own
    * "samples" lists and tar_bytes, against each shard file, and summed
    * with an overflow check; a shard it says is empty is read. */
-  int rc = wds__index_load_flags(l->cfg.index_path, WDS__INDEX_COUNT_SAMPLES,
-                                 &ix, &e);
+  unsigned flags = WDS__INDEX_COUNT_SAMPLES;
+  if (l->cfg.allow_pipe_from_files)
+    flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
+  int rc = wds__index_load_flags(l->cfg.index_path, flags, &ix, &e);
   if (rc != WDS_OK)
     return wds__open_fail(rc, "%s", e.msg);
   for (size_t s = 0; s < l->urls.count && rc == WDS_OK; s++) {

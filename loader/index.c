@@ -524,6 +524,14 @@ int wds__index_load_flags(const char *path, unsigned flags, wds__index *out,
     got += (size_t)n;
   }
   rc = wds__index_parse_flags(text, got, dir, flags, out, e);
+  for (size_t i = 0; rc == WDS_OK && i < out->count; i++)
+    if (!(flags & WDS_INDEX_ALLOW_PIPE_FROM_FILES) &&
+        strncmp(out->shards[i].url, "pipe:", 5) == 0) {
+      rc = wds__fail(e, WDS_ERR_FORMAT,
+                     "shardlist entry %zu: " WDS__PIPE_FROM_FILE_REFUSED, i + 1,
+                     out->shards[i].url);
+      wds__index_free(out);
+    }
   if (rc != WDS_OK)
     wds__err_prefix(e, "%s", path);
   else
@@ -608,7 +616,7 @@ int wds_index_load(const char *path, unsigned flags, wds_index **out) {
   *out = NULL;
   if (!path)
     return wds__open_fail(WDS_ERR_INVALID, "wds_index_load: path is NULL");
-  if (flags & ~WDS_INDEX_SAMPLES)
+  if (flags & ~(WDS_INDEX_SAMPLES | WDS_INDEX_ALLOW_PIPE_FROM_FILES))
     return wds__open_fail(WDS_ERR_INVALID, "wds_index_load: unknown flags 0x%x",
                           flags);
   wds_index *h = calloc(1, sizeof *h);

@@ -384,8 +384,10 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     goto fail;
 
   if (cfg->spec) {
-    rc = wds_spec_expand(cfg->spec, 0, &l->urls, wds__open_error_buf(),
-                         WDS__ERR_SIZE);
+    rc = wds_spec_expand_flags(
+        &cfg->spec, 1, 0,
+        cfg->allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0,
+        &l->urls, wds__open_error_buf(), WDS__ERR_SIZE);
     if (rc != WDS_OK)
       goto fail;
   } else {

@@ -139,8 +139,10 @@ int wds__reader_open(const wds_reader_config *cfg, const wds__cancel *cancel,
   if (r->cfg.max_fields == 0)
     r->cfg.max_fields = DEFAULT_MAX_FIELDS;
   if (cfg->spec) {
-    rc = wds_spec_expand(cfg->spec, cfg->max_urls, &r->urls,
-                         wds__open_error_buf(), WDS__ERR_SIZE);
+    rc = wds_spec_expand_flags(
+        &cfg->spec, 1, cfg->max_urls,
+        cfg->allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0,
+        &r->urls, wds__open_error_buf(), WDS__ERR_SIZE);
     if (rc != WDS_OK)
       goto done;
   } else {

@@ -882,6 +882,7 @@ typedef struct expander {
   size_t files;
   uint64_t file_bytes;
   uint64_t url_bytes; /* upper bound of the bytes of the URLs so far */
+  unsigned flags;     /* WDS_SPEC_* */
   wds__err *e;
 } expander;
 
@@ -1138,10 +1139,18 @@ static int expand_line(expander *x, const char *path, size_t lineno,
     n--;
   if (n == 0 || line[0] == '#')
     return WDS_OK;
+  size_t before = x->list.count;
   if (memchr(line, '\0', n))
     rc = wds__fail(x->e, WDS_ERR_SPEC, "NUL byte in the line");
   else
     rc = expand_spec(x, line, n, depth);
+  /* A file may come from anywhere (a download): its pipe: commands are not
+   * run unless the user allows it. */
+  for (size_t i = before; rc == WDS_OK && i < x->list.count; i++)
+    if (!(x->flags & WDS_SPEC_ALLOW_PIPE_FROM_FILES) &&
+        strncmp(x->list.urls[i], "pipe:", 5) == 0)
+      rc = wds__fail(x->e, WDS_ERR_SPEC, WDS__PIPE_FROM_FILE_REFUSED,
+                     x->list.urls[i]);
   if (rc != WDS_OK)
     wds__err_prefix(x->e, "%.300s line %zu", path, lineno);
   return rc;
@@ -1269,14 +1278,15 @@ static int expand_spec(expander *x, const char *s, size_t n, int depth) {
 /* Expands what[0..n) in turn into one list (full: as specs, else as brace
  * patterns), sharing one expander: one limit on URLs, bytes and @FILEs. */
 static int expand_entry(const char *const *what, size_t n, int full,
-                        size_t max_urls, wds_url_list *out, char *err,
-                        size_t err_size) {
+                        size_t max_urls, unsigned flags, wds_url_list *out,
+                        char *err, size_t err_size) {
   wds__err e;
   expander x;
   int rc;
   e.msg[0] = '\0';
   memset(&x, 0, sizeof x);
   x.max_urls = max_urls ? max_urls : WDS_DEFAULT_MAX_URLS;
+  x.flags = flags;
   x.e = &e;
   if (out) {
     out->urls = NULL;
@@ -1314,19 +1324,26 @@ static int expand_entry(const char *const *what, size_t n, int full,
 
 int wds_spec_expand(const char *spec, size_t max_urls, wds_url_list *out,
                     char *err, size_t err_size) {
-  return expand_entry(&spec, 1, 1, max_urls, out, err, err_size);
+  return expand_entry(&spec, 1, 1, max_urls, 0, out, err, err_size);
 }
 
 int wds_spec_expand_list(const char *const *specs, size_t nspecs,
                          size_t max_urls, wds_url_list *out, char *err,
                          size_t err_size) {
-  return expand_entry(specs, specs ? nspecs : 1, 1, max_urls, out, err,
+  return expand_entry(specs, specs ? nspecs : 1, 1, max_urls, 0, out, err,
+                      err_size);
+}
+
+int wds_spec_expand_flags(const char *const *specs, size_t nspecs,
+                          size_t max_urls, unsigned flags, wds_url_list *out,
+                          char *err, size_t err_size) {
+  return expand_entry(specs, specs ? nspecs : 1, 1, max_urls, flags, out, err,
                       err_size);
 }
 
 int wds_brace_expand(const char *pattern, size_t max_urls, wds_url_list *out,
                      char *err, size_t err_size) {
-  return expand_entry(&pattern, 1, 0, max_urls, out, err, err_size);
+  return expand_entry(&pattern, 1, 0, max_urls, 0, out, err, err_size);
 }
 
 void wds_url_list_free(wds_url_list *list) {

@@ -99,7 +99,14 @@ TEST(relative_paths) {
                    "{\"url\": \"../e.tar\", \"nsamples\": 5}]}");
   wds__index ix;
   wds__err e;
-  int rc = wds__index_load(path, &ix, &e);
+  /* Its pipe: entry is refused unless allowed, naming file and entry. */
+  ASSERT_EQ_INT(wds__index_load(path, &ix, &e), WDS_ERR_FORMAT);
+  ASSERT_CONTAINS(e.msg, "/idx/index.json: shardlist entry 4: \"pipe:cat "
+                         "d.tar\" is a pipe: command read from a file");
+  ASSERT_CONTAINS(e.msg, "--allow-pipe-from-files");
+  ASSERT_TRUE(ix.count == 0 && ix.shards == NULL);
+  int rc =
+      wds__index_load_flags(path, WDS_INDEX_ALLOW_PIPE_FROM_FILES, &ix, &e);
   if (rc != WDS_OK)
     printf("  %s\n", e.msg);
   ASSERT_EQ_INT(rc, WDS_OK);
@@ -341,7 +348,14 @@ TEST(public_api) {
       "{\"fields\": {}, \"key\": \"caf\\u00e9\"}]},"
       "{\"url\": \"pipe:cat x\", \"nsamples\": 3, \"filesize\": null}]}");
   wds_index *ix = NULL;
-  ASSERT_EQ_INT(wds_index_load(index, WDS_INDEX_SAMPLES, &ix), WDS_OK);
+  ASSERT_EQ_INT(wds_index_load(index, WDS_INDEX_SAMPLES, &ix), WDS_ERR_FORMAT);
+  ASSERT_CONTAINS(wds_open_error(), "shardlist entry 2: \"pipe:cat x\" is a "
+                                    "pipe: command read from a file");
+  ASSERT_TRUE(ix == NULL);
+  ASSERT_EQ_INT(
+      wds_index_load(index, WDS_INDEX_SAMPLES | WDS_INDEX_ALLOW_PIPE_FROM_FILES,
+                     &ix),
+      WDS_OK);
   ASSERT_EQ_INT(wds_index_shard_count(ix), 2);
   wds_index_shard sh;
   ASSERT_EQ_INT(wds_index_shard_info(ix, 0, &sh), WDS_OK);
@@ -385,7 +399,8 @@ TEST(public_api) {
   wds_index_close(NULL);
 
   /* Without the flag the detail is skipped. */
-  ASSERT_EQ_INT(wds_index_load(index, 0, &ix), WDS_OK);
+  ASSERT_EQ_INT(wds_index_load(index, WDS_INDEX_ALLOW_PIPE_FROM_FILES, &ix),
+                WDS_OK);
   ASSERT_EQ_INT(wds_index_shard_info(ix, 0, &sh), WDS_OK);
   ASSERT_TRUE(!sh.has_samples && sh.samples == NULL);
   ASSERT_EQ_U64(sh.nsamples, 2);

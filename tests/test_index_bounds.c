@@ -238,15 +238,19 @@ TEST(counts_no_shard_can_hold) {
     snprintf(p.urls[k], sizeof p.urls[k], "%s", pipes[k]);
   write_index(ix, &p, (const char *const[]){"6", "18446744073709551615"}, NULL,
               NULL);
+  /* (an index naming pipe: commands is refused unless allowed) */
   ASSERT_EQ_INT(open_only(exact_cfg(&p, ix), &p, err, sizeof err),
-                WDS_ERR_CORRUPT);
+                WDS_ERR_FORMAT);
+  ASSERT_CONTAINS(err, "is a pipe: command read from a file");
+  wds_loader_config pc = exact_cfg(&p, ix);
+  pc.allow_pipe_from_files = 1;
+  ASSERT_EQ_INT(open_only(pc, &p, err, sizeof err), WDS_ERR_CORRUPT);
   ASSERT_CONTAINS(err, pipes[1]);
   ASSERT_CONTAINS(err, "more than any shard can hold");
   write_index(ix, &p,
               (const char *const[]){"18014398509481984", "18014398509481984"},
               NULL, NULL);
-  ASSERT_EQ_INT(open_only(exact_cfg(&p, ix), &p, err, sizeof err),
-                WDS_ERR_CORRUPT);
+  ASSERT_EQ_INT(open_only(pc, &p, err, sizeof err), WDS_ERR_CORRUPT);
   ASSERT_CONTAINS(err, "add up to more than 36028797018963967 samples");
   ASSERT_CONTAINS(err, pipes[1]);
 }

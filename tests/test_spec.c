@@ -837,12 +837,13 @@ static int write_temp(char *path, const char *text) {
   return ok ? 0 : -1;
 }
 
-/* Expands spec and compares with the URLs joined by spaces. */
-static int expect_urls(const char *spec, const char *joined) {
+/* Expands spec (with flags) and compares with the URLs joined by spaces. */
+static int expect_urls_flags(const char *spec, unsigned flags,
+                             const char *joined) {
   wds_url_list list = {0};
   char err[512], got[2048];
   size_t n = 0;
-  int rc = wds_spec_expand(spec, 0, &list, err, sizeof err);
+  int rc = wds_spec_expand_flags(&spec, 1, 0, flags, &list, err, sizeof err);
   if (rc != WDS_OK) {
     TEST_FAIL_("\"%s\": %s (%s)", spec, wds_status_name(rc), err);
     return 1;
@@ -857,6 +858,10 @@ static int expect_urls(const char *spec, const char *joined) {
     return 1;
   }
   return 0;
+}
+
+static int expect_urls(const char *spec, const char *joined) {
+  return expect_urls_flags(spec, 0, joined);
 }
 
 /* Expands spec, expecting status and a message containing both parts. */
@@ -876,6 +881,43 @@ static int expect_error(const char *spec, int status, const char *part1,
   return 0;
 }
 
+/* A pipe: command read from a file is refused unless allowed, naming the
+ * file, the line and the option; typed in the spec it runs. */
+TEST(pipe_from_files_refused) {
+  char inner[64], outer[64], spec[256];
+  ASSERT_EQ_INT(
+      write_temp(inner, "a.tar\n\n  pipe:curl -s http://h/{0,1}.tar\n"), 0);
+  char text[256];
+  snprintf(text, sizeof text, "x.tar\n@%s\n", inner);
+  ASSERT_EQ_INT(write_temp(outer, text), 0);
+  char want[320];
+  snprintf(want, sizeof want,
+           "%s line 3: \"pipe:curl -s http://h/0.tar\" is a pipe: command "
+           "read from a file, which is not run unless allowed "
+           "(--allow-pipe-from-files",
+           inner);
+  snprintf(spec, sizeof spec, "@%s", inner);
+  expect_error(spec, WDS_ERR_SPEC, want, NULL);
+  snprintf(spec, sizeof spec, "y.tar::@%s", outer); /* nested: the same */
+  expect_error(spec, WDS_ERR_SPEC, want, NULL);
+  expect_urls_flags(spec, WDS_SPEC_ALLOW_PIPE_FROM_FILES,
+                    "y.tar x.tar a.tar pipe:curl -s http://h/0.tar "
+                    "pipe:curl -s http://h/1.tar");
+  /* typed in the spec, from ${} too: the user's own */
+  expect_urls("pipe:cat a.tar::b.tar", "pipe:cat a.tar b.tar");
+  ASSERT_EQ_INT(setenv("WDS_TESTPIPE", "pipe:cat", 1), 0);
+  expect_urls("${TESTPIPE} c.tar", "pipe:cat c.tar");
+  /* the old entry points refuse too */
+  wds_url_list list = {0};
+  char err[512];
+  const char *one = spec;
+  ASSERT_EQ_INT(wds_spec_expand_list(&one, 1, 0, &list, err, sizeof err),
+                WDS_ERR_SPEC);
+  ASSERT_CONTAINS(err, "is a pipe: command read from a file");
+  unlink(inner);
+  unlink(outer);
+}
+
 TEST(file_lists) {
   char inner[64], outer[64], spec[256];
   ASSERT_EQ_INT(write_temp(inner, "n{1,2}\n# only a comment\n"), 0);
@@ -893,8 +935,10 @@ TEST(file_lists) {
            inner);
   ASSERT_EQ_INT(write_temp(outer, text), 0);
   snprintf(spec, sizeof spec, "@%s", outer);
-  expect_urls(spec, "data-0.tar data-1.tar x y n1 n2 pipe:cat /d/a b.tar "
+  expect_urls_flags(spec, WDS_SPEC_ALLOW_PIPE_FROM_FILES,
+                    "data-0.tar data-1.tar x y n1 n2 pipe:cat /d/a b.tar "
                     "last-line-without-newline");
+  /* (unless allowed, its pipe: line is refused: pipe_from_files_refused) */
   snprintf(spec, sizeof spec, "first::@%s::{a,b}::@%s", inner, inner);
   expect_urls(spec, "first n1 n2 a b n1 n2");
   /* ${} applies to the lines of a file too */
@@ -1009,6 +1053,7 @@ int main(void) {
   RUN(byte_limit);
   RUN(api_contract);
   RUN(file_lists);
+  RUN(pipe_from_files_refused);
   RUN(file_errors);
   RUN(file_nesting_depth);
   RUN(file_limit);

@@ -313,6 +313,7 @@ int tool_cmd_batches(int argc, char **argv) {
     status = 1;
     goto done;
   }
+  tool_allow_pipe_from_files = lo.cfg.allow_pipe_from_files;
   if (argc - optind == 1) {
     lo.cfg.spec = argv[optind];
   } else {

@@ -327,6 +327,7 @@ int tool_cmd_bench(int argc, char **argv) {
     status = 2;
     goto done;
   }
+  tool_allow_pipe_from_files = lo.cfg.allow_pipe_from_files;
   if (tool_expand_specs("bench", argv + optind, argc - optind, max_urls,
                         &urls)) {
     status = 1;

@@ -49,7 +49,8 @@ static const char cat_usage[] =
     "                 same bytes\n"
     "  --limit N      write at most N samples\n"
     "  -f, --force    write to a terminal anyway\n"
-    "  --max-urls N   refuse specs that expand to more than N URLs\n"
+    "  --max-urls N   refuse specs that expand to more than N "
+    "URLs\n" TOOL_ALLOW_PIPE_HELP
     "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
     "                 (default 300; 0: wait forever)\n"
     "  --retries N  http(s):// shards: tries again N times (default 5; 0:\n"
@@ -203,6 +204,7 @@ int tool_cmd_cat(int argc, char **argv) {
       {"max-window", required_argument, 0, 'w'},
       {"cache-dir", required_argument, 0, 'C'},
       {"cache-size", required_argument, 0, 'Z'},
+      TOOL_ALLOW_PIPE_OPTION,
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   cat_state c;
@@ -277,6 +279,9 @@ int tool_cmd_cat(int argc, char **argv) {
                          optarg);
         goto done;
       }
+      break;
+    case TOOL_OPT_ALLOW_PIPE:
+      tool_allow_pipe_from_files = 1;
       break;
     case 'h':
       fputs(cat_usage, stdout);

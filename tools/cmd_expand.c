@@ -26,13 +26,14 @@ static void usage(FILE *f) {
           "\n"
           "options:\n"
           "  --max-urls N  refuse a SPEC that expands past N URLs\n"
-          "                (default %zu)\n"
+          "                (default %zu)\n" TOOL_ALLOW_PIPE_HELP
           "  -h, --help    show this help\n",
           (size_t)WDS_DEFAULT_MAX_URLS);
 }
 
 int tool_cmd_expand(int argc, char **argv) {
   static const struct option opts[] = {{"max-urls", required_argument, 0, 'm'},
+                                       TOOL_ALLOW_PIPE_OPTION,
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   size_t max_urls = 0;
@@ -43,6 +44,9 @@ int tool_cmd_expand(int argc, char **argv) {
   optind = 1;
   while ((c = tool_getopt("wds expand", argc, argv, "h", opts)) != -1) {
     switch (c) {
+    case TOOL_OPT_ALLOW_PIPE:
+      tool_allow_pipe_from_files = 1;
+      break;
     case 'h':
       usage(stdout);
       return tool_stdout_flush() != 0;
@@ -60,7 +64,11 @@ int tool_cmd_expand(int argc, char **argv) {
 
   for (i = optind; i < argc; i++) {
     wds_url_list list = {0};
-    int rc = wds_spec_expand(argv[i], max_urls, &list, err, sizeof err);
+    const char *spec = argv[i];
+    int rc = wds_spec_expand_flags(
+        &spec, 1, max_urls,
+        tool_allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0, &list,
+        err, sizeof err);
     if (rc != WDS_OK) {
       fprintf(stderr, "wds expand: %s\n", err);
       return 1;

@@ -52,7 +52,8 @@ static const char index_usage[] =
     "               in place, never replaced. Local shard paths are then\n"
     "               written relative to FILE's directory\n"
     "  --name NAME  the index's \"name\" (default: the first SPEC)\n"
-    "  --max-urls N refuse specs that expand to more than N URLs\n"
+    "  --max-urls N refuse specs that expand to more than N "
+    "URLs\n" TOOL_ALLOW_PIPE_HELP
     "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
     "               (default 300; 0: wait forever)\n"
     "  --max-window SIZE  largest zstd window a shard may need (default\n"
@@ -148,6 +149,7 @@ int tool_cmd_index(int argc, char **argv) {
       {"max-window", required_argument, 0, 'w'},
       {"cache-dir", required_argument, 0, 'C'},
       {"cache-size", required_argument, 0, 'Z'},
+      TOOL_ALLOW_PIPE_OPTION,
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   const char *out_path = NULL, *name = NULL;
@@ -183,6 +185,9 @@ int tool_cmd_index(int argc, char **argv) {
         return tool_usage_error(
             "wds index", "--max-urls needs a number, not \"%s\"", optarg);
       }
+      break;
+    case TOOL_OPT_ALLOW_PIPE:
+      tool_allow_pipe_from_files = 1;
       break;
     case 'h':
       fputs(index_usage, stdout);

@@ -33,7 +33,8 @@ static const char ls_usage[] =
     "               (wds index) instead of reading the shards; every URL of\n"
     "               the spec must be in it, and a local shard whose size\n"
     "               differs from the index's is an error (stale index)\n"
-    "  --max-urls N refuse specs that expand to more than N URLs\n"
+    "  --max-urls N refuse specs that expand to more than N "
+    "URLs\n" TOOL_ALLOW_PIPE_HELP
     "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
     "               (default 300; 0: wait forever)\n"
     "  --retries N  http(s):// shards: tries again N times (default 5; 0:\n"
@@ -152,7 +153,10 @@ static int index_summary(const char *index_path, const wds_url_list *urls,
   int64_t tar_bytes = 0;
   int status = 1;
   memset(&st, 0, sizeof st);
-  if (wds_index_load(index_path, WDS_INDEX_SAMPLES, &ix) != WDS_OK) {
+  unsigned flags = WDS_INDEX_SAMPLES;
+  if (tool_allow_pipe_from_files)
+    flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
+  if (wds_index_load(index_path, flags, &ix) != WDS_OK) {
     fprintf(stderr, "wds ls: %s\n", wds_open_error());
     goto done;
   }
@@ -244,6 +248,7 @@ int tool_cmd_ls(int argc, char **argv) {
       {"max-window", required_argument, 0, 'w'},
       {"cache-dir", required_argument, 0, 'C'},
       {"cache-size", required_argument, 0, 'Z'},
+      TOOL_ALLOW_PIPE_OPTION,
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int json = 0, summary = 0, c, timeout_ms = 0, retries = 0;
@@ -287,6 +292,9 @@ int tool_cmd_ls(int argc, char **argv) {
     case 'Z':
       if (tool_cache_size("wds ls", optarg, &cache_size))
         return 2;
+      break;
+    case TOOL_OPT_ALLOW_PIPE:
+      tool_allow_pipe_from_files = 1;
       break;
     case 'h':
       fputs(ls_usage, stdout);

@@ -55,7 +55,8 @@ static const char verify_usage[] =
     "                  \"message\"}...], \"shards\", \"samples\", "
     "\"problem_count\",\n"
     "                  \"counts\": {KIND: N}}\n"
-    "  --max-urls N    refuse specs that expand to more than N URLs\n"
+    "  --max-urls N    refuse specs that expand to more than N "
+    "URLs\n" TOOL_ALLOW_PIPE_HELP
     "  --read-timeout S  a shard that delivers no data for S seconds is\n"
     "                  reported unreadable (default 300; 0: wait forever)\n"
     "  --max-window SIZE  largest zstd window a shard may need (default\n"
@@ -324,6 +325,7 @@ int tool_cmd_verify(int argc, char **argv) {
       {"max-window", required_argument, 0, 'w'},
       {"cache-dir", required_argument, 0, 'C'},
       {"cache-size", required_argument, 0, 'Z'},
+      TOOL_ALLOW_PIPE_OPTION,
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   verifier v;
@@ -371,6 +373,9 @@ int tool_cmd_verify(int argc, char **argv) {
                          optarg);
         goto done;
       }
+      break;
+    case TOOL_OPT_ALLOW_PIPE:
+      tool_allow_pipe_from_files = 1;
       break;
     case 'h':
       fputs(verify_usage, stdout);

@@ -138,6 +138,9 @@ static const char write_usage_options[] =
     "                     seconds fails (default 300; 0: wait forever)\n"
     "      --max-window SIZE  SPEC input: largest zstd window a shard may\n"
     "                     need (default 128M; zstd --long=31 needs 2G)\n"
+    "      --allow-pipe-from-files  SPEC input: run the pipe: commands read\n"
+    "                     from @FILE lists (refused by default: such files\n"
+    "                     may come from anywhere)\n"
     "\n"
     "SIGINT, SIGTERM or SIGHUP stop it cleanly: completed shards stay, the\n"
     "unfinished one is removed, and it exits with 128 + the signal.\n"
@@ -1417,6 +1420,7 @@ int tool_cmd_write(int argc, char **argv) {
       {"labels", no_argument, 0, OPT_LABELS},
       {"classes", required_argument, 0, OPT_CLASSES},
       {"key-rule", required_argument, 0, OPT_KEY_RULE},
+      TOOL_ALLOW_PIPE_OPTION,
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   write_opts o = {.pattern = "shard-%06d.tar",
@@ -1502,6 +1506,9 @@ int tool_cmd_write(int argc, char **argv) {
         return usage_error("--key-rule is first-dot or last-dot, not \"%s\"",
                            optarg);
       o.last_dot = strcmp(optarg, "last-dot") == 0;
+      break;
+    case TOOL_OPT_ALLOW_PIPE:
+      tool_allow_pipe_from_files = 1;
       break;
     case 'h':
       fputs(write_usage, stdout);

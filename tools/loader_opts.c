@@ -46,6 +46,7 @@ static const struct option loader_options[] = {
     {"rank-batch-sizes", required_argument, 0, TOOL_LO_RANK_BATCH_SIZES},
     {"cache-dir", required_argument, 0, TOOL_LO_CACHE_DIR},
     {"cache-size", required_argument, 0, TOOL_LO_CACHE_SIZE},
+    {"allow-pipe-from-files", no_argument, 0, TOOL_LO_ALLOW_PIPE},
 };
 
 #define NLOADER (sizeof loader_options / sizeof *loader_options)
@@ -190,10 +191,12 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
   int w;
   if (c < TOOL_LOADER_OPT_BASE || c >= TOOL_LOADER_OPT_BASE + (int)NLOADER)
     return 0;
-  /* --max-window, --read-timeout, --retries and the cache apply to a plain
-   * reader too (wds bench without --decode): they do not make a loader. */
+  /* --max-window, --read-timeout, --retries, the cache and
+   * --allow-pipe-from-files apply to a plain reader too (wds bench without
+   * --decode): they do not make a loader. */
   if (c != TOOL_LO_MAX_WINDOW && c != TOOL_LO_READ_TIMEOUT &&
-      c != TOOL_LO_RETRIES && c != TOOL_LO_CACHE_DIR && c != TOOL_LO_CACHE_SIZE)
+      c != TOOL_LO_RETRIES && c != TOOL_LO_CACHE_DIR &&
+      c != TOOL_LO_CACHE_SIZE && c != TOOL_LO_ALLOW_PIPE)
     o->given = 1;
   switch (c) {
   case TOOL_LO_RANK:
@@ -333,6 +336,9 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
   case TOOL_LO_CACHE_SIZE:
     if (tool_cache_size(cmd, arg, &cfg->cache_size))
       return -1;
+    break;
+  case TOOL_LO_ALLOW_PIPE:
+    cfg->allow_pipe_from_files = 1;
     break;
   default:
     return 0;
@@ -554,7 +560,10 @@ static const char loader_help_2[] =
     "  --retries N            http(s):// shards: tries again N times (default\n"
     "                         5; 0: none), with backoff, after a connect\n"
     "                         error, HTTP 408, 429 or 5xx or a cut transfer\n"
-    "                         (which resumes where it stopped)\n";
+    "                         (which resumes where it stopped)\n"
+    "  --allow-pipe-from-files  run the pipe: commands read from @FILE lists\n"
+    "                         and --index files (refused by default: such\n"
+    "                         files may come from anywhere)\n";
 
 static const char loader_help_3[] =
     "  --cache-dir DIR        keep remote shards (http(s)://, s3://) read\n"

@@ -57,7 +57,8 @@ enum {
   TOOL_LO_RETRIES,
   TOOL_LO_RANK_BATCH_SIZES,
   TOOL_LO_CACHE_DIR,
-  TOOL_LO_CACHE_SIZE
+  TOOL_LO_CACHE_SIZE,
+  TOOL_LO_ALLOW_PIPE
 };
 
 typedef struct tool_loader_opts {

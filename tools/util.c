@@ -9,11 +9,15 @@
 #include <time.h>
 #include <unistd.h>
 
+int tool_allow_pipe_from_files;
+
 int tool_expand_specs(const char *cmd, char **specs, int nspecs,
                       size_t max_urls, wds_url_list *out) {
   char err[1024];
-  if (wds_spec_expand_list((const char *const *)specs, (size_t)nspecs, max_urls,
-                           out, err, sizeof err) != WDS_OK) {
+  unsigned flags =
+      tool_allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0;
+  if (wds_spec_expand_flags((const char *const *)specs, (size_t)nspecs,
+                            max_urls, flags, out, err, sizeof err) != WDS_OK) {
     fprintf(stderr, "wds %s: %s\n", cmd, err);
     return 1;
   }

@@ -19,7 +19,19 @@ int tool_cmd_index(int argc, char **argv);
 int tool_cmd_verify(int argc, char **argv);
 int tool_cmd_cat(int argc, char **argv);
 
-/* Expands every SPEC argument in turn into one list. On error prints
+/* --allow-pipe-from-files: pipe: commands read from @FILE lists and indexes
+ * are run (wds/spec.h); every command that reads specs takes it. */
+extern int tool_allow_pipe_from_files;
+#define TOOL_OPT_ALLOW_PIPE 900
+#define TOOL_ALLOW_PIPE_OPTION                                                 \
+  { "allow-pipe-from-files", no_argument, 0, TOOL_OPT_ALLOW_PIPE }
+#define TOOL_ALLOW_PIPE_HELP                                                   \
+  "  --allow-pipe-from-files  run the pipe: commands read from @FILE lists\n"  \
+  "                 and indexes (refused by default: such files may come\n"    \
+  "                 from anywhere)\n"
+
+/* Expands every SPEC argument in turn into one list (pipe: commands from
+ * @FILEs refused unless tool_allow_pipe_from_files). On error prints
  * "wds CMD: message" and returns non-zero. */
 int tool_expand_specs(const char *cmd, char **specs, int nspecs,
                       size_t max_urls, wds_url_list *out);

@@ -105,10 +105,12 @@ static const char *const loader_names[] = {"index",
                                            "rank-batch-sizes",
                                            "cache-dir",
                                            "cache-size",
+                                           "allow-pipe-from-files",
                                            NULL};
 static const char *const loader_help_names[] = {
     "index",      "crop",      "workers",    "read-timeout",
-    "max-window", "cache-dir", "cache-size", NULL};
+    "max-window", "cache-dir", "cache-size", "allow-pipe-from-files",
+    NULL};
 
 #define PROG "wds-train"
 
@@ -487,6 +489,8 @@ int main(int argc, char **argv) {
     return 2;
   o.cache_dir = lo.cfg.cache_dir;
   o.cache_size = lo.cfg.cache_size;
+  if (GIVEN(TOOL_LO_ALLOW_PIPE))
+    o.allow_pipe_from_files = 1;
 #undef GIVEN
   tool_loader_opts_free(&lo);
   if (optind < argc)

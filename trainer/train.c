@@ -758,6 +758,7 @@ int tr_run(const tr_options *o, wds__err *e) {
   lc.crop = o->crop;
   lc.read_timeout_ms = o->read_timeout_ms;
   lc.retries = o->retries;
+  lc.allow_pipe_from_files = o->allow_pipe_from_files;
   lc.max_window_bytes = o->max_window_bytes;
   lc.cache_dir = o->cache_dir;
   lc.cache_size = o->cache_size;

@@ -61,6 +61,7 @@ typedef struct tr_options {
   FILE *out;                 /* log lines (stdout) */
   int read_timeout_ms;       /* the loaders' read timeout (0: their default) */
   int retries;               /* the loaders' http(s) retries (0: default) */
+  int allow_pipe_from_files; /* --allow-pipe-from-files (wds/spec.h) */
   uint64_t max_window_bytes; /* the loaders' zstd window limit (0: theirs) */
   const char *cache_dir;     /* the loaders' cache of remote shards (NULL) */
   uint64_t cache_size;       /* its size limit (0: none) */

@@ -48,6 +48,11 @@ extern "C" {
  * (keys, fields); without it "samples" is validated as JSON and skipped,
  * which is all the loader needs. */
 #define WDS_INDEX_SAMPLES 1u
+/* Without it, an index whose url names a pipe: command is refused (naming
+ * the file and the entry): an index may come from anywhere, and running
+ * its urls as commands must be the user's choice (--allow-pipe-from-files,
+ * allow_pipe_from_files). */
+#define WDS_INDEX_ALLOW_PIPE_FROM_FILES 4u
 
 typedef struct wds_index wds_index;
 

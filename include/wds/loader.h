@@ -126,7 +126,11 @@ typedef struct wds_loader_config {
   const char *spec;
   const char *const *urls;
   size_t url_count;
-  const char *index_path; /* exact mode: per-shard counts; NULL = count */
+  const char *index_path;    /* exact mode: per-shard counts; NULL = count */
+  int allow_pipe_from_files; /* pipe: commands read from an @FILE of spec
+                                or named by index_path are refused (naming
+                                the file) unless this is 1: such files may
+                                come from anywhere (wds/spec.h) */
 
   /* Topology. -1: from RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS,
    * else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else 0/1 (the rule

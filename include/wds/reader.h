@@ -101,10 +101,13 @@ typedef struct wds_reader_config {
   uint64_t cache_size;       /* bytes the cache's entries may take: least
                                 recently used ones are deleted over it;
                                 0 = no limit */
+  int allow_pipe_from_files; /* run pipe: commands read from an @FILE of
+                                spec; 0: refused, naming the file and line
+                                (wds/spec.h) */
 } wds_reader_config;
 
 #define WDS_READER_CONFIG_INIT                                                 \
-  { NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, NULL, 0 }
+  { NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0 }
 
 typedef struct wds_reader wds_reader;
 

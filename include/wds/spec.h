@@ -33,7 +33,13 @@
  * key under it that ends in a shard extension: .tar, .tar.gz, .tgz,
  * .tar.zst, .tar.xz, .tar.bz2, ...), sorted by key; no match is an error
  * naming the pattern. So expanding such a spec makes network requests, with
- * the credentials of the environment (README, "Object stores"). */
+ * the credentials of the environment (README, "Object stores").
+ *
+ * pipe: commands read from a @FILE are refused (WDS_ERR_SPEC, naming the
+ * file, the line and the option) unless WDS_SPEC_ALLOW_PIPE_FROM_FILES is
+ * given (wds_spec_expand_flags): a list may come from anywhere, and running
+ * its lines as commands must be the user's choice (--allow-pipe-from-files,
+ * allow_pipe_from_files). A pipe: typed in the spec itself always works. */
 #ifndef WDS_SPEC_H
 #define WDS_SPEC_H
 
@@ -50,6 +56,9 @@ extern "C" {
 #define WDS_DEFAULT_MAX_URLS ((size_t)10000000)
 #define WDS_SPEC_MAX_URL_BYTES ((uint64_t)4 << 30)
 #define WDS_SPEC_MAX_DEPTH 8
+
+/* Flags of wds_spec_expand_flags. */
+#define WDS_SPEC_ALLOW_PIPE_FROM_FILES 1u
 
 /* A list of URLs owned by the caller; free with wds_url_list_free(). */
 typedef struct wds_url_list {
@@ -73,6 +82,13 @@ WDS_API int wds_spec_expand(const char *spec, size_t max_urls,
 WDS_API int wds_spec_expand_list(const char *const *specs, size_t nspecs,
                                  size_t max_urls, wds_url_list *out, char *err,
                                  size_t err_size);
+
+/* wds_spec_expand_list with flags (WDS_SPEC_ALLOW_PIPE_FROM_FILES; the two
+ * functions above take 0). */
+WDS_API int wds_spec_expand_flags(const char *const *specs, size_t nspecs,
+                                  size_t max_urls, unsigned flags,
+                                  wds_url_list *out, char *err,
+                                  size_t err_size);
 
 /* Brace expansion of a single pattern only: no "::", "@" or "${}" handling.
  * Same contract as wds_spec_expand(). */

@@ -382,6 +382,25 @@ def test_index_option(shards, tmp_path):
         wds.Loader(spec, "cls", 4, index=tmp_path / "missing.json")
 
 
+def test_pipe_from_files_refused_unless_allowed(shards, tmp_path):
+    spec, n = shards
+    first = wds.expand(spec)[0]
+    cmd = f"pipe:cat {first}"
+    lst = tmp_path / "list.txt"
+    lst.write_text(cmd + "\n")
+    with pytest.raises(wds.SpecError) as e:
+        wds.Loader(f"@{lst}", "cls", 2)
+    assert f'{lst} line 1: "{cmd}" is a pipe: command read from a file' in str(e.value)
+    with wds.Loader(f"@{lst}", "cls", 2, allow_pipe_from_files=True) as a, \
+            wds.Loader(first, "cls", 2) as b:
+        assert [x.keys for x in a] == [x.keys for x in b]
+    ix = tmp_path / "ix.json"
+    ix.write_text(json.dumps({"shardlist": [{"url": cmd, "nsamples": 1}]}))
+    with pytest.raises(wds.Error) as e:
+        wds.Loader(cmd, "cls", 2, index=ix)
+    assert "shardlist entry 1" in str(e.value) and "--allow-pipe-from-files" in str(e.value)
+
+
 def test_close_from_another_thread_stops_a_blocked_next():
     import threading
     import time

@@ -123,6 +123,39 @@ def test_expand_file_and_env(tmp_path, monkeypatch):
     assert wds.expand("${ROOT}/s-{0..1}.tar") == ["/data/s-0.tar", "/data/s-1.tar"]
 
 
+def test_pipe_from_files_refused_unless_allowed(tmp_path, shards):
+    """A pipe: command read from an @FILE or an index is not run unless
+    allow_pipe_from_files; typed in the spec it runs."""
+    spec, paths, everything = shards
+    marker = tmp_path / "ran"
+    cmd = f"pipe:touch {marker} && cat {paths[1]}"
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"{paths[0]}\n{cmd}\n")
+    want = f'{lst} line 2: "{cmd}" is a pipe: command read from a file'
+    with pytest.raises(wds.SpecError) as e:
+        wds.expand(f"@{lst}")
+    assert want in str(e.value) and "--allow-pipe-from-files" in str(e.value)
+    assert wds.expand(f"@{lst}", allow_pipe_from_files=True) == [paths[0], cmd]
+    with pytest.raises(wds.SpecError) as e:
+        wds.Reader(f"@{lst}")
+    assert want in str(e.value)
+    assert not marker.exists()
+    with wds.Reader(f"@{lst}", allow_pipe_from_files=True) as r:
+        assert len(list(r)) == 5 + 7
+    assert marker.exists()
+    marker.unlink()
+    assert len(list(wds.Reader(f"{paths[0]}::{cmd}"))) == 5 + 7  # typed
+    assert marker.exists()
+    # an index naming a pipe: command
+    ix = tmp_path / "ix.json"
+    ix.write_text(json.dumps({"shardlist": [
+        {"url": paths[0], "nsamples": 5}, {"url": cmd, "nsamples": 7}]}))
+    with pytest.raises(wds.FormatError) as e:
+        wds.Index(ix)
+    assert f'{ix}: shardlist entry 2: "{cmd}" is a pipe: command' in str(e.value)
+    assert wds.Index(ix, allow_pipe_from_files=True).sizes == [5, 7]
+
+
 def test_expand_errors():
     with pytest.raises(wds.SpecError) as e:
         wds.expand("a-{0..2.tar")

@@ -174,7 +174,7 @@ class Loader:
     index=None, drop_last=False, last_batch=None, samples_per_epoch=None,
     image_size=224, crop="center", prefetch=4, on_error="stop",
     shard_shuffle=True, read_timeout_ms=0, retries=0, rank_batch_sizes=None,
-    cache_dir=None, cache_size=0)
+    cache_dir=None, cache_size=0, allow_pipe_from_files=False)
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -197,6 +197,8 @@ class Loader:
     cache_dir keeps remote shards (http(s)://, s3://) read whole on local
     disk for later epochs and processes; cache_size (bytes, 0: no limit)
     bounds it, least recently used shards deleted first.
+    pipe: commands read from an @FILE of spec or named by index are refused
+    unless allow_pipe_from_files (such files may come from anywhere).
     """
 
     def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
@@ -205,7 +207,7 @@ class Loader:
                  samples_per_epoch=None, image_size=224, crop="center",
                  prefetch=4, on_error="stop", shard_shuffle=True,
                  read_timeout_ms=0, retries=0, rank_batch_sizes=None,
-                 cache_dir=None, cache_size=0):
+                 cache_dir=None, cache_size=0, allow_pipe_from_files=False):
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
         if rank is None or world_size is None:
@@ -231,7 +233,8 @@ class Loader:
             rank_batch_sizes=None if rank_batch_sizes is None
             else [int(b) for b in rank_batch_sizes],
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
-            cache_size=int(cache_size))
+            cache_size=int(cache_size),
+            allow_pipe_from_files=bool(allow_pipe_from_files))
         self._open(int(epoch), 0)
 
     def _open(self, epoch, batches):

@@ -236,17 +236,20 @@ static PyObject *wds_py_url_list(const wds_url_list *l) {
 /* ---- expand -------------------------------------------------------------- */
 
 PyDoc_STRVAR(wds_py_expand_doc,
-             "expand(spec, max_urls=None) -> list[str]\n\n"
+             "expand(spec, max_urls=None, *, allow_pipe_from_files=False) "
+             "-> list[str]\n\n"
              "The shard URLs a spec expands to (braces, '::', @FILE, ${VAR}), "
-             "as `wds expand` prints them.");
+             "as `wds expand` prints them. pipe: commands read from an @FILE "
+             "are refused unless allow_pipe_from_files.");
 
 static PyObject *wds_py_expand(PyObject *self, PyObject *args,
                                PyObject *kwargs) {
   (void)self;
-  static char *kwlist[] = {"spec", "max_urls", NULL};
+  static char *kwlist[] = {"spec", "max_urls", "allow_pipe_from_files", NULL};
   PyObject *spec_obj, *max_obj = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:expand", kwlist,
-                                   &spec_obj, &max_obj))
+  int allow_pipe = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$p:expand", kwlist,
+                                   &spec_obj, &max_obj, &allow_pipe))
     return NULL;
   uint64_t max_urls;
   if (wds_py_size(max_obj, "max_urls", SIZE_MAX, &max_urls) < 0)
@@ -258,8 +261,10 @@ static PyObject *wds_py_expand(PyObject *self, PyObject *args,
   char err[1024];
   int rc;
   Py_BEGIN_ALLOW_THREADS;
-  rc = wds_spec_expand(PyBytes_AS_STRING(spec), (size_t)max_urls, &list, err,
-                       sizeof err);
+  const char *one = PyBytes_AS_STRING(spec);
+  rc = wds_spec_expand_flags(&one, 1, (size_t)max_urls,
+                             allow_pipe ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0,
+                             &list, err, sizeof err);
   Py_END_ALLOW_THREADS;
   Py_DECREF(spec);
   if (rc != WDS_OK)
@@ -305,16 +310,17 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
                            "retries",
                            "cache_dir",
                            "cache_size",
+                           "allow_pipe_from_files",
                            NULL};
   PyObject *spec_obj;
   PyObject *o_max_urls = Py_None, *o_buf = Py_None, *o_sample = Py_None,
            *o_fields = Py_None, *o_window = Py_None, *o_cdir = Py_None,
            *o_csize = Py_None;
-  int timeout_ms = 0, retries = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOiOiOO:Reader", kwlist,
+  int timeout_ms = 0, retries = 0, allow_pipe = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOiOiOOp:Reader", kwlist,
                                    &spec_obj, &o_max_urls, &o_buf, &o_sample,
                                    &o_fields, &timeout_ms, &o_window, &retries,
-                                   &o_cdir, &o_csize))
+                                   &o_cdir, &o_csize, &allow_pipe))
     return -1;
   if (self->r || self->busy) {
     PyErr_SetString(PyExc_RuntimeError, "Reader is already initialised");
@@ -342,6 +348,7 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
   if (wds_py_size(o_csize, "cache_size", UINT64_MAX, &v) < 0)
     return -1;
   cfg.cache_size = v;
+  cfg.allow_pipe_from_files = allow_pipe;
 
   /* spec: a str (or bytes) spec, or a list/tuple of URLs taken as is. */
   PyObject *spec = NULL, *urls = NULL, *cdir = NULL;
@@ -592,7 +599,8 @@ PyDoc_STRVAR(
     wds_py_reader_doc,
     "Reader(spec, *, max_urls=None, buffer_size_bytes=None, "
     "max_sample_bytes=None, max_fields=None, read_timeout_ms=0, "
-    "max_window_bytes=None, retries=0, cache_dir=None, cache_size=None)\n\n"
+    "max_window_bytes=None, retries=0, cache_dir=None, cache_size=None, "
+    "allow_pipe_from_files=False)\n\n"
     "Iterates the samples of a shard spec (a str, or a list of URLs taken as "
     "is) as dicts {'__key__': str, '__url__': str, EXT: bytes, ...}, the raw "
     "samples of Python webdataset. Options are those of wds_reader_config "
@@ -632,11 +640,11 @@ static void wds_py_index_dealloc(wds_py_index *self) {
 
 static int wds_py_index_init(wds_py_index *self, PyObject *args,
                              PyObject *kwargs) {
-  static char *kwlist[] = {"path", "samples", NULL};
+  static char *kwlist[] = {"path", "samples", "allow_pipe_from_files", NULL};
   PyObject *path_obj;
-  int samples = 1;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$p:Index", kwlist,
-                                   &path_obj, &samples))
+  int samples = 1, allow_pipe = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$pp:Index", kwlist,
+                                   &path_obj, &samples, &allow_pipe))
     return -1;
   PyObject *path = NULL;
   if (!PyUnicode_Check(path_obj) && !PyBytes_Check(path_obj)) {
@@ -654,7 +662,9 @@ static int wds_py_index_init(wds_py_index *self, PyObject *args,
   int rc;
   char msg[2048] = "";
   Py_BEGIN_ALLOW_THREADS;
-  rc = wds_index_load(PyBytes_AS_STRING(path), samples ? WDS_INDEX_SAMPLES : 0,
+  rc = wds_index_load(PyBytes_AS_STRING(path),
+                      (samples ? WDS_INDEX_SAMPLES : 0) |
+                          (allow_pipe ? WDS_INDEX_ALLOW_PIPE_FROM_FILES : 0),
                       &ix);
   if (rc != WDS_OK)
     snprintf(msg, sizeof msg, "%s", wds_open_error());
@@ -1731,6 +1741,7 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
                            "rank_batch_sizes",
                            "cache_dir",
                            "cache_size",
+                           "allow_pipe_from_files",
                            NULL};
   PyObject *spec_obj, *fields_obj,
       *o_seed = Py_None, *o_epoch = Py_None, *o_resume = Py_None,
@@ -1739,13 +1750,14 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
       *o_cdir = Py_None, *o_csize = Py_None;
   int mode = WDS_MODE_EXACT, rank = -1, world = -1, workers = 0, drop_last = 0,
       last_batch = -1, image_size = 224, crop = 0, on_error = 0,
-      shard_shuffle = 1, timeout_ms = 0, retries = 0;
+      shard_shuffle = 1, timeout_ms = 0, retries = 0, allow_pipe = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOO:_Loader", kwlist,
+          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOOp:_Loader", kwlist,
           &spec_obj, &fields_obj, &o_bs, &mode, &rank, &world, &workers,
           &o_seed, &o_epoch, &o_resume, &o_shuf, &o_index, &drop_last,
           &last_batch, &o_spe, &image_size, &crop, &o_prefetch, &on_error,
-          &shard_shuffle, &timeout_ms, &retries, &o_rbs, &o_cdir, &o_csize))
+          &shard_shuffle, &timeout_ms, &retries, &o_rbs, &o_cdir, &o_csize,
+          &allow_pipe))
     return -1;
   if (self->l || self->live) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
@@ -1819,6 +1831,7 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
     if (cfg.batch_size == 0)
       cfg.batch_size = 1; /* batch_size=None: the rank's entry */
   }
+  cfg.allow_pipe_from_files = allow_pipe;
 
   PyObject *fields = NULL, *spec = NULL, *index = NULL, *urls = NULL,
            *cdir = NULL;
