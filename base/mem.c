@@ -4,8 +4,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-void *wds__grow(void *buf, size_t *cap, size_t need, size_t elem_size,
-                size_t min_cap) {
+void *wds__grow_slow(void *buf, size_t *cap, size_t need, size_t elem_size,
+                     size_t min_cap) {
   if (need <= *cap)
     return buf;
   size_t c = *cap > min_cap ? *cap : (min_cap ? min_cap : 1);

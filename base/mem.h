@@ -10,8 +10,17 @@
  * appends cost amortised O(1). Returns buf itself when *cap already
  * suffices, NULL on allocation failure or overflow (buf is then unchanged
  * and still owned by the caller). */
-void *wds__grow(void *buf, size_t *cap, size_t need, size_t elem_size,
-                size_t min_cap);
+void *wds__grow_slow(void *buf, size_t *cap, size_t need, size_t elem_size,
+                     size_t min_cap);
+
+/* The common case, room enough, is inline: the reader grows its arrays
+ * several times per tar member. */
+static inline void *wds__grow(void *buf, size_t *cap, size_t need,
+                              size_t elem_size, size_t min_cap) {
+  if (need <= *cap)
+    return buf;
+  return wds__grow_slow(buf, cap, need, elem_size, min_cap);
+}
 
 /* The same for an array pointer updated in place: pbuf is its address
  * (T **). 0, or -1 on allocation failure or overflow (the array and *cap

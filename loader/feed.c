@@ -84,21 +84,36 @@ static int skip_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
   return WDS__SINK_SKIP;
 }
 
+/* Whether raw_copy keeps field f: read (not skipped) and wanted. */
+static int keep_field(const wds_loader *l, const wds_field *f) {
+  return !(!f->data && f->size_bytes) && wanted_ext(l, f->ext);
+}
+
+/* Fields whose keep flag and extension length raw_copy's first pass
+ * remembers for its second (the rest are worked out again). */
+#define RAW_KNOWN 64
+
 /* The raw sample of s: one block for the key, extensions and small fields'
  * data; the large fields' blocks (src->into, which the reader filled) are
  * taken over as they are. */
 static raw_sample *raw_copy(feed *src, const wds_sample *s) {
   const wds_loader *l = src->w->run->l;
-  size_t n = 0, bytes = strlen(s->key) + 1, data = 0, k = 0, all = 1;
+  size_t klen = strlen(s->key) + 1;
+  size_t n = 0, bytes = klen, data = 0, k = 0, all = 1;
+  uint64_t keep = 0; /* field i < RAW_KNOWN is kept */
+  size_t elens[RAW_KNOWN];
   for (size_t i = 0; i < s->field_count; i++) {
     const wds_field *f = &s->fields[i];
-    all += strlen(f->ext) + 2; /* all_exts: skipped fields are listed too */
-    if (!f->data && f->size_bytes)
-      continue; /* skipped: not wanted */
-    if (!wanted_ext(l, f->ext))
+    size_t elen = strlen(f->ext);
+    all += elen + 2; /* all_exts: skipped fields are listed too */
+    if (i < RAW_KNOWN)
+      elens[i] = elen;
+    if (!keep_field(l, f))
       continue;
+    if (i < RAW_KNOWN)
+      keep |= (uint64_t)1 << i;
     n++;
-    bytes += strlen(f->ext) + 1;
+    bytes += elen + 1;
     if (k < src->ninto && (const void *)f->data == src->into[k])
       k++;
     else
@@ -116,13 +131,12 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
   r->data_bytes = data;
   r->nfields = n;
   r->f = (raw_field *)(r + 1);
-  size_t klen = strlen(s->key) + 1;
   memcpy(p, s->key, klen);
   r->key = p;
   p += klen;
   r->all_exts = p;
   for (size_t i = 0; i < s->field_count; i++) {
-    size_t elen = strlen(s->fields[i].ext);
+    size_t elen = i < RAW_KNOWN ? elens[i] : strlen(s->fields[i].ext);
     if (i) {
       memcpy(p, ", ", 2);
       p += 2;
@@ -135,9 +149,9 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
   k = 0;
   for (size_t i = 0; i < s->field_count; i++) {
     const wds_field *f = &s->fields[i];
-    if ((!f->data && f->size_bytes) || !wanted_ext(l, f->ext))
+    if (i < RAW_KNOWN ? !(keep >> i & 1) : !keep_field(l, f))
       continue;
-    size_t elen = strlen(f->ext) + 1;
+    size_t elen = (i < RAW_KNOWN ? elens[i] : strlen(f->ext)) + 1;
     memcpy(p, f->ext, elen);
     r->f[j].ext = p;
     p += elen;
