@@ -793,6 +793,49 @@ TEST(output_is_independent_of_thread_timing) {
   shardset_free(&s);
 }
 
+/* Per-rank batch sizes with shards through `pipe:` commands that sleep
+ * different times: every rank's batches are those of the plain files. */
+TEST(rank_batch_sizes_independent_of_thread_timing) {
+  uint64_t counts[5] = {9, 14, 3, 11, 6};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 5, counts, -1), 0);
+  char *slow[5];
+  for (int i = 0; i < 5; i++) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "pipe:sleep 0.0%d; cat %s", (i * 53) % 90 + 10,
+             s.urls[i]);
+    slow[i] = strdup(cmd);
+  }
+  size_t sizes[3] = {7, 2, 4};
+  for (int mode = 1; mode < 3; mode++)
+    for (int rank = 0; rank < 3; rank++) {
+      wds_loader_config c = base_cfg(&s);
+      c.mode = (wds_mode)mode;
+      c.world_size = 3;
+      c.rank = rank;
+      c.workers = 3;
+      c.shuffle_buffer = 4;
+      c.seed = 11;
+      c.rank_batch_sizes = sizes;
+      c.rank_batch_size_count = 3;
+      c.samples_per_epoch = mode == WDS_MODE_RESAMPLED ? 20 : 0;
+      run_out a, b;
+      ASSERT_EQ_INT(run_cfg(&c, &a), WDS_OK);
+      c.urls = (const char *const *)slow;
+      c.prefetch_batches = 2;
+      ASSERT_EQ_INT(run_cfg(&c, &b), WDS_OK);
+      ASSERT_TRUE(a.n > 0);
+      ASSERT_EQ_U64(a.n, b.n);
+      ASSERT_EQ_U64(a.batches, mode == WDS_MODE_EXACT ? 4 : 5);
+      ASSERT_TRUE(memcmp(a.ids, b.ids, a.n * sizeof *a.ids) == 0);
+      out_free(&a);
+      out_free(&b);
+    }
+  for (int i = 0; i < 5; i++)
+    free(slow[i]);
+  shardset_free(&s);
+}
+
 TEST(assignment_changes_with_the_epoch) {
   uint64_t counts[12];
   for (int i = 0; i < 12; i++)
@@ -2051,6 +2094,7 @@ int main(void) {
   RUN(properties_rank_batch_sizes);
   RUN(rank_batch_sizes_errors);
   RUN(output_is_independent_of_thread_timing);
+  RUN(rank_batch_sizes_independent_of_thread_timing);
   RUN(assignment_changes_with_the_epoch);
   RUN(shuffle_positions_are_close_to_uniform);
   RUN(large_buffer_separates_neighbours);
