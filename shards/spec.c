@@ -1001,6 +1001,8 @@ static int expand_pattern(expander *x, const char *s, size_t n) {
       /* Replaced by the objects it lists, which may be many more. */
       x->url_bytes -= per_url;
       rc = wds__s3_list(url, add_listed, x, x->e);
+      if (rc == WDS_ERR_LIMIT)
+        wds__err_prefix(x->e, "%.300s", url);
       free(url);
       if (rc != WDS_OK)
         goto done;

@@ -19,6 +19,8 @@
 #     (NoSuchBucket), a glob matching nothing, missing credentials: exit 1
 #     and a message naming the cause and the s3:// URL, never the secret,
 #     and a 403 not retried;
+#   * a listing past --max-urls is refused; --cache-dir keeps s3:// shards,
+#     read again with the endpoint unreachable;
 #   * temporary credentials (AWS_SESSION_TOKEN) from moto's STS;
 #     AWS_ENDPOINT_URL_S3 wins over AWS_ENDPOINT_URL;
 #   * Python: wds.Loader over an s3:// glob equals the local run, and a
@@ -182,6 +184,19 @@ w manyp expand "$B/many/"
 same prefix_1001_nested_sorted want-manyp.urls manyp.out
 w nested expand "$B/many/*/u.tar"
 if [[ $RC == 0 && $(cat nested.out) == "$B/many/sub/u.tar" ]]; then ok glob_component; else bad glob_component "exit $RC" "$(head -3 nested.out nested.err)"; fi
+
+w manymax expand --max-urls 1000 "$B/many/t-*.tar"
+expect_rc listing_over_max_urls_exit 1 manymax
+has listing_over_max_urls_message manymax.err "$B/many/t-*.tar: the listing makes more than 1000 URLs"
+
+# -- the shard cache: s3:// shards kept, then read with the server unreachable --
+w cache1 ls --cache-dir cache "$B/train/s-*.tar"
+AWS_ENDPOINT_URL=http://127.0.0.1:1 w cache2 ls --cache-dir cache "$B/train/s-{00..03}.tar"
+if [[ $RC == 0 ]] && cmp -s locals.ls cache1.out && cmp -s locals.ls cache2.out; then
+  ok cache_serves_s3_shards
+else
+  bad cache_serves_s3_shards "exit $RC" "$(head -3 cache1.err cache2.err)"
+fi
 
 # -- errors --
 cp moto.log moto-before.log
