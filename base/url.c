@@ -1,7 +1,9 @@
 /* url.c — see url.h. */
 #include "base/url.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static int starts_with(const char *s, const char *prefix) {
   return strncmp(s, prefix, strlen(prefix)) == 0;
@@ -33,4 +35,474 @@ const char *wds__url_local_path(const char *url) {
   if (starts_with(url, "file://"))
     return file_path(url);
   return wds__url_has_scheme(url) ? NULL : url;
+}
+
+/* ---- shard identity ---- */
+
+static int lower_c(int c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+static int hexval(int c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
+static int unreserved(int c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/* A growing string; oom set once an allocation failed. */
+typedef struct sbuf {
+  char *p;
+  size_t n, cap;
+  int oom;
+} sbuf;
+
+static void sb_putn(sbuf *b, const char *s, size_t n) {
+  if (b->oom)
+    return;
+  if (b->n + n + 1 > b->cap) {
+    size_t cap = (b->n + n + 1) * 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = 1;
+      return;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = '\0';
+}
+
+static void sb_putc(sbuf *b, char c) { sb_putn(b, &c, 1); }
+
+/* The string (malloc'd), or NULL after an allocation failure. */
+static char *sb_take(sbuf *b) {
+  if (b->oom) {
+    free(b->p);
+    return NULL;
+  }
+  return b->p ? b->p : strdup("");
+}
+
+/* The %XX at s[i] of s[0..n) as a byte, or -1. */
+static int pct_at(const char *s, size_t n, size_t i) {
+  if (s[i] != '%' || i + 2 >= n)
+    return -1;
+  int h1 = hexval((unsigned char)s[i + 1]),
+      h2 = hexval((unsigned char)s[i + 2]);
+  return h1 < 0 || h2 < 0 ? -1 : h1 * 16 + h2;
+}
+
+/* s[0..n) with percent-encoding normalised: %XX of an unreserved character
+ * decoded, other %XX written with upper-case digits. */
+static void put_pct_normalised(sbuf *b, const char *s, size_t n) {
+  static const char hx[] = "0123456789ABCDEF";
+  for (size_t i = 0; i < n; i++) {
+    int c = pct_at(s, n, i);
+    if (c < 0) {
+      sb_putc(b, s[i]);
+    } else {
+      if (unreserved(c)) {
+        sb_putc(b, (char)c);
+      } else {
+        char e[3] = {'%', hx[c >> 4], hx[c & 15]};
+        sb_putn(b, e, 3);
+      }
+      i += 2;
+    }
+  }
+}
+
+/* s[0..n) percent-decoded (an S3 key from an https URL). */
+static void put_pct_decoded(sbuf *b, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    int c = pct_at(s, n, i);
+    sb_putc(b, c < 0 ? s[i] : (char)c);
+    if (c >= 0)
+      i += 2;
+  }
+}
+
+/* The path s[0..n) (empty, or starting with '/') with its "." and ".."
+ * segments removed as RFC 3986 5.2.4 does; "" becomes "/". */
+static void put_path_without_dots(sbuf *b, const char *s, size_t n) {
+  size_t start = b->n;
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1; /* s[i] == '/' */
+    while (j < n && s[j] != '/')
+      j++;
+    size_t seg = j - i - 1;
+    const char *sp = s + i + 1;
+    if (seg == 1 && sp[0] == '.') {
+      if (j == n)
+        sb_putc(b, '/');
+    } else if (seg == 2 && sp[0] == '.' && sp[1] == '.') {
+      /* drop the last segment written, with its '/' */
+      if (!b->oom) {
+        while (b->n > start && b->p[b->n - 1] != '/')
+          b->n--;
+        if (b->n > start)
+          b->n--;
+        if (b->p)
+          b->p[b->n] = '\0';
+      }
+      if (j == n)
+        sb_putc(b, '/');
+    } else {
+      sb_putn(b, s + i, j - i);
+    }
+    i = j;
+  }
+  if (!b->oom && b->n == start)
+    sb_putc(b, '/');
+}
+
+/* An AWS S3 https URL ("BUCKET.s3[.REGION].amazonaws.com/KEY",
+ * "BUCKET.s3-REGION.amazonaws.com/KEY", or the path style
+ * "s3[.REGION].amazonaws.com/BUCKET/KEY") as s3://BUCKET/KEY, its key
+ * percent-decoded, into b. host is lower-case, without a port; path has
+ * its dot segments removed. Returns 1, or 0 when it is not one. */
+static int aws_s3(sbuf *b, const char *host, size_t hn, const char *path,
+                  size_t pn) {
+  static const char tail[] = ".amazonaws.com";
+  size_t tl = sizeof tail - 1, rest, lab = 0;
+  if (hn <= tl || memcmp(host + hn - tl, tail, tl) != 0)
+    return 0;
+  rest = hn - tl; /* host[0..rest): "[BUCKET.]s3[.REGION]" or "s3-REGION" */
+  for (;;) {      /* the first label that is "s3" or starts with "s3-" */
+    size_t e = lab;
+    while (e < rest && host[e] != '.')
+      e++;
+    if (e - lab >= 2 && host[lab] == 's' && host[lab + 1] == '3' &&
+        (e - lab == 2 || host[lab + 2] == '-'))
+      break;
+    if (e >= rest)
+      return 0;
+    lab = e + 1;
+  }
+  if (pn < 2 || path[0] != '/')
+    return 0;
+  const char *bucket, *key;
+  size_t bn, kn;
+  if (lab > 0) { /* virtual-hosted */
+    bucket = host;
+    bn = lab - 1;
+    key = path + 1;
+    kn = pn - 1;
+  } else { /* path style */
+    bucket = path + 1;
+    const char *sl = memchr(bucket, '/', pn - 1);
+    if (!sl)
+      return 0;
+    bn = (size_t)(sl - bucket);
+    key = sl + 1;
+    kn = pn - 2 - bn;
+  }
+  if (bn == 0 || kn == 0)
+    return 0;
+  sb_putn(b, "s3://", 5);
+  sb_putn(b, bucket, bn);
+  sb_putc(b, '/');
+  put_pct_decoded(b, key, kn);
+  return 1;
+}
+
+/* The identity of a URL with a scheme (see url.h). */
+static char *scheme_identity(const char *url) {
+  sbuf b = {0};
+  const char *sep = strstr(url, "://"), *auth = sep + 3;
+  size_t sn = (size_t)(sep - url);
+  for (size_t i = 0; i < sn; i++)
+    sb_putc(&b, (char)lower_c((unsigned char)url[i]));
+  int http = b.p && strcmp(b.p, "http") == 0,
+      https = b.p && strcmp(b.p, "https") == 0;
+  if (b.p && strcmp(b.p, "s3") == 0) {
+    /* s3://BUCKET/KEY: the bucket lower-case, the key as it is (S3 keys
+     * are names, not paths: no dot-segment or percent rules apply) */
+    const char *k = auth + strcspn(auth, "/");
+    sb_putn(&b, "://", 3);
+    for (const char *p = auth; p < k; p++)
+      sb_putc(&b, (char)lower_c((unsigned char)*p));
+    sb_putn(&b, k, strlen(k));
+    return sb_take(&b);
+  }
+  if (!http && !https) {
+    sb_putn(&b, sep, strlen(sep));
+    return sb_take(&b);
+  }
+  sb_putn(&b, "://", 3);
+  const char *aend = auth + strcspn(auth, "/?#"), *host = auth;
+  for (const char *p = auth; p < aend; p++)
+    if (*p == '@')
+      host = p + 1;
+  sb_putn(&b, auth, (size_t)(host - auth)); /* userinfo@ as given */
+  size_t host_at = b.n;
+  /* host[:port]: lower-case, the scheme's default port (or an empty one)
+   * dropped */
+  const char *hend = aend, *colon = NULL;
+  for (const char *p = host; p < aend; p++)
+    if (*p == ':')
+      colon = p;
+    else if (*p == ']')
+      colon = NULL; /* inside an IPv6 literal */
+  if (colon) {
+    const char *port = colon + 1;
+    while (port + 1 < aend && *port == '0')
+      port++;
+    const char *dflt = http ? "80" : "443";
+    size_t pl = (size_t)(aend - port);
+    if (colon + 1 == aend ||
+        (pl == strlen(dflt) && memcmp(port, dflt, pl) == 0))
+      hend = colon;
+  }
+  for (const char *p = host; p < hend; p++)
+    sb_putc(&b, (char)lower_c((unsigned char)*p));
+  size_t hn = b.n - host_at;
+  /* the path: percent-encoding normalised, then dot segments removed */
+  const char *path = aend, *pend = path + strcspn(path, "?#");
+  sbuf pb = {0}, pd = {0};
+  put_pct_normalised(&pb, path, (size_t)(pend - path));
+  put_path_without_dots(&pd, pb.p ? pb.p : "", pb.n);
+  free(pb.p);
+  const char *query = *pend == '?' ? pend : NULL;
+  if (pb.oom || pd.oom || b.oom) {
+    free(pd.p);
+    free(b.p);
+    return NULL;
+  }
+  sbuf s3 = {0};
+  if (https && !query && host == auth &&
+      aws_s3(&s3, b.p + host_at, hn, pd.p, pd.n)) {
+    free(pd.p);
+    free(b.p);
+    return sb_take(&s3);
+  }
+  free(s3.p);
+  sb_putn(&b, pd.p, pd.n);
+  free(pd.p);
+  if (query)
+    put_pct_normalised(&b, query, strcspn(query, "#"));
+  return sb_take(&b);
+}
+
+/* A command split into words as /bin/sh splits a simple command: on blanks,
+ * '...' literal, "..." with \" \\ \$ \` escapes, \x outside quotes. Returns
+ * the count, or -1 when it is more than one simple command of plain words
+ * (a pipe, a redirection, $ or ` expansions, ;, &, parentheses, a comment)
+ * or has more than max words. store holds strlen(s) + max bytes. */
+static int split_words(const char *s, char **w, int max, char *store) {
+  int n = 0;
+  char *o = store;
+  const char *p = s;
+  for (;;) {
+    while (*p == ' ' || *p == '\t')
+      p++;
+    if (!*p)
+      return n;
+    if (n == max || *p == '#')
+      return -1;
+    w[n++] = o;
+    while (*p && *p != ' ' && *p != '\t') {
+      if (strchr("|&;<>()$`\n\r", *p))
+        return -1;
+      if (*p == '\'') {
+        const char *e = strchr(p + 1, '\'');
+        if (!e)
+          return -1;
+        memcpy(o, p + 1, (size_t)(e - p - 1));
+        o += e - p - 1;
+        p = e + 1;
+      } else if (*p == '"') {
+        for (p++; *p && *p != '"'; p++) {
+          if (*p == '$' || *p == '`')
+            return -1;
+          if (*p == '\\' && p[1] && strchr("\"\\$`", p[1]))
+            p++;
+          *o++ = *p;
+        }
+        if (*p != '"')
+          return -1;
+        p++;
+      } else if (*p == '\\') {
+        if (!p[1])
+          return -1;
+        *o++ = p[1];
+        p += 2;
+      } else {
+        *o++ = *p++;
+      }
+    }
+    *o++ = '\0';
+  }
+}
+
+static int one_of(const char *w, const char *const *list) {
+  for (; *list; list++)
+    if (strcmp(w, *list) == 0)
+      return 1;
+  return 0;
+}
+
+static int is_http_url(const char *u) {
+  return strncasecmp(u, "http://", 7) == 0 ||
+         strncasecmp(u, "https://", 8) == 0;
+}
+
+/* curl [OPTIONS] URL, writing the body to stdout. */
+static const char *curl_url(char **w, int n) {
+  static const char *const flags[] = {"--silent",         "--show-error",
+                                      "--location",       "--fail",
+                                      "--fail-with-body", "--insecure",
+                                      "--compressed",     "--no-progress-meter",
+                                      "--globoff",        "--http1.1",
+                                      "--http2",          "--ipv4",
+                                      "--ipv6",           NULL};
+  static const char *const with_arg[] = {"--retry",
+                                         "--retry-delay",
+                                         "--retry-max-time",
+                                         "--max-time",
+                                         "-m",
+                                         "--connect-timeout",
+                                         "--speed-limit",
+                                         "--speed-time",
+                                         "-Y",
+                                         "-y",
+                                         "--max-redirs",
+                                         NULL};
+  const char *url = NULL;
+  for (int i = 1; i < n; i++) {
+    const char *a = w[i];
+    if (strcmp(a, "--retry-all-errors") == 0 || one_of(a, flags))
+      continue;
+    if (one_of(a, with_arg)) {
+      if (++i >= n)
+        return NULL;
+      continue;
+    }
+    if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) && i + 1 < n &&
+        strcmp(w[i + 1], "-") == 0) {
+      i++;
+      continue;
+    }
+    if (strcmp(a, "-o-") == 0)
+      continue;
+    if (a[0] == '-' && a[1] && a[1] != '-') { /* -sSLf, -sLo - */
+      size_t k = 1;
+      while (a[k] && strchr("sSLfkg", a[k]))
+        k++;
+      if (a[k] == '\0')
+        continue;
+      if (a[k] == 'o' && ((a[k + 1] == '-' && !a[k + 2]) ||
+                          (!a[k + 1] && i + 1 < n && !strcmp(w[i + 1], "-")))) {
+        i += a[k + 1] ? 0 : 1;
+        continue;
+      }
+      return NULL;
+    }
+    if (a[0] == '-' || url || !is_http_url(a))
+      return NULL;
+    url = a;
+  }
+  return url;
+}
+
+/* wget [OPTIONS] -O - URL (the body to stdout). */
+static const char *wget_url(char **w, int n) {
+  static const char *const flags[] = {
+      "-q", "--quiet", "-nv", "--no-verbose", "--no-check-certificate", NULL};
+  const char *url = NULL;
+  int to_stdout = 0;
+  for (int i = 1; i < n; i++) {
+    const char *a = w[i];
+    if (one_of(a, flags))
+      continue;
+    if (!strcmp(a, "-O-") || !strcmp(a, "-qO-") ||
+        !strcmp(a, "--output-document=-")) {
+      to_stdout = 1;
+      continue;
+    }
+    if ((!strcmp(a, "-O") || !strcmp(a, "-qO") ||
+         !strcmp(a, "--output-document")) &&
+        i + 1 < n && !strcmp(w[i + 1], "-")) {
+      to_stdout = 1;
+      i++;
+      continue;
+    }
+    if (!strncmp(a, "--tries=", 8) || !strncmp(a, "--timeout=", 10))
+      continue;
+    if ((!strcmp(a, "-t") || !strcmp(a, "-T")) && ++i < n)
+      continue;
+    if (a[0] == '-' || url || !is_http_url(a))
+      return NULL;
+    url = a;
+  }
+  return to_stdout ? url : NULL;
+}
+
+/* aws s3 cp [OPTIONS] s3://BUCKET/KEY - */
+static const char *aws_url(char **w, int n) {
+  static const char *const flags[] = {"--quiet", "--no-progress",
+                                      "--only-show-errors", "--no-sign-request",
+                                      NULL};
+  static const char *const with_arg[] = {"--region", "--endpoint-url",
+                                         "--profile", NULL};
+  if (n < 5 || strcmp(w[1], "s3") != 0 || strcmp(w[2], "cp") != 0)
+    return NULL;
+  const char *pos[2];
+  int np = 0;
+  for (int i = 3; i < n; i++) {
+    if (one_of(w[i], flags))
+      continue;
+    if (one_of(w[i], with_arg)) {
+      if (++i >= n)
+        return NULL;
+      continue;
+    }
+    if ((w[i][0] == '-' && w[i][1]) || np == 2)
+      return NULL;
+    pos[np++] = w[i];
+  }
+  if (np != 2 || strncmp(pos[0], "s3://", 5) != 0 || strcmp(pos[1], "-") != 0)
+    return NULL;
+  return pos[0];
+}
+
+char *wds__url_pipe_source(const char *url) {
+  if (strncmp(url, "pipe:", 5) != 0)
+    return NULL;
+  const char *cmd = url + 5;
+  enum { MAX_WORDS = 32 };
+  char *w[MAX_WORDS];
+  char *store = malloc(strlen(cmd) + MAX_WORDS + 1);
+  if (!store)
+    return NULL;
+  int n = split_words(cmd, w, MAX_WORDS, store);
+  const char *found = NULL;
+  if (n >= 2) {
+    const char *prog = strrchr(w[0], '/') ? strrchr(w[0], '/') + 1 : w[0];
+    if (strcmp(prog, "curl") == 0)
+      found = curl_url(w, n);
+    else if (strcmp(prog, "wget") == 0)
+      found = wget_url(w, n);
+    else if (strcmp(prog, "aws") == 0)
+      found = aws_url(w, n);
+  }
+  char *out = found ? strdup(found) : NULL;
+  free(store);
+  return out;
+}
+
+char *wds__url_identity(const char *url) {
+  char *fetched = wds__url_pipe_source(url);
+  const char *u = fetched ? fetched : url;
+  char *id = wds__url_has_scheme(u) && !wds__url_local_path(u)
+                 ? scheme_identity(u)
+                 : strdup(u);
+  free(fetched);
+  return id;
 }

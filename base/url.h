@@ -19,4 +19,24 @@ int wds__url_has_scheme(const char *url);
 /* 1 for a file:// URL that names no local file (see above). */
 int wds__url_is_bad_file(const char *url);
 
+/* The URL a pipe: command only fetches: "pipe:curl -s URL" (-s -S -L -f
+ * and like flags, combined or not, "-o -"), "pipe:wget -q -O - URL",
+ * "pipe:aws s3 cp s3://B/K -", with the quoting webdataset users write
+ * ('URL', "URL"); malloc'd. NULL for anything else (a pipe, redirection,
+ * expansion, another program or option). */
+char *wds__url_pipe_source(const char *url);
+
+/* A shard's identity: the same string for every way of naming one remote
+ * shard, so an index made with one matches a loader given another
+ * (docs/architecture.md, "Shard identity"). A pipe: command that only
+ * fetches a URL is that URL; http(s) URLs are normalised: scheme and host
+ * lower-case, the default port dropped, "." and ".." path segments
+ * removed, percent-encoding normalised (%XX of an unreserved character
+ * decoded, other %XX upper-case), an empty path "/", the fragment dropped;
+ * an AWS S3 https URL (virtual-hosted or path style) is s3://BUCKET/KEY;
+ * s3:// has its bucket lower-case. Anything else (local paths, other
+ * commands) is returned as it is: local paths are resolved by the index
+ * (index_lookup.c). Malloc'd; NULL when out of memory. */
+char *wds__url_identity(const char *url);
+
 #endif

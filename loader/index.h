@@ -105,9 +105,11 @@ int wds__index_check_count(const char *url, uint64_t nsamples, wds__err *e);
 
 void wds__index_free(wds__index *ix);
 
-/* index_lookup.c, for the parser: the resolved path of an entry url (local
- * relative paths joined to dir, lexically normalised; remote urls as they
- * are), malloc'd or NULL when out of memory; and the permutation sorting
+/* index_lookup.c, for the parser: the resolved path of an entry url, its
+ * identity (local relative paths joined to dir, lexically normalised;
+ * remote urls and pipe: commands as wds__url_identity gives them, so
+ * "pipe:curl -s http://h/a.tar" and "http://H:80/./a.tar" are one shard),
+ * malloc'd or NULL when out of memory; and the permutation sorting
  * entries by url (by_path 0) or path (1), a repeated key being an error
  * naming both entries. */
 char *wds__index_resolve(const char *dir, const char *url);

@@ -59,10 +59,8 @@ static char *join_normalize(const char *dir, const char *path) {
 
 char *wds__index_resolve(const char *dir, const char *url) {
   const char *lp = wds__url_local_path(url);
-  if (!lp) {
-    char *s = strdup(url);
-    return s;
-  }
+  if (!lp)
+    return wds__url_identity(url); /* remote, pipe: (base/url.h) */
   return join_normalize(lp == url ? dir : NULL, lp);
 }
 
@@ -156,6 +154,9 @@ const char *wds_index_local_path(const char *url) {
 }
 
 char *wds_index_url_for(const char *url, const char *index_dir_real) {
+  char *fetched = wds__url_pipe_source(url);
+  if (fetched)
+    return fetched; /* the URL, not a command to run (base/url.h) */
   const char *lp = wds__url_local_path(url);
   if (!index_dir_real || !lp)
     return strdup(url);

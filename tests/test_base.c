@@ -293,6 +293,73 @@ TEST(url_to_path) {
 
 /* ---- rng ---- */
 
+/* One identity whatever scheme names a shard (base/url.h). */
+TEST(shard_identity) {
+  static const struct {
+    const char *url, *id;
+  } cases[] = {
+      {"http://host/a.tar", "http://host/a.tar"},
+      {"HTTP://Host.Example:80/a.tar", "http://host.example/a.tar"},
+      {"https://h:443/d/./x/../a.tar#frag", "https://h/d/a.tar"},
+      {"https://h:8443/a.tar", "https://h:8443/a.tar"},
+      {"http://h:080/a.tar", "http://h/a.tar"},
+      {"http://h", "http://h/"},
+      {"http://h/%7euser/a%2db%2fc%3F.tar?x=%2a&y=%7E",
+       "http://h/~user/a-b%2Fc%3F.tar?x=%2A&y=~"},
+      {"http://h/a/b/../../../a.tar", "http://h/a.tar"},
+      {"http://h/a.tar?sig=A..B/../C", "http://h/a.tar?sig=A..B/../C"},
+      {"http://User:Pw@H/a.tar", "http://User:Pw@h/a.tar"},
+      {"http://[::1]:80/a.tar", "http://[::1]/a.tar"},
+      {"http://[::1]/a.tar", "http://[::1]/a.tar"},
+      /* pipe: commands that only fetch a URL are that URL */
+      {"pipe:curl -s http://H/a.tar", "http://h/a.tar"},
+      {"pipe:curl -sL 'http://h/a b.tar'", "http://h/a b.tar"},
+      {"pipe:curl -f -s -S -L \"http://h:80/a.tar\"", "http://h/a.tar"},
+      {"pipe:curl --silent --location --retry 3 -o - http://h/a.tar",
+       "http://h/a.tar"},
+      {"pipe:/usr/bin/curl -fsSL http://h/a.tar", "http://h/a.tar"},
+      {"pipe:curl -sLo- http://h/a.tar", "http://h/a.tar"},
+      {"pipe:curl -s http\\://h/a.tar", "http://h/a.tar"},
+      {"pipe:wget -q -O - http://h/a.tar", "http://h/a.tar"},
+      {"pipe:wget -qO- https://h/a.tar", "https://h/a.tar"},
+      {"pipe:aws s3 cp s3://Bucket/k/a.tar -", "s3://bucket/k/a.tar"},
+      {"pipe:aws s3 cp --quiet s3://b/k/a.tar -", "s3://b/k/a.tar"},
+      /* AWS's https forms of an S3 object */
+      {"https://b.s3.amazonaws.com/k/a%20b.tar", "s3://b/k/a b.tar"},
+      {"https://b.s3.us-west-2.amazonaws.com/k/a.tar", "s3://b/k/a.tar"},
+      {"https://b.s3-eu-west-1.amazonaws.com/k/a.tar", "s3://b/k/a.tar"},
+      {"https://s3.us-west-2.amazonaws.com/b/k/a.tar", "s3://b/k/a.tar"},
+      {"https://my.bucket.s3.amazonaws.com/a.tar", "s3://my.bucket/a.tar"},
+      {"https://s3.amazonaws.com/b/k/a.tar?versionId=3",
+       "https://s3.amazonaws.com/b/k/a.tar?versionId=3"},
+      {"s3://b/k/./a%20.tar", "s3://b/k/./a%20.tar"},
+      /* not fetch-only commands, and other URLs: as they are */
+      {"pipe:curl -s http://h/a.tar | zcat",
+       "pipe:curl -s http://h/a.tar | zcat"},
+      {"pipe:curl -s http://h/a.tar > x", "pipe:curl -s http://h/a.tar > x"},
+      {"pipe:curl -s -d x http://h/a.tar", "pipe:curl -s -d x http://h/a.tar"},
+      {"pipe:curl -s http://h/a.tar http://h/b.tar",
+       "pipe:curl -s http://h/a.tar http://h/b.tar"},
+      {"pipe:curl -s $URL", "pipe:curl -s $URL"},
+      {"pipe:curl -s 'http://h/a.tar", "pipe:curl -s 'http://h/a.tar"},
+      {"pipe:wget -q http://h/a.tar", "pipe:wget -q http://h/a.tar"},
+      {"pipe:cat a.tar", "pipe:cat a.tar"},
+      {"pipe:curl -s ftp://h/a.tar", "pipe:curl -s ftp://h/a.tar"},
+      {"FTP://H/a.tar", "ftp://H/a.tar"},
+      {"a.tar", "a.tar"},
+      {"/d/../a.tar", "/d/../a.tar"},
+      {"-", "-"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *id = wds__url_identity(cases[i].url);
+    if (!id || strcmp(id, cases[i].id) != 0)
+      printf("  %s -> %s (want %s)\n", cases[i].url, id ? id : "NULL",
+             cases[i].id);
+    ASSERT_STREQ(id, cases[i].id);
+    free(id);
+  }
+}
+
 TEST(splitmix64_sequence) {
   /* The reference sequence of splitmix64 from seed 0 (Vigna's). */
   uint64_t s = 0;
@@ -335,6 +402,7 @@ int main(void) {
   RUN(size_grammar);
   RUN(topology_one_rule);
   RUN(url_to_path);
+  RUN(shard_identity);
   RUN(splitmix64_sequence);
   RUN(spec_expand_list);
   return test_summary();

@@ -84,6 +84,42 @@ TEST(string_escapes) {
   wds__index_free(&ix);
 }
 
+/* Remote shards are matched by identity (base/url.h): a pipe:curl form
+ * finds the http:// entry and the other way round. */
+TEST(remote_identity_lookup) {
+  const char *text = "{\"shardlist\": ["
+                     "{\"url\": \"http://h/a.tar\", \"nsamples\": 1},"
+                     "{\"url\": \"pipe:curl -s https://H:443/b.tar\", "
+                     "\"nsamples\": 2}]}";
+  wds__index ix;
+  wds__err e;
+  ASSERT_EQ_INT(wds__index_parse(text, strlen(text), "", &ix, &e), WDS_OK);
+  uint64_t n = 0;
+  ASSERT_EQ_INT(
+      wds__index_lookup(&ix, "pipe:curl -sL 'http://H:80/a.tar'", &n, &e),
+      WDS_OK);
+  ASSERT_EQ_U64(n, 1);
+  ASSERT_EQ_INT(
+      wds__index_lookup(&ix, "pipe:wget -qO- http://h/x/../a.tar", &n, &e),
+      WDS_OK);
+  ASSERT_EQ_U64(n, 1);
+  ASSERT_EQ_INT(wds__index_lookup(&ix, "https://h/b.tar", &n, &e), WDS_OK);
+  ASSERT_EQ_U64(n, 2);
+  ASSERT_EQ_INT(wds__index_lookup(&ix, "http://h/b.tar", &n, &e),
+                WDS_ERR_INVALID); /* another scheme: another server */
+  ASSERT_EQ_INT(
+      wds__index_lookup(&ix, "pipe:curl -s http://h/a.tar | cat", &n, &e),
+      WDS_ERR_INVALID);
+  ASSERT_CONTAINS(e.msg, "not in the index");
+  wds__index_free(&ix);
+  /* two urls of one shard are one entry too many */
+  text = "{\"shardlist\": [{\"url\": \"http://h/a.tar\", \"nsamples\": 1},"
+         "{\"url\": \"pipe:curl -s http://h/a.tar\", \"nsamples\": 1}]}";
+  ASSERT_EQ_INT(wds__index_parse(text, strlen(text), "", &ix, &e),
+                WDS_ERR_FORMAT);
+  ASSERT_CONTAINS(e.msg, "are the same file \"http://h/a.tar\"");
+}
+
 TEST(relative_paths) {
   char dir[128], sub[160], path[192], text[1024];
   snprintf(dir, sizeof dir, "%s/idx", tmpdir);
@@ -656,6 +692,7 @@ int main(void) {
   RUN(valid_index);
   RUN(string_escapes);
   RUN(relative_paths);
+  RUN(remote_identity_lookup);
   RUN(stale_detection);
   RUN(load_errors);
   RUN(bad_json);

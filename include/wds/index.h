@@ -11,8 +11,12 @@
  *         ...]},
  *      ...]}
  *
- * url: the shard as given to `wds index`; a relative local path is relative
- * to the directory holding the index file. nsamples: the samples the reader
+ * url: the shard as given to `wds index` (a pipe: command that only fetches
+ * a URL, "pipe:curl -s URL", is recorded as that URL); a relative local path
+ * is relative to the directory holding the index file. Lookups match a
+ * shard by its identity, whatever scheme names it: an index of http:// URLs
+ * serves a loader given the same shards as pipe:curl commands, and the
+ * other way round (wds_index_lookup). nsamples: the samples the reader
  * yields. filesize: the file's size in bytes (absent or null for pipe: and
  * remote URLs). tar_bytes: the size of the decompressed tar stream. In
  * samples, each field maps its extension to [OFFSET, SIZE]: the offset of
@@ -100,8 +104,10 @@ WDS_API int wds_index_shard_info(const wds_index *ix, size_t i,
                                  wds_index_shard *out);
 
 /* Finds the shard for a URL of a spec: matched against each url exactly,
- * then against the resolved paths (so "./a.tar", "file:///d/a.tar" and
- * "/d/a.tar" find the same entry). For a local file with a recorded
+ * then by identity (so "./a.tar", "file:///d/a.tar" and "/d/a.tar" find the
+ * same entry, and so do "http://H:80/a.tar", "pipe:curl -sL 'http://h/a.tar'"
+ * and "pipe:wget -qO- http://h/a.tar"; docs/architecture.md, "Shard
+ * identity"). For a local file with a recorded
  * filesize, the file's current size is compared: a difference is
  * WDS_ERR_CORRUPT ("URL: stale index: the shard was N bytes, is M"). Not
  * listed: WDS_ERR_INVALID. The message is in wds_index_error(). */
@@ -121,8 +127,9 @@ WDS_API const char *wds_index_local_path(const char *url);
 /* The url an index in the canonical directory index_dir_real (as realpath
  * gives it) records for a shard URL: a local path made relative to that
  * directory ("a.tar", "sub/a.tar", "../a.tar"), so index and shards can be
- * moved together; the URL as given when it is not local, cannot be
- * resolved, or index_dir_real is NULL. Malloc'd (free()); NULL when out of
+ * moved together; the URL a fetch-only pipe: command fetches
+ * ("pipe:curl -s URL": URL); the URL as given when it is not local, cannot
+ * be resolved, or index_dir_real is NULL. Malloc'd (free()); NULL when out of
  * memory. */
 WDS_API char *wds_index_url_for(const char *url, const char *index_dir_real);
 

@@ -8,6 +8,10 @@
 #     a redirect), and one connection serves all shards (nginx's log:
 #     $connection / $connection_requests);
 #   * `wds batches` in exact mode over http:// equals the local run;
+#   * one shard identity: an index made over http:// serves pipe:curl and
+#     pipe:wget URLs (quoted, with -sL/-fsSL/-o -, an upper-case scheme, dot
+#     segments), an index made over pipe:curl records the URLs and serves
+#     http://; a shard on another port is not in the index;
 #   * 404, 500 and an HTML page served as a shard: the message names the
 #     status (or says it is HTML) and the URL, exit status 1; 5xx is retried
 #     --retries times, 404 is not;
@@ -189,6 +193,46 @@ if [[ $RC == 0 ]] && cmp -s local.batches b.out && [[ $(npy_sum save-local) == "
 else
   bad batches_exact_http_equals_local "exit $RC" "$(head -3 b.err)" "$(diff local.batches b.out | head -3)"
 fi
+
+# -- one shard identity across schemes (docs/architecture.md) --
+# An index made over http:// serves a loader given the same shards as
+# pipe:curl commands (the forms webdataset users write) and spellings of the
+# URL that differ only in case, default port, dot segments; an index made
+# over pipe:curl records the URLs (no command) and serves http://.
+w ixh index -o ix-http.json "${HTTP_URLS[@]}"
+expect_rc index_over_http_exit 0 ixh
+HP=127.0.0.1:$PORT
+PIPE_URLS=("pipe:curl -s $BASE/s-00.tar" "pipe:curl -sL '$BASE/s-01.tar'"
+  "pipe:curl -f -s -S -L \"$BASE/s-02.tar\"" "pipe:wget -q -O - $BASE/s-03.tar"
+  "pipe:curl --silent --location -o - HTTP://$HP/./z-0.tar.zst" "pipe:curl -fsSL http://$HP/x/../z-1.tar.zst")
+w pipeix batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
+  --index ix-http.json --save save-pipeix "${PIPE_URLS[@]}"
+if [[ $RC == 0 ]] && cmp -s local.batches pipeix.out && [[ $(npy_sum save-local) == "$(npy_sum save-pipeix)" ]]; then
+  ok http_index_serves_pipe_curl_urls
+else
+  bad http_index_serves_pipe_curl_urls "exit $RC" "$(head -3 pipeix.err)" "$(diff local.batches pipeix.out | head -3)"
+fi
+w pipesum ls --summary --index ix-http.json "${PIPE_URLS[@]}"
+if [[ $RC == 0 ]] && grep -q "$total" pipesum.out; then ok http_index_summary_of_pipe_urls; else bad http_index_summary_of_pipe_urls "exit $RC" "$(head -3 pipesum.err)"; fi
+w ixp index --name pipes -o ix-pipe.json "${PIPE_URLS[@]}"
+if [[ $RC == 0 ]] && ! grep -q 'pipe:' ix-pipe.json && grep -qF "\"url\": \"$BASE/s-01.tar\"" ix-pipe.json; then
+  ok index_over_pipe_curl_records_urls
+else
+  bad index_over_pipe_curl_records_urls "exit $RC" "$(head -c 300 ix-pipe.json)" "$(head -3 ixp.err)"
+fi
+w httpix batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
+  --index ix-pipe.json --save save-httpix "${HTTP_URLS[@]}"
+if [[ $RC == 0 ]] && cmp -s local.batches httpix.out && [[ $(npy_sum save-local) == "$(npy_sum save-httpix)" ]]; then
+  ok pipe_curl_index_serves_http_urls
+else
+  bad pipe_curl_index_serves_http_urls "exit $RC" "$(head -3 httpix.err)"
+fi
+# a shard the index does not hold (another port: another server) is refused
+dead=$("$PYTHON3" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+w mism batches --mode exact --decode bin,cls --index ix-http.json \
+  "pipe:curl -s http://127.0.0.1:$dead/s-00.tar" "${HTTP_URLS[@]:1}"
+expect_rc mismatching_index_refused 1 mism
+has mismatching_index_names_url mism.err "pipe:curl -s http://127.0.0.1:$dead/s-00.tar: not in the index"
 
 # -- HTTP errors --
 : >access.log
