@@ -10,7 +10,11 @@
 #      issue 15 asks wds >= 0.8 of curl;
 #   2. 1,000 small shards (10 samples of 1 KiB each): `wds bench URLS`
 #      (in process, connections reused) against `wds bench 'pipe:curl -s
-#      URL'...` (one curl process per shard, the way before), as shards/s.
+#      URL'...` (one curl process per shard, the way before), as shards/s;
+#   3. the shard cache (--cache-dir) on the big shards: epoch 1 filling an
+#      empty cache against the same read without a cache (the cost of
+#      writing it), and epoch 2 read from the cache against the local files
+#      (`wds bench DATA/big/...`), as MB/s.
 # Needs a Release build (scripts/setup.sh build-rel -DWDS_WITH_CUDA=OFF),
 # nginx and curl.
 set -euo pipefail
@@ -76,6 +80,12 @@ big=()
 for _ in 1 2 3 4; do # each shard 4 times: longer runs, less noise
   for i in 0 1 2 3 4 5 6 7; do big+=("$B/big/b-$i.tar"); done
 done
+once=()
+local=()
+for i in 0 1 2 3 4 5 6 7; do once+=("$B/big/b-$i.tar"); done
+for _ in 1 2 3 4; do
+  for i in 0 1 2 3 4 5 6 7; do local+=("$DATA/big/b-$i.tar"); done
+done
 small=()
 pipes=()
 for i in $(seq -f %04g 0 999); do
@@ -89,8 +99,13 @@ for r in $(seq "$RUNS"); do
   w=$(secs "$WDS" bench "${big[@]}")
   hs=$(secs "$WDS" bench "${small[@]}")
   ps=$(secs "$WDS" bench "${pipes[@]}")
-  echo "$c $w $hs $ps" >>"$TMP/r"
-  printf 'run %d: big curl %.3f s, wds %.3f s; 1000 small: in process %.3f s, pipe:curl %.3f s\n' "$r" "$c" "$w" "$hs" "$ps"
+  rm -rf "$TMP/cache"
+  nf=$(secs "$WDS" bench "${once[@]}")
+  cf=$(secs "$WDS" bench --cache-dir "$TMP/cache" "${once[@]}")
+  lo=$(secs "$WDS" bench "${local[@]}")
+  ch=$(secs "$WDS" bench --cache-dir "$TMP/cache" "${big[@]}")
+  echo "$c $w $hs $ps $nf $cf $lo $ch" >>"$TMP/r"
+  printf 'run %d: big curl %.3f s, wds %.3f s; 1000 small: in process %.3f s, pipe:curl %.3f s; cache: fill %.3f s (none %.3f s), hits %.3f s (local %.3f s)\n' "$r" "$c" "$w" "$hs" "$ps" "$cf" "$nf" "$ch" "$lo"
 done
 med() { awk -v k="$1" '{print $k}' "$TMP/r" | bench_median; }
 c=$(med 1) w=$(med 2) hs=$(med 3) ps=$(med 4)
@@ -98,3 +113,8 @@ printf 'big shards (%d MB read): curl %.0f MB/s, wds over http %.0f MB/s: wds/cu
   $((mb / 1000000)) "$(echo "$mb / $c / 1000000" | bc -l)" "$(echo "$mb / $w / 1000000" | bc -l)" "$(echo "$c / $w" | bc -l)"
 printf '1000 small shards: in process %.0f shards/s, pipe:curl %.0f shards/s: %.1fx\n' \
   "$(echo "1000 / $hs" | bc -l)" "$(echo "1000 / $ps" | bc -l)" "$(echo "$ps / $hs" | bc -l)"
+nf=$(med 5) cf=$(med 6) lo=$(med 7) ch=$(med 8)
+printf 'cache, epoch 1 (%d MB): without %.0f MB/s, filling --cache-dir %.0f MB/s: %.2f\n' \
+  $((mb / 4000000)) "$(echo "$mb / 4 / $nf / 1000000" | bc -l)" "$(echo "$mb / 4 / $cf / 1000000" | bc -l)" "$(echo "$nf / $cf" | bc -l)"
+printf 'cache, epoch 2 (%d MB): local files %.0f MB/s, from --cache-dir %.0f MB/s: %.2f\n' \
+  $((mb / 1000000)) "$(echo "$mb / $lo / 1000000" | bc -l)" "$(echo "$mb / $ch / 1000000" | bc -l)" "$(echo "$lo / $ch" | bc -l)"
