@@ -16,7 +16,9 @@ enum {
   WDS__STREAM_SHARDS = 1,   /* epoch shard permutation (same on all ranks) */
   WDS__STREAM_RESAMPLE = 2, /* resampled shard draws per worker */
   WDS__STREAM_SHUFFLE = 3,  /* shuffle buffer per worker */
-  WDS__STREAM_AUGMENT = 4   /* per-sample crop and flip */
+  WDS__STREAM_AUGMENT = 4,  /* per-sample crop and flip */
+  WDS__STREAM_MIX = 5,      /* resampled mode: each sample's source */
+  WDS__STREAM_SOURCE = 6    /* a mixed source's seed (by its index) */
 };
 
 typedef struct wds__rng {

@@ -41,13 +41,15 @@ int wds__slot_init(const wds__collate *c, slot *s, int index, wds__err *e) {
   s->offsets = calloc(c->nfields, sizeof *s->offsets);
   s->keys = calloc(bs, sizeof *s->keys);
   s->urls = calloc(bs, sizeof *s->urls);
+  s->sources = calloc(bs, sizeof *s->sources);
   s->valid = calloc(bs, 1);
   s->key_off = calloc(bs, sizeof *s->key_off);
-  if (!s->bf || !s->buf || !s->offsets || !s->keys || !s->urls || !s->valid ||
-      !s->key_off)
+  if (!s->bf || !s->buf || !s->offsets || !s->keys || !s->urls || !s->sources ||
+      !s->valid || !s->key_off)
     return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
   s->batch.keys = (const char *const *)s->keys;
   s->batch.urls = s->urls;
+  s->batch.sources = s->sources;
   s->batch.valid = s->valid;
   s->batch.fields = s->bf;
   s->batch.field_count = c->nfields;
@@ -79,6 +81,7 @@ void wds__slot_free(const wds__collate *c, slot *s) {
   free(s->offsets);
   free(s->keys);
   free(s->urls);
+  free(s->sources);
   free(s->valid);
   free(s->key_off);
   free(s->key_arena);
@@ -170,6 +173,7 @@ int wds__batch_assign(const wds__collate *c, slot *s, filling *fl,
   if (key_append(s, row, r ? r->key : "") != 0)
     return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
   s->urls[row] = r ? c->urls[r->shard] : "";
+  s->sources[row] = r && c->shard_source ? c->shard_source[r->shard] : 0;
   s->valid[row] = (uint8_t)valid;
   if (!valid)
     atomic_fetch_add_explicit(c->fill_rows, 1, memory_order_relaxed);
@@ -263,6 +267,7 @@ static int pad_batch(const wds__collate *c, slot *s, filling *fl, wds__err *e) {
                       s->key_off[src]) != 0)
       return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
     s->urls[row] = s->urls[src];
+    s->sources[row] = s->sources[src];
     s->valid[row] = 0;
     atomic_fetch_add_explicit(c->fill_rows, 1, memory_order_relaxed);
     for (size_t i = 0; i < c->nfields; i++) {

@@ -21,6 +21,8 @@ static void *count_main(void *arg) {
   wds_loader *l = c->l;
   for (size_t s = (size_t)c->index; s < l->urls.count && c->status == WDS_OK;
        s += (size_t)c->threads) {
+    if (l->src[l->shard_source[s]].index_path)
+      continue; /* its source's index gives it */
     wds_reader *rd;
     if (wds__open_shard_reader(l, s, &rd) != WDS_OK) {
       if (l->cfg.on_error == WDS_ON_ERROR_STOP) {
@@ -92,7 +94,7 @@ static int check_total(wds_loader *l) {
           "exact mode: the counts from %s add up to more than %llu samples "
           "at %.300s (%llu samples), more than any data set holds (a "
           "sample takes at least 512 bytes of tar: 2^64 bytes in all)",
-          wds__count_source(l, from, sizeof from),
+          wds__count_source(l, s, from, sizeof from),
           (unsigned long long)WDS__INDEX_MAX_SAMPLES, l->urls.urls[s],
           (unsigned long long)l->counts[s]);
     total += l->counts[s];
@@ -108,7 +110,8 @@ static int check_total(wds_loader *l) {
  * with any count that is too small. */
 static int check_empty_shards(wds_loader *l) {
   for (size_t s = 0; s < l->urls.count; s++) {
-    if (l->counts[s] != 0)
+    const char *index_path = l->src[l->shard_source[s]].index_path;
+    if (l->counts[s] != 0 || !index_path)
       continue;
     const char *url = l->urls.urls[s];
     char msg[WDS__ERR_SIZE];
@@ -129,13 +132,13 @@ static int check_empty_shards(wds_loader *l) {
                  "index %.300s: %.400s: the index gives 0 samples, but the "
                  "shard has %s%llu: they would never be read (re-run wds "
                  "index)",
-                 l->cfg.index_path, url, st == WDS_EOF ? "" : "at least ",
+                 index_path, url, st == WDS_EOF ? "" : "at least ",
                  (unsigned long long)n);
       else if (st != WDS_EOF)
         snprintf(msg, sizeof msg,
                  "index %.300s gives 0 samples, and the shard cannot be read "
                  "to check: %.600s",
-                 l->cfg.index_path, wds_reader_error(rd));
+                 index_path, wds_reader_error(rd));
       wds_reader_close(rd);
     }
     if (st == WDS_EOF && n == 0)
@@ -152,30 +155,45 @@ int wds__load_counts(wds_loader *l) {
   l->counts = calloc(l->urls.count ? l->urls.count : 1, sizeof *l->counts);
   if (!l->counts)
     return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
-  if (!l->cfg.index_path) {
-    int rc = count_shards(l);
-    return rc == WDS_OK ? check_total(l) : rc;
+  int counted = 0, indexed = 0;
+  for (size_t s = 0; s < l->nsrc; s++) {
+    if (l->src[s].index_path)
+      indexed = 1;
+    else
+      counted = 1;
   }
-  wds__index ix;
-  wds__err e;
+  if (counted) {
+    int rc = count_shards(l);
+    if (rc != WDS_OK)
+      return rc;
+  }
   /* An index is untrusted: its counts are checked against its own
    * "samples" lists and tar_bytes, against each shard file, and summed
-   * with an overflow check; a shard it says is empty is read. */
-  unsigned flags = WDS__INDEX_COUNT_SAMPLES;
-  if (l->cfg.allow_pipe_from_files)
-    flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
-  int rc = wds__index_load_flags(l->cfg.index_path, flags, &ix, &e);
-  if (rc != WDS_OK)
-    return wds__open_fail(rc, "%s", e.msg);
-  for (size_t s = 0; s < l->urls.count && rc == WDS_OK; s++) {
-    rc = wds__index_lookup(&ix, l->urls.urls[s], &l->counts[s], &e);
-    if (rc == WDS_OK)
-      rc = wds__index_check_count(l->urls.urls[s], l->counts[s], &e);
+   * with an overflow check; a shard it says is empty is read. Each source
+   * has its own (or is counted). */
+  for (size_t src = 0; src < l->nsrc; src++) {
+    const wds__source *so = &l->src[src];
+    if (!so->index_path)
+      continue;
+    wds__index ix;
+    wds__err e;
+    unsigned flags = WDS__INDEX_COUNT_SAMPLES;
+    if (l->cfg.allow_pipe_from_files)
+      flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
+    int rc = wds__index_load_flags(so->index_path, flags, &ix, &e);
+    if (rc != WDS_OK)
+      return wds__open_fail(rc, "%s", e.msg);
+    for (size_t s = so->first; s < so->first + so->count && rc == WDS_OK; s++) {
+      rc = wds__index_lookup(&ix, l->urls.urls[s], &l->counts[s], &e);
+      if (rc == WDS_OK)
+        rc = wds__index_check_count(l->urls.urls[s], l->counts[s], &e);
+    }
+    wds__index_free(&ix);
+    if (rc != WDS_OK)
+      return wds__open_fail(rc, "index %s: %s", so->index_path, e.msg);
   }
-  wds__index_free(&ix);
-  if (rc != WDS_OK)
-    return wds__open_fail(rc, "index %s: %s", l->cfg.index_path, e.msg);
-  if ((rc = check_total(l)) != WDS_OK)
+  int rc = check_total(l);
+  if (rc != WDS_OK || !indexed)
     return rc;
   return check_empty_shards(l);
 }

@@ -249,10 +249,12 @@ static int feed_open(feed *src, size_t shard, uint64_t begin, uint64_t end,
   return 0;
 }
 
-const char *wds__count_source(const wds_loader *l, char *buf, size_t n) {
-  if (!l->cfg.index_path)
+const char *wds__count_source(const wds_loader *l, size_t shard, char *buf,
+                              size_t n) {
+  const char *ix = l->src[l->shard_source[shard]].index_path;
+  if (!ix)
     return "the counting pass";
-  snprintf(buf, n, "the index %.300s", l->cfg.index_path);
+  snprintf(buf, n, "the index %.300s", ix);
   return buf;
 }
 
@@ -285,7 +287,7 @@ static int feed_check_end(feed *src, item **fatal) {
              "sample \"%s\" and later are not read",
              l->urls.urls[src->shard],
              (unsigned long long)l->counts[src->shard],
-             wds__count_source(l, from, sizeof from),
+             wds__count_source(l, src->shard, from, sizeof from),
              more == WDS_EOF ? "" : "at least ", (unsigned long long)n, key);
   } else
     snprintf(msg, sizeof msg, "%s", wds_reader_error(src->rd));
@@ -299,7 +301,7 @@ static int feed_pull(feed *src, raw_sample **out, item **fatal) {
   worker *w = src->w;
   run *rn = w->run;
   wds_loader *l = rn->l;
-  const wds__worker_plan *wp = &rn->plan.w[w->index];
+  const wds__worker_plan *wp = src->wp;
   *out = NULL;
   for (;;) {
     if (src->holes > 0) {
@@ -312,7 +314,7 @@ static int feed_pull(feed *src, raw_sample **out, item **fatal) {
       return 0;
     if (!src->rd) {
       if (l->cfg.mode == WDS_MODE_RESAMPLED) {
-        uint64_t limit = 2 * (uint64_t)l->urls.count + 100;
+        uint64_t limit = 2 * (uint64_t)src->count + 100;
         if (src->empty_draws >= limit) {
           char msg[WDS__ERR_SIZE];
           snprintf(msg, sizeof msg,
@@ -323,7 +325,8 @@ static int feed_pull(feed *src, raw_sample **out, item **fatal) {
           *fatal = wds__error_item(l->nfields, WDS_ERR_CORRUPT, msg);
           return -1;
         }
-        size_t shard = (size_t)wds__rng_below(&src->draw, l->urls.count);
+        size_t shard =
+            src->first + (size_t)wds__rng_below(&src->draw, src->count);
         if (feed_open(src, shard, 0, WDS__TO_END, fatal) != 0)
           return -1;
       } else {
@@ -390,7 +393,7 @@ static int feed_pull(feed *src, raw_sample **out, item **fatal) {
                "%.500s: ended after %llu samples, but %s promised %llu",
                l->urls.urls[src->shard],
                (unsigned long long)(src->before + src->got),
-               wds__count_source(l, from, sizeof from),
+               wds__count_source(l, src->shard, from, sizeof from),
                (unsigned long long)l->counts[src->shard]);
       if (read_error(src, WDS_ERR_TRUNCATED, msg, fatal))
         return -1;
@@ -404,13 +407,17 @@ nomem:
   return -1;
 }
 
-void wds__feed_init(feed *src, worker *w) {
+void wds__feed_init(feed *src, worker *w, size_t s,
+                    const wds__worker_plan *wp) {
   run *rn = w->run;
   wds_loader *l = rn->l;
   memset(src, 0, sizeof *src);
   src->w = w;
+  src->wp = wp;
+  src->first = l->src[s].first;
+  src->count = l->src[s].count;
   wds__rng_init(&src->draw,
-                wds__rng_key(l->cfg.seed, WDS__STREAM_RESAMPLE, rn->epoch,
+                wds__rng_key(l->src[s].seed, WDS__STREAM_RESAMPLE, rn->epoch,
                              (uint64_t)l->pin.rank, (uint64_t)w->index));
 }
 

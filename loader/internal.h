@@ -20,6 +20,8 @@
  *   queue.c    the bounded per-worker queues (chunked hand-off)
  *   items.c    recycled blocks (per worker pools) and items
  *   count.c    exact mode's per-shard counts: the index, or a counting pass
+ *   mix.c      several sources: their URLs, exact mode's per-source plans,
+ *              a worker's feeds (one per source) and the choice between them
  *
  * Threads, locks and invariants are described in loader.c. */
 #ifndef WDS_LOADER_INTERNAL_H
@@ -118,6 +120,7 @@ typedef struct slot {
   uint64_t **offsets; /* per field (VARIABLE rows), batch_size + 1 */
   char **keys;
   const char **urls;
+  uint32_t *sources;
   uint8_t *valid;
   char *key_arena;
   size_t key_len, key_cap;
@@ -152,6 +155,7 @@ typedef struct wds__collate {
   void *skip_ctx;
   atomic_uint_fast64_t *fill_rows;  /* stats: invalid rows */
   atomic_uint_fast64_t *pool_bytes; /* stats: slot memory */
+  const uint32_t *shard_source;     /* each shard's source, or NULL: 0 */
 } wds__collate;
 
 /* ---- recycled blocks ---- */
@@ -216,8 +220,10 @@ typedef struct copy_job {
 struct run {
   wds_loader *l;
   uint64_t epoch;
-  uint64_t skip; /* rank items to discard (resume) */
-  wds__epoch_plan plan;
+  uint64_t skip;          /* rank items to discard (resume) */
+  wds__epoch_plan plan;   /* mixed: the sums over the sources (quotas) */
+  wds__epoch_plan *splan; /* mixed exact mode: each source's plan, its
+                             pieces naming shards of l->urls; else NULL */
   worker *w;
   pthread_t collator;
   int collator_started;
@@ -235,12 +241,28 @@ struct run {
                 before posting the end: read after popping it) */
 };
 
+/* One source of the loader's shards (mix.c): urls[first, first + count).
+ * A loader without sources has one, all of its shards. */
+typedef struct wds__source {
+  size_t first, count;
+  char *index_path; /* owned; NULL: counted */
+  double weight, proportion, repeat;
+  uint64_t total; /* exact: its samples (T_s) */
+  uint64_t n;     /* exact: its samples per epoch (n_s) */
+  uint64_t seed;  /* its plan's and draws' seed (source 0: the config's) */
+} wds__source;
+
 struct wds_loader {
   wds_loader_config cfg;
   char *spec_copy, *index_copy;
   size_t *rank_bs; /* copy of cfg.rank_batch_sizes, or NULL */
   wds_url_list urls;
   uint64_t *counts;
+  wds__source *src; /* [nsrc] */
+  size_t nsrc;
+  int mixed;              /* the plan and the feeds go through mix.c */
+  uint32_t *shard_source; /* [urls.count] */
+  double *mix_cum;        /* resampled: cumulative weights, [nsrc] */
   wds__plan_input pin;
   out_field *fields;
   size_t nfields;
@@ -404,6 +426,8 @@ void wds__queue_wake(queue *q); /* wakes every waiter (abort) */
 
 typedef struct feed {
   worker *w;
+  const wds__worker_plan *wp; /* its pieces (plain, exact) */
+  size_t first, count;        /* resampled: the shards it draws from */
   wds_reader *rd;
   size_t piece;  /* next piece (plain, exact) */
   size_t shard;  /* shard being read */
@@ -427,8 +451,9 @@ typedef struct feed {
   char last_err[WDS__ERR_SIZE];
 } feed;
 
-/* Worker w's feed for the run's epoch. */
-void wds__feed_init(feed *src, worker *w);
+/* Worker w's feed for the run's epoch (of source s's shards, reading wp's
+ * pieces; source 0 and the run's plan without a mix). */
+void wds__feed_init(feed *src, worker *w, size_t s, const wds__worker_plan *wp);
 
 /* Next raw sample (wds__sample_pull): *out set, or NULL at the end.
  * Returns -1 with src->fatal set when the worker must stop. */
@@ -444,8 +469,43 @@ void wds__feed_close(feed *src); /* closes the open reader, if any */
  * loader's limits, and reads that its wake token interrupts. */
 int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out);
 
-/* Where the exact mode's counts came from, for messages. */
-const char *wds__count_source(const wds_loader *l, char *buf, size_t n);
+/* Where the exact mode's count of a shard came from, for messages. */
+const char *wds__count_source(const wds_loader *l, size_t shard, char *buf,
+                              size_t n);
+
+/* ---- mix.c: sources ---- */
+
+/* A worker's sample feeds, one per source, and the choice between them:
+ * resampled mode draws a source per sample (weights), exact mode
+ * interleaves the sources' quotas smoothly; one source: its feed alone. */
+typedef struct feeds {
+  feed *f; /* [n] */
+  size_t n;
+  wds__rng pick;   /* resampled: the source draws */
+  uint64_t *taken; /* exact: samples taken from each feed */
+  uint64_t *quota; /* exact: each feed's samples */
+  item *fatal;     /* why the worker must stop (a feed's) */
+} feeds;
+
+int wds__feeds_init(feeds *fs, worker *w);       /* 0, or -1: out of memory */
+int wds__feeds_next(void *fs, raw_sample **out); /* wds__feed_next's */
+int wds__feeds_check_last(feeds *fs);
+void wds__feeds_stats(feeds *fs, uint64_t *read_ns, uint64_t *bytes,
+                      uint64_t *shards); /* taken from every feed */
+void wds__feeds_close(feeds *fs);
+
+/* At open: the sources (from cfg->sources, or the one spec or URL list)
+ * into l->urls, l->src and l->shard_source. */
+int wds__sources_open(wds_loader *l, const wds_loader_config *cfg);
+/* After the counts (exact mode): each source's n_s, checked; l->mixed. */
+int wds__sources_plan_check(wds_loader *l);
+/* The epoch plan: wds__plan_epoch, or with a mix the sum of the sources'
+ * plans (and rn->splan in exact mode). */
+int wds__run_plan(wds_loader *l, uint64_t epoch, wds__epoch_plan *sum,
+                  wds__epoch_plan **per, wds__err *e);
+void wds__run_plan_free(const wds_loader *l, wds__epoch_plan *sum,
+                        wds__epoch_plan *per);
+void wds__sources_free(wds_loader *l);
 
 /* ---- shuffle.c: the shuffle buffer (loader/shuffle.h) ---- */
 

@@ -198,7 +198,7 @@ static int setup_pool(wds_loader *l) {
       l->fields,       l->nfields,        l->cfg.batch_size,
       l->cfg.on_error, l->cfg.last_batch, (const char *const *)l->urls.urls,
       l->alloc,        collate_skip,      l,
-      &l->st_fill,     &l->st_pool_bytes};
+      &l->st_fill,     &l->st_pool_bytes, l->shard_source};
   l->nslots = (int)l->cfg.prefetch_batches;
   l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
   l->ready = calloc((size_t)l->nslots + 2, sizeof *l->ready);
@@ -322,8 +322,9 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     return wds__open_fail(WDS_ERR_INVALID, "wds_loader_open: out is NULL");
   *out = NULL;
   wds__open_error_clear();
-  if (!cfg || (!cfg->spec && !cfg->urls))
-    return wds__open_fail(WDS_ERR_INVALID, "wds_loader_open: no spec or urls");
+  if (!cfg || (!cfg->spec && !cfg->urls && !cfg->sources))
+    return wds__open_fail(WDS_ERR_INVALID,
+                          "wds_loader_open: no spec, urls or sources");
   l = calloc(1, sizeof *l);
   if (!l)
     return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
@@ -361,6 +362,7 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   c->fields = NULL; /* copied into l->fields; the caller's may go away */
   c->spec = NULL;
   c->urls = NULL;
+  c->sources = NULL;
   if (cfg->index_path && !(l->index_copy = strdup(cfg->index_path))) {
     rc = wds__open_fail(WDS_ERR_NOMEM, "out of memory");
     goto fail;
@@ -383,29 +385,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   if ((rc = setup_fields(l, cfg)) != WDS_OK)
     goto fail;
 
-  if (cfg->spec) {
-    rc = wds_spec_expand_flags(
-        &cfg->spec, 1, 0,
-        cfg->allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0,
-        &l->urls, wds__open_error_buf(), WDS__ERR_SIZE);
-    if (rc != WDS_OK)
-      goto fail;
-  } else {
-    l->urls.urls = calloc(cfg->url_count ? cfg->url_count : 1, sizeof(char *));
-    if (!l->urls.urls) {
-      rc = wds__open_fail(WDS_ERR_NOMEM, "out of memory");
-      goto fail;
-    }
-    for (size_t i = 0; i < cfg->url_count; i++) {
-      if (!cfg->urls[i] || !(l->urls.urls[i] = strdup(cfg->urls[i]))) {
-        rc = wds__open_fail(cfg->urls[i] ? WDS_ERR_NOMEM : WDS_ERR_INVALID,
-                            "wds_loader_open: urls[%zu]: %s", i,
-                            cfg->urls[i] ? "out of memory" : "NULL");
-        goto fail;
-      }
-      l->urls.count++;
-    }
-  }
+  if ((rc = wds__sources_open(l, cfg)) != WDS_OK)
+    goto fail;
   if (l->urls.count == 0) {
     rc = wds__open_fail(WDS_ERR_INVALID, "wds_loader_open: no shards");
     goto fail;
@@ -428,9 +409,10 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
                              c->mode,       c->shard_shuffle,
                              c->drop_last,  c->samples_per_epoch,
                              l->rank_bs};
-  if (c->mode == WDS_MODE_EXACT && !c->index_path)
+  if (c->mode == WDS_MODE_EXACT)
     for (size_t i = 0; i < l->urls.count; i++)
-      if (strcmp(l->urls.urls[i], "-") == 0) {
+      if (!l->src[l->shard_source[i]].index_path &&
+          strcmp(l->urls.urls[i], "-") == 0) {
         rc = wds__open_fail(WDS_ERR_INVALID,
                             "exact mode reads each shard twice without an "
                             "index (once to count), which stdin ('-') cannot "
@@ -443,6 +425,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
       goto fail;
     l->pin.counts = l->counts;
   }
+  if ((rc = wds__sources_plan_check(l)) != WDS_OK)
+    goto fail;
   {
     wds__err e;
     if ((rc = wds__plan_check(&l->pin, &e)) != WDS_OK) {
@@ -450,13 +434,13 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
       goto fail;
     }
     if (c->mode != WDS_MODE_PLAIN) {
-      wds__epoch_plan p;
-      if ((rc = wds__plan_epoch(&l->pin, c->epoch, &p, &e)) != WDS_OK) {
+      wds__epoch_plan p, *per;
+      if ((rc = wds__run_plan(l, c->epoch, &p, &per, &e)) != WDS_OK) {
         wds__open_fail(rc, "%s", e.msg);
         goto fail;
       }
       l->epoch_batches = batches_for(l, p.rank_samples);
-      wds__plan_free(&p);
+      wds__run_plan_free(l, &p, per);
     } else if (c->samples_per_epoch) {
       l->epoch_batches = 0; /* a cap, not a promise */
     }
@@ -692,6 +676,7 @@ void wds_loader_close(wds_loader *l) {
   free_pool(l);
   free_fields(l);
   wds_url_list_free(&l->urls);
+  wds__sources_free(l);
   free(l->counts);
   free(l->spec_copy);
   free(l->index_copy);

@@ -73,16 +73,17 @@ static int decode_item(wds_loader *l, wds__decoder *dec, worker *w,
  * measured, the rest of its busy time (copying samples out of the reader,
  * the shuffle buffer, making items) as "shuffle". Per chunk, not per
  * sample: shared counters written per sample cost more than they measure. */
-static void worker_stats(wds_loader *l, feed *src, uint64_t *decode_ns,
+static void worker_stats(wds_loader *l, feeds *src, uint64_t *decode_ns,
                          uint64_t *mark) {
   uint64_t now = wds__now_ns(), busy = now - *mark;
-  uint64_t known = src->read_ns + *decode_ns;
-  STAT_ADD(l, read_ns, src->read_ns);
+  uint64_t read_ns, bytes, shards;
+  wds__feeds_stats(src, &read_ns, &bytes, &shards);
+  uint64_t known = read_ns + *decode_ns;
+  STAT_ADD(l, read_ns, read_ns);
   STAT_ADD(l, decode_ns, *decode_ns);
   STAT_ADD(l, shuffle_ns, busy > known ? busy - known : 0);
-  STAT_ADD(l, bytes, src->bytes);
-  STAT_ADD(l, shards, src->shards);
-  src->read_ns = src->bytes = src->shards = 0;
+  STAT_ADD(l, bytes, bytes);
+  STAT_ADD(l, shards, shards);
   *decode_ns = 0;
   *mark = now;
 }
@@ -98,11 +99,13 @@ void *wds__worker_main(void *arg) {
   item *fatal = NULL;
   int failed = 0; /* the loop ended on an error (fatal may be NULL if even
                      its item could not be allocated) */
-  feed src;
+  feeds src;
   wds__shuffle sh;
   wds__decoder *dec = wds__decoder_new();
-  wds__feed_init(&src, w);
-  if (wds__shuffle_init(&sh, l->cfg.shuffle_buffer, l->cfg.shuffle_initial,
+  memset(&sh, 0, sizeof sh);
+  int feeds_failed = wds__feeds_init(&src, w) != 0;
+  if (feeds_failed ||
+      wds__shuffle_init(&sh, l->cfg.shuffle_buffer, l->cfg.shuffle_initial,
                         l->cfg.shuffle_buffer_bytes,
                         wds__rng_key(l->cfg.seed, WDS__STREAM_SHUFFLE,
                                      rn->epoch, (uint64_t)l->pin.rank,
@@ -113,7 +116,7 @@ void *wds__worker_main(void *arg) {
   uint64_t mark = wds__now_ns(), decode_ns = 0;
   for (uint64_t seq = 0; !failed && seq < wp->quota; seq++) {
     raw_sample *r;
-    if (wds__shuffle_next(&sh, wds__feed_next, &src, &r) != 0) {
+    if (wds__shuffle_next(&sh, wds__feeds_next, &src, &r) != 0) {
       fatal = src.fatal;
       failed = 1;
       break;
@@ -169,7 +172,7 @@ void *wds__worker_main(void *arg) {
   }
   /* The quota can be met without another read: check the last shard's
    * count too. */
-  if (!failed && wds__feed_check_last(&src) != 0) {
+  if (!failed && wds__feeds_check_last(&src) != 0) {
     fatal = src.fatal;
     failed = 1;
   }
@@ -193,7 +196,7 @@ void *wds__worker_main(void *arg) {
     wds__item_free(last, l->nfields);
   if (wds__queue_push_many(&w->q, w->pending, w->npending, rn) == 0)
     w->npending = 0;
-  wds__feed_close(&src);
+  wds__feeds_close(&src);
   wds__shuffle_free(&sh);
   wds__decoder_free(dec);
   if (!failed)

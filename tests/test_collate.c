@@ -50,7 +50,8 @@ static int fixture_init(fixture *fx, size_t batch_size, wds_last_batch last,
                          on_skip,
                          fx,
                          &fx->fill_rows,
-                         &fx->pool_bytes};
+                         &fx->pool_bytes,
+                         NULL};
   fx->fl.slot = 0;
   fx->fl.first_set = calloc(NF, sizeof(int));
   wds__err e;

@@ -21,10 +21,14 @@
 static const char batches_usage[] =
     "usage: wds batches SPEC... --decode FIELDS [loader options] [--save DIR]\n"
     "                   [--json]\n"
+    "       wds batches --source SPEC[:OPTIONS] --source ... --decode FIELDS\n"
+    "                   [loader options] [--save DIR] [--json]\n"
     "\n"
     "Runs the loader for --epochs epochs and prints one line per batch:\n"
     "\n"
     "  EPOCH BATCH KEY...      the sample keys of the batch's rows, in order\n"
+    "  EPOCH BATCH S:KEY...    with --source: each key after its row's source\n"
+    "                          (0 for the first --source, 1, ...)\n"
     "\n"
     "A key byte that is a blank, a control character, DEL or a backslash is\n"
     "written as \\xHH, so keys never contain spaces. Rows marked invalid\n"
@@ -33,7 +37,8 @@ static const char batches_usage[] =
     "  --json      one JSON object per line instead:\n"
     "              {\"epoch\":E,\"batch\":B,\"keys\":[...],\"valid\":[1,1,0]}\n"
     "              (keys as JSON strings; bytes that are not UTF-8 as "
-    "\\udcXX)\n"
+    "\\udcXX),\n"
+    "              with --source also \"sources\":[0,1,...]\n"
     "  --save DIR  also write each field of each batch to\n"
     "              DIR/e{EPOCH}-b{BATCH:06d}.{FIELD}.npy (';' in the field "
     "name\n"
@@ -45,7 +50,8 @@ static const char batches_usage[] =
     "(uint8,\n"
     "              1 for a real row, 0 for padding or a failed sample) and\n"
     "              e{EPOCH}-b{BATCH:06d}.__rows__.json ({\"keys\": [...],\n"
-    "              \"urls\": [...]}: each row's sample key and shard)\n"
+    "              \"urls\": [...]}: each row's sample key and shard; with\n"
+    "              --source also \"sources\": [...], each row's source)\n"
     "\n"
     "With --on-error skip, what was skipped is summed up on stderr at the end\n"
     "(how many errors and invalid rows, and the first few messages).\n"
@@ -67,11 +73,13 @@ static void put_key(FILE *f, const char *key) {
   }
 }
 
-static void print_batch(const wds_batch *b, int json) {
+static void print_batch(const wds_batch *b, int json, int sources) {
   if (!json) {
     printf("%" PRIu64 " %" PRIu64, b->epoch, b->index);
     for (size_t i = 0; i < b->rows; i++) {
       putchar(' ');
+      if (sources)
+        printf("%" PRIu32 ":", b->sources[i]);
       put_key(stdout, b->keys[i]);
     }
     putchar('\n');
@@ -90,6 +98,11 @@ static void print_batch(const wds_batch *b, int json) {
   fputs("],\"valid\":[", stdout);
   for (size_t i = 0; i < b->rows; i++)
     printf(i ? ",%d" : "%d", b->valid ? b->valid[i] : 1);
+  if (sources) {
+    fputs("],\"sources\":[", stdout);
+    for (size_t i = 0; i < b->rows; i++)
+      printf(i ? ",%" PRIu32 : "%" PRIu32, b->sources[i]);
+  }
   fputs("]}\n", stdout);
 }
 
@@ -109,8 +122,8 @@ static char *npy_path(const char *dir, const wds_batch *b, const char *field,
 }
 
 /* DIR/e{epoch}-b{index:06d}.__rows__.json: the rows' keys and shards. */
-static int save_rows(const char *dir, const wds_batch *b, char *err,
-                     size_t errn) {
+static int save_rows(const char *dir, const wds_batch *b, int sources,
+                     char *err, size_t errn) {
   char *path = npy_path(dir, b, "__rows__", ""), *tmp = NULL;
   FILE *f = NULL;
   int rc = WDS_ERR_IO;
@@ -140,6 +153,11 @@ static int save_rows(const char *dir, const wds_batch *b, char *err,
         fputs("null", f);
     }
   }
+  if (sources) {
+    fputs("], \"sources\": [", f);
+    for (size_t i = 0; i < b->rows; i++)
+      fprintf(f, i ? ", %" PRIu32 : "%" PRIu32, b->sources[i]);
+  }
   fputs("]}\n", f);
   int failed = ferror(f) != 0;
   if (fclose(f) != 0 || failed) {
@@ -165,7 +183,7 @@ done:
 
 /* Saves every field of b, its valid mask and its rows' keys; prints the
  * error and returns 1 on failure. */
-static int save_batch(const char *dir, const wds_batch *b) {
+static int save_batch(const char *dir, const wds_batch *b, int sources) {
   char err[512];
   {
     /* The valid mask: which rows are real (padding and failed samples are
@@ -184,7 +202,7 @@ static int save_batch(const char *dir, const wds_batch *b) {
     free(path);
     free(ones);
     if (rc == WDS_OK)
-      rc = save_rows(dir, b, err, sizeof err);
+      rc = save_rows(dir, b, sources, err, sizeof err);
     if (rc != WDS_OK) {
       fprintf(stderr, "wds batches: --save: %s\n", err);
       return 1;
@@ -288,16 +306,24 @@ int tool_cmd_batches(int argc, char **argv) {
       tool_loader_opts_help(stdout);
       return tool_stdout_check() != 0; /* longer than a buffer */
     case TOOL_OPT_BAD:
-      return 2;
+      status = 2;
+      goto done;
     default:
       r = tool_loader_opt(&lo, c, optarg, "wds batches");
       if (r == 1)
         break;
-      return 2;
+      status = 2;
+      goto done;
     }
   }
-  if (optind >= argc) {
-    return tool_usage_error("wds batches", "expected a SPEC");
+  if (optind >= argc && !lo.nsources) {
+    status = tool_usage_error("wds batches", "expected a SPEC (or --source)");
+    goto done;
+  }
+  if (optind < argc && lo.nsources) {
+    status = tool_usage_error("wds batches",
+                              "give SPEC... or --source options, not both");
+    goto done;
   }
   if (!lo.decode) {
     return tool_usage_error("wds batches",
@@ -314,7 +340,9 @@ int tool_cmd_batches(int argc, char **argv) {
     goto done;
   }
   tool_allow_pipe_from_files = lo.cfg.allow_pipe_from_files;
-  if (argc - optind == 1) {
+  if (lo.nsources) {
+    /* the sources are the input (tool_loader_opts_finish set them) */
+  } else if (argc - optind == 1) {
     lo.cfg.spec = argv[optind];
   } else {
     if (tool_expand_specs("batches", argv + optind, argc - optind, 0, &urls)) {
@@ -340,8 +368,9 @@ int tool_cmd_batches(int argc, char **argv) {
     const wds_batch *b;
     while ((r = wds_loader_next(l, &b)) == WDS_OK) {
       printed++;
-      print_batch(b, json);
-      int failed = tool_stdout_check() != 0 || (save && save_batch(save, b));
+      print_batch(b, json, lo.nsources > 0);
+      int failed = tool_stdout_check() != 0 ||
+                   (save && save_batch(save, b, lo.nsources > 0));
       wds_loader_release(l, b);
       if (failed) {
         status = 1;

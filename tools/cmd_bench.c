@@ -26,6 +26,7 @@
 static const char bench_usage[] =
     "usage: wds bench [--json] [--buffer-size SIZE] [--max-urls N] SPEC...\n"
     "       wds bench [--json] --decode FIELDS [loader options] SPEC...\n"
+    "       wds bench [--json] --decode FIELDS [loader options] --source ...\n"
     "\n"
     "Without loader options: streams every sample of the shards without\n"
     "per-sample output and prints samples, bytes (uncompressed tar stream),\n"
@@ -286,22 +287,25 @@ int tool_cmd_bench(int argc, char **argv) {
     case 'b': {
       uint64_t v;
       if (wds__size_parse(optarg, &v) != 0 || v > SIZE_MAX) {
-        return tool_usage_error(
+        status = tool_usage_error(
             "wds bench", "--buffer-size needs a SIZE, not \"%s\"", optarg);
+        goto done;
       }
       buffer = (size_t)v;
       break;
     }
     case 'm':
       if (tool_parse_size(optarg, &max_urls) != 0) {
-        return tool_usage_error(
+        status = tool_usage_error(
             "wds bench", "--max-urls needs a number, not \"%s\"", optarg);
+        goto done;
       }
       break;
     case 'w':
       if (tool_parse_size(optarg, &warmup) != 0) {
-        return tool_usage_error(
+        status = tool_usage_error(
             "wds bench", "--warmup-epochs needs a number, not \"%s\"", optarg);
+        goto done;
       }
       break;
     case 'h':
@@ -309,25 +313,41 @@ int tool_cmd_bench(int argc, char **argv) {
       tool_loader_opts_help(stdout);
       return tool_stdout_check() != 0; /* longer than a buffer */
     case TOOL_OPT_BAD:
-      return 2;
+      status = 2;
+      goto done;
     default:
       r = tool_loader_opt(&lo, c, optarg, "wds bench");
       if (r == 1)
         break;
-      return 2;
+      status = 2;
+      goto done;
     }
   }
-  if (optind >= argc)
-    return tool_usage_error("wds bench", "expected a SPEC");
-  if (lo.given && !lo.decode)
-    return tool_usage_error("wds bench",
-                            "loader options need --decode FIELDS (without "
-                            "loader options bench measures the reader)");
+  if (optind >= argc && !lo.nsources) {
+    status = tool_usage_error("wds bench", "expected a SPEC (or --source)");
+    goto done;
+  }
+  if (optind < argc && lo.nsources) {
+    status = tool_usage_error("wds bench",
+                              "give SPEC... or --source options, not both");
+    goto done;
+  }
+  if (lo.given && !lo.decode) {
+    status = tool_usage_error("wds bench",
+                              "loader options need --decode FIELDS (without "
+                              "loader options bench measures the reader)");
+    goto done;
+  }
   if (lo.given && tool_loader_opts_finish(&lo, "wds bench") != 0) {
     status = 2;
     goto done;
   }
   tool_allow_pipe_from_files = lo.cfg.allow_pipe_from_files;
+  if (lo.nsources) {
+    lo.cfg.read_buffer_bytes = buffer;
+    status = bench_loader(&lo, json, warmup);
+    goto done;
+  }
   if (tool_expand_specs("bench", argv + optind, argc - optind, max_urls,
                         &urls)) {
     status = 1;

@@ -47,6 +47,7 @@ static const struct option loader_options[] = {
     {"cache-dir", required_argument, 0, TOOL_LO_CACHE_DIR},
     {"cache-size", required_argument, 0, TOOL_LO_CACHE_SIZE},
     {"allow-pipe-from-files", no_argument, 0, TOOL_LO_ALLOW_PIPE},
+    {"source", required_argument, 0, TOOL_LO_SOURCE},
 };
 
 #define NLOADER (sizeof loader_options / sizeof *loader_options)
@@ -340,6 +341,22 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
   case TOOL_LO_ALLOW_PIPE:
     cfg->allow_pipe_from_files = 1;
     break;
+  case TOOL_LO_SOURCE: {
+    char err[512];
+    wds_source_config *nv =
+        realloc(o->sources, (o->nsources + 1) * sizeof *o->sources);
+    if (!nv) {
+      tool_usage_error(cmd, "out of memory");
+      return -1;
+    }
+    o->sources = nv;
+    if (tool_parse_source(arg, &o->sources[o->nsources], err, sizeof err)) {
+      tool_usage_error(cmd, "--source %s: %s", arg, err);
+      return -1;
+    }
+    o->nsources++;
+    break;
+  }
   default:
     return 0;
   }
@@ -363,6 +380,15 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
     tool_usage_error(cmd, "--samples-per-epoch is not used in --mode exact "
                           "(every sample once per epoch)");
     return -1;
+  }
+  if (o->nsources && cfg->index_path) {
+    tool_usage_error(cmd, "--index with --source: give each source its "
+                          "index as --source SPEC:index=FILE");
+    return -1;
+  }
+  if (o->nsources) {
+    cfg->sources = o->sources;
+    cfg->source_count = o->nsources;
   }
   if (cfg->index_path && cfg->mode != WDS_MODE_EXACT) {
     tool_usage_error(cmd, "--index is only used in --mode exact");
@@ -439,6 +465,15 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
 }
 
 void tool_loader_opts_free(tool_loader_opts *o) {
+  for (size_t i = 0; i < o->nsources; i++) {
+    free((char *)o->sources[i].spec);
+    free((char *)o->sources[i].index_path);
+  }
+  free(o->sources);
+  o->sources = NULL;
+  o->nsources = 0;
+  o->cfg.sources = NULL;
+  o->cfg.source_count = 0;
   free(o->fields);
   free(o->field_storage);
   free(o->rank_bs);
@@ -573,18 +608,36 @@ static const char loader_help_3[] =
     "  --cache-size SIZE      delete least recently used entries of the\n"
     "                         cache over SIZE (default 0: no limit)\n";
 
+/* --source: a part of its own. */
+static const char source_help[] =
+    "  --source SPEC[:weight=W|:proportion=P|:repeat=R][:index=FILE]\n"
+    "                         one source of a mix (repeat the option; in\n"
+    "                         place of SPEC...). Resampled mode: each sample\n"
+    "                         comes from a source with probability weight /\n"
+    "                         sum of weights (default 1; a proportion counts\n"
+    "                         as a weight). Exact mode: a source gives\n"
+    "                         round(R x its samples) per epoch (repeat,\n"
+    "                         default 1: 2 = twice, 0.5 = half, another half\n"
+    "                         each epoch) or round(P x E) (proportion, E the\n"
+    "                         sum of all sources' samples), each sample once\n"
+    "                         over all ranks; index=FILE: its counts. The\n"
+    "                         options are read from the end of the argument;\n"
+    "                         rows record their source (0, 1, ... in option\n"
+    "                         order)\n";
+
 void tool_loader_opts_help(FILE *f) {
   fputs("loader options:\n", f);
   fputs(loader_help_1, f);
   fputs(loader_help_2, f);
   fputs(loader_help_3, f);
+  fputs(source_help, f);
   fputs("\n" WDS__SIZE_HELP, f);
 }
 
 void tool_loader_opts_help_some(FILE *f, const char *const *names) {
   /* An entry is its "  --NAME" line and the indented lines after it. */
   static const char *const parts[] = {loader_help_1, loader_help_2,
-                                      loader_help_3, NULL};
+                                      loader_help_3, source_help, NULL};
   for (const char *const *n = names; *n; n++) {
     size_t len = strlen(*n);
     int found = 0;
@@ -624,6 +677,85 @@ int tool_loader_options_some(const struct option *own, const char *const *names,
   }
   memset(out + n, 0, sizeof *out);
   return 0;
+}
+
+/* The options a --source argument may end in. */
+static const char *const source_keys[] = {"weight", "proportion", "repeat",
+                                          "index", NULL};
+
+int tool_parse_source(const char *arg, wds_source_config *out, char *err,
+                      size_t errn) {
+  memset(out, 0, sizeof *out);
+  char *text = strdup(arg);
+  int seen[4] = {0, 0, 0, 0};
+  if (!text) {
+    snprintf(err, errn, "out of memory");
+    return -1;
+  }
+  /* Options are taken from the end: the last ":KEY=" of any key ends the
+   * spec (or the option before it), so a URL's "host:port" or a spec's
+   * "::" stays in the spec, and an index path may hold ':'. */
+  for (;;) {
+    char *best = NULL;
+    int key = -1;
+    for (int k = 0; source_keys[k]; k++) {
+      char pat[32];
+      snprintf(pat, sizeof pat, ":%s=", source_keys[k]);
+      for (char *p = strstr(text, pat); p; p = strstr(p + 1, pat))
+        if (!best || p > best) {
+          best = p;
+          key = k;
+        }
+    }
+    if (!best)
+      break;
+    const char *val = best + strlen(source_keys[key]) + 2;
+    if (seen[key]++) {
+      snprintf(err, errn, "%s given twice", source_keys[key]);
+      goto bad;
+    }
+    if (key == 3) {
+      if (!*val) {
+        snprintf(err, errn, "index= needs a file name");
+        goto bad;
+      }
+      if (!(out->index_path = strdup(val))) {
+        snprintf(err, errn, "out of memory");
+        goto bad;
+      }
+    } else {
+      char *end;
+      errno = 0;
+      double v = strtod(val, &end);
+      if (errno || end == val || *end || !(v > 0) || v > 1e12) {
+        snprintf(err, errn, "%s= needs a number above 0, not \"%s\"",
+                 source_keys[key], val);
+        goto bad;
+      }
+      if (key == 0)
+        out->weight = v;
+      else if (key == 1)
+        out->proportion = v;
+      else
+        out->repeat = v;
+    }
+    *best = '\0';
+  }
+  if (seen[0] + seen[1] + seen[2] > 1) {
+    snprintf(err, errn, "give one of weight=, proportion= and repeat=");
+    goto bad;
+  }
+  if (!text[0]) {
+    snprintf(err, errn, "no SPEC before the options");
+    goto bad;
+  }
+  out->spec = text;
+  return 0;
+bad:
+  free(text);
+  free((char *)out->index_path);
+  memset(out, 0, sizeof *out);
+  return -1;
 }
 
 int tool_read_timeout(const char *cmd, const char *arg, int *ms) {

@@ -58,7 +58,8 @@ enum {
   TOOL_LO_RANK_BATCH_SIZES,
   TOOL_LO_CACHE_DIR,
   TOOL_LO_CACHE_SIZE,
-  TOOL_LO_ALLOW_PIPE
+  TOOL_LO_ALLOW_PIPE,
+  TOOL_LO_SOURCE
 };
 
 typedef struct tool_loader_opts {
@@ -74,8 +75,11 @@ typedef struct tool_loader_opts {
   int batch_size_given;
   wds_field_spec *fields; /* parsed --decode (cfg.fields points here) */
   char *field_storage;
-  size_t *rank_bs; /* --rank-batch-sizes (cfg.rank_batch_sizes points
-                      here) */
+  size_t *rank_bs;            /* --rank-batch-sizes (cfg.rank_batch_sizes points
+                                 here) */
+  wds_source_config *sources; /* parsed --source options (cfg.sources
+                                 points here once finished); specs owned */
+  size_t nsources;
 } tool_loader_opts;
 
 /* Parses "24,8,8" (1 .. max each, at most 2^20 entries) into a malloc'ed
@@ -84,6 +88,12 @@ typedef struct tool_loader_opts {
 int tool_parse_rank_batch_sizes(const char *cmd, const char *flag,
                                 const char *arg, uint64_t max, size_t **out,
                                 size_t *count);
+
+/* Parses one --source argument, SPEC[:weight=W|:proportion=P|:repeat=R]
+ * [:index=FILE], into *out (out->spec and out->index_path malloc'ed).
+ * Returns 0, or -1 with the reason in err. */
+int tool_parse_source(const char *arg, wds_source_config *out, char *err,
+                      size_t errn);
 
 void tool_loader_opts_init(tool_loader_opts *o);
 

@@ -31,6 +31,11 @@
  * Per-rank batch sizes (rank_batch_sizes, exact and resampled modes): each
  * rank takes its own batch size and a share of the epoch in proportion to
  * it, and every rank still takes the same number of steps.
+ * Mixing: with sources (wds_source_config) instead of a spec, each source
+ * keeps its own shards and index; resampled mode draws each sample's source
+ * by weight, exact mode takes a fixed number of samples of each source per
+ * epoch (a repeat factor or a proportion), each source split over the ranks
+ * as a spec is and interleaved in every worker. Rows record their source.
  *
  * Determinism: the batch sequence is a pure function of the config, seed,
  * epoch, rank, world size and worker count, never of thread timing. The
@@ -121,8 +126,37 @@ typedef struct wds_allocator {
   const char *name; /* reported by wds_loader_allocator_name() */
 } wds_allocator;
 
+/* One source of a mixed data set (wds_loader_config.sources): a shard spec
+ * with its own index and how much of it an epoch takes. At most one of
+ * weight, proportion and repeat is set (0 = unset; none: weight 1 in
+ * resampled mode, repeat 1 in exact mode).
+ *
+ *   resampled mode: each sample comes from source s with probability
+ *     w_s / sum(w), w_s its weight (or its proportion); repeat is refused.
+ *   exact mode: source s gives n_s samples per epoch, each once over all
+ *     ranks: repeat R: round(R * T_s), T_s its sample count (2: every
+ *     sample twice; 0.5: half of them); proportion P: round(P * E), E the
+ *     sum of every source's T (the epoch as if each source were read
+ *     once); weight is refused. A partial pass (the fraction of R, or
+ *     n_s mod T_s samples) takes, in epoch e, the n_s mod T_s samples of
+ *     the source's natural order (shards in spec order, samples in archive
+ *     order) that follow position (e * (n_s mod T_s)) mod T_s, wrapping:
+ *     consecutive epochs take consecutive windows, so every sample is seen
+ *     within ceil(T_s / (n_s mod T_s)) epochs.
+ *   plain mode: one source only. */
+typedef struct wds_source_config {
+  const char *spec;       /* the source's shards (wds/spec.h) */
+  const char *index_path; /* exact mode: its per-shard counts; NULL = count */
+  double weight;
+  double proportion;
+  double repeat;
+} wds_source_config;
+
 typedef struct wds_loader_config {
-  /* Input: a shard spec (wds/spec.h), or urls/url_count when spec is NULL. */
+  /* Input: a shard spec (wds/spec.h), or urls/url_count when spec is NULL,
+   * or sources/source_count when both are NULL (a mix; see
+   * wds_source_config). One source of default weight is exactly its spec
+   * given alone. Each batch row records its source (wds_batch.sources). */
   const char *spec;
   const char *const *urls;
   size_t url_count;
@@ -131,6 +165,8 @@ typedef struct wds_loader_config {
                                 or named by index_path are refused (naming
                                 the file) unless this is 1: such files may
                                 come from anywhere (wds/spec.h) */
+  const wds_source_config *sources;
+  size_t source_count;
 
   /* Topology. -1: from RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS,
    * else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else 0/1 (the rule
@@ -244,6 +280,8 @@ typedef struct wds_batch {
   size_t field_count;
   const wds_batch_field *fields;
   int slot; /* the pool slot, for callers tracking their copies */
+  const uint32_t *sources; /* per row: the index of its source in
+                              wds_loader_config.sources (0 without) */
 } wds_batch;
 
 typedef struct wds_loader wds_loader;

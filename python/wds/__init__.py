@@ -12,7 +12,9 @@ The C library (include/wds/) through a CPython extension, wds._wds:
   webdataset's ShardWriter over the C writer.
 - ``wds.Loader(spec, fields, batch_size, **options)``: the loader's batches
   (``wds.Batch``: numpy arrays viewing the pool slot without a copy; a bytes
-  field is a ``wds.BytesField``, a sequence of bytes made on access).
+  field is a ``wds.BytesField``, a sequence of bytes made on access);
+  ``wds.Loader(None, fields, batch_size, sources=[wds.Source(spec,
+  weight=...), ...])`` mixes shard sets (``Batch.sources``: each row's).
 - ``wds.Error``: every failure, with one subclass per status code of
   wds/status.h (``wds.OpenError``, ``wds.TruncatedError``, ...), carrying the
   library's message; ``.status`` is the code, ``.status_name`` its name.
@@ -40,7 +42,7 @@ from ._wds import (
     __version__,
     expand,
 )
-from ._loader import Batch, Loader
+from ._loader import Batch, Loader, Source
 from ._writer import ShardWriter
 
 __all__ = [
@@ -62,6 +64,7 @@ __all__ = [
     "OpenError",
     "Reader",
     "ShardWriter",
+    "Source",
     "SpecError",
     "TimeoutError",
     "TruncatedError",

@@ -51,8 +51,8 @@ class Batch:
     for, so ask before release().
     """
 
-    __slots__ = ("_b", "_names", "_arrays", "_keys", "_urls", "_rows",
-                 "epoch", "index")
+    __slots__ = ("_b", "_names", "_arrays", "_keys", "_urls", "_sources",
+                 "_rows", "epoch", "index")
 
     def __init__(self, b):
         self._b = b
@@ -60,6 +60,7 @@ class Batch:
         self._arrays = {}
         self._keys = None
         self._urls = None
+        self._sources = None
         self._rows = b.rows
         self.epoch = b.epoch
         self.index = b.index
@@ -79,6 +80,17 @@ class Batch:
         if u is None:
             u = self._urls = self._b.urls
         return u
+
+    @property
+    def sources(self):
+        """Each row's source: its index in the Loader's sources (numpy
+        uint32, a copy; all 0 without sources)."""
+        s = self._sources
+        if s is None:
+            import numpy as np
+
+            s = self._sources = np.frombuffer(self._b.sources, dtype=np.uint32)
+        return s
 
     def __len__(self):
         return self._rows
@@ -168,13 +180,65 @@ class _EpochIterator:
         return Batch(b)
 
 
+class Source:
+    """Source(spec, *, weight=None, proportion=None, repeat=None, index=None)
+
+    One source of a mixed Loader (Loader(None, fields, batch_size,
+    sources=[...])); at most one of weight, proportion and repeat:
+
+    - resampled mode: each sample comes from source s with probability
+      weight_s / sum of the weights (default 1; a proportion counts as a
+      weight); repeat is refused.
+    - exact mode: the source gives round(repeat x its samples) per epoch
+      (default repeat 1; 2: each sample twice; 0.5: half of them, the next
+      half in the next epoch), or round(proportion x E), E the sum of every
+      source's samples; each of them once over all ranks. weight is refused.
+      index: the source's `wds index` file (its counts).
+
+    Batch.sources tells each row's source (its index in the list).
+    """
+
+    __slots__ = ("spec", "weight", "proportion", "repeat", "index")
+
+    def __init__(self, spec, *, weight=None, proportion=None, repeat=None,
+                 index=None):
+        amounts = (("weight", weight), ("proportion", proportion),
+                   ("repeat", repeat))
+        given = [n for n, v in amounts if v is not None]
+        if len(given) > 1:
+            raise ValueError(f"Source: give one of weight, proportion and "
+                             f"repeat, not {' and '.join(given)}")
+        for n, v in amounts:
+            if v is not None and not float(v) > 0:
+                raise ValueError(f"Source: {n}={v!r} must be above 0")
+        if not isinstance(spec, (str, bytes)) or not spec:
+            raise ValueError(f"Source: spec must be a non-empty str, not "
+                             f"{spec!r}")
+        self.spec = spec
+        self.weight = weight
+        self.proportion = proportion
+        self.repeat = repeat
+        self.index = os.fspath(index) if index is not None else None
+
+    def _tuple(self):
+        return (self.spec, self.index, float(self.weight or 0),
+                float(self.proportion or 0), float(self.repeat or 0))
+
+    def __repr__(self):
+        opts = "".join(f", {n}={getattr(self, n)!r}"
+                       for n in ("weight", "proportion", "repeat", "index")
+                       if getattr(self, n) is not None)
+        return f"wds.Source({self.spec!r}{opts})"
+
+
 class Loader:
     """Loader(spec, fields, batch_size, *, mode="exact", rank=None,
     world_size=None, workers=4, seed=0, epoch=0, shuffle_buffer=0,
     index=None, drop_last=False, last_batch=None, samples_per_epoch=None,
     image_size=224, crop="center", prefetch=4, on_error="stop",
     shard_shuffle=True, read_timeout_ms=0, retries=0, rank_batch_sizes=None,
-    cache_dir=None, cache_size=0, allow_pipe_from_files=False)
+    cache_dir=None, cache_size=0, allow_pipe_from_files=False,
+    sources=None)
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -199,6 +263,9 @@ class Loader:
     bounds it, least recently used shards deleted first.
     pipe: commands read from an @FILE of spec or named by index are refused
     unless allow_pipe_from_files (such files may come from anywhere).
+
+    A mix of several shard sets: spec None and sources a list of wds.Source
+    (see there); each batch's .sources says which one each row came from.
     """
 
     def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
@@ -207,7 +274,8 @@ class Loader:
                  samples_per_epoch=None, image_size=224, crop="center",
                  prefetch=4, on_error="stop", shard_shuffle=True,
                  read_timeout_ms=0, retries=0, rank_batch_sizes=None,
-                 cache_dir=None, cache_size=0, allow_pipe_from_files=False):
+                 cache_dir=None, cache_size=0, allow_pipe_from_files=False,
+                 sources=None):
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
         if rank is None or world_size is None:
@@ -215,8 +283,21 @@ class Loader:
             if tw is not None:
                 rank = tw[0] if rank is None else rank
                 world_size = tw[1] if world_size is None else world_size
+        if sources is not None:
+            if spec is not None:
+                raise ValueError("Loader: give spec or sources, not both")
+            sources = list(sources)
+            for s in sources:
+                if not isinstance(s, Source):
+                    raise TypeError(f"Loader: sources must be wds.Source "
+                                    f"objects, not {type(s).__name__}")
+            sources = [s._tuple() for s in sources]
+        elif spec is None:
+            raise ValueError("Loader: give a spec or sources")
         self._args = dict(
-            spec=spec if isinstance(spec, (str, bytes)) else list(spec),
+            spec=(spec if spec is None or isinstance(spec, (str, bytes))
+                  else list(spec)),
+            sources=sources,
             fields=fields, batch_size=batch_size,
             mode=_choice("mode", mode, _MODES),
             rank=-1 if rank is None else int(rank),

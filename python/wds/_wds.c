@@ -1343,6 +1343,9 @@ static PyObject *wds_py_batch_get(wds_py_batch *self, void *closure) {
   }
   case 6:
     return PyLong_FromLong(b->slot);
+  case 7: /* each row's source, as native uint32 (a copy) */
+    return PyBytes_FromStringAndSize((const char *)b->sources,
+                                     (Py_ssize_t)(b->rows * sizeof(uint32_t)));
   }
   Py_RETURN_NONE;
 }
@@ -1459,6 +1462,8 @@ static PyGetSetDef wds_py_batch_getset[] = {
      (void *)5},
     {"slot", (getter)(void (*)(void))wds_py_batch_get, NULL, "Pool slot.",
      (void *)6},
+    {"sources", (getter)(void (*)(void))wds_py_batch_get, NULL,
+     "Each row's source index, native uint32 bytes.", (void *)7},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject wds_py_batch_type = {
@@ -1742,7 +1747,9 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
                            "cache_dir",
                            "cache_size",
                            "allow_pipe_from_files",
+                           "sources",
                            NULL};
+  PyObject *o_sources = Py_None;
   PyObject *spec_obj, *fields_obj,
       *o_seed = Py_None, *o_epoch = Py_None, *o_resume = Py_None,
       *o_shuf = Py_None, *o_index = Py_None, *o_spe = Py_None,
@@ -1752,12 +1759,12 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
       last_batch = -1, image_size = 224, crop = 0, on_error = 0,
       shard_shuffle = 1, timeout_ms = 0, retries = 0, allow_pipe = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOOp:_Loader", kwlist,
+          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOOpO:_Loader", kwlist,
           &spec_obj, &fields_obj, &o_bs, &mode, &rank, &world, &workers,
           &o_seed, &o_epoch, &o_resume, &o_shuf, &o_index, &drop_last,
           &last_batch, &o_spe, &image_size, &crop, &o_prefetch, &on_error,
           &shard_shuffle, &timeout_ms, &retries, &o_rbs, &o_cdir, &o_csize,
-          &allow_pipe))
+          &allow_pipe, &o_sources))
     return -1;
   if (self->l || self->live) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
@@ -1835,6 +1842,8 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
 
   PyObject *fields = NULL, *spec = NULL, *index = NULL, *urls = NULL,
            *cdir = NULL;
+  PyObject *src_keep = NULL; /* the sources' bytes, alive until open */
+  wds_source_config *srcs = NULL;
   const char **url_ptrs = NULL;
   int ret = -1;
   char err[1024] = "";
@@ -1871,7 +1880,55 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
     goto done;
   cfg.cache_dir = cdir ? PyBytes_AS_STRING(cdir) : NULL;
   cfg.cache_size = csize;
-  if (PyUnicode_Check(spec_obj) || PyBytes_Check(spec_obj)) {
+  if (o_sources != Py_None) {
+    /* [(spec, index or None, weight, proportion, repeat), ...] */
+    PyObject *seq = PySequence_Fast(
+        o_sources, "Loader: sources must be a sequence of wds.Source");
+    if (!seq)
+      goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    src_keep = PyList_New(0);
+    srcs = PyMem_Calloc(n ? (size_t)n : 1, sizeof *srcs);
+    if (!src_keep || !srcs) {
+      Py_DECREF(seq);
+      PyErr_NoMemory();
+      goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+      PyObject *t = PySequence_Fast_GET_ITEM(seq, i), *sp = NULL, *ix = Py_None,
+               *b = NULL;
+      double w = 0, p = 0, r = 0;
+      if (!PyArg_ParseTuple(t, "OOddd:sources", &sp, &ix, &w, &p, &r) ||
+          wds_py_fsbytes(sp, &b) < 0 || PyList_Append(src_keep, b) < 0) {
+        Py_XDECREF(b);
+        Py_DECREF(seq);
+        goto done;
+      }
+      Py_DECREF(b);
+      srcs[i].spec = PyBytes_AS_STRING(b);
+      if (ix != Py_None) {
+        PyObject *pth = PyOS_FSPath(ix), *ib = NULL;
+        int bad = !pth || wds_py_fsbytes(pth, &ib) < 0 ||
+                  PyList_Append(src_keep, ib) < 0;
+        Py_XDECREF(pth);
+        Py_XDECREF(ib);
+        if (bad) {
+          Py_DECREF(seq);
+          goto done;
+        }
+        srcs[i].index_path = PyBytes_AS_STRING(ib);
+      }
+      srcs[i].weight = w;
+      srcs[i].proportion = p;
+      srcs[i].repeat = r;
+    }
+    Py_DECREF(seq);
+    cfg.sources = srcs;
+    cfg.source_count = (size_t)n;
+  }
+  if (spec_obj == Py_None) {
+    /* sources alone (the loader says so if there are none) */
+  } else if (PyUnicode_Check(spec_obj) || PyBytes_Check(spec_obj)) {
     if (wds_py_fsbytes(spec_obj, &spec) < 0)
       goto done;
     cfg.spec = PyBytes_AS_STRING(spec);
@@ -1920,6 +1977,8 @@ done:
   Py_XDECREF(index);
   Py_XDECREF(cdir);
   Py_XDECREF(urls);
+  Py_XDECREF(src_keep);
+  PyMem_Free(srcs);
   PyMem_Free(url_ptrs);
   PyMem_Free(rbs);
   return ret;

@@ -1,0 +1,510 @@
+/* mix.c — several sources of shards in one loader (wds_source_config):
+ * their URLs, their epoch plans, and each worker's choice between them.
+ *
+ * The sources' shards are laid end to end in l->urls (source s holds
+ * urls[first, first + count)); l->shard_source says whose a shard is, and
+ * the collator writes it into each row (wds_batch.sources). A loader
+ * without sources has one, every shard, and nothing here changes what it
+ * does: its plan is wds__plan_epoch of l->pin and its worker reads one
+ * feed, as before sources existed.
+ *
+ * Resampled mode: each worker has a feed per source (each drawing shards
+ * of its own source with its own RNG, as one source's feed does) and draws
+ * the source of every sample from its RNG (seed, WDS__STREAM_MIX, epoch,
+ * rank, worker) with probability w_s / sum(w).
+ *
+ * Exact mode: source s gives n_s samples per epoch (wds_source_config):
+ * k = n_s / T_s whole passes over its shards and a window of r = n_s mod
+ * T_s samples of its natural order starting at (e * r) mod T_s. These
+ * "units" (a shard, or a sample range of one) go through wds__plan_epoch
+ * as if they were shards (permuted by the source's seed and the epoch,
+ * split over the ranks by the rank split, padded, dealt to workers), so
+ * every rank reads its share of EVERY source, and each source is padded
+ * on its own. Inside a worker the sources' quotas q_s are interleaved
+ * smoothly: the next sample comes from the source with the smallest
+ * (taken_s + 1/2) / q_s (ties: the lower index), so a batch mixes the
+ * sources from the first step; the shuffle buffer does the rest.
+ *
+ * Plain mode reads whole shards and cannot choose per sample: it takes one
+ * source only. */
+#include <math.h>
+#include <stdio.h>
+
+#include "loader/internal.h"
+
+__extension__ typedef unsigned __int128 u128;
+
+#define MAX_SOURCES 4096
+#define MAX_UNITS ((size_t)1 << 26) /* per source and epoch */
+
+static const char *src_name(const wds_loader *l, size_t s, char *buf,
+                            size_t n) {
+  snprintf(buf, n, "source %zu (%.200s)", s,
+           l->src[s].count ? l->urls.urls[l->src[s].first] : "no shards");
+  return buf;
+}
+
+static int append_urls(wds_loader *l, const wds_url_list *add) {
+  size_t n = l->urls.count + add->count;
+  char **nv = realloc(l->urls.urls, (n ? n : 1) * sizeof *nv);
+  if (!nv)
+    return -1;
+  l->urls.urls = nv;
+  for (size_t i = 0; i < add->count; i++)
+    l->urls.urls[l->urls.count + i] = add->urls[i];
+  l->urls.count = n;
+  return 0;
+}
+
+static int check_amount(size_t s, const char *what, double v) {
+  if (!(v >= 0) || !isfinite(v) || v > 1e12)
+    return wds__open_fail(WDS_ERR_INVALID,
+                          "wds_loader_open: source %zu: %s %g (need a finite "
+                          "number >= 0; 0 = unset)",
+                          s, what, v);
+  return WDS_OK;
+}
+
+int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
+  int rc;
+  if (cfg->sources && (cfg->spec || cfg->urls))
+    return wds__open_fail(WDS_ERR_INVALID,
+                          "wds_loader_open: give a spec (or urls) or sources, "
+                          "not both");
+  if (cfg->sources && cfg->index_path)
+    return wds__open_fail(WDS_ERR_INVALID,
+                          "wds_loader_open: with sources, each source names "
+                          "its own index (wds_source_config.index_path), not "
+                          "index_path");
+  size_t n = cfg->sources ? cfg->source_count : 1;
+  unsigned spec_flags =
+      cfg->allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0;
+  if (n == 0 || n > MAX_SOURCES)
+    return wds__open_fail(WDS_ERR_INVALID,
+                          "wds_loader_open: %zu sources (1 .. %d)", n,
+                          MAX_SOURCES);
+  if (!(l->src = calloc(n, sizeof *l->src)))
+    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+  l->nsrc = n;
+  if (!cfg->sources) {
+    if (cfg->spec) {
+      rc = wds_spec_expand_flags(&cfg->spec, 1, 0, spec_flags, &l->urls,
+                                 wds__open_error_buf(), WDS__ERR_SIZE);
+      if (rc != WDS_OK)
+        return rc;
+    } else {
+      l->urls.urls =
+          calloc(cfg->url_count ? cfg->url_count : 1, sizeof(char *));
+      if (!l->urls.urls)
+        return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+      for (size_t i = 0; i < cfg->url_count; i++) {
+        if (!cfg->urls[i] || !(l->urls.urls[i] = strdup(cfg->urls[i])))
+          return wds__open_fail(cfg->urls[i] ? WDS_ERR_NOMEM : WDS_ERR_INVALID,
+                                "wds_loader_open: urls[%zu]: %s", i,
+                                cfg->urls[i] ? "out of memory" : "NULL");
+        l->urls.count++;
+      }
+    }
+    if (cfg->index_path && !(l->src[0].index_path = strdup(cfg->index_path)))
+      return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    l->src[0].count = l->urls.count;
+  } else {
+    for (size_t s = 0; s < n; s++) {
+      const wds_source_config *sc = &cfg->sources[s];
+      wds__source *so = &l->src[s];
+      if (!sc->spec || !sc->spec[0])
+        return wds__open_fail(WDS_ERR_INVALID,
+                              "wds_loader_open: source %zu has no spec", s);
+      if ((rc = check_amount(s, "weight", sc->weight)) != WDS_OK ||
+          (rc = check_amount(s, "proportion", sc->proportion)) != WDS_OK ||
+          (rc = check_amount(s, "repeat", sc->repeat)) != WDS_OK)
+        return rc;
+      if ((sc->weight > 0) + (sc->proportion > 0) + (sc->repeat > 0) > 1)
+        return wds__open_fail(WDS_ERR_INVALID,
+                              "wds_loader_open: source %zu (%.300s) sets more "
+                              "than one of weight, proportion and repeat",
+                              s, sc->spec);
+      so->weight = sc->weight;
+      so->proportion = sc->proportion;
+      so->repeat = sc->repeat;
+      wds_url_list add = {0};
+      rc = wds_spec_expand_flags(&sc->spec, 1, 0, spec_flags, &add,
+                                 wds__open_error_buf(), WDS__ERR_SIZE);
+      if (rc != WDS_OK) {
+        wds__err e;
+        wds__fail(&e, rc, "%s", wds__open_error_buf());
+        return wds__open_fail(rc, "source %zu: %s", s, e.msg);
+      }
+      so->first = l->urls.count;
+      so->count = add.count;
+      if (append_urls(l, &add) != 0) {
+        wds_url_list_free(&add);
+        return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+      }
+      free(add.urls); /* the strings belong to l->urls now */
+      if (so->count == 0)
+        return wds__open_fail(WDS_ERR_INVALID,
+                              "wds_loader_open: source %zu (%.300s) has no "
+                              "shards",
+                              s, sc->spec);
+      if (sc->index_path && !(so->index_path = strdup(sc->index_path)))
+        return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    }
+  }
+  if (!(l->shard_source =
+            calloc(l->urls.count ? l->urls.count : 1, sizeof *l->shard_source)))
+    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+  for (size_t s = 0; s < n; s++) {
+    for (size_t i = 0; i < l->src[s].count; i++)
+      l->shard_source[l->src[s].first + i] = (uint32_t)s;
+    /* Source 0 keeps the config's seed: one source is the loader without
+     * sources, draw for draw. */
+    l->src[s].seed = s == 0
+                         ? cfg->seed
+                         : wds__rng_key(cfg->seed, WDS__STREAM_SOURCE, s, 0, 0);
+  }
+
+  /* What each mode can do with sources. */
+  wds_mode mode = cfg->mode;
+  for (size_t s = 0; s < n; s++) {
+    const wds__source *so = &l->src[s];
+    char name[300];
+    src_name(l, s, name, sizeof name);
+    if (mode == WDS_MODE_PLAIN && n > 1)
+      return wds__open_fail(
+          WDS_ERR_INVALID,
+          "wds_loader_open: %zu sources in plain mode: mixing chooses a "
+          "source per sample, and plain mode reads whole shards (use --mode "
+          "exact or resampled)",
+          n);
+    if (mode == WDS_MODE_PLAIN && (so->repeat > 0 || so->proportion > 0))
+      return wds__open_fail(WDS_ERR_INVALID,
+                            "wds_loader_open: %s: repeat and proportion need "
+                            "exact mode (plain mode reads each shard once)",
+                            name);
+    if (mode == WDS_MODE_RESAMPLED && so->repeat > 0)
+      return wds__open_fail(
+          WDS_ERR_INVALID,
+          "wds_loader_open: %s: repeat is for exact mode; in resampled mode "
+          "give a weight (or a proportion)",
+          name);
+    if (mode == WDS_MODE_EXACT && so->weight > 0)
+      return wds__open_fail(
+          WDS_ERR_INVALID,
+          "wds_loader_open: %s: weight is for resampled mode; in exact mode "
+          "give a repeat factor or a proportion of the epoch",
+          name);
+    if (mode != WDS_MODE_EXACT && so->index_path)
+      return wds__open_fail(WDS_ERR_INVALID,
+                            "wds_loader_open: %s: an index is only used in "
+                            "exact mode",
+                            name);
+  }
+  if (mode == WDS_MODE_RESAMPLED) {
+    if (!(l->mix_cum = calloc(n, sizeof *l->mix_cum)))
+      return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    double sum = 0;
+    for (size_t s = 0; s < n; s++) {
+      double w = l->src[s].weight > 0       ? l->src[s].weight
+                 : l->src[s].proportion > 0 ? l->src[s].proportion
+                                            : 1.0;
+      sum += w;
+      l->mix_cum[s] = sum;
+    }
+    l->mixed = n > 1;
+  }
+  return WDS_OK;
+}
+
+int wds__sources_plan_check(wds_loader *l) {
+  if (l->cfg.mode != WDS_MODE_EXACT)
+    return WDS_OK;
+  uint64_t all = 0;
+  char name[300];
+  for (size_t s = 0; s < l->nsrc; s++) {
+    wds__source *so = &l->src[s];
+    so->total = 0;
+    for (size_t i = 0; i < so->count; i++)
+      so->total += l->counts[so->first + i]; /* check_total bounds it */
+    all += so->total;
+    if (so->total == 0 && l->nsrc > 1)
+      return wds__open_fail(WDS_ERR_INVALID, "exact mode: %s has no samples",
+                            src_name(l, s, name, sizeof name));
+  }
+  for (size_t s = 0; s < l->nsrc; s++) {
+    wds__source *so = &l->src[s];
+    double want = so->repeat > 0       ? so->repeat * (double)so->total
+                  : so->proportion > 0 ? so->proportion * (double)all
+                                       : (double)so->total;
+    if (want >= 0x1p50)
+      return wds__open_fail(WDS_ERR_INVALID,
+                            "exact mode: %s would give %.3g samples per "
+                            "epoch (at most 2^50)",
+                            src_name(l, s, name, sizeof name), want);
+    so->n = (uint64_t)llround(want);
+    if (so->n == 0 && l->nsrc > 1)
+      return wds__open_fail(
+          WDS_ERR_INVALID,
+          "exact mode: %s gives no sample per epoch (%s %g "
+          "of %llu samples)",
+          src_name(l, s, name, sizeof name),
+          so->repeat > 0 ? "repeat" : "proportion",
+          so->repeat > 0 ? so->repeat : so->proportion,
+          (unsigned long long)(so->repeat > 0 ? so->total : all));
+    if (so->total > 0 && so->n / so->total + 1 > MAX_UNITS / so->count)
+      return wds__open_fail(WDS_ERR_INVALID,
+                            "exact mode: %s: %llu passes over %zu shards per "
+                            "epoch is too many",
+                            src_name(l, s, name, sizeof name),
+                            (unsigned long long)(so->n / so->total), so->count);
+  }
+  l->mixed = l->nsrc > 1 || l->src[0].n != l->src[0].total;
+  return WDS_OK;
+}
+
+/* ---- exact mode: a source's epoch plan ---- */
+
+typedef struct units {
+  size_t *shard;
+  uint64_t *begin, *len;
+  size_t n, cap;
+} units;
+
+static int unit_add(units *u, size_t shard, uint64_t begin, uint64_t len) {
+  if (len == 0)
+    return 0;
+  if (u->n == u->cap) {
+    size_t c = u->cap ? 2 * u->cap : 64;
+    size_t *ns = realloc(u->shard, c * sizeof *ns);
+    if (!ns)
+      return -1;
+    u->shard = ns;
+    uint64_t *nb = realloc(u->begin, c * sizeof *nb);
+    if (!nb)
+      return -1;
+    u->begin = nb;
+    uint64_t *nl = realloc(u->len, c * sizeof *nl);
+    if (!nl)
+      return -1;
+    u->len = nl;
+    u->cap = c;
+  }
+  u->shard[u->n] = shard;
+  u->begin[u->n] = begin;
+  u->len[u->n] = len;
+  u->n++;
+  return 0;
+}
+
+/* Source s's units in epoch e: k whole passes, then the window of r
+ * samples from (e * r) mod T in its natural order. */
+static int source_units(const wds_loader *l, size_t s, uint64_t epoch,
+                        units *u) {
+  const wds__source *so = &l->src[s];
+  uint64_t T = so->total, k = so->n / T, r = so->n % T;
+  for (uint64_t pass = 0; pass < k; pass++)
+    for (size_t i = 0; i < so->count; i++)
+      if (unit_add(u, so->first + i, 0, l->counts[so->first + i]) != 0)
+        return -1;
+  if (r == 0)
+    return 0;
+  uint64_t pos = (uint64_t)(((u128)(epoch % T) * r) % T);
+  /* The shard holding position pos, and the offset in it. */
+  size_t i = 0;
+  while (pos >= l->counts[so->first + i]) {
+    pos -= l->counts[so->first + i];
+    i++;
+  }
+  for (uint64_t left = r; left > 0;) {
+    uint64_t c = l->counts[so->first + i];
+    uint64_t take = c - pos < left ? c - pos : left;
+    if (unit_add(u, so->first + i, pos, take) != 0)
+      return -1;
+    left -= take;
+    pos = 0;
+    i = (i + 1) % so->count;
+  }
+  return 0;
+}
+
+static int source_plan(const wds_loader *l, size_t s, uint64_t epoch,
+                       wds__epoch_plan *out, wds__err *e) {
+  units u = {0};
+  int rc = WDS_OK;
+  memset(out, 0, sizeof *out);
+  if (source_units(l, s, epoch, &u) != 0) {
+    rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
+    goto done;
+  }
+  wds__plan_input in = l->pin;
+  in.shards = u.n;
+  in.counts = u.len;
+  in.seed = l->src[s].seed;
+  rc = wds__plan_epoch(&in, epoch, out, e);
+  if (rc != WDS_OK) {
+    char name[300];
+    wds__err_prefix(e, "%s", src_name(l, s, name, sizeof name));
+    goto done;
+  }
+  for (int w = 0; w < out->workers; w++)
+    for (size_t i = 0; i < out->w[w].count; i++) {
+      wds__piece *p = &out->w[w].pieces[i];
+      size_t k = p->shard;
+      p->shard = u.shard[k];
+      p->begin += u.begin[k];
+      p->end += u.begin[k];
+    }
+done:
+  free(u.shard);
+  free(u.begin);
+  free(u.len);
+  return rc;
+}
+
+int wds__run_plan(wds_loader *l, uint64_t epoch, wds__epoch_plan *sum,
+                  wds__epoch_plan **per, wds__err *e) {
+  *per = NULL;
+  if (!l->mixed || l->cfg.mode != WDS_MODE_EXACT)
+    return wds__plan_epoch(&l->pin, epoch, sum, e);
+  memset(sum, 0, sizeof *sum);
+  wds__epoch_plan *p = calloc(l->nsrc, sizeof *p);
+  int rc = WDS_OK;
+  if (!p)
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
+  for (size_t s = 0; s < l->nsrc && rc == WDS_OK; s++)
+    rc = source_plan(l, s, epoch, &p[s], e);
+  if (rc == WDS_OK) {
+    sum->epoch = epoch;
+    sum->workers = l->pin.workers;
+    if (!(sum->w = calloc((size_t)sum->workers, sizeof *sum->w)))
+      rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
+  }
+  for (size_t s = 0; s < l->nsrc && rc == WDS_OK; s++) {
+    sum->rank_samples += p[s].rank_samples;
+    sum->steps += p[s].steps; /* rank weights: each source's steps */
+    sum->total_samples += p[s].total_samples;
+    sum->padded += p[s].padded;
+    for (int w = 0; w < sum->workers; w++)
+      sum->w[w].quota += p[s].w[w].quota;
+  }
+  if (rc != WDS_OK) {
+    wds__run_plan_free(l, sum, p);
+    return rc;
+  }
+  *per = p;
+  return WDS_OK;
+}
+
+void wds__run_plan_free(const wds_loader *l, wds__epoch_plan *sum,
+                        wds__epoch_plan *per) {
+  wds__plan_free(sum);
+  if (per)
+    for (size_t s = 0; s < l->nsrc; s++)
+      wds__plan_free(&per[s]);
+  free(per);
+}
+
+void wds__sources_free(wds_loader *l) {
+  for (size_t s = 0; l->src && s < l->nsrc; s++)
+    free(l->src[s].index_path);
+  free(l->src);
+  free(l->shard_source);
+  free(l->mix_cum);
+  l->src = NULL;
+  l->shard_source = NULL;
+  l->mix_cum = NULL;
+}
+
+/* ---- a worker's feeds ---- */
+
+int wds__feeds_init(feeds *fs, worker *w) {
+  run *rn = w->run;
+  wds_loader *l = rn->l;
+  memset(fs, 0, sizeof *fs);
+  fs->n = l->mixed ? l->nsrc : 1;
+  if (!(fs->f = calloc(fs->n, sizeof *fs->f)))
+    return -1;
+  for (size_t s = 0; s < fs->n; s++)
+    wds__feed_init(&fs->f[s], w, s,
+                   rn->splan ? &rn->splan[s].w[w->index]
+                             : &rn->plan.w[w->index]);
+  if (fs->n > 1 && l->cfg.mode == WDS_MODE_EXACT) {
+    fs->taken = calloc(fs->n, sizeof *fs->taken);
+    fs->quota = calloc(fs->n, sizeof *fs->quota);
+    if (!fs->taken || !fs->quota)
+      return -1;
+    for (size_t s = 0; s < fs->n; s++)
+      fs->quota[s] = fs->f[s].wp->quota;
+  }
+  wds__rng_init(&fs->pick,
+                wds__rng_key(l->cfg.seed, WDS__STREAM_MIX, rn->epoch,
+                             (uint64_t)l->pin.rank, (uint64_t)w->index));
+  return 0;
+}
+
+/* Exact mode: the source whose next sample is due first. */
+static size_t pick_due(const feeds *fs) {
+  size_t best = fs->n;
+  for (size_t s = 0; s < fs->n; s++) {
+    if (fs->taken[s] >= fs->quota[s])
+      continue;
+    /* (2 t_s + 1) / q_s < (2 t_b + 1) / q_b */
+    if (best == fs->n || (u128)(2 * fs->taken[s] + 1) * fs->quota[best] <
+                             (u128)(2 * fs->taken[best] + 1) * fs->quota[s])
+      best = s;
+  }
+  return best;
+}
+
+int wds__feeds_next(void *ctx, raw_sample **out) {
+  feeds *fs = ctx;
+  size_t s = 0;
+  *out = NULL;
+  if (fs->n > 1) {
+    const wds_loader *l = fs->f[0].w->run->l;
+    if (fs->taken) {
+      s = pick_due(fs);
+      if (s == fs->n)
+        return 0; /* every quota met */
+      fs->taken[s]++;
+    } else {
+      double u = (double)(wds__rng_next(&fs->pick) >> 11) * 0x1p-53 *
+                 l->mix_cum[fs->n - 1];
+      while (s + 1 < fs->n && !(u < l->mix_cum[s]))
+        s++;
+    }
+  }
+  int rc = wds__feed_next(&fs->f[s], out);
+  if (rc != 0)
+    fs->fatal = fs->f[s].fatal;
+  return rc;
+}
+
+int wds__feeds_check_last(feeds *fs) {
+  for (size_t s = 0; s < fs->n; s++)
+    if (wds__feed_check_last(&fs->f[s]) != 0) {
+      fs->fatal = fs->f[s].fatal;
+      return -1;
+    }
+  return 0;
+}
+
+void wds__feeds_stats(feeds *fs, uint64_t *read_ns, uint64_t *bytes,
+                      uint64_t *shards) {
+  *read_ns = *bytes = *shards = 0;
+  for (size_t s = 0; s < fs->n && fs->f; s++) {
+    *read_ns += fs->f[s].read_ns;
+    *bytes += fs->f[s].bytes;
+    *shards += fs->f[s].shards;
+    fs->f[s].read_ns = fs->f[s].bytes = fs->f[s].shards = 0;
+  }
+}
+
+void wds__feeds_close(feeds *fs) {
+  for (size_t s = 0; s < fs->n && fs->f; s++)
+    wds__feed_close(&fs->f[s]);
+  free(fs->f);
+  free(fs->taken);
+  free(fs->quota);
+  memset(fs, 0, sizeof *fs);
+}
