@@ -243,6 +243,8 @@ int wds__http_total(const wds__http *h, uint64_t *total) {
 #include <pthread.h>
 #include <unistd.h>
 
+#include "curl_dl.h" /* libcurl's functions, loaded on first use */
+
 /* The buffer the write callback fills (grown only when libcurl hands one
  * chunk larger than it, which CURLOPT_BUFFERSIZE bounds). */
 #define WDS__HTTP_BUFFER (1u << 20)
@@ -573,7 +575,8 @@ int wds__http_open_req(const wds__http_req *req, const wds__io_opts *opts,
   *out = NULL;
   pthread_once(&global_once, global_init);
   if (!global_ok)
-    return wds__fail(err, WDS_ERR_OPEN, "cannot initialise libcurl");
+    return wds__fail(err, WDS_ERR_OPEN, "cannot initialise libcurl%s%s",
+                     *wds__curl_dl_error() ? ": " : "", wds__curl_dl_error());
   wds__http *s = calloc(1, sizeof *s);
   if (!s)
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
