@@ -19,6 +19,12 @@
 #     (NoSuchBucket), a glob matching nothing, missing credentials: exit 1
 #     and a message naming the cause and the s3:// URL, never the secret,
 #     and a 403 not retried;
+#   * transfers cut at random offsets by tests/integration/http_proxy.py
+#     between wds and moto: listings equal, a large shard byte-identical
+#     (each retry signed anew, resumed with Range);
+#   * a misbehaving endpoint (tests/integration/s3_fake.py): a listing that
+#     is not XML, an <Error> document, truncated without a new token, an
+#     empty page, an HTML 403: each a clear error naming the pattern;
 #   * a listing past --max-urls is refused; --cache-dir keeps s3:// shards,
 #     read again with the endpoint unreachable;
 #   * temporary credentials (AWS_SESSION_TOKEN) from moto's STS;
@@ -241,6 +247,47 @@ env -u AWS_SECRET_ACCESS_KEY timeout 60 "$WDS" expand "$B/train/" \
   >nocreds2.out 2>nocreds2.err && RC=0 || RC=$?
 expect_rc missing_secret_listing_exit 1 nocreds2
 has missing_secret_listing_message nocreds2.err "AWS_SECRET_ACCESS_KEY is not set"
+
+# -- transfers cut at random offsets (http_proxy.py cut between wds and
+# moto): every retry is signed anew, the cut resumes with Range --
+cutport() { # cutport SEED: starts the cutting proxy; its port in CPORT
+  local f=cut-$1.port i
+  "$PYTHON3" "$HERE/http_proxy.py" cut "$PORT" "$f" "$1" &
+  pids+=($!)
+  for ((i = 0; i < 100; i++)); do
+    [[ -s $f ]] && break
+    sleep 0.05
+  done
+  [[ -s $f ]] || die "http_proxy.py cut did not start"
+  CPORT=$(cat "$f")
+}
+cutport 7
+AWS_ENDPOINT_URL=http://127.0.0.1:$CPORT w cutls ls --retries 50 "$B/train/s-*.tar"
+same cut_listing_equals_local locals.ls cutls.out
+AWS_ENDPOINT_URL=http://127.0.0.1:$CPORT w cutbig cat --retries 50 "$B/train/big-0.tar"
+if [[ $RC == 0 ]] && cmp -s local-big.tar cutbig.out; then ok cut_cat_big_identical; else bad cut_cat_big_identical "exit $RC" "$(head -3 cutbig.err)"; fi
+ncut=$(grep -c cut "cut-7.port.log" || true)
+if ((ncut >= 2)); then ok cut_transfers_were_cut; else bad cut_transfers_were_cut "$ncut cuts"; fi
+
+# -- listing answers refused (s3_fake.py: a misbehaving endpoint) --
+"$PYTHON3" "$HERE/s3_fake.py" fake.port &
+pids+=($!)
+for ((i = 0; i < 100; i++)); do
+  [[ -s fake.port ]] && break
+  sleep 0.05
+done
+[[ -s fake.port ]] || die "s3_fake.py did not start"
+FAKE=http://127.0.0.1:$(cat fake.port)
+fake() { # fake NAME BUCKET TEXT: listing s3://BUCKET/a/*.tar fails saying TEXT
+  AWS_ENDPOINT_URL=$FAKE w "$1" expand "s3://$2/a/*.tar"
+  if [[ $RC == 1 ]] && grep -qF -- "$3" "$1.err"; then ok "$1"; else bad "$1" "exit $RC, wanted 1 and '$3'" "$(head -c 600 "$1.err")"; fi
+}
+fake listing_not_xml notxml "not a ListObjectsV2 answer"
+fake listing_error_document error "not a ListObjectsV2 answer"
+fake listing_truncated_without_token notoken "truncated listing page without a new NextContinuationToken"
+fake listing_same_token_again loop "truncated listing page without a new NextContinuationToken"
+fake listing_empty_page page "no object matches s3://page/a/*.tar (0 listed"
+fake listing_html_403 html "HTTP 403 Forbidden: s3://html/a/*.tar (ListObjectsV2)"
 
 # -- temporary credentials, endpoint variables --
 if [[ $TKEY != - ]]; then

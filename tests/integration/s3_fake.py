@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""s3_fake.py -- a misbehaving S3 endpoint for tests/integration/s3.sh.
+
+Usage: s3_fake.py PORT_FILE
+
+Listens on a free loopback port (written to PORT_FILE once listening) and
+answers every GET by the bucket named in its path (path style, no signature
+check), so wds's listing must refuse each answer with a clear error:
+  notxml   a 200 whose body is not XML
+  error    a 200 whose body is S3's <Error> document, not a listing
+  notoken  a page with <IsTruncated>true</IsTruncated> and no
+           <NextContinuationToken>
+  loop     every page truncated with the same token "again"
+  page     an empty listing page (nothing matches)
+  html     a 403 whose body is an HTML page (no S3 error code to show)
+Standard library only; stopped by SIGTERM.
+"""
+import http.server
+import sys
+
+PAGE = ('<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        "<Name>b</Name>%s</ListBucketResult>")
+ANSWERS = {
+    "notxml": (200, "application/xml", "hello, not xml"),
+    "error": (200, "application/xml",
+              "<Error><Code>InternalError</Code><Message>x</Message></Error>"),
+    "notoken": (200, "application/xml", PAGE % (
+        "<IsTruncated>true</IsTruncated>"
+        "<Contents><Key>a/k.tar</Key></Contents>")),
+    "loop": (200, "application/xml", PAGE % (
+        "<IsTruncated>true</IsTruncated>"
+        "<NextContinuationToken>again</NextContinuationToken>"
+        "<Contents><Key>a/k.tar</Key></Contents>")),
+    "page": (200, "application/xml", PAGE % "<IsTruncated>false</IsTruncated>"),
+    "html": (403, "text/html", "<html><body>Forbidden</body></html>"),
+}
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        bucket = self.path.lstrip("/").split("/")[0].split("?")[0]
+        status, ctype, body = ANSWERS.get(bucket, (404, "text/plain", "no"))
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def main():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with open(sys.argv[1] + ".tmp", "w") as f:
+        f.write(str(server.server_address[1]))
+    import os
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
