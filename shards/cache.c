@@ -121,42 +121,8 @@ int wds__cache_is_remote(const char *url) {
   return url && wds__url_has_scheme(url) && strncmp(url, "file:", 5) != 0;
 }
 
-static int lower(int c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
-
-/* The normalised URL (see cache.h), malloc'd. */
-static char *normalise(const char *url) {
-  size_t n = strlen(url);
-  const char *hash = strchr(url, '#');
-  if (hash)
-    n = (size_t)(hash - url);
-  char *o = malloc(n + 1);
-  if (!o)
-    return NULL;
-  memcpy(o, url, n);
-  o[n] = '\0';
-  char *sep = strstr(o, "://");
-  if (!sep)
-    return o;
-  for (char *p = o; p < sep; p++)
-    *p = (char)lower((unsigned char)*p);
-  char *auth = sep + 3, *end = auth + strcspn(auth, "/?");
-  char *host = auth;
-  for (char *p = auth; p < end; p++)
-    if (*p == '@')
-      host = p + 1;
-  for (char *p = host; p < end; p++)
-    *p = (char)lower((unsigned char)*p);
-  const char *dflt = strncmp(o, "http://", 7) == 0    ? ":80"
-                     : strncmp(o, "https://", 8) == 0 ? ":443"
-                                                      : NULL;
-  size_t dl = dflt ? strlen(dflt) : 0;
-  if (dflt && (size_t)(end - host) > dl && memcmp(end - dl, dflt, dl) == 0)
-    memmove(end - dl, end, strlen(end) + 1);
-  return o;
-}
-
 char *wds__cache_entry_name(const char *url) {
-  char *norm = normalise(url);
+  char *norm = wds__url_identity(url);
   if (!norm)
     return NULL;
   uint8_t d[32];

@@ -48,10 +48,12 @@ typedef struct wds__cache_cfg {
 int wds__cache_is_remote(const char *url);
 
 /* The entry's file name for url (malloc'd): 32 hex digits of the SHA-256 of
- * the normalised URL, '-', and the URL's last path component (characters
- * other than letters, digits, '.', '_' and '-' replaced by '_', at most 80).
- * Normalised: scheme and host lower-cased, a default port (:80 for http,
- * :443 for https) and a #fragment dropped. NULL when out of memory. */
+ * the shard's identity (base/url.h: wds__url_identity, the one the index
+ * matches by: scheme and host lower-case, no default port or fragment,
+ * dot segments and percent-encoding normalised, AWS S3 https URLs as
+ * s3://BUCKET/KEY), '-', and its last path component without a query
+ * (characters other than letters, digits, '.', '_' and '-' replaced by '_',
+ * at most 80). NULL when out of memory. */
 char *wds__cache_entry_name(const char *url);
 
 /* SHA-256 of data into out (32 bytes). */

@@ -128,7 +128,7 @@ TEST(sha256_matches_the_standard_vectors) {
       h, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
-TEST(entry_names_hash_the_normalised_url) {
+TEST(entry_names_hash_the_shard_identity) {
   char *a = wds__cache_entry_name("http://Example.COM:80/data/shard-000.tar");
   char *b = wds__cache_entry_name("HTTP://example.com/data/shard-000.tar#x");
   char *c = wds__cache_entry_name("http://example.com/data/Shard-000.tar");
@@ -145,6 +145,20 @@ TEST(entry_names_hash_the_normalised_url) {
   ASSERT_STREQ(a + 32, "-shard-000.tar");
   ASSERT_STREQ(d + 32, "-a_20b.tar"); /* query dropped, '%' replaced */
   ASSERT_STREQ(g + 32, "-shard");
+  /* The index's identity: dot segments, percent-encoding, S3 https. */
+  char *h =
+      wds__cache_entry_name("http://example.com/x/../data/./shard-000.tar");
+  char *pe = wds__cache_entry_name("http://example.com/data/shard%2D000.tar");
+  char *j = wds__cache_entry_name("https://bucket.s3.amazonaws.com/k/s.tar");
+  char *k = wds__cache_entry_name("s3://bucket/k/s.tar");
+  ASSERT_TRUE(h && pe && j && k);
+  ASSERT_STREQ(h, a);
+  ASSERT_STREQ(pe, a);
+  ASSERT_STREQ(j, k);
+  free(h);
+  free(pe);
+  free(j);
+  free(k);
   for (int i = 0; i < 32; i++)
     ASSERT_TRUE((a[i] >= '0' && a[i] <= '9') || (a[i] >= 'a' && a[i] <= 'f'));
   free(a);
@@ -397,7 +411,7 @@ TEST(threads_filling_one_entry_at_once_leave_it_whole) {
 int main(void) {
   make_root();
   RUN(sha256_matches_the_standard_vectors);
-  RUN(entry_names_hash_the_normalised_url);
+  RUN(entry_names_hash_the_shard_identity);
   RUN(only_remote_urls_are_cached);
   RUN(a_committed_entry_is_found_and_an_abandoned_one_is_not);
   RUN(eviction_deletes_the_least_recently_used_first);
