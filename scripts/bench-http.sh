@@ -27,8 +27,8 @@ die() { echo "bench-http.sh: $*" >&2; exit 1; }
 source "$root/scripts/lib-bench.sh"
 bench_check_devnull bench-http.sh
 [ -x "$WDS" ] || die "build first: $WDS"
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-[ -x "$NGINX" ] || die "nginx not found (apt-get install nginx)"
+source "$root/scripts/lib-nginx.sh"
+nginx_find || die "nginx not found (apt-get install nginx)"
 command -v curl >/dev/null || die "curl not found (apt-get install curl)"
 
 mkdir -p "$DATA/big" "$DATA/small"
@@ -37,35 +37,13 @@ mkdir -p "$DATA/big" "$DATA/small"
 cat "$DATA"/big/*.tar "$DATA"/small/*.tar >/dev/null
 
 TMP=$(mktemp -d /tmp/wds-bench-http.XXXXXX)
-ngpid=
 cleanup() {
-  [ -z "$ngpid" ] || { kill "$ngpid" 2>/dev/null; wait "$ngpid" 2>/dev/null || true; }
+  nginx_stop
   rm -rf "$TMP"
 }
 trap cleanup EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-user=""
-[ "$(id -u)" != 0 ] || user="user root $(id -gn);"
-cat >"$TMP/nginx.conf" <<CONF
-$user
-daemon off;
-worker_processes 1;
-pid $TMP/nginx.pid;
-error_log $TMP/error.log;
-events { worker_connections 256; }
-http {
-  access_log off;
-  client_body_temp_path $TMP/t1; proxy_temp_path $TMP/t2; fastcgi_temp_path $TMP/t3;
-  uwsgi_temp_path $TMP/t4; scgi_temp_path $TMP/t5;
-  default_type application/octet-stream;
-  sendfile on;
-  keepalive_requests 100000;
-  server { listen 127.0.0.1:$port; root $DATA; }
-}
-CONF
-"$NGINX" -e "$TMP/error.log" -p "$TMP" -c "$TMP/nginx.conf" &
-ngpid=$!
-for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$port/big/b-0.tar" && break; sleep 0.1; done
+nginx_start "$TMP" "$DATA" || die "nginx did not start"
+port=$NGINX_PORT
 B=http://127.0.0.1:$port
 
 now() { date +%s.%N; }

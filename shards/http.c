@@ -135,6 +135,10 @@ void wds__http_parse_header(wds__http_meta *m, const char *line, size_t n,
       m->end = x;
       m->has_end = 1;
     }
+  } else if (header_is(line, n, "retry-after", &v, &vl)) {
+    long long ms = wds__http_retry_after_ms(v, vl, time(NULL));
+    m->has_retry_after = ms >= 0;
+    m->retry_after_ms = ms >= 0 ? ms : 0;
   } else if (header_is(line, n, "transfer-encoding", &v, &vl)) {
     for (size_t i = 0; i + 7 <= vl; i++)
       if (strncasecmp(v + i, "chunked", 7) == 0)
@@ -157,6 +161,30 @@ void wds__http_parse_header(wds__http_meta *m, const char *line, size_t n,
       }
     }
   }
+}
+
+long long wds__http_retry_after_ms(const char *v, size_t n, time_t now) {
+  const char *e = v + n;
+  uint64_t secs = 0;
+  const char *p = parse_u64(v, e, &secs);
+  if (p == e) /* delta-seconds */
+    return secs > 86400ull * 365 ? 86400ll * 365 * 1000
+                                 : (long long)secs * 1000;
+  /* An HTTP-date, IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT" */
+  char buf[64];
+  if (n >= sizeof buf)
+    return -1;
+  memcpy(buf, v, n);
+  buf[n] = '\0';
+  struct tm tm;
+  memset(&tm, 0, sizeof tm);
+  const char *end = strptime(buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  if (!end || *end)
+    return -1;
+  time_t at = timegm(&tm);
+  if (at == (time_t)-1)
+    return -1;
+  return at <= now ? 0 : (long long)(at - now) * 1000;
 }
 
 int wds__http_close_delimited(const wds__http_meta *m) {
@@ -252,6 +280,7 @@ int wds__http_total(const wds__http *h, uint64_t *total) {
 #define WDS__HTTP_CONNECT_TIMEOUT_MS 30000
 #define WDS__HTTP_BACKOFF_MS 200
 #define WDS__HTTP_BACKOFF_MAX_MS 5000
+#define WDS__HTTP_RETRY_AFTER_MAX_MS 600000
 
 /* ---- per-thread handles ---- */
 
@@ -350,8 +379,7 @@ static handles *handles_get(int *owned) {
 /* ---- the source ---- */
 
 struct wds__http {
-  char *url;  /* what is requested */
-  char *name; /* what messages call it */
+  char *url; /* what is requested */
   char *sigv4, *userpwd;
   struct curl_slist *headers;
   void (*error_detail)(const char *body, size_t n, char *out, size_t size);
@@ -582,7 +610,6 @@ int wds__http_open_req(const wds__http_req *req, const wds__io_opts *opts,
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
   int bad = 0;
   s->url = dup_or_null(req->url, &bad);
-  s->name = dup_or_null(req->name ? req->name : req->url, &bad);
   s->sigv4 = dup_or_null(req->aws_sigv4, &bad);
   s->userpwd = dup_or_null(req->userpwd, &bad);
   for (size_t i = 0; i < sizeof req->headers / sizeof *req->headers &&
@@ -643,7 +670,6 @@ void wds__http_close(wds__http *s) {
   }
   free(s->buf);
   free(s->url);
-  free(s->name);
   free(s->sigv4);
   if (s->userpwd) { /* the secret: not left in freed memory */
     explicit_bzero(s->userpwd, strlen(s->userpwd));
@@ -760,6 +786,16 @@ static int finish_attempt(wds__http *s, wds__err *err) {
         ms = WDS__HTTP_BACKOFF_MAX_MS;
       ms += (int)(now_ms() % 50);
     }
+    /* A 429 or 503 may say when to come back (Retry-After): waited, up to
+     * the read timeout (what a stalled server would be given), or
+     * WDS__HTTP_RETRY_AFTER_MAX_MS without one. */
+    if ((status == 429 || status == 503) && s->cur.has_retry_after) {
+      long long cap =
+          s->timeout_ms > 0 ? s->timeout_ms : WDS__HTTP_RETRY_AFTER_MAX_MS;
+      long long ra = s->cur.retry_after_ms < cap ? s->cur.retry_after_ms : cap;
+      if (ra > ms)
+        ms = (int)ra;
+    }
     int rc = backoff(s, ms, err);
     if (rc != WDS_OK)
       return rc;
@@ -781,18 +817,19 @@ static int finish_attempt(wds__http *s, wds__err *err) {
     char *eff = NULL;
     curl_easy_getinfo(s->h->easy, CURLINFO_EFFECTIVE_URL, &eff);
     if (!s->error_detail && eff && strcmp(eff, s->url) != 0)
-      return wds__fail(err, WDS_ERR_OPEN, "HTTP %ld%s%s: %s (redirected)%s",
+      return wds__fail(err, WDS_ERR_OPEN, "HTTP %ld%s%s (redirected to %s)%s",
                        status, *reason ? " " : "", reason, eff, note);
-    return wds__fail(err, WDS_ERR_OPEN, "HTTP %ld%s%s%s: %s%s", status,
-                     *reason ? " " : "", reason, detail, s->name, note);
+    return wds__fail(err, WDS_ERR_OPEN, "HTTP %ld%s%s%s%s", status,
+                     *reason ? " " : "", reason, detail, note);
   }
+  /* The URL is not named: the reader prefixes it, as for every source. */
   const char *what = cut            ? cut
                      : s->errbuf[0] ? s->errbuf
                                     : curl_easy_strerror(c);
   if (s->offset > 0)
-    return wds__fail(err, WDS_ERR_IO, "%s after %llu bytes: %s%s", what,
-                     (unsigned long long)s->offset, s->name, note);
-  return wds__fail(err, WDS_ERR_OPEN, "%s: %s%s", what, s->name, note);
+    return wds__fail(err, WDS_ERR_IO, "%s after %llu bytes%s", what,
+                     (unsigned long long)s->offset, note);
+  return wds__fail(err, WDS_ERR_OPEN, "%s%s", what, note);
 }
 
 ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
@@ -827,8 +864,7 @@ ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
     int running = 0;
     CURLMcode mc = curl_multi_perform(s->h->multi, &running);
     if (mc != CURLM_OK)
-      return wds__fail(err, WDS_ERR_IO, "libcurl: %s: %s",
-                       curl_multi_strerror(mc), s->name);
+      return wds__fail(err, WDS_ERR_IO, "libcurl: %s", curl_multi_strerror(mc));
     CURLMsg *m;
     int left;
     while ((m = curl_multi_info_read(s->h->multi, &left)) != NULL) {
@@ -844,9 +880,9 @@ ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
       uint64_t waited = now_ms() - start;
       if (waited >= (uint64_t)s->timeout_ms)
         return wds__fail(err, WDS_ERR_TIMEOUT,
-                         "no data for %.1f s from %s (the read timeout; raise "
-                         "it with --read-timeout or read_timeout_ms)",
-                         (double)waited / 1000, s->name);
+                         "no data for %.1f s (the read timeout; raise it with "
+                         "--read-timeout or read_timeout_ms)",
+                         (double)waited / 1000);
       if ((uint64_t)s->timeout_ms - waited < (uint64_t)wait)
         wait = (int)((uint64_t)s->timeout_ms - waited);
     }
@@ -857,8 +893,7 @@ ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
     mc = curl_multi_poll(s->h->multi, extra.fd >= 0 ? &extra : NULL,
                          extra.fd >= 0 ? 1 : 0, wait, NULL);
     if (mc != CURLM_OK)
-      return wds__fail(err, WDS_ERR_IO, "libcurl: %s: %s",
-                       curl_multi_strerror(mc), s->name);
+      return wds__fail(err, WDS_ERR_IO, "libcurl: %s", curl_multi_strerror(mc));
   }
 }
 

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "base/err.h"
 #include "cancel.h"
@@ -29,8 +30,8 @@ int wds__http_open(const char *url, const wds__io_opts *opts, wds__http **out,
 /* A request beyond a plain GET of a public URL (s3://, s3.c). The strings
  * are copied. */
 typedef struct wds__http_req {
-  const char *url;        /* what is requested */
-  const char *name;       /* what messages call it (NULL: url) */
+  const char *url;        /* what is requested (messages do not name it:
+                             the caller prefixes what it calls it) */
   const char *aws_sigv4;  /* CURLOPT_AWS_SIGV4's parameter, or NULL */
   const char *userpwd;    /* "KEY:SECRET" for it; never in a message */
   const char *headers[3]; /* extra header lines; NULL ends them early */
@@ -64,7 +65,13 @@ typedef struct wds__http_meta {
   uint64_t end;           /* B + 1 of a Content-Range, else Content-Length */
   int chunked;            /* Transfer-Encoding: chunked (its end is marked) */
   int http1;              /* HTTP/1.x: a body without a length ends at close */
+  int has_retry_after;    /* a valid Retry-After: */
+  long long retry_after_ms; /* how long it asks to wait (0: now) */
 } wds__http_meta;
+
+/* A Retry-After value (delta-seconds, or an HTTP-date compared with now) as
+ * milliseconds to wait (0 for a date past), or -1 when it is neither. */
+long long wds__http_retry_after_ms(const char *v, size_t n, time_t now);
 
 /* Whether a response's body ends only where the connection closed (HTTP/1.x,
  * neither a length nor chunked), so a cut cannot be told from the end. */

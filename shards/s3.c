@@ -315,12 +315,11 @@ static int signing_make(const char *url, const wds__s3_env *env, signing *g,
   return WDS_OK;
 }
 
-static int open_signed(const char *http_url, const char *name, const signing *g,
+static int open_signed(const char *http_url, const signing *g,
                        const wds__io_opts *opts, wds__http **out,
                        wds__err *err) {
   wds__http_req req = {
       .url = http_url,
-      .name = name,
       .aws_sigv4 = g->sigv4,
       .userpwd = g->userpwd,
       .headers = {"x-amz-content-sha256: UNSIGNED-PAYLOAD", g->token_header},
@@ -342,7 +341,7 @@ int wds__s3_open(const char *url, const wds__io_opts *opts, wds__http **out,
   char region[64];
   rc = wds__s3_request_url(url, &env, &http_url, region, sizeof region, err);
   if (rc == WDS_OK)
-    rc = open_signed(http_url, url, &g, opts, out, err);
+    rc = open_signed(http_url, &g, opts, out, err);
   free(http_url);
   signing_free(&g);
   return rc;
@@ -537,8 +536,7 @@ static int cmp_str(const void *a, const void *b) {
 #if defined(WDS_HAVE_CURL)
 
 /* Reads a whole listing page (at most WDS__S3_PAGE_MAX bytes). */
-static int read_page(wds__http *h, const char *name, sbuf *page,
-                     wds__err *err) {
+static int read_page(wds__http *h, sbuf *page, wds__err *err) {
   char chunk[65536];
   page->len = 0;
   for (;;) {
@@ -549,7 +547,7 @@ static int read_page(wds__http *h, const char *name, sbuf *page,
       break;
     if (page->len + (size_t)r > WDS__S3_PAGE_MAX)
       return wds__fail(err, WDS_ERR_LIMIT,
-                       "a listing page of %s is larger than %zu bytes", name,
+                       "a listing page is larger than %zu bytes",
                        WDS__S3_PAGE_MAX);
     sb_add(page, chunk, (size_t)r);
     if (page->bad)
@@ -597,13 +595,15 @@ static int list_pages(const char *url, const char *bucket, keys *k,
     free(q.p);
     wds__http *h = NULL;
     if (rc == WDS_OK)
-      rc = open_signed(http_url, name, &g, NULL, &h, err);
+      rc = open_signed(http_url, &g, NULL, &h, err);
     free(http_url);
     if (rc == WDS_OK)
-      rc = read_page(h, name, &page, err);
+      rc = read_page(h, &page, err);
     wds__http_close(h);
-    if (rc != WDS_OK)
+    if (rc != WDS_OK) {
+      wds__err_prefix(err, "%s", name); /* http.c names no URL */
       break;
+    }
     int truncated = 0;
     char *next = NULL;
     rc = wds__s3_parse_listing(page.p ? page.p : "", page.len, keys_add, k,

@@ -38,10 +38,8 @@ wds_test_setup http "timeout curl" "$1"
 
 # loopback only: no proxy from the environment (libcurl and curl honour them)
 unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY
-NGINX=${NGINX:-}
-[[ -n $NGINX ]] || NGINX=$(command -v nginx || true)
-[[ -n $NGINX ]] || [[ ! -x /usr/sbin/nginx ]] || NGINX=/usr/sbin/nginx
-if [[ -z $NGINX ]]; then
+source "$HERE/../../scripts/lib-nginx.sh"
+if ! nginx_find; then
   echo "SKIP: nginx is not installed (apt-get install nginx)"
   exit 77
 fi
@@ -71,73 +69,19 @@ NAMES=(s-{00..03}.tar z-{0..1}.tar.zst)
 
 # A self-signed certificate for 127.0.0.1, for an https server beside the
 # http one (skipped, visibly, without the openssl command).
-TLS=
-if command -v openssl >/dev/null 2>&1 &&
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout key.pem -out cert.pem -days 2 \
-    -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1; then
-  TLS=1
+TLS=()
+if nginx_tls_cert "$TMP"; then
+  TLS=(--tls "$TMP/cert.pem" "$TMP/key.pem")
 else
   echo "# skipped the https checks: no openssl command (apt-get install openssl)"
 fi
-
-# nginx on free ports (a few tries: the ports are picked, then bound).
-start_nginx() {
-  local try port sport
-  for try in 1 2 3 4 5; do
-    read -r port sport < <("$PYTHON3" -c 'import socket
-a, b = socket.socket(), socket.socket()
-a.bind(("127.0.0.1", 0)); b.bind(("127.0.0.1", 0))
-print(a.getsockname()[1], b.getsockname()[1])')
-    local tls_server=""
-    [[ -z $TLS ]] || tls_server="server { listen 127.0.0.1:$sport ssl; ssl_certificate $TMP/cert.pem; ssl_certificate_key $TMP/key.pem; root $TMP/www; }"
-    # As root, nginx's worker would run as nobody, who cannot read $TMP.
-    local user=""
-    [[ $(id -u) != 0 ]] || user="user root $(id -gn);"
-    cat >nginx.conf <<CONF
-$user
-daemon off;
-worker_processes 1;
-pid $TMP/nginx.pid;
-error_log $TMP/error.log;
-events { worker_connections 256; }
-http {
-  log_format conn '\$connection \$connection_requests \$status \$request_uri';
-  access_log $TMP/access.log conn;
-  client_body_temp_path $TMP/t-body;
-  proxy_temp_path $TMP/t-proxy;
-  fastcgi_temp_path $TMP/t-fastcgi;
-  uwsgi_temp_path $TMP/t-uwsgi;
-  scgi_temp_path $TMP/t-scgi;
-  default_type application/octet-stream;
-  keepalive_requests 10000;
-  server {
-    listen 127.0.0.1:$port;
-    root $TMP/www;
-    location = /err500.tar { return 500; }
-    location = /moved.tar { return 302 /s-00.tar; }
-  }
-  $tls_server
-}
-CONF
-    "$NGINX" -e "$TMP/error.log" -p "$TMP" -c "$TMP/nginx.conf" &
-    local pid=$!
-    local i
-    for ((i = 0; i < 50; i++)); do
-      if curl -s -o /dev/null "http://127.0.0.1:$port/s-00.tar"; then
-        pids+=("$pid")
-        PORT=$port
-        SPORT=$sport
-        return 0
-      fi
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  die "nginx did not start: $(tail -3 "$TMP/error.log" 2>/dev/null)"
-}
-start_nginx
+# nginx (scripts/lib-nginx.sh), its access log naming connections
+nginx_start "$TMP" "$TMP/www" --log "${TLS[@]}" --conf \
+  'location = /err500.tar { return 500; } location = /moved.tar { return 302 /s-00.tar; } location = /moved404.tar { return 302 /nope.tar; }' ||
+  die "nginx did not start"
+pids+=("$NGINX_PID")
+PORT=$NGINX_PORT
+SPORT=$NGINX_SPORT
 BASE=http://127.0.0.1:$PORT
 
 # proxy MODE [SEED]: starts http_proxy.py; its port in PPORT.
@@ -161,6 +105,10 @@ urls() { # urls BASE: the shard set under BASE
 [[ -s local.ls ]] || die "empty local listing"
 total=$(wc -l <local.ls)
 # listings compared as text: one line per sample (key, fields, sizes).
+# the exact message: the URL once (the reader names it), then what was wrong
+exact() { # exact NAME FILE TEXT: FILE is the one line TEXT
+  if [[ $(cat "$2") == "$3" ]]; then ok "$1"; else bad "$1" "wanted: $3" "got:    $(head -c 600 "$2")"; fi
+}
 same() { # same NAME FILE: FILE equals local.ls
   if cmp -s local.ls "$2"; then ok "$1"; else bad "$1" "differs from the local listing:" "$(diff local.ls "$2" | head -5)"; fi
 }
@@ -238,14 +186,16 @@ has mismatching_index_names_url mism.err "pipe:curl -s http://127.0.0.1:$dead/s-
 : >access.log
 w e404 ls --retries 3 "$BASE/nope.tar"
 expect_rc http_404_exit 1 e404
-has http_404_message e404.err "HTTP 404 Not Found: $BASE/nope.tar"
+exact http_404_message e404.err "wds ls: $BASE/nope.tar: HTTP 404 Not Found"
 n404=$(grep -c ' 404 ' access.log || true)
 if [[ $n404 == 1 ]]; then ok http_404_not_retried; else bad http_404_not_retried "$n404 requests"; fi
+w r404 ls "$BASE/moved404.tar"
+exact http_404_after_redirect_message r404.err "wds ls: $BASE/moved404.tar: HTTP 404 Not Found (redirected to $BASE/nope.tar)"
 
 : >access.log
 w e500 ls --retries 1 "$BASE/err500.tar"
 expect_rc http_500_exit 1 e500
-has http_500_message e500.err "HTTP 500 Internal Server Error: $BASE/err500.tar (gave up after 2 attempts)"
+exact http_500_message e500.err "wds ls: $BASE/err500.tar: HTTP 500 Internal Server Error (gave up after 2 attempts)"
 n500=$(grep -c ' 500 ' access.log || true)
 if [[ $n500 == 2 ]]; then ok http_500_retried_once; else bad http_500_retried_once "$n500 requests, wanted 2"; fi
 
@@ -325,30 +275,51 @@ t0=$(date +%s)
 w stall ls --read-timeout 1 "http://127.0.0.1:$PPORT/z-0.tar.zst"
 t1=$(date +%s)
 expect_rc stall_exit 1 stall
-has stall_read_timeout_message stall.err "no data for 1.0 s from http://127.0.0.1:$PPORT/z-0.tar.zst"
+# (the tar parser says where in the stream it waited)
+msg=$(cat stall.err)
+if [[ $msg == "wds ls: http://127.0.0.1:$PPORT/z-0.tar.zst: "*"no data for 1.0 s (the read timeout; raise it with --read-timeout or read_timeout_ms)" && $msg != *"z-0.tar.zst"*"z-0.tar.zst"* ]]; then
+  ok stall_read_timeout_message
+else
+  bad stall_read_timeout_message "$msg"
+fi
 if ((t1 - t0 < 20)); then ok stall_ends_in_time; else bad stall_ends_in_time "$((t1 - t0)) s"; fi
 
 proxy 503
 w e503 ls --retries 2 "http://127.0.0.1:$PPORT/s-00.tar"
 expect_rc retries_exhausted_exit 1 e503
-has retries_exhausted_503 e503.err "HTTP 503 Service Unavailable: http://127.0.0.1:$PPORT/s-00.tar (gave up after 3 attempts)"
+exact retries_exhausted_503 e503.err "wds ls: http://127.0.0.1:$PPORT/s-00.tar: HTTP 503 Service Unavailable (gave up after 3 attempts)"
 n503=$(grep -c connection "proxy-503-0.port.log" || true)
 if ((n503 >= 1)); then ok retries_reached_the_proxy; else bad retries_reached_the_proxy "no connection"; fi
 
 dead=$("$PYTHON3" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 w refused ls --retries 1 "http://127.0.0.1:$dead/s-00.tar"
 expect_rc refused_exit 1 refused
-has refused_message refused.err "http://127.0.0.1:$dead/s-00.tar (gave up after 2 attempts)"
+# (libcurl's text says how many ms the connect took)
+msg=$(cat refused.err)
+if [[ $msg == "wds ls: http://127.0.0.1:$dead/s-00.tar: Failed to connect to 127.0.0.1 port $dead after "*" ms: Couldn't connect to server (gave up after 2 attempts)" ]]; then
+  ok refused_message
+else
+  bad refused_message "$msg"
+fi
 has refused_says_connect refused.err "onnect"
 
 # -- https --
-if [[ -n $TLS ]]; then
+if ((${#TLS[@]})); then
   SBASE=https://127.0.0.1:$SPORT
   export CURL_CA_BUNDLE=$TMP/cert.pem
+  : >access.log
   w https ls "$SBASE"/s-{00..03}.tar "$SBASE"/z-{0..1}.tar.zst
   unset CURL_CA_BUNDLE
   expect_rc https_exit 0 https
   same https_equals_local https.out
+  # one TLS connection (one handshake) serves all six shards
+  conns=$(awk '{print $1}' access.log | sort -u | wc -l)
+  maxreq=$(awk '{print $2}' access.log | sort -n | tail -1)
+  if [[ $conns == 1 && $maxreq == 6 ]]; then
+    ok https_connection_reused_across_shards
+  else
+    bad https_connection_reused_across_shards "$conns connections, at most $maxreq requests on one (wanted 1 and 6):" "$(cat access.log)"
+  fi
   RC=0
   env -u CURL_CA_BUNDLE -u SSL_CERT_FILE -u SSL_CERT_DIR timeout 60 "$WDS" ls "$SBASE/s-00.tar" \
     >untrusted.out 2>untrusted.err || RC=$?

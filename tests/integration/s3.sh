@@ -287,7 +287,7 @@ fake listing_error_document error "not a ListObjectsV2 answer"
 fake listing_truncated_without_token notoken "truncated listing page without a new NextContinuationToken"
 fake listing_same_token_again loop "truncated listing page without a new NextContinuationToken"
 fake listing_empty_page page "no object matches s3://page/a/*.tar (0 listed"
-fake listing_html_403 html "HTTP 403 Forbidden: s3://html/a/*.tar (ListObjectsV2)"
+fake listing_html_403 html "s3://html/a/*.tar (ListObjectsV2): HTTP 403 Forbidden"
 
 # -- temporary credentials, endpoint variables --
 if [[ $TKEY != - ]]; then
