@@ -51,12 +51,12 @@ static void load(void) {
     void **slot;
   } t[] = {
 #define F(name) {"curl_" #name, (void **)&fn.name}
-      F(global_init),      F(easy_init),        F(easy_cleanup),
-      F(easy_reset),       F(easy_setopt),      F(easy_getinfo),
-      F(easy_pause),       F(easy_strerror),    F(multi_init),
-      F(multi_cleanup),    F(multi_add_handle), F(multi_remove_handle),
-      F(multi_perform),    F(multi_poll),       F(multi_info_read),
-      F(multi_strerror),   F(slist_append),     F(slist_free_all),
+      F(global_init),    F(easy_init),        F(easy_cleanup),
+      F(easy_reset),     F(easy_setopt),      F(easy_getinfo),
+      F(easy_pause),     F(easy_strerror),    F(multi_init),
+      F(multi_cleanup),  F(multi_add_handle), F(multi_remove_handle),
+      F(multi_perform),  F(multi_poll),       F(multi_info_read),
+      F(multi_strerror), F(slist_append),     F(slist_free_all),
 #undef F
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -183,8 +183,7 @@ const char *wds__curl_multi_strerror(CURLMcode code) {
   return ready() ? fn.multi_strerror(code) : load_error;
 }
 
-struct curl_slist *wds__curl_slist_append(struct curl_slist *l,
-                                          const char *s) {
+struct curl_slist *wds__curl_slist_append(struct curl_slist *l, const char *s) {
   return ready() ? fn.slist_append(l, s) : NULL;
 }
 

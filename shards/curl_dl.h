@@ -33,8 +33,7 @@ CURLMcode wds__curl_multi_poll(CURLM *m, struct curl_waitfd extra[],
                                unsigned int n, int timeout_ms, int *numfds);
 CURLMsg *wds__curl_multi_info_read(CURLM *m, int *left);
 const char *wds__curl_multi_strerror(CURLMcode code);
-struct curl_slist *wds__curl_slist_append(struct curl_slist *l,
-                                          const char *s);
+struct curl_slist *wds__curl_slist_append(struct curl_slist *l, const char *s);
 void wds__curl_slist_free_all(struct curl_slist *l);
 
 /* <curl/curl.h> may define these two as type-checking macros. */
