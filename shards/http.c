@@ -882,7 +882,7 @@ ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
         return wds__fail(err, WDS_ERR_TIMEOUT,
                          "no data for %.1f s (the read timeout; raise it with "
                          "--read-timeout or read_timeout_ms)",
-                         (double)waited / 1000);
+                         (double)s->timeout_ms / 1000);
       if ((uint64_t)s->timeout_ms - waited < (uint64_t)wait)
         wait = (int)((uint64_t)s->timeout_ms - waited);
     }

@@ -482,6 +482,21 @@ int wds__s3_parse_listing(const char *xml, size_t n,
 
 /* ---- listings ---- */
 
+typedef struct keys {
+  char **v;
+  size_t n, cap;
+  size_t listed;
+  const char *pattern; /* fnmatch pattern, or NULL: a prefix listing */
+  const char *prefix;
+  wds__err *err;
+} keys;
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+#if defined(WDS_HAVE_CURL)
+
 /* The extensions a prefix listing takes as shards: what the reader opens
  * (stream.c sniffs the compression). */
 static int is_shard_name(const char *key) {
@@ -497,15 +512,6 @@ static int is_shard_name(const char *key) {
   }
   return 0;
 }
-
-typedef struct keys {
-  char **v;
-  size_t n, cap;
-  size_t listed;
-  const char *pattern; /* fnmatch pattern, or NULL: a prefix listing */
-  const char *prefix;
-  wds__err *err;
-} keys;
 
 static int keys_add(void *ud, const char *key) {
   keys *k = ud;
@@ -528,12 +534,6 @@ static int keys_add(void *ud, const char *key) {
   k->n++;
   return WDS_OK;
 }
-
-static int cmp_str(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-#if defined(WDS_HAVE_CURL)
 
 /* Reads a whole listing page (at most WDS__S3_PAGE_MAX bytes). */
 static int read_page(wds__http *h, sbuf *page, wds__err *err) {

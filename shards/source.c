@@ -524,7 +524,7 @@ static int wait_readable(wds__source *s, wds__err *err) {
         return wds__fail(err, WDS_ERR_TIMEOUT,
                          "no data for %.1f s (the read timeout; raise it "
                          "with --read-timeout or read_timeout_ms)",
-                         (double)waited / 1000);
+                         (double)s->timeout_ms / 1000);
       wait = (int)((uint64_t)s->timeout_ms - waited);
     }
     if (s->cancel && s->cancel->fd < 0 &&
