@@ -342,6 +342,12 @@ int tool_cmd_bench(int argc, char **argv) {
     status = 2;
     goto done;
   }
+  /* The reader benchmark takes the cache too (finish did it for a loader). */
+  if (!lo.given &&
+      tool_cache_finish("wds bench", &lo.cfg.cache_dir, lo.cfg.cache_size)) {
+    status = 2;
+    goto done;
+  }
   tool_allow_pipe_from_files = lo.cfg.allow_pipe_from_files;
   if (lo.nsources) {
     lo.cfg.read_buffer_bytes = buffer;

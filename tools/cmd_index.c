@@ -67,6 +67,7 @@ static int read_timeout_ms;   /* --read-timeout */
 static uint64_t max_window;   /* --max-window */
 static const char *cache_dir; /* --cache-dir */
 static uint64_t cache_size;   /* --cache-size */
+static uint64_t cache_errors; /* shards read without the cache */
 
 /* Reads one shard and writes its shardlist entry to out (first: the first
  * entry). Returns 0, or 1 after printing the error (nothing when a signal
@@ -136,6 +137,11 @@ done:
     fclose(mem);
   free(buf);
   tool_signals_reader(NULL);
+  if (r) {
+    wds_reader_stats cst;
+    wds_reader_stats_get(r, &cst);
+    cache_errors += cst.cache_errors;
+  }
   wds_reader_close(r);
   return status;
 }
@@ -299,6 +305,7 @@ int tool_cmd_index(int argc, char **argv) {
   }
   status = 0;
 done:
+  tool_cache_note("wds index", cache_dir, cache_errors);
   if (out != stdout)
     fclose(out);
   wds_outfile_close(of); /* removes the temporary file after an error */

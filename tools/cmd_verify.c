@@ -90,6 +90,7 @@ typedef struct verifier {
   int read_timeout_ms;         /* --read-timeout */
   const char *cache_dir;       /* --cache-dir */
   uint64_t cache_size;         /* --cache-size */
+  uint64_t cache_errors;       /* shards read without the cache */
   uint64_t max_window_bytes;   /* --max-window */
 } verifier;
 
@@ -289,6 +290,11 @@ static int verify_shard(verifier *v, const char *url) {
 done:
   key_set_free(&keys);
   tool_signals_reader(NULL);
+  if (r) {
+    wds_reader_stats cst;
+    wds_reader_stats_get(r, &cst);
+    v->cache_errors += cst.cache_errors;
+  }
   wds_reader_close(r);
   return status;
 }
@@ -452,6 +458,7 @@ int tool_cmd_verify(int argc, char **argv) {
 done:
   if (tool_stdout_flush() != 0 && status == 0)
     status = 1;
+  tool_cache_note("wds verify", v.cache_dir, v.cache_errors);
   for (size_t i = 0; i < v.nrequire; i++)
     free(v.require[i]);
   free(v.require);

@@ -16,8 +16,9 @@
 #   * three processes filling one cache at once all succeed, with whole
 #     entries and no temporary file left;
 #   * a cache that cannot be written (below a regular file; a read-only
-#     directory when not root) does not fail the read: the listing is the
-#     same, and the tool notes it once on stderr;
+#     directory when not root) does not fail the read: ls, verify, index and
+#     batches succeed as without it, and each notes it once on stderr;
+#   * `wds bench` reads the cache too;
 #   * a stale temporary file of a dead writer is deleted; local shards and
 #     pipe: are never cached.
 # Skips (77) when nginx is not installed or wds was built without libcurl.
@@ -171,6 +172,14 @@ else
   bad wds_cache_dir_environment "exit $RC, $(requests) requests" "$(head -3 env.err)"
 fi
 
+# wds bench (the reader benchmark) takes the cache too
+: >access.log
+w bench1 bench --cache-dir c9 "$BASE/s-00.tar"
+w bench2 bench --cache-dir c9 "$BASE/s-00.tar"
+if [[ $RC == 0 && $(requests) == 1 ]] && whole c9 s-00.tar; then ok bench_uses_the_cache; else bad bench_uses_the_cache "exit $RC, $(requests) requests" "$(head -3 bench2.err)"; fi
+w bench3 bench --cache-size 1G "$BASE/s-00.tar"
+expect_rc bench_cache_size_needs_dir 2 bench3
+
 # the loader: two epochs in one process, one request per shard in all
 "$WDS" batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
   --epochs 2 --save save-local "${LOCAL[@]}" >local.batches
@@ -260,9 +269,22 @@ if [[ $(grep -c 'note: the cache afile/cache could not be used' ro1.err) == 1 ]]
 else
   bad unwritable_cache_noted_once "$(cat ro1.err)"
 fi
+for cmd in verify index; do
+  w "ro$cmd" "$cmd" --cache-dir afile/cache "${URLS[@]}"
+  if [[ $RC == 0 && $(grep -c "wds $cmd: note: the cache afile/cache could not be used ${#NAMES[@]} times" "ro$cmd.err") == 1 ]]; then
+    ok "unwritable_cache_${cmd}_succeeds_noted_once"
+  else
+    bad "unwritable_cache_${cmd}_succeeds_noted_once" "exit $RC" "$(cat "ro$cmd.err")"
+  fi
+done
 w ro2 batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
   --epochs 2 --cache-dir afile/cache "${URLS[@]}"
 if [[ $RC == 0 ]] && cmp -s local.batches ro2.out; then ok unwritable_cache_batches_succeed; else bad unwritable_cache_batches_succeed "exit $RC" "$(head -3 ro2.err)"; fi
+if [[ $(grep -c 'wds batches: note: the cache afile/cache could not be used' ro2.err) == 1 ]]; then
+  ok unwritable_cache_batches_noted_once
+else
+  bad unwritable_cache_batches_noted_once "$(cat ro2.err)"
+fi
 if [[ $(id -u) != 0 ]]; then
   mkdir ro && chmod 555 ro
   w ro3 ls --cache-dir ro "${URLS[@]}"
