@@ -20,13 +20,14 @@
 #include "wds/version.h"
 
 static const char usage_text[] =
-    "usage: wds-train --train SPEC [--eval SPEC] [options]\n"
+    "usage: wds-train --train SPEC | --source SRC... [--eval SPEC] [options]\n"
     "\n"
     "Trains an MLP classifier on images (the jpg, jpeg or png field) and\n"
     "labels (the cls field) of WebDataset shards, data-parallel.\n"
     "\n"
     "Data:\n"
-    "  --train SPEC           training shards (wds spec)\n"
+    "  --train SPEC           training shards (wds spec); or --source (below)\n"
+    "                         once per source of a mix\n"
     "  --eval SPEC            held-out shards: loss and accuracy after each\n"
     "                         epoch and at the end\n"
     "  --image-size N         images resized/cropped to N x N (default 32)\n"
@@ -42,7 +43,10 @@ static const char usage_text[] =
     "  --momentum X           (default 0.9)\n"
     "  --weight-decay X       (default 5e-4)\n"
     "  --warmup-steps N       linear warm-up, then cosine decay (default 0)\n"
-    "  --seed S               weights and data order (default 0)\n"
+    "  --seed S               weights and data order (default 0)\n";
+
+/* In two: C99's limit on a string literal's length. */
+static const char usage_text_2[] =
     "Run:\n"
     "  --batch-size B         rows per rank and step (default 32); a loader\n"
     "                         batch is ranks x B rows, rank r gets rows\n"
@@ -86,6 +90,10 @@ static const char usage_text[] =
     "  --log-every N          a log line every N steps (default 10)\n"
     "  --log-checksums        per-rank weight checksums in each log line\n"
     "  --json FILE            log lines and the final summary as JSON lines\n"
+    "  --log-rows FILE        every step's rows: a line 'STEP EPOCH BATCH "
+    "RANK\n"
+    "                         SOURCE KEY' per valid row (a process writes its\n"
+    "                         own ranks' rows: one file per node)\n"
     "Reading shards (as `wds batches` takes them):\n";
 
 /* The loader options wds-train takes through tools/loader_opts.c: one
@@ -106,11 +114,12 @@ static const char *const loader_names[] = {"index",
                                            "cache-dir",
                                            "cache-size",
                                            "allow-pipe-from-files",
+                                           "source",
                                            NULL};
 static const char *const loader_help_names[] = {
     "index",      "crop",      "workers",    "read-timeout",
     "max-window", "cache-dir", "cache-size", "allow-pipe-from-files",
-    NULL};
+    "source",     NULL};
 
 #define PROG "wds-train"
 
@@ -187,6 +196,7 @@ enum {
   O_LOG_EVERY,
   O_LOG_SUMS,
   O_JSON,
+  O_LOG_ROWS,
   O_MASTER_ADDR,
   O_MASTER_PORT,
   O_RDV_TIMEOUT,
@@ -222,6 +232,7 @@ static const struct option long_opts[] = {
     {"log-every", required_argument, 0, O_LOG_EVERY},
     {"log-checksums", no_argument, 0, O_LOG_SUMS},
     {"json", required_argument, 0, O_JSON},
+    {"log-rows", required_argument, 0, O_LOG_ROWS},
     {"master-addr", required_argument, 0, O_MASTER_ADDR},
     {"master-port", required_argument, 0, O_MASTER_PORT},
     {"rdv-timeout", required_argument, 0, O_RDV_TIMEOUT},
@@ -265,7 +276,10 @@ int main(int argc, char **argv) {
   uint64_t u;
   double d;
   struct option opts[64];
-  tool_loader_opts lo;
+  /* Static: what the options allocate stays reachable on every return
+   * (the --source list outlives lo in sources). */
+  static tool_loader_opts lo;
+  static wds_source_config *sources;
   uint64_t loader_given = 0; /* bit c - TOOL_LOADER_OPT_BASE */
   tool_loader_opts_init(&lo);
   if (tool_loader_options_some(long_opts, loader_names, opts,
@@ -378,6 +392,9 @@ int main(int argc, char **argv) {
     case O_JSON:
       o.json_path = a;
       break;
+    case O_LOG_ROWS:
+      o.rows_path = a;
+      break;
     case O_MASTER_ADDR:
       if (!*a || strlen(a) >= 256)
         return usage_error("--master-addr: bad address '%s'", a);
@@ -410,6 +427,7 @@ int main(int argc, char **argv) {
     case O_HELP:
       errno = 0;
       fputs(usage_text, stdout);
+      fputs(usage_text_2, stdout);
       tool_loader_opts_help_some(stdout, loader_help_names);
       fputs("\n" WDS__SIZE_HELP, stdout);
       /* Longer than a buffer: a write may fail on the way (errno is then
@@ -491,12 +509,26 @@ int main(int argc, char **argv) {
   o.cache_size = lo.cfg.cache_size;
   if (GIVEN(TOOL_LO_ALLOW_PIPE))
     o.allow_pipe_from_files = 1;
+  if (lo.nsources) {
+    if (o.train_spec)
+      return usage_error("%s", "--train and --source: give one (--train "
+                               "SPEC is --source SPEC alone)");
+    if (GIVEN(TOOL_LO_INDEX))
+      return usage_error("%s", "--index with --source: give each source its "
+                               "index as --source SPEC:index=FILE");
+    sources = lo.sources;
+    o.sources = sources;
+    o.source_count = lo.nsources;
+    lo.sources = NULL;
+    lo.nsources = 0;
+  }
 #undef GIVEN
   tool_loader_opts_free(&lo);
   if (optind < argc)
     return usage_error("unexpected argument '%s'", argv[optind]);
-  if (!o.train_spec)
-    return usage_error("%s", "--train SPEC is required");
+  if (!o.train_spec && !o.source_count)
+    return usage_error("%s", "--train SPEC is required (or --source, once "
+                             "per source of a mix)");
   if (o.mode == WDS_MODE_RESAMPLED && !o.samples_per_epoch)
     return usage_error("%s", "--mode resampled needs --samples-per-epoch");
   if (o.checkpoint_every && !o.checkpoint_path)

@@ -40,6 +40,7 @@ typedef struct shared {
   tr_checkpoint *resume; /* NULL: fresh weights */
   uint64_t fingerprint;
   FILE *json;
+  FILE *rows_log; /* --log-rows */
 
   int world, first_rank; /* ranks of the job; global rank of local 0 */
   size_t *rows, *row0;   /* per local rank: its rows of a loader batch */
@@ -139,6 +140,54 @@ static void print_checksums(const shared *sh, FILE *f, const char *sep) {
     fprintf(f, "%s\"%016" PRIx64 "\"", i ? sep : "", sh->checksums[i]);
 }
 
+/* Rank 0, --log-rows: the valid rows of the step about to be taken, "STEP
+ * EPOCH BATCH RANK SOURCE KEY" each (steps counted from 1, as the log's;
+ * RANK global). */
+static void log_rows(shared *sh, const wds_batch *b) {
+  int local = 0;
+  for (size_t i = 0; i < b->rows; i++) {
+    if (b->valid && !b->valid[i])
+      continue;
+    while (local + 1 < sh->o->ranks && i >= sh->row0[local + 1])
+      local++;
+    fprintf(sh->rows_log,
+            "%" PRIu64 " %" PRIu64 " %" PRIu64 " %d %" PRIu32 " %s\n",
+            sh->step + 1, b->epoch, b->index, sh->first_rank + local,
+            b->sources ? b->sources[i] : 0, b->keys ? b->keys[i] : "-");
+  }
+}
+
+/* A JSON string of s on f. */
+static void json_put_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+/* "SPEC (repeat 2, index FILE)" of source s, as given. */
+static void describe_source(FILE *f, const wds_source_config *s) {
+  fputs(s->spec, f);
+  if (s->weight > 0)
+    fprintf(f, " (weight %g", s->weight);
+  else if (s->proportion > 0)
+    fprintf(f, " (proportion %g", s->proportion);
+  else if (s->repeat > 0)
+    fprintf(f, " (repeat %g", s->repeat);
+  else
+    fputs(" (default amount", f);
+  if (s->index_path)
+    fprintf(f, ", index %s", s->index_path);
+  fputc(')', f);
+}
+
 /* Rank 0: fetches a training batch (the time counts as data wait). 1: a
  * batch, 0: the end of the epoch, -1: failed. */
 static int fetch(shared *sh, const wds_batch **out) {
@@ -217,6 +266,8 @@ static int coordinate(shared *sh, int *seen_eof) {
   sh->batch_staged = staged;
   sh->epoch = b->epoch;
   sh->cmd = CMD_STEP;
+  if (sh->rows_log)
+    log_rows(sh, b);
   return 0;
 }
 
@@ -568,23 +619,34 @@ static wds_field_spec g_fields_tpl[2] = {
 static uint64_t config_fingerprint(const tr_options *o,
                                    const tr_model_config *m) {
   char buf[4096];
-  int n =
-      snprintf(buf, sizeof buf,
-               "train=%s|index=%s|seed=%" PRIu64 "|mode=%d|spe=%" PRIu64
-               "|batch=%zu|ranks=%d|procs=%d|workers=%d|img=%d|ch=%d|crop=%d"
-               "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
-               "|backend=%s|layers=%d",
-               o->train_spec, o->train_index ? o->train_index : "", o->seed,
-               (int)o->mode, o->samples_per_epoch, o->batch_size, o->ranks,
-               o->procs, o->workers, o->image_size, o->channels, (int)o->crop,
-               o->shuffle_buffer, (int)o->last_batch, o->lr, o->momentum,
-               o->weight_decay, o->warmup_steps, o->backend->name, m->layers);
+  int n = snprintf(
+      buf, sizeof buf,
+      "train=%s|index=%s|seed=%" PRIu64 "|mode=%d|spe=%" PRIu64
+      "|batch=%zu|ranks=%d|procs=%d|workers=%d|img=%d|ch=%d|crop=%d"
+      "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
+      "|backend=%s|layers=%d",
+      o->train_spec ? o->train_spec : "", o->train_index ? o->train_index : "",
+      o->seed, (int)o->mode, o->samples_per_epoch, o->batch_size, o->ranks,
+      o->procs, o->workers, o->image_size, o->channels, (int)o->crop,
+      o->shuffle_buffer, (int)o->last_batch, o->lr, o->momentum,
+      o->weight_decay, o->warmup_steps, o->backend->name, m->layers);
   uint64_t h = tr_fnv1a(TR_FNV_INIT, buf, n < 0 ? 0 : (size_t)n);
   h = tr_fnv1a(h, m->dims, sizeof m->dims);
   /* Per-rank batch sizes: unchanged fingerprints without them. */
   for (size_t i = 0; i < o->rank_batch_size_count; i++) {
     uint64_t b = o->rank_batch_sizes[i];
     h = tr_fnv1a(h, &b, sizeof b);
+  }
+  /* Sources: unchanged fingerprints without them. */
+  for (size_t i = 0; i < o->source_count; i++) {
+    const wds_source_config *sc = &o->sources[i];
+    n = snprintf(buf, sizeof buf, "|source=%s|index=%s|w=%.17g|p=%.17g|r=%.17g",
+                 sc->spec, sc->index_path ? sc->index_path : "", sc->weight,
+                 sc->proportion, sc->repeat);
+    h = tr_fnv1a(h, buf,
+                 n < 0                    ? 0
+                 : (size_t)n < sizeof buf ? (size_t)n
+                                          : sizeof buf - 1);
   }
   return h;
 }
@@ -716,7 +778,8 @@ int tr_run(const tr_options *o, wds__err *e) {
     if (ck.fingerprint != sh.fingerprint) {
       rc = wds__fail(
           e, WDS_ERR_INVALID,
-          "checkpoint %s: made with another configuration (data spec, "
+          "checkpoint %s: made with another configuration (data spec or "
+          "--source list, "
           "seed, mode, batch size, ranks, workers, image options or "
           "optimizer settings differ); resume with the same options",
           o->resume_path);
@@ -736,6 +799,8 @@ int tr_run(const tr_options *o, wds__err *e) {
   wds_loader_config lc = WDS_LOADER_CONFIG_INIT;
   lc.spec = o->train_spec;
   lc.index_path = o->train_index;
+  lc.sources = o->sources;
+  lc.source_count = o->source_count;
   lc.rank = o->proc_rank;
   lc.world_size = o->procs;
   lc.workers = o->workers;
@@ -770,7 +835,8 @@ int tr_run(const tr_options *o, wds__err *e) {
     lc.resume_batches = ck.loader_batches;
   }
   if ((rc = wds_loader_open(&lc, &sh.train)) != WDS_OK) {
-    wds__fail(e, rc, "--train: %s", wds_open_error());
+    wds__fail(e, rc, "%s: %s", o->source_count ? "--source" : "--train",
+              wds_open_error());
     goto done;
   }
   if (o->watch_loader)
@@ -793,6 +859,8 @@ int tr_run(const tr_options *o, wds__err *e) {
     wds_loader_config ec = lc;
     ec.spec = o->eval_spec;
     ec.index_path = NULL;
+    ec.sources = NULL;
+    ec.source_count = 0;
     ec.mode = WDS_MODE_PLAIN;
     ec.workers = 0; /* plain mode: at most one per eval shard */
     ec.samples_per_epoch = 0;
@@ -820,6 +888,14 @@ int tr_run(const tr_options *o, wds__err *e) {
       goto done;
     }
   }
+  if (o->rows_path) {
+    sh.rows_log = fopen(o->rows_path, "w");
+    if (!sh.rows_log) {
+      rc = wds__fail(e, WDS_ERR_OPEN, "--log-rows %s: cannot open for writing",
+                     o->rows_path);
+      goto done;
+    }
+  }
   fprintf(o->out, "wds-train: backend %s, %d rank%s", o->backend->name,
           o->ranks, o->ranks == 1 ? "" : "s");
   if (o->procs > 1)
@@ -844,6 +920,11 @@ int tr_run(const tr_options *o, wds__err *e) {
           " steps%s, model %zu parameters\n",
           sh.epoch_batches, sh.total_steps, sh.resume ? " (resumed)" : "",
           sh.param_count);
+  for (size_t i = 0; i < o->source_count; i++) {
+    fprintf(o->out, "wds-train: source %zu: ", i);
+    describe_source(o->out, &o->sources[i]);
+    fputc('\n', o->out);
+  }
   if (sh.resume)
     fprintf(o->out,
             "resumed from %s at step %" PRIu64 " (epoch %" PRIu64
@@ -953,6 +1034,26 @@ int tr_run(const tr_options *o, wds__err *e) {
         fprintf(sh.json, i ? ", %zu" : "%zu", o->rank_batch_sizes[i]);
       fputc(']', sh.json);
     }
+    if (o->source_count) {
+      fputs(", \"sources\": [", sh.json);
+      for (size_t i = 0; i < o->source_count; i++) {
+        const wds_source_config *sc = &o->sources[i];
+        fputs(i ? ", {\"spec\": " : "{\"spec\": ", sh.json);
+        json_put_string(sh.json, sc->spec);
+        if (sc->weight > 0)
+          fprintf(sh.json, ", \"weight\": %.17g", sc->weight);
+        if (sc->proportion > 0)
+          fprintf(sh.json, ", \"proportion\": %.17g", sc->proportion);
+        if (sc->repeat > 0)
+          fprintf(sh.json, ", \"repeat\": %.17g", sc->repeat);
+        if (sc->index_path) {
+          fputs(", \"index\": ", sh.json);
+          json_put_string(sh.json, sc->index_path);
+        }
+        fputc('}', sh.json);
+      }
+      fputc(']', sh.json);
+    }
     if (sh.have_eval)
       fprintf(sh.json, ", \"eval_loss\": %.6f, \"eval_accuracy\": %.6f",
               sh.eval_loss, sh.eval_acc);
@@ -983,6 +1084,16 @@ done:
     if (failed && rc == WDS_OK)
       rc = wds__fail(e, WDS_ERR_IO, "--json %s: cannot write it%s%s",
                      o->json_path, errno ? ": " : "",
+                     errno ? strerror(errno) : "");
+  }
+  if (sh.rows_log) {
+    int failed = ferror(sh.rows_log) != 0;
+    errno = 0;
+    if (fclose(sh.rows_log) != 0)
+      failed = 1;
+    if (failed && rc == WDS_OK)
+      rc = wds__fail(e, WDS_ERR_IO, "--log-rows %s: cannot write it%s%s",
+                     o->rows_path, errno ? ": " : "",
                      errno ? strerror(errno) : "");
   }
   free(threads);

@@ -29,6 +29,8 @@
 typedef struct tr_options {
   const char *train_spec, *eval_spec;
   const char *train_index; /* exact mode: `wds index` JSON, NULL = count */
+  const wds_source_config *sources; /* a mix instead of train_spec (NULL) */
+  size_t source_count;
   int image_size, channels, classes;
   int hidden[TR_MAX_LAYERS];
   int hidden_count;
@@ -55,6 +57,7 @@ typedef struct tr_options {
   uint64_t warmup_steps;
   uint64_t checkpoint_every;
   const char *checkpoint_path, *resume_path, *json_path;
+  const char *rows_path; /* --log-rows: every step's rows (NULL: none) */
   uint64_t log_every;
   int log_checksums;         /* per-rank weight checksums in every log line */
   const tr_backend *backend; /* tr_backend_find(), tr_backend_auto() */

@@ -12,6 +12,8 @@
 #     uninterrupted run (mid-epoch and at an epoch boundary);
 #   * --rank-batch-sizes 24,8: equal steps, identical weights, the accuracy
 #     of equal sizes (within 0.03), resume, other sizes refused;
+#   * --source twice: each epoch the rows of one spec of both (--log-rows),
+#     identical weights, resume, other sources refused;
 #   * bad checkpoints (truncated, a flipped byte, not a checkpoint, another
 #     configuration) exit 1 with a clear message; usage errors exit 2.
 #
@@ -201,6 +203,72 @@ if par 2; then
   fi
 fi
 
+# --- --source: a mix of shard sets --------------------------------------------
+# The 1000 training samples as two sources of 500 (repeat=1 each), exact
+# mode, 2 ranks of 10 rows, 2 epochs: every epoch's rows (--log-rows) are
+# the same multiset of keys as over one spec of all four shards (each key
+# once: 1000 / 20 steps, no padding), each row's source is its half; the
+# start line and the summary name the sources; identical weights on both
+# ranks after every step; stop and resume give the uninterrupted run's
+# weights; a resume with other sources is refused.
+if par 2; then
+  MS=(--source 'train-{000..001}.tar:repeat=1' --source 'train-{002..003}.tar:repeat=1')
+  MO=(--epochs 2 --batch-size 10 --shuffle-buffer 100 "${P[@]}")
+  if run --train 'train-{000..003}.tar' "${MO[@]}" --log-every 0 \
+    --log-rows one.rows >one.out &&
+    run "${MS[@]}" "${MO[@]}" --log-every 1 --log-checksums \
+      --log-rows mix.rows --json mix.json >mix.out &&
+    grep -qF 'wds-train: source 0: train-{000..001}.tar (repeat 1)' mix.out &&
+    grep -qF 'wds-train: source 1: train-{002..003}.tar (repeat 1)' mix.out &&
+    json_check mix.json "summary['steps'] == 100 and summary['sources'] == [{'spec': 'train-{000..001}.tar', 'repeat': 1}, {'spec': 'train-{002..003}.tar', 'repeat': 1}] and len(steps) == 100 and all(len(set(s['weights_checksum'])) == 1 for s in steps)" &&
+    "$PYTHON3" - one.rows mix.rows <<'PY'; then
+import collections, sys
+def epochs(path):
+    out = collections.defaultdict(collections.Counter)
+    srcs, ranks, steps = {}, collections.Counter(), set()
+    for line in open(path):
+        step, epoch, batch, rank, src, key = line.split()
+        out[int(epoch)][key] += 1
+        srcs.setdefault(key, set()).add(int(src))
+        ranks[(int(step), int(rank))] += 1
+        steps.add(int(step))
+    return out, srcs, ranks, steps
+one, _, _, one_steps = epochs(sys.argv[1])
+mix, srcs, ranks, steps = epochs(sys.argv[2])
+every = collections.Counter(f"s1_{k:06d}" for k in range(1000))
+assert sorted(one) == sorted(mix) == [0, 1], (sorted(one), sorted(mix))
+for e in (0, 1):
+    assert one[e] == every, f"one spec, epoch {e}: not each key once"
+    assert mix[e] == one[e], f"epoch {e}: the mix's keys differ from one spec's"
+for key, s in srcs.items():
+    want = 0 if int(key[3:]) < 500 else 1
+    assert s == {want}, f"{key}: source {s}, expected {want}"
+assert steps == one_steps == set(range(1, 101)), "steps 1..100"
+assert all(n == 10 for n in ranks.values()) and len(ranks) == 200, "10 rows per rank and step"
+PY
+    ok "--source x2 (repeat=1): each epoch the keys of one spec, rows of their source, identical weights on both ranks"
+  else
+    bad "--source x2" "$(tail -3 one.out mix.out 2>/dev/null)"
+  fi
+  mixfull=$("$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["summary"]["weights_checksum"])' mix.json)
+  if run "${MS[@]}" "${MO[@]}" --log-every 0 --checkpoint mixck --stop-after 73 >mixs.out &&
+    grep -q "stopped after 73 steps" mixs.out &&
+    run "${MS[@]}" "${MO[@]}" --log-every 0 --resume mixck --json mixres.json >mixres.out &&
+    json_check mixres.json "str(summary['weights_checksum']) == \"$mixfull\" and summary['steps'] == 100"; then
+    ok "--source x2: stop after 73 steps, resume: the uninterrupted run's weights"
+  else
+    bad "--source resume" "$(tail -2 mixs.out mixres.out 2>/dev/null)"
+  fi
+  rc=0
+  run --source 'train-{000..001}.tar:repeat=2' --source 'train-{002..003}.tar:repeat=1' \
+    "${MO[@]}" --resume mixck >err.out 2>err.txt || rc=$?
+  if ((rc == 1)) && grep -q "made with another configuration (data spec or --source list" err.txt; then
+    ok "resume with other sources: $(cat err.txt)"
+  else
+    bad "resume with other sources" "rc $rc: $(cat err.txt)"
+  fi
+fi
+
 # --- bad checkpoints ---------------------------------------------------------
 expect_err() { # NAME PATTERN ARGS...: exit 1 and stderr matching PATTERN
   local name=$1 pat=$2 rc=0
@@ -336,7 +404,9 @@ for args in "--bogus" "--image-size 16" "--train x.tar --channels 2" \
   "--train x.tar --master-addr=" "--train x.tar --rank-batch-sizes 8,0" \
   "--train x.tar --rank-batch-sizes 8,8 --batch-size 8" \
   "--train x.tar --rank-batch-sizes 8,8 --ranks 3" \
-  "--train x.tar --rank-batch-sizes 8,x"; do
+  "--train x.tar --rank-batch-sizes 8,x" "--train x.tar --source y.tar" \
+  "--source x.tar --index i.json" "--source :repeat=1" \
+  "--source x.tar:repeat=0" "--source x.tar:weight=1:repeat=2"; do
   rc=0
   # shellcheck disable=SC2086  # split on purpose
   "$TRAIN" $args >/dev/null 2>err.txt || rc=$?
