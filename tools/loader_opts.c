@@ -48,6 +48,7 @@ static const struct option loader_options[] = {
     {"cache-size", required_argument, 0, TOOL_LO_CACHE_SIZE},
     {"allow-pipe-from-files", no_argument, 0, TOOL_LO_ALLOW_PIPE},
     {"source", required_argument, 0, TOOL_LO_SOURCE},
+    {"eager-next-epoch", no_argument, 0, TOOL_LO_EAGER_NEXT_EPOCH},
 };
 
 #define NLOADER (sizeof loader_options / sizeof *loader_options)
@@ -271,6 +272,9 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
       cfg->shuffle_buffer = (size_t)v;
     else
       cfg->shuffle_initial = (size_t)v;
+    break;
+  case TOOL_LO_EAGER_NEXT_EPOCH:
+    cfg->eager_next_epoch = 1;
     break;
   case TOOL_LO_NO_SHARD_SHUFFLE:
     cfg->shard_shuffle = 0;
@@ -573,6 +577,9 @@ static const char loader_help_2[] =
     "                         (default 1G): the buffer\n"
     "                         holds fewer samples when they are large\n"
     "  --no-shard-shuffle     keep the spec's shard order in every epoch\n"
+    "  --eager-next-epoch     with --epochs: read the next epoch while the\n"
+    "                         last batches of this one are taken (the same\n"
+    "                         batches; more memory for a while)\n"
     "  --drop-last            exact mode: drop the tail instead of padding,\n"
     "                         and drop a partial last batch (torch's\n"
     "                         drop_last for the sampler and the DataLoader)\n"

@@ -59,7 +59,8 @@ enum {
   TOOL_LO_CACHE_DIR,
   TOOL_LO_CACHE_SIZE,
   TOOL_LO_ALLOW_PIPE,
-  TOOL_LO_SOURCE
+  TOOL_LO_SOURCE,
+  TOOL_LO_EAGER_NEXT_EPOCH
 };
 
 typedef struct tool_loader_opts {

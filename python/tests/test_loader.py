@@ -166,6 +166,27 @@ def test_state_dict_resume(shards):
         assert [x.keys for x in c] == whole[len(whole) // 2:]
 
 
+def test_eager_next_epoch_same_batches(shards):
+    """eager_next_epoch=True reads epoch e+1 while epoch e ends: the same
+    batches as without, with set_epoch to the next epoch (kept) or to
+    another one (abandoned) between epochs."""
+    spec, _ = shards
+    kw = dict(world_size=2, rank=1, workers=2, seed=4, shuffle_buffer=6)
+
+    def run(loader, epochs):
+        out = []
+        for e in epochs:
+            loader.set_epoch(e)
+            out.append([(b.keys, b["cls"].tolist()) for b in loader])
+        return out
+
+    with wds.Loader(spec, "cls", 3, **kw) as lazy:
+        want = run(lazy, [0, 1, 2, 5])
+    with wds.Loader(spec, "cls", 3, eager_next_epoch=True, **kw) as eager:
+        assert run(eager, [0, 1, 2, 5]) == want
+    assert want[0] != want[1]
+
+
 def test_rank_batch_sizes(shards):
     """rank_batch_sizes: every rank the same len(), its own rows per batch,
     every sample once plus padding below the sum; state_dict records the

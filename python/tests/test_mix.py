@@ -91,6 +91,21 @@ def test_sources_resume_and_determinism(two):
         loader.load_state_dict(state)
         tail = rows(loader, 2)
     assert tail == full[6:]
+    # A state through JSON (lists for tuples) still fits; other sources not.
+    state = json.loads(json.dumps(state))
+    with make() as loader:
+        loader.load_state_dict(state)
+        assert rows(loader, 2) == full[6:]
+    with wds.Loader(None, "cls", 3, mode="exact", seed=9, shuffle_buffer=5,
+                    rank=0, world_size=1,
+                    sources=[wds.Source(two[0]),
+                             wds.Source(two[1], proportion=0.25)]) as other:
+        with pytest.raises(ValueError, match="sources"):
+            other.load_state_dict(state)
+    with wds.Loader(two[0], "cls", 3, mode="exact", seed=9, shuffle_buffer=5,
+                    rank=0, world_size=1) as one:
+        with pytest.raises(ValueError, match="sources"):
+            one.load_state_dict(state)
 
 
 def test_sources_equal_cli(two, tmp_path):

@@ -231,6 +231,12 @@ class Source:
         return f"wds.Source({self.spec!r}{opts})"
 
 
+def _sources_state(sources):
+    """The sources as a state_dict holds them: lists (as JSON gives them
+    back), or None."""
+    return None if sources is None else [list(t) for t in sources]
+
+
 class Loader:
     """Loader(spec, fields, batch_size, *, mode="exact", rank=None,
     world_size=None, workers=4, seed=0, epoch=0, shuffle_buffer=0,
@@ -238,7 +244,7 @@ class Loader:
     image_size=224, crop="center", prefetch=4, on_error="stop",
     shard_shuffle=True, read_timeout_ms=0, retries=0, rank_batch_sizes=None,
     cache_dir=None, cache_size=0, allow_pipe_from_files=False,
-    sources=None)
+    sources=None, eager_next_epoch=False)
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -266,6 +272,13 @@ class Loader:
 
     A mix of several shard sets: spec None and sources a list of wds.Source
     (see there); each batch's .sources says which one each row came from.
+    state_dict() records the sources and load_state_dict() refuses other
+    ones.
+
+    eager_next_epoch=True starts reading the next epoch as soon as this one
+    has handed out its last batch, so its first batches are ready when
+    iteration starts again (set_epoch to that next epoch keeps the reading;
+    another epoch, or close(), abandons it). The batches are the same.
     """
 
     def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
@@ -275,7 +288,7 @@ class Loader:
                  prefetch=4, on_error="stop", shard_shuffle=True,
                  read_timeout_ms=0, retries=0, rank_batch_sizes=None,
                  cache_dir=None, cache_size=0, allow_pipe_from_files=False,
-                 sources=None):
+                 sources=None, eager_next_epoch=False):
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
         if rank is None or world_size is None:
@@ -315,7 +328,8 @@ class Loader:
             else [int(b) for b in rank_batch_sizes],
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
             cache_size=int(cache_size),
-            allow_pipe_from_files=bool(allow_pipe_from_files))
+            allow_pipe_from_files=bool(allow_pipe_from_files),
+            eager_next_epoch=bool(eager_next_epoch))
         self._open(int(epoch), 0)
 
     def _open(self, epoch, batches):
@@ -356,17 +370,22 @@ class Loader:
         return {"epoch": e, "batches": n,
                 "seed": self._args["seed"], "batch_size": self._args["batch_size"],
                 "world_size": self._args["world_size"], "rank": self._args["rank"],
-                "rank_batch_sizes": self._args["rank_batch_sizes"]}
+                "rank_batch_sizes": self._args["rank_batch_sizes"],
+                "sources": _sources_state(self._args["sources"])}
 
     def load_state_dict(self, state):
         """Resumes at state's position: the batches that follow are those
         an uninterrupted loader would have yielded."""
-        for k in ("seed", "batch_size", "rank_batch_sizes"):
-            # A state without rank_batch_sizes had none.
-            if (k in state or k == "rank_batch_sizes") and \
-                    state.get(k) != self._args[k]:
-                raise ValueError(f"Loader.load_state_dict: {k} {state.get(k)!r} "
-                                 f"is not this loader's {self._args[k]!r}")
+        mine = dict(self._args, sources=_sources_state(self._args["sources"]))
+        for k in ("seed", "batch_size", "rank_batch_sizes", "sources"):
+            # A state without rank_batch_sizes or sources had none.
+            theirs = state.get(k)
+            if k == "sources":
+                theirs = _sources_state(theirs)
+            if (k in state or k in ("rank_batch_sizes", "sources")) and \
+                    theirs != mine[k]:
+                raise ValueError(f"Loader.load_state_dict: {k} {theirs!r} "
+                                 f"is not this loader's {mine[k]!r}")
         self._l.close()
         self._open(int(state["epoch"]), int(state["batches"]))
 

@@ -237,6 +237,9 @@ if run_ok det_a det_a "${ARGS[@]}" && run_ok det_b det_b "${ARGS[@]}"; then
     run_ok "prefetch_$p" "det_p$p" "${ARGS[@]}" --prefetch "$p" &&
       check "same_output_prefetch_$p" cmp -s det_a.txt "det_p$p.txt"
   done
+  # Reading the next epoch early (--eager-next-epoch) gives the same batches.
+  run_ok eager_next_epoch det_eager "${ARGS[@]}" --eager-next-epoch &&
+    check same_output_eager_next_epoch cmp -s det_a.txt det_eager.txt
   run_ok other_seed det_seed "${ARGS[@]}" --seed 12 &&
     check other_seed_other_order bash -c '! cmp -s det_a.txt det_seed.txt'
   # The epochs differ from each other (reshuffled per epoch).
@@ -248,6 +251,8 @@ RBASE=("$SPEC" --decode cls --mode resampled --samples-per-epoch 23 --batch-size
 RARGS=("${RBASE[@]}" --epochs 2)
 if run_ok det_res_a det_ra "${RARGS[@]}" && run_ok det_res_b det_rb "${RARGS[@]}" --prefetch 2; then
   check same_output_resampled cmp -s det_ra.txt det_rb.txt
+  run_ok det_res_eager det_re "${RARGS[@]}" --eager-next-epoch &&
+    check same_output_resampled_eager cmp -s det_ra.txt det_re.txt
 fi
 
 # ------------------------------------------------------------------ resume
