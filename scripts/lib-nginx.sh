@@ -17,6 +17,10 @@
 # --tls adds an https server on a second port with that certificate. --conf
 # adds TEXT inside both server blocks (locations). Sets NGINX_PID,
 # NGINX_PORT, NGINX_SPORT; on failure prints why and returns 1.
+# nginx_log_settle FILE [MIN]: waits (at most 6 s) until FILE has at least
+# MIN lines (default 0) and has not grown for 0.2 s. nginx writes a
+# request's line after the response went out, so a client can exit before
+# its last request is logged; call this before counting lines.
 # nginx_tls_cert DIR: a self-signed certificate for 127.0.0.1 in
 # DIR/cert.pem and DIR/key.pem (returns 1 without the openssl command).
 # Needs curl (the readiness probe) and python3 (free ports; $PYTHON3 if set).
@@ -30,6 +34,21 @@ nginx_find() {
   [[ -n $NGINX ]] || NGINX=$(command -v nginx || true)
   [[ -n $NGINX ]] || [[ ! -x /usr/sbin/nginx ]] || NGINX=/usr/sbin/nginx
   [[ -n $NGINX ]]
+}
+
+nginx_log_settle() {
+  local f=$1 min=${2:-0} prev=-1 n stable=0 i
+  for ((i = 0; i < 60; i++)); do
+    n=$(wc -l <"$f" 2>/dev/null || echo 0)
+    if ((n >= min && n == prev)); then
+      ((++stable >= 2)) && return 0
+    else
+      stable=0
+    fi
+    prev=$n
+    sleep 0.1
+  done
+  return 0
 }
 
 nginx_tls_cert() {
