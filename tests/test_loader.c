@@ -698,6 +698,252 @@ TEST(properties_rank_batch_sizes) {
   ASSERT_TRUE(combos >= 25);
 }
 
+/* One epoch of rows as (source << 32 | id), -1 for an invalid row. */
+static void out_push_mixed(run_out *o, const wds_batch *b) {
+  if (o->batches == o->bcap) {
+    o->bcap = o->bcap ? 2 * o->bcap : 64;
+    o->batch_rows = realloc(o->batch_rows, o->bcap * sizeof *o->batch_rows);
+  }
+  o->batch_rows[o->batches++] = b->rows;
+  const int64_t *cls = b->rows ? b->fields[0].data : NULL;
+  for (size_t r = 0; r < b->rows; r++) {
+    if (o->n == o->cap) {
+      o->cap = o->cap ? 2 * o->cap : 256;
+      o->ids = realloc(o->ids, o->cap * sizeof *o->ids);
+    }
+    o->ids[o->n++] =
+        b->valid[r]
+            ? (int64_t)((uint64_t)b->sources[r] << 32 | (uint64_t)cls[r])
+            : -1;
+  }
+}
+
+static int run_mixed(const wds_loader_config *c, run_out *o) {
+  wds_loader *l;
+  const wds_batch *b;
+  memset(o, 0, sizeof *o);
+  int rc = wds_loader_open(c, &l);
+  if (rc != WDS_OK) {
+    o->status = rc;
+    snprintf(o->err, sizeof o->err, "%s", wds_open_error());
+    return rc;
+  }
+  while ((rc = wds_loader_next(l, &b)) == WDS_OK) {
+    out_push_mixed(o, b);
+    wds_loader_release(l, b);
+  }
+  o->status = rc;
+  snprintf(o->err, sizeof o->err, "%s", wds_loader_error(l));
+  wds_loader_close(l);
+  return rc == WDS_EOF ? WDS_OK : rc;
+}
+
+/* properties_rank_batch_sizes with 1-3 sources (random shard sets): exact
+ * mode with a random repeat or proportion per source, resampled mode with
+ * random weights. Every rank takes the same steps (exact: the sum of each
+ * source's ceil(n_s / sum of sizes), floor with drop_last), its batch
+ * size in rows per step; exact: each sample of source s appears k_s or
+ * k_s + 1 times over all ranks (k_s whole passes, +1 in the epoch's
+ * window), plus a padding under the sum of the sizes per source (or minus
+ * a drop); resume = the uninterrupted tail; prefetch and an eager start
+ * change nothing. */
+TEST(properties_mixed_sources) {
+  wds__rng r;
+  wds__rng_init(&r, 777);
+  int combos = 0, exact_combos = 0, refused = 0;
+  for (int iter = 0; iter < 36; iter++) {
+    size_t nsrc = 1 + (size_t)wds__rng_below(&r, 3);
+    shardset s[3];
+    char *specs[3];
+    wds_source_config sc[3];
+    uint64_t all = 0;
+    for (size_t k = 0; k < nsrc; k++) {
+      size_t nshards = 1 + (size_t)wds__rng_below(&r, 4);
+      uint64_t counts[4] = {0, 0, 0, 0};
+      for (size_t i = 0; i < nshards; i++)
+        counts[i] = wds__rng_below(&r, 12); /* uneven, some empty */
+      counts[0] += 1;                       /* every source has samples */
+      ASSERT_EQ_INT(make_shards(&s[k], nshards, counts, -1), 0);
+      all += s[k].total;
+      /* The set's shards as one spec: "{a,b,...}" of their paths. */
+      size_t len = 3;
+      for (size_t i = 0; i < nshards; i++)
+        len += strlen(s[k].urls[i]) + 1;
+      specs[k] = malloc(len + 8);
+      strcpy(specs[k], s[k].urls[0]);
+      if (nshards > 1) {
+        /* set<N>-{000..00M}.tar: the urls differ only in the number. */
+        char *dash = strrchr(specs[k], '-');
+        snprintf(dash + 1, len + 8 - (size_t)(dash + 1 - specs[k]),
+                 "{000..%03zu}.tar", nshards - 1);
+      }
+    }
+    int world = 1 + (int)wds__rng_below(&r, 3);
+    size_t sizes[3];
+    uint64_t sum = 0;
+    for (int k = 0; k < world; k++)
+      sum += sizes[k] = 1 + (size_t)wds__rng_below(&r, 5);
+    int workers = 1 + (int)wds__rng_below(&r, 3);
+    int mode = wds__rng_below(&r, 2) ? WDS_MODE_EXACT : WDS_MODE_RESAMPLED;
+    int drop = (int)wds__rng_below(&r, 2);
+    size_t shuffle = wds__rng_below(&r, 2) ? 1 + wds__rng_below(&r, 20) : 0;
+    uint64_t spe = 1 + wds__rng_below(&r, 25);
+    uint64_t epoch = wds__rng_below(&r, 4);
+    uint64_t n[3], steps = 0;
+    static const double amounts[] = {0.5, 1, 1.5, 2, 0.25, 0.75};
+    for (size_t k = 0; k < nsrc; k++) {
+      memset(&sc[k], 0, sizeof sc[k]);
+      sc[k].spec = specs[k];
+      double a = amounts[wds__rng_below(&r, 6)];
+      double want = (double)s[k].total;
+      if (mode == WDS_MODE_RESAMPLED) {
+        if (wds__rng_below(&r, 3))
+          sc[k].weight = a;
+      } else if (wds__rng_below(&r, 2)) {
+        sc[k].repeat = a;
+        want = a * (double)s[k].total;
+      } else if (wds__rng_below(&r, 2)) {
+        sc[k].proportion = a;
+        want = a * (double)all;
+      }
+      n[k] = (uint64_t)(want + 0.5); /* llround of a positive value */
+      steps += drop ? n[k] / sum : (n[k] + sum - 1) / sum;
+    }
+    int skip = 0;
+    for (size_t k = 0; k < nsrc; k++)
+      skip |= n[k] == 0; /* refused: no sample of a source */
+    if (mode == WDS_MODE_RESAMPLED)
+      steps = (spe * (uint64_t)world + sum - 1) / sum;
+    if (skip)
+      goto next;
+    if (mode == WDS_MODE_EXACT && drop) {
+      /* Each source is split alone: one under a step is refused. */
+      size_t short_src = nsrc;
+      for (size_t k = nsrc; k-- > 0;)
+        if (n[k] < sum)
+          short_src = k;
+      if (short_src < nsrc) {
+        wds_loader_config c = WDS_LOADER_CONFIG_INIT;
+        c.sources = sc;
+        c.source_count = nsrc;
+        c.world_size = world;
+        c.fields = cls_txt;
+        c.field_count = 2;
+        c.rank_batch_sizes = sizes;
+        c.rank_batch_size_count = (size_t)world;
+        c.mode = WDS_MODE_EXACT;
+        c.drop_last = 1;
+        wds_loader *l = NULL;
+        ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
+        char want[32];
+        snprintf(want, sizeof want, "source %zu (", short_src);
+        ASSERT_CONTAINS(wds_open_error(), want);
+        ASSERT_CONTAINS(wds_open_error(), "a rank would get no step");
+        refused++;
+        goto next;
+      }
+    }
+    if (steps == 0)
+      goto next;
+    combos++;
+    exact_combos += mode == WDS_MODE_EXACT;
+    uint64_t *seen[3];
+    uint64_t rows_of[3] = {0, 0, 0};
+    for (size_t k = 0; k < nsrc; k++)
+      seen[k] = calloc(s[k].total, sizeof *seen[k]);
+    for (int rank = 0; rank < world; rank++) {
+      wds_loader_config c = WDS_LOADER_CONFIG_INIT;
+      c.sources = sc;
+      c.source_count = nsrc;
+      c.rank = rank;
+      c.world_size = world;
+      c.fields = cls_txt;
+      c.field_count = 2;
+      c.mode = (wds_mode)mode;
+      c.workers = workers;
+      c.rank_batch_sizes = sizes;
+      c.rank_batch_size_count = (size_t)world;
+      c.drop_last = drop;
+      c.shuffle_buffer = shuffle;
+      c.seed = (uint64_t)iter;
+      c.epoch = epoch;
+      if (mode == WDS_MODE_RESAMPLED)
+        c.samples_per_epoch = spe;
+      run_out o;
+      int rc = run_mixed(&c, &o);
+      if (rc != WDS_OK)
+        printf("  iter %d: %s\n", iter, o.err);
+      ASSERT_EQ_INT(rc, WDS_OK);
+      ASSERT_EQ_U64(o.batches, steps);
+      for (size_t b = 0; b < o.batches; b++)
+        ASSERT_EQ_U64(o.batch_rows[b], sizes[rank]);
+      for (size_t i = 0; i < o.n; i++) {
+        ASSERT_TRUE(o.ids[i] >= 0);
+        uint64_t src = (uint64_t)o.ids[i] >> 32, id = o.ids[i] & 0xffffffffu;
+        ASSERT_TRUE(src < nsrc && id < s[src].total);
+        seen[src][id]++;
+        rows_of[src]++;
+      }
+      /* Other thread timing (prefetch, eager start): the same batches. */
+      c.prefetch_batches = 2 + (size_t)wds__rng_below(&r, 5);
+      c.eager_next_epoch = 1;
+      run_out o2;
+      ASSERT_EQ_INT(run_mixed(&c, &o2), WDS_OK);
+      ASSERT_EQ_U64(o2.n, o.n);
+      ASSERT_TRUE(memcmp(o2.ids, o.ids, o.n * sizeof *o.ids) == 0);
+      out_free(&o2);
+      /* Resume at batch k: the rest of the epoch. */
+      uint64_t k = wds__rng_below(&r, steps + 1);
+      c.resume_batches = k;
+      run_out o3;
+      ASSERT_EQ_INT(run_mixed(&c, &o3), WDS_OK);
+      ASSERT_EQ_U64(o3.batches, steps - k);
+      ASSERT_EQ_U64(o3.n, o.n - k * sizes[rank]);
+      ASSERT_TRUE(o3.n == 0 || memcmp(o3.ids, o.ids + k * sizes[rank],
+                                      o3.n * sizeof *o.ids) == 0);
+      out_free(&o3);
+      out_free(&o);
+    }
+    if (mode == WDS_MODE_EXACT)
+      for (size_t k = 0; k < nsrc; k++) {
+        /* Source k: steps_k x sum rows over all ranks; sample p (its
+         * natural position, = its id) k_s times, once more inside the
+         * window of r samples from (epoch x r) mod T. */
+        uint64_t T = s[k].total, passes = n[k] / T, rest = n[k] % T;
+        uint64_t steps_k = drop ? n[k] / sum : (n[k] + sum - 1) / sum;
+        uint64_t pos0 = (epoch % T) * rest % T, extra = 0, missing = 0;
+        ASSERT_EQ_U64(rows_of[k], steps_k * sum);
+        for (uint64_t p = 0; p < T; p++) {
+          uint64_t want = passes + ((p + T - pos0) % T < rest);
+          if (seen[k][p] > want)
+            extra += seen[k][p] - want;
+          else
+            missing += want - seen[k][p];
+        }
+        if (drop) {
+          ASSERT_EQ_U64(extra, 0);
+          ASSERT_EQ_U64(missing, n[k] - steps_k * sum);
+          ASSERT_TRUE(missing < sum);
+        } else {
+          ASSERT_EQ_U64(missing, 0);
+          ASSERT_EQ_U64(extra, steps_k * sum - n[k]);
+          ASSERT_TRUE(extra < sum);
+        }
+      }
+    for (size_t k = 0; k < nsrc; k++)
+      free(seen[k]);
+  next:
+    for (size_t k = 0; k < nsrc; k++) {
+      free(specs[k]);
+      shardset_free(&s[k]);
+    }
+  }
+  printf("  %d configurations (%d exact), %d refused (drop_last: a source "
+         "under one step)\n",
+         combos, exact_combos, refused);
+  ASSERT_TRUE(combos >= 20 && exact_combos >= 8);
+}
+
 /* What rank_batch_sizes refuses, saying why; without them every batch is
  * as before (the tests above run with none). */
 TEST(rank_batch_sizes_errors) {
@@ -2092,6 +2338,7 @@ int main(void) {
   RUN(plan_with_rank_weights);
   RUN(properties_exact_resampled_plain);
   RUN(properties_rank_batch_sizes);
+  RUN(properties_mixed_sources);
   RUN(rank_batch_sizes_errors);
   RUN(output_is_independent_of_thread_timing);
   RUN(rank_batch_sizes_independent_of_thread_timing);
