@@ -31,6 +31,7 @@
 #include <stdio.h>
 
 #include "loader/internal.h"
+#include "shards/spec_io.h"
 
 __extension__ typedef unsigned __int128 u128;
 
@@ -79,6 +80,12 @@ int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
   size_t n = cfg->sources ? cfg->source_count : 1;
   unsigned spec_flags =
       cfg->allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0;
+  /* s3:// listings obey what the shard reads will (feed.c's reader config).
+   * The token is the loader's, though nobody can set it before open returns
+   * the handle: the read timeout is what bounds a stalled listing here. */
+  const wds__io_opts io = {.read_timeout_ms = cfg->read_timeout_ms,
+                           .cancel = &l->wake,
+                           .retries = cfg->retries};
   if (n == 0 || n > MAX_SOURCES)
     return wds__open_fail(WDS_ERR_INVALID,
                           "wds_loader_open: %zu sources (1 .. %d)", n,
@@ -88,8 +95,8 @@ int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
   l->nsrc = n;
   if (!cfg->sources) {
     if (cfg->spec) {
-      rc = wds_spec_expand_flags(&cfg->spec, 1, 0, spec_flags, &l->urls,
-                                 wds__open_error_buf(), WDS__ERR_SIZE);
+      rc = wds__spec_expand_io(&cfg->spec, 1, 0, spec_flags, &io, &l->urls,
+                               wds__open_error_buf(), WDS__ERR_SIZE);
       if (rc != WDS_OK)
         return rc;
     } else {
@@ -128,8 +135,8 @@ int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
       so->proportion = sc->proportion;
       so->repeat = sc->repeat;
       wds_url_list add = {0};
-      rc = wds_spec_expand_flags(&sc->spec, 1, 0, spec_flags, &add,
-                                 wds__open_error_buf(), WDS__ERR_SIZE);
+      rc = wds__spec_expand_io(&sc->spec, 1, 0, spec_flags, &io, &add,
+                               wds__open_error_buf(), WDS__ERR_SIZE);
       if (rc != WDS_OK) {
         wds__err e;
         wds__fail(&e, rc, "%s", wds__open_error_buf());

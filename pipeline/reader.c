@@ -23,6 +23,7 @@
 #include "base/mem.h"
 #include "reader_internal.h"
 #include "shards/cancel.h"
+#include "shards/spec_io.h"
 #include "shards/stream.h"
 #include "shards/tar.h"
 #include "wds/spec.h"
@@ -139,9 +140,9 @@ int wds__reader_open(const wds_reader_config *cfg, const wds__cancel *cancel,
   if (r->cfg.max_fields == 0)
     r->cfg.max_fields = DEFAULT_MAX_FIELDS;
   if (cfg->spec) {
-    rc = wds_spec_expand_flags(
+    rc = wds__spec_expand_io(
         &cfg->spec, 1, cfg->max_urls,
-        cfg->allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0,
+        cfg->allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0, &r->io,
         &r->urls, wds__open_error_buf(), WDS__ERR_SIZE);
     if (rc != WDS_OK)
       goto done;

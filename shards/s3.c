@@ -557,7 +557,7 @@ static int read_page(wds__http *h, sbuf *page, wds__err *err) {
 }
 
 static int list_pages(const char *url, const char *bucket, keys *k,
-                      wds__err *err) {
+                      const wds__io_opts *opts, wds__err *err) {
   wds__s3_env env;
   signing g;
   wds__s3_env_get(&env);
@@ -573,6 +573,10 @@ static int list_pages(const char *url, const char *bucket, keys *k,
   }
   snprintf(name, nlen, "%s (ListObjectsV2)", url);
   for (long pages = 0; rc == WDS_OK; pages++) {
+    if (opts && wds__cancelled(opts->cancel)) {
+      rc = wds__fail(err, WDS_ERR_CANCELLED, "%s: cancelled", name);
+      break;
+    }
     if (pages >= WDS__S3_MAX_PAGES) {
       rc = wds__fail(err, WDS_ERR_LIMIT, "more than %d listing pages for %s",
                      WDS__S3_MAX_PAGES, url);
@@ -595,7 +599,7 @@ static int list_pages(const char *url, const char *bucket, keys *k,
     free(q.p);
     wds__http *h = NULL;
     if (rc == WDS_OK)
-      rc = open_signed(http_url, &g, NULL, &h, err);
+      rc = open_signed(http_url, &g, opts, &h, err);
     free(http_url);
     if (rc == WDS_OK)
       rc = read_page(h, &page, err);
@@ -637,9 +641,10 @@ static int list_pages(const char *url, const char *bucket, keys *k,
 #else
 
 static int list_pages(const char *url, const char *bucket, keys *k,
-                      wds__err *err) {
+                      const wds__io_opts *opts, wds__err *err) {
   (void)bucket;
   (void)k;
+  (void)opts;
   return wds__fail(err, WDS_ERR_OPEN,
                    "cannot list %.300s: this wds was built without libcurl, "
                    "so s3:// is not supported",
@@ -648,8 +653,9 @@ static int list_pages(const char *url, const char *bucket, keys *k,
 
 #endif
 
-int wds__s3_list(const char *url, int (*add)(void *ud, const char *url),
-                 void *ud, wds__err *err) {
+int wds__s3_list(const char *url, const wds__io_opts *opts,
+                 int (*add)(void *ud, const char *url), void *ud,
+                 wds__err *err) {
   char *bucket = NULL, *prefix = NULL;
   const char *key;
   keys k = {.err = err};
@@ -665,7 +671,7 @@ int wds__s3_list(const char *url, int (*add)(void *ud, const char *url),
   }
   k.prefix = prefix;
   k.pattern = glob ? key : NULL;
-  rc = list_pages(url, bucket, &k, err);
+  rc = list_pages(url, bucket, &k, opts, err);
   if (rc != WDS_OK)
     goto done;
   if (k.n == 0) {

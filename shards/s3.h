@@ -59,9 +59,12 @@ void wds__s3_error_detail(const char *body, size_t n, char *out, size_t size);
 
 /* Expands a listing URL: add() is called with each matching s3:// URL in
  * key order (a non-zero return stops with that status). No match is an
- * error naming the pattern. */
-int wds__s3_list(const char *url, int (*add)(void *ud, const char *url),
-                 void *ud, wds__err *err);
+ * error naming the pattern. Each page is requested with opts' read timeout,
+ * retries and cancel token, as a shard is read (opts' cache is not used; NULL:
+ * the defaults); a cancel ends it with WDS_ERR_CANCELLED. */
+int wds__s3_list(const char *url, const wds__io_opts *opts,
+                 int (*add)(void *ud, const char *url), void *ud,
+                 wds__err *err);
 
 /* Parses one ListObjectsV2 page: add_key() for every <Key> of <Contents>;
  * *truncated and *next (the NextContinuationToken, the caller's to free)

@@ -45,6 +45,7 @@
 #include "base/err.h"
 #include "base/mem.h"
 #include "s3.h"
+#include "spec_io.h"
 #include "wds/spec.h"
 
 #define WDS__BRACE_MAX_DEPTH 64
@@ -881,8 +882,9 @@ typedef struct expander {
   size_t max_urls;
   size_t files;
   uint64_t file_bytes;
-  uint64_t url_bytes; /* upper bound of the bytes of the URLs so far */
-  unsigned flags;     /* WDS_SPEC_* */
+  uint64_t url_bytes;     /* upper bound of the bytes of the URLs so far */
+  unsigned flags;         /* WDS_SPEC_* */
+  const wds__io_opts *io; /* for s3:// listings; NULL: the defaults */
   wds__err *e;
 } expander;
 
@@ -1000,7 +1002,7 @@ static int expand_pattern(expander *x, const char *s, size_t n) {
     if (wds__s3_is_listing(url)) {
       /* Replaced by the objects it lists, which may be many more. */
       x->url_bytes -= per_url;
-      rc = wds__s3_list(url, add_listed, x, x->e);
+      rc = wds__s3_list(url, x->io, add_listed, x, x->e);
       if (rc == WDS_ERR_LIMIT)
         wds__err_prefix(x->e, "%.300s", url);
       free(url);
@@ -1280,8 +1282,8 @@ static int expand_spec(expander *x, const char *s, size_t n, int depth) {
 /* Expands what[0..n) in turn into one list (full: as specs, else as brace
  * patterns), sharing one expander: one limit on URLs, bytes and @FILEs. */
 static int expand_entry(const char *const *what, size_t n, int full,
-                        size_t max_urls, unsigned flags, wds_url_list *out,
-                        char *err, size_t err_size) {
+                        size_t max_urls, unsigned flags, const wds__io_opts *io,
+                        wds_url_list *out, char *err, size_t err_size) {
   wds__err e;
   expander x;
   int rc;
@@ -1289,6 +1291,7 @@ static int expand_entry(const char *const *what, size_t n, int full,
   memset(&x, 0, sizeof x);
   x.max_urls = max_urls ? max_urls : WDS_DEFAULT_MAX_URLS;
   x.flags = flags;
+  x.io = io;
   x.e = &e;
   if (out) {
     out->urls = NULL;
@@ -1326,26 +1329,33 @@ static int expand_entry(const char *const *what, size_t n, int full,
 
 int wds_spec_expand(const char *spec, size_t max_urls, wds_url_list *out,
                     char *err, size_t err_size) {
-  return expand_entry(&spec, 1, 1, max_urls, 0, out, err, err_size);
+  return expand_entry(&spec, 1, 1, max_urls, 0, NULL, out, err, err_size);
 }
 
 int wds_spec_expand_list(const char *const *specs, size_t nspecs,
                          size_t max_urls, wds_url_list *out, char *err,
                          size_t err_size) {
-  return expand_entry(specs, specs ? nspecs : 1, 1, max_urls, 0, out, err,
+  return expand_entry(specs, specs ? nspecs : 1, 1, max_urls, 0, NULL, out, err,
                       err_size);
 }
 
 int wds_spec_expand_flags(const char *const *specs, size_t nspecs,
                           size_t max_urls, unsigned flags, wds_url_list *out,
                           char *err, size_t err_size) {
-  return expand_entry(specs, specs ? nspecs : 1, 1, max_urls, flags, out, err,
-                      err_size);
+  return expand_entry(specs, specs ? nspecs : 1, 1, max_urls, flags, NULL, out,
+                      err, err_size);
+}
+
+int wds__spec_expand_io(const char *const *specs, size_t nspecs,
+                        size_t max_urls, unsigned flags, const wds__io_opts *io,
+                        wds_url_list *out, char *err, size_t err_size) {
+  return expand_entry(specs, specs ? nspecs : 1, 1, max_urls, flags, io, out,
+                      err, err_size);
 }
 
 int wds_brace_expand(const char *pattern, size_t max_urls, wds_url_list *out,
                      char *err, size_t err_size) {
-  return expand_entry(&pattern, 1, 0, max_urls, 0, out, err, err_size);
+  return expand_entry(&pattern, 1, 0, max_urls, 0, NULL, out, err, err_size);
 }
 
 void wds_url_list_free(wds_url_list *list) {

@@ -2,13 +2,27 @@
  * the request URL (host, path, region; path style with an endpoint,
  * virtual-host style on AWS), which URLs name listings, S3's XML error
  * bodies and ListObjectsV2 pages parsed (and bad XML refused), missing
- * credentials named. Reading and listing against a server are
- * tests/integration/s3.sh's (moto). */
+ * credentials named. Against a loopback endpoint that accepts and never
+ * answers: a listing obeys the read timeout and the cancel token it is
+ * given (wds__spec_expand_io), through the reader's and the loader's open
+ * too. Reading and listing against a server are tests/integration/s3.sh's
+ * (moto, and s3_fake.py for stalls and retries). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "shards/http.h"
 #include "shards/s3.h"
+#include "shards/spec_io.h"
 #include "test.h"
+#include "wds/loader.h"
+#include "wds/reader.h"
 
 static int map(const wds__s3_env *env, const char *url, char *http, size_t size,
                char *region, wds__err *err) {
@@ -212,11 +226,147 @@ TEST(xml_is_parsed) {
   ASSERT_TRUE(next == NULL);
 }
 
+/* ---- a listing against an endpoint that never answers ---- */
+
+static int silent_fd = -1;
+static int silent_port;
+
+static void silent_start(void) {
+  silent_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t n = sizeof a;
+  if (silent_fd < 0 || bind(silent_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+      listen(silent_fd, 16) != 0 ||
+      getsockname(silent_fd, (struct sockaddr *)&a, &n) != 0) {
+    perror("silent server");
+    return;
+  }
+  silent_port = ntohs(a.sin_port);
+}
+
+static void silent_env(void) {
+  char ep[64];
+  snprintf(ep, sizeof ep, "http://127.0.0.1:%d", silent_port);
+  setenv("AWS_ENDPOINT_URL", ep, 1);
+  setenv("AWS_ACCESS_KEY_ID", "AKIDTEST", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "THE-SECRET-VALUE", 1);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void *cancel_later(void *p) {
+  struct timespec d = {0, 200 * 1000 * 1000};
+  nanosleep(&d, NULL);
+  wds__cancel_set(p);
+  return NULL;
+}
+
+#define STALL_SPEC "s3://b/x-*.tar"
+#define STALL_TIMEOUT                                                          \
+  STALL_SPEC " (ListObjectsV2): no data for 0.3 s (the read timeout; raise "   \
+             "it with --read-timeout or read_timeout_ms)"
+
+TEST(a_listing_obeys_the_read_timeout) {
+  silent_env();
+  const char *spec = STALL_SPEC;
+  wds__io_opts io = {.read_timeout_ms = 300};
+  wds_url_list l = {0};
+  char err[1024];
+  double t0 = now_s();
+  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, err, sizeof err),
+                WDS_ERR_TIMEOUT);
+  double dt = now_s() - t0;
+  printf("  %s (%.2f s)\n", err, dt);
+  ASSERT_TRUE(dt >= 0.29 && dt < 5);
+  ASSERT_STREQ(err, STALL_TIMEOUT);
+  ASSERT_TRUE(l.count == 0 && l.urls == NULL);
+}
+
+TEST(a_cancel_ends_a_stalled_listing) {
+  silent_env();
+  const char *spec = STALL_SPEC;
+  wds__cancel c;
+  wds__cancel_init(&c);
+  wds__io_opts io = {.read_timeout_ms = -1, .cancel = &c};
+  wds_url_list l = {0};
+  char err[1024];
+  pthread_t t;
+  pthread_create(&t, NULL, cancel_later, &c);
+  double t0 = now_s();
+  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, err, sizeof err),
+                WDS_ERR_CANCELLED);
+  double dt = now_s() - t0;
+  pthread_join(t, NULL);
+  printf("  %s (%.2f s)\n", err, dt);
+  ASSERT_TRUE(dt >= 0.15 && dt < 2);
+  ASSERT_STREQ(err, STALL_SPEC " (ListObjectsV2): cancelled");
+  /* Already cancelled: no request at all. */
+  t0 = now_s();
+  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, err, sizeof err),
+                WDS_ERR_CANCELLED);
+  ASSERT_TRUE(now_s() - t0 < 0.5);
+  ASSERT_STREQ(err, STALL_SPEC " (ListObjectsV2): cancelled");
+  wds__cancel_destroy(&c);
+}
+
+TEST(the_reader_and_the_loader_list_with_their_read_timeout) {
+  silent_env();
+  wds_reader_config rc = WDS_READER_CONFIG_INIT;
+  rc.spec = STALL_SPEC;
+  rc.read_timeout_ms = 300;
+  wds_reader *r = NULL;
+  double t0 = now_s();
+  ASSERT_EQ_INT(wds_reader_open(&rc, &r), WDS_ERR_TIMEOUT);
+  ASSERT_TRUE(now_s() - t0 < 5);
+  ASSERT_TRUE(r == NULL);
+  ASSERT_STREQ(wds_open_error(), STALL_TIMEOUT);
+
+  static const wds_field_spec fs[1] = {{"cls", WDS_DECODE_INT, 0, 0, 0}};
+  wds_loader_config lc = WDS_LOADER_CONFIG_INIT;
+  lc.spec = STALL_SPEC;
+  lc.rank = 0;
+  lc.world_size = 1;
+  lc.fields = fs;
+  lc.field_count = 1;
+  lc.batch_size = 4;
+  lc.read_timeout_ms = 300;
+  wds_loader *l = NULL;
+  t0 = now_s();
+  ASSERT_EQ_INT(wds_loader_open(&lc, &l), WDS_ERR_TIMEOUT);
+  ASSERT_TRUE(now_s() - t0 < 5);
+  ASSERT_TRUE(l == NULL);
+  ASSERT_STREQ(wds_open_error(), STALL_TIMEOUT);
+
+  /* One source of several, named by the loader. */
+  wds_source_config src[2] = {{.spec = STALL_SPEC}, {.spec = STALL_SPEC}};
+  lc.spec = NULL;
+  lc.sources = src;
+  lc.source_count = 2;
+  ASSERT_EQ_INT(wds_loader_open(&lc, &l), WDS_ERR_TIMEOUT);
+  ASSERT_STREQ(wds_open_error(), "source 0: " STALL_TIMEOUT);
+}
+
 int main(void) {
   RUN(urls_map_to_requests);
   RUN(environment_is_read);
   RUN(missing_credentials_are_named);
   RUN(listings_are_recognised);
   RUN(xml_is_parsed);
+  if (!wds__http_available()) {
+    printf("SKIP: built without libcurl: no listing against a server\n");
+  } else {
+    silent_start();
+    if (silent_port <= 0)
+      return 1;
+    RUN(a_listing_obeys_the_read_timeout);
+    RUN(a_cancel_ends_a_stalled_listing);
+    RUN(the_reader_and_the_loader_list_with_their_read_timeout);
+    close(silent_fd);
+  }
   return test_summary();
 }

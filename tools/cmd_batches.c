@@ -345,10 +345,10 @@ int tool_cmd_batches(int argc, char **argv) {
   } else if (argc - optind == 1) {
     lo.cfg.spec = argv[optind];
   } else {
-    if (tool_expand_specs("batches", argv + optind, argc - optind, 0, &urls)) {
-      status = 1;
+    if ((status =
+             tool_expand_specs("batches", argv + optind, argc - optind, 0,
+                               lo.cfg.read_timeout_ms, lo.cfg.retries, &urls)))
       goto done;
-    }
     lo.cfg.urls = (const char *const *)urls.urls;
     lo.cfg.url_count = urls.count;
   }

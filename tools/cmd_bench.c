@@ -354,11 +354,10 @@ int tool_cmd_bench(int argc, char **argv) {
     status = bench_loader(&lo, json, warmup);
     goto done;
   }
-  if (tool_expand_specs("bench", argv + optind, argc - optind, max_urls,
-                        &urls)) {
-    status = 1;
+  if ((status =
+           tool_expand_specs("bench", argv + optind, argc - optind, max_urls,
+                             lo.cfg.read_timeout_ms, lo.cfg.retries, &urls)))
     goto done;
-  }
   if (lo.given) {
     lo.cfg.urls = (const char *const *)urls.urls;
     lo.cfg.url_count = urls.count;

@@ -305,8 +305,12 @@ int tool_cmd_cat(int argc, char **argv) {
                                 "(redirect stdout, or use -f)");
     goto done;
   }
-  if (tool_expand_specs("cat", argv + optind, argc - optind, max_urls, &urls))
+  int xs = tool_expand_specs("cat", argv + optind, argc - optind, max_urls,
+                             timeout_ms, retries, &urls);
+  if (xs) {
+    status = tool_signal_caught() ? xs : 2;
     goto done;
+  }
   status = 1;
   wds_reader_config rcfg = WDS_READER_CONFIG_INIT;
   rcfg.urls = (const char *const *)urls.urls;

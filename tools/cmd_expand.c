@@ -3,19 +3,22 @@
  * One URL per line, in order, for each SPEC in turn; each SPEC is expanded
  * on its own (the limit applies to each). Exit status: 0 on success, 1 when
  * a spec cannot be expanded or stdout cannot be written, 2 on a usage error.
- * Uses the public API only. */
+ * s3:// listings take --read-timeout and --retries as a shard read does
+ * (tool_expand_specs). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "loader_opts.h"
 #include "util.h"
 #include "wds/spec.h"
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: wds expand [--max-urls N] SPEC...\n"
+          "usage: wds expand [--max-urls N] [--read-timeout S] [--retries N] "
+          "SPEC...\n"
           "\n"
           "Prints the URLs each SPEC expands to, one per line.\n"
           "\n"
@@ -29,19 +32,25 @@ static void usage(FILE *f) {
           "\n"
           "options:\n"
           "  --max-urls N  refuse a SPEC that expands past N URLs\n"
-          "                (default %zu)\n" TOOL_ALLOW_PIPE_HELP
+          "                (default %zu)\n"
+          "  --read-timeout S  an s3:// listing that delivers no data for S\n"
+          "                seconds fails (default 300; 0: wait forever)\n"
+          "  --retries N   s3:// listings: tries again N times (default 5; 0:\n"
+          "                none)\n" TOOL_ALLOW_PIPE_HELP
           "  -h, --help    show this help\n",
           (size_t)WDS_DEFAULT_MAX_URLS);
 }
 
 int tool_cmd_expand(int argc, char **argv) {
-  static const struct option opts[] = {{"max-urls", required_argument, 0, 'm'},
-                                       TOOL_ALLOW_PIPE_OPTION,
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"max-urls", required_argument, 0, 'm'},
+      {"read-timeout", required_argument, 0, 't'},
+      {"retries", required_argument, 0, 'R'},
+      TOOL_ALLOW_PIPE_OPTION,
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   size_t max_urls = 0;
-  char err[1024];
-  int i, c;
+  int i, c, timeout_ms = 0, retries = 0;
 
   tool_stdout_init("expand");
   optind = 1;
@@ -53,6 +62,14 @@ int tool_cmd_expand(int argc, char **argv) {
     case 'h':
       usage(stdout);
       return tool_stdout_flush() != 0;
+    case 't':
+      if (tool_read_timeout("wds expand", optarg, &timeout_ms))
+        return 2;
+      break;
+    case 'R':
+      if (tool_retries("wds expand", optarg, &retries))
+        return 2;
+      break;
     case 'm':
       if (tool_parse_size(optarg, &max_urls) != 0)
         return tool_usage_error("wds expand", "invalid --max-urls value \"%s\"",
@@ -67,15 +84,10 @@ int tool_cmd_expand(int argc, char **argv) {
 
   for (i = optind; i < argc; i++) {
     wds_url_list list = {0};
-    const char *spec = argv[i];
-    int rc = wds_spec_expand_flags(
-        &spec, 1, max_urls,
-        tool_allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0, &list,
-        err, sizeof err);
-    if (rc != WDS_OK) {
-      fprintf(stderr, "wds expand: %s\n", err);
-      return 1;
-    }
+    int rc = tool_expand_specs("expand", argv + i, 1, max_urls, timeout_ms,
+                               retries, &list);
+    if (rc != 0)
+      return rc;
     for (size_t j = 0; j < list.count; j++) {
       if (fputs(list.urls[j], stdout) == EOF || putchar('\n') == EOF)
         break;

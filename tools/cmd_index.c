@@ -220,9 +220,10 @@ int tool_cmd_index(int argc, char **argv) {
   char *dir_real = NULL, msg[1100];
   wds_outfile *of = NULL;
   FILE *out = stdout;
-  if (tool_expand_specs("index", argv + optind, argc - optind, max_urls,
-                        &urls)) {
-    status = 2;
+  int xs = tool_expand_specs("index", argv + optind, argc - optind, max_urls,
+                             read_timeout_ms, 0, &urls);
+  if (xs) {
+    status = tool_signal_caught() ? xs : 2;
     goto done;
   }
   if (out_path) {

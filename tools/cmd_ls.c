@@ -310,8 +310,10 @@ int tool_cmd_ls(int argc, char **argv) {
   if (tool_cache_finish("wds ls", &cache_dir, cache_size) != 0)
     return 2;
   wds_url_list urls = {0};
-  if (tool_expand_specs("ls", argv + optind, argc - optind, max_urls, &urls))
-    return 1;
+  int xs = tool_expand_specs("ls", argv + optind, argc - optind, max_urls,
+                             timeout_ms, retries, &urls);
+  if (xs)
+    return xs;
 
   int status = 0;
   ext_table table = {0};

@@ -397,9 +397,12 @@ int tool_cmd_verify(int argc, char **argv) {
   }
   if (tool_cache_finish("wds verify", &v.cache_dir, v.cache_size) != 0)
     goto done;
-  if (tool_expand_specs("verify", argv + optind, argc - optind, max_urls,
-                        &urls))
+  int xs = tool_expand_specs("verify", argv + optind, argc - optind, max_urls,
+                             v.read_timeout_ms, 0, &urls);
+  if (xs) {
+    status = tool_signal_caught() ? xs : 2;
     goto done;
+  }
   if (decode && wds_decode_checker_open(&v.checker) != WDS_OK) {
     fprintf(stderr, "wds verify: out of memory\n");
     status = 1;

@@ -1288,7 +1288,8 @@ static int run_stream(char **specs, int nspecs, const write_opts *o,
   wds_writer_field *f = NULL;
   size_t f_cap = 0;
   uint64_t rng = o->seed;
-  if (tool_expand_specs("write", specs, nspecs, 0, &urls) != 0)
+  if (tool_expand_specs("write", specs, nspecs, 0, o->read_timeout_ms, 0,
+                        &urls) != 0)
     goto done;
   wds_reader_config rc = WDS_READER_CONFIG_INIT;
   rc.urls = (const char *const *)urls.urls;

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "shards/cancel.h"
+
 #define NLOADERS 4
 
 /* Atomic, not volatile sig_atomic_t: other threads read it too. */
@@ -16,6 +18,8 @@ static _Atomic(wds_loader *) loaders[NLOADERS];
 static atomic_int defer;
 static atomic_int in_handler; /* handlers running: a handle being forgotten
                                  is freed only once none may touch it */
+static wds__cancel token;     /* tool_signals_cancel() */
+static atomic_int token_ready;
 
 static void on_signal(int sig) {
   if (atomic_load(&caught)) { /* the second: end now */
@@ -24,6 +28,8 @@ static void on_signal(int sig) {
     return;
   }
   atomic_store(&caught, sig);
+  if (atomic_load(&token_ready))
+    wds__cancel_set(&token); /* async-signal-safe */
   atomic_fetch_add(&in_handler, 1);
   int any = atomic_load(&defer);
   wds_reader *r = atomic_load(&reader);
@@ -47,6 +53,10 @@ static void on_signal(int sig) {
 
 void tool_signals_install(void) {
   static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  if (!atomic_load(&token_ready)) {
+    wds__cancel_init(&token); /* works without its eventfd too */
+    atomic_store(&token_ready, 1);
+  }
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -81,6 +91,10 @@ void tool_signals_loader(int slot, wds_loader *l) {
     atomic_store(&loaders[slot], l);
   if (!l)
     quiesce();
+}
+
+const struct wds__cancel *tool_signals_cancel(void) {
+  return atomic_load(&token_ready) ? &token : NULL;
 }
 
 void tool_signals_defer(int on) { atomic_store(&defer, on); }

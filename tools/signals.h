@@ -19,6 +19,11 @@
 /* Installs the handlers (once per process). */
 void tool_signals_install(void);
 
+/* The token the first signal sets (async-signal-safe), for work that has no
+ * handle to register, such as an s3:// listing (tool_expand_specs); NULL
+ * before tool_signals_install. */
+const struct wds__cancel *tool_signals_cancel(void);
+
 /* The handles a signal cancels; slot 0..3 for loaders. Forget a handle
  * (NULL) before closing it: that waits for a handler using it to finish. */
 void tool_signals_reader(wds_reader *r);

@@ -1,6 +1,9 @@
 /* util.c — helpers shared by the wds subcommands. */
 #include "util.h"
 
+#include "shards/spec_io.h"
+#include "signals.h"
+
 #include <errno.h>
 #include <openssl/evp.h>
 #include <stdio_ext.h>
@@ -12,16 +15,22 @@
 int tool_allow_pipe_from_files;
 
 int tool_expand_specs(const char *cmd, char **specs, int nspecs,
-                      size_t max_urls, wds_url_list *out) {
+                      size_t max_urls, int read_timeout_ms, int retries,
+                      wds_url_list *out) {
   char err[1024];
   unsigned flags =
       tool_allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0;
-  if (wds_spec_expand_flags((const char *const *)specs, (size_t)nspecs,
-                            max_urls, flags, out, err, sizeof err) != WDS_OK) {
-    fprintf(stderr, "wds %s: %s\n", cmd, err);
-    return 1;
-  }
-  return 0;
+  wds__io_opts io = {.read_timeout_ms = read_timeout_ms,
+                     .cancel = tool_signals_cancel(),
+                     .retries = retries};
+  int rc = wds__spec_expand_io((const char *const *)specs, (size_t)nspecs,
+                               max_urls, flags, &io, out, err, sizeof err);
+  if (rc == WDS_OK)
+    return 0;
+  if (rc == WDS_ERR_CANCELLED && tool_signal_caught())
+    return tool_interrupted(cmd, "nothing was read");
+  fprintf(stderr, "wds %s: %s\n", cmd, err);
+  return 1;
 }
 
 void tool_sha256_hex(const void *data, size_t n, char hex[65]) {

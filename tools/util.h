@@ -31,10 +31,15 @@ extern int tool_allow_pipe_from_files;
   "                 from anywhere)\n"
 
 /* Expands every SPEC argument in turn into one list (pipe: commands from
- * @FILEs refused unless tool_allow_pipe_from_files). On error prints
- * "wds CMD: message" and returns non-zero. */
+ * @FILEs refused unless tool_allow_pipe_from_files). An s3:// listing obeys
+ * the command's read_timeout_ms and retries (as a config's: 0 = default,
+ * retries < 0 none), as its shard reads do, and a signal (signals.h)
+ * cancels it. On error prints "wds CMD: message" and returns 1; cancelled
+ * by a signal, prints "wds CMD: interrupted by SIG...; nothing was read" and
+ * returns tool_signal_status(). */
 int tool_expand_specs(const char *cmd, char **specs, int nspecs,
-                      size_t max_urls, wds_url_list *out);
+                      size_t max_urls, int read_timeout_ms, int retries,
+                      wds_url_list *out);
 
 /* Lower-case hex SHA-256 of data into hex (65 bytes). */
 void tool_sha256_hex(const void *data, size_t n, char hex[65]);

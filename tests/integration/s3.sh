@@ -25,6 +25,10 @@
 #   * a misbehaving endpoint (tests/integration/s3_fake.py): a listing that
 #     is not XML, an <Error> document, truncated without a new token, an
 #     empty page, an HTML 403: each a clear error naming the pattern;
+#   * a stalled listing ends after --read-timeout (ls, expand, and the
+#     loader's own listing in batches) with the exact message, and at once
+#     on SIGTERM to `wds index` (exit 143); a 503-then-OK listing fails
+#     with --retries 0 (one request) and succeeds by default (two);
 #   * a listing past --max-urls is refused; --cache-dir keeps s3:// shards,
 #     read again with the endpoint unreachable;
 #   * temporary credentials (AWS_SESSION_TOKEN) from moto's STS;
@@ -270,7 +274,7 @@ ncut=$(grep -c cut "cut-7.port.log" || true)
 if ((ncut >= 2)); then ok cut_transfers_were_cut; else bad cut_transfers_were_cut "$ncut cuts"; fi
 
 # -- listing answers refused (s3_fake.py: a misbehaving endpoint) --
-"$PYTHON3" "$HERE/s3_fake.py" fake.port &
+"$PYTHON3" "$HERE/s3_fake.py" fake.port train/s-00.tar &
 pids+=($!)
 for ((i = 0; i < 100; i++)); do
   [[ -s fake.port ]] && break
@@ -288,6 +292,81 @@ fake listing_truncated_without_token notoken "truncated listing page without a n
 fake listing_same_token_again loop "truncated listing page without a new NextContinuationToken"
 fake listing_empty_page page "no object matches s3://page/a/*.tar (0 listed"
 fake listing_html_403 html "s3://html/a/*.tar (ListObjectsV2): HTTP 403 Forbidden"
+
+# -- a listing obeys --read-timeout, --retries and a signal as a shard read
+# does (it used 300 s and 5 retries whatever the options said) --
+now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+STALL_MSG="s3://stall/x-*.tar (ListObjectsV2): no data for 1.0 s (the read timeout; raise it with --read-timeout or read_timeout_ms)"
+t0=$(now_ms)
+AWS_ENDPOINT_URL=$FAKE W_TIMEOUT=60 w stall ls --read-timeout 1 "s3://stall/x-*.tar"
+dt=$(($(now_ms) - t0))
+if [[ $RC == 1 && $(cat stall.err) == "wds ls: $STALL_MSG" ]] && ((dt < 10000)); then
+  ok listing_read_timeout
+else
+  bad listing_read_timeout "exit $RC after $dt ms, wanted 1 within 10 s and 'wds ls: $STALL_MSG'" "$(head -c 600 stall.err)"
+fi
+t0=$(now_ms)
+AWS_ENDPOINT_URL=$FAKE W_TIMEOUT=60 w stallb batches --read-timeout 1 --decode cls "s3://stall/x-*.tar"
+dt=$(($(now_ms) - t0))
+if [[ $RC == 1 && $(cat stallb.err) == "wds batches: $STALL_MSG" ]] && ((dt < 10000)); then
+  ok loader_listing_read_timeout
+else
+  bad loader_listing_read_timeout "exit $RC after $dt ms, wanted 1 within 10 s and 'wds batches: $STALL_MSG'" "$(head -c 600 stallb.err)"
+fi
+AWS_ENDPOINT_URL=$FAKE W_TIMEOUT=60 w stalle expand --read-timeout 1 "s3://stall/x-*.tar"
+if [[ $RC == 1 && $(cat stalle.err) == "wds expand: $STALL_MSG" ]]; then
+  ok expand_listing_read_timeout
+else
+  bad expand_listing_read_timeout "exit $RC" "$(head -c 600 stalle.err)"
+fi
+# `wds index` defers a signal to its shard loop: the listing is cancelled
+listed() { grep -c "^$1 .*list-type" fake.port.log || true; }
+before=$(listed stall)
+env --default-signal=INT,TERM AWS_ENDPOINT_URL="$FAKE" "$WDS" index -o stall.idx "s3://stall/x-*.tar" \
+  >sig.out 2>sig.err &
+spid=$!
+for ((i = 0; i < 100; i++)); do
+  (($(listed stall) > before)) && break
+  sleep 0.05
+done
+sleep 0.2
+t0=$(now_ms)
+kill -TERM "$spid"
+for ((i = 0; i < 100; i++)); do
+  kill -0 "$spid" 2>/dev/null || break
+  sleep 0.05
+done
+dt=$(($(now_ms) - t0))
+kill -KILL "$spid" 2>/dev/null || true
+RC=0
+wait "$spid" || RC=$?
+if [[ $RC == 143 && $(cat sig.err) == "wds index: interrupted by SIGTERM; nothing was read" && ! -e stall.idx ]] && ((dt < 3000)); then
+  ok listing_cancelled_by_a_signal
+else
+  bad listing_cancelled_by_a_signal "exit $RC after $dt ms, wanted 143 at once" "$(head -c 600 sig.err)"
+fi
+# a 503 and then a page: no retry with --retries 0, retried by default
+AWS_ENDPOINT_URL=$FAKE w flaky0 ls --retries 0 "s3://flakya/a/*.tar"
+if [[ $RC == 1 && $(cat flaky0.err) == "wds ls: s3://flakya/a/*.tar (ListObjectsV2): HTTP 503 Service Unavailable" && $(listed flakya) == 1 ]]; then
+  ok listing_retries_0_not_retried
+else
+  bad listing_retries_0_not_retried "exit $RC, $(listed flakya) listing requests" "$(head -c 600 flaky0.err)"
+fi
+AWS_ENDPOINT_URL=$FAKE w flakye expand --retries 0 "s3://flakyc/a/*.tar"
+if [[ $RC == 1 && $(cat flakye.err) == "wds expand: s3://flakyc/a/*.tar (ListObjectsV2): HTTP 503 Service Unavailable" ]]; then
+  ok expand_listing_retries_0
+else
+  bad expand_listing_retries_0 "exit $RC" "$(head -c 600 flakye.err)"
+fi
+AWS_ENDPOINT_URL=$FAKE w flakyf expand "s3://flakyc/a/*.tar" # its 2nd request
+if [[ $RC == 0 && $(cat flakyf.out) == "s3://flakyc/a/k.tar" ]]; then ok expand_flaky_then_ok; else bad expand_flaky_then_ok "exit $RC" "$(head -c 600 flakyf.err)"; fi
+"$WDS" ls train/s-00.tar | sed 's|train/s-00.tar|s3://flakyb/a/k.tar|' >flaky-want.ls
+AWS_ENDPOINT_URL=$FAKE w flaky ls "s3://flakyb/a/*.tar"
+if [[ $RC == 0 && $(listed flakyb) == 2 ]] && cmp -s flaky-want.ls flaky.out; then
+  ok listing_retried_by_default
+else
+  bad listing_retried_by_default "exit $RC, $(listed flakyb) listing requests (want 2)" "$(head -c 600 flaky.err)"
+fi
 
 # -- temporary credentials, endpoint variables --
 if [[ $TKEY != - ]]; then
