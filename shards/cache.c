@@ -438,9 +438,28 @@ wds__cache_fill *wds__cache_fill_begin(const wds__cache_cfg *c,
   return f;
 }
 
+/* Gives the temporary file's space back at once; the fill stays failed. */
+static void fill_drop(wds__cache_fill *f) {
+  f->failed = 1;
+  if (f->tmp) {
+    unlink(f->tmp);
+    free(f->tmp);
+    f->tmp = NULL;
+  }
+  if (f->fd >= 0)
+    close(f->fd); /* an O_TMPFILE file goes with its descriptor */
+  f->fd = -1;
+}
+
 void wds__cache_fill_write(wds__cache_fill *f, const void *data, size_t n) {
   if (!f || f->failed)
     return;
+  if (f->size > 0 && n > f->size - f->written) {
+    /* Larger than the whole cache: it could never be kept. Not an error:
+     * the shard reads on, uncached. */
+    fill_drop(f);
+    return;
+  }
   const char *p = data;
   while (n > 0) {
     ssize_t w = write(f->fd, p, n);
@@ -451,13 +470,25 @@ void wds__cache_fill_write(wds__cache_fill *f, const void *data, size_t n) {
              "shard cache %s: cannot write: %s (reading without "
              "the cache)",
              f->dir, w < 0 ? strerror(errno) : "no progress");
-      f->failed = 1;
+      fill_drop(f);
       return;
     }
     p += w;
     n -= (size_t)w;
     f->written += (uint64_t)w;
   }
+}
+
+void wds__cache_fill_unverified(wds__cache_fill *f) {
+  if (!f)
+    return;
+  if (!f->failed)
+    report(f->stats,
+           "shard cache %s: %s not kept: its server gave no length and "
+           "ignores ranges, so its end could not be verified (read without "
+           "the cache)",
+           f->dir, f->name);
+  wds__cache_fill_abort(f);
 }
 
 void wds__cache_fill_abort(wds__cache_fill *f) {

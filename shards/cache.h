@@ -6,14 +6,16 @@
  * unnamed temporary file in the cache directory; only when the source was
  * read whole to its end without error (and the length the server announced
  * matched) is the file linked into place under a name made from the URL's
- * SHA-256, atomically (rename). A cut, an error or a reader that stops early
- * leaves nothing. Later opens of the URL read the local file, and mark it
- * used (its mtime) for least-recently-used eviction, which runs after each
- * new entry under an flock on the directory's lock file, while the entries
- * take more than the size limit. Several processes may share a directory:
- * each writes its own temporary file; the last rename of one URL wins (with
- * the same content). The cache trusts the URL: an object changed on the
- * server is not noticed until its entry is evicted or deleted.
+ * SHA-256, atomically (rename). A cut, an error, a reader that stops early,
+ * a shard larger than the size limit, or an end that the HTTP source could
+ * not verify (a body without a length, ended at close, from a server that
+ * ignores ranges: wds__http_verified) leaves nothing. Later opens of the URL
+ * read the local file, and mark it used (its mtime) for least-recently-used
+ * eviction, which runs after each new entry under an flock on the directory's
+ * lock file, while the entries take more than the size limit. Several processes
+ * may share a directory: each writes its own temporary file; the last rename of
+ * one URL wins (with the same content). The cache trusts the URL: an object
+ * changed on the server is not noticed until its entry is evicted or deleted.
  *
  * Failures to write the cache (a read-only or full disk) never fail the
  * read: the shard streams as without the cache, the failure is counted and
@@ -73,7 +75,11 @@ typedef struct wds__cache_fill wds__cache_fill;
  * and reported once). */
 wds__cache_fill *wds__cache_fill_begin(const wds__cache_cfg *c,
                                        const char *url);
-/* Appends n bytes; a write error abandons the entry (counted, reported). */
+/* Appends n bytes; a write error abandons the entry (counted, reported),
+ * and so does, silently, passing the size limit (the shard could never be
+ * kept): its temporary file is deleted at once, the read goes on uncached.
+ * Temporary files are not counted in the limit: concurrent fills can take
+ * up to their own sizes (each at most the limit) beyond it while they run. */
 void wds__cache_fill_write(wds__cache_fill *f, const void *data, size_t n);
 /* The source ended cleanly after `length` bytes; expected is the length the
  * server announced (has_expected 0: none). Links the entry into place if
@@ -81,6 +87,10 @@ void wds__cache_fill_write(wds__cache_fill *f, const void *data, size_t n);
  * Frees f. */
 void wds__cache_fill_commit(wds__cache_fill *f, uint64_t length,
                             int has_expected, uint64_t expected);
+/* The source ended at an end it could not verify (http.h:
+ * wds__http_verified): the entry is abandoned, and that is counted and
+ * reported once as a failure to use the cache. Frees f; NULL is a no-op. */
+void wds__cache_fill_unverified(wds__cache_fill *f);
 /* Abandons the entry: nothing is left behind. Frees f; NULL is a no-op. */
 void wds__cache_fill_abort(wds__cache_fill *f);
 

@@ -265,6 +265,11 @@ int wds__http_total(const wds__http *h, uint64_t *total) {
   return 0;
 }
 
+int wds__http_verified(const wds__http *h) {
+  (void)h;
+  return 0;
+}
+
 #else
 
 #include <curl/curl.h>
@@ -412,6 +417,7 @@ struct wds__http {
                         request at its end asks whether more follows */
   int end_confirmed; /* ...and the answer was "no" (a 416, or a 200 from a
                         server that ignores ranges) */
+  int verified;      /* eof: the end was proved (see wds__http_verified) */
   long http_error;   /* the final status of an attempt refused (>= 400) */
   char refuse[512];  /* a resume refused: why (not retried) */
   char errbuf[CURL_ERROR_SIZE];
@@ -454,9 +460,28 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud) {
 static int check_answer(wds__http *s) {
   s->checked = 1;
   if (s->unsure_end && s->cur.status == 200) {
-    /* The server ignores ranges: the end it gave stands (nothing tells a
-     * cut from it). Stop this second copy. */
+    /* The server ignores ranges: the whole resource again. Its length, if
+     * it gives one, says whether the close-delimited body was whole (the
+     * end is then verified) or cut (which cannot resume). Without one the
+     * end stands, unverified: nothing tells a cut from it. Stop this
+     * second copy. */
+    if (s->cur.has_total && s->cur.total > s->offset) {
+      snprintf(s->refuse, sizeof s->refuse,
+               "the connection closed before the end of the body (after "
+               "%llu bytes of %llu; the server ignores ranges, so the "
+               "transfer cannot resume)",
+               (unsigned long long)s->offset, (unsigned long long)s->cur.total);
+      return 0;
+    }
+    if (s->cur.has_total && s->cur.total < s->offset) {
+      snprintf(s->refuse, sizeof s->refuse,
+               "the resource changed while it was read (%llu bytes received, "
+               "then a length of %llu)",
+               (unsigned long long)s->offset, (unsigned long long)s->cur.total);
+      return 0;
+    }
     s->end_confirmed = 1;
+    s->verified = s->cur.has_total;
     return 0;
   }
   if (s->attempt_from == 0) {
@@ -652,6 +677,8 @@ int wds__http_total(const wds__http *s, uint64_t *total) {
   return s->have_first && s->first.has_total;
 }
 
+int wds__http_verified(const wds__http *s) { return s->eof && s->verified; }
+
 void wds__http_close(wds__http *s) {
   if (!s)
     return;
@@ -736,6 +763,8 @@ static int finish_attempt(wds__http *s, wds__err *err) {
   stop_attempt(s);
   if (s->end_confirmed || (s->unsure_end && status == 416)) {
     s->eof = 1;
+    if (!s->end_confirmed)
+      s->verified = 1; /* a 416 at the end: nothing follows */
     return WDS_OK;
   }
   if (s->refuse[0])
@@ -761,7 +790,11 @@ static int finish_attempt(wds__http *s, wds__err *err) {
       s->unsure_end = 1;
       return start_attempt(s, err);
     } else {
+      /* The body's own framing ended it: its Content-Length or
+       * Content-Range end reached (libcurl fails a shorter one), the
+       * chunked terminator, or an HTTP/2 or /3 stream's end. */
       s->eof = 1;
+      s->verified = 1;
       return WDS_OK;
     }
   }
@@ -769,6 +802,7 @@ static int finish_attempt(wds__http *s, wds__err *err) {
   if (status == 0 && s->have_first && s->first.has_total &&
       s->offset == s->first.total) {
     s->eof = 1;
+    s->verified = 1;
     return WDS_OK;
   }
   int transient = status ? transient_http(status) : cut ? 1 : transient_curl(c);

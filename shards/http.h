@@ -49,6 +49,17 @@ int wds__http_open_req(const wds__http_req *req, const wds__io_opts *opts,
 ssize_t wds__http_read(wds__http *h, void *dst, size_t cap, wds__err *err);
 /* 1 with *total set when the server announced the resource's length. */
 int wds__http_total(const wds__http *h, uint64_t *total);
+/* 1 once the read reached an end that was verified: a Content-Length or a
+ * Content-Range's end reached, a chunked body's terminator, an HTTP/2 or /3
+ * stream's end, a 416 to a Range request at the end of a body without a
+ * length, or a server ignoring that request answering 200 with a
+ * Content-Length equal to the bytes received. 0 before the end, and at an
+ * end only assumed: a body without a length that ended at close, from a
+ * server that ignores ranges and gives no length (the read succeeds, but a
+ * cut could not be told from it; the cache does not keep such a body). A
+ * 200 to that request whose Content-Length differs from the bytes received
+ * is a cut: the read fails (it cannot resume). */
+int wds__http_verified(const wds__http *h);
 /* Stops the transfer if it still runs. NULL is a no-op. */
 void wds__http_close(wds__http *h);
 

@@ -548,12 +548,16 @@ ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err) {
       wds__cache_fill_write(s->fill, dst, (size_t)n);
     } else if (n == 0) {
       s->at_eof = 1;
-      if (s->fill) { /* read whole: the entry takes its place */
+      if (s->fill && wds__http_verified(s->http)) {
+        /* read whole: the entry takes its place */
         uint64_t total = 0;
         int has_total = wds__http_total(s->http, &total);
         wds__cache_fill_commit(s->fill, s->offset, has_total, total);
-        s->fill = NULL;
+      } else if (s->fill) {
+        /* An end only assumed (http.h): the read stands, the entry not. */
+        wds__cache_fill_unverified(s->fill);
       }
+      s->fill = NULL;
     } else {
       wds__cache_fill_abort(s->fill);
       s->fill = NULL;

@@ -239,6 +239,77 @@ TEST(a_committed_entry_is_found_and_an_abandoned_one_is_not) {
   wds__cache_fill_abort(NULL);
 }
 
+/* Descriptors of this process open on files in dir (an O_TMPFILE file
+ * shows as "DIR/#INODE (deleted)"), or -1 without /proc. */
+static int fds_in(const char *dir) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d)
+    return -1;
+  int n = 0;
+  size_t dl = strlen(dir);
+  struct dirent *e;
+  char p[300], target[1024];
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.')
+      continue;
+    snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
+    ssize_t k = readlink(p, target, sizeof target - 1);
+    if (k <= 0)
+      continue;
+    target[k] = '\0';
+    n += strncmp(target, dir, dl) == 0 && target[dl] == '/';
+  }
+  closedir(d);
+  return n;
+}
+
+/* --cache-size is enforced while the shard is written: a fill that passes
+ * it is abandoned at once (its temporary file's space given back, no
+ * error: the shard reads on uncached); one that fits it exactly is kept. */
+TEST(a_fill_larger_than_the_limit_is_dropped_while_written) {
+  char dir[512];
+  sub(dir, sizeof dir, "limit");
+  wds__cache_stats st = {0};
+  wds__cache_cfg c = {.dir = dir, .size = 10, .stats = &st};
+  wds__cache_fill *f = wds__cache_fill_begin(&c, "http://h/big.tar");
+  ASSERT_TRUE(f != NULL);
+  int before = fds_in(dir);
+  wds__cache_fill_write(f, "0123456", 7);
+  if (before >= 0)
+    ASSERT_EQ_INT(fds_in(dir), before);
+  wds__cache_fill_write(f, "789a", 4); /* 11 > 10: dropped now */
+  if (before >= 0) {
+    printf("  descriptors on the cache: %d, then %d\n", before, fds_in(dir));
+    ASSERT_TRUE(before >= 1);
+    ASSERT_EQ_INT(fds_in(dir), before - 1);
+  }
+  ASSERT_EQ_INT(count_files(dir, 0), 0);
+  wds__cache_fill_write(f, "b", 1); /* ignored */
+  wds__cache_fill_commit(f, 12, 1, 12);
+  ASSERT_TRUE(!entry_exists(dir, "http://h/big.tar"));
+  ASSERT_EQ_INT(count_files(dir, 0), 0);
+  ASSERT_EQ_U64(atomic_load(&st.stored), 0);
+  ASSERT_EQ_U64(atomic_load(&st.errors), 0);
+  /* Exactly the limit fits. */
+  f = wds__cache_fill_begin(&c, "http://h/fits.tar");
+  ASSERT_TRUE(f != NULL);
+  wds__cache_fill_write(f, "01234", 5);
+  wds__cache_fill_write(f, "56789", 5);
+  wds__cache_fill_commit(f, 10, 1, 10);
+  ASSERT_TRUE(entry_exists(dir, "http://h/fits.tar"));
+  ASSERT_EQ_U64(atomic_load(&st.stored), 1);
+  /* An end the source could not verify: not kept, reported once. */
+  f = wds__cache_fill_begin(&c, "http://h/unsure.tar");
+  ASSERT_TRUE(f != NULL);
+  wds__cache_fill_write(f, "abc", 3);
+  wds__cache_fill_unverified(f);
+  ASSERT_TRUE(!entry_exists(dir, "http://h/unsure.tar"));
+  ASSERT_EQ_U64(atomic_load(&st.errors), 1);
+  wds__cache_fill_unverified(NULL);
+  if (before >= 0)
+    ASSERT_EQ_INT(fds_in(dir), 0);
+}
+
 static void set_mtime(const char *dir, const char *url, time_t t) {
   char *name = wds__cache_entry_name(url);
   char p[1024];
@@ -414,6 +485,7 @@ int main(void) {
   RUN(entry_names_hash_the_shard_identity);
   RUN(only_remote_urls_are_cached);
   RUN(a_committed_entry_is_found_and_an_abandoned_one_is_not);
+  RUN(a_fill_larger_than_the_limit_is_dropped_while_written);
   RUN(eviction_deletes_the_least_recently_used_first);
   RUN(stale_temporary_files_are_deleted_unless_locked);
   RUN(a_cache_that_cannot_be_written_is_counted_and_reported_once);

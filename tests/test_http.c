@@ -11,15 +11,19 @@
  * through nginx (reuse, random cuts, retries, errors) are
  * tests/integration/http.sh's, with a fault-injecting proxy. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "shards/cache.h"
 #include "shards/http.h"
 #include "shards/source.h"
 #include "test.h"
@@ -250,6 +254,7 @@ static unsigned char body[BODY_SIZE];
  *   "nolen[:N]"   headers without Content-Length, the rest of the body
  *                 (from the Range asked, as a 206) or N bytes of it, close
  *   "norange"     ignores Range: a 200 without Content-Length, whole body
+ *   "norangelen"  ignores Range: a 200 with Content-Length, whole body
  *   "429:S"       429 Too Many Requests with "Retry-After: S" (seconds)
  *   "503date:S"   503 with a Retry-After HTTP-date S seconds from now
  *   "full"        a correct answer: 200, or 206 for a Range, or 416 for a
@@ -259,6 +264,7 @@ static const char *script[8];
 static int script_len, served;
 static int srv_fd = -1, srv_port;
 static int scripted_timeout_ms = 10000;
+static const wds__cache_cfg *scripted_cache; /* NULL: none */
 
 static void send_all(int fd, const void *p, size_t n) {
   const char *c = p;
@@ -319,13 +325,17 @@ static void serve_one(int c, const char *act) {
     send_all(c, h, (size_t)k);
     if (act[0] == 'b')
       send_all(c, body, (size_t)atol(act + 5));
-  } else if (strncmp(act, "nolen", 5) == 0 || strcmp(act, "norange") == 0) {
+  } else if (strncmp(act, "nolen", 5) == 0 || strncmp(act, "norange", 7) == 0) {
     long start = from < 0 || act[2] == 'r' ? 0 : from;
     int k = start > 0 ? snprintf(h, sizeof h,
                                  "HTTP/1.1 206 Partial Content\r\n%s"
                                  "Content-Range: bytes %ld-%d/%d\r\n\r\n",
                                  tag, start, BODY_SIZE - 1, BODY_SIZE)
-                      : snprintf(h, sizeof h, "HTTP/1.1 200 OK\r\n%s\r\n", tag);
+            : strcmp(act, "norangelen") == 0
+                ? snprintf(h, sizeof h,
+                           "HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n\r\n",
+                           tag, BODY_SIZE)
+                : snprintf(h, sizeof h, "HTTP/1.1 200 OK\r\n%s\r\n", tag);
     send_all(c, h, (size_t)k);
     long len = BODY_SIZE - start;
     if (act[5] == ':' && atol(act + 6) < len)
@@ -390,6 +400,8 @@ static int read_scripted(int retries, const char *const *acts, int n,
   char url[64];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/s.tar", srv_port);
   wds__io_opts o = {.read_timeout_ms = scripted_timeout_ms, .retries = retries};
+  if (scripted_cache)
+    o.cache = *scripted_cache;
   wds__source *s = NULL;
   int rc = wds__source_open(url, &o, &s, err);
   static unsigned char got_buf[2 * BODY_SIZE];
@@ -507,6 +519,103 @@ TEST(a_server_ignoring_ranges_ends_a_body_without_length) {
   ASSERT_EQ_INT(served, 2);
 }
 
+static void rm_cache_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *e;
+  char p[1024];
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+      continue;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    unlink(p);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+static int warned_count;
+static char warned_msg[512];
+static void note_warning(void *ctx, const char *msg) {
+  (void)ctx;
+  warned_count++;
+  snprintf(warned_msg, sizeof warned_msg, "%s", msg);
+}
+
+/* The cache keeps a shard only when its end was verified (http.h:
+ * wds__http_verified): never a body without a length that ended at close
+ * from a server that ignores ranges and gives no length (a cut could not
+ * be told from the end: the read succeeds, the entry is not kept, and
+ * that is reported once); a 200 to the Range probe whose Content-Length
+ * exceeds the bytes received is a cut, which fails the read. */
+TEST(only_a_verified_end_is_cached) {
+  static const struct {
+    const char *acts[2];
+    int rc;     /* WDS_OK, or < 0: an error */
+    size_t got; /* bytes read */
+    int cached; /* the end was verified: an entry was kept */
+  } cases[] = {
+      {{"full"}, WDS_OK, BODY_SIZE, 1},                /* Content-Length */
+      {{"body:5000", "full"}, WDS_OK, BODY_SIZE, 1},   /* resumed: 206 */
+      {{"nolen", "full"}, WDS_OK, BODY_SIZE, 1},       /* a 416 at the end */
+      {{"nolen:5000", "full"}, WDS_OK, BODY_SIZE, 1},  /* a 206 follows */
+      {{"nolen", "norangelen"}, WDS_OK, BODY_SIZE, 1}, /* length agrees */
+      {{"nolen:5000", "norange"}, WDS_OK, 5000, 0},    /* nothing tells */
+      {{"nolen", "norange"}, WDS_OK, BODY_SIZE, 0},    /* ...whole or not */
+      {{"nolen:5000", "norangelen"}, -1, 5000, 0},     /* a cut */
+  };
+  char dir[256];
+  const char *t = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/wds-test-http-cache.XXXXXX",
+           t && *t ? t : "/tmp");
+  ASSERT_TRUE(mkdtemp(dir) != NULL);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    wds__cache_stats st;
+    memset(&st, 0, sizeof st);
+    st.warn = note_warning;
+    warned_count = 0;
+    wds__cache_cfg cfg = {.dir = dir, .stats = &st};
+    scripted_cache = &cfg;
+    size_t got = 0;
+    wds__err err = {0};
+    const char *const *acts = cases[i].acts;
+    int n = acts[1] ? 2 : 1;
+    int rc = read_scripted(5, acts, n, &got, &err);
+    scripted_cache = NULL;
+    int kept = (int)atomic_load(&st.stored);
+    printf("  %-10s %-10s: rc %d, %zu bytes, kept %d%s%s\n", acts[0],
+           n > 1 ? acts[1] : "", rc, got, kept, rc ? ": " : "",
+           rc ? err.msg : "");
+    if (cases[i].rc == WDS_OK) {
+      ASSERT_EQ_INT(rc, WDS_OK);
+    } else {
+      ASSERT_TRUE(rc < 0);
+      ASSERT_CONTAINS(err.msg, "closed before the end of the body (after "
+                               "5000 bytes of 100000; the server ignores "
+                               "ranges, so the transfer cannot resume)");
+    }
+    ASSERT_EQ_U64(got, cases[i].got);
+    ASSERT_EQ_INT(kept, cases[i].cached);
+    int entries = 0;
+    DIR *d = opendir(dir);
+    ASSERT_TRUE(d != NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+      entries += e->d_name[0] != '.';
+    closedir(d);
+    ASSERT_EQ_INT(entries, cases[i].cached);
+    if (cases[i].rc == WDS_OK && !cases[i].cached) {
+      ASSERT_EQ_INT((int)atomic_load(&st.errors), 1);
+      ASSERT_EQ_INT(warned_count, 1);
+      ASSERT_CONTAINS(warned_msg, "its end could not be verified");
+    }
+    rm_cache_dir(dir);
+    ASSERT_EQ_INT(mkdir(dir, 0700), 0);
+  }
+  rm_cache_dir(dir);
+}
+
 TEST(cuts_in_the_headers_give_up_after_the_retries) {
   const char *acts[] = {"status", "midheader", "status", "status"};
   size_t got = 0;
@@ -539,6 +648,7 @@ int main(void) {
     RUN(a_source_outlives_its_thread);
     RUN(every_cut_the_server_makes_is_resumed_or_retried);
     RUN(a_server_ignoring_ranges_ends_a_body_without_length);
+    RUN(only_a_verified_end_is_cached);
     RUN(cuts_in_the_headers_give_up_after_the_retries);
     RUN(retry_after_is_waited_for);
     close(silent_fd);
