@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tool test: the local shard cache (--cache-dir, --cache-size; issue 15).
 #
-# Debian's nginx on a loopback port (as in http.sh) serves a shard set, and
-# tests/integration/http_proxy.py cuts transfers:
+# Debian's nginx on a loopback port (scripts/lib-nginx.sh, as in http.sh)
+# serves a shard set, and tests/integration/http_proxy.py cuts transfers:
 #   * a first `wds ls --cache-dir` fills the cache with entries byte-equal to
 #     the shards; a second reads no byte from the server (nginx's log stays
 #     empty) and lists the same; so does `wds batches --mode exact --epochs
@@ -28,10 +28,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 wds_test_setup cache "timeout curl cmp" "$1"
 
 unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY WDS_CACHE_DIR
-NGINX=${NGINX:-}
-[[ -n $NGINX ]] || NGINX=$(command -v nginx || true)
-[[ -n $NGINX ]] || [[ ! -x /usr/sbin/nginx ]] || NGINX=/usr/sbin/nginx
-if [[ -z $NGINX ]]; then
+source "$HERE/../../scripts/lib-nginx.sh"
+if ! nginx_find; then
   echo "SKIP: nginx is not installed (apt-get install nginx)"
   exit 77
 fi
@@ -42,11 +40,11 @@ if [[ $probe == *"built without libcurl"* ]]; then
 fi
 
 pids=()
-NGINX_PID=
 stop_all() {
   local p
-  for p in "${pids[@]}" $NGINX_PID; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}" $NGINX_PID; do wait "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  nginx_stop
   wds_test_cleanup
 }
 trap stop_all EXIT
@@ -59,49 +57,9 @@ NAMES=(s-{00..03}.tar z-{0..1}.tar.zst big-0.tar)
 LOCAL=()
 for n in "${NAMES[@]}"; do LOCAL+=("www/$n"); done
 
-start_nginx() {
-  local try port
-  for try in 1 2 3 4 5; do
-    port=$("$PYTHON3" -c 'import socket
-a = socket.socket(); a.bind(("127.0.0.1", 0)); print(a.getsockname()[1])')
-    local user=""
-    [[ $(id -u) != 0 ]] || user="user root $(id -gn);"
-    cat >nginx.conf <<CONF
-$user
-daemon off;
-worker_processes 1;
-pid $TMP/nginx.pid;
-error_log $TMP/error.log;
-events { worker_connections 256; }
-http {
-  log_format req '\$status \$request_uri';
-  access_log $TMP/access.log req;
-  client_body_temp_path $TMP/t-body;
-  proxy_temp_path $TMP/t-proxy;
-  fastcgi_temp_path $TMP/t-fastcgi;
-  uwsgi_temp_path $TMP/t-uwsgi;
-  scgi_temp_path $TMP/t-scgi;
-  default_type application/octet-stream;
-  server { listen 127.0.0.1:$port; root $TMP/www; }
-}
-CONF
-    "$NGINX" -e "$TMP/error.log" -p "$TMP" -c "$TMP/nginx.conf" &
-    local pid=$! i
-    for ((i = 0; i < 50; i++)); do
-      if curl -s -o /dev/null "http://127.0.0.1:$port/s-00.tar"; then
-        NGINX_PID=$pid
-        PORT=$port
-        return 0
-      fi
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  die "nginx did not start: $(tail -3 "$TMP/error.log" 2>/dev/null)"
-}
-start_nginx
+# nginx (scripts/lib-nginx.sh), its access log one line per request
+nginx_start "$TMP" "$TMP/www" --log || die "nginx did not start"
+PORT=$NGINX_PORT
 BASE=http://127.0.0.1:$PORT
 
 # proxy MODE [SEED]: starts http_proxy.py; its port in PPORT.
@@ -137,7 +95,16 @@ whole() {
     [[ -n $e ]] && cmp -s "$e" "www/$n" || return 1
   done
 }
-requests() { wc -l <access.log; }
+# requests: the access log's lines, once nginx has logged what it served
+# (it logs a request after its response went out); log_reset empties it.
+requests() {
+  nginx_log_settle access.log
+  wc -l <access.log
+}
+log_reset() {
+  nginx_log_settle access.log
+  : >access.log
+}
 
 "$WDS" ls "${LOCAL[@]}" >local.ls
 [[ -s local.ls ]] || die "empty local listing"
@@ -147,7 +114,7 @@ same() { # same NAME FILE [REF]: FILE equals REF (local.ls)
 }
 
 # -- epoch 1 fills, epoch 2 reads nothing from the server --
-: >access.log
+log_reset
 w ls1 ls --cache-dir c1 "${URLS[@]}"
 expect_rc ls_fill_exit 0 ls1
 same ls_fill_equals_local ls1.out
@@ -156,14 +123,14 @@ if [[ $(entries c1) == "${#NAMES[@]}" ]] && whole c1 "${NAMES[@]}" && [[ $(temps
 else
   bad cache_entries_byte_equal_to_shards "$(ls -la c1)"
 fi
-: >access.log
+log_reset
 w ls2 ls --cache-dir c1 "${URLS[@]}"
 expect_rc ls_cached_exit 0 ls2
 same ls_cached_equals_local ls2.out
 if [[ $(requests) == 0 ]]; then ok second_epoch_reads_nothing_from_server; else bad second_epoch_reads_nothing_from_server "$(cat access.log)"; fi
 if [[ ! -s ls1.err && ! -s ls2.err ]]; then ok nothing_printed; else bad nothing_printed "$(cat ls1.err ls2.err)"; fi
 # WDS_CACHE_DIR is the default of --cache-dir
-: >access.log
+log_reset
 RC=0
 WDS_CACHE_DIR=c1 timeout 60 "$WDS" ls "${URLS[@]}" >env.out 2>env.err || RC=$?
 if [[ $RC == 0 ]] && cmp -s local.ls env.out && [[ $(requests) == 0 ]]; then
@@ -173,7 +140,7 @@ else
 fi
 
 # wds bench (the reader benchmark) takes the cache too
-: >access.log
+log_reset
 w bench1 bench --cache-dir c9 "$BASE/s-00.tar"
 w bench2 bench --cache-dir c9 "$BASE/s-00.tar"
 if [[ $RC == 0 && $(requests) == 1 ]] && whole c9 s-00.tar; then ok bench_uses_the_cache; else bad bench_uses_the_cache "exit $RC, $(requests) requests" "$(head -3 bench2.err)"; fi
@@ -183,7 +150,7 @@ expect_rc bench_cache_size_needs_dir 2 bench3
 # the loader: two epochs in one process, one request per shard in all
 "$WDS" batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
   --epochs 2 --save save-local "${LOCAL[@]}" >local.batches
-: >access.log
+log_reset
 w b1 batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
   --epochs 2 --cache-dir c2 --save save-http "${URLS[@]}"
 npy_sum() { (cd "$1" && cat ./*.npy | md5sum); }
@@ -304,9 +271,7 @@ w local ls --cache-dir c8 "${LOCAL[@]}" "file://$TMP/www/s-00.tar" "pipe:cat www
 if [[ $RC == 0 ]] && [[ ! -d c8 || $(entries c8) == 0 ]]; then ok local_and_pipe_not_cached; else bad local_and_pipe_not_cached "exit $RC" "$(ls -la c8)"; fi
 
 # -- the server gone: the cache serves everything --
-kill "$NGINX_PID"
-wait "$NGINX_PID" 2>/dev/null || true
-NGINX_PID=
+nginx_stop
 if curl -s -o /dev/null "$BASE/s-00.tar"; then bad server_stopped "still answers"; else ok server_stopped; fi
 w off ls --cache-dir c1 "${URLS[@]}"
 expect_rc ls_server_stopped_exit 0 off
