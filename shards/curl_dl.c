@@ -28,6 +28,8 @@ static struct {
   const char *(*multi_strerror)(CURLMcode);
   struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
   void (*slist_free_all)(struct curl_slist *);
+  time_t (*getdate)(const char *, const time_t *);
+  curl_version_info_data *(*version_info)(CURLversion);
 } fn;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -57,6 +59,7 @@ static void load(void) {
       F(multi_cleanup),  F(multi_add_handle), F(multi_remove_handle),
       F(multi_perform),  F(multi_poll),       F(multi_info_read),
       F(multi_strerror), F(slist_append),     F(slist_free_all),
+      F(getdate),        F(version_info),
 #undef F
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
@@ -64,13 +67,26 @@ static void load(void) {
     void *p = dlsym(h, t[i].name);
     if (!p) {
       snprintf(load_error, sizeof load_error,
-               "cannot load libcurl: it has no %s (libcurl 7.66 or later is "
+               "cannot load libcurl: it has no %s (libcurl %s or later is "
                "needed)",
-               t[i].name);
+               t[i].name, WDS__CURL_MIN_VERSION);
       dlclose(h);
       return;
     }
     *t[i].slot = p;
+  }
+  /* The symbols alone do not say which options work: an older libcurl has
+   * them all but refuses CURLOPT_PROTOCOLS_STR or signs S3 requests
+   * differently. */
+  curl_version_info_data *v = fn.version_info(CURLVERSION_NOW);
+  if (!v || v->version_num < WDS__CURL_MIN_VERSION_NUM) {
+    snprintf(load_error, sizeof load_error,
+             "cannot use libcurl %s: libcurl %s or later is needed (wds was "
+             "built against %s)",
+             v && v->version ? v->version : "(unknown version)",
+             WDS__CURL_MIN_VERSION, LIBCURL_VERSION);
+    dlclose(h);
+    return;
   }
   loaded = 1; /* the library stays loaded for the process */
 }
@@ -190,6 +206,10 @@ struct curl_slist *wds__curl_slist_append(struct curl_slist *l, const char *s) {
 void wds__curl_slist_free_all(struct curl_slist *l) {
   if (ready())
     fn.slist_free_all(l);
+}
+
+time_t wds__curl_getdate(const char *p, const time_t *unused) {
+  return ready() ? fn.getdate(p, unused) : (time_t)-1;
 }
 
 #else

@@ -35,6 +35,14 @@ CURLMsg *wds__curl_multi_info_read(CURLM *m, int *left);
 const char *wds__curl_multi_strerror(CURLMcode code);
 struct curl_slist *wds__curl_slist_append(struct curl_slist *l, const char *s);
 void wds__curl_slist_free_all(struct curl_slist *l);
+time_t wds__curl_getdate(const char *p, const time_t *unused);
+
+/* The oldest libcurl wds uses: CURLOPT_PROTOCOLS_STR is 7.85, and S3's
+ * "x-amz-content-sha256: UNSIGNED-PAYLOAD" is signed as given (not as the
+ * hash of the body) from 7.86. A libcurl older than this is refused when
+ * loaded, with both versions named. */
+#define WDS__CURL_MIN_VERSION_NUM 0x075600
+#define WDS__CURL_MIN_VERSION "7.86.0"
 
 /* <curl/curl.h> may define these two as type-checking macros. */
 #undef curl_easy_setopt
@@ -57,5 +65,6 @@ void wds__curl_slist_free_all(struct curl_slist *l);
 #define curl_multi_strerror wds__curl_multi_strerror
 #define curl_slist_append wds__curl_slist_append
 #define curl_slist_free_all wds__curl_slist_free_all
+#define curl_getdate wds__curl_getdate
 
 #endif

@@ -26,6 +26,12 @@
 #include <strings.h>
 #include <time.h>
 
+#ifdef WDS_HAVE_CURL
+#include <curl/curl.h>
+
+#include "curl_dl.h" /* libcurl's functions, loaded on first use */
+#endif
+
 const char *wds__http_reason(long status) {
   switch (status) {
   case 400:
@@ -163,6 +169,32 @@ void wds__http_parse_header(wds__http_meta *m, const char *line, size_t n,
   }
 }
 
+/* Whether s is the time at written in one of the three forms exactly:
+ * libcurl's parser also takes other forms and ignores words it does not
+ * know ("... GMT trailing"). */
+static int is_http_date(const char *s, time_t at) {
+  static const char *const day[] = {"Sunday",    "Monday",   "Tuesday",
+                                    "Wednesday", "Thursday", "Friday",
+                                    "Saturday"};
+  static const char *const mon[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                    "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  struct tm t;
+  if (!gmtime_r(&at, &t) || t.tm_wday < 0 || t.tm_wday > 6 || t.tm_mon < 0 ||
+      t.tm_mon > 11)
+    return 0;
+  char f[3][64];
+  snprintf(f[0], sizeof f[0], "%.3s, %02d %s %04d %02d:%02d:%02d GMT",
+           day[t.tm_wday], t.tm_mday, mon[t.tm_mon], t.tm_year + 1900,
+           t.tm_hour, t.tm_min, t.tm_sec);
+  snprintf(f[1], sizeof f[1], "%s, %02d-%s-%02d %02d:%02d:%02d GMT",
+           day[t.tm_wday], t.tm_mday, mon[t.tm_mon], t.tm_year % 100, t.tm_hour,
+           t.tm_min, t.tm_sec);
+  snprintf(f[2], sizeof f[2], "%.3s %s %2d %02d:%02d:%02d %04d", day[t.tm_wday],
+           mon[t.tm_mon], t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec,
+           t.tm_year + 1900);
+  return strcmp(s, f[0]) == 0 || strcmp(s, f[1]) == 0 || strcmp(s, f[2]) == 0;
+}
+
 long long wds__http_retry_after_ms(const char *v, size_t n, time_t now) {
   const char *e = v + n;
   uint64_t secs = 0;
@@ -170,19 +202,24 @@ long long wds__http_retry_after_ms(const char *v, size_t n, time_t now) {
   if (p == e) /* delta-seconds */
     return secs > 86400ull * 365 ? 86400ll * 365 * 1000
                                  : (long long)secs * 1000;
-  /* An HTTP-date, IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT" */
+  /* An HTTP-date in any of RFC 9110's three forms, each starting with the
+   * day's name: IMF-fixdate "Sun, 06 Nov 1994 08:49:37 GMT", RFC 850
+   * "Sunday, 06-Nov-94 08:49:37 GMT", asctime "Sun Nov  6 08:49:37 1994".
+   * libcurl's parser reads English names whatever the locale (strptime's
+   * %a and %b follow LC_TIME). Without libcurl no date is read (nothing
+   * would ask: http(s) is not read in process then). */
   char buf[64];
-  if (n >= sizeof buf)
+  if (n == 0 || n >= sizeof buf ||
+      !((v[0] >= 'A' && v[0] <= 'Z') || (v[0] >= 'a' && v[0] <= 'z')))
     return -1;
   memcpy(buf, v, n);
   buf[n] = '\0';
-  struct tm tm;
-  memset(&tm, 0, sizeof tm);
-  const char *end = strptime(buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-  if (!end || *end)
-    return -1;
-  time_t at = timegm(&tm);
-  if (at == (time_t)-1)
+#ifdef WDS_HAVE_CURL
+  time_t at = curl_getdate(buf, NULL);
+#else
+  time_t at = (time_t)-1;
+#endif
+  if (at == (time_t)-1 || !is_http_date(buf, at))
     return -1;
   return at <= now ? 0 : (long long)(at - now) * 1000;
 }
@@ -272,11 +309,8 @@ int wds__http_verified(const wds__http *h) {
 
 #else
 
-#include <curl/curl.h>
 #include <pthread.h>
 #include <unistd.h>
-
-#include "curl_dl.h" /* libcurl's functions, loaded on first use */
 
 /* The buffer the write callback fills (grown only when libcurl hands one
  * chunk larger than it, which CURLOPT_BUFFERSIZE bounds). */
@@ -285,7 +319,12 @@ int wds__http_verified(const wds__http *h) {
 #define WDS__HTTP_CONNECT_TIMEOUT_MS 30000
 #define WDS__HTTP_BACKOFF_MS 200
 #define WDS__HTTP_BACKOFF_MAX_MS 5000
-#define WDS__HTTP_RETRY_AFTER_MAX_MS 600000
+/* A Retry-After is waited for at most this long per answer (and at most
+ * the read timeout), and all the waits of one source at most twice that:
+ * a server answering "Retry-After: 3600" to every retry does not hold a
+ * worker for retries x an hour; past the budget the source fails saying
+ * so. */
+#define WDS__HTTP_RETRY_AFTER_MAX_MS 60000
 
 /* ---- per-thread handles ---- */
 
@@ -404,11 +443,12 @@ struct wds__http {
   CURLcode result;
   int eof; /* the whole resource was delivered */
 
-  uint64_t offset;       /* bytes of the resource taken into buf so far */
-  uint64_t attempt_from; /* offset at the start of this attempt */
-  int attempts;          /* attempts so far */
-  int failures;          /* consecutive failed attempts without progress */
-  int have_first;        /* first holds the first answer's meta */
+  uint64_t offset;        /* bytes of the resource taken into buf so far */
+  uint64_t attempt_from;  /* offset at the start of this attempt */
+  int attempts;           /* attempts so far */
+  int failures;           /* consecutive failed attempts without progress */
+  long long ra_waited_ms; /* all Retry-After waits so far (the budget's) */
+  int have_first;         /* first holds the first answer's meta */
   wds__http_meta first, cur;
   char reason[64];
   int checked;       /* this attempt's answer was checked */
@@ -557,46 +597,63 @@ static int start_attempt(wds__http *s, wds__err *err) {
   long connect_ms = WDS__HTTP_CONNECT_TIMEOUT_MS;
   if (s->timeout_ms > 0 && s->timeout_ms < connect_ms)
     connect_ms = s->timeout_ms;
-  int bad = 0;
-  bad |= curl_easy_setopt(e, CURLOPT_URL, s->url) != CURLE_OK;
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, s->error_detail ? 0L : 1L);
-  curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_VERBOSE, 0L);
-  curl_easy_setopt(e, CURLOPT_NOPROGRESS, 1L);
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, s->errbuf);
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
-  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(e, CURLOPT_BUFFERSIZE, WDS__HTTP_CURL_BUFFER);
-  curl_easy_setopt(e, CURLOPT_USERAGENT, "wds");
-  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(e, CURLOPT_HEADERDATA, s);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
+  if (curl_easy_setopt(e, CURLOPT_URL, s->url) != CURLE_OK)
+    return wds__fail(err, WDS_ERR_OPEN, "cannot open: a URL libcurl refuses");
+  /* Every option is checked: one refused (a libcurl built without a
+   * feature, out of memory) would otherwise send another request than
+   * meant: any protocol, unsigned, without the session token... */
+  const char *refused = NULL;
+#define SET(opt, val)                                                          \
+  do {                                                                         \
+    if (!refused && curl_easy_setopt(e, opt, val) != CURLE_OK)                 \
+      refused = #opt;                                                          \
+  } while (0)
+  SET(CURLOPT_PROTOCOLS_STR, "http,https");
+  SET(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  SET(CURLOPT_FOLLOWLOCATION, s->error_detail ? 0L : 1L);
+  SET(CURLOPT_MAXREDIRS, 10L);
+  SET(CURLOPT_NOSIGNAL, 1L);
+  SET(CURLOPT_VERBOSE, 0L);
+  SET(CURLOPT_NOPROGRESS, 1L);
+  SET(CURLOPT_ERRORBUFFER, s->errbuf);
+  SET(CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
+  SET(CURLOPT_TCP_KEEPALIVE, 1L);
+  SET(CURLOPT_BUFFERSIZE, WDS__HTTP_CURL_BUFFER);
+  SET(CURLOPT_USERAGENT, "wds");
+  SET(CURLOPT_HEADERFUNCTION, on_header);
+  SET(CURLOPT_HEADERDATA, s);
+  SET(CURLOPT_WRITEFUNCTION, on_write);
+  SET(CURLOPT_WRITEDATA, s);
   /* Trusted certificates beside the system's bundle, as the curl tool
    * takes them (a private CA, a test server's own certificate). */
   const char *ca = getenv("CURL_CA_BUNDLE");
   if (!ca || !*ca)
     ca = getenv("SSL_CERT_FILE");
   if (ca && *ca)
-    curl_easy_setopt(e, CURLOPT_CAINFO, ca);
+    SET(CURLOPT_CAINFO, ca);
   const char *cadir = getenv("SSL_CERT_DIR");
   if (cadir && *cadir)
-    curl_easy_setopt(e, CURLOPT_CAPATH, cadir);
+    SET(CURLOPT_CAPATH, cadir);
   if (s->sigv4) {
-    curl_easy_setopt(e, CURLOPT_AWS_SIGV4, s->sigv4);
-    curl_easy_setopt(e, CURLOPT_USERPWD, s->userpwd);
+    SET(CURLOPT_AWS_SIGV4, s->sigv4);
+    SET(CURLOPT_USERPWD, s->userpwd);
+    /* The path is sent and signed as given: libcurl would otherwise drop
+     * "." and ".." segments and fetch another object than the s3:// URL
+     * names (a key is a name, not a path). */
+    SET(CURLOPT_PATH_AS_IS, 1L);
   }
   if (s->headers)
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->headers);
+    SET(CURLOPT_HTTPHEADER, s->headers);
   if (s->offset > 0 || s->unsure_end) {
     snprintf(range, sizeof range, "%llu-", (unsigned long long)s->offset);
-    curl_easy_setopt(e, CURLOPT_RANGE, range);
+    SET(CURLOPT_RANGE, range);
   }
-  if (bad)
-    return wds__fail(err, WDS_ERR_OPEN, "cannot open: a URL libcurl refuses");
+#undef SET
+  if (refused)
+    return wds__fail(err, WDS_ERR_OPEN,
+                     "cannot open: libcurl refused %s (libcurl %s or later, "
+                     "built with http and https, is needed)",
+                     refused, WDS__CURL_MIN_VERSION);
   if (curl_multi_add_handle(s->h->multi, e) != CURLM_OK)
     return wds__fail(err, WDS_ERR_IO, "cannot start the HTTP transfer");
   s->in_multi = 1;
@@ -660,8 +717,8 @@ int wds__http_open_req(const wds__http_req *req, const wds__io_opts *opts,
                       ? WDS__DEFAULT_READ_TIMEOUT_MS
                       : opts->read_timeout_ms;
   s->retries = !opts || opts->retries == 0 ? WDS__DEFAULT_RETRIES
-               : opts->retries < 0         ? 0
-                                           : opts->retries;
+               : opts->retries < 0 ? 0
+                                   : opts->retries;
   s->cancel = opts ? opts->cancel : NULL;
   int rc = start_attempt(s, err);
   if (rc != WDS_OK) {
@@ -821,12 +878,32 @@ static int finish_attempt(wds__http *s, wds__err *err) {
       ms += (int)(now_ms() % 50);
     }
     /* A 429 or 503 may say when to come back (Retry-After): waited, up to
-     * the read timeout (what a stalled server would be given), or
-     * WDS__HTTP_RETRY_AFTER_MAX_MS without one. */
-    if ((status == 429 || status == 503) && s->cur.has_retry_after) {
-      long long cap =
-          s->timeout_ms > 0 ? s->timeout_ms : WDS__HTTP_RETRY_AFTER_MAX_MS;
-      long long ra = s->cur.retry_after_ms < cap ? s->cur.retry_after_ms : cap;
+     * the read timeout (what a stalled server would be given) and
+     * WDS__HTTP_RETRY_AFTER_MAX_MS, and all such waits of this source up
+     * to twice that; past it the source fails, saying so. */
+    if ((status == 429 || status == 503) && s->cur.has_retry_after &&
+        s->cur.retry_after_ms > ms) {
+      long long cap = WDS__HTTP_RETRY_AFTER_MAX_MS;
+      if (s->timeout_ms > 0 && s->timeout_ms < cap)
+        cap = s->timeout_ms;
+      long long left = 2 * cap - s->ra_waited_ms;
+      if (left <= 0) {
+        const char *reason =
+            s->reason[0] ? s->reason : wds__http_reason(status);
+        return wds__fail(err, WDS_ERR_OPEN,
+                         "HTTP %ld%s%s: the server asks to wait %.1f s more "
+                         "(Retry-After) after %.1f s of such waits, the most "
+                         "wds waits for one shard (gave up after %d attempts)",
+                         status, *reason ? " " : "", reason,
+                         (double)s->cur.retry_after_ms / 1000,
+                         (double)s->ra_waited_ms / 1000, s->attempts);
+      }
+      long long ra = s->cur.retry_after_ms;
+      if (ra > cap)
+        ra = cap;
+      if (ra > left)
+        ra = left;
+      s->ra_waited_ms += ra;
       if (ra > ms)
         ms = (int)ra;
     }
@@ -857,7 +934,7 @@ static int finish_attempt(wds__http *s, wds__err *err) {
                      *reason ? " " : "", reason, detail, note);
   }
   /* The URL is not named: the reader prefixes it, as for every source. */
-  const char *what = cut            ? cut
+  const char *what = cut ? cut
                      : s->errbuf[0] ? s->errbuf
                                     : curl_easy_strerror(c);
   if (s->offset > 0)

@@ -12,6 +12,7 @@
  * tests/integration/http.sh's, with a fault-injecting proxy. */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <locale.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -265,6 +266,10 @@ static int script_len, served;
 static int srv_fd = -1, srv_port;
 static int scripted_timeout_ms = 10000;
 static const wds__cache_cfg *scripted_cache; /* NULL: none */
+/* The path requested, and a SigV4 request (wds__http_open_req) instead of
+ * a plain source when scripted_sigv4 is set. */
+static const char *scripted_path = "/s.tar", *scripted_sigv4;
+static char last_request[512]; /* the last request line the server saw */
 
 static void send_all(int fd, const void *p, size_t n) {
   const char *c = p;
@@ -291,6 +296,11 @@ static void serve_one(int c, const char *act) {
     if (strstr(req, "\r\n\r\n"))
       break;
   }
+  size_t line = strcspn(req, "\r\n");
+  if (line >= sizeof last_request)
+    line = sizeof last_request - 1;
+  memcpy(last_request, req, line);
+  last_request[line] = '\0';
   long from = -1;
   const char *r = strstr(req, "Range: bytes=");
   if (r)
@@ -397,17 +407,23 @@ static int read_scripted(int retries, const char *const *acts, int n,
   srv_port = ntohs(a.sin_port);
   pthread_t t;
   pthread_create(&t, NULL, serve_script, NULL);
-  char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d/s.tar", srv_port);
+  char url[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d%s", srv_port, scripted_path);
   wds__io_opts o = {.read_timeout_ms = scripted_timeout_ms, .retries = retries};
   if (scripted_cache)
     o.cache = *scripted_cache;
   wds__source *s = NULL;
-  int rc = wds__source_open(url, &o, &s, err);
+  wds__http *h = NULL;
+  wds__http_req req = {
+      .url = url, .aws_sigv4 = scripted_sigv4, .userpwd = "AKID:SECRET"};
+  int rc = scripted_sigv4 ? wds__http_open_req(&req, &o, &h, err)
+                          : wds__source_open(url, &o, &s, err);
   static unsigned char got_buf[2 * BODY_SIZE];
   *got = 0;
   while (rc == WDS_OK) {
-    ssize_t k = wds__source_read(s, got_buf + *got, sizeof got_buf - *got, err);
+    size_t room = sizeof got_buf - *got;
+    ssize_t k = h ? wds__http_read(h, got_buf + *got, room, err)
+                  : wds__source_read(s, got_buf + *got, room, err);
     if (k < 0)
       rc = (int)k;
     if (k <= 0)
@@ -415,6 +431,7 @@ static int read_scripted(int retries, const char *const *acts, int n,
     *got += (size_t)k;
   }
   wds__source_close(s);
+  wds__http_close(h);
   shutdown(srv_fd, SHUT_RDWR); /* wakes its accept: the server ends */
   pthread_join(t, NULL);
   close(srv_fd);
@@ -458,6 +475,11 @@ TEST(every_cut_the_server_makes_is_resumed_or_retried) {
 }
 
 TEST(retry_after_is_parsed) {
+  if (!wds__http_available()) {
+    /* Dates are libcurl's to parse; without it only the seconds form. */
+    ASSERT_EQ_INT(wds__http_retry_after_ms("120", 3, 0), 120000);
+    return;
+  }
   time_t now = 1000000000; /* Sun, 09 Sep 2001 01:46:40 GMT */
   ASSERT_EQ_INT(wds__http_retry_after_ms("120", 3, now), 120000);
   ASSERT_EQ_INT(wds__http_retry_after_ms("0", 1, now), 0);
@@ -465,6 +487,19 @@ TEST(retry_after_is_parsed) {
   ASSERT_EQ_INT(wds__http_retry_after_ms(d, strlen(d), now), 3000);
   d = "Sun, 09 Sep 2001 01:46:00 GMT"; /* past: now */
   ASSERT_EQ_INT(wds__http_retry_after_ms(d, strlen(d), now), 0);
+  /* RFC 9110's obsolete forms too: RFC 850 and asctime. */
+  d = "Sunday, 09-Sep-01 01:46:45 GMT";
+  ASSERT_EQ_INT(wds__http_retry_after_ms(d, strlen(d), now), 5000);
+  d = "Sun Sep  9 01:46:50 2001";
+  ASSERT_EQ_INT(wds__http_retry_after_ms(d, strlen(d), now), 10000);
+  /* English names whatever the locale (strptime's %a/%b follow LC_TIME:
+   * a German locale read "Sun" as no day). */
+  if (setlocale(LC_TIME, "de_DE.UTF-8") || setlocale(LC_TIME, "fr_FR.UTF-8") ||
+      setlocale(LC_TIME, "C.UTF-8")) {
+    d = "Sun, 09 Sep 2001 01:46:43 GMT";
+    ASSERT_EQ_INT(wds__http_retry_after_ms(d, strlen(d), now), 3000);
+    setlocale(LC_TIME, "C");
+  }
   ASSERT_EQ_INT(wds__http_retry_after_ms("soon", 4, now), -1);
   ASSERT_EQ_INT(wds__http_retry_after_ms("12s", 3, now), -1);
   ASSERT_EQ_INT(wds__http_retry_after_ms("", 0, now), -1);
@@ -506,6 +541,52 @@ TEST(retry_after_is_waited_for) {
     ASSERT_EQ_U64(got, BODY_SIZE);
     ASSERT_EQ_INT(served, 2);
     ASSERT_TRUE(dt >= cases[i].min_s && dt < cases[i].max_s);
+  }
+}
+
+/* A server asking for an hour at each answer does not hold the reader for
+ * retries x an hour: each wait is capped (here by the 0.5 s read timeout)
+ * and all of them by twice that; then the source fails, saying why. */
+TEST(retry_after_waits_have_one_budget) {
+  const char *acts[] = {"429:3600", "429:3600", "429:3600", "429:3600"};
+  size_t got = 0;
+  wds__err err = {0};
+  scripted_timeout_ms = 500;
+  double t0 = now_s();
+  int rc = read_scripted(5, acts, 4, &got, &err);
+  double dt = now_s() - t0;
+  scripted_timeout_ms = 10000;
+  printf("  rc %d, %.2f s: %s\n", rc, dt, err.msg);
+  ASSERT_TRUE(rc < 0);
+  ASSERT_EQ_INT(served, 3);
+  ASSERT_TRUE(dt >= 0.95 && dt < 3.0);
+  ASSERT_CONTAINS(err.msg, "HTTP 429 Too Many Requests");
+  ASSERT_CONTAINS(err.msg, "wait 3600.0 s more (Retry-After) after 1.0 s");
+  ASSERT_CONTAINS(err.msg, "gave up after 3 attempts");
+}
+
+/* A SigV4 request (s3://) sends and signs the path as given: "." and ".."
+ * are parts of an S3 key, which libcurl would otherwise remove, fetching
+ * another object than the URL names. */
+TEST(a_signed_request_keeps_dot_segments) {
+  static const char *const paths[] = {"/b/a/../x.tar", "/b/./x.tar",
+                                      "/b/../x.tar"};
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    size_t got = 0;
+    wds__err err = {0};
+    scripted_path = paths[i];
+    scripted_sigv4 = "aws:amz:us-east-1:s3";
+    last_request[0] = '\0';
+    int rc = read_scripted(0, NULL, 0, &got, &err);
+    scripted_path = "/s.tar";
+    scripted_sigv4 = NULL;
+    printf("  %s: rc %d, request \"%s\"%s%s\n", paths[i], rc, last_request,
+           rc ? ": " : "", rc ? err.msg : "");
+    ASSERT_EQ_INT(rc, WDS_OK);
+    ASSERT_EQ_U64(got, BODY_SIZE);
+    char want[128];
+    snprintf(want, sizeof want, "GET %s HTTP/1.1", paths[i]);
+    ASSERT_STREQ(last_request, want);
   }
 }
 
@@ -651,6 +732,8 @@ int main(void) {
     RUN(only_a_verified_end_is_cached);
     RUN(cuts_in_the_headers_give_up_after_the_retries);
     RUN(retry_after_is_waited_for);
+    RUN(retry_after_waits_have_one_budget);
+    RUN(a_signed_request_keeps_dot_segments);
     close(silent_fd);
   }
   return test_summary();
