@@ -506,3 +506,102 @@ char *wds__url_identity(const char *url) {
   free(fetched);
   return id;
 }
+
+/* ---- redaction for messages ---- */
+
+static int ends_with_ci(const char *p, size_t n, const char *suffix) {
+  size_t k = strlen(suffix);
+  return n >= k && strncasecmp(p + n - k, suffix, k) == 0;
+}
+
+static int secret_param(const char *p, size_t n) {
+  static const char *const exact[] = {"sig",     "key",    "apikey",
+                                      "api_key", "passwd", "awsaccesskeyid",
+                                      "code",    "auth"};
+  static const char *const suffix[] = {"token", "signature", "secret",
+                                       "password", "credential"};
+  for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
+    if (strlen(exact[i]) == n && strncasecmp(p, exact[i], n) == 0)
+      return 1;
+  for (size_t i = 0; i < sizeof suffix / sizeof *suffix; i++)
+    if (ends_with_ci(p, n, suffix[i]))
+      return 1;
+  return 0;
+}
+
+/* Ends a URL's part inside text (a pipe: command quotes or spaces it). */
+static int url_end(char c) {
+  return c == '\0' || c == ' ' || c == '\t' || c == '\n' || c == '\'' ||
+         c == '"';
+}
+
+typedef struct {
+  char *buf;
+  size_t size, len;
+} rbuf;
+
+static void rb_put(rbuf *b, const char *p, size_t n) {
+  if (b->len + 1 >= b->size)
+    return;
+  size_t room = b->size - 1 - b->len;
+  if (n > room)
+    n = room;
+  memcpy(b->buf + b->len, p, n);
+  b->len += n;
+  b->buf[b->len] = '\0';
+}
+
+const char *wds__url_redact(const char *url, char *buf, size_t size) {
+  if (!url || !buf || size == 0)
+    return url;
+  rbuf b = {buf, size, 0};
+  buf[0] = '\0';
+  int hid = 0;
+  const char *p = url, *copied = url;
+  while (*p) {
+    if (p[0] == ':' && p[1] == '/' && p[2] == '/') {
+      /* An authority: a password before its last '@' is hidden. */
+      const char *a = p + 3, *e = a;
+      while (!url_end(*e) && *e != '/' && *e != '?' && *e != '#')
+        e++;
+      const char *at = NULL;
+      for (const char *q = a; q < e; q++)
+        if (*q == '@')
+          at = q;
+      const char *colon = at ? memchr(a, ':', (size_t)(at - a)) : NULL;
+      if (colon && colon + 1 < at) {
+        rb_put(&b, copied, (size_t)(colon + 1 - copied));
+        rb_put(&b, "***", 3);
+        copied = at;
+        hid = 1;
+      }
+      p = e;
+      continue;
+    }
+    if (*p == '?' || *p == '&' || *p == ';') {
+      /* A query parameter: NAME=VALUE, the value hidden if NAME says
+       * secret. */
+      const char *n = p + 1, *eq = n;
+      while (!url_end(*eq) && *eq != '=' && *eq != '&' && *eq != '#')
+        eq++;
+      if (*eq == '=' && secret_param(n, (size_t)(eq - n))) {
+        const char *v = eq + 1, *ve = v;
+        while (!url_end(*ve) && *ve != '&' && *ve != '#' && *ve != ';')
+          ve++;
+        if (ve > v) {
+          rb_put(&b, copied, (size_t)(v - copied));
+          rb_put(&b, "***", 3);
+          copied = ve;
+          hid = 1;
+        }
+        p = ve;
+        continue;
+      }
+    }
+    p++;
+  }
+  if (!hid)
+    return url;
+  rb_put(&b, copied, strlen(copied));
+  return buf;
+}

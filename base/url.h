@@ -10,6 +10,8 @@
 #ifndef WDS_BASE_URL_H
 #define WDS_BASE_URL_H
 
+#include <stddef.h>
+
 /* The local path url names, pointing into url; NULL when it names none. */
 const char *wds__url_local_path(const char *url);
 
@@ -38,5 +40,16 @@ char *wds__url_pipe_source(const char *url);
  * commands) is returned as it is: local paths are resolved by the index
  * (index_lookup.c). Malloc'd; NULL when out of memory. */
 char *wds__url_identity(const char *url);
+
+/* url (or any text holding URLs, such as a pipe: command) as it may go into
+ * a message: a userinfo password ("user:PASS@host") and the values of
+ * query parameters that carry secrets (X-Amz-Signature,
+ * X-Amz-Security-Token, X-Amz-Credential, Signature, sig, token,
+ * access_token, key, password, secret...; names ending in "token",
+ * "signature", "secret", "password" or "credential"), matched without
+ * case, are replaced by "***"; the rest stays readable. Returns url itself
+ * when nothing is hidden, else buf (size bytes, the text cut to fit). */
+const char *wds__url_redact(const char *url, char *buf, size_t size);
+#define WDS__URL_REDACT_MAX 2048 /* a buffer size for messages */
 
 #endif

@@ -11,6 +11,7 @@
  * error) is always delivered. */
 #include <stdio.h>
 
+#include "base/url.h"
 #include "loader/internal.h"
 #include "loader/shuffle.h"
 
@@ -43,6 +44,8 @@ static void *alloc_row(void *ctx, size_t size_bytes) {
 static int decode_item(wds_loader *l, wds__decoder *dec, worker *w,
                        uint64_t aug_key, uint64_t seq, item *it, wds__err *e) {
   const raw_sample *r = it->raw;
+  /* For messages only, its secrets hidden (wds__url_redact). */
+  char ub[WDS__URL_REDACT_MAX];
   const char *url = l->urls.urls[r->shard];
   row_alloc ra = {w->pool, w->index, 0};
   wds__decode_call call = {dec, 0, alloc_row, &ra};
@@ -50,10 +53,11 @@ static int decode_item(wds_loader *l, wds__decoder *dec, worker *w,
     const out_field *of = &l->fields[i];
     const raw_field *rf = find_field(r, of);
     if (!rf) /* every field it has, wanted or not: a typo shows */
-      return wds__fail(
-          e, WDS_ERR_FORMAT,
-          "%s: sample \"%s\" has no field '%s' (has: %.300s)", url, r->key,
-          of->name, r->all_exts && r->all_exts[0] ? r->all_exts : "no fields");
+      return wds__fail(e, WDS_ERR_FORMAT,
+                       "%s: sample \"%s\" has no field '%s' (has: %.300s)",
+                       wds__url_redact(url, ub, sizeof ub), r->key, of->name,
+                       r->all_exts && r->all_exts[0] ? r->all_exts
+                                                     : "no fields");
     call.rng_key = of->def->random
                        ? wds__mix64(aug_key ^ wds__mix64(wds__mix64(seq) ^ i))
                        : 0;
@@ -62,7 +66,8 @@ static int decode_item(wds_loader *l, wds__decoder *dec, worker *w,
     if (rc != WDS_OK) {
       if (ra.failed) /* the worker's own failure, not the field's */
         return rc;
-      wds__err_prefix(e, "%s: sample \"%s\": field '%s'", url, r->key, rf->ext);
+      wds__err_prefix(e, "%s: sample \"%s\": field '%s'",
+                      wds__url_redact(url, ub, sizeof ub), r->key, rf->ext);
       return rc;
     }
   }

@@ -21,6 +21,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "base/url.h"
 #include "reader_internal.h"
 #include "shards/cancel.h"
 #include "shards/spec_io.h"
@@ -429,18 +430,26 @@ static size_t window_limit(const wds_reader_config *c) {
 /* Ends the shard at its end-of-archive marker: the rest of the stream is
  * read so compressed framing and a command's exit status are checked. The
  * tar window stays open: the shard's last sample may still point into it. */
+/* Every shard error starts with the shard's URL, its secrets hidden
+ * (wds__url_redact: a password, a presigned URL's signature). */
+static void prefix_url(wds_reader *r) {
+  char b[WDS__URL_REDACT_MAX];
+  wds__err_prefix(&r->err, "%s",
+                  wds__url_redact(r->urls.urls[r->shard], b, sizeof b));
+}
+
 static int end_shard(wds_reader *r) {
   r->shard_done = 1;
   int rc = wds__stream_drain(r->stream, &r->err);
   if (rc != WDS_OK)
-    wds__err_prefix(&r->err, "%s", r->urls.urls[r->shard]);
+    prefix_url(r);
   return rc;
 }
 
 static int fail_shard(wds_reader *r, int rc) {
   if (rc != WDS_ERR_DUPLICATE)
     r->shard_done = 1;
-  wds__err_prefix(&r->err, "%s", r->urls.urls[r->shard]);
+  prefix_url(r);
   return rc;
 }
 

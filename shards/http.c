@@ -18,6 +18,8 @@
  * Nothing is printed: no verbose output, errors go to an error buffer. */
 #include "http.h"
 
+#include "base/url.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -759,6 +761,10 @@ void wds__http_close(wds__http *s) {
     explicit_bzero(s->userpwd, strlen(s->userpwd));
     free(s->userpwd);
   }
+  /* The headers may hold a secret (S3's session token): wiped too. */
+  for (struct curl_slist *l = s->headers; l; l = l->next)
+    if (l->data)
+      explicit_bzero(l->data, strlen(l->data));
   curl_slist_free_all(s->headers);
   free(s->errbody);
   free(s);
@@ -927,9 +933,11 @@ static int finish_attempt(wds__http *s, wds__err *err) {
     }
     char *eff = NULL;
     curl_easy_getinfo(s->h->easy, CURLINFO_EFFECTIVE_URL, &eff);
+    char rb[WDS__URL_REDACT_MAX];
     if (!s->error_detail && eff && strcmp(eff, s->url) != 0)
       return wds__fail(err, WDS_ERR_OPEN, "HTTP %ld%s%s (redirected to %s)%s",
-                       status, *reason ? " " : "", reason, eff, note);
+                       status, *reason ? " " : "", reason,
+                       wds__url_redact(eff, rb, sizeof rb), note);
     return wds__fail(err, WDS_ERR_OPEN, "HTTP %ld%s%s%s%s", status,
                      *reason ? " " : "", reason, detail, note);
   }

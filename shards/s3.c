@@ -269,7 +269,10 @@ static void signing_free(signing *g) {
     explicit_bzero(g->userpwd, strlen(g->userpwd));
     free(g->userpwd);
   }
-  free(g->token_header);
+  if (g->token_header) { /* holds the session token */
+    explicit_bzero(g->token_header, strlen(g->token_header));
+    free(g->token_header);
+  }
   memset(g, 0, sizeof *g);
 }
 

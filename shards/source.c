@@ -425,10 +425,11 @@ int wds__source_open(const char *url, const wds__io_opts *opts,
     rc = wds__s3_open(url, opts, &s->http, err);
   } else if (is_other_remote_url(url)) {
     quoted = shell_quote(url);
+    char rb[WDS__URL_REDACT_MAX];
     rc = wds__fail(err, WDS_ERR_OPEN,
                    "cannot open: only http(s):// is read in process; name "
                    "a command for this scheme explicitly (pipe:curl -s %s)",
-                   quoted ? quoted : url);
+                   wds__url_redact(quoted ? quoted : url, rb, sizeof rb));
   } else {
     const char *path = wds__url_local_path(url);
     if (!path && wds__url_is_bad_file(url)) {

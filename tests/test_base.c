@@ -360,6 +360,46 @@ TEST(shard_identity) {
   }
 }
 
+/* Secrets in URLs are hidden for messages; the rest stays readable. */
+TEST(url_redact_hides_secrets) {
+  static const struct {
+    const char *url, *want;
+  } cases[] = {
+      {"https://user:hunter2@h.example/a.tar",
+       "https://user:***@h.example/a.tar"},
+      {"https://user@h.example/a.tar", "https://user@h.example/a.tar"},
+      {"https://b.s3.amazonaws.com/k.tar?X-Amz-Algorithm=AWS4-HMAC-SHA256&"
+       "X-Amz-Credential=AKIA%2F20260101&X-Amz-Signature=deadbeef&"
+       "X-Amz-Security-Token=FwoG&X-Amz-Expires=3600",
+       "https://b.s3.amazonaws.com/k.tar?X-Amz-Algorithm=AWS4-HMAC-SHA256&"
+       "X-Amz-Credential=***&X-Amz-Signature=***&X-Amz-Security-Token=***&"
+       "X-Amz-Expires=3600"},
+      {"https://a.blob.core.windows.net/c/x.tar?sv=2021&sig=abc%2Bdef#f",
+       "https://a.blob.core.windows.net/c/x.tar?sv=2021&sig=***#f"},
+      {"http://h/x.tar?Signature=s1&token=t1&access_token=t2&page=2",
+       "http://h/x.tar?Signature=***&token=***&access_token=***&page=2"},
+      {"pipe:curl -s 'https://u:pw@h/x.tar?sig=zz' | cat",
+       "pipe:curl -s 'https://u:***@h/x.tar?sig=***' | cat"},
+      {"http://h/x.tar?sig=", "http://h/x.tar?sig="},
+      {"s3://bucket/a/../x.tar", "s3://bucket/a/../x.tar"},
+      {"/data/a.tar", "/data/a.tar"},
+      {"http://h:8080/a@b.tar", "http://h:8080/a@b.tar"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char b[WDS__URL_REDACT_MAX];
+    const char *got = wds__url_redact(cases[i].url, b, sizeof b);
+    if (strcmp(got, cases[i].want) != 0)
+      printf("  %s -> %s\n", cases[i].url, got);
+    ASSERT_STREQ(got, cases[i].want);
+    if (strcmp(cases[i].url, cases[i].want) == 0)
+      ASSERT_TRUE(got == cases[i].url); /* nothing hidden: as it is */
+  }
+  /* A small buffer cuts the text, never overruns. */
+  char small[12];
+  ASSERT_STREQ(wds__url_redact("http://u:p@h/x.tar", small, sizeof small),
+               "http://u:**");
+}
+
 TEST(splitmix64_sequence) {
   /* The reference sequence of splitmix64 from seed 0 (Vigna's). */
   uint64_t s = 0;
@@ -396,6 +436,7 @@ TEST(spec_expand_list) {
 
 int main(void) {
   RUN(utf8_rules);
+  RUN(url_redact_hides_secrets);
   RUN(json_valid_and_strict);
   RUN(json_strings_numbers_lines);
   RUN(json_writer_round_trip);

@@ -1184,6 +1184,23 @@ TEST(status_table) {
   ASSERT_STREQ(wds_strerror(12345), "unknown status");
 }
 
+/* A shard's URL starts its errors with its secrets hidden: a password and
+ * a presigned query's signature and token (base/url.c wds__url_redact). */
+TEST(error_messages_hide_url_secrets) {
+  const char *urls[] = {"sftp://user:hunter2@h.example/a.tar?"
+                        "X-Amz-Signature=SIGSECRET&X-Amz-Security-Token="
+                        "TOKSECRET&part=1"};
+  listing l;
+  list_urls(urls, 1, 0, 0, &l);
+  printf("  %s\n", l.err);
+  ASSERT_TRUE(l.rc != WDS_OK && l.rc != WDS_EOF);
+  ASSERT_CONTAINS(l.err, "sftp://user:***@h.example/a.tar?X-Amz-Signature=***&"
+                         "X-Amz-Security-Token=***&part=1: cannot open");
+  ASSERT_TRUE(strstr(l.err, "hunter2") == NULL);
+  ASSERT_TRUE(strstr(l.err, "SIGSECRET") == NULL);
+  ASSERT_TRUE(strstr(l.err, "TOKSECRET") == NULL);
+}
+
 int main(void) {
   RUN(groups_consecutive_members_by_key);
   RUN(key_rules_match_webdataset);
@@ -1210,5 +1227,6 @@ int main(void) {
   RUN(endless_input_after_the_archive_ends);
   RUN(sink_reads_members_into_caller_buffers);
   RUN(status_table);
+  RUN(error_messages_hide_url_secrets);
   return test_summary();
 }
