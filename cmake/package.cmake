@@ -77,8 +77,8 @@ if(WDS_DPKG_SHLIBDEPS AND WDS_FILE)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 else()
   set(CPACK_DEBIAN_PACKAGE_DEPENDS
-      "libc6, libarchive13, libzstd1, zlib1g, liblzma5, libturbojpeg0, libpng16-16, libssl3, libcurl4, libxml2")
+      "libc6, libarchive13, libzstd1, zlib1g, liblzma5, libturbojpeg0, libpng16-16, libnettle8, libssl3, libcurl4, libxml2")
 endif()
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS
-    "pkg-config, libarchive-dev, libzstd-dev, zlib1g-dev, liblzma-dev, libturbojpeg0-dev, libpng-dev, libcurl4-openssl-dev, libxml2-dev")
+    "pkg-config, libarchive-dev, libzstd-dev, zlib1g-dev, liblzma-dev, libturbojpeg0-dev, libpng-dev, nettle-dev, libcurl4-openssl-dev, libxml2-dev")
 include(CPack)

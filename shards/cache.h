@@ -58,7 +58,7 @@ int wds__cache_is_remote(const char *url);
  * at most 80). NULL when out of memory. */
 char *wds__cache_entry_name(const char *url);
 
-/* SHA-256 of data into out (32 bytes). */
+/* SHA-256 of data into out (32 bytes), with nettle's sha256. */
 void wds__sha256(const void *data, size_t n, uint8_t out[32]);
 
 /* Opens the entry for url if there is one: returns its descriptor (marked
