@@ -18,8 +18,7 @@
 /* wds_spec_expand_flags() with io for the listings (NULL: the defaults; its
  * cache is not used). */
 int wds__spec_expand_io(const char *const *specs, size_t nspecs,
-                        size_t max_urls, unsigned flags,
-                        const wds__io_opts *io, wds_url_list *out, char *err,
-                        size_t err_size);
+                        size_t max_urls, unsigned flags, const wds__io_opts *io,
+                        wds_url_list *out, char *err, size_t err_size);
 
 #endif
