@@ -27,7 +27,9 @@
 #endif
 
 #define WDS__S3_DEFAULT_REGION "us-east-1"
-#define WDS__S3_PAGE_MAX ((size_t)64 << 20)
+/* A real page is at most 1,000 keys of at most 1 KiB each and their
+ * metadata (a few MB); libxml2's tree of it is a few times larger. */
+#define WDS__S3_PAGE_MAX ((size_t)16 << 20)
 #define WDS__S3_MAX_PAGES 1000000
 
 static const char *env_nonempty(const char *name) {
@@ -491,6 +493,9 @@ typedef struct keys {
   size_t listed;
   const char *pattern; /* fnmatch pattern, or NULL: a prefix listing */
   const char *prefix;
+  size_t bucket_len;
+  const wds__s3_room *room; /* NULL: no bound but memory */
+  uint64_t bytes;           /* of the URLs the kept keys make */
   wds__err *err;
 } keys;
 
@@ -524,6 +529,20 @@ static int keys_add(void *ud, const char *key) {
   if (k->pattern ? fnmatch(k->pattern, key, FNM_PATHNAME) != 0
                  : !is_shard_name(key))
     return WDS_OK;
+  /* Bounded while listing, not after: a bucket of millions of keys, or an
+   * endpoint that never stops paging, must not hold them all first. */
+  uint64_t per_url = 5 + (uint64_t)k->bucket_len + 1 + strlen(key) + 1 +
+                     sizeof(char *); /* as the caller counts URL bytes */
+  if (k->room && k->n >= k->room->urls)
+    return wds__fail(k->err, WDS_ERR_LIMIT,
+                     "the listing makes more than %zu URLs, over the limit",
+                     k->room->max_urls);
+  if (k->room && per_url > k->room->bytes - k->bytes)
+    return wds__fail(k->err, WDS_ERR_LIMIT,
+                     "the listing makes more than %llu bytes of URLs, over "
+                     "the limit",
+                     (unsigned long long)k->room->max_bytes);
+  k->bytes += per_url;
   if (k->n == k->cap) {
     size_t cap = k->cap ? k->cap * 2 : 64;
     char **v = realloc(k->v, cap * sizeof *v);
@@ -581,8 +600,8 @@ static int list_pages(const char *url, const char *bucket, keys *k,
       break;
     }
     if (pages >= WDS__S3_MAX_PAGES) {
-      rc = wds__fail(err, WDS_ERR_LIMIT, "more than %d listing pages for %s",
-                     WDS__S3_MAX_PAGES, url);
+      rc = wds__fail(err, WDS_ERR_LIMIT, "more than %d listing pages",
+                     WDS__S3_MAX_PAGES); /* the caller names the URL */
       break;
     }
     /* The query in canonical order: parameters sorted by name. */
@@ -616,7 +635,8 @@ static int list_pages(const char *url, const char *bucket, keys *k,
     rc = wds__s3_parse_listing(page.p ? page.p : "", page.len, keys_add, k,
                                &truncated, &next, err);
     if (rc != WDS_OK) {
-      wds__err_prefix(err, "%s", name);
+      if (rc != WDS_ERR_LIMIT) /* keys_add's limits: the caller names it */
+        wds__err_prefix(err, "%s", name);
       break;
     }
     if (!truncated) {
@@ -657,11 +677,12 @@ static int list_pages(const char *url, const char *bucket, keys *k,
 #endif
 
 int wds__s3_list(const char *url, const wds__io_opts *opts,
+                 const wds__s3_room *room,
                  int (*add)(void *ud, const char *url), void *ud,
                  wds__err *err) {
   char *bucket = NULL, *prefix = NULL;
   const char *key;
-  keys k = {.err = err};
+  keys k = {.err = err, .room = room};
   sbuf out = {0};
   int rc = split_url(url, &bucket, &key, err);
   if (rc != WDS_OK)
@@ -674,6 +695,7 @@ int wds__s3_list(const char *url, const wds__io_opts *opts,
   }
   k.prefix = prefix;
   k.pattern = glob ? key : NULL;
+  k.bucket_len = strlen(bucket);
   rc = list_pages(url, bucket, &k, opts, err);
   if (rc != WDS_OK)
     goto done;

@@ -62,7 +62,17 @@ void wds__s3_error_detail(const char *body, size_t n, char *out, size_t size);
  * error naming the pattern. Each page is requested with opts' read timeout,
  * retries and cancel token, as a shard is read (opts' cache is not used; NULL:
  * the defaults); a cancel ends it with WDS_ERR_CANCELLED. */
+typedef struct wds__s3_room {
+  size_t urls;     /* URLs the caller can still take */
+  uint64_t bytes;  /* bytes of URLs it can still take (URL + NUL + pointer) */
+  size_t max_urls; /* its limits, for the messages */
+  uint64_t max_bytes;
+} wds__s3_room;
+/* room (NULL: no bound): a listing that would make more URLs or URL bytes
+ * than the caller can take fails with WDS_ERR_LIMIT while it lists, before
+ * it holds them all. */
 int wds__s3_list(const char *url, const wds__io_opts *opts,
+                 const wds__s3_room *room,
                  int (*add)(void *ud, const char *url), void *ud,
                  wds__err *err);
 

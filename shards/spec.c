@@ -1002,7 +1002,10 @@ static int expand_pattern(expander *x, const char *s, size_t n) {
     if (wds__s3_is_listing(url)) {
       /* Replaced by the objects it lists, which may be many more. */
       x->url_bytes -= per_url;
-      rc = wds__s3_list(url, x->io, add_listed, x, x->e);
+      wds__s3_room room = {x->max_urls - x->list.count,
+                           WDS_SPEC_MAX_URL_BYTES - x->url_bytes, x->max_urls,
+                           WDS_SPEC_MAX_URL_BYTES};
+      rc = wds__s3_list(url, x->io, &room, add_listed, x, x->e);
       if (rc == WDS_ERR_LIMIT)
         wds__err_prefix(x->e, "%.300s", url);
       free(url);

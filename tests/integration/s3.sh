@@ -283,7 +283,7 @@ done
 [[ -s fake.port ]] || die "s3_fake.py did not start"
 FAKE=http://127.0.0.1:$(cat fake.port)
 fake() { # fake NAME BUCKET TEXT: listing s3://BUCKET/a/*.tar fails saying TEXT
-  AWS_ENDPOINT_URL=$FAKE w "$1" expand "s3://$2/a/*.tar"
+  AWS_ENDPOINT_URL=$FAKE w "$1" expand --max-urls "${FAKE_MAX_URLS:-1000000}" "s3://$2/a/*.tar"
   if [[ $RC == 1 ]] && grep -qF -- "$3" "$1.err"; then ok "$1"; else bad "$1" "exit $RC, wanted 1 and '$3'" "$(head -c 600 "$1.err")"; fi
 }
 fake listing_not_xml notxml "not a ListObjectsV2 answer"
@@ -292,6 +292,9 @@ fake listing_truncated_without_token notoken "truncated listing page without a n
 fake listing_same_token_again loop "truncated listing page without a new NextContinuationToken"
 fake listing_empty_page page "no object matches s3://page/a/*.tar (0 listed"
 fake listing_html_403 html "s3://html/a/*.tar (ListObjectsV2): HTTP 403 Forbidden"
+# An endpoint that never stops paging: the URL limit ends the listing while it
+# lists (3 pages of 1,000 keys for a limit of 2,500), not after every page.
+FAKE_MAX_URLS=2500 fake listing_bounded_while_listing endless "s3://endless/a/*.tar: the listing makes more than 2500 URLs"
 
 # -- a listing obeys --read-timeout, --retries and a signal as a shard read
 # does (it used 300 s and 5 retries whatever the options said) --

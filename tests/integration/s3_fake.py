@@ -13,6 +13,9 @@ check), so wds's listing must refuse each answer with a clear error:
   loop     every page truncated with the same token "again"
   page     an empty listing page (nothing matches)
   html     a 403 whose body is an HTML page (no S3 error code to show)
+  endless  every page truncated with a fresh token and 1,000 new keys
+           a/k-PAGE-I.tar: the listing must stop at the caller's URL limit
+           while it lists, not after it holds every key
 or behaves as a flaky or stalled endpoint does:
   stall    never answers (the connection stays open): the read timeout
   flaky*   a bucket whose name starts with "flaky" answers its first
@@ -66,6 +69,17 @@ def flaky(bucket, path):
         "<Contents><Key>a/k.tar</Key></Contents>")).encode()
 
 
+def endless(path):
+    page = 0
+    if "continuation-token=p" in path:
+        page = int(path.split("continuation-token=p")[1].split("&")[0]) + 1
+    keys = "".join("<Contents><Key>a/k-%06d-%04d.tar</Key></Contents>" % (page, i)
+                   for i in range(1000))
+    return 200, "application/xml", (PAGE % (
+        "<IsTruncated>true</IsTruncated>"
+        "<NextContinuationToken>p%d</NextContinuationToken>%s" % (page, keys))).encode()
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -77,6 +91,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         if bucket.startswith("flaky"):
             status, ctype, data = flaky(bucket, self.path)
+        elif bucket == "endless":
+            status, ctype, data = endless(self.path)
         else:
             status, ctype, body = ANSWERS.get(bucket, (404, "text/plain", "no"))
             data = body.encode()
