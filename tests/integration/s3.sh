@@ -208,6 +208,17 @@ else
   bad cache_serves_s3_shards "exit $RC" "$(head -3 cache1.err cache2.err)"
 fi
 
+# -- keys with "." and ".." segments are names: fetched (and signed) as
+# given, not as the path libcurl would make of them (CURLOPT_PATH_AS_IS) --
+if grep -qF "'dots/a/../x.tar'" setup.err; then
+  w dotdot cat "$B/dots/a/../x.tar"
+  if [[ $RC == 0 ]] && cmp -s train/s-00.tar dotdot.out; then ok dot_dot_key; else bad dot_dot_key "exit $RC" "$(head -3 dotdot.err)"; fi
+  w dot cat "$B/dots/./y.tar"
+  if [[ $RC == 0 ]] && cmp -s train/s-00.tar dot.out; then ok dot_key; else bad dot_key "exit $RC" "$(head -3 dot.err)"; fi
+else
+  echo "SKIP dot_dot_key: moto did not store the key as given: $(grep 'dots keys' setup.err)"
+fi
+
 # -- errors --
 cp moto.log moto-before.log
 AWS_SECRET_ACCESS_KEY=wrong-secret-value w badsecret ls --retries 3 "$B/train/s-00.tar"

@@ -7,7 +7,8 @@ request's signature after the first three, which make an IAM user, its access
 key and a policy allowing everything. Then, signed with that key: a bucket
 "wds-test" with the files of SHARD_DIR under "train/", 1,001 tiny objects
 under "many/" (more than one ListObjectsV2 page of 1,000 keys) beside a
-nested "many/sub/u.tar" and a "many/readme.txt", and temporary credentials
+nested "many/sub/u.tar" and a "many/readme.txt", two copies of s-00.tar
+under keys with dot segments ("dots/a/../x.tar", "dots/./y.tar"), and temporary credentials
 of an assumed role from STS (moto checks their session token). Prints "KEY SECRET" and then "TKEY TSECRET TOKEN" (or "- - -" when
 STS gives none), one line each.
 """
@@ -35,6 +36,14 @@ def main():
     s3.create_bucket(Bucket="wds-test")
     for name in sorted(os.listdir(shard_dir)):
         s3.upload_file(os.path.join(shard_dir, name), "wds-test", "train/" + name)
+
+    # Keys with "." and ".." segments: names, not paths (wds sends and
+    # signs them as given; s3.sh checks which keys moto stored).
+    shard = os.path.join(shard_dir, "s-00.tar")
+    for k in ["dots/a/../x.tar", "dots/./y.tar"]:
+        s3.upload_file(shard, "wds-test", k)
+    dots = s3.list_objects_v2(Bucket="wds-test", Prefix="dots/")
+    print("# dots keys:", [o["Key"] for o in dots.get("Contents", [])], file=sys.stderr)
 
     def put(k):
         s3.put_object(Bucket="wds-test", Key=k, Body=b"x")
