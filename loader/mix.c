@@ -30,6 +30,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "base/url.h"
 #include "loader/internal.h"
 #include "shards/spec_io.h"
 
@@ -40,8 +41,11 @@ __extension__ typedef unsigned __int128 u128;
 
 static const char *src_name(const wds_loader *l, size_t s, char *buf,
                             size_t n) {
+  char rb[WDS__URL_REDACT_MAX]; /* its secrets hidden */
   snprintf(buf, n, "source %zu (%.200s)", s,
-           l->src[s].count ? l->urls.urls[l->src[s].first] : "no shards");
+           l->src[s].count
+               ? wds__url_redact(l->urls.urls[l->src[s].first], rb, sizeof rb)
+               : "no shards");
   return buf;
 }
 
