@@ -258,6 +258,8 @@ static unsigned char body[BODY_SIZE];
  *   "norangelen"  ignores Range: a 200 with Content-Length, whole body
  *   "429:S"       429 Too Many Requests with "Retry-After: S" (seconds)
  *   "503date:S"   503 with a Retry-After HTTP-date S seconds from now
+ *   "redir"       302 to a URL with a password and a signature ("404" next)
+ *   "404"         404 Not Found
  *   "full"        a correct answer: 200, or 206 for a Range, or 416 for a
  *                 Range at the end
  * Beyond the script: "full". */
@@ -323,6 +325,17 @@ static void serve_one(int c, const char *act) {
                      act[0] == '4' ? "429 Too Many Requests"
                                    : "503 Service Unavailable",
                      ra);
+    send_all(c, h, (size_t)k);
+  } else if (strcmp(act, "redir") == 0 || strcmp(act, "404") == 0) {
+    int k = act[0] == 'r'
+                ? snprintf(h, sizeof h,
+                           "HTTP/1.1 302 Found\r\nLocation: http://u:pw-secret@"
+                           "127.0.0.1:%d/gone?X-Amz-Signature=sig-secret&v=1"
+                           "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                           srv_port)
+                : snprintf(h, sizeof h,
+                           "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+                           "Connection: close\r\n\r\n");
     send_all(c, h, (size_t)k);
   } else if (strcmp(act, "status") == 0) {
     send_all(c, "HTTP/1.1 200 OK\r\n", 17);
@@ -590,6 +603,20 @@ TEST(a_signed_request_keeps_dot_segments) {
   }
 }
 
+/* A redirect's target in a message hides its password and signature. */
+TEST(a_redirect_target_hides_its_secrets) {
+  const char *acts[] = {"redir", "404"};
+  size_t got = 0;
+  wds__err err = {0};
+  int rc = read_scripted(0, acts, 2, &got, &err);
+  printf("  %s\n", err.msg);
+  ASSERT_TRUE(rc < 0);
+  ASSERT_CONTAINS(err.msg, "HTTP 404 Not Found (redirected to http://u:***@");
+  ASSERT_CONTAINS(err.msg, "/gone?X-Amz-Signature=***&v=1)");
+  ASSERT_TRUE(strstr(err.msg, "pw-secret") == NULL);
+  ASSERT_TRUE(strstr(err.msg, "sig-secret") == NULL);
+}
+
 TEST(a_server_ignoring_ranges_ends_a_body_without_length) {
   /* Nothing can tell the cut from the end then: the end stands. */
   const char *acts[] = {"nolen:5000", "norange"};
@@ -734,6 +761,7 @@ int main(void) {
     RUN(retry_after_is_waited_for);
     RUN(retry_after_waits_have_one_budget);
     RUN(a_signed_request_keeps_dot_segments);
+    RUN(a_redirect_target_hides_its_secrets);
     close(silent_fd);
   }
   return test_summary();
