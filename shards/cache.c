@@ -68,7 +68,8 @@ char *wds__cache_entry_name(const char *url) {
   for (const char *p = start; p < norm + plen; p++)
     if (*p == '/')
       base = p + 1;
-  size_t blen = (size_t)(norm + plen - base);
+  /* Only a path gives the suffix: the authority may hold user:password. */
+  size_t blen = base == start ? 0 : (size_t)(norm + plen - base);
   if (blen > WDS__CACHE_BASENAME_MAX)
     blen = WDS__CACHE_BASENAME_MAX;
   char *name = malloc(32 + 1 + (blen ? blen : 5) + 1);

@@ -26,6 +26,8 @@
 #include <libxml/tree.h>
 #endif
 
+#include "base/url.h"
+
 #define WDS__S3_DEFAULT_REGION "us-east-1"
 /* A real page is at most 1,000 keys of at most 1 KiB each and their
  * metadata (a few MB); libxml2's tree of it is a few times larger. */
@@ -588,12 +590,14 @@ static int list_pages(const char *url, const char *bucket, keys *k,
     return rc;
   char *token = NULL, *name = NULL;
   sbuf page = {0};
-  size_t nlen = strlen(url) + 32;
+  char red[WDS__URL_REDACT_MAX];
+  const char *shown = wds__url_redact(url, red, sizeof red);
+  size_t nlen = strlen(shown) + 32;
   if (!(name = malloc(nlen))) {
     signing_free(&g);
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
   }
-  snprintf(name, nlen, "%s (ListObjectsV2)", url);
+  snprintf(name, nlen, "%s (ListObjectsV2)", shown);
   for (long pages = 0; rc == WDS_OK; pages++) {
     if (opts && wds__cancelled(opts->cancel)) {
       rc = wds__fail(err, WDS_ERR_CANCELLED, "%s: cancelled", name);

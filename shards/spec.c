@@ -44,6 +44,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "base/url.h"
 #include "s3.h"
 #include "spec_io.h"
 #include "wds/spec.h"
@@ -1006,8 +1007,10 @@ static int expand_pattern(expander *x, const char *s, size_t n) {
                            WDS_SPEC_MAX_URL_BYTES - x->url_bytes, x->max_urls,
                            WDS_SPEC_MAX_URL_BYTES};
       rc = wds__s3_list(url, x->io, &room, add_listed, x, x->e);
-      if (rc == WDS_ERR_LIMIT)
-        wds__err_prefix(x->e, "%.300s", url);
+      if (rc == WDS_ERR_LIMIT) {
+        char red[WDS__URL_REDACT_MAX];
+        wds__err_prefix(x->e, "%.300s", wds__url_redact(url, red, sizeof red));
+      }
       free(url);
       if (rc != WDS_OK)
         goto done;

@@ -145,6 +145,11 @@ TEST(entry_names_hash_the_shard_identity) {
   ASSERT_STREQ(a + 32, "-shard-000.tar");
   ASSERT_STREQ(d + 32, "-a_20b.tar"); /* query dropped, '%' replaced */
   ASSERT_STREQ(g + 32, "-shard");
+  /* No path: the suffix is not the authority (it may hold a password). */
+  char *u = wds__cache_entry_name("http://user:secret@example.com");
+  ASSERT_TRUE(u && !strstr(u, "secret") && !strstr(u, "user"));
+  ASSERT_STREQ(u + 32, "-shard");
+  free(u);
   /* The index's identity: dot segments, percent-encoding, S3 https. */
   char *h =
       wds__cache_entry_name("http://example.com/x/../data/./shard-000.tar");
