@@ -5,6 +5,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/strbuf.h"
+
 static int starts_with(const char *s, const char *prefix) {
   return strncmp(s, prefix, strlen(prefix)) == 0;
 }
@@ -53,42 +55,6 @@ static int unreserved(int c) {
          (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
 }
 
-/* A growing string; oom set once an allocation failed. */
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-  int oom;
-} sbuf;
-
-static void sb_putn(sbuf *b, const char *s, size_t n) {
-  if (b->oom)
-    return;
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = (b->n + n + 1) * 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = 1;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = '\0';
-}
-
-static void sb_putc(sbuf *b, char c) { sb_putn(b, &c, 1); }
-
-/* The string (malloc'd), or NULL after an allocation failure. */
-static char *sb_take(sbuf *b) {
-  if (b->oom) {
-    free(b->p);
-    return NULL;
-  }
-  return b->p ? b->p : strdup("");
-}
-
 /* The %XX at s[i] of s[0..n) as a byte, or -1. */
 static int pct_at(const char *s, size_t n, size_t i) {
   if (s[i] != '%' || i + 2 >= n)
@@ -100,18 +66,18 @@ static int pct_at(const char *s, size_t n, size_t i) {
 
 /* s[0..n) with percent-encoding normalised: %XX of an unreserved character
  * decoded, other %XX written with upper-case digits. */
-static void put_pct_normalised(sbuf *b, const char *s, size_t n) {
+static void put_pct_normalised(wds__sbuf *b, const char *s, size_t n) {
   static const char hx[] = "0123456789ABCDEF";
   for (size_t i = 0; i < n; i++) {
     int c = pct_at(s, n, i);
     if (c < 0) {
-      sb_putc(b, s[i]);
+      wds__sb_putc(b, s[i]);
     } else {
       if (unreserved(c)) {
-        sb_putc(b, (char)c);
+        wds__sb_putc(b, (char)c);
       } else {
         char e[3] = {'%', hx[c >> 4], hx[c & 15]};
-        sb_putn(b, e, 3);
+        wds__sb_putn(b, e, 3);
       }
       i += 2;
     }
@@ -119,10 +85,10 @@ static void put_pct_normalised(sbuf *b, const char *s, size_t n) {
 }
 
 /* s[0..n) percent-decoded (an S3 key from an https URL). */
-static void put_pct_decoded(sbuf *b, const char *s, size_t n) {
+static void put_pct_decoded(wds__sbuf *b, const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
     int c = pct_at(s, n, i);
-    sb_putc(b, c < 0 ? s[i] : (char)c);
+    wds__sb_putc(b, c < 0 ? s[i] : (char)c);
     if (c >= 0)
       i += 2;
   }
@@ -130,7 +96,7 @@ static void put_pct_decoded(sbuf *b, const char *s, size_t n) {
 
 /* The path s[0..n) (empty, or starting with '/') with its "." and ".."
  * segments removed as RFC 3986 5.2.4 does; "" becomes "/". */
-static void put_path_without_dots(sbuf *b, const char *s, size_t n) {
+static void put_path_without_dots(wds__sbuf *b, const char *s, size_t n) {
   size_t start = b->n;
   for (size_t i = 0; i < n;) {
     size_t j = i + 1; /* s[i] == '/' */
@@ -140,7 +106,7 @@ static void put_path_without_dots(sbuf *b, const char *s, size_t n) {
     const char *sp = s + i + 1;
     if (seg == 1 && sp[0] == '.') {
       if (j == n)
-        sb_putc(b, '/');
+        wds__sb_putc(b, '/');
     } else if (seg == 2 && sp[0] == '.' && sp[1] == '.') {
       /* drop the last segment written, with its '/' */
       if (!b->oom) {
@@ -152,14 +118,14 @@ static void put_path_without_dots(sbuf *b, const char *s, size_t n) {
           b->p[b->n] = '\0';
       }
       if (j == n)
-        sb_putc(b, '/');
+        wds__sb_putc(b, '/');
     } else {
-      sb_putn(b, s + i, j - i);
+      wds__sb_putn(b, s + i, j - i);
     }
     i = j;
   }
   if (!b->oom && b->n == start)
-    sb_putc(b, '/');
+    wds__sb_putc(b, '/');
 }
 
 /* An AWS S3 https URL ("BUCKET.s3[.REGION].amazonaws.com/KEY",
@@ -167,7 +133,7 @@ static void put_path_without_dots(sbuf *b, const char *s, size_t n) {
  * "s3[.REGION].amazonaws.com/BUCKET/KEY") as s3://BUCKET/KEY, its key
  * percent-decoded, into b. host is lower-case, without a port; path has
  * its dot segments removed. Returns 1, or 0 when it is not one. */
-static int aws_s3(sbuf *b, const char *host, size_t hn, const char *path,
+static int aws_s3(wds__sbuf *b, const char *host, size_t hn, const char *path,
                   size_t pn) {
   static const char tail[] = ".amazonaws.com";
   size_t tl = sizeof tail - 1, rest, lab = 0;
@@ -205,42 +171,42 @@ static int aws_s3(sbuf *b, const char *host, size_t hn, const char *path,
   }
   if (bn == 0 || kn == 0)
     return 0;
-  sb_putn(b, "s3://", 5);
-  sb_putn(b, bucket, bn);
-  sb_putc(b, '/');
+  wds__sb_putn(b, "s3://", 5);
+  wds__sb_putn(b, bucket, bn);
+  wds__sb_putc(b, '/');
   put_pct_decoded(b, key, kn);
   return 1;
 }
 
 /* The identity of a URL with a scheme (see url.h). */
 static char *scheme_identity(const char *url) {
-  sbuf b = {0};
+  wds__sbuf b = {0};
   const char *sep = strstr(url, "://"), *auth = sep + 3;
   size_t sn = (size_t)(sep - url);
   for (size_t i = 0; i < sn; i++)
-    sb_putc(&b, (char)lower_c((unsigned char)url[i]));
+    wds__sb_putc(&b, (char)lower_c((unsigned char)url[i]));
   int http = b.p && strcmp(b.p, "http") == 0,
       https = b.p && strcmp(b.p, "https") == 0;
   if (b.p && strcmp(b.p, "s3") == 0) {
     /* s3://BUCKET/KEY: the bucket lower-case, the key as it is (S3 keys
      * are names, not paths: no dot-segment or percent rules apply) */
     const char *k = auth + strcspn(auth, "/");
-    sb_putn(&b, "://", 3);
+    wds__sb_putn(&b, "://", 3);
     for (const char *p = auth; p < k; p++)
-      sb_putc(&b, (char)lower_c((unsigned char)*p));
-    sb_putn(&b, k, strlen(k));
-    return sb_take(&b);
+      wds__sb_putc(&b, (char)lower_c((unsigned char)*p));
+    wds__sb_putn(&b, k, strlen(k));
+    return wds__sb_take(&b);
   }
   if (!http && !https) {
-    sb_putn(&b, sep, strlen(sep));
-    return sb_take(&b);
+    wds__sb_putn(&b, sep, strlen(sep));
+    return wds__sb_take(&b);
   }
-  sb_putn(&b, "://", 3);
+  wds__sb_putn(&b, "://", 3);
   const char *aend = auth + strcspn(auth, "/?#"), *host = auth;
   for (const char *p = auth; p < aend; p++)
     if (*p == '@')
       host = p + 1;
-  sb_putn(&b, auth, (size_t)(host - auth)); /* userinfo@ as given */
+  wds__sb_putn(&b, auth, (size_t)(host - auth)); /* userinfo@ as given */
   size_t host_at = b.n;
   /* host[:port]: lower-case, the scheme's default port (or an empty one)
    * dropped */
@@ -261,11 +227,11 @@ static char *scheme_identity(const char *url) {
       hend = colon;
   }
   for (const char *p = host; p < hend; p++)
-    sb_putc(&b, (char)lower_c((unsigned char)*p));
+    wds__sb_putc(&b, (char)lower_c((unsigned char)*p));
   size_t hn = b.n - host_at;
   /* the path: percent-encoding normalised, then dot segments removed */
   const char *path = aend, *pend = path + strcspn(path, "?#");
-  sbuf pb = {0}, pd = {0};
+  wds__sbuf pb = {0}, pd = {0};
   put_pct_normalised(&pb, path, (size_t)(pend - path));
   put_path_without_dots(&pd, pb.p ? pb.p : "", pb.n);
   free(pb.p);
@@ -275,19 +241,19 @@ static char *scheme_identity(const char *url) {
     free(b.p);
     return NULL;
   }
-  sbuf s3 = {0};
+  wds__sbuf s3 = {0};
   if (https && !query && host == auth &&
       aws_s3(&s3, b.p + host_at, hn, pd.p, pd.n)) {
     free(pd.p);
     free(b.p);
-    return sb_take(&s3);
+    return wds__sb_take(&s3);
   }
   free(s3.p);
-  sb_putn(&b, pd.p, pd.n);
+  wds__sb_putn(&b, pd.p, pd.n);
   free(pd.p);
   if (query)
     put_pct_normalised(&b, query, strcspn(query, "#"));
-  return sb_take(&b);
+  return wds__sb_take(&b);
 }
 
 /* A command split into words as /bin/sh splits a simple command: on blanks,

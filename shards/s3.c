@@ -26,6 +26,7 @@
 #include <libxml/tree.h>
 #endif
 
+#include "base/strbuf.h"
 #include "base/url.h"
 
 #define WDS__S3_DEFAULT_REGION "us-east-1"
@@ -68,46 +69,18 @@ int wds__s3_is_listing(const char *url) {
 
 /* ---- URLs ---- */
 
-typedef struct sbuf {
-  char *p;
-  size_t len, cap;
-  int bad;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n) {
-  if (b->bad)
-    return;
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + n + 1)
-      cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->bad = 1;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
-
 /* SigV4's URI encoding; keep_slash for a key in the path. */
-static void sb_enc(sbuf *b, const char *s, int keep_slash) {
+static void sb_enc(wds__sbuf *b, const char *s, int keep_slash) {
   static const char hex[] = "0123456789ABCDEF";
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     unsigned char c = *p;
     if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
         (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' ||
         c == '~' || (keep_slash && c == '/')) {
-      sb_add(b, (const char *)p, 1);
+      wds__sb_putn(b, (const char *)p, 1);
     } else {
       char e[3] = {'%', hex[c >> 4], hex[c & 15]};
-      sb_add(b, e, 3);
+      wds__sb_putn(b, e, 3);
     }
   }
 }
@@ -170,7 +143,7 @@ static int region_of(const wds__s3_env *env, char *region, size_t size,
 static int build_url(const wds__s3_env *env, const char *bucket,
                      const char *key, const char *query, const char *region,
                      char **out, wds__err *err) {
-  sbuf b = {0};
+  wds__sbuf b = {0};
   *out = NULL;
   if (env->endpoint) {
     const char *e = env->endpoint;
@@ -185,36 +158,36 @@ static int build_url(const wds__s3_env *env, const char *bucket,
       return wds__fail(err, WDS_ERR_OPEN,
                        "%s=\"%.200s\" has a query, fragment or space",
                        env->endpoint_var, e);
-    sb_add(&b, e, n);
-    sb_str(&b, "/");
-    sb_str(&b, bucket); /* path style */
+    wds__sb_putn(&b, e, n);
+    wds__sb_puts(&b, "/");
+    wds__sb_puts(&b, bucket); /* path style */
     if (key) {
-      sb_str(&b, "/");
+      wds__sb_puts(&b, "/");
       sb_enc(&b, key, 1);
     }
   } else {
     if (virtual_host_ok(bucket)) {
-      sb_str(&b, "https://");
-      sb_str(&b, bucket);
-      sb_str(&b, ".s3.");
-      sb_str(&b, region);
-      sb_str(&b, ".amazonaws.com/");
+      wds__sb_puts(&b, "https://");
+      wds__sb_puts(&b, bucket);
+      wds__sb_puts(&b, ".s3.");
+      wds__sb_puts(&b, region);
+      wds__sb_puts(&b, ".amazonaws.com/");
     } else {
-      sb_str(&b, "https://s3.");
-      sb_str(&b, region);
-      sb_str(&b, ".amazonaws.com/");
-      sb_str(&b, bucket);
+      wds__sb_puts(&b, "https://s3.");
+      wds__sb_puts(&b, region);
+      wds__sb_puts(&b, ".amazonaws.com/");
+      wds__sb_puts(&b, bucket);
       if (key)
-        sb_str(&b, "/");
+        wds__sb_puts(&b, "/");
     }
     if (key)
       sb_enc(&b, key, 1);
   }
   if (query) {
-    sb_str(&b, "?");
-    sb_str(&b, query);
+    wds__sb_puts(&b, "?");
+    wds__sb_puts(&b, query);
   }
-  if (b.bad) {
+  if (b.oom) {
     free(b.p);
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
   }
@@ -560,21 +533,21 @@ static int keys_add(void *ud, const char *key) {
 }
 
 /* Reads a whole listing page (at most WDS__S3_PAGE_MAX bytes). */
-static int read_page(wds__http *h, sbuf *page, wds__err *err) {
+static int read_page(wds__http *h, wds__sbuf *page, wds__err *err) {
   char chunk[65536];
-  page->len = 0;
+  page->n = 0;
   for (;;) {
     ssize_t r = wds__http_read(h, chunk, sizeof chunk, err);
     if (r < 0)
       return (int)r;
     if (r == 0)
       break;
-    if (page->len + (size_t)r > WDS__S3_PAGE_MAX)
+    if (page->n + (size_t)r > WDS__S3_PAGE_MAX)
       return wds__fail(err, WDS_ERR_LIMIT,
                        "a listing page is larger than %zu bytes",
                        WDS__S3_PAGE_MAX);
-    sb_add(page, chunk, (size_t)r);
-    if (page->bad)
+    wds__sb_putn(page, chunk, (size_t)r);
+    if (page->oom)
       return wds__fail(err, WDS_ERR_NOMEM, "out of memory");
   }
   return WDS_OK;
@@ -589,7 +562,7 @@ static int list_pages(const char *url, const char *bucket, keys *k,
   if (rc != WDS_OK)
     return rc;
   char *token = NULL, *name = NULL;
-  sbuf page = {0};
+  wds__sbuf page = {0};
   char red[WDS__URL_REDACT_MAX];
   const char *shown = wds__url_redact(url, red, sizeof red);
   size_t nlen = strlen(shown) + 32;
@@ -609,16 +582,16 @@ static int list_pages(const char *url, const char *bucket, keys *k,
       break;
     }
     /* The query in canonical order: parameters sorted by name. */
-    sbuf q = {0};
+    wds__sbuf q = {0};
     if (token) {
-      sb_str(&q, "continuation-token=");
+      wds__sb_puts(&q, "continuation-token=");
       sb_enc(&q, token, 0);
-      sb_str(&q, "&");
+      wds__sb_puts(&q, "&");
     }
-    sb_str(&q, "list-type=2&prefix=");
+    wds__sb_puts(&q, "list-type=2&prefix=");
     sb_enc(&q, k->prefix, 0);
     char *http_url = NULL;
-    if (q.bad)
+    if (q.oom)
       rc = wds__fail(err, WDS_ERR_NOMEM, "out of memory");
     else
       rc = build_url(&env, bucket, NULL, q.p, g.region, &http_url, err);
@@ -636,7 +609,7 @@ static int list_pages(const char *url, const char *bucket, keys *k,
     }
     int truncated = 0;
     char *next = NULL;
-    rc = wds__s3_parse_listing(page.p ? page.p : "", page.len, keys_add, k,
+    rc = wds__s3_parse_listing(page.p ? page.p : "", page.n, keys_add, k,
                                &truncated, &next, err);
     if (rc != WDS_OK) {
       if (rc != WDS_ERR_LIMIT) /* keys_add's limits: the caller names it */
@@ -687,7 +660,7 @@ int wds__s3_list(const char *url, const wds__io_opts *opts,
   char *bucket = NULL, *prefix = NULL;
   const char *key;
   keys k = {.err = err, .room = room};
-  sbuf out = {0};
+  wds__sbuf out = {0};
   int rc = split_url(url, &bucket, &key, err);
   if (rc != WDS_OK)
     return rc;
@@ -720,12 +693,12 @@ int wds__s3_list(const char *url, const wds__io_opts *opts,
   for (size_t i = 0; i < k.n && rc == WDS_OK; i++) {
     if (i > 0 && strcmp(k.v[i], k.v[i - 1]) == 0)
       continue;
-    out.len = 0;
-    sb_str(&out, "s3://");
-    sb_str(&out, bucket);
-    sb_str(&out, "/");
-    sb_str(&out, k.v[i]);
-    rc = out.bad ? wds__fail(err, WDS_ERR_NOMEM, "out of memory")
+    out.n = 0;
+    wds__sb_puts(&out, "s3://");
+    wds__sb_puts(&out, bucket);
+    wds__sb_puts(&out, "/");
+    wds__sb_puts(&out, k.v[i]);
+    rc = out.oom ? wds__fail(err, WDS_ERR_NOMEM, "out of memory")
                  : add(ud, out.p);
   }
 done:
