@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 int wds__cancel_init(wds__cancel *c) {
@@ -36,4 +37,29 @@ void wds__cancel_reset(wds__cancel *c) {
     (void)n; /* EAGAIN: nothing was written */
   }
   atomic_store_explicit(&c->set, 0, memory_order_release);
+}
+
+uint64_t wds__now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int wds__read_wait(const wds__cancel *c, uint64_t start_ms, int timeout_ms,
+                   int max_ms, int *wait, wds__err *err) {
+  int w = max_ms;
+  if (timeout_ms >= 0) {
+    uint64_t waited = wds__now_ms() - start_ms;
+    if (waited >= (uint64_t)timeout_ms)
+      return wds__fail(err, WDS_ERR_TIMEOUT,
+                       "no data for %.1f s (the read timeout; raise it with "
+                       "--read-timeout or read_timeout_ms)",
+                       (double)timeout_ms / 1000);
+    if (w < 0 || (uint64_t)timeout_ms - waited < (uint64_t)w)
+      w = (int)((uint64_t)timeout_ms - waited);
+  }
+  if (c && c->fd < 0 && (w < 0 || w > WDS__CANCEL_POLL_MS))
+    w = WDS__CANCEL_POLL_MS; /* no eventfd: look at the flag often */
+  *wait = w;
+  return WDS_OK;
 }

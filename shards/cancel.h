@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "base/err.h"
 #include "cache.h"
 
 typedef struct wds__cancel {
@@ -34,6 +35,18 @@ static inline int wds__cancelled(const wds__cancel *c) {
   return c &&
          atomic_load_explicit(&((wds__cancel *)c)->set, memory_order_acquire);
 }
+
+/* Monotonic milliseconds. */
+uint64_t wds__now_ms(void);
+
+/* How long a read blocked since start_ms (wds__now_ms) may wait next, in
+ * *wait: at most max_ms (-1: no bound), what is left of timeout_ms (< 0:
+ * none), and WDS__CANCEL_POLL_MS when c has no eventfd to poll. Returns
+ * WDS_ERR_TIMEOUT with the read-timeout message (naming the timeout) once
+ * timeout_ms has passed, else WDS_OK. Shared by pipe/file sources and
+ * http.c, so every scheme times out alike. */
+int wds__read_wait(const wds__cancel *c, uint64_t start_ms, int timeout_ms,
+                   int max_ms, int *wait, wds__err *err);
 
 /* Default read timeout: no byte for this long ends the shard with
  * WDS_ERR_TIMEOUT. Generous: a slow network delivers something well within

@@ -467,12 +467,6 @@ struct wds__http {
 
 int wds__http_available(void) { return 1; }
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static size_t on_header(char *p, size_t size, size_t n, void *ud) {
   wds__http *s = ud;
   size_t len = size * n;
@@ -794,11 +788,11 @@ static int transient_http(long status) {
 
 /* Sleeps ms unless cancelled first. */
 static int backoff(wds__http *s, int ms, wds__err *err) {
-  uint64_t until = now_ms() + (uint64_t)ms;
+  uint64_t until = wds__now_ms() + (uint64_t)ms;
   for (;;) {
     if (wds__cancelled(s->cancel))
       return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
-    uint64_t t = now_ms();
+    uint64_t t = wds__now_ms();
     if (t >= until)
       return WDS_OK;
     int wait = (int)(until - t);
@@ -881,7 +875,7 @@ static int finish_attempt(wds__http *s, wds__err *err) {
       ms = WDS__HTTP_BACKOFF_MS << (s->failures - 1 < 5 ? s->failures - 1 : 5);
       if (ms > WDS__HTTP_BACKOFF_MAX_MS)
         ms = WDS__HTTP_BACKOFF_MAX_MS;
-      ms += (int)(now_ms() % 50);
+      ms += (int)(wds__now_ms() % 50);
     }
     /* A 429 or 503 may say when to come back (Retry-After): waited, up to
      * the read timeout (what a stalled server would be given) and
@@ -952,7 +946,7 @@ static int finish_attempt(wds__http *s, wds__err *err) {
 }
 
 ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
-  uint64_t start = now_ms();
+  uint64_t start = wds__now_ms();
   for (;;) {
     if (s->pos < s->len) {
       size_t n = s->len - s->pos;
@@ -970,7 +964,7 @@ ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
       int rc = finish_attempt(s, err);
       if (rc != WDS_OK)
         return rc;
-      start = now_ms();
+      start = wds__now_ms();
       continue;
     }
     s->pos = s->len = 0;
@@ -994,21 +988,12 @@ ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
     }
     if (s->len > 0 || s->done)
       continue;
-    int wait = 1000;
-    if (s->timeout_ms >= 0) {
-      uint64_t waited = now_ms() - start;
-      if (waited >= (uint64_t)s->timeout_ms)
-        return wds__fail(err, WDS_ERR_TIMEOUT,
-                         "no data for %.1f s (the read timeout; raise it with "
-                         "--read-timeout or read_timeout_ms)",
-                         (double)s->timeout_ms / 1000);
-      if ((uint64_t)s->timeout_ms - waited < (uint64_t)wait)
-        wait = (int)((uint64_t)s->timeout_ms - waited);
-    }
+    int wait;
+    int rc = wds__read_wait(s->cancel, start, s->timeout_ms, 1000, &wait, err);
+    if (rc != WDS_OK)
+      return rc;
     struct curl_waitfd extra = {.fd = s->cancel ? s->cancel->fd : -1,
                                 .events = CURL_WAIT_POLLIN};
-    if (s->cancel && s->cancel->fd < 0 && wait > WDS__CANCEL_POLL_MS)
-      wait = WDS__CANCEL_POLL_MS;
     mc = curl_multi_poll(s->h->multi, extra.fd >= 0 ? &extra : NULL,
                          extra.fd >= 0 ? 1 : 0, wait, NULL);
     if (mc != CURLM_OK)

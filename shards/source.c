@@ -502,35 +502,20 @@ static int reap_command(wds__source *s, wds__err *err) {
                    s->command);
 }
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Waits until the descriptor has data (or its end, or an error, which the
  * read then reports), the token is set, or the read timeout passes. */
 static int wait_readable(wds__source *s, wds__err *err) {
-  uint64_t start = now_ms();
+  uint64_t start = wds__now_ms();
   for (;;) {
     if (wds__cancelled(s->cancel))
       return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
     struct pollfd p[2] = {
         {.fd = s->fd, .events = POLLIN},
         {.fd = s->cancel ? s->cancel->fd : -1, .events = POLLIN}};
-    int wait = -1;
-    if (s->timeout_ms >= 0) {
-      uint64_t waited = now_ms() - start;
-      if (waited >= (uint64_t)s->timeout_ms)
-        return wds__fail(err, WDS_ERR_TIMEOUT,
-                         "no data for %.1f s (the read timeout; raise it "
-                         "with --read-timeout or read_timeout_ms)",
-                         (double)s->timeout_ms / 1000);
-      wait = (int)((uint64_t)s->timeout_ms - waited);
-    }
-    if (s->cancel && s->cancel->fd < 0 &&
-        (wait < 0 || wait > WDS__CANCEL_POLL_MS))
-      wait = WDS__CANCEL_POLL_MS; /* no eventfd: look at the flag often */
+    int wait;
+    int rc = wds__read_wait(s->cancel, start, s->timeout_ms, -1, &wait, err);
+    if (rc != WDS_OK)
+      return rc;
     int r = poll(p, 2, wait);
     if (r < 0 && errno != EINTR)
       return wds__fail(err, WDS_ERR_IO, "poll error: %s", strerror(errno));
