@@ -39,17 +39,12 @@ else()
   file(RELATIVE_PATH WDS_PC_PREFIX_REL /p/${WDS_PC_DIR} /p)
   set(WDS_PC_PREFIX "\${pcfiledir}/${WDS_PC_PREFIX_REL}")
 endif()
-# libcurl is not linked (shards/curl_dl.c loads it on first use), so a
-# static link needs only libxml2 (s3:// listings) and the loader's -ldl.
-set(WDS_PC_CURL_LIBS "")
-if(WDS_HAVE_CURL)
-  if(WDS_HAVE_XML2)
-    set(WDS_PC_CURL_LIBS "-lxml2")
-  endif()
-  foreach(_wds_dl ${CMAKE_DL_LIBS})
-    string(APPEND WDS_PC_CURL_LIBS " -l${_wds_dl}")
-  endforeach()
-endif()
+# libarchive, libcurl and libxml2 are not linked (shards/*_dl.c load them on
+# first use), so a static link needs only the dynamic loader's -ldl.
+set(WDS_PC_DL_LIBS "")
+foreach(_wds_dl ${CMAKE_DL_LIBS})
+  string(APPEND WDS_PC_DL_LIBS " -l${_wds_dl}")
+endforeach()
 set(WDS_PC_CUDA_LIBS "")
 if(WDS_HAVE_CUDA)
   set(WDS_PC_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -lcudart")
@@ -73,12 +68,18 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION libs)
 find_program(WDS_DPKG_SHLIBDEPS dpkg-shlibdeps)
 find_program(WDS_FILE file)
+# libarchive is loaded with dlopen (shards/archive_dl.c), which
+# dpkg-shlibdeps cannot see: named here, with the oldest version wds takes
+# (WDS__ARCHIVE_MIN_VERSION); libcurl and libxml2 (http(s):// and s3://
+# only) are recommended.
 if(WDS_DPKG_SHLIBDEPS AND WDS_FILE)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "libarchive13 (>= 3.2.0)")
 else()
   set(CPACK_DEBIAN_PACKAGE_DEPENDS
-      "libc6, libarchive13, libzstd1, zlib1g, liblzma5, libturbojpeg0, libpng16-16, libnettle8, libssl3, libcurl4, libxml2")
+      "libc6, libarchive13 (>= 3.2.0), libzstd1, zlib1g, liblzma5, libturbojpeg0, libpng16-16, libnettle8")
 endif()
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libcurl4 (>= 7.86.0), libxml2")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS
     "pkg-config, libarchive-dev, libzstd-dev, zlib1g-dev, liblzma-dev, libturbojpeg0-dev, libpng-dev, nettle-dev, libcurl4-openssl-dev, libxml2-dev")
 include(CPack)

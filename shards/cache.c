@@ -37,7 +37,7 @@
 #define WDS__CACHE_STALE_S 60
 #define WDS__CACHE_BASENAME_MAX 80
 
-/* ---- SHA-256: nettle's (libarchive already loads libnettle) ---- */
+/* ---- SHA-256: nettle's ---- */
 
 void wds__sha256(const void *data, size_t n, uint8_t out[32]) {
   struct sha256_ctx ctx;

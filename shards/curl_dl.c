@@ -1,6 +1,7 @@
 /* curl_dl.c — libcurl loaded on first use (see curl_dl.h). */
 #ifdef WDS_HAVE_CURL
 #include "shards/curl_dl.h"
+#include "shards/dl.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -39,19 +40,8 @@ static char load_error[512];
 static void load(void) {
   /* libcurl's ABI has been .so.4 since 2006; the unversioned name is a
    * development link, tried last. */
-  void *h = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-  if (!h)
-    h = dlopen("libcurl.so", RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    const char *e = dlerror();
-    snprintf(load_error, sizeof load_error, "cannot load libcurl: %s",
-             e ? e : "libcurl.so.4 not found");
-    return;
-  }
-  struct {
-    const char *name;
-    void **slot;
-  } t[] = {
+  static const char *const sonames[] = {"libcurl.so.4", "libcurl.so", NULL};
+  static const wds__dl_sym t[] = {
 #define F(name) {"curl_" #name, (void **)&fn.name}
       F(global_init),    F(easy_init),        F(easy_cleanup),
       F(easy_reset),     F(easy_setopt),      F(easy_getinfo),
@@ -62,19 +52,10 @@ static void load(void) {
       F(getdate),        F(version_info),
 #undef F
   };
-  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-    /* POSIX: a function's address comes back as a void *. */
-    void *p = dlsym(h, t[i].name);
-    if (!p) {
-      snprintf(load_error, sizeof load_error,
-               "cannot load libcurl: it has no %s (libcurl %s or later is "
-               "needed)",
-               t[i].name, WDS__CURL_MIN_VERSION);
-      dlclose(h);
-      return;
-    }
-    *t[i].slot = p;
-  }
+  void *h = wds__dl_open("libcurl", sonames, t, sizeof t / sizeof t[0],
+                         WDS__CURL_MIN_VERSION, load_error, sizeof load_error);
+  if (!h)
+    return;
   /* The symbols alone do not say which options work: an older libcurl has
    * them all but refuses CURLOPT_PROTOCOLS_STR or signs S3 requests
    * differently. */

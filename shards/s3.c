@@ -12,7 +12,8 @@
  * XML (error bodies, listing pages) is parsed with libxml2, bounded: an
  * error body is at most WDS__HTTP_ERROR_BODY bytes, a listing page at most
  * WDS__S3_PAGE_MAX; no network access, no entity substitution, nothing
- * printed. */
+ * printed. libxml2 is loaded on first use (xml_dl.h): without it an error
+ * message lacks S3's <Code>, and a listing fails naming libxml2. */
 #include "s3.h"
 
 #include <fnmatch.h>
@@ -22,8 +23,7 @@
 #include <string.h>
 
 #ifdef WDS_HAVE_XML2
-#include <libxml/parser.h>
-#include <libxml/tree.h>
+#include "xml_dl.h" /* libxml2's functions, loaded on first use */
 #endif
 
 #include "base/strbuf.h"
@@ -396,6 +396,9 @@ int wds__s3_parse_listing(const char *xml, size_t n,
   *truncated = 0;
   *next = NULL;
   xmlDocPtr d = xml_read(xml, n);
+  if (!d && *wds__xml_dl_error())
+    return wds__fail(err, WDS_ERR_OPEN, "s3:// listings need libxml2: %s",
+                     wds__xml_dl_error());
   xmlNodePtr root = d ? xmlDocGetRootElement(d) : NULL;
   if (!root || !is_elem(root, "ListBucketResult")) {
     xmlFreeDoc(d);

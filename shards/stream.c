@@ -21,8 +21,6 @@
  * frame, gzip member or xz block is WDS_ERR_TRUNCATED. */
 #include "stream.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <errno.h>
 #include <lzma.h>
 #include <stdint.h>
@@ -37,6 +35,7 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
+#include "archive_dl.h" /* libarchive's functions, loaded on first use */
 #include "sniff.h"
 #include "source.h"
 #include "tarfmt.h"
@@ -255,6 +254,7 @@ static const char *magic_name(const uint8_t *p, size_t n) {
                 "7zXZ\x00",
                 6},
                {"lz4", "\x04\x22\x4d\x18", 4},
+               {"lz4", "\x02\x21\x4c\x18", 4}, /* the legacy format */
                {"lzip", "LZIP", 4},
                {"compress", "\x1f\x9d", 2},
                {"lzop", "\x89LZO\x00", 5}};
@@ -290,11 +290,18 @@ static int not_tar(const wds__stream *s, wds__err *err) {
 }
 
 static int open_archive(wds__stream *s, wds__err *err) {
+  const char *magic = magic_name(s->peek, s->peek_len);
+  /* Each filter enabled below bids only on its magic (in magic_name): the
+   * rest is not a tar, and needs no libarchive to say so. */
+  if (!magic)
+    return not_tar(s, err);
   s->abuf = malloc(ARCHIVE_BLOCK);
   s->ar = archive_read_new();
+  if (!s->ar && *wds__archive_dl_error())
+    return wds__fail(err, WDS_ERR_OPEN, "%s data needs libarchive: %s", magic,
+                     wds__archive_dl_error());
   if (!s->abuf || !s->ar)
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory (libarchive)");
-  const char *magic = magic_name(s->peek, s->peek_len);
   snprintf(s->filter_name, sizeof s->filter_name, "%s",
            magic ? magic : "compressed");
   /* In-process filters only (see the top of the file). A filter whose

@@ -1,11 +1,11 @@
 /* util.c — helpers shared by the wds subcommands. */
 #include "util.h"
 
+#include "shards/cache.h"
 #include "shards/spec_io.h"
 #include "signals.h"
 
 #include <errno.h>
-#include <openssl/evp.h>
 #include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,13 +34,8 @@ int tool_expand_specs(const char *cmd, char **specs, int nspecs,
 }
 
 void tool_sha256_hex(const void *data, size_t n, char hex[65]) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int mdlen = 0;
-  if (EVP_Digest(data, n, md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != 32) {
-    /* Never print a digest that was not computed. */
-    fprintf(stderr, "wds: SHA-256 failed (OpenSSL)\n");
-    exit(1);
-  }
+  uint8_t md[32];
+  wds__sha256(data, n, md); /* the library's (nettle): no OpenSSL to load */
   static const char digits[] = "0123456789abcdef";
   for (unsigned i = 0; i < 32; i++) {
     hex[2 * i] = digits[md[i] >> 4];
