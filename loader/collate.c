@@ -240,6 +240,8 @@ void wds__batch_copy(const wds__collate *c, slot *s, const item *const *items,
         uint8_t *dst = mem + row * bf->row_bytes;
         if (!valid)
           memset(dst, 0, bf->row_bytes);
+        else if (f->write) /* a decoded image's last pass, in place */
+          f->write(f->data, dst);
         else
           memcpy(dst, f->data, bf->row_bytes);
       }

@@ -3,20 +3,21 @@
  *
  * One wds__decoder per worker thread holds everything reused from image to
  * image: the TurboJPEG handle, the decoded-image buffer, the intermediate
- * of the horizontal resampling pass, the vertical accumulator row and the
- * cached filter taps (unchanged between images of one size, the common
- * case; keyed by every argument). Buffers only grow; wds__decoder_free
- * releases them. Nothing reused may show in a result (decode.h): buffers
- * are written in full before they are read, and the TurboJPEG handle,
- * which keeps libjpeg state, is replaced after a failure and before an
- * image that could see an earlier one's tables (decode_jpeg).
+ * of the horizontal resampling pass and the cached filter taps (unchanged
+ * between images of one size, the common case; keyed by every argument).
+ * Buffers only grow; wds__decoder_free releases them. Nothing reused may show
+ * in a result (decode.h): buffers are written in full before they are read, and
+ * the TurboJPEG handle, which keeps libjpeg state, is replaced after a failure
+ * and before an image that could see an earlier one's tables (decode_jpeg).
  *
  * An image is decoded in three steps: the header gives the source size; the
  * crop plan (resize.c) says which source span maps to the output; the pixels
  * are decoded — a JPEG at the smallest TurboJPEG scale M/8 that still leaves
  * the span at least as large as the output (DCT-domain downscaling is much
  * cheaper than decoding everything and filtering it away), a PNG at full
- * size — and the span is resampled into the caller's buffer.
+ * size — and the span is resampled into the caller's buffer; or, for the
+ * loader (wds__decode_image_rows), the horizontal pass runs into a block
+ * and the vertical pass later, into the batch slot's row.
  *
  * Errors never print: TurboJPEG keeps its messages on the handle, libpng's
  * go through our handlers (error: longjmp back with the text; warning:
@@ -46,8 +47,6 @@ struct wds__decoder {
   size_t img_cap;
   uint8_t *tmp; /* horizontal pass output */
   size_t tmp_cap;
-  int32_t *acc; /* vertical pass accumulator row */
-  size_t acc_cap;
   png_bytep *rows;
   size_t rows_cap;
   wds__taps tx, ty;
@@ -68,7 +67,6 @@ void wds__decoder_free(wds__decoder *d) {
     tjDestroy(d->tj);
   free(d->img);
   free(d->tmp);
-  free(d->acc);
   free(d->rows);
   wds__taps_free(&d->tx);
   wds__taps_free(&d->ty);
@@ -555,22 +553,25 @@ int wds__decode_jpeg_scaled(wds__decoder *d, const uint8_t *data, size_t size,
 
 static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 
-int wds__decode_image(wds__decoder *d, const uint8_t *data, size_t size,
-                      const wds__image_opts *o, uint8_t *out, wds__err *e) {
+/* Everything of wds__decode_image up to the resampling: the image decoded
+ * into d->img (*w x *h), d->tx and d->ty prepared, [*first, *last) the
+ * source rows the vertical taps read. */
+static int image_prepare(wds__decoder *d, const uint8_t *data, size_t size,
+                         const wds__image_opts *o, int *w, int *h, int *first,
+                         int *last, wds__err *e) {
   int rc = check_image_opts(o, e);
   if (rc != WDS_OK)
     return rc;
   wds__crop_plan plan;
-  int w = 0, h = 0;
   if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) {
-    rc = decode_jpeg(d, data, size, o, &plan, &w, &h, e);
+    rc = decode_jpeg(d, data, size, o, &plan, w, h, e);
   } else if (size >= 8 && memcmp(data, png_sig, 8) == 0) {
-    rc = decode_png(d, data, size, o->channels, &w, &h, e);
+    rc = decode_png(d, data, size, o->channels, w, h, e);
     if (rc == WDS_OK && o->crop == WDS_CROP_RANDOM)
-      wds__plan_random(w, h, o->width, o->height, o->scale_min, o->scale_max,
+      wds__plan_random(*w, *h, o->width, o->height, o->scale_min, o->scale_max,
                        o->rng_key, &plan);
     else if (rc == WDS_OK)
-      wds__plan_center(w, h, o->width, o->height, &plan);
+      wds__plan_center(*w, *h, o->width, o->height, &plan);
   } else {
     char hex[3 * 8 + 1] = "";
     int at = 0;
@@ -583,22 +584,79 @@ int wds__decode_image(wds__decoder *d, const uint8_t *data, size_t size,
   }
   if (rc != WDS_OK)
     return rc;
-  if (wds__taps_prepare(&d->tx, w, plan.x0, plan.x1, plan.total_w, plan.off_x,
+  if (wds__taps_prepare(&d->tx, *w, plan.x0, plan.x1, plan.total_w, plan.off_x,
                         o->width, plan.flip) ||
-      wds__taps_prepare(&d->ty, h, plan.y0, plan.y1, plan.total_h, plan.off_y,
+      wds__taps_prepare(&d->ty, *h, plan.y0, plan.y1, plan.total_h, plan.off_y,
                         o->height, 0))
     return wds__fail(e, WDS_ERR_NOMEM, "image: out of memory");
-  int first, last;
-  wds__taps_span(&d->ty, &first, &last);
+  wds__taps_span(&d->ty, first, last);
+  return WDS_OK;
+}
+
+int wds__decode_image(wds__decoder *d, const uint8_t *data, size_t size,
+                      const wds__image_opts *o, uint8_t *out, wds__err *e) {
+  int w = 0, h = 0, first, last;
+  int rc = image_prepare(d, data, size, o, &w, &h, &first, &last, e);
+  if (rc != WDS_OK)
+    return rc;
   size_t row = (size_t)o->width * (size_t)o->channels;
   if (grow_bytes(&d->tmp, &d->tmp_cap, (size_t)(last - first) * row + 1))
     return wds__fail(e, WDS_ERR_NOMEM, "image: out of memory");
-  void *acc = wds__grow(d->acc, &d->acc_cap, row, sizeof *d->acc, 1024);
-  if (!acc)
-    return wds__fail(e, WDS_ERR_NOMEM, "image: out of memory");
-  d->acc = acc;
   wds__resample(d->img, (size_t)w * (size_t)o->channels, o->channels, &d->tx,
-                &d->ty, d->tmp, d->acc, out);
+                &d->ty, d->tmp, out);
+  return WDS_OK;
+}
+
+/* ---- an image whose last pass is deferred ----
+ *
+ * The loader's image rows: the worker decodes and runs the horizontal pass
+ * into a block (this header, a copy of the vertical taps, the intermediate
+ * rows); the slot copy then runs the vertical pass straight into the
+ * batch's row (wds__field_value.write), so the output is written once, in
+ * place, instead of into a block that is then copied. Everything that can
+ * fail (the decode, the taps, the block) happens in the worker. */
+typedef struct image_rows {
+  wds__taps ty; /* views into this block */
+  uint8_t *tmp; /* into this block: (last - first) rows of row bytes */
+  size_t row;   /* bytes per output row */
+  int first;    /* the source row of tmp's first */
+  int isa;      /* the kernels (wds__resize_isa_best) */
+} image_rows;
+
+#define IMAGE_ROWS_HEAD ((sizeof(image_rows) + 15) & ~(size_t)15)
+
+static void image_rows_write(const void *block, void *dst) {
+  const image_rows *r = block;
+  wds__resample_cols_isa(r->isa, r->tmp, r->row, r->first, &r->ty, dst);
+}
+
+int wds__decode_image_rows(wds__decoder *d, const uint8_t *data, size_t size,
+                           const wds__image_opts *o,
+                           void *(*alloc)(void *ctx, size_t size_bytes),
+                           void *alloc_ctx, void **block,
+                           void (**write)(const void *block, void *dst),
+                           wds__err *e) {
+  int w = 0, h = 0, first, last;
+  *block = NULL;
+  int rc = image_prepare(d, data, size, o, &w, &h, &first, &last, e);
+  if (rc != WDS_OK)
+    return rc;
+  size_t row = (size_t)o->width * (size_t)o->channels;
+  size_t taps = (wds__taps_copy_size(&d->ty) + 15) & ~(size_t)15;
+  image_rows *r =
+      alloc(alloc_ctx, IMAGE_ROWS_HEAD + taps + (size_t)(last - first) * row);
+  if (!r)
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+  *block = r;
+  uint8_t *mem = (uint8_t *)r + IMAGE_ROWS_HEAD;
+  wds__taps_copy(&d->ty, mem, &r->ty);
+  r->tmp = mem + taps;
+  r->row = row;
+  r->first = first;
+  r->isa = wds__resize_isa_best();
+  wds__resample_rows_isa(r->isa, d->img, (size_t)w * (size_t)o->channels,
+                         o->channels, &d->tx, first, last, r->tmp);
+  *write = image_rows_write;
   return WDS_OK;
 }
 
@@ -635,19 +693,17 @@ void wds__image_row_shape(const wds__field_opts *o, wds__row_shape *out) {
 int wds__image_decode(const wds__field_opts *o, const wds__decode_call *call,
                       const uint8_t *data, size_t size, wds__field_value *out,
                       wds__err *e) {
-  size_t n = (size_t)o->width * (size_t)o->height * (size_t)o->channels;
   out->dtype = WDS_DTYPE_U8;
-  if (!(out->data = call->alloc(call->alloc_ctx, n)))
-    return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
-  out->owned = 1;
-  wds__image_opts io = {o->width,     o->height,    o->channels,  o->crop,
-                        o->scale_min, o->scale_max, call->rng_key};
-  int rc = wds__decode_image(call->dec, data, size, &io, out->data, e);
-  out->size = n;
+  out->size = (size_t)o->width * (size_t)o->height * (size_t)o->channels;
   out->ndim = 3;
   out->shape[0] = o->height;
   out->shape[1] = o->width;
   out->shape[2] = o->channels;
+  wds__image_opts io = {o->width,     o->height,    o->channels,  o->crop,
+                        o->scale_min, o->scale_max, call->rng_key};
+  int rc = wds__decode_image_rows(call->dec, data, size, &io, call->alloc,
+                                  call->alloc_ctx, &out->data, &out->write, e);
+  out->owned = out->data != NULL;
   return rc;
 }
 

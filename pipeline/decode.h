@@ -67,6 +67,21 @@ typedef struct wds__image_opts {
 int wds__decode_image(wds__decoder *d, const uint8_t *data, size_t size,
                       const wds__image_opts *opts, uint8_t *out, wds__err *e);
 
+/* wds__decode_image with its last pass deferred (the loader's image rows):
+ * everything that can fail — the decode, the crop plan, the taps, a block
+ * from alloc — and the horizontal pass happen here, into *block (from
+ * alloc; set, and the caller's to free, whenever alloc gave it, even on a
+ * failure); later (*write)(*block, out) writes the output's width * height
+ * * channels bytes at out, the same bytes wds__decode_image gives. *write
+ * only reads the block and cannot fail; it may run on any thread, and
+ * several at once on different blocks. */
+int wds__decode_image_rows(wds__decoder *d, const uint8_t *data, size_t size,
+                           const wds__image_opts *opts,
+                           void *(*alloc)(void *ctx, size_t size_bytes),
+                           void *alloc_ctx, void **block,
+                           void (**write)(const void *block, void *dst),
+                           wds__err *e);
+
 /* The first steps of wds__decode_image on a JPEG alone: the header, the
  * crop plan and TurboJPEG's decode at the DCT scale wds__decode_image
  * chooses for opts, into the decoder's own buffer; no resampling. *w, *h:

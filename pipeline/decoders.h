@@ -53,12 +53,19 @@ typedef struct wds__row_shape {
 /* One decoded field: a row of a batch. */
 typedef struct wds__field_value {
   void *data; /* a block from the call's alloc (owned), the input
-                 (VARIABLE rows that copy nothing) or `local` */
+                 (VARIABLE rows that copy nothing) or `local`; with
+                 write, what write reads */
   size_t size;
   wds_dtype dtype;
   int ndim;
   int64_t shape[7];
   int owned; /* data came from the call's alloc: the caller frees it */
+  /* A deferred write (FIXED rows): when set, the row's size bytes are not
+   * at data; the batch copy calls write(data, dst) to write them at dst,
+   * straight into the row (the image decoder's last resampling pass).
+   * write only reads data, cannot fail (the decode did all that can) and
+   * may run on any thread, and at once for different values. */
+  void (*write)(const void *data, void *dst);
   union {
     int64_t i64;
     double f64;

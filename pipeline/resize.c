@@ -17,7 +17,8 @@
  * (test_decode's resize_kernels_agree holds each to an int64 evaluation of
  * the taps). The taps are split into pmaddwd's 16-bit operands once per
  * table (wds__taps.pairs), and the horizontal pass of RGB runs four rows
- * at a time under AVX2 so they share each tap load.
+ * at a time under AVX2 so they share each tap load; that of gray images
+ * runs four rows (SSE2) or eight (AVX2) at a time, a row per 32-bit lane.
  *
  * Geometry follows torchvision (Resize + CenterCrop, RandomResizedCrop)
  * with a counter-based RNG: draw n of key k is splitmix64(k + n * golden),
@@ -181,24 +182,42 @@ static void horizontal_scalar(const uint8_t *in, int channels,
     horizontal_px(in, channels, tx, i, out);
 }
 
-/* Output row j of the vertical pass over bytes [x0, row). */
+/* Output row j of the vertical pass over bytes [x0, row), in chunks whose
+ * sums fit a stack accumulator (the pass allocates nothing: the loader's
+ * slot copy runs it and must not fail). */
+#define WDS__V_CHUNK 512
+
+/* Tap y of a row of pairs (wds__taps.pairs): its low 15 bits and the bits
+ * above, in the 16-bit halves (y & 1 says which) of pairs y & ~1 and
+ * (y & ~1) + 1. The vertical pass reads its taps from there, so that a
+ * copy of the table (wds__taps_copy) needs no plain taps. */
+static inline int32_t tap_of(const int32_t *pk, int y) {
+  int sh = 16 * (y & 1);
+  uint32_t lo = ((uint32_t)pk[y & ~1] >> sh) & 0xFFFFu;
+  uint32_t hi = ((uint32_t)pk[(y & ~1) + 1] >> sh) & 0xFFFFu;
+  return (int32_t)lo + (int32_t)(int16_t)hi * 32768;
+}
+
 static void vertical_scalar(const uint8_t *tmp, size_t row, int first,
-                            const wds__taps *ty, int j, size_t x0, int32_t *acc,
-                            uint8_t *o) {
+                            const wds__taps *ty, int j, size_t x0, uint8_t *o) {
   const int32_t half = 1 << (WDS__RESIZE_BITS - 1);
-  const int32_t *k = ty->taps + (size_t)j * (size_t)ty->ksize;
+  const int32_t *pk = ty->pairs + (size_t)j * (size_t)((ty->ksize + 1) / 2) * 2;
   const uint8_t *s = tmp + (size_t)(ty->bounds[2 * j] - first) * row;
   int n = ty->bounds[2 * j + 1];
-  for (size_t x = x0; x < row; x++)
-    acc[x] = half;
-  for (int y = 0; y < n; y++) {
-    const uint8_t *sr = s + (size_t)y * row;
-    int32_t ky = k[y];
-    for (size_t x = x0; x < row; x++)
-      acc[x] += sr[x] * ky;
+  int32_t acc[WDS__V_CHUNK];
+  for (size_t c0 = x0; c0 < row; c0 += WDS__V_CHUNK) {
+    size_t m = row - c0 < WDS__V_CHUNK ? row - c0 : WDS__V_CHUNK;
+    for (size_t x = 0; x < m; x++)
+      acc[x] = half;
+    for (int y = 0; y < n; y++) {
+      const uint8_t *sr = s + (size_t)y * row + c0;
+      int32_t ky = tap_of(pk, y);
+      for (size_t x = 0; x < m; x++)
+        acc[x] += sr[x] * ky;
+    }
+    for (size_t x = 0; x < m; x++)
+      o[c0 + x] = clip8(acc[x]);
   }
-  for (size_t x = x0; x < row; x++)
-    o[x] = clip8(acc[x]);
 }
 
 /* ---- x86 kernels ----
@@ -331,6 +350,112 @@ horizontal_rgb4_avx2(const uint8_t *const in[4], const wds__taps *tx,
   }
 }
 
+/* Gray: one output of four rows at once, a row per 32-bit lane, sharing
+ * the taps. Eight pixels of each row (four tap pairs) are loaded and
+ * transposed so that each pair of each row is one pmaddwd operand:
+ * unpacking the rows' 16-bit units (pixel pairs) by two and then their
+ * 32-bit units gives pair p of rows 0..3 side by side, widened to 16 bits.
+ * An output whose loads would pass the row's end (the last few) takes the
+ * scalar kernel. */
+static inline __m128i gray_sum(__m128i lo, __m128i hi) {
+  const __m128i half = _mm_set1_epi32(1 << (WDS__RESIZE_BITS - 1));
+  return _mm_srai_epi32(
+      _mm_add_epi32(_mm_add_epi32(half, lo), _mm_slli_epi32(hi, 15)),
+      WDS__RESIZE_BITS);
+}
+
+static void horizontal_gray4_sse2(const uint8_t *const in[4],
+                                  const wds__taps *tx, uint8_t *const out[4]) {
+  const __m128i zero = _mm_setzero_si128();
+  size_t np = (size_t)(tx->ksize + 1) / 2;
+  for (int i = 0; i < tx->count; i++) {
+    int xmin = tx->bounds[2 * i], n = tx->bounds[2 * i + 1];
+    if (xmin + 8 * ((n + 7) / 8) > tx->in_size) {
+      for (int r = 0; r < 4; r++)
+        horizontal_px(in[r], 1, tx, i, out[r]);
+      continue;
+    }
+    const int32_t *pk = tx->pairs + (size_t)i * np * 2;
+    __m128i lo = zero, hi = zero;
+    for (int x = 0; x < n; x += 8) {
+      size_t at = (size_t)(xmin + x);
+      __m128i t01 = _mm_unpacklo_epi16(
+          _mm_loadl_epi64((const __m128i *)(const void *)(in[0] + at)),
+          _mm_loadl_epi64((const __m128i *)(const void *)(in[1] + at)));
+      __m128i t23 = _mm_unpacklo_epi16(
+          _mm_loadl_epi64((const __m128i *)(const void *)(in[2] + at)),
+          _mm_loadl_epi64((const __m128i *)(const void *)(in[3] + at)));
+      __m128i u[2] = {_mm_unpacklo_epi32(t01, t23),
+                      _mm_unpackhi_epi32(t01, t23)};
+      for (int p = 0; p < 4 && x + 2 * p < n; p++) {
+        __m128i w = p & 1 ? _mm_unpackhi_epi8(u[p >> 1], zero)
+                          : _mm_unpacklo_epi8(u[p >> 1], zero);
+        lo =
+            _mm_add_epi32(lo, _mm_madd_epi16(w, _mm_set1_epi32(pk[x + 2 * p])));
+        hi = _mm_add_epi32(
+            hi, _mm_madd_epi16(w, _mm_set1_epi32(pk[x + 2 * p + 1])));
+      }
+    }
+    __m128i v = gray_sum(lo, hi);
+    v = _mm_packus_epi16(_mm_packs_epi32(v, v), v);
+    uint32_t px = (uint32_t)_mm_cvtsi128_si32(v);
+    for (int r = 0; r < 4; r++)
+      out[r][i] = (uint8_t)(px >> (8 * r));
+  }
+}
+
+/* The same on eight rows, four per 128-bit lane. */
+__attribute__((target("avx2"))) static void
+horizontal_gray8_avx2(const uint8_t *const in[8], const wds__taps *tx,
+                      uint8_t *const out[8]) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i half = _mm256_set1_epi32(1 << (WDS__RESIZE_BITS - 1));
+  size_t np = (size_t)(tx->ksize + 1) / 2;
+  for (int i = 0; i < tx->count; i++) {
+    int xmin = tx->bounds[2 * i], n = tx->bounds[2 * i + 1];
+    if (xmin + 8 * ((n + 7) / 8) > tx->in_size) {
+      for (int r = 0; r < 8; r++)
+        horizontal_px(in[r], 1, tx, i, out[r]);
+      continue;
+    }
+    const int32_t *pk = tx->pairs + (size_t)i * np * 2;
+    __m256i lo = zero, hi = zero;
+    for (int x = 0; x < n; x += 8) {
+      size_t at = (size_t)(xmin + x);
+      __m256i r[4];
+      for (int k = 0; k < 4; k++)
+        r[k] = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(
+                _mm_loadl_epi64((const __m128i *)(const void *)(in[k] + at))),
+            _mm_loadl_epi64((const __m128i *)(const void *)(in[k + 4] + at)),
+            1);
+      __m256i t01 = _mm256_unpacklo_epi16(r[0], r[1]);
+      __m256i t23 = _mm256_unpacklo_epi16(r[2], r[3]);
+      __m256i u[2] = {_mm256_unpacklo_epi32(t01, t23),
+                      _mm256_unpackhi_epi32(t01, t23)};
+      for (int p = 0; p < 4 && x + 2 * p < n; p++) {
+        __m256i w = p & 1 ? _mm256_unpackhi_epi8(u[p >> 1], zero)
+                          : _mm256_unpacklo_epi8(u[p >> 1], zero);
+        lo = _mm256_add_epi32(
+            lo, _mm256_madd_epi16(w, _mm256_set1_epi32(pk[x + 2 * p])));
+        hi = _mm256_add_epi32(
+            hi, _mm256_madd_epi16(w, _mm256_set1_epi32(pk[x + 2 * p + 1])));
+      }
+    }
+    __m256i v = _mm256_srai_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(half, lo), _mm256_slli_epi32(hi, 15)),
+        WDS__RESIZE_BITS);
+    v = _mm256_packus_epi16(_mm256_packs_epi32(v, v), v);
+    /* lane 0: rows 0..3, lane 1: rows 4..7, a byte each */
+    uint32_t a = (uint32_t)_mm_cvtsi128_si32(_mm256_castsi256_si128(v));
+    uint32_t b = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(v, 1));
+    for (int k = 0; k < 4; k++) {
+      out[k][i] = (uint8_t)(a >> (8 * k));
+      out[k + 4][i] = (uint8_t)(b >> (8 * k));
+    }
+  }
+}
+
 /* Accumulates rows a and b (16 bytes each) times the taps pairs lo, hi
  * into the four 4-lane sums of 16 outputs. */
 #define WDS__V_STEP(W, ZERO, UNPACKLO8, UNPACKHI8, MADD, ADD, a, b, lo, hi, L, \
@@ -443,13 +568,11 @@ const char *wds__resize_isa_name(int isa) {
                                    : "scalar";
 }
 
-void wds__resample_isa(int isa, const uint8_t *src, size_t src_stride,
-                       int channels, const wds__taps *tx, const wds__taps *ty,
-                       uint8_t *tmp, int32_t *acc, uint8_t *out) {
-  int first, last;
+void wds__resample_rows_isa(int isa, const uint8_t *src, size_t src_stride,
+                            int channels, const wds__taps *tx, int first,
+                            int last, uint8_t *tmp) {
   if (!wds__resize_isa_supported(isa))
     isa = WDS__RESIZE_SCALAR;
-  wds__taps_span(ty, &first, &last);
   size_t row = (size_t)tx->count * (size_t)channels;
   int y = first;
 #ifdef WDS__RESIZE_X86
@@ -467,11 +590,35 @@ void wds__resample_isa(int isa, const uint8_t *src, size_t src_stride,
     for (; y < last; y++)
       horizontal_rgb_sse2(src + (size_t)y * src_stride, tx,
                           tmp + (size_t)(y - first) * row);
+  } else if (isa != WDS__RESIZE_SCALAR && channels == 1) {
+    const uint8_t *in[8];
+    uint8_t *o[8];
+    if (isa == WDS__RESIZE_AVX2)
+      for (; y + 8 <= last; y += 8) {
+        for (int r = 0; r < 8; r++) {
+          in[r] = src + (size_t)(y + r) * src_stride;
+          o[r] = tmp + (size_t)(y + r - first) * row;
+        }
+        horizontal_gray8_avx2(in, tx, o);
+      }
+    for (; y + 4 <= last; y += 4) {
+      for (int r = 0; r < 4; r++) {
+        in[r] = src + (size_t)(y + r) * src_stride;
+        o[r] = tmp + (size_t)(y + r - first) * row;
+      }
+      horizontal_gray4_sse2(in, tx, o);
+    }
   }
 #endif
   for (; y < last; y++)
     horizontal_scalar(src + (size_t)y * src_stride, channels, tx,
                       tmp + (size_t)(y - first) * row);
+}
+
+void wds__resample_cols_isa(int isa, const uint8_t *tmp, size_t row, int first,
+                            const wds__taps *ty, uint8_t *out) {
+  if (!wds__resize_isa_supported(isa))
+    isa = WDS__RESIZE_SCALAR;
   for (int j = 0; j < ty->count; j++) {
     size_t x = 0;
     uint8_t *o = out + (size_t)j * row;
@@ -486,15 +633,45 @@ void wds__resample_isa(int isa, const uint8_t *src, size_t src_stride,
       x = vertical_sse2(s, row, pk, n, x, o);
 #endif
     if (x < row)
-      vertical_scalar(tmp, row, first, ty, j, x, acc, o);
+      vertical_scalar(tmp, row, first, ty, j, x, o);
   }
+}
+
+void wds__resample_isa(int isa, const uint8_t *src, size_t src_stride,
+                       int channels, const wds__taps *tx, const wds__taps *ty,
+                       uint8_t *tmp, uint8_t *out) {
+  int first, last;
+  wds__taps_span(ty, &first, &last);
+  size_t row = (size_t)tx->count * (size_t)channels;
+  wds__resample_rows_isa(isa, src, src_stride, channels, tx, first, last, tmp);
+  wds__resample_cols_isa(isa, tmp, row, first, ty, out);
 }
 
 void wds__resample(const uint8_t *src, size_t src_stride, int channels,
                    const wds__taps *tx, const wds__taps *ty, uint8_t *tmp,
-                   int32_t *acc, uint8_t *out) {
+                   uint8_t *out) {
   wds__resample_isa(wds__resize_isa_best(), src, src_stride, channels, tx, ty,
-                    tmp, acc, out);
+                    tmp, out);
+}
+
+/* bounds (int) and taps share one int32 array in a copy */
+_Static_assert(sizeof(int) == sizeof(int32_t), "int is 32 bits");
+
+size_t wds__taps_copy_size(const wds__taps *t) {
+  size_t np = (size_t)(t->ksize + 1) / 2;
+  return ((size_t)t->count * 2 + (size_t)t->count * np * 2) * sizeof(int32_t);
+}
+
+void wds__taps_copy(const wds__taps *t, void *mem, wds__taps *view) {
+  size_t np = (size_t)(t->ksize + 1) / 2;
+  size_t nb = (size_t)t->count * 2, npk = (size_t)t->count * np * 2;
+  int32_t *m = mem;
+  memset(view, 0, sizeof *view);
+  view->in_size = t->in_size;
+  view->count = t->count;
+  view->ksize = t->ksize;
+  view->bounds = memcpy(m, t->bounds, nb * sizeof *m);
+  view->pairs = memcpy(m + nb, t->pairs, npk * sizeof *m);
 }
 
 /* ---- geometry ---- */

@@ -43,16 +43,17 @@ void wds__taps_span(const wds__taps *t, int *first, int *last);
 /* Resamples src (rows of src_stride bytes, tx->in_size pixels of channels
  * interleaved bytes each; 1 or 3 channels) through tx (horizontal) and ty
  * (vertical) into out (tx->count x ty->count x channels). tmp holds
- * (last - first) * tx->count * channels bytes (wds__taps_span of ty), acc
- * tx->count * channels. Runs the best kernels this CPU has. */
+ * (last - first) * tx->count * channels bytes (wds__taps_span of ty). Runs
+ * the best kernels this CPU has. */
 void wds__resample(const uint8_t *src, size_t src_stride, int channels,
                    const wds__taps *tx, const wds__taps *ty, uint8_t *tmp,
-                   int32_t *acc, uint8_t *out);
+                   uint8_t *out);
 
 /* The kernels, chosen at run time: every one gives the same bytes (exact
- * integer arithmetic). SSE2: the horizontal pass of RGB and the vertical
- * pass, with pmaddwd; AVX2: the vertical pass 32 bytes at a time; scalar:
- * everything else, and everything on CPUs other than x86-64. */
+ * integer arithmetic). SSE2: the horizontal pass (RGB and gray) and the
+ * vertical pass, with pmaddwd; AVX2: the vertical pass 32 bytes at a time
+ * and the horizontal pass of RGB four rows at a time; scalar: everything
+ * else, and everything on CPUs other than x86-64. */
 enum { WDS__RESIZE_SCALAR, WDS__RESIZE_SSE2, WDS__RESIZE_AVX2 };
 int wds__resize_isa_supported(int isa); /* 1 when this CPU runs it */
 int wds__resize_isa_best(void);
@@ -60,7 +61,27 @@ const char *wds__resize_isa_name(int isa);
 /* wds__resample with the kernels of isa (scalar where not supported). */
 void wds__resample_isa(int isa, const uint8_t *src, size_t src_stride,
                        int channels, const wds__taps *tx, const wds__taps *ty,
-                       uint8_t *tmp, int32_t *acc, uint8_t *out);
+                       uint8_t *tmp, uint8_t *out);
+
+/* The two passes of wds__resample_isa on their own, for a caller that runs
+ * them at different times (the loader: the horizontal pass in the worker
+ * that decoded the image, the vertical pass into the batch slot's row).
+ * rows: source rows [first, last) through tx into tmp (row r at
+ * (r - first) * tx->count * channels). cols: the rows of tmp (row bytes
+ * each, its first row being source row first) through ty into out; it
+ * allocates nothing and cannot fail. */
+void wds__resample_rows_isa(int isa, const uint8_t *src, size_t src_stride,
+                            int channels, const wds__taps *tx, int first,
+                            int last, uint8_t *tmp);
+void wds__resample_cols_isa(int isa, const uint8_t *tmp, size_t row, int first,
+                            const wds__taps *ty, uint8_t *out);
+
+/* A copy of t's table for the vertical pass (wds__resample_cols_isa, which
+ * reads its taps from the pairs) in wds__taps_copy_size(t) bytes at mem
+ * (4-byte aligned): *view reads it from there (count, ksize, bounds,
+ * pairs; no plain taps, no cache key); it is never prepared nor freed. */
+size_t wds__taps_copy_size(const wds__taps *t);
+void wds__taps_copy(const wds__taps *t, void *mem, wds__taps *view);
 
 /* Where the output comes from, in source pixels, per axis: a virtual
  * resize of [in0, in1) to out_total pixels, of which outputs off ..
