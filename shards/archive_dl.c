@@ -58,9 +58,9 @@ static void load(void) {
       F(version_string),
 #undef F
   };
-  void *h = wds__dl_open("libarchive", sonames, t, sizeof t / sizeof t[0],
-                         WDS__ARCHIVE_MIN_VERSION, load_error,
-                         sizeof load_error);
+  void *h =
+      wds__dl_open("libarchive", sonames, t, sizeof t / sizeof t[0],
+                   WDS__ARCHIVE_MIN_VERSION, load_error, sizeof load_error);
   if (!h)
     return;
   if (fn.version_number() < WDS__ARCHIVE_MIN_VERSION_NUMBER) {

@@ -10,8 +10,7 @@
 /* The functions shards/s3.c calls, looked up once. */
 static struct {
   void (*init_parser)(void);
-  xmlDocPtr (*read_memory)(const char *, int, const char *, const char *,
-                           int);
+  xmlDocPtr (*read_memory)(const char *, int, const char *, const char *, int);
   xmlNodePtr (*doc_get_root_element)(const xmlDoc *);
   xmlChar *(*node_get_content)(const xmlNode *);
   void (*free_doc)(xmlDocPtr);
@@ -31,11 +30,13 @@ static void load(void) {
    * here (xmlReadMemory's XML_PARSE_NONET...) is in every 2.6 or later. */
   static const char *const sonames[] = {
 #if LIBXML_VERSION >= 21400
-      "libxml2.so.16",
+    "libxml2.so.16",
 #else
-      "libxml2.so.2",
+    "libxml2.so.2",
 #endif
-      "libxml2.so", NULL};
+    "libxml2.so",
+    NULL
+  };
   static const wds__dl_sym t[] = {
       {"xmlInitParser", (void **)&fn.init_parser},
       {"xmlReadMemory", (void **)&fn.read_memory},
@@ -43,8 +44,8 @@ static void load(void) {
       {"xmlNodeGetContent", (void **)&fn.node_get_content},
       {"xmlFreeDoc", (void **)&fn.free_doc},
   };
-  void *h = wds__dl_open("libxml2", sonames, t, sizeof t / sizeof t[0],
-                         "2.6", load_error, sizeof load_error);
+  void *h = wds__dl_open("libxml2", sonames, t, sizeof t / sizeof t[0], "2.6",
+                         load_error, sizeof load_error);
   if (!h)
     return;
   void *p = dlsym(h, "__xmlFree");
