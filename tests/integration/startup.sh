@@ -173,7 +173,8 @@ else
     sleep 0.05
   done
   [[ -s fake.port ]] || die "s3_fake.py did not start"
-  export AWS_ENDPOINT_URL=http://127.0.0.1:$(cat fake.port) AWS_ACCESS_KEY_ID=k AWS_SECRET_ACCESS_KEY=s
+  AWS_ENDPOINT_URL=http://127.0.0.1:$(cat fake.port)
+  export AWS_ENDPOINT_URL AWS_ACCESS_KEY_ID=k AWS_SECRET_ACCESS_KEY=s
   unset AWS_SESSION_TOKEN AWS_ENDPOINT_URL_S3 AWS_PROFILE
   RC=0
   LD_DEBUG=files timeout 60 "$WDS" expand 's3://page/a/*.tar' >s3.out 2>s3.err || RC=$?
