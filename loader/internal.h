@@ -166,12 +166,23 @@ typedef struct run run;
  * malloc memory for each costs page faults (glibc gives freed heap tops
  * back to the kernel), so blocks go back to the worker that made them: the
  * collator returns them in bulk after each batch, the worker reuses them.
- * A block carries its capacity and owner in a 16-byte header. */
+ * A block carries its capacity and owner in a 16-byte header. Small fresh
+ * blocks are carved out of a larger chunk (items.c, "Carving"). */
 typedef struct blk_head {
   size_t cap;
   int owner;
-  int pad;
+  uint32_t chunk_off; /* 0: malloc'd on its own; else carved from the
+                         blk_chunk that starts this many bytes before */
 } blk_head;
+
+/* Memory small blocks are carved from: freed (by whichever thread drops
+ * the last reference) when every block carved from it has been freed and
+ * its pool carves from another. */
+typedef struct blk_chunk {
+  atomic_size_t refs; /* its blocks not yet freed, + 1 while it is its
+                         pool's current chunk */
+  size_t size;
+} blk_chunk;
 
 typedef struct blk_pool {
   pthread_mutex_t mu;
@@ -180,6 +191,13 @@ typedef struct blk_pool {
   void **local; /* the worker's own */
   size_t local_len, local_cap;
   size_t limit; /* most blocks kept */
+  /* Carving (the allocating worker's only): the current chunk, where the
+   * next block goes and what is left of it, the next chunk's size, and
+   * the chunk bytes made so far (bounded). */
+  blk_chunk *chunk;
+  char *carve;
+  size_t carve_left, chunk_next;
+  uint64_t carved;
 } blk_pool;
 
 /* Collator side: blocks to hand back, per worker, flushed after a batch. */
@@ -327,9 +345,17 @@ void wds__note_skip(wds_loader *l, const char *what, const char *msg);
 
 /* ---- items.c: blocks and items ---- */
 
+/* A carved block's free: its chunk loses a reference (items.c). */
+void wds__blk_free_carved(blk_head *h);
+
 static inline void wds__blk_free(void *p) {
-  if (p)
-    free((blk_head *)p - 1);
+  if (!p)
+    return;
+  blk_head *h = (blk_head *)p - 1;
+  if (h->chunk_off)
+    wds__blk_free_carved(h);
+  else
+    free(h);
 }
 
 /* A block of at least need bytes from bp (the worker's; NULL: a fresh
