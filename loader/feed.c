@@ -26,7 +26,7 @@
 
 static int wanted_ext(const wds_loader *l, const char *ext) {
   for (size_t i = 0; i < l->nwanted; i++)
-    if (strcmp(l->wanted[i], ext) == 0)
+    if (l->wanted[i][0] == ext[0] && strcmp(l->wanted[i], ext) == 0)
       return 1;
   return 0;
 }

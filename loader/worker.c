@@ -18,7 +18,8 @@
 static const raw_field *find_field(const raw_sample *r, const out_field *of) {
   for (size_t a = 0; a < of->nalts; a++)
     for (size_t i = 0; i < r->nfields; i++)
-      if (strcmp(r->f[i].ext, of->alts[a]) == 0)
+      if (r->f[i].ext[0] == of->alts[a][0] &&
+          strcmp(r->f[i].ext, of->alts[a]) == 0)
         return &r->f[i];
   return NULL;
 }

@@ -386,9 +386,11 @@ static int same_key(const wds_reader *r) {
 }
 
 static int has_ext(const wds_reader *r, const char *ext) {
-  for (size_t i = 0; i < r->slot_count; i++)
-    if (strcmp(r->arena + r->slots[i].ext_off, ext) == 0)
+  for (size_t i = 0; i < r->slot_count; i++) {
+    const char *e = r->arena + r->slots[i].ext_off;
+    if (e[0] == ext[0] && strcmp(e, ext) == 0) /* most differ at once */
       return 1;
+  }
   return 0;
 }
 

@@ -172,10 +172,10 @@ uint64_t wds__tar_offset(const wds__tar *t) {
 }
 
 /* Makes the window hold virtual [keep, end). Returns WDS_OK, WDS_EOF when the
- * stream ended first (the window then holds what there was), or an error. */
-static int fill_to(wds__tar *t, uint64_t end, wds__err *err) {
-  if (end <= t->base + t->len)
-    return WDS_OK;
+ * stream ended first (the window then holds what there was), or an error.
+ * Called twice per member, almost always for bytes the window holds: that
+ * test is inline (fill_to), the rest is not. */
+static int fill_more(wds__tar *t, uint64_t end, wds__err *err) {
   uint64_t keep = t->keep < t->base ? t->base : t->keep;
   uint64_t need = end - keep;
   if (need > t->max_cap)
@@ -229,13 +229,14 @@ static int fill_to(wds__tar *t, uint64_t end, wds__err *err) {
   return WDS_OK;
 }
 
-/* Moves pos to virtual target; stream bytes in between are not kept. */
-static int skip_to(wds__tar *t, uint64_t target, wds__err *err) {
+static inline int fill_to(wds__tar *t, uint64_t end, wds__err *err) {
+  return end <= t->base + t->len ? WDS_OK : fill_more(t, end, err);
+}
+
+/* Moves pos to virtual target; stream bytes in between are not kept. The
+ * common case, a target the window holds, is inline (skip_to). */
+static int skip_more(wds__tar *t, uint64_t target, wds__err *err) {
   uint64_t held_end = t->base + t->len;
-  if (target <= held_end) {
-    t->pos = target;
-    return WDS_OK;
-  }
   if (target - held_end <= SMALL_SKIP_BYTES) {
     int rc = fill_to(t, target, err);
     if (rc != WDS_OK)
@@ -264,6 +265,14 @@ static int skip_to(wds__tar *t, uint64_t target, wds__err *err) {
     remaining -= (uint64_t)n;
   }
   return WDS_OK;
+}
+
+static inline int skip_to(wds__tar *t, uint64_t target, wds__err *err) {
+  if (target <= t->base + t->len) {
+    t->pos = target;
+    return WDS_OK;
+  }
+  return skip_more(t, target, err);
 }
 
 static size_t field_len(const uint8_t *f, size_t n) {
