@@ -69,6 +69,18 @@ typedef struct wds__io_opts {
   uint64_t max_window_bytes; /* 0 = WDS__DEFAULT_MAX_WINDOW_BYTES */
   int retries;               /* http(s): 0 = WDS__DEFAULT_RETRIES, < 0 none */
   wds__cache_cfg cache;      /* remote shards: cache.dir NULL = no cache */
+  /* A second token that source reads honour like cancel (may be NULL; it
+   * must have an eventfd): stream.c's decoding thread reads the source, and
+   * closing the stream sets it to end a read blocked there. */
+  const wds__cancel *stop;
+  /* The decoding thread of a compressed stream (stream.c): 0 = when the
+   * process has a spare CPU, > 0 = always, < 0 = never. */
+  int decode_thread;
 } wds__io_opts;
+
+/* Either token is set (each may be NULL). */
+static inline int wds__cancelled2(const wds__cancel *a, const wds__cancel *b) {
+  return wds__cancelled(a) || wds__cancelled(b);
+}
 
 #endif

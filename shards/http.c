@@ -437,6 +437,7 @@ struct wds__http {
   int timeout_ms; /* < 0: none */
   int retries;    /* retries after failed attempts without progress */
   const wds__cancel *cancel;
+  const wds__cancel *stop; /* wds__io_opts.stop */
 
   unsigned char *buf;
   size_t buf_cap, len, pos;
@@ -716,6 +717,7 @@ int wds__http_open_req(const wds__http_req *req, const wds__io_opts *opts,
                : opts->retries < 0 ? 0
                                    : opts->retries;
   s->cancel = opts ? opts->cancel : NULL;
+  s->stop = opts ? opts->stop : NULL;
   int rc = start_attempt(s, err);
   if (rc != WDS_OK) {
     wds__http_close(s);
@@ -790,7 +792,7 @@ static int transient_http(long status) {
 static int backoff(wds__http *s, int ms, wds__err *err) {
   uint64_t until = wds__now_ms() + (uint64_t)ms;
   for (;;) {
-    if (wds__cancelled(s->cancel))
+    if (wds__cancelled2(s->cancel, s->stop))
       return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
     uint64_t t = wds__now_ms();
     if (t >= until)
@@ -799,8 +801,9 @@ static int backoff(wds__http *s, int ms, wds__err *err) {
     int fd = s->cancel ? s->cancel->fd : -1;
     if (fd < 0 && s->cancel && wait > WDS__CANCEL_POLL_MS)
       wait = WDS__CANCEL_POLL_MS;
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    poll(&p, 1, wait);
+    struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
+                          {.fd = s->stop ? s->stop->fd : -1, .events = POLLIN}};
+    poll(p, 2, wait);
   }
 }
 
@@ -958,7 +961,7 @@ ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
     }
     if (s->eof)
       return 0;
-    if (wds__cancelled(s->cancel))
+    if (wds__cancelled2(s->cancel, s->stop))
       return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
     if (s->done) {
       int rc = finish_attempt(s, err);
@@ -992,10 +995,16 @@ ssize_t wds__http_read(wds__http *s, void *dst, size_t cap, wds__err *err) {
     int rc = wds__read_wait(s->cancel, start, s->timeout_ms, 1000, &wait, err);
     if (rc != WDS_OK)
       return rc;
-    struct curl_waitfd extra = {.fd = s->cancel ? s->cancel->fd : -1,
-                                .events = CURL_WAIT_POLLIN};
-    mc = curl_multi_poll(s->h->multi, extra.fd >= 0 ? &extra : NULL,
-                         extra.fd >= 0 ? 1 : 0, wait, NULL);
+    struct curl_waitfd extra[2];
+    unsigned nextra = 0;
+    if (s->cancel && s->cancel->fd >= 0)
+      extra[nextra++] =
+          (struct curl_waitfd){.fd = s->cancel->fd, .events = CURL_WAIT_POLLIN};
+    if (s->stop && s->stop->fd >= 0)
+      extra[nextra++] =
+          (struct curl_waitfd){.fd = s->stop->fd, .events = CURL_WAIT_POLLIN};
+    mc =
+        curl_multi_poll(s->h->multi, nextra ? extra : NULL, nextra, wait, NULL);
     if (mc != CURLM_OK)
       return wds__fail(err, WDS_ERR_IO, "libcurl: %s", curl_multi_strerror(mc));
   }

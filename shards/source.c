@@ -64,6 +64,7 @@ struct wds__source {
   char *command;   /* for messages */
   int timeout_ms;  /* < 0: none */
   const wds__cancel *cancel;
+  const wds__cancel *stop; /* wds__io_opts.stop */
   int nonblock;    /* our own pipe, O_NONBLOCK: read first, poll when empty */
   wds__http *http; /* http(s):// and s3://, read in process (http.c) */
   wds__cache_fill *fill; /* a remote shard being written to the cache */
@@ -401,6 +402,7 @@ int wds__source_open(const char *url, const wds__io_opts *opts,
                       ? WDS__DEFAULT_READ_TIMEOUT_MS
                       : opts->read_timeout_ms;
   s->cancel = opts ? opts->cancel : NULL;
+  s->stop = opts ? opts->stop : NULL;
   /* A remote shard read before may be in the local cache (cache.h). */
   const wds__cache_cfg *cache =
       opts && opts->cache.dir && wds__cache_is_remote(url) ? &opts->cache
@@ -507,16 +509,17 @@ static int reap_command(wds__source *s, wds__err *err) {
 static int wait_readable(wds__source *s, wds__err *err) {
   uint64_t start = wds__now_ms();
   for (;;) {
-    if (wds__cancelled(s->cancel))
+    if (wds__cancelled2(s->cancel, s->stop))
       return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
-    struct pollfd p[2] = {
+    struct pollfd p[3] = {
         {.fd = s->fd, .events = POLLIN},
-        {.fd = s->cancel ? s->cancel->fd : -1, .events = POLLIN}};
+        {.fd = s->cancel ? s->cancel->fd : -1, .events = POLLIN},
+        {.fd = s->stop ? s->stop->fd : -1, .events = POLLIN}};
     int wait;
     int rc = wds__read_wait(s->cancel, start, s->timeout_ms, -1, &wait, err);
     if (rc != WDS_OK)
       return rc;
-    int r = poll(p, 2, wait);
+    int r = poll(p, 3, wait);
     if (r < 0 && errno != EINTR)
       return wds__fail(err, WDS_ERR_IO, "poll error: %s", strerror(errno));
     if (r > 0 && p[0].revents)
@@ -551,7 +554,7 @@ ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err) {
     return n;
   }
   for (;;) {
-    if (wds__cancelled(s->cancel))
+    if (wds__cancelled2(s->cancel, s->stop))
       return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
     if (!s->regular && !s->nonblock) {
       int rc = wait_readable(s, err);
@@ -602,6 +605,8 @@ ssize_t wds__source_skip(wds__source *s, uint64_t n, void *scratch,
   return wds__source_read(s, scratch,
                           n < scratch_size ? (size_t)n : scratch_size, err);
 }
+
+int wds__source_is_regular(const wds__source *s) { return s->regular; }
 
 void wds__source_close(wds__source *s) {
   if (!s)

@@ -33,6 +33,10 @@ ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err);
 ssize_t wds__source_skip(wds__source *s, uint64_t n, void *scratch,
                          size_t scratch_size, wds__err *err);
 
+/* Whether reads come from a regular file (a local file or a cache entry):
+ * they never wait on a command or a network. */
+int wds__source_is_regular(const wds__source *s);
+
 /* Closes the source. A command that is still running (because the caller
  * stopped reading early) is stopped: that is not an error. NULL is a no-op. */
 void wds__source_close(wds__source *s);

@@ -18,7 +18,9 @@
 typedef struct wds__stream wds__stream;
 
 /* opts (NULL: defaults): read timeout and cancellation for the source,
- * the zstd window limit for the decoder. */
+ * the zstd window limit for the decoder, the decoding thread (a compressed
+ * stream may read and decompress ahead on a thread of its own; reads,
+ * errors and their order are the same either way). */
 int wds__stream_open(const char *url, const wds__io_opts *opts,
                      wds__stream **out, wds__err *err);
 
@@ -39,6 +41,18 @@ int wds__stream_drain(wds__stream *s, wds__err *err);
 /* "none", "zstd", "gzip", "xz", "lzma", or libarchive's filter name. */
 const char *wds__stream_codec(const wds__stream *s);
 
+/* Stops the decoding thread, if any (a read it is blocked in ends at once),
+ * and frees everything. NULL is a no-op. */
+/* Stops the reading thread, if any (a read it is blocked in ends at once),
+ * and frees everything. NULL is a no-op. */
 void wds__stream_close(wds__stream *s);
+
+/* Tests only: when non-zero, replaces every stream's
+ * wds__io_opts.decode_thread (> 0 always, < 0 never). */
+extern int wds__stream_decode_thread;
+
+/* Tests only: when non-zero, replaces every stream's
+ * wds__io_opts.decode_thread (> 0 always, < 0 never). */
+extern int wds__stream_decode_thread;
 
 #endif

@@ -7,6 +7,7 @@
 #include <zstd.h>
 
 #include "pipeline/reader_internal.h"
+#include "shards/stream.h"
 #include "test.h"
 #include "wds/reader.h"
 
@@ -1202,6 +1203,11 @@ TEST(error_messages_hide_url_secrets) {
 }
 
 int main(void) {
+  /* WDS_TEST_STREAM_THREAD=1 (or -1): every compressed stream with (or
+   * without) its reading thread; unset, stream.c's own rule decides. */
+  const char *thread = getenv("WDS_TEST_STREAM_THREAD");
+  if (thread)
+    wds__stream_decode_thread = atoi(thread);
   RUN(groups_consecutive_members_by_key);
   RUN(key_rules_match_webdataset);
   RUN(ustar_prefix_gnu_longname_and_pax_path);
