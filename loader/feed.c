@@ -10,7 +10,10 @@
  * of their own (feed_sink, the reader's sink), so their bytes are copied
  * once (by the kernel) before the slot; small fields are copied out of the
  * reader's window into the sample's block. Samples read only to be
- * dropped have all their data skipped.
+ * dropped have all their data skipped. With defer_reads, a local
+ * uncompressed shard's large fields are not read at all here: the raw
+ * sample holds the shard's file handle and their offsets (defer.c), and
+ * the worker reads them when the sample leaves the shuffle buffer.
  *
  * Exact mode keeps its promises: a shard that ends before its count, or
  * cannot be opened, leaves "holes" (fill samples, invalid rows) for what
@@ -43,6 +46,7 @@ static void into_reset(feed *src) {
     wds__blk_free(src->into[i]);
   src->ninto = 0;
   src->into_failed = 0;
+  src->ndoff = 0;
 }
 
 /* The reader's sink while the feed reads samples it keeps, for fields of
@@ -54,6 +58,26 @@ static int feed_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
   worker *w = src->w;
   if (!wanted_ext(w->run->l, ext))
     return WDS__SINK_SKIP;
+  if (src->defer < 0) { /* the shard's first large field: decide */
+    src->fh = wds__fh_open(wds__reader_shard_fd(src->rd),
+                           w->run->l->cfg.defer_reads, w->pool);
+    src->defer = src->fh != NULL;
+  }
+  uint64_t off = src->defer ? wds__reader_data_offset(src->rd) : 0;
+  if (src->defer && wds__fh_defers(src->fh, off, size)) {
+    if (src->ndoff == src->doff_cap) {
+      size_t c = src->doff_cap ? 2 * src->doff_cap : 8;
+      uint64_t *nv = realloc(src->doff, c * sizeof *nv);
+      if (!nv) {
+        src->into_failed = 1;
+        return WDS_ERR_NOMEM;
+      }
+      src->doff = nv;
+      src->doff_cap = c;
+    }
+    src->doff[src->ndoff++] = off;
+    return WDS__SINK_DEFER;
+  }
   if (src->ninto == src->into_cap) {
     size_t c = src->into_cap ? 2 * src->into_cap : 8;
     void **nv = realloc(src->into, c * sizeof *nv);
@@ -84,9 +108,12 @@ static int skip_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
   return WDS__SINK_SKIP;
 }
 
-/* Whether raw_copy keeps field f: read (not skipped) and wanted. */
-static int keep_field(const wds_loader *l, const wds_field *f) {
-  return !(!f->data && f->size_bytes) && wanted_ext(l, f->ext);
+/* Whether raw_copy keeps field f: read (not skipped) or deferred, and
+ * wanted. While the shard defers, a wanted field without data is one the
+ * sink deferred (it skips only unwanted ones). */
+static int keep_field(const feed *src, const wds_loader *l,
+                      const wds_field *f) {
+  return (f->data || !f->size_bytes || src->defer > 0) && wanted_ext(l, f->ext);
 }
 
 /* Fields whose keep flag and extension length raw_copy's first pass
@@ -108,7 +135,7 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
     all += elen + 2; /* all_exts: skipped fields are listed too */
     if (i < RAW_KNOWN)
       elens[i] = elen;
-    if (!keep_field(l, f))
+    if (!keep_field(src, l, f))
       continue;
     if (i < RAW_KNOWN)
       keep |= (uint64_t)1 << i;
@@ -116,9 +143,9 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
     bytes += elen + 1;
     if (k < src->ninto && (const void *)f->data == src->into[k])
       k++;
-    else
+    else if (f->data || !f->size_bytes)
       bytes += f->size_bytes;
-    data += f->size_bytes;
+    data += f->size_bytes; /* deferred too: the shuffle buffer's bound */
   }
   bytes += all;
   size_t head = sizeof(raw_sample) + n * sizeof(raw_field);
@@ -145,18 +172,26 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
     p += elen;
   }
   *p++ = '\0';
-  size_t j = 0;
+  size_t j = 0, d = 0;
   k = 0;
   for (size_t i = 0; i < s->field_count; i++) {
     const wds_field *f = &s->fields[i];
-    if (i < RAW_KNOWN ? !(keep >> i & 1) : !keep_field(l, f))
+    if (i < RAW_KNOWN ? !(keep >> i & 1) : !keep_field(src, l, f))
       continue;
     size_t elen = (i < RAW_KNOWN ? elens[i] : strlen(f->ext)) + 1;
     memcpy(p, f->ext, elen);
     r->f[j].ext = p;
     p += elen;
     r->f[j].size = f->size_bytes;
-    if (k < src->ninto && (const void *)f->data == src->into[k]) {
+    r->f[j].fh = NULL;
+    if (!f->data && f->size_bytes) { /* deferred (keep_field) */
+      r->f[j].data = NULL;
+      r->f[j].blk = NULL;
+      r->f[j].off = d < src->ndoff ? src->doff[d] : 0;
+      d++;
+      r->f[j].fh = src->fh;
+      atomic_fetch_add(&src->fh->refs, 1);
+    } else if (k < src->ninto && (const void *)f->data == src->into[k]) {
       r->f[j].data = f->data;
       r->f[j].blk = src->into[k++];
     } else {
@@ -169,6 +204,7 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
     j++;
   }
   src->ninto = 0; /* the sample owns them now */
+  src->ndoff = 0;
   return r;
 }
 
@@ -190,6 +226,9 @@ static void feed_close_reader(feed *src) {
     wds_reader_close(src->rd);
     src->rd = NULL;
   }
+  wds__fh_put(src->fh); /* deferred fields hold their own references */
+  src->fh = NULL;
+  src->defer = -1;
 }
 
 int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out) {
@@ -219,6 +258,7 @@ static int feed_open(feed *src, size_t shard, uint64_t begin, uint64_t end,
   src->begin = begin;
   src->before = 0;
   src->failed = 0;
+  src->defer = -1;
   src->to_end = l->counts && end != WDS__TO_END && end == l->counts[shard];
   src->shards++;
   if (wds__open_shard_reader(l, shard, &src->rd) != WDS_OK) {
@@ -438,4 +478,7 @@ void wds__feed_close(feed *src) {
   free(src->into);
   src->into = NULL;
   src->into_cap = 0;
+  free(src->doff);
+  src->doff = NULL;
+  src->doff_cap = 0;
 }

@@ -46,11 +46,42 @@
 
 /* ---- samples and items ---- */
 
+/* A shard file that deferred fields are read from (defer_reads): its own
+ * descriptor (the reader's, duplicated: a file renamed over meanwhile is
+ * still the old inode), held by the feed while it reads the shard and by
+ * each deferred field; closed with the last. */
+typedef struct wds__fh {
+  atomic_int refs;
+  int fd;
+  uint64_t size;      /* at open: a change is an error */
+  int64_t mtime_ns;   /* at open */
+  atomic_int *open;   /* the pool's count of open handles (the cap) */
+  unsigned char *res; /* AUTO: the file's pages in the page cache at open
+                         (wds__file_residency); NULL: defer every field */
+  size_t npages, page;
+} wds__fh;
+
+/* A handle on fd's file (duplicated) when deferral applies under mode:
+ * not OFF, fd a regular file (not -1), fewer than WDS__FH_CAP open in bp,
+ * and under AUTO some of the file in the page cache; else NULL (read in
+ * the stream). One reference, the caller's. */
+typedef struct blk_pool blk_pool;
+wds__fh *wds__fh_open(int fd, wds_defer_reads mode, blk_pool *bp);
+/* Whether the field at off (size bytes) is deferred: always under ON;
+ * under AUTO when all its pages were in the page cache at open (a read
+ * from there is as cheap in any order; from a disk it is not). */
+int wds__fh_defers(const wds__fh *fh, uint64_t off, uint64_t size);
+void wds__fh_put(wds__fh *fh); /* drops a reference; NULL: no-op */
+
 typedef struct raw_field {
   const char *ext;
-  const uint8_t *data;
+  const uint8_t *data; /* NULL while deferred */
   size_t size;
-  void *blk; /* the block data is (owned), or NULL: data is in the sample's */
+  void *blk;   /* the block data is (owned), or NULL: data is in the sample's */
+  wds__fh *fh; /* deferred: data is still in the file at off (one reference),
+                  read by the worker when the sample leaves the shuffle
+                  buffer (wds__defer_read); NULL once read */
+  uint64_t off;
 } raw_field;
 
 /* A sample taken from the reader: only the fields some output wants. One
@@ -198,6 +229,8 @@ typedef struct blk_pool {
   char *carve;
   size_t carve_left, chunk_next;
   uint64_t carved;
+  atomic_int fh_open; /* this worker index's open deferral handles (feed.c:
+                         at most WDS__FH_CAP; the pool outlives them) */
 } blk_pool;
 
 /* Collator side: blocks to hand back, per worker, flushed after a batch. */
@@ -320,7 +353,8 @@ struct wds_loader {
   /* Stats (relaxed atomics, summed over threads). */
   atomic_uint_fast64_t st_batches, st_samples, st_skipped, st_fill, st_shards,
       st_bytes, st_read_ns, st_shuffle_ns, st_decode_ns, st_batch_ns,
-      st_wait_ns, st_slot_wait_ns, st_pool_bytes;
+      st_wait_ns, st_slot_wait_ns, st_pool_bytes, st_deferred,
+      st_deferred_bytes;
 };
 
 static inline uint64_t wds__now_ns(void) {
@@ -415,8 +449,10 @@ void wds__raw_free(raw_sample *r);             /* and its blocks; NULL: no-op */
 static inline void wds__raw_recycle(raw_sample *raw, blk_returns *r) {
   if (!raw)
     return;
-  for (size_t i = 0; i < raw->nfields; i++)
+  for (size_t i = 0; i < raw->nfields; i++) {
     wds__blk_return(r, raw->f[i].blk);
+    wds__fh_put(raw->f[i].fh);
+  }
   wds__blk_return(r, raw);
 }
 
@@ -472,8 +508,13 @@ typedef struct feed {
   void **into; /* blocks the reader is filling for the sample being read */
   size_t ninto, into_cap;
   int into_failed; /* a block could not be allocated */
-  item *fatal;     /* why the worker must stop: an error item (or NULL when
-                      even that could not be allocated) */
+  int defer;       /* this shard's wanted large fields are deferred: -1 not
+                      decided yet (at its first large field), 0 no, 1 yes */
+  wds__fh *fh;     /* the shard's file while defer is 1 (the feed's ref) */
+  uint64_t *doff;  /* the sample's deferred fields' offsets, in order */
+  size_t ndoff, doff_cap;
+  item *fatal; /* why the worker must stop: an error item (or NULL when
+                  even that could not be allocated) */
   char last_err[WDS__ERR_SIZE];
 } feed;
 
@@ -490,6 +531,29 @@ int wds__feed_next(void *src, raw_sample **out);
 int wds__feed_check_last(feed *src);
 
 void wds__feed_close(feed *src); /* closes the open reader, if any */
+
+/* Deferred reads (defer_reads): at most this many shard files open per
+ * worker; past it a shard is read in the stream as without deferral. */
+#define WDS__FH_CAP 32
+
+/* What a worker's deferred reads did (not yet published). */
+typedef struct wds__defer_stats {
+  uint64_t fields, bytes, ns;
+} wds__defer_stats;
+
+/* Reads r's deferred fields (raw_field.fh) into blocks of bp (owner's), so
+ * r looks as if read in the stream (nothing to do for a sample without).
+ * WDS_OK, or an error naming the shard (url, redacted), sample, field and
+ * offset in e (the sample's other deferred fields are dropped; WDS_ERR_NOMEM
+ * when a block could not be had). Counted in *st. */
+int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
+                    wds__defer_stats *st, wds__err *e);
+/* Drops r's deferred fields unread (resume tokens). */
+void wds__defer_drop(raw_sample *r);
+
+/* Tests only: when set, called by a worker before it reads a sample's
+ * deferred fields. */
+extern void (*wds__defer_read_hook)(const char *url);
 
 /* A reader of one shard, as the workers and the counting pass open it: the
  * loader's limits, and reads that its wake token interrupts. */

@@ -215,8 +215,10 @@ void wds__item_free(item *it, size_t nfields) {
 void wds__raw_free(raw_sample *r) {
   if (!r)
     return;
-  for (size_t i = 0; i < r->nfields; i++)
+  for (size_t i = 0; i < r->nfields; i++) {
     wds__blk_free(r->f[i].blk);
+    wds__fh_put(r->f[i].fh);
+  }
   wds__blk_free(r);
 }
 

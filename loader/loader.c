@@ -248,6 +248,9 @@ static int validate(const wds_loader_config *c) {
     BAD("unknown last-batch policy %d", (int)c->last_batch);
   if (c->on_error != WDS_ON_ERROR_STOP && c->on_error != WDS_ON_ERROR_SKIP)
     BAD("unknown error policy %d", (int)c->on_error);
+  if (c->defer_reads != WDS_DEFER_AUTO && c->defer_reads != WDS_DEFER_ON &&
+      c->defer_reads != WDS_DEFER_OFF)
+    BAD("unknown defer_reads %d", (int)c->defer_reads);
   if (c->crop != WDS_CROP_CENTER && c->crop != WDS_CROP_RANDOM)
     BAD("unknown crop mode %d", (int)c->crop);
   if (!(c->crop_scale_min > 0 && c->crop_scale_min <= c->crop_scale_max &&
@@ -475,6 +478,7 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   }
   for (int i = 0; i < 2 * c->workers; i++) {
     pthread_mutex_init(&l->pools[i].mu, NULL);
+    atomic_init(&l->pools[i].fh_open, 0);
     /* Blocks in circulation: shuffle buffer, queue, two batches (one
      * being copied into its slot while the next is assigned), with some
      * slack; every sample has its block, up to one per wanted field (read
@@ -664,6 +668,8 @@ void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *o) {
   o->cache_hits = atomic_load(&m->cache_stats.hits);
   o->cache_stored = atomic_load(&m->cache_stats.stored);
   o->cache_errors = atomic_load(&m->cache_stats.errors);
+  o->deferred_fields = atomic_load(&m->st_deferred);
+  o->deferred_bytes = atomic_load(&m->st_deferred_bytes);
 }
 
 void wds_loader_close(wds_loader *l) {

@@ -5,7 +5,10 @@
  *
  * The worker's item i is a pure function of the plan and the RNG keys
  * (seed, stream, epoch, rank, worker, i). Items the collator will certainly
- * discard on resume pass undecoded ("tokens", loader.c). A decode failure
+ * discard on resume pass undecoded ("tokens", loader.c). A sample's
+ * deferred fields (defer.c) are read as it leaves the shuffle buffer, just
+ * before decoding (never for tokens); a failed read is a decode failure. A
+ * decode failure
  * under the skip policy keeps the row, zero-filled and marked invalid. The
  * worker's last word (its END item, allocated before it started, or its
  * error) is always delivered. */
@@ -80,16 +83,20 @@ static int decode_item(wds_loader *l, wds__decoder *dec, worker *w,
  * the shuffle buffer, making items) as "shuffle". Per chunk, not per
  * sample: shared counters written per sample cost more than they measure. */
 static void worker_stats(wds_loader *l, feeds *src, uint64_t *decode_ns,
-                         uint64_t *mark) {
+                         uint64_t *mark, wds__defer_stats *deferred) {
   uint64_t now = wds__now_ns(), busy = now - *mark;
   uint64_t read_ns, bytes, shards;
   wds__feeds_stats(src, &read_ns, &bytes, &shards);
+  read_ns += deferred->ns; /* the deferred fields' reads */
   uint64_t known = read_ns + *decode_ns;
   STAT_ADD(l, read_ns, read_ns);
   STAT_ADD(l, decode_ns, *decode_ns);
   STAT_ADD(l, shuffle_ns, busy > known ? busy - known : 0);
   STAT_ADD(l, bytes, bytes);
   STAT_ADD(l, shards, shards);
+  STAT_ADD(l, deferred, deferred->fields);
+  STAT_ADD(l, deferred_bytes, deferred->bytes);
+  memset(deferred, 0, sizeof *deferred);
   *decode_ns = 0;
   *mark = now;
 }
@@ -120,6 +127,7 @@ void *wds__worker_main(void *arg) {
     failed = 1;
 
   uint64_t mark = wds__now_ns(), decode_ns = 0;
+  wds__defer_stats deferred = {0, 0, 0}; /* deferred fields read */
   for (uint64_t seq = 0; !failed && seq < wp->quota; seq++) {
     raw_sample *r;
     if (wds__shuffle_next(&sh, wds__feeds_next, &src, &r) != 0) {
@@ -138,14 +146,20 @@ void *wds__worker_main(void *arg) {
       break;
     }
     it->raw = r;
+    if (token)
+      wds__defer_drop(r); /* never read */
     if (!token && r->hole) {
       it->valid = 0;
     } else if (!token) {
       wds__err e;
-      uint64_t t1 = l->needs_decode ? wds__now_ns() : 0;
-      int rc = decode_item(l, dec, w, aug_key, seq, it, &e);
-      if (l->needs_decode)
-        decode_ns += wds__now_ns() - t1;
+      int rc = wds__defer_read(r, l->urls.urls[r->shard], w->pool, w->index,
+                               &deferred, &e);
+      if (rc == WDS_OK) {
+        uint64_t t1 = l->needs_decode ? wds__now_ns() : 0;
+        rc = decode_item(l, dec, w, aug_key, seq, it, &e);
+        if (l->needs_decode)
+          decode_ns += wds__now_ns() - t1;
+      }
       if (rc != WDS_OK) {
         if (l->cfg.on_error == WDS_ON_ERROR_STOP || rc == WDS_ERR_NOMEM) {
           fatal = wds__error_item(l->nfields, rc, e.msg);
@@ -169,7 +183,7 @@ void *wds__worker_main(void *arg) {
     w->pending[w->npending++] = it;
     wds__copy_help(rn); /* rows of a batch waiting for their slot copy */
     if (w->npending == l->chunk) {
-      worker_stats(l, &src, &decode_ns, &mark);
+      worker_stats(l, &src, &decode_ns, &mark, &deferred);
       if (wds__queue_push_many(&w->q, w->pending, w->npending, rn) != 0)
         break; /* aborted: run_stop frees what is pending */
       w->npending = 0;
@@ -182,7 +196,7 @@ void *wds__worker_main(void *arg) {
     fatal = src.fatal;
     failed = 1;
   }
-  worker_stats(l, &src, &decode_ns, &mark);
+  worker_stats(l, &src, &decode_ns, &mark, &deferred);
   /* The worker's last word, always delivered: its error, or the end. The
    * terminal item was allocated by run_start, so running out of memory
    * cannot turn an error into a silent early end (a short epoch on one

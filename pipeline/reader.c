@@ -38,7 +38,7 @@ typedef struct field_slot {
   size_t name_off;
   uint64_t data_voff;
   const uint8_t *dest; /* the sink's buffer (SINK_INTO), or NULL */
-  int where;           /* WDS__SINK_WINDOW, _INTO or _SKIP */
+  int where;           /* WDS__SINK_WINDOW, _INTO, _SKIP or _DEFER */
   uint64_t size;
   uint64_t offset;
 } field_slot;
@@ -94,6 +94,14 @@ void wds__reader_set_sink(wds_reader *r, wds__member_sink sink, void *ctx,
   r->sink = sink;
   r->sink_ctx = ctx;
   r->sink_min = min_bytes;
+}
+
+int wds__reader_shard_fd(const wds_reader *r) {
+  return r->stream ? wds__stream_file_fd(r->stream) : -1;
+}
+
+uint64_t wds__reader_data_offset(const wds_reader *r) {
+  return r->pending.data_offset;
 }
 
 #define open_fail wds__open_fail
@@ -342,6 +350,11 @@ static int take_pending(wds_reader *r) {
                        (unsigned long long)m->size, wds_strerror(where));
     if (where == WDS__SINK_INTO && !dest && m->size)
       where = WDS__SINK_SKIP;
+    if (where == WDS__SINK_DEFER && wds__reader_shard_fd(r) < 0)
+      return wds__fail(&r->err, WDS_ERR_INVALID,
+                       "member \"%s\" at offset %llu: deferred, but the "
+                       "shard is not a plain local file",
+                       m->name, (unsigned long long)m->header_offset);
   }
   int rc = WDS_OK;
   if (where == WDS__SINK_WINDOW)
@@ -406,7 +419,8 @@ static int finish_sample(wds_reader *r, const wds_sample **out) {
     f->ext = r->arena + s->ext_off;
     f->name = r->arena + s->name_off;
     f->data = s->where == WDS__SINK_WINDOW ? wds__tar_view(r->tar, s->data_voff)
-                                           : s->dest;
+              : s->where == WDS__SINK_INTO ? s->dest
+                                           : NULL;
     f->size_bytes = (size_t)s->size;
     f->offset = s->offset;
     r->stats.field_bytes += s->size;

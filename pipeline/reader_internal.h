@@ -21,9 +21,13 @@ enum {
                        data: wds_field.data is *dst. The part of the member
                        not already in the window is read straight from the
                        stream into *dst (one copy in all) */
-  WDS__SINK_SKIP    /* the data is not wanted: it is skipped, never kept in
+  WDS__SINK_SKIP,   /* the data is not wanted: it is skipped, never kept in
                        memory, and wds_field.data is NULL (size_bytes is
                        still its size) */
+  WDS__SINK_DEFER   /* the caller reads the data later itself, with pread
+                       at wds__reader_data_offset() in
+                       wds__reader_shard_fd() (only when that is not -1):
+                       skipped like SKIP (wds_field.data is NULL) */
 };
 /* A negative return is an error status (WDS_ERR_NOMEM: the caller could not
  * allocate *dst), which ends the shard like a read error would. A buffer
@@ -31,6 +35,13 @@ enum {
  * dropped it) stays the caller's. */
 typedef int (*wds__member_sink)(void *ctx, const char *ext, uint64_t size,
                                 void **dst);
+
+/* While a sink runs: the open shard's file when it is a local regular file
+ * read without compression (wds__stream_file_fd; owned by the reader, open
+ * until the shard is closed), else -1; and the file offset of the data of
+ * the member the sink is asked about. */
+int wds__reader_shard_fd(const wds_reader *r);
+uint64_t wds__reader_data_offset(const wds_reader *r);
 
 /* Sets (sink NULL: clears) where the reader puts member data from the next
  * wds_reader_next() on. Without a sink every member is read into the

@@ -955,6 +955,10 @@ int wds__stream_drain(wds__stream *s, wds__err *err) {
   return WDS_OK; /* more follows the archive: ignored, not read */
 }
 
+int wds__stream_file_fd(const wds__stream *s) {
+  return s && s->codec == CODEC_NONE ? wds__source_file_fd(s->src) : -1;
+}
+
 const char *wds__stream_codec(const wds__stream *s) {
   switch (s->codec) {
   case CODEC_NONE:

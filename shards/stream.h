@@ -41,6 +41,11 @@ int wds__stream_drain(wds__stream *s, wds__err *err);
 /* "none", "zstd", "gzip", "xz", "lzma", or libarchive's filter name. */
 const char *wds__stream_codec(const wds__stream *s);
 
+/* A plain tar (no codec) from a local regular file read from its start:
+ * the file's descriptor (owned by the stream), whose offsets are the
+ * stream's, so a member's data_offset is where pread finds it. Else -1. */
+int wds__stream_file_fd(const wds__stream *s);
+
 /* Stops the decoding thread, if any (a read it is blocked in ends at once),
  * and frees everything. NULL is a no-op. */
 /* Stops the reading thread, if any (a read it is blocked in ends at once),

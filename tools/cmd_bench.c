@@ -199,6 +199,8 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
   st.skipped -= warm.skipped;
   st.fill_rows -= warm.fill_rows;
   st.shards_opened -= warm.shards_opened;
+  st.deferred_fields -= warm.deferred_fields;
+  st.deferred_bytes -= warm.deferred_bytes;
   if (secs <= 0)
     secs = 1e-9;
   int workers = lo->cfg.workers > 0 ? lo->cfg.workers : 4;
@@ -219,12 +221,14 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
         ", \"bytes_read\": %" PRIu64 ", \"seconds\": %.6f, "
         "\"samples_per_s\": %.1f, \"mb_per_s\": %.1f, \"peak_rss_mb\": %.1f, "
         "\"peak_pool_bytes\": %" PRIu64 ", \"skipped\": %" PRIu64
-        ", \"fill_rows\": %" PRIu64 ", \"shards_opened\": %" PRIu64 ", %s",
+        ", \"fill_rows\": %" PRIu64 ", \"shards_opened\": %" PRIu64
+        ", \"deferred_fields\": %" PRIu64 ", \"deferred_bytes\": %" PRIu64
+        ", %s",
         tool_mode_name(lo->cfg.mode), lo->epochs, workers, batch_size, batches,
         samples, st.bytes_read, secs, (double)samples / secs,
         (double)st.bytes_read / secs / 1e6, rss_mb, st.peak_pool_bytes,
-        st.skipped, st.fill_rows, st.shards_opened,
-        nrb ? "" : "\"allocator\": ");
+        st.skipped, st.fill_rows, st.shards_opened, st.deferred_fields,
+        st.deferred_bytes, nrb ? "" : "\"allocator\": ");
     if (nrb) {
       printf("\"rank\": %d, \"rank_batch_sizes\": [", rank);
       for (size_t i = 0; i < nrb; i++)

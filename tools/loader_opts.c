@@ -49,6 +49,7 @@ static const struct option loader_options[] = {
     {"allow-pipe-from-files", no_argument, 0, TOOL_LO_ALLOW_PIPE},
     {"source", required_argument, 0, TOOL_LO_SOURCE},
     {"eager-next-epoch", no_argument, 0, TOOL_LO_EAGER_NEXT_EPOCH},
+    {"defer-reads", required_argument, 0, TOOL_LO_DEFER_READS},
 };
 
 #define NLOADER (sizeof loader_options / sizeof *loader_options)
@@ -188,6 +189,7 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
   static const char *const lasts[] = {"keep", "drop", "pad", NULL};
   static const char *const crops[] = {"center", "random", NULL};
   static const char *const policies[] = {"stop", "skip", NULL};
+  static const char *const defers[] = {"auto", "on", "off", NULL};
   wds_loader_config *cfg = &o->cfg;
   uint64_t v = 0;
   int w;
@@ -297,6 +299,13 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
     if (num(cmd, c, arg, 2, 1024, &v))
       return -1;
     cfg->prefetch_batches = (size_t)v;
+    break;
+  case TOOL_LO_DEFER_READS:
+    if ((w = word(cmd, c, arg, defers)) < 0)
+      return -1;
+    cfg->defer_reads = w == 0   ? WDS_DEFER_AUTO
+                       : w == 1 ? WDS_DEFER_ON
+                                : WDS_DEFER_OFF;
     break;
   case TOOL_LO_ON_ERROR:
     if ((w = word(cmd, c, arg, policies)) < 0)
@@ -608,6 +617,12 @@ static const char loader_help_2[] =
     "                         files may come from anywhere)\n";
 
 static const char loader_help_3[] =
+    "  --defer-reads WHEN     auto (default), on or off: large fields (16 KiB\n"
+    "                         and more) of local uncompressed shards stay in\n"
+    "                         the file while their sample is in the shuffle\n"
+    "                         buffer and are read (pread) as it leaves; auto:\n"
+    "                         only from files wholly in the page cache. The\n"
+    "                         batches are the same\n"
     "  --cache-dir DIR        keep remote shards (http(s)://, s3://) read\n"
     "                         whole in DIR and read them from there later\n"
     "                         (default $WDS_CACHE_DIR; shared safely by\n"

@@ -60,7 +60,8 @@ enum {
   TOOL_LO_CACHE_SIZE,
   TOOL_LO_ALLOW_PIPE,
   TOOL_LO_SOURCE,
-  TOOL_LO_EAGER_NEXT_EPOCH
+  TOOL_LO_EAGER_NEXT_EPOCH,
+  TOOL_LO_DEFER_READS
 };
 
 typedef struct tool_loader_opts {

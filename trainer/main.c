@@ -115,11 +115,12 @@ static const char *const loader_names[] = {"index",
                                            "cache-size",
                                            "allow-pipe-from-files",
                                            "source",
+                                           "defer-reads",
                                            NULL};
 static const char *const loader_help_names[] = {
-    "index",      "crop",      "workers",    "read-timeout",
-    "max-window", "cache-dir", "cache-size", "allow-pipe-from-files",
-    "source",     NULL};
+    "index",      "crop",        "workers",    "read-timeout",
+    "max-window", "cache-dir",   "cache-size", "allow-pipe-from-files",
+    "source",     "defer-reads", NULL};
 
 #define PROG "wds-train"
 
@@ -500,6 +501,8 @@ int main(int argc, char **argv) {
     o.max_window_bytes = lo.cfg.max_window_bytes;
   if (GIVEN(TOOL_LO_RETRIES))
     o.retries = lo.cfg.retries;
+  if (GIVEN(TOOL_LO_DEFER_READS))
+    o.defer_reads = lo.cfg.defer_reads;
   if (GIVEN(TOOL_LO_RANK_BATCH_SIZES) && batch_given)
     return usage_error("%s", "--batch-size and --rank-batch-sizes: give "
                              "one (--rank-batch-sizes sets every rank's)");

@@ -822,6 +822,7 @@ int tr_run(const tr_options *o, wds__err *e) {
   lc.image_size = o->image_size;
   lc.crop = o->crop;
   lc.read_timeout_ms = o->read_timeout_ms;
+  lc.defer_reads = o->defer_reads;
   lc.retries = o->retries;
   lc.allow_pipe_from_files = o->allow_pipe_from_files;
   lc.max_window_bytes = o->max_window_bytes;

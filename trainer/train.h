@@ -63,11 +63,12 @@ typedef struct tr_options {
   const tr_backend *backend; /* tr_backend_find(), tr_backend_auto() */
   FILE *out;                 /* log lines (stdout) */
   int read_timeout_ms;       /* the loaders' read timeout (0: their default) */
-  int retries;               /* the loaders' http(s) retries (0: default) */
-  int allow_pipe_from_files; /* --allow-pipe-from-files (wds/spec.h) */
-  uint64_t max_window_bytes; /* the loaders' zstd window limit (0: theirs) */
-  const char *cache_dir;     /* the loaders' cache of remote shards (NULL) */
-  uint64_t cache_size;       /* its size limit (0: none) */
+  wds_defer_reads defer_reads; /* the loaders' (0: AUTO) */
+  int retries;                 /* the loaders' http(s) retries (0: default) */
+  int allow_pipe_from_files;   /* --allow-pipe-from-files (wds/spec.h) */
+  uint64_t max_window_bytes;   /* the loaders' zstd window limit (0: theirs) */
+  const char *cache_dir;       /* the loaders' cache of remote shards (NULL) */
+  uint64_t cache_size;         /* its size limit (0: none) */
   /* Non-zero when the run must stop (a signal): rank 0 checks it before
    * each step; the caller also cancels the loaders so that a blocked read
    * wakes. NULL: never. */

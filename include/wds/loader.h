@@ -97,6 +97,13 @@ typedef enum wds_error_policy {
   WDS_ON_ERROR_SKIP = 1
 } wds_error_policy;
 
+/* wds_loader_config.defer_reads */
+typedef enum wds_defer_reads {
+  WDS_DEFER_AUTO = 0, /* from shards wholly in the page cache */
+  WDS_DEFER_ON = 1,   /* from every local uncompressed shard */
+  WDS_DEFER_OFF = 2   /* never: every field is read in the stream */
+} wds_defer_reads;
+
 /* One output field. */
 typedef struct wds_field_spec {
   const char *name;  /* extensions, ';'-separated; the first one a sample
@@ -247,6 +254,14 @@ typedef struct wds_loader_config {
   void (*log)(void *ctx, const char *message); /* NULL: silent. Called
                      from the loader's threads, one call at a time. */
   void *log_ctx;
+  /* Large fields (16 KiB and more) of a shard that is a local file read
+   * without compression can stay in the file while their sample waits in
+   * the shuffle buffer (only offset and size held), and are read (pread)
+   * when it leaves: AUTO (the default) from shards whose file is wholly in
+   * the page cache when opened, ON from every such shard, OFF never. The
+   * batches are the same either way; a file that changed or shrank before
+   * a deferred field is read is an error (on_error) naming it. */
+  wds_defer_reads defer_reads;
 } wds_loader_config;
 
 #define WDS_LOADER_CONFIG_INIT                                                 \
@@ -340,6 +355,9 @@ typedef struct wds_loader_stats {
   /* cache_dir: shards read from it, written to it, and failures to use or
      write it (those shards were read without the cache). */
   uint64_t cache_hits, cache_stored, cache_errors;
+  /* defer_reads: fields read with pread as their sample left the shuffle
+     buffer, and their bytes (also in bytes_read). */
+  uint64_t deferred_fields, deferred_bytes;
 } wds_loader_stats;
 
 WDS_API void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *out);

@@ -187,6 +187,38 @@ def test_eager_next_epoch_same_batches(shards):
     assert want[0] != want[1]
 
 
+def test_defer_reads_same_batches(tmp_path):
+    """defer_reads "on", "off" and "auto" give the same batches; "on"
+    counts the large fields it read as they left the shuffle buffer; a bad
+    value raises."""
+    d = tmp_path / "defer"
+    d.mkdir()
+    with wds.ShardWriter(str(d / "d-%03d.tar"), maxcount=8, sync=False) as w:
+        for k in range(24):
+            w.write({"__key__": f"k{k:04d}", "cls": k,
+                     "bin": bytes([k]) * (16384 + 1000 * (k % 3))})
+    spec = str(d / "d-{000..002}.tar")
+
+    def run(defer):
+        with wds.Loader(spec, "cls,bin:bytes", 5, mode="plain", rank=0,
+                        world_size=1, workers=2, seed=3, shuffle_buffer=10,
+                        defer_reads=defer) as loader:
+            out = [(b.keys, b["cls"].tolist(), [bytes(x) for x in b["bin"]])
+                   for b in loader]
+            return out, loader.stats()
+
+    want, off = run("off")
+    assert off["deferred_fields"] == 0
+    for defer in ("on", "auto"):
+        got, st = run(defer)
+        assert got == want
+    on = run("on")[1]
+    assert on["deferred_fields"] == 24
+    assert on["deferred_bytes"] == sum(16384 + 1000 * (k % 3) for k in range(24))
+    with pytest.raises(ValueError, match="defer_reads"):
+        wds.Loader(spec, "cls", 5, defer_reads="sometimes")
+
+
 def test_rank_batch_sizes(shards):
     """rank_batch_sizes: every rank the same len(), its own rows per batch,
     every sample once plus padding below the sum; state_dict records the

@@ -12,6 +12,7 @@ _MODES = {"plain": 0, "exact": 1, "resampled": 2}
 _LAST = {None: -1, "keep": 0, "drop": 1, "pad": 2}
 _CROPS = {"center": 0, "random": 1}
 _ON_ERROR = {"stop": 0, "skip": 1}
+_DEFER = {"auto": 0, "on": 1, "off": 2}
 
 
 def _choice(name, value, table):
@@ -244,7 +245,7 @@ class Loader:
     image_size=224, crop="center", prefetch=4, on_error="stop",
     shard_shuffle=True, read_timeout_ms=0, retries=0, rank_batch_sizes=None,
     cache_dir=None, cache_size=0, allow_pipe_from_files=False,
-    sources=None, eager_next_epoch=False)
+    sources=None, eager_next_epoch=False, defer_reads="auto")
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -279,6 +280,12 @@ class Loader:
     has handed out its last batch, so its first batches are ready when
     iteration starts again (set_epoch to that next epoch keeps the reading;
     another epoch, or close(), abandons it). The batches are the same.
+
+    defer_reads ("auto", "on", "off"): large fields (16 KiB and more) of
+    local uncompressed shards stay in the file while their sample waits in
+    the shuffle buffer and are read (pread) as it leaves it: "auto" (the
+    default) only fields that were in the page cache when the shard was
+    opened. The batches are the same; stats() counts deferred_fields.
     """
 
     def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
@@ -288,7 +295,7 @@ class Loader:
                  prefetch=4, on_error="stop", shard_shuffle=True,
                  read_timeout_ms=0, retries=0, rank_batch_sizes=None,
                  cache_dir=None, cache_size=0, allow_pipe_from_files=False,
-                 sources=None, eager_next_epoch=False):
+                 sources=None, eager_next_epoch=False, defer_reads="auto"):
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
         if rank is None or world_size is None:
@@ -329,7 +336,8 @@ class Loader:
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
             cache_size=int(cache_size),
             allow_pipe_from_files=bool(allow_pipe_from_files),
-            eager_next_epoch=bool(eager_next_epoch))
+            eager_next_epoch=bool(eager_next_epoch),
+            defer_reads=_choice("defer_reads", defer_reads, _DEFER))
         self._open(int(epoch), 0)
 
     def _open(self, epoch, batches):

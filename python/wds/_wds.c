@@ -1749,6 +1749,7 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
                            "allow_pipe_from_files",
                            "sources",
                            "eager_next_epoch",
+                           "defer_reads",
                            NULL};
   PyObject *o_sources = Py_None;
   PyObject *spec_obj, *fields_obj,
@@ -1758,14 +1759,15 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
       *o_cdir = Py_None, *o_csize = Py_None;
   int mode = WDS_MODE_EXACT, rank = -1, world = -1, workers = 0, drop_last = 0,
       last_batch = -1, image_size = 224, crop = 0, on_error = 0,
-      shard_shuffle = 1, timeout_ms = 0, retries = 0, allow_pipe = 0, eager = 0;
+      shard_shuffle = 1, timeout_ms = 0, retries = 0, allow_pipe = 0, eager = 0,
+      defer = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOOpOp:_Loader", kwlist,
+          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOOpOpi:_Loader", kwlist,
           &spec_obj, &fields_obj, &o_bs, &mode, &rank, &world, &workers,
           &o_seed, &o_epoch, &o_resume, &o_shuf, &o_index, &drop_last,
           &last_batch, &o_spe, &image_size, &crop, &o_prefetch, &on_error,
           &shard_shuffle, &timeout_ms, &retries, &o_rbs, &o_cdir, &o_csize,
-          &allow_pipe, &o_sources, &eager))
+          &allow_pipe, &o_sources, &eager, &defer))
     return -1;
   if (self->l || self->live) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
@@ -1803,6 +1805,7 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
   cfg.on_error = (wds_error_policy)on_error;
   cfg.shard_shuffle = shard_shuffle;
   cfg.eager_next_epoch = eager;
+  cfg.defer_reads = (wds_defer_reads)defer;
   cfg.read_timeout_ms = timeout_ms;
   cfg.retries = retries;
   size_t *rbs = NULL;
@@ -2078,24 +2081,28 @@ static PyObject *wds_py_loader_stats(wds_py_loader *self,
     return NULL;
   wds_loader_stats st;
   wds_loader_stats_get(self->l, &st);
-  return Py_BuildValue(
-      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:s,s:K,s:K,s:K}",
-      "batches", (unsigned long long)st.batches, "samples",
-      (unsigned long long)st.samples, "skipped", (unsigned long long)st.skipped,
-      "fill_rows", (unsigned long long)st.fill_rows, "shards_opened",
-      (unsigned long long)st.shards_opened, "bytes_read",
-      (unsigned long long)st.bytes_read, "read_ns",
-      (unsigned long long)st.read_ns, "shuffle_ns",
-      (unsigned long long)st.shuffle_ns, "decode_ns",
-      (unsigned long long)st.decode_ns, "batch_ns",
-      (unsigned long long)st.batch_ns, "wait_ns",
-      (unsigned long long)st.wait_ns, "slot_wait_ns",
-      (unsigned long long)st.slot_wait_ns, "peak_pool_bytes",
-      (unsigned long long)st.peak_pool_bytes, "allocator",
-      wds_loader_allocator_name(self->l), "cache_hits",
-      (unsigned long long)st.cache_hits, "cache_stored",
-      (unsigned long long)st.cache_stored, "cache_errors",
-      (unsigned long long)st.cache_errors);
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:"
+                       "s,s:K,s:K,s:K,s:K,"
+                       "s:K}",
+                       "batches", (unsigned long long)st.batches, "samples",
+                       (unsigned long long)st.samples, "skipped",
+                       (unsigned long long)st.skipped, "fill_rows",
+                       (unsigned long long)st.fill_rows, "shards_opened",
+                       (unsigned long long)st.shards_opened, "bytes_read",
+                       (unsigned long long)st.bytes_read, "read_ns",
+                       (unsigned long long)st.read_ns, "shuffle_ns",
+                       (unsigned long long)st.shuffle_ns, "decode_ns",
+                       (unsigned long long)st.decode_ns, "batch_ns",
+                       (unsigned long long)st.batch_ns, "wait_ns",
+                       (unsigned long long)st.wait_ns, "slot_wait_ns",
+                       (unsigned long long)st.slot_wait_ns, "peak_pool_bytes",
+                       (unsigned long long)st.peak_pool_bytes, "allocator",
+                       wds_loader_allocator_name(self->l), "cache_hits",
+                       (unsigned long long)st.cache_hits, "cache_stored",
+                       (unsigned long long)st.cache_stored, "cache_errors",
+                       (unsigned long long)st.cache_errors, "deferred_fields",
+                       (unsigned long long)st.deferred_fields, "deferred_bytes",
+                       (unsigned long long)st.deferred_bytes);
 }
 
 static PyObject *wds_py_loader_cancel(wds_py_loader *self,

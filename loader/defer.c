@@ -1,0 +1,196 @@
+/* defer.c — deferred reads (wds_loader_config.defer_reads).
+ *
+ * A shard that is a local regular file read without compression can leave
+ * its large wanted fields (FEED_INTO_BYTES and more) in the file: the
+ * reader skips their data (a seek, no read) and the raw sample in the
+ * shuffle buffer holds the shard's file handle, the data's offset and its
+ * size instead of the bytes (feed.c). When the sample leaves the buffer,
+ * the worker reads each such field with pread into a recycled block of its
+ * pool (wds__defer_read), then decodes as usual. So the shuffle buffer's
+ * memory is not touched until the sample is used: no fresh pages faulted
+ * in and zeroed for a buffer of samples that only waits.
+ *
+ * The handle is the reader's descriptor duplicated, refcounted by the feed
+ * (while it reads the shard) and by each deferred field, so a file renamed
+ * over meanwhile is still read from the inode that was scanned. A file
+ * that shrank or changed (size or mtime against those at open) or a read
+ * error is an error naming the shard, sample, field and offset, which the
+ * worker treats like a decode failure. The output never depends on
+ * deferral: the shuffle buffer counts a deferred field at its size. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/url.h"
+#include "loader/internal.h"
+#include "shards/source.h"
+
+void (*wds__defer_read_hook)(const char *url);
+
+static int64_t mtime_ns(const struct stat *st) {
+  return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+wds__fh *wds__fh_open(int fd, wds_defer_reads mode, blk_pool *bp) {
+  if (fd < 0 || mode == WDS_DEFER_OFF)
+    return NULL;
+  if (atomic_load(&bp->fh_open) >= WDS__FH_CAP)
+    return NULL;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return NULL;
+  unsigned char *res = NULL;
+  size_t npages = 0;
+  if (mode == WDS_DEFER_AUTO) {
+    res = wds__file_residency(fd, (uint64_t)st.st_size, &npages);
+    size_t any = 0;
+    for (size_t i = 0; res && i < npages && !any; i++)
+      any = res[i] & 1;
+    if (!any) { /* none of it cached, or unknown: read in the stream */
+      free(res);
+      return NULL;
+    }
+  }
+  wds__fh *fh = malloc(sizeof *fh);
+  if (!fh) {
+    free(res);
+    return NULL;
+  }
+  fh->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (fh->fd < 0) {
+    free(res);
+    free(fh);
+    return NULL; /* out of descriptors: read in the stream */
+  }
+  fh->res = res;
+  fh->npages = npages;
+  fh->page = (size_t)sysconf(_SC_PAGESIZE);
+  atomic_init(&fh->refs, 1);
+  fh->size = (uint64_t)st.st_size;
+  fh->mtime_ns = mtime_ns(&st);
+  fh->open = &bp->fh_open;
+  atomic_fetch_add(fh->open, 1);
+  return fh;
+}
+
+void wds__fh_put(wds__fh *fh) {
+  if (!fh || atomic_fetch_sub(&fh->refs, 1) != 1)
+    return;
+  close(fh->fd);
+  atomic_fetch_sub(fh->open, 1);
+  free(fh->res);
+  free(fh);
+}
+
+int wds__fh_defers(const wds__fh *fh, uint64_t off, uint64_t size) {
+  if (!fh->res)
+    return 1;
+  if (size == 0)
+    return 0;
+  uint64_t a = off / fh->page, b = (off + size - 1) / fh->page;
+  if (b >= fh->npages)
+    return 0; /* past the file's size at open: the stream finds out */
+  for (uint64_t p = a; p <= b; p++)
+    if (!(fh->res[p] & 1))
+      return 0;
+  return 1;
+}
+
+void wds__defer_drop(raw_sample *r) {
+  for (size_t i = 0; i < r->nfields; i++)
+    if (r->f[i].fh) {
+      wds__fh_put(r->f[i].fh);
+      r->f[i].fh = NULL;
+    }
+}
+
+/* Reads size bytes at off: 0, or the errno (EIO for a short read, ENODATA
+ * for the file's end). */
+static int pread_all(int fd, uint8_t *dst, size_t size, uint64_t off) {
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = pread(fd, dst + got, size - got, (off_t)(off + got));
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return errno;
+    }
+    if (n == 0)
+      return ENODATA;
+    got += (size_t)n;
+  }
+  return 0;
+}
+
+int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
+                    wds__defer_stats *st, wds__err *e) {
+  size_t i = 0;
+  while (i < r->nfields && !r->f[i].fh)
+    i++;
+  if (i == r->nfields)
+    return WDS_OK; /* nothing deferred: no clock read */
+  char ub[WDS__URL_REDACT_MAX];
+  const wds__fh *checked = NULL;
+  if (wds__defer_read_hook)
+    wds__defer_read_hook(url);
+  uint64_t t0 = wds__now_ns();
+  for (; i < r->nfields; i++) {
+    raw_field *f = &r->f[i];
+    if (!f->fh)
+      continue;
+    const char *why = NULL;
+    char whyb[160];
+    if (f->fh != checked) {
+      struct stat fs;
+      if (fstat(f->fh->fd, &fs) != 0) {
+        snprintf(whyb, sizeof whyb, "%s", strerror(errno));
+        why = whyb;
+      } else if ((uint64_t)fs.st_size != f->fh->size ||
+                 mtime_ns(&fs) != f->fh->mtime_ns) {
+        snprintf(whyb, sizeof whyb,
+                 "the file changed since the shard was opened (size %llu, "
+                 "was %llu%s)",
+                 (unsigned long long)fs.st_size,
+                 (unsigned long long)f->fh->size,
+                 mtime_ns(&fs) != f->fh->mtime_ns ? "; modified" : "");
+        why = whyb;
+      }
+      checked = f->fh;
+    }
+    void *b = NULL;
+    if (!why) {
+      b = wds__blk_alloc(bp, owner, f->size ? f->size : 1);
+      if (!b) {
+        wds__defer_drop(r);
+        st->ns += wds__now_ns() - t0;
+        return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+      }
+      int en = pread_all(f->fh->fd, b, f->size, f->off);
+      if (en) {
+        wds__blk_free(b);
+        why = en == ENODATA ? "the file ends before it (truncated since the "
+                              "shard was opened?)"
+                            : strerror(en);
+      }
+    }
+    if (why) {
+      wds__defer_drop(r);
+      st->ns += wds__now_ns() - t0;
+      return wds__fail(e, WDS_ERR_IO,
+                       "%s: sample \"%s\": field '%s': cannot read its %zu "
+                       "bytes at offset %llu: %s",
+                       wds__url_redact(url, ub, sizeof ub), r->key, f->ext,
+                       f->size, (unsigned long long)f->off, why);
+    }
+    f->data = b;
+    f->blk = b;
+    wds__fh_put(f->fh);
+    f->fh = NULL;
+    st->fields++;
+    st->bytes += f->size;
+  }
+  st->ns += wds__now_ns() - t0;
+  return WDS_OK;
+}
