@@ -59,6 +59,7 @@ struct wds_reader {
   size_t pending_name_cap;
   size_t pending_key_len; /* key = pending_name[0..key_len) */
   size_t pending_ext_off; /* extension starts at pending_name + ext_off */
+  int pending_ext_same;   /* the extension was lower case already */
   /* After a duplicate: members with this key are dropped. */
   int skipping_key;
   char *skip_key;
@@ -314,8 +315,13 @@ static int read_pending(wds_reader *r) {
       return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
     r->pending_name = p;
     memcpy(r->pending_name, n, len + 1);
-    for (size_t i = ext_off; i < len; i++)
-      r->pending_name[i] = (char)lower_ascii((unsigned char)r->pending_name[i]);
+    int same = 1;
+    for (size_t i = ext_off; i < len; i++) {
+      char c = r->pending_name[i], lc = (char)lower_ascii((unsigned char)c);
+      same &= c == lc;
+      r->pending_name[i] = lc;
+    }
+    r->pending_ext_same = same;
     r->pending_key_len = key_len;
     r->pending_ext_off = ext_off;
     r->has_pending = 1;
@@ -370,10 +376,14 @@ static int take_pending(wds_reader *r) {
   r->slots = slots;
   field_slot *f = &r->slots[r->slot_count];
   /* The member's name is stored with its extension lower-cased; keep the
-   * original for messages and for wds_field.name. */
-  if (arena_add(r, m->name, m->name_len, &f->name_off) != WDS_OK ||
-      arena_add(r, r->pending_name + r->pending_ext_off,
-                m->name_len - r->pending_ext_off, &f->ext_off) != WDS_OK)
+   * original for messages and for wds_field.name. When the extension was
+   * lower case already, it is the tail of the name's copy. */
+  if (arena_add(r, m->name, m->name_len, &f->name_off) != WDS_OK)
+    return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
+  if (r->pending_ext_same)
+    f->ext_off = f->name_off + r->pending_ext_off;
+  else if (arena_add(r, r->pending_name + r->pending_ext_off,
+                     m->name_len - r->pending_ext_off, &f->ext_off) != WDS_OK)
     return wds__fail(&r->err, WDS_ERR_NOMEM, "out of memory");
   if (where == WDS__SINK_WINDOW) {
     wds__tar_hold_to(r->tar, m->data_voff + m->size);
