@@ -45,6 +45,27 @@ static inline int wds__tarfmt_number(const uint8_t *f, size_t n,
     *out = v;
     return 0;
   }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  if (n == 12) {
+    /* The size field as every common writer fills it, "%011o\0", read
+     * at once: eight digits as below, then the last three. */
+    uint64_t a, b;
+    memcpy(&a, f, 8);
+    memcpy(&b, f + 4, 8);
+    a ^= 0x3030303030303030ull;
+    b ^= 0x0030303030303030ull; /* bytes 4..10 digits, byte 11 NUL */
+    if (((a & 0xF8F8F8F8F8F8F8F8ull) | (b & 0xFFF8F8F8F8F8F8F8ull)) == 0) {
+      a = ((a & 0x0007000700070007ull) << 3) |
+          ((a >> 8) & 0x0007000700070007ull);
+      a = ((a & 0x0000003F0000003Full) << 6) |
+          ((a >> 16) & 0x0000003F0000003Full);
+      a = ((a & 0xFFFull) << 12) | ((a >> 32) & 0xFFFull);
+      b >>= 32; /* digits 8, 9, 10 */
+      *out = (a << 9) | ((b & 7) << 6) | ((b >> 8 & 7) << 3) | (b >> 16 & 7);
+      return 0;
+    }
+  }
+#endif
   size_t i = 0;
   while (i < n && wds__tarfmt_is_space(f[i]))
     i++;
