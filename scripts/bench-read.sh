@@ -7,7 +7,9 @@
 #              ${TMPDIR:-/tmp}/wds-bench-data); kept between runs and only
 #              regenerated when missing or made with other parameters
 # environment: RUNS (timed runs per command, default 7), CPU (the core every
-#              timed command is pinned to, default 0), PY_WDS (optional: a
+#              timed command is pinned to, default 0; "none": not pinned, so
+#              that `zstd -dc`'s I/O threads and wds's reading thread may use
+#              a second core: issue 13's .tar.zst target), PY_WDS (optional: a
 #              python3 with the webdataset package; its plain iteration over
 #              the .tar sets is then timed once each, for reference)
 #
@@ -32,7 +34,9 @@ die() { echo "bench-read.sh: $*" >&2; exit 1; }
 source "$(dirname "$0")/lib-bench.sh"
 bench_check_devnull bench-read.sh
 [ -x "$WDS" ] || die "no wds binary at $WDS (build first, or pass BUILD_DIR)"
-for tool in cat zstd taskset python3; do
+tools="cat zstd python3"
+[ "$CPU" = none ] || tools="$tools taskset"
+for tool in $tools; do
   command -v "$tool" >/dev/null || die "$tool is required"
 done
 mkdir -p "$DATA_DIR"
@@ -76,7 +80,7 @@ wds, data_dir, runs, cpu = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[
 sets = [s.split() for s in sys.argv[5:]]
 targets = {("100k", "tar"): 0.9, ("1k", "tar"): 0.5,
            ("100k", "zst"): 0.9, ("1k", "zst"): 0.9}
-pin = ["taskset", "-c", cpu]
+pin = [] if cpu == "none" else ["taskset", "-c", cpu]
 
 def cpu_model():
     try:
@@ -109,8 +113,8 @@ def timed(cmd, keep_output=False):
 print("machine: %s, %d CPUs, kernel %s" % (cpu_model(), os.cpu_count(),
                                             platform.release()))
 print("load average before: %.2f %.2f %.2f" % os.getloadavg())
-print("pinned to CPU %s, %d timed runs per command (after one warm-up), "
-      "alternating" % (cpu, runs))
+print("%s, %d timed runs per command (after one warm-up), alternating"
+      % ("not pinned" if cpu == "none" else "pinned to CPU " + cpu, runs))
 print()
 rows = []
 for name, shards, samples, size, seed in sets:

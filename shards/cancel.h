@@ -73,8 +73,9 @@ typedef struct wds__io_opts {
    * must have an eventfd): stream.c's decoding thread reads the source, and
    * closing the stream sets it to end a read blocked there. */
   const wds__cancel *stop;
-  /* The decoding thread of a compressed stream (stream.c): 0 = when the
-   * process has a spare CPU, > 0 = always, < 0 = never. */
+  /* The reading thread of a compressed stream (stream.c): 0 = when the
+   * process has a spare CPU (or as WDS_READ_THREAD says: 0 never, 1
+   * always), > 0 = always, < 0 = never. */
   int decode_thread;
 } wds__io_opts;
 

@@ -23,7 +23,8 @@
  * The reading thread. A compressed stream may read its source on a thread
  * of its own (wds__io_opts.decode_thread; by default when the process has
  * a spare CPU: at least twice as many CPUs in its affinity mask as
- * compressed streams open), into a ring of RING_BYTES, while the caller's
+ * compressed streams open, or as the environment's WDS_READ_THREAD says,
+ * 0 or 1, for benchmarks), into a ring of RING_BYTES, while the caller's
  * thread decompresses and parses. zstd, zlib and liblzma decode straight
  * out of the ring (refill() lends them the ring's next contiguous bytes),
  * so the thread costs no copy; libarchive's filters get copies. Measured
@@ -86,11 +87,11 @@ enum codec { CODEC_NONE, CODEC_ZSTD, CODEC_GZIP, CODEC_XZ, CODEC_ARCHIVE };
 #define DRAIN_MAX_BYTES ((uint64_t)4 << 20)
 /* The reading thread's ring of compressed bytes (one per stream that has
  * the thread): bounded memory, see docs/architecture.md. */
-#define RING_BYTES ((size_t)2 << 20)
+#define RING_BYTES ((size_t)1 << 20)
 /* Each side waits for a quarter of the ring (filled, or free). */
 #define RING_WAKE_BYTES (RING_BYTES / 4)
 /* The thread's reads: at most this much at once. */
-#define RING_READ_BYTES ((size_t)512 << 10)
+#define RING_READ_BYTES ((size_t)256 << 10)
 
 /* Compressed streams open in this process, for the default rule. */
 static atomic_int open_compressed;
@@ -624,6 +625,9 @@ int wds__stream_open(const char *url, const wds__io_opts *opts,
    * is made before the codec is known (a plain tar leaves it unused). */
   int want = wds__stream_decode_thread ? wds__stream_decode_thread
                                        : s->io.decode_thread;
+  const char *env = want == 0 ? getenv("WDS_READ_THREAD") : NULL;
+  if (env && *env) /* benchmarks: "0" never, anything else always */
+    want = strcmp(env, "0") == 0 ? -1 : 1;
   if (want > 0 ||
       (want == 0 && cpu_count() >= 2 * (atomic_load(&open_compressed) + 1))) {
     if (wds__cancel_init(&s->stop_tok) == 0)

@@ -255,7 +255,8 @@ fi
 # ---- the benchmark scripts check /dev/null ----
 printf 'not a device' >fake-null
 mkfifo fake-fifo
-for s in bench-read.sh bench-write.sh bench-loader.sh bench-peers.sh bench-http.sh callgrind-jpeg.sh; do
+for s in bench-read.sh bench-zst.sh bench-write.sh bench-loader.sh bench-peers.sh bench-http.sh \
+  callgrind-jpeg.sh; do
   for fake in fake-null fake-fifo; do
     rc=0
     WDS_BENCH_DEVNULL=$PWD/$fake timeout 30 bash "$SCRIPTS/$s" "$PWD/no-build" "$PWD/no-data" \
