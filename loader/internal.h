@@ -397,10 +397,20 @@ static inline void wds__blk_free(void *p) {
  * inline. */
 void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need);
 
+/* Whether a recycled block of cap bytes serves a request of need: large
+ * enough, and for a small request (16 KiB at most) not a large block (over
+ * 64 KiB), which a field or image will want: a raw sample's header taking
+ * a field's block leaves the next field a fresh one to fault in (with
+ * deferred reads every header of a shuffle buffer is made before any of
+ * its fields' blocks). */
+static inline int wds__blk_fits(size_t cap, size_t need) {
+  return cap >= need && (need > ((size_t)16 << 10) || cap <= (size_t)64 << 10);
+}
+
 static inline void *wds__blk_alloc(blk_pool *bp, int owner, size_t need) {
   if (bp && bp->local_len > 0) {
     void *p = bp->local[bp->local_len - 1];
-    if (((blk_head *)p - 1)->cap >= need) {
+    if (wds__blk_fits(((blk_head *)p - 1)->cap, need)) {
       bp->local_len--;
       return p;
     }

@@ -137,9 +137,15 @@ void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need) {
     pthread_mutex_unlock(&bp->mu);
   }
   while (bp->local_len > 0) {
-    void *p = bp->local[--bp->local_len];
-    if (((blk_head *)p - 1)->cap >= need)
+    void *p = bp->local[bp->local_len - 1];
+    size_t cap = ((blk_head *)p - 1)->cap;
+    if (wds__blk_fits(cap, need)) {
+      bp->local_len--;
       return p;
+    }
+    if (cap >= need)
+      break; /* large, kept for a large request: a fresh small one */
+    bp->local_len--;
     wds__blk_free(p); /* too small: sizes grow to the largest seen */
   }
 fresh:;

@@ -367,6 +367,8 @@ static int take_pending(wds_reader *r) {
     rc = wds__tar_load(r->tar, m, &r->err);
   else if (where == WDS__SINK_INTO && m->size)
     rc = wds__tar_read_into(r->tar, m, dest, &r->err);
+  else
+    wds__tar_skip_unread(r->tar, m); /* SKIP, DEFER: seeked over */
   if (rc != WDS_OK)
     return rc;
   field_slot *slots =

@@ -39,6 +39,8 @@
 #define DIRECT_MIN_BYTES ((uint64_t)64 << 10)
 #define DIRECT_FILL_BYTES ((size_t)8 << 10)
 #define DIRECT_MEMBERS 8
+/* wds__tar_skip_unread: a member at least this large turns them on too. */
+#define SKIP_DIRECT_BYTES ((uint64_t)16 << 10)
 
 struct wds__tar {
   wds__stream *stream;
@@ -237,7 +239,7 @@ static inline int fill_to(wds__tar *t, uint64_t end, wds__err *err) {
  * common case, a target the window holds, is inline (skip_to). */
 static int skip_more(wds__tar *t, uint64_t target, wds__err *err) {
   uint64_t held_end = t->base + t->len;
-  if (target - held_end <= SMALL_SKIP_BYTES) {
+  if (target - held_end <= (t->direct ? DIRECT_FILL_BYTES : SMALL_SKIP_BYTES)) {
     int rc = fill_to(t, target, err);
     if (rc != WDS_OK)
       return rc;
@@ -672,6 +674,11 @@ int wds__tar_load(wds__tar *t, const wds__tar_member *m, wds__err *err) {
                     (unsigned long long)m->header_offset,
                     (unsigned long long)m->size);
   return rc;
+}
+
+void wds__tar_skip_unread(wds__tar *t, const wds__tar_member *m) {
+  if (m->size >= SKIP_DIRECT_BYTES)
+    t->direct = DIRECT_MEMBERS;
 }
 
 int wds__tar_read_into(wds__tar *t, const wds__tar_member *m, void *dst,

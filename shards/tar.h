@@ -53,6 +53,13 @@ int wds__tar_load(wds__tar *t, const wds__tar_member *m, wds__err *err);
 int wds__tar_read_into(wds__tar *t, const wds__tar_member *m, void *dst,
                        wds__err *err);
 
+/* m's data (the member last returned) will not be loaded: skipped, or
+ * read by the caller from the file itself. If it is large (16 KiB or
+ * more) window fills turn short as after wds__tar_read_into, and skips
+ * past the window seek (when the stream can) rather than read, so the data
+ * of this and of the next large members is never copied into the window. */
+void wds__tar_skip_unread(wds__tar *t, const wds__tar_member *m);
+
 /* Bytes before virtual offset voff may be discarded from now on. */
 void wds__tar_keep_from(wds__tar *t, uint64_t voff);
 
