@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Loader benchmarks (docs/performance.md, "The loader"). Usage:
-#   [BEFORE=OTHER_BUILD_DIR] [ONLY=cat] scripts/bench-loader.sh [BUILD_DIR] [DATA_DIR]
+#   [BEFORE=OTHER_BUILD_DIR] [ONLY=cat|jpeg] scripts/bench-loader.sh [BUILD_DIR] [DATA_DIR]
 # 0. Against cat (issue 13): the whole process `wds bench FILES --decode bin
 #    --batch-size 256 --shuffle-buffer 10000 --workers W --epochs 1` (one
 #    epoch, raw bytes, start to exit) against `cat FILES >/dev/null`, page
@@ -17,7 +17,10 @@
 #    the bare loops of bench/jpeg_baseline.c (TurboJPEG's DCT-scaled decode
 #    alone, --dct-only, and the loader's whole decoder), the loader with 1
 #    worker against the DCT-scaled decode alone (issue 13: >= 0.85), and 2
-#    workers against 1 (>= 1.9x; N workers too where N = cores > 2).
+#    workers against 1 (>= 1.9x; N workers too where N = cores > 2). With
+#    BEFORE, that build's loader is run in the same alternations (1 worker:
+#    DCT-scaled decode, loader, before; then 2 workers, after and before).
+#    ONLY=jpeg runs this part alone.
 # Every figure is the median of RUNS (default 5) runs; ratios are taken
 # between figures of the same run of this script.
 set -euo pipefail
@@ -103,6 +106,7 @@ triple() {
   done
   echo
 }
+if [ "${ONLY:-}" != jpeg ]; then
 echo "== against cat: whole process, one epoch, batch 256, shuffle 10000, raw bytes"
 echo "   (medians of $RUNS alternating runs; throughput = the files' bytes / wall time)"
 for set in 100k 1k; do
@@ -136,6 +140,8 @@ for set in 100k 1k; do
   done
 done
 
+fi # ONLY=jpeg
+
 echo "== JPEG: decode + resize + center crop to 224 (2000 photos, 500x375 q90)"
 echo "   (medians of $RUNS alternating runs: reference, subject, ratio)"
 photos="$jpegs/photos-{00..03}.tar"
@@ -150,6 +156,19 @@ printf '1 worker:  DCT-scaled decode only %.0f images/s  loader %.0f images/s  r
 read -r ln1 ln2 q2 < <(pair jload --workers 1 -- jload --workers 2)
 printf '2 workers: loader %.0f images/s vs 1 worker %.0f  speedup %.2f (target >= 1.9)\n' \
   "$ln2" "$ln1" "$q2"
+if [ -n "${BEFORE:-}" ]; then
+  bload() { "$BEFORE/tools/wds" bench --json --warmup-epochs 1 "$photos" --decode jpg:rgb:224,cls \
+    --batch-size 64 --epochs 1 "$@" | field '["samples_per_s"]'; }
+  read -r d n b qn qb qa < <(triple dct --threads 1 -- jload --workers 1 -- bload --workers 1)
+  printf 'before, 1 worker:  DCT-scaled decode only %.0f  loader %.0f (%.2f)  before %.0f (%.2f)  after/before %.2f\n' \
+    "$d" "$n" "$qn" "$b" "$qb" "$qa"
+  read -r n1 n2 b1 b2 < <(
+    read -r a1 a2 qa < <(pair jload --workers 1 -- jload --workers 2)
+    read -r c1 c2 qc < <(pair bload --workers 1 -- bload --workers 2)
+    echo "$qa $qc $a2 $c2")
+  printf 'before, 2 workers: speedup %.2f, before %.2f; 2 workers %.0f images/s, before %.0f\n' \
+    "$n1" "$n2" "$b1" "$b2"
+fi
 if [ "$N" -gt 2 ]; then
   read -r _ lnn qn < <(SCALE=$N pair jload --workers 1 -- jload --workers "$N")
   printf '%d workers: loader %.0f images/s  ratio %.2f of %d x 1 worker\n' "$N" "$lnn" "$qn" "$N"
