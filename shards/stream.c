@@ -61,6 +61,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 /* ZSTD_getFrameHeader and ZSTD_DCtx_setMaxWindowSize: in libzstd's
  * "experimental" section, exported by the shared library and unchanged
@@ -112,6 +113,7 @@ typedef struct ring {
   int producer_waits, consumer_waits;
   size_t consumer_want;
   int eager; /* the source may stall: wake the caller at once */
+  pid_t pid; /* the process the thread runs in (not a fork()ed child) */
 } ring;
 
 struct wds__stream {
@@ -210,6 +212,14 @@ static void *read_main(void *arg) {
 /* Stops the thread (when it has not ended) and joins it. */
 static void ring_stop(wds__stream *s) {
   ring *r = s->ring;
+  if (r->pid != getpid()) {
+    /* A fork()ed child closing what its parent opened: the thread (and
+     * whoever held the mutex) is not in this process. */
+    free(r->buf);
+    free(r);
+    s->ring = NULL;
+    return;
+  }
   pthread_mutex_lock(&r->mu);
   r->stop = 1;
   pthread_cond_signal(&r->cv);
@@ -252,6 +262,7 @@ static void ring_start(wds__stream *s) {
     return;
   }
   r->eager = !wds__source_is_regular(s->src);
+  r->pid = getpid();
   s->ring = r;
   /* Signals go to the program's threads, never this one. */
   sigset_t all, old;
@@ -277,6 +288,10 @@ static ssize_t ring_wait(wds__stream *s, size_t cap, wds__err *err) {
    * source's read would. */
   if (wds__cancelled(s->io.cancel))
     return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
+  if (r->pid != getpid())
+    return wds__fail(err, WDS_ERR_IO,
+                     "read in a fork()ed child: the stream's reading thread "
+                     "runs in the parent (open shards after forking)");
   pthread_mutex_lock(&r->mu);
   while (r->tail == r->head && !r->done) {
     r->consumer_want = cap < RING_WAKE_BYTES ? cap : RING_WAKE_BYTES;
@@ -301,6 +316,10 @@ static ssize_t ring_wait(wds__stream *s, size_t cap, wds__err *err) {
 /* The caller is done with n bytes at head: the thread may fill them. */
 static void ring_release(wds__stream *s, size_t n) {
   ring *r = s->ring;
+  if (r->pid != getpid()) { /* a fork()ed child: no thread to tell */
+    r->head += n;
+    return;
+  }
   pthread_mutex_lock(&r->mu);
   r->head += n;
   if (r->producer_waits && RING_BYTES - (r->tail - r->head) >= RING_WAKE_BYTES)

@@ -534,6 +534,39 @@ TEST(close_while_the_thread_is_blocked_or_waits_for_space) {
   free(p);
 }
 
+TEST(a_forked_child_closes_what_its_parent_opened) {
+  /* The child has no reading thread: its reads fail with a message, its
+   * close frees without joining; the parent's stream is untouched. */
+  char *p = big_zst();
+  wds__io_opts io = {.decode_thread = 1};
+  wds__stream *s;
+  wds__err err = {{0}};
+  ASSERT_EQ_INT(wds__stream_open(p, &io, &s, &err), WDS_OK);
+  uint8_t buf[4096];
+  ssize_t first = wds__stream_read(s, buf, sizeof buf, &err);
+  ASSERT_TRUE(first > 0);
+  pid_t child = fork();
+  if (child == 0) {
+    ssize_t k;
+    while ((k = wds__stream_read(s, buf, sizeof buf, &err)) > 0) {
+    }
+    int ok = k == WDS_ERR_IO && strstr(err.msg, "fork") != NULL;
+    wds__stream_close(s);
+    _exit(ok ? 0 : 1);
+  }
+  int status = -1;
+  ASSERT_EQ_INT(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ssize_t k;
+  size_t total = (size_t)first;
+  while ((k = wds__stream_read(s, buf, sizeof buf, &err)) > 0)
+    total += (size_t)k;
+  ASSERT_EQ_INT(k, 0);
+  ASSERT_EQ_U64(total, (size_t)2 << 20);
+  wds__stream_close(s);
+  free(p);
+}
+
 int main(void) {
   const char *t = getenv("TMPDIR");
   snprintf(dir, sizeof dir, "%s/wds-test-stream-XXXXXX", t ? t : "/tmp");
@@ -550,6 +583,7 @@ int main(void) {
   RUN(cancel_while_the_thread_waits_on_a_stalled_pipe);
   RUN(read_timeout_on_a_stalled_pipe);
   RUN(close_while_the_thread_is_blocked_or_waits_for_space);
+  RUN(a_forked_child_closes_what_its_parent_opened);
   test_remove_tree(dir);
   return test_summary();
 }
