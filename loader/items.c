@@ -5,7 +5,11 @@
  * chunk ("Carving" below). A worker allocates from its own pool (`local`,
  * no lock); the collator hands blocks back in bulk after each batch into
  * the pool's `shared` list (under its mutex), which the worker takes over
- * whole when its own runs dry. Sizes only grow to the largest seen; a pool
+ * whole when its own runs dry. A small request (16 KiB or less) is never
+ * served by a block over 64 KiB (wds__blk_fits); when the top of the list
+ * is such a block it looks BLK_SCAN blocks down, then in `shared`, for a
+ * small one before carving a fresh one (the collator hands back small and
+ * large blocks mixed). Sizes only grow to the largest seen; a pool
  * keeps at most `limit` blocks. The fast path of wds__blk_alloc (the last
  * block fits) is inline in internal.h.
  *
@@ -121,6 +125,24 @@ static blk_head *carve(blk_pool *bp, size_t bytes) {
   return h;
 }
 
+/* How far down a free list a small request looks past large blocks. */
+#define BLK_SCAN 16
+
+/* A block of v's top BLK_SCAN that fits need (small), taken out of v (the
+ * top one moves into its place), or NULL. */
+static void *take_small(void **v, size_t *len, size_t need) {
+  size_t n = *len, stop = n > BLK_SCAN ? n - BLK_SCAN : 0;
+  for (size_t i = n; i-- > stop;) {
+    void *p = v[i];
+    if (wds__blk_fits(((blk_head *)p - 1)->cap, need)) {
+      v[i] = v[n - 1];
+      *len = n - 1;
+      return p;
+    }
+  }
+  return NULL;
+}
+
 void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need) {
   if (!bp)
     goto fresh;
@@ -143,8 +165,20 @@ void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need) {
       bp->local_len--;
       return p;
     }
-    if (cap >= need)
-      break; /* large, kept for a large request: a fresh small one */
+    if (cap >= need) {
+      /* Large, kept for a large request: a small block further down (the
+       * collator hands back small and large mixed), else the shared list's,
+       * else a fresh small one. */
+      void *q = take_small(bp->local, &bp->local_len, need);
+      if (!q) {
+        pthread_mutex_lock(&bp->mu);
+        q = take_small(bp->shared, &bp->shared_len, need);
+        pthread_mutex_unlock(&bp->mu);
+      }
+      if (q)
+        return q;
+      break;
+    }
     bp->local_len--;
     wds__blk_free(p); /* too small: sizes grow to the largest seen */
   }

@@ -160,6 +160,54 @@ TEST(blocks_freed_on_two_threads) {
   pthread_join(t, NULL);
 }
 
+/* The image/defer steady state: each sample asks a small block (its raw
+ * header), then two large ones (a deferred field, a decoded image); the
+ * collator hands them back large, small, large. After a warm-up batch
+ * every request is served by a recycled block: none carved, none
+ * malloc'd, also when the top of the free list is a large block and the
+ * request small. */
+TEST(small_blocks_are_recycled_past_large_ones) {
+  blk_pool bp;
+  pool_init(&bp);
+  enum { B = 8, ROUNDS = 40 };
+  void *prev[3 * B], *cur[3 * B];
+  blk_returns r = {0};
+  uint64_t carved_after_warmup = 0;
+  for (int round = 0; round < ROUNDS; round++) {
+    for (int i = 0; i < B; i++) {
+      void **s = &cur[3 * i];
+      s[0] = wds__blk_alloc(&bp, 0, 2000);
+      s[1] = wds__blk_alloc(&bp, 0, 100 << 10);
+      s[2] = wds__blk_alloc(&bp, 0, 100 << 10);
+      ASSERT_TRUE(s[0] && s[1] && s[2]);
+    }
+    ASSERT_TRUE(fill_and_check(cur, 3 * B));
+    if (round == 1)
+      carved_after_warmup = bp.carved;
+    if (round >= 2) { /* every block one of the last round's */
+      ASSERT_EQ_U64(bp.carved, carved_after_warmup);
+      for (int i = 0; i < 3 * B; i++) {
+        int seen = 0;
+        for (int k = 0; k < 3 * B && !seen; k++)
+          seen = cur[i] == prev[k];
+        if (!seen)
+          printf("  round %d: block %d (%s) is fresh\n", round, i,
+                 i % 3 ? "large" : "small");
+        ASSERT_TRUE(seen);
+      }
+    }
+    for (int i = 0; i < B; i++) {
+      wds__blk_return(&r, cur[3 * i + 1]);
+      wds__blk_return(&r, cur[3 * i]);
+      wds__blk_return(&r, cur[3 * i + 2]);
+    }
+    wds__blk_flush(&bp, &r);
+    memcpy(prev, cur, sizeof prev);
+  }
+  free(r.v);
+  wds__blk_pool_destroy(&bp);
+}
+
 int main(void) {
   RUN(small_fresh_blocks_are_carved);
   RUN(recycled_blocks_come_back_before_new_ones);
@@ -167,5 +215,6 @@ int main(void) {
   RUN(a_chunk_outlives_its_pool);
   RUN(carving_stops_at_its_budget);
   RUN(blocks_freed_on_two_threads);
+  RUN(small_blocks_are_recycled_past_large_ones);
   return test_summary();
 }
