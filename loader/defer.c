@@ -20,6 +20,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,8 +31,65 @@
 
 void (*wds__defer_read_hook)(const char *url);
 
-static int64_t mtime_ns(const struct stat *st) {
-  return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+/* Handles open in the process (all workers of all loaders). */
+static atomic_int fh_held;
+atomic_size_t wds__fh_res_bytes;
+
+/* The process's budget of held descriptors: a quarter of the soft
+ * RLIMIT_NOFILE (read at each open: a program may change it). */
+static int fh_budget(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return 16;
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur / 4 > (rlim_t)1 << 20)
+    return 1 << 20;
+  return (int)(rl.rlim_cur / 4);
+}
+
+/* One bit per page of fd's file (size bytes) set when the page is in the
+ * page cache, from mincore over an untouched mapping in steps of a fixed
+ * vector; *any: some page is. NULL when that cannot be known. */
+static uint64_t *residency_bits(int fd, uint64_t size, size_t page,
+                                size_t *npages, int *any) {
+  *any = 0;
+  if (size == 0 || size > SIZE_MAX / 2)
+    return NULL;
+  size_t len = (size_t)size, pages = (len + page - 1) / page;
+  uint64_t *bits = calloc((pages + 63) / 64, sizeof *bits);
+  if (!bits)
+    return NULL;
+  char *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    free(bits);
+    return NULL;
+  }
+  enum { STEP = 4096 };
+  unsigned char vec[STEP];
+  for (size_t p = 0; p < pages; p += STEP) {
+    size_t n = pages - p < STEP ? pages - p : STEP;
+    size_t bytes = p + n == pages ? len - p * page : n * page;
+    if (mincore(m + p * page, bytes, vec) != 0) {
+      munmap(m, len);
+      free(bits);
+      return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+      if (vec[i] & 1) {
+        bits[(p + i) / 64] |= (uint64_t)1 << ((p + i) % 64);
+        *any = 1;
+      }
+  }
+  munmap(m, len);
+  *npages = pages;
+  return bits;
+}
+
+static void res_free(wds__fh *fh) {
+  if (fh->res) {
+    atomic_fetch_sub(&wds__fh_res_bytes, (fh->npages + 63) / 64 * 8);
+    free(fh->res);
+    fh->res = NULL;
+  }
 }
 
 wds__fh *wds__fh_open(int fd, wds_defer_reads mode, blk_pool *bp) {
@@ -41,38 +100,49 @@ wds__fh *wds__fh_open(int fd, wds_defer_reads mode, blk_pool *bp) {
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
     return NULL;
-  unsigned char *res = NULL;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uint64_t *res = NULL;
   size_t npages = 0;
   if (mode == WDS_DEFER_AUTO) {
-    res = wds__file_residency(fd, (uint64_t)st.st_size, &npages);
-    size_t any = 0;
-    for (size_t i = 0; res && i < npages && !any; i++)
-      any = res[i] & 1;
+    int any = 0;
+    res = residency_bits(fd, (uint64_t)st.st_size, page, &npages, &any);
     if (!any) { /* none of it cached, or unknown: read in the stream */
       free(res);
       return NULL;
     }
   }
-  wds__fh *fh = malloc(sizeof *fh);
-  if (!fh) {
+  if (atomic_fetch_add(&fh_held, 1) >= fh_budget()) {
+    atomic_fetch_sub(&fh_held, 1); /* the process's budget is spent */
     free(res);
     return NULL;
   }
-  fh->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (fh->fd < 0) {
+  wds__fh *fh = malloc(sizeof *fh);
+  if (fh)
+    fh->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (!fh || fh->fd < 0) {
+    atomic_fetch_sub(&fh_held, 1);
     free(res);
     free(fh);
     return NULL; /* out of descriptors: read in the stream */
   }
   fh->res = res;
+  fh->auto_ = mode == WDS_DEFER_AUTO;
   fh->npages = npages;
-  fh->page = (size_t)sysconf(_SC_PAGESIZE);
+  fh->page = page;
+  if (res)
+    atomic_fetch_add(&wds__fh_res_bytes, (npages + 63) / 64 * 8);
   atomic_init(&fh->refs, 1);
   fh->size = (uint64_t)st.st_size;
-  fh->mtime_ns = mtime_ns(&st);
   fh->open = &bp->fh_open;
   atomic_fetch_add(fh->open, 1);
   return fh;
+}
+
+void wds__fh_scan_done(wds__fh *fh) {
+  if (fh) {
+    res_free(fh);
+    fh->npages = 0;
+  }
 }
 
 void wds__fh_put(wds__fh *fh) {
@@ -80,20 +150,21 @@ void wds__fh_put(wds__fh *fh) {
     return;
   close(fh->fd);
   atomic_fetch_sub(fh->open, 1);
-  free(fh->res);
+  atomic_fetch_sub(&fh_held, 1);
+  res_free(fh);
   free(fh);
 }
 
 int wds__fh_defers(const wds__fh *fh, uint64_t off, uint64_t size) {
-  if (!fh->res)
+  if (!fh->auto_)
     return 1;
-  if (size == 0)
+  if (size == 0 || !fh->res)
     return 0;
   uint64_t a = off / fh->page, b = (off + size - 1) / fh->page;
   if (b >= fh->npages)
     return 0; /* past the file's size at open: the stream finds out */
   for (uint64_t p = a; p <= b; p++)
-    if (!(fh->res[p] & 1))
+    if (!(fh->res[p / 64] >> (p % 64) & 1))
       return 0;
   return 1;
 }
@@ -147,14 +218,12 @@ int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
       if (fstat(f->fh->fd, &fs) != 0) {
         snprintf(whyb, sizeof whyb, "%s", strerror(errno));
         why = whyb;
-      } else if ((uint64_t)fs.st_size != f->fh->size ||
-                 mtime_ns(&fs) != f->fh->mtime_ns) {
+      } else if ((uint64_t)fs.st_size != f->fh->size) {
         snprintf(whyb, sizeof whyb,
                  "the file changed since the shard was opened (size %llu, "
-                 "was %llu%s)",
+                 "was %llu)",
                  (unsigned long long)fs.st_size,
-                 (unsigned long long)f->fh->size,
-                 mtime_ns(&fs) != f->fh->mtime_ns ? "; modified" : "");
+                 (unsigned long long)f->fh->size);
         why = whyb;
       }
       checked = f->fh;

@@ -226,6 +226,7 @@ static void feed_close_reader(feed *src) {
     wds_reader_close(src->rd);
     src->rd = NULL;
   }
+  wds__fh_scan_done(src->fh);
   wds__fh_put(src->fh); /* deferred fields hold their own references */
   src->fh = NULL;
   src->defer = -1;

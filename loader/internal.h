@@ -53,25 +53,32 @@
 typedef struct wds__fh {
   atomic_int refs;
   int fd;
-  uint64_t size;      /* at open: a change is an error */
-  int64_t mtime_ns;   /* at open */
-  atomic_int *open;   /* the pool's count of open handles (the cap) */
-  unsigned char *res; /* AUTO: the file's pages in the page cache at open
-                         (wds__file_residency); NULL: defer every field */
+  uint64_t size;    /* at open: a change is an error (not the mtime) */
+  atomic_int *open; /* the pool's count of open handles (the cap) */
+  int auto_;        /* AUTO: defer only fields whose pages are in res */
+  uint64_t *res;    /* AUTO: one bit per page in the page cache at open,
+                       while the feed reads the shard (then NULL) */
   size_t npages, page;
 } wds__fh;
 
 /* A handle on fd's file (duplicated) when deferral applies under mode:
- * not OFF, fd a regular file (not -1), fewer than WDS__FH_CAP open in bp,
- * and under AUTO some of the file in the page cache; else NULL (read in
- * the stream). One reference, the caller's. */
+ * not OFF, fd a regular file (not -1), fewer than WDS__FH_CAP open in bp
+ * and in the process fewer than a quarter of the soft RLIMIT_NOFILE, and
+ * under AUTO some of the file in the page cache; else NULL (read in the
+ * stream). One reference, the caller's. */
 typedef struct blk_pool blk_pool;
 wds__fh *wds__fh_open(int fd, wds_defer_reads mode, blk_pool *bp);
 /* Whether the field at off (size bytes) is deferred: always under ON;
  * under AUTO when all its pages were in the page cache at open (a read
- * from there is as cheap in any order; from a disk it is not). */
+ * from there is as cheap in any order; from a disk it is not). Only until
+ * wds__fh_scan_done. */
 int wds__fh_defers(const wds__fh *fh, uint64_t off, uint64_t size);
+/* The feed is done with the shard: AUTO's bitmap is freed (the handle
+ * lives on for its deferred fields). NULL: no-op. */
+void wds__fh_scan_done(wds__fh *fh);
 void wds__fh_put(wds__fh *fh); /* drops a reference; NULL: no-op */
+/* Bytes of AUTO bitmaps held in the process (tests). */
+extern atomic_size_t wds__fh_res_bytes;
 
 typedef struct raw_field {
   const char *ext;

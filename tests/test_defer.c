@@ -13,6 +13,7 @@
  * cache. */
 #include <fcntl.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -374,17 +375,24 @@ TEST(more_shards_than_the_handle_cap) {
 /* The hook truncates or replaces the shard at the first deferred read,
  * after every sample was scanned (the buffer holds them all). */
 static const char *hook_path;
-static int hook_action; /* 1 truncate, 2 replace by rename */
+static int hook_action; /* 1 truncate, 2 replace by rename, 3 touch */
 static int hook_calls;
+static size_t hook_res_bytes; /* wds__fh_res_bytes at the first read */
 
 static void defer_hook(const char *url) {
   (void)url;
   if (hook_calls++ || !hook_path)
     return;
+  hook_res_bytes = atomic_load(&wds__fh_res_bytes);
   if (hook_action == 1) {
     if (truncate(hook_path, 600000) != 0)
       perror("truncate");
-  } else {
+  } else if (hook_action == 3) {
+    /* a new mtime, the bytes unchanged (touch; a cache hit's futimens) */
+    struct timespec ts[2] = {{0, UTIME_NOW}, {2000000000, 0}};
+    if (utimensat(AT_FDCWD, hook_path, ts, 0) != 0)
+      perror("touch");
+  } else if (hook_action == 2) {
     char tmp[400];
     snprintf(tmp, sizeof tmp, "%s.new", hook_path);
     if (write_shard(tmp, 1000, 3) != 0 || rename(tmp, hook_path) != 0)
@@ -458,6 +466,94 @@ TEST(a_shard_replaced_before_the_read) {
   ASSERT_TRUE(o.st.deferred_fields > 0);
   ASSERT_TRUE(ref.len == o.len && memcmp(ref.b, o.b, ref.len) == 0);
   out_free(&ref);
+  out_free(&o);
+}
+
+/* A shard touched (its mtime changed, its bytes not) between scan and
+ * read: the deferred reads succeed, the output is the one without
+ * deferral (a cached remote shard's mtime changes on every cache hit). */
+TEST(a_shard_touched_before_the_read) {
+  static shardset s2;
+  ASSERT_EQ_INT(make_set(&s2, "touch", 2, 20), 0);
+  wds_loader_config c = cfg_of(&s2);
+  c.shuffle_buffer = 100;
+  c.defer_reads = WDS_DEFER_OFF;
+  out ref, o;
+  run_cfg(&c, 1, &ref);
+  ASSERT_EQ_INT(ref.status, WDS_OK);
+  c.defer_reads = WDS_DEFER_ON;
+  wds__defer_read_hook = defer_hook;
+  hook_path = s2.paths[0];
+  hook_action = 3;
+  hook_calls = 0;
+  run_cfg(&c, 1, &o);
+  hook_path = NULL;
+  wds__defer_read_hook = NULL;
+  ASSERT_TRUE(hook_calls > 0);
+  if (o.status != WDS_OK)
+    printf("  touched: %s\n", o.err);
+  ASSERT_EQ_INT(o.status, WDS_OK);
+  ASSERT_TRUE(o.st.deferred_fields > 0);
+  ASSERT_TRUE(ref.len == o.len && memcmp(ref.b, o.b, ref.len) == 0);
+  out_free(&ref);
+  out_free(&o);
+}
+
+/* A low RLIMIT_NOFILE: the descriptors held for deferred reads stay
+ * within one per-process budget (a quarter of the soft limit) shared by
+ * all workers, so many shards and several workers still open every shard;
+ * the batches are the same as without deferral. */
+TEST(held_descriptors_stay_within_the_fd_limit) {
+  static shardset many;
+  ASSERT_EQ_INT(make_set(&many, "nofile", 120, 2), 0);
+  struct rlimit old;
+  ASSERT_EQ_INT(getrlimit(RLIMIT_NOFILE, &old), 0);
+  int fds0 = open_fds();
+  struct rlimit low = old;
+  low.rlim_cur = (rlim_t)(fds0 + 56);
+  if (old.rlim_cur != RLIM_INFINITY && old.rlim_cur < low.rlim_cur)
+    low.rlim_cur = old.rlim_cur;
+  ASSERT_EQ_INT(setrlimit(RLIMIT_NOFILE, &low), 0);
+  wds_loader_config c = cfg_of(&many);
+  c.shuffle_buffer = 1000;
+  c.batch_size = 16;
+  c.workers = 4;
+  int ok = same_all_ways(c, 1, "low RLIMIT_NOFILE, 4 workers");
+  c.workers = 6;
+  ok = ok && same_all_ways(c, 1, "low RLIMIT_NOFILE, 6 workers");
+  ASSERT_EQ_INT(setrlimit(RLIMIT_NOFILE, &old), 0);
+  ASSERT_TRUE(ok);
+  ASSERT_EQ_INT(open_fds(), fds0);
+}
+
+/* AUTO's page-cache bitmap lives only while the feed reads its shard:
+ * when the first deferred read comes, every shard was scanned (the buffer
+ * holds them all) and their fields wait, but at most one shard's bitmap
+ * (one bit a page) is still held; none after close. */
+TEST(auto_keeps_one_bitmap_while_fields_wait) {
+  wds_loader_config c = cfg_of(&set6);
+  c.shuffle_buffer = 1000;
+  c.defer_reads = WDS_DEFER_AUTO;
+  struct stat st;
+  ASSERT_EQ_INT(stat(set6.paths[0], &st), 0);
+  size_t one = ((size_t)st.st_size / 4096 + 64) / 8 + 8;
+  wds__defer_read_hook = defer_hook;
+  hook_path = set6.paths[0];
+  hook_action = 0;
+  hook_calls = 0;
+  hook_res_bytes = (size_t)-1;
+  out o;
+  run_cfg(&c, 1, &o);
+  hook_path = NULL;
+  wds__defer_read_hook = NULL;
+  ASSERT_EQ_INT(o.status, WDS_OK);
+  ASSERT_TRUE(hook_calls > 0);
+  printf("  %llu fields deferred; bitmaps held at the first read: %zu bytes "
+         "(one shard's: up to %zu)\n",
+         (unsigned long long)o.st.deferred_fields, hook_res_bytes, one);
+  ASSERT_TRUE(o.st.deferred_fields > 0);
+  ASSERT_TRUE(hook_res_bytes <= one);
+  ASSERT_EQ_U64(atomic_load(&wds__fh_res_bytes), 0);
   out_free(&o);
 }
 
@@ -545,6 +641,9 @@ int main(void) {
   RUN(more_shards_than_the_handle_cap);
   RUN(a_shard_truncated_before_the_read);
   RUN(a_shard_replaced_before_the_read);
+  RUN(a_shard_touched_before_the_read);
+  RUN(held_descriptors_stay_within_the_fd_limit);
+  RUN(auto_keeps_one_bitmap_while_fields_wait);
   RUN(auto_reads_an_uncached_file_in_the_stream);
   RUN(only_plain_local_files_are_deferred);
   test_remove_tree(tmpdir);
