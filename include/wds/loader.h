@@ -99,7 +99,7 @@ typedef enum wds_error_policy {
 
 /* wds_loader_config.defer_reads */
 typedef enum wds_defer_reads {
-  WDS_DEFER_AUTO = 0, /* from shards wholly in the page cache */
+  WDS_DEFER_AUTO = 0, /* fields whose pages are all in the page cache */
   WDS_DEFER_ON = 1,   /* from every local uncompressed shard */
   WDS_DEFER_OFF = 2   /* never: every field is read in the stream */
 } wds_defer_reads;
@@ -257,10 +257,14 @@ typedef struct wds_loader_config {
   /* Large fields (16 KiB and more) of a shard that is a local file read
    * without compression can stay in the file while their sample waits in
    * the shuffle buffer (only offset and size held), and are read (pread)
-   * when it leaves: AUTO (the default) from shards whose file is wholly in
-   * the page cache when opened, ON from every such shard, OFF never. The
-   * batches are the same either way; a file that changed or shrank before
-   * a deferred field is read is an error (on_error) naming it. */
+   * when it leaves: AUTO (the default) from shards with pages in the page
+   * cache when opened, each field deferred only when all its pages were
+   * cached then; ON every such field; OFF never. The batches are the same
+   * either way; a file whose size changed (it shrank or was rewritten)
+   * before a deferred field is read is an error (on_error) naming it (a
+   * new mtime alone is not). Held descriptors: at most 32 per worker and a
+   * quarter of the soft RLIMIT_NOFILE per process; past that a shard is
+   * read in the stream. */
   wds_defer_reads defer_reads;
 } wds_loader_config;
 
