@@ -18,7 +18,8 @@
 #   * a cache that cannot be written (below a regular file; a read-only
 #     directory when not root) does not fail the read: ls, verify, index and
 #     batches succeed as without it, and each notes it once on stderr;
-#   * `wds bench` reads the cache too;
+#   * `wds bench` reads the cache too, also with deferred reads from an
+#     entry opened twice in one run (each hit touches its mtime);
 #   * a stale temporary file of a dead writer is deleted; local shards and
 #     pipe: are never cached.
 # Skips (77) when nginx is not installed or wds was built without libcurl.
@@ -146,6 +147,19 @@ w bench2 bench --cache-dir c9 "$BASE/s-00.tar"
 if [[ $RC == 0 && $(requests) == 1 ]] && whole c9 s-00.tar; then ok bench_uses_the_cache; else bad bench_uses_the_cache "exit $RC, $(requests) requests" "$(head -3 bench2.err)"; fi
 w bench3 bench --cache-size 1G "$BASE/s-00.tar"
 expect_rc bench_cache_size_needs_dir 2 bench3
+
+# deferred reads from a cached shard opened twice in one run (warm cache):
+# each cache hit touches the entry's mtime, which must not fail the fields
+# deferred from the first open (review 1, finding 1)
+dbench() { w "$1" bench --decode bin --cache-dir c10 --workers 1 --batch-size 2 \
+  --shuffle-buffer 100 --defer-reads on --json "$BASE/big-0.tar::$BASE/big-0.tar"; }
+dbench dcache1
+dbench dcache2
+if [[ $RC == 0 ]] && grep -q '"batches": 6,' dcache2.out && ! grep -q '"deferred_fields": 0,' dcache2.out; then
+  ok deferred_reads_from_a_cache_entry_opened_twice
+else
+  bad deferred_reads_from_a_cache_entry_opened_twice "exit $RC" "$(head -c 600 dcache2.out; head -3 dcache2.err)"
+fi
 
 # the loader: two epochs in one process, one request per shard in all
 "$WDS" batches --mode exact --workers 2 --batch-size 16 --decode bin,cls \
