@@ -15,6 +15,7 @@
 
 #include "base/rng.h"
 #include "loader/plan.h"
+#include "pipeline/decode.h"
 #include "shards/tarw.h"
 #include "test.h"
 #include "test_files.h"
@@ -1981,6 +1982,96 @@ TEST(images_decode_into_fixed_shapes_deterministically) {
   free(first);
 }
 
+/* Image rows are written into the slot by the copy job (the decoder's
+ * last pass, deferred): every row equals wds__decode_image of its sample,
+ * RGB and gray, in full batches (copied by the workers and the collator)
+ * and the last, partial one, with 1 and 2 workers. */
+TEST(image_rows_equal_the_decoder) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/rows.tar", tmpdir);
+  wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
+  wds__tarw *w;
+  wds__err e;
+  enum { N = 11 };
+  unsigned char *jpg[N];
+  unsigned long jsize[N];
+  ASSERT_EQ_INT(wds__tarw_open_path(path, &o, &w, &e), WDS_OK);
+  tjhandle tj = tjInitCompress();
+  ASSERT_TRUE(tj != NULL);
+  for (int i = 0; i < N; i++) {
+    int W = 45 + 23 * i, H = 33 + 17 * (i % 4), gray = i % 3 == 0;
+    int ch = gray ? 1 : 3;
+    uint8_t *pix = malloc((size_t)W * H * ch);
+    for (int y = 0; y < H; y++)
+      for (int x = 0; x < W; x++)
+        for (int k = 0; k < ch; k++)
+          pix[((size_t)y * W + x) * ch + k] =
+              (uint8_t)((x * 7 + y * 13 + k * 50 + i * 31) ^ (x * y));
+    jpg[i] = NULL;
+    jsize[i] = 0;
+    ASSERT_EQ_INT(tjCompress2(tj, pix, W, 0, H, gray ? TJPF_GRAY : TJPF_RGB,
+                              &jpg[i], &jsize[i],
+                              gray ? TJSAMP_GRAY : TJSAMP_420, 85, 0),
+                  0);
+    char name[64];
+    snprintf(name, sizeof name, "r%02d.jpg", i);
+    wds__tarw_add(w, name, jpg[i], jsize[i], &e);
+    free(pix);
+  }
+  tjDestroy(tj);
+  ASSERT_EQ_INT(wds__tarw_finish(w, &e), WDS_OK);
+  wds__tarw_close(w);
+  wds__decoder *d = wds__decoder_new();
+  for (int ch = 1; ch <= 3; ch += 2)
+    for (int workers = 1; workers <= 2; workers++) {
+      wds_field_spec fs[1] = {{"jpg", WDS_DECODE_AUTO, ch, 40, 30}};
+      wds_loader_config c = WDS_LOADER_CONFIG_INIT;
+      c.spec = path;
+      c.rank = 0;
+      c.world_size = 1;
+      c.workers = 1;
+      c.fields = fs;
+      c.field_count = 1;
+      c.batch_size = 4;
+      c.shuffle_buffer = 5;
+      c.seed = (uint64_t)(ch * 10 + workers);
+      const char *urls[2] = {path, path};
+      if (workers == 2) { /* two workers need two shards: the same one */
+        c.spec = NULL;
+        c.urls = urls;
+        c.url_count = 2;
+        c.workers = 2;
+      }
+      wds_loader *l;
+      ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+      size_t row = (size_t)40 * 30 * (size_t)ch, seen = 0;
+      uint8_t *want = malloc(row);
+      const wds_batch *b;
+      int rc;
+      while ((rc = wds_loader_next(l, &b)) == WDS_OK) {
+        ASSERT_EQ_U64(b->fields[0].size_bytes, b->rows * row);
+        for (size_t r = 0; r < b->rows; r++) {
+          int i = atoi(b->keys[r] + 1);
+          ASSERT_TRUE(i >= 0 && i < N && b->valid[r]);
+          wds__image_opts io = {40, 30, ch, WDS_CROP_CENTER, 0.08, 1.0, 0};
+          ASSERT_EQ_INT(wds__decode_image(d, jpg[i], jsize[i], &io, want, &e),
+                        WDS_OK);
+          ASSERT_TRUE(memcmp((const uint8_t *)b->fields[0].data + r * row, want,
+                             row) == 0);
+          seen++;
+        }
+        wds_loader_release(l, b);
+      }
+      ASSERT_EQ_INT(rc, WDS_EOF);
+      ASSERT_EQ_U64(seen, (uint64_t)N * (uint64_t)workers);
+      free(want);
+      wds_loader_close(l);
+    }
+  wds__decoder_free(d);
+  for (int i = 0; i < N; i++)
+    tjFree(jpg[i]);
+}
+
 /* ---- memory ---- */
 
 static long rss_kib(void) {
@@ -2359,6 +2450,7 @@ int main(void) {
   RUN(release_from_another_thread);
   RUN(environment_rank_and_world);
   RUN(images_decode_into_fixed_shapes_deterministically);
+  RUN(image_rows_equal_the_decoder);
   RUN(rss_stays_flat_over_epochs);
   RUN(read_timeout_names_the_shard_and_the_wait);
   RUN(cancel_wakes_a_next_blocked_on_a_read);
