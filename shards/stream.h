@@ -46,15 +46,9 @@ const char *wds__stream_codec(const wds__stream *s);
  * stream's, so a member's data_offset is where pread finds it. Else -1. */
 int wds__stream_file_fd(const wds__stream *s);
 
-/* Stops the decoding thread, if any (a read it is blocked in ends at once),
- * and frees everything. NULL is a no-op. */
 /* Stops the reading thread, if any (a read it is blocked in ends at once),
  * and frees everything. NULL is a no-op. */
 void wds__stream_close(wds__stream *s);
-
-/* Tests only: when non-zero, replaces every stream's
- * wds__io_opts.decode_thread (> 0 always, < 0 never). */
-extern int wds__stream_decode_thread;
 
 /* Tests only: when non-zero, replaces every stream's
  * wds__io_opts.decode_thread (> 0 always, < 0 never). */
