@@ -129,13 +129,13 @@ static blk_head *carve(blk_pool *bp, size_t bytes) {
 #define BLK_SCAN 16
 
 /* A block of v's top BLK_SCAN that fits need (small), taken out of v (the
- * top one moves into its place), or NULL. */
+ * ones above it move down: the list's order is kept), or NULL. */
 static void *take_small(void **v, size_t *len, size_t need) {
   size_t n = *len, stop = n > BLK_SCAN ? n - BLK_SCAN : 0;
   for (size_t i = n; i-- > stop;) {
     void *p = v[i];
     if (wds__blk_fits(((blk_head *)p - 1)->cap, need)) {
-      v[i] = v[n - 1];
+      memmove(&v[i], &v[i + 1], (n - 1 - i) * sizeof *v);
       *len = n - 1;
       return p;
     }
