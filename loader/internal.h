@@ -53,12 +53,13 @@
 typedef struct wds__fh {
   atomic_int refs;
   int fd;
-  uint64_t size;    /* at open: a change is an error (not the mtime) */
-  atomic_int *open; /* the pool's count of open handles (the cap) */
-  int auto_;        /* AUTO: defer only fields whose pages are in res */
-  uint64_t *res;    /* AUTO: one bit per page in the page cache at open,
-                       while the feed reads the shard (then NULL) */
-  size_t npages, page;
+  uint64_t size;       /* at open: a change is an error (not the mtime) */
+  atomic_int *open;    /* the pool's count of open handles (the cap) */
+  int auto_;           /* AUTO: defer only fields whose granules are in res */
+  uint64_t *res;       /* AUTO: one bit per granule (1 MiB) whose first and
+                          last pages were in the page cache at open, while the
+                          feed reads the shard (then NULL) */
+  size_t npages, page; /* AUTO: granules and a granule's bytes */
 } wds__fh;
 
 /* A handle on fd's file (duplicated) when deferral applies under mode:
@@ -69,7 +70,7 @@ typedef struct wds__fh {
 typedef struct blk_pool blk_pool;
 wds__fh *wds__fh_open(int fd, wds_defer_reads mode, blk_pool *bp);
 /* Whether the field at off (size bytes) is deferred: always under ON;
- * under AUTO when all its pages were in the page cache at open (a read
+ * under AUTO when all its granules were in the page cache at open (a read
  * from there is as cheap in any order; from a disk it is not). Only until
  * wds__fh_scan_done. */
 int wds__fh_defers(const wds__fh *fh, uint64_t off, uint64_t size);

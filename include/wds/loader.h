@@ -259,12 +259,12 @@ typedef struct wds_loader_config {
    * the shuffle buffer (only offset and size held), and are read (pread)
    * when it leaves: AUTO (the default) from shards with pages in the page
    * cache when opened, each field deferred only when all its pages were
-   * cached then; ON every such field; OFF never. The batches are the same
-   * either way; a file whose size changed (it shrank or was rewritten)
-   * before a deferred field is read is an error (on_error) naming it (a
-   * new mtime alone is not). Held descriptors: at most 32 per worker and a
-   * quarter of the soft RLIMIT_NOFILE per process; past that a shard is
-   * read in the stream. */
+   * cached then (judged per MiB of the file by its first and last pages); ON
+   * every such field; OFF never. The batches are the same either way; a file
+   * whose size changed (it shrank or was rewritten) before a deferred field is
+   * read is an error (on_error) naming it (a new mtime alone is not). Held
+   * descriptors: at most 32 per worker and a quarter of the soft RLIMIT_NOFILE
+   * per process; past that a shard is read in the stream. */
   wds_defer_reads defer_reads;
 } wds_loader_config;
 
