@@ -234,7 +234,7 @@ static void ring_stop(wds__stream *s) {
 }
 
 /* CPUs this process may run on. */
-static int cpu_count(void) {
+int wds__cpu_count(void) {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) != 0)
     return 1;
@@ -647,8 +647,8 @@ int wds__stream_open(const char *url, const wds__io_opts *opts,
   const char *env = want == 0 ? getenv("WDS_READ_THREAD") : NULL;
   if (env && *env) /* benchmarks: "0" never, anything else always */
     want = strcmp(env, "0") == 0 ? -1 : 1;
-  if (want > 0 ||
-      (want == 0 && cpu_count() >= 2 * (atomic_load(&open_compressed) + 1))) {
+  if (want > 0 || (want == 0 && wds__cpu_count() >=
+                                    2 * (atomic_load(&open_compressed) + 1))) {
     if (wds__cancel_init(&s->stop_tok) == 0)
       s->io.stop = &s->stop_tok;
     else /* no eventfd: a close could wait up to WDS__CANCEL_POLL_MS */

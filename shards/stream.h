@@ -50,6 +50,9 @@ int wds__stream_file_fd(const wds__stream *s);
  * and frees everything. NULL is a no-op. */
 void wds__stream_close(wds__stream *s);
 
+/* CPUs this process may run on (its affinity mask; 1 if unknown). */
+int wds__cpu_count(void);
+
 /* Tests only: when non-zero, replaces every stream's
  * wds__io_opts.decode_thread (> 0 always, < 0 never). */
 extern int wds__stream_decode_thread;
