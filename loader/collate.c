@@ -9,8 +9,15 @@
  * batch's first valid row has set dtype and shape (a later row that
  * differs is an error, or an invalid row under the skip policy), VARIABLE
  * rows end to end with batch_size + 1 offsets. An invalid row is zeros (an
- * empty VARIABLE row). The last batch of an epoch is kept, dropped or
- * padded by repeating its first rows, marked invalid. */
+ * empty VARIABLE row), except a VARIABLE row whose deferred read failed in
+ * the copy (item_field.defer: the raw bytes read with pread straight into
+ * the row): the rows after it are placed already, so under the skip policy
+ * it keeps its size, zero-filled, marked invalid (wds__batch_reads_check). The
+ * last batch of an epoch is kept, dropped or padded by repeating its first
+ * rows, marked invalid. */
+#include <stdio.h>
+
+#include "base/url.h"
 #include "loader/internal.h"
 
 static int slot_reserve(const wds__collate *c, slot_buf *b, size_t need,
@@ -44,8 +51,11 @@ int wds__slot_init(const wds__collate *c, slot *s, int index, wds__err *e) {
   s->sources = calloc(bs, sizeof *s->sources);
   s->valid = calloc(bs, 1);
   s->key_off = calloc(bs, sizeof *s->key_off);
+  s->read_err = calloc(bs, sizeof *s->read_err);
+  s->read_err_field = calloc(bs, sizeof *s->read_err_field);
+  atomic_init(&s->read_errs, 0);
   if (!s->bf || !s->buf || !s->offsets || !s->keys || !s->urls || !s->sources ||
-      !s->valid || !s->key_off)
+      !s->valid || !s->key_off || !s->read_err || !s->read_err_field)
     return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
   s->batch.keys = (const char *const *)s->keys;
   s->batch.urls = s->urls;
@@ -85,6 +95,8 @@ void wds__slot_free(const wds__collate *c, slot *s) {
   free(s->valid);
   free(s->key_off);
   free(s->key_arena);
+  free(s->read_err);
+  free(s->read_err_field);
   memset(s, 0, sizeof *s);
 }
 
@@ -175,6 +187,7 @@ int wds__batch_assign(const wds__collate *c, slot *s, filling *fl,
   s->urls[row] = r ? c->urls[r->shard] : "";
   s->sources[row] = r && c->shard_source ? c->shard_source[r->shard] : 0;
   s->valid[row] = (uint8_t)valid;
+  s->read_err[row] = 0;
   if (!valid)
     atomic_fetch_add_explicit(c->fill_rows, 1, memory_order_relaxed);
   size_t bs = c->batch_size;
@@ -223,6 +236,25 @@ int wds__batch_reserve(const wds__collate *c, slot *s, const filling *fl,
   return reserve_rows(c, s, fl->rows, 0, e);
 }
 
+/* Reads row's deferred field i (f->defer) straight into dst, its row; a
+ * failure leaves the row zeros and is noted on the slot for
+ * wds__batch_reads_check (only this thread writes the row's notes). */
+static void copy_read(const wds__collate *c, slot *s, const item *it,
+                      size_t row, size_t i, uint8_t *dst) {
+  const raw_field *rf = it->f[i].defer;
+  if (wds__defer_copy_hook)
+    wds__defer_copy_hook(c->urls[it->raw->shard], it->raw->key);
+  int en = wds__defer_pread(rf, dst);
+  if (en == 0)
+    return;
+  memset(dst, 0, rf->size);
+  if (!s->read_err[row]) {
+    s->read_err[row] = en;
+    s->read_err_field[row] = (uint32_t)i;
+  }
+  atomic_fetch_add_explicit(&s->read_errs, 1, memory_order_relaxed);
+}
+
 void wds__batch_copy(const wds__collate *c, slot *s, const item *const *items,
                      size_t row0, size_t row1) {
   for (size_t row = row0; row < row1; row++) {
@@ -234,7 +266,9 @@ void wds__batch_copy(const wds__collate *c, slot *s, const item *const *items,
       uint8_t *mem = s->buf[i].mem;
       if (c->fields[i].def->layout == WDS__ROW_VARIABLE) {
         uint64_t at = s->offsets[i][row], n = s->offsets[i][row + 1] - at;
-        if (n)
+        if (n && f->defer)
+          copy_read(c, s, it, row, i, mem + at);
+        else if (n)
           memcpy(mem + at, f->data, (size_t)n);
       } else if (bf->row_bytes) {
         uint8_t *dst = mem + row * bf->row_bytes;
@@ -249,6 +283,49 @@ void wds__batch_copy(const wds__collate *c, slot *s, const item *const *items,
   }
 }
 
+int wds__batch_reads_check(const wds__collate *c, slot *s,
+                           const item *const *items, size_t row0, size_t row1,
+                           wds__err *e) {
+  if (atomic_load_explicit(&s->read_errs, memory_order_acquire) == 0)
+    return WDS_OK;
+  atomic_store_explicit(&s->read_errs, 0, memory_order_relaxed);
+  for (size_t row = row0; row < row1; row++) {
+    int en = s->read_err[row];
+    if (!en)
+      continue;
+    s->read_err[row] = 0;
+    const item *it = items[row - row0];
+    const raw_field *rf = it->f[s->read_err_field[row]].defer;
+    char ub[WDS__URL_REDACT_MAX];
+    wds__fail(e, WDS_ERR_IO,
+              "%s: sample \"%s\": field '%s': cannot read its %zu bytes at "
+              "offset %llu: %s",
+              wds__url_redact(c->urls[it->raw->shard], ub, sizeof ub),
+              it->raw->key, rf->ext, rf->size, (unsigned long long)rf->off,
+              wds__defer_why(en));
+    if (c->on_error == WDS_ON_ERROR_STOP)
+      return WDS_ERR_IO;
+    /* Skip: the row becomes zeros, every field (its fields that were read
+     * were copied), and keeps its sizes (the rows after it are placed). */
+    for (size_t i = 0; i < c->nfields; i++) {
+      uint8_t *mem = s->buf[i].mem;
+      if (c->fields[i].def->layout == WDS__ROW_VARIABLE) {
+        uint64_t at = s->offsets[i][row], n = s->offsets[i][row + 1] - at;
+        if (n)
+          memset(mem + at, 0, (size_t)n);
+      } else if (s->bf[i].row_bytes) {
+        memset(mem + row * s->bf[i].row_bytes, 0, s->bf[i].row_bytes);
+      }
+    }
+    if (s->valid[row]) {
+      s->valid[row] = 0;
+      atomic_fetch_add_explicit(c->fill_rows, 1, memory_order_relaxed);
+    }
+    c->skip(c->skip_ctx, e->msg);
+  }
+  return WDS_OK;
+}
+
 int wds__batch_put(const wds__collate *c, slot *s, filling *fl, const item *it,
                    wds__err *e) {
   int rc = wds__batch_assign(c, s, fl, it, e);
@@ -257,7 +334,7 @@ int wds__batch_put(const wds__collate *c, slot *s, filling *fl, const item *it,
   if ((rc = reserve_rows(c, s, fl->rows, 1, e)) != WDS_OK)
     return rc;
   wds__batch_copy(c, s, &it, fl->rows - 1, fl->rows);
-  return WDS_OK;
+  return wds__batch_reads_check(c, s, &it, fl->rows - 1, fl->rows, e);
 }
 
 /* Repeats the first rows, marked invalid, up to batch_size (WDS_LAST_PAD). */

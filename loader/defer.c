@@ -6,7 +6,10 @@
  * shuffle buffer holds the shard's file handle, the data's offset and its
  * size instead of the bytes (feed.c). When the sample leaves the buffer,
  * the worker reads each such field with pread into a recycled block of its
- * pool (wds__defer_read), then decodes as usual. So the shuffle buffer's
+ * pool (wds__defer_read), then decodes as usual; a field wanted only by
+ * rows of raw bytes (at_copy) is not read there: its file's size is
+ * checked and the batch copy preads it into its slot row
+ * (wds__defer_pread, collate.c). So the shuffle buffer's
  * memory is not touched until the sample is used: no fresh pages faulted
  * in and zeroed for a buffer of samples that only waits.
  *
@@ -30,6 +33,7 @@
 #include "shards/source.h"
 
 void (*wds__defer_read_hook)(const char *url);
+void (*wds__defer_copy_hook)(const char *url, const char *key);
 
 /* Handles open in the process (all workers of all loaders). */
 static atomic_int fh_held;
@@ -208,6 +212,17 @@ static int pread_all(int fd, uint8_t *dst, size_t size, uint64_t off) {
   return 0;
 }
 
+int wds__defer_pread(const raw_field *f, void *dst) {
+  return pread_all(f->fh->fd, dst, f->size, f->off);
+}
+
+const char *wds__defer_why(int en) {
+  return en == ENODATA
+             ? "the file ends before it (truncated since the shard was "
+               "opened?)"
+             : strerror(en);
+}
+
 int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
                     wds__defer_stats *st, wds__err *e) {
   size_t i = 0;
@@ -241,6 +256,11 @@ int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
       }
       checked = f->fh;
     }
+    if (!why && f->at_copy) { /* the batch copy reads it into its row */
+      st->fields++;
+      st->bytes += f->size;
+      continue;
+    }
     void *b = NULL;
     if (!why) {
       b = wds__blk_alloc(bp, owner, f->size ? f->size : 1);
@@ -252,9 +272,7 @@ int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
       int en = pread_all(f->fh->fd, b, f->size, f->off);
       if (en) {
         wds__blk_free(b);
-        why = en == ENODATA ? "the file ends before it (truncated since the "
-                              "shard was opened?)"
-                            : strerror(en);
+        why = wds__defer_why(en);
       }
     }
     if (why) {

@@ -90,6 +90,8 @@ typedef struct raw_field {
                   read by the worker when the sample leaves the shuffle
                   buffer (wds__defer_read); NULL once read */
   uint64_t off;
+  int at_copy; /* deferred and wanted only by passthrough VARIABLE rows: the
+                  batch copy reads it into the slot row (worker.c) */
 } raw_field;
 
 /* A sample taken from the reader: only the fields some output wants. One
@@ -164,6 +166,12 @@ typedef struct slot {
   char *key_arena;
   size_t key_len, key_cap;
   size_t *key_off;
+  /* Deferred reads in the batch copy (collate.c): per row the errno of its
+   * first failed read (0: none) and that field, written by the thread that
+   * copies the row; the count of failures, read after the copies. */
+  int *read_err;
+  uint32_t *read_err_field;
+  atomic_uint read_errs;
 } slot;
 
 enum { READY_SLOT, READY_EOF, READY_ERROR };
@@ -560,18 +568,27 @@ typedef struct wds__defer_stats {
 } wds__defer_stats;
 
 /* Reads r's deferred fields (raw_field.fh) into blocks of bp (owner's), so
- * r looks as if read in the stream (nothing to do for a sample without).
- * WDS_OK, or an error naming the shard (url, redacted), sample, field and
- * offset in e (the sample's other deferred fields are dropped; WDS_ERR_NOMEM
- * when a block could not be had). Counted in *st. */
+ * r looks as if read in the stream (nothing to do for a sample without),
+ * except those marked at_copy: their file's size is checked and they stay
+ * deferred, for the batch copy to read into the slot row. WDS_OK, or an
+ * error naming the shard (url, redacted), sample, field and offset in e
+ * (the sample's other deferred fields are dropped; WDS_ERR_NOMEM when a
+ * block could not be had). Counted in *st. */
 int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
                     wds__defer_stats *st, wds__err *e);
 /* Drops r's deferred fields unread (resume tokens). */
 void wds__defer_drop(raw_sample *r);
+/* Reads f's size bytes (deferred, at_copy) at dst: 0, or the errno (EIO
+ * for a short read, ENODATA for the file's end). Any thread. */
+int wds__defer_pread(const raw_field *f, void *dst);
+/* What a failed deferred read's errno means, for its message. */
+const char *wds__defer_why(int en);
 
 /* Tests only: when set, called by a worker before it reads a sample's
- * deferred fields. */
+ * deferred fields; the copy hook by the batch copy before it reads an
+ * at_copy field of sample key (any thread). */
 extern void (*wds__defer_read_hook)(const char *url);
+extern void (*wds__defer_copy_hook)(const char *url, const char *key);
 
 /* A reader of one shard, as the workers and the counting pass open it: the
  * loader's limits, and reads that its wake token interrupts. */
@@ -649,6 +666,14 @@ int wds__batch_reserve(const wds__collate *c, slot *s, const filling *fl,
                        wds__err *e);
 void wds__batch_copy(const wds__collate *c, slot *s, const item *const *items,
                      size_t row0, size_t row1);
+/* After the copies of rows [row0, row1) (items as for wds__batch_copy) are
+ * done: the deferred reads that failed in them (their rows already zeros)
+ * under the on_error policy, as a decode failure: stop returns WDS_ERR_IO
+ * naming the shard, sample, field and offset of the first such row; skip
+ * marks each such row invalid (its size kept), counted and logged. */
+int wds__batch_reads_check(const wds__collate *c, slot *s,
+                           const item *const *items, size_t row0, size_t row1,
+                           wds__err *e);
 
 /* Rows, keys and sizes published in s->batch. */
 void wds__batch_finish(const wds__collate *c, slot *s, filling *fl);

@@ -6,7 +6,9 @@
  * order (a worker that ends leaves the rotation), discards the resume
  * skip, and assigns rows of pool slots through collate.c; the rows' data
  * is copied by the workers and the collator together ("slot copies"
- * below); full batches go to the ready FIFO that next() pops. Slot states and
+ * below; a deferred read there that fails is applied under the on_error
+ * policy before the batch is posted); full batches go to the ready FIFO
+ * that next() pops. Slot states and
  * the FIFO are under the loader's mutex. run_stop aborts and joins everything
  * (loader.c: "Locks", "Stopping"). */
 #include <stdio.h>
@@ -184,6 +186,20 @@ static void rows_recycle(run *rn, inbox *in, batch_rows *b) {
   b->rows = 0;
 }
 
+/* b's copies are done: its deferred reads that failed there under the
+ * on_error policy (wds__batch_reads_check). 0, or -1: the epoch ends with
+ * the error (posted; b's slot is not). */
+static int rows_check(run *rn, batch_rows *b) {
+  wds__err e;
+  int rc =
+      wds__batch_reads_check(&rn->l->col, &rn->l->slots[b->slot],
+                             (const item *const *)b->items, 0, b->rows, &e);
+  if (rc == WDS_OK)
+    return 0;
+  post_error(rn->l, rc, e.msg);
+  return -1;
+}
+
 static void rows_free(run *rn, batch_rows *b) {
   for (size_t r = 0; r < b->rows; r++)
     wds__item_free(b->items[r], rn->l->nfields);
@@ -253,6 +269,10 @@ static void *collator_main(void *arg) {
     /* The batch being copied, once done, goes out at once. */
     if (pend.slot >= 0 &&
         atomic_load_explicit(&rn->job_left, memory_order_acquire) == 0) {
+      if (rows_check(rn, &pend) != 0) {
+        wds__item_free(it, l->nfields);
+        goto done;
+      }
       post_ready(l, READY_SLOT, pend.slot);
       pend.slot = -1;
       rows_recycle(rn, in, &pend);
@@ -265,6 +285,10 @@ static void *collator_main(void *arg) {
         /* Every free slot is taken: the caller may need the one being
          * copied before it releases any. */
         job_finish(rn);
+        if (rows_check(rn, &pend) != 0) {
+          wds__item_free(it, l->nfields);
+          goto done;
+        }
         post_ready(l, READY_SLOT, pend.slot);
         pend.slot = -1;
         rows_recycle(rn, in, &pend);
@@ -298,6 +322,8 @@ static void *collator_main(void *arg) {
       wds__batch_finish(&l->col, s, &fl);
       if (pend.slot >= 0) { /* batches go out in order */
         job_finish(rn);
+        if (rows_check(rn, &pend) != 0)
+          goto done;
         post_ready(l, READY_SLOT, pend.slot);
         rows_recycle(rn, in, &pend);
         return_blocks(rn, in);
@@ -318,6 +344,8 @@ static void *collator_main(void *arg) {
   }
   if (pend.slot >= 0) {
     job_finish(rn);
+    if (rows_check(rn, &pend) != 0)
+      goto done;
     post_ready(l, READY_SLOT, pend.slot);
     pend.slot = -1;
     rows_recycle(rn, in, &pend);
@@ -347,6 +375,10 @@ static void *collator_main(void *arg) {
     if (rc == WDS_OK) {
       wds__batch_copy(&l->col, s, (const item *const *)bcur.items, 0,
                       bcur.rows);
+      rc = wds__batch_reads_check(&l->col, s, (const item *const *)bcur.items,
+                                  0, bcur.rows, &e);
+    }
+    if (rc == WDS_OK) {
       rows_recycle(rn, in, &bcur);
       return_blocks(rn, in);
       rc = wds__batch_last(&l->col, s, &fl, &e);

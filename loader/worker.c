@@ -7,8 +7,10 @@
  * (seed, stream, epoch, rank, worker, i). Items the collator will certainly
  * discard on resume pass undecoded ("tokens", loader.c). A sample's
  * deferred fields (defer.c) are read as it leaves the shuffle buffer, just
- * before decoding (never for tokens); a failed read is a decode failure. A
- * decode failure
+ * before decoding (never for tokens); a failed read is a decode failure.
+ * Those wanted only by rows of raw bytes (bytes decoder) stay in the file,
+ * their size checked here: the batch copy reads them into the slot row.
+ * A decode failure
  * under the skip policy keeps the row, zero-filled and marked invalid. The
  * worker's last word (its END item, allocated before it started, or its
  * error) is always delivered. */
@@ -25,6 +27,31 @@ static const raw_field *find_field(const raw_sample *r, const out_field *of) {
           strcmp(r->f[i].ext, of->alts[a]) == 0)
         return &r->f[i];
   return NULL;
+}
+
+/* Whether output field of's rows are the raw bytes, laid end to end: a
+ * deferred raw field wanted only by such outputs is read by the batch copy
+ * straight into its slot row (collate.c), one copy instead of two. */
+static int reads_at_copy(const out_field *of) {
+  return of->def->passthrough && of->def->layout == WDS__ROW_VARIABLE;
+}
+
+/* Marks r's deferred fields that the batch copy reads (raw_field.at_copy). */
+static void mark_copy_reads(const wds_loader *l, raw_sample *r) {
+  size_t k = 0;
+  while (k < r->nfields && !r->f[k].fh)
+    k++;
+  if (k == r->nfields)
+    return; /* nothing deferred */
+  for (size_t i = 0; i < r->nfields; i++)
+    r->f[i].at_copy = 0;
+  for (int pass = 0; pass < 2; pass++) /* a field any decoder reads: not */
+    for (size_t i = 0; i < l->nfields; i++) {
+      const out_field *of = &l->fields[i];
+      raw_field *rf = (raw_field *)find_field(r, of);
+      if (rf && rf->fh && reads_at_copy(of) == !pass)
+        rf->at_copy = !pass;
+    }
 }
 
 /* Row memory for a decoder: a block of the worker's pool. */
@@ -62,6 +89,13 @@ static int decode_item(wds_loader *l, wds__decoder *dec, worker *w,
                        wds__url_redact(url, ub, sizeof ub), r->key, of->name,
                        r->all_exts && r->all_exts[0] ? r->all_exts
                                                      : "no fields");
+    if (rf->fh && rf->at_copy) { /* read by the batch copy */
+      memset(&it->f[i], 0, sizeof it->f[i]);
+      it->f[i].dtype = WDS_DTYPE_BYTES;
+      it->f[i].size = rf->size;
+      it->f[i].defer = rf;
+      continue;
+    }
     call.rng_key = of->def->random
                        ? wds__mix64(aug_key ^ wds__mix64(wds__mix64(seq) ^ i))
                        : 0;
@@ -152,6 +186,7 @@ void *wds__worker_main(void *arg) {
       it->valid = 0;
     } else if (!token) {
       wds__err e;
+      mark_copy_reads(l, r);
       int rc = wds__defer_read(r, l->urls.urls[r->shard], w->pool, w->index,
                                &deferred, &e);
       if (rc == WDS_OK) {

@@ -66,6 +66,12 @@ typedef struct wds__field_value {
    * write only reads data, cannot fail (the decode did all that can) and
    * may run on any thread, and at once for different values. */
   void (*write)(const void *data, void *dst);
+  /* A deferred read (the loader's, VARIABLE rows of passthrough decoders;
+   * not a decoder's): the row's size bytes are still in the shard file;
+   * this is the loader's raw field (loader/internal.h raw_field: handle,
+   * offset, size) and the batch copy reads them with pread straight into
+   * the row. Unlike write, that read can fail (loader/collate.c). */
+  const void *defer;
   union {
     int64_t i64;
     double f64;

@@ -441,6 +441,126 @@ TEST(a_shard_truncated_before_the_read) {
   wds__defer_read_hook = NULL;
 }
 
+/* The copy hook truncates the shard (to nothing) when the batch copy
+ * reads sample copy_key's deferred bytes into its slot row, after the
+ * worker checked the file's size: a field read in the copy fails there. */
+static char copy_key[64];
+static const char *copy_path;
+static atomic_int copy_hits;
+
+static void copy_hook(const char *url, const char *key) {
+  (void)url;
+  if (!copy_path || strcmp(key, copy_key) != 0 ||
+      atomic_fetch_add(&copy_hits, 1) != 0)
+    return;
+  if (truncate(copy_path, 0) != 0)
+    perror("truncate");
+}
+
+/* A key of shard url in the last batch of c's epoch (c->defer_reads OFF):
+ * its rows are assigned after every sample was read and size-checked. */
+static int last_batch_key(const wds_loader_config *c, const char *url,
+                          char *key, size_t n) {
+  wds_loader *l;
+  if (wds_loader_open(c, &l) != WDS_OK)
+    return -1;
+  const wds_batch *b;
+  key[0] = '\0';
+  while (wds_loader_next(l, &b) == WDS_OK) {
+    key[0] = '\0';
+    for (size_t r = 0; r < b->rows && !key[0]; r++)
+      if (strcmp(b->urls[r], url) == 0)
+        snprintf(key, n, "%s", b->keys[r]);
+    wds_loader_release(l, b);
+  }
+  wds_loader_close(l);
+  return key[0] ? 0 : -1;
+}
+
+TEST(a_shard_truncated_before_the_copy) {
+  static shardset s2;
+  ASSERT_EQ_INT(make_set(&s2, "ctrunc", 2, 20), 0);
+  wds_loader_config c = cfg_of(&s2);
+  c.shuffle_buffer = 100;
+  c.shard_shuffle = 0;
+  c.defer_reads = WDS_DEFER_OFF;
+  ASSERT_EQ_INT(last_batch_key(&c, s2.paths[0], copy_key, sizeof copy_key), 0);
+  c.defer_reads = WDS_DEFER_ON;
+  wds__defer_copy_hook = copy_hook;
+  copy_path = s2.paths[0];
+  /* stop: the four full batches before, then the error naming the shard,
+   * the sample, its field and offset */
+  atomic_store(&copy_hits, 0);
+  out o;
+  run_cfg(&c, 1, &o);
+  ASSERT_TRUE(atomic_load(&copy_hits) >= 1); /* once a field */
+  ASSERT_EQ_INT(o.status, WDS_ERR_IO);
+  printf("  stop: %s\n", o.err);
+  ASSERT_EQ_U64(o.rows, 32);
+  char want[100];
+  snprintf(want, sizeof want, "sample \"%s\": field '", copy_key);
+  ASSERT_CONTAINS(o.err, s2.paths[0]);
+  ASSERT_CONTAINS(o.err, want);
+  ASSERT_CONTAINS(o.err, "at offset ");
+  ASSERT_CONTAINS(o.err, "ends before it");
+  out_free(&o);
+  /* skip: the failed rows invalid, zeros, of their sizes; the rest right */
+  ASSERT_EQ_INT(write_shard(s2.paths[0], 0, 20), 0);
+  atomic_store(&copy_hits, 0);
+  c.on_error = WDS_ON_ERROR_SKIP;
+  wds_loader *l;
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+  const wds_batch *b;
+  int rc, seen[40] = {0}, key_invalid = 0;
+  size_t rows = 0, invalid = 0, bad = 0;
+  while ((rc = wds_loader_next(l, &b)) == WDS_OK) {
+    const int64_t *cls = b->fields[0].data;
+    for (size_t r = 0; r < b->rows; r++, rows++) {
+      int id = atoi(b->keys[r]);
+      if (id < 0 || id >= 40 || seen[id]++)
+        bad++;
+      int ok = b->valid[r];
+      if (!ok) {
+        invalid++;
+        key_invalid |= strcmp(b->keys[r], copy_key) == 0;
+        bad += strcmp(b->urls[r], s2.paths[0]) != 0 || cls[r] != 0;
+      } else {
+        bad += cls[r] != id;
+      }
+      for (int f = 0; f < 2; f++) {
+        const uint8_t *d = b->fields[1 + f].data;
+        const uint64_t *off = b->fields[1 + f].offsets;
+        size_t n = f ? 17000 + 1000 * (size_t)(id % 5) : bin_sizes[id % NBIN];
+        if (off[r + 1] - off[r] != n) {
+          bad++;
+          continue;
+        }
+        for (size_t j = 0; j < n; j++)
+          if (d[off[r] + j] != (ok ? byte_of(id, f, j) : 0)) {
+            bad++;
+            break;
+          }
+      }
+    }
+    wds_loader_release(l, b);
+  }
+  wds_loader_stats st;
+  wds_loader_stats_get(l, &st);
+  wds_loader_close(l);
+  wds__defer_copy_hook = NULL;
+  copy_path = NULL;
+  printf("  skip: %zu invalid rows of %zu, %llu skipped\n", invalid, rows,
+         (unsigned long long)st.skipped);
+  ASSERT_EQ_INT(rc, WDS_EOF);
+  ASSERT_TRUE(atomic_load(&copy_hits) >= 1); /* once a field */
+  ASSERT_EQ_U64(rows, 40);
+  ASSERT_EQ_U64(bad, 0);
+  ASSERT_TRUE(key_invalid);
+  ASSERT_TRUE(invalid >= 1 && invalid <= 8);
+  ASSERT_EQ_U64(st.skipped, invalid);
+  ASSERT_EQ_U64(st.fill_rows, invalid);
+}
+
 /* A shard renamed over between scan and read: its deferred fields still
  * come from the file that was scanned (the handle holds the inode), so the
  * output is the one without the replacement. */
@@ -640,6 +760,7 @@ int main(void) {
   RUN(same_batches_with_resume_and_eager_next_epoch);
   RUN(more_shards_than_the_handle_cap);
   RUN(a_shard_truncated_before_the_read);
+  RUN(a_shard_truncated_before_the_copy);
   RUN(a_shard_replaced_before_the_read);
   RUN(a_shard_touched_before_the_read);
   RUN(held_descriptors_stay_within_the_fd_limit);
