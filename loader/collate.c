@@ -15,9 +15,6 @@
  * it keeps its size, zero-filled, marked invalid (wds__batch_reads_check). The
  * last batch of an epoch is kept, dropped or padded by repeating its first
  * rows, marked invalid. */
-#include <stdio.h>
-
-#include "base/url.h"
 #include "loader/internal.h"
 
 static int slot_reserve(const wds__collate *c, slot_buf *b, size_t need,
@@ -296,13 +293,8 @@ int wds__batch_reads_check(const wds__collate *c, slot *s,
     s->read_err[row] = 0;
     const item *it = items[row - row0];
     const raw_field *rf = it->f[s->read_err_field[row]].defer;
-    char ub[WDS__URL_REDACT_MAX];
-    wds__fail(e, WDS_ERR_IO,
-              "%s: sample \"%s\": field '%s': cannot read its %zu bytes at "
-              "offset %llu: %s",
-              wds__url_redact(c->urls[it->raw->shard], ub, sizeof ub),
-              it->raw->key, rf->ext, rf->size, (unsigned long long)rf->off,
-              wds__defer_why(en));
+    wds__defer_fail(e, c->urls[it->raw->shard], it->raw->key, rf,
+                    wds__defer_why(en));
     if (c->on_error == WDS_ON_ERROR_STOP)
       return WDS_ERR_IO;
     /* Skip: the row becomes zeros, every field (its fields that were read

@@ -216,6 +216,16 @@ int wds__defer_pread(const raw_field *f, void *dst) {
   return pread_all(f->fh->fd, dst, f->size, f->off);
 }
 
+int wds__defer_fail(wds__err *e, const char *url, const char *key,
+                    const raw_field *f, const char *why) {
+  char ub[WDS__URL_REDACT_MAX];
+  return wds__fail(e, WDS_ERR_IO,
+                   "%s: sample \"%s\": field '%s': cannot read its %zu bytes "
+                   "at offset %llu: %s",
+                   wds__url_redact(url, ub, sizeof ub), key, f->ext, f->size,
+                   (unsigned long long)f->off, why);
+}
+
 const char *wds__defer_why(int en) {
   return en == ENODATA
              ? "the file ends before it (truncated since the shard was "
@@ -230,7 +240,6 @@ int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
     i++;
   if (i == r->nfields)
     return WDS_OK; /* nothing deferred: no clock read */
-  char ub[WDS__URL_REDACT_MAX];
   const wds__fh *checked = NULL;
   if (wds__defer_read_hook)
     wds__defer_read_hook(url);
@@ -269,7 +278,7 @@ int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
         st->ns += wds__now_ns() - t0;
         return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
       }
-      int en = pread_all(f->fh->fd, b, f->size, f->off);
+      int en = wds__defer_pread(f, b);
       if (en) {
         wds__blk_free(b);
         why = wds__defer_why(en);
@@ -278,11 +287,7 @@ int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
     if (why) {
       wds__defer_drop(r);
       st->ns += wds__now_ns() - t0;
-      return wds__fail(e, WDS_ERR_IO,
-                       "%s: sample \"%s\": field '%s': cannot read its %zu "
-                       "bytes at offset %llu: %s",
-                       wds__url_redact(url, ub, sizeof ub), r->key, f->ext,
-                       f->size, (unsigned long long)f->off, why);
+      return wds__defer_fail(e, url, r->key, f, why);
     }
     f->data = b;
     f->blk = b;

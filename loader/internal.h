@@ -583,6 +583,11 @@ void wds__defer_drop(raw_sample *r);
 int wds__defer_pread(const raw_field *f, void *dst);
 /* What a failed deferred read's errno means, for its message. */
 const char *wds__defer_why(int en);
+/* The error of deferred field f of sample key in the shard at url (named
+ * with its secrets hidden) that could not be read: WDS_ERR_IO, the message
+ * naming shard, sample, field, size, offset and why. Worker and copy. */
+int wds__defer_fail(wds__err *e, const char *url, const char *key,
+                    const raw_field *f, const char *why);
 
 /* Tests only: when set, called by a worker before it reads a sample's
  * deferred fields; the copy hook by the batch copy before it reads an

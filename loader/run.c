@@ -186,18 +186,24 @@ static void rows_recycle(run *rn, inbox *in, batch_rows *b) {
   b->rows = 0;
 }
 
-/* b's copies are done: its deferred reads that failed there under the
- * on_error policy (wds__batch_reads_check). 0, or -1: the epoch ends with
- * the error (posted; b's slot is not). */
-static int rows_check(run *rn, batch_rows *b) {
+/* b's copies are done: its deferred reads that failed there go under the
+ * on_error policy (wds__batch_reads_check), then b goes out and its items
+ * back to their workers. 0, or -1: the epoch ends with the error (posted;
+ * b's slot is not, and b is left as it was for the cleanup). */
+static int post_copied(run *rn, inbox *in, batch_rows *b) {
   wds__err e;
   int rc =
       wds__batch_reads_check(&rn->l->col, &rn->l->slots[b->slot],
                              (const item *const *)b->items, 0, b->rows, &e);
-  if (rc == WDS_OK)
-    return 0;
-  post_error(rn->l, rc, e.msg);
-  return -1;
+  if (rc != WDS_OK) {
+    post_error(rn->l, rc, e.msg);
+    return -1;
+  }
+  post_ready(rn->l, READY_SLOT, b->slot);
+  b->slot = -1;
+  rows_recycle(rn, in, b);
+  return_blocks(rn, in);
+  return 0;
 }
 
 static void rows_free(run *rn, batch_rows *b) {
@@ -269,14 +275,10 @@ static void *collator_main(void *arg) {
     /* The batch being copied, once done, goes out at once. */
     if (pend.slot >= 0 &&
         atomic_load_explicit(&rn->job_left, memory_order_acquire) == 0) {
-      if (rows_check(rn, &pend) != 0) {
+      if (post_copied(rn, in, &pend) != 0) {
         wds__item_free(it, l->nfields);
         goto done;
       }
-      post_ready(l, READY_SLOT, pend.slot);
-      pend.slot = -1;
-      rows_recycle(rn, in, &pend);
-      return_blocks(rn, in);
     }
     if (fl.slot < 0) {
       uint64_t t0 = wds__now_ns();
@@ -285,14 +287,10 @@ static void *collator_main(void *arg) {
         /* Every free slot is taken: the caller may need the one being
          * copied before it releases any. */
         job_finish(rn);
-        if (rows_check(rn, &pend) != 0) {
+        if (post_copied(rn, in, &pend) != 0) {
           wds__item_free(it, l->nfields);
           goto done;
         }
-        post_ready(l, READY_SLOT, pend.slot);
-        pend.slot = -1;
-        rows_recycle(rn, in, &pend);
-        return_blocks(rn, in);
       }
       if (fl.slot < 0)
         fl.slot = acquire_slot(l, rn, 1);
@@ -322,11 +320,8 @@ static void *collator_main(void *arg) {
       wds__batch_finish(&l->col, s, &fl);
       if (pend.slot >= 0) { /* batches go out in order */
         job_finish(rn);
-        if (rows_check(rn, &pend) != 0)
+        if (post_copied(rn, in, &pend) != 0)
           goto done;
-        post_ready(l, READY_SLOT, pend.slot);
-        rows_recycle(rn, in, &pend);
-        return_blocks(rn, in);
       }
       batch_rows t = pend;
       pend = bcur;
@@ -344,12 +339,8 @@ static void *collator_main(void *arg) {
   }
   if (pend.slot >= 0) {
     job_finish(rn);
-    if (rows_check(rn, &pend) != 0)
+    if (post_copied(rn, in, &pend) != 0)
       goto done;
-    post_ready(l, READY_SLOT, pend.slot);
-    pend.slot = -1;
-    rows_recycle(rn, in, &pend);
-    return_blocks(rn, in);
   }
   if (l->cfg.mode != WDS_MODE_PLAIN) {
     /* Each worker yields exactly its quota, then its last word: an error

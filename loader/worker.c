@@ -45,13 +45,18 @@ static void mark_copy_reads(const wds_loader *l, raw_sample *r) {
     return; /* nothing deferred */
   for (size_t i = 0; i < r->nfields; i++)
     r->f[i].at_copy = 0;
-  for (int pass = 0; pass < 2; pass++) /* a field any decoder reads: not */
-    for (size_t i = 0; i < l->nfields; i++) {
-      const out_field *of = &l->fields[i];
-      raw_field *rf = (raw_field *)find_field(r, of);
-      if (rf && rf->fh && reads_at_copy(of) == !pass)
-        rf->at_copy = !pass;
-    }
+  /* Set for a field some raw-bytes output takes, then cleared again for
+   * one that any decoding output takes (the worker must read it). */
+  for (size_t i = 0; i < l->nfields; i++) {
+    raw_field *rf = (raw_field *)find_field(r, &l->fields[i]);
+    if (rf && rf->fh && reads_at_copy(&l->fields[i]))
+      rf->at_copy = 1;
+  }
+  for (size_t i = 0; i < l->nfields; i++) {
+    raw_field *rf = (raw_field *)find_field(r, &l->fields[i]);
+    if (rf && rf->fh && !reads_at_copy(&l->fields[i]))
+      rf->at_copy = 0;
+  }
 }
 
 /* Row memory for a decoder: a block of the worker's pool. */
