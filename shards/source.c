@@ -40,7 +40,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -611,40 +610,6 @@ int wds__source_is_regular(const wds__source *s) { return s->regular; }
 
 int wds__source_file_fd(const wds__source *s) {
   return s && s->regular ? s->fd : -1;
-}
-
-unsigned char *wds__file_residency(int fd, uint64_t size, size_t *npages) {
-  long pg = sysconf(_SC_PAGESIZE);
-  if (size == 0 || size > SIZE_MAX / 2 || pg <= 0)
-    return NULL;
-  size_t len = (size_t)size;
-  size_t pages = (len + (size_t)pg - 1) / (size_t)pg;
-  void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
-  if (m == MAP_FAILED)
-    return NULL;
-  unsigned char *vec = malloc(pages);
-  if (vec && mincore(m, len, vec) != 0) {
-    free(vec);
-    vec = NULL;
-  }
-  munmap(m, len);
-  *npages = pages;
-  return vec;
-}
-
-int wds__file_resident(int fd) {
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0)
-    return 0;
-  if (st.st_size == 0)
-    return 1;
-  size_t pages = 0;
-  unsigned char *vec = wds__file_residency(fd, (uint64_t)st.st_size, &pages);
-  int all = vec != NULL;
-  for (size_t i = 0; vec && i < pages && all; i++)
-    all = vec[i] & 1;
-  free(vec);
-  return all;
 }
 
 void wds__source_close(wds__source *s) {

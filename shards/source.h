@@ -43,17 +43,6 @@ int wds__source_is_regular(const wds__source *s);
  * anything else (stdin, pipes, http). Owned by the source. */
 int wds__source_file_fd(const wds__source *s);
 
-/* Which pages of fd's file (a regular file, size bytes) are in the page
- * cache now: mincore(2) over a PROT_READ mapping that is never touched (so
- * a file truncated meanwhile cannot fault). Returns a malloc'd vector, one
- * byte per page of sysconf(_SC_PAGESIZE) bytes (bit 0: resident), with
- * *npages set; NULL when it cannot tell (or size is 0). */
-unsigned char *wds__file_residency(int fd, uint64_t size, size_t *npages);
-
-/* Whether every page of fd's file is in the page cache now: 1 yes (an
- * empty file too), 0 no or unknown. */
-int wds__file_resident(int fd);
-
 /* Closes the source. A command that is still running (because the caller
  * stopped reading early) is stopped: that is not an error. NULL is a no-op. */
 void wds__source_close(wds__source *s);
