@@ -255,7 +255,7 @@ int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out) {
      * worker (bench-zst.sh: 0.93 and 0.98 of before, without 1.00 and
      * 1.12). */
     if (wds__cpu_count() < 2 * l->pin.workers)
-      wds__reader_set_decode_thread(*out, -1);
+      wds__reader_set_read_thread(*out, -1);
   }
   return st;
 }

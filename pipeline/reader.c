@@ -230,8 +230,8 @@ void wds_reader_stats_get(const wds_reader *r, wds_reader_stats *out) {
   out->cache_errors = atomic_load(&c->errors);
 }
 
-void wds__reader_set_decode_thread(wds_reader *r, int v) {
-  r->io.decode_thread = v;
+void wds__reader_set_read_thread(wds_reader *r, int v) {
+  r->io.read_thread = v;
 }
 
 void wds__reader_set_cache_stats(wds_reader *r, wds__cache_stats *stats) {

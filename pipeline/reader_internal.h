@@ -50,9 +50,9 @@ void wds__reader_set_sink(wds_reader *r, wds__member_sink sink, void *ctx,
                           uint64_t min_bytes);
 
 /* The reading thread of the compressed shards it opens from the next one
- * on (wds__io_opts.decode_thread: 0 by the process's spare CPUs, > 0
+ * on (wds__io_opts.read_thread: 0 by the process's spare CPUs, > 0
  * always, < 0 never). */
-void wds__reader_set_decode_thread(wds_reader *r, int v);
+void wds__reader_set_read_thread(wds_reader *r, int v);
 
 /* Counts (and reports) the cache's use in stats, shared with other readers,
  * instead of the reader's own counters (NULL: its own). Before the first

@@ -70,13 +70,13 @@ typedef struct wds__io_opts {
   int retries;               /* http(s): 0 = WDS__DEFAULT_RETRIES, < 0 none */
   wds__cache_cfg cache;      /* remote shards: cache.dir NULL = no cache */
   /* A second token that source reads honour like cancel (may be NULL; it
-   * must have an eventfd): stream.c's decoding thread reads the source, and
+   * must have an eventfd): stream.c's reading thread reads the source, and
    * closing the stream sets it to end a read blocked there. */
   const wds__cancel *stop;
   /* The reading thread of a compressed stream (stream.c): 0 = when the
    * process has a spare CPU (or as WDS_READ_THREAD says: 0 never, 1
    * always), > 0 = always, < 0 = never. */
-  int decode_thread;
+  int read_thread;
 } wds__io_opts;
 
 /* Either token is set (each may be NULL). */

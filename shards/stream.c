@@ -21,7 +21,7 @@
  * frame, gzip member or xz block is WDS_ERR_TRUNCATED.
  *
  * The reading thread. A compressed stream may read its source on a thread
- * of its own (wds__io_opts.decode_thread; by default when the process has
+ * of its own (wds__io_opts.read_thread; by default when the process has
  * a spare CPU: at least twice as many CPUs in its affinity mask as
  * compressed streams open, or as the environment's WDS_READ_THREAD says,
  * 0 or 1, for benchmarks), into a ring of RING_BYTES, while the caller's
@@ -466,7 +466,7 @@ static int alloc_input(wds__stream *s, wds__err *err) {
   return WDS_OK;
 }
 
-int wds__stream_decode_thread;
+int wds__stream_read_thread;
 
 static int open_zstd(wds__stream *s, const wds__io_opts *opts, wds__err *err) {
   s->zd = ZSTD_createDCtx();
@@ -642,8 +642,8 @@ int wds__stream_open(const char *url, const wds__io_opts *opts,
   s->io.stop = NULL;
   /* The thread's stop token must be in the source's options, so the choice
    * is made before the codec is known (a plain tar leaves it unused). */
-  int want = wds__stream_decode_thread ? wds__stream_decode_thread
-                                       : s->io.decode_thread;
+  int want =
+      wds__stream_read_thread ? wds__stream_read_thread : s->io.read_thread;
   const char *env = want == 0 ? getenv("WDS_READ_THREAD") : NULL;
   if (env && *env) /* benchmarks: "0" never, anything else always */
     want = strcmp(env, "0") == 0 ? -1 : 1;

@@ -18,7 +18,7 @@
 typedef struct wds__stream wds__stream;
 
 /* opts (NULL: defaults): read timeout and cancellation for the source,
- * the zstd window limit for the decoder, the decoding thread (a compressed
+ * the zstd window limit for the decoder, the reading thread (a compressed
  * stream may read and decompress ahead on a thread of its own; reads,
  * errors and their order are the same either way). */
 int wds__stream_open(const char *url, const wds__io_opts *opts,
@@ -54,7 +54,7 @@ void wds__stream_close(wds__stream *s);
 int wds__cpu_count(void);
 
 /* Tests only: when non-zero, replaces every stream's
- * wds__io_opts.decode_thread (> 0 always, < 0 never). */
-extern int wds__stream_decode_thread;
+ * wds__io_opts.read_thread (> 0 always, < 0 never). */
+extern int wds__stream_read_thread;
 
 #endif

@@ -1207,7 +1207,7 @@ int main(void) {
    * without) its reading thread; unset, stream.c's own rule decides. */
   const char *thread = getenv("WDS_TEST_STREAM_THREAD");
   if (thread)
-    wds__stream_decode_thread = atoi(thread);
+    wds__stream_read_thread = atoi(thread);
   RUN(groups_consecutive_members_by_key);
   RUN(key_rules_match_webdataset);
   RUN(ustar_prefix_gnu_longname_and_pax_path);

@@ -82,7 +82,7 @@ typedef struct run {
 static void read_all(const char *url, int thread, size_t step,
                      size_t drain_after, run *out) {
   memset(out, 0, sizeof *out);
-  wds__io_opts io = {.decode_thread = thread};
+  wds__io_opts io = {.read_thread = thread};
   wds__err err = {{0}};
   wds__stream *s;
   out->open_rc = wds__stream_open(url, &io, &s, &err);
@@ -312,7 +312,7 @@ TEST(window_limit_and_drain_are_unchanged) {
   size_t zn = zframe(z, cap, d, n);
   char *p = save("window.zst", z, zn);
   run a, b;
-  wds__io_opts io = {.decode_thread = 1, .max_window_bytes = 1024};
+  wds__io_opts io = {.read_thread = 1, .max_window_bytes = 1024};
   wds__stream *s;
   wds__err err = {{0}};
   ASSERT_EQ_INT(wds__stream_open(p, &io, &s, &err), WDS_OK);
@@ -412,7 +412,7 @@ TEST(cancel_while_the_thread_waits_on_a_stalled_pipe) {
   char *url = stalled_url(p, "cancel");
   wds__cancel c;
   wds__cancel_init(&c);
-  wds__io_opts io = {.decode_thread = 1, .cancel = &c};
+  wds__io_opts io = {.read_thread = 1, .cancel = &c};
   wds__stream *s;
   wds__err err = {{0}};
   ASSERT_EQ_INT(wds__stream_open(url, &io, &s, &err), WDS_OK);
@@ -440,7 +440,7 @@ TEST(cancel_while_the_thread_waits_on_a_stalled_pipe) {
 TEST(read_timeout_on_a_stalled_pipe) {
   char *p = big_zst();
   char *url = stalled_url(p, "timeout");
-  wds__io_opts io = {.decode_thread = 1, .read_timeout_ms = 300};
+  wds__io_opts io = {.read_thread = 1, .read_timeout_ms = 300};
   wds__stream *s;
   wds__err err = {{0}};
   ASSERT_EQ_INT(wds__stream_open(url, &io, &s, &err), WDS_OK);
@@ -458,7 +458,7 @@ TEST(close_while_the_thread_is_blocked_or_waits_for_space) {
   char *p = big_zst();
   /* Blocked in a stalled pipe's read. */
   char *url = stalled_url(p, "close");
-  wds__io_opts io = {.decode_thread = 1};
+  wds__io_opts io = {.read_thread = 1};
   wds__stream *s;
   wds__err err = {{0}};
   ASSERT_EQ_INT(wds__stream_open(url, &io, &s, &err), WDS_OK);
@@ -538,7 +538,7 @@ TEST(a_forked_child_closes_what_its_parent_opened) {
   /* The child has no reading thread: its reads fail with a message, its
    * close frees without joining; the parent's stream is untouched. */
   char *p = big_zst();
-  wds__io_opts io = {.decode_thread = 1};
+  wds__io_opts io = {.read_thread = 1};
   wds__stream *s;
   wds__err err = {{0}};
   ASSERT_EQ_INT(wds__stream_open(p, &io, &s, &err), WDS_OK);
