@@ -146,7 +146,11 @@ typedef struct queue {
 
 /* ---- slots ---- */
 
-enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+/* FREE -> FILLING (the collator) -> READY (posted) -> HELD (next() gave it
+ * out) -> FREE (release), or HELD -> FENCED (release_after) -> FREE once its
+ * fence is done. HELD and FENCED slots count in `held`, FENCED also in
+ * `fenced`. */
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD, SLOT_FENCED };
 
 typedef struct slot_buf {
   void *mem;
@@ -156,6 +160,8 @@ typedef struct slot_buf {
 typedef struct slot {
   int state;
   wds_batch batch;
+  wds_release_fence fence; /* FENCED: what frees it (loader.c) */
+  uint64_t fence_seq;      /* FENCED: order of release_after calls */
   wds_batch_field *bf;
   slot_buf *buf;      /* per field, from the allocator */
   uint64_t **offsets; /* per field (VARIABLE rows), batch_size + 1 */
@@ -351,6 +357,13 @@ struct wds_loader {
   pthread_mutex_t log_mu;
   slot *slots;
   int nslots, held;
+  /* Fences (wds_loader_release_after): FENCED slots, the next sequence
+   * number, and the lock that makes one thread at a time run callbacks (the
+   * FENCED slots' fence fields change only under it and mu). */
+  int fenced;
+  uint64_t fence_next;
+  pthread_mutex_t fence_mu;
+  int *fence_tmp; /* nslots entries: the FENCED slots seen by a poll */
   int collator_waits; /* the collator is blocked for want of a free slot */
   ready_entry *ready;
   size_t ready_head, ready_len;

@@ -322,6 +322,38 @@ WDS_API int wds_loader_next(wds_loader *l, const wds_batch **out);
  * garbage collector); not after wds_loader_close(). */
 WDS_API void wds_loader_release(wds_loader *l, const wds_batch *b);
 
+/* A consumer that copies a batch asynchronously (cudaMemcpyAsync from the
+ * pinned slot, any DMA) must not give the slot back before the copy has read
+ * it: a worker would refill it under the copy. A fence says when the reads
+ * are over:
+ *   done(ctx)  nonzero once nothing reads the slot any more; must not block
+ *              (cudaEventQuery(ev) != cudaErrorNotReady);
+ *   wait(ctx)  optional: blocks until done() would return nonzero
+ *              (cudaEventSynchronize);
+ *   drop(ctx)  optional: called once, after the slot went back to the pool
+ *              or at close (cudaEventDestroy, freeing ctx).
+ * The callbacks run in the thread that calls wds_loader_next(),
+ * wds_loader_release_after() or wds_loader_close(), never two at once, and
+ * must not call the loader. wds/cuda.h builds a fence from a CUDA event. */
+typedef struct wds_release_fence {
+  int (*done)(void *ctx);
+  void (*wait)(void *ctx);
+  void (*drop)(void *ctx);
+  void *ctx;
+} wds_release_fence;
+
+/* Gives b back like wds_loader_release(), but its slot rejoins the pool only
+ * once fence->done() says its reads are over: b must not be used after the
+ * call. The loader polls its fences in next() (while it waits for a slot a
+ * worker needs, it calls the oldest fence's wait() when there is one, else
+ * polls every millisecond) and waits for every fence in close(). A slot
+ * behind a fence is not "held by the caller": next() does not report
+ * WDS_ERR_INVALID while a fence can still free one. Returns WDS_OK, or
+ * WDS_ERR_INVALID (b not a held batch of l, or fence->done NULL: nothing is
+ * done, drop() is not called). */
+WDS_API int wds_loader_release_after(wds_loader *l, const wds_batch *b,
+                                     const wds_release_fence *fence);
+
 /* Abandons the current epoch; the next call to next() starts `epoch`.
  * Batches the caller holds stay valid until released. */
 WDS_API int wds_loader_set_epoch(wds_loader *l, uint64_t epoch);
