@@ -3,7 +3,8 @@
 import collections.abc
 import os
 
-from ._wds import BytesField, _Loader
+from . import _device
+from ._wds import BytesField, InvalidError, _Loader
 
 # len, indexing, slices, iteration, `in`, ==: a read-only sequence.
 collections.abc.Sequence.register(BytesField)
@@ -50,13 +51,18 @@ class Batch:
     from it keep the memory alive after that (list(field) and array.copy()
     do not). Fields, keys and urls are read from the slot when first asked
     for, so ask before release().
+
+    batch.to("cuda", non_blocking=True) gives a wds.DeviceBatch whose copies
+    may still run: the slot stays out of the pool until they are over, even
+    if this batch is released or dropped at once.
     """
 
     __slots__ = ("_b", "_names", "_arrays", "_keys", "_urls", "_sources",
-                 "_rows", "epoch", "index")
+                 "_rows", "epoch", "index", "_fences")
 
-    def __init__(self, b):
+    def __init__(self, b, fences=None):
         self._b = b
+        self._fences = fences if fences is not None else _device.Fences()
         self._names = b.names  # a tuple, shared by the loader's batches
         self._arrays = {}
         self._keys = None
@@ -144,6 +150,21 @@ class Batch:
         out["__valid__"] = torch.from_numpy(self.valid)
         return out
 
+    def to(self, device, non_blocking=False):
+        """A wds.DeviceBatch: the fields as tensors on a CUDA device ("cuda",
+        "cuda:N", a torch.device), __valid__ too; bytes fields, keys, urls
+        and sources stay on the host. The copies run on the loader's own
+        stream and the current stream waits for them. non_blocking=False
+        also waits on the host until they are over; with True the slot is
+        held until they are (see wds.DeviceBatch), whatever becomes of this
+        batch."""
+        eng = _device.engine(_device.resolve(device))
+        f = self._fences
+        db = _device.to_device(self, eng, f)
+        if not non_blocking:
+            f.drain()
+        return db
+
     def release(self):
         """Gives the slot back (once no array taken from it is alive)."""
         self._arrays = {}
@@ -162,10 +183,10 @@ class Batch:
 
 
 class _EpochIterator:
-    __slots__ = ("_l", "_done")
+    __slots__ = ("_loader", "_done")
 
-    def __init__(self, l):
-        self._l = l
+    def __init__(self, loader):
+        self._loader = loader
         self._done = False
 
     def __iter__(self):
@@ -174,11 +195,11 @@ class _EpochIterator:
     def __next__(self):
         if self._done:
             raise StopIteration
-        b = self._l.next()
+        b = self._loader.next()
         if b is None:
             self._done = True
             raise StopIteration
-        return Batch(b)
+        return b
 
 
 class Source:
@@ -245,7 +266,7 @@ class Loader:
     image_size=224, crop="center", prefetch=4, on_error="stop",
     shard_shuffle=True, read_timeout_ms=0, retries=0, rank_batch_sizes=None,
     cache_dir=None, cache_size=0, allow_pipe_from_files=False,
-    sources=None, eager_next_epoch=False, defer_reads="auto")
+    sources=None, eager_next_epoch=False, defer_reads="auto", device=None)
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -286,6 +307,14 @@ class Loader:
     the shuffle buffer and are read (pread) as it leaves it: "auto" (the
     default) only fields that were in the page cache when the shard was
     opened. The batches are the same; stats() counts deferred_fields.
+
+    device ("cuda", "cuda:N", a torch.device; needs PyTorch) yields
+    wds.DeviceBatch objects instead: each batch's fields and __valid__ as
+    tensors on that GPU (bytes fields as lists of bytes, keys, urls and
+    sources stay on the host). The copies run on a CUDA stream the loader
+    owns, the current stream waits for them (no host synchronisation), and
+    the slot goes back to the pool only once they are over: the loader
+    waits for the oldest copy only when the pool has no slot to spare.
     """
 
     def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
@@ -295,7 +324,12 @@ class Loader:
                  prefetch=4, on_error="stop", shard_shuffle=True,
                  read_timeout_ms=0, retries=0, rank_batch_sizes=None,
                  cache_dir=None, cache_size=0, allow_pipe_from_files=False,
-                 sources=None, eager_next_epoch=False, defer_reads="auto"):
+                 sources=None, eager_next_epoch=False, defer_reads="auto",
+                 device=None):
+        self._fences = _device.Fences()
+        self._engine = None
+        if device is not None:
+            self._engine = _device.engine(_device.resolve(device))
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
         if rank is None or world_size is None:
@@ -350,12 +384,31 @@ class Loader:
     def __iter__(self):
         """The batches of one epoch. An error raised by next() leaves the
         iterator usable (holding every slot is an error to recover from)."""
-        return _EpochIterator(self._l)
+        return _EpochIterator(self)
 
     def next(self):
-        """The next batch, or None at the end of the epoch."""
-        b = self._l.next()
-        return None if b is None else Batch(b)
+        """The next batch (a wds.DeviceBatch with device=), or None at the
+        end of the epoch."""
+        f = self._fences
+        if self._engine is not None:
+            # Slots behind copies: keep one for the workers to fill.
+            f.reserve((int(self._args["prefetch"] or 0) or 4) - 1)
+        else:
+            f.poll()
+        while True:
+            try:
+                b = self._l.next()
+                break
+            except InvalidError:
+                # Every slot out: some may only wait for their copies.
+                if not f.wait_oldest():
+                    raise
+        if b is None:
+            return None
+        batch = Batch(b, f)
+        if self._engine is None:
+            return batch
+        return _device.to_device(batch, self._engine, f, handle=batch)
 
     def __len__(self):
         n = self._l.epoch_batches()
@@ -394,6 +447,7 @@ class Loader:
                     theirs != mine[k]:
                 raise ValueError(f"Loader.load_state_dict: {k} {theirs!r} "
                                  f"is not this loader's {mine[k]!r}")
+        self._fences.drain()
         self._l.close()
         self._open(int(state["epoch"]), int(state["batches"]))
 
@@ -401,7 +455,15 @@ class Loader:
         return self._l.stats()
 
     def close(self):
+        """Waits for copies still reading slots (device=, Batch.to), then
+        stops the loader."""
+        self._fences.drain()
         self._l.close()
+
+    def __del__(self):
+        f = getattr(self, "_fences", None)
+        if f is not None:
+            f.drain()
 
     @property
     def closed(self):
