@@ -295,3 +295,21 @@ def test_gpu_batch_to_non_blocking(shards, monkeypatch):
                 del b
     for d, h in zip(got, want):
         assert np.array_equal(d["npy"].cpu().numpy(), h["npy"])
+
+
+def test_train_ddp_refuses_more_processes_than_gpus():
+    """examples/train_ddp.py says what to do instead of torch's "invalid
+    device ordinal" (its check, called as it is on a GPU machine)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
+    spec = importlib.util.spec_from_file_location("train_ddp", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.gpu_for(1, 2, 2) == torch.device("cuda", 1)
+    with pytest.raises(SystemExit, match=r"4 processes on this node but 2 GPUs.*"
+                       r"--nproc-per-node 2"):
+        mod.gpu_for(3, 4, 2)
+    with pytest.raises(SystemExit, match="but 1 GPU "):
+        mod.gpu_for(0, 2, 1)
