@@ -363,7 +363,7 @@ struct wds_loader {
   int fenced;
   uint64_t fence_next;
   pthread_mutex_t fence_mu;
-  int *fence_tmp; /* nslots entries: the FENCED slots seen by a poll */
+  int *fence_tmp;     /* nslots entries: the FENCED slots seen by a poll */
   int collator_waits; /* the collator is blocked for want of a free slot */
   ready_entry *ready;
   size_t ready_head, ready_len;

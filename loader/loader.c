@@ -598,8 +598,9 @@ int wds_loader_release_after(wds_loader *l, const wds_batch *b,
   pthread_mutex_unlock(&l->mu);
   pthread_mutex_unlock(&l->fence_mu);
   if (!ok) {
-    wds__set_error(l, "wds_loader_release_after: batch %" PRIu64
-                      " of epoch %" PRIu64 " is not held (released twice?)",
+    wds__set_error(l,
+                   "wds_loader_release_after: batch %" PRIu64
+                   " of epoch %" PRIu64 " is not held (released twice?)",
                    b->index, b->epoch);
     return WDS_ERR_INVALID;
   }

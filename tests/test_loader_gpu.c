@@ -1,7 +1,7 @@
 /* test_loader_gpu.c — batch slots are pinned host memory when a GPU is
  * present, and batches copied with wds/cuda.h arrive intact although the
- * copies run late (label gpu). Without a GPU it exits 77, which ctest reports as
- * skipped, visibly. Built only with CUDA (WDS_WITH_CUDA). */
+ * copies run late (label gpu). Without a GPU it exits 77, which ctest reports
+ * as skipped, visibly. Built only with CUDA (WDS_WITH_CUDA). */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <string.h>
