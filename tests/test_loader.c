@@ -1831,9 +1831,9 @@ static size_t late_run(const shardset *s, int mode, late_copy *cp,
     if (rc != WDS_EOF)
       return 0;
   }
-  wds_loader_close(l); /* waits for the fences still pending */
   for (size_t i = 0; mode == 2 && i < k; i++)
-    late_done(&cp[i]);
+    late_done(&cp[i]); /* while the slots are still allocated */
+  wds_loader_close(l); /* waits for the fences still pending */
   return k;
 }
 
