@@ -461,9 +461,13 @@ class Loader:
         self._l.close()
 
     def __del__(self):
+        # Copies still reading slots finish before the slots can go.
         f = getattr(self, "_fences", None)
-        if f is not None:
-            f.drain()
+        if f:
+            try:
+                f.drain()
+            except Exception:  # interpreter shutdown: torch may be gone
+                pass
 
     @property
     def closed(self):
