@@ -1763,6 +1763,7 @@ TEST(holding_every_slot_is_an_error_not_a_hang) {
 typedef struct late_copy {
   const int64_t *src; /* the slot's cls column */
   size_t rows;
+  int slot;
   int64_t dst[16];
   int polls, copied, dropped, waited;
 } late_copy;
@@ -1791,8 +1792,9 @@ enum { LATE_EPOCHS = 3, LATE_MAX = 64 };
 
 /* Every batch of LATE_EPOCHS epochs copied late: mode 0 polls only (no
  * wait()), 1 wait() only (done() never completes by polling), 2 the early
- * release a fence prevents (wds_loader_release, the copy made two batches
- * later). Returns the batches; ids[k][row] the copies' rows. */
+ * release a fence prevents (wds_loader_release, the copy made when a later
+ * batch arrives in the same slot). Returns the batches; ids[k][row] the
+ * rows next() gave. */
 static size_t late_run(const shardset *s, int mode, late_copy *cp,
                        int64_t ids[][16], size_t *rows) {
   wds_loader_config c = base_cfg(s);
@@ -1815,10 +1817,14 @@ static size_t late_run(const shardset *s, int mode, late_copy *cp,
       cc->rows = b->rows;
       memcpy(ids[k], b->fields[0].data, b->rows * sizeof(int64_t));
       rows[k] = b->rows;
+      cc->slot = b->slot;
       if (mode == 2) {
+        /* The copies of earlier batches in this slot run now, late: they
+         * read this batch (no race: it is delivered, not being filled). */
+        for (size_t j = 0; j < k; j++)
+          if (!cp[j].copied && cp[j].slot == b->slot)
+            late_done(&cp[j]);
         wds_loader_release(l, b);
-        if (k >= 2)
-          late_done(&cp[k - 2]); /* the copy runs two batches later */
       } else {
         cc->polls = mode == 1 ? 1 << 30 : 3;
         wds_release_fence f = {late_done, mode == 1 ? late_wait : NULL,
