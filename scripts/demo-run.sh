@@ -22,7 +22,11 @@ train=$build/trainer/wds-train
 data=${DEMO_DATA:-$build/demo-data}
 rm -rf "$data" && mkdir -p "$data"
 echo "--- the data set:"
-/usr/bin/python3 "$root/scripts/make-digits.py" "$data/files"
+# Debian's python3 first (python3-sklearn's digits); else $PYTHON3 or the
+# python3 on PATH (make-digits.py needs only the standard library).
+py=${PYTHON3:-python3}
+[ -n "${PYTHON3:-}" ] || [ ! -x /usr/bin/python3 ] || py=/usr/bin/python3
+"$py" "$root/scripts/make-digits.py" "$data/files"
 "$wds" write -o "$data/digits-train-%04d.tar" --maxcount 300 "$data/files/train"
 "$wds" write -o "$data/digits-eval-%04d.tar" "$data/files/eval"
 train_spec="$data/digits-train-{0000..0004}.tar"
