@@ -12,7 +12,9 @@
  *     totals, all-gather of checksums, take_loss over several steps;
  *   * H2D: uploading pinned batches (the backend's path, labels and flags
  *     included) reaches >= 0.8 of a plain pinned cudaMemcpy of the same
- *     size, timed in the same process;
+ *     size, timed in the same process (not checked, only printed, with
+ *     WDS_TEST_UNDER_SANITIZER set: scripts/gpu-run.sh under
+ *     compute-sanitizer);
  *   * per-rank batch sizes: a CUDA rank over 32 rows matches CPU ranks of
  *     24 and 8 rows (and, with two GPUs, CUDA ranks of 24 and 8 one CPU
  *     rank of 32): the all-reduce adds gradient sums and counts;
@@ -539,7 +541,12 @@ TEST(h2d_upload_reaches_pinned_memcpy) {
          "backend upload %.2f GB/s (copy engine %.2f GB/s): ratio %.3f "
          "(target >= 0.8)\n",
          bytes, best_plain, best_up, engine, ratio);
-  CHECK(ratio >= 0.8);
+  /* Under compute-sanitizer (scripts/gpu-run.sh sets this) every API call
+   * is intercepted: the copies are checked, their speed is not. */
+  if (getenv("WDS_TEST_UNDER_SANITIZER"))
+    printf("    (under compute-sanitizer: the ratio is not checked)\n");
+  else
+    CHECK(ratio >= 0.8);
 done:
   if (dev)
     cudaFree(dev);
