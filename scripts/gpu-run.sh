@@ -6,9 +6,10 @@
 # venv, the carried libraries), compiles the Python extension against that
 # machine's Python and the carried libwds.a, then runs, each step under a
 # time limit and all of it within a budget (default 540 s):
-#   ctest -L gpu           test_loader_gpu, test_trainer_gpu, tools_train_gpu
-#                          (the H2D ratio against plain pinned cudaMemcpy
-#                          comes from test_trainer_gpu's output)
+#   ctest -L gpu           test_loader_gpu, test_trainer_gpu (the H2D ratio
+#                          against plain pinned cudaMemcpy comes from its
+#                          output), then tools_train_gpu (train.sh and the
+#                          README's demo on --device cuda) as its own step
 #   memcheck, racecheck    compute-sanitizer on test_loader_gpu and
 #                          test_trainer_gpu (memcheck with --leak-check
 #                          full and tests/gpu/compute-sanitizer.supp.xml),
@@ -27,7 +28,9 @@
 # and their limits without running anything. Exit status: 1 when a step
 # failed or ran out of time, else 0.
 #
-# Usage: scripts/gpu-run.sh [--dry-run] [CARRY_DIR]   (default: gpu-carry)
+# Usage: scripts/gpu-run.sh [--dry-run] [--only STEP,...] [CARRY_DIR]
+#   (CARRY_DIR default: gpu-carry; --only runs those steps, set-up always,
+#   e.g. --only bench-data,bench-feed,bench-train to run the benchmarks again)
 # Environment: OUT (logs go to $OUT/gpu-run when set, else CARRY_DIR/logs),
 # WDS_GPU_BUDGET (seconds, default 540), TORCH_PY (default
 # /opt/torch/.venv/bin/python3, else python3), BENCH_STEPS (default 50),
@@ -35,10 +38,17 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dry=0
-if [ "${1:-}" = --dry-run ]; then
-  dry=1
+only=
+while (($#)); do
+  case $1 in
+  --dry-run) dry=1 ;;
+  --only) only=,${2:?--only STEP,...},; shift ;;
+  --only=*) only=,${1#--only=}, ;;
+  -*) echo "usage: gpu-run.sh [--dry-run] [--only STEP,...] [CARRY_DIR]" >&2; exit 2 ;;
+  *) break ;;
+  esac
   shift
-fi
+done
 carry=${1:-$root/gpu-carry}
 budget=${WDS_GPU_BUDGET:-540}
 t_start=$SECONDS
@@ -94,6 +104,10 @@ DETAIL=
 step() {
   local name=$1 limit=$2 fn=$3 what=$4 left rc t0
   left=$((budget - (SECONDS - t_start) - 5))
+  if [ -n "$only" ] && [ "$name" != setup ] && [[ $only != *",$name,"* ]]; then
+    record "$name" SKIP 0 "not selected (--only)"
+    return
+  fi
   if ((dry)); then
     record "$name" SKIP 0 "dry run, at most ${limit} s: $what"
     return
@@ -107,7 +121,8 @@ step() {
   t0=$SECONDS
   note "$name (at most ${limit} s)"
   STEP_LIMIT=$limit
-  "$fn" >"$logs/$name.log" 2>&1
+  STEP_LOG=$logs/$name.log
+  "$fn" >"$STEP_LOG" 2>&1
   rc=$?
   local took=$((SECONDS - t0))
   [ -n "$DETAIL" ] || DETAIL=$(grep -v '^\s*$' "$logs/$name.log" | tail -1 | cut -c1-150)
@@ -156,8 +171,11 @@ do_setup() {
   for d in /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib64 /usr/local/cuda/lib; do
     [ -e "$d/libcudart.so.13" ] || [ -e "$d/libcudart.so" ] && { cuda_lib=$d; break; }
   done
-  nccl_lib=$("$TORCH_PY" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
-  [ -n "$nccl_lib" ] || nccl_lib=$(ls -d "$(dirname "$(dirname "$TORCH_PY")")"/lib/python3*/site-packages/nvidia/nccl/lib 2>/dev/null | head -1)
+  # NCCL: the torch venv's (nvidia/nccl/lib of the pip wheel), else CUDA's.
+  nccl_lib=$(find "$(dirname "$(dirname "$TORCH_PY")")"/lib/python3*/site-packages/nvidia \
+    -name 'libnccl.so.2' -print -quit 2>/dev/null)
+  nccl_lib=${nccl_lib%/*}
+  [ -n "$nccl_lib" ] || [ -z "$cuda_lib" ] || [ ! -e "$cuda_lib/libnccl.so.2" ] || nccl_lib=$cuda_lib
   LIBPATH=${cuda_lib}${nccl_lib:+:$nccl_lib}:$carry/lib
   echo "CUDA libraries: ${cuda_lib:-none found}; NCCL: ${nccl_lib:-none found}; carried: $(ls "$carry/lib" | tr '\n' ' ')"
   echo "python: $TORCH_PY ($("$TORCH_PY" -V 2>&1))"
@@ -220,17 +238,30 @@ do_setup() {
   fi
   echo "carried Python packages used: $(ls "$PYEXTRA" | tr '\n' ' ')"
   setup_ok=1
-  DETAIL="extension built for $("$TORCH_PY" -V 2>&1); libraries: ${cuda_lib:-no CUDA lib dir}, NCCL ${nccl_lib:+found}${nccl_lib:-missing}"
+  DETAIL="extension built for $("$TORCH_PY" -V 2>&1); CUDA libraries ${cuda_lib:-not found}; NCCL ${nccl_lib:-not found}"
 }
 
-do_ctest() {
+# gpu_ctest ARGS...: ctest -L gpu ARGS in the carried build, verbosely.
+gpu_ctest() {
   needs_gpu || return
   (cd "$build" && LD_LIBRARY_PATH=$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-    WDS_PYTHON3=$TORCH_PY lim ctest -L gpu -V --timeout "$STEP_LIMIT")
+    WDS_PYTHON3=$TORCH_PY lim ctest -L gpu -V --timeout "$STEP_LIMIT" "$@")
+}
+do_ctest() {
+  needs_gpu || return
+  gpu_ctest -E '^tools_train_gpu$'
+  local rc=$? h2d
+  h2d=$(grep -o 'ratio [0-9.]* (target' "$STEP_LOG" | head -1 | awk '{print $2}')
+  DETAIL="$(grep -E '[0-9]+% tests passed' "$STEP_LOG" | tail -1)${h2d:+; H2D ratio $h2d of plain pinned cudaMemcpy (target 0.8)}"
+  return $rc
+}
+do_train_gpu() {
+  needs_gpu || return
+  gpu_ctest -R '^tools_train_gpu$'
   local rc=$?
-  local h2d
-  h2d=$(grep -o 'ratio [0-9.]* (target' "$logs/ctest.log" | head -1 | awk '{print $2}')
-  DETAIL="$(grep -E '[0-9]+% tests passed' "$logs/ctest.log" | tail -1)${h2d:+; H2D ratio $h2d of plain pinned cudaMemcpy}"
+  local sum
+  sum=$(grep -E '^[0-9]+: [0-9]+ passed, [0-9]+ failed' "$STEP_LOG" | tail -1 | cut -d' ' -f2-)
+  DETAIL="${sum:-no summary: $(grep -m1 -E '^[0-9]+: FAIL' "$STEP_LOG" | cut -d' ' -f2- | cut -c1-80)}; $(grep -o 'demo on the GPU: .*' "$STEP_LOG" | head -1 | cut -c1-110)"
   return $rc
 }
 
@@ -288,7 +319,7 @@ do_pytest() {
     DETAIL="no test marked gpu in python/tests"
     return 77
   fi
-  DETAIL=$(grep -E '[0-9]+ (passed|failed)' "$logs/pytest.log" | tail -1)
+  DETAIL=$(grep -E '[0-9]+ (passed|failed)' "$STEP_LOG" | tail -1)
   return $rc
 }
 
@@ -297,7 +328,7 @@ do_ddp() {
   local d=$logs/ddp-data out
   rm -rf "$d" && mkdir -p "$d"
   lim "$TORCH_PY" "$root/scripts/make-digits.py" "$d/files" >/dev/null &&
-    lim "$build/tools/wds" write -o "$d/digits-train-%04d.tar" --maxcount 300 "$d/files/train" >/dev/null || {
+    LD_LIBRARY_PATH=$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} lim "$build/tools/wds" write -o "$d/digits-train-%04d.tar" --maxcount 300 "$d/files/train" >/dev/null || {
     DETAIL="could not write the digits' shards"
     return 1
   }
@@ -307,54 +338,62 @@ do_ddp() {
   local rc=$?
   ((rc == 0)) || return $rc
   local n shas
-  n=$(grep -c '^rank [0-9]*: weights ' "$logs/ddp.log")
-  shas=$(sed -n 's/^rank [0-9]*: weights \([0-9a-f]*\).*/\1/p' "$logs/ddp.log" | sort -u | wc -l)
+  n=$(grep -c '^rank [0-9]*: weights ' "$STEP_LOG")
+  shas=$(sed -n 's/^rank [0-9]*: weights \([0-9a-f]*\).*/\1/p' "$STEP_LOG" | sort -u | wc -l)
   if ((n != gpus || shas != 1)); then
     DETAIL="$n ranks printed their weights ($gpus GPUs), $shas different"
     return 1
   fi
-  DETAIL="$gpus rank(s), NCCL, equal weights: $(grep -m1 '^rank 0: steps' "$logs/ddp.log")"
+  DETAIL="$gpus rank(s), NCCL, equal weights: $(grep -m1 '^rank 0: steps' "$STEP_LOG")"
 }
 
 do_data() {
   needs_gpu || return
-  local d=$logs/photos s
+  # 400 distinct photos made on every core (scripts/gen-photo-jpegs.py is
+  # slow), each used 5 times under its own key: decoding costs the same.
+  local d=$logs/photos s n=400 procs
+  procs=$(nproc)
+  ((procs <= 16)) || procs=16
   rm -rf "$d" && mkdir -p "$d"
-  for s in 0 1 2 3 4 5 6 7; do
-    lim "$TORCH_PY" "$root/scripts/gen-photo-jpegs.py" "$d/src$s" --count 250 --seed $((s + 1)) >/dev/null &
+  for ((s = 0; s < procs; s++)); do
+    lim "$TORCH_PY" "$root/scripts/gen-photo-jpegs.py" "$d/src$s" --count $(((n + procs - 1) / procs)) \
+      --seed $((s + 1)) >/dev/null &
   done
-  wait || true
+  wait
   lim "$TORCH_PY" - "$d" <<'PY' || return 1
-import io, os, sys, tarfile
+import glob, io, os, sys, tarfile
 d = sys.argv[1]
+srcs = sorted(glob.glob(os.path.join(d, "src*", "*.jpg")))
+assert len(srcs) >= 400, f"{len(srcs)} photos made, 400 wanted"
+k = 0
 for s in range(8):
-    src = os.path.join(d, f"src{s}")
-    names = sorted(n for n in os.listdir(src) if n.endswith(".jpg"))
-    assert len(names) == 250, (src, len(names))
     with tarfile.open(os.path.join(d, f"photos-{s:02d}.tar"), "w", format=tarfile.USTAR_FORMAT) as t:
-        for i, n in enumerate(names):
+        for i in range(250):
             key = f"p{s}_{i:04d}"
-            t.add(os.path.join(src, n), arcname=key + ".jpg")
-            cls = str(i % 10).encode()
+            t.add(srcs[k % 400], arcname=key + ".jpg")
+            cls = str(k % 10).encode()
             ti = tarfile.TarInfo(key + ".cls")
             ti.size = len(cls)
             t.addfile(ti, io.BytesIO(cls))
+            k += 1
 PY
-  rm -rf "$d"/src?
+  rm -rf "$d"/src*
   cat "$d"/*.tar >/dev/null
-  DETAIL="8 shards, $(du -sm "$d" | cut -f1) MB"
+  DETAIL="8 shards of 250 (400 distinct photos of 500x375), $(du -sm "$d" | cut -f1) MB"
 }
 
 # bench MODELS: train_resnet.py on the photos, both feeders.
 bench() {
   needs_gpu || return
+  local runs
+  runs=$((2 * $(tr ',' '\n' <<<"$1" | wc -l)))
   [ -f "$logs/photos/photos-07.tar" ] || {
     DETAIL="no photo shards (the data step failed)"
     return 1
   }
   (cd "$build" && PYTHONPATH=$build/python:$PYEXTRA lim "$TORCH_PY" "$root/python/bench/train_resnet.py" \
     "$logs"/photos/photos-0?.tar --models "$1" --feeders wds,torch-wds --steps "$steps" \
-    --warmup 10 --batch-size 128 --workers "$workers" --budget $((STEP_LIMIT / 4)) \
+    --warmup 10 --batch-size 128 --workers "$workers" --budget $((STEP_LIMIT / (runs + 1))) \
     --json "$logs/bench.jsonl")
   local rc=$?
   DETAIL=$("$TORCH_PY" - "$logs/bench.jsonl" "$1" <<'PY' 2>/dev/null
@@ -388,27 +427,29 @@ do_bench_train() {
 if ((!dry)); then
   note "$(date -u +%FT%TZ): ${gpu_name:-$nogpu}; checkout $root; carry $carry; logs $logs"
 fi
-step setup 120 do_setup \
+step setup 90 do_setup \
   "links the build tree's path, library path, compiles the Python extension"
-step ctest 240 do_ctest \
-  "ctest -L gpu (test_loader_gpu, test_trainer_gpu, tools_train_gpu)"
-step memcheck-loader 60 do_memcheck_loader \
+step ctest 90 do_ctest \
+  "ctest -L gpu: test_loader_gpu, test_trainer_gpu (and its H2D ratio)"
+step train-gpu 180 do_train_gpu \
+  "ctest -R tools_train_gpu: train.sh and the README's demo on --device cuda"
+step memcheck-loader 45 do_memcheck_loader \
   "compute-sanitizer memcheck --leak-check full on test_loader_gpu"
-step memcheck-trainer 150 do_memcheck_trainer \
+step memcheck-trainer 120 do_memcheck_trainer \
   "compute-sanitizer memcheck --leak-check full on test_trainer_gpu"
-step racecheck-loader 60 do_racecheck_loader \
+step racecheck-loader 45 do_racecheck_loader \
   "compute-sanitizer racecheck on test_loader_gpu"
-step racecheck-trainer 120 do_racecheck_trainer \
+step racecheck-trainer 90 do_racecheck_trainer \
   "compute-sanitizer racecheck on test_trainer_gpu"
-step pytest-gpu 120 do_pytest \
+step pytest-gpu 90 do_pytest \
   "pytest -m gpu python/tests, against the extension built here"
-step train-ddp 120 do_ddp \
+step train-ddp 90 do_ddp \
   "examples/train_ddp.py under torchrun, one process per GPU, NCCL"
-step bench-data 60 do_data \
-  "2,000 photo-like JPEGs (scripts/gen-photo-jpegs.py) in 8 shards, for the benchmarks"
-step bench-feed 120 do_bench_feed \
+step bench-data 45 do_data \
+  "2,000 photo-like JPEGs (400 made by scripts/gen-photo-jpegs.py, each 5 times) in 8 shards"
+step bench-feed 75 do_bench_feed \
   "loader to GPU: wds against torch DataLoader + webdataset (python/bench/train_resnet.py --models none)"
-step bench-train 200 do_bench_train \
+step bench-train 150 do_bench_train \
   "ResNet-18 and ResNet-50 in bf16 fed by wds and by torch + webdataset, data-wait"
 table | tee "$logs/table.txt"
 rc=0

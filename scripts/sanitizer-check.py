@@ -14,6 +14,9 @@ one of:
   probe      NCCL's kernel-image probe: cudaErrorNoKernelImageForDevice in
              ncclInitKernelsForDevice (tests/gpu/compute-sanitizer.supp.xml
              explains it and suppresses it where the tool takes the file);
+  notready   cudaErrorNotReady from cudaEventQuery / cudaStreamQuery: the
+             answer "not yet" of the polls our waits make (backend_cuda.cu's
+             wait_event), a status, not an error, if the tool reports it;
   error      anything else the tool reports (an invalid access, an API
              error, a race hazard, the tool's own "Error:"): NCCL's when
              its text or frames name NCCL (its kernels: nccl*), else ours.
@@ -84,6 +87,8 @@ def classify(head, rest):
         return "probe", "nccl", 0
     if "cudaErrorNoKernelImageForDevice" in text and not frames and "nccl" in text.lower():
         return "probe", "nccl", 0
+    if "cudaErrorNotReady" in text or "CUDA_ERROR_NOT_READY" in text:
+        return "notready", "", 0
     owner = "nccl" if "nccl" in text.lower() else "ours"
     return "error", owner, 0
 
@@ -97,7 +102,7 @@ def judge(lines):
     counts = {"ours": {"errors": 0, "leaks": 0, "bytes": 0},
               "nccl": {"errors": 0, "leaks": 0, "bytes": 0},
               "cublas": {"errors": 0, "leaks": 0, "bytes": 0},
-              "probe": 0, "summary": False, "examples": []}
+              "probe": 0, "notready": 0, "summary": False, "examples": []}
     for head, rest in reports(lines):
         if INFO.match(head):
             if head.startswith(("ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY")):
@@ -106,6 +111,9 @@ def judge(lines):
         kind, owner, nbytes = classify(head, rest)
         if kind == "probe":
             counts["probe"] += 1
+            continue
+        if kind == "notready":
+            counts["notready"] += 1
             continue
         c = counts[owner]
         if kind == "leak":
@@ -127,7 +135,8 @@ def line(c):
     verdict = "PASS" if c["pass"] else "FAIL"
     tail = "" if c["summary"] else "; no summary line: the tool or the program did not finish"
     return (f"{verdict} {part('ours')}; {part('nccl')}; {part('cublas')}; "
-            f"NCCL kernel-image probe errors: {c['probe']}{tail}")
+            f"NCCL kernel-image probe errors: {c['probe']}"
+            + (f"; cudaErrorNotReady polls: {c['notready']}" if c["notready"] else "") + tail)
 
 
 def main(argv):

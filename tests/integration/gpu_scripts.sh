@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tool test: the GPU checks' scripts on a machine without a GPU (issue 24):
 #   * scripts/gpu-run.sh --dry-run lists every step with its time limit,
-#     each skipped, in one table, exit 0;
+#     each skipped, in one table, exit 0; --only selects steps; an unknown
+#     option is a usage error;
 #   * gpu-run.sh without the folder scripts/gpu-prepare.sh makes: its
 #     set-up fails saying to run gpu-prepare.sh, the GPU steps are skipped
 #     (no GPU) or not run, exit 1;
@@ -29,17 +30,29 @@ fi
 
 rc=0
 "$SRC/scripts/gpu-run.sh" --dry-run >dry.out 2>&1 || rc=$?
-steps="setup ctest memcheck-loader memcheck-trainer racecheck-loader racecheck-trainer pytest-gpu train-ddp bench-data bench-feed bench-train"
+steps="setup ctest train-gpu memcheck-loader memcheck-trainer racecheck-loader racecheck-trainer pytest-gpu train-ddp bench-data bench-feed bench-train"
 missing=
 for s in $steps; do
   grep -q "^$s  *SKIP  *0  dry run, at most [0-9]* s: ." dry.out || missing="$missing $s"
 done
 if ((rc == 0)) && [ -z "$missing" ] && (($(grep -c '^step  *result' dry.out) == 1)) &&
-  (($(grep -c 'SKIP' dry.out) == 11)); then
-  ok "--dry-run: 11 steps with their limits, one table, exit 0"
+  (($(grep -c 'SKIP' dry.out) == 12)); then
+  ok "--dry-run: 12 steps with their limits, one table, exit 0"
 else
   bad "--dry-run" "rc $rc, missing:$missing; $(cat dry.out)"
 fi
+
+rc=0
+"$SRC/scripts/gpu-run.sh" --dry-run --only bench-feed,ctest >only.out 2>&1 || rc=$?
+if ((rc == 0)) && grep -q '^ctest  *SKIP  *0  dry run' only.out && grep -q '^bench-feed  *SKIP  *0  dry run' only.out &&
+  grep -q '^setup  *SKIP  *0  dry run' only.out && (($(grep -c 'not selected (--only)' only.out) == 9)); then
+  ok "--only bench-feed,ctest: those two and the set-up, the others not selected"
+else
+  bad "--only" "rc $rc: $(cat only.out)"
+fi
+rc=0
+"$SRC/scripts/gpu-run.sh" --bogus >bogus.out 2>&1 || rc=$?
+if ((rc == 2)) && grep -q '^usage: gpu-run.sh' bogus.out; then ok "an unknown option: usage, exit 2"; else bad "--bogus" "rc $rc: $(cat bogus.out)"; fi
 
 if ((gpus == 0)); then
   rc=0

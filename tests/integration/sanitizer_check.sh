@@ -2,11 +2,12 @@
 # Tool test: scripts/sanitizer-check.py, the judge of compute-sanitizer's
 # logs in scripts/gpu-run.sh, on logs written as the tool writes them (no
 # GPU needed): a clean run passes; a leak from our code fails, naming its
-# frame; NCCL's own leaks (symbolized or not) and NCCL's kernel-image probe
-# errors are counted, not failed; an invalid access or a race hazard in our
-# kernel fails; a log without its summary (the tool or the test died)
-# fails. And tests/gpu/compute-sanitizer.supp.xml is well-formed XML of the
-# tool's output format.
+# frame; NCCL's own leaks (symbolized or not), NCCL's kernel-image probe
+# errors and cudaErrorNotReady (the answer of a poll) are counted, not
+# failed; an invalid access or a race hazard in our kernel fails; a log
+# without its summary (the tool or the test died) fails. And
+# tests/gpu/compute-sanitizer.supp.xml is well-formed XML of the tool's
+# output format.
 # Usage: sanitizer_check.sh SRC_DIR PYTHON3
 set -euo pipefail
 SRC=$1 PY=$2
@@ -115,6 +116,17 @@ cat >ncclrace.log <<'LOG'
 ========= RACECHECK SUMMARY: 1 hazard displayed (0 errors, 1 warning)
 LOG
 expect ncclrace 0 "nccl: 1 errors"
+
+cat >notready.log <<'LOG'
+========= COMPUTE-SANITIZER
+========= Program hit cudaErrorNotReady (error 600) due to "device not ready" on CUDA API call to cudaEventQuery.
+=========     Saved host backtrace up to driver entry point at error
+=========         Host Frame: cudaEventQuery [0x1c2d3] in test_trainer_gpu
+=========         Host Frame: wait_event(tr_rank*, CUevent_st*, char const*, wds__err*) [0x3a1b2] in test_trainer_gpu
+=========
+========= ERROR SUMMARY: 1 error
+LOG
+expect notready 0 "^PASS ours: 0 errors.*cudaErrorNotReady polls: 1$"
 
 cat >died.log <<'LOG'
 ========= COMPUTE-SANITIZER
