@@ -437,7 +437,7 @@ if [ "$DEVICE" = cpu ]; then
   rc=0
   DEMO_DATA=$PWD/demo-cuda timeout 300 "$root/scripts/demo-run.sh" "$build" \
     --device cuda --epochs 1 >demo-cuda.out 2>&1 || rc=$?
-  if grep -q -- '--ranks\|usage' demo-cuda.out; then
+  if grep -q -- "--ranks\\|see 'wds-train --help'" demo-cuda.out; then
     bad "demo with --device cuda: its options refused" "$(tail -2 demo-cuda.out)"
   elif ((rc == 0)) || grep -q 'no CUDA GPU found\|not built with CUDA' demo-cuda.out; then
     ok "demo with --device cuda: no --ranks (rc $rc: $(tail -1 demo-cuda.out))"
