@@ -44,6 +44,7 @@ case $carry in
   ;;
 esac
 build=$carry/build
+rm -rf "$carry/logs" # gpu-run.sh's, when run without $OUT: not to be carried
 archs=${CMAKE_CUDA_ARCHITECTURES:-80;90}
 limit=$((64 * 1024 * 1024))
 say() { echo "gpu-prepare: $*"; }
