@@ -131,10 +131,11 @@ static double rel_max_err(const float *a, const float *b, size_t n) {
  * The bounds, relative to the largest gradient entry: FP32, 1e-4 (measured
  * 1.5e-7..2.2e-7: only the summation order differs). TF32, 1e-2: cuBLAS
  * rounds both operands of every GEMM to TF32's 10-bit mantissa (relative
- * error 2^-11 = 4.9e-4 each); a gradient entry here goes through at most
- * six such GEMMs' operands (3 forward, the weight and input gradients
- * backward), so the first-order worst case, every rounding aligned, is
- * about 12 x 4.9e-4 = 5.9e-3; measured at the same weights: 4e-4. A row
+ * error 2^-11 = 4.9e-4 each); a gradient entry here depends on at most
+ * six GEMMs (3 forward, 2 input gradients and its weight gradient
+ * backward), 12 rounded operands, so the first-order worst case, every
+ * rounding aligned, is about 12 x 4.9e-4 = 5.9e-3; measured at the same
+ * weights: 4e-4. A row
  * lost or doubled, a wrong label or scale changes the sums by one of the
  * 29 valid rows' share or more, percents of the largest entry. */
 static void grads_match(int precision, double tol) {
