@@ -38,26 +38,29 @@ TEST(slots_are_pinned_and_copyable) {
   c.fields = fs;
   c.field_count = 1;
   c.batch_size = 8;
-  wds_loader *l;
-  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
-  ASSERT_STREQ(wds_loader_allocator_name(l), "cuda-pinned");
-  const wds_batch *b;
-  ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_OK);
-  struct cudaPointerAttributes attr;
-  ASSERT_EQ_INT(cudaPointerGetAttributes(&attr, b->fields[0].data),
-                cudaSuccess);
-  ASSERT_EQ_INT(attr.type, cudaMemoryTypeHost);
+  wds_loader *l = NULL;
+  const wds_batch *b = NULL;
   void *dev = NULL;
   int64_t back[8];
-  ASSERT_EQ_INT(cudaMalloc(&dev, 64), cudaSuccess);
-  ASSERT_EQ_INT(cudaMemcpy(dev, b->fields[0].data, 64, cudaMemcpyHostToDevice),
-                cudaSuccess);
-  ASSERT_EQ_INT(cudaMemcpy(back, dev, 64, cudaMemcpyDeviceToHost), cudaSuccess);
+  struct cudaPointerAttributes attr;
+  CHECK_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+  CHECK(strcmp(wds_loader_allocator_name(l), "cuda-pinned") == 0);
+  CHECK_EQ_INT(wds_loader_next(l, &b), WDS_OK);
+  CHECK_EQ_INT(cudaPointerGetAttributes(&attr, b->fields[0].data), cudaSuccess);
+  CHECK_EQ_INT(attr.type, cudaMemoryTypeHost);
+  CHECK_EQ_INT(cudaMalloc(&dev, 64), cudaSuccess);
+  CHECK_EQ_INT(cudaMemcpy(dev, b->fields[0].data, 64, cudaMemcpyHostToDevice),
+               cudaSuccess);
+  CHECK_EQ_INT(cudaMemcpy(back, dev, 64, cudaMemcpyDeviceToHost), cudaSuccess);
   for (int i = 0; i < 8; i++)
-    ASSERT_EQ_INT(back[i], i);
-  cudaFree(dev);
-  wds_loader_release(l, b);
-  wds_loader_close(l);
+    CHECK_EQ_INT(back[i], i);
+done: /* on every path: compute-sanitizer's leak check (scripts/gpu-run.sh) */
+  if (dev)
+    cudaFree(dev);
+  if (b)
+    wds_loader_release(l, b);
+  if (l)
+    wds_loader_close(l);
 }
 
 /* A shard of N samples whose cls is its number, for the copy test. */

@@ -538,6 +538,12 @@ int main(int argc, char **argv) {
     return usage_error("%s", "--checkpoint-every needs --checkpoint PATH");
   if (o.stop_after && !o.checkpoint_path)
     return usage_error("%s", "--stop-after needs --checkpoint PATH");
+  /* Before any GPU is looked for: a usage error on every machine. */
+  if (ranks_given && strcmp(device, "cpu") != 0 && strcmp(device, "auto") != 0)
+    return usage_error("--ranks is for --device cpu (rank threads); with "
+                       "--device %s the ranks are GPUs: --gpus N (default: "
+                       "every GPU)",
+                       device);
   /* Topology: flags, then the environment (NNODES/NODE_RANK, SLURM_*, or
    * torchrun's RANK/WORLD_SIZE/LOCAL_RANK), then a single process. */
   tr_rdv_config topo = TR_RDV_CONFIG_INIT;
@@ -584,8 +590,6 @@ int main(int argc, char **argv) {
               device, why.msg);
       return 1;
     }
-    if (o.backend->device_count && ranks_given)
-      return usage_error("%s", "--ranks is for --device cpu; use --gpus");
   }
   int visible = o.backend->device_count ? o.backend->device_count(&why) : 0;
   if (!o.backend->device_count && gpus > 0) {

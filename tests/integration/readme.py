@@ -38,6 +38,8 @@ SKIP_PREFIXES = [
     ("pip ", "builds and installs the Python package (python_pip)"),
     ("torchrun ", "needs torch and torchrun (python_ddp runs examples/train_ddp.py)"),
     ("wds-train --nodes", "several nodes (CUDA): test_rendezvous and tools_train_gpu cover it"),
+    ("scripts/gpu-prepare.sh", "builds the GPU checks' folder (tools_gpu_scripts; docs/performance.md)"),
+    ("scripts/gpu-run.sh", "needs a GPU machine (tools_gpu_scripts runs its --dry-run)"),
 ]
 
 

@@ -295,10 +295,12 @@ expect_err "other layer sizes" "other layer sizes" "${COMMON[@]}" "${R[@]}" --hi
 if [ "$DEVICE" = cpu ]; then
 # No GPU (CUDA_VISIBLE_DEVICES empty hides any): --device cuda is an error
 # that says why, --device auto trains on the CPU.
+# R less its --ranks (a usage error with --device cuda, checked below).
+RC=(--train 'train-{000..003}.tar' --eval eval-000.tar --batch-size 8 --epochs 2)
 if [ "${WDS_TRAIN_CUDA:-OFF}" = ON ]; then
-  CUDA_VISIBLE_DEVICES= expect_err "--device cuda without a GPU" "no CUDA GPU found" "${COMMON[@]}" "${R[@]}" --device cuda
+  CUDA_VISIBLE_DEVICES= expect_err "--device cuda without a GPU" "no CUDA GPU found" "${COMMON[@]}" "${RC[@]}" --device cuda
 else
-  expect_err "--device cuda without CUDA" "not built with CUDA" "${COMMON[@]}" "${R[@]}" --device cuda
+  expect_err "--device cuda without CUDA" "not built with CUDA" "${COMMON[@]}" "${RC[@]}" --device cuda
 fi
 if CUDA_VISIBLE_DEVICES= timeout 120 "$TRAIN" "${COMMON[@]}" "${R[@]}" --steps 2 >auto.out 2>&1 &&
   grep -q "^wds-train: backend cpu," auto.out; then
@@ -416,6 +418,33 @@ for args in "--bogus" "--image-size 16" "--train x.tar --channels 2" \
     bad "usage $args" "rc $rc: $(cat err.txt)"
   fi
 done
+# --ranks with --device cuda: a usage error naming --gpus on every machine
+# (before: checked only after a GPU was found, so CI never saw it).
+rc=0
+"$TRAIN" --train x.tar --device cuda --ranks 2 >/dev/null 2>err.txt || rc=$?
+if ((rc == 2)) && grep -q -- '--ranks is for --device cpu.*--gpus N' err.txt; then
+  ok "--device cuda --ranks 2: usage error naming --gpus"
+else
+  bad "--device cuda --ranks 2" "rc $rc: $(cat err.txt)"
+fi
+# The README's demo with --device cuda (as tools_train_gpu runs it): every
+# GPU, no --ranks (issue 24: it passed --ranks 2, refused with cuda). Here
+# it gets as far as looking for a GPU: trains where there is one, else fails
+# on the missing GPU (or CUDA), never on its options.
+if [ "$DEVICE" = cpu ]; then
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  build=$(cd "$(dirname "$TRAIN")/.." && pwd)
+  rc=0
+  DEMO_DATA=$PWD/demo-cuda timeout 300 "$root/scripts/demo-run.sh" "$build" \
+    --device cuda --epochs 1 >demo-cuda.out 2>&1 || rc=$?
+  if grep -q -- "--ranks\\|see 'wds-train --help'" demo-cuda.out; then
+    bad "demo with --device cuda: its options refused" "$(tail -2 demo-cuda.out)"
+  elif ((rc == 0)) || grep -q 'no CUDA GPU found\|not built with CUDA' demo-cuda.out; then
+    ok "demo with --device cuda: no --ranks (rc $rc: $(tail -1 demo-cuda.out))"
+  else
+    bad "demo with --device cuda" "rc $rc: $(tail -3 demo-cuda.out)"
+  fi
+fi
 
 echo "$passed passed, $failed failed"
 ((failed == 0))
