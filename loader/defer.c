@@ -173,6 +173,9 @@ void wds__fh_put(wds__fh *fh) {
 }
 
 int wds__fh_defers(const wds__fh *fh, uint64_t off, uint64_t size) {
+  if (off > fh->size || size > fh->size - off)
+    return 0; /* past the file's size at open (a header's claim): the stream
+                 finds out, without a block of the claimed size */
   if (!fh->auto_)
     return 1;
   if (size == 0 || !fh->res)

@@ -89,7 +89,7 @@ static int feed_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
     src->into = nv;
     src->into_cap = c;
   }
-  void *b = wds__blk_alloc(w->pool, w->index, (size_t)size);
+  void *b = wds__blk_alloc_read(w->pool, w->index, (size_t)size);
   if (!b) {
     src->into_failed = 1;
     return WDS_ERR_NOMEM;

@@ -410,8 +410,10 @@ static inline void wds__blk_free(void *p) {
 
 /* A block of at least need bytes from bp (the worker's; NULL: a fresh
  * block), or NULL. The common case, the worker's last block fitting, is
- * inline. */
-void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need);
+ * inline. A fresh large block is populated (its pages made at once) when
+ * populate is 1: for blocks written whole right away, never for one a
+ * stream is read into (wds__blk_alloc_read). */
+void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need, int populate);
 
 /* Whether a recycled block of cap bytes serves a request of need: large
  * enough, and for a small request (16 KiB at most) not a large block (over
@@ -423,7 +425,8 @@ static inline int wds__blk_fits(size_t cap, size_t need) {
   return cap >= need && (need > ((size_t)16 << 10) || cap <= (size_t)64 << 10);
 }
 
-static inline void *wds__blk_alloc(blk_pool *bp, int owner, size_t need) {
+static inline void *wds__blk_alloc_pop(blk_pool *bp, int owner, size_t need,
+                                       int populate) {
   if (bp && bp->local_len > 0) {
     void *p = bp->local[bp->local_len - 1];
     if (wds__blk_fits(((blk_head *)p - 1)->cap, need)) {
@@ -431,7 +434,18 @@ static inline void *wds__blk_alloc(blk_pool *bp, int owner, size_t need) {
       return p;
     }
   }
-  return wds__blk_alloc_slow(bp, owner, need);
+  return wds__blk_alloc_slow(bp, owner, need, populate);
+}
+
+static inline void *wds__blk_alloc(blk_pool *bp, int owner, size_t need) {
+  return wds__blk_alloc_pop(bp, owner, need, 1);
+}
+
+/* A block for a stream's bytes, whose size is what a tar header claims:
+ * none of it populated (the reader populates as the bytes arrive). */
+static inline void *wds__blk_alloc_read(blk_pool *bp, int owner,
+                                        size_t need) {
+  return wds__blk_alloc_pop(bp, owner, need, 0);
 }
 
 static inline void wds__blk_return(blk_returns *r, void *p) {
