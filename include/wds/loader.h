@@ -266,6 +266,15 @@ typedef struct wds_loader_config {
    * descriptors: at most 32 per worker and a quarter of the soft RLIMIT_NOFILE
    * per process; past that a shard is read in the stream. */
   wds_defer_reads defer_reads;
+  /* The memory one image's decode may take, in bytes (per worker: a worker
+   * decodes one image at a time); 0 = WDS_IMAGE_MEMORY_LIMIT_DEFAULT, 256
+   * MiB (wds/decode.h says what it counts: the decoded pixels at the DCT
+   * scale the output needs, a progressive JPEG's buffered coefficients).
+   * Checked from the image's headers before its decode allocates: an
+   * image over it is an error (WDS_ERR_LIMIT, under on_error) naming the
+   * shard, sample, field, the image's size, what it needs and the
+   * limit. */
+  uint64_t image_memory_limit;
 } wds_loader_config;
 
 #define WDS_LOADER_CONFIG_INIT                                                 \

@@ -245,7 +245,8 @@ class Loader:
     image_size=224, crop="center", prefetch=4, on_error="stop",
     shard_shuffle=True, read_timeout_ms=0, retries=0, rank_batch_sizes=None,
     cache_dir=None, cache_size=0, allow_pipe_from_files=False,
-    sources=None, eager_next_epoch=False, defer_reads="auto")
+    sources=None, eager_next_epoch=False, defer_reads="auto",
+    image_memory_limit=None)
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -286,6 +287,13 @@ class Loader:
     the shuffle buffer and are read (pread) as it leaves it: "auto" (the
     default) only fields that were in the page cache when the shard was
     opened. The batches are the same; stats() counts deferred_fields.
+
+    image_memory_limit (bytes; None: 256 MiB) is the memory one image's
+    decode may take, per worker: the decoded pixels (a JPEG at the DCT
+    scale its output needs, a PNG whole) and a progressive JPEG's buffered
+    coefficients, counted from the headers before anything is allocated.
+    An image over it is an error (under on_error) naming its shard, sample,
+    field, size and the limit.
     """
 
     def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
@@ -295,7 +303,8 @@ class Loader:
                  prefetch=4, on_error="stop", shard_shuffle=True,
                  read_timeout_ms=0, retries=0, rank_batch_sizes=None,
                  cache_dir=None, cache_size=0, allow_pipe_from_files=False,
-                 sources=None, eager_next_epoch=False, defer_reads="auto"):
+                 sources=None, eager_next_epoch=False, defer_reads="auto",
+                 image_memory_limit=None):
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
         if rank is None or world_size is None:
@@ -337,7 +346,9 @@ class Loader:
             cache_size=int(cache_size),
             allow_pipe_from_files=bool(allow_pipe_from_files),
             eager_next_epoch=bool(eager_next_epoch),
-            defer_reads=_choice("defer_reads", defer_reads, _DEFER))
+            defer_reads=_choice("defer_reads", defer_reads, _DEFER),
+            image_memory_limit=None if image_memory_limit is None
+            else int(image_memory_limit))
         self._open(int(epoch), 0)
 
     def _open(self, epoch, batches):

@@ -1750,8 +1750,9 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
                            "sources",
                            "eager_next_epoch",
                            "defer_reads",
+                           "image_memory_limit",
                            NULL};
-  PyObject *o_sources = Py_None;
+  PyObject *o_sources = Py_None, *o_image_limit = Py_None;
   PyObject *spec_obj, *fields_obj,
       *o_seed = Py_None, *o_epoch = Py_None, *o_resume = Py_None,
       *o_shuf = Py_None, *o_index = Py_None, *o_spe = Py_None,
@@ -1762,12 +1763,12 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
       shard_shuffle = 1, timeout_ms = 0, retries = 0, allow_pipe = 0, eager = 0,
       defer = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOOpOpi:_Loader", kwlist,
+          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOOpOpiO:_Loader", kwlist,
           &spec_obj, &fields_obj, &o_bs, &mode, &rank, &world, &workers,
           &o_seed, &o_epoch, &o_resume, &o_shuf, &o_index, &drop_last,
           &last_batch, &o_spe, &image_size, &crop, &o_prefetch, &on_error,
           &shard_shuffle, &timeout_ms, &retries, &o_rbs, &o_cdir, &o_csize,
-          &allow_pipe, &o_sources, &eager, &defer))
+          &allow_pipe, &o_sources, &eager, &defer, &o_image_limit))
     return -1;
   if (self->l || self->live) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
@@ -1806,6 +1807,9 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
   cfg.shard_shuffle = shard_shuffle;
   cfg.eager_next_epoch = eager;
   cfg.defer_reads = (wds_defer_reads)defer;
+  if (wds_py_size(o_image_limit, "image_memory_limit", UINT64_MAX,
+                  &cfg.image_memory_limit) < 0)
+    return -1;
   cfg.read_timeout_ms = timeout_ms;
   cfg.retries = retries;
   size_t *rbs = NULL;
