@@ -53,7 +53,11 @@
 typedef struct wds__fh {
   atomic_int refs;
   int fd;
-  uint64_t size;       /* at open: a change is an error (not the mtime) */
+  uint64_t size;       /* at open: a change is an error */
+  struct timespec mtime; /* at open: a change is an error (the file was
+                            written: a same-size rewrite in place), except
+                            for a cache entry, whose mtime marks use */
+  int cache_entry;     /* a shard cache entry (never changed in place) */
   atomic_int *open;    /* the pool's count of open handles (the cap) */
   int auto_;           /* AUTO: defer only fields whose granules are in res */
   uint64_t *res;       /* AUTO: one bit per granule (1 MiB) whose first and
@@ -68,7 +72,8 @@ typedef struct wds__fh {
  * under AUTO some of the file in the page cache; else NULL (read in the
  * stream). One reference, the caller's. */
 typedef struct blk_pool blk_pool;
-wds__fh *wds__fh_open(int fd, wds_defer_reads mode, blk_pool *bp);
+wds__fh *wds__fh_open(int fd, int cache_entry, wds_defer_reads mode,
+                      blk_pool *bp);
 /* Whether the field at off (size bytes) is deferred: always under ON;
  * under AUTO when all its granules were in the page cache at open (a read
  * from there is as cheap in any order; from a disk it is not). Only until

@@ -261,8 +261,10 @@ typedef struct wds_loader_config {
    * cache when opened, each field deferred only when all its pages were
    * cached then (judged per MiB of the file by its first and last pages); ON
    * every such field; OFF never. The batches are the same either way; a file
-   * whose size changed (it shrank or was rewritten) before a deferred field is
-   * read is an error (on_error) naming it (a new mtime alone is not). Held
+   * whose size or mtime changed (it shrank, or was written in place, even
+   * with the same size; a touch too) before or while a deferred field is
+   * read is an error (on_error) naming it (a shard cache entry's mtime,
+   * which marks use, is not compared: entries never change in place). Held
    * descriptors: at most 32 per worker and a quarter of the soft RLIMIT_NOFILE
    * per process; past that a shard is read in the stream. */
   wds_defer_reads defer_reads;
