@@ -53,17 +53,17 @@
 typedef struct wds__fh {
   atomic_int refs;
   int fd;
-  uint64_t size;       /* at open: a change is an error */
+  uint64_t size;         /* at open: a change is an error */
   struct timespec mtime; /* at open: a change is an error (the file was
                             written: a same-size rewrite in place), except
                             for a cache entry, whose mtime marks use */
-  int cache_entry;     /* a shard cache entry (never changed in place) */
-  atomic_int *open;    /* the pool's count of open handles (the cap) */
-  int auto_;           /* AUTO: defer only fields whose granules are in res */
-  uint64_t *res;       /* AUTO: one bit per granule (1 MiB) whose first and
-                          last pages were in the page cache at open, while the
-                          feed reads the shard (then NULL) */
-  size_t npages, page; /* AUTO: granules and a granule's bytes */
+  int cache_entry;       /* a shard cache entry (never changed in place) */
+  atomic_int *open;      /* the pool's count of open handles (the cap) */
+  int auto_;             /* AUTO: defer only fields whose granules are in res */
+  uint64_t *res;         /* AUTO: one bit per granule (1 MiB) whose first and
+                            last pages were in the page cache at open, while the
+                            feed reads the shard (then NULL) */
+  size_t npages, page;   /* AUTO: granules and a granule's bytes */
 } wds__fh;
 
 /* A handle on fd's file (duplicated) when deferral applies under mode:
@@ -448,8 +448,7 @@ static inline void *wds__blk_alloc(blk_pool *bp, int owner, size_t need) {
 
 /* A block for a stream's bytes, whose size is what a tar header claims:
  * none of it populated (the reader populates as the bytes arrive). */
-static inline void *wds__blk_alloc_read(blk_pool *bp, int owner,
-                                        size_t need) {
+static inline void *wds__blk_alloc_read(blk_pool *bp, int owner, size_t need) {
   return wds__blk_alloc_pop(bp, owner, need, 0);
 }
 

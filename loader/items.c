@@ -131,8 +131,7 @@ static void *take_small(void **v, size_t *len, size_t need) {
   return NULL;
 }
 
-void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need,
-                          int populate) {
+void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need, int populate) {
   if (!bp)
     goto fresh;
   if (bp->local_len == 0) {

@@ -98,8 +98,7 @@ static void mem_str(char *b, size_t n, uint64_t bytes) {
  * h), what its decode needs (need bytes; how, e.g. "decoded at 2000x2000
  * RGB") and the limit. */
 static int over_budget(const wds__decoder *d, wds__err *e, const char *what,
-                       uint64_t w, uint64_t h, uint64_t need,
-                       const char *how) {
+                       uint64_t w, uint64_t h, uint64_t need, const char *how) {
   if (need <= d->mem_limit)
     return WDS_OK;
   char nb[64], lb[64];
@@ -495,8 +494,8 @@ static uint64_t jpeg_coef_bytes(const jpeg_headers *hd, uint64_t w,
   int sequential = hd->sof == 0xC0 || hd->sof == 0xC1 || hd->sof == 0xC3 ||
                    hd->sof == 0xC5 || hd->sof == 0xC9 || hd->sof == 0xCB ||
                    hd->sof == 0xCD;
-  int progressive = hd->sof == 0xC2 || hd->sof == 0xC6 || hd->sof == 0xCA ||
-                    hd->sof == 0xCE;
+  int progressive =
+      hd->sof == 0xC2 || hd->sof == 0xC6 || hd->sof == 0xCA || hd->sof == 0xCE;
   if (sequential && hd->nf > 0 && hd->scan_comps == hd->nf)
     return 0;
   if (!sequential && !progressive && hd->sof != 0)
@@ -513,7 +512,8 @@ static uint64_t jpeg_coef_bytes(const jpeg_headers *hd, uint64_t w,
   uint64_t total = 0;
   int n = hd->nf > 0 ? hd->nf : 3;
   for (int k = 0; k < n; k++) {
-    uint64_t hk = known ? (uint64_t)hd->hs[k] : 1, vk = known ? (uint64_t)hd->vs[k] : 1;
+    uint64_t hk = known ? (uint64_t)hd->hs[k] : 1,
+             vk = known ? (uint64_t)hd->vs[k] : 1;
     uint64_t hm = known ? (uint64_t)hmax : 1, vm = known ? (uint64_t)vmax : 1;
     uint64_t bw = (w * hk + hm * 8 - 1) / (hm * 8);
     uint64_t bh = (h * vk + vm * 8 - 1) / (vm * 8);

@@ -430,8 +430,8 @@ static void rewrite_in_place(const char *path) {
   char tmp[400];
   snprintf(tmp, sizeof tmp, "%s.other", path);
   size_t n = 0, old = 0;
-  uint8_t *other = write_shard(tmp, 700, 20) == 0 ? test_read_file(tmp, &n)
-                                                  : NULL;
+  uint8_t *other =
+      write_shard(tmp, 700, 20) == 0 ? test_read_file(tmp, &n) : NULL;
   uint8_t *mine = test_read_file(path, &old);
   if (!other || !mine || n != old || memcmp(other, mine, n) == 0)
     printf("  rewrite: the other shard is not the same size (%zu, %zu) with "

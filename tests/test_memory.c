@@ -202,8 +202,7 @@ TEST(a_member_claiming_a_gigabyte_costs_its_bytes) {
   struct stat st;
   ASSERT_EQ_INT(stat(paths[0], &st), 0);
   ASSERT_TRUE(st.st_size < 16000);
-  const wds_defer_reads modes[] = {WDS_DEFER_AUTO, WDS_DEFER_ON,
-                                   WDS_DEFER_OFF};
+  const wds_defer_reads modes[] = {WDS_DEFER_AUTO, WDS_DEFER_ON, WDS_DEFER_OFF};
   const int workers[] = {4, 2, 4};
   for (int m = 0; m < 3; m++) {
     claim_case k = {urls, 4, workers[m], modes[m]};
@@ -382,8 +381,8 @@ static int run_image(const char *url, uint64_t limit, child_out *o) {
   image_case k = {url, limit};
   int rc = run_child(image_child, &k, o);
   printf("  %s, limit %llu: status %d, peak RSS %ld KiB%s%s\n",
-         strrchr(url, '/') + 1, (unsigned long long)limit, o->status,
-         o->maxrss, o->err[0] ? "; " : "", o->err);
+         strrchr(url, '/') + 1, (unsigned long long)limit, o->status, o->maxrss,
+         o->err[0] ? "; " : "", o->err);
   return rc;
 }
 

@@ -634,8 +634,8 @@ static const char loader_help_3[] =
     "                         (default $WDS_CACHE_DIR; shared safely by\n"
     "                         processes; trusts the URL)\n"
     "  --cache-size SIZE      delete least recently used entries of the\n"
-    "                         cache over SIZE (default 0: no limit)\n"
-    TOOL_IMAGE_MEMORY_LIMIT_HELP;
+    "                         cache over SIZE (default 0: no "
+    "limit)\n" TOOL_IMAGE_MEMORY_LIMIT_HELP;
 
 /* --source: a part of its own. */
 static const char source_help[] =

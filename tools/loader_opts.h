@@ -158,10 +158,9 @@ int tool_image_memory_limit(const char *cmd, const char *arg, uint64_t *bytes);
 /* Its help line, shared by the commands that take it. */
 #define TOOL_IMAGE_MEMORY_LIMIT_HELP                                           \
   "  --image-memory-limit SIZE  memory one image's decode may take (default\n" \
-  "                         256M: the decoded pixels at the scale needed,\n"  \
-  "                         a progressive JPEG's coefficients); an image\n"   \
+  "                         256M: the decoded pixels at the scale needed,\n"   \
+  "                         a progressive JPEG's coefficients); an image\n"    \
   "                         over it is an error naming it\n"
-
 
 /* --retries N (0..1000; 0 = none) into a config's retries: how many times
  * an http(s):// transfer that failed transiently is tried again. Returns 0,

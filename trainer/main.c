@@ -118,10 +118,18 @@ static const char *const loader_names[] = {"index",
                                            "defer-reads",
                                            "image-memory-limit",
                                            NULL};
-static const char *const loader_help_names[] = {
-    "index",      "crop",        "workers",    "read-timeout",
-    "max-window", "cache-dir",   "cache-size", "allow-pipe-from-files",
-    "source",     "defer-reads", "image-memory-limit", NULL};
+static const char *const loader_help_names[] = {"index",
+                                                "crop",
+                                                "workers",
+                                                "read-timeout",
+                                                "max-window",
+                                                "cache-dir",
+                                                "cache-size",
+                                                "allow-pipe-from-files",
+                                                "source",
+                                                "defer-reads",
+                                                "image-memory-limit",
+                                                NULL};
 
 #define PROG "wds-train"
 
