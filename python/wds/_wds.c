@@ -933,12 +933,27 @@ static PyTypeObject wds_py_index_type = {
 typedef struct {
   PyObject_HEAD wds_writer *w;
   int busy; /* a thread is in the library without the GIL */
+  /* Shards of the pattern an earlier run left after the last one written
+   * (wds_writer_config.on_leftover, called by close without the GIL):
+   * counted, the first and last kept (malloc'd). */
+  unsigned long long left_n;
+  char *left_first, *left_last;
 } wds_py_writer;
+
+static void wds_py_writer_on_leftover(void *ctx, const char *path) {
+  wds_py_writer *self = ctx;
+  if (self->left_n++ == 0)
+    self->left_first = strdup(path);
+  free(self->left_last);
+  self->left_last = strdup(path);
+}
 
 static void wds_py_writer_dealloc(wds_py_writer *self) {
   if (self->w) /* never closed: discard the unfinished shard */
     wds_writer_abort(self->w);
   self->w = NULL;
+  free(self->left_first);
+  free(self->left_last);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -972,6 +987,8 @@ static int wds_py_writer_init(wds_py_writer *self, PyObject *args,
   cfg.level = level;
   cfg.mtime = (int64_t)mtime;
   cfg.no_sync = !sync;
+  cfg.on_leftover = wds_py_writer_on_leftover;
+  cfg.on_leftover_ctx = self;
   PyObject *pattern;
   if (!PyUnicode_Check(pattern_obj) && !PyBytes_Check(pattern_obj)) {
     pattern_obj = PyOS_FSPath(pattern_obj);
@@ -1136,7 +1153,17 @@ static PyObject *wds_py_writer_close(wds_py_writer *self,
   self->w = NULL;
   if (rc != WDS_OK)
     return wds_py_raise(rc, msg);
-  return wds_py_writer_stats_dict(&st);
+  PyObject *d = wds_py_writer_stats_dict(&st);
+  if (d && self->left_n) {
+    /* for ShardWriter.close's warning */
+    PyObject *v = Py_BuildValue("(Kss)", self->left_n,
+                                self->left_first ? self->left_first : "",
+                                self->left_last ? self->left_last : "");
+    if (!v || PyDict_SetItemString(d, "leftover", v) < 0)
+      Py_CLEAR(d);
+    Py_XDECREF(v);
+  }
+  return d;
 }
 
 static PyObject *wds_py_writer_abort(wds_py_writer *self,
