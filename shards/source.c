@@ -612,6 +612,10 @@ int wds__source_file_fd(const wds__source *s) {
   return s && s->regular ? s->fd : -1;
 }
 
+int wds__source_is_cache_entry(const wds__source *s) {
+  return s && s->cache_name != NULL;
+}
+
 void wds__source_close(wds__source *s) {
   if (!s)
     return;

@@ -50,6 +50,9 @@ static const char verify_usage[] =
     "                  (jpg also matches jpeg, and jpeg jpg)\n"
     "  --decode        decode jpg/jpeg/png, npy and cls/cls2/index/inx/id "
     "fields\n"
+    "  --image-memory-limit SIZE  with --decode: memory one image's decode\n"
+    "                  may take (default 256M); an image over it is a\n"
+    "                  decode problem naming its size and the limit\n"
     "  --json          one JSON object: {\"problems\": [{\"url\", \"key\", "
     "\"kind\",\n"
     "                  \"message\"}...], \"shards\", \"samples\", "
@@ -331,6 +334,7 @@ int tool_cmd_verify(int argc, char **argv) {
       {"max-window", required_argument, 0, 'w'},
       {"cache-dir", required_argument, 0, 'C'},
       {"cache-size", required_argument, 0, 'Z'},
+      {"image-memory-limit", required_argument, 0, 'I'},
       TOOL_ALLOW_PIPE_OPTION,
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
@@ -338,6 +342,7 @@ int tool_cmd_verify(int argc, char **argv) {
   memset(&v, 0, sizeof v);
   int decode = 0, c, status = 2;
   size_t max_urls = 0;
+  uint64_t image_limit = 0;
   wds_url_list urls = {0};
   tool_stdout_init("verify");
   optind = 1;
@@ -368,6 +373,10 @@ int tool_cmd_verify(int argc, char **argv) {
       break;
     case 'w':
       if (tool_max_window("wds verify", optarg, &v.max_window_bytes))
+        goto done;
+      break;
+    case 'I':
+      if (tool_image_memory_limit("wds verify", optarg, &image_limit))
         goto done;
       break;
     case 'j':
@@ -408,6 +417,8 @@ int tool_cmd_verify(int argc, char **argv) {
     status = 1;
     goto done;
   }
+  if (v.checker)
+    wds_decode_checker_set_image_memory_limit(v.checker, image_limit);
   if (v.json)
     fputs("{\"problems\": [", stdout);
   tool_signals_defer(1); /* the shard loop checks */

@@ -149,6 +149,10 @@ static const char write_usage_options[] =
     "truncated shard under a final name; a killed run may leave *.tmp-*\n"
     "files, safe to delete. Files are read to their end (files in /proc and\n"
     "/sys too); one that changes size while it is read is an error.\n"
+    "One run at a time writes a numbered PATTERN: another one still writing\n"
+    "it (a lock file .NAME%d.lock beside the shards) makes this one fail,\n"
+    "naming its pid. Shards of the PATTERN numbered after the last one\n"
+    "written (an earlier run's) are named in a warning, not deleted.\n"
     "On a terminal, a progress line goes to stderr. At the end one line on\n"
     "stdout: shards, samples, bytes. Exit status 1 on an error, 2 on a usage\n"
     "error.\n"
@@ -547,6 +551,21 @@ static void single_file_hint(const char *msg) {
           "(e.g. shard-%%06d.tar); no shard was written\n",
           o->pattern, count ? "--maxcount" : "--maxsize",
           count ? limit : o->size_arg);
+}
+
+/* The shards of the pattern an earlier run left after this run's last
+ * (wds_writer_config.on_leftover): counted, the first and last kept. */
+typedef struct leftovers {
+  uint64_t n;
+  char *first, *last;
+} leftovers;
+
+static void on_leftover(void *ctx, const char *path) {
+  leftovers *l = ctx;
+  if (l->n++ == 0)
+    l->first = strdup(path);
+  free(l->last);
+  l->last = strdup(path);
 }
 
 static int writer_failed(wds_writer *w) {
@@ -1582,6 +1601,9 @@ int tool_cmd_write(int argc, char **argv) {
   cfg.max_size_bytes = o.size_given ? o.max_size : 0;
   cfg.start_index = o.start;
   cfg.level = o.level;
+  leftovers left = {0, NULL, NULL};
+  cfg.on_leftover = on_leftover;
+  cfg.on_leftover_ctx = &left;
   wds_writer *w = NULL;
   if (wds_writer_open(&cfg, &w) != WDS_OK) {
     fprintf(stderr, "wds write: %s\n", wds_open_error());
@@ -1625,5 +1647,21 @@ int tool_cmd_write(int argc, char **argv) {
           " bytes (%" PRIu64 " bytes of tar)\n",
           st.shards, st.shards == 1 ? "" : "s", st.samples,
           st.samples == 1 ? "" : "s", st.out_bytes, st.tar_bytes);
+  if (left.n == 1)
+    fprintf(stderr,
+            "wds write: warning: %s, a shard of this pattern after the last "
+            "one written, is left from an earlier run: a spec of the "
+            "pattern would read it with these (delete it, or keep it on "
+            "purpose)\n",
+            left.first ? left.first : "?");
+  else if (left.n > 1)
+    fprintf(stderr,
+            "wds write: warning: %" PRIu64 " shards of this pattern after "
+            "the last one written are left from an earlier run, %s to %s: "
+            "a spec of the pattern would read them with these (delete "
+            "them, or keep them on purpose)\n",
+            left.n, left.first ? left.first : "?", left.last ? left.last : "?");
+  free(left.first);
+  free(left.last);
   return tool_stdout_flush() != 0 ? 1 : 0;
 }

@@ -116,11 +116,20 @@ static const char *const loader_names[] = {"index",
                                            "allow-pipe-from-files",
                                            "source",
                                            "defer-reads",
+                                           "image-memory-limit",
                                            NULL};
-static const char *const loader_help_names[] = {
-    "index",      "crop",        "workers",    "read-timeout",
-    "max-window", "cache-dir",   "cache-size", "allow-pipe-from-files",
-    "source",     "defer-reads", NULL};
+static const char *const loader_help_names[] = {"index",
+                                                "crop",
+                                                "workers",
+                                                "read-timeout",
+                                                "max-window",
+                                                "cache-dir",
+                                                "cache-size",
+                                                "allow-pipe-from-files",
+                                                "source",
+                                                "defer-reads",
+                                                "image-memory-limit",
+                                                NULL};
 
 #define PROG "wds-train"
 
@@ -503,6 +512,8 @@ int main(int argc, char **argv) {
     o.retries = lo.cfg.retries;
   if (GIVEN(TOOL_LO_DEFER_READS))
     o.defer_reads = lo.cfg.defer_reads;
+  if (GIVEN(TOOL_LO_IMAGE_MEMORY_LIMIT))
+    o.image_memory_limit = lo.cfg.image_memory_limit;
   if (GIVEN(TOOL_LO_RANK_BATCH_SIZES) && batch_given)
     return usage_error("%s", "--batch-size and --rank-batch-sizes: give "
                              "one (--rank-batch-sizes sets every rank's)");

@@ -828,6 +828,7 @@ int tr_run(const tr_options *o, wds__err *e) {
   lc.max_window_bytes = o->max_window_bytes;
   lc.cache_dir = o->cache_dir;
   lc.cache_size = o->cache_size;
+  lc.image_memory_limit = o->image_memory_limit;
   /* The next epoch's shuffle buffer fills while this one's last step
    * computes and the evaluation runs. */
   lc.eager_next_epoch = 1;

@@ -261,11 +261,22 @@ typedef struct wds_loader_config {
    * cache when opened, each field deferred only when all its pages were
    * cached then (judged per MiB of the file by its first and last pages); ON
    * every such field; OFF never. The batches are the same either way; a file
-   * whose size changed (it shrank or was rewritten) before a deferred field is
-   * read is an error (on_error) naming it (a new mtime alone is not). Held
+   * whose size or mtime changed (it shrank, or was written in place, even
+   * with the same size; a touch too) before or while a deferred field is
+   * read is an error (on_error) naming it (a shard cache entry's mtime,
+   * which marks use, is not compared: entries never change in place). Held
    * descriptors: at most 32 per worker and a quarter of the soft RLIMIT_NOFILE
    * per process; past that a shard is read in the stream. */
   wds_defer_reads defer_reads;
+  /* The memory one image's decode may take, in bytes (per worker: a worker
+   * decodes one image at a time); 0 = WDS_IMAGE_MEMORY_LIMIT_DEFAULT, 256
+   * MiB (wds/decode.h says what it counts: the decoded pixels at the DCT
+   * scale the output needs, a progressive JPEG's buffered coefficients).
+   * Checked from the image's headers before its decode allocates: an
+   * image over it is an error (WDS_ERR_LIMIT, under on_error) naming the
+   * shard, sample, field, the image's size, what it needs and the
+   * limit. */
+  uint64_t image_memory_limit;
 } wds_loader_config;
 
 #define WDS_LOADER_CONFIG_INIT                                                 \

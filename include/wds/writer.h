@@ -21,6 +21,14 @@
  * FIFO, a device) is written in place instead, never replaced: see
  * wds_outfile below.
  *
+ * One writer at a time per numbered pattern: the first shard takes an
+ * exclusive lock (flock) on a file beside the shards, ".PREFIX%dSUFFIX.lock"
+ * (the pattern's file name with its conversion written %d, '/' as '_'),
+ * holding the holder's pid, kept until close or abort (which delete it).
+ * A second writer of the same pattern, in this process or another, fails
+ * its first sample with WDS_ERR_OPEN naming the lock and the other
+ * writer's pid: two runs would interleave their shards.
+ *
  * Compression comes from the name: ".zst"/".tzst" zstd, ".gz"/".tgz" gzip,
  * anything else none (WDS_COMPRESS_AUTO), or is given explicitly.
  *
@@ -91,6 +99,14 @@ typedef struct wds_writer_config {
   void (*on_shard)(void *ctx, const char *path, uint64_t samples,
                    uint64_t file_bytes);
   void *on_shard_ctx;
+  /* Called by close, after the last shard is renamed, for each file
+   * already in the shards' directory that the pattern names with a number
+   * after the last shard written (an earlier run's, which readers of the
+   * pattern would take for this run's), in number order (NULL: not
+   * called; nothing is deleted). Only for a pattern with a conversion
+   * whose directory part has none, when a shard was written. */
+  void (*on_leftover)(void *ctx, const char *path);
+  void *on_leftover_ctx;
 } wds_writer_config;
 
 #define WDS_WRITER_CONFIG_INIT                                                 \

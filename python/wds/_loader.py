@@ -266,7 +266,8 @@ class Loader:
     image_size=224, crop="center", prefetch=4, on_error="stop",
     shard_shuffle=True, read_timeout_ms=0, retries=0, rank_batch_sizes=None,
     cache_dir=None, cache_size=0, allow_pipe_from_files=False,
-    sources=None, eager_next_epoch=False, defer_reads="auto", device=None)
+    sources=None, eager_next_epoch=False, defer_reads="auto",
+    image_memory_limit=None, device=None)
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -308,6 +309,13 @@ class Loader:
     default) only fields that were in the page cache when the shard was
     opened. The batches are the same; stats() counts deferred_fields.
 
+    image_memory_limit (bytes; None: 256 MiB) is the memory one image's
+    decode may take, per worker: the decoded pixels (a JPEG at the DCT
+    scale its output needs, a PNG whole) and a progressive JPEG's buffered
+    coefficients, counted from the headers before anything is allocated.
+    An image over it is an error (under on_error) naming its shard, sample,
+    field, size and the limit.
+
     device ("cuda", "cuda:N", a torch.device; needs PyTorch) yields
     wds.DeviceBatch objects instead: each batch's fields and __valid__ as
     tensors on that GPU (bytes fields as lists of bytes, keys, urls and
@@ -325,7 +333,7 @@ class Loader:
                  read_timeout_ms=0, retries=0, rank_batch_sizes=None,
                  cache_dir=None, cache_size=0, allow_pipe_from_files=False,
                  sources=None, eager_next_epoch=False, defer_reads="auto",
-                 device=None):
+                 image_memory_limit=None, device=None):
         self._fences = _device.Fences()
         self._engine = None
         if device is not None:
@@ -371,7 +379,9 @@ class Loader:
             cache_size=int(cache_size),
             allow_pipe_from_files=bool(allow_pipe_from_files),
             eager_next_epoch=bool(eager_next_epoch),
-            defer_reads=_choice("defer_reads", defer_reads, _DEFER))
+            defer_reads=_choice("defer_reads", defer_reads, _DEFER),
+            image_memory_limit=None if image_memory_limit is None
+            else int(image_memory_limit))
         self._open(int(epoch), 0)
 
     def _open(self, epoch, batches):

@@ -3,6 +3,7 @@
 import io
 import json
 import numbers
+import warnings
 
 from ._wds import _Writer
 
@@ -98,8 +99,21 @@ class ShardWriter:
         return self._w.closed
 
     def close(self):
-        """Finishes the last shard; returns the final stats."""
-        return self._w.close()
+        """Finishes the last shard; returns the final stats. Shards of the
+        pattern numbered after the last one written (an earlier, longer
+        run's, which a spec of the pattern would read with these) are named
+        in a warning (not deleted)."""
+        st = self._w.close()
+        left = st.pop("leftover", None) if st else None
+        if left:
+            n, first, last = left
+            which = first if n == 1 else f"{n} shards, {first} to {last}"
+            warnings.warn(f"ShardWriter: {which}: left by an earlier run "
+                          f"after the last shard written to "
+                          f"{self.pattern!r}; a spec of the pattern would "
+                          f"read {'it' if n == 1 else 'them'} with these",
+                          stacklevel=2)
+        return st
 
     def abort(self):
         """Discards the unfinished shard (completed shards stay)."""
