@@ -141,15 +141,16 @@ static int save_rows(const char *dir, const wds_batch *b, int sources,
     for (size_t i = 0; i < b->rows; i++) {
       if (i)
         fputs(", ", f);
-      char red[WDS__URL_REDACT_MAX];
-      const char *s = v && v[i] && which
-                          ? wds__url_redact(v[i], red, sizeof red)
-                      : v ? v[i]
-                          : NULL;
+      char red[WDS__URL_REDACT_MAX], *full = NULL;
+      const char *s = v ? v[i] : NULL;
+      if (s && which) /* a URL: without its secrets, in full */
+        s = (full = wds__url_redacted(s)) ? full
+                                          : wds__url_redact(s, red, sizeof red);
       if (s)
         wds__json_write_string(f, s, strlen(s));
       else
         fputs("null", f);
+      free(full);
     }
   }
   if (sources) {

@@ -229,9 +229,11 @@ static void print_sample(const wds_sample *s, int json) {
     fputs("{\"__key__\": ", stdout);
     wds__json_write_string(stdout, s->key, strlen(s->key));
     fputs(", \"__url__\": ", stdout);
-    char red[WDS__URL_REDACT_MAX];
-    const char *url = wds__url_redact(s->url, red, sizeof red);
+    /* without its secrets, in full (cut only when out of memory) */
+    char red[WDS__URL_REDACT_MAX], *full = wds__url_redacted(s->url);
+    const char *url = full ? full : wds__url_redact(s->url, red, sizeof red);
     wds__json_write_string(stdout, url, strlen(url));
+    free(full);
     fputs(", \"fields\": {", stdout);
     for (size_t i = 0; i < s->field_count; i++) {
       const wds_field *f = &s->fields[i];

@@ -103,9 +103,11 @@ static void report(verifier *v, enum kind k, const char *url, const char *key,
    * the shard a terminal would obey (base/text.h). */
   char red[WDS__URL_REDACT_MAX], kb[1024], mb[2048];
   if (v->json) {
-    url = wds__url_redact(url, red, sizeof red);
+    char *full = wds__url_redacted(url); /* in full */
+    url = full ? full : wds__url_redact(url, red, sizeof red);
     fputs(v->problems ? ",\n  {\"url\": " : "\n  {\"url\": ", stdout);
     wds__json_write_string(stdout, url, strlen(url));
+    free(full);
     fputs(", \"key\": ", stdout);
     if (key)
       wds__json_write_string(stdout, key, strlen(key));

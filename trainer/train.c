@@ -1046,8 +1046,11 @@ int tr_run(const tr_options *o, wds__err *e) {
       for (size_t i = 0; i < o->source_count; i++) {
         const wds_source_config *sc = &o->sources[i];
         fputs(i ? ", {\"spec\": " : "{\"spec\": ", sh.json);
-        char red[WDS__URL_REDACT_MAX]; /* without its secrets */
-        json_put_string(sh.json, wds__url_redact(sc->spec, red, sizeof red));
+        /* without its secrets, in full */
+        char red[WDS__URL_REDACT_MAX], *full = wds__url_redacted(sc->spec);
+        json_put_string(
+            sh.json, full ? full : wds__url_redact(sc->spec, red, sizeof red));
+        free(full);
         if (sc->weight > 0)
           fprintf(sh.json, ", \"weight\": %.17g", sc->weight);
         if (sc->proportion > 0)
