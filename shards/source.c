@@ -471,6 +471,10 @@ done:
 static int reap_command(wds__source *s, wds__err *err) {
   int status = 0;
   pid_t r;
+  /* the command as messages show it: the URLs in it without their
+   * secrets (base/url.h) */
+  char rb[WDS__URL_REDACT_MAX];
+  const char *cmd = wds__url_redact(s->command, rb, sizeof rb);
   warden_send('-', s->pid);
   do {
     r = waitpid(s->pid, &status, 0);
@@ -482,14 +486,13 @@ static int reap_command(wds__source *s, wds__err *err) {
     return WDS_OK;
   if (r < 0)
     return wds__fail(err, WDS_ERR_COMMAND, "cannot wait for command \"%s\": %s",
-                     s->command, strerror(errno));
+                     cmd, strerror(errno));
   if (WIFEXITED(status)) {
     int code = WEXITSTATUS(status);
     if (code == 0 || code == 141)
       return WDS_OK;
     return wds__fail(err, WDS_ERR_COMMAND,
-                     "command \"%s\" failed with exit status %d", s->command,
-                     code);
+                     "command \"%s\" failed with exit status %d", cmd, code);
   }
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
@@ -497,11 +500,11 @@ static int reap_command(wds__source *s, wds__err *err) {
       return WDS_OK;
     return wds__fail(
         err, WDS_ERR_COMMAND,
-        "command \"%s\" killed by signal %d (%s) before it could exit",
-        s->command, sig, strsignal(sig));
+        "command \"%s\" killed by signal %d (%s) before it could exit", cmd,
+        sig, strsignal(sig));
   }
   return wds__fail(err, WDS_ERR_COMMAND, "command \"%s\" ended abnormally",
-                   s->command);
+                   cmd);
 }
 
 /* Waits until the descriptor has data (or its end, or an error, which the

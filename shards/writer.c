@@ -39,6 +39,7 @@
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "base/text.h"
 #include "tarw.h"
 
 #define DEFAULT_MAX_COUNT 100000u
@@ -741,6 +742,25 @@ static int out_fail(char *err, size_t err_size, int status, const char *fmt,
   return status;
 }
 
+/* 1 for /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N and
+ * /proc/self/fd/N: links to descriptors of this process. */
+static int own_descriptor(const char *path) {
+  static const char *const names[] = {"/dev/stdout", "/dev/stderr",
+                                      "/dev/stdin"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if (strcmp(path, names[i]) == 0)
+      return 1;
+  const char *n = strncmp(path, "/dev/fd/", 8) == 0          ? path + 8
+                  : strncmp(path, "/proc/self/fd/", 14) == 0 ? path + 14
+                                                             : NULL;
+  if (!n || !*n)
+    return 0;
+  for (; *n; n++)
+    if (*n < '0' || *n > '9')
+      return 0;
+  return 1;
+}
+
 int wds_outfile_open(const char *path, unsigned flags, wds_outfile **out,
                      char *err, size_t err_size) {
   static atomic_uint counter;
@@ -757,18 +777,43 @@ int wds_outfile_open(const char *path, unsigned flags, wds_outfile **out,
   }
   f->fd = -1;
   f->flags = flags;
-  struct stat st;
-  /* stat, not lstat: a symlink to /dev/null is written through, as a shell
-   * redirection would. Anything stat cannot see (ENOENT, a dangling link)
-   * is created through the temporary, whose errors name the problem. */
+  struct stat st, lst;
+  /* Anything stat cannot see (ENOENT, a dangling link) is created through
+   * the temporary, whose errors name the problem; so is a regular file, or
+   * a symlink to one, which the rename then replaces (the link, never its
+   * target). */
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
     if (S_ISDIR(st.st_mode) || S_ISSOCK(st.st_mode)) {
       rc = out_fail(err, err_size, WDS_ERR_OPEN, "cannot write %s: it is a %s",
                     path, S_ISDIR(st.st_mode) ? "directory" : "socket");
       goto done;
     }
-    /* No O_CREAT: it exists, and must not turn into a new regular file. */
-    f->fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+    /* A device or FIFO is written in place only when PATH names it
+     * itself: a symlink to one (planted in a shared output directory,
+     * say) would send the output into a disk, a terminal or another
+     * program's pipe. The process's own descriptors (/dev/stdout,
+     * /dev/fd/N) are links the caller made by redirecting. */
+    int is_link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
+    if (is_link && !own_descriptor(path)) {
+      char *real = realpath(path, NULL), shown[512];
+      const char *what = S_ISFIFO(st.st_mode)  ? "FIFO"
+                         : S_ISCHR(st.st_mode) ? "character device"
+                         : S_ISBLK(st.st_mode) ? "block device"
+                                               : "special file";
+      rc = out_fail(err, err_size, WDS_ERR_OPEN,
+                    "cannot write %s: it is a symbolic link to a %s (%s): "
+                    "an output replaces a link to a regular file, and never "
+                    "writes through one to a device, FIFO or socket; name "
+                    "the %s itself to write into it",
+                    path, what,
+                    real ? wds__esc(real, shown, sizeof shown, 0) : "?", what);
+      free(real);
+      goto done;
+    }
+    /* No O_CREAT: it exists, and must not turn into a new regular file.
+     * O_NOFOLLOW: a link put in its place since the lstat is refused. */
+    f->fd = open(path,
+                 O_WRONLY | O_NOCTTY | O_CLOEXEC | (is_link ? 0 : O_NOFOLLOW));
     if (f->fd < 0) {
       rc = out_fail(err, err_size, WDS_ERR_OPEN, "cannot open %s: %s", path,
                     strerror(errno));

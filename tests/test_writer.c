@@ -835,10 +835,11 @@ TEST(fifo_written_in_place) {
   ASSERT_EQ_INT(dir_entries(dir, NULL), 2);
 }
 
-/* A character device, also through a symlink, is written in place: a
- * private null device made with mknod in the test's directory (never
- * /dev/null itself, which a failing test would replace). Needs CAP_MKNOD
- * and a file system without nodev: skipped, and said, otherwise. */
+/* A character device is written in place, and refused through a symlink
+ * (issue 26, item 11): a private null device made with mknod in the
+ * test's directory (never /dev/null itself, which a failing test would
+ * replace). Needs CAP_MKNOD and a file system without nodev: skipped, and
+ * said, otherwise. */
 TEST(device_written_in_place) {
   char dir[512], dev[600], link[600];
   fresh_dir(dir, sizeof dir, "dev");
@@ -867,13 +868,19 @@ TEST(device_written_in_place) {
 
   wds_outfile *f;
   char err[512];
-  ASSERT_EQ_INT(wds_outfile_open(link, 0, &f, err, sizeof err), WDS_OK);
+  ASSERT_EQ_INT(wds_outfile_open(dev, 0, &f, err, sizeof err), WDS_OK);
   ASSERT_EQ_INT(wds_outfile_in_place(f), 1);
   ASSERT_TRUE(wds_outfile_tmp_path(f) == NULL);
   ASSERT_EQ_INT(write(wds_outfile_fd(f), "x", 1), 1);
   rc = wds_outfile_commit(f, err, sizeof err);
   wds_outfile_close(f);
   ASSERT_EQ_INT(rc, WDS_OK);
+  f = NULL;
+  ASSERT_EQ_INT(wds_outfile_open(link, 0, &f, err, sizeof err), WDS_ERR_OPEN);
+  ASSERT_TRUE(f == NULL);
+  ASSERT_CONTAINS(err, "symbolic link to a character device");
+  cfg.pattern = link;
+  ASSERT_EQ_INT(write_all(&cfg, 5), WDS_ERR_OPEN);
   ASSERT_EQ_INT(lstat(link, &st), 0);
   ASSERT_TRUE(S_ISLNK(st.st_mode));
   ASSERT_EQ_INT(lstat(dev, &st), 0);
@@ -1088,6 +1095,120 @@ TEST(leftover_shards_are_reported) {
   ASSERT_EQ_INT(log.n, 0);
 }
 
+/* Symbolic links (issue 26, item 11): one to a FIFO is refused (its read
+ * end open, so a write through it would not block: before the fix it
+ * succeeded), and so is one to a socket, each link and target left as
+ * they were; one to a regular file is replaced by the new file, its old
+ * target untouched; a dangling one is replaced too. The process's own
+ * descriptors (/dev/fd/N) are written in place. */
+TEST(outfile_symlinks) {
+  char dir[512], fifo[600], link[600], reg[600], rlink[600], dangling[600],
+      err[512];
+  fresh_dir(dir, sizeof dir, "links");
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  snprintf(link, sizeof link, "%s/to-fifo", dir);
+  snprintf(reg, sizeof reg, "%s/target.txt", dir);
+  snprintf(rlink, sizeof rlink, "%s/to-reg", dir);
+  snprintf(dangling, sizeof dangling, "%s/dangling", dir);
+  ASSERT_EQ_INT(mkfifo(fifo, 0644), 0);
+  ASSERT_EQ_INT(symlink("fifo", link), 0);
+  int rfd = open(fifo, O_RDONLY | O_NONBLOCK);
+  ASSERT_TRUE(rfd >= 0);
+  wds_outfile *f = NULL;
+  int rc = wds_outfile_open(link, 0, &f, err, sizeof err);
+  if (f) {
+    (void)!write(wds_outfile_fd(f), "leak", 4);
+    wds_outfile_commit(f, NULL, 0);
+    wds_outfile_close(f);
+  }
+  char got[8];
+  ssize_t k = read(rfd, got, sizeof got);
+  int64_t shape = 3;
+  char err2[512];
+  int npy =
+      wds_npy_save(link, WDS_DTYPE_U8, 1, &shape, "abc", err2, sizeof err2);
+  ssize_t k2 = read(rfd, got, sizeof got);
+  close(rfd);
+  ASSERT_EQ_INT(rc, WDS_ERR_OPEN);
+  ASSERT_CONTAINS(err, "symbolic link to a FIFO");
+  ASSERT_CONTAINS(err, "/fifo)");
+  ASSERT_TRUE(k <= 0);
+  ASSERT_EQ_INT(npy, WDS_ERR_IO); /* npy.c: every failure to write is IO */
+  ASSERT_CONTAINS(err2, "symbolic link to a FIFO");
+  ASSERT_TRUE(k2 <= 0);
+  struct stat st;
+  ASSERT_EQ_INT(lstat(link, &st), 0);
+  ASSERT_TRUE(S_ISLNK(st.st_mode));
+  ASSERT_EQ_INT(lstat(fifo, &st), 0);
+  ASSERT_TRUE(S_ISFIFO(st.st_mode));
+
+  char sock[600], slink[600];
+  snprintf(sock, sizeof sock, "%s/sock", dir);
+  snprintf(slink, sizeof slink, "%s/to-sock", dir);
+  int sfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  int bound = sfd >= 0 && strlen(sock) < sizeof sa.sun_path;
+  if (bound) {
+    memcpy(sa.sun_path, sock, strlen(sock) + 1);
+    bound = bind(sfd, (struct sockaddr *)&sa, sizeof sa) == 0;
+  }
+  if (bound) {
+    ASSERT_EQ_INT(symlink("sock", slink), 0);
+    rc = wds_outfile_open(slink, 0, &f, err, sizeof err);
+    close(sfd);
+    ASSERT_EQ_INT(rc, WDS_ERR_OPEN);
+    ASSERT_CONTAINS(err, "socket");
+    ASSERT_EQ_INT(lstat(slink, &st), 0);
+    ASSERT_TRUE(S_ISLNK(st.st_mode));
+  } else if (sfd >= 0) {
+    close(sfd);
+  }
+
+  FILE *old = fopen(reg, "w");
+  ASSERT_TRUE(old != NULL);
+  fputs("old", old);
+  fclose(old);
+  ASSERT_EQ_INT(symlink("target.txt", rlink), 0);
+  ASSERT_EQ_INT(symlink("nowhere/x", dangling), 0);
+  const char *replaced[] = {rlink, dangling};
+  for (int i = 0; i < 2; i++) {
+    ASSERT_EQ_INT(wds_outfile_open(replaced[i], 0, &f, err, sizeof err),
+                  WDS_OK);
+    ASSERT_EQ_INT(wds_outfile_in_place(f), 0);
+    ASSERT_EQ_INT(write(wds_outfile_fd(f), "new", 3), 3);
+    rc = wds_outfile_commit(f, err, sizeof err);
+    wds_outfile_close(f);
+    ASSERT_EQ_INT(rc, WDS_OK);
+    ASSERT_EQ_INT(lstat(replaced[i], &st), 0);
+    ASSERT_TRUE(S_ISREG(st.st_mode));
+    ASSERT_EQ_INT(st.st_size, 3);
+  }
+  size_t len;
+  uint8_t *d = test_read_file(reg, &len);
+  int kept = d && len == 3 && memcmp(d, "old", 3) == 0;
+  free(d);
+  ASSERT_TRUE(kept);
+
+  /* /dev/fd/N: a pipe this process opened */
+  int p[2];
+  ASSERT_EQ_INT(pipe(p), 0);
+  char own[64];
+  snprintf(own, sizeof own, "/dev/fd/%d", p[1]);
+  rc = wds_outfile_open(own, 0, &f, err, sizeof err);
+  int in_place = rc == WDS_OK && wds_outfile_in_place(f);
+  if (rc == WDS_OK) {
+    ASSERT_EQ_INT(write(wds_outfile_fd(f), "own", 3), 3);
+    rc = wds_outfile_commit(f, err, sizeof err);
+    wds_outfile_close(f);
+  }
+  close(p[1]);
+  k = read(p[0], got, sizeof got);
+  close(p[0]);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  ASSERT_TRUE(in_place);
+  ASSERT_TRUE(k == 3 && memcmp(got, "own", 3) == 0);
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "%s/wds-test-writer-XXXXXX",
            getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -1114,6 +1235,7 @@ int main(void) {
   RUN(outfile_regular_directory_socket);
   RUN(one_writer_per_pattern);
   RUN(leftover_shards_are_reported);
+  RUN(outfile_symlinks);
   free_samples();
   test_remove_tree(tmpdir);
   return test_summary();

@@ -18,6 +18,8 @@
 
 #include "base/json.h"
 #include "base/size.h"
+#include "base/text.h"
+#include "base/url.h"
 #include "loader_opts.h"
 #include "pipeline/decoders.h"
 #include "signals.h"
@@ -100,9 +102,15 @@ typedef struct verifier {
 /* Prints one problem. key may be NULL (shard-level). */
 static void report(verifier *v, enum kind k, const char *url, const char *key,
                    const char *msg) {
+  /* The URL without its secrets (base/url.h); in the text, nothing from
+   * the shard a terminal would obey (base/text.h). */
+  char red[WDS__URL_REDACT_MAX], kb[1024], mb[2048];
   if (v->json) {
+    char *full = wds__url_redacted(url); /* in full */
+    url = full ? full : wds__url_redact(url, red, sizeof red);
     fputs(v->problems ? ",\n  {\"url\": " : "\n  {\"url\": ", stdout);
     wds__json_write_string(stdout, url, strlen(url));
+    free(full);
     fputs(", \"key\": ", stdout);
     if (key)
       wds__json_write_string(stdout, key, strlen(key));
@@ -111,10 +119,14 @@ static void report(verifier *v, enum kind k, const char *url, const char *key,
     printf(", \"kind\": \"%s\", \"message\": ", kind_names[k]);
     wds__json_write_string(stdout, msg, strlen(msg));
     fputs("}", stdout);
-  } else if (key) {
-    printf("%s: sample %s: %s: %s\n", url, key, kind_names[k], msg);
   } else {
-    printf("%s: %s: %s\n", url, kind_names[k], msg);
+    url = wds__url_shown(url, red, sizeof red);
+    msg = wds__esc(msg, mb, sizeof mb, 0);
+    if (key)
+      printf("%s: sample %s: %s: %s\n", url, wds__esc(key, kb, sizeof kb, 0),
+             kind_names[k], msg);
+    else
+      printf("%s: %s: %s\n", url, kind_names[k], msg);
   }
   v->counts[k]++;
   v->problems++;
@@ -137,9 +149,11 @@ static enum kind classify(int rc, const char *msg) {
   }
 }
 
-/* The reader prefixes its messages with "URL: "; the report line has the
- * URL already. */
+/* The reader prefixes its messages with "URL: " (as messages show it:
+ * wds__url_shown); the report line has the URL already. */
 static const char *strip_url(const char *msg, const char *url) {
+  char shown[WDS__URL_REDACT_MAX];
+  url = wds__url_shown(url, shown, sizeof shown);
   size_t n = strlen(url);
   if (strncmp(msg, url, n) == 0 && strncmp(msg + n, ": ", 2) == 0)
     return msg + n + 2;
