@@ -948,7 +948,9 @@ int tr_run(const tr_options *o, wds__err *e) {
                      .proc_rank = o->proc_rank,
                      .master_addr = o->master_addr,
                      .master_port = o->master_port,
-                     .rdv_timeout_ms = o->rdv_timeout_ms};
+                     .rdv_timeout_ms = o->rdv_timeout_ms,
+                     .host_links = o->backend->host_collectives,
+                     .collective_timeout_ms = o->collective_timeout_ms};
   if ((rc = tr_pg_create(&pc, &sh.pg, e)) != WDS_OK)
     goto done;
   tr_group_config gc = {.local_ranks = o->ranks,

@@ -308,12 +308,39 @@ if CUDA_VISIBLE_DEVICES= timeout 120 "$TRAIN" "${COMMON[@]}" "${R[@]}" --steps 2
 else
   bad "--device auto without a GPU" "$(cat auto.out)"
 fi
-# Several processes need the CUDA backend (NCCL); on the CPU they are refused
-# before anything waits for a peer.
-CUDA_VISIBLE_DEVICES= expect_err "--nodes 2 on the CPU" "CPU backend runs in one process" \
-  "${COMMON[@]}" "${R[@]}" --nodes 2 --node-rank 1 --master-addr 127.0.0.1
-RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 CUDA_VISIBLE_DEVICES= expect_err "torchrun variables on the CPU" \
-  "CPU backend runs in one process" "${COMMON[@]}" "${R[@]}"
+# Several processes on the CPU: two of two rank threads over loopback (the
+# data links of the process group), and two of one rank as torchrun starts
+# them; bit-identical weights on every rank of the job after every step
+# (tests/integration/netns.sh runs them over veth links between network
+# namespaces).
+# mp_run NAME WORLD R0_ENV R1_ENV [ARGS]: the two processes (each started
+# with `env R*_ENV`); the checks on both JSON logs.
+mp_run() {
+  local name=$1 world=$2 port=$((20000 + RANDOM % 20000)) rc=0 r
+  local -a envs=("$3" "$4")
+  shift 4
+  for r in 0 1; do
+    # shellcheck disable=SC2086  # the variables split on purpose
+    env ${envs[r]} MASTER_PORT=$port CUDA_VISIBLE_DEVICES= timeout 60 "$TRAIN" \
+      "${COMMON[@]}" --train 'train-{000..003}.tar' --batch-size 8 --epochs 1 \
+      --log-every 1 --log-checksums --rdv-timeout 30 --json "mp$r.json" "$@" \
+      >"mp$r.out" 2>&1 &
+  done
+  wait %1 || rc=1
+  wait %2 || rc=1
+  if ((rc == 0)) &&
+    json_check mp0.json "len(steps) == summary['steps'] > 0 and all(len(s['weights_checksum']) == $world and len(set(s['weights_checksum'])) == 1 for s in steps)" &&
+    json_check mp1.json "str(summary['weights_checksum']) == str($("$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["summary"]["weights_checksum"])' mp0.json))"; then
+    ok "$name: identical weights on all $world ranks after each of $(grep -c '^step' mp0.out) steps"
+  else
+    bad "$name" "rc $rc: $(tail -n 2 mp0.out mp1.out)"
+  fi
+}
+mp_run "--nodes 2 on the CPU (2 rank threads each, loopback)" 4 \
+  "NODE_RANK=0" "NODE_RANK=1" --nodes 2 --ranks 2 --master-addr 127.0.0.1
+mp_run "torchrun variables on the CPU (2 processes, loopback)" 2 \
+  "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1" \
+  "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1" --ranks 1
 rc=0
 RANK=1 timeout 60 "$TRAIN" "${COMMON[@]}" "${R[@]}" >err.out 2>err.txt || rc=$?
 if ((rc == 2)) && grep -q "WORLD_SIZE" err.txt; then
