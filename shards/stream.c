@@ -1056,7 +1056,11 @@ int wds__stream_drain(wds__stream *s, wds__err *err) {
     memcpy(err->msg, s->src_err.msg, sizeof err->msg);
     return s->src_status;
   }
-  return WDS_OK; /* more follows the archive: ignored, not read */
+  /* Read to the source's end and whole: a cache entry may be linked. More
+   * than the budget after the archive: ignored, not read, and not cached. */
+  if (raw_done(s))
+    wds__source_consumed(s->src);
+  return WDS_OK;
 }
 
 int wds__stream_file_fd(const wds__stream *s) {
