@@ -616,21 +616,48 @@ static wds_field_spec g_fields_tpl[2] = {
     {.name = "jpg;jpeg;png", .decode = WDS_DECODE_IMAGE},
     {.name = "cls", .decode = WDS_DECODE_INT}};
 
-static uint64_t config_fingerprint(const tr_options *o,
-                                   const tr_model_config *m) {
-  char buf[4096];
-  int n = snprintf(
-      buf, sizeof buf,
-      "train=%s|index=%s|seed=%" PRIu64 "|mode=%d|spe=%" PRIu64
-      "|batch=%zu|ranks=%d|procs=%d|workers=%d|img=%d|ch=%d|crop=%d"
-      "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
-      "|backend=%s|layers=%d",
-      o->train_spec ? o->train_spec : "", o->train_index ? o->train_index : "",
-      o->seed, (int)o->mode, o->samples_per_epoch, o->batch_size, o->ranks,
-      o->procs, o->workers, o->image_size, o->channels, (int)o->crop,
-      o->shuffle_buffer, (int)o->last_batch, o->lr, o->momentum,
-      o->weight_decay, o->warmup_steps, o->backend->name, m->layers);
-  uint64_t h = tr_fnv1a(TR_FNV_INIT, buf, n < 0 ? 0 : (size_t)n);
+/* FNV-1a of the string s (NULL: ""), continuing from h. */
+static uint64_t fnv_str(uint64_t h, const char *s) {
+  return s ? tr_fnv1a(h, s, strlen(s)) : h;
+}
+
+/* FNV-1a of the formatted text, continuing from h: numbers and names only
+ * (never a spec or a path, which fnv_str hashes whatever their length), so
+ * the text always fits. */
+static uint64_t fnv_fmt(uint64_t h, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static uint64_t fnv_fmt(uint64_t h, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n < 0)
+    n = 0;
+  return tr_fnv1a(h, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+/* FNV-1a is byte by byte: hashed in pieces, the text hashes as it did when
+ * it was formatted whole into one buffer (checkpoints of earlier runs still
+ * resume), now without its 4 KB limit, which a long --train spec ran past
+ * (reading the stack beyond the buffer, so a resume could be refused or
+ * accepted wrongly; a --source spec was cut at 4 KB). */
+uint64_t tr_config_fingerprint(const tr_options *o, const tr_model_config *m) {
+  uint64_t h = fnv_str(TR_FNV_INIT, "train=");
+  h = fnv_str(h, o->train_spec);
+  h = fnv_str(h, "|index=");
+  h = fnv_str(h, o->train_index);
+  h = fnv_fmt(h,
+              "|seed=%" PRIu64 "|mode=%d|spe=%" PRIu64
+              "|batch=%zu|ranks=%d|procs=%d|workers=%d|img=%d|ch=%d|crop=%d"
+              "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
+              "|backend=",
+              o->seed, (int)o->mode, o->samples_per_epoch, o->batch_size,
+              o->ranks, o->procs, o->workers, o->image_size, o->channels,
+              (int)o->crop, o->shuffle_buffer, (int)o->last_batch, o->lr,
+              o->momentum, o->weight_decay, o->warmup_steps);
+  h = fnv_str(h, o->backend->name);
+  h = fnv_fmt(h, "|layers=%d", m->layers);
   h = tr_fnv1a(h, m->dims, sizeof m->dims);
   /* Per-rank batch sizes: unchanged fingerprints without them. */
   for (size_t i = 0; i < o->rank_batch_size_count; i++) {
@@ -640,13 +667,12 @@ static uint64_t config_fingerprint(const tr_options *o,
   /* Sources: unchanged fingerprints without them. */
   for (size_t i = 0; i < o->source_count; i++) {
     const wds_source_config *sc = &o->sources[i];
-    n = snprintf(buf, sizeof buf, "|source=%s|index=%s|w=%.17g|p=%.17g|r=%.17g",
-                 sc->spec, sc->index_path ? sc->index_path : "", sc->weight,
-                 sc->proportion, sc->repeat);
-    h = tr_fnv1a(h, buf,
-                 n < 0                    ? 0
-                 : (size_t)n < sizeof buf ? (size_t)n
-                                          : sizeof buf - 1);
+    h = fnv_str(h, "|source=");
+    h = fnv_str(h, sc->spec);
+    h = fnv_str(h, "|index=");
+    h = fnv_str(h, sc->index_path);
+    h = fnv_fmt(h, "|w=%.17g|p=%.17g|r=%.17g", sc->weight, sc->proportion,
+                sc->repeat);
   }
   return h;
 }
@@ -751,7 +777,7 @@ int tr_run(const tr_options *o, wds__err *e) {
   m->momentum = (float)o->momentum;
   m->weight_decay = (float)o->weight_decay;
   sh.param_count = tr_model_param_count(m);
-  sh.fingerprint = config_fingerprint(o, m);
+  sh.fingerprint = tr_config_fingerprint(o, m);
 
   if (o->resume_path) {
     if ((rc = tr_checkpoint_load(o->resume_path, &ck, e)) != WDS_OK)

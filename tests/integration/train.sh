@@ -292,6 +292,23 @@ expect_err "not a checkpoint" "bad magic" "${COMMON[@]}" "${R[@]}" --resume zero
 expect_err "missing checkpoint" "No such file" "${COMMON[@]}" "${R[@]}" --resume nope.ck
 expect_err "another configuration" "another configuration" "${COMMON[@]}" "${R[@]}" --seed 8 --resume ck17
 expect_err "other layer sizes" "other layer sizes" "${COMMON[@]}" "${R[@]}" --hidden 32 --resume ck17
+# A --train spec of about 6.8 KB (its fingerprint was formatted into a 4 KB
+# buffer and hashed past it: an ASan stack-buffer-overflow): it trains and
+# checkpoints; the checkpoint resumes under the same spec and is refused for
+# one that differs only after its first 4 KB.
+LONG=$(for ((k = 0; k < 450; k++)); do printf 'train-%03d.tar::' $((k % 4)); done)
+LR=(--batch-size 8 --mode resampled --samples-per-epoch 32 --steps 4 --log-every 0)
+rc=0
+run --train "${LONG}train-000.tar" "${LR[@]}" --stop-after 2 --checkpoint long.ck >long.out 2>&1 || rc=$?
+if ((rc == 0)) && grep -q "stopped after 2 steps" long.out &&
+  run --train "${LONG}train-000.tar" "${LR[@]}" --resume long.ck >long2.out 2>&1 &&
+  grep -q "done after 4 steps" long2.out; then
+  ok "a 6.8 KB --train spec: stop after 2 steps, resumed to 4"
+else
+  bad "a 6.8 KB --train spec" "rc $rc: $(tail -2 long.out long2.out 2>/dev/null)"
+fi
+expect_err "a long spec differing after 4 KB" "another configuration" "${COMMON[@]}" \
+  --train "${LONG}train-001.tar" "${LR[@]}" --resume long.ck
 if [ "$DEVICE" = cpu ]; then
 # No GPU (CUDA_VISIBLE_DEVICES empty hides any): --device cuda is an error
 # that says why, --device auto trains on the CPU.
