@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/json.h"
 #include "trainer/checkpoint.h"
 #include "trainer/procgroup.h"
 #include "trainer/train.h"
@@ -155,21 +156,6 @@ static void log_rows(shared *sh, const wds_batch *b) {
             sh->step + 1, b->epoch, b->index, sh->first_rank + local,
             b->sources ? b->sources[i] : 0, b->keys ? b->keys[i] : "-");
   }
-}
-
-/* A JSON string of s on f. */
-static void json_put_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-  fputc('"', f);
 }
 
 /* "SPEC (repeat 2, index FILE)" of source s, as given. */
@@ -1066,7 +1052,7 @@ int tr_run(const tr_options *o, wds__err *e) {
       for (size_t i = 0; i < o->source_count; i++) {
         const wds_source_config *sc = &o->sources[i];
         fputs(i ? ", {\"spec\": " : "{\"spec\": ", sh.json);
-        json_put_string(sh.json, sc->spec);
+        wds__json_write_string(sh.json, sc->spec, strlen(sc->spec));
         if (sc->weight > 0)
           fprintf(sh.json, ", \"weight\": %.17g", sc->weight);
         if (sc->proportion > 0)
@@ -1075,7 +1061,8 @@ int tr_run(const tr_options *o, wds__err *e) {
           fprintf(sh.json, ", \"repeat\": %.17g", sc->repeat);
         if (sc->index_path) {
           fputs(", \"index\": ", sh.json);
-          json_put_string(sh.json, sc->index_path);
+          wds__json_write_string(sh.json, sc->index_path,
+                                 strlen(sc->index_path));
         }
         fputc('}', sh.json);
       }

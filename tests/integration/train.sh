@@ -269,6 +269,18 @@ PY
   fi
 fi
 
+# A --source spec that is not UTF-8 (a file name with byte 0xff): the JSON
+# lines stay UTF-8, the byte written as \udcff as the wds tools write it
+# (it was written raw).
+cp train-000.tar $'tr\xffain.tar'
+if run --source $'tr\xffain.tar:repeat=1' --source 'train-001.tar:repeat=1' \
+  --steps 2 --batch-size 8 --log-every 1 --json nonutf8.json >nonutf8.out 2>&1 &&
+  json_check nonutf8.json "summary['sources'] == [{'spec': 'tr\udcffain.tar', 'repeat': 1}, {'spec': 'train-001.tar', 'repeat': 1}]" 2>nonutf8.err; then
+  ok "a --source spec that is not UTF-8: \\udcff in the JSON summary"
+else
+  bad "a --source spec that is not UTF-8" "$(tail -2 nonutf8.out nonutf8.err)"
+fi
+
 # --- bad checkpoints ---------------------------------------------------------
 expect_err() { # NAME PATTERN ARGS...: exit 1 and stderr matching PATTERN
   local name=$1 pat=$2 rc=0
