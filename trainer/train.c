@@ -15,6 +15,7 @@
  * per-rank checksums in the logs show it). */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -128,7 +129,7 @@ void tr_options_init(tr_options *o) {
   o->last_batch = WDS_LAST_KEEP;
   o->crop = WDS_CROP_CENTER;
   o->shuffle_buffer = 1000;
-  o->lr = 0.1;
+  o->lr = 0.05;
   o->momentum = 0.9;
   o->weight_decay = 5e-4;
   o->log_every = 10;
@@ -268,6 +269,45 @@ static void view_of(const shared *sh, const wds_batch *b, int rank, int slot,
   v->slot = slot;
 }
 
+/* 1 with the first non-finite value of w[0..n) in *v, else 0. */
+static int non_finite(const float *w, size_t n, double *v) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(w[i])) {
+      *v = w[i];
+      return 1;
+    }
+  return 0;
+}
+
+/* The run diverged: a non-finite training or evaluation loss, or weights
+ * ("training loss is", "weights are": what, and v its value). Training stops
+ * there with an error, as Keras' TerminateOnNaN and Lightning's
+ * EarlyStopping(check_finite) stop (a diverged model only wastes the rest of
+ * the run); the last checkpoint written is kept (a checkpoint is never written
+ * from such weights). Returns WDS_ERR_INVALID with the message in e. */
+static int diverged(shared *sh, wds__err *e, const char *what, double v) {
+  char ranks[64], ck[WDS__ERR_SIZE / 2];
+  if (sh->world == 1)
+    snprintf(ranks, sizeof ranks, "rank 0");
+  else
+    snprintf(ranks, sizeof ranks, "all %d ranks", sh->world);
+  if (sh->saved)
+    snprintf(ck, sizeof ck,
+             "checkpoint %.300s is at step %" PRIu64 ", before it",
+             sh->o->checkpoint_path, sh->saved_step);
+  else if (sh->resume)
+    snprintf(ck, sizeof ck, "checkpoint %.300s (resumed) is at step %" PRIu64,
+             sh->o->resume_path, sh->start_step);
+  else
+    snprintf(ck, sizeof ck, "no checkpoint written in this run");
+  return wds__fail(e, WDS_ERR_INVALID,
+                   "step %" PRIu64 ": the %s %s on %s: the run diverged "
+                   "and was stopped (lower --lr, now %g, or add "
+                   "--warmup-steps); %s",
+                   sh->step, what, isnan(v) ? "NaN" : "infinite", ranks,
+                   sh->o->lr, ck);
+}
+
 static int save_checkpoint(shared *sh, tr_rank *r, wds__err *e) {
   tr_checkpoint c = {.layers = sh->model.layers,
                      .param_count = sh->param_count,
@@ -290,8 +330,14 @@ static int save_checkpoint(shared *sh, tr_rank *r, wds__err *e) {
   int rc;
   if (!c.weights || !c.momentum || (nrs && !c.rank_sizes))
     rc = wds__fail(e, WDS_ERR_NOMEM, "checkpoint: out of memory");
-  else if ((rc = sh->be->get_state(r, c.weights, c.momentum, e)) == WDS_OK)
-    rc = tr_checkpoint_save(sh->o->checkpoint_path, &c, e);
+  else if ((rc = sh->be->get_state(r, c.weights, c.momentum, e)) == WDS_OK) {
+    double bad;
+    if (non_finite(c.weights, sh->param_count, &bad) ||
+        non_finite(c.momentum, sh->param_count, &bad))
+      rc = diverged(sh, e, "weights are", bad); /* the last checkpoint stays */
+    else
+      rc = tr_checkpoint_save(sh->o->checkpoint_path, &c, e);
+  }
   if (rc == WDS_OK) {
     sh->saved = 1;
     sh->saved_step = c.step;
@@ -364,17 +410,27 @@ static int run_eval(shared *sh, tr_rank *r, int rank, wds__err *e) {
 
 static void log_eval(shared *sh, const char *when) {
   FILE *out = sh->o->out;
-  fprintf(out,
-          "eval %s step %" PRIu64 ": loss %.4f accuracy %.4f (%" PRIu64
-          " samples)\n",
-          when, sh->step, sh->eval_loss, sh->eval_acc, sh->eval_count);
+  if (sh->eval_count == 0)
+    fprintf(out,
+            "eval %s step %" PRIu64 ": no samples to evaluate (the --eval "
+            "shards hold none)\n",
+            when, sh->step);
+  else
+    fprintf(out,
+            "eval %s step %" PRIu64 ": loss %.4f accuracy %.4f (%" PRIu64
+            " samples)\n",
+            when, sh->step, sh->eval_loss, sh->eval_acc, sh->eval_count);
   fflush(out);
   if (sh->json) {
+    /* No samples: no loss or accuracy (null), not zeros. */
+    int none = sh->eval_count == 0;
     fprintf(sh->json,
-            "{\"eval\": {\"when\": \"%s\", \"step\": %" PRIu64
-            ", \"loss\": %.6f, \"accuracy\": %.6f, \"samples\": %" PRIu64
-            "}}\n",
-            when, sh->step, sh->eval_loss, sh->eval_acc, sh->eval_count);
+            "{\"eval\": {\"when\": \"%s\", \"step\": %" PRIu64 ", \"loss\": ",
+            when, sh->step);
+    wds__json_write_double(sh->json, "%.6f", none ? NAN : sh->eval_loss);
+    fputs(", \"accuracy\": ", sh->json);
+    wds__json_write_double(sh->json, "%.6f", none ? NAN : sh->eval_acc);
+    fprintf(sh->json, ", \"samples\": %" PRIu64 "}}\n", sh->eval_count);
     fflush(sh->json);
   }
 }
@@ -396,13 +452,22 @@ static void print_step(shared *sh, double lr, double loss, double sps,
   fputc('\n', out);
   fflush(out);
   if (sh->json) {
+    /* A non-finite loss (the run diverged; log_step stops it) is null:
+     * JSON has no NaN. */
     fprintf(sh->json,
-            "{\"step\": %" PRIu64 ", \"epoch\": %" PRIu64
-            ", \"loss\": %.6f, \"lr\": %.6g, \"samples_per_s\": %.1f, "
-            "\"data_wait_pct\": %.2f",
-            sh->step, sh->epoch, loss, lr, sps, wait);
-    if (sh->be->take_h2d)
-      fprintf(sh->json, ", \"h2d_gb_per_s\": %.3f", h2d);
+            "{\"step\": %" PRIu64 ", \"epoch\": %" PRIu64 ", \"loss\": ",
+            sh->step, sh->epoch);
+    wds__json_write_double(sh->json, "%.6f", loss);
+    fputs(", \"lr\": ", sh->json);
+    wds__json_write_double(sh->json, "%.6g", lr);
+    fputs(", \"samples_per_s\": ", sh->json);
+    wds__json_write_double(sh->json, "%.1f", sps);
+    fputs(", \"data_wait_pct\": ", sh->json);
+    wds__json_write_double(sh->json, "%.2f", wait);
+    if (sh->be->take_h2d) {
+      fputs(", \"h2d_gb_per_s\": ", sh->json);
+      wds__json_write_double(sh->json, "%.3f", h2d);
+    }
     if (sh->o->log_checksums) {
       fputs(", \"weights_checksum\": [", sh->json);
       print_checksums(sh, sh->json, ", ");
@@ -437,6 +502,8 @@ static int log_step(shared *sh, tr_rank *r, double lr, wds__err *e) {
     print_step(sh, lr, loss, sps, wait, h2d);
   sh->iv_wait_s = sh->iv_h2d_bytes = sh->iv_h2d_s = 0;
   sh->iv_start_s = t;
+  if (!isfinite(loss))
+    return diverged(sh, e, "training loss is", loss);
   return WDS_OK;
 }
 
@@ -447,6 +514,11 @@ static int gather_checksums(shared *sh, tr_rank *r, int rank, float *tmp,
   int rc = sh->be->get_state(r, tmp, NULL, e);
   if (rc != WDS_OK)
     return rc;
+  /* Every rank has the same weights: rank 0 checks them (at the end of
+   * the run, whatever --log-every says). */
+  double bad;
+  if (rank == 0 && non_finite(tmp, sh->param_count, &bad))
+    return diverged(sh, e, "weights are", bad);
   /* The bytes of the float32 weights as the host holds them (little-endian
    * on every platform wds builds for). */
   uint64_t mine = tr_fnv1a(TR_FNV_INIT, tmp, sh->param_count * sizeof(float));
@@ -571,6 +643,10 @@ static void *rank_main(void *arg) {
           goto failed_or_out;
         if (rank == 0 && sh->o->proc_rank == 0) /* for the job */
           log_eval(sh, cmd == CMD_FINAL ? "final" : "epoch-end");
+        if (rank == 0 && sh->eval_count > 0 && !isfinite(sh->eval_loss)) {
+          rc = diverged(sh, &err, "evaluation loss is", sh->eval_loss);
+          goto failed;
+        }
       }
       /* Every rank has read this round's command before rank 0 writes the
        * next one (without an eval set the round has no collective). */
@@ -1017,7 +1093,9 @@ int tr_run(const tr_options *o, wds__err *e) {
   int stopped = sh.step < sh.total_steps;
   fprintf(o->out, "%s after %" PRIu64 " steps in %.2f s",
           stopped ? "stopped" : "done", sh.step, dt);
-  if (sh.have_eval)
+  if (sh.have_eval && sh.eval_count == 0)
+    fputs(", eval: no samples", o->out);
+  else if (sh.have_eval)
     fprintf(o->out, ", eval loss %.4f accuracy %.4f", sh.eval_loss,
             sh.eval_acc);
   double wait_pct = dt > 0 ? 100.0 * sh.total_wait_s / dt : 0.0;
@@ -1068,11 +1146,15 @@ int tr_run(const tr_options *o, wds__err *e) {
       }
       fputc(']', sh.json);
     }
+    /* null without an evaluation, or one of no samples ("eval_samples"
+     * tells them apart: absent, or 0). */
+    int measured = sh.have_eval && sh.eval_count > 0;
+    fputs(", \"eval_loss\": ", sh.json);
+    wds__json_write_double(sh.json, "%.6f", measured ? sh.eval_loss : NAN);
+    fputs(", \"eval_accuracy\": ", sh.json);
+    wds__json_write_double(sh.json, "%.6f", measured ? sh.eval_acc : NAN);
     if (sh.have_eval)
-      fprintf(sh.json, ", \"eval_loss\": %.6f, \"eval_accuracy\": %.6f",
-              sh.eval_loss, sh.eval_acc);
-    else
-      fputs(", \"eval_loss\": null, \"eval_accuracy\": null", sh.json);
+      fprintf(sh.json, ", \"eval_samples\": %" PRIu64, sh.eval_count);
     fprintf(sh.json, ", \"seconds\": %.3f, \"data_wait_pct\": %.2f", dt,
             wait_pct);
     if (h2d > 0)

@@ -106,6 +106,78 @@ else
   bad learnable "$(tail -3 learn.out)"
 fi
 
+# --- the default --lr, divergence, an empty evaluation set -------------------
+# The default --lr (0.05; 0.1 before, which reached 0.52 here) learns with
+# small batches.
+par 1
+if timeout 60 "$TRAIN" --device "$DEVICE" --image-size 16 --channels 1 --hidden 64,32 --seed 7 \
+  --train 'train-{000..003}.tar' --eval eval-000.tar --batch-size 8 --epochs 2 "${P[@]}" \
+  --log-every 0 --json deflr.json >deflr.out 2>&1 &&
+  json_check deflr.json 'summary["eval_accuracy"] >= 0.85'; then
+  ok "the default --lr learns with batches of 8 ($(grep -o 'accuracy [0-9.]*' deflr.out | tail -1))"
+else
+  bad "the default --lr" "$(tail -2 deflr.out)"
+fi
+# strict_json FILE: every line is JSON without NaN or Infinity.
+strict_json() {
+  "$PYTHON3" -c '
+import json, sys
+def bad(c):
+    raise ValueError("not JSON: " + c)
+for line in open(sys.argv[1], encoding="utf-8"):
+    json.loads(line, parse_constant=bad)
+' "$1"
+}
+# --lr 1000 diverges: the run stops at the first log line whose loss is NaN,
+# exit 1, naming the step; that step line's loss is null in the JSON.
+rc=0
+run --train 'train-{000..003}.tar' --batch-size 16 "${P[@]}" --epochs 2 --lr 1000 \
+  --log-every 5 --json nan.json >nan.out 2>nan.err || rc=$?
+if ((rc == 1)) && grep -q '^wds-train: step [0-9]*: the training loss is \(NaN\|infinite\) on .*diverged.*--lr, now 1000' nan.err &&
+  ! grep -q '"summary"' nan.json && strict_json nan.json &&
+  "$PYTHON3" -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert lines[-1]["loss"] is None and all(l["loss"] is not None for l in lines[:-1])
+assert lines[-1]["step"] < 2 * 63
+' nan.json; then
+  ok "a diverging run stops: $(cat nan.err)"
+else
+  bad "a diverging run stops" "rc $rc: $(cat nan.err) $(tail -2 nan.json)"
+fi
+# Without log lines: the weights are checked before each checkpoint (the
+# last good one stays, and resumes) and at the end.
+rc=0
+run --train 'train-{000..003}.tar' --batch-size 16 "${P[@]}" --epochs 2 --lr 1000 \
+  --log-every 0 --checkpoint nan.ck --checkpoint-every 1 >nan2.out 2>nan2.err || rc=$?
+if ((rc == 1)) && grep -q 'the weights are \(NaN\|infinite\) on .*checkpoint nan.ck is at step [0-9]*, before it' nan2.err &&
+  run --train 'train-{000..003}.tar' --batch-size 16 "${P[@]}" --epochs 2 --lr 1000 \
+    --log-every 0 --steps "$(grep -o 'is at step [0-9]*' nan2.err | grep -o '[0-9]*$')" \
+    --resume nan.ck >nan3.out 2>&1; then
+  ok "diverged weights are never checkpointed: $(cat nan2.err)"
+else
+  bad "diverged weights are never checkpointed" "rc $rc: $(cat nan2.err) $(tail -2 nan3.out)"
+fi
+rc=0
+run --train 'train-{000..003}.tar' --batch-size 16 "${P[@]}" --epochs 1 --lr 1000 \
+  --log-every 0 >nan4.out 2>nan4.err || rc=$?
+if ((rc == 1)) && grep -q '^wds-train: step 63: the weights are \(NaN\|infinite\)' nan4.err; then
+  ok "diverged weights at the end: $(cat nan4.err)"
+else
+  bad "diverged weights at the end" "rc $rc: $(cat nan4.err)"
+fi
+# An --eval set without samples: said, and null (not 0) in the JSON.
+"$PYTHON3" -c 'import tarfile; tarfile.open("empty-eval.tar", "w").close()'
+if run --train 'train-{000..003}.tar' --eval empty-eval.tar --batch-size 16 "${P[@]}" --steps 3 \
+  --log-every 0 --json emptyev.json >emptyev.out 2>&1 &&
+  grep -q '^eval final step 3: no samples to evaluate' emptyev.out &&
+  grep -q 'eval: no samples' emptyev.out && strict_json emptyev.json &&
+  json_check emptyev.json 'lines[0]["eval"]["loss"] is None and lines[0]["eval"]["samples"] == 0 and summary["eval_loss"] is None and summary["eval_accuracy"] is None and summary["eval_samples"] == 0'; then
+  ok "an empty --eval set: $(grep '^eval' emptyev.out)"
+else
+  bad "an empty --eval set" "$(cat emptyev.out) $(cat emptyev.json)"
+fi
+
 # --- bit-identical weights on every rank after every step -------------------
 for ranks in 2 3; do
   par "$ranks" || continue
