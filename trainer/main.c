@@ -104,27 +104,18 @@ static const char usage_text_2[] =
  * spelling, parser, message and help text with `wds batches` and `wds
  * bench`. Those whose defaults differ here (image size, shuffle buffer,
  * mode, workers...) keep their own help lines above. */
-static const char *const loader_names[] = {"index",
-                                           "image-size",
-                                           "crop",
-                                           "mode",
-                                           "samples-per-epoch",
-                                           "last-batch",
-                                           "shuffle-buffer",
-                                           "workers",
-                                           "read-timeout",
-                                           "max-window",
-                                           "rank-batch-sizes",
-                                           "cache-dir",
-                                           "cache-size",
-                                           "allow-pipe-from-files",
-                                           "source",
-                                           "defer-reads",
-                                           NULL};
+static const char *const loader_names[] = {
+    "index",          "image-size",        "crop",
+    "mode",           "samples-per-epoch", "last-batch",
+    "shuffle-buffer", "workers",           "read-timeout",
+    "retries",        "max-window",        "rank-batch-sizes",
+    "cache-dir",      "cache-size",        "allow-pipe-from-files",
+    "source",         "defer-reads",       NULL};
 static const char *const loader_help_names[] = {
-    "index",      "crop",        "workers",    "read-timeout",
-    "max-window", "cache-dir",   "cache-size", "allow-pipe-from-files",
-    "source",     "defer-reads", NULL};
+    "index",        "crop",        "workers",
+    "read-timeout", "retries",     "max-window",
+    "cache-dir",    "cache-size",  "allow-pipe-from-files",
+    "source",       "defer-reads", NULL};
 
 #define PROG "wds-train"
 

@@ -507,7 +507,8 @@ for args in "--bogus" "--image-size 16" "--train x.tar --channels 2" \
   "--train x.tar --rank-batch-sizes 8,8 --ranks 3" \
   "--train x.tar --rank-batch-sizes 8,x" "--train x.tar --source y.tar" \
   "--source x.tar --index i.json" "--source :repeat=1" \
-  "--source x.tar:repeat=0" "--source x.tar:weight=1:repeat=2"; do
+  "--source x.tar:repeat=0" "--source x.tar:weight=1:repeat=2" \
+  "--train x.tar --retries -1" "--train x.tar --lr inf"; do
   rc=0
   # shellcheck disable=SC2086  # split on purpose
   "$TRAIN" $args >/dev/null 2>err.txt || rc=$?
@@ -517,6 +518,15 @@ for args in "--bogus" "--image-size 16" "--train x.tar --channels 2" \
     bad "usage $args" "rc $rc: $(cat err.txt)"
   fi
 done
+
+# --retries, as README lists it for wds-train (it was refused as unknown).
+if run --train 'train-000.tar' --steps 2 --batch-size 8 --retries 2 --log-every 0 \
+  >retries.out 2>&1 && grep -q '^done after 2 steps' retries.out &&
+  "$TRAIN" --help | grep -q -- '--retries N'; then
+  ok "--retries 2 taken, and in --help"
+else
+  bad "--retries" "$(tail -2 retries.out)"
+fi
 
 echo "$passed passed, $failed failed"
 ((failed == 0))
