@@ -84,6 +84,48 @@ TEST(checkpoint_round_trip_and_validation) {
   unlink(path);
 }
 
+/* A file of 1 TiB (sparse) is refused from its header, without reading or
+ * allocating its size: one that is not a checkpoint (bad magic), and one
+ * whose header is a checkpoint's but whose size is not; a version 2 file
+ * with more per-rank sizes than a checkpoint holds. (Before, the whole file
+ * was read first: malloc of 1 TiB failed, "read failed"; ASan aborted.) */
+TEST(checkpoint_header_is_checked_before_the_rest_is_read) {
+  char path[256];
+  wds__err err;
+  snprintf(path, sizeof path, "/tmp/test_trainer_big_%ld.ck", (long)getpid());
+  tr_checkpoint c = {.layers = 1, .dims = {3, 2}, .step = 1, .total_steps = 2};
+  tr_model_config m = {.layers = 1, .dims = {3, 2}};
+  c.param_count = tr_model_param_count(&m);
+  float w[8] = {0}, v[8] = {0};
+  c.weights = w;
+  c.momentum = v;
+  ASSERT_EQ_INT(tr_checkpoint_save(path, &c, &err), 0);
+  off_t tib = (off_t)1 << 40;
+  ASSERT_EQ_INT(truncate(path, tib), 0);
+  tr_checkpoint r;
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), WDS_ERR_TRUNCATED);
+  ASSERT_CONTAINS(err.msg, "1099511627776 bytes, expected");
+  ASSERT_TRUE(r.weights == NULL);
+  FILE *f = fopen(path, "r+b");
+  ASSERT_TRUE(f != NULL);
+  fputs("NOTACKPT", f);
+  fclose(f);
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(err.msg, "bad magic");
+  /* Version 2 (per-rank sizes): at most 2^20 of them. */
+  uint32_t sizes[2] = {4, 4};
+  c.rank_sizes = sizes;
+  c.rank_sizes_count = 2;
+  ASSERT_EQ_INT(tr_checkpoint_save(path, &c, &err), 0);
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), WDS_OK);
+  ASSERT_EQ_U64(r.rank_sizes_count, 2);
+  tr_checkpoint_free(&r);
+  ASSERT_EQ_INT(truncate(path, tib), 0);
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), WDS_ERR_TRUNCATED);
+  ASSERT_CONTAINS(err.msg, "per-rank batch sizes; extended");
+  unlink(path);
+}
+
 /* Version 2: a run with per-rank batch sizes keeps them in its checkpoint;
  * every byte is still covered by the checksum. */
 TEST(checkpoint_keeps_rank_sizes) {
@@ -540,6 +582,7 @@ int main(void) {
   RUN(fingerprint_counts_long_specs_whole);
   RUN(checkpoint_round_trip_and_validation);
   RUN(checkpoint_keeps_rank_sizes);
+  RUN(checkpoint_header_is_checked_before_the_rest_is_read);
   RUN(cpu_gradients_match_finite_differences);
   RUN(cpu_allreduce_identical_on_every_rank);
   RUN(cpu_unequal_rank_rows_step_as_one_rank);
