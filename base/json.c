@@ -7,6 +7,7 @@
 #include "base/json.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -389,6 +390,13 @@ void wds__json_write_string(FILE *f, const char *str, size_t n) {
     }
   }
   putc('"', f);
+}
+
+void wds__json_write_double(FILE *f, const char *fmt, double v) {
+  if (isfinite(v))
+    fprintf(f, fmt, v);
+  else
+    fputs("null", f);
 }
 
 void wds__json_write_i64_or_null(FILE *f, int64_t v) {

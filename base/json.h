@@ -111,4 +111,9 @@ void wds__json_write_string(FILE *f, const char *s, size_t n);
 /* Writes v, or null when v is negative. */
 void wds__json_write_i64_or_null(FILE *f, int64_t v);
 
+/* Writes v with the printf format fmt (one double conversion: "%.6f",
+ * "%.17g"), or null when v is not finite: JSON has no NaN or infinity
+ * (printf would write "nan", "-nan" or "inf"). */
+void wds__json_write_double(FILE *f, const char *fmt, double v);
+
 #endif

@@ -388,6 +388,24 @@ static void *collator_main(void *arg) {
     }
     fl.slot = -1;
   }
+  if (l->cfg.mode == WDS_MODE_PLAIN && rn->skip / bs > 0) {
+    /* Plain mode learns an epoch's length only by reading it: a resume
+     * point past its end is an error here (the other modes refuse one at
+     * open), not an epoch that silently has nothing. */
+    uint64_t have =
+        l->cfg.last_batch == WDS_LAST_DROP ? pos / bs : (pos + bs - 1) / bs;
+    if (rn->skip / bs > have) {
+      char msg[256];
+      snprintf(msg, sizeof msg,
+               "resume at batch %llu of epoch %llu, but the epoch has %llu "
+               "batch%s (%llu samples): past its end",
+               (unsigned long long)(rn->skip / bs),
+               (unsigned long long)rn->epoch, (unsigned long long)have,
+               have == 1 ? "" : "es", (unsigned long long)pos);
+      post_error(l, WDS_ERR_INVALID, msg);
+      goto done;
+    }
+  }
   /* Every worker's last word was taken (plain mode ends on the last END;
    * the other modes read each one above): they are ending on their own. */
   rn->ended = n_active == 0 || l->cfg.mode != WDS_MODE_PLAIN;

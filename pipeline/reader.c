@@ -477,8 +477,16 @@ static void prefix_url(wds_reader *r) {
 static int end_shard(wds_reader *r) {
   r->shard_done = 1;
   int rc = wds__stream_drain(r->stream, &r->err);
-  if (rc != WDS_OK)
+  if (rc != WDS_OK) {
+    /* Where: a gzip CRC, a zstd checksum or a command's status is checked
+     * after the tar's last byte (the parser stops after the marker's first
+     * zero block). */
+    uint64_t at = r->tar ? wds__tar_offset(r->tar) : 0;
+    if (at >= 512)
+      wds__err_prefix(&r->err, "after the end-of-archive marker at offset %llu",
+                      (unsigned long long)(at - 512));
     prefix_url(r);
+  }
   return rc;
 }
 

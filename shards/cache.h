@@ -5,7 +5,10 @@
  * cached by its URL. While it streams, its bytes are also written to an
  * unnamed temporary file in the cache directory; only when the source was
  * read whole to its end without error (and the length the server announced
- * matched) is the file linked into place under a name made from the URL's
+ * matched), and the consumer read it all (source.h: wds__source_consumed,
+ * which the stream's drain calls after the tar's end; a reading thread that
+ * read the transfer ahead of a reader that stopped is not enough), is the
+ * file linked into place under a name made from the URL's
  * SHA-256, atomically (rename). A cut, an error, a reader that stops early,
  * a shard larger than the size limit, or an end that the HTTP source could
  * not verify (a body without a length, ended at close, from a server that

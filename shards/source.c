@@ -69,6 +69,10 @@ struct wds__source {
   wds__http *http; /* http(s):// and s3://, read in process (http.c) */
   wds__cache_fill *fill; /* a remote shard being written to the cache */
   char *cache_name;      /* a cache entry read in place of a remote shard */
+  /* The source reached its end with the fill whole: the entry waits for
+   * wds__source_consumed (the consumer read it all) to be linked. */
+  int fill_ended, fill_verified, fill_has_total;
+  uint64_t fill_total;
 };
 
 /* The descriptor a command's shell reads its gate from (see
@@ -540,16 +544,15 @@ ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err) {
       wds__cache_fill_write(s->fill, dst, (size_t)n);
     } else if (n == 0) {
       s->at_eof = 1;
-      if (s->fill && wds__http_verified(s->http)) {
-        /* read whole: the entry takes its place */
-        uint64_t total = 0;
-        int has_total = wds__http_total(s->http, &total);
-        wds__cache_fill_commit(s->fill, s->offset, has_total, total);
-      } else if (s->fill) {
-        /* An end only assumed (http.h): the read stands, the entry not. */
-        wds__cache_fill_unverified(s->fill);
+      /* Read whole; but the stream's reading thread may have read ahead of
+       * a consumer that stops before the end: the entry is linked (or, at
+       * an end only assumed, http.h, abandoned as a cache failure) when the
+       * consumer says it read everything (wds__source_consumed). */
+      if (s->fill) {
+        s->fill_ended = 1;
+        s->fill_verified = wds__http_verified(s->http);
+        s->fill_has_total = wds__http_total(s->http, &s->fill_total);
       }
-      s->fill = NULL;
     } else {
       wds__cache_fill_abort(s->fill);
       s->fill = NULL;
@@ -607,6 +610,17 @@ ssize_t wds__source_skip(wds__source *s, uint64_t n, void *scratch,
   }
   return wds__source_read(s, scratch,
                           n < scratch_size ? (size_t)n : scratch_size, err);
+}
+
+void wds__source_consumed(wds__source *s) {
+  if (!s || !s->fill || !s->fill_ended)
+    return;
+  if (s->fill_verified) /* the entry takes its place */
+    wds__cache_fill_commit(s->fill, s->offset, s->fill_has_total,
+                           s->fill_total);
+  else /* an end only assumed: the read stands, the entry not */
+    wds__cache_fill_unverified(s->fill);
+  s->fill = NULL;
 }
 
 int wds__source_is_regular(const wds__source *s) { return s->regular; }

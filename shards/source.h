@@ -33,6 +33,15 @@ ssize_t wds__source_read(wds__source *s, void *dst, size_t cap, wds__err *err);
 ssize_t wds__source_skip(wds__source *s, uint64_t n, void *scratch,
                          size_t scratch_size, wds__err *err);
 
+/* The consumer read the source to its end (a read returned 0) and found
+ * it whole: the stream's drain after the tar's end-of-archive marker. Only
+ * then is a remote shard's cache entry (cache.h), filled as it was read,
+ * linked into place; a source closed without this (a reader that stopped
+ * early, an error) leaves nothing, even when a reading thread had read it
+ * all ahead. A no-op for sources without a fill. Called by the thread that
+ * reads the stream, after the source's end was seen. */
+void wds__source_consumed(wds__source *s);
+
 /* Whether reads come from a regular file (a local file or a cache entry):
  * they never wait on a command or a network. */
 int wds__source_is_regular(const wds__source *s);

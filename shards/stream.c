@@ -139,6 +139,7 @@ struct wds__stream {
   /* zstd */
   ZSTD_DCtx *zd;
   size_t zlast; /* last ZSTD_decompressStream() hint; 0 = frame complete */
+  int zfull;    /* the last call filled the output: decoded bytes may wait */
   uint64_t zmax_window; /* the window limit given to libzstd */
   int zframe_start;     /* the next input byte starts a frame */
   uint8_t zhdr[ZSTD_FRAMEHEADERSIZE_MAX]; /* the current frame's header */
@@ -148,7 +149,8 @@ struct wds__stream {
   /* gzip (zlib) */
   z_stream gz;
   int gz_init;
-  int gz_member_done; /* between members: more input starts a new one */
+  int gz_member_done;     /* between members: more input starts a new one */
+  uint64_t gz_member_off; /* compressed offset of the current member */
 
   /* xz / lzma-alone (liblzma) */
   lzma_stream xz;
@@ -162,6 +164,11 @@ struct wds__stream {
   int src_failed;
   int src_status;
   char filter_name[32];
+
+  /* A decoder that failed in a call that also produced bytes: the bytes
+   * were returned, the error is returned by every read after them. */
+  int pending;
+  wds__err pending_err;
 };
 
 /* ---- the reading thread (see the top of the file) ---- */
@@ -378,6 +385,33 @@ static ssize_t raw_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
 
 static int raw_done(const wds__stream *s) {
   return s->src_eof && s->peek_pos == s->peek_len;
+}
+
+/* Compressed bytes the decoder has consumed: what was read from the source
+ * (peeked bytes included), less what waits to be replayed or decoded. The
+ * same however the source was cut into reads. */
+static uint64_t consumed(const wds__stream *s) {
+  return s->compressed_bytes - (s->peek_len - s->peek_pos) -
+         (s->in_len - s->in_pos);
+}
+
+/* A decoder failed (rc, message in err) in a call that had produced bytes
+ * first: those bytes are returned now and the error by the next read. How
+ * much one call decodes depends on how the input was cut (128 KiB reads,
+ * or up to 1 MiB lent from the reading thread's ring), so returning the
+ * error at once would drop a different tail each way; deferred, the error
+ * comes at the same place in the output either way (a gzip trailer's CRC:
+ * after every byte of its member). */
+static ssize_t fail_after(wds__stream *s, size_t produced, int rc,
+                          wds__err *err) {
+  if (produced == 0)
+    return rc;
+  s->pending = rc;
+  if (err)
+    s->pending_err = *err;
+  else
+    s->pending_err.msg[0] = '\0';
+  return (ssize_t)produced;
 }
 
 /* Gives back the ring's bytes lent as the input; the input is in_buf
@@ -779,8 +813,41 @@ static int zstd_window_error(const wds__stream *s, wds__err *err) {
                    (unsigned long long)s->zframe_off, need, long_n, limit, opt);
 }
 
+static int zstd_error(wds__stream *s, size_t r, wds__err *err) {
+  if (ZSTD_getErrorCode(r) == ZSTD_error_frameParameter_windowTooLarge)
+    return zstd_window_error(s, err);
+  return wds__fail(err, WDS_ERR_DECOMPRESS,
+                   "corrupt zstd data in the frame at compressed offset %llu: "
+                   "%s",
+                   (unsigned long long)s->zframe_off, ZSTD_getErrorName(r));
+}
+
+/* libzstd does not count the bytes it wrote in a call that then fails (a
+ * frame's checksum is checked in the call after its last block, which
+ * first flushes what that block left). So that an error comes at the same
+ * byte of the output however the input was cut into reads, a call that
+ * filled the output is followed by one without input, which only flushes,
+ * and the decoder is fed at most what it asked for (its hint: the rest of
+ * the current block and the next block's header), so a call never decodes
+ * past the block it completes. The hint also keeps libzstd off its
+ * one-call path for a frame that lies whole in the input, which reports
+ * nothing it wrote when the frame's checksum fails. */
 static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
   for (;;) {
+    if (s->zfull) {
+      ZSTD_inBuffer none = {s->in, s->in_pos, s->in_pos};
+      ZSTD_outBuffer o = {dst, cap, 0};
+      size_t r = ZSTD_decompressStream(s->zd, &o, &none);
+      if (ZSTD_isError(r))
+        return fail_after(s, o.pos, zstd_error(s, r, err), err);
+      s->zfull = o.pos == cap;
+      if (o.pos > 0) {
+        s->zlast = r;
+        if (r == 0)
+          s->zframe_start = 1;
+        return (ssize_t)o.pos;
+      }
+    }
     if (s->zframe_start) {
       int rc = zstd_frame_start(s, err);
       if (rc != WDS_OK)
@@ -797,19 +864,16 @@ static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
                          (unsigned long long)s->compressed_bytes);
       return 0;
     }
+    size_t hint = s->zlast ? s->zlast : 1; /* a frame starts: its header */
     ZSTD_inBuffer in = {s->in, s->in_len, s->in_pos};
+    if (in.size - in.pos > hint)
+      in.size = in.pos + hint;
     ZSTD_outBuffer o = {dst, cap, 0};
     size_t r = ZSTD_decompressStream(s->zd, &o, &in);
     s->in_pos = in.pos;
-    if (ZSTD_isError(r) &&
-        ZSTD_getErrorCode(r) == ZSTD_error_frameParameter_windowTooLarge)
-      return zstd_window_error(s, err);
     if (ZSTD_isError(r))
-      return wds__fail(err, WDS_ERR_DECOMPRESS,
-                       "corrupt zstd data (within the first %llu compressed "
-                       "bytes): %s",
-                       (unsigned long long)s->compressed_bytes,
-                       ZSTD_getErrorName(r));
+      return fail_after(s, o.pos, zstd_error(s, r, err), err);
+    s->zfull = o.pos == cap;
     s->zlast = r;
     if (r == 0) /* a frame ended: the decoder stops at its last byte */
       s->zframe_start = 1;
@@ -836,6 +900,7 @@ static ssize_t gzip_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
       if (inflateReset(&s->gz) != Z_OK)
         return wds__fail(err, WDS_ERR_DECOMPRESS, "zlib reset failed");
       s->gz_member_done = 0;
+      s->gz_member_off = consumed(s);
     }
     if (avail == 0)
       return wds__fail(err, WDS_ERR_TRUNCATED,
@@ -852,11 +917,15 @@ static ssize_t gzip_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
     if (r == Z_STREAM_END)
       s->gz_member_done = 1;
     else if (r != Z_OK && r != Z_BUF_ERROR)
-      return wds__fail(err, WDS_ERR_DECOMPRESS,
-                       "corrupt gzip data (within the first %llu compressed "
-                       "bytes): %s",
-                       (unsigned long long)s->compressed_bytes,
-                       s->gz.msg ? s->gz.msg : "inflate error");
+      return fail_after(
+          s, produced,
+          wds__fail(err, WDS_ERR_DECOMPRESS,
+                    "corrupt gzip data in the member at compressed offset "
+                    "%llu, after %llu bytes of its output: %s",
+                    (unsigned long long)s->gz_member_off,
+                    (unsigned long long)s->gz.total_out,
+                    s->gz.msg ? s->gz.msg : "inflate error"),
+          err);
     if (produced > 0)
       return (ssize_t)produced;
   }
@@ -881,20 +950,27 @@ static ssize_t xz_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
       return (ssize_t)produced;
     }
     if (r == LZMA_MEMLIMIT_ERROR)
-      return wds__fail(
-          err, WDS_ERR_LIMIT, "%s data needs more than %llu MiB to decompress",
-          s->filter_name, (unsigned long long)(XZ_MEMLIMIT_BYTES >> 20));
+      return fail_after(
+          s, produced,
+          wds__fail(err, WDS_ERR_LIMIT,
+                    "%s data needs more than %llu MiB to "
+                    "decompress",
+                    s->filter_name,
+                    (unsigned long long)(XZ_MEMLIMIT_BYTES >> 20)),
+          err);
     if (r == LZMA_BUF_ERROR && avail == 0)
       return wds__fail(err, WDS_ERR_TRUNCATED,
                        "%s stream truncated inside a block (after %llu "
                        "compressed bytes)",
                        s->filter_name, (unsigned long long)s->compressed_bytes);
     if (r != LZMA_OK && r != LZMA_BUF_ERROR)
-      return wds__fail(err, WDS_ERR_DECOMPRESS,
-                       "corrupt %s data (within the first %llu compressed "
-                       "bytes): liblzma error %d",
-                       s->filter_name, (unsigned long long)s->compressed_bytes,
-                       (int)r);
+      return fail_after(s, produced,
+                        wds__fail(err, WDS_ERR_DECOMPRESS,
+                                  "corrupt %s data after %llu bytes of its "
+                                  "output: liblzma error %d",
+                                  s->filter_name,
+                                  (unsigned long long)s->xz.total_out, (int)r),
+                        err);
     if (produced > 0)
       return (ssize_t)produced;
     if (avail == 0)
@@ -908,6 +984,11 @@ static ssize_t xz_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
 ssize_t wds__stream_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
   if (cap == 0)
     return 0;
+  if (s->pending) {
+    if (err)
+      *err = s->pending_err;
+    return s->pending;
+  }
   switch (s->codec) {
   case CODEC_NONE:
     return raw_read(s, dst, cap, err);
@@ -975,7 +1056,11 @@ int wds__stream_drain(wds__stream *s, wds__err *err) {
     memcpy(err->msg, s->src_err.msg, sizeof err->msg);
     return s->src_status;
   }
-  return WDS_OK; /* more follows the archive: ignored, not read */
+  /* Read to the source's end and whole: a cache entry may be linked. More
+   * than the budget after the archive: ignored, not read, and not cached. */
+  if (raw_done(s))
+    wds__source_consumed(s->src);
+  return WDS_OK;
 }
 
 int wds__stream_file_fd(const wds__stream *s) {

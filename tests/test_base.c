@@ -1,6 +1,7 @@
 /* test_base.c — the internal base (base/): UTF-8, the JSON reader and
  * writer, the size grammar, the job topology from the environment, URL to
  * path, splitmix64; and the multi-spec expansion the tools use. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,17 @@ TEST(json_writer_round_trip) {
   ASSERT_EQ_INT(wds__json_string(&j, out, sizeof out, &len), WDS_OK);
   ASSERT_EQ_U64(len, sizeof raw - 1);
   ASSERT_TRUE(memcmp(out, raw, len) == 0);
+  free(buf);
+  /* Numbers: JSON has no NaN or infinity (printf writes "-nan", "inf"). */
+  f = open_memstream(&buf, &n);
+  ASSERT_TRUE(f != NULL);
+  double vals[] = {1.5, NAN, -NAN, INFINITY, -INFINITY, -0.25};
+  for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
+    wds__json_write_double(f, "%.2f", vals[i]);
+    putc(' ', f);
+  }
+  fclose(f);
+  ASSERT_STREQ(buf, "1.50 null null null null -0.25 ");
   free(buf);
 }
 

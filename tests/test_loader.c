@@ -1386,6 +1386,44 @@ TEST(resume_does_not_decode_delivered_samples) {
   shardset_free(&s);
 }
 
+/* Plain mode learns an epoch's length only by reading it: a resume point
+ * past the end is an error of the first next() naming both (it was an
+ * empty epoch: `wds batches --resume-at 2^64-1` printed nothing, exit 0);
+ * the end itself is a resume point (no batch, then the epoch's end). */
+TEST(plain_resume_past_the_end_is_an_error) {
+  uint64_t counts[3] = {11, 4, 9}; /* 24 samples */
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 3, counts, -1), 0);
+  for (int drop = 0; drop < 2; drop++) {
+    wds_loader_config c = base_cfg(&s);
+    c.mode = WDS_MODE_PLAIN;
+    c.workers = 2;
+    c.batch_size = 5;
+    c.last_batch = drop ? WDS_LAST_DROP : WDS_LAST_KEEP;
+    uint64_t nb = drop ? 4 : 5;
+    const uint64_t ks[] = {nb, nb + 1, 1000, UINT64_MAX / 5};
+    for (size_t i = 0; i < sizeof ks / sizeof *ks; i++) {
+      c.resume_batches = ks[i];
+      run_out o;
+      int rc = run_cfg(&c, &o);
+      if (ks[i] == nb) {
+        ASSERT_EQ_INT(rc, WDS_OK);
+        ASSERT_EQ_U64(o.batches, 0);
+      } else {
+        ASSERT_EQ_INT(rc, WDS_ERR_INVALID);
+        char want[160];
+        snprintf(want, sizeof want,
+                 "resume at batch %llu of epoch 0, but the epoch has %llu "
+                 "batches (24 samples): past its end",
+                 (unsigned long long)ks[i], (unsigned long long)nb);
+        ASSERT_CONTAINS(o.err, want);
+      }
+      out_free(&o);
+    }
+  }
+  shardset_free(&s);
+}
+
 /* ---- errors ---- */
 
 TEST(skip_policy_keeps_rows_and_counts) {
@@ -2608,6 +2646,7 @@ int main(void) {
   RUN(next_epoch_overlaps_the_last_batches);
   RUN(resume_equals_an_uninterrupted_run);
   RUN(resume_does_not_decode_delivered_samples);
+  RUN(plain_resume_past_the_end_is_an_error);
   RUN(skip_policy_keeps_rows_and_counts);
   RUN(exact_mode_tops_up_a_short_shard);
   RUN(padding_with_long_keys);

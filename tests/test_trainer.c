@@ -9,6 +9,7 @@
 #include "tests/test.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
+#include "trainer/train.h"
 
 TEST(lr_schedule) {
   ASSERT_TRUE(fabs(tr_lr_at(0, 100, 10, 1.0) - 0.1) < 1e-12);
@@ -80,6 +81,48 @@ TEST(checkpoint_round_trip_and_validation) {
   fclose(f);
   ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), WDS_ERR_TRUNCATED);
   ASSERT_CONTAINS(err.msg, "truncated");
+  unlink(path);
+}
+
+/* A file of 1 TiB (sparse) is refused from its header, without reading or
+ * allocating its size: one that is not a checkpoint (bad magic), and one
+ * whose header is a checkpoint's but whose size is not; a version 2 file
+ * with more per-rank sizes than a checkpoint holds. (Before, the whole file
+ * was read first: malloc of 1 TiB failed, "read failed"; ASan aborted.) */
+TEST(checkpoint_header_is_checked_before_the_rest_is_read) {
+  char path[256];
+  wds__err err;
+  snprintf(path, sizeof path, "/tmp/test_trainer_big_%ld.ck", (long)getpid());
+  tr_checkpoint c = {.layers = 1, .dims = {3, 2}, .step = 1, .total_steps = 2};
+  tr_model_config m = {.layers = 1, .dims = {3, 2}};
+  c.param_count = tr_model_param_count(&m);
+  float w[8] = {0}, v[8] = {0};
+  c.weights = w;
+  c.momentum = v;
+  ASSERT_EQ_INT(tr_checkpoint_save(path, &c, &err), 0);
+  off_t tib = (off_t)1 << 40;
+  ASSERT_EQ_INT(truncate(path, tib), 0);
+  tr_checkpoint r;
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), WDS_ERR_TRUNCATED);
+  ASSERT_CONTAINS(err.msg, "1099511627776 bytes, expected");
+  ASSERT_TRUE(r.weights == NULL);
+  FILE *f = fopen(path, "r+b");
+  ASSERT_TRUE(f != NULL);
+  fputs("NOTACKPT", f);
+  fclose(f);
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(err.msg, "bad magic");
+  /* Version 2 (per-rank sizes): at most 2^20 of them. */
+  uint32_t sizes[2] = {4, 4};
+  c.rank_sizes = sizes;
+  c.rank_sizes_count = 2;
+  ASSERT_EQ_INT(tr_checkpoint_save(path, &c, &err), 0);
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), WDS_OK);
+  ASSERT_EQ_U64(r.rank_sizes_count, 2);
+  tr_checkpoint_free(&r);
+  ASSERT_EQ_INT(truncate(path, tib), 0);
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), WDS_ERR_TRUNCATED);
+  ASSERT_CONTAINS(err.msg, "per-rank batch sizes; extended");
   unlink(path);
 }
 
@@ -453,10 +496,93 @@ TEST(cpu_group_of_processes_needs_a_process_group) {
   ASSERT_CONTAINS(err.msg, "several processes need a process group");
 }
 
+/* The fingerprint's text as it was formatted before (one buffer, here one
+ * large enough), hashed: what tr_config_fingerprint must give for specs of
+ * any length (so checkpoints of earlier runs with specs under 4 KB still
+ * resume, and longer specs count whole). */
+static uint64_t reference_fingerprint(const tr_options *o,
+                                      const tr_model_config *m) {
+  size_t cap = 1 << 16;
+  char *buf = malloc(cap);
+  int n = snprintf(
+      buf, cap,
+      "train=%s|index=%s|seed=%" PRIu64 "|mode=%d|spe=%" PRIu64
+      "|batch=%zu|ranks=%d|procs=%d|workers=%d|img=%d|ch=%d|crop=%d"
+      "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
+      "|backend=%s|layers=%d",
+      o->train_spec ? o->train_spec : "", o->train_index ? o->train_index : "",
+      o->seed, (int)o->mode, o->samples_per_epoch, o->batch_size, o->ranks,
+      o->procs, o->workers, o->image_size, o->channels, (int)o->crop,
+      o->shuffle_buffer, (int)o->last_batch, o->lr, o->momentum,
+      o->weight_decay, o->warmup_steps, o->backend->name, m->layers);
+  uint64_t h = tr_fnv1a(TR_FNV_INIT, buf, (size_t)n);
+  h = tr_fnv1a(h, m->dims, sizeof m->dims);
+  for (size_t i = 0; i < o->source_count; i++) {
+    const wds_source_config *sc = &o->sources[i];
+    n = snprintf(buf, cap, "|source=%s|index=%s|w=%.17g|p=%.17g|r=%.17g",
+                 sc->spec, sc->index_path ? sc->index_path : "", sc->weight,
+                 sc->proportion, sc->repeat);
+    h = tr_fnv1a(h, buf, (size_t)n);
+  }
+  free(buf);
+  return h;
+}
+
+/* "train-000.tar::" repeated to about len bytes, then tail. */
+static char *long_spec(size_t len, const char *tail) {
+  char *s = malloc(len + 64);
+  size_t n = 0;
+  while (n < len)
+    n += (size_t)sprintf(s + n, "train-%03zu.tar::", (n / 15) % 1000);
+  strcpy(s + n, tail);
+  return s;
+}
+
+TEST(fingerprint_counts_long_specs_whole) {
+  /* A --train spec of about 6.8 KB ran past the 4 KB buffer the text was
+   * formatted into (ASan: stack-buffer-overflow), and two specs that
+   * differ only after 4 KB could fingerprint alike. */
+  tr_options o;
+  tr_options_init(&o);
+  tr_model_config m = {.layers = 3, .dims = {768, 256, 128, 10}};
+  o.train_spec = "train-{000..003}.tar";
+  uint64_t short_fp = tr_config_fingerprint(&o, &m);
+  ASSERT_EQ_U64(short_fp, reference_fingerprint(&o, &m));
+  char *a = long_spec(6800, "x.tar"), *b = long_spec(6800, "y.tar");
+  ASSERT_TRUE(strlen(a) > 6800 && strncmp(a, b, 6800) == 0);
+  o.train_spec = a;
+  uint64_t fa = tr_config_fingerprint(&o, &m);
+  ASSERT_EQ_U64(fa, reference_fingerprint(&o, &m));
+  o.train_spec = b;
+  uint64_t fb = tr_config_fingerprint(&o, &m);
+  ASSERT_EQ_U64(fb, reference_fingerprint(&o, &m));
+  ASSERT_TRUE(fa != fb);
+  o.train_spec = a;
+  ASSERT_EQ_U64(tr_config_fingerprint(&o, &m), fa); /* stable */
+  /* A --source spec, and its index path, count whole too. */
+  wds_source_config src[2] = {{.spec = a, .weight = 2},
+                              {.spec = "x-{0..3}.tar", .index_path = a}};
+  o.train_spec = NULL;
+  o.sources = src;
+  o.source_count = 2;
+  uint64_t sa = tr_config_fingerprint(&o, &m);
+  ASSERT_EQ_U64(sa, reference_fingerprint(&o, &m));
+  src[0].spec = b;
+  uint64_t sb = tr_config_fingerprint(&o, &m);
+  ASSERT_EQ_U64(sb, reference_fingerprint(&o, &m));
+  ASSERT_TRUE(sa != sb);
+  src[1].index_path = b;
+  ASSERT_TRUE(tr_config_fingerprint(&o, &m) != sb);
+  free(a);
+  free(b);
+}
+
 int main(void) {
   RUN(lr_schedule);
+  RUN(fingerprint_counts_long_specs_whole);
   RUN(checkpoint_round_trip_and_validation);
   RUN(checkpoint_keeps_rank_sizes);
+  RUN(checkpoint_header_is_checked_before_the_rest_is_read);
   RUN(cpu_gradients_match_finite_differences);
   RUN(cpu_allreduce_identical_on_every_rank);
   RUN(cpu_unequal_rank_rows_step_as_one_rank);

@@ -152,12 +152,15 @@ int tr_checkpoint_load(const char *path, tr_checkpoint *c, wds__err *e) {
                    path, size);
     goto done;
   }
-  buf = malloc(size);
-  if (!buf || fread(buf, 1, size, f) != size) {
+  /* The header first: a file that is not a checkpoint, or whose size does
+   * not match its header, is refused before the rest is read (nothing is
+   * allocated for a file's claimed size). */
+  unsigned char head[TR_HEADER_BYTES];
+  if (fread(head, 1, sizeof head, f) != sizeof head) {
     rc = wds__fail(e, WDS_ERR_IO, "checkpoint %s: read failed", path);
     goto done;
   }
-  const unsigned char *p = buf;
+  const unsigned char *p = head;
   if (memcmp(p, TR_MAGIC, 8) != 0) {
     rc = wds__fail(e, WDS_ERR_CORRUPT,
                    "checkpoint %s: not a wds-train checkpoint (bad magic)",
@@ -209,6 +212,32 @@ int tr_checkpoint_load(const char *path, tr_checkpoint *c, wds__err *e) {
         version == 1 ? base : base + 3);
     goto done;
   }
+  if (version == 2 && size - base - 4 > 4 * TR_CHECKPOINT_MAX_RANK_SIZES) {
+    rc = wds__fail(e, WDS_ERR_TRUNCATED,
+                   "checkpoint %s: %zu bytes, expected at most %zu (at most "
+                   "%d per-rank batch sizes; extended)",
+                   path, size, base + 4 + 4 * TR_CHECKPOINT_MAX_RANK_SIZES,
+                   TR_CHECKPOINT_MAX_RANK_SIZES);
+    goto done;
+  }
+  /* The sizes agree: the rest of the file, after the header read. */
+  buf = malloc(size);
+  if (!buf) {
+    rc = wds__fail(e, WDS_ERR_NOMEM, "checkpoint %s: out of memory (%zu bytes)",
+                   path, size);
+    goto done;
+  }
+  memcpy(buf, head, sizeof head);
+  if (fread(buf + sizeof head, 1, size - sizeof head, f) !=
+          size - sizeof head ||
+      fgetc(f) != EOF) {
+    rc = wds__fail(e, WDS_ERR_IO,
+                   "checkpoint %s: read failed (or the file changed while "
+                   "read)",
+                   path);
+    goto done;
+  }
+  p = buf + (p - head); /* the header's fields that follow, then the rest */
   const unsigned char *q = buf + size - 8;
   uint64_t sum = get_u64(&q);
   if (sum != tr_fnv1a(TR_FNV_INIT, buf, size - 8)) {

@@ -27,6 +27,9 @@
 #include "trainer/model.h"
 
 #define TR_CHECKPOINT_VERSION 2 /* the newest this build reads */
+/* A version 2 file holds at most this many per-rank batch sizes (a
+ * larger file is refused before it is read). */
+#define TR_CHECKPOINT_MAX_RANK_SIZES (1 << 20)
 
 typedef struct tr_checkpoint {
   int layers;
@@ -42,7 +45,10 @@ typedef struct tr_checkpoint {
 
 /* WDS_OK, or WDS_ERR_IO (WDS_ERR_NOMEM) with the message in e. */
 int tr_checkpoint_save(const char *path, const tr_checkpoint *c, wds__err *e);
-/* Reads and validates (magic, version, sizes, checksum). WDS_OK, or a
+/* Reads and validates (magic, version, sizes, checksum): the header is
+ * read and checked first, and the rest only when the file's size is the
+ * one its header gives (bounded), so a large file that is not a
+ * checkpoint costs one header read. WDS_OK, or a
  * negative status with a message naming the file and what is wrong:
  * WDS_ERR_OPEN (cannot open it), WDS_ERR_IO (not a regular file, a failed
  * read), WDS_ERR_TRUNCATED (too short, or a size that does not match its

@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdio_ext.h>
 #include <stdlib.h>
@@ -39,7 +40,7 @@ static const char usage_text[] =
     "Model and optimizer:\n"
     "  --hidden LIST          hidden sizes, e.g. 256,128 (default); '' none\n"
     "  --classes N            output classes (default 10)\n"
-    "  --lr X                 peak learning rate (default 0.1)\n"
+    "  --lr X                 peak learning rate (default 0.05)\n"
     "  --momentum X           (default 0.9)\n"
     "  --weight-decay X       (default 5e-4)\n"
     "  --warmup-steps N       linear warm-up, then cosine decay (default 0)\n"
@@ -88,6 +89,9 @@ static const char usage_text_2[] =
     "                         the end (atomically)\n"
     "  --resume PATH          continue from a checkpoint\n"
     "  --log-every N          a log line every N steps (default 10)\n"
+    "  A NaN or infinite loss stops the run with an error naming the step\n"
+    "  (exit 1; the last checkpoint is kept): the training loss at each log\n"
+    "  line, the evaluation loss, the weights at each checkpoint and the end.\n"
     "  --log-checksums        per-rank weight checksums in each log line\n"
     "  --json FILE            log lines and the final summary as JSON lines\n"
     "  --log-rows FILE        every step's rows: a line 'STEP EPOCH BATCH "
@@ -109,6 +113,7 @@ static const char *const loader_names[] = {"index",
                                            "shuffle-buffer",
                                            "workers",
                                            "read-timeout",
+                                           "retries",
                                            "max-window",
                                            "rank-batch-sizes",
                                            "cache-dir",
@@ -122,6 +127,7 @@ static const char *const loader_help_names[] = {"index",
                                                 "crop",
                                                 "workers",
                                                 "read-timeout",
+                                                "retries",
                                                 "max-window",
                                                 "cache-dir",
                                                 "cache-size",
@@ -155,7 +161,7 @@ static int parse_double(const char *s, double *out) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (errno || end == s || *end || !(v >= 0.0))
+  if (errno || end == s || *end || !(v >= 0.0) || isinf(v))
     return -1;
   *out = v;
   return 0;

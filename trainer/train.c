@@ -15,6 +15,7 @@
  * per-rank checksums in the logs show it). */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/json.h"
 #include "base/text.h"
 #include "base/url.h"
 #include "trainer/checkpoint.h"
@@ -129,7 +131,7 @@ void tr_options_init(tr_options *o) {
   o->last_batch = WDS_LAST_KEEP;
   o->crop = WDS_CROP_CENTER;
   o->shuffle_buffer = 1000;
-  o->lr = 0.1;
+  o->lr = 0.05;
   o->momentum = 0.9;
   o->weight_decay = 5e-4;
   o->log_every = 10;
@@ -157,21 +159,6 @@ static void log_rows(shared *sh, const wds_batch *b) {
             sh->step + 1, b->epoch, b->index, sh->first_rank + local,
             b->sources ? b->sources[i] : 0, b->keys ? b->keys[i] : "-");
   }
-}
-
-/* A JSON string of s on f. */
-static void json_put_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-  fputc('"', f);
 }
 
 /* "SPEC (repeat 2, index FILE)" of source s, as given but for the spec's
@@ -288,6 +275,45 @@ static void view_of(const shared *sh, const wds_batch *b, int rank, int slot,
   v->slot = slot;
 }
 
+/* 1 with the first non-finite value of w[0..n) in *v, else 0. */
+static int non_finite(const float *w, size_t n, double *v) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(w[i])) {
+      *v = w[i];
+      return 1;
+    }
+  return 0;
+}
+
+/* The run diverged: a non-finite training or evaluation loss, or weights
+ * ("training loss is", "weights are": what, and v its value). Training stops
+ * there with an error, as Keras' TerminateOnNaN and Lightning's
+ * EarlyStopping(check_finite) stop (a diverged model only wastes the rest of
+ * the run); the last checkpoint written is kept (a checkpoint is never written
+ * from such weights). Returns WDS_ERR_INVALID with the message in e. */
+static int diverged(shared *sh, wds__err *e, const char *what, double v) {
+  char ranks[64], ck[WDS__ERR_SIZE / 2];
+  if (sh->world == 1)
+    snprintf(ranks, sizeof ranks, "rank 0");
+  else
+    snprintf(ranks, sizeof ranks, "all %d ranks", sh->world);
+  if (sh->saved)
+    snprintf(ck, sizeof ck,
+             "checkpoint %.300s is at step %" PRIu64 ", before it",
+             sh->o->checkpoint_path, sh->saved_step);
+  else if (sh->resume)
+    snprintf(ck, sizeof ck, "checkpoint %.300s (resumed) is at step %" PRIu64,
+             sh->o->resume_path, sh->start_step);
+  else
+    snprintf(ck, sizeof ck, "no checkpoint written in this run");
+  return wds__fail(e, WDS_ERR_INVALID,
+                   "step %" PRIu64 ": the %s %s on %s: the run diverged "
+                   "and was stopped (lower --lr, now %g, or add "
+                   "--warmup-steps); %s",
+                   sh->step, what, isnan(v) ? "NaN" : "infinite", ranks,
+                   sh->o->lr, ck);
+}
+
 static int save_checkpoint(shared *sh, tr_rank *r, wds__err *e) {
   tr_checkpoint c = {.layers = sh->model.layers,
                      .param_count = sh->param_count,
@@ -310,8 +336,14 @@ static int save_checkpoint(shared *sh, tr_rank *r, wds__err *e) {
   int rc;
   if (!c.weights || !c.momentum || (nrs && !c.rank_sizes))
     rc = wds__fail(e, WDS_ERR_NOMEM, "checkpoint: out of memory");
-  else if ((rc = sh->be->get_state(r, c.weights, c.momentum, e)) == WDS_OK)
-    rc = tr_checkpoint_save(sh->o->checkpoint_path, &c, e);
+  else if ((rc = sh->be->get_state(r, c.weights, c.momentum, e)) == WDS_OK) {
+    double bad;
+    if (non_finite(c.weights, sh->param_count, &bad) ||
+        non_finite(c.momentum, sh->param_count, &bad))
+      rc = diverged(sh, e, "weights are", bad); /* the last checkpoint stays */
+    else
+      rc = tr_checkpoint_save(sh->o->checkpoint_path, &c, e);
+  }
   if (rc == WDS_OK) {
     sh->saved = 1;
     sh->saved_step = c.step;
@@ -384,17 +416,27 @@ static int run_eval(shared *sh, tr_rank *r, int rank, wds__err *e) {
 
 static void log_eval(shared *sh, const char *when) {
   FILE *out = sh->o->out;
-  fprintf(out,
-          "eval %s step %" PRIu64 ": loss %.4f accuracy %.4f (%" PRIu64
-          " samples)\n",
-          when, sh->step, sh->eval_loss, sh->eval_acc, sh->eval_count);
+  if (sh->eval_count == 0)
+    fprintf(out,
+            "eval %s step %" PRIu64 ": no samples to evaluate (the --eval "
+            "shards hold none)\n",
+            when, sh->step);
+  else
+    fprintf(out,
+            "eval %s step %" PRIu64 ": loss %.4f accuracy %.4f (%" PRIu64
+            " samples)\n",
+            when, sh->step, sh->eval_loss, sh->eval_acc, sh->eval_count);
   fflush(out);
   if (sh->json) {
+    /* No samples: no loss or accuracy (null), not zeros. */
+    int none = sh->eval_count == 0;
     fprintf(sh->json,
-            "{\"eval\": {\"when\": \"%s\", \"step\": %" PRIu64
-            ", \"loss\": %.6f, \"accuracy\": %.6f, \"samples\": %" PRIu64
-            "}}\n",
-            when, sh->step, sh->eval_loss, sh->eval_acc, sh->eval_count);
+            "{\"eval\": {\"when\": \"%s\", \"step\": %" PRIu64 ", \"loss\": ",
+            when, sh->step);
+    wds__json_write_double(sh->json, "%.6f", none ? NAN : sh->eval_loss);
+    fputs(", \"accuracy\": ", sh->json);
+    wds__json_write_double(sh->json, "%.6f", none ? NAN : sh->eval_acc);
+    fprintf(sh->json, ", \"samples\": %" PRIu64 "}}\n", sh->eval_count);
     fflush(sh->json);
   }
 }
@@ -416,13 +458,22 @@ static void print_step(shared *sh, double lr, double loss, double sps,
   fputc('\n', out);
   fflush(out);
   if (sh->json) {
+    /* A non-finite loss (the run diverged; log_step stops it) is null:
+     * JSON has no NaN. */
     fprintf(sh->json,
-            "{\"step\": %" PRIu64 ", \"epoch\": %" PRIu64
-            ", \"loss\": %.6f, \"lr\": %.6g, \"samples_per_s\": %.1f, "
-            "\"data_wait_pct\": %.2f",
-            sh->step, sh->epoch, loss, lr, sps, wait);
-    if (sh->be->take_h2d)
-      fprintf(sh->json, ", \"h2d_gb_per_s\": %.3f", h2d);
+            "{\"step\": %" PRIu64 ", \"epoch\": %" PRIu64 ", \"loss\": ",
+            sh->step, sh->epoch);
+    wds__json_write_double(sh->json, "%.6f", loss);
+    fputs(", \"lr\": ", sh->json);
+    wds__json_write_double(sh->json, "%.6g", lr);
+    fputs(", \"samples_per_s\": ", sh->json);
+    wds__json_write_double(sh->json, "%.1f", sps);
+    fputs(", \"data_wait_pct\": ", sh->json);
+    wds__json_write_double(sh->json, "%.2f", wait);
+    if (sh->be->take_h2d) {
+      fputs(", \"h2d_gb_per_s\": ", sh->json);
+      wds__json_write_double(sh->json, "%.3f", h2d);
+    }
     if (sh->o->log_checksums) {
       fputs(", \"weights_checksum\": [", sh->json);
       print_checksums(sh, sh->json, ", ");
@@ -457,6 +508,8 @@ static int log_step(shared *sh, tr_rank *r, double lr, wds__err *e) {
     print_step(sh, lr, loss, sps, wait, h2d);
   sh->iv_wait_s = sh->iv_h2d_bytes = sh->iv_h2d_s = 0;
   sh->iv_start_s = t;
+  if (!isfinite(loss))
+    return diverged(sh, e, "training loss is", loss);
   return WDS_OK;
 }
 
@@ -467,6 +520,11 @@ static int gather_checksums(shared *sh, tr_rank *r, int rank, float *tmp,
   int rc = sh->be->get_state(r, tmp, NULL, e);
   if (rc != WDS_OK)
     return rc;
+  /* Every rank has the same weights: rank 0 checks them (at the end of
+   * the run, whatever --log-every says). */
+  double bad;
+  if (rank == 0 && non_finite(tmp, sh->param_count, &bad))
+    return diverged(sh, e, "weights are", bad);
   /* The bytes of the float32 weights as the host holds them (little-endian
    * on every platform wds builds for). */
   uint64_t mine = tr_fnv1a(TR_FNV_INIT, tmp, sh->param_count * sizeof(float));
@@ -591,6 +649,10 @@ static void *rank_main(void *arg) {
           goto failed_or_out;
         if (rank == 0 && sh->o->proc_rank == 0) /* for the job */
           log_eval(sh, cmd == CMD_FINAL ? "final" : "epoch-end");
+        if (rank == 0 && sh->eval_count > 0 && !isfinite(sh->eval_loss)) {
+          rc = diverged(sh, &err, "evaluation loss is", sh->eval_loss);
+          goto failed;
+        }
       }
       /* Every rank has read this round's command before rank 0 writes the
        * next one (without an eval set the round has no collective). */
@@ -622,21 +684,48 @@ static wds_field_spec g_fields_tpl[2] = {
     {.name = "jpg;jpeg;png", .decode = WDS_DECODE_IMAGE},
     {.name = "cls", .decode = WDS_DECODE_INT}};
 
-static uint64_t config_fingerprint(const tr_options *o,
-                                   const tr_model_config *m) {
-  char buf[4096];
-  int n = snprintf(
-      buf, sizeof buf,
-      "train=%s|index=%s|seed=%" PRIu64 "|mode=%d|spe=%" PRIu64
-      "|batch=%zu|ranks=%d|procs=%d|workers=%d|img=%d|ch=%d|crop=%d"
-      "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
-      "|backend=%s|layers=%d",
-      o->train_spec ? o->train_spec : "", o->train_index ? o->train_index : "",
-      o->seed, (int)o->mode, o->samples_per_epoch, o->batch_size, o->ranks,
-      o->procs, o->workers, o->image_size, o->channels, (int)o->crop,
-      o->shuffle_buffer, (int)o->last_batch, o->lr, o->momentum,
-      o->weight_decay, o->warmup_steps, o->backend->name, m->layers);
-  uint64_t h = tr_fnv1a(TR_FNV_INIT, buf, n < 0 ? 0 : (size_t)n);
+/* FNV-1a of the string s (NULL: ""), continuing from h. */
+static uint64_t fnv_str(uint64_t h, const char *s) {
+  return s ? tr_fnv1a(h, s, strlen(s)) : h;
+}
+
+/* FNV-1a of the formatted text, continuing from h: numbers and names only
+ * (never a spec or a path, which fnv_str hashes whatever their length), so
+ * the text always fits. */
+static uint64_t fnv_fmt(uint64_t h, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static uint64_t fnv_fmt(uint64_t h, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n < 0)
+    n = 0;
+  return tr_fnv1a(h, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+/* FNV-1a is byte by byte: hashed in pieces, the text hashes as it did when
+ * it was formatted whole into one buffer (checkpoints of earlier runs still
+ * resume), now without its 4 KB limit, which a long --train spec ran past
+ * (reading the stack beyond the buffer, so a resume could be refused or
+ * accepted wrongly; a --source spec was cut at 4 KB). */
+uint64_t tr_config_fingerprint(const tr_options *o, const tr_model_config *m) {
+  uint64_t h = fnv_str(TR_FNV_INIT, "train=");
+  h = fnv_str(h, o->train_spec);
+  h = fnv_str(h, "|index=");
+  h = fnv_str(h, o->train_index);
+  h = fnv_fmt(h,
+              "|seed=%" PRIu64 "|mode=%d|spe=%" PRIu64
+              "|batch=%zu|ranks=%d|procs=%d|workers=%d|img=%d|ch=%d|crop=%d"
+              "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
+              "|backend=",
+              o->seed, (int)o->mode, o->samples_per_epoch, o->batch_size,
+              o->ranks, o->procs, o->workers, o->image_size, o->channels,
+              (int)o->crop, o->shuffle_buffer, (int)o->last_batch, o->lr,
+              o->momentum, o->weight_decay, o->warmup_steps);
+  h = fnv_str(h, o->backend->name);
+  h = fnv_fmt(h, "|layers=%d", m->layers);
   h = tr_fnv1a(h, m->dims, sizeof m->dims);
   /* Per-rank batch sizes: unchanged fingerprints without them. */
   for (size_t i = 0; i < o->rank_batch_size_count; i++) {
@@ -646,13 +735,12 @@ static uint64_t config_fingerprint(const tr_options *o,
   /* Sources: unchanged fingerprints without them. */
   for (size_t i = 0; i < o->source_count; i++) {
     const wds_source_config *sc = &o->sources[i];
-    n = snprintf(buf, sizeof buf, "|source=%s|index=%s|w=%.17g|p=%.17g|r=%.17g",
-                 sc->spec, sc->index_path ? sc->index_path : "", sc->weight,
-                 sc->proportion, sc->repeat);
-    h = tr_fnv1a(h, buf,
-                 n < 0                    ? 0
-                 : (size_t)n < sizeof buf ? (size_t)n
-                                          : sizeof buf - 1);
+    h = fnv_str(h, "|source=");
+    h = fnv_str(h, sc->spec);
+    h = fnv_str(h, "|index=");
+    h = fnv_str(h, sc->index_path);
+    h = fnv_fmt(h, "|w=%.17g|p=%.17g|r=%.17g", sc->weight, sc->proportion,
+                sc->repeat);
   }
   return h;
 }
@@ -757,7 +845,7 @@ int tr_run(const tr_options *o, wds__err *e) {
   m->momentum = (float)o->momentum;
   m->weight_decay = (float)o->weight_decay;
   sh.param_count = tr_model_param_count(m);
-  sh.fingerprint = config_fingerprint(o, m);
+  sh.fingerprint = tr_config_fingerprint(o, m);
 
   if (o->resume_path) {
     if ((rc = tr_checkpoint_load(o->resume_path, &ck, e)) != WDS_OK)
@@ -1014,7 +1102,9 @@ int tr_run(const tr_options *o, wds__err *e) {
   int stopped = sh.step < sh.total_steps;
   fprintf(o->out, "%s after %" PRIu64 " steps in %.2f s",
           stopped ? "stopped" : "done", sh.step, dt);
-  if (sh.have_eval)
+  if (sh.have_eval && sh.eval_count == 0)
+    fputs(", eval: no samples", o->out);
+  else if (sh.have_eval)
     fprintf(o->out, ", eval loss %.4f accuracy %.4f", sh.eval_loss,
             sh.eval_acc);
   double wait_pct = dt > 0 ? 100.0 * sh.total_wait_s / dt : 0.0;
@@ -1051,8 +1141,9 @@ int tr_run(const tr_options *o, wds__err *e) {
         fputs(i ? ", {\"spec\": " : "{\"spec\": ", sh.json);
         /* without its secrets, in full */
         char red[WDS__URL_REDACT_MAX], *full = wds__url_redacted(sc->spec);
-        json_put_string(
-            sh.json, full ? full : wds__url_redact(sc->spec, red, sizeof red));
+        const char *shown =
+            full ? full : wds__url_redact(sc->spec, red, sizeof red);
+        wds__json_write_string(sh.json, shown, strlen(shown));
         free(full);
         if (sc->weight > 0)
           fprintf(sh.json, ", \"weight\": %.17g", sc->weight);
@@ -1062,17 +1153,22 @@ int tr_run(const tr_options *o, wds__err *e) {
           fprintf(sh.json, ", \"repeat\": %.17g", sc->repeat);
         if (sc->index_path) {
           fputs(", \"index\": ", sh.json);
-          json_put_string(sh.json, sc->index_path);
+          wds__json_write_string(sh.json, sc->index_path,
+                                 strlen(sc->index_path));
         }
         fputc('}', sh.json);
       }
       fputc(']', sh.json);
     }
+    /* null without an evaluation, or one of no samples ("eval_samples"
+     * tells them apart: absent, or 0). */
+    int measured = sh.have_eval && sh.eval_count > 0;
+    fputs(", \"eval_loss\": ", sh.json);
+    wds__json_write_double(sh.json, "%.6f", measured ? sh.eval_loss : NAN);
+    fputs(", \"eval_accuracy\": ", sh.json);
+    wds__json_write_double(sh.json, "%.6f", measured ? sh.eval_acc : NAN);
     if (sh.have_eval)
-      fprintf(sh.json, ", \"eval_loss\": %.6f, \"eval_accuracy\": %.6f",
-              sh.eval_loss, sh.eval_acc);
-    else
-      fputs(", \"eval_loss\": null, \"eval_accuracy\": null", sh.json);
+      fprintf(sh.json, ", \"eval_samples\": %" PRIu64, sh.eval_count);
     fprintf(sh.json, ", \"seconds\": %.3f, \"data_wait_pct\": %.2f", dt,
             wait_pct);
     if (h2d > 0)

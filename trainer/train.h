@@ -83,6 +83,13 @@ typedef struct tr_options {
 
 void tr_options_init(tr_options *o);
 
+/* The fingerprint of what fixes the data order and the model (specs,
+ * indexes, sources, seed, mode, batch and rank layout, image options,
+ * optimizer settings, backend, layer sizes): a checkpoint resumes only
+ * under the same one, and every rank of a job must have it. Specs of any
+ * length count whole. */
+uint64_t tr_config_fingerprint(const tr_options *o, const tr_model_config *m);
+
 /* Runs the training. WDS_OK; WDS_ERR_CANCELLED when interrupted (e says
  * how far it got and the last checkpoint), and only then; or another
  * negative status with the message in e. */

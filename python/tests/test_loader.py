@@ -166,6 +166,60 @@ def test_state_dict_resume(shards):
         assert [x.keys for x in c] == whole[len(whole) // 2:]
 
 
+def test_load_state_dict_past_the_end_keeps_the_position(shards):
+    # A state this loader cannot take raises, and the loader goes on where
+    # it was (it was left closed: its position lost).
+    spec, _ = shards
+    kw = dict(world_size=2, rank=0, workers=2, seed=7, shuffle_buffer=4)
+    with wds.Loader(spec, "cls", 3, **kw) as full:
+        whole = [b.keys for b in full]
+    with wds.Loader(spec, "cls", 3, **kw) as a:
+        it = iter(a)
+        head = [next(it).keys for _ in range(2)]
+        bad = dict(a.state_dict(), batches=999)
+        with pytest.raises(wds.Error) as e:
+            a.load_state_dict(bad)
+        assert "999" in str(e.value)
+        assert not a.closed
+        assert a.state_dict()["batches"] == 2
+        tail = [b.keys for b in a]
+    assert head + tail == whole
+    with wds.Loader(spec, "cls", 3, **kw) as b:
+        with pytest.raises(KeyError):
+            b.load_state_dict({"epoch": 0})
+        assert not b.closed and [x.keys for x in b] == whole
+
+
+def test_negative_options_are_refused(shards):
+    # Negative ranks, world sizes, timeouts and retries raise ValueError
+    # naming the keyword (they were taken: rank=-2 as "not given");
+    # read_timeout_ms=0 waits forever and retries=0 tries once, as the
+    # commands' 0, and None is the default.
+    spec, _ = shards
+    for kw, name in ((dict(rank=-2, world_size=2), "rank"),
+                     (dict(rank=-1, world_size=2), "rank"),
+                     (dict(rank=0, world_size=-1), "world_size"),
+                     (dict(rank=0, world_size=0), "world_size"),
+                     (dict(rank="0", world_size=1), "rank"),
+                     (dict(read_timeout_ms=-5), "read_timeout_ms"),
+                     (dict(read_timeout_ms=-1), "read_timeout_ms"),
+                     (dict(retries=-1), "retries"),
+                     (dict(retries=1001), "retries")):
+        with pytest.raises(ValueError) as e:
+            wds.Loader(spec, "cls", 3, **kw)
+        assert name in str(e.value), (kw, str(e.value))
+    for kw in (dict(read_timeout_ms=0, retries=0),
+               dict(read_timeout_ms=None, retries=None),
+               dict(read_timeout_ms=1000, retries=3, rank=1, world_size=2)):
+        with wds.Loader(spec, "cls", 3, **kw) as ok:
+            assert len(ok) > 0
+    for kw, name in ((dict(read_timeout_ms=-5), "read_timeout_ms"),
+                     (dict(retries=-1), "retries")):
+        with pytest.raises(ValueError) as e:
+            wds.Reader(spec, **kw)
+        assert name in str(e.value)
+
+
 def test_eager_next_epoch_same_batches(shards):
     """eager_next_epoch=True reads epoch e+1 while epoch e ends: the same
     batches as without, with set_epoch to the next epoch (kept) or to
@@ -459,7 +513,7 @@ def test_close_from_another_thread_stops_a_blocked_next():
     import time
 
     loader = wds.Loader("pipe:sleep 30", "cls", 1, mode="plain", workers=1,
-                        read_timeout_ms=-1)
+                        read_timeout_ms=0)  # waits forever
     threading.Timer(0.3, loader.close).start()
     t0 = time.monotonic()
     with pytest.raises(wds.CancelledError):
@@ -479,7 +533,7 @@ def test_http_retries_and_close_while_a_server_is_silent():
         port = silent.getsockname()[1]
         url = "http://127.0.0.1:%d/x.tar" % port
         loader = wds.Loader(url, "cls", 1, mode="plain", workers=1,
-                            read_timeout_ms=-1, retries=2)
+                            read_timeout_ms=0, retries=2)
         threading.Timer(0.3, loader.close).start()
         t0 = time.monotonic()
         with pytest.raises(wds.Error) as e:

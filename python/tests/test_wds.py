@@ -288,7 +288,7 @@ def test_reader_options(shards):
         list(wds.Reader(paths[0], max_sample_bytes=64))
     assert "k0000" in str(e.value)
     assert len(list(wds.Reader(paths[0], buffer_size_bytes=4096, max_fields=3,
-                               read_timeout_ms=-1, max_window_bytes=1 << 20))) == 5
+                               read_timeout_ms=0, max_window_bytes=1 << 20))) == 5
     with pytest.raises(wds.SpecError):
         wds.Reader("d-{0..2.tar")
     with pytest.raises(ValueError):
@@ -313,7 +313,7 @@ def test_reader_retries():
     assert url in msg
     assert ("gave up after 2 attempts" in msg or "built without libcurl" in msg)
     with pytest.raises(wds.Error) as e:
-        list(wds.Reader(url, retries=-1))
+        list(wds.Reader(url, retries=0))  # tried once, as --retries 0
     assert "gave up" not in str(e.value)
 
 
@@ -492,3 +492,47 @@ def test_reader_cache_dir(shards, tmp_path):
         wds.Reader(paths, cache_dir=cache, cache_size=-1)
     with pytest.raises(TypeError):
         wds.Reader(paths, cache_dir=5)
+
+
+def test_reader_early_stop_keeps_no_cache_entry(tmp_path):
+    # A compressed shard smaller than the stream's 1 MiB read-ahead ring:
+    # its reading thread reads the whole transfer while the Reader waits on
+    # its first sample. A Reader closed after one sample and a pause keeps
+    # nothing (an entry was kept in every run before), five times over; a
+    # Reader read to the end keeps the shard.
+    import gzip
+    www = tmp_path / "www"
+    www.mkdir()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
+        for i in range(20):
+            data = (("sample %d " % i) * 3000).encode()
+            ti = tarfile.TarInfo("s%03d.txt" % i)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+    (www / "a.tar.gz").write_bytes(gzip.compress(buf.getvalue(), mtime=0))
+    srv, base, _ = _serve(str(www))
+    try:
+        url = base + "/a.tar.gz"
+        for k in range(5):
+            cache = tmp_path / ("c%d" % k)
+            r = wds.Reader(url, cache_dir=cache)
+            try:
+                first = next(iter(r))
+            except wds.Error as e:
+                if "built without libcurl" in str(e):
+                    pytest.skip("built without libcurl")
+                raise
+            assert first["__key__"] == "s000"
+            time.sleep(0.2)
+            r.close()
+            left = os.listdir(cache) if cache.exists() else []
+            assert [f for f in left if not f.startswith(".") or
+                    f.startswith(".tmp")] == [], (k, left)
+        whole = tmp_path / "whole"
+        assert len(list(wds.Reader(url, cache_dir=whole))) == 20
+        assert len([f for f in os.listdir(whole)
+                    if not f.startswith(".")]) == 1
+    finally:
+        srv.shutdown()
+        srv.server_close()

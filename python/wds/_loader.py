@@ -1,6 +1,7 @@
 """wds.Loader and wds.Batch over the C loader (wds/loader.h)."""
 
 import collections.abc
+import operator
 import os
 
 from . import _device
@@ -264,8 +265,9 @@ class Loader:
     world_size=None, workers=4, seed=0, epoch=0, shuffle_buffer=0,
     index=None, drop_last=False, last_batch=None, samples_per_epoch=None,
     image_size=224, crop="center", prefetch=4, on_error="stop",
-    shard_shuffle=True, read_timeout_ms=0, retries=0, rank_batch_sizes=None,
-    cache_dir=None, cache_size=0, allow_pipe_from_files=False,
+    shard_shuffle=True, read_timeout_ms=None, retries=None,
+    rank_batch_sizes=None, cache_dir=None, cache_size=0,
+    allow_pipe_from_files=False,
     sources=None, eager_next_epoch=False, defer_reads="auto",
     image_memory_limit=None, device=None)
 
@@ -286,6 +288,12 @@ class Loader:
     floor with drop_last; resampled: samples = samples_per_epoch *
     world_size). Plain mode refuses it. state_dict() records the sizes and
     load_state_dict() refuses other ones.
+
+    read_timeout_ms: a shard that delivers no byte for this long fails
+    (None: 5 minutes; 0: wait forever); retries: how many times a failed
+    http(s):// transfer is tried again (None: 5; 0: none), as the
+    commands' --read-timeout and --retries. A negative value, rank or
+    world_size is a ValueError.
 
     cache_dir keeps remote shards (http(s)://, s3://) read whole on local
     disk for later epochs and processes; cache_size (bytes, 0: no limit)
@@ -330,7 +338,7 @@ class Loader:
                  index=None, drop_last=False, last_batch=None,
                  samples_per_epoch=None, image_size=224, crop="center",
                  prefetch=4, on_error="stop", shard_shuffle=True,
-                 read_timeout_ms=0, retries=0, rank_batch_sizes=None,
+                 read_timeout_ms=None, retries=None, rank_batch_sizes=None,
                  cache_dir=None, cache_size=0, allow_pipe_from_files=False,
                  sources=None, eager_next_epoch=False, defer_reads="auto",
                  image_memory_limit=None, device=None):
@@ -340,6 +348,19 @@ class Loader:
             self._engine = _device.engine(_device.resolve(device))
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
+        # None: not given (torch.distributed's, else the environment's);
+        # the C loader's "not given" is -1, which is no rank.
+        for name, v, lo in (("rank", rank, 0), ("world_size", world_size, 1)):
+            if v is None:
+                continue
+            try:
+                ok = operator.index(v) >= lo
+            except TypeError:
+                ok = False
+            if not ok:
+                raise ValueError(f"Loader: {name} {v!r}: expected an "
+                                 f"integer >= {lo}, or None (from "
+                                 f"torch.distributed or the environment)")
         if rank is None or world_size is None:
             tw = _torch_rank_world()
             if tw is not None:
@@ -372,7 +393,7 @@ class Loader:
             crop=_choice("crop", crop, _CROPS), prefetch=prefetch,
             on_error=_choice("on_error", on_error, _ON_ERROR),
             shard_shuffle=bool(shard_shuffle),
-            read_timeout_ms=int(read_timeout_ms), retries=int(retries),
+            read_timeout_ms=read_timeout_ms, retries=retries,
             rank_batch_sizes=None if rank_batch_sizes is None
             else [int(b) for b in rank_batch_sizes],
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
@@ -458,8 +479,17 @@ class Loader:
                 raise ValueError(f"Loader.load_state_dict: {k} {theirs!r} "
                                  f"is not this loader's {mine[k]!r}")
         self._fences.drain()
+        epoch, batches = int(state["epoch"]), int(state["batches"])
+        old = None if self._l.closed else self._l.position()
         self._l.close()
-        self._open(int(state["epoch"]), int(state["batches"]))
+        try:
+            self._open(epoch, batches)
+        except Exception:
+            # A position this loader cannot take (past the epoch's end):
+            # the error is raised, and the loader goes on where it was.
+            if old is not None:
+                self._open(*old)
+            raise
 
     def stats(self):
         return self._l.stats()

@@ -218,6 +218,23 @@ static int wds_py_size(PyObject *obj, const char *what, uint64_t max,
   return 0;
 }
 
+/* read_timeout_ms and retries as Python takes them, as the commands'
+ * --read-timeout and --retries do: None the library's default (5 minutes;
+ * 5 retries), 0 wait forever / no retries, N up to max; anything else
+ * (a negative value) is a ValueError naming the keyword. Into the C
+ * config's value (0: the default, < 0: forever / none). */
+static int wds_py_zero_is_none(PyObject *obj, const char *what, int max,
+                               int *out) {
+  uint64_t v;
+  *out = 0;
+  if (!obj || obj == Py_None)
+    return 0;
+  if (wds_py_size(obj, what, (uint64_t)max, &v) < 0)
+    return -1;
+  *out = v == 0 ? -1 : (int)v;
+  return 0;
+}
+
 static PyObject *wds_py_url_list(const wds_url_list *l) {
   PyObject *list = PyList_New((Py_ssize_t)l->count);
   if (!list)
@@ -315,12 +332,16 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
   PyObject *spec_obj;
   PyObject *o_max_urls = Py_None, *o_buf = Py_None, *o_sample = Py_None,
            *o_fields = Py_None, *o_window = Py_None, *o_cdir = Py_None,
-           *o_csize = Py_None;
+           *o_csize = Py_None, *o_timeout = Py_None, *o_retries = Py_None;
   int timeout_ms = 0, retries = 0, allow_pipe = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOiOiOOp:Reader", kwlist,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOOOOp:Reader", kwlist,
                                    &spec_obj, &o_max_urls, &o_buf, &o_sample,
-                                   &o_fields, &timeout_ms, &o_window, &retries,
+                                   &o_fields, &o_timeout, &o_window, &o_retries,
                                    &o_cdir, &o_csize, &allow_pipe))
+    return -1;
+  if (wds_py_zero_is_none(o_timeout, "read_timeout_ms", INT_MAX, &timeout_ms) <
+          0 ||
+      wds_py_zero_is_none(o_retries, "retries", 1000, &retries) < 0)
     return -1;
   if (self->r || self->busy) {
     PyErr_SetString(PyExc_RuntimeError, "Reader is already initialised");
@@ -598,13 +619,16 @@ static PyGetSetDef wds_py_reader_getset[] = {
 PyDoc_STRVAR(
     wds_py_reader_doc,
     "Reader(spec, *, max_urls=None, buffer_size_bytes=None, "
-    "max_sample_bytes=None, max_fields=None, read_timeout_ms=0, "
-    "max_window_bytes=None, retries=0, cache_dir=None, cache_size=None, "
+    "max_sample_bytes=None, max_fields=None, read_timeout_ms=None, "
+    "max_window_bytes=None, retries=None, cache_dir=None, cache_size=None, "
     "allow_pipe_from_files=False)\n\n"
     "Iterates the samples of a shard spec (a str, or a list of URLs taken as "
     "is) as dicts {'__key__': str, '__url__': str, EXT: bytes, ...}, the raw "
     "samples of Python webdataset. Options are those of wds_reader_config "
-    "(wds/reader.h); None or 0 is the library's default. A failure raises a "
+    "(wds/reader.h); None or 0 is the library's default, but "
+    "read_timeout_ms=0 waits forever and retries=0 tries once, as the "
+    "commands' --read-timeout 0 and --retries 0 (None: 5 minutes, 5 "
+    "retries); a negative value is a ValueError. A failure raises a "
     "wds.Error subclass with the library's message (shard, member, offset); "
     "iterating again continues with what follows, as the C reader does. A "
     "context manager; close() frees it.");
@@ -1784,18 +1808,23 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
       *o_seed = Py_None, *o_epoch = Py_None, *o_resume = Py_None,
       *o_shuf = Py_None, *o_index = Py_None, *o_spe = Py_None,
       *o_prefetch = Py_None, *o_bs = Py_None, *o_rbs = Py_None,
-      *o_cdir = Py_None, *o_csize = Py_None;
+      *o_cdir = Py_None, *o_csize = Py_None, *o_timeout = Py_None,
+      *o_retries = Py_None;
   int mode = WDS_MODE_EXACT, rank = -1, world = -1, workers = 0, drop_last = 0,
       last_batch = -1, image_size = 224, crop = 0, on_error = 0,
       shard_shuffle = 1, timeout_ms = 0, retries = 0, allow_pipe = 0, eager = 0,
       defer = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOOpOpiO:_Loader", kwlist,
+          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiOOOOOpOpiO:_Loader", kwlist,
           &spec_obj, &fields_obj, &o_bs, &mode, &rank, &world, &workers,
           &o_seed, &o_epoch, &o_resume, &o_shuf, &o_index, &drop_last,
           &last_batch, &o_spe, &image_size, &crop, &o_prefetch, &on_error,
-          &shard_shuffle, &timeout_ms, &retries, &o_rbs, &o_cdir, &o_csize,
+          &shard_shuffle, &o_timeout, &o_retries, &o_rbs, &o_cdir, &o_csize,
           &allow_pipe, &o_sources, &eager, &defer, &o_image_limit))
+    return -1;
+  if (wds_py_zero_is_none(o_timeout, "read_timeout_ms", INT_MAX, &timeout_ms) <
+          0 ||
+      wds_py_zero_is_none(o_retries, "retries", 1000, &retries) < 0)
     return -1;
   if (self->l || self->live) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");

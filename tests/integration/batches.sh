@@ -281,6 +281,17 @@ if run_ok resume_full full "${ARGS[@]}"; then
   # At the end of an epoch: nothing left of it, the next one follows.
   resume_case resume_e0_end full.txt 0 "$(grep -c '^0 ' full.txt)" 2 "${EX[@]}"
 fi
+# Plain mode knows an epoch's length only once read: a resume point past it
+# is an error naming both (it printed nothing and exited 0).
+for k in 1000000 18446744073709551615; do
+  run plain_past "$SPEC" --decode cls --mode plain --resume-at "$k"
+  if ((RC == 1)) && [[ ! -s plain_past.txt ]] &&
+    grep -q "^wds batches: resume at batch $k of epoch 0, but the epoch has [0-9]* batches .*past its end" plain_past.err; then
+    ok "plain mode, --resume-at $k past the end: $(cat plain_past.err)"
+  else
+    bad "plain mode, --resume-at $k past the end" "exit $RC: $(head -c 300 plain_past.err)"
+  fi
+done
 if run_ok resume_res_full full_res "${RARGS[@]}"; then
   resume_case resume_resampled_e0 full_res.txt 0 3 2 "${RBASE[@]}"
   resume_case resume_resampled_e1 full_res.txt 1 4 1 "${RBASE[@]}"

@@ -198,6 +198,39 @@ if [[ $RC == 0 ]] && [[ ! -d c4 || $(entries c4) == 0 && $(temps c4) == 0 ]]; th
 else
   bad partial_read_not_cached "exit $RC" "$(ls -la c4)"
 fi
+# ... also when a compressed shard is smaller than the stream's reading
+# thread's 1 MiB ring, so the thread reads the whole transfer while the
+# reader is held on its first sample: `wds cat --limit 1` blocks writing a
+# 200 KB sample into a pipe read only after a pause, and stops. Five times
+# each, .tar.gz and .tar.zst (an entry was kept every time before; a whole
+# read of the same URL is still kept).
+"$PYTHON3" - www/cz.tar <<'PY' || die "generating www/cz.tar"
+import io, sys, tarfile
+with tarfile.open(sys.argv[1], "w", format=tarfile.GNU_FORMAT) as tf:
+    for i in range(8):
+        d = (("sample %d line " % i) * 20000).encode()[:200000]
+        for ext, b in (("txt", d), ("cls", str(i).encode())):
+            ti = tarfile.TarInfo("c%03d.%s" % (i, ext))
+            ti.size, ti.mtime = len(b), 1700000000
+            tf.addfile(ti, io.BytesIO(b))
+PY
+gzip -n -c www/cz.tar >www/cz.tar.gz
+zstd -q -c www/cz.tar >www/cz.tar.zst
+kept=()
+for n in cz.tar.gz cz.tar.zst; do
+  for ((k = 0; k < 5; k++)); do
+    rm -rf c4e
+    WDS_READ_THREAD=1 "$WDS" cat --limit 1 --cache-dir c4e "$BASE/$n" 2>>early.err |
+      (sleep 0.3; cat >/dev/null)
+    [[ ! -d c4e || $(entries c4e) == 0 && $(temps c4e) == 0 ]] || kept+=("$n (run $k): $(ls c4e)")
+  done
+  w "early_whole_$n" ls --cache-dir c4w "$BASE/$n"
+done
+if ((${#kept[@]} == 0)) && whole c4w cz.tar.gz cz.tar.zst; then
+  ok early_stop_ahead_of_the_reading_thread_not_cached
+else
+  bad early_stop_ahead_of_the_reading_thread_not_cached "${kept[@]}" "$(ls -la c4w 2>&1)" "$(head -3 early.err)"
+fi
 
 # -- eviction: least recently used first --
 sz() { stat -c %s "www/$1"; }

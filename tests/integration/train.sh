@@ -106,6 +106,78 @@ else
   bad learnable "$(tail -3 learn.out)"
 fi
 
+# --- the default --lr, divergence, an empty evaluation set -------------------
+# The default --lr (0.05; 0.1 before, which reached 0.52 here) learns with
+# small batches.
+par 1
+if timeout 60 "$TRAIN" --device "$DEVICE" --image-size 16 --channels 1 --hidden 64,32 --seed 7 \
+  --train 'train-{000..003}.tar' --eval eval-000.tar --batch-size 8 --epochs 2 "${P[@]}" \
+  --log-every 0 --json deflr.json >deflr.out 2>&1 &&
+  json_check deflr.json 'summary["eval_accuracy"] >= 0.85'; then
+  ok "the default --lr learns with batches of 8 ($(grep -o 'accuracy [0-9.]*' deflr.out | tail -1))"
+else
+  bad "the default --lr" "$(tail -2 deflr.out)"
+fi
+# strict_json FILE: every line is JSON without NaN or Infinity.
+strict_json() {
+  "$PYTHON3" -c '
+import json, sys
+def bad(c):
+    raise ValueError("not JSON: " + c)
+for line in open(sys.argv[1], encoding="utf-8"):
+    json.loads(line, parse_constant=bad)
+' "$1"
+}
+# --lr 1000 diverges: the run stops at the first log line whose loss is NaN,
+# exit 1, naming the step; that step line's loss is null in the JSON.
+rc=0
+run --train 'train-{000..003}.tar' --batch-size 16 "${P[@]}" --epochs 2 --lr 1000 \
+  --log-every 5 --json nan.json >nan.out 2>nan.err || rc=$?
+if ((rc == 1)) && grep -q '^wds-train: step [0-9]*: the training loss is \(NaN\|infinite\) on .*diverged.*--lr, now 1000' nan.err &&
+  ! grep -q '"summary"' nan.json && strict_json nan.json &&
+  "$PYTHON3" -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert lines[-1]["loss"] is None and all(l["loss"] is not None for l in lines[:-1])
+assert lines[-1]["step"] < 2 * 63
+' nan.json; then
+  ok "a diverging run stops: $(cat nan.err)"
+else
+  bad "a diverging run stops" "rc $rc: $(cat nan.err) $(tail -2 nan.json)"
+fi
+# Without log lines: the weights are checked before each checkpoint (the
+# last good one stays, and resumes) and at the end.
+rc=0
+run --train 'train-{000..003}.tar' --batch-size 16 "${P[@]}" --epochs 2 --lr 1000 \
+  --log-every 0 --checkpoint nan.ck --checkpoint-every 1 >nan2.out 2>nan2.err || rc=$?
+if ((rc == 1)) && grep -q 'the weights are \(NaN\|infinite\) on .*checkpoint nan.ck is at step [0-9]*, before it' nan2.err &&
+  run --train 'train-{000..003}.tar' --batch-size 16 "${P[@]}" --epochs 2 --lr 1000 \
+    --log-every 0 --steps "$(grep -o 'is at step [0-9]*' nan2.err | grep -o '[0-9]*$')" \
+    --resume nan.ck >nan3.out 2>&1; then
+  ok "diverged weights are never checkpointed: $(cat nan2.err)"
+else
+  bad "diverged weights are never checkpointed" "rc $rc: $(cat nan2.err) $(tail -2 nan3.out)"
+fi
+rc=0
+run --train 'train-{000..003}.tar' --batch-size 16 "${P[@]}" --epochs 1 --lr 1000 \
+  --log-every 0 >nan4.out 2>nan4.err || rc=$?
+if ((rc == 1)) && grep -q '^wds-train: step 63: the weights are \(NaN\|infinite\)' nan4.err; then
+  ok "diverged weights at the end: $(cat nan4.err)"
+else
+  bad "diverged weights at the end" "rc $rc: $(cat nan4.err)"
+fi
+# An --eval set without samples: said, and null (not 0) in the JSON.
+"$PYTHON3" -c 'import tarfile; tarfile.open("empty-eval.tar", "w").close()'
+if run --train 'train-{000..003}.tar' --eval empty-eval.tar --batch-size 16 "${P[@]}" --steps 3 \
+  --log-every 0 --json emptyev.json >emptyev.out 2>&1 &&
+  grep -q '^eval final step 3: no samples to evaluate' emptyev.out &&
+  grep -q 'eval: no samples' emptyev.out && strict_json emptyev.json &&
+  json_check emptyev.json 'lines[0]["eval"]["loss"] is None and lines[0]["eval"]["samples"] == 0 and summary["eval_loss"] is None and summary["eval_accuracy"] is None and summary["eval_samples"] == 0'; then
+  ok "an empty --eval set: $(grep '^eval' emptyev.out)"
+else
+  bad "an empty --eval set" "$(cat emptyev.out) $(cat emptyev.json)"
+fi
+
 # --- bit-identical weights on every rank after every step -------------------
 for ranks in 2 3; do
   par "$ranks" || continue
@@ -269,6 +341,18 @@ PY
   fi
 fi
 
+# A --source spec that is not UTF-8 (a file name with byte 0xff): the JSON
+# lines stay UTF-8, the byte written as \udcff as the wds tools write it
+# (it was written raw).
+cp train-000.tar $'tr\xffain.tar'
+if run --source $'tr\xffain.tar:repeat=1' --source 'train-001.tar:repeat=1' \
+  --steps 2 --batch-size 8 --log-every 1 --json nonutf8.json >nonutf8.out 2>&1 &&
+  json_check nonutf8.json "summary['sources'] == [{'spec': 'tr\udcffain.tar', 'repeat': 1}, {'spec': 'train-001.tar', 'repeat': 1}]" 2>nonutf8.err; then
+  ok "a --source spec that is not UTF-8: \\udcff in the JSON summary"
+else
+  bad "a --source spec that is not UTF-8" "$(tail -2 nonutf8.out nonutf8.err)"
+fi
+
 # --- bad checkpoints ---------------------------------------------------------
 expect_err() { # NAME PATTERN ARGS...: exit 1 and stderr matching PATTERN
   local name=$1 pat=$2 rc=0
@@ -292,6 +376,23 @@ expect_err "not a checkpoint" "bad magic" "${COMMON[@]}" "${R[@]}" --resume zero
 expect_err "missing checkpoint" "No such file" "${COMMON[@]}" "${R[@]}" --resume nope.ck
 expect_err "another configuration" "another configuration" "${COMMON[@]}" "${R[@]}" --seed 8 --resume ck17
 expect_err "other layer sizes" "other layer sizes" "${COMMON[@]}" "${R[@]}" --hidden 32 --resume ck17
+# A --train spec of about 6.8 KB (its fingerprint was formatted into a 4 KB
+# buffer and hashed past it: an ASan stack-buffer-overflow): it trains and
+# checkpoints; the checkpoint resumes under the same spec and is refused for
+# one that differs only after its first 4 KB.
+LONG=$(for ((k = 0; k < 450; k++)); do printf 'train-%03d.tar::' $((k % 4)); done)
+LR=(--batch-size 8 --mode resampled --samples-per-epoch 32 --steps 4 --log-every 0)
+rc=0
+run --train "${LONG}train-000.tar" "${LR[@]}" --stop-after 2 --checkpoint long.ck >long.out 2>&1 || rc=$?
+if ((rc == 0)) && grep -q "stopped after 2 steps" long.out &&
+  run --train "${LONG}train-000.tar" "${LR[@]}" --resume long.ck >long2.out 2>&1 &&
+  grep -q "done after 4 steps" long2.out; then
+  ok "a 6.8 KB --train spec: stop after 2 steps, resumed to 4"
+else
+  bad "a 6.8 KB --train spec" "rc $rc: $(tail -2 long.out long2.out 2>/dev/null)"
+fi
+expect_err "a long spec differing after 4 KB" "another configuration" "${COMMON[@]}" \
+  --train "${LONG}train-001.tar" "${LR[@]}" --resume long.ck
 if [ "$DEVICE" = cpu ]; then
 # No GPU (CUDA_VISIBLE_DEVICES empty hides any): --device cuda is an error
 # that says why, --device auto trains on the CPU.
@@ -435,7 +536,8 @@ for args in "--bogus" "--image-size 16" "--train x.tar --channels 2" \
   "--train x.tar --rank-batch-sizes 8,8 --ranks 3" \
   "--train x.tar --rank-batch-sizes 8,x" "--train x.tar --source y.tar" \
   "--source x.tar --index i.json" "--source :repeat=1" \
-  "--source x.tar:repeat=0" "--source x.tar:weight=1:repeat=2"; do
+  "--source x.tar:repeat=0" "--source x.tar:weight=1:repeat=2" \
+  "--train x.tar --retries -1" "--train x.tar --lr inf"; do
   rc=0
   # shellcheck disable=SC2086  # split on purpose
   "$TRAIN" $args >/dev/null 2>err.txt || rc=$?
@@ -471,6 +573,15 @@ if [ "$DEVICE" = cpu ]; then
   else
     bad "demo with --device cuda" "rc $rc: $(tail -3 demo-cuda.out)"
   fi
+fi
+
+# --retries, as README lists it for wds-train (it was refused as unknown).
+if run --train 'train-000.tar' --steps 2 --batch-size 8 --retries 2 --log-every 0 \
+  >retries.out 2>&1 && grep -q '^done after 2 steps' retries.out &&
+  "$TRAIN" --help | grep -q -- '--retries N'; then
+  ok "--retries 2 taken, and in --help"
+else
+  bad "--retries" "$(tail -2 retries.out)"
 fi
 
 echo "$passed passed, $failed failed"
