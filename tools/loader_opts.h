@@ -61,7 +61,8 @@ enum {
   TOOL_LO_ALLOW_PIPE,
   TOOL_LO_SOURCE,
   TOOL_LO_EAGER_NEXT_EPOCH,
-  TOOL_LO_DEFER_READS
+  TOOL_LO_DEFER_READS,
+  TOOL_LO_JPEG_DECODE
 };
 
 typedef struct tool_loader_opts {

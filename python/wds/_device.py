@@ -78,6 +78,19 @@ class _TorchCuda:
             t.record_stream(consumer)
         return out, ev
 
+    def gpu_jpeg(self):
+        """The GPU JPEG decoder of jpeg_decode="gpu" on this device, or a
+        RuntimeError saying why there is none."""
+        from . import _wds
+
+        opener = getattr(_wds, "gpu_jpeg_open", None)
+        if opener is None:
+            raise RuntimeError(
+                "jpeg_decode='gpu': this build of wds's Python extension has "
+                "no GPU JPEG decoder (it is made with CUDA and nvjpeg.h; see "
+                "README, 'JPEG on the GPU'); use jpeg_decode='cpu'")
+        return opener(self.device.index)
+
     def done(self, ev):
         return ev.query()
 

@@ -14,6 +14,7 @@ _LAST = {None: -1, "keep": 0, "drop": 1, "pad": 2}
 _CROPS = {"center": 0, "random": 1}
 _ON_ERROR = {"stop": 0, "skip": 1}
 _DEFER = {"auto": 0, "on": 1, "off": 2}
+_JPEG_DECODE = {"cpu": 0, "gpu": 1}
 
 
 def _choice(name, value, table):
@@ -266,7 +267,8 @@ class Loader:
     image_size=224, crop="center", prefetch=4, on_error="stop",
     shard_shuffle=True, read_timeout_ms=0, retries=0, rank_batch_sizes=None,
     cache_dir=None, cache_size=0, allow_pipe_from_files=False,
-    sources=None, eager_next_epoch=False, defer_reads="auto", device=None)
+    sources=None, eager_next_epoch=False, defer_reads="auto", device=None,
+    jpeg_decode="cpu")
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -315,6 +317,14 @@ class Loader:
     owns, the current stream waits for them (no host synchronisation), and
     the slot goes back to the pool only once they are over: the loader
     waits for the oldest copy only when the pool has no slot to spare.
+
+    jpeg_decode ("cpu", "gpu"): where JPEG image fields are decoded. "gpu"
+    needs device=: the workers plan each JPEG's crop (the same samples and
+    crops as "cpu") and nvJPEG decodes, resizes and crops on that GPU into
+    the DeviceBatch's image tensor (NHWC uint8, as "cpu" gives); PNGs and
+    images nvJPEG refuses are decoded on the CPU. Without CUDA, a GPU or
+    libnvjpeg it raises RuntimeError saying what is missing (never a silent
+    CPU decode).
     """
 
     def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
@@ -325,11 +335,17 @@ class Loader:
                  read_timeout_ms=0, retries=0, rank_batch_sizes=None,
                  cache_dir=None, cache_size=0, allow_pipe_from_files=False,
                  sources=None, eager_next_epoch=False, defer_reads="auto",
-                 device=None):
+                 device=None, jpeg_decode="cpu"):
         self._fences = _device.Fences()
         self._engine = None
+        jpeg_decode = _choice("jpeg_decode", jpeg_decode, _JPEG_DECODE)
+        if jpeg_decode and device is None:
+            raise ValueError("Loader: jpeg_decode='gpu' needs device= (the "
+                             "GPU that decodes the JPEGs)")
         if device is not None:
             self._engine = _device.engine(_device.resolve(device))
+        if jpeg_decode:
+            self._engine.gpu_jpeg()
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
         if rank is None or world_size is None:
@@ -371,7 +387,8 @@ class Loader:
             cache_size=int(cache_size),
             allow_pipe_from_files=bool(allow_pipe_from_files),
             eager_next_epoch=bool(eager_next_epoch),
-            defer_reads=_choice("defer_reads", defer_reads, _DEFER))
+            defer_reads=_choice("defer_reads", defer_reads, _DEFER),
+            jpeg_decode=jpeg_decode)
         self._open(int(epoch), 0)
 
     def _open(self, epoch, batches):

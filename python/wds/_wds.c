@@ -1750,6 +1750,7 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
                            "sources",
                            "eager_next_epoch",
                            "defer_reads",
+                           "jpeg_decode",
                            NULL};
   PyObject *o_sources = Py_None;
   PyObject *spec_obj, *fields_obj,
@@ -1760,14 +1761,14 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
   int mode = WDS_MODE_EXACT, rank = -1, world = -1, workers = 0, drop_last = 0,
       last_batch = -1, image_size = 224, crop = 0, on_error = 0,
       shard_shuffle = 1, timeout_ms = 0, retries = 0, allow_pipe = 0, eager = 0,
-      defer = 0;
+      defer = 0, jpeg_decode = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOOpOpi:_Loader", kwlist,
+          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOOpOpii:_Loader", kwlist,
           &spec_obj, &fields_obj, &o_bs, &mode, &rank, &world, &workers,
           &o_seed, &o_epoch, &o_resume, &o_shuf, &o_index, &drop_last,
           &last_batch, &o_spe, &image_size, &crop, &o_prefetch, &on_error,
           &shard_shuffle, &timeout_ms, &retries, &o_rbs, &o_cdir, &o_csize,
-          &allow_pipe, &o_sources, &eager, &defer))
+          &allow_pipe, &o_sources, &eager, &defer, &jpeg_decode))
     return -1;
   if (self->l || self->live) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
@@ -1806,6 +1807,7 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
   cfg.shard_shuffle = shard_shuffle;
   cfg.eager_next_epoch = eager;
   cfg.defer_reads = (wds_defer_reads)defer;
+  cfg.jpeg_decode = (wds_jpeg_decode)jpeg_decode;
   cfg.read_timeout_ms = timeout_ms;
   cfg.retries = retries;
   size_t *rbs = NULL;

@@ -1,0 +1,429 @@
+/* test_jpeg_gpu.c — JPEG fields decoded on a GPU (issue 27), without a GPU.
+ *
+ * Planning: under jpeg_decode = GPU the workers put each JPEG with its crop
+ * plan into the slot; batches (keys, URLs, valid flags, order, modes,
+ * padding, resume) must be those of the CPU path, and every plan the one
+ * the CPU decode used for that sample (pipeline/decode.h's plan hook, which
+ * both paths' planner calls, records the CPU run's). */
+#include <png.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include "pipeline/decode.h"
+#include "pipeline/gpu_plan.h"
+#include "pipeline/resize.h"
+#include "shards/tarw.h"
+#include "test.h"
+#include "wds/loader.h"
+
+static char tmpdir[256];
+
+static uint64_t fnv(const void *p, size_t n) {
+  const uint8_t *s = p;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ s[i]) * 1099511628211ull;
+  return h;
+}
+
+/* ---- fixtures: photo-like JPEGs of many sizes, a PNG, a CMYK JPEG, a
+ * corrupt header; keys "s<k>/<i>" ---- */
+
+enum { NSHARDS = 3, PER_SHARD = 9 };
+
+typedef struct fixture {
+  char *urls[NSHARDS];
+  char keys[NSHARDS * PER_SHARD][32];
+  uint64_t hash[NSHARDS * PER_SHARD]; /* of its image file's bytes */
+} fixture;
+
+static fixture fx;
+
+static uint8_t *make_rgb(int W, int H, int seed) {
+  uint8_t *rgb = malloc((size_t)W * H * 3);
+  for (int y = 0; y < H; y++)
+    for (int x = 0; x < W; x++) {
+      uint8_t *p = rgb + ((size_t)y * W + x) * 3;
+      p[0] = (uint8_t)(x * 255 / W);
+      p[1] = (uint8_t)(y * 255 / H);
+      p[2] = (uint8_t)((seed * 37 + (x ^ y)) & 0xff);
+    }
+  return rgb;
+}
+
+static unsigned char *png_bytes(const uint8_t *rgb, int W, int H,
+                                size_t *size) {
+  /* a PNG in memory through a temporary file */
+  char path[512];
+  snprintf(path, sizeof path, "%s/tmp.png", tmpdir);
+  FILE *f = fopen(path, "wb");
+  png_structp png =
+      png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+  png_infop info = png_create_info_struct(png);
+  png_init_io(png, f);
+  png_set_IHDR(png, info, (png_uint_32)W, (png_uint_32)H, 8, PNG_COLOR_TYPE_RGB,
+               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  for (int y = 0; y < H; y++)
+    png_write_row(png, (png_bytep)(rgb + (size_t)y * W * 3));
+  png_write_end(png, NULL);
+  png_destroy_write_struct(&png, &info);
+  fclose(f);
+  f = fopen(path, "rb");
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *b = malloc((size_t)n);
+  *size = fread(b, 1, (size_t)n, f);
+  fclose(f);
+  unlink(path);
+  return b;
+}
+
+static int make_fixture(void) {
+  tjhandle tj = tjInitCompress();
+  for (int k = 0; k < NSHARDS; k++) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/gpu-%d.tar", tmpdir, k);
+    fx.urls[k] = strdup(path);
+    wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
+    wds__tarw *w;
+    wds__err e;
+    if (wds__tarw_open_path(path, &o, &w, &e) != WDS_OK)
+      return -1;
+    for (int i = 0; i < PER_SHARD; i++) {
+      int id = k * PER_SHARD + i;
+      int W = 60 + 23 * ((id * 7) % 11), H = 50 + 19 * ((id * 5) % 13);
+      snprintf(fx.keys[id], sizeof fx.keys[id], "s%d/%d", k, i);
+      uint8_t *rgb = make_rgb(W, H, id);
+      unsigned char *img = NULL;
+      unsigned long jsize = 0;
+      size_t size = 0;
+      const char *ext = "jpg";
+      if (id == 4) { /* a PNG in the jpg;png field: decoded on the CPU */
+        img = png_bytes(rgb, W, H, &size);
+        ext = "png";
+      } else if (id == 13) { /* a corrupt header: the worker's error */
+        img = malloc(16);
+        memcpy(img, "\xff\xd8\xff\xe0garbage-garbage", 16);
+        size = 16;
+      } else {
+        int samp = id % 3 == 0   ? TJSAMP_444
+                   : id % 3 == 1 ? TJSAMP_420
+                                 : TJSAMP_422;
+        if (tjCompress2(tj, rgb, W, 0, H, TJPF_RGB, &img, &jsize, samp, 85,
+                        id == 20 ? TJFLAG_PROGRESSIVE : 0) != 0)
+          return -1;
+        size = jsize;
+      }
+      fx.hash[id] = fnv(img, size);
+      char name[64], val[16];
+      snprintf(name, sizeof name, "%s.%s", fx.keys[id], ext);
+      wds__tarw_add(w, name, img, size, &e);
+      snprintf(name, sizeof name, "%s.cls", fx.keys[id]);
+      snprintf(val, sizeof val, "%d", id);
+      wds__tarw_add(w, name, val, strlen(val), &e);
+      if (jsize)
+        tjFree(img);
+      else
+        free(img);
+      free(rgb);
+    }
+    if (wds__tarw_finish(w, &e) != WDS_OK)
+      return -1;
+    wds__tarw_close(w);
+  }
+  tjDestroy(tj);
+  return 0;
+}
+
+static int key_id(const char *key) {
+  for (int i = 0; i < NSHARDS * PER_SHARD; i++)
+    if (strcmp(fx.keys[i], key) == 0)
+      return i;
+  return -1;
+}
+
+/* ---- the CPU run's plans, recorded by the hook ---- */
+
+typedef struct plan_rec {
+  uint64_t hash;
+  int src_w, src_h;
+  wds__crop_plan p;
+  int used;
+} plan_rec;
+
+static pthread_mutex_t rec_mu = PTHREAD_MUTEX_INITIALIZER;
+static plan_rec recs[4096];
+static size_t nrecs;
+
+static void record_plan(const uint8_t *data, size_t size, int src_w, int src_h,
+                        const wds__crop_plan *p) {
+  pthread_mutex_lock(&rec_mu);
+  if (nrecs < sizeof recs / sizeof *recs) {
+    plan_rec *r = &recs[nrecs++];
+    r->hash = fnv(data, size);
+    r->src_w = src_w;
+    r->src_h = src_h;
+    r->p = *p;
+    r->used = 0;
+  }
+  pthread_mutex_unlock(&rec_mu);
+}
+
+static int same_plan(const plan_rec *r, const wds__gpu_row *h) {
+  return r->src_w == h->src_w && r->src_h == h->src_h && r->p.x0 == h->x0 &&
+         r->p.x1 == h->x1 && r->p.y0 == h->y0 && r->p.y1 == h->y1 &&
+         r->p.total_w == h->total_w && r->p.total_h == h->total_h &&
+         r->p.off_x == h->off_x && r->p.off_y == h->off_y &&
+         r->p.flip == h->flip;
+}
+
+/* A batch as the test keeps it. */
+typedef struct kept {
+  size_t rows;
+  char keys[64][32];
+  char urls[64][512];
+  uint8_t valid[64];
+  uint8_t *img; /* the CPU path's pixels */
+  size_t img_bytes;
+} kept;
+
+static void keep(kept *k, const wds_batch *b) {
+  k->rows = b->rows;
+  for (size_t r = 0; r < b->rows && r < 64; r++) {
+    snprintf(k->keys[r], sizeof k->keys[r], "%s", b->keys[r]);
+    snprintf(k->urls[r], sizeof k->urls[r], "%s", b->urls[r]);
+    k->valid[r] = b->valid[r];
+  }
+  k->img = NULL;
+  if (b->fields[0].dtype == WDS_DTYPE_U8) {
+    k->img_bytes = b->fields[0].size_bytes;
+    k->img = malloc(k->img_bytes);
+    memcpy(k->img, b->fields[0].data, k->img_bytes);
+  }
+}
+
+typedef struct run_cfg {
+  const char *name;
+  wds_mode mode;
+  int rank, world, workers;
+  size_t batch;
+  wds_crop crop;
+  wds_last_batch last;
+  uint64_t samples_per_epoch;
+  uint64_t resume;
+} run_cfg;
+
+static wds_field_spec fields[2] = {{"jpg;png", WDS_DECODE_AUTO, 3, 40, 32},
+                                   {"cls", WDS_DECODE_AUTO, 0, 0, 0}};
+
+static void config(wds_loader_config *c, const run_cfg *rc) {
+  wds_loader_config d = WDS_LOADER_CONFIG_INIT;
+  *c = d;
+  c->urls = (const char *const *)fx.urls;
+  c->url_count = NSHARDS;
+  c->rank = rc->rank;
+  c->world_size = rc->world;
+  c->workers = rc->workers;
+  c->mode = rc->mode;
+  c->samples_per_epoch = rc->samples_per_epoch;
+  c->batch_size = rc->batch;
+  c->last_batch = rc->last;
+  c->crop = rc->crop;
+  c->shuffle_buffer = 5;
+  c->seed = 7;
+  c->fields = fields;
+  c->field_count = 2;
+  c->on_error = WDS_ON_ERROR_SKIP;
+}
+
+/* Two epochs of the CPU path (plans recorded), then the GPU-planned path
+ * (resumed at rc->resume batches of the first epoch when set): the same
+ * batches row for row, and each JPEG row's plan is one the CPU decode made
+ * for the same bytes in that epoch (each CPU plan claimed once). */
+static void check_planned_equals_cpu(const run_cfg *rc) {
+  enum { EPOCHS = 2, MAXB = 64 };
+  static kept cpu[EPOCHS][MAXB];
+  size_t ncpu[EPOCHS] = {0, 0};
+  size_t epoch_rec[EPOCHS + 1];
+  wds_loader_config c;
+  config(&c, rc);
+  wds_loader *l;
+  nrecs = 0;
+  wds__image_plan_hook = record_plan;
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+  for (int ep = 0; ep < EPOCHS; ep++) {
+    epoch_rec[ep] = nrecs;
+    const wds_batch *b;
+    int st;
+    while ((st = wds_loader_next(l, &b)) == WDS_OK) {
+      ASSERT_TRUE(ncpu[ep] < MAXB);
+      keep(&cpu[ep][ncpu[ep]++], b);
+      wds_loader_release(l, b);
+    }
+    ASSERT_EQ_INT(st, WDS_EOF);
+  }
+  /* plans made while an epoch ran belong to it (no eager next epoch) */
+  epoch_rec[EPOCHS] = nrecs;
+  wds_loader_close(l);
+  wds__image_plan_hook = NULL;
+  ASSERT_TRUE(nrecs > 10);
+
+  c.jpeg_decode = WDS_JPEG_DECODE_GPU;
+  c.resume_batches = rc->resume;
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+  size_t jpeg_rows = 0, png_rows = 0;
+  for (int ep = 0; ep < EPOCHS; ep++) {
+    const wds_batch *b;
+    int st;
+    size_t n = ep == 0 ? rc->resume : 0;
+    while ((st = wds_loader_next(l, &b)) == WDS_OK) {
+      ASSERT_TRUE(n < ncpu[ep]);
+      const kept *k = &cpu[ep][n++];
+      ASSERT_EQ_U64(b->rows, k->rows);
+      const wds_batch_field *f = &b->fields[0];
+      ASSERT_EQ_INT(f->dtype, WDS_DTYPE_BYTES);
+      size_t row_bytes = (size_t)40 * 32 * 3;
+      for (size_t r = 0; r < b->rows; r++) {
+        ASSERT_STREQ(b->keys[r], k->keys[r]);
+        ASSERT_STREQ(b->urls[r], k->urls[r]);
+        ASSERT_EQ_INT(b->valid[r], k->valid[r]);
+        size_t len = (size_t)(f->offsets[r + 1] - f->offsets[r]);
+        const uint8_t *p = (const uint8_t *)f->data + f->offsets[r];
+        wds__gpu_row h;
+        wds__err e;
+        if (!b->valid[r]) {
+          /* a failed sample: empty; a padding row: a copy of the row it
+           * repeats (its plan made once) */
+          if (len > 0) {
+            ASSERT_EQ_INT(wds__gpu_row_read(p, len, &h, &e), WDS_OK);
+            if (h.kind == WDS__GPU_ROW_JPEG)
+              ASSERT_EQ_U64(fnv(p + WDS__GPU_ROW_HEAD, (size_t)h.payload),
+                            fx.hash[key_id(b->keys[r])]);
+          }
+          continue;
+        }
+        ASSERT_EQ_INT(wds__gpu_row_read(p, len, &h, &e), WDS_OK);
+        ASSERT_EQ_INT(h.out_w, 40);
+        ASSERT_EQ_INT(h.out_h, 32);
+        ASSERT_EQ_INT(h.channels, 3);
+        int id = key_id(b->keys[r]);
+        ASSERT_TRUE(id >= 0);
+        if (h.kind == WDS__GPU_ROW_PIXELS) {
+          /* decoded on the CPU: the CPU path's very bytes */
+          ASSERT_EQ_INT(id, 4);
+          ASSERT_TRUE(memcmp(p + WDS__GPU_ROW_HEAD, k->img + r * row_bytes,
+                             row_bytes) == 0);
+          png_rows++;
+          continue;
+        }
+        ASSERT_EQ_INT(h.kind, WDS__GPU_ROW_JPEG);
+        ASSERT_EQ_U64(fnv(p + WDS__GPU_ROW_HEAD, (size_t)h.payload),
+                      fx.hash[id]);
+        int found = 0;
+        for (size_t i = epoch_rec[ep]; i < epoch_rec[ep + 1] && !found; i++)
+          if (!recs[i].used && recs[i].hash == fx.hash[id] &&
+              same_plan(&recs[i], &h))
+            found = 1, recs[i].used = 1;
+        if (!found)
+          TEST_FAIL_("%s: epoch %d row %zu (%s): plan x [%g, %g) y [%g, %g) "
+                     "flip %d is not the CPU path's",
+                     rc->name, ep, r, b->keys[r], h.x0, h.x1, h.y0, h.y1,
+                     h.flip);
+        if (!found)
+          return;
+        jpeg_rows++;
+      }
+      wds_loader_release(l, b);
+    }
+    ASSERT_EQ_INT(st, WDS_EOF);
+    ASSERT_EQ_U64(n, ncpu[ep]);
+  }
+  wds_loader_close(l);
+  ASSERT_TRUE(jpeg_rows > 10);
+  if (rc->resume == 0) {
+    /* every CPU plan was claimed by a GPU row: the same crops, no more */
+    for (size_t i = 0; i < nrecs; i++)
+      ASSERT_TRUE(recs[i].used);
+  }
+  for (int ep = 0; ep < EPOCHS; ep++)
+    for (size_t i = 0; i < ncpu[ep]; i++)
+      free(cpu[ep][i].img);
+  (void)png_rows;
+}
+
+TEST(planned_rows_are_the_cpu_paths) {
+  static const run_cfg cases[] = {
+      {"plain random", WDS_MODE_PLAIN, 0, 1, 2, 4, WDS_CROP_RANDOM,
+       WDS_LAST_KEEP, 0, 0},
+      {"plain center", WDS_MODE_PLAIN, 0, 1, 1, 5, WDS_CROP_CENTER,
+       WDS_LAST_PAD, 0, 0},
+      {"exact rank 1 of 2, padded", WDS_MODE_EXACT, 1, 2, 2, 4, WDS_CROP_RANDOM,
+       WDS_LAST_PAD, 0, 0},
+      {"resampled", WDS_MODE_RESAMPLED, 0, 1, 3, 6, WDS_CROP_RANDOM,
+       WDS_LAST_KEEP, 30, 0},
+      {"exact resumed", WDS_MODE_EXACT, 0, 1, 2, 4, WDS_CROP_RANDOM,
+       WDS_LAST_KEEP, 0, 2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    check_planned_equals_cpu(&cases[i]);
+    if (test_cur_failed_) {
+      printf("  case: %s\n", cases[i].name);
+      return;
+    }
+  }
+}
+
+/* The option is checked at open: a value out of range, and GPU decoding
+ * without a field that takes JPEGs, name what is wrong. */
+TEST(jpeg_decode_option_is_checked) {
+  wds_loader_config c;
+  run_cfg rc = {
+      "x", WDS_MODE_PLAIN, 0, 1, 1, 4, WDS_CROP_CENTER, WDS_LAST_KEEP, 0, 0};
+  config(&c, &rc);
+  wds_loader *l = NULL;
+  c.jpeg_decode = (wds_jpeg_decode)7;
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(wds_open_error(), "jpeg_decode");
+  wds_field_spec only_png[1] = {{"png", WDS_DECODE_AUTO, 3, 40, 32}};
+  c.jpeg_decode = WDS_JPEG_DECODE_GPU;
+  c.fields = only_png;
+  c.field_count = 1;
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(wds_open_error(), "no image field takes jpg");
+  /* a "jpeg" field takes "jpg" files too: planned */
+  wds_field_spec jpeg[1] = {{"jpeg", WDS_DECODE_AUTO, 3, 40, 32}};
+  c.fields = jpeg;
+  c.on_error = WDS_ON_ERROR_SKIP;
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+  const wds_batch *b;
+  ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_OK);
+  ASSERT_EQ_INT(b->fields[0].dtype, WDS_DTYPE_BYTES);
+  ASSERT_EQ_INT(b->valid[0], 1);
+  wds_loader_release(l, b);
+  wds_loader_close(l);
+}
+
+int main(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/wds-test-jpeg-gpu-XXXXXX");
+  if (!mkdtemp(tmpdir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  if (make_fixture() != 0) {
+    printf("cannot write the fixture\n");
+    return 1;
+  }
+  RUN(planned_rows_are_the_cpu_paths);
+  RUN(jpeg_decode_option_is_checked);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  if (system(cmd) != 0)
+    printf("cannot remove %s\n", tmpdir);
+  return test_summary();
+}
