@@ -104,6 +104,27 @@ static int fail(wds_gpu_jpeg *g, int rc, const char *msg) {
   return rc;
 }
 
+void *wds_gpu_jpeg_buffer(wds_gpu_jpeg *g, size_t bytes) {
+  return g ? g->ops->buffer(g->ctx, bytes) : NULL;
+}
+
+int wds_gpu_jpeg_sync(wds_gpu_jpeg *g, void *stream) {
+  wds__err e;
+  if (!g)
+    return WDS_ERR_INVALID;
+  int rc = g->ops->sync(g->ctx, stream, &e);
+  return rc == WDS_OK ? rc : fail(g, rc, e.msg);
+}
+
+int wds_gpu_jpeg_download(wds_gpu_jpeg *g, void *host, const void *dev,
+                          size_t bytes, void *stream) {
+  wds__err e;
+  if (!g)
+    return WDS_ERR_INVALID;
+  int rc = g->ops->download(g->ctx, host, dev, bytes, stream, &e);
+  return rc == WDS_OK ? rc : fail(g, rc, e.msg);
+}
+
 int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
                         size_t field, void *dev_out, void *stream) {
   int64_t shape[3];

@@ -48,6 +48,11 @@ typedef struct wds__jg_ops {
   int (*sync)(void *ctx, void *stream, wds__err *e); /* stream's work done */
   void (*stats)(void *ctx, wds_gpu_jpeg_stats *st);  /* device_bytes... */
   void (*destroy)(void *ctx);
+  /* Device memory of at least bytes, owned (grown, reused), or NULL. */
+  void *(*buffer)(void *ctx, size_t bytes);
+  /* Device -> host, after the stream's work: synchronous. */
+  int (*download)(void *ctx, void *host, const void *dev, size_t n,
+                  void *stream, wds__err *e);
 } wds__jg_ops;
 
 /* A decoder over a backend (ctx owned: destroy() at close). library: what

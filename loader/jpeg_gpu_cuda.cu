@@ -223,6 +223,8 @@ struct jg_cuda {
   size_t b_cap;
   size_t *off; /* arena offset per image */
   size_t off_cap;
+  void *user; /* wds_gpu_jpeg_buffer's */
+  size_t user_cap;
 };
 
 static int nvj_fail(wds__err *e, const char *what, nvjpegStatus_t s) {
@@ -276,6 +278,7 @@ static void jg_destroy(void *ctx) {
   if (g->one)
     p_nvjpegDestroy(g->one);
   cudaFree(g->arena);
+  cudaFree(g->user);
   cudaFree(g->d_desc);
   cudaFreeHost(g->h_desc);
   free(g->route);
@@ -290,7 +293,7 @@ static void jg_destroy(void *ctx) {
 
 static void jg_stats(void *ctx, wds_gpu_jpeg_stats *st) {
   jg_cuda *g = (jg_cuda *)ctx;
-  st->device_bytes = g->arena_cap + g->desc_cap * sizeof(jg_desc);
+  st->device_bytes = g->arena_cap + g->user_cap + g->desc_cap * sizeof(jg_desc);
   st->hardware = g->hw != NULL;
 }
 
@@ -312,6 +315,35 @@ static int jg_sync(void *ctx, void *stream, wds__err *e) {
   (void)ctx;
   cudaError_t c = cudaStreamSynchronize((cudaStream_t)stream);
   return c == cudaSuccess ? WDS_OK : cu_fail(e, "stream", c);
+}
+
+static void *jg_buffer(void *ctx, size_t bytes) {
+  jg_cuda *g = (jg_cuda *)ctx;
+  if (bytes <= g->user_cap && g->user)
+    return g->user;
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaSetDevice(g->device);
+  cudaDeviceSynchronize(); /* nothing may still write the old one */
+  cudaFree(g->user);
+  g->user = NULL;
+  g->user_cap = 0;
+  if (cudaMalloc(&g->user, bytes ? bytes : 1) == cudaSuccess)
+    g->user_cap = bytes;
+  else
+    g->user = NULL;
+  cudaSetDevice(prev);
+  return g->user;
+}
+
+static int jg_download(void *ctx, void *host, const void *dev, size_t n,
+                       void *stream, wds__err *e) {
+  (void)ctx;
+  cudaError_t c = cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost,
+                                  (cudaStream_t)stream);
+  if (c == cudaSuccess)
+    c = cudaStreamSynchronize((cudaStream_t)stream);
+  return c == cudaSuccess ? WDS_OK : cu_fail(e, "copy from the device", c);
 }
 
 static size_t img_bytes(const wds__jg_img *im) {
@@ -546,8 +578,9 @@ done:
   return rc;
 }
 
-static const wds__jg_ops cuda_ops = {jg_decode, jg_upload, jg_zero,
-                                     jg_sync,   jg_stats,  jg_destroy};
+static const wds__jg_ops cuda_ops = {jg_decode, jg_upload,  jg_zero,
+                                     jg_sync,   jg_stats,   jg_destroy,
+                                     jg_buffer, jg_download};
 
 extern "C" int wds__jg_cuda_open(int device, const wds__jg_ops **ops,
                                  void **ctx, char *library, size_t library_size,

@@ -448,6 +448,8 @@ typedef struct fake {
   tjhandle tj;
   int fail_batch;
   size_t calls, images, max_n;
+  void *buf;
+  size_t buf_cap;
 } fake;
 
 static int fake_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
@@ -524,10 +526,29 @@ static int fake_sync(void *ctx, void *stream, wds__err *e) {
 static void fake_destroy(void *ctx) {
   fake *f = ctx;
   tjDestroy(f->tj);
+  free(f->buf);
 }
 
-static const wds__jg_ops fake_ops = {fake_decode, fake_upload, fake_zero,
-                                     fake_sync,   NULL,        fake_destroy};
+static void *fake_buffer(void *ctx, size_t bytes) {
+  fake *f = ctx;
+  if (bytes > f->buf_cap) {
+    free(f->buf);
+    f->buf = malloc(bytes);
+    f->buf_cap = f->buf ? bytes : 0;
+  }
+  return f->buf;
+}
+
+static int fake_download(void *ctx, void *host, const void *dev, size_t n,
+                         void *stream, wds__err *e) {
+  (void)ctx, (void)stream, (void)e;
+  memcpy(host, dev, n);
+  return WDS_OK;
+}
+
+static const wds__jg_ops fake_ops = {fake_decode, fake_upload,  fake_zero,
+                                     fake_sync,   NULL,         fake_destroy,
+                                     fake_buffer, fake_download};
 
 /* Mean and largest absolute difference of two rows. */
 static void row_diff(const uint8_t *a, const uint8_t *b, size_t n, double *mad,
@@ -572,7 +593,7 @@ TEST(decode_equals_cpu_over_a_fake_backend) {
   }
   wds_loader_close(l);
 
-  fake fk = {tjInitDecompress(), 0, 0, 0, 0};
+  fake fk = {tjInitDecompress(), 0, 0, 0, 0, NULL, 0};
   wds_gpu_jpeg *g = wds__gpu_jpeg_new(&fake_ops, &fk, "fake");
   ASSERT_TRUE(g != NULL);
   ASSERT_STREQ(wds_gpu_jpeg_library(g), "fake");
@@ -585,7 +606,10 @@ TEST(decode_equals_cpu_over_a_fake_backend) {
   ASSERT_EQ_INT(shape[2], 3);
   ASSERT_EQ_INT(wds_gpu_jpeg_shape(l, 1, shape), WDS_ERR_INVALID);
   size_t row_bytes = 32 * 40 * 3;
-  uint8_t *dev = malloc(64 * row_bytes);
+  /* the decoder's own "device" buffer, read back with download */
+  uint8_t *dev = wds_gpu_jpeg_buffer(g, 64 * row_bytes);
+  uint8_t *host = malloc(64 * row_bytes);
+  ASSERT_TRUE(dev != NULL);
   size_t cmyk_rows = 0, cut_rows = 0, png_rows = 0, jpeg_rows = 0;
   double worst = 0, total = 0;
   for (int ep = 0; ep < EPOCHS; ep++) {
@@ -595,12 +619,17 @@ TEST(decode_equals_cpu_over_a_fake_backend) {
       const kept *k = &cpu[ep][n++];
       memset(dev, 0xAB, b->rows * row_bytes); /* every byte is written */
       ASSERT_EQ_INT(wds_gpu_jpeg_decode(g, l, b, 0, dev, NULL), WDS_OK);
+      ASSERT_EQ_INT(wds_gpu_jpeg_sync(g, NULL), WDS_OK);
+      memset(host, 0xCD, b->rows * row_bytes);
+      ASSERT_EQ_INT(
+          wds_gpu_jpeg_download(g, host, dev, b->rows * row_bytes, NULL),
+          WDS_OK);
       ASSERT_EQ_U64(b->rows, k->rows);
       for (size_t r = 0; r < b->rows; r++) {
         int id = key_id(b->keys[r]);
         ASSERT_STREQ(b->keys[r], k->keys[r]);
         ASSERT_EQ_INT(b->valid[r], k->valid[r]);
-        const uint8_t *got = dev + r * row_bytes,
+        const uint8_t *got = host + r * row_bytes,
                       *want = k->img + r * row_bytes;
         double mad;
         int maxd;
@@ -654,7 +683,7 @@ TEST(decode_equals_cpu_over_a_fake_backend) {
   ASSERT_TRUE(ls.skipped >= 2); /* the bad header (workers), the cut one */
   wds_loader_close(l);
   wds_gpu_jpeg_close(g);
-  free(dev);
+  free(host);
   for (int ep = 0; ep < EPOCHS; ep++)
     for (size_t i = 0; i < ncpu[ep]; i++)
       free(cpu[ep][i].img);
@@ -677,7 +706,7 @@ TEST(errors_name_the_sample_and_spoil_nothing) {
                                                 bad header */
   c.url_count = 1;
   c.jpeg_decode = WDS_JPEG_DECODE_GPU;
-  fake fk = {tjInitDecompress(), 0, 0, 0, 0};
+  fake fk = {tjInitDecompress(), 0, 0, 0, 0, NULL, 0};
   wds_gpu_jpeg *g = wds__gpu_jpeg_new(&fake_ops, &fk, "fake");
   wds_loader *l;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);

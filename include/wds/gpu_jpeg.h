@@ -91,6 +91,19 @@ WDS_API int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l,
                                 const wds_batch *b, size_t field, void *dev_out,
                                 void *stream);
 
+/* Device memory of the decoder's, at least `bytes` (one buffer, grown and
+ * reused: the previous pointer is invalid after a call that grows it), for
+ * callers without a CUDA allocator of their own (`wds bench`); NULL when
+ * it cannot be had. Freed by close. */
+WDS_API void *wds_gpu_jpeg_buffer(wds_gpu_jpeg *g, size_t bytes);
+/* Waits for the work queued on stream (NULL: the default stream). WDS_OK
+ * or WDS_ERR_IO (the CUDA error in wds_gpu_jpeg_error). */
+WDS_API int wds_gpu_jpeg_sync(wds_gpu_jpeg *g, void *stream);
+/* Copies `bytes` of device memory at dev to host memory at host once the
+ * work queued on stream is done (synchronous). WDS_OK or WDS_ERR_IO. */
+WDS_API int wds_gpu_jpeg_download(wds_gpu_jpeg *g, void *host, const void *dev,
+                                  size_t bytes, void *stream);
+
 WDS_API const char *wds_gpu_jpeg_error(const wds_gpu_jpeg *g);
 /* "PATH (hardware backend)" or "PATH (GPU hybrid backend)". */
 WDS_API const char *wds_gpu_jpeg_library(const wds_gpu_jpeg *g);
