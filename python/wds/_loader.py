@@ -322,9 +322,11 @@ class Loader:
     needs device=: the workers plan each JPEG's crop (the same samples and
     crops as "cpu") and nvJPEG decodes, resizes and crops on that GPU into
     the DeviceBatch's image tensor (NHWC uint8, as "cpu" gives); PNGs and
-    images nvJPEG refuses are decoded on the CPU. Without CUDA, a GPU or
-    libnvjpeg it raises RuntimeError saying what is missing (never a silent
-    CPU decode).
+    images nvJPEG refuses are decoded on the CPU. Without a GPU torch sees
+    it raises RuntimeError; without a CUDA build of wds or libnvjpeg
+    wds.OpenError saying what is missing (never a silent CPU decode).
+    Loader._engine.jpeg.stats() counts GPU images, CPU fallbacks and
+    failures and names the libnvjpeg loaded.
     """
 
     def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
