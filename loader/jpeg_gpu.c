@@ -127,6 +127,13 @@ int wds_gpu_jpeg_download(wds_gpu_jpeg *g, void *host, const void *dev,
 
 int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
                         size_t field, void *dev_out, void *stream) {
+  return wds_gpu_jpeg_decode_rows(g, l, b, field, 0, b ? b->rows : 0, dev_out,
+                                  stream);
+}
+
+int wds_gpu_jpeg_decode_rows(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
+                             size_t field, size_t row0, size_t rows,
+                             void *dev_out, void *stream) {
   int64_t shape[3];
   wds__err e;
   if (!g || !l || !b)
@@ -145,7 +152,10 @@ int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
   uint8_t *out = dev_out;
   uint8_t *valid = (uint8_t *)b->valid; /* the slot's: the caller holds it */
   size_t n = 0, nfall = 0;
-  void *p = wds__grow(g->imgs, &g->imgs_cap, b->rows ? b->rows : 1,
+  size_t end = row0 < b->rows
+                   ? row0 + (rows < b->rows - row0 ? rows : b->rows - row0)
+                   : row0;
+  void *p = wds__grow(g->imgs, &g->imgs_cap, end > row0 ? end - row0 : 1,
                       sizeof *g->imgs, 16);
   if (!p)
     return fail(g, WDS_ERR_NOMEM, "wds_gpu_jpeg_decode: out of memory");
@@ -153,10 +163,10 @@ int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
   int rc = WDS_OK;
   /* Rows without data (samples the workers failed on) are zeros; rows the
    * workers decoded are copied; JPEGs go to the backend. */
-  for (size_t r = 0; r < b->rows; r++) {
+  for (size_t r = row0; r < end; r++) {
     size_t len = (size_t)(f->offsets[r + 1] - f->offsets[r]);
     const uint8_t *d = (const uint8_t *)f->data + f->offsets[r];
-    uint8_t *dst = out + r * row_bytes;
+    uint8_t *dst = out + (r - row0) * row_bytes;
     if (len == 0) {
       rc = g->ops->zero(g->ctx, dst, row_bytes, stream, &e);
     } else {
@@ -178,7 +188,8 @@ int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
         im->data = d + WDS__GPU_ROW_HEAD;
         im->size = (size_t)h.payload;
         im->h = h;
-        im->row = r;
+        im->row = r - row0;
+        im->batch_row = r;
         im->status = WDS__JG_OK;
       }
     }
@@ -217,8 +228,8 @@ int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
       char ub[WDS__URL_REDACT_MAX];
       g->st.failed++;
       wds__err_prefix(&e, "%s: sample \"%s\": field '%s'",
-                      wds__url_redact(b->urls[im->row], ub, sizeof ub),
-                      b->keys[im->row], f->name);
+                      wds__url_redact(b->urls[im->batch_row], ub, sizeof ub),
+                      b->keys[im->batch_row], f->name);
       if (l->cfg.on_error == WDS_ON_ERROR_STOP || drc == WDS_ERR_NOMEM) {
         if (first_rc == WDS_OK) {
           first_rc = drc;
@@ -229,7 +240,7 @@ int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
         wds__note_skip(l, "skipped", e.msg);
       }
       memset(px, 0, row_bytes);
-      valid[im->row] = 0;
+      valid[im->batch_row] = 0;
     }
     if ((rc = g->ops->upload(g->ctx, out + im->row * row_bytes, px, row_bytes,
                              stream, &e)) != WDS_OK)

@@ -30,8 +30,9 @@ typedef struct wds__jg_img {
   const uint8_t *data; /* the JPEG, in the slot (host, pinned with CUDA) */
   size_t size;
   wds__gpu_row h; /* its plan and output size */
-  size_t row;     /* its batch row */
-  int status;     /* set by decode */
+  size_t row;     /* its output row (batch row - the call's row0) */
+  size_t batch_row;
+  int status; /* set by decode */
 } wds__jg_img;
 
 typedef struct wds__jg_ops {

@@ -116,11 +116,12 @@ static const char *const loader_names[] = {"index",
                                            "allow-pipe-from-files",
                                            "source",
                                            "defer-reads",
+                                           "jpeg-decode",
                                            NULL};
 static const char *const loader_help_names[] = {
-    "index",      "crop",        "workers",    "read-timeout",
-    "max-window", "cache-dir",   "cache-size", "allow-pipe-from-files",
-    "source",     "defer-reads", NULL};
+    "index",      "crop",        "workers",     "read-timeout",
+    "max-window", "cache-dir",   "cache-size",  "allow-pipe-from-files",
+    "source",     "defer-reads", "jpeg-decode", NULL};
 
 #define PROG "wds-train"
 
@@ -503,6 +504,8 @@ int main(int argc, char **argv) {
     o.retries = lo.cfg.retries;
   if (GIVEN(TOOL_LO_DEFER_READS))
     o.defer_reads = lo.cfg.defer_reads;
+  if (GIVEN(TOOL_LO_JPEG_DECODE))
+    o.jpeg_decode = lo.cfg.jpeg_decode;
   if (GIVEN(TOOL_LO_RANK_BATCH_SIZES) && batch_given)
     return usage_error("%s", "--batch-size and --rank-batch-sizes: give "
                              "one (--rank-batch-sizes sets every rank's)");

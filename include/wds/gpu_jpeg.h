@@ -91,6 +91,15 @@ WDS_API int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l,
                                 const wds_batch *b, size_t field, void *dev_out,
                                 void *stream);
 
+/* wds_gpu_jpeg_decode of rows [row0, row0 + rows) of b only (clipped to
+ * b->rows), into dev_out's first rows: a rank of several on one loader
+ * batch (wds-train's local ranks). Calls for disjoint rows of one batch
+ * may run at once on different decoders. */
+WDS_API int wds_gpu_jpeg_decode_rows(wds_gpu_jpeg *g, wds_loader *l,
+                                     const wds_batch *b, size_t field,
+                                     size_t row0, size_t rows, void *dev_out,
+                                     void *stream);
+
 /* Device memory of the decoder's, at least `bytes` (one buffer, grown and
  * reused: the previous pointer is invalid after a call that grows it), for
  * callers without a CUDA allocator of their own (`wds bench`); NULL when
