@@ -206,8 +206,8 @@ struct jg_cuda {
   nvjpegHandle_t hw, hy; /* hardware (or NULL), GPU hybrid: batched */
   nvjpegHandle_t one;    /* the default backend: one image at a time */
   nvjpegJpegState_t hw_state, hy_state, one_state;
-  nvjpegJpegStream_t js;
-  unsigned char *arena; /* decoded images */
+  nvjpegJpegStream_t js, js_hw; /* header parses: hybrid's, hardware's */
+  unsigned char *arena;         /* decoded images */
   size_t arena_cap;
   jg_desc *h_desc, *d_desc;
   size_t desc_cap;
@@ -265,6 +265,8 @@ static void jg_destroy(void *ctx) {
     cudaEventDestroy(g->desc_done);
   if (g->js)
     p_nvjpegJpegStreamDestroy(g->js);
+  if (g->js_hw)
+    p_nvjpegJpegStreamDestroy(g->js_hw);
   if (g->hw_state)
     p_nvjpegJpegStateDestroy(g->hw_state);
   if (g->hy_state)
@@ -520,8 +522,11 @@ static int jg_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
                enc == NVJPEG_ENCODING_EXTENDED_SEQUENTIAL_DCT_HUFFMAN) {
       int unsupported = 1;
       g->route[i] = 1;
-      if (g->hw &&
-          p_nvjpegDecodeBatchedSupported(g->hw, g->js, &unsupported) ==
+      /* the hardware backend takes it: 0 means supported */
+      if (g->hw && g->js_hw &&
+          p_nvjpegJpegStreamParseHeader(g->hw, im->data, im->size, g->js_hw) ==
+              NVJPEG_STATUS_SUCCESS &&
+          p_nvjpegDecodeBatchedSupported(g->hw, g->js_hw, &unsupported) ==
               NVJPEG_STATUS_SUCCESS &&
           unsupported == 0)
         g->route[i] = 0;
@@ -611,11 +616,15 @@ extern "C" int wds__jg_cuda_open(int device, const wds__jg_ops **ops,
   /* the hardware backend where the GPU has the engine */
   if (p_nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &g->hw) !=
           NVJPEG_STATUS_SUCCESS ||
-      p_nvjpegJpegStateCreate(g->hw, &g->hw_state) != NVJPEG_STATUS_SUCCESS) {
+      p_nvjpegJpegStateCreate(g->hw, &g->hw_state) != NVJPEG_STATUS_SUCCESS ||
+      p_nvjpegJpegStreamCreate(g->hw, &g->js_hw) != NVJPEG_STATUS_SUCCESS) {
+    if (g->hw_state)
+      p_nvjpegJpegStateDestroy(g->hw_state);
     if (g->hw)
       p_nvjpegDestroy(g->hw);
     g->hw = NULL;
     g->hw_state = NULL;
+    g->js_hw = NULL;
   }
   if ((s = p_nvjpegCreateEx(NVJPEG_BACKEND_GPU_HYBRID, NULL, NULL, 0,
                             &g->hy)) != NVJPEG_STATUS_SUCCESS &&

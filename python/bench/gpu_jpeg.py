@@ -104,7 +104,7 @@ def resnet50(a):
         steps += s >= a.warmup
     torch.cuda.synchronize()
     secs = time.perf_counter() - t0
-    stats = loader._engine.jpeg.stats() if a.jpeg_decode == "gpu" else {}
+    stats = loader.stats().get("gpu_jpeg", {})
     loader.close()
     json.dump({"what": "resnet50 bf16", "jpeg_decode": a.jpeg_decode,
                "workers": a.workers, "batch_size": a.batch_size,

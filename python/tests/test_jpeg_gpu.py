@@ -108,8 +108,8 @@ def test_gpu_decode_equals_cpu_on_photos(tmp_path):
             for b in l:
                 gpu.append((list(b.keys), b["jpg"].cpu().numpy(),
                             b.valid.cpu().numpy()))
-            mem.append(l._engine.jpeg.stats()["device_bytes"])
-        stats = l._engine.jpeg.stats()
+            mem.append(l.stats()["gpu_jpeg"]["device_bytes"])
+        stats = l.stats()["gpu_jpeg"]
     assert len(gpu) == len(cpu) * 3 // 2
     mads = []
     for (ck, ci, cv), (gk, gi, gv) in zip(cpu, gpu):
@@ -144,7 +144,7 @@ def test_device_batches_take_the_decoded_images(tmp_path, monkeypatch):
             return (24, 32, 3) if i == 0 else None
 
         def stats(self):
-            return {}
+            return {"stand-in": True}
 
     class Engine:
         device = torch.device("cpu")
@@ -181,4 +181,5 @@ def test_device_batches_take_the_decoded_images(tmp_path, monkeypatch):
             assert int(b["jpg"][0, 0, 0, 0]) == b.index
             assert [int(c) for c in b["cls"]] == [int(k[1:]) for k in b.keys]
             n += 1
+        assert l.stats()["gpu_jpeg"] == {"stand-in": True}
     assert Jpeg.calls == [(i, 0) for i in range(n)] and n == 5

@@ -325,8 +325,8 @@ class Loader:
     images nvJPEG refuses are decoded on the CPU. Without a GPU torch sees
     it raises RuntimeError; without a CUDA build of wds or libnvjpeg
     wds.OpenError saying what is missing (never a silent CPU decode).
-    Loader._engine.jpeg.stats() counts GPU images, CPU fallbacks and
-    failures and names the libnvjpeg loaded.
+    stats()["gpu_jpeg"] counts GPU images, CPU fallbacks and failures and
+    names the libnvjpeg loaded.
     """
 
     def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
@@ -471,7 +471,14 @@ class Loader:
         self._open(int(state["epoch"]), int(state["batches"]))
 
     def stats(self):
-        return self._l.stats()
+        """The loader's counters (wds_loader_stats); with jpeg_decode="gpu"
+        also "gpu_jpeg": the GPU decoder's (gpu_images, cpu_fallback,
+        cpu_rows, failed, device_bytes, hardware, library)."""
+        st = self._l.stats()
+        jpeg = getattr(self._engine, "jpeg", None)
+        if jpeg is not None:
+            st["gpu_jpeg"] = jpeg.stats()
+        return st
 
     def close(self):
         """Waits for copies still reading slots (device=, Batch.to), then
