@@ -220,6 +220,7 @@ typedef struct kept {
   char keys[64][32];
   char urls[64][512];
   uint8_t valid[64];
+  uint32_t sources[64];
   uint8_t *img; /* the CPU path's pixels */
   size_t img_bytes;
 } kept;
@@ -230,6 +231,7 @@ static void keep(kept *k, const wds_batch *b) {
     snprintf(k->keys[r], sizeof k->keys[r], "%s", b->keys[r]);
     snprintf(k->urls[r], sizeof k->urls[r], "%s", b->urls[r]);
     k->valid[r] = b->valid[r];
+    k->sources[r] = b->sources[r];
   }
   k->img = NULL;
   if (b->fields[0].dtype == WDS_DTYPE_U8) {
@@ -253,11 +255,32 @@ typedef struct run_cfg {
 static wds_field_spec fields[2] = {{"jpg;png", WDS_DECODE_AUTO, 3, 40, 32},
                                    {"cls", WDS_DECODE_AUTO, 0, 0, 0}};
 
+/* Set: config() gives a mix of two sources (shard 0, weight 1 or repeat 1;
+ * shards 1 and 2, weight 2 or repeat 2) instead of the three shards. */
+static int mix_sources;
+
 static void config(wds_loader_config *c, const run_cfg *rc) {
   wds_loader_config d = WDS_LOADER_CONFIG_INIT;
+  static char spec1[1100];
+  static wds_source_config src[2];
   *c = d;
   c->urls = (const char *const *)fx.urls;
   c->url_count = NSHARDS;
+  if (mix_sources) {
+    int exact = rc->mode == WDS_MODE_EXACT;
+    snprintf(spec1, sizeof spec1, "%s::%s", fx.urls[1], fx.urls[2]);
+    memset(src, 0, sizeof src);
+    src[0].spec = fx.urls[0];
+    src[1].spec = spec1;
+    src[0].weight = exact ? 0 : 1;
+    src[1].weight = exact ? 0 : 2;
+    src[0].repeat = exact ? 1 : 0;
+    src[1].repeat = exact ? 2 : 0;
+    c->urls = NULL;
+    c->url_count = 0;
+    c->sources = src;
+    c->source_count = 2;
+  }
   c->rank = rc->rank;
   c->world_size = rc->world;
   c->workers = rc->workers;
@@ -309,6 +332,7 @@ static void check_planned_equals_cpu(const run_cfg *rc) {
   c.resume_batches = rc->resume;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
   size_t jpeg_rows = 0, png_rows = 0;
+  int seen_source[2] = {0, 0};
   for (int ep = 0; ep < EPOCHS; ep++) {
     const wds_batch *b;
     int st;
@@ -323,6 +347,8 @@ static void check_planned_equals_cpu(const run_cfg *rc) {
       for (size_t r = 0; r < b->rows; r++) {
         ASSERT_STREQ(b->keys[r], k->keys[r]);
         ASSERT_STREQ(b->urls[r], k->urls[r]);
+        ASSERT_EQ_INT(b->sources[r], k->sources[r]);
+        seen_source[b->sources[r] & 1] = 1;
         /* the JPEG cut short fails only when it is decoded (a padding
          * row of it is invalid either way): decode_equals_cpu checks the
          * flags after decoding */
@@ -381,6 +407,8 @@ static void check_planned_equals_cpu(const run_cfg *rc) {
   }
   wds_loader_close(l);
   ASSERT_TRUE(jpeg_rows > 10);
+  if (mix_sources) /* rows of both sources */
+    ASSERT_TRUE(seen_source[0] && seen_source[1]);
   if (rc->resume == 0) {
     /* every CPU plan was claimed by a GPU row: the same crops, no more */
     for (size_t i = 0; i < nrecs; i++)
@@ -412,6 +440,22 @@ TEST(planned_rows_are_the_cpu_paths) {
       return;
     }
   }
+  /* mixing: two sources, exact (repeats) and resampled (weights) */
+  static const run_cfg mixed[] = {
+      {"mix exact", WDS_MODE_EXACT, 0, 2, 2, 4, WDS_CROP_RANDOM, WDS_LAST_PAD,
+       0, 0},
+      {"mix resampled", WDS_MODE_RESAMPLED, 0, 1, 2, 5, WDS_CROP_RANDOM,
+       WDS_LAST_KEEP, 25, 0},
+  };
+  mix_sources = 1;
+  for (size_t i = 0; i < sizeof mixed / sizeof *mixed; i++) {
+    check_planned_equals_cpu(&mixed[i]);
+    if (test_cur_failed_) {
+      printf("  case: %s\n", mixed[i].name);
+      break;
+    }
+  }
+  mix_sources = 0;
 }
 
 /* The option is checked at open: a value out of range, and GPU decoding
