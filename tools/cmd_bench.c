@@ -262,7 +262,10 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
       printf("%s\"%s\": {\"seconds\": %.6f, \"busy_pct\": %.1f}", i ? ", " : "",
              stage_names[i], (double)ns[i] / 1e9,
              100.0 * (double)ns[i] / 1e9 / (secs * threads[i]));
-    printf("}}\n");
+    printf("}");
+    if (gj)
+      tool_gpu_jpeg_json(stdout, gj);
+    printf("}\n");
   } else {
     printf("batches %" PRIu64 "  samples %" PRIu64 "  seconds %.3f  samples/s "
            "%.0f  MB/s %.1f  peak RSS %.1f MB\n",

@@ -2,6 +2,8 @@
 #include "gpu_jpeg.h"
 
 #include <inttypes.h>
+
+#include "base/json.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,4 +99,18 @@ void tool_gpu_jpeg_report(FILE *f, const wds_gpu_jpeg *g) {
           "  cpu rows %" PRIu64 "  failed %" PRIu64 "  device MB %.1f\n",
           wds_gpu_jpeg_library(g), st.gpu_images, st.cpu_fallback, st.cpu_rows,
           st.failed, (double)st.device_bytes / 1e6);
+}
+
+void tool_gpu_jpeg_json(FILE *f, const wds_gpu_jpeg *g) {
+  wds_gpu_jpeg_stats st;
+  wds_gpu_jpeg_stats_get(g, &st);
+  const char *lib = wds_gpu_jpeg_library(g);
+  fputs(", \"gpu_jpeg\": {\"library\": ", f);
+  wds__json_write_string(f, lib, strlen(lib));
+  fprintf(f,
+          ", \"gpu_images\": %" PRIu64 ", \"cpu_fallback\": %" PRIu64
+          ", \"cpu_rows\": %" PRIu64 ", \"failed\": %" PRIu64
+          ", \"device_bytes\": %" PRIu64 ", \"hardware\": %" PRIu64 "}",
+          st.gpu_images, st.cpu_fallback, st.cpu_rows, st.failed,
+          st.device_bytes, st.hardware);
 }

@@ -33,5 +33,7 @@ void tool_gpu_batch_free(tool_gpu_batch *t);
 
 /* "gpu jpeg: LIBRARY  gpu N  cpu fallback N  cpu rows N  failed N". */
 void tool_gpu_jpeg_report(FILE *f, const wds_gpu_jpeg *g);
+/* The same as a JSON member: `, "gpu_jpeg": {...}`. */
+void tool_gpu_jpeg_json(FILE *f, const wds_gpu_jpeg *g);
 
 #endif
