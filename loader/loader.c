@@ -46,6 +46,7 @@
 #include "base/topology.h"
 #include "loader/internal.h"
 #include "loader/pool.h"
+#include "pipeline/gpu_plan.h"
 
 #define MAX_WORKERS 256
 #define MAX_BATCH ((size_t)1 << 24)
@@ -104,6 +105,15 @@ static void free_fields(wds_loader *l) {
   l->wanted = NULL;
 }
 
+/* The field takes JPEGs (jpg or jpeg among its names): under
+ * WDS_JPEG_DECODE_GPU its rows are planned for the GPU decoder. */
+static int takes_jpeg(const out_field *of) {
+  for (size_t a = 0; a < of->nalts; a++)
+    if (strcmp(of->alts[a], "jpg") == 0 || strcmp(of->alts[a], "jpeg") == 0)
+      return 1;
+  return 0;
+}
+
 static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
   if (!cfg->fields || cfg->field_count == 0)
     return wds__open_fail(WDS_ERR_INVALID,
@@ -117,7 +127,7 @@ static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
   if (!l->fields)
     return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
   l->nfields = cfg->field_count;
-  size_t total_alts = 0;
+  size_t total_alts = 0, gpu_fields = 0;
   for (size_t i = 0; i < cfg->field_count; i++) {
     const wds_field_spec *fs = &cfg->fields[i];
     out_field *of = &l->fields[i];
@@ -176,8 +186,17 @@ static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
       return wds__open_fail(WDS_ERR_INVALID,
                             "wds_loader_open: field \"%s\": %s", fs->name,
                             e.msg);
+    if (cfg->jpeg_decode == WDS_JPEG_DECODE_GPU &&
+        of->def->id == WDS_DECODE_IMAGE && takes_jpeg(of)) {
+      of->def = &wds__image_gpu_plan_def;
+      gpu_fields++;
+    }
     of->def->row_shape(&of->opts, &of->row);
   }
+  if (cfg->jpeg_decode == WDS_JPEG_DECODE_GPU && gpu_fields == 0)
+    return wds__open_fail(WDS_ERR_INVALID,
+                          "wds_loader_open: jpeg_decode is GPU, but no image "
+                          "field takes jpg or jpeg");
   for (size_t i = 0; i < l->nfields; i++)
     l->needs_decode |= !l->fields[i].def->passthrough;
   l->wanted = calloc(total_alts, sizeof *l->wanted);
@@ -254,6 +273,9 @@ static int validate(const wds_loader_config *c) {
   if (c->defer_reads != WDS_DEFER_AUTO && c->defer_reads != WDS_DEFER_ON &&
       c->defer_reads != WDS_DEFER_OFF)
     BAD("unknown defer_reads %d", (int)c->defer_reads);
+  if (c->jpeg_decode != WDS_JPEG_DECODE_CPU &&
+      c->jpeg_decode != WDS_JPEG_DECODE_GPU)
+    BAD("unknown jpeg_decode %d", (int)c->jpeg_decode);
   if (c->crop != WDS_CROP_CENTER && c->crop != WDS_CROP_RANDOM)
     BAD("unknown crop mode %d", (int)c->crop);
   if (!(c->crop_scale_min > 0 && c->crop_scale_min <= c->crop_scale_max &&

@@ -524,12 +524,17 @@ static uint64_t jpeg_coef_bytes(const jpeg_headers *hd, uint64_t w,
   return total;
 }
 
-/* Decodes with d->tj into d->img at the smallest scale that serves o. */
-static int jpeg_read(wds__decoder *d, const uint8_t *data, size_t size,
+void (*wds__image_plan_hook)(const uint8_t *data, size_t size, int src_w,
+                             int src_h, const wds__crop_plan *plan);
+
+/* A JPEG's header through d->tj, its size checked, and the crop plan in
+ * source pixels: the one planner of both JPEG paths, the CPU decode
+ * (jpeg_read) and the rows planned for a GPU (wds__image_plan_jpeg). */
+static int jpeg_plan(wds__decoder *d, const uint8_t *data, size_t size,
                      const jpeg_headers *hd, const wds__image_opts *o,
-                     wds__crop_plan *plan, int *w_out, int *h_out,
+                     wds__crop_plan *plan, int *w_out, int *h_out, int *cs_out,
                      wds__err *e) {
-  int w = 0, h = 0, subsamp, cs, rc;
+  int w = 0, h = 0, subsamp, cs;
   if (tjDecompressHeader3(d->tj, data, (unsigned long)size, &w, &h, &subsamp,
                           &cs) != 0)
     return wds__fail(e, WDS_ERR_FORMAT, "JPEG: %s", tjGetErrorStr2(d->tj));
@@ -545,6 +550,22 @@ static int jpeg_read(wds__decoder *d, const uint8_t *data, size_t size,
                      o->rng_key, plan);
   else
     wds__plan_center(w, h, o->width, o->height, plan);
+  if (wds__image_plan_hook)
+    wds__image_plan_hook(data, size, w, h, plan);
+  *w_out = w;
+  *h_out = h;
+  *cs_out = cs;
+  return WDS_OK;
+}
+
+/* Decodes with d->tj into d->img at the smallest scale that serves o. */
+static int jpeg_read(wds__decoder *d, const uint8_t *data, size_t size,
+                     const jpeg_headers *hd, const wds__image_opts *o,
+                     wds__crop_plan *plan, int *w_out, int *h_out,
+                     wds__err *e) {
+  int w = 0, h = 0, cs, rc;
+  if ((rc = jpeg_plan(d, data, size, hd, o, plan, &w, &h, &cs, e)) != WDS_OK)
+    return rc;
 
   /* the smallest scale (factors <= 1) that leaves the span large enough */
   int nsf = 0;
@@ -632,6 +653,29 @@ static int decode_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
     return wds__fail(e, WDS_ERR_NOMEM, "JPEG: cannot create a decompressor");
   if ((rc = jpeg_read(d, data, size, &hd, o, plan, w_out, h_out, e)) != WDS_OK)
     jpeg_drop(d);
+  return rc;
+}
+
+int wds__image_plan_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
+                         const wds__image_opts *o, int *src_w, int *src_h,
+                         int *cmyk, wds__crop_plan *plan, wds__err *e) {
+  jpeg_headers hd;
+  memset(&hd, 0, sizeof hd);
+  int rc, cs = 0;
+  if (size > ULONG_MAX)
+    return wds__fail(e, WDS_ERR_LIMIT, "JPEG: too large");
+  if (!(size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF))
+    return wds__fail(e, WDS_ERR_FORMAT, "not a JPEG (%zu bytes)", size);
+  if ((rc = jpeg_scan_headers(data, size, &hd, e)) != WDS_OK)
+    return rc;
+  if (!hd.self_contained)
+    jpeg_drop(d);
+  if (!d->tj && !(d->tj = tjInitDecompress()))
+    return wds__fail(e, WDS_ERR_NOMEM, "JPEG: cannot create a decompressor");
+  if ((rc = jpeg_plan(d, data, size, &hd, o, plan, src_w, src_h, &cs, e)) !=
+      WDS_OK)
+    jpeg_drop(d);
+  *cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
   return rc;
 }
 

@@ -100,6 +100,24 @@ int wds__decode_jpeg_scaled(wds__decoder *d, const uint8_t *data, size_t size,
                             const wds__image_opts *opts, int *w, int *h,
                             wds__err *e);
 
+/* The crop plan of a JPEG without decoding it, for a row decoded later on a
+ * GPU (pipeline/gpu_plan.h): the header (TurboJPEG's, checked as
+ * wds__decode_image checks it: size, frame header, the pixel limit) and the
+ * plan of the same planner, from the same opts (rng_key included), that
+ * wds__decode_image uses, in source pixels. *cmyk: the image is CMYK or
+ * YCCK. Errors as wds__decode_image's for a bad header. */
+struct wds__crop_plan;
+int wds__image_plan_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
+                         const wds__image_opts *o, int *src_w, int *src_h,
+                         int *cmyk, struct wds__crop_plan *plan, wds__err *e);
+
+/* Tests only: when set, called with every JPEG's plan in source pixels as
+ * it is made (by the CPU decode and by wds__image_plan_jpeg), from the
+ * thread that plans. */
+extern void (*wds__image_plan_hook)(const uint8_t *data, size_t size, int src_w,
+                                    int src_h,
+                                    const struct wds__crop_plan *plan);
+
 /* Parsed .npy (format versions 1, 2 and 3). */
 typedef struct wds__npy {
   wds_dtype dtype;

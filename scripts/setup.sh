@@ -23,5 +23,30 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# nvJPEG's header for the GPU JPEG decoder (loader/jpeg_gpu_cuda.cu): CUDA
+# toolkits may lack it, PyPI's nvidia-nvjpeg wheel carries it. With nvcc and
+# no nvjpeg.h, it is fetched once into WDS_NVJPEG_CACHE (~/.cache/wds/nvjpeg,
+# where CMake looks); without it wds builds without the GPU decoder.
+nvj_cache=${WDS_NVJPEG_CACHE:-$HOME/.cache/wds/nvjpeg}
+if { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+  [ ! -f /usr/local/cuda/include/nvjpeg.h ] &&
+  [ ! -f "$nvj_cache/nvidia/cu13/include/nvjpeg.h" ]; then
+  tmp=$(mktemp -d)
+  if python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" \
+    'nvidia-nvjpeg==13.0.*' >/dev/null 2>&1; then
+    python3 - "$tmp" "$nvj_cache" <<'PYEOF'
+import glob, sys, zipfile
+z = zipfile.ZipFile(glob.glob(sys.argv[1] + "/*.whl")[0])
+for n in z.namelist():
+    if n.endswith("/nvjpeg.h"):
+        z.extract(n, sys.argv[2])
+PYEOF
+    echo "setup: nvjpeg.h from nvidia-nvjpeg in $nvj_cache" >&2
+  else
+    echo "setup: nvidia-nvjpeg could not be fetched: building without the GPU JPEG decoder" >&2
+  fi
+  rm -rf "$tmp"
+fi
+
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build "$build" -j "$(nproc)"

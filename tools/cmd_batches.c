@@ -15,6 +15,7 @@
 #include "base/json.h"
 #include "base/text.h"
 #include "base/url.h"
+#include "gpu_jpeg.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -295,6 +296,9 @@ int tool_cmd_batches(int argc, char **argv) {
   const char *save = NULL;
   wds_url_list urls = {0};
   wds_loader *l = NULL;
+  wds_gpu_jpeg *gj = NULL; /* --jpeg-decode gpu */
+  tool_gpu_batch gb;
+  memset(&gb, 0, sizeof gb);
   skip_log skips = {0};
   tool_stdout_init("batches");
   if (tool_loader_options(own, opts, sizeof opts / sizeof *opts) != 0)
@@ -363,6 +367,10 @@ int tool_cmd_batches(int argc, char **argv) {
     lo.cfg.log = skip_log_cb;
     lo.cfg.log_ctx = &skips;
   }
+  if (tool_gpu_jpeg_open("batches", &lo.cfg, &gj) != 0) {
+    status = 1;
+    goto done;
+  }
   if (wds_loader_open(&lo.cfg, &l) != WDS_OK) {
     fprintf(stderr, "wds batches: %s\n", wds_open_error());
     status = 1;
@@ -374,10 +382,21 @@ int tool_cmd_batches(int argc, char **argv) {
   for (uint64_t e = 0; e < lo.epochs && status == 0; e++) {
     const wds_batch *b;
     while ((r = wds_loader_next(l, &b)) == WDS_OK) {
+      const wds_batch *show = b;
+      /* --jpeg-decode gpu: decoded first (a failed image turns its row
+       * invalid under skip), kept on the host for --save */
+      if (gj) {
+        if (tool_gpu_jpeg_batch("batches", gj, l, b, save != NULL, &gb) != 0) {
+          wds_loader_release(l, b);
+          status = 1;
+          break;
+        }
+        show = &gb.b;
+      }
       printed++;
-      print_batch(b, json, lo.nsources > 0);
+      print_batch(show, json, lo.nsources > 0);
       int failed = tool_stdout_check() != 0 ||
-                   (save && save_batch(save, b, lo.nsources > 0));
+                   (save && save_batch(save, show, lo.nsources > 0));
       wds_loader_release(l, b);
       if (failed) {
         status = 1;
@@ -406,6 +425,10 @@ done:
     wds_loader_stats_get(l, &st);
   /* Closed first: the log is the workers' until they stop. */
   wds_loader_close(l);
+  if (gj)
+    tool_gpu_jpeg_report(stderr, gj);
+  wds_gpu_jpeg_close(gj);
+  tool_gpu_batch_free(&gb);
   if (opened && lo.cfg.on_error == WDS_ON_ERROR_SKIP)
     skip_summary(&skips, &st);
   tool_cache_note("wds batches", lo.cfg.cache_dir, st.cache_errors);

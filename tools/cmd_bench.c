@@ -18,6 +18,7 @@
 
 #include "base/json.h"
 #include "base/size.h"
+#include "gpu_jpeg.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -131,10 +132,16 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
   int status = 0, rc = WDS_OK;
   int tty = isatty(STDERR_FILENO), shown = 0;
   wds_loader *l = NULL;
+  wds_gpu_jpeg *gj = NULL; /* --jpeg-decode gpu */
+  tool_gpu_batch gb;
+  memset(&gb, 0, sizeof gb);
   uint64_t batches = 0, samples = 0;
   double t0 = tool_now(), last_shown = t0;
+  if (tool_gpu_jpeg_open("bench", &lo->cfg, &gj) != 0)
+    return 1;
   if (wds_loader_open(&lo->cfg, &l) != WDS_OK) {
     fprintf(stderr, "wds bench: %s\n", wds_open_error());
+    wds_gpu_jpeg_close(gj);
     return 1;
   }
   tool_signals_loader(0, l);
@@ -143,8 +150,14 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
    * they are run but neither timed nor counted. */
   for (uint64_t e = 0; e < warmup; e++) {
     const wds_batch *b;
-    while ((rc = wds_loader_next(l, &b)) == WDS_OK)
+    while ((rc = wds_loader_next(l, &b)) == WDS_OK) {
+      int bad = gj && tool_gpu_jpeg_batch("bench", gj, l, b, 0, &gb) != 0;
       wds_loader_release(l, b);
+      if (bad) {
+        status = 1;
+        goto done;
+      }
+    }
     if (rc != WDS_EOF) {
       status =
           rc == WDS_ERR_CANCELLED && tool_signal_caught()
@@ -163,7 +176,13 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
       batches++;
       samples += b->rows;
       uint64_t ep = b->epoch, index = b->index;
+      /* the images decoded on the GPU, waited for: part of the time */
+      int bad = gj && tool_gpu_jpeg_batch("bench", gj, l, b, 0, &gb) != 0;
       wds_loader_release(l, b);
+      if (bad) {
+        status = 1;
+        goto done;
+      }
       double now = tool_now();
       if (tty && now - last_shown >= 0.25) {
         progress(ep, index + 1, per_epoch, samples, now - t0);
@@ -243,7 +262,10 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
       printf("%s\"%s\": {\"seconds\": %.6f, \"busy_pct\": %.1f}", i ? ", " : "",
              stage_names[i], (double)ns[i] / 1e9,
              100.0 * (double)ns[i] / 1e9 / (secs * threads[i]));
-    printf("}}\n");
+    printf("}");
+    if (gj)
+      tool_gpu_jpeg_json(stdout, gj);
+    printf("}\n");
   } else {
     printf("batches %" PRIu64 "  samples %" PRIu64 "  seconds %.3f  samples/s "
            "%.0f  MB/s %.1f  peak RSS %.1f MB\n",
@@ -258,10 +280,14 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
     if (st.skipped || st.fill_rows)
       printf("skipped %" PRIu64 "  invalid rows %" PRIu64 "\n", st.skipped,
              st.fill_rows);
+    if (gj)
+      tool_gpu_jpeg_report(stdout, gj);
   }
 done:
   tool_signals_loader(0, NULL);
   wds_loader_close(l);
+  wds_gpu_jpeg_close(gj);
+  tool_gpu_batch_free(&gb);
   return status;
 }
 

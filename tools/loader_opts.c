@@ -51,6 +51,7 @@ static const struct option loader_options[] = {
     {"eager-next-epoch", no_argument, 0, TOOL_LO_EAGER_NEXT_EPOCH},
     {"defer-reads", required_argument, 0, TOOL_LO_DEFER_READS},
     {"image-memory-limit", required_argument, 0, TOOL_LO_IMAGE_MEMORY_LIMIT},
+    {"jpeg-decode", required_argument, 0, TOOL_LO_JPEG_DECODE},
 };
 
 #define NLOADER (sizeof loader_options / sizeof *loader_options)
@@ -191,6 +192,7 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
   static const char *const crops[] = {"center", "random", NULL};
   static const char *const policies[] = {"stop", "skip", NULL};
   static const char *const defers[] = {"auto", "on", "off", NULL};
+  static const char *const wheres[] = {"cpu", "gpu", NULL};
   wds_loader_config *cfg = &o->cfg;
   uint64_t v = 0;
   int w;
@@ -307,6 +309,11 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
     cfg->defer_reads = w == 0   ? WDS_DEFER_AUTO
                        : w == 1 ? WDS_DEFER_ON
                                 : WDS_DEFER_OFF;
+    break;
+  case TOOL_LO_JPEG_DECODE:
+    if ((w = word(cmd, c, arg, wheres)) < 0)
+      return -1;
+    cfg->jpeg_decode = w == 0 ? WDS_JPEG_DECODE_CPU : WDS_JPEG_DECODE_GPU;
     break;
   case TOOL_LO_ON_ERROR:
     if ((w = word(cmd, c, arg, policies)) < 0)
@@ -635,7 +642,11 @@ static const char loader_help_3[] =
     "                         processes; trusts the URL)\n"
     "  --cache-size SIZE      delete least recently used entries of the\n"
     "                         cache over SIZE (default 0: no "
-    "limit)\n" TOOL_IMAGE_MEMORY_LIMIT_HELP;
+    "limit)\n" TOOL_IMAGE_MEMORY_LIMIT_HELP
+    "  --jpeg-decode WHERE    cpu (default) or gpu: JPEG image fields decoded\n"
+    "                         by the workers, or by nvJPEG on the GPU (the\n"
+    "                         workers plan the crops: the same samples and\n"
+    "                         crops); gpu needs CUDA, a GPU and libnvjpeg\n";
 
 /* --source: a part of its own. */
 static const char source_help[] =

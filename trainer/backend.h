@@ -62,6 +62,7 @@
 #include "base/err.h"
 #include "trainer/model.h"
 #include "trainer/procgroup.h"
+#include "wds/loader.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -155,6 +156,12 @@ typedef struct tr_backend {
   /* Bytes copied to the device and the copy engine's busy seconds since the
    * last call (NULL: no device). */
   void (*take_h2d)(tr_rank *r, double *bytes, double *seconds);
+  /* upload of a batch of l whose field 0 holds JPEGs planned for the GPU
+   * (--jpeg-decode gpu): wds/gpu_jpeg.h decodes the view's rows into the
+   * rank's device buffer (a row nothing decodes turns invalid under skip
+   * before the flags are staged). NULL: --jpeg-decode gpu is refused. */
+  int (*upload_jpeg)(tr_rank *r, const tr_batch_view *b, wds_loader *l,
+                     const wds_batch *batch, wds__err *e);
 } tr_backend;
 
 /* The backends (one file each). */

@@ -53,6 +53,7 @@
 extern "C" {
 #include "trainer/backend.h"
 #include "trainer/procgroup.h"
+#include "wds/gpu_jpeg.h"
 }
 
 #define TR_SMALL_MAX 8
@@ -94,6 +95,8 @@ struct tr_rank {
   float *h_valid[2]; /* pinned staging */
   double *h_scratch; /* pinned: max(8 doubles, world u64) */
   size_t scratch_bytes;
+
+  wds_gpu_jpeg *jpeg; /* --jpeg-decode gpu: made by the first upload */
 
   cudaEvent_t h2d_start[2], h2d_stop[2], consumed[2], sync;
   int uploaded[2], pending[2];
@@ -503,6 +506,7 @@ static void cuda_rank_destroy(tr_rank *r) {
   if (!r)
     return;
   cudaSetDevice(r->device);
+  wds_gpu_jpeg_close(r->jpeg);
   if (r->failed) /* the local ranks waiting for this one give up */
     cuda_group_abort(r->g);
   if (r->comm) {
@@ -687,7 +691,9 @@ static size_t rows_present(const tr_batch_view *b) {
   return n < b->rows ? n : b->rows;
 }
 
-static int cuda_upload(tr_rank *r, const tr_batch_view *b, wds__err *err) {
+/* upload, and upload_jpeg with l and batch set. */
+static int upload_rows(tr_rank *r, const tr_batch_view *b, wds_loader *l,
+                       const wds_batch *batch, wds__err *err) {
   int s = b->slot;
   if (s < 0 || s > 1 || b->rows > r->B) {
     return wds__fail(err, WDS_ERR_INVALID,
@@ -698,6 +704,29 @@ static int cuda_upload(tr_rank *r, const tr_batch_view *b, wds__err *err) {
   if (r->pending[s])
     TRY(cuda_upload_wait(r, s, err));
   size_t n = rows_present(b);
+  int gpu_jpeg = l != NULL; /* --jpeg-decode gpu */
+  if (gpu_jpeg) {
+    /* This rank's rows decoded on its GPU into the slot's buffer, on the
+     * copy stream once the compute that read the buffer is done; a row
+     * that cannot be decoded turns invalid (skip) before the flags are
+     * staged below, or is the run's error (stop). */
+    if (!r->jpeg) {
+      char why[1024];
+      int rc = wds_gpu_jpeg_create(r->device, &r->jpeg, why, sizeof why);
+      if (rc != WDS_OK)
+        return wds__fail(err, rc, "rank %d: --jpeg-decode gpu: %s", r->rank,
+                         why);
+    }
+    CU(cudaStreamWaitEvent(r->copy, r->consumed[s], 0), "cudaStreamWaitEvent");
+    CU(cudaEventRecord(r->h2d_start[s], r->copy), "cudaEventRecord");
+    if (n) {
+      int rc = wds_gpu_jpeg_decode_rows(r->jpeg, l, batch, 0, b->row0, n,
+                                        r->img[s], r->copy);
+      if (rc != WDS_OK)
+        return wds__fail(err, rc, "rank %d: training data: %s", r->rank,
+                         wds_gpu_jpeg_error(r->jpeg));
+    }
+  }
   int classes = r->m.dims[r->m.layers];
   for (size_t i = 0; i < r->B; i++) {
     size_t row = b->row0 + i;
@@ -712,12 +741,14 @@ static int cuda_upload(tr_rank *r, const tr_batch_view *b, wds__err *err) {
     r->h_lab[s][i] = (int)y;
     r->h_valid[s][i] = ok ? 1.0f : 0.0f;
   }
-  CU(cudaStreamWaitEvent(r->copy, r->consumed[s], 0), "cudaStreamWaitEvent");
-  CU(cudaEventRecord(r->h2d_start[s], r->copy), "cudaEventRecord");
-  if (n)
-    CU(cudaMemcpyAsync(r->img[s], b->images + b->row0 * r->D, n * r->D,
-                       cudaMemcpyHostToDevice, r->copy),
-       "cudaMemcpyAsync (images)");
+  if (!gpu_jpeg) {
+    CU(cudaStreamWaitEvent(r->copy, r->consumed[s], 0), "cudaStreamWaitEvent");
+    CU(cudaEventRecord(r->h2d_start[s], r->copy), "cudaEventRecord");
+    if (n)
+      CU(cudaMemcpyAsync(r->img[s], b->images + b->row0 * r->D, n * r->D,
+                         cudaMemcpyHostToDevice, r->copy),
+         "cudaMemcpyAsync (images)");
+  }
   CU(cudaMemcpyAsync(r->lab[s], r->h_lab[s], r->B * sizeof(int),
                      cudaMemcpyHostToDevice, r->copy),
      "cudaMemcpyAsync (labels)");
@@ -730,6 +761,15 @@ static int cuda_upload(tr_rank *r, const tr_batch_view *b, wds__err *err) {
   r->pending_bytes[s] =
       (double)(n * r->D + r->B * (sizeof(int) + sizeof(float)));
   return WDS_OK;
+}
+
+static int cuda_upload(tr_rank *r, const tr_batch_view *b, wds__err *err) {
+  return upload_rows(r, b, NULL, NULL, err);
+}
+
+static int cuda_upload_jpeg(tr_rank *r, const tr_batch_view *b, wds_loader *l,
+                            const wds_batch *batch, wds__err *err) {
+  return upload_rows(r, b, l, batch, err);
 }
 
 static int cuda_upload_wait(tr_rank *r, int s, wds__err *err) {
@@ -986,6 +1026,7 @@ static tr_backend make_backend(void) {
   b.set_state = cuda_set_state;
   b.get_grad = cuda_get_grad;
   b.take_h2d = cuda_take_h2d;
+  b.upload_jpeg = cuda_upload_jpeg;
   return b;
 }
 

@@ -122,20 +122,14 @@ static const char *const loader_names[] = {"index",
                                            "source",
                                            "defer-reads",
                                            "image-memory-limit",
+                                           "jpeg-decode",
                                            NULL};
-static const char *const loader_help_names[] = {"index",
-                                                "crop",
-                                                "workers",
-                                                "read-timeout",
-                                                "retries",
-                                                "max-window",
-                                                "cache-dir",
-                                                "cache-size",
-                                                "allow-pipe-from-files",
-                                                "source",
-                                                "defer-reads",
-                                                "image-memory-limit",
-                                                NULL};
+static const char *const loader_help_names[] = {
+    "index",        "crop",        "workers",
+    "read-timeout", "retries",     "max-window",
+    "cache-dir",    "cache-size",  "allow-pipe-from-files",
+    "source",       "defer-reads", "image-memory-limit",
+    "jpeg-decode",  NULL};
 
 #define PROG "wds-train"
 
@@ -520,6 +514,8 @@ int main(int argc, char **argv) {
     o.defer_reads = lo.cfg.defer_reads;
   if (GIVEN(TOOL_LO_IMAGE_MEMORY_LIMIT))
     o.image_memory_limit = lo.cfg.image_memory_limit;
+  if (GIVEN(TOOL_LO_JPEG_DECODE))
+    o.jpeg_decode = lo.cfg.jpeg_decode;
   if (GIVEN(TOOL_LO_RANK_BATCH_SIZES) && batch_given)
     return usage_error("%s", "--batch-size and --rank-batch-sizes: give "
                              "one (--rank-batch-sizes sets every rank's)");

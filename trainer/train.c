@@ -29,6 +29,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/procgroup.h"
 #include "trainer/train.h"
+#include "wds/gpu_jpeg.h"
 
 enum { CMD_STEP, CMD_EVAL, CMD_FINAL, CMD_STOP };
 
@@ -201,8 +202,13 @@ static int fetch(shared *sh, const wds_batch **out) {
     fail(sh, rc, "training data: %s", wds_loader_error(sh->train));
     return -1;
   }
-  if (b->field_count < 2 || b->fields[0].dtype != WDS_DTYPE_U8 ||
-      b->fields[0].row_bytes != (size_t)sh->model.dims[0] ||
+  int64_t gs[3];
+  int gpu = sh->o->jpeg_decode == WDS_JPEG_DECODE_GPU &&
+            wds_gpu_jpeg_shape(sh->train, 0, gs) == WDS_OK &&
+            gs[0] * gs[1] * gs[2] == sh->model.dims[0];
+  if (b->field_count < 2 ||
+      (!gpu && (b->fields[0].dtype != WDS_DTYPE_U8 ||
+                b->fields[0].row_bytes != (size_t)sh->model.dims[0])) ||
       b->fields[1].dtype != WDS_DTYPE_I64) {
     wds_loader_release(sh->train, b);
     fail(sh, WDS_ERR_FORMAT, "training data: unexpected batch layout");
@@ -312,6 +318,16 @@ static int diverged(shared *sh, wds__err *e, const char *what, double v) {
                    "--warmup-steps); %s",
                    sh->step, what, isnan(v) ? "NaN" : "infinite", ranks,
                    sh->o->lr, ck);
+}
+
+/* be->upload of view v of training batch b; a batch whose JPEGs are planned
+ * for the GPU (--jpeg-decode gpu) goes to be->upload_jpeg, which decodes
+ * the rank's rows on its device. */
+static int upload(const shared *sh, tr_rank *r, const wds_batch *b,
+                  const tr_batch_view *v, wds__err *e) {
+  if (b->fields[0].dtype == WDS_DTYPE_BYTES)
+    return sh->be->upload_jpeg(r, v, sh->train, b, e);
+  return sh->be->upload(r, v, e);
 }
 
 static int save_checkpoint(shared *sh, tr_rank *r, wds__err *e) {
@@ -547,7 +563,8 @@ static int run_step(shared *sh, tr_rank *r, int rank, float *tmp, uint64_t *all,
   view_of(sh, sh->batch, rank, sh->batch_slot, &v);
   double lr = tr_lr_at(sh->step, sh->total_steps, o->warmup_steps, o->lr);
   int rc;
-  if (be->upload && !sh->batch_staged && (rc = be->upload(r, &v, e)) != WDS_OK)
+  if (be->upload && !sh->batch_staged &&
+      (rc = upload(sh, r, sh->batch, &v, e)) != WDS_OK)
     return rc;
   if ((rc = be->forward_backward(r, &v, e)) != WDS_OK ||
       (rc = be->allreduce(r, e)) != WDS_OK ||
@@ -569,7 +586,7 @@ static int run_step(shared *sh, tr_rank *r, int rank, float *tmp, uint64_t *all,
   if (be->upload && sh->next) {
     tr_batch_view nv;
     view_of(sh, sh->next, rank, sh->next_slot, &nv);
-    if ((rc = be->upload(r, &nv, e)) != WDS_OK)
+    if ((rc = upload(sh, r, sh->next, &nv, e)) != WDS_OK)
       return rc;
   }
   if (be->upload_wait && (rc = be->upload_wait(r, v.slot, e)) != WDS_OK)
@@ -917,6 +934,7 @@ int tr_run(const tr_options *o, wds__err *e) {
   lc.crop = o->crop;
   lc.read_timeout_ms = o->read_timeout_ms;
   lc.defer_reads = o->defer_reads;
+  lc.jpeg_decode = o->jpeg_decode;
   lc.retries = o->retries;
   lc.allow_pipe_from_files = o->allow_pipe_from_files;
   lc.max_window_bytes = o->max_window_bytes;
@@ -929,6 +947,13 @@ int tr_run(const tr_options *o, wds__err *e) {
   if (sh.resume) {
     lc.epoch = ck.loader_epoch;
     lc.resume_batches = ck.loader_batches;
+  }
+  if (o->jpeg_decode == WDS_JPEG_DECODE_GPU && !o->backend->upload_jpeg) {
+    rc = wds__fail(e, WDS_ERR_INVALID,
+                   "--jpeg-decode gpu: the %s backend cannot decode on a GPU "
+                   "(use --device cuda)",
+                   o->backend->name);
+    goto done;
   }
   if ((rc = wds_loader_open(&lc, &sh.train)) != WDS_OK) {
     wds__fail(e, rc, "%s: %s", o->source_count ? "--source" : "--train",
@@ -969,6 +994,7 @@ int tr_run(const tr_options *o, wds__err *e) {
     ec.last_batch = WDS_LAST_KEEP;
     ec.epoch = 0;
     ec.resume_batches = 0;
+    ec.jpeg_decode = WDS_JPEG_DECODE_CPU;
     if ((rc = wds_loader_open(&ec, &sh.eval)) != WDS_OK) {
       wds__fail(e, rc, "--eval: %s", wds_open_error());
       goto done;

@@ -79,6 +79,10 @@ typedef struct tr_options {
    * it is closed (NULL), so that a signal handler can cancel it. NULL: no
    * one is told. */
   void (*watch_loader)(int slot, wds_loader *l);
+  /* --jpeg-decode: the training loader's JPEGs decoded by the workers (CPU)
+   * or on each rank's GPU (a backend with upload_gpu_jpeg: CUDA); the
+   * evaluation loader decodes on the CPU. */
+  wds_jpeg_decode jpeg_decode;
 } tr_options;
 
 void tr_options_init(tr_options *o);

@@ -104,6 +104,12 @@ typedef enum wds_defer_reads {
   WDS_DEFER_OFF = 2   /* never: every field is read in the stream */
 } wds_defer_reads;
 
+/* wds_loader_config.jpeg_decode */
+typedef enum wds_jpeg_decode {
+  WDS_JPEG_DECODE_CPU = 0,
+  WDS_JPEG_DECODE_GPU = 1
+} wds_jpeg_decode;
+
 /* One output field. */
 typedef struct wds_field_spec {
   const char *name;  /* extensions, ';'-separated; the first one a sample
@@ -277,6 +283,17 @@ typedef struct wds_loader_config {
    * shard, sample, field, the image's size, what it needs and the
    * limit. */
   uint64_t image_memory_limit;
+  /* Where JPEG image fields are decoded. CPU (the default): by the workers,
+   * as above. GPU: each image field that takes jpg/jpeg becomes a bytes
+   * field of planned rows: the workers read, shuffle and group as always,
+   * make each JPEG's crop plan (center, or random crop and flip from the
+   * same key, so the same crop) from its header and put the plan and the
+   * JPEG's bytes into the slot; a non-JPEG image (PNG) is decoded on the
+   * CPU into its row. Batch composition, order, modes, padding, mixing and
+   * resume are those of the CPU path. wds_gpu_jpeg_decode (wds/gpu_jpeg.h)
+   * decodes such a field into a device array (NHWC uint8, the CPU path's
+   * shape); the rows are meant for it only. */
+  wds_jpeg_decode jpeg_decode;
 } wds_loader_config;
 
 #define WDS_LOADER_CONFIG_INIT                                                 \

@@ -19,6 +19,9 @@ prints one JSON line with samples_per_s, as `wds bench --json` does.
 wds.DeviceBatch tensors on the GPU (touched as above, without a host
 synchronisation); the timed span ends with torch.cuda.synchronize(), so
 every copy is counted.
+
+--jpeg-decode gpu (with --device) decodes the JPEG fields with nvJPEG on
+that GPU (wds.Loader(jpeg_decode="gpu")); the workers only plan the crops.
 """
 
 import argparse
@@ -38,12 +41,13 @@ def main():
     ap.add_argument("--warmup-epochs", type=int, default=0)
     ap.add_argument("--touch", choices=("none", "arrays", "all"), default="arrays")
     ap.add_argument("--device", help="device= of the Loader (e.g. cuda)")
+    ap.add_argument("--jpeg-decode", choices=("cpu", "gpu"), default="cpu")
     a = ap.parse_args()
     import wds
 
     loader = wds.Loader(a.spec, a.fields, a.batch_size, mode="plain",
                         workers=a.workers, shuffle_buffer=a.shuffle_buffer,
-                        device=a.device)
+                        device=a.device, jpeg_decode=a.jpeg_decode)
     sync = lambda: None  # noqa: E731
     if a.device:
         import torch
@@ -84,7 +88,8 @@ def main():
     json.dump({"epochs": a.epochs, "workers": a.workers, "batch_size": a.batch_size,
                "batches": batches, "samples": samples, "seconds": round(secs, 6),
                "samples_per_s": round(samples / secs, 1), "touch": touch, "device": a.device,
-               "consumer_cpu_s": round(cpu, 6)}, sys.stdout)
+               "consumer_cpu_s": round(cpu, 6), "jpeg_decode": a.jpeg_decode},
+              sys.stdout)
     print()
 
 

@@ -62,21 +62,48 @@ class _TorchCuda:
         self._torch = torch
         self.device = device
         self.stream = torch.cuda.Stream(device=device)
+        self.jpeg = None  # the GPU JPEG decoder, made by gpu_jpeg()
 
-    def copy(self, host):
+    def copy(self, host, made=None):
         """{name: device tensor}, event: the copies of host's tensors,
-        queued on the engine's stream; the current stream waits for them."""
+        queued on the engine's stream, plus the tensors in made (already
+        written on that stream: decoded images); the current stream waits
+        for them all."""
         torch = self._torch
         consumer = torch.cuda.current_stream(self.device)
         with torch.cuda.stream(self.stream):
             out = {n: t.to(self.device, non_blocking=True)
                    for n, t in host.items()}
+            out.update(made or {})
             ev = torch.cuda.Event()
             ev.record(self.stream)
         consumer.wait_event(ev)
         for t in out.values():
             t.record_stream(consumer)
         return out, ev
+
+    def gpu_jpeg(self):
+        """The GPU JPEG decoder of jpeg_decode="gpu" on this device (one per
+        engine), or wds.OpenError saying why there is none (a build without
+        CUDA or nvjpeg.h, no GPU, no libnvjpeg)."""
+        if self.jpeg is None:
+            from . import _wds
+
+            _nvjpeg_hint()
+            self.jpeg = _wds.gpu_jpeg_open(self.device.index)
+        return self.jpeg
+
+    def decode(self, batch, i, shape):
+        """Field i of batch (a _Batch) decoded by the GPU JPEG decoder into
+        a new uint8 tensor (rows, H, W, C) on the device, queued on the
+        engine's stream (ordered before the copies that follow)."""
+        torch = self._torch
+        with torch.cuda.stream(self.stream):
+            out = torch.empty((batch.rows,) + tuple(shape), dtype=torch.uint8,
+                              device=self.device)
+            self.jpeg.decode(batch, i, out.data_ptr(),
+                             self.stream.cuda_stream)
+        return out
 
     def done(self, ev):
         return ev.query()
@@ -86,6 +113,31 @@ class _TorchCuda:
 
 
 _engines = {}
+
+
+def _nvjpeg_hint():
+    """Points WDS_NVJPEG_LIBRARY at the libnvjpeg of this Python's
+    nvidia-nvjpeg wheel (or torchvision's copy) when it is not set: the C
+    library also looks in the usual places (wds/gpu_jpeg.h)."""
+    import glob
+    import importlib.util
+    import os
+
+    if os.environ.get("WDS_NVJPEG_LIBRARY"):
+        return
+    dirs = []
+    for mod in ("nvidia.cu13", "nvidia.nvjpeg", "torchvision"):
+        try:
+            spec = importlib.util.find_spec(mod)
+        except (ImportError, ValueError):
+            spec = None
+        for d in (spec.submodule_search_locations or []) if spec else []:
+            dirs += [os.path.join(d, "lib"), d, d + ".libs"]
+    for d in dirs:
+        found = sorted(glob.glob(os.path.join(d, "libnvjpeg*.so*")))
+        if found:
+            os.environ["WDS_NVJPEG_LIBRARY"] = found[0]
+            return
 
 
 def engine(device):
@@ -173,13 +225,25 @@ def to_device(batch, eng, fences, handle=None):
     """A DeviceBatch of batch (a wds.Batch): its tensors copied by eng, its
     bytes fields, keys, urls and sources read now. The host tensors wait in
     fences until the copies are over; handle (the loader's own batch handle)
-    is released then."""
+    is released then. With the engine's GPU JPEG decoder (jpeg_decode=
+    "gpu"), the planned JPEG fields are decoded on the device first (a row
+    that cannot be decoded under on_error="skip" turns invalid before
+    __valid__ is copied)."""
+    made = {}
+    if getattr(eng, "jpeg", None) is not None:
+        for i, n in enumerate(batch._names):
+            shape = eng.jpeg.shape(batch._b, i)
+            if shape is not None:
+                made[n] = eng.decode(batch._b, i, shape)
     host = host_tensors(batch)
     copy = {n: t for n, t in host.items() if t is not _BYTES}
-    dev, ev = eng.copy(copy)
+    for n in made:
+        copy.pop(n, None)
+    dev, ev = eng.copy(copy, made) if made else eng.copy(copy)
     fields = {}
     for i, n in enumerate(batch._names):
-        fields[n] = list(batch._field(i)) if host[n] is _BYTES else dev[n]
+        fields[n] = (dev[n] if n in made else
+                     list(batch._field(i)) if host[n] is _BYTES else dev[n])
     db = DeviceBatch(fields, dev["__valid__"], batch.keys, batch.urls,
                      batch.sources.copy(), batch.epoch, batch.index,
                      len(batch))

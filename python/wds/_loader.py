@@ -15,6 +15,7 @@ _LAST = {None: -1, "keep": 0, "drop": 1, "pad": 2}
 _CROPS = {"center": 0, "random": 1}
 _ON_ERROR = {"stop": 0, "skip": 1}
 _DEFER = {"auto": 0, "on": 1, "off": 2}
+_JPEG_DECODE = {"cpu": 0, "gpu": 1}
 
 
 def _choice(name, value, table):
@@ -269,7 +270,7 @@ class Loader:
     rank_batch_sizes=None, cache_dir=None, cache_size=0,
     allow_pipe_from_files=False,
     sources=None, eager_next_epoch=False, defer_reads="auto",
-    image_memory_limit=None, device=None)
+    image_memory_limit=None, device=None, jpeg_decode="cpu")
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -331,6 +332,16 @@ class Loader:
     owns, the current stream waits for them (no host synchronisation), and
     the slot goes back to the pool only once they are over: the loader
     waits for the oldest copy only when the pool has no slot to spare.
+
+    jpeg_decode ("cpu", "gpu"): where JPEG image fields are decoded. "gpu"
+    needs device=: the workers plan each JPEG's crop (the same samples and
+    crops as "cpu") and nvJPEG decodes, resizes and crops on that GPU into
+    the DeviceBatch's image tensor (NHWC uint8, as "cpu" gives); PNGs and
+    images nvJPEG refuses are decoded on the CPU. Without a GPU torch sees
+    it raises RuntimeError; without a CUDA build of wds or libnvjpeg
+    wds.OpenError saying what is missing (never a silent CPU decode).
+    stats()["gpu_jpeg"] counts GPU images, CPU fallbacks and failures and
+    names the libnvjpeg loaded.
     """
 
     def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
@@ -341,11 +352,17 @@ class Loader:
                  read_timeout_ms=None, retries=None, rank_batch_sizes=None,
                  cache_dir=None, cache_size=0, allow_pipe_from_files=False,
                  sources=None, eager_next_epoch=False, defer_reads="auto",
-                 image_memory_limit=None, device=None):
+                 image_memory_limit=None, device=None, jpeg_decode="cpu"):
         self._fences = _device.Fences()
         self._engine = None
+        jpeg_decode = _choice("jpeg_decode", jpeg_decode, _JPEG_DECODE)
+        if jpeg_decode and device is None:
+            raise ValueError("Loader: jpeg_decode='gpu' needs device= (the "
+                             "GPU that decodes the JPEGs)")
         if device is not None:
             self._engine = _device.engine(_device.resolve(device))
+        if jpeg_decode:
+            self._engine.gpu_jpeg()
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
         # None: not given (torch.distributed's, else the environment's);
@@ -402,7 +419,8 @@ class Loader:
             eager_next_epoch=bool(eager_next_epoch),
             defer_reads=_choice("defer_reads", defer_reads, _DEFER),
             image_memory_limit=None if image_memory_limit is None
-            else int(image_memory_limit))
+            else int(image_memory_limit),
+            jpeg_decode=jpeg_decode)
         self._open(int(epoch), 0)
 
     def _open(self, epoch, batches):
@@ -492,7 +510,14 @@ class Loader:
             raise
 
     def stats(self):
-        return self._l.stats()
+        """The loader's counters (wds_loader_stats); with jpeg_decode="gpu"
+        also "gpu_jpeg": the GPU decoder's (gpu_images, cpu_fallback,
+        cpu_rows, failed, device_bytes, hardware, library)."""
+        st = self._l.stats()
+        jpeg = getattr(self._engine, "jpeg", None)
+        if jpeg is not None:
+            st["gpu_jpeg"] = jpeg.stats()
+        return st
 
     def close(self):
         """Waits for copies still reading slots (device=, Batch.to), then

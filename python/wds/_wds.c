@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "wds/gpu_jpeg.h"
 #include "wds/index.h"
 #include "wds/loader.h"
 #include "wds/reader.h"
@@ -1802,6 +1803,7 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
                            "eager_next_epoch",
                            "defer_reads",
                            "image_memory_limit",
+                           "jpeg_decode",
                            NULL};
   PyObject *o_sources = Py_None, *o_image_limit = Py_None;
   PyObject *spec_obj, *fields_obj,
@@ -1813,14 +1815,15 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
   int mode = WDS_MODE_EXACT, rank = -1, world = -1, workers = 0, drop_last = 0,
       last_batch = -1, image_size = 224, crop = 0, on_error = 0,
       shard_shuffle = 1, timeout_ms = 0, retries = 0, allow_pipe = 0, eager = 0,
-      defer = 0;
+      defer = 0, jpeg_decode = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiOOOOOpOpiO:_Loader", kwlist,
+          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiOOOOOpOpiOi:_Loader", kwlist,
           &spec_obj, &fields_obj, &o_bs, &mode, &rank, &world, &workers,
           &o_seed, &o_epoch, &o_resume, &o_shuf, &o_index, &drop_last,
           &last_batch, &o_spe, &image_size, &crop, &o_prefetch, &on_error,
           &shard_shuffle, &o_timeout, &o_retries, &o_rbs, &o_cdir, &o_csize,
-          &allow_pipe, &o_sources, &eager, &defer, &o_image_limit))
+          &allow_pipe, &o_sources, &eager, &defer, &o_image_limit,
+          &jpeg_decode))
     return -1;
   if (wds_py_zero_is_none(o_timeout, "read_timeout_ms", INT_MAX, &timeout_ms) <
           0 ||
@@ -1866,6 +1869,7 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
   if (wds_py_size(o_image_limit, "image_memory_limit", UINT64_MAX,
                   &cfg.image_memory_limit) < 0)
     return -1;
+  cfg.jpeg_decode = (wds_jpeg_decode)jpeg_decode;
   cfg.read_timeout_ms = timeout_ms;
   cfg.retries = retries;
   size_t *rbs = NULL;
@@ -2235,9 +2239,140 @@ static PyTypeObject wds_py_loader_type = {
 
 /* ---- module -------------------------------------------------------------- */
 
+/* ---- _GpuJpeg: wds/gpu_jpeg.h, for wds.Loader(jpeg_decode="gpu") ------- */
+
+typedef struct {
+  PyObject_HEAD wds_gpu_jpeg *g;
+} wds_py_gpujpeg;
+
+static PyTypeObject wds_py_gpujpeg_type;
+
+static PyObject *wds_py_gpu_jpeg_open(PyObject *mod, PyObject *args) {
+  (void)mod;
+  int device = -1;
+  if (!PyArg_ParseTuple(args, "i:gpu_jpeg_open", &device))
+    return NULL;
+  char err[1024] = "";
+  wds_gpu_jpeg *g = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS;
+  rc = wds_gpu_jpeg_create(device, &g, err, sizeof err);
+  Py_END_ALLOW_THREADS;
+  if (rc != WDS_OK)
+    return wds_py_raise(rc, err);
+  wds_py_gpujpeg *o = PyObject_New(wds_py_gpujpeg, &wds_py_gpujpeg_type);
+  if (!o) {
+    wds_gpu_jpeg_close(g);
+    return NULL;
+  }
+  o->g = g;
+  return (PyObject *)o;
+}
+
+static void wds_py_gpujpeg_dealloc(wds_py_gpujpeg *self) {
+  wds_gpu_jpeg_close(self->g);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The held batch of a _Batch, or NULL with an exception. */
+static const wds_batch *wds_py_held(PyObject *o, wds_py_loader **l) {
+  if (!PyObject_TypeCheck(o, &wds_py_batch_type)) {
+    PyErr_SetString(PyExc_TypeError, "expected a _Batch");
+    return NULL;
+  }
+  wds_py_batch *b = (wds_py_batch *)o;
+  if (!b->b || !b->loader || !b->loader->l) {
+    PyErr_SetString(PyExc_ValueError, "the batch was released");
+    return NULL;
+  }
+  *l = b->loader;
+  return b->b;
+}
+
+/* shape(batch, i): (height, width, channels) of field i decoded, or None
+ * when it is not a GPU-planned field. */
+static PyObject *wds_py_gpujpeg_shape(wds_py_gpujpeg *self, PyObject *args) {
+  PyObject *bo;
+  Py_ssize_t i;
+  wds_py_loader *l;
+  if (!PyArg_ParseTuple(args, "On:shape", &bo, &i))
+    return NULL;
+  if (!wds_py_held(bo, &l))
+    return NULL;
+  int64_t sh[3];
+  (void)self;
+  if (i < 0 || wds_gpu_jpeg_shape(l->l, (size_t)i, sh) != WDS_OK)
+    Py_RETURN_NONE;
+  return Py_BuildValue("(LLL)", (long long)sh[0], (long long)sh[1],
+                       (long long)sh[2]);
+}
+
+/* decode(batch, i, device_pointer, stream_pointer) */
+static PyObject *wds_py_gpujpeg_decode(wds_py_gpujpeg *self, PyObject *args) {
+  PyObject *bo;
+  Py_ssize_t i;
+  unsigned long long dev, stream;
+  wds_py_loader *l;
+  if (!PyArg_ParseTuple(args, "OnKK:decode", &bo, &i, &dev, &stream))
+    return NULL;
+  const wds_batch *b = wds_py_held(bo, &l);
+  if (!b)
+    return NULL;
+  if (i < 0) {
+    PyErr_SetString(PyExc_IndexError, "field index");
+    return NULL;
+  }
+  int rc;
+  Py_BEGIN_ALLOW_THREADS;
+  rc = wds_gpu_jpeg_decode(self->g, l->l, b, (size_t)i, (void *)(uintptr_t)dev,
+                           (void *)(uintptr_t)stream);
+  Py_END_ALLOW_THREADS;
+  if (rc != WDS_OK)
+    return wds_py_raise(rc, wds_gpu_jpeg_error(self->g));
+  Py_RETURN_NONE;
+}
+
+static PyObject *wds_py_gpujpeg_stats(wds_py_gpujpeg *self, PyObject *args) {
+  (void)args;
+  wds_gpu_jpeg_stats st;
+  wds_gpu_jpeg_stats_get(self->g, &st);
+  return Py_BuildValue(
+      "{sKsKsKsKsKsKsKss}", "batches", (unsigned long long)st.batches,
+      "gpu_images", (unsigned long long)st.gpu_images, "cpu_fallback",
+      (unsigned long long)st.cpu_fallback, "cpu_rows",
+      (unsigned long long)st.cpu_rows, "failed", (unsigned long long)st.failed,
+      "device_bytes", (unsigned long long)st.device_bytes, "hardware",
+      (unsigned long long)st.hardware, "library",
+      wds_gpu_jpeg_library(self->g));
+}
+
+static PyMethodDef wds_py_gpujpeg_methods[] = {
+    {"shape", (PyCFunction)(void (*)(void))wds_py_gpujpeg_shape, METH_VARARGS,
+     "shape(batch, i): (height, width, channels) of a GPU-planned field i, "
+     "else None."},
+    {"decode", (PyCFunction)(void (*)(void))wds_py_gpujpeg_decode, METH_VARARGS,
+     "decode(batch, i, device_ptr, stream_ptr): field i's images into device "
+     "memory (rows x H x W x C uint8), queued on the CUDA stream."},
+    {"stats", (PyCFunction)(void (*)(void))wds_py_gpujpeg_stats, METH_NOARGS,
+     "Counts: gpu_images, cpu_fallback, cpu_rows, failed, device_bytes, "
+     "hardware, library (the libnvjpeg loaded)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject wds_py_gpujpeg_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wds._wds._GpuJpeg",
+    .tp_basicsize = sizeof(wds_py_gpujpeg),
+    .tp_dealloc = (destructor)wds_py_gpujpeg_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The GPU JPEG decoder (wds/gpu_jpeg.h): gpu_jpeg_open(device).",
+    .tp_methods = wds_py_gpujpeg_methods};
+
 static PyMethodDef wds_py_methods[] = {
     {"expand", (PyCFunction)(void (*)(void))wds_py_expand,
      METH_VARARGS | METH_KEYWORDS, wds_py_expand_doc},
+    {"gpu_jpeg_open", (PyCFunction)(void (*)(void))wds_py_gpu_jpeg_open,
+     METH_VARARGS,
+     "gpu_jpeg_open(device): the GPU JPEG decoder on CUDA device `device` "
+     "(-1: the current one); wds.OpenError saying why when there is none."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef wds_py_module = {
@@ -2275,7 +2410,8 @@ PyMODINIT_FUNC PyInit__wds(void) {
       PyType_Ready(&wds_py_loader_type) < 0 ||
       PyType_Ready(&wds_py_batch_type) < 0 ||
       PyType_Ready(&wds_py_array_type) < 0 ||
-      PyType_Ready(&wds_py_bytesfield_type) < 0)
+      PyType_Ready(&wds_py_bytesfield_type) < 0 ||
+      PyType_Ready(&wds_py_gpujpeg_type) < 0)
     goto fail;
   Py_INCREF(&wds_py_bytesfield_type);
   if (PyModule_AddObject(m, "BytesField", (PyObject *)&wds_py_bytesfield_type) <

@@ -409,6 +409,22 @@ usage_case epochs_zero --epochs "$SPEC" --decode cls --epochs 0
 usage_case prefetch_one --prefetch "$SPEC" --decode cls --prefetch 1
 usage_case max_sample_bytes --max-sample-bytes "$SPEC" --decode cls --max-sample-bytes 12Q
 usage_case unknown_flag frobnicate "$SPEC" --decode cls --frobnicate
+usage_case jpeg_decode --jpeg-decode "$SPEC" --decode cls --jpeg-decode tpu
+
+# --jpeg-decode gpu: without a GPU (or nvJPEG, or a CUDA build) an error
+# saying why, never the CPU silently; with one, the CPU path's batches (the
+# PNGs of img.tar are decoded by the workers either way: the same pixels).
+run jpeg_cpu img.tar --decode 'jpg;png:rgb:24x16,cls' --batch-size 2 --save jpeg_cpu
+run jpeg_gpu img.tar --decode 'jpg;png:rgb:24x16,cls' --batch-size 2 \
+  --jpeg-decode gpu --save jpeg_gpu
+if ((RC == 1)) && grep -q -- "--jpeg-decode gpu: GPU JPEG decoding: " jpeg_gpu.err; then
+  ok jpeg_decode_gpu_says_why
+elif ((RC == 0)) && cmp -s jpeg_cpu.txt jpeg_gpu.txt &&
+  cmp -s jpeg_cpu/e0-b000000.jpg_png.npy jpeg_gpu/e0-b000000.jpg_png.npy; then
+  ok jpeg_decode_gpu_equals_cpu
+else
+  bad jpeg_decode_gpu "exit status $RC: $(head -c 300 jpeg_gpu.err)"
+fi
 usage_case seed_overflow --seed "$SPEC" --decode cls --seed 99999999999999999999999
 
 # ---------------------------------------------------------- missing shard

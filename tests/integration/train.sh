@@ -394,6 +394,9 @@ fi
 expect_err "a long spec differing after 4 KB" "another configuration" "${COMMON[@]}" \
   --train "${LONG}train-001.tar" "${LR[@]}" --resume long.ck
 if [ "$DEVICE" = cpu ]; then
+# JPEGs decoded on a GPU need the CUDA backend: refused before any reading.
+expect_err "--jpeg-decode gpu on the CPU" "cpu backend cannot decode on a GPU" \
+  "${COMMON[@]}" "${R[@]}" --jpeg-decode gpu
 # No GPU (CUDA_VISIBLE_DEVICES empty hides any): --device cuda is an error
 # that says why, --device auto trains on the CPU.
 # R less its --ranks (a usage error with --device cuda, checked below).
@@ -459,6 +462,20 @@ fi
 fi
 
 if [ "$DEVICE" = cuda ]; then
+  # --jpeg-decode gpu: the demo's PNGs are decoded by the workers either way
+  # and copied in by the GPU decoder, so the run takes the same steps to the
+  # same losses (a GPU build without nvJPEG says why instead).
+  rc=0
+  run "${R[@]}" --steps 6 --log-every 1 >jd_cpu.out 2>&1 &&
+    run "${R[@]}" --steps 6 --log-every 1 --jpeg-decode gpu >jd_gpu.out 2>jd_gpu.err || rc=$?
+  if ((rc == 0)) && [ -n "$(grep -o ' loss [0-9.]*' jd_cpu.out)" ] &&
+    [ "$(grep -o ' loss [0-9.]*' jd_cpu.out)" = "$(grep -o ' loss [0-9.]*' jd_gpu.out)" ]; then
+    ok "--jpeg-decode gpu: the same losses"
+  elif ((rc == 1)) && grep -q "GPU JPEG decoding: " jd_gpu.err; then
+    ok "--jpeg-decode gpu: no decoder, says why: $(head -1 jd_gpu.err)"
+  else
+    bad "--jpeg-decode gpu" "rc $rc: $(tail -3 jd_gpu.out) $(cat jd_gpu.err 2>/dev/null)"
+  fi
   # The H2D figures: in every log line and the summary.
   if grep -q " h2d [0-9.]* GB/s" learn.out &&
     json_check learn.json 'summary["h2d_gb_per_s"] > 0 and all(s["h2d_gb_per_s"] > 0 for s in steps)'; then
@@ -537,7 +554,8 @@ for args in "--bogus" "--image-size 16" "--train x.tar --channels 2" \
   "--train x.tar --rank-batch-sizes 8,x" "--train x.tar --source y.tar" \
   "--source x.tar --index i.json" "--source :repeat=1" \
   "--source x.tar:repeat=0" "--source x.tar:weight=1:repeat=2" \
-  "--train x.tar --retries -1" "--train x.tar --lr inf"; do
+  "--train x.tar --retries -1" "--train x.tar --lr inf" \
+  "--train x.tar --jpeg-decode tpu"; do
   rc=0
   # shellcheck disable=SC2086  # split on purpose
   "$TRAIN" $args >/dev/null 2>err.txt || rc=$?

@@ -1,0 +1,660 @@
+/* jpeg_gpu_cuda.cu — the nvJPEG backend of the GPU JPEG decoder
+ * (jpeg_gpu.h): built with CUDA and nvjpeg.h (the header only: libnvjpeg is
+ * loaded with dlopen on first use, from the places wds/gpu_jpeg.h lists).
+ *
+ * A batch's JPEGs are sorted by what decodes them: baseline and extended
+ * Huffman JPEGs go to nvjpegDecodeBatched, on the hardware backend's handle
+ * where the GPU has the engine and it takes the image
+ * (nvjpegDecodeBatchedSupported), else on the GPU hybrid backend's;
+ * progressive ones to nvjpegDecode (hybrid handle) one by one; CMYK,
+ * lossless and whatever nvJPEG cannot parse are refused (the CPU decodes
+ * them: jpeg_gpu.c). A batched call that fails is retried image by image,
+ * so one bad image never costs the others. Decoded images (interleaved RGB,
+ * or Y for one channel) go into one device arena, in parts of at most
+ * WDS_GPU_JPEG_ARENA bytes (an image larger than that alone); after each
+ * part one kernel resizes and crops every image of it into its output row
+ * as the CPU path's plan says (Pillow's antialiased bilinear filter, in
+ * float, one pass per output pixel over its window). Everything is
+ * allocated once, grown to the largest batch, and reused. */
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <glob.h>
+#include <math.h>
+#include <nvjpeg.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "loader/jpeg_gpu.h"
+#include "shards/dl.h"
+}
+
+/* ---- libnvjpeg, loaded once ---- */
+
+#define NVJ_FUNCS(X)                                                           \
+  X(nvjpegCreateEx)                                                            \
+  X(nvjpegDestroy)                                                             \
+  X(nvjpegJpegStateCreate)                                                     \
+  X(nvjpegJpegStateDestroy)                                                    \
+  X(nvjpegDecode)                                                              \
+  X(nvjpegDecodeBatchedInitialize)                                             \
+  X(nvjpegDecodeBatched)                                                       \
+  X(nvjpegDecodeBatchedSupported)                                              \
+  X(nvjpegJpegStreamCreate)                                                    \
+  X(nvjpegJpegStreamDestroy)                                                   \
+  X(nvjpegJpegStreamParseHeader)                                               \
+  X(nvjpegJpegStreamGetJpegEncoding)                                           \
+  X(nvjpegJpegStreamGetComponentsNum)                                          \
+  X(nvjpegJpegStreamGetFrameDimensions)
+
+#define NVJ_PTR(f) static decltype(&f) p_##f;
+NVJ_FUNCS(NVJ_PTR)
+
+static pthread_once_t nvj_once = PTHREAD_ONCE_INIT;
+static int nvj_ok;
+static char nvj_why[1024];
+static char nvj_path[512];
+
+/* Candidates, in the documented order (wds/gpu_jpeg.h). */
+static void nvj_load(void) {
+  static const char *const names[] = {"libnvjpeg.so.13", "libnvjpeg.so.12",
+                                      "libnvjpeg.so"};
+  char *cands[64];
+  size_t n = 0;
+  const char *env = getenv("WDS_NVJPEG_LIBRARY");
+  if (env && *env)
+    cands[n++] = strdup(env);
+  const char *cuda_home = getenv("CUDA_HOME");
+  const char *dirs[] = {cuda_home, "/usr/local/cuda"};
+  for (size_t d = 0; d < 2; d++) {
+    if (!dirs[d] || !*dirs[d])
+      continue;
+    const char *subs[] = {"lib64", "targets/x86_64-linux/lib",
+                          "targets/sbsa-linux/lib"};
+    for (size_t s = 0; s < 3 && n < 40; s++) {
+      char p[512];
+      snprintf(p, sizeof p, "%s/%s/libnvjpeg.so.13", dirs[d], subs[s]);
+      cands[n++] = strdup(p);
+    }
+  }
+  /* Python wheels: the environment's, then the usual prefixes. */
+  const char *venv = getenv("VIRTUAL_ENV");
+  const char *prefixes[] = {venv, "/opt/torch/.venv", "/usr/local", "/usr"};
+  const char *pats[] = {
+      "%s/lib/python3*/*-packages/nvidia/cu13/lib/libnvjpeg.so*",
+      "%s/lib/python3*/*-packages/nvidia/nvjpeg/lib/libnvjpeg.so*",
+      "%s/lib/python3*/*-packages/torchvision.libs/libnvjpeg*.so*",
+      "%s/lib/python3*/*-packages/torchvision/libnvjpeg*.so*"};
+  for (size_t pi = 0; pi < 4; pi++)
+    for (size_t pp = 0; pp < 4; pp++) {
+      if (!prefixes[pi] || !*prefixes[pi])
+        continue;
+      char pat[512];
+      snprintf(pat, sizeof pat, pats[pp], prefixes[pi]);
+      glob_t g;
+      if (glob(pat, 0, NULL, &g) == 0)
+        for (size_t k = 0; k < g.gl_pathc && n < 60; k++)
+          cands[n++] = strdup(g.gl_pathv[k]);
+      globfree(&g);
+    }
+  for (size_t k = 0; k < 3; k++)
+    cands[n++] = strdup(names[k]);
+#define NVJ_SYM(f) {#f, (void **)&p_##f},
+  static const wds__dl_sym syms[] = {NVJ_FUNCS(NVJ_SYM)};
+  char first[512] = "";
+  for (size_t k = 0; k < n && !nvj_ok; k++) {
+    const char *one[2] = {cands[k], NULL};
+    char why[512];
+    if (wds__dl_open("libnvjpeg", one, syms, sizeof syms / sizeof *syms, "12.0",
+                     why, sizeof why)) {
+      nvj_ok = 1;
+      Dl_info info;
+      if (dladdr((void *)p_nvjpegCreateEx, &info) && info.dli_fname)
+        snprintf(nvj_path, sizeof nvj_path, "%s", info.dli_fname);
+      else
+        snprintf(nvj_path, sizeof nvj_path, "%s", cands[k]);
+    } else if (!first[0]) {
+      snprintf(first, sizeof first, "%s", why);
+    }
+  }
+  if (!nvj_ok)
+    snprintf(nvj_why, sizeof nvj_why,
+             "libnvjpeg not found (looked in $WDS_NVJPEG_LIBRARY, "
+             "$CUDA_HOME and /usr/local/cuda lib dirs, the nvidia-nvjpeg "
+             "and torchvision wheels of $VIRTUAL_ENV, /opt/torch/.venv, "
+             "/usr/local and /usr, then the loader's path; first: %s); "
+             "pip install nvidia-nvjpeg, or set WDS_NVJPEG_LIBRARY",
+             first);
+  for (size_t k = 0; k < n; k++)
+    free(cands[k]);
+}
+
+/* ---- the resize kernel ---- */
+
+struct jg_desc {
+  const unsigned char *src; /* decoded image, interleaved */
+  unsigned char *dst;       /* its output row */
+  int src_w, src_h, pitch, channels;
+  int out_w, out_h, total_w, total_h, off_x, off_y, flip;
+  float x0, x1, y0, y1;
+};
+
+__device__ static float tri(float x) {
+  x = fabsf(x);
+  return x < 1.0f ? 1.0f - x : 0.0f;
+}
+
+/* Pillow's window for output o of a resize of [in0, in1) (in_size pixels)
+ * to total outputs: [*lo, *hi), with its scale and support. */
+__device__ static void window(float in0, float in1, int total, int in_size,
+                              int o, float *center, float *ss, int *lo,
+                              int *hi) {
+  float scale = (in1 - in0) / (float)total;
+  float fs = scale < 1.0f ? 1.0f : scale;
+  float support = fs;
+  *center = in0 + ((float)o + 0.5f) * scale;
+  *ss = 1.0f / fs;
+  int a = (int)(*center - support + 0.5f);
+  int b = (int)(*center + support + 0.5f);
+  *lo = a < 0 ? 0 : a;
+  *hi = b > in_size ? in_size : b;
+}
+
+__global__ static void jg_resize(const jg_desc *descs) {
+  const jg_desc d = descs[blockIdx.y];
+  int n = d.out_w * d.out_h;
+  for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < n;
+       p += gridDim.x * blockDim.x) {
+    int oy = p / d.out_w, ox = p % d.out_w;
+    int sx = d.flip ? d.out_w - 1 - ox : ox; /* the source column's output */
+    float cx, sxs, cy, sys;
+    int x0, x1, y0, y1;
+    window(d.x0, d.x1, d.total_w, d.src_w, sx + d.off_x, &cx, &sxs, &x0, &x1);
+    window(d.y0, d.y1, d.total_h, d.src_h, oy + d.off_y, &cy, &sys, &y0, &y1);
+    float acc[3] = {0.f, 0.f, 0.f}, wsum = 0.f, wxs = 0.f;
+    for (int x = x0; x < x1; x++)
+      wxs += tri(((float)x - cx + 0.5f) * sxs);
+    for (int y = y0; y < y1; y++) {
+      float wy = tri(((float)y - cy + 0.5f) * sys);
+      if (wy == 0.f)
+        continue;
+      const unsigned char *row = d.src + (size_t)y * d.pitch;
+      for (int x = x0; x < x1; x++) {
+        float w = wy * tri(((float)x - cx + 0.5f) * sxs);
+        const unsigned char *px = row + (size_t)x * d.channels;
+        for (int c = 0; c < d.channels; c++)
+          acc[c] += w * (float)px[c];
+      }
+      wsum += wy;
+    }
+    float norm = wsum * wxs;
+    unsigned char *out = d.dst + (size_t)p * d.channels;
+    for (int c = 0; c < d.channels; c++) {
+      float v = norm > 0.f ? acc[c] / norm : 0.f;
+      v = v < 0.f ? 0.f : v > 255.f ? 255.f : v;
+      out[c] = (unsigned char)(v + 0.5f);
+    }
+  }
+}
+
+/* ---- the backend ---- */
+
+struct jg_cuda {
+  int device;
+  nvjpegHandle_t hw, hy; /* hardware (or NULL), GPU hybrid: batched */
+  nvjpegHandle_t one;    /* the default backend: one image at a time */
+  nvjpegJpegState_t hw_state, hy_state, one_state;
+  nvjpegJpegStream_t js, js_hw; /* header parses: hybrid's, hardware's */
+  unsigned char *arena;         /* decoded images */
+  size_t arena_cap;
+  jg_desc *h_desc, *d_desc;
+  size_t desc_cap;
+  cudaEvent_t desc_done; /* the last kernel that read h_desc's copy */
+  int desc_pending;
+  /* per batch, host: */
+  int *route; /* 0 hw batched, 1 hybrid batched, 2 single */
+  size_t route_cap;
+  const unsigned char **bd;
+  size_t *bl;
+  nvjpegImage_t *bi;
+  size_t *bk; /* image index of each batched entry */
+  size_t b_cap;
+  size_t *off; /* arena offset per image */
+  size_t off_cap;
+  void *user; /* wds_gpu_jpeg_buffer's */
+  size_t user_cap;
+};
+
+static int nvj_fail(wds__err *e, const char *what, nvjpegStatus_t s) {
+  return wds__fail(e, WDS_ERR_IO, "nvJPEG: %s failed (status %d)", what,
+                   (int)s);
+}
+
+static int cu_fail(wds__err *e, const char *what, cudaError_t c) {
+  return wds__fail(e,
+                   c == cudaErrorMemoryAllocation ? WDS_ERR_NOMEM : WDS_ERR_IO,
+                   "CUDA: %s: %s", what, cudaGetErrorString(c));
+}
+
+template <typename T> static int grow(T **p, size_t *cap, size_t need) {
+  if (need <= *cap)
+    return 0;
+  size_t c = *cap ? *cap : 64;
+  while (c < need)
+    c *= 2;
+  T *q = (T *)realloc((void *)*p, c * sizeof(T));
+  if (!q)
+    return -1;
+  *p = q;
+  *cap = c;
+  return 0;
+}
+
+static void jg_destroy(void *ctx) {
+  jg_cuda *g = (jg_cuda *)ctx;
+  if (!g)
+    return;
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaSetDevice(g->device);
+  if (g->desc_pending)
+    cudaEventSynchronize(g->desc_done);
+  if (g->desc_done)
+    cudaEventDestroy(g->desc_done);
+  if (g->js)
+    p_nvjpegJpegStreamDestroy(g->js);
+  if (g->js_hw)
+    p_nvjpegJpegStreamDestroy(g->js_hw);
+  if (g->hw_state)
+    p_nvjpegJpegStateDestroy(g->hw_state);
+  if (g->hy_state)
+    p_nvjpegJpegStateDestroy(g->hy_state);
+  if (g->one_state)
+    p_nvjpegJpegStateDestroy(g->one_state);
+  if (g->hw)
+    p_nvjpegDestroy(g->hw);
+  if (g->hy)
+    p_nvjpegDestroy(g->hy);
+  if (g->one)
+    p_nvjpegDestroy(g->one);
+  cudaFree(g->arena);
+  cudaFree(g->user);
+  cudaFree(g->d_desc);
+  cudaFreeHost(g->h_desc);
+  free(g->route);
+  free(g->bd);
+  free(g->bl);
+  free(g->bi);
+  free(g->bk);
+  free(g->off);
+  free(g);
+  cudaSetDevice(prev);
+}
+
+static void jg_stats(void *ctx, wds_gpu_jpeg_stats *st) {
+  jg_cuda *g = (jg_cuda *)ctx;
+  st->device_bytes = g->arena_cap + g->user_cap + g->desc_cap * sizeof(jg_desc);
+  st->hardware = g->hw != NULL;
+}
+
+static int jg_upload(void *ctx, void *dst, const void *src, size_t n,
+                     void *stream, wds__err *e) {
+  (void)ctx;
+  cudaError_t c = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice,
+                                  (cudaStream_t)stream);
+  return c == cudaSuccess ? WDS_OK : cu_fail(e, "copy to the device", c);
+}
+
+static int jg_zero(void *ctx, void *dst, size_t n, void *stream, wds__err *e) {
+  (void)ctx;
+  cudaError_t c = cudaMemsetAsync(dst, 0, n, (cudaStream_t)stream);
+  return c == cudaSuccess ? WDS_OK : cu_fail(e, "zeroing a row", c);
+}
+
+static int jg_sync(void *ctx, void *stream, wds__err *e) {
+  (void)ctx;
+  cudaError_t c = cudaStreamSynchronize((cudaStream_t)stream);
+  return c == cudaSuccess ? WDS_OK : cu_fail(e, "stream", c);
+}
+
+static void *jg_buffer(void *ctx, size_t bytes) {
+  jg_cuda *g = (jg_cuda *)ctx;
+  if (bytes <= g->user_cap && g->user)
+    return g->user;
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaSetDevice(g->device);
+  cudaDeviceSynchronize(); /* nothing may still write the old one */
+  cudaFree(g->user);
+  g->user = NULL;
+  g->user_cap = 0;
+  if (cudaMalloc(&g->user, bytes ? bytes : 1) == cudaSuccess)
+    g->user_cap = bytes;
+  else
+    g->user = NULL;
+  cudaSetDevice(prev);
+  return g->user;
+}
+
+static int jg_download(void *ctx, void *host, const void *dev, size_t n,
+                       void *stream, wds__err *e) {
+  (void)ctx;
+  cudaError_t c = cudaMemcpyAsync(host, dev, n, cudaMemcpyDeviceToHost,
+                                  (cudaStream_t)stream);
+  if (c == cudaSuccess)
+    c = cudaStreamSynchronize((cudaStream_t)stream);
+  return c == cudaSuccess ? WDS_OK : cu_fail(e, "copy from the device", c);
+}
+
+static size_t img_bytes(const wds__jg_img *im) {
+  return ((size_t)im->h.src_w * (size_t)im->h.src_h * (size_t)im->h.channels +
+          255) &
+         ~(size_t)255;
+}
+
+static void image_dest(jg_cuda *g, const wds__jg_img *im, size_t off,
+                       nvjpegImage_t *d) {
+  memset(d, 0, sizeof *d);
+  d->channel[0] = g->arena + off;
+  d->pitch[0] = (size_t)im->h.src_w * (size_t)im->h.channels;
+}
+
+/* Decodes part [a, b) of imgs (their arena offsets in g->off) and resizes
+ * the decoded ones into their rows. */
+static int jg_part(jg_cuda *g, wds__jg_img *imgs, size_t a, size_t b,
+                   unsigned char *out, size_t row_bytes, cudaStream_t st,
+                   wds__err *e) {
+  for (int pass = 0; pass < 2; pass++) {
+    nvjpegHandle_t h = pass == 0 ? g->hw : g->hy;
+    nvjpegJpegState_t s = pass == 0 ? g->hw_state : g->hy_state;
+    if (!h)
+      continue;
+    size_t m = 0;
+    for (size_t i = a; i < b; i++)
+      if (imgs[i].status == WDS__JG_OK && g->route[i] == pass) {
+        g->bd[m] = imgs[i].data;
+        g->bl[m] = imgs[i].size;
+        image_dest(g, &imgs[i], g->off[i], &g->bi[m]);
+        g->bk[m++] = i;
+      }
+    if (m == 0)
+      continue;
+    nvjpegOutputFormat_t fmt =
+        imgs[g->bk[0]].h.channels == 1 ? NVJPEG_OUTPUT_Y : NVJPEG_OUTPUT_RGBI;
+    nvjpegStatus_t r = p_nvjpegDecodeBatchedInitialize(h, s, (int)m, 1, fmt);
+    if (r == NVJPEG_STATUS_SUCCESS)
+      r = p_nvjpegDecodeBatched(h, s, g->bd, g->bl, g->bi, st);
+    if (r != NVJPEG_STATUS_SUCCESS) /* one by one: find the bad ones */
+      for (size_t k = 0; k < m; k++)
+        g->route[g->bk[k]] = 2;
+  }
+  for (size_t i = a; i < b; i++) {
+    if (imgs[i].status != WDS__JG_OK || g->route[i] != 2)
+      continue;
+    nvjpegImage_t d;
+    image_dest(g, &imgs[i], g->off[i], &d);
+    nvjpegOutputFormat_t fmt =
+        imgs[i].h.channels == 1 ? NVJPEG_OUTPUT_Y : NVJPEG_OUTPUT_RGBI;
+    if (p_nvjpegDecode(g->one, g->one_state, imgs[i].data, imgs[i].size, fmt,
+                       &d, st) != NVJPEG_STATUS_SUCCESS)
+      imgs[i].status = WDS__JG_FAILED;
+  }
+  /* the kernel's descriptors: wait until the last kernel has read the
+   * previous ones */
+  if (g->desc_pending) {
+    cudaEventSynchronize(g->desc_done);
+    g->desc_pending = 0;
+  }
+  size_t nd = 0;
+  for (size_t i = a; i < b; i++) {
+    const wds__jg_img *im = &imgs[i];
+    if (im->status != WDS__JG_OK)
+      continue;
+    jg_desc *d = &g->h_desc[nd++];
+    d->src = g->arena + g->off[i];
+    d->dst = out + im->row * row_bytes;
+    d->src_w = im->h.src_w;
+    d->src_h = im->h.src_h;
+    d->channels = im->h.channels;
+    d->pitch = im->h.src_w * im->h.channels;
+    d->out_w = im->h.out_w;
+    d->out_h = im->h.out_h;
+    d->total_w = im->h.total_w;
+    d->total_h = im->h.total_h;
+    d->off_x = im->h.off_x;
+    d->off_y = im->h.off_y;
+    d->flip = im->h.flip;
+    d->x0 = (float)im->h.x0;
+    d->x1 = (float)im->h.x1;
+    d->y0 = (float)im->h.y0;
+    d->y1 = (float)im->h.y1;
+  }
+  if (nd == 0)
+    return WDS_OK;
+  cudaError_t c = cudaMemcpyAsync(g->d_desc, g->h_desc, nd * sizeof(jg_desc),
+                                  cudaMemcpyHostToDevice, st);
+  if (c != cudaSuccess)
+    return cu_fail(e, "copy of the resize plans", c);
+  dim3 grid(32, (unsigned)nd);
+  jg_resize<<<grid, 256, 0, st>>>(g->d_desc);
+  if ((c = cudaGetLastError()) != cudaSuccess)
+    return cu_fail(e, "resize kernel", c);
+  cudaEventRecord(g->desc_done, st);
+  g->desc_pending = 1;
+  return WDS_OK;
+}
+
+static int jg_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
+                     size_t row_bytes, void *stream, wds__err *e) {
+  jg_cuda *g = (jg_cuda *)ctx;
+  cudaStream_t st = (cudaStream_t)stream;
+  int prev = 0;
+  cudaGetDevice(&prev);
+  if (prev != g->device)
+    cudaSetDevice(g->device);
+  int rc = WDS_OK;
+  if (grow(&g->route, &g->route_cap, n) || grow(&g->bd, &g->b_cap, n) ||
+      grow(&g->off, &g->off_cap, n)) {
+    rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  {
+    size_t cap = g->b_cap;
+    void *p1 = realloc(g->bl, cap * sizeof *g->bl);
+    if (p1)
+      g->bl = (size_t *)p1;
+    void *p2 = p1 ? realloc(g->bi, cap * sizeof *g->bi) : NULL;
+    if (p2)
+      g->bi = (nvjpegImage_t *)p2;
+    void *p3 = p2 ? realloc(g->bk, cap * sizeof *g->bk) : NULL;
+    if (p3)
+      g->bk = (size_t *)p3;
+    if (!p3) {
+      rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+      goto done;
+    }
+  }
+  if (n > g->desc_cap) {
+    if (g->desc_pending) {
+      cudaEventSynchronize(g->desc_done);
+      g->desc_pending = 0;
+    }
+    cudaFreeHost(g->h_desc);
+    cudaFree(g->d_desc);
+    g->h_desc = NULL;
+    g->d_desc = NULL;
+    g->desc_cap = 0;
+    cudaError_t c = cudaMallocHost((void **)&g->h_desc, n * sizeof(jg_desc));
+    if (c == cudaSuccess)
+      c = cudaMalloc((void **)&g->d_desc, n * sizeof(jg_desc));
+    if (c != cudaSuccess) {
+      rc = cu_fail(e, "memory for the resize plans", c);
+      goto done;
+    }
+    g->desc_cap = n;
+  }
+  /* the route of each image */
+  for (size_t i = 0; i < n; i++) {
+    wds__jg_img *im = &imgs[i];
+    im->status = WDS__JG_OK;
+    nvjpegJpegEncoding_t enc = NVJPEG_ENCODING_UNKNOWN;
+    unsigned w = 0, h = 0;
+    unsigned comps = 0;
+    if (im->h.cmyk ||
+        p_nvjpegJpegStreamParseHeader(g->hy, im->data, im->size, g->js) !=
+            NVJPEG_STATUS_SUCCESS ||
+        p_nvjpegJpegStreamGetJpegEncoding(g->js, &enc) !=
+            NVJPEG_STATUS_SUCCESS ||
+        p_nvjpegJpegStreamGetComponentsNum(g->js, &comps) !=
+            NVJPEG_STATUS_SUCCESS ||
+        p_nvjpegJpegStreamGetFrameDimensions(g->js, &w, &h) !=
+            NVJPEG_STATUS_SUCCESS ||
+        (int)w != im->h.src_w || (int)h != im->h.src_h ||
+        (comps != 1 && comps != 3)) {
+      im->status = WDS__JG_REFUSED;
+      continue;
+    }
+    if (enc == NVJPEG_ENCODING_PROGRESSIVE_DCT_HUFFMAN) {
+      g->route[i] = 2;
+    } else if (enc == NVJPEG_ENCODING_BASELINE_DCT ||
+               enc == NVJPEG_ENCODING_EXTENDED_SEQUENTIAL_DCT_HUFFMAN) {
+      int unsupported = 1;
+      g->route[i] = 1;
+      /* the hardware backend takes it: 0 means supported */
+      if (g->hw && g->js_hw &&
+          p_nvjpegJpegStreamParseHeader(g->hw, im->data, im->size, g->js_hw) ==
+              NVJPEG_STATUS_SUCCESS &&
+          p_nvjpegDecodeBatchedSupported(g->hw, g->js_hw, &unsupported) ==
+              NVJPEG_STATUS_SUCCESS &&
+          unsupported == 0)
+        g->route[i] = 0;
+    } else {
+      im->status = WDS__JG_REFUSED; /* lossless, arithmetic coding... */
+    }
+  }
+  {
+    /* the arena: the largest part of at most WDS_GPU_JPEG_ARENA bytes (or
+     * one image larger than that) */
+    size_t need = 0, part = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (imgs[i].status != WDS__JG_OK)
+        continue;
+      size_t b = img_bytes(&imgs[i]);
+      if (part > 0 && part + b > WDS_GPU_JPEG_ARENA)
+        part = 0;
+      part += b;
+      if (part > need)
+        need = part;
+    }
+    if (need > g->arena_cap) {
+      cudaError_t c = cudaStreamSynchronize(st);
+      cudaFree(g->arena);
+      g->arena = NULL;
+      g->arena_cap = 0;
+      if (c == cudaSuccess)
+        c = cudaMalloc((void **)&g->arena, need);
+      if (c != cudaSuccess) {
+        rc = cu_fail(e, "memory for decoded images", c);
+        goto done;
+      }
+      g->arena_cap = need;
+    }
+    size_t a = 0;
+    part = 0;
+    for (size_t i = 0; i <= n && rc == WDS_OK; i++) {
+      size_t b =
+          i < n && imgs[i].status == WDS__JG_OK ? img_bytes(&imgs[i]) : 0;
+      if (i == n || (part > 0 && part + b > g->arena_cap)) {
+        rc = jg_part(g, imgs, a, i, (unsigned char *)out, row_bytes, st, e);
+        a = i;
+        part = 0;
+      }
+      if (i < n) {
+        g->off[i] = part;
+        part += b;
+      }
+    }
+  }
+done:
+  if (prev != g->device)
+    cudaSetDevice(prev);
+  return rc;
+}
+
+static const wds__jg_ops cuda_ops = {jg_decode, jg_upload,  jg_zero,
+                                     jg_sync,   jg_stats,   jg_destroy,
+                                     jg_buffer, jg_download};
+
+extern "C" int wds__jg_cuda_open(int device, const wds__jg_ops **ops,
+                                 void **ctx, char *library, size_t library_size,
+                                 wds__err *e) {
+  int count = 0;
+  cudaError_t c = cudaGetDeviceCount(&count);
+  if (c != cudaSuccess || count == 0)
+    return wds__fail(e, WDS_ERR_OPEN, "no CUDA GPU (%s)",
+                     c != cudaSuccess ? cudaGetErrorString(c)
+                                      : "no device found");
+  if (device < 0 && cudaGetDevice(&device) != cudaSuccess)
+    device = 0;
+  if (device >= count)
+    return wds__fail(e, WDS_ERR_OPEN, "no CUDA device %d (this machine has %d)",
+                     device, count);
+  pthread_once(&nvj_once, nvj_load);
+  if (!nvj_ok)
+    return wds__fail(e, WDS_ERR_OPEN, "%s", nvj_why);
+  jg_cuda *g = (jg_cuda *)calloc(1, sizeof *g);
+  if (!g)
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+  g->device = device;
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaSetDevice(device);
+  int rc = WDS_OK;
+  nvjpegStatus_t s;
+  /* the hardware backend where the GPU has the engine */
+  if (p_nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, 0, &g->hw) !=
+          NVJPEG_STATUS_SUCCESS ||
+      p_nvjpegJpegStateCreate(g->hw, &g->hw_state) != NVJPEG_STATUS_SUCCESS ||
+      p_nvjpegJpegStreamCreate(g->hw, &g->js_hw) != NVJPEG_STATUS_SUCCESS) {
+    if (g->hw_state)
+      p_nvjpegJpegStateDestroy(g->hw_state);
+    if (g->hw)
+      p_nvjpegDestroy(g->hw);
+    g->hw = NULL;
+    g->hw_state = NULL;
+    g->js_hw = NULL;
+  }
+  if ((s = p_nvjpegCreateEx(NVJPEG_BACKEND_GPU_HYBRID, NULL, NULL, 0,
+                            &g->hy)) != NVJPEG_STATUS_SUCCESS &&
+      (s = p_nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, 0, &g->hy)) !=
+          NVJPEG_STATUS_SUCCESS) {
+    g->hy = NULL;
+    rc = nvj_fail(e, "nvjpegCreateEx", s);
+  } else if ((s = p_nvjpegJpegStateCreate(g->hy, &g->hy_state)) !=
+                 NVJPEG_STATUS_SUCCESS ||
+             (s = p_nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, 0,
+                                   &g->one)) != NVJPEG_STATUS_SUCCESS ||
+             (s = p_nvjpegJpegStateCreate(g->one, &g->one_state)) !=
+                 NVJPEG_STATUS_SUCCESS ||
+             (s = p_nvjpegJpegStreamCreate(g->hy, &g->js)) !=
+                 NVJPEG_STATUS_SUCCESS) {
+    rc = nvj_fail(e, "creating its state", s);
+  } else if ((c = cudaEventCreateWithFlags(
+                  &g->desc_done, cudaEventDisableTiming)) != cudaSuccess) {
+    rc = cu_fail(e, "event", c);
+  }
+  cudaSetDevice(prev);
+  if (rc != WDS_OK) {
+    jg_destroy(g);
+    if (rc == WDS_ERR_IO)
+      rc = WDS_ERR_OPEN;
+    return rc;
+  }
+  snprintf(library, library_size, "%s (%s backend)", nvj_path,
+           g->hw ? "hardware" : "GPU hybrid");
+  *ops = &cuda_ops;
+  *ctx = g;
+  return WDS_OK;
+}

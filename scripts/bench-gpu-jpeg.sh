@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# JPEG decoded on the GPU (issue 27; docs/performance.md, "JPEG on the
+# GPU"): on the 2,000 photo-like 500x375 JPEGs of bench-peers.sh (resize the
+# shorter side, center crop 224, batches of 64; 1 warm-up epoch + EPOCHS
+# timed), rounds alternating:
+#   cpu W    wds.Loader(device="cuda"), JPEGs decoded by W workers (CPU)
+#   gpu W    wds.Loader(device="cuda", jpeg_decode="gpu"): W workers plan,
+#            nvJPEG decodes, a kernel resizes and crops
+#   tv       torchvision.io.decode_jpeg(list, device="cuda") + resize/crop
+#            on the GPU in one process (the reference)
+# and prints images/s: gpu at GPU_WORKERS (goal >= 15,000/s with <= 4), the
+# ratio gpu / cpu at CPU_WORKERS (goal >= 1.5 at 15), and gpu / tv. Then
+# ResNet-50 in bf16 fed by wds (gpu decode, GPU_WORKERS workers; and the
+# CPU path at CPU_WORKERS) with its data-wait share (goal < 2%).
+#
+# Usage: scripts/bench-gpu-jpeg.sh [BUILD_DIR] [DATA_DIR]
+# Environment: PY (torch + torchvision + numpy + Pillow; default
+# /opt/torch/.venv/bin/python3, else python3), RUNS (3), EPOCHS (2),
+# GPU_WORKERS (4), CPU_WORKERS (15), STEPS (60), WDS_BENCH_NO_RESNET=1.
+# Without a CUDA GPU, or without the GPU decoder in the build, it says
+# "not measured: ..." and exits 0.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/scripts/lib-bench.sh"
+BUILD=$(cd "${1:-$root/build}" 2>/dev/null && pwd) || {
+  echo "bench-gpu-jpeg.sh: no build directory ${1:-$root/build}" >&2
+  exit 1
+}
+DATA=${2:-/tmp/wds-bench-data}
+RUNS=${RUNS:-3}
+EPOCHS=${EPOCHS:-2}
+GPU_WORKERS=${GPU_WORKERS:-4}
+CPU_WORKERS=${CPU_WORKERS:-15}
+STEPS=${STEPS:-60}
+PY=${PY:-/opt/torch/.venv/bin/python3}
+[ -x "$PY" ] || PY=python3
+PYB=$root/python/bench
+die() {
+  echo "bench-gpu-jpeg.sh: $*" >&2
+  exit 1
+}
+export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
+if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  echo "bench-gpu-jpeg.sh: not measured: no GPU ($PY has no torch, or torch.cuda.is_available() is false)"
+  exit 0
+fi
+"$PY" -c 'import wds' || die "$PY cannot import wds from $BUILD/python"
+if ! why=$("$PY" -c 'import wds; g = wds._wds.gpu_jpeg_open(0); print(g.stats()["library"])' 2>&1); then
+  echo "bench-gpu-jpeg.sh: not measured: no GPU JPEG decoder: ${why##*Error: }"
+  exit 0
+fi
+echo "bench-gpu-jpeg.sh: $(date -u +%FT%TZ), $(nproc) cores, $("$PY" -c 'import torch, torchvision; print(torch.cuda.get_device_name(), "torch", torch.__version__, "torchvision", torchvision.__version__)'), nvJPEG: $why"
+bench_photo_jpegs "$PY" "$root" "$DATA"
+jpegs=$DATA/photo-jpegs
+spec="$jpegs/photos-{00..03}.tar"
+cat "$jpegs"/*.tar >/dev/null
+rate() { "$PY" -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["samples_per_s"])'; }
+run() {
+  local out
+  out=$("$@") || die "failed: $*"
+  rate <<<"$out"
+}
+common=("$spec" "jpg:rgb:224,cls" 64 --warmup-epochs 1 --epochs "$EPOCHS" --touch arrays --device cuda)
+G="" C="" T=""
+for _ in $(seq "$RUNS"); do
+  G+=" $(run "$PY" "$PYB/loader_overhead.py" "${common[@]}" --workers "$GPU_WORKERS" --jpeg-decode gpu)"
+  C+=" $(run "$PY" "$PYB/loader_overhead.py" "${common[@]}" --workers "$CPU_WORKERS")"
+  T+=" $(run "$PY" "$PYB/gpu_jpeg.py" torchvision "$jpegs"/photos-0{0,1,2,3}.tar --epochs "$EPOCHS")"
+done
+echo
+echo "images/s at 224, medians of $RUNS rounds"
+"$PY" - "$G" "$C" "$T" "$GPU_WORKERS" "$CPU_WORKERS" <<'PYEOF'
+import statistics, sys
+g, c, t = [list(map(float, s.split())) for s in sys.argv[1:4]]
+med = statistics.median
+print(f"wds gpu decode, {sys.argv[4]} workers: {med(g):9.0f}   (goal >= 15000)")
+print(f"wds cpu decode, {sys.argv[5]} workers: {med(c):9.0f}   gpu/cpu "
+      f"{med([x / y for x, y in zip(g, c)]):.2f} (goal >= 1.5)")
+print(f"torchvision nvJPEG reference:    {med(t):9.0f}   gpu/tv "
+      f"{med([x / y for x, y in zip(g, t)]):.2f}")
+PYEOF
+if [ "${WDS_BENCH_NO_RESNET:-0}" != 1 ] && "$PY" -c 'import torchvision' 2>/dev/null; then
+  echo
+  echo "ResNet-50 bf16, batches of 128, $STEPS steps (goal: data wait < 2% with 4 workers)"
+  for mode in "gpu $GPU_WORKERS" "cpu $CPU_WORKERS"; do
+    set -- $mode
+    "$PY" "$PYB/gpu_jpeg.py" resnet50 "$spec" --jpeg-decode "$1" --workers "$2" \
+      --steps "$STEPS" || die "resnet50 ($mode) failed"
+  done
+fi
