@@ -50,10 +50,8 @@ if ! why=$("$PY" -c 'import wds; g = wds._wds.gpu_jpeg_open(0); print(g.stats()[
   exit 0
 fi
 echo "bench-gpu-jpeg.sh: $(date -u +%FT%TZ), $(nproc) cores, $("$PY" -c 'import torch, torchvision; print(torch.cuda.get_device_name(), "torch", torch.__version__, "torchvision", torchvision.__version__)'), nvJPEG: $why"
-bench_photo_jpegs "$PY" "$root" "$DATA"
-jpegs=$DATA/photo-jpegs
-spec="$jpegs/photos-{00..03}.tar"
-cat "$jpegs"/*.tar >/dev/null
+bench_jpeg_set "$PY" "$root" "$DATA"
+spec=$JPEG_SPEC
 rate() { "$PY" -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["samples_per_s"])'; }
 run() {
   local out
@@ -65,7 +63,7 @@ G="" C="" T=""
 for _ in $(seq "$RUNS"); do
   G+=" $(run "$PY" "$PYB/loader_overhead.py" "${common[@]}" --workers "$GPU_WORKERS" --jpeg-decode gpu)"
   C+=" $(run "$PY" "$PYB/loader_overhead.py" "${common[@]}" --workers "$CPU_WORKERS")"
-  T+=" $(run "$PY" "$PYB/gpu_jpeg.py" torchvision "$jpegs"/photos-0{0,1,2,3}.tar --epochs "$EPOCHS")"
+  T+=" $(run "$PY" "$PYB/gpu_jpeg.py" torchvision "${JPEG_TARS[@]}" --epochs "$EPOCHS")"
 done
 echo
 echo "images/s at 224, medians of $RUNS rounds"

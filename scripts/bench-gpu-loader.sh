@@ -13,7 +13,8 @@
 # Usage: scripts/bench-gpu-loader.sh [BUILD_DIR] [DATA_DIR]
 # Environment: PY (an interpreter with torch, numpy, Pillow and webdataset;
 # default /opt/torch/.venv/bin/python3, else python3), PYTHONPATH extras
-# kept, RUNS (3), EPOCHS (2), WORKERS ("4 15"), WDS_BENCH_NO_TORCH_WDS=1
+# kept, RUNS (3), EPOCHS (2), WORKERS ("4 15"), JPEG_SHARDS (other shards,
+# space-separated), WDS_BENCH_NO_TORCH_WDS=1
 # leaves the torch row out. Without a CUDA GPU it says so and exits 0.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,10 +44,8 @@ TORCH_WDS=1
 if [ "${WDS_BENCH_NO_TORCH_WDS:-0}" = 1 ] || ! "$PY" -c 'import webdataset' 2>/dev/null; then
   TORCH_WDS=0
 fi
-bench_photo_jpegs "$PY" "$root" "$DATA"
-jpegs=$DATA/photo-jpegs
-spec="$jpegs/photos-{00..03}.tar"
-cat "$jpegs"/*.tar >/dev/null
+bench_jpeg_set "$PY" "$root" "$DATA"
+spec=$JPEG_SPEC
 echo "bench-gpu-loader.sh: $(date -u +%FT%TZ), $(nproc) cores, $("$PY" -c 'import torch; print(torch.cuda.get_device_name(), "torch", torch.__version__)'), RUNS=$RUNS EPOCHS=$EPOCHS"
 rate() { "$PY" -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["samples_per_s"])'; }
 run() {
@@ -77,7 +76,7 @@ for w in $WORKERS; do
     H+=" $(run "$PY" "$PYB/loader_overhead.py" "${common[@]}")"
     D+=" $(run "$PY" "$PYB/loader_overhead.py" "${common[@]}" --device cuda)"
     if [ "$TORCH_WDS" = 1 ]; then
-      T+=" $(run "$PY" "$PYB/peers.py" torch-wds "$jpegs"/photos-0{0,1,2,3}.tar --workers "$w" \
+      T+=" $(run "$PY" "$PYB/peers.py" torch-wds "${JPEG_TARS[@]}" --workers "$w" \
         --warmup-epochs 1 --epochs "$EPOCHS" --batch-size 64 --device cuda)"
     fi
   done

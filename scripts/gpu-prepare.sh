@@ -111,6 +111,27 @@ strip --strip-debug "$build/libwds.a" 2>/dev/null || true
 # Not needed there and large: the shared library's copies, fuzz replays.
 rm -f "$build"/libwds.so*
 
+say "libnvjpeg (the GPU JPEG decoder's, loaded at run time) from PyPI's nvidia-nvjpeg"
+nvj=$(mktemp -d)
+if timeout 300 python3 -m pip download -q --disable-pip-version-check --no-deps -d "$nvj" \
+  'nvidia-nvjpeg==13.0.*' >/dev/null 2>&1 &&
+  python3 - "$nvj" "$carry/lib" <<'PY'
+import glob, os, sys, zipfile
+src, dst = sys.argv[1:3]
+for whl in glob.glob(os.path.join(src, "*.whl")):
+    with zipfile.ZipFile(whl) as z:
+        for n in z.namelist():
+            if os.path.basename(n).startswith("libnvjpeg.so"):
+                with open(os.path.join(dst, os.path.basename(n)), "wb") as f:
+                    f.write(z.read(n))
+PY
+then
+  ls "$carry/lib" | grep nvjpeg | sed 's/^/  /'
+else
+  say "warning: nvidia-nvjpeg not fetched: there, libnvjpeg is looked for in CUDA and the torch venv"
+fi
+rm -rf "$nvj"
+
 say "pure-Python packages (pytest, webdataset) for the GPU machine's venv"
 rm -rf "$carry/pylib"
 py=$(command -v python3)

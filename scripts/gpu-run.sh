@@ -22,7 +22,9 @@
 #                          shards made there: loader to GPU (wds against
 #                          torch DataLoader + webdataset), then ResNet-18 and
 #                          ResNet-50 in bf16 fed by each, images/s and
-#                          data-wait
+#                          data-wait; scripts/bench-gpu-loader.sh (device=
+#                          against host batches) and bench-gpu-jpeg.sh
+#                          (nvJPEG against the CPU path and torchvision)
 # and prints one table. Without a GPU (nvidia-smi lists none) every GPU step
 # is reported as skipped and the script exits 0; --dry-run prints the steps
 # and their limits without running anything. Exit status: 1 when a step
@@ -177,6 +179,11 @@ do_setup() {
   nccl_lib=${nccl_lib%/*}
   [ -n "$nccl_lib" ] || [ -z "$cuda_lib" ] || [ ! -e "$cuda_lib/libnccl.so.2" ] || nccl_lib=$cuda_lib
   LIBPATH=${cuda_lib}${nccl_lib:+:$nccl_lib}:$carry/lib
+  # The GPU JPEG decoder's libnvjpeg: the carried one (the header's version).
+  for d in "$carry"/lib/libnvjpeg.so.*; do
+    [ -e "$d" ] && export WDS_NVJPEG_LIBRARY=$d && break
+  done
+  echo "libnvjpeg: ${WDS_NVJPEG_LIBRARY:-not carried (looked for in CUDA and the torch venv)}"
   echo "CUDA libraries: ${cuda_lib:-none found}; NCCL: ${nccl_lib:-none found}; carried: $(ls "$carry/lib" | tr '\n' ' ')"
   echo "python: $TORCH_PY ($("$TORCH_PY" -V 2>&1))"
   # The extension: _wds.c against this Python, the carried libwds.a and
@@ -434,6 +441,27 @@ PY
 do_bench_feed() {
   bench none
 }
+# bench_script NAME ENV...: scripts/NAME on the photo shards, one quick round.
+bench_script() {
+  needs_gpu || return
+  local name=$1
+  shift
+  [ -f "$logs/photos/photos-07.tar" ] || {
+    DETAIL="no photo shards (the data step failed)"
+    return 1
+  }
+  (cd "$build" && env PY="$TORCH_PY" PYTHONPATH="$PYEXTRA" JPEG_SHARDS="$(echo "$logs"/photos/photos-0?.tar)" \
+    RUNS=1 EPOCHS=1 "$@" lim "$root/scripts/$name" "$build" "$logs/bench-data")
+  local rc=$?
+  DETAIL=$(grep -E '^ *[0-9]+ ' "$STEP_LOG" | tr -s ' ' | paste -sd';' | cut -c1-150)
+  return $rc
+}
+do_bench_device() {
+  bench_script bench-gpu-loader.sh WORKERS="4 $workers"
+}
+do_bench_jpeg() {
+  bench_script bench-gpu-jpeg.sh GPU_WORKERS=4 CPU_WORKERS="$workers" STEPS=30
+}
 do_bench_train() {
   bench resnet18,resnet50
 }
@@ -465,6 +493,10 @@ step bench-feed 75 do_bench_feed \
   "loader to GPU: wds against torch DataLoader + webdataset (python/bench/train_resnet.py --models none)"
 step bench-train 150 do_bench_train \
   "ResNet-18 and ResNet-50 in bf16 fed by wds and by torch + webdataset, data-wait"
+step bench-device 60 do_bench_device \
+  "scripts/bench-gpu-loader.sh: Loader(device=) against its host batches and torch + webdataset"
+step bench-jpeg 120 do_bench_jpeg \
+  "scripts/bench-gpu-jpeg.sh: nvJPEG decode against the CPU path and torchvision, ResNet-50 data-wait"
 table | tee "$logs/table.txt"
 rc=0
 grep -q $'\t\(FAIL\|TIMEOUT\)\t' "$summary" && rc=1

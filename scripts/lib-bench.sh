@@ -65,3 +65,19 @@ for s in range(4):
 PYEOF
   touch "$jpegs/done"
 }
+
+# bench_jpeg_set PYTHON ROOT DATA: the photo JPEG shards of the GPU
+# benchmarks in JPEG_TARS (an array) and JPEG_SPEC (the same as one spec,
+# joined with ::): those JPEG_SHARDS names (space-separated; gpu-run.sh
+# passes its own), else bench_photo_jpegs' four, made once in DATA.
+bench_jpeg_set() {
+  if [ -n "${JPEG_SHARDS:-}" ]; then
+    read -r -a JPEG_TARS <<<"$JPEG_SHARDS"
+  else
+    bench_photo_jpegs "$1" "$2" "$3"
+    JPEG_TARS=("$3"/photo-jpegs/photos-0{0,1,2,3}.tar)
+  fi
+  local IFS=:
+  JPEG_SPEC=$(sed 's/:/::/g' <<<"${JPEG_TARS[*]}")
+  cat "${JPEG_TARS[@]}" >/dev/null
+}

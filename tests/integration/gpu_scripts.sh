@@ -30,14 +30,14 @@ fi
 
 rc=0
 "$SRC/scripts/gpu-run.sh" --dry-run >dry.out 2>&1 || rc=$?
-steps="setup ctest train-gpu memcheck-loader memcheck-trainer racecheck-loader racecheck-trainer pytest-gpu train-ddp bench-data bench-feed bench-train"
+steps="setup ctest train-gpu memcheck-loader memcheck-trainer racecheck-loader racecheck-trainer pytest-gpu train-ddp bench-data bench-feed bench-train bench-device bench-jpeg"
 missing=
 for s in $steps; do
   grep -q "^$s  *SKIP  *0  dry run, at most [0-9]* s: ." dry.out || missing="$missing $s"
 done
 if ((rc == 0)) && [ -z "$missing" ] && (($(grep -c '^step  *result' dry.out) == 1)) &&
-  (($(grep -c 'SKIP' dry.out) == 12)); then
-  ok "--dry-run: 12 steps with their limits, one table, exit 0"
+  (($(grep -c 'SKIP' dry.out) == 14)); then
+  ok "--dry-run: 14 steps with their limits, one table, exit 0"
 else
   bad "--dry-run" "rc $rc, missing:$missing; $(cat dry.out)"
 fi
@@ -45,7 +45,7 @@ fi
 rc=0
 "$SRC/scripts/gpu-run.sh" --dry-run --only bench-feed,ctest >only.out 2>&1 || rc=$?
 if ((rc == 0)) && grep -q '^ctest  *SKIP  *0  dry run' only.out && grep -q '^bench-feed  *SKIP  *0  dry run' only.out &&
-  grep -q '^setup  *SKIP  *0  dry run' only.out && (($(grep -c 'not selected (--only)' only.out) == 9)); then
+  grep -q '^setup  *SKIP  *0  dry run' only.out && (($(grep -c 'not selected (--only)' only.out) == 11)); then
   ok "--only bench-feed,ctest: those two and the set-up, the others not selected"
 else
   bad "--only" "rc $rc: $(cat only.out)"
