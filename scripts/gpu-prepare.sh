@@ -96,8 +96,11 @@ done
 
 # The extension's link line, as CMake makes it for a target linking wds
 # (gpu-run.sh maps each library to the GPU machine's or the carried one).
-link=$build/tests/CMakeFiles/test_loader_gpu.dir/link.txt
-tr ' ' '\n' <"$link" | awk 'f && NF; /libwds\.a$/ {f = 1}' | grep -v '^-Wl,-rpath' >"$carry/link-libs"
+# (A target with CUDA sources links through a response file.)
+link=$build/tests/CMakeFiles/test_loader_gpu.dir
+{ cat "$link/link.txt"; [ ! -f "$link/linkLibs.rsp" ] || cat "$link/linkLibs.rsp"; } |
+  tr -d '"' | tr ' ' '\n' | awk 'f && NF; /libwds\.a$/ {f = 1}' | { grep -v '^-Wl,-rpath' || true; } >"$carry/link-libs"
+[ -s "$carry/link-libs" ] || { echo "gpu-prepare.sh: no libraries after libwds.a in $link's link line" >&2; exit 1; }
 echo "$root" >"$carry/origin"
 
 say "removing objects, stripping debug info"

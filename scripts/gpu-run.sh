@@ -226,7 +226,7 @@ do_setup() {
   command -v "$cc" >/dev/null 2>&1 || cc=gcc
   lim "$cc" -std=c11 -O2 -fPIC -fvisibility=hidden -D_GNU_SOURCE -shared \
     -I"$root/include" -I"$build/include" -I"$inc" "$root/python/wds/_wds.c" \
-    -o "$out/_wds$ext" "$build/libwds.a" "${libs[@]}" -Wl,--exclude-libs,ALL \
+    -o "$out/_wds$ext" "$build/libwds.a" "${libs[@]}" -lstdc++ -Wl,--exclude-libs,ALL \
     -Wl,-rpath,"${cuda_lib:+$cuda_lib:}$carry/lib" || {
     DETAIL="compiling the extension failed"
     return 1
