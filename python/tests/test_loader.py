@@ -451,7 +451,7 @@ def test_pipe_from_files_refused_unless_allowed(shards, tmp_path):
     ix.write_text(json.dumps({"shardlist": [{"url": cmd, "nsamples": 1}]}))
     with pytest.raises(wds.Error) as e:
         wds.Loader(cmd, "cls", 2, index=ix)
-    assert "shardlist entry 1" in str(e.value) and "--allow-pipe-from-files" in str(e.value)
+    assert "shardlist entry 1" in str(e.value) and "(allow_pipe_from_files=True)" in str(e.value)
 
 
 def test_close_from_another_thread_stops_a_blocked_next():
