@@ -46,7 +46,7 @@
 #include "loader/internal.h"
 #include "loader/pool.h"
 
-#define MAX_WORKERS 256
+#define MAX_WORKERS WDS_LOADER_MAX_WORKERS
 #define MAX_BATCH ((size_t)1 << 24)
 #define DEFAULT_SHUFFLE_BYTES ((size_t)1 << 30) /* per worker */
 
