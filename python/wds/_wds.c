@@ -1115,16 +1115,16 @@ static void wds_py_writer_dealloc(wds_py_writer *self) {
 
 static int wds_py_writer_init(wds_py_writer *self, PyObject *args,
                               PyObject *kwargs) {
-  static char *kwlist[] = {"pattern",     "maxcount", "maxsize",
-                           "compression", "level",    "start_shard",
-                           "mtime",       "sync",     NULL};
+  static char *kwlist[] = {"pattern", "maxcount",    "maxsize", "compression",
+                           "level",   "start_shard", "mtime",   "sync",
+                           "out_fd",  NULL};
   PyObject *pattern_obj, *o_count = Py_None, *o_size = Py_None,
                          *o_start = Py_None;
-  int compression = WDS_COMPRESS_AUTO, level = 0, sync = 1;
+  int compression = WDS_COMPRESS_AUTO, level = 0, sync = 1, out_fd = -1;
   long long mtime = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "O|$OOiiOLp:_Writer", kwlist, &pattern_obj, &o_count,
-          &o_size, &compression, &level, &o_start, &mtime, &sync))
+          args, kwargs, "O|$OOiiOLpi:_Writer", kwlist, &pattern_obj, &o_count,
+          &o_size, &compression, &level, &o_start, &mtime, &sync, &out_fd))
     return -1;
   if (self->w || self->busy) {
     PyErr_SetString(PyExc_RuntimeError, "_Writer is already initialised");
@@ -1143,19 +1143,26 @@ static int wds_py_writer_init(wds_py_writer *self, PyObject *args,
   cfg.level = level;
   cfg.mtime = (int64_t)mtime;
   cfg.no_sync = !sync;
-  PyObject *pattern;
-  if (!PyUnicode_Check(pattern_obj) && !PyBytes_Check(pattern_obj)) {
+  /* out_fd: one tar stream to that descriptor (a pipe: target's command,
+   * run by python/wds/_writer.py), pattern None. */
+  cfg.out_fd = out_fd;
+  PyObject *pattern = NULL;
+  if (out_fd >= 0 && pattern_obj == Py_None) {
+    pattern_obj = NULL;
+  } else if (!PyUnicode_Check(pattern_obj) && !PyBytes_Check(pattern_obj)) {
     pattern_obj = PyOS_FSPath(pattern_obj);
     if (!pattern_obj)
       return -1;
   } else {
     Py_INCREF(pattern_obj);
   }
-  int bad = wds_py_fsbytes(pattern_obj, &pattern) < 0;
-  Py_DECREF(pattern_obj);
-  if (bad)
-    return -1;
-  cfg.pattern = PyBytes_AS_STRING(pattern);
+  if (pattern_obj) {
+    int bad = wds_py_fsbytes(pattern_obj, &pattern) < 0;
+    Py_DECREF(pattern_obj);
+    if (bad)
+      return -1;
+    cfg.pattern = PyBytes_AS_STRING(pattern);
+  }
   wds_writer *w = NULL;
   char msg[2048] = "";
   int rc;
@@ -1164,7 +1171,7 @@ static int wds_py_writer_init(wds_py_writer *self, PyObject *args,
   if (rc != WDS_OK)
     snprintf(msg, sizeof msg, "%s", wds_open_error());
   Py_END_ALLOW_THREADS;
-  Py_DECREF(pattern);
+  Py_XDECREF(pattern);
   if (rc != WDS_OK) {
     wds_py_raise(rc, msg);
     return -1;
