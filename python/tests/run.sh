@@ -27,8 +27,10 @@ SKIP=77
 # pillow and msgpack: wds.ShardWriter's image and msgpack fields are
 # compared with what webdataset writes.
 REQUIREMENTS=("pytest" "numpy" "webdataset>=1.0,<2" "pillow" "msgpack")
-# torch from PyPI (about 45 s and 5 GB with its CUDA wheels): batch.torch()
-# is tested against it. Not in ASan builds, whose preloaded sanitizer
+# torch from PyPI (about 45 s and 5.4 GB installed with its CUDA wheels):
+# batch.torch() is tested against it. Installed once per user and
+# interpreter (venv_ensure_shared: ~/.cache/wds-test-venv, or
+# WDS_TEST_VENV_CACHE), not in each build tree. Not in ASan builds, whose preloaded sanitizer
 # runtime torch's libraries are not loaded under (those tests skip there).
 if [[ -z ${WDS_PY_PRELOAD:-} ]]; then
   REQUIREMENTS+=("torch")
@@ -56,7 +58,7 @@ PYTHON3=${PYTHON3:-python3}
 command -v "$PYTHON3" >/dev/null 2>&1 || fail "$PYTHON3 not found"
 
 source "$SRC/tests/lib-venv.sh"
-venv_ensure "$VENV" "$PYTHON3" "pytest, numpy, webdataset, PIL, msgpack${WDS_PY_PRELOAD:+#}, torch" \
+venv_ensure_shared "$VENV" "$PYTHON3" "pytest, numpy, webdataset, PIL, msgpack${WDS_PY_PRELOAD:+#}, torch" \
   "${REQUIREMENTS[@]}"
 
 export WDS_TEST_CLI=$WDS WDS_TEST_SHARED=$SHARED
