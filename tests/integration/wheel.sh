@@ -6,7 +6,8 @@
 #     BUILD/pip-build, shared with python_pip, so that re-runs are quick)
 #     makes a wheel with the extension and the commands wds/bin/wds and
 #     wds/bin/wds-train, declaring numpy as a dependency and torch as the
-#     extra `torch`, with the console scripts `wds` and `wds-train`;
+#     extra `torch`, with the console scripts `wds` and `wds-train`, its
+#     licence (BSD-3-Clause) and LICENSE and NOTICE;
 #   * `auditwheel repair` makes it a manylinux wheel that bundles the
 #     libraries the extension and the commands link (libturbojpeg, libpng,
 #     libzstd, ...) under wds.libs/, while libcurl, libarchive and libxml2,
@@ -16,9 +17,9 @@
 #     index), from a directory outside the source and build trees: `wds
 #     --version`, `wds --help` and `wds-train --help` run from the
 #     environment's bin/ with the bundled libraries, and every ```python
-#     block of README.md runs, in order, in one scratch directory (a block
-#     whose first line is `# needs: torch` is skipped, with the reason, when
-#     torch is not installed: it is not a dependency).
+#     block of README.md and docs/python.md runs, in order, in one scratch
+#     directory (a block whose first line is `# needs: torch` is skipped,
+#     with the reason, when torch is not installed: it is not a dependency).
 #
 # Usage: wheel.sh WDS_BINARY BUILD_DIR SOURCE_DIR VERSION
 # Environment: PYTHON3 (the interpreter the wheel is for), WDS_WHEEL_SKIP
@@ -67,7 +68,7 @@ for n in z.namelist():
     print(n)
 meta = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")][0]
 for line in z.read(meta).decode().splitlines():
-    if line.startswith(("Requires-Dist:", "Provides-Extra:")):
+    if line.startswith(("Requires-Dist:", "Provides-Extra:", "License")):
         print("META", line)
 ep = [n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt")]
 for line in (z.read(ep[0]).decode().splitlines() if ep else []):
@@ -81,6 +82,9 @@ has_line "wheel: wds/bin/wds-train" '^wds/bin/wds-train$'
 has_line "wheel: the extension" '^wds/_wds\..*\.so$'
 has_line "wheel: requires numpy" '^META Requires-Dist: numpy'
 has_line "wheel: the extra torch" '^META Requires-Dist: torch.*extra == .torch.'
+has_line "wheel: the licence, BSD-3-Clause" '^META License.*BSD-3-Clause'
+has_line "wheel: LICENSE in its dist-info" '\.dist-info/(licenses/)?LICENSE$'
+has_line "wheel: NOTICE in its dist-info" '\.dist-info/(licenses/)?NOTICE$'
 has_line "wheel: console script wds" '^ENTRY wds ?= ?wds\._cli:wds$'
 has_line "wheel: console script wds-train" '^ENTRY wds-train ?= ?wds\._cli:wds_train$'
 for lib in libturbojpeg libpng libzstd liblzma libnettle; do
@@ -139,43 +143,45 @@ for bin in wds wds-train; do
   fi
 done
 
-# README.md's Python blocks, in order, in this directory.
-"$PYTHON3" - "$SRC/README.md" <<'EOF' >blocks.txt
-import re, sys
-blocks, cur, lang = [], None, None
-for n, line in enumerate(open(sys.argv[1], encoding="utf-8"), 1):
-    m = re.match(r"^\s*```(\S*)", line)
-    if m:
-        if cur is None:
-            lang, cur, start = m.group(1), [], n + 1
-        else:
-            if lang == "python":
-                blocks.append((start, "".join(cur)))
-            cur = None
-        continue
-    if cur is not None:
-        cur.append(line)
-import json
+# The Python blocks of README.md and docs/python.md, in order, in this
+# directory (docs/python.md's use the shards README's quick start writes).
+"$PYTHON3" - "$SRC/README.md" "$SRC/docs/python.md" <<'EOF' >blocks.txt
+import json, os, re, sys
+blocks = []
+for path in sys.argv[1:]:
+    cur = None
+    name = os.path.relpath(path, os.path.dirname(sys.argv[1]))
+    for n, line in enumerate(open(path, encoding="utf-8"), 1):
+        m = re.match(r"^\s*```(\S*)", line)
+        if m:
+            if cur is None:
+                lang, cur, start = m.group(1), [], n + 1
+            else:
+                if lang == "python":
+                    blocks.append((f"{name}:{start}", "".join(cur)))
+                cur = None
+            continue
+        if cur is not None:
+            cur.append(line)
 print(json.dumps(blocks))
 EOF
 n=$("$PYTHON3" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' blocks.txt)
-((n > 0)) || bad "README: has Python blocks" "none found"
-has_torch=0
-../venv/bin/python -c 'import torch' 2>/dev/null && has_torch=1
+((n >= 2)) || bad "README.md and docs/python.md: Python blocks" "$n found"
 for ((i = 0; i < n; i++)); do
   "$PYTHON3" -c 'import json,sys; b=json.load(open(sys.argv[1]))[int(sys.argv[2])]; print(b[0]); open("block.py","w").write(b[1])' \
-    blocks.txt "$i" >block.line
-  line=$(cat block.line)
-  if ((!has_torch)) && head -n 1 block.py | grep -q '^# needs: torch'; then
-    echo "# skipped README.md:$line: needs torch, which is an extra (pip install \"wds[torch]\")"
+    blocks.txt "$i" >block.where
+  where=$(cat block.where)
+  needs=$(sed -n '1s/^# needs: //p' block.py)
+  if [[ -n $needs ]] && ! ../venv/bin/python -c "import $needs" 2>/dev/null; then
+    echo "# skipped $where: needs $needs, not a dependency (pip install \"wds[torch]\")"
     continue
   fi
   RC=0
   PATH=$PWD/../venv/bin:$PATH timeout 300 ../venv/bin/python block.py >block.out 2>&1 || RC=$?
   if ((RC == 0)); then
-    ok "README.md:$line: the Python block runs"
+    ok "$where: the Python block runs"
   else
-    bad "README.md:$line: the Python block runs" "exit $RC" "$(tail -n 20 block.out)"
+    bad "$where: the Python block runs" "exit $RC" "$(tail -n 20 block.out)"
   fi
 done
 
