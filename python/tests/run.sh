@@ -9,6 +9,9 @@
 #         its CMake build kept in BUILD/pip-build so that re-runs are quick),
 #         the wheel installed into the environment, and the suite run
 #         against the installed package.
+#   readme not pytest: tests/integration/readme.py (tools_readme's script)
+#         with this environment's torch: README's torchrun command and the
+#         blocks that need torch run too; skips as ddp does.
 #   ddp   not pytest: ddp_check.py runs examples/train_ddp.py under torchrun
 #         (2 CPU ranks) with the tree's extension; skips (77) in ASan builds
 #         (WDS_PY_PRELOAD set: no torch in the environment).
@@ -49,7 +52,7 @@ if [[ -n ${WDS_PY_SKIP:-} ]]; then
   echo "SKIP: $WDS_PY_SKIP"
   exit $SKIP
 fi
-if [[ $MODE == ddp && -n ${WDS_PY_PRELOAD:-} ]]; then
+if [[ ($MODE == ddp || $MODE == readme) && -n ${WDS_PY_PRELOAD:-} ]]; then
   echo "SKIP: ASan build: torch is not installed beside the preloaded sanitizer runtime"
   exit $SKIP
 fi
@@ -65,6 +68,14 @@ export WDS_TEST_CLI=$WDS WDS_TEST_SHARED=$SHARED
 case $MODE in
 tree)
   export PYTHONPATH=$BUILD/python
+  ;;
+readme)
+  # README.md's and the docs' code blocks with torch: the `torchrun` quick
+  # start and the blocks that need torch, which tools_readme skips.
+  export WDS_README_PYTHONPATH=$BUILD/python
+  cd "$BUILD"
+  exec "$VENV/bin/python" "$SRC/tests/integration/readme.py" "$WDS" "$BUILD/trainer/wds-train" \
+    "$SRC/README.md" "$SRC"/docs/{cli,sources,loader,wds-train,c-api,python}.md
   ;;
 ddp)
   export PYTHONPATH=$BUILD/python

@@ -13,7 +13,9 @@ wds-train, the demo's build/demo-data/, ...):
   trailing backslash; a trailing `# comment` is dropped): the `wds` and
   `wds-train` ones run; those that cannot run here are listed as skipped,
   each with the reason (the set-up scripts, installs, the network, an
-  elided `...` command, torchrun); a command of an unknown kind fails the
+  elided `...` command); `torchrun` commands run with this interpreter's
+  torch (2 CPU ranks, gloo) where it has torch (ctest python_readme runs
+  this script in the Python suite's venv), else they are skipped; a command of an unknown kind fails the
   test until this script knows how to run it or why it is skipped;
 - every ```python block, with this interpreter and the build tree's
   extension (WDS_README_PYTHONPATH; skipped, with WDS_README_PY_SKIP's
@@ -44,7 +46,7 @@ SKIP_PREFIXES = [
     ("cmake ", "configures, builds or installs the project (package_install builds it)"),
     ("(cd build && cpack", "packages an installed build (package_install)"),
     ("pip ", "builds and installs the Python package (python_pip)"),
-    ("torchrun ", "needs torch and torchrun (python_ddp runs examples/train_ddp.py)"),
+    ("torchrun ", "several nodes, elided arguments (python_ddp runs examples/train_ddp.py)"),
     ("./scripts/setup.sh", "installs packages and builds: CI and the demo run it"),
     ("python3 -m venv", "makes a virtual environment for pip (package_wheel does)"),
     ("export PATH=", "puts the commands on PATH, as this test does"),
@@ -115,7 +117,23 @@ def strip_comment(line):
     return line
 
 
+_TORCH = None
+
+
+def have_torch():
+    """Whether this interpreter has torch (python_readme's venv does)."""
+    global _TORCH
+    if _TORCH is None:
+        _TORCH = subprocess.run([sys.executable, "-c", "import torch"],
+                                capture_output=True).returncode == 0
+    return _TORCH
+
+
 def skip_reason(cmd):
+    if cmd.startswith("torchrun ") and not re.search(r"(^|\s)\.\.\.(\s|$)", cmd):
+        # Run with this interpreter's torch where there is one.
+        return "" if have_torch() else \
+            "needs torch and torchrun (python_readme runs it in the test venv)"
     for prefix, why in SKIP_PREFIXES:
         if cmd.startswith(prefix):
             return why
@@ -124,7 +142,7 @@ def skip_reason(cmd):
     if re.search(r"https?://", cmd):
         return "needs the network"
     first = cmd.split()[0]
-    if first not in ("wds", "wds-train"):
+    if first not in ("wds", "wds-train", "torchrun"):
         return None  # unknown: the caller fails
     return ""
 
@@ -218,6 +236,10 @@ def run_sh(cmd, cmds, line, env):
         if not above:
             return "an elided command with no full one above"
         cmd = above[-1] + (m.group(2) or "")
+    # torchrun: this interpreter's (two ranks on the CPU with gloo).
+    if cmd.startswith("torchrun "):
+        cmd = f"{sys.executable} -m torch.distributed.run " + cmd[len("torchrun "):]
+        env = dict(env, CUDA_VISIBLE_DEVICES="")
     # The train example's device: the CPU backend unless a GPU test asks.
     if cmd.startswith("wds-train ") and "--device" not in cmd:
         cmd += " --device cpu"
@@ -300,6 +322,8 @@ def main():
         if os.environ.get("WDS_README_PYTHONPATH"):
             env["PYTHONPATH"] = os.environ["WDS_README_PYTHONPATH"]
         fixtures(wds, Image)
+        # Commands name the checkout's files from its root (examples/...).
+        os.symlink(os.path.join(src, "examples"), "examples")
         for page in pages:
             name = os.path.relpath(page, src)
             page_cmds = commands(page)
