@@ -150,7 +150,7 @@ def by_extension_sample():
     arr = np.arange(12, dtype=np.float32).reshape(3, 4)
     return {
         "__key__": "k0",
-        "jpg": rgb, "jpeg": rgb, "png": gray, "ppm": rgb,
+        "jpg": rgb, "jpeg": rgb, "img": rgb, "png": gray, "ppm": rgb,
         "float.png": gray.astype(np.float64) / 255.0,
         "tiff": rgb,
         "pyd": {"a": [1, 2], "b": (3, 4)}, "pickle": ("x", 1.5),
@@ -202,9 +202,10 @@ def test_by_extension_decodes(tmp_path):
                    "pgm": sample["png"], "score": 0.25,
                    "other": np.arange(3, dtype=np.int16), "flag.cls": True})
     got = write_one(str(tmp_path / "d.tar"), sample)
-    for ext in ("jpg", "jpeg", "png", "ppm", "pgm", "tiff", "float.png"):
+    for ext in ("jpg", "jpeg", "img", "png", "ppm", "pgm", "tiff", "float.png"):
         img = PIL.open(io.BytesIO(got[ext]))
-        want = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "ppm": "PPM",
+        want = {"jpg": "JPEG", "jpeg": "JPEG", "img": "JPEG", "png": "PNG",
+                "ppm": "PPM",
                 "pgm": "PPM", "tiff": "TIFF", "float.png": "PNG"}[ext]
         assert img.format == want, ext
         assert img.size == sample[ext].shape[1::-1], ext

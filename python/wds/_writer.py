@@ -143,8 +143,7 @@ def _handlers():
     add("json jsn", lambda x: json.dumps(x).encode("utf-8"))
     add("mp msgpack msg", _msgpack)
     add("cbor", _cbor)
-    add("jpg jpeg", lambda x: _image(x, "JPEG"))
-    add("img image", lambda x: _image(x, "PPM"))
+    add("jpg jpeg img image", lambda x: _image(x, "JPEG"))
     add("png", lambda x: _image(x, "PNG"))
     # PIL's PPM writer: P4 (mode 1), P5 (L), P6 (RGB) by the image's mode.
     add("pbm pgm ppm", lambda x: _image(x, "PPM"))
@@ -177,10 +176,10 @@ def _by_type(ext, value):
 def encode_value(ext, value):
     """The bytes written for the field ext, as webdataset's writer encodes
     them: bytes as they are and str as UTF-8 whatever the extension; other
-    values by the extension's last part (jpg/jpeg/png/ppm/pgm/pbm/tiff/img:
-    the image array or PIL image encoded by PIL; pyd/pickle: pickled; npy,
-    npz, json, txt, cls, ten, mp/msgpack, cbor, pth), then by type where
-    the extension says nothing. A name ending in .gz is gzipped after the
+    values by the extension's last part (jpg/jpeg/img/image as JPEG, png,
+    ppm/pgm/pbm, tiff: the image array or PIL image encoded by PIL;
+    pyd/pickle: pickled; npy, npz, json, txt, cls, ten, mp/msgpack, cbor,
+    pth), then by type where the extension says nothing. A name ending in .gz is gzipped after the
     inner extension's encoding ("txt.gz", "npy.gz")."""
     compress = ext.endswith(".gz")
     name = ext[:-3] if compress else ext
