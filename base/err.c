@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/text.h"
+
 const char *wds_strerror(int status) {
   switch (status) {
 #define WDS_STATUS_CASE_(name, value, msg)                                     \
@@ -30,12 +32,24 @@ const char *wds_status_name(int status) {
   }
 }
 
+/* A message in buf (size bytes) made safe to print: what it quotes (a
+ * member name, a key, a URL, a command) may hold control characters or
+ * bytes that are not UTF-8, escaped as \xHH (base/text.h). */
+static void make_printable(char *buf, size_t size) {
+  if (!wds__esc_needed(buf, 0))
+    return;
+  char tmp[WDS__ERR_SIZE];
+  wds__esc_into(tmp, sizeof tmp < size ? sizeof tmp : size, buf, 0);
+  memcpy(buf, tmp, strlen(tmp) + 1);
+}
+
 int wds__fail(wds__err *e, int status, const char *fmt, ...) {
   if (e) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
+    make_printable(e->msg, sizeof e->msg);
   }
   return status;
 }
@@ -59,12 +73,23 @@ void wds__err_prefix(wds__err *e, const char *fmt, ...) {
   size_t m = strnlen(old, rest);
   memcpy(e->msg + n + 2, old, m);
   e->msg[n + 2 + m] = '\0';
+  make_printable(e->msg, sizeof e->msg);
 }
 
 void wds__copy_msg(char *dst, size_t dst_size, const char *src) {
   if (!dst || dst_size == 0)
     return;
-  snprintf(dst, dst_size, "%s", src ? src : "");
+  if (!src)
+    src = "";
+  size_t n = strlen(src);
+  if (n >= dst_size) {
+    /* cut between characters: a message stays valid UTF-8 */
+    n = dst_size - 1;
+    while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
+      n--;
+  }
+  memcpy(dst, src, n);
+  dst[n] = '\0';
 }
 
 static _Thread_local char open_error[WDS__ERR_SIZE];
@@ -76,6 +101,7 @@ int wds__open_fail(int status, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(open_error, sizeof open_error, fmt, ap);
   va_end(ap);
+  make_printable(open_error, sizeof open_error);
   return status;
 }
 

@@ -31,7 +31,11 @@ int wds__fail(wds__err *e, int status, const char *fmt, ...)
 void wds__err_prefix(wds__err *e, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Copies a message into a caller's buffer (truncating, always terminated). */
+/* Copies a message into a caller's buffer (truncating between UTF-8
+ * characters, always terminated). Messages made here are printable: what
+ * they quote has its control characters and bytes that are not UTF-8
+ * escaped as \xHH (base/text.h) by wds__fail, wds__err_prefix and
+ * wds__open_fail. */
 void wds__copy_msg(char *dst, size_t dst_size, const char *src);
 
 /* The text wds_open_error() returns: per thread, set by a failing *_open(). */

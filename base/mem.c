@@ -3,6 +3,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 void *wds__grow_slow(void *buf, size_t *cap, size_t need, size_t elem_size,
                      size_t min_cap) {
@@ -28,4 +29,16 @@ int wds__grow_at(void *pbuf, size_t *cap, size_t need, size_t elem_size,
     return -1;
   *buf = p;
   return 0;
+}
+
+void wds__populate_write(void *p, size_t n) {
+#ifdef MADV_POPULATE_WRITE
+  uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+  uintptr_t z = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+  if (z > a)
+    (void)madvise((void *)a, z - a, MADV_POPULATE_WRITE);
+#else
+  (void)p;
+  (void)n;
+#endif
 }

@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "base/strbuf.h"
+#include "base/text.h"
 
 static int starts_with(const char *s, const char *prefix) {
   return strncmp(s, prefix, strlen(prefix)) == 0;
@@ -569,5 +570,29 @@ const char *wds__url_redact(const char *url, char *buf, size_t size) {
   if (!hid)
     return url;
   rb_put(&b, copied, strlen(copied));
+  return buf;
+}
+
+char *wds__url_redacted(const char *url) {
+  /* "***" replaces a value of at least one byte: at most 3 bytes for each
+   * one of url's */
+  size_t n = strlen(url), size = 3 * n + 4;
+  char *buf = malloc(size);
+  if (!buf)
+    return NULL;
+  const char *r = wds__url_redact(url, buf, size);
+  if (r == url)
+    memcpy(buf, url, n + 1);
+  return buf;
+}
+
+const char *wds__url_shown(const char *url, char *buf, size_t size) {
+  if (!url || !buf || size == 0)
+    return url;
+  char red[WDS__URL_REDACT_MAX];
+  const char *r = wds__url_redact(url, red, sizeof red);
+  if (r == url && !wds__esc_needed(url, 0))
+    return url;
+  wds__esc_into(buf, size, r, 0);
   return buf;
 }

@@ -52,4 +52,14 @@ char *wds__url_identity(const char *url);
 const char *wds__url_redact(const char *url, char *buf, size_t size);
 #define WDS__URL_REDACT_MAX 2048 /* a buffer size for messages */
 
+/* url redacted (above) in full, never cut; malloc'd (NULL when out of
+ * memory). What an output file holds (wds index's "url"). */
+char *wds__url_redacted(const char *url);
+
+/* url as text output for people shows it: redacted (above), then its
+ * control characters and bytes that are not UTF-8 escaped as \xHH
+ * (base/text.h), as error messages have them. Returns url itself when
+ * nothing changes, else buf (size bytes, cut to fit). */
+const char *wds__url_shown(const char *url, char *buf, size_t size);
+
 #endif

@@ -10,6 +10,10 @@ per epoch across the ranks, the same batch count on every rank); rank and
 world size come from torch.distributed. The backend is NCCL when CUDA is
 available, else gloo on CPU; on CPU the run is deterministic (fixed seeds,
 deterministic algorithms, one thread), so two runs end with the same weights.
+On GPUs each process uses the GPU of its LOCAL_RANK (at most one process per
+GPU: more is an error that says so) and the loader delivers batches on it
+(wds.Loader(device=...)): the copy of the next batch runs on the loader's
+own stream while the GPU still computes this step.
 
 The checkpoint (--checkpoint, written by rank 0 every --save-every steps and
 at the end) holds the model, the optimizer and the loader's state_dict();
@@ -107,13 +111,28 @@ def save(path, model, opt, loader, step):
     os.replace(tmp, path)
 
 
+def gpu_for(local_rank, local_world, gpus):
+    """The GPU of this process, or an error naming the counts: one process
+    per GPU (NCCL refuses two ranks on one device)."""
+    if local_world > gpus or local_rank >= gpus:
+        raise SystemExit(
+            f"train_ddp.py: {local_world} processes on this node but {gpus} "
+            f"GPU{'' if gpus == 1 else 's'} (local rank {local_rank} has none): "
+            f"start at most {gpus} (torchrun --nproc-per-node {gpus}), or hide "
+            f"the GPUs (CUDA_VISIBLE_DEVICES=) to train on the CPU")
+    return torch.device("cuda", local_rank)
+
+
 def main():
     a = parse_args()
     cuda = torch.cuda.is_available()
+    if cuda:  # before the process group: NCCL would fail with less to say
+        dev = gpu_for(int(os.environ.get("LOCAL_RANK", 0)),
+                      int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
+                      torch.cuda.device_count())
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if cuda:
-        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(dev)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.benchmark = False
@@ -131,7 +150,8 @@ def main():
     mode = "l" if a.channels == 1 else "rgb"
     loader = wds.Loader(a.train, f"jpg;png:{mode}:{a.image_size},cls", a.batch_size,
                         mode="exact", seed=a.seed, shuffle_buffer=a.shuffle_buffer,
-                        workers=a.workers, index=a.index)  # rank/world: torch.distributed
+                        workers=a.workers, index=a.index,  # rank/world: torch.distributed
+                        device=dev if cuda else None)  # batches arrive on the GPU
     per_epoch = len(loader)
 
     step, resumed = 0, False
@@ -152,12 +172,12 @@ def main():
         if not (resumed and epoch == start_epoch):
             loader.set_epoch(epoch)  # a resumed epoch goes on where it stopped
         ddp.train()
-        for batch in loader:
+        for batch in loader:  # on a GPU: wds.DeviceBatch, already on dev
             with batch:
                 t = batch.torch()
-                x = t["jpg;png"].to(dev).permute(0, 3, 1, 2).float().div_(255).contiguous()
-                y = t["cls"].to(dev)
-                w = t["__valid__"].to(dev).float()
+                x = t["jpg;png"].permute(0, 3, 1, 2).float().div_(255).contiguous()
+                y = t["cls"].clone()  # a CPU batch's tensors view its slot
+                w = t["__valid__"].float()
             loss = (F.cross_entropy(ddp(x), y, reduction="none") * w).sum() / w.sum().clamp(min=1)
             opt.zero_grad(set_to_none=True)
             loss.backward()

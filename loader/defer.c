@@ -16,10 +16,13 @@
  * The handle is the reader's descriptor duplicated, refcounted by the feed
  * (while it reads the shard) and by each deferred field, so a file renamed
  * over meanwhile is still read from the inode that was scanned. A file
- * that shrank or changed (its size against that at open) or a read
- * error is an error naming the shard, sample, field and offset, which the
- * worker treats like a decode failure. The output never depends on
- * deferral: the shuffle buffer counts a deferred field at its size. */
+ * that changed (its size, or its mtime, against those at open, checked
+ * before and after each read: a same-size rewrite in place keeps the
+ * inode and the size, and its bytes must not pass for the old file's
+ * under the old keys; a cache entry's mtime marks use and is not compared)
+ * or a read error is an error naming the shard, sample, field and offset,
+ * which the worker treats like a decode failure. The output never depends
+ * on deferral: the shuffle buffer counts a deferred field at its size. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -107,7 +110,8 @@ static void res_free(wds__fh *fh) {
   }
 }
 
-wds__fh *wds__fh_open(int fd, wds_defer_reads mode, blk_pool *bp) {
+wds__fh *wds__fh_open(int fd, int cache_entry, wds_defer_reads mode,
+                      blk_pool *bp) {
   if (fd < 0 || mode == WDS_DEFER_OFF)
     return NULL;
   if (atomic_load(&bp->fh_open) >= WDS__FH_CAP)
@@ -150,6 +154,8 @@ wds__fh *wds__fh_open(int fd, wds_defer_reads mode, blk_pool *bp) {
     atomic_fetch_add(&wds__fh_res_bytes, (npages + 63) / 64 * 8);
   atomic_init(&fh->refs, 1);
   fh->size = (uint64_t)st.st_size;
+  fh->mtime = st.st_mtim;
+  fh->cache_entry = cache_entry;
   fh->open = &bp->fh_open;
   atomic_fetch_add(fh->open, 1);
   return fh;
@@ -173,6 +179,9 @@ void wds__fh_put(wds__fh *fh) {
 }
 
 int wds__fh_defers(const wds__fh *fh, uint64_t off, uint64_t size) {
+  if (off > fh->size || size > fh->size - off)
+    return 0; /* past the file's size at open (a header's claim): the stream
+                 finds out, without a block of the claimed size */
   if (!fh->auto_)
     return 1;
   if (size == 0 || !fh->res)
@@ -212,8 +221,52 @@ static int pread_all(int fd, uint8_t *dst, size_t size, uint64_t off) {
   return 0;
 }
 
+/* Whether fh's file changed since it was opened: its size, or (but for a
+ * cache entry, whose mtime marks use) its modification time, which every
+ * write sets: a file rewritten in place with the same size keeps its size
+ * and inode, and its bytes would be the new file's under the old one's
+ * keys. A touch looks the same and is refused too: nothing tells them
+ * apart. 0, or 1 with the reason in why; -1 when fstat fails (why: its
+ * error). */
+static int fh_changed(const wds__fh *fh, char *why, size_t n) {
+  struct stat fs;
+  if (fstat(fh->fd, &fs) != 0) {
+    snprintf(why, n, "%s", strerror(errno));
+    return -1;
+  }
+  if ((uint64_t)fs.st_size != fh->size) {
+    snprintf(why, n,
+             "the file changed since the shard was opened (size %llu, was "
+             "%llu)",
+             (unsigned long long)fs.st_size, (unsigned long long)fh->size);
+    return 1;
+  }
+  if (!fh->cache_entry && (fs.st_mtim.tv_sec != fh->mtime.tv_sec ||
+                           fs.st_mtim.tv_nsec != fh->mtime.tv_nsec)) {
+    snprintf(why, n,
+             "the file changed since the shard was opened (the same size, "
+             "modified at %lld.%09ld, was %lld.%09ld: written in place or "
+             "touched; its bytes may not be the ones scanned)",
+             (long long)fs.st_mtim.tv_sec, (long)fs.st_mtim.tv_nsec,
+             (long long)fh->mtime.tv_sec, (long)fh->mtime.tv_nsec);
+    return 1;
+  }
+  return 0;
+}
+
+/* wds__defer_pread's status for a file that changed (fh_changed) by the
+ * end of the read. */
+#define DEFER_CHANGED (-1)
+
 int wds__defer_pread(const raw_field *f, void *dst) {
-  return pread_all(f->fh->fd, dst, f->size, f->off);
+  int en = pread_all(f->fh->fd, dst, f->size, f->off);
+  if (en)
+    return en;
+  /* Checked after the read: a file unchanged now was unchanged while it
+   * was read (a write sets the mtime before it changes any byte). */
+  char why[8];
+  int ch = fh_changed(f->fh, why, sizeof why);
+  return ch == 0 ? 0 : ch > 0 ? DEFER_CHANGED : EIO;
 }
 
 int wds__defer_fail(wds__err *e, const char *url, const char *key,
@@ -227,6 +280,10 @@ int wds__defer_fail(wds__err *e, const char *url, const char *key,
 }
 
 const char *wds__defer_why(int en) {
+  if (en == DEFER_CHANGED)
+    return "the file changed while it was read (its size or modification "
+           "time is not the one seen when the shard was opened: written in "
+           "place?)";
   return en == ENODATA
              ? "the file ends before it (truncated since the shard was "
                "opened?)"
@@ -249,20 +306,10 @@ int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
     if (!f->fh)
       continue;
     const char *why = NULL;
-    char whyb[160];
+    char whyb[256];
     if (f->fh != checked) {
-      struct stat fs;
-      if (fstat(f->fh->fd, &fs) != 0) {
-        snprintf(whyb, sizeof whyb, "%s", strerror(errno));
+      if (fh_changed(f->fh, whyb, sizeof whyb) != 0)
         why = whyb;
-      } else if ((uint64_t)fs.st_size != f->fh->size) {
-        snprintf(whyb, sizeof whyb,
-                 "the file changed since the shard was opened (size %llu, "
-                 "was %llu)",
-                 (unsigned long long)fs.st_size,
-                 (unsigned long long)f->fh->size);
-        why = whyb;
-      }
       checked = f->fh;
     }
     if (!why && f->at_copy) { /* the batch copy reads it into its row */

@@ -61,6 +61,7 @@ static int feed_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
     return WDS__SINK_SKIP;
   if (src->defer < 0) { /* the shard's first large field: decide */
     src->fh = wds__fh_open(wds__reader_shard_fd(src->rd),
+                           wds__reader_shard_is_cache_entry(src->rd),
                            w->run->l->cfg.defer_reads, w->pool);
     src->defer = src->fh != NULL;
   }
@@ -89,7 +90,7 @@ static int feed_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
     src->into = nv;
     src->into_cap = c;
   }
-  void *b = wds__blk_alloc(w->pool, w->index, (size_t)size);
+  void *b = wds__blk_alloc_read(w->pool, w->index, (size_t)size);
   if (!b) {
     src->into_failed = 1;
     return WDS_ERR_NOMEM;

@@ -529,7 +529,7 @@ int wds__index_load_flags(const char *path, unsigned flags, wds__index *out,
         strncmp(out->shards[i].url, "pipe:", 5) == 0) {
       rc = wds__fail(e, WDS_ERR_FORMAT,
                      "shardlist entry %zu: " WDS__PIPE_FROM_FILE_REFUSED, i + 1,
-                     out->shards[i].url);
+                     wds__url_redact(out->shards[i].url, (char[300]){0}, 300));
       wds__index_free(out);
     }
   if (rc != WDS_OK)

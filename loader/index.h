@@ -107,8 +107,11 @@ void wds__index_free(wds__index *ix);
 
 /* index_lookup.c, for the parser: the resolved path of an entry url, its
  * identity (local relative paths joined to dir, lexically normalised;
- * remote urls and pipe: commands as wds__url_identity gives them, so
- * "pipe:curl -s http://h/a.tar" and "http://H:80/./a.tar" are one shard),
+ * remote urls and pipe: commands as wds__url_identity gives them for the
+ * url redacted (wds__url_redacted: its password, token and signature
+ * values as ***, as wds index writes them), so
+ * "pipe:curl -s http://h/a.tar" and "http://H:80/./a.tar" are one shard,
+ * and so are "http://h/a.tar?sig=A" and "http://h/a.tar?sig=***"),
  * malloc'd or NULL when out of memory; and the permutation sorting
  * entries by url (by_path 0) or path (1), a repeated key being an error
  * naming both entries. */

@@ -59,8 +59,14 @@ static char *join_normalize(const char *dir, const char *path) {
 
 char *wds__index_resolve(const char *dir, const char *url) {
   const char *lp = wds__url_local_path(url);
-  if (!lp)
-    return wds__url_identity(url); /* remote, pipe: (base/url.h) */
+  if (!lp) {
+    /* remote, pipe: (base/url.h), its secrets as *** (wds index writes
+     * them so): the same entry for any credentials */
+    char *red = wds__url_redacted(url);
+    char *id = red ? wds__url_identity(red) : NULL;
+    free(red);
+    return id;
+  }
   return join_normalize(lp == url ? dir : NULL, lp);
 }
 
@@ -97,16 +103,21 @@ int wds__index_sort(wds__index *ix, int by_path, size_t **perm, wds__err *e) {
     if (i && strcmp(k[i].key, k[i - 1].key) == 0) {
       const wds__index_entry *a = &ix->shards[k[i - 1].index],
                              *b = &ix->shards[k[i].index];
+      char ra[WDS__URL_REDACT_MAX], rb[WDS__URL_REDACT_MAX],
+          rp[WDS__URL_REDACT_MAX];
       if (by_path)
         rc = wds__fail(e, WDS_ERR_FORMAT,
                        "shardlist[%zu] (\"%s\") and shardlist[%zu] (\"%s\") "
                        "are the same file \"%s\"",
-                       k[i - 1].index, a->url, k[i].index, b->url, a->path);
+                       k[i - 1].index, wds__url_redact(a->url, ra, sizeof ra),
+                       k[i].index, wds__url_redact(b->url, rb, sizeof rb),
+                       wds__url_redact(a->path, rp, sizeof rp));
       else
         rc = wds__fail(e, WDS_ERR_FORMAT,
                        "duplicate url \"%s\" in shardlist[%zu] and "
                        "shardlist[%zu]",
-                       a->url, k[i - 1].index, k[i].index);
+                       wds__url_redact(a->url, ra, sizeof ra), k[i - 1].index,
+                       k[i].index);
       goto done;
     }
   }
@@ -155,10 +166,15 @@ const char *wds_index_local_path(const char *url) {
 
 char *wds_index_url_for(const char *url, const char *index_dir_real) {
   char *fetched = wds__url_pipe_source(url);
-  if (fetched)
-    return fetched; /* the URL, not a command to run (base/url.h) */
+  if (fetched) { /* the URL, not a command to run (base/url.h) */
+    char *red = wds__url_redacted(fetched);
+    free(fetched);
+    return red;
+  }
   const char *lp = wds__url_local_path(url);
-  if (!index_dir_real || !lp)
+  if (!lp)
+    return wds__url_redacted(url); /* no secrets in an index */
+  if (!index_dir_real)
     return strdup(url);
   char *real = realpath(lp, NULL);
   if (!real)
@@ -218,7 +234,9 @@ int wds__index_find(const wds__index *ix, const char *url, size_t *entry,
     free(rel);
   }
   if (i < 0)
-    return wds__fail(e, WDS_ERR_INVALID, "%s: not in the index", url);
+    return wds__fail(e, WDS_ERR_INVALID, "%s: not in the index",
+                     wds__url_redact(url, (char[WDS__URL_REDACT_MAX]){0},
+                                     WDS__URL_REDACT_MAX));
   const wds__index_entry *ent = &ix->shards[i];
   const char *lp = wds__url_local_path(url);
   struct stat st;

@@ -53,13 +53,17 @@
 typedef struct wds__fh {
   atomic_int refs;
   int fd;
-  uint64_t size;       /* at open: a change is an error (not the mtime) */
-  atomic_int *open;    /* the pool's count of open handles (the cap) */
-  int auto_;           /* AUTO: defer only fields whose granules are in res */
-  uint64_t *res;       /* AUTO: one bit per granule (1 MiB) whose first and
-                          last pages were in the page cache at open, while the
-                          feed reads the shard (then NULL) */
-  size_t npages, page; /* AUTO: granules and a granule's bytes */
+  uint64_t size;         /* at open: a change is an error */
+  struct timespec mtime; /* at open: a change is an error (the file was
+                            written: a same-size rewrite in place), except
+                            for a cache entry, whose mtime marks use */
+  int cache_entry;       /* a shard cache entry (never changed in place) */
+  atomic_int *open;      /* the pool's count of open handles (the cap) */
+  int auto_;             /* AUTO: defer only fields whose granules are in res */
+  uint64_t *res;         /* AUTO: one bit per granule (1 MiB) whose first and
+                            last pages were in the page cache at open, while the
+                            feed reads the shard (then NULL) */
+  size_t npages, page;   /* AUTO: granules and a granule's bytes */
 } wds__fh;
 
 /* A handle on fd's file (duplicated) when deferral applies under mode:
@@ -68,7 +72,8 @@ typedef struct wds__fh {
  * under AUTO some of the file in the page cache; else NULL (read in the
  * stream). One reference, the caller's. */
 typedef struct blk_pool blk_pool;
-wds__fh *wds__fh_open(int fd, wds_defer_reads mode, blk_pool *bp);
+wds__fh *wds__fh_open(int fd, int cache_entry, wds_defer_reads mode,
+                      blk_pool *bp);
 /* Whether the field at off (size bytes) is deferred: always under ON;
  * under AUTO when all its granules were in the page cache at open (a read
  * from there is as cheap in any order; from a disk it is not). Only until
@@ -146,7 +151,11 @@ typedef struct queue {
 
 /* ---- slots ---- */
 
-enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+/* FREE -> FILLING (the collator) -> READY (posted) -> HELD (next() gave it
+ * out) -> FREE (release), or HELD -> FENCED (release_after) -> FREE once its
+ * fence is done. HELD and FENCED slots count in `held`, FENCED also in
+ * `fenced`. */
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD, SLOT_FENCED };
 
 typedef struct slot_buf {
   void *mem;
@@ -156,6 +165,8 @@ typedef struct slot_buf {
 typedef struct slot {
   int state;
   wds_batch batch;
+  wds_release_fence fence; /* FENCED: what frees it (loader.c) */
+  uint64_t fence_seq;      /* FENCED: order of release_after calls */
   wds_batch_field *bf;
   slot_buf *buf;      /* per field, from the allocator */
   uint64_t **offsets; /* per field (VARIABLE rows), batch_size + 1 */
@@ -351,6 +362,13 @@ struct wds_loader {
   pthread_mutex_t log_mu;
   slot *slots;
   int nslots, held;
+  /* Fences (wds_loader_release_after): FENCED slots, the next sequence
+   * number, and the lock that makes one thread at a time run callbacks (the
+   * FENCED slots' fence fields change only under it and mu). */
+  int fenced;
+  uint64_t fence_next;
+  pthread_mutex_t fence_mu;
+  int *fence_tmp;     /* nslots entries: the FENCED slots seen by a poll */
   int collator_waits; /* the collator is blocked for want of a free slot */
   ready_entry *ready;
   size_t ready_head, ready_len;
@@ -410,8 +428,10 @@ static inline void wds__blk_free(void *p) {
 
 /* A block of at least need bytes from bp (the worker's; NULL: a fresh
  * block), or NULL. The common case, the worker's last block fitting, is
- * inline. */
-void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need);
+ * inline. A fresh large block is populated (its pages made at once) when
+ * populate is 1: for blocks written whole right away, never for one a
+ * stream is read into (wds__blk_alloc_read). */
+void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need, int populate);
 
 /* Whether a recycled block of cap bytes serves a request of need: large
  * enough, and for a small request (16 KiB at most) not a large block (over
@@ -423,7 +443,8 @@ static inline int wds__blk_fits(size_t cap, size_t need) {
   return cap >= need && (need > ((size_t)16 << 10) || cap <= (size_t)64 << 10);
 }
 
-static inline void *wds__blk_alloc(blk_pool *bp, int owner, size_t need) {
+static inline void *wds__blk_alloc_pop(blk_pool *bp, int owner, size_t need,
+                                       int populate) {
   if (bp && bp->local_len > 0) {
     void *p = bp->local[bp->local_len - 1];
     if (wds__blk_fits(((blk_head *)p - 1)->cap, need)) {
@@ -431,7 +452,17 @@ static inline void *wds__blk_alloc(blk_pool *bp, int owner, size_t need) {
       return p;
     }
   }
-  return wds__blk_alloc_slow(bp, owner, need);
+  return wds__blk_alloc_slow(bp, owner, need, populate);
+}
+
+static inline void *wds__blk_alloc(blk_pool *bp, int owner, size_t need) {
+  return wds__blk_alloc_pop(bp, owner, need, 1);
+}
+
+/* A block for a stream's bytes, whose size is what a tar header claims:
+ * none of it populated (the reader populates as the bytes arrive). */
+static inline void *wds__blk_alloc_read(blk_pool *bp, int owner, size_t need) {
+  return wds__blk_alloc_pop(bp, owner, need, 0);
 }
 
 static inline void wds__blk_return(blk_returns *r, void *p) {

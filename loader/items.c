@@ -17,6 +17,8 @@
  * field. Its raw sample and owned field data are blocks too. */
 #include "loader/internal.h"
 
+#include "base/mem.h"
+
 #include <assert.h>
 #include <sys/mman.h>
 
@@ -79,20 +81,6 @@ void wds__blk_free_carved(blk_head *h) {
   chunk_unref(c);
 }
 
-static void populate(void *p, size_t n) {
-#ifdef MADV_POPULATE_WRITE
-  /* Pages about to be written whole are made in one call instead of one
-   * fault each, which costs several times more on a VM. */
-  uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
-  uintptr_t z = ((uintptr_t)p + n) & ~(uintptr_t)4095;
-  if (z > a)
-    (void)madvise((void *)a, z - a, MADV_POPULATE_WRITE);
-#else
-  (void)p;
-  (void)n;
-#endif
-}
-
 /* A carved block of `bytes` (header included, a multiple of 16), or NULL
  * when the pool's budget is spent or no chunk can be had. */
 static blk_head *carve(blk_pool *bp, size_t bytes) {
@@ -104,7 +92,7 @@ static blk_head *carve(blk_pool *bp, size_t bytes) {
     blk_chunk *c = malloc(size);
     if (!c)
       return NULL;
-    populate(c, size);
+    wds__populate_write(c, size);
     atomic_init(&c->refs, 1);
     c->size = size;
     BLK_POISON(c + 1, size - sizeof *c);
@@ -143,7 +131,7 @@ static void *take_small(void **v, size_t *len, size_t need) {
   return NULL;
 }
 
-void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need) {
+void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need, int populate) {
   if (!bp)
     goto fresh;
   if (bp->local_len == 0) {
@@ -193,11 +181,15 @@ fresh:;
     if (!(h = malloc(sizeof *h + cap)))
       return NULL;
     h->chunk_off = 0;
-    /* A large block is about to be written whole (a field read into it,
-     * a decoded image). Only the bytes asked for, not the slack, so the
-     * resident size does not grow. */
-    if (need >= BLK_POPULATE_BYTES)
-      populate(h, sizeof *h + need);
+    /* A large block about to be written whole (a decoded image, a
+     * deferred field's pread) is made at once. Only the bytes asked for,
+     * not the slack, so the resident size does not grow; and never a block
+     * a stream's bytes will be read into (populate 0): its size is a tar
+     * header's claim, and the bytes may never come (issue 26: a 10 KB
+     * shard claiming 1 GB made 1 GB resident per worker). The reader
+     * populates such a block as its data arrives (wds__tar_read_into). */
+    if (populate && need >= BLK_POPULATE_BYTES)
+      wds__populate_write(h, sizeof *h + need);
   }
   h->cap = cap;
   h->owner = owner;

@@ -39,6 +39,7 @@
  * wds_loader_cancel sets it for good. A cancelled read is never a skipped
  * error: it ends the worker. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -202,7 +203,8 @@ static int setup_pool(wds_loader *l) {
   l->nslots = (int)l->cfg.prefetch_batches;
   l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
   l->ready = calloc((size_t)l->nslots + 2, sizeof *l->ready);
-  if (!l->slots || !l->ready)
+  l->fence_tmp = calloc((size_t)l->nslots, sizeof *l->fence_tmp);
+  if (!l->slots || !l->ready || !l->fence_tmp)
     return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
   for (int k = 0; k < l->nslots; k++) {
     wds__err e;
@@ -220,6 +222,7 @@ static void free_pool(wds_loader *l) {
     wds__slot_free(&l->col, &l->slots[k]);
   free(l->slots);
   free(l->ready);
+  free(l->fence_tmp);
   l->slots = NULL;
 }
 
@@ -334,6 +337,7 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   pthread_mutex_init(&l->mu, NULL);
   pthread_cond_init(&l->cv, NULL);
   pthread_mutex_init(&l->log_mu, NULL);
+  pthread_mutex_init(&l->fence_mu, NULL);
   wds__cancel_init(&l->wake); /* works without its eventfd too, by polling */
   atomic_init(&l->cancelled, 0);
   l->cfg = *cfg;
@@ -507,6 +511,109 @@ static int cancelled(wds_loader *l) {
   return l->failed;
 }
 
+/* ---- fences (wds_loader_release_after) ---- */
+
+static int fenced_count(wds_loader *l) {
+  pthread_mutex_lock(&l->mu);
+  int n = l->fenced;
+  pthread_mutex_unlock(&l->mu);
+  return n;
+}
+
+/* Frees the FENCED slots whose fences are done, calling their drop(). With
+ * `block` and none done, waits for the oldest: its wait(), or a millisecond
+ * when it has none (the caller polls again). Returns the slots freed. */
+static int fences_poll(wds_loader *l, int block) {
+  pthread_mutex_lock(&l->fence_mu);
+  int n = 0;
+  pthread_mutex_lock(&l->mu);
+  for (int i = 0; i < l->nslots; i++)
+    if (l->slots[i].state == SLOT_FENCED)
+      l->fence_tmp[n++] = i;
+  pthread_mutex_unlock(&l->mu);
+  /* The fence fields of these slots change only under fence_mu: read
+   * without mu from here on. */
+  int freed = 0, oldest = -1;
+  for (int k = 0; k < n; k++) {
+    slot *s = &l->slots[l->fence_tmp[k]];
+    if (!s->fence.done(s->fence.ctx)) {
+      if (oldest < 0 || s->fence_seq < l->slots[oldest].fence_seq)
+        oldest = l->fence_tmp[k];
+      l->fence_tmp[k] = -1;
+      continue;
+    }
+    freed++;
+  }
+  if (block && freed == 0 && oldest >= 0) {
+    slot *s = &l->slots[oldest];
+    if (s->fence.wait) {
+      s->fence.wait(s->fence.ctx);
+      l->fence_tmp[0] = oldest;
+      n = freed = 1;
+    } else {
+      struct timespec ms = {0, 1000 * 1000};
+      nanosleep(&ms, NULL);
+    }
+  }
+  for (int k = 0; freed && k < n; k++) {
+    if (l->fence_tmp[k] < 0)
+      continue;
+    slot *s = &l->slots[l->fence_tmp[k]];
+    wds_release_fence f = s->fence;
+    pthread_mutex_lock(&l->mu);
+    s->state = SLOT_FREE;
+    memset(&s->fence, 0, sizeof s->fence);
+    l->held--;
+    l->fenced--;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    if (f.drop)
+      f.drop(f.ctx);
+  }
+  pthread_mutex_unlock(&l->fence_mu);
+  return freed;
+}
+
+int wds_loader_release_after(wds_loader *l, const wds_batch *b,
+                             const wds_release_fence *fence) {
+  if (!l)
+    return WDS_ERR_INVALID;
+  if (!b || !fence || !fence->done || b->slot < 0 || b->slot >= l->nslots ||
+      b != &l->slots[b->slot].batch) {
+    wds__set_error(l, "wds_loader_release_after: %s",
+                   !fence || !fence->done ? "the fence has no done()"
+                                          : "not a batch of this loader");
+    return WDS_ERR_INVALID;
+  }
+  pthread_mutex_lock(&l->fence_mu);
+  pthread_mutex_lock(&l->mu);
+  slot *s = &l->slots[b->slot];
+  int ok = s->state == SLOT_HELD;
+  if (ok) {
+    s->fence = *fence;
+    s->fence_seq = l->fence_next++;
+    s->state = SLOT_FENCED;
+    l->fenced++;
+  }
+  pthread_mutex_unlock(&l->mu);
+  pthread_mutex_unlock(&l->fence_mu);
+  if (!ok) {
+    wds__set_error(l,
+                   "wds_loader_release_after: batch %" PRIu64
+                   " of epoch %" PRIu64 " is not held (released twice?)",
+                   b->index, b->epoch);
+    return WDS_ERR_INVALID;
+  }
+  fences_poll(l, 0); /* perhaps done already */
+  return WDS_OK;
+}
+
+/* close(): every fence's slot back, every drop() called. */
+static void fences_drain(wds_loader *l) {
+  while (fenced_count(l) > 0)
+    fences_poll(l, 1);
+}
+
 int wds_loader_next(wds_loader *l, const wds_batch **out) {
   if (out)
     *out = NULL;
@@ -526,11 +633,22 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
     }
   }
   uint64_t t0 = wds__now_ns();
+  if (fenced_count(l) > 0)
+    fences_poll(l, 0);
   pthread_mutex_lock(&l->mu);
   while (l->ready_len == 0) {
-    /* Only a deadlock if the collator needs a slot: it may still be about
-     * to post the end of the epoch, which needs none. */
-    if (l->held == l->nslots && l->collator_waits) {
+    if (l->fenced > 0 && !atomic_load(&l->cancelled)) {
+      /* Slots behind fences: free those done; when the collator waits for a
+       * slot, wait for the oldest fence. */
+      int block = l->collator_waits;
+      pthread_mutex_unlock(&l->mu);
+      int freed = fences_poll(l, block);
+      pthread_mutex_lock(&l->mu);
+      if (freed || block)
+        continue;
+    } else if (l->fenced == 0 && l->held == l->nslots && l->collator_waits) {
+      /* Only a deadlock if the collator needs a slot: it may still be about
+       * to post the end of the epoch, which needs none. */
       pthread_mutex_unlock(&l->mu);
       wds__set_error(
           l,
@@ -547,7 +665,7 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
      * so the wait is sliced. */
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 50 * 1000 * 1000;
+    until.tv_nsec += (l->fenced > 0 ? 1 : 50) * 1000 * 1000;
     if (until.tv_nsec >= 1000000000L) {
       until.tv_sec++;
       until.tv_nsec -= 1000000000L;
@@ -675,6 +793,8 @@ void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *o) {
 void wds_loader_close(wds_loader *l) {
   if (!l)
     return;
+  if (l->slots)
+    fences_drain(l);
   wds__run_stop(l);
   for (int i = 0; l->pools && i < 2 * l->cfg.workers; i++)
     wds__blk_pool_destroy(&l->pools[i]);
@@ -691,6 +811,7 @@ void wds_loader_close(wds_loader *l) {
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);
   pthread_mutex_destroy(&l->log_mu);
+  pthread_mutex_destroy(&l->fence_mu);
   wds__cancel_destroy(&l->wake);
   free(l);
 }

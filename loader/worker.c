@@ -154,6 +154,8 @@ void *wds__worker_main(void *arg) {
   feeds src;
   wds__shuffle sh;
   wds__decoder *dec = wds__decoder_new();
+  if (dec)
+    wds__decoder_set_memory_limit(dec, l->cfg.image_memory_limit);
   memset(&sh, 0, sizeof sh);
   int feeds_failed = wds__feeds_init(&src, w) != 0;
   if (feeds_failed ||

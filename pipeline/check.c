@@ -40,6 +40,12 @@ void wds_decode_checker_close(wds_decode_checker *c) {
   free(c);
 }
 
+void wds_decode_checker_set_image_memory_limit(wds_decode_checker *c,
+                                               uint64_t bytes) {
+  if (c)
+    wds__decoder_set_memory_limit(c->dec, bytes);
+}
+
 int wds_decode_check(wds_decode_checker *c, const char *ext, const void *data,
                      size_t size, char *err, size_t err_size) {
   wds_decode_checker *own = NULL;

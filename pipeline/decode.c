@@ -51,12 +51,15 @@ struct wds__decoder {
   size_t rows_cap;
   wds__taps tx, ty;
   uint64_t max_pixels;
+  uint64_t mem_limit; /* the image memory budget, bytes */
 };
 
 wds__decoder *wds__decoder_new(void) {
   wds__decoder *d = calloc(1, sizeof *d);
-  if (d)
+  if (d) {
     d->max_pixels = WDS__MAX_PIXELS;
+    d->mem_limit = WDS_IMAGE_MEMORY_LIMIT_DEFAULT;
+  }
   return d;
 }
 
@@ -75,6 +78,37 @@ void wds__decoder_free(wds__decoder *d) {
 
 void wds__decoder_set_max_pixels(wds__decoder *d, uint64_t max_pixels) {
   d->max_pixels = max_pixels ? max_pixels : WDS__MAX_PIXELS;
+}
+
+void wds__decoder_set_memory_limit(wds__decoder *d, uint64_t bytes) {
+  d->mem_limit = bytes ? bytes : WDS_IMAGE_MEMORY_LIMIT_DEFAULT;
+}
+
+/* A byte count for messages: "775.0 MB" (decimal units, as sizes are
+ * printed elsewhere) with the exact count. */
+static void mem_str(char *b, size_t n, uint64_t bytes) {
+  if (bytes >= 1000000)
+    snprintf(b, n, "%.1f MB (%llu bytes)", bytes / 1e6,
+             (unsigned long long)bytes);
+  else
+    snprintf(b, n, "%llu bytes", (unsigned long long)bytes);
+}
+
+/* The budget check: WDS_OK, or WDS_ERR_LIMIT naming the image (what, w x
+ * h), what its decode needs (need bytes; how, e.g. "decoded at 2000x2000
+ * RGB") and the limit. */
+static int over_budget(const wds__decoder *d, wds__err *e, const char *what,
+                       uint64_t w, uint64_t h, uint64_t need, const char *how) {
+  if (need <= d->mem_limit)
+    return WDS_OK;
+  char nb[64], lb[64];
+  mem_str(nb, sizeof nb, need);
+  mem_str(lb, sizeof lb, d->mem_limit);
+  return wds__fail(e, WDS_ERR_LIMIT,
+                   "%s: %llux%llu image needs %s to decode (%s), over the "
+                   "image memory limit of %s (image_memory_limit)",
+                   what, (unsigned long long)w, (unsigned long long)h, nb, how,
+                   lb);
 }
 
 static int grow_bytes(uint8_t **buf, size_t *cap, size_t need) {
@@ -220,6 +254,16 @@ static int decode_png(wds__decoder *d, const uint8_t *data, size_t size,
     goto cleanup;
   }
   int max_ch = in_ch > channels ? in_ch : channels;
+  {
+    char how[96];
+    snprintf(how, sizeof how, "decoded whole, %d bytes a pixel", max_ch);
+    rc = over_budget(d, e, "PNG", w, h,
+                     (uint64_t)w * h * (uint64_t)max_ch +
+                         (uint64_t)h * sizeof *d->rows,
+                     how);
+    if (rc != WDS_OK)
+      goto cleanup;
+  }
   if (grow_bytes(&d->img, &d->img_cap, (size_t)w * h * (size_t)max_ch)) {
     rc = wds__fail(e, WDS_ERR_NOMEM, "PNG: out of memory");
     goto cleanup;
@@ -255,6 +299,11 @@ typedef struct jpeg_headers {
    * the scan, and nothing unusual in the segments before it. 0 is always
    * safe: it costs a new decompressor. */
   int self_contained;
+  /* For the memory budget: the frame marker (0xC0..0xCF), its component
+   * count and sampling factors (0 where not read), and the components of
+   * the first scan (0: not seen). */
+  int sof, nf, scan_comps;
+  int hs[4], vs[4];
 } jpeg_headers;
 
 /* The tables a DQT segment's payload defines (bit t: table t), read as
@@ -329,6 +378,8 @@ static int jpeg_scan_headers(const uint8_t *p, size_t n, jpeg_headers *hd,
       if (!sof)
         return wds__fail(e, WDS_ERR_FORMAT,
                          "JPEG: no frame header before marker 0x%02x", m);
+      if (m == 0xDA && sn >= 1)
+        hd->scan_comps = s[0];
       /* one scan over all nf components, naming defined tables */
       if (m == 0xDA && !odd && sn >= 1 && s[0] == nf &&
           sn == 4 + 2 * (size_t)nf) {
@@ -355,6 +406,14 @@ static int jpeg_scan_headers(const uint8_t *p, size_t n, jpeg_headers *hd,
       hd->w = p[i + 7] << 8 | p[i + 8];
       sof = m;
       nf = sn >= 6 ? s[5] : 0;
+      hd->sof = m;
+      if (nf >= 1 && nf <= 4 && sn == 6 + 3 * (size_t)nf) {
+        hd->nf = nf;
+        for (int k = 0; k < nf; k++) {
+          hd->hs[k] = s[7 + 3 * k] >> 4;
+          hd->vs[k] = s[7 + 3 * k] & 15;
+        }
+      }
       if ((m != 0xC0 && m != 0xC1) || nf < 1 || nf > 4 ||
           sn != 6 + 3 * (size_t)nf)
         return WDS_OK;
@@ -423,6 +482,48 @@ static int span_fits(const wds__crop_plan *p, int src_w, int src_h, int dec_w,
   return sw >= out_w - 1e-9 && sh >= out_h - 1e-9;
 }
 
+/* The bytes of DCT coefficients libjpeg keeps for the whole image when it
+ * decodes from a buffer of them (a progressive frame, or a sequential one
+ * whose first scan does not hold every component: several scans), else 0.
+ * Per component, its blocks rounded up to whole MCUs (jdcoefct.c's
+ * virtual arrays), 64 coefficients of 2 bytes each; components whose
+ * sampling factors were not read count at full size (and 3 of them when
+ * the count was not read either). */
+static uint64_t jpeg_coef_bytes(const jpeg_headers *hd, uint64_t w,
+                                uint64_t h) {
+  int sequential = hd->sof == 0xC0 || hd->sof == 0xC1 || hd->sof == 0xC3 ||
+                   hd->sof == 0xC5 || hd->sof == 0xC9 || hd->sof == 0xCB ||
+                   hd->sof == 0xCD;
+  int progressive =
+      hd->sof == 0xC2 || hd->sof == 0xC6 || hd->sof == 0xCA || hd->sof == 0xCE;
+  if (sequential && hd->nf > 0 && hd->scan_comps == hd->nf)
+    return 0;
+  if (!sequential && !progressive && hd->sof != 0)
+    return 0; /* not a frame libjpeg decodes: it fails, nothing buffered */
+  int hmax = 1, vmax = 1, known = hd->nf > 0;
+  for (int k = 0; k < hd->nf; k++) {
+    if (hd->hs[k] < 1 || hd->hs[k] > 4 || hd->vs[k] < 1 || hd->vs[k] > 4)
+      known = 0;
+    if (hd->hs[k] > hmax)
+      hmax = hd->hs[k];
+    if (hd->vs[k] > vmax)
+      vmax = hd->vs[k];
+  }
+  uint64_t total = 0;
+  int n = hd->nf > 0 ? hd->nf : 3;
+  for (int k = 0; k < n; k++) {
+    uint64_t hk = known ? (uint64_t)hd->hs[k] : 1,
+             vk = known ? (uint64_t)hd->vs[k] : 1;
+    uint64_t hm = known ? (uint64_t)hmax : 1, vm = known ? (uint64_t)vmax : 1;
+    uint64_t bw = (w * hk + hm * 8 - 1) / (hm * 8);
+    uint64_t bh = (h * vk + vm * 8 - 1) / (vm * 8);
+    bw = (bw + hk - 1) / hk * hk;
+    bh = (bh + vk - 1) / vk * vk;
+    total += bw * bh * 64 * 2;
+  }
+  return total;
+}
+
 /* Decodes with d->tj into d->img at the smallest scale that serves o. */
 static int jpeg_read(wds__decoder *d, const uint8_t *data, size_t size,
                      const jpeg_headers *hd, const wds__image_opts *o,
@@ -462,6 +563,17 @@ static int jpeg_read(wds__decoder *d, const uint8_t *data, size_t size,
   int cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
   int pf = cmyk ? TJPF_CMYK : o->channels == 1 ? TJPF_GRAY : TJPF_RGB;
   int ps = tjPixelSize[pf];
+  uint64_t coef = jpeg_coef_bytes(hd, (uint64_t)w, (uint64_t)h);
+  char how[160];
+  snprintf(how, sizeof how, "decoded at %dx%d, %d bytes a pixel%s", dec_w,
+           dec_h, ps,
+           coef ? ", with the whole image's DCT coefficients buffered "
+                  "(progressive or multi-scan)"
+                : "");
+  if ((rc = over_budget(d, e, "JPEG", (uint64_t)w, (uint64_t)h,
+                        (uint64_t)dec_w * (uint64_t)dec_h * (uint64_t)ps + coef,
+                        how)) != WDS_OK)
+    return rc;
   if (grow_bytes(&d->img, &d->img_cap, (size_t)dec_w * dec_h * (size_t)ps))
     return wds__fail(e, WDS_ERR_NOMEM, "JPEG: out of memory");
   if ((rc = jpeg_decompress(d, data, size, d->img, dec_w, dec_h, pf, e)) !=
@@ -507,7 +619,8 @@ static void jpeg_drop(wds__decoder *d) {
 static int decode_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
                        const wds__image_opts *o, wds__crop_plan *plan,
                        int *w_out, int *h_out, wds__err *e) {
-  jpeg_headers hd = {0, 0, 0};
+  jpeg_headers hd;
+  memset(&hd, 0, sizeof hd);
   int rc;
   if (size > ULONG_MAX)
     return wds__fail(e, WDS_ERR_LIMIT, "JPEG: too large");

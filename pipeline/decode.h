@@ -28,6 +28,16 @@ void wds__decoder_free(wds__decoder *d); /* NULL is a no-op */
  * Default and 0: 2^28. The fuzz target lowers it. */
 void wds__decoder_set_max_pixels(wds__decoder *d, uint64_t max_pixels);
 
+/* The memory one image's decode may take, in bytes (the image memory
+ * budget, wds_loader_config.image_memory_limit): the decoded image (a JPEG
+ * at the DCT scale its output needs, a PNG whole, at the channels it is
+ * decoded into) and, for a JPEG whose decoder buffers the whole image's
+ * DCT coefficients (progressive, or several scans), those at 2 bytes each.
+ * Checked from the headers before the decode allocates; over it is
+ * WDS_ERR_LIMIT naming the image's size, what it needs and the limit.
+ * 0: WDS_IMAGE_MEMORY_LIMIT_DEFAULT. */
+void wds__decoder_set_memory_limit(wds__decoder *d, uint64_t bytes);
+
 /* Image output: exactly width x height x channels uint8 (HWC, RGB or L). */
 typedef struct wds__image_opts {
   int width, height;

@@ -101,6 +101,10 @@ int wds__reader_shard_fd(const wds_reader *r) {
   return r->stream ? wds__stream_file_fd(r->stream) : -1;
 }
 
+int wds__reader_shard_is_cache_entry(const wds_reader *r) {
+  return r->stream && wds__stream_file_is_cache_entry(r->stream);
+}
+
 uint64_t wds__reader_data_offset(const wds_reader *r) {
   return r->pending.data_offset;
 }

@@ -41,6 +41,8 @@ typedef int (*wds__member_sink)(void *ctx, const char *ext, uint64_t size,
  * until the shard is closed), else -1; and the file offset of the data of
  * the member the sink is asked about. */
 int wds__reader_shard_fd(const wds_reader *r);
+/* Whether that file is a shard cache entry (shards/source.h). */
+int wds__reader_shard_is_cache_entry(const wds_reader *r);
 uint64_t wds__reader_data_offset(const wds_reader *r);
 
 /* Sets (sink NULL: clears) where the reader puts member data from the next

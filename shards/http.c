@@ -631,6 +631,12 @@ static int start_attempt(wds__http *s, wds__err *err) {
   const char *cadir = getenv("SSL_CERT_DIR");
   if (cadir && *cadir)
     SET(CURLOPT_CAPATH, cadir);
+  if (!s->sigv4) {
+    /* Credentials for an http(s) host from ~/.netrc when the URL has none
+     * (as curl --netrc-optional): they need not be in the URL, where
+     * they would travel into logs and files. */
+    SET(CURLOPT_NETRC, (long)CURL_NETRC_OPTIONAL);
+  }
   if (s->sigv4) {
     SET(CURLOPT_AWS_SIGV4, s->sigv4);
     SET(CURLOPT_USERPWD, s->userpwd);

@@ -147,17 +147,18 @@ static int build_url(const wds__s3_env *env, const char *bucket,
   *out = NULL;
   if (env->endpoint) {
     const char *e = env->endpoint;
+    char red[WDS__URL_REDACT_MAX]; /* e in messages: without its secrets */
     if (strncmp(e, "http://", 7) != 0 && strncmp(e, "https://", 8) != 0)
       return wds__fail(err, WDS_ERR_OPEN,
                        "%s=\"%.200s\" is not an http:// or https:// URL",
-                       env->endpoint_var, e);
+                       env->endpoint_var, wds__url_redact(e, red, sizeof red));
     size_t n = strlen(e);
     while (n > 0 && e[n - 1] == '/')
       n--;
     if (memchr(e, '?', n) || memchr(e, '#', n) || memchr(e, ' ', n))
       return wds__fail(err, WDS_ERR_OPEN,
                        "%s=\"%.200s\" has a query, fragment or space",
-                       env->endpoint_var, e);
+                       env->endpoint_var, wds__url_redact(e, red, sizeof red));
     wds__sb_putn(&b, e, n);
     wds__sb_puts(&b, "/");
     wds__sb_puts(&b, bucket); /* path style */

@@ -484,6 +484,10 @@ done:
 static int reap_command(wds__source *s, wds__err *err) {
   int status = 0;
   pid_t r;
+  /* the command as messages show it: the URLs in it without their
+   * secrets (base/url.h) */
+  char rb[WDS__URL_REDACT_MAX];
+  const char *cmd = wds__url_redact(s->command, rb, sizeof rb);
   warden_send('-', s->pid);
   do {
     r = waitpid(s->pid, &status, 0);
@@ -495,14 +499,13 @@ static int reap_command(wds__source *s, wds__err *err) {
     return WDS_OK;
   if (r < 0)
     return wds__fail(err, WDS_ERR_COMMAND, "cannot wait for command \"%s\": %s",
-                     s->command, strerror(errno));
+                     cmd, strerror(errno));
   if (WIFEXITED(status)) {
     int code = WEXITSTATUS(status);
     if (code == 0 || code == 141)
       return WDS_OK;
     return wds__fail(err, WDS_ERR_COMMAND,
-                     "command \"%s\" failed with exit status %d", s->command,
-                     code);
+                     "command \"%s\" failed with exit status %d", cmd, code);
   }
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
@@ -510,11 +513,11 @@ static int reap_command(wds__source *s, wds__err *err) {
       return WDS_OK;
     return wds__fail(
         err, WDS_ERR_COMMAND,
-        "command \"%s\" killed by signal %d (%s) before it could exit",
-        s->command, sig, strsignal(sig));
+        "command \"%s\" killed by signal %d (%s) before it could exit", cmd,
+        sig, strsignal(sig));
   }
   return wds__fail(err, WDS_ERR_COMMAND, "command \"%s\" ended abnormally",
-                   s->command);
+                   cmd);
 }
 
 /* Waits until the descriptor has data (or its end, or an error, which the
@@ -623,6 +626,10 @@ int wds__source_is_regular(const wds__source *s) { return s->regular; }
 
 int wds__source_file_fd(const wds__source *s) {
   return s && s->regular ? s->fd : -1;
+}
+
+int wds__source_is_cache_entry(const wds__source *s) {
+  return s && s->cache_name != NULL;
 }
 
 void wds__source_close(wds__source *s) {

@@ -43,6 +43,11 @@ int wds__source_is_regular(const wds__source *s);
  * anything else (stdin, pipes, http). Owned by the source. */
 int wds__source_file_fd(const wds__source *s);
 
+/* Whether the source reads a shard cache entry (cache.h): a file the cache
+ * never changes in place (entries are linked whole, replaced by rename),
+ * whose mtime it sets to mark use (a hit by any process). */
+int wds__source_is_cache_entry(const wds__source *s);
+
 /* Closes the source. A command that is still running (because the caller
  * stopped reading early) is stopped: that is not an error. NULL is a no-op. */
 void wds__source_close(wds__source *s);

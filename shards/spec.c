@@ -57,10 +57,29 @@
 #define WDS__ENV_PASSES 10
 #define WDS__QUOTE_CHARS 200
 
-/* Quoted pattern for messages: "%.*s%s" with quote_len / quote_tail. */
+/* The pattern s[0..n) as a message quotes it: its secrets hidden first
+ * (wds__url_redact: a password, a token, a signature; before the cut, so
+ * no part of one is shown), then cut to WDS__QUOTE_CHARS and "...". buf
+ * holds WDS__QUOTE_BUF bytes. */
+#define WDS__QUOTE_BUF (WDS__QUOTE_CHARS + 4)
+static const char *quote_spec(const char *s, size_t n, char *buf) {
+  char red[WDS__URL_REDACT_MAX], *copy = strndup(s, n);
+  const char *r = copy ? wds__url_redact(copy, red, sizeof red) : "...";
+  size_t rn = strlen(r);
+  if (rn > WDS__QUOTE_CHARS) {
+    memcpy(buf, r, WDS__QUOTE_CHARS);
+    memcpy(buf + WDS__QUOTE_CHARS, "...", 4);
+  } else {
+    memcpy(buf, r, rn + 1);
+  }
+  free(copy);
+  return buf;
+}
+
+/* Quoted pattern for messages: the arguments of "%.*s%s" (quote_spec,
+ * into a buffer that lives until the end of the enclosing block). */
 #define QUOTE_ARGS(s, n)                                                       \
-  (int)((n) > WDS__QUOTE_CHARS ? WDS__QUOTE_CHARS : (n)), (s),                 \
-      ((n) > WDS__QUOTE_CHARS ? "..." : "")
+  WDS__QUOTE_BUF, quote_spec((s), (n), (char[WDS__QUOTE_BUF]){0}), ""
 
 static const char alphabet[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
@@ -1160,7 +1179,7 @@ static int expand_line(expander *x, const char *path, size_t lineno,
     if (!(x->flags & WDS_SPEC_ALLOW_PIPE_FROM_FILES) &&
         strncmp(x->list.urls[i], "pipe:", 5) == 0)
       rc = wds__fail(x->e, WDS_ERR_SPEC, WDS__PIPE_FROM_FILE_REFUSED,
-                     x->list.urls[i]);
+                     wds__url_redact(x->list.urls[i], (char[300]){0}, 300));
   if (rc != WDS_OK)
     wds__err_prefix(x->e, "%.300s line %zu", path, lineno);
   return rc;

@@ -982,6 +982,10 @@ int wds__stream_file_fd(const wds__stream *s) {
   return s && s->codec == CODEC_NONE ? wds__source_file_fd(s->src) : -1;
 }
 
+int wds__stream_file_is_cache_entry(const wds__stream *s) {
+  return s && wds__source_is_cache_entry(s->src);
+}
+
 const char *wds__stream_codec(const wds__stream *s) {
   switch (s->codec) {
   case CODEC_NONE:

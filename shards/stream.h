@@ -45,6 +45,8 @@ const char *wds__stream_codec(const wds__stream *s);
  * the file's descriptor (owned by the stream), whose offsets are the
  * stream's, so a member's data_offset is where pread finds it. Else -1. */
 int wds__stream_file_fd(const wds__stream *s);
+/* Whether that file is a shard cache entry (wds__source_is_cache_entry). */
+int wds__stream_file_is_cache_entry(const wds__stream *s);
 
 /* Stops the reading thread, if any (a read it is blocked in ends at once),
  * and frees everything. NULL is a no-op. */

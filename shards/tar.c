@@ -44,6 +44,9 @@
 #define DIRECT_MIN_BYTES ((uint64_t)64 << 10)
 #define DIRECT_FILL_BYTES ((size_t)8 << 10)
 #define DIRECT_MEMBERS 8
+/* wds__tar_read_into: the first piece of the caller's buffer populated
+ * ahead of the reads (the pieces then double). */
+#define READ_POPULATE_MIN ((size_t)1 << 20)
 /* wds__tar_skip_unread: a member at least this large turns them on too. */
 #define SKIP_DIRECT_BYTES ((uint64_t)16 << 10)
 
@@ -735,13 +738,25 @@ int wds__tar_read_into(wds__tar *t, const wds__tar_member *m, void *dst,
    * padding after them is at the window's end. */
   uint8_t *p = (uint8_t *)dst + have;
   uint64_t left = m->size - have;
+  /* dst's size is the header's claim, not what the stream holds: its pages
+   * are made (populated) a piece at a time ahead of the reads, pieces
+   * growing with the bytes read (at least READ_POPULATE_MIN, at most as
+   * many as read so far), so a member that claims a gigabyte in a short
+   * stream costs the bytes it has, not the claim (issue 26). */
+  uint8_t *made = p;
   while (left > 0) {
-    ssize_t n = t->stream_eof
-                    ? 0
-                    : wds__stream_read(t->stream, p,
-                                       left > SIZE_MAX / 2 ? SIZE_MAX / 2
-                                                           : (size_t)left,
-                                       err);
+    size_t want = left > SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)left;
+    if (p == made) {
+      size_t done = (size_t)(p - (uint8_t *)dst);
+      size_t piece = done > READ_POPULATE_MIN ? done : READ_POPULATE_MIN;
+      if (piece > want)
+        piece = want;
+      wds__populate_write(made, piece);
+      made += piece;
+    }
+    if (want > (size_t)(made - p))
+      want = (size_t)(made - p);
+    ssize_t n = t->stream_eof ? 0 : wds__stream_read(t->stream, p, want, err);
     if (n < 0) {
       wds__err_prefix(err, "member \"%s\" at offset %llu (%llu bytes)", m->name,
                       (unsigned long long)m->header_offset,

@@ -23,6 +23,7 @@
  * directory, or in place for a device or a FIFO. */
 #include "wds/writer.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -32,12 +33,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
 
 #include "base/err.h"
 #include "base/mem.h"
+#include "base/text.h"
 #include "tarw.h"
 
 #define DEFAULT_MAX_COUNT 100000u
@@ -57,6 +60,12 @@ struct wds_writer {
   void (*on_shard)(void *ctx, const char *path, uint64_t samples,
                    uint64_t file_bytes);
   void *on_shard_ctx;
+  void (*on_leftover)(void *ctx, const char *path);
+  void *on_leftover_ctx;
+
+  /* The pattern's lock (numbered patterns, from the first shard on). */
+  int lock_fd;
+  char *lock_path;
 
   wds__tarw *tw; /* current shard or stream; NULL between shards */
   int fd_ended;  /* out_fd mode: the stream is finished */
@@ -187,10 +196,171 @@ static int compression_from_name(const char *name) {
   return WDS__TARW_NONE;
 }
 
+/* ---- one writer per pattern ----
+ *
+ * Two runs writing the same numbered pattern at once would interleave
+ * their shards (each renames its own over the other's), and both succeed.
+ * So the first shard takes an exclusive flock on a lock file in the
+ * shards' directory, named after the pattern (its conversion written %d,
+ * whatever its width), which holds the holder's pid for the message a
+ * second writer gets. The holder deletes it at close; a writer that got
+ * the lock on a file deleted (or replaced) meanwhile tries again, so two
+ * never hold locks on two files of one name. A holder that dies leaves
+ * the file unlocked: the next writer takes it. */
+
+/* The lock file's path for w's pattern (malloc'd), or NULL. */
+static char *lock_path_of(const wds_writer *w) {
+  const char *slash = strrchr(w->prefix, '/');
+  size_t dlen = slash ? (size_t)(slash - w->prefix) + 1 : 0;
+  const char *base = w->prefix + dlen;
+  size_t n = dlen + 1 + strlen(base) + 2 + strlen(w->suffix) + 6;
+  char *p = malloc(n);
+  if (!p)
+    return NULL;
+  snprintf(p, n, "%.*s.%s%%d%s.lock", (int)dlen, w->prefix, base, w->suffix);
+  for (char *c = p + dlen; *c; c++)
+    if (*c == '/')
+      *c = '_';
+  return p;
+}
+
+static int take_lock(wds_writer *w) {
+  if (!w->has_conv || w->lock_fd >= 0)
+    return WDS_OK;
+  if (!w->lock_path && !(w->lock_path = lock_path_of(w)))
+    return set_error(w, WDS_ERR_NOMEM, "out of memory");
+  for (int tries = 0; tries < 100; tries++) {
+    int fd =
+        open(w->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+      return WDS_OK; /* no directory, no permission...: the shard's own
+                        open says what is wrong, naming the shard */
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int en = errno;
+      char pid[32] = "";
+      ssize_t k = pread(fd, pid, sizeof pid - 1, 0);
+      pid[k > 0 ? k : 0] = '\0';
+      pid[strcspn(pid, "\n")] = '\0';
+      close(fd);
+      if (en == EWOULDBLOCK)
+        return set_error(
+            w, WDS_ERR_OPEN,
+            "%s%%d%s: another writer%s%s%s is writing this pattern (it "
+            "holds %s): two would interleave their shards; wait for it to "
+            "finish, or write elsewhere",
+            w->prefix, w->suffix, *pid ? " (pid " : "", pid, *pid ? ")" : "",
+            w->lock_path);
+      return set_error(w, WDS_ERR_OPEN, "cannot lock %s: %s", w->lock_path,
+                       strerror(en));
+    }
+    struct stat a, b;
+    if (fstat(fd, &a) == 0 && stat(w->lock_path, &b) == 0 &&
+        a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+      char pid[32];
+      int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+      if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        /* the pid is only for messages */
+      }
+      w->lock_fd = fd;
+      return WDS_OK;
+    }
+    close(fd); /* deleted or replaced by its holder meanwhile: again */
+  }
+  return set_error(w, WDS_ERR_OPEN, "cannot lock %s: it keeps changing",
+                   w->lock_path);
+}
+
+static void drop_lock(wds_writer *w) {
+  if (w->lock_fd >= 0) {
+    unlink(w->lock_path); /* while locked: see take_lock */
+    close(w->lock_fd);
+    w->lock_fd = -1;
+  }
+  free(w->lock_path);
+  w->lock_path = NULL;
+}
+
+/* The number a file name of the pattern's directory stands for: name is
+ * base (the prefix's file part), the number as pattern_format writes it,
+ * and the suffix. -1 if it is not one. */
+static int leftover_number(const wds_writer *w, const char *dir,
+                           const char *base, const char *name, uint64_t *num) {
+  size_t bl = strlen(base), sl = strlen(w->suffix), nl = strlen(name);
+  if (nl <= bl + sl || strncmp(name, base, bl) != 0 ||
+      strcmp(name + nl - sl, w->suffix) != 0)
+    return -1;
+  uint64_t v = 0;
+  size_t i = bl, end = nl - sl;
+  while (i < end && name[i] == ' ')
+    i++;
+  if (i == end)
+    return -1;
+  for (; i < end; i++) {
+    if (name[i] < '0' || name[i] > '9' || v > (UINT64_MAX - 9) / 10)
+      return -1;
+    v = v * 10 + (uint64_t)(name[i] - '0');
+  }
+  /* exactly the name the pattern gives v (widths, padding, zeros) */
+  char *full = pattern_format(w, v);
+  size_t dl = strlen(dir);
+  int same =
+      full && strncmp(full, dir, dl) == 0 && strcmp(full + dl, name) == 0;
+  free(full);
+  if (!same)
+    return -1;
+  *num = v;
+  return 0;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Reports (on_leftover) the files of the pattern numbered after the last
+ * shard written. */
+static void report_leftovers(wds_writer *w) {
+  if (!w->on_leftover || !w->has_conv || w->out_fd >= 0 ||
+      w->done.shards == 0 || strchr(w->suffix, '/'))
+    return;
+  const char *slash = strrchr(w->prefix, '/');
+  size_t dlen = slash ? (size_t)(slash - w->prefix) + 1 : 0;
+  char *dir = strndup(w->prefix, dlen);
+  DIR *d = dir ? opendir(dlen ? dir : ".") : NULL;
+  uint64_t *nums = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d)) != NULL) {
+    uint64_t v;
+    if (leftover_number(w, dir, w->prefix + dlen, de->d_name, &v) != 0 ||
+        v < w->next_index)
+      continue;
+    uint64_t *nv = wds__grow(nums, &cap, n + 1, sizeof *nums, 16);
+    if (!nv)
+      break;
+    nums = nv;
+    nums[n++] = v;
+  }
+  if (d)
+    closedir(d);
+  if (n > 1)
+    qsort(nums, n, sizeof *nums, cmp_u64);
+  for (size_t i = 0; i < n; i++) {
+    char *path = pattern_format(w, nums[i]);
+    if (path)
+      w->on_leftover(w->on_leftover_ctx, path);
+    free(path);
+  }
+  free(nums);
+  free(dir);
+}
+
 /* ---- shards ---- */
 
 static int open_shard(wds_writer *w) {
   wds__err e;
+  if (take_lock(w) != WDS_OK)
+    return w->status;
   w->tw_path = pattern_format(w, w->next_index);
   if (!w->tw_path)
     return set_error(w, WDS_ERR_NOMEM, "out of memory");
@@ -240,6 +410,7 @@ static void writer_free(wds_writer *w) {
   if (!w)
     return;
   wds__tarw_close(w->tw); /* removes an unfinished temporary file */
+  drop_lock(w);
   free(w->tw_path);
   free(w->prefix);
   free(w->suffix);
@@ -291,6 +462,9 @@ int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
   w->next_index = cfg->start_index;
   w->on_shard = cfg->on_shard;
   w->on_shard_ctx = cfg->on_shard_ctx;
+  w->on_leftover = cfg->on_leftover;
+  w->on_leftover_ctx = cfg->on_leftover_ctx;
+  w->lock_fd = -1;
   if (cfg->pattern) {
     rc = pattern_parse(w, cfg->pattern);
     if (rc != WDS_OK)
@@ -554,6 +728,8 @@ int wds_writer_close(wds_writer *w) {
     return WDS_OK;
   if (w->status == WDS_OK && w->tw)
     finish_shard(w);
+  if (w->status == WDS_OK)
+    report_leftovers(w);
   int rc = w->status;
   writer_free(w);
   return rc;
@@ -584,6 +760,25 @@ static int out_fail(char *err, size_t err_size, int status, const char *fmt,
   return status;
 }
 
+/* 1 for /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N and
+ * /proc/self/fd/N: links to descriptors of this process. */
+static int own_descriptor(const char *path) {
+  static const char *const names[] = {"/dev/stdout", "/dev/stderr",
+                                      "/dev/stdin"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if (strcmp(path, names[i]) == 0)
+      return 1;
+  const char *n = strncmp(path, "/dev/fd/", 8) == 0          ? path + 8
+                  : strncmp(path, "/proc/self/fd/", 14) == 0 ? path + 14
+                                                             : NULL;
+  if (!n || !*n)
+    return 0;
+  for (; *n; n++)
+    if (*n < '0' || *n > '9')
+      return 0;
+  return 1;
+}
+
 int wds_outfile_open(const char *path, unsigned flags, wds_outfile **out,
                      char *err, size_t err_size) {
   static atomic_uint counter;
@@ -600,18 +795,43 @@ int wds_outfile_open(const char *path, unsigned flags, wds_outfile **out,
   }
   f->fd = -1;
   f->flags = flags;
-  struct stat st;
-  /* stat, not lstat: a symlink to /dev/null is written through, as a shell
-   * redirection would. Anything stat cannot see (ENOENT, a dangling link)
-   * is created through the temporary, whose errors name the problem. */
+  struct stat st, lst;
+  /* Anything stat cannot see (ENOENT, a dangling link) is created through
+   * the temporary, whose errors name the problem; so is a regular file, or
+   * a symlink to one, which the rename then replaces (the link, never its
+   * target). */
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
     if (S_ISDIR(st.st_mode) || S_ISSOCK(st.st_mode)) {
       rc = out_fail(err, err_size, WDS_ERR_OPEN, "cannot write %s: it is a %s",
                     path, S_ISDIR(st.st_mode) ? "directory" : "socket");
       goto done;
     }
-    /* No O_CREAT: it exists, and must not turn into a new regular file. */
-    f->fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+    /* A device or FIFO is written in place only when PATH names it
+     * itself: a symlink to one (planted in a shared output directory,
+     * say) would send the output into a disk, a terminal or another
+     * program's pipe. The process's own descriptors (/dev/stdout,
+     * /dev/fd/N) are links the caller made by redirecting. */
+    int is_link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
+    if (is_link && !own_descriptor(path)) {
+      char *real = realpath(path, NULL), shown[512];
+      const char *what = S_ISFIFO(st.st_mode)  ? "FIFO"
+                         : S_ISCHR(st.st_mode) ? "character device"
+                         : S_ISBLK(st.st_mode) ? "block device"
+                                               : "special file";
+      rc = out_fail(err, err_size, WDS_ERR_OPEN,
+                    "cannot write %s: it is a symbolic link to a %s (%s): "
+                    "an output replaces a link to a regular file, and never "
+                    "writes through one to a device, FIFO or socket; name "
+                    "the %s itself to write into it",
+                    path, what,
+                    real ? wds__esc(real, shown, sizeof shown, 0) : "?", what);
+      free(real);
+      goto done;
+    }
+    /* No O_CREAT: it exists, and must not turn into a new regular file.
+     * O_NOFOLLOW: a link put in its place since the lstat is refused. */
+    f->fd = open(path,
+                 O_WRONLY | O_NOCTTY | O_CLOEXEC | (is_link ? 0 : O_NOFOLLOW));
     if (f->fd < 0) {
       rc = out_fail(err, err_size, WDS_ERR_OPEN, "cannot open %s: %s", path,
                     strerror(errno));

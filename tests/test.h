@@ -4,7 +4,8 @@
  *   int main(void) { RUN(name); return test_summary(); }
  *
  * A failed assertion prints both values with file and line, marks the test
- * failed and returns from it. test_summary() prints "N passed, N failed" and
+ * failed and returns from it (CHECK_*: jumps to the test's `done:` label,
+ * its teardown, instead). test_summary() prints "N passed, N failed" and
  * returns the process exit status. */
 #ifndef WDS_TESTS_TEST_H
 #define WDS_TESTS_TEST_H
@@ -84,6 +85,48 @@ static int test_passed_, test_failed_, test_cur_failed_;
       TEST_FAIL_("ASSERT_CONTAINS(%s, %s): \"%s\" does not contain \"%s\"",    \
                  #haystack, #needle, h_ ? h_ : "(null)", n_);                  \
       return;                                                                  \
+    }                                                                          \
+  } while (0)
+
+/* CHECK_*: as ASSERT_*, but a failed check jumps to the test's teardown
+ * (a label `done:` the test defines) instead of returning, so what the test
+ * holds (device memory, communicators, loaders) is released on every path:
+ * the GPU tests use them, so that compute-sanitizer's leak check
+ * (scripts/gpu-run.sh) finds only real leaks, also after a failure. */
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      TEST_FAIL_("CHECK(%s) failed", #cond);                                   \
+      goto done;                                                               \
+    }                                                                          \
+  } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                     \
+  do {                                                                         \
+    long long a_ = (long long)(a), b_ = (long long)(b);                        \
+    if (a_ != b_) {                                                            \
+      TEST_FAIL_("CHECK_EQ_INT(%s, %s): %lld != %lld", #a, #b, a_, b_);        \
+      goto done;                                                               \
+    }                                                                          \
+  } while (0)
+
+#define CHECK_EQ_U64(a, b)                                                     \
+  do {                                                                         \
+    uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                           \
+    if (a_ != b_) {                                                            \
+      TEST_FAIL_("CHECK_EQ_U64(%s, %s): %" PRIu64 " != %" PRIu64, #a, #b, a_,  \
+                 b_);                                                          \
+      goto done;                                                               \
+    }                                                                          \
+  } while (0)
+
+#define CHECK_CONTAINS(haystack, needle)                                       \
+  do {                                                                         \
+    const char *h_ = (haystack), *n_ = (needle);                               \
+    if (!h_ || !strstr(h_, n_)) {                                              \
+      TEST_FAIL_("CHECK_CONTAINS(%s, %s): \"%s\" does not contain \"%s\"",     \
+                 #haystack, #needle, h_ ? h_ : "(null)", n_);                  \
+      goto done;                                                               \
     }                                                                          \
   } while (0)
 

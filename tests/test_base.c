@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "base/json.h"
 #include "base/rng.h"
 #include "base/size.h"
+#include "base/text.h"
 #include "base/topology.h"
 #include "base/url.h"
 #include "base/utf8.h"
@@ -400,6 +402,98 @@ TEST(url_redact_hides_secrets) {
                "http://u:**");
 }
 
+/* A URL redacted in full (what an index holds) is never cut; shown (what
+ * text output prints) it is redacted and escaped. */
+TEST(url_redacted_and_shown) {
+  char *r = wds__url_redacted("http://u:p@h/x.tar?sig=a&b=1");
+  ASSERT_STREQ(r, "http://u:***@h/x.tar?sig=***&b=1"); /* longer: p -> *** */
+  free(r);
+  r = wds__url_redacted("/data/a.tar");
+  ASSERT_STREQ(r, "/data/a.tar");
+  free(r);
+  size_t n = 3 * WDS__URL_REDACT_MAX;
+  char *long_url = malloc(n + 64);
+  ASSERT_TRUE(long_url != NULL);
+  strcpy(long_url, "http://h/");
+  memset(long_url + 9, 'a', n);
+  strcpy(long_url + 9 + n, ".tar?token=zz");
+  r = wds__url_redacted(long_url);
+  ASSERT_TRUE(r && strlen(r) == 9 + n + strlen(".tar?token=***"));
+  ASSERT_TRUE(r && strcmp(r + 9 + n, ".tar?token=***") == 0);
+  free(r);
+  free(long_url);
+  char b[WDS__URL_REDACT_MAX];
+  const char *plain = "http://h/x.tar";
+  ASSERT_TRUE(wds__url_shown(plain, b, sizeof b) == plain);
+  ASSERT_STREQ(
+      wds__url_shown("http://u:p@h/\x1b]0;t\a.tar?token=x", b, sizeof b),
+      "http://u:***@h/\\x1b]0;t\\x07.tar?token=***");
+}
+
+/* Untrusted text made safe for a terminal (base/text.h): C0 controls,
+ * DEL, C1 controls and bytes that are not UTF-8 as \xHH; printable ASCII
+ * and valid UTF-8 kept; blanks and backslashes only when asked; idempotent
+ * without WDS__ESC_BACKSLASH; a cut never splits an escape or a character. */
+TEST(text_escape) {
+  static const struct {
+    const char *in;
+    unsigned flags;
+    const char *want;
+  } cases[] = {
+      {"plain key", 0, "plain key"},
+      {"caf\xc3\xa9 \xe2\x82\xac", 0, "caf\xc3\xa9 \xe2\x82\xac"},
+      {"a\nb\tc\x1b]0;t\x07\x1b[2J\x7f", 0,
+       "a\\x0ab\\x09c\\x1b]0;t\\x07\\x1b[2J\\x7f"},
+      {"c1 \xc2\x9b \xc2\xa0", 0, "c1 \\xc2\\x9b \xc2\xa0"},
+      {"bad \xff \xc3 \xed\xa0\x80", 0, "bad \\xff \\xc3 \\xed\\xa0\\x80"},
+      {"a b\\c", 0, "a b\\c"},
+      {"a b\\c", WDS__ESC_BLANK | WDS__ESC_BACKSLASH, "a\\x20b\\x5cc"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char b[256];
+    const char *got = wds__esc(cases[i].in, b, sizeof b, cases[i].flags);
+    if (strcmp(got, cases[i].want) != 0)
+      printf("  case %zu -> %s\n", i, got);
+    ASSERT_STREQ(got, cases[i].want);
+    ASSERT_EQ_INT(wds__esc_needed(cases[i].in, cases[i].flags),
+                  strcmp(cases[i].in, cases[i].want) != 0);
+    if (strcmp(cases[i].in, cases[i].want) == 0)
+      ASSERT_TRUE(got == cases[i].in);
+    if (!(cases[i].flags & WDS__ESC_BACKSLASH))
+      ASSERT_EQ_INT(wds__esc_needed(got, cases[i].flags), 0);
+    char *mem = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&mem, &len);
+    ASSERT_TRUE(f != NULL);
+    wds__esc_write(f, cases[i].in, cases[i].flags);
+    fclose(f);
+    ASSERT_STREQ(mem, cases[i].want);
+    free(mem);
+  }
+  char small[7];
+  ASSERT_EQ_INT(wds__esc_into(small, sizeof small,
+                              "ab\x1b"
+                              "cd",
+                              0),
+                6);
+  ASSERT_STREQ(small, "ab\\x1b");
+  ASSERT_EQ_INT(wds__esc_into(small, 6,
+                              "ab\x1b"
+                              "cd",
+                              0),
+                2);
+  ASSERT_STREQ(small, "ab"); /* "\x1b" does not fit whole */
+  ASSERT_EQ_INT(wds__esc_into(small, sizeof small, "abcd\xc3\xa9", 0), 6);
+  ASSERT_EQ_INT(wds__esc_into(small, 6, "abcd\xc3\xa9", 0), 4);
+  ASSERT_STREQ(small, "abcd");
+  /* Error messages are made printable as they are made (base/err.c). */
+  wds__err e;
+  wds__fail(&e, WDS_ERR_FORMAT, "member \"%s\"", "a\x1b[2J\xff");
+  ASSERT_STREQ(e.msg, "member \"a\\x1b[2J\\xff\"");
+  wds__err_prefix(&e, "%s", "u\rl");
+  ASSERT_STREQ(e.msg, "u\\x0dl: member \"a\\x1b[2J\\xff\"");
+}
+
 TEST(splitmix64_sequence) {
   /* The reference sequence of splitmix64 from seed 0 (Vigna's). */
   uint64_t s = 0;
@@ -437,6 +531,8 @@ TEST(spec_expand_list) {
 int main(void) {
   RUN(utf8_rules);
   RUN(url_redact_hides_secrets);
+  RUN(url_redacted_and_shown);
+  RUN(text_escape);
   RUN(json_valid_and_strict);
   RUN(json_strings_numbers_lines);
   RUN(json_writer_round_trip);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "loader/internal.h"
+#include "shards/cache.h"
 #include "shards/tarw.h"
 #include "test.h"
 #include "test_files.h"
@@ -398,9 +399,54 @@ TEST(more_shards_than_the_handle_cap) {
 /* The hook truncates or replaces the shard at the first deferred read,
  * after every sample was scanned (the buffer holds them all). */
 static const char *hook_path;
-static int hook_action; /* 1 truncate, 2 replace by rename, 3 touch */
+static int hook_action; /* 1 truncate, 2 replace by rename, 3 touch, 4
+                           rewrite in place (same size), 5 touch as a
+                           cache hit does */
 static int hook_calls;
 static size_t hook_res_bytes; /* wds__fh_res_bytes at the first read */
+
+/* Waits until the file system's clock (the coarse one the kernel stamps
+ * mtimes with) is past path's mtime, so that a write now gives the file
+ * another mtime (the same-size rewrite below must not fall in the tick of
+ * the write that made the file). */
+static void wait_past_mtime(const char *path) {
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return;
+  for (int i = 0; i < 2000; i++) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    if (now.tv_sec > st.st_mtim.tv_sec ||
+        (now.tv_sec == st.st_mtim.tv_sec && now.tv_nsec > st.st_mtim.tv_nsec))
+      return;
+    usleep(1000);
+  }
+}
+
+/* Overwrites path in place (no truncation, same inode) with the bytes of
+ * a shard of the same size and other content: samples from 700 (ids 700
+ * mod 35 = 0, so every field has the size it has from 0). */
+static void rewrite_in_place(const char *path) {
+  char tmp[400];
+  snprintf(tmp, sizeof tmp, "%s.other", path);
+  size_t n = 0, old = 0;
+  uint8_t *other =
+      write_shard(tmp, 700, 20) == 0 ? test_read_file(tmp, &n) : NULL;
+  uint8_t *mine = test_read_file(path, &old);
+  if (!other || !mine || n != old || memcmp(other, mine, n) == 0)
+    printf("  rewrite: the other shard is not the same size (%zu, %zu) with "
+           "other bytes\n",
+           n, old);
+  wait_past_mtime(path);
+  int fd = open(path, O_WRONLY);
+  if (fd < 0 || !other || pwrite(fd, other, n, 0) != (ssize_t)n)
+    perror("rewrite");
+  if (fd >= 0)
+    close(fd);
+  free(other);
+  free(mine);
+  unlink(tmp);
+}
 
 static void defer_hook(const char *url) {
   (void)url;
@@ -415,6 +461,12 @@ static void defer_hook(const char *url) {
     struct timespec ts[2] = {{0, UTIME_NOW}, {2000000000, 0}};
     if (utimensat(AT_FDCWD, hook_path, ts, 0) != 0)
       perror("touch");
+  } else if (hook_action == 4) {
+    rewrite_in_place(hook_path);
+  } else if (hook_action == 5) {
+    /* a cache hit by another process: the cache's futimens(fd, NULL) */
+    if (utimensat(AT_FDCWD, hook_path, NULL, 0) != 0)
+      perror("cache touch");
   } else if (hook_action == 2) {
     char tmp[400];
     snprintf(tmp, sizeof tmp, "%s.new", hook_path);
@@ -612,29 +664,95 @@ TEST(a_shard_replaced_before_the_read) {
   out_free(&o);
 }
 
-/* A shard touched (its mtime changed, its bytes not) between scan and
- * read: the deferred reads succeed, the output is the one without
- * deferral (a cached remote shard's mtime changes on every cache hit). */
-TEST(a_shard_touched_before_the_read) {
+/* A shard rewritten in place with the same size between scan and read
+ * (same inode, same size, other bytes): the deferred read is an error
+ * naming the shard, sample, field and offset and saying the file changed,
+ * never the new file's bytes under the old one's keys and labels (issue 26
+ * item 5); under skip the shard's deferred rows are invalid and the other
+ * shard's arrive. A touch (a new mtime, the bytes unchanged) cannot be
+ * told from such a rewrite by anything but the bytes, so it is refused
+ * the same way. */
+TEST(a_shard_rewritten_in_place_or_touched_before_the_read) {
   static shardset s2;
-  ASSERT_EQ_INT(make_set(&s2, "touch", 2, 20), 0);
+  ASSERT_EQ_INT(make_set(&s2, "rewrite", 2, 20), 0);
   wds_loader_config c = cfg_of(&s2);
+  c.shuffle_buffer = 100;
+  c.shard_shuffle = 0;
+  c.defer_reads = WDS_DEFER_ON;
+  wds__defer_read_hook = defer_hook;
+  hook_path = s2.paths[0];
+  const int actions[] = {4, 3};
+  for (int a = 0; a < 2; a++) {
+    out o;
+    ASSERT_EQ_INT(write_shard(s2.paths[0], 0, 20), 0);
+    hook_action = actions[a];
+    hook_calls = 0;
+    c.on_error = WDS_ON_ERROR_STOP;
+    run_cfg(&c, 1, &o);
+    ASSERT_TRUE(hook_calls > 0);
+    printf("  %s: %s\n", a == 0 ? "rewritten" : "touched", o.err);
+    ASSERT_EQ_INT(o.status, WDS_ERR_IO);
+    ASSERT_CONTAINS(o.err, s2.paths[0]);
+    ASSERT_CONTAINS(o.err, "sample \"");
+    ASSERT_CONTAINS(o.err, "field '");
+    ASSERT_CONTAINS(o.err, "at offset ");
+    ASSERT_CONTAINS(o.err, "changed");
+    out_free(&o);
+    ASSERT_EQ_INT(write_shard(s2.paths[0], 0, 20), 0);
+    hook_calls = 0;
+    c.on_error = WDS_ON_ERROR_SKIP;
+    run_cfg(&c, 1, &o);
+    ASSERT_EQ_INT(o.status, WDS_OK);
+    ASSERT_EQ_U64(o.rows, 40);
+    ASSERT_EQ_U64(o.invalid, 20); /* every deferred read of shard 0 fails */
+    out_free(&o);
+  }
+  hook_path = NULL;
+  wds__defer_read_hook = NULL;
+}
+
+/* A cached remote shard hit again (by another worker or process: the
+ * cache marks use with a new mtime) between scan and read: the deferred
+ * reads succeed, the output is the one without deferral. Cache entries
+ * are linked whole and replaced by rename, never written in place, so
+ * their mtime is not compared (their size still is). The entry is put in
+ * the cache by hand for an http URL that is never contacted. */
+TEST(a_cached_shard_hit_again_before_the_read) {
+  static shardset s2;
+  ASSERT_EQ_INT(make_set(&s2, "cachehit", 2, 20), 0);
+  char dir[300], entries[2][400];
+  const char *urls[2] = {"http://127.0.0.1:9/cachehit-000.tar",
+                         "http://127.0.0.1:9/cachehit-001.tar"};
+  snprintf(dir, sizeof dir, "%s/cache", tmpdir);
+  ASSERT_EQ_INT(mkdir(dir, 0755), 0);
+  for (int k = 0; k < 2; k++) {
+    char *name = wds__cache_entry_name(urls[k]);
+    ASSERT_TRUE(name != NULL);
+    snprintf(entries[k], sizeof entries[k], "%s/%s", dir, name);
+    free(name);
+    ASSERT_EQ_INT(rename(s2.paths[k], entries[k]), 0);
+  }
+  wds_loader_config c = cfg_of(&s2);
+  c.urls = urls;
+  c.cache_dir = dir;
   c.shuffle_buffer = 100;
   c.defer_reads = WDS_DEFER_OFF;
   out ref, o;
   run_cfg(&c, 1, &ref);
+  if (ref.status != WDS_OK)
+    printf("  reference: %s\n", ref.err);
   ASSERT_EQ_INT(ref.status, WDS_OK);
   c.defer_reads = WDS_DEFER_ON;
   wds__defer_read_hook = defer_hook;
-  hook_path = s2.paths[0];
-  hook_action = 3;
+  hook_path = entries[0];
+  hook_action = 5;
   hook_calls = 0;
   run_cfg(&c, 1, &o);
   hook_path = NULL;
   wds__defer_read_hook = NULL;
   ASSERT_TRUE(hook_calls > 0);
   if (o.status != WDS_OK)
-    printf("  touched: %s\n", o.err);
+    printf("  cache hit: %s\n", o.err);
   ASSERT_EQ_INT(o.status, WDS_OK);
   ASSERT_TRUE(o.st.deferred_fields > 0);
   ASSERT_TRUE(ref.len == o.len && memcmp(ref.b, o.b, ref.len) == 0);
@@ -785,7 +903,8 @@ int main(void) {
   RUN(a_shard_truncated_before_the_read);
   RUN(a_shard_truncated_before_the_copy);
   RUN(a_shard_replaced_before_the_read);
-  RUN(a_shard_touched_before_the_read);
+  RUN(a_shard_rewritten_in_place_or_touched_before_the_read);
+  RUN(a_cached_shard_hit_again_before_the_read);
   RUN(held_descriptors_stay_within_the_fd_limit);
   RUN(auto_keeps_one_bitmap_while_fields_wait);
   RUN(auto_reads_an_uncached_file_in_the_stream);

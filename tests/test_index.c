@@ -120,6 +120,66 @@ TEST(remote_identity_lookup) {
   ASSERT_CONTAINS(e.msg, "are the same file \"http://h/a.tar\"");
 }
 
+/* Secrets (issue 26, item 8): wds_index_url_for writes a remote URL
+ * without them, and a lookup matches by identity, in which they do not
+ * count: the redacted entry serves the URL with its secrets and with new
+ * ones; messages name no secret; local paths are never rewritten. */
+TEST(secrets_not_in_index) {
+  char *u = wds_index_url_for(
+      "https://u:pw1@h/a.tar?X-Amz-Signature=s1&token=t1&v=2", NULL);
+  ASSERT_STREQ(u, "https://u:***@h/a.tar?X-Amz-Signature=***&token=***&v=2");
+  free(u);
+  u = wds_index_url_for("pipe:curl -sf 'http://u:pw1@h/b.tar?sig=s1'", "/");
+  ASSERT_STREQ(u, "http://u:***@h/b.tar?sig=***");
+  free(u);
+  u = wds_index_url_for("dir/a?token=x.tar", NULL); /* a file name */
+  ASSERT_STREQ(u, "dir/a?token=x.tar");
+  free(u);
+  const char *text =
+      "{\"shardlist\": ["
+      "{\"url\": \"https://u:***@h/a.tar?X-Amz-Signature=***&v=2\", "
+      "\"nsamples\": 1},"
+      "{\"url\": \"http://h/c.tar?token=raw1\", \"nsamples\": 3}]}";
+  wds__index ix;
+  wds__err e;
+  ASSERT_EQ_INT(wds__index_parse(text, strlen(text), "", &ix, &e), WDS_OK);
+  uint64_t n = 0;
+  ASSERT_EQ_INT(
+      wds__index_lookup(&ix, "https://u:pw1@h/a.tar?X-Amz-Signature=s1&v=2", &n,
+                        &e),
+      WDS_OK);
+  ASSERT_EQ_U64(n, 1);
+  ASSERT_EQ_INT(
+      wds__index_lookup(&ix, "https://u:pw2@H:443/a.tar?X-Amz-Signature=s2&v=2",
+                        &n, &e),
+      WDS_OK);
+  ASSERT_EQ_U64(n, 1);
+  /* an older index holding a secret serves other secrets too */
+  ASSERT_EQ_INT(wds__index_lookup(&ix, "http://h/c.tar?token=raw2", &n, &e),
+                WDS_OK);
+  ASSERT_EQ_U64(n, 3);
+  /* what is not a secret still counts: another user, another query */
+  ASSERT_EQ_INT(
+      wds__index_lookup(&ix, "https://v:pw1@h/a.tar?X-Amz-Signature=s1&v=2", &n,
+                        &e),
+      WDS_ERR_INVALID);
+  ASSERT_EQ_INT(
+      wds__index_lookup(&ix, "https://u:pw1@h/a.tar?X-Amz-Signature=s1&v=3", &n,
+                        &e),
+      WDS_ERR_INVALID);
+  ASSERT_CONTAINS(e.msg, "https://u:***@h/a.tar?X-Amz-Signature=***&v=3");
+  ASSERT_TRUE(strstr(e.msg, "pw1") == NULL && strstr(e.msg, "s1") == NULL);
+  wds__index_free(&ix);
+  /* a duplicate names no secret */
+  text = "{\"shardlist\": [{\"url\": \"http://h/d.tar?sig=A1\", "
+         "\"nsamples\": 1},"
+         "{\"url\": \"http://h/d.tar?sig=B2\", \"nsamples\": 1}]}";
+  ASSERT_EQ_INT(wds__index_parse(text, strlen(text), "", &ix, &e),
+                WDS_ERR_FORMAT);
+  ASSERT_CONTAINS(e.msg, "are the same file \"http://h/d.tar?sig=***\"");
+  ASSERT_TRUE(strstr(e.msg, "A1") == NULL && strstr(e.msg, "B2") == NULL);
+}
+
 TEST(relative_paths) {
   char dir[128], sub[160], path[192], text[1024];
   snprintf(dir, sizeof dir, "%s/idx", tmpdir);
@@ -691,6 +751,7 @@ int main(void) {
   }
   RUN(valid_index);
   RUN(string_escapes);
+  RUN(secrets_not_in_index);
   RUN(relative_paths);
   RUN(remote_identity_lookup);
   RUN(stale_detection);

@@ -1755,6 +1755,174 @@ TEST(holding_every_slot_is_an_error_not_a_hang) {
   shardset_free(&s);
 }
 
+/* wds_loader_release_after(): a stand-in for a DMA copy and its CUDA event
+ * that completes late. The "copy" reads the slot only when the fence says
+ * done, `polls` polls after the release (or at wait()), as a copy queued
+ * behind a long kernel does; if the loader gave the slot to a worker before
+ * that, the copy reads another batch's rows. */
+typedef struct late_copy {
+  const int64_t *src; /* the slot's cls column */
+  size_t rows;
+  int slot;
+  int64_t dst[16];
+  int polls, copied, dropped, waited;
+} late_copy;
+
+static int late_done(void *p) {
+  late_copy *c = p;
+  if (!c->copied) {
+    if (c->polls-- > 0)
+      return 0;
+    memcpy(c->dst, c->src, c->rows * sizeof *c->dst);
+    c->copied = 1;
+  }
+  return 1;
+}
+
+static void late_wait(void *p) {
+  late_copy *c = p;
+  c->waited++;
+  c->polls = 0;
+  late_done(p);
+}
+
+static void late_drop(void *p) { ((late_copy *)p)->dropped++; }
+
+enum { LATE_EPOCHS = 3, LATE_MAX = 64 };
+
+/* Every batch of LATE_EPOCHS epochs copied late: mode 0 polls only (no
+ * wait()), 1 wait() only (done() never completes by polling), 2 the early
+ * release a fence prevents (wds_loader_release, the copy made when a later
+ * batch arrives in the same slot). Returns the batches; ids[k][row] the
+ * rows next() gave. */
+static size_t late_run(const shardset *s, int mode, late_copy *cp,
+                       int64_t ids[][16], size_t *rows) {
+  wds_loader_config c = base_cfg(s);
+  c.workers = 2;
+  c.batch_size = 4;
+  c.prefetch_batches = 2;
+  c.shuffle_buffer = 8;
+  c.seed = 3;
+  wds_loader *l;
+  if (wds_loader_open(&c, &l) != WDS_OK)
+    return 0;
+  size_t k = 0;
+  for (int e = 0; e < LATE_EPOCHS; e++) {
+    const wds_batch *b;
+    int rc;
+    while ((rc = wds_loader_next(l, &b)) == WDS_OK && k < LATE_MAX) {
+      late_copy *cc = &cp[k];
+      memset(cc, 0, sizeof *cc);
+      cc->src = b->fields[0].data;
+      cc->rows = b->rows;
+      memcpy(ids[k], b->fields[0].data, b->rows * sizeof(int64_t));
+      rows[k] = b->rows;
+      cc->slot = b->slot;
+      if (mode == 2) {
+        /* The copies of earlier batches in this slot run now, late: they
+         * read this batch (no race: it is delivered, not being filled). */
+        for (size_t j = 0; j < k; j++)
+          if (!cp[j].copied && cp[j].slot == b->slot)
+            late_done(&cp[j]);
+        wds_loader_release(l, b);
+      } else {
+        cc->polls = mode == 1 ? 1 << 30 : 3;
+        wds_release_fence f = {late_done, mode == 1 ? late_wait : NULL,
+                               late_drop, cc};
+        if (wds_loader_release_after(l, b, &f) != WDS_OK)
+          return 0;
+      }
+      k++;
+    }
+    if (rc != WDS_EOF)
+      return 0;
+  }
+  for (size_t i = 0; mode == 2 && i < k; i++)
+    late_done(&cp[i]); /* while the slots are still allocated */
+  wds_loader_close(l); /* waits for the fences still pending */
+  return k;
+}
+
+TEST(release_after_a_fence_keeps_the_slot_until_done) {
+  uint64_t counts[3] = {10, 7, 9};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 3, counts, -1), 0);
+  static late_copy cp[LATE_MAX];
+  static int64_t ids[LATE_MAX][16];
+  size_t rows[LATE_MAX];
+  for (int mode = 0; mode < 2; mode++) {
+    size_t n = late_run(&s, mode, cp, ids, rows);
+    ASSERT_EQ_U64(n, LATE_EPOCHS * 7); /* 26 samples in batches of 4 */
+    int waited = 0;
+    for (size_t k = 0; k < n; k++) {
+      ASSERT_EQ_INT(cp[k].copied, 1);
+      ASSERT_EQ_INT(cp[k].dropped, 1); /* once, after the copy */
+      ASSERT_TRUE(memcmp(cp[k].dst, ids[k], rows[k] * sizeof(int64_t)) == 0);
+      waited += cp[k].waited;
+    }
+    if (mode == 1)
+      ASSERT_TRUE(waited > 0);
+  }
+  /* The control: released at once, the late copies read refilled slots, so
+   * the comparison above would fail without the fences. */
+  size_t n = late_run(&s, 2, cp, ids, rows);
+  ASSERT_EQ_U64(n, LATE_EPOCHS * 7);
+  size_t differ = 0;
+  for (size_t k = 0; k + 1 < n; k++)
+    differ += memcmp(cp[k].dst, ids[k], rows[k] * sizeof(int64_t)) != 0;
+  printf("  control: %zu of %zu batches copied late differ after an early "
+         "release\n",
+         differ, n - 1);
+  ASSERT_TRUE(differ > 0);
+  shardset_free(&s);
+}
+
+TEST(release_after_refuses_what_is_not_held) {
+  uint64_t counts[1] = {8};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 1, counts, -1), 0);
+  wds_loader_config c = base_cfg(&s);
+  c.workers = 1;
+  c.batch_size = 2;
+  c.prefetch_batches = 2;
+  wds_loader *l;
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+  const wds_batch *a, *b;
+  ASSERT_EQ_INT(wds_loader_next(l, &a), WDS_OK);
+  late_copy cc = {0};
+  cc.src = a->fields[0].data;
+  cc.rows = a->rows;
+  cc.polls = 1 << 30;
+  wds_release_fence none = {NULL, NULL, late_drop, &cc};
+  ASSERT_EQ_INT(wds_loader_release_after(l, a, &none), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(wds_loader_error(l), "done()");
+  wds_release_fence f = {late_done, late_wait, late_drop, &cc};
+  ASSERT_EQ_INT(wds_loader_release_after(l, a, &f), WDS_OK);
+  /* Given back already: refused, and not dropped twice. */
+  ASSERT_EQ_INT(wds_loader_release_after(l, a, &f), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(wds_loader_error(l), "not held");
+  wds_loader_release(l, a); /* a no-op on a fenced slot */
+  /* Both slots out (one held, one fenced) is not "every slot held": the
+   * next batch waits for the fence (its wait()). */
+  ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_OK);
+  const wds_batch *d;
+  ASSERT_EQ_INT(wds_loader_next(l, &d), WDS_OK);
+  ASSERT_EQ_INT(cc.waited, 1);
+  ASSERT_EQ_INT(cc.dropped, 1);
+  ASSERT_EQ_INT(cc.copied, 1);
+  wds_loader_release(l, b);
+  late_copy c2 = {0};
+  c2.src = d->fields[0].data;
+  c2.rows = d->rows;
+  c2.polls = 1 << 30;
+  wds_release_fence f2 = {late_done, late_wait, late_drop, &c2};
+  ASSERT_EQ_INT(wds_loader_release_after(l, d, &f2), WDS_OK);
+  wds_loader_close(l); /* waits for c2 and drops it */
+  ASSERT_EQ_INT(c2.copied, 1);
+  ASSERT_EQ_INT(c2.dropped, 1);
+  shardset_free(&s);
+}
+
 /* wds_loader_release() from another thread while this one is in next():
  * a consumer handing batches to other threads (the Python binding's garbage
  * collector does). Every batch arrives, in order; TSan checks the rest. */
@@ -2448,6 +2616,8 @@ int main(void) {
   RUN(jpg_and_jpeg_match_each_other);
   RUN(holding_every_slot_is_an_error_not_a_hang);
   RUN(release_from_another_thread);
+  RUN(release_after_a_fence_keeps_the_slot_until_done);
+  RUN(release_after_refuses_what_is_not_held);
   RUN(environment_rank_and_world);
   RUN(images_decode_into_fixed_shapes_deterministically);
   RUN(image_rows_equal_the_decoder);

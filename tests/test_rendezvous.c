@@ -1094,6 +1094,137 @@ TEST(process_group_bcast_size_mismatch) {
   ASSERT_CONTAINS(a[1].e.msg, "sent 16 bytes, 32 expected");
 }
 
+/* The host collectives across processes (host_links, the CPU backend): 3
+ * "processes" (threads) of 2 local ranks each. The all-reduce is the sum in
+ * global rank order (values whose sum depends on the order), the same bits
+ * on every rank; the f64 sum and the gather too. Then process 1 aborts
+ * while the others wait in an all-reduce: they leave it, naming it. */
+#define HC_PROCS 3
+#define HC_LOCAL 2
+#define HC_N 1001
+
+typedef struct hc_proc hc_proc;
+typedef struct hc_rank {
+  hc_proc *p;
+  int local, rc, rc_abort;
+  float buf[HC_N];
+  double sums[2];
+  uint64_t all[HC_PROCS * HC_LOCAL];
+} hc_rank;
+
+struct hc_proc {
+  int rank, port, rc, aborter;
+  tr_pg *pg;
+  wds__err e;
+  hc_rank r[HC_LOCAL];
+};
+
+static float hc_value(int grank, int i) {
+  /* large and small magnitudes: float addition order shows */
+  return (grank % 2 ? 1e7f : 1.0f) * (float)((i * 7 + grank * 13) % 17) +
+         0.1f * (float)grank;
+}
+
+static void *hc_rank_main(void *arg) {
+  hc_rank *r = arg;
+  tr_pg *g = r->p->pg;
+  int grank = r->p->rank * HC_LOCAL + r->local;
+  for (int i = 0; i < HC_N; i++)
+    r->buf[i] = hc_value(grank, i);
+  r->sums[0] = grank;
+  r->sums[1] = 0.5 * grank;
+  wds__err e;
+  r->rc = tr_pg_allreduce_f32(g, r->local, r->buf, HC_N);
+  if (r->rc == WDS_OK)
+    r->rc = tr_pg_sum_f64(g, r->local, r->sums, 2, &e);
+  if (r->rc == WDS_OK)
+    r->rc = tr_pg_gather_u64(g, r->local, 100 + (uint64_t)grank, r->all);
+  if (r->rc != WDS_OK)
+    return NULL;
+  /* The abort: process 1 does not come. */
+  if (r->p->aborter) {
+    if (r->local == 0) {
+      sleep_ms(200);
+      tr_pg_abort(g, "process 1 gave up here");
+    }
+    return NULL;
+  }
+  float scratch[HC_N] = {0};
+  r->rc_abort = tr_pg_allreduce_f32(g, r->local, scratch, HC_N);
+  return NULL;
+}
+
+static void *hc_process(void *arg) {
+  hc_proc *p = arg;
+  tr_pg_config c = {.local_ranks = HC_LOCAL,
+                    .procs = HC_PROCS,
+                    .proc_rank = p->rank,
+                    .master_addr = "127.0.0.1",
+                    .master_port = p->port,
+                    .rdv_timeout_ms = 10000,
+                    .host_links = 1,
+                    .collective_timeout_ms = 10000};
+  p->rc = tr_pg_create(&c, &p->pg, &p->e);
+  if (p->rc == WDS_OK)
+    p->rc = tr_pg_start(p->pg, &p->e);
+  if (p->rc != WDS_OK)
+    return NULL;
+  pthread_t t[HC_LOCAL];
+  for (int k = 0; k < HC_LOCAL; k++) {
+    p->r[k].p = p;
+    p->r[k].local = k;
+    pthread_create(&t[k], NULL, hc_rank_main, &p->r[k]);
+  }
+  for (int k = 0; k < HC_LOCAL; k++)
+    pthread_join(t[k], NULL);
+  return NULL;
+}
+
+TEST(process_group_host_collectives) {
+  static hc_proc p[HC_PROCS];
+  pthread_t t[HC_PROCS];
+  int port = free_port();
+  ASSERT_TRUE(port > 0);
+  for (int i = 0; i < HC_PROCS; i++) {
+    memset(&p[i], 0, sizeof p[i]);
+    p[i].rank = i;
+    p[i].port = port;
+    p[i].aborter = i == 1;
+    pthread_create(&t[i], NULL, hc_process, &p[i]);
+  }
+  for (int i = 0; i < HC_PROCS; i++)
+    pthread_join(t[i], NULL);
+  static float want[HC_N];
+  for (int i = 0; i < HC_N; i++) {
+    float s = hc_value(0, i);
+    for (int g = 1; g < HC_PROCS * HC_LOCAL; g++)
+      s += hc_value(g, i);
+    want[i] = s;
+  }
+  for (int i = 0; i < HC_PROCS; i++) {
+    ASSERT_EQ_INT(p[i].rc, WDS_OK);
+    for (int k = 0; k < HC_LOCAL; k++) {
+      hc_rank *r = &p[i].r[k];
+      ASSERT_EQ_INT(r->rc, WDS_OK);
+      ASSERT_TRUE(memcmp(r->buf, want, sizeof want) == 0);
+      ASSERT_TRUE(r->sums[0] == 15.0 && r->sums[1] == 7.5);
+      for (int g = 0; g < HC_PROCS * HC_LOCAL; g++)
+        ASSERT_EQ_U64(r->all[g], 100 + (uint64_t)g);
+      if (i != 1)
+        ASSERT_EQ_INT(r->rc_abort, WDS_ERR_CANCELLED);
+    }
+  }
+  char why[192];
+  tr_pg_why(p[0].pg, why, sizeof why);
+  printf("  process 0: %s\n", why);
+  ASSERT_CONTAINS(why, "process 1");
+  tr_pg_why(p[2].pg, why, sizeof why);
+  printf("  process 2: %s\n", why);
+  ASSERT_CONTAINS(why, "process");
+  for (int i = 0; i < HC_PROCS; i++)
+    tr_pg_destroy(p[i].pg);
+}
+
 int main(void) {
   RUN(env_single_node_default);
   RUN(env_nnodes);
@@ -1118,6 +1249,7 @@ int main(void) {
   RUN(duplicate_node_rank);
   RUN(not_a_wds_server);
   RUN(links_goodbye_is_not_a_failure);
+  RUN(process_group_host_collectives);
   RUN(links_a_failure_reaches_every_process);
   RUN(links_a_lost_process_reaches_every_process);
   RUN(process_group_bcast_and_abort);

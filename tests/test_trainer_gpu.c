@@ -4,13 +4,17 @@
  *
  *   * forward/backward on the same batch (a partial batch with invalid
  *     rows): loss, valid count and every gradient entry match the CPU
- *     backend within tolerance, in FP32 and in TF32; so do the weights after
- *     several momentum steps through both upload slots, and evaluation;
+ *     backend within tolerance, in FP32 and in TF32, at each of several
+ *     steps through both upload slots, from the same weights (the CPU
+ *     rank's, set on the CUDA rank before each step); so do the weights
+ *     after each momentum step, and evaluation;
  *   * one-rank NCCL collectives: all-reduce of the gradient, of small
  *     totals, all-gather of checksums, take_loss over several steps;
  *   * H2D: uploading pinned batches (the backend's path, labels and flags
  *     included) reaches >= 0.8 of a plain pinned cudaMemcpy of the same
- *     size, timed in the same process;
+ *     size, timed in the same process (not checked, only printed, with
+ *     WDS_TEST_UNDER_SANITIZER set: scripts/gpu-run.sh under
+ *     compute-sanitizer);
  *   * per-rank batch sizes: a CUDA rank over 32 rows matches CPU ranks of
  *     24 and 8 rows (and, with two GPUs, CUDA ranks of 24 and 8 one CPU
  *     rank of 32): the all-reduce adds gradient sums and counts;
@@ -117,7 +121,23 @@ static double rel_max_err(const float *a, const float *b, size_t n) {
 }
 
 /* Four steps on four different batches, driven as train.c drives them:
- * batch i+1 is uploaded to the other slot while batch i computes. */
+ * batch i+1 is uploaded to the other slot while batch i computes. Before
+ * every step the CUDA rank is given the CPU rank's weights and momentum
+ * (set_state), so each step compares the two backends' gradients at the
+ * same weights: comparing two trajectories instead measures how far they
+ * drift apart, which grows with the steps (in TF32: 4e-4 at steps 0-2,
+ * 7.2e-2 at step 3 on an H200), not the error of one step.
+ *
+ * The bounds, relative to the largest gradient entry: FP32, 1e-4 (measured
+ * 1.5e-7..2.2e-7: only the summation order differs). TF32, 1e-2: cuBLAS
+ * rounds both operands of every GEMM to TF32's 10-bit mantissa (relative
+ * error 2^-11 = 4.9e-4 each); a gradient entry here depends on at most
+ * six GEMMs (3 forward, 2 input gradients and its weight gradient
+ * backward), 12 rounded operands, so the first-order worst case, every
+ * rounding aligned, is about 12 x 4.9e-4 = 5.9e-3; measured at the same
+ * weights: 4e-4. A row
+ * lost or doubled, a wrong label or scale changes the sums by one of the
+ * 29 valid rows' share or more, percents of the largest entry. */
 static void grads_match(int precision, double tol) {
   wds__err err = {""};
   tr_model_config m = {.layers = 3,
@@ -128,20 +148,27 @@ static void grads_match(int precision, double tol) {
   pair p;
   for (int k = 0; k < NB; k++)
     make_batch(k, 11 + 7 * (uint32_t)k);
+  float *gc = NULL, *gg = NULL, *wc = NULL, *wg = NULL, *mc = NULL;
   int rc = open_pair(&p, &m, precision, &err);
   if (rc)
     printf("    %s\n", err.msg);
-  ASSERT_EQ_INT(rc, 0);
+  CHECK_EQ_INT(rc, 0);
   size_t np = p.np;
-  float *gc = malloc((np + 2) * sizeof(float));
-  float *gg = malloc((np + 2) * sizeof(float));
-  float *wc = malloc(np * sizeof(float)), *wg = malloc(np * sizeof(float));
+  gc = malloc((np + 2) * sizeof(float));
+  gg = malloc((np + 2) * sizeof(float));
+  wc = malloc(np * sizeof(float));
+  wg = malloc(np * sizeof(float));
+  mc = malloc(np * sizeof(float));
+  CHECK(gc && gg && wc && wg && mc);
   double counts = 0;
   tr_batch_view v0 = view(0, ROW0, RROWS, 0);
   rc |= cuda->upload(p.rg, &v0, &err);
   for (int step = 0; step < NB - 1 && rc == 0; step++) {
     tr_batch_view v = view(step, ROW0, RROWS, step & 1);
     tr_batch_view next = view(step + 1, ROW0, RROWS, (step + 1) & 1);
+    /* The same weights and momentum on both. */
+    rc |= tr_backend_cpu.get_state(p.rc, wc, mc, &err);
+    rc |= cuda->set_state(p.rg, wc, mc, &err);
     rc |= tr_backend_cpu.forward_backward(p.rc, &v, &err);
     rc |= tr_backend_cpu.allreduce(p.rc, &err);
     rc |= cuda->forward_backward(p.rg, &v, &err);
@@ -152,31 +179,32 @@ static void grads_match(int precision, double tol) {
     rc |= cuda->get_grad(p.rg, gg, &err);
     if (rc)
       printf("    %s\n", err.msg);
-    ASSERT_EQ_INT(rc, 0);
-    if (rc)
-      break;
+    CHECK_EQ_INT(rc, 0);
     /* Valid rows: those of [ROW0, BATCH_ROWS) with valid set. */
     float expect = 0;
     for (int i = ROW0; i < BATCH_ROWS; i++)
       expect += g_valids[step][i];
     counts += expect;
-    ASSERT_TRUE(gc[np + 1] == expect);
-    ASSERT_TRUE(gg[np + 1] == expect);
+    CHECK(gc[np + 1] == expect);
+    CHECK(gg[np + 1] == expect);
     double lerr = fabs((double)gg[np] - (double)gc[np]) / fabs(gc[np]);
     double gerr = rel_max_err(gg, gc, np);
     printf("    step %d: loss %.6f (cpu) %.6f (cuda), gradient max error "
-           "%.2e of its largest entry (tolerance %.0e)\n",
+           "%.2e of its largest entry at the same weights (bound %.0e)\n",
            step, gc[np], gg[np], gerr, tol);
-    ASSERT_TRUE(lerr < tol);
-    ASSERT_TRUE(gerr < tol);
+    CHECK(lerr < tol);
+    CHECK(gerr < tol);
+    /* One momentum step from the same state: the weights stay within the
+     * bound too (the gradient's error, scaled by lr / valid rows). */
     rc |= tr_backend_cpu.sgd_step(p.rc, 0.05f, &err);
     rc |= cuda->sgd_step(p.rg, 0.05f, &err);
     rc |= tr_backend_cpu.get_state(p.rc, wc, NULL, &err);
     rc |= cuda->get_state(p.rg, wg, NULL, &err);
-    ASSERT_EQ_INT(rc, 0);
+    CHECK_EQ_INT(rc, 0);
     double werr = rel_max_err(wg, wc, np);
-    ASSERT_TRUE(werr < tol);
+    CHECK(werr < tol);
   }
+  CHECK_EQ_INT(rc, 0);
   /* Evaluation of the trained weights on the last batch (uploaded to slot
    * 0 during the last step). */
   double lc = 0, lg = 0;
@@ -185,25 +213,27 @@ static void grads_match(int precision, double tol) {
   rc |= tr_backend_cpu.evaluate(p.rc, &v, &lc, &cc, &nc, &err);
   rc |= cuda->upload_wait(p.rg, v.slot, &err);
   rc |= cuda->evaluate(p.rg, &v, &lg, &cg, &ng, &err);
-  ASSERT_EQ_INT(rc, 0);
-  ASSERT_EQ_U64(ng, nc);
-  ASSERT_TRUE(fabs(lg - lc) / lc < tol);
-  ASSERT_TRUE(cg + 1 >= cc && cc + 1 >= cg); /* a near tie may flip */
+  CHECK_EQ_INT(rc, 0);
+  CHECK_EQ_U64(ng, nc);
+  CHECK(fabs(lg - lc) / lc < tol);
+  CHECK(cg + 1 >= cc && cc + 1 >= cg); /* a near tie may flip */
   /* take_loss: the 4 steps' sums, then nothing. */
   double ls = 0, cnt = 0;
-  ASSERT_EQ_INT(cuda->take_loss(p.rg, &ls, &cnt, &err), 0);
-  ASSERT_TRUE(cnt == counts);
-  ASSERT_EQ_INT(cuda->take_loss(p.rg, &ls, &cnt, &err), 0);
-  ASSERT_TRUE(cnt == 0.0 && ls == 0.0);
+  CHECK_EQ_INT(cuda->take_loss(p.rg, &ls, &cnt, &err), 0);
+  CHECK(cnt == counts);
+  CHECK_EQ_INT(cuda->take_loss(p.rg, &ls, &cnt, &err), 0);
+  CHECK(cnt == 0.0 && ls == 0.0);
+done:
   free(gc);
   free(gg);
   free(wc);
   free(wg);
+  free(mc);
   close_pair(&p);
 }
 
 TEST(cuda_matches_cpu_fp32) { grads_match(TR_PRECISION_FP32, 1e-4); }
-TEST(cuda_matches_cpu_tf32) { grads_match(TR_PRECISION_TF32, 2e-2); }
+TEST(cuda_matches_cpu_tf32) { grads_match(TR_PRECISION_TF32, 1e-2); }
 
 /* Two ranks (threads), each on its rows of one batch: the all-reduced
  * gradient of the CUDA backend (NCCL over 2 GPUs) against the CPU
@@ -283,19 +313,20 @@ TEST(two_gpus_allreduce_matches_cpu) {
   float *g0 = malloc((np + 2) * sizeof(float));
   float *g1 = malloc((np + 2) * sizeof(float));
   int rc = run_two(&tr_backend_cpu, c0, c1, np, &err);
-  ASSERT_EQ_INT(rc, 0);
+  CHECK_EQ_INT(rc, 0);
   rc = run_two(cuda, g0, g1, np, &err);
   if (rc)
     printf("    %s\n", err.msg);
-  ASSERT_EQ_INT(rc, 0);
+  CHECK_EQ_INT(rc, 0);
   if (rc == 0) {
-    ASSERT_TRUE(memcmp(g0, g1, (np + 2) * sizeof(float)) == 0);
-    ASSERT_TRUE(g0[np + 1] == c0[np + 1]); /* the job's valid rows */
+    CHECK(memcmp(g0, g1, (np + 2) * sizeof(float)) == 0);
+    CHECK(g0[np + 1] == c0[np + 1]); /* the job's valid rows */
     double e = rel_max_err(g0, c0, np);
     printf("    2 ranks: gradient max error %.2e of its largest entry\n", e);
-    ASSERT_TRUE(e < 1e-4);
-    ASSERT_TRUE(fabs((double)g0[np] - (double)c0[np]) / c0[np] < 1e-4);
+    CHECK(e < 1e-4);
+    CHECK(fabs((double)g0[np] - (double)c0[np]) / c0[np] < 1e-4);
   }
+done:
   free(c0);
   free(c1);
   free(g0);
@@ -379,37 +410,38 @@ TEST(unequal_rank_rows_match_one_rank) {
   size_t np = tr_model_param_count(&m);
   static const size_t one[1] = {32}, two[2] = {24, 8};
   float *c[2], *g[2];
+  int n = 0;
   for (int i = 0; i < 2; i++) {
     c[i] = malloc((np + 2) * sizeof(float));
     g[i] = malloc((np + 2) * sizeof(float));
   }
   int rc = run_uneq(&tr_backend_cpu, 2, two, c, np, &err);
-  ASSERT_EQ_INT(rc, 0);
+  CHECK_EQ_INT(rc, 0);
   rc = run_uneq(cuda, 1, one, g, np, &err);
   if (rc)
     printf("    %s\n", err.msg);
-  ASSERT_EQ_INT(rc, 0);
-  ASSERT_TRUE(g[0][np + 1] == c[0][np + 1]); /* the valid rows of the 32 */
+  CHECK_EQ_INT(rc, 0);
+  CHECK(g[0][np + 1] == c[0][np + 1]); /* the valid rows of the 32 */
   double e = rel_max_err(g[0], c[0], np);
   printf("    CUDA 32 rows vs CPU 24 + 8: gradient max error %.2e\n", e);
-  ASSERT_TRUE(e < 1e-4);
-  ASSERT_TRUE(fabs((double)g[0][np] - (double)c[0][np]) / c[0][np] < 1e-4);
-  int n = 0;
+  CHECK(e < 1e-4);
+  CHECK(fabs((double)g[0][np] - (double)c[0][np]) / c[0][np] < 1e-4);
   cudaGetDeviceCount(&n);
   if (n >= 2) {
-    ASSERT_EQ_INT(run_uneq(&tr_backend_cpu, 1, one, c, np, &err), 0);
+    CHECK_EQ_INT(run_uneq(&tr_backend_cpu, 1, one, c, np, &err), 0);
     rc = run_uneq(cuda, 2, two, g, np, &err);
     if (rc)
       printf("    %s\n", err.msg);
-    ASSERT_EQ_INT(rc, 0);
-    ASSERT_TRUE(memcmp(g[0], g[1], (np + 2) * sizeof(float)) == 0);
-    ASSERT_TRUE(g[0][np + 1] == c[0][np + 1]);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(memcmp(g[0], g[1], (np + 2) * sizeof(float)) == 0);
+    CHECK(g[0][np + 1] == c[0][np + 1]);
     e = rel_max_err(g[0], c[0], np);
     printf("    CUDA 24 + 8 vs CPU 32 rows: gradient max error %.2e\n", e);
-    ASSERT_TRUE(e < 1e-4);
+    CHECK(e < 1e-4);
   } else {
     printf("    (one GPU: CUDA ranks of 24 and 8 skipped)\n");
   }
+done:
   for (int i = 0; i < 2; i++) {
     free(c[i]);
     free(g[i]);
@@ -423,32 +455,36 @@ TEST(one_rank_collectives) {
   tr_group_config c = tr_group_config_local(1, np);
   tr_group *g = NULL;
   tr_rank *r = NULL;
-  ASSERT_EQ_INT(cuda->group_create(&c, &g, &err), 0);
+  float *w = malloc(np * sizeof(float)), *w0 = malloc(np * sizeof(float));
+  CHECK(w && w0);
+  CHECK_EQ_INT(cuda->group_create(&c, &g, &err), 0);
   int rc = cuda->rank_create(g, 0, &m, 4, &r, &err);
   if (rc)
     printf("    %s\n", err.msg);
-  ASSERT_EQ_INT(rc, 0);
+  CHECK_EQ_INT(rc, 0);
   double vals[3] = {1.5, -2.0, 1e9};
-  ASSERT_EQ_INT(cuda->allreduce_small(r, vals, 3, &err), 0);
-  ASSERT_TRUE(vals[0] == 1.5 && vals[1] == -2.0 && vals[2] == 1e9);
+  CHECK_EQ_INT(cuda->allreduce_small(r, vals, 3, &err), 0);
+  CHECK(vals[0] == 1.5 && vals[1] == -2.0 && vals[2] == 1e9);
   uint64_t all[1] = {0};
-  ASSERT_EQ_INT(cuda->gather_u64(r, 0xfedcba9876543210ULL, all, &err), 0);
-  ASSERT_EQ_U64(all[0], 0xfedcba9876543210ULL);
+  CHECK_EQ_INT(cuda->gather_u64(r, 0xfedcba9876543210ULL, all, &err), 0);
+  CHECK_EQ_U64(all[0], 0xfedcba9876543210ULL);
   /* A label out of range is refused, naming it. */
   make_batch(0, 3);
   int64_t lab[4] = {1, 2, 10, 3};
   tr_batch_view v = {g_img, lab, g_valid, 4, 0, 4, 1};
-  ASSERT_EQ_INT(cuda->upload(r, &v, &err), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(err.msg, "label 10 of batch row 2");
+  CHECK_EQ_INT(cuda->upload(r, &v, &err), WDS_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "label 10 of batch row 2");
   /* The weights start as the CPU backend's. */
-  float *w = malloc(np * sizeof(float)), *w0 = malloc(np * sizeof(float));
   tr_model_init(&m, w0);
-  ASSERT_EQ_INT(cuda->get_state(r, w, NULL, &err), 0);
-  ASSERT_TRUE(memcmp(w, w0, np * sizeof(float)) == 0);
+  CHECK_EQ_INT(cuda->get_state(r, w, NULL, &err), 0);
+  CHECK(memcmp(w, w0, np * sizeof(float)) == 0);
+done:
   free(w);
   free(w0);
-  cuda->rank_destroy(r);
-  cuda->group_destroy(g);
+  if (r)
+    cuda->rank_destroy(r);
+  if (g)
+    cuda->group_destroy(g);
 }
 
 /* H2D: the backend's upload of pinned batches against plain cudaMemcpy of
@@ -462,15 +498,16 @@ TEST(h2d_upload_reaches_pinned_memcpy) {
   tr_rank *r = NULL;
   uint8_t *pinned = NULL;
   void *dev = NULL;
-  ASSERT_EQ_INT(cudaHostAlloc((void **)&pinned, bytes, cudaHostAllocPortable),
-                cudaSuccess);
-  memset(pinned, 7, bytes);
   int64_t *lab = calloc(rows, sizeof *lab);
   uint8_t *valid = malloc(rows);
+  CHECK(lab && valid);
   memset(valid, 1, rows);
-  ASSERT_EQ_INT(cuda->group_create(&c, &g, &err), 0);
-  ASSERT_EQ_INT(cuda->rank_create(g, 0, &m, rows, &r, &err), 0);
-  ASSERT_EQ_INT(cudaMalloc(&dev, bytes), cudaSuccess);
+  CHECK_EQ_INT(cudaHostAlloc((void **)&pinned, bytes, cudaHostAllocPortable),
+               cudaSuccess);
+  memset(pinned, 7, bytes);
+  CHECK_EQ_INT(cuda->group_create(&c, &g, &err), 0);
+  CHECK_EQ_INT(cuda->rank_create(g, 0, &m, rows, &r, &err), 0);
+  CHECK_EQ_INT(cudaMalloc(&dev, bytes), cudaSuccess);
   const int reps = 20;
   double best_plain = 0, best_up = 0, engine = 0;
   for (int round = 0; round < 4; round++) {
@@ -489,7 +526,7 @@ TEST(h2d_upload_reaches_pinned_memcpy) {
       rc |= cuda->upload_wait(r, i & 1, &err);
     }
     double up = (double)bytes * reps / (now_s() - t0) / 1e9;
-    ASSERT_EQ_INT(rc, 0);
+    CHECK_EQ_INT(rc, 0);
     cuda->take_h2d(r, &hb, &hs);
     if (round == 0)
       continue; /* warm-up */
@@ -505,13 +542,23 @@ TEST(h2d_upload_reaches_pinned_memcpy) {
          "backend upload %.2f GB/s (copy engine %.2f GB/s): ratio %.3f "
          "(target >= 0.8)\n",
          bytes, best_plain, best_up, engine, ratio);
-  ASSERT_TRUE(ratio >= 0.8);
-  cudaFree(dev);
-  cudaFreeHost(pinned);
+  /* Under compute-sanitizer (scripts/gpu-run.sh sets this) every API call
+   * is intercepted: the copies are checked, their speed is not. */
+  if (getenv("WDS_TEST_UNDER_SANITIZER"))
+    printf("    (under compute-sanitizer: the ratio is not checked)\n");
+  else
+    CHECK(ratio >= 0.8);
+done:
+  if (dev)
+    cudaFree(dev);
+  if (pinned)
+    cudaFreeHost(pinned);
   free(lab);
   free(valid);
-  cuda->rank_destroy(r);
-  cuda->group_destroy(g);
+  if (r)
+    cuda->rank_destroy(r);
+  if (g)
+    cuda->group_destroy(g);
 }
 
 /* Two GPUs, two rank threads: rank 1 fails (a bad label) and aborts the
@@ -563,7 +610,7 @@ TEST(failed_rank_aborts_the_other) {
   wds__err err;
   tr_group_config c = tr_group_config_local(2, D * 10 + 10);
   tr_group *g = NULL;
-  ASSERT_EQ_INT(cuda->group_create(&c, &g, &err), 0);
+  CHECK_EQ_INT(cuda->group_create(&c, &g, &err), 0);
   make_batch(0, 5);
   abort_arg a[2];
   pthread_t t[2];
@@ -578,13 +625,15 @@ TEST(failed_rank_aborts_the_other) {
     pthread_join(t[i], NULL);
   printf("    rank 0: %s\n    rank 1: %s\n    (%.2f s)\n", a[0].err.msg,
          a[1].err.msg, now_s() - t0);
-  ASSERT_EQ_INT(a[1].rc, WDS_ERR_INVALID); /* its upload refused the label */
-  ASSERT_CONTAINS(a[1].err.msg, "label 99");
+  CHECK_EQ_INT(a[1].rc, WDS_ERR_INVALID); /* its upload refused the label */
+  CHECK_CONTAINS(a[1].err.msg, "label 99");
   /* Rank 0 fails too (aborted by rank 1, or its wait timed out): any
    * error status, as -1 was the only one before statuses. */
-  ASSERT_TRUE(a[0].rc < 0);
-  ASSERT_CONTAINS(a[0].err.msg, "rank 0");
-  cuda->group_destroy(g);
+  CHECK(a[0].rc < 0);
+  CHECK_CONTAINS(a[0].err.msg, "rank 0");
+done:
+  if (g)
+    cuda->group_destroy(g);
 }
 
 int main(void) {

@@ -18,6 +18,7 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -44,7 +45,15 @@ static uint64_t file_size(const char *path) {
   return stat(path, &st) == 0 ? (uint64_t)st.st_size : UINT64_MAX;
 }
 
-/* Number of entries in dir; with tmp_out, the name of one "*.tmp-*". */
+/* Whether name is a pattern's lock file (".NAME.lock", wds/writer.h),
+ * which is there while a writer of the pattern is open. */
+static int is_lock_file(const char *name) {
+  size_t n = strlen(name);
+  return name[0] == '.' && n > 6 && strcmp(name + n - 5, ".lock") == 0;
+}
+
+/* Number of entries in dir but a writer's lock file; with tmp_count, the
+ * number of "*.tmp-*". */
 static int dir_entries(const char *dir, int *tmp_count) {
   DIR *d = opendir(dir);
   int n = 0;
@@ -54,7 +63,8 @@ static int dir_entries(const char *dir, int *tmp_count) {
   if (!d)
     return -1;
   while ((e = readdir(d)) != NULL) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+        is_lock_file(e->d_name))
       continue;
     n++;
     if (tmp_count && strstr(e->d_name, ".tmp-"))
@@ -825,10 +835,11 @@ TEST(fifo_written_in_place) {
   ASSERT_EQ_INT(dir_entries(dir, NULL), 2);
 }
 
-/* A character device, also through a symlink, is written in place: a
- * private null device made with mknod in the test's directory (never
- * /dev/null itself, which a failing test would replace). Needs CAP_MKNOD
- * and a file system without nodev: skipped, and said, otherwise. */
+/* A character device is written in place, and refused through a symlink
+ * (issue 26, item 11): a private null device made with mknod in the
+ * test's directory (never /dev/null itself, which a failing test would
+ * replace). Needs CAP_MKNOD and a file system without nodev: skipped, and
+ * said, otherwise. */
 TEST(device_written_in_place) {
   char dir[512], dev[600], link[600];
   fresh_dir(dir, sizeof dir, "dev");
@@ -857,13 +868,19 @@ TEST(device_written_in_place) {
 
   wds_outfile *f;
   char err[512];
-  ASSERT_EQ_INT(wds_outfile_open(link, 0, &f, err, sizeof err), WDS_OK);
+  ASSERT_EQ_INT(wds_outfile_open(dev, 0, &f, err, sizeof err), WDS_OK);
   ASSERT_EQ_INT(wds_outfile_in_place(f), 1);
   ASSERT_TRUE(wds_outfile_tmp_path(f) == NULL);
   ASSERT_EQ_INT(write(wds_outfile_fd(f), "x", 1), 1);
   rc = wds_outfile_commit(f, err, sizeof err);
   wds_outfile_close(f);
   ASSERT_EQ_INT(rc, WDS_OK);
+  f = NULL;
+  ASSERT_EQ_INT(wds_outfile_open(link, 0, &f, err, sizeof err), WDS_ERR_OPEN);
+  ASSERT_TRUE(f == NULL);
+  ASSERT_CONTAINS(err, "symbolic link to a character device");
+  cfg.pattern = link;
+  ASSERT_EQ_INT(write_all(&cfg, 5), WDS_ERR_OPEN);
   ASSERT_EQ_INT(lstat(link, &st), 0);
   ASSERT_TRUE(S_ISLNK(st.st_mode));
   ASSERT_EQ_INT(lstat(dev, &st), 0);
@@ -939,6 +956,259 @@ TEST(outfile_regular_directory_socket) {
   ASSERT_EQ_INT(dir_entries(dir, NULL), 2); /* f.txt, sock */
 }
 
+/* ---- one writer per pattern; shards an earlier run left ---- */
+
+/* Two writers of one numbered pattern would interleave their shards (issue
+ * 26 item 6): the second, in this process or another, fails its first
+ * sample (WDS_ERR_OPEN) naming the lock and the first one's pid, and
+ * writes nothing; the same pattern with another width is the same
+ * pattern; another pattern in the directory is not held up; after close
+ * the lock file is gone and a new writer goes ahead. */
+TEST(one_writer_per_pattern) {
+  char dir[512], pat[600], pat3[600], other[600], lock[700], want[700];
+  fresh_dir(dir, sizeof dir, "lock");
+  snprintf(pat, sizeof pat, "%s/p-%%05d.tar", dir);
+  snprintf(pat3, sizeof pat3, "%s/p-%%03d.tar", dir);
+  snprintf(other, sizeof other, "%s/q-%%05d.tar", dir);
+  snprintf(lock, sizeof lock, "%s/.p-%%d.tar.lock", dir);
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = pat;
+  cfg.max_count = 1;
+  wds_writer *w1, *w2, *w3;
+  ASSERT_EQ_INT(wds_writer_open(&cfg, &w1), WDS_OK);
+  struct stat st;
+  ASSERT_TRUE(stat(lock, &st) != 0); /* no file before the first sample */
+  ASSERT_EQ_INT(write_sample(w1, &samples[0]), WDS_OK);
+  ASSERT_EQ_INT(stat(lock, &st), 0);
+  size_t n = 0;
+  char *pid = (char *)test_read_file(lock, &n);
+  char mine[32];
+  snprintf(mine, sizeof mine, "%ld\n", (long)getpid());
+  ASSERT_TRUE(pid && n == strlen(mine) && memcmp(pid, mine, n) == 0);
+  free(pid);
+
+  cfg.pattern = pat3;
+  ASSERT_EQ_INT(wds_writer_open(&cfg, &w2), WDS_OK);
+  ASSERT_EQ_INT(write_sample(w2, &samples[1]), WDS_ERR_OPEN);
+  printf("  second writer: %s\n", wds_writer_error(w2));
+  snprintf(want, sizeof want, "(pid %ld)", (long)getpid());
+  ASSERT_CONTAINS(wds_writer_error(w2), "another writer");
+  ASSERT_CONTAINS(wds_writer_error(w2), want);
+  ASSERT_CONTAINS(wds_writer_error(w2), lock);
+  ASSERT_EQ_INT(wds_writer_close(w2), WDS_ERR_OPEN);
+  int tmp;
+  ASSERT_EQ_INT(dir_entries(dir, &tmp), 1); /* w1's shard being written */
+  ASSERT_EQ_INT(tmp, 1);
+
+  /* another process */
+  fflush(stdout);
+  pid_t child = fork();
+  ASSERT_TRUE(child >= 0);
+  if (child == 0) {
+    wds_writer *wc;
+    cfg.pattern = pat;
+    int ok = wds_writer_open(&cfg, &wc) == WDS_OK &&
+             write_sample(wc, &samples[2]) == WDS_ERR_OPEN &&
+             strstr(wds_writer_error(wc), want) != NULL;
+    wds_writer_abort(wc);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ_INT(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+  cfg.pattern = other; /* another pattern: its own lock */
+  ASSERT_EQ_INT(write_all(&cfg, 2), WDS_OK);
+
+  ASSERT_EQ_INT(write_sample(w1, &samples[1]), WDS_OK);
+  ASSERT_EQ_INT(wds_writer_close(w1), WDS_OK);
+  ASSERT_TRUE(stat(lock, &st) != 0); /* deleted at close */
+  cfg.pattern = pat;
+  cfg.start_index = 2;
+  ASSERT_EQ_INT(wds_writer_open(&cfg, &w3), WDS_OK);
+  ASSERT_EQ_INT(write_sample(w3, &samples[2]), WDS_OK);
+  wds_writer_abort(w3);
+  ASSERT_TRUE(stat(lock, &st) != 0); /* and at abort */
+  snprintf(want, sizeof want, "%s/p-{00000..00001}.tar", dir);
+  ASSERT_TRUE(check_read(want, 0, 2));
+}
+
+typedef struct left_log {
+  int n;
+  char path[8][700];
+} left_log;
+
+static void on_left(void *ctx, const char *path) {
+  left_log *l = ctx;
+  if (l->n < 8)
+    snprintf(l->path[l->n], sizeof l->path[0], "%s", path);
+  l->n++;
+}
+
+/* A run with fewer shards than the last one leaves the last one's later
+ * shards in place: close reports each file the pattern names with a
+ * number after the last shard written (on_leftover, in number order),
+ * none before it or of other names; abort reports nothing. */
+TEST(leftover_shards_are_reported) {
+  char dir[512], pat[600], path[700];
+  fresh_dir(dir, sizeof dir, "left");
+  snprintf(pat, sizeof pat, "%s/r-%%03d.tar", dir);
+  wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
+  cfg.pattern = pat;
+  cfg.max_count = 1;
+  left_log log;
+  memset(&log, 0, sizeof log);
+  cfg.on_leftover = on_left;
+  cfg.on_leftover_ctx = &log;
+  ASSERT_EQ_INT(write_all(&cfg, 5), WDS_OK); /* r-000 .. r-004 */
+  ASSERT_EQ_INT(log.n, 0);
+  /* an earlier run's far shard, and names that are not the pattern's */
+  const char *extra[] = {"r-012.tar",  "r-7.tar",   "r-004.tar.bak",
+                         "r-0004.tar", "r-00x.tar", ".r-005.tar"};
+  for (size_t i = 0; i < sizeof extra / sizeof *extra; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, extra[i]);
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    fclose(f);
+  }
+  ASSERT_EQ_INT(write_all(&cfg, 2), WDS_OK); /* r-000, r-001 again */
+  ASSERT_EQ_INT(log.n, 4);
+  const int want[] = {2, 3, 4, 12};
+  for (int i = 0; i < 4; i++) {
+    snprintf(path, sizeof path, "%s/r-%03d.tar", dir, want[i]);
+    ASSERT_STREQ(log.path[i], path);
+  }
+  /* from start_index 3: only those after the last one written (r-003) */
+  memset(&log, 0, sizeof log);
+  cfg.start_index = 3;
+  ASSERT_EQ_INT(write_all(&cfg, 1), WDS_OK);
+  ASSERT_EQ_INT(log.n, 2);
+  snprintf(path, sizeof path, "%s/r-004.tar", dir);
+  ASSERT_STREQ(log.path[0], path);
+  /* abort: nothing */
+  memset(&log, 0, sizeof log);
+  wds_writer *w;
+  ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_OK);
+  ASSERT_EQ_INT(write_sample(w, &samples[0]), WDS_OK);
+  ASSERT_EQ_INT(wds_writer_end_shard(w), WDS_OK);
+  wds_writer_abort(w);
+  ASSERT_EQ_INT(log.n, 0);
+}
+
+/* Symbolic links (issue 26, item 11): one to a FIFO is refused (its read
+ * end open, so a write through it would not block: before the fix it
+ * succeeded), and so is one to a socket, each link and target left as
+ * they were; one to a regular file is replaced by the new file, its old
+ * target untouched; a dangling one is replaced too. The process's own
+ * descriptors (/dev/fd/N) are written in place. */
+TEST(outfile_symlinks) {
+  char dir[512], fifo[600], link[600], reg[600], rlink[600], dangling[600],
+      err[512];
+  fresh_dir(dir, sizeof dir, "links");
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  snprintf(link, sizeof link, "%s/to-fifo", dir);
+  snprintf(reg, sizeof reg, "%s/target.txt", dir);
+  snprintf(rlink, sizeof rlink, "%s/to-reg", dir);
+  snprintf(dangling, sizeof dangling, "%s/dangling", dir);
+  ASSERT_EQ_INT(mkfifo(fifo, 0644), 0);
+  ASSERT_EQ_INT(symlink("fifo", link), 0);
+  int rfd = open(fifo, O_RDONLY | O_NONBLOCK);
+  ASSERT_TRUE(rfd >= 0);
+  wds_outfile *f = NULL;
+  int rc = wds_outfile_open(link, 0, &f, err, sizeof err);
+  if (f) {
+    (void)!write(wds_outfile_fd(f), "leak", 4);
+    wds_outfile_commit(f, NULL, 0);
+    wds_outfile_close(f);
+  }
+  char got[8];
+  ssize_t k = read(rfd, got, sizeof got);
+  int64_t shape = 3;
+  char err2[512];
+  int npy =
+      wds_npy_save(link, WDS_DTYPE_U8, 1, &shape, "abc", err2, sizeof err2);
+  ssize_t k2 = read(rfd, got, sizeof got);
+  close(rfd);
+  ASSERT_EQ_INT(rc, WDS_ERR_OPEN);
+  ASSERT_CONTAINS(err, "symbolic link to a FIFO");
+  ASSERT_CONTAINS(err, "/fifo)");
+  ASSERT_TRUE(k <= 0);
+  ASSERT_EQ_INT(npy, WDS_ERR_IO); /* npy.c: every failure to write is IO */
+  ASSERT_CONTAINS(err2, "symbolic link to a FIFO");
+  ASSERT_TRUE(k2 <= 0);
+  struct stat st;
+  ASSERT_EQ_INT(lstat(link, &st), 0);
+  ASSERT_TRUE(S_ISLNK(st.st_mode));
+  ASSERT_EQ_INT(lstat(fifo, &st), 0);
+  ASSERT_TRUE(S_ISFIFO(st.st_mode));
+
+  char sock[600], slink[600];
+  snprintf(sock, sizeof sock, "%s/sock", dir);
+  snprintf(slink, sizeof slink, "%s/to-sock", dir);
+  int sfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  int bound = sfd >= 0 && strlen(sock) < sizeof sa.sun_path;
+  if (bound) {
+    memcpy(sa.sun_path, sock, strlen(sock) + 1);
+    bound = bind(sfd, (struct sockaddr *)&sa, sizeof sa) == 0;
+  }
+  if (bound) {
+    ASSERT_EQ_INT(symlink("sock", slink), 0);
+    rc = wds_outfile_open(slink, 0, &f, err, sizeof err);
+    close(sfd);
+    ASSERT_EQ_INT(rc, WDS_ERR_OPEN);
+    ASSERT_CONTAINS(err, "socket");
+    ASSERT_EQ_INT(lstat(slink, &st), 0);
+    ASSERT_TRUE(S_ISLNK(st.st_mode));
+  } else if (sfd >= 0) {
+    close(sfd);
+  }
+
+  FILE *old = fopen(reg, "w");
+  ASSERT_TRUE(old != NULL);
+  fputs("old", old);
+  fclose(old);
+  ASSERT_EQ_INT(symlink("target.txt", rlink), 0);
+  ASSERT_EQ_INT(symlink("nowhere/x", dangling), 0);
+  const char *replaced[] = {rlink, dangling};
+  for (int i = 0; i < 2; i++) {
+    ASSERT_EQ_INT(wds_outfile_open(replaced[i], 0, &f, err, sizeof err),
+                  WDS_OK);
+    ASSERT_EQ_INT(wds_outfile_in_place(f), 0);
+    ASSERT_EQ_INT(write(wds_outfile_fd(f), "new", 3), 3);
+    rc = wds_outfile_commit(f, err, sizeof err);
+    wds_outfile_close(f);
+    ASSERT_EQ_INT(rc, WDS_OK);
+    ASSERT_EQ_INT(lstat(replaced[i], &st), 0);
+    ASSERT_TRUE(S_ISREG(st.st_mode));
+    ASSERT_EQ_INT(st.st_size, 3);
+  }
+  size_t len;
+  uint8_t *d = test_read_file(reg, &len);
+  int kept = d && len == 3 && memcmp(d, "old", 3) == 0;
+  free(d);
+  ASSERT_TRUE(kept);
+
+  /* /dev/fd/N: a pipe this process opened */
+  int p[2];
+  ASSERT_EQ_INT(pipe(p), 0);
+  char own[64];
+  snprintf(own, sizeof own, "/dev/fd/%d", p[1]);
+  rc = wds_outfile_open(own, 0, &f, err, sizeof err);
+  int in_place = rc == WDS_OK && wds_outfile_in_place(f);
+  if (rc == WDS_OK) {
+    ASSERT_EQ_INT(write(wds_outfile_fd(f), "own", 3), 3);
+    rc = wds_outfile_commit(f, err, sizeof err);
+    wds_outfile_close(f);
+  }
+  close(p[1]);
+  k = read(p[0], got, sizeof got);
+  close(p[0]);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  ASSERT_TRUE(in_place);
+  ASSERT_TRUE(k == 3 && memcmp(got, "own", 3) == 0);
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "%s/wds-test-writer-XXXXXX",
            getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -963,6 +1233,9 @@ int main(void) {
   RUN(fifo_written_in_place);
   RUN(device_written_in_place);
   RUN(outfile_regular_directory_socket);
+  RUN(one_writer_per_pattern);
+  RUN(leftover_shards_are_reported);
+  RUN(outfile_symlinks);
   free_samples();
   test_remove_tree(tmpdir);
   return test_summary();

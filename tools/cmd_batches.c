@@ -13,10 +13,13 @@
 #include <unistd.h>
 
 #include "base/json.h"
+#include "base/text.h"
+#include "base/url.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/reader.h" /* wds_open_error */
+#include "wds/writer.h" /* wds_outfile */
 
 static const char batches_usage[] =
     "usage: wds batches SPEC... --decode FIELDS [loader options] [--save DIR]\n"
@@ -30,9 +33,10 @@ static const char batches_usage[] =
     "  EPOCH BATCH S:KEY...    with --source: each key after its row's source\n"
     "                          (0 for the first --source, 1, ...)\n"
     "\n"
-    "A key byte that is a blank, a control character, DEL or a backslash is\n"
-    "written as \\xHH, so keys never contain spaces. Rows marked invalid\n"
-    "(padding, failed samples) are listed like the others; --json shows them:\n"
+    "A key byte that is a blank, a control character, DEL, a backslash or\n"
+    "not part of valid UTF-8 is written as \\xHH, so keys never contain\n"
+    "spaces. Rows marked invalid (padding, failed samples) are listed like\n"
+    "the others; --json shows them:\n"
     "\n"
     "  --json      one JSON object per line instead:\n"
     "              {\"epoch\":E,\"batch\":B,\"keys\":[...],\"valid\":[1,1,0]}\n"
@@ -50,7 +54,8 @@ static const char batches_usage[] =
     "(uint8,\n"
     "              1 for a real row, 0 for padding or a failed sample) and\n"
     "              e{EPOCH}-b{BATCH:06d}.__rows__.json ({\"keys\": [...],\n"
-    "              \"urls\": [...]}: each row's sample key and shard; with\n"
+    "              \"urls\": [...]}: each row's sample key and shard, its\n"
+    "              secrets as ***; with\n"
     "              --source also \"sources\": [...], each row's source)\n"
     "\n"
     "With --on-error skip, what was skipped is summed up on stderr at the end\n"
@@ -59,18 +64,13 @@ static const char batches_usage[] =
     "Exit status: 0, 1 for a loader error (\"wds batches: MESSAGE\"), 2 for a\n"
     "usage error.\n\n";
 
-/* Writes a key for the text output (see the usage). */
+/* Writes a key for the text output (see the usage; base/text.h). */
 static void put_key(FILE *f, const char *key) {
   if (!key) {
     fputs("\\x00", f); /* no key: not expected, but visible */
     return;
   }
-  for (const unsigned char *p = (const unsigned char *)key; *p; p++) {
-    if (*p <= 0x20 || *p == 0x7f || *p == '\\')
-      fprintf(f, "\\x%02x", *p);
-    else
-      putc(*p, f);
-  }
+  wds__esc_write(f, key, WDS__ESC_BLANK | WDS__ESC_BACKSLASH);
 }
 
 static void print_batch(const wds_batch *b, int json, int sources) {
@@ -121,36 +121,36 @@ static char *npy_path(const char *dir, const wds_batch *b, const char *field,
   return p;
 }
 
-/* DIR/e{epoch}-b{index:06d}.__rows__.json: the rows' keys and shards. */
+/* DIR/e{epoch}-b{index:06d}.__rows__.json: the rows' keys and shards (the
+ * URLs without their secrets: base/url.h), written whole through
+ * wds_outfile as the arrays are (wds_npy_save). */
 static int save_rows(const char *dir, const wds_batch *b, int sources,
                      char *err, size_t errn) {
-  char *path = npy_path(dir, b, "__rows__", ""), *tmp = NULL;
+  char *path = npy_path(dir, b, "__rows__", ""), *text = NULL;
+  size_t len = 0;
   FILE *f = NULL;
-  int rc = WDS_ERR_IO;
+  wds_outfile *of = NULL;
+  int rc = WDS_ERR_NOMEM;
   snprintf(err, errn, "out of memory");
-  if (!path)
-    return WDS_ERR_NOMEM;
+  if (!path || !(f = open_memstream(&text, &len)))
+    goto done;
   strcpy(path + strlen(path) - 4, ".json"); /* npy_path ends in ".npy" */
-  size_t n = strlen(path) + 8;
-  if (!(tmp = malloc(n))) {
-    rc = WDS_ERR_NOMEM;
-    goto done;
-  }
-  snprintf(tmp, n, "%s.tmp", path); /* written whole, then renamed */
-  if (!(f = fopen(tmp, "w"))) {
-    snprintf(err, errn, "%s: %s", tmp, strerror(errno));
-    goto done;
-  }
   for (int which = 0; which < 2; which++) {
     const char *const *v = which ? b->urls : b->keys;
     fputs(which ? "], \"urls\": [" : "{\"keys\": [", f);
     for (size_t i = 0; i < b->rows; i++) {
       if (i)
         fputs(", ", f);
-      if (v && v[i])
-        wds__json_write_string(f, v[i], strlen(v[i]));
+      char red[WDS__URL_REDACT_MAX], *full = NULL;
+      const char *s = v ? v[i] : NULL;
+      if (s && which) /* a URL: without its secrets, in full */
+        s = (full = wds__url_redacted(s)) ? full
+                                          : wds__url_redact(s, red, sizeof red);
+      if (s)
+        wds__json_write_string(f, s, strlen(s));
       else
         fputs("null", f);
+      free(full);
     }
   }
   if (sources) {
@@ -159,24 +159,31 @@ static int save_rows(const char *dir, const wds_batch *b, int sources,
       fprintf(f, i ? ", %" PRIu32 : "%" PRIu32, b->sources[i]);
   }
   fputs("]}\n", f);
-  int failed = ferror(f) != 0;
-  if (fclose(f) != 0 || failed) {
-    f = NULL;
-    snprintf(err, errn, "%s: %s", tmp, strerror(errno));
-    goto done;
-  }
+  int failed = fclose(f) != 0;
   f = NULL;
-  if (rename(tmp, path) != 0) {
-    snprintf(err, errn, "%s: %s", path, strerror(errno));
+  if (failed || !text)
     goto done;
+  if ((rc = wds_outfile_open(path, WDS_OUTFILE_NO_SYNC, &of, err, errn)) !=
+      WDS_OK)
+    goto done;
+  for (size_t at = 0; at < len;) {
+    ssize_t k = write(wds_outfile_fd(of), text + at, len - at);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      snprintf(err, errn, "%s: %s", path,
+               k < 0 ? strerror(errno) : "short write");
+      rc = WDS_ERR_IO;
+      goto done;
+    }
+    at += (size_t)k;
   }
-  rc = WDS_OK;
+  rc = wds_outfile_commit(of, err, errn);
 done:
   if (f)
     fclose(f);
-  if (rc != WDS_OK && tmp)
-    unlink(tmp);
-  free(tmp);
+  wds_outfile_close(of); /* removes the temporary file after an error */
+  free(text);
   free(path);
   return rc;
 }

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "base/size.h"
+#include "base/url.h"
 #include "loader/index.h"
 #include "loader_opts.h"
 #include "signals.h"
@@ -45,13 +46,16 @@ static const char index_usage[] =
     "nsamples counts the samples the reader yields (what the loader's exact\n"
     "mode needs); filesize is null for pipe:, stdin and remote URLs; OFFSET\n"
     "is that of the member's first header in the decompressed tar stream,\n"
-    "SIZE the size of its data.\n"
+    "SIZE the size of its data. A URL's secrets (its password, token and\n"
+    "signature values) are written as ***: the index still matches the URLs\n"
+    "that carry them.\n"
     "  -o FILE      write to FILE instead of stdout (- for stdout): under a\n"
     "               temporary name, synced and renamed when complete; a\n"
     "               FILE that is a device or a FIFO (/dev/null) is written\n"
     "               in place, never replaced. Local shard paths are then\n"
     "               written relative to FILE's directory\n"
     "  --name NAME  the index's \"name\" (default: the first SPEC)\n"
+
     "  --max-urls N refuse specs that expand to more than N "
     "URLs\n" TOOL_ALLOW_PIPE_HELP
     "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
@@ -123,10 +127,12 @@ static int index_shard(const char *url, const char *written_url, int first,
   wds_reader_stats_get(r, &rs);
   /* The file changed while it was read: the index would be stale. */
   if (filesize >= 0 && stat(lp, &st) == 0 && (int64_t)st.st_size != filesize) {
+    char shown[WDS__URL_REDACT_MAX];
     fprintf(stderr,
             "wds index: %s: the shard changed while it was read (%" PRId64
             " bytes, now %" PRId64 ")\n",
-            url, filesize, (int64_t)st.st_size);
+            wds__url_shown(url, shown, sizeof shown), filesize,
+            (int64_t)st.st_size);
     goto done;
   }
   wds__index_write_entry(out, first, written_url, nsamples, filesize,
@@ -211,8 +217,11 @@ int tool_cmd_index(int argc, char **argv) {
   if (out_path && (!out_path[0] || out_path[strlen(out_path) - 1] == '/')) {
     return tool_usage_error("wds index", "-o needs a file name");
   }
-  if (!name)
-    name = argv[optind];
+  char *default_name = NULL; /* the first SPEC without its secrets */
+  if (!name && !(name = default_name = wds__url_redacted(argv[optind]))) {
+    fprintf(stderr, "wds index: out of memory\n");
+    return 1;
+  }
 
   int status = 1;
   tool_signals_defer(1); /* the shard loop checks; -o's temporary goes */
@@ -312,6 +321,7 @@ done:
     fclose(out);
   wds_outfile_close(of); /* removes the temporary file after an error */
   free(dir_real);
+  free(default_name);
   wds_url_list_free(&urls);
   return status;
 }

@@ -10,6 +10,8 @@
 
 #include "base/json.h"
 #include "base/size.h"
+#include "base/text.h"
+#include "base/url.h"
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
@@ -23,9 +25,13 @@ static const char ls_usage[] =
     "Lists the samples of the shards, in stream order.\n"
     "  (default)    one line per sample: key, then each field's extension and "
     "size\n"
+    "               (tab-separated; a control character, DEL, a backslash\n"
+    "               or a byte that is not UTF-8 in a key or extension as\n"
+    "               \\xHH)\n"
     "  --json       one JSON object per sample:\n"
     "               {\"__key__\": K, \"__url__\": U, \"fields\": {EXT: "
     "{\"size\": N, \"sha256\": HEX}}}\n"
+    "               (U without its secrets: user:***@, sig=***, ...)\n"
     "  --summary    totals only: shards, samples, bytes, samples per "
     "extension\n"
     "               (with --json, as one JSON object)\n"
@@ -136,9 +142,12 @@ static int print_summary(const wds_reader_stats *st, int64_t tar_bytes,
     else
       printf("tar bytes   unknown (not in the index)\n");
     printf("extensions  %zu\n", n);
-    for (size_t i = 0; i < n; i++)
-      printf("  %-16s %12" PRIu64 " samples %16" PRIu64 " bytes\n", list[i].ext,
+    for (size_t i = 0; i < n; i++) {
+      char shown[1024]; /* an extension from a shard (base/text.h) */
+      printf("  %-16s %12" PRIu64 " samples %16" PRIu64 " bytes\n",
+             wds__esc(list[i].ext, shown, sizeof shown, WDS__ESC_BACKSLASH),
              list[i].samples, list[i].bytes);
+    }
   }
   free(list);
   return 0;
@@ -163,6 +172,8 @@ static int index_summary(const char *index_path, const wds_url_list *urls,
   for (size_t u = 0; u < urls->count; u++) {
     size_t i;
     wds_index_shard sh;
+    char shown[WDS__URL_REDACT_MAX];
+    const char *url = wds__url_shown(urls->urls[u], shown, sizeof shown);
     if (wds_index_lookup(ix, urls->urls[u], &i) != WDS_OK) {
       fprintf(stderr, "wds ls: %s: %s\n", index_path, wds_index_error(ix));
       goto done;
@@ -172,7 +183,7 @@ static int index_summary(const char *index_path, const wds_url_list *urls,
       fprintf(stderr,
               "wds ls: %s: %s: the index has no per-sample sizes (made by "
               "another tool?); run wds index, or leave out --index\n",
-              index_path, urls->urls[u]);
+              index_path, url);
       goto done;
     }
     st.shards++;
@@ -185,7 +196,7 @@ static int index_summary(const char *index_path, const wds_url_list *urls,
       fprintf(stderr,
               "wds ls: %s: %s: the shards' tar_bytes add up to more than "
               "2^63 bytes: not a real index\n",
-              index_path, urls->urls[u]);
+              index_path, url);
       goto done;
     } else {
       tar_bytes += sh.tar_bytes;
@@ -218,7 +229,11 @@ static void print_sample(const wds_sample *s, int json) {
     fputs("{\"__key__\": ", stdout);
     wds__json_write_string(stdout, s->key, strlen(s->key));
     fputs(", \"__url__\": ", stdout);
-    wds__json_write_string(stdout, s->url, strlen(s->url));
+    /* without its secrets, in full (cut only when out of memory) */
+    char red[WDS__URL_REDACT_MAX], *full = wds__url_redacted(s->url);
+    const char *url = full ? full : wds__url_redact(s->url, red, sizeof red);
+    wds__json_write_string(stdout, url, strlen(url));
+    free(full);
     fputs(", \"fields\": {", stdout);
     for (size_t i = 0; i < s->field_count; i++) {
       const wds_field *f = &s->fields[i];
@@ -230,9 +245,14 @@ static void print_sample(const wds_sample *s, int json) {
     }
     fputs("}}\n", stdout);
   } else {
-    fputs(s->key, stdout);
-    for (size_t i = 0; i < s->field_count; i++)
-      printf("\t%s %zu", s->fields[i].ext, s->fields[i].size_bytes);
+    /* a key or extension from the shard: one line, nothing a terminal
+     * would obey (base/text.h) */
+    wds__esc_write(stdout, s->key, WDS__ESC_BACKSLASH);
+    for (size_t i = 0; i < s->field_count; i++) {
+      putchar('\t');
+      wds__esc_write(stdout, s->fields[i].ext, WDS__ESC_BACKSLASH);
+      printf(" %zu", s->fields[i].size_bytes);
+    }
     putchar('\n');
   }
 }

@@ -18,6 +18,8 @@
 
 #include "base/json.h"
 #include "base/size.h"
+#include "base/text.h"
+#include "base/url.h"
 #include "loader_opts.h"
 #include "pipeline/decoders.h"
 #include "signals.h"
@@ -50,6 +52,9 @@ static const char verify_usage[] =
     "                  (jpg also matches jpeg, and jpeg jpg)\n"
     "  --decode        decode jpg/jpeg/png, npy and cls/cls2/index/inx/id "
     "fields\n"
+    "  --image-memory-limit SIZE  with --decode: memory one image's decode\n"
+    "                  may take (default 256M); an image over it is a\n"
+    "                  decode problem naming its size and the limit\n"
     "  --json          one JSON object: {\"problems\": [{\"url\", \"key\", "
     "\"kind\",\n"
     "                  \"message\"}...], \"shards\", \"samples\", "
@@ -97,9 +102,15 @@ typedef struct verifier {
 /* Prints one problem. key may be NULL (shard-level). */
 static void report(verifier *v, enum kind k, const char *url, const char *key,
                    const char *msg) {
+  /* The URL without its secrets (base/url.h); in the text, nothing from
+   * the shard a terminal would obey (base/text.h). */
+  char red[WDS__URL_REDACT_MAX], kb[1024], mb[2048];
   if (v->json) {
+    char *full = wds__url_redacted(url); /* in full */
+    url = full ? full : wds__url_redact(url, red, sizeof red);
     fputs(v->problems ? ",\n  {\"url\": " : "\n  {\"url\": ", stdout);
     wds__json_write_string(stdout, url, strlen(url));
+    free(full);
     fputs(", \"key\": ", stdout);
     if (key)
       wds__json_write_string(stdout, key, strlen(key));
@@ -108,10 +119,14 @@ static void report(verifier *v, enum kind k, const char *url, const char *key,
     printf(", \"kind\": \"%s\", \"message\": ", kind_names[k]);
     wds__json_write_string(stdout, msg, strlen(msg));
     fputs("}", stdout);
-  } else if (key) {
-    printf("%s: sample %s: %s: %s\n", url, key, kind_names[k], msg);
   } else {
-    printf("%s: %s: %s\n", url, kind_names[k], msg);
+    url = wds__url_shown(url, red, sizeof red);
+    msg = wds__esc(msg, mb, sizeof mb, 0);
+    if (key)
+      printf("%s: sample %s: %s: %s\n", url, wds__esc(key, kb, sizeof kb, 0),
+             kind_names[k], msg);
+    else
+      printf("%s: %s: %s\n", url, kind_names[k], msg);
   }
   v->counts[k]++;
   v->problems++;
@@ -134,9 +149,11 @@ static enum kind classify(int rc, const char *msg) {
   }
 }
 
-/* The reader prefixes its messages with "URL: "; the report line has the
- * URL already. */
+/* The reader prefixes its messages with "URL: " (as messages show it:
+ * wds__url_shown); the report line has the URL already. */
 static const char *strip_url(const char *msg, const char *url) {
+  char shown[WDS__URL_REDACT_MAX];
+  url = wds__url_shown(url, shown, sizeof shown);
   size_t n = strlen(url);
   if (strncmp(msg, url, n) == 0 && strncmp(msg + n, ": ", 2) == 0)
     return msg + n + 2;
@@ -331,6 +348,7 @@ int tool_cmd_verify(int argc, char **argv) {
       {"max-window", required_argument, 0, 'w'},
       {"cache-dir", required_argument, 0, 'C'},
       {"cache-size", required_argument, 0, 'Z'},
+      {"image-memory-limit", required_argument, 0, 'I'},
       TOOL_ALLOW_PIPE_OPTION,
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
@@ -338,6 +356,7 @@ int tool_cmd_verify(int argc, char **argv) {
   memset(&v, 0, sizeof v);
   int decode = 0, c, status = 2;
   size_t max_urls = 0;
+  uint64_t image_limit = 0;
   wds_url_list urls = {0};
   tool_stdout_init("verify");
   optind = 1;
@@ -368,6 +387,10 @@ int tool_cmd_verify(int argc, char **argv) {
       break;
     case 'w':
       if (tool_max_window("wds verify", optarg, &v.max_window_bytes))
+        goto done;
+      break;
+    case 'I':
+      if (tool_image_memory_limit("wds verify", optarg, &image_limit))
         goto done;
       break;
     case 'j':
@@ -408,6 +431,8 @@ int tool_cmd_verify(int argc, char **argv) {
     status = 1;
     goto done;
   }
+  if (v.checker)
+    wds_decode_checker_set_image_memory_limit(v.checker, image_limit);
   if (v.json)
     fputs("{\"problems\": [", stdout);
   tool_signals_defer(1); /* the shard loop checks */

@@ -49,6 +49,7 @@
 #include "base/mem.h"
 #include "base/rng.h"
 #include "base/size.h"
+#include "base/text.h"
 #include "loader_opts.h"
 #include "pipeline/decoders.h"
 #include "signals.h"
@@ -149,6 +150,10 @@ static const char write_usage_options[] =
     "truncated shard under a final name; a killed run may leave *.tmp-*\n"
     "files, safe to delete. Files are read to their end (files in /proc and\n"
     "/sys too); one that changes size while it is read is an error.\n"
+    "One run at a time writes a numbered PATTERN: another one still writing\n"
+    "it (a lock file .NAME%d.lock beside the shards) makes this one fail,\n"
+    "naming its pid. Shards of the PATTERN numbered after the last one\n"
+    "written (an earlier run's) are named in a warning, not deleted.\n"
     "On a terminal, a progress line goes to stderr. At the end one line on\n"
     "stdout: shards, samples, bytes. Exit status 1 on an error, 2 on a usage\n"
     "error.\n"
@@ -290,8 +295,9 @@ static int cmp_entry(const void *a, const void *b) {
 
 static void warn(dir_list *l, const char *fmt, const char *path) {
   if (l->warnings++ < 10) {
+    char shown[1024]; /* a file's name: nothing a terminal would obey */
     fprintf(stderr, "wds write: ");
-    fprintf(stderr, fmt, path);
+    fprintf(stderr, fmt, wds__esc(path, shown, sizeof shown, 0));
     fputc('\n', stderr);
   }
 }
@@ -303,12 +309,12 @@ static int add_file(dir_list *l, const char *rel, size_t len) {
                                 : memchr(rel + c, '.', len - c);
   if (!dot) {
     if (l->no_ext++ == 0)
-      fprintf(stderr,
-              "wds write: skipping files without an extension, e.g. %s\n", rel);
+      tool_eprintf("wds write: skipping files without an extension, e.g. %s\n",
+                   rel);
     return 0;
   }
   if (len > UINT32_MAX) {
-    fprintf(stderr, "wds write: path too long: %.200s\n", rel);
+    tool_eprintf("wds write: path too long: %.200s\n", rel);
     return -1;
   }
   size_t key_len = (size_t)(dot - rel);
@@ -347,14 +353,14 @@ static int walk(int rootfd, const char *root, char *rel, size_t rel_len,
   int fd = rel_len ? openat(rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
                    : dup(rootfd);
   if (fd < 0) {
-    fprintf(stderr, "wds write: cannot open directory %s/%s: %s\n", root, rel,
-            strerror(errno));
+    tool_eprintf("wds write: cannot open directory %s/%s: %s\n", root, rel,
+                 strerror(errno));
     return -1;
   }
   DIR *d = fdopendir(fd);
   if (!d) {
-    fprintf(stderr, "wds write: cannot read directory %s/%s: %s\n", root, rel,
-            strerror(errno));
+    tool_eprintf("wds write: cannot read directory %s/%s: %s\n", root, rel,
+                 strerror(errno));
     close(fd);
     return -1;
   }
@@ -366,7 +372,7 @@ static int walk(int rootfd, const char *root, char *rel, size_t rel_len,
       continue; /* hidden, ".", ".." */
     size_t nlen = strlen(de->d_name);
     if (rel_len + 1 + nlen + 1 > PATH_MAX) {
-      fprintf(stderr, "wds write: path too long under %s/%s\n", root, rel);
+      tool_eprintf("wds write: path too long under %s/%s\n", root, rel);
       rc = -1;
       break;
     }
@@ -379,8 +385,8 @@ static int walk(int rootfd, const char *root, char *rel, size_t rel_len,
     struct stat st;
     if (type == DT_UNKNOWN) {
       if (fstatat(rootfd, rel, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        fprintf(stderr, "wds write: cannot stat %s/%s: %s\n", root, rel,
-                strerror(errno));
+        tool_eprintf("wds write: cannot stat %s/%s: %s\n", root, rel,
+                     strerror(errno));
         rc = -1;
         break;
       }
@@ -409,8 +415,8 @@ static int walk(int rootfd, const char *root, char *rel, size_t rel_len,
     errno = 0;
   }
   if (rc == 0 && errno != 0) {
-    fprintf(stderr, "wds write: cannot read directory %s/%s: %s\n", root, rel,
-            strerror(errno));
+    tool_eprintf("wds write: cannot read directory %s/%s: %s\n", root, rel,
+                 strerror(errno));
     rc = -1;
   }
   closedir(d);
@@ -472,19 +478,19 @@ static int read_file_at(int dirfd, const char *where, const char *rel,
                         scratch *s, size_t *used, size_t *off, size_t *size) {
   int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    fprintf(stderr, "wds write: cannot open %s/%s: %s\n", where, rel,
-            strerror(errno));
+    tool_eprintf("wds write: cannot open %s/%s: %s\n", where, rel,
+                 strerror(errno));
     return -1;
   }
   int rc = -1;
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    fprintf(stderr, "wds write: cannot stat %s/%s: %s\n", where, rel,
-            strerror(errno));
+    tool_eprintf("wds write: cannot stat %s/%s: %s\n", where, rel,
+                 strerror(errno));
     goto done;
   }
   if (!S_ISREG(st.st_mode)) {
-    fprintf(stderr, "wds write: %s/%s is not a regular file\n", where, rel);
+    tool_eprintf("wds write: %s/%s is not a regular file\n", where, rel);
     goto done;
   }
   size_t expect = (size_t)st.st_size, n = 0;
@@ -493,16 +499,16 @@ static int read_file_at(int dirfd, const char *where, const char *rel,
      * (the end) or shows that the file grew. */
     size_t need = *used + (n < expect ? expect : n) + 1;
     if (wds__grow_at(&s->data, &s->data_cap, need, 1, 64) != 0) {
-      fprintf(stderr, "wds write: out of memory reading %s/%s (%zu bytes)\n",
-              where, rel, need - *used);
+      tool_eprintf("wds write: out of memory reading %s/%s (%zu bytes)\n",
+                   where, rel, need - *used);
       goto done;
     }
     ssize_t k = read(fd, s->data + *used + n, s->data_cap - *used - n);
     if (k < 0 && errno == EINTR)
       continue;
     if (k < 0) {
-      fprintf(stderr, "wds write: cannot read %s/%s: %s\n", where, rel,
-              strerror(errno));
+      tool_eprintf("wds write: cannot read %s/%s: %s\n", where, rel,
+                   strerror(errno));
       goto done;
     }
     if (k == 0)
@@ -514,11 +520,10 @@ static int read_file_at(int dirfd, const char *where, const char *rel,
   struct stat now;
   if ((expect > 0 && n != expect) ||
       (fstat(fd, &now) == 0 && now.st_size > 0 && (size_t)now.st_size > n)) {
-    fprintf(stderr,
-            "wds write: %s/%s changed size while it was read (%zu bytes "
-            "when opened, %s%zu read)\n",
-            where, rel, expect, n > expect && expect > 0 ? "more than " : "",
-            n);
+    tool_eprintf("wds write: %s/%s changed size while it was read (%zu bytes "
+                 "when opened, %s%zu read)\n",
+                 where, rel, expect,
+                 n > expect && expect > 0 ? "more than " : "", n);
     goto done;
   }
   *off = *used;
@@ -547,6 +552,21 @@ static void single_file_hint(const char *msg) {
           "(e.g. shard-%%06d.tar); no shard was written\n",
           o->pattern, count ? "--maxcount" : "--maxsize",
           count ? limit : o->size_arg);
+}
+
+/* The shards of the pattern an earlier run left after this run's last
+ * (wds_writer_config.on_leftover): counted, the first and last kept. */
+typedef struct leftovers {
+  uint64_t n;
+  char *first, *last;
+} leftovers;
+
+static void on_leftover(void *ctx, const char *path) {
+  leftovers *l = ctx;
+  if (l->n++ == 0)
+    l->first = strdup(path);
+  free(l->last);
+  l->last = strdup(path);
 }
 
 static int writer_failed(wds_writer *w) {
@@ -584,13 +604,13 @@ static int check_samples(const char *root, const dir_list *l, const span *sp,
                          size_t nsp, const write_opts *o) {
   for (size_t i = 1; i < l->n; i++)
     if (cmp_entry(&l->e[i - 1], &l->e[i]) == 0) {
-      fprintf(stderr,
-              "wds write: %s/%s and %s/%s would both be the member "
-              "\"%.*s.%s\" (--key-rule last-dot turns '.' in a key into "
-              "'_')\n",
-              root, l->arena + l->e[i - 1].off, root, l->arena + l->e[i].off,
-              (int)l->e[i].key_len, l->arena + l->e[i].key_off,
-              l->arena + l->e[i].off + l->e[i].key_len + 1);
+      tool_eprintf("wds write: %s/%s and %s/%s would both be the member "
+                   "\"%.*s.%s\" (--key-rule last-dot turns '.' in a key into "
+                   "'_')\n",
+                   root, l->arena + l->e[i - 1].off, root,
+                   l->arena + l->e[i].off, (int)l->e[i].key_len,
+                   l->arena + l->e[i].key_off,
+                   l->arena + l->e[i].off + l->e[i].key_len + 1);
       return -1;
     }
   size_t dotted = 0, example = 0;
@@ -610,13 +630,13 @@ static int check_samples(const char *root, const dir_list *l, const span *sp,
     for (size_t i = 0; i < sp[example].count && i < 3 && at < sizeof exts; i++)
       at += (size_t)snprintf(exts + at, sizeof exts - at, "%s%s", i ? ", " : "",
                              l->arena + e[i].off + e[i].key_len + 1);
-    fprintf(stderr,
-            "wds write: %zu sample%s only extensions with a '.' in them, e.g. "
-            "\"%.*s\" with %s%s: a key ends at the first '.' of a file name "
-            "(webdataset's rule); if those are separate files, "
-            "--key-rule last-dot keys them up to the last '.'\n",
-            dotted, dotted == 1 ? " has" : "s have", (int)e->key_len,
-            l->arena + e->key_off, exts, sp[example].count > 3 ? ", ..." : "");
+    tool_eprintf(
+        "wds write: %zu sample%s only extensions with a '.' in them, e.g. "
+        "\"%.*s\" with %s%s: a key ends at the first '.' of a file name "
+        "(webdataset's rule); if those are separate files, "
+        "--key-rule last-dot keys them up to the last '.'\n",
+        dotted, dotted == 1 ? " has" : "s have", (int)e->key_len,
+        l->arena + e->key_off, exts, sp[example].count > 3 ? ", ..." : "");
   }
   if (!o->labels && nsp > 0) {
     /* ImageFolder: every file in a class folder, two folders or more,
@@ -634,11 +654,10 @@ static int check_samples(const char *root, const dir_list *l, const span *sp,
         classes++;
     }
     if (folder_tree && classes >= 2)
-      fprintf(stderr,
-              "wds write: %s looks like an ImageFolder tree (%zu class "
-              "folders): --labels adds class ids from the folder names as "
-              ".cls (wds write --help)\n",
-              root, classes);
+      tool_eprintf("wds write: %s looks like an ImageFolder tree (%zu class "
+                   "folders): --labels adds class ids from the folder names as "
+                   ".cls (wds write --help)\n",
+                   root, classes);
   }
   return 0;
 }
@@ -716,12 +735,12 @@ static int class_map_write(const class_map *m, const write_opts *o) {
   if (write_classes(m->path, m->cl, m->n, o) != 0)
     return -1;
   size_t n = m->n;
-  fprintf(stderr, "wds write: %zu classes (%.*s ... %.*s), mapping in %s%s\n",
-          n, n ? (int)m->cl[0].n : 0, n ? m->cl[0].s : "",
-          n ? (int)m->cl[n - 1].n : 0, n ? m->cl[n - 1].s : "", m->path,
-          o->shuffle ? ""
-                     : "; samples are in class order (--shuffle mixes the "
-                       "classes across shards)");
+  tool_eprintf("wds write: %zu classes (%.*s ... %.*s), mapping in %s%s\n", n,
+               n ? (int)m->cl[0].n : 0, n ? m->cl[0].s : "",
+               n ? (int)m->cl[n - 1].n : 0, n ? m->cl[n - 1].s : "", m->path,
+               o->shuffle ? ""
+                          : "; samples are in class order (--shuffle mixes the "
+                            "classes across shards)");
   return 0;
 }
 
@@ -746,18 +765,16 @@ static int label_samples(const char *root, const dir_list *l, span *sp,
     size_t c = class_len(l, e);
     const dir_entry *has = span_has(l, &sp[k], "cls");
     if (has) {
-      fprintf(stderr,
-              "wds write: --labels: %s/%s: the sample already has a cls "
-              "field\n",
-              root, l->arena + has->off);
+      tool_eprintf("wds write: --labels: %s/%s: the sample already has a cls "
+                   "field\n",
+                   root, l->arena + has->off);
       goto done;
     }
     if (c == 0) {
       if (loose++ == 0)
-        fprintf(stderr,
-                "wds write: --labels: %s/%s is not in a class folder (the "
-                "class is the folder under %s)\n",
-                root, l->arena + e->off, root);
+        tool_eprintf("wds write: --labels: %s/%s is not in a class folder (the "
+                     "class is the folder under %s)\n",
+                     root, l->arena + e->off, root);
       continue;
     }
     /* a class's samples are adjacent: they share the prefix "NAME/" */
@@ -1094,15 +1111,13 @@ static int resolve_files(manifest *m, int dirfd, const char *dir,
       }
       if (!looks_like_path(val, mf->val_len, ext))
         continue;
-      fprintf(stderr,
-              "wds write: manifest %s, line %zu: field \"%s\": \"%.300s\" "
-              "looks like a path but %s (relative to %s); --inline keeps "
-              "every string as text\n",
-              name, r->line, ext, val,
-              found ? "is not a regular file" : "names no file", dir);
+      tool_eprintf("wds write: manifest %s, line %zu: field \"%s\": \"%.300s\" "
+                   "looks like a path but %s (relative to %s); --inline keeps "
+                   "every string as text\n",
+                   name, r->line, ext, val,
+                   found ? "is not a regular file" : "names no file", dir);
       if (!found && err != ENOENT && err != ENOTDIR)
-        fprintf(stderr, "wds write: (%s/%.300s: %s)\n", dir, val,
-                strerror(err));
+        tool_eprintf("wds write: (%s/%.300s: %s)\n", dir, val, strerror(err));
       return -1;
     }
   }
@@ -1582,6 +1597,9 @@ int tool_cmd_write(int argc, char **argv) {
   cfg.max_size_bytes = o.size_given ? o.max_size : 0;
   cfg.start_index = o.start;
   cfg.level = o.level;
+  leftovers left = {0, NULL, NULL};
+  cfg.on_leftover = on_leftover;
+  cfg.on_leftover_ctx = &left;
   wds_writer *w = NULL;
   if (wds_writer_open(&cfg, &w) != WDS_OK) {
     fprintf(stderr, "wds write: %s\n", wds_open_error());
@@ -1625,5 +1643,21 @@ int tool_cmd_write(int argc, char **argv) {
           " bytes (%" PRIu64 " bytes of tar)\n",
           st.shards, st.shards == 1 ? "" : "s", st.samples,
           st.samples == 1 ? "" : "s", st.out_bytes, st.tar_bytes);
+  if (left.n == 1)
+    fprintf(stderr,
+            "wds write: warning: %s, a shard of this pattern after the last "
+            "one written, is left from an earlier run: a spec of the "
+            "pattern would read it with these (delete it, or keep it on "
+            "purpose)\n",
+            left.first ? left.first : "?");
+  else if (left.n > 1)
+    fprintf(stderr,
+            "wds write: warning: %" PRIu64 " shards of this pattern after "
+            "the last one written are left from an earlier run, %s to %s: "
+            "a spec of the pattern would read them with these (delete "
+            "them, or keep them on purpose)\n",
+            left.n, left.first ? left.first : "?", left.last ? left.last : "?");
+  free(left.first);
+  free(left.last);
   return tool_stdout_flush() != 0 ? 1 : 0;
 }

@@ -50,6 +50,7 @@ static const struct option loader_options[] = {
     {"source", required_argument, 0, TOOL_LO_SOURCE},
     {"eager-next-epoch", no_argument, 0, TOOL_LO_EAGER_NEXT_EPOCH},
     {"defer-reads", required_argument, 0, TOOL_LO_DEFER_READS},
+    {"image-memory-limit", required_argument, 0, TOOL_LO_IMAGE_MEMORY_LIMIT},
 };
 
 #define NLOADER (sizeof loader_options / sizeof *loader_options)
@@ -347,6 +348,10 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
   case TOOL_LO_CACHE_DIR:
     cfg->cache_dir = arg;
     break;
+  case TOOL_LO_IMAGE_MEMORY_LIMIT:
+    if (tool_image_memory_limit(cmd, arg, &cfg->image_memory_limit))
+      return -1;
+    break;
   case TOOL_LO_CACHE_SIZE:
     if (tool_cache_size(cmd, arg, &cfg->cache_size))
       return -1;
@@ -631,7 +636,8 @@ static const char loader_help_3[] =
     "                         (default $WDS_CACHE_DIR; shared safely by\n"
     "                         processes; trusts the URL)\n"
     "  --cache-size SIZE      delete least recently used entries of the\n"
-    "                         cache over SIZE (default 0: no limit)\n";
+    "                         cache over SIZE (default 0: no "
+    "limit)\n" TOOL_IMAGE_MEMORY_LIMIT_HELP;
 
 /* --source: a part of its own. */
 static const char source_help[] =
@@ -859,6 +865,17 @@ int tool_max_window(const char *cmd, const char *arg, uint64_t *out) {
                    "--max-window needs a size in bytes, optionally with K, M, "
                    "G, T (powers of 1024) or KB, MB, GB, TB (of 1000) (a zstd "
                    "window: default 128M, zstd --long=31 needs 2G), not \"%s\"",
+                   arg);
+  return -1;
+}
+
+int tool_image_memory_limit(const char *cmd, const char *arg, uint64_t *out) {
+  if (suffixed_bytes(arg, UINT64_MAX, out) == 0)
+    return 0;
+  tool_usage_error(cmd,
+                   "--image-memory-limit needs a size in bytes, optionally "
+                   "with K, M, G, T (powers of 1024) or KB, MB, GB, TB (of "
+                   "1000) (default 256M), not \"%s\"",
                    arg);
   return -1;
 }

@@ -61,7 +61,8 @@ enum {
   TOOL_LO_ALLOW_PIPE,
   TOOL_LO_SOURCE,
   TOOL_LO_EAGER_NEXT_EPOCH,
-  TOOL_LO_DEFER_READS
+  TOOL_LO_DEFER_READS,
+  TOOL_LO_IMAGE_MEMORY_LIMIT
 };
 
 typedef struct tool_loader_opts {
@@ -148,6 +149,18 @@ int tool_read_timeout(const char *cmd, const char *arg, int *ms);
  * largest zstd window a shard may need. Returns 0, or -1 after printing the
  * error. Shared by the loader and reader commands. */
 int tool_max_window(const char *cmd, const char *arg, uint64_t *bytes);
+
+/* --image-memory-limit SIZE: the per-image decode budget
+ * (wds_loader_config.image_memory_limit; `wds verify --decode`'s checker);
+ * at least 1 byte. 0, or -1 after printing the usage error. */
+int tool_image_memory_limit(const char *cmd, const char *arg, uint64_t *bytes);
+
+/* Its help line, shared by the commands that take it. */
+#define TOOL_IMAGE_MEMORY_LIMIT_HELP                                           \
+  "  --image-memory-limit SIZE  memory one image's decode may take (default\n" \
+  "                         256M: the decoded pixels at the scale needed,\n"   \
+  "                         a progressive JPEG's coefficients); an image\n"    \
+  "                         over it is an error naming it\n"
 
 /* --retries N (0..1000; 0 = none) into a config's retries: how many times
  * an http(s):// transfer that failed transiently is tried again. Returns 0,

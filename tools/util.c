@@ -5,7 +5,10 @@
 #include "shards/spec_io.h"
 #include "signals.h"
 
+#include "base/text.h"
+
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +34,25 @@ int tool_expand_specs(const char *cmd, char **specs, int nspecs,
     return tool_interrupted(cmd, "nothing was read");
   fprintf(stderr, "wds %s: %s\n", cmd, err);
   return 1;
+}
+
+void tool_eprintf(const char *fmt, ...) {
+  char *msg = NULL;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vasprintf(&msg, fmt, ap);
+  va_end(ap);
+  if (n < 0) {
+    fputs("(out of memory for a message)\n", stderr);
+    return;
+  }
+  int nl = n > 0 && msg[n - 1] == '\n';
+  if (nl)
+    msg[n - 1] = '\0';
+  wds__esc_write(stderr, msg, 0);
+  if (nl)
+    fputc('\n', stderr);
+  free(msg);
 }
 
 void tool_sha256_hex(const void *data, size_t n, char hex[65]) {

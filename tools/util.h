@@ -41,6 +41,12 @@ int tool_expand_specs(const char *cmd, char **specs, int nspecs,
                       size_t max_urls, int read_timeout_ms, int retries,
                       wds_url_list *out);
 
+/* fprintf(stderr, ...) for a message that quotes untrusted text (a file
+ * or class folder name, a manifest value): the message is written with its
+ * control characters and bytes that are not UTF-8 as \xHH (base/text.h),
+ * but for a final newline. */
+void tool_eprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Lower-case hex SHA-256 of data into hex (65 bytes). */
 void tool_sha256_hex(const void *data, size_t n, char hex[65]);
 

@@ -116,6 +116,10 @@ typedef struct tr_backend {
   /* Non-zero: the ranks may span several processes (the process group's
    * rendezvous and links). Zero: one process, ranks are its threads. */
   int multi_process;
+  /* Non-zero: the backend's collectives are the process group's host ones
+   * (procgroup.h), which then need the data links between the processes
+   * (tr_pg_config.host_links). */
+  int host_collectives;
   int (*group_create)(const tr_group_config *c, tr_group **out, wds__err *e);
   /* Makes every rank blocked in (or later entering) a collective return
    * WDS_ERR_CANCELLED: a rank that failed calls it so the others do not wait

@@ -1,6 +1,6 @@
 /* backend_cpu.c — the CPU backend: the model's CPU reference (model.c) on
- * rank threads of one process, the process group's host collectives
- * (procgroup.c) between them.
+ * rank threads, the process group's host collectives (procgroup.c) between
+ * them: in one process, or across several over the group's data links.
  *
  * Determinism: a rank's gradient is a pure function of its weights and rows
  * (model.c); the all-reduce sums every element over ranks 0..N-1 in that
@@ -21,6 +21,7 @@
 struct tr_group {
   tr_pg *pg;
   int owns_pg;
+  int first_rank; /* global rank of local rank 0 (messages) */
 };
 
 struct tr_rank {
@@ -36,17 +37,18 @@ struct tr_rank {
 static int cpu_group_create(const tr_group_config *c, tr_group **out,
                             wds__err *e) {
   *out = NULL;
-  if (c->world != c->local_ranks || c->procs != 1)
+  if (c->world != c->local_ranks * c->procs || (c->procs != 1 && !c->pg))
     return wds__fail(e, WDS_ERR_INVALID,
-                     "the CPU backend runs in one process (ranks are "
-                     "threads); %d processes of %d ranks need the CUDA "
-                     "backend",
-                     c->procs, c->world);
+                     "CPU backend: %d processes of %d ranks for %d ranks in "
+                     "all%s",
+                     c->procs, c->local_ranks, c->world,
+                     c->pg ? "" : " (several processes need a process group)");
   tr_group *g = calloc(1, sizeof *g);
   if (!g)
     return wds__fail(e, WDS_ERR_NOMEM, "out of memory (CPU group of %d ranks)",
                      c->local_ranks);
   g->pg = c->pg;
+  g->first_rank = c->first_rank;
   if (!g->pg) {
     int rc = tr_pg_create_local(c->local_ranks, &g->pg, e);
     if (rc != WDS_OK) {
@@ -111,10 +113,14 @@ static int cpu_forward_backward(tr_rank *r, const tr_batch_view *b,
   return tr_model_forward_backward(&r->work, r->w, b, r->grad, r->rank, e);
 }
 
-/* A collective left because the group was aborted. */
+/* A collective left because the group was aborted (by another rank, or
+ * another process: the group says which and why). */
 static int aborted_err(const tr_rank *r, const char *what, wds__err *e) {
-  return wds__fail(e, WDS_ERR_CANCELLED,
-                   "rank %d: %s aborted (another rank failed)", r->rank, what);
+  char why[192];
+  tr_pg_why(r->g->pg, why, sizeof why);
+  return wds__fail(e, WDS_ERR_CANCELLED, "rank %d: %s aborted (%s)",
+                   r->g->first_rank + r->rank, what,
+                   why[0] ? why : "another rank failed");
 }
 
 static int cpu_allreduce(tr_rank *r, wds__err *e) {
@@ -189,6 +195,8 @@ static int cpu_get_grad(tr_rank *r, float *grad, wds__err *e) {
 
 const tr_backend tr_backend_cpu = {
     .name = "cpu",
+    .multi_process = 1,
+    .host_collectives = 1,
     .group_create = cpu_group_create,
     .group_abort = cpu_group_abort,
     .group_destroy = cpu_group_destroy,

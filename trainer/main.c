@@ -69,14 +69,14 @@ static const char usage_text_2[] =
     "  --gpus N               CUDA: GPUs used (default all)\n"
     "  --precision auto|tf32|fp32  CUDA matrix products: TF32 tensor cores\n"
     "                         (auto: where the GPU has them) or full FP32\n"
-    "Several nodes (CUDA; one process per node, one thread per GPU):\n"
+    "Several nodes (one process per node, one thread per GPU or CPU rank):\n"
     "  --nodes N --node-rank R  (default NNODES/NODE_RANK, SLURM_NNODES/\n"
     "                         SLURM_NODEID, else 1/0)\n"
     "  --master-addr HOST     node 0's address (default MASTER_ADDR)\n"
     "  --master-port P        its rendezvous port (default MASTER_PORT, else\n"
     "                         29500)\n"
     "  --rdv-timeout SECONDS  how long to wait for the other nodes (300)\n"
-    "  --collective-timeout SECONDS  CUDA: a collective or copy that makes\n"
+    "  --collective-timeout SECONDS  a collective or copy that makes\n"
     "                         no progress this long (a peer process died or\n"
     "                         hangs) aborts the run (default 600)\n"
     "  SIGINT, SIGTERM, SIGHUP stop the run before its next step (a blocked\n"
@@ -116,11 +116,20 @@ static const char *const loader_names[] = {"index",
                                            "allow-pipe-from-files",
                                            "source",
                                            "defer-reads",
+                                           "image-memory-limit",
                                            NULL};
-static const char *const loader_help_names[] = {
-    "index",      "crop",        "workers",    "read-timeout",
-    "max-window", "cache-dir",   "cache-size", "allow-pipe-from-files",
-    "source",     "defer-reads", NULL};
+static const char *const loader_help_names[] = {"index",
+                                                "crop",
+                                                "workers",
+                                                "read-timeout",
+                                                "max-window",
+                                                "cache-dir",
+                                                "cache-size",
+                                                "allow-pipe-from-files",
+                                                "source",
+                                                "defer-reads",
+                                                "image-memory-limit",
+                                                NULL};
 
 #define PROG "wds-train"
 
@@ -503,6 +512,8 @@ int main(int argc, char **argv) {
     o.retries = lo.cfg.retries;
   if (GIVEN(TOOL_LO_DEFER_READS))
     o.defer_reads = lo.cfg.defer_reads;
+  if (GIVEN(TOOL_LO_IMAGE_MEMORY_LIMIT))
+    o.image_memory_limit = lo.cfg.image_memory_limit;
   if (GIVEN(TOOL_LO_RANK_BATCH_SIZES) && batch_given)
     return usage_error("%s", "--batch-size and --rank-batch-sizes: give "
                              "one (--rank-batch-sizes sets every rank's)");
@@ -538,6 +549,12 @@ int main(int argc, char **argv) {
     return usage_error("%s", "--checkpoint-every needs --checkpoint PATH");
   if (o.stop_after && !o.checkpoint_path)
     return usage_error("%s", "--stop-after needs --checkpoint PATH");
+  /* Before any GPU is looked for: a usage error on every machine. */
+  if (ranks_given && strcmp(device, "cpu") != 0 && strcmp(device, "auto") != 0)
+    return usage_error("--ranks is for --device cpu (rank threads); with "
+                       "--device %s the ranks are GPUs: --gpus N (default: "
+                       "every GPU)",
+                       device);
   /* Topology: flags, then the environment (NNODES/NODE_RANK, SLURM_*, or
    * torchrun's RANK/WORLD_SIZE/LOCAL_RANK), then a single process. */
   tr_rdv_config topo = TR_RDV_CONFIG_INIT;
@@ -584,8 +601,6 @@ int main(int argc, char **argv) {
               device, why.msg);
       return 1;
     }
-    if (o.backend->device_count && ranks_given)
-      return usage_error("%s", "--ranks is for --device cpu; use --gpus");
   }
   int visible = o.backend->device_count ? o.backend->device_count(&why) : 0;
   if (!o.backend->device_count && gpus > 0) {

@@ -15,10 +15,15 @@
  *   tr_pg_destroy
  *
  * The host collectives (tr_pg_allreduce_f32, tr_pg_sum_f64, tr_pg_gather_u64)
- * span the local ranks of a one-process group: every local rank calls them
- * in the same order, from its own thread. Everything returns WDS_OK or a
- * negative status with the message in e; a collective left because the
- * group was aborted returns WDS_ERR_CANCELLED. */
+ * span the local ranks: every local rank calls them in the same order, from
+ * its own thread. With host_links (the CPU backend) they span the job's
+ * processes too: the rendezvous makes a second socket between process 0
+ * and each other process (the data links), local rank 0 of every process
+ * sends its ranks' inputs to process 0, which combines them in global rank
+ * order (the bits of one process with all the ranks) and sends the result
+ * back. A data link that fails names the process at its other end. Everything
+ * returns WDS_OK or a negative status with the message in e; a collective left
+ * because the group was aborted returns WDS_ERR_CANCELLED. */
 #ifndef WDS_TRAINER_PROCGROUP_H
 #define WDS_TRAINER_PROCGROUP_H
 
@@ -39,7 +44,10 @@ typedef struct tr_pg_config {
   int procs, proc_rank;    /* processes of the job; this one's rank */
   const char *master_addr; /* process 0's address, as the others reach it */
   int master_port;
-  int rdv_timeout_ms; /* the rendezvous and tr_pg_bcast */
+  int rdv_timeout_ms;        /* the rendezvous and tr_pg_bcast */
+  int host_links;            /* the host collectives span the processes */
+  int collective_timeout_ms; /* host_links: the longest wait for a peer's
+                                data (0 = 600 s) */
 } tr_pg_config;
 
 typedef struct tr_pg tr_pg;
@@ -84,18 +92,20 @@ int tr_pg_local_ranks(const tr_pg *g);
  * aborted. */
 int tr_pg_barrier(tr_pg *g);
 
-/* buf[0..n) summed over the local ranks, in place: element i is
- * buf_0[i] + buf_1[i] + ... in rank order, so every rank gets the same
- * bits. Each rank owns a slice of the elements and writes its sums into
- * every rank's buffer (a reduce-scatter and all-gather in one pass); two
- * barriers. */
+/* buf[0..n) summed over the ranks, in place: element i is
+ * buf_0[i] + buf_1[i] + ... in global rank order, so every rank gets the
+ * same bits. In one process each rank owns a slice of the elements and
+ * writes its sums into every rank's buffer (a reduce-scatter and
+ * all-gather in one pass); two barriers. Across processes (host_links)
+ * process 0 sums all and sends the sums back. */
 int tr_pg_allreduce_f32(tr_pg *g, int local, float *buf, size_t n);
 
-/* values[0..n) summed over the local ranks (rank order), n <=
+/* values[0..n) summed over the ranks (global rank order), n <=
  * TR_PG_SUM_MAX (WDS_ERR_LIMIT beyond, with the message in e). */
 int tr_pg_sum_f64(tr_pg *g, int local, double *values, int n, wds__err *e);
 
-/* all[0..local_ranks) = every local rank's value, in rank order. */
+/* all[0..local_ranks x procs) = every rank's value, in global rank order
+ * (procs is 1 without host_links). */
 int tr_pg_gather_u64(tr_pg *g, int local, uint64_t mine, uint64_t *all);
 
 #ifdef __cplusplus

@@ -1,4 +1,5 @@
-/* rdv_net.h — what the rendezvous files share (internal to rdv_*.c): the
+/* rdv_net.h — what the rendezvous files share (internal to rdv_*.c, and
+ * procgroup.c's data links): the
  * clock and deadlines, big-endian fields, addresses as text, and
  * non-blocking socket reads and writes bounded by a deadline. */
 #ifndef WDS_TRAINER_RDV_NET_H

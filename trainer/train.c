@@ -22,6 +22,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/text.h"
+#include "base/url.h"
 #include "trainer/checkpoint.h"
 #include "trainer/procgroup.h"
 #include "trainer/train.h"
@@ -172,9 +174,11 @@ static void json_put_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-/* "SPEC (repeat 2, index FILE)" of source s, as given. */
+/* "SPEC (repeat 2, index FILE)" of source s, as given but for the spec's
+ * secrets (base/url.h) and what a terminal would obey (base/text.h). */
 static void describe_source(FILE *f, const wds_source_config *s) {
-  fputs(s->spec, f);
+  char shown[WDS__URL_REDACT_MAX];
+  fputs(wds__url_shown(s->spec, shown, sizeof shown), f);
   if (s->weight > 0)
     fprintf(f, " (weight %g", s->weight);
   else if (s->proportion > 0)
@@ -183,8 +187,10 @@ static void describe_source(FILE *f, const wds_source_config *s) {
     fprintf(f, " (repeat %g", s->repeat);
   else
     fputs(" (default amount", f);
-  if (s->index_path)
-    fprintf(f, ", index %s", s->index_path);
+  if (s->index_path) {
+    fputs(", index ", f);
+    wds__esc_write(f, s->index_path, 0);
+  }
   fputc(')', f);
 }
 
@@ -828,6 +834,7 @@ int tr_run(const tr_options *o, wds__err *e) {
   lc.max_window_bytes = o->max_window_bytes;
   lc.cache_dir = o->cache_dir;
   lc.cache_size = o->cache_size;
+  lc.image_memory_limit = o->image_memory_limit;
   /* The next epoch's shuffle buffer fills while this one's last step
    * computes and the evaluation runs. */
   lc.eager_next_epoch = 1;
@@ -941,7 +948,9 @@ int tr_run(const tr_options *o, wds__err *e) {
                      .proc_rank = o->proc_rank,
                      .master_addr = o->master_addr,
                      .master_port = o->master_port,
-                     .rdv_timeout_ms = o->rdv_timeout_ms};
+                     .rdv_timeout_ms = o->rdv_timeout_ms,
+                     .host_links = o->backend->host_collectives,
+                     .collective_timeout_ms = o->collective_timeout_ms};
   if ((rc = tr_pg_create(&pc, &sh.pg, e)) != WDS_OK)
     goto done;
   tr_group_config gc = {.local_ranks = o->ranks,
@@ -1040,7 +1049,11 @@ int tr_run(const tr_options *o, wds__err *e) {
       for (size_t i = 0; i < o->source_count; i++) {
         const wds_source_config *sc = &o->sources[i];
         fputs(i ? ", {\"spec\": " : "{\"spec\": ", sh.json);
-        json_put_string(sh.json, sc->spec);
+        /* without its secrets, in full */
+        char red[WDS__URL_REDACT_MAX], *full = wds__url_redacted(sc->spec);
+        json_put_string(
+            sh.json, full ? full : wds__url_redact(sc->spec, red, sizeof red));
+        free(full);
         if (sc->weight > 0)
           fprintf(sh.json, ", \"weight\": %.17g", sc->weight);
         if (sc->proportion > 0)

@@ -69,6 +69,8 @@ typedef struct tr_options {
   uint64_t max_window_bytes;   /* the loaders' zstd window limit (0: theirs) */
   const char *cache_dir;       /* the loaders' cache of remote shards (NULL) */
   uint64_t cache_size;         /* its size limit (0: none) */
+  uint64_t image_memory_limit; /* the loaders' per-image decode budget
+                                 (0: WDS_IMAGE_MEMORY_LIMIT_DEFAULT) */
   /* Non-zero when the run must stop (a signal): rank 0 checks it before
    * each step; the caller also cancels the loaders so that a blocked read
    * wakes. NULL: never. */

@@ -59,6 +59,18 @@ WDS_API size_t wds_dtype_size(wds_dtype t); /* bytes per element; BYTES: 1 */
 WDS_API const char *
 wds_dtype_name(wds_dtype t); /* numpy descr, e.g. "<u1", "|b1" */
 
+/* The default per-image memory budget of image decodes, in bytes
+ * (wds_loader_config.image_memory_limit, wds_decode_checker_set_image_
+ * memory_limit): what one image's decode may take, counted from its headers
+ * before anything is allocated: the decoded pixels (a JPEG at the DCT
+ * scale its output needs, a PNG whole) and, for a JPEG decoded from
+ * buffered coefficients (progressive or multi-scan: libjpeg keeps the
+ * whole image's, 2 bytes each, whatever the scale), those. 256 MiB: an
+ * 8192x8192 RGB PNG (192 MiB) passes; a 16000x16000 one (768 MB) and a
+ * progressive JPEG of that size do not. Images over 2^28 pixels are
+ * refused whatever the budget. */
+#define WDS_IMAGE_MEMORY_LIMIT_DEFAULT ((uint64_t)256 << 20)
+
 /* The decoder WDS_DECODE_AUTO picks for an extension (lower-case):
  * jpg/jpeg/png -> IMAGE, npy -> NPY, cls/cls2/index/inx/id -> INT, else
  * BYTES. */
@@ -71,6 +83,11 @@ typedef struct wds_decode_checker wds_decode_checker;
 WDS_API int
 wds_decode_checker_open(wds_decode_checker **out); /* WDS_ERR_NOMEM */
 WDS_API void wds_decode_checker_close(wds_decode_checker *c); /* NULL: no-op */
+/* The checker's per-image memory budget in bytes (0: the default,
+ * WDS_IMAGE_MEMORY_LIMIT_DEFAULT): an image whose decode needs more fails
+ * wds_decode_check with WDS_ERR_LIMIT. */
+WDS_API void wds_decode_checker_set_image_memory_limit(wds_decode_checker *c,
+                                                       uint64_t bytes);
 
 /* Decodes one field as the loader would with WDS_DECODE_AUTO for ext:
  * images fully (every scan decoded; the output is a small RGB thumbnail,

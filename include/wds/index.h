@@ -106,8 +106,10 @@ WDS_API int wds_index_shard_info(const wds_index *ix, size_t i,
 /* Finds the shard for a URL of a spec: matched against each url exactly,
  * then by identity (so "./a.tar", "file:///d/a.tar" and "/d/a.tar" find the
  * same entry, and so do "http://H:80/a.tar", "pipe:curl -sL 'http://h/a.tar'"
- * and "pipe:wget -qO- http://h/a.tar"; docs/architecture.md, "Shard
- * identity"). For a local file with a recorded
+ * and "pipe:wget -qO- http://h/a.tar"; a URL's password and secret query
+ * values do not count, so "http://h/a.tar?sig=***" in an index serves
+ * "http://h/a.tar?sig=SECRET"; docs/architecture.md, "Shard identity").
+ * For a local file with a recorded
  * filesize, the file's current size is compared: a difference is
  * WDS_ERR_CORRUPT ("URL: stale index: the shard was N bytes, is M"). Not
  * listed: WDS_ERR_INVALID. The message is in wds_index_error(). */
@@ -129,8 +131,11 @@ WDS_API const char *wds_index_local_path(const char *url);
  * directory ("a.tar", "sub/a.tar", "../a.tar"), so index and shards can be
  * moved together; the URL a fetch-only pipe: command fetches
  * ("pipe:curl -s URL": URL); the URL as given when it is not local, cannot
- * be resolved, or index_dir_real is NULL. Malloc'd (free()); NULL when out of
- * memory. */
+ * be resolved, or index_dir_real is NULL. A URL that is not local is
+ * written without its secrets: a password ("user:***@host") and the values
+ * of query parameters that carry credentials (X-Amz-Signature, sig,
+ * token, ...) are "***"; lookups match it by identity, in which those
+ * values do not count. Malloc'd (free()); NULL when out of memory. */
 WDS_API char *wds_index_url_for(const char *url, const char *index_dir_real);
 
 #ifdef __cplusplus

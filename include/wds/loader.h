@@ -266,11 +266,22 @@ typedef struct wds_loader_config {
    * cache when opened, each field deferred only when all its pages were
    * cached then (judged per MiB of the file by its first and last pages); ON
    * every such field; OFF never. The batches are the same either way; a file
-   * whose size changed (it shrank or was rewritten) before a deferred field is
-   * read is an error (on_error) naming it (a new mtime alone is not). Held
+   * whose size or mtime changed (it shrank, or was written in place, even
+   * with the same size; a touch too) before or while a deferred field is
+   * read is an error (on_error) naming it (a shard cache entry's mtime,
+   * which marks use, is not compared: entries never change in place). Held
    * descriptors: at most 32 per worker and a quarter of the soft RLIMIT_NOFILE
    * per process; past that a shard is read in the stream. */
   wds_defer_reads defer_reads;
+  /* The memory one image's decode may take, in bytes (per worker: a worker
+   * decodes one image at a time); 0 = WDS_IMAGE_MEMORY_LIMIT_DEFAULT, 256
+   * MiB (wds/decode.h says what it counts: the decoded pixels at the DCT
+   * scale the output needs, a progressive JPEG's buffered coefficients).
+   * Checked from the image's headers before its decode allocates: an
+   * image over it is an error (WDS_ERR_LIMIT, under on_error) naming the
+   * shard, sample, field, the image's size, what it needs and the
+   * limit. */
+  uint64_t image_memory_limit;
 } wds_loader_config;
 
 #define WDS_LOADER_CONFIG_INIT                                                 \
@@ -326,6 +337,38 @@ WDS_API int wds_loader_next(wds_loader *l, const wds_batch **out);
  * (a consumer handing batches to other threads, the Python binding's
  * garbage collector); not after wds_loader_close(). */
 WDS_API void wds_loader_release(wds_loader *l, const wds_batch *b);
+
+/* A consumer that copies a batch asynchronously (cudaMemcpyAsync from the
+ * pinned slot, any DMA) must not give the slot back before the copy has read
+ * it: a worker would refill it under the copy. A fence says when the reads
+ * are over:
+ *   done(ctx)  nonzero once nothing reads the slot any more; must not block
+ *              (cudaEventQuery(ev) != cudaErrorNotReady);
+ *   wait(ctx)  optional: blocks until done() would return nonzero
+ *              (cudaEventSynchronize);
+ *   drop(ctx)  optional: called once, after the slot went back to the pool
+ *              or at close (cudaEventDestroy, freeing ctx).
+ * The callbacks run in the thread that calls wds_loader_next(),
+ * wds_loader_release_after() or wds_loader_close(), never two at once, and
+ * must not call the loader. wds/cuda.h builds a fence from a CUDA event. */
+typedef struct wds_release_fence {
+  int (*done)(void *ctx);
+  void (*wait)(void *ctx);
+  void (*drop)(void *ctx);
+  void *ctx;
+} wds_release_fence;
+
+/* Gives b back like wds_loader_release(), but its slot rejoins the pool only
+ * once fence->done() says its reads are over: b must not be used after the
+ * call. The loader polls its fences in next() (while it waits for a slot a
+ * worker needs, it calls the oldest fence's wait() when there is one, else
+ * polls every millisecond) and waits for every fence in close(). A slot
+ * behind a fence is not "held by the caller": next() does not report
+ * WDS_ERR_INVALID while a fence can still free one. Returns WDS_OK, or
+ * WDS_ERR_INVALID (b not a held batch of l, or fence->done NULL: nothing is
+ * done, drop() is not called). */
+WDS_API int wds_loader_release_after(wds_loader *l, const wds_batch *b,
+                                     const wds_release_fence *fence);
 
 /* Abandons the current epoch; the next call to next() starts `epoch`.
  * Batches the caller holds stay valid until released. */

@@ -21,6 +21,14 @@
  * FIFO, a device) is written in place instead, never replaced: see
  * wds_outfile below.
  *
+ * One writer at a time per numbered pattern: the first shard takes an
+ * exclusive lock (flock) on a file beside the shards, ".PREFIX%dSUFFIX.lock"
+ * (the pattern's file name with its conversion written %d, '/' as '_'),
+ * holding the holder's pid, kept until close or abort (which delete it).
+ * A second writer of the same pattern, in this process or another, fails
+ * its first sample with WDS_ERR_OPEN naming the lock and the other
+ * writer's pid: two runs would interleave their shards.
+ *
  * Compression comes from the name: ".zst"/".tzst" zstd, ".gz"/".tgz" gzip,
  * anything else none (WDS_COMPRESS_AUTO), or is given explicitly.
  *
@@ -94,6 +102,14 @@ typedef struct wds_writer_config {
   void (*on_shard)(void *ctx, const char *path, uint64_t samples,
                    uint64_t file_bytes);
   void *on_shard_ctx;
+  /* Called by close, after the last shard is renamed, for each file
+   * already in the shards' directory that the pattern names with a number
+   * after the last shard written (an earlier run's, which readers of the
+   * pattern would take for this run's), in number order (NULL: not
+   * called; nothing is deleted). Only for a pattern with a conversion
+   * whose directory part has none, when a shard was written. */
+  void (*on_leftover)(void *ctx, const char *path);
+  void *on_leftover_ctx;
 } wds_writer_config;
 
 #define WDS_WRITER_CONFIG_INIT                                                 \
@@ -159,20 +175,28 @@ WDS_API void wds_writer_abort(wds_writer *w);
  *
  * What the writer does for each shard, for any file written whole (an
  * index, a checkpoint, a .npy file). A PATH that does not exist or is a
- * regular file (or a symlink to one) is written under a temporary name
- * beside it, "PATH.tmp-PID-N" (created exclusively, so concurrent writers,
- * even on other hosts of a shared file system, never share one), and
- * commit() syncs it (fsync), renames it to PATH and syncs the directory:
- * PATH holds the old file or the complete new one, never part of one, even
- * after a power loss. WDS_OUTFILE_NO_SYNC leaves out both syncs (scratch
- * output; a crash is then still safe, a power loss may not be).
+ * regular file is written under a temporary name beside it, "PATH.tmp-PID-N"
+ * (created exclusively, so concurrent writers, even on other hosts of a shared
+ * file system, never share one), and commit() syncs it (fsync), renames it to
+ * PATH and syncs the directory: PATH holds the old file or the complete new
+ * one, never part of one, even after a power loss. WDS_OUTFILE_NO_SYNC leaves
+ * out both syncs (scratch output; a crash is then still safe, a power loss may
+ * not be).
  *
  * Temporary-and-rename is for regular files only: renaming over a device
  * would replace it (run as root, `-o /dev/null` would turn /dev/null into a
  * regular file for every later `> /dev/null` on the machine). A PATH that
- * exists and is a character or block device or a FIFO (or a symlink to
- * one) is opened and written in place, as a shell redirection would (a FIFO
- * blocks until a reader opens it); a directory or a socket is an error.
+ * exists and is itself a character or block device or a FIFO is opened
+ * and written in place, as a shell redirection would (a FIFO blocks until a
+ * reader opens it); a directory or a socket is an error.
+ *
+ * Symbolic links: PATH a symlink to a regular file (or a dangling one) is
+ * replaced by the new file, as atomic writers do (the rename replaces the
+ * link; its old target is left as it was). A symlink to a device, a FIFO
+ * or a socket is refused (WDS_ERR_OPEN, naming what it points to): a link
+ * planted where an output goes must not send it into a disk, a terminal or
+ * another program's pipe. The process's own descriptors, /dev/stdout,
+ * /dev/stderr, /dev/fd/N and /proc/self/fd/N, are written in place.
  *
  *   wds_outfile *f;
  *   if (wds_outfile_open(path, 0, &f, err, sizeof err) != WDS_OK) ...

@@ -666,3 +666,43 @@ def test_cache_dir_second_epoch_from_the_cache(shards, tmp_path):
     assert st["cache_stored"] == len(paths)
     assert st["cache_hits"] >= len(paths)
     assert st["cache_errors"] == 0
+
+
+def flat_png(w, h):
+    """A w x h gray PNG of one colour: small however large (zlib of zeros)."""
+    z = zlib.compressobj(1)
+    idat = b"".join(z.compress(b"\0" * (w + 1)) for _ in range(h)) + z.flush()
+
+    def chunk(kind, data):
+        c = struct.pack(">I", len(data)) + kind + data
+        return c + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+def test_image_memory_limit(tmp_path):
+    """image_memory_limit: a 2048x2048 PNG (12 MiB decoded as RGB) is
+    refused under 4 MiB, naming shard, sample, field, size and limit, and
+    decodes under the default (256 MiB); on_error="skip" makes it an
+    invalid row."""
+    spec = str(tmp_path / "big-000.tar")
+    with wds.ShardWriter(str(tmp_path / "big-%03d.tar"), maxcount=9,
+                         sync=False) as w:
+        w.write({"__key__": "huge", "png": flat_png(2048, 2048), "cls": 1})
+    with pytest.raises(wds.LimitError) as e:
+        loader_epoch(wds.Loader(spec, "png:rgb:8,cls", 1,
+                                image_memory_limit=4 << 20))
+    msg = str(e.value)
+    for part in (spec, 'sample "huge"', "field 'png'", "2048x2048",
+                 "image_memory_limit"):
+        assert part in msg, msg
+    batches = loader_epoch(wds.Loader(spec, "png:rgb:8,cls", 1))
+    assert len(batches) == 1
+    skipped = wds.Loader(spec, "png:rgb:8,cls", 1, on_error="skip",
+                         image_memory_limit=4 << 20)
+    b = skipped.next()
+    assert b is not None and list(b.valid) == [False]
+    with pytest.raises(ValueError):
+        wds.Loader(spec, "png:rgb:8,cls", 1, image_memory_limit=-1)

@@ -299,3 +299,28 @@ def test_pipe_target_failures(tmp_path, monkeypatch):
         wds._wds._Writer("pipe:cat > y-%d.tar")
     assert "a pipe: target is a command" in str(e.value)
     assert sorted(os.listdir(tmp_path)) == ["one.tar"]
+
+
+def test_one_writer_per_pattern_and_leftovers(tmp_path):
+    """A second ShardWriter of a pattern another one is writing fails
+    (OpenError naming the lock and the pid) and writes nothing; a run with
+    fewer shards than the last warns of the last one's later shards."""
+    pat = str(tmp_path / "w-%03d.tar")
+    first = wds.ShardWriter(pat, maxcount=1, sync=False)
+    first.write({"__key__": "a", "txt": "1"})
+    second = wds.ShardWriter(str(tmp_path / "w-%05d.tar"), maxcount=1,
+                             sync=False)
+    with pytest.raises(wds.OpenError) as e:
+        second.write({"__key__": "b", "txt": "2"})
+    assert f"(pid {os.getpid()})" in str(e.value)
+    assert ".w-%d.tar.lock" in str(e.value)
+    second.abort()
+    for k in range(4):
+        first.write({"__key__": f"k{k}", "txt": str(k)})
+    first.close()
+    assert sorted(os.listdir(tmp_path)) == [f"w-{i:03d}.tar" for i in range(5)]
+    with pytest.warns(UserWarning, match=r"3 shards, .*w-002.tar to .*w-004.tar"):
+        with wds.ShardWriter(pat, maxcount=1, sync=False) as w:
+            w.write({"__key__": "x", "txt": "x"})
+            w.write({"__key__": "y", "txt": "y"})
+    assert len(os.listdir(tmp_path)) == 5  # nothing deleted

@@ -12,7 +12,9 @@ The C library (include/wds/) through a CPython extension, wds._wds:
   webdataset's ShardWriter over the C writer.
 - ``wds.Loader(spec, fields, batch_size, **options)``: the loader's batches
   (``wds.Batch``: numpy arrays viewing the pool slot without a copy; a bytes
-  field is a ``wds.BytesField``, a sequence of bytes made on access);
+  field is a ``wds.BytesField``, a sequence of bytes made on access;
+  ``device="cuda"``: ``wds.DeviceBatch``, torch tensors on the GPU, copied
+  on the loader's own stream, the slot held until the copies are over);
   ``wds.Loader(None, fields, batch_size, sources=[wds.Source(spec,
   weight=...), ...])`` mixes shard sets (``Batch.sources``: each row's).
 - ``wds.Error``: every failure, with one subclass per status code of
@@ -54,12 +56,14 @@ from ._wds import (
     __version__,
     expand,
 )
+from ._device import DeviceBatch
 from ._loader import Batch, Loader, Source
 from ._writer import ShardWriter
 
 __all__ = [
     "Batch",
     "BytesField",
+    "DeviceBatch",
     "Loader",
     "CancelledError",
     "CommandError",

@@ -3,7 +3,8 @@
 import collections.abc
 import os
 
-from ._wds import BytesField, _Loader
+from . import _device
+from ._wds import BytesField, InvalidError, _Loader
 
 # len, indexing, slices, iteration, `in`, ==: a read-only sequence.
 collections.abc.Sequence.register(BytesField)
@@ -60,13 +61,18 @@ class Batch:
     from it keep the memory alive after that (list(field) and array.copy()
     do not). Fields, keys and urls are read from the slot when first asked
     for, so ask before release().
+
+    batch.to("cuda", non_blocking=True) gives a wds.DeviceBatch whose copies
+    may still run: the slot stays out of the pool until they are over, even
+    if this batch is released or dropped at once.
     """
 
     __slots__ = ("_b", "_names", "_arrays", "_keys", "_urls", "_sources",
-                 "_rows", "epoch", "index")
+                 "_rows", "epoch", "index", "_fences")
 
-    def __init__(self, b):
+    def __init__(self, b, fences=None):
         self._b = b
+        self._fences = fences if fences is not None else _device.Fences()
         self._names = b.names  # a tuple, shared by the loader's batches
         self._arrays = {}
         self._keys = None
@@ -154,6 +160,21 @@ class Batch:
         out["__valid__"] = torch.from_numpy(self.valid)
         return out
 
+    def to(self, device, non_blocking=False):
+        """A wds.DeviceBatch: the fields as tensors on a CUDA device ("cuda",
+        "cuda:N", a torch.device), __valid__ too; bytes fields, keys, urls
+        and sources stay on the host. The copies run on the loader's own
+        stream and the current stream waits for them. non_blocking=False
+        also waits on the host until they are over; with True the slot is
+        held until they are (see wds.DeviceBatch), whatever becomes of this
+        batch."""
+        eng = _device.engine(_device.resolve(device))
+        f = self._fences
+        db = _device.to_device(self, eng, f)
+        if not non_blocking:
+            f.drain()
+        return db
+
     def release(self):
         """Gives the slot back (once no array taken from it is alive)."""
         self._arrays = {}
@@ -172,10 +193,10 @@ class Batch:
 
 
 class _EpochIterator:
-    __slots__ = ("_l", "_done")
+    __slots__ = ("_loader", "_done")
 
-    def __init__(self, l):
-        self._l = l
+    def __init__(self, loader):
+        self._loader = loader
         self._done = False
 
     def __iter__(self):
@@ -184,11 +205,11 @@ class _EpochIterator:
     def __next__(self):
         if self._done:
             raise StopIteration
-        b = self._l.next()
+        b = self._loader.next()
         if b is None:
             self._done = True
             raise StopIteration
-        return Batch(b)
+        return b
 
 
 class Source:
@@ -255,7 +276,8 @@ class Loader:
     image_size=224, crop="center", prefetch=4, on_error="stop",
     shard_shuffle=True, read_timeout_ms=0, retries=0, rank_batch_sizes=None,
     cache_dir=None, cache_size=0, allow_pipe_from_files=False,
-    sources=None, eager_next_epoch=False, defer_reads="auto")
+    sources=None, eager_next_epoch=False, defer_reads="auto",
+    image_memory_limit=None, device=None)
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -298,6 +320,21 @@ class Loader:
     the shuffle buffer and are read (pread) as it leaves it: "auto" (the
     default) only fields that were in the page cache when the shard was
     opened. The batches are the same; stats() counts deferred_fields.
+
+    image_memory_limit (bytes; None: 256 MiB) is the memory one image's
+    decode may take, per worker: the decoded pixels (a JPEG at the DCT
+    scale its output needs, a PNG whole) and a progressive JPEG's buffered
+    coefficients, counted from the headers before anything is allocated.
+    An image over it is an error (under on_error) naming its shard, sample,
+    field, size and the limit.
+
+    device ("cuda", "cuda:N", a torch.device; needs PyTorch) yields
+    wds.DeviceBatch objects instead: each batch's fields and __valid__ as
+    tensors on that GPU (bytes fields as lists of bytes, keys, urls and
+    sources stay on the host). The copies run on a CUDA stream the loader
+    owns, the current stream waits for them (no host synchronisation), and
+    the slot goes back to the pool only once they are over: the loader
+    waits for the oldest copy only when the pool has no slot to spare.
     """
 
     def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
@@ -307,7 +344,12 @@ class Loader:
                  prefetch=4, on_error="stop", shard_shuffle=True,
                  read_timeout_ms=0, retries=0, rank_batch_sizes=None,
                  cache_dir=None, cache_size=0, allow_pipe_from_files=False,
-                 sources=None, eager_next_epoch=False, defer_reads="auto"):
+                 sources=None, eager_next_epoch=False, defer_reads="auto",
+                 image_memory_limit=None, device=None):
+        self._fences = _device.Fences()
+        self._engine = None
+        if device is not None:
+            self._engine = _device.engine(_device.resolve(device))
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
         if rank is None or world_size is None:
@@ -349,7 +391,9 @@ class Loader:
             cache_size=int(cache_size),
             allow_pipe_from_files=bool(allow_pipe_from_files),
             eager_next_epoch=bool(eager_next_epoch),
-            defer_reads=_choice("defer_reads", defer_reads, _DEFER))
+            defer_reads=_choice("defer_reads", defer_reads, _DEFER),
+            image_memory_limit=None if image_memory_limit is None
+            else int(image_memory_limit))
         self._open(int(epoch), 0)
 
     def _open(self, epoch, batches):
@@ -362,12 +406,31 @@ class Loader:
     def __iter__(self):
         """The batches of one epoch. An error raised by next() leaves the
         iterator usable (holding every slot is an error to recover from)."""
-        return _EpochIterator(self._l)
+        return _EpochIterator(self)
 
     def next(self):
-        """The next batch, or None at the end of the epoch."""
-        b = self._l.next()
-        return None if b is None else Batch(b)
+        """The next batch (a wds.DeviceBatch with device=), or None at the
+        end of the epoch."""
+        f = self._fences
+        if self._engine is not None:
+            # Slots behind copies: keep one for the workers to fill.
+            f.reserve((int(self._args["prefetch"] or 0) or 4) - 1)
+        else:
+            f.poll()
+        while True:
+            try:
+                b = self._l.next()
+                break
+            except InvalidError:
+                # Every slot out: some may only wait for their copies.
+                if not f.wait_oldest():
+                    raise
+        if b is None:
+            return None
+        batch = Batch(b, f)
+        if self._engine is None:
+            return batch
+        return _device.to_device(batch, self._engine, f, handle=batch)
 
     def __len__(self):
         n = self._l.epoch_batches()
@@ -406,6 +469,7 @@ class Loader:
                     theirs != mine[k]:
                 raise ValueError(f"Loader.load_state_dict: {k} {theirs!r} "
                                  f"is not this loader's {mine[k]!r}")
+        self._fences.drain()
         self._l.close()
         self._open(int(state["epoch"]), int(state["batches"]))
 
@@ -413,7 +477,19 @@ class Loader:
         return self._l.stats()
 
     def close(self):
+        """Waits for copies still reading slots (device=, Batch.to), then
+        stops the loader."""
+        self._fences.drain()
         self._l.close()
+
+    def __del__(self):
+        # Copies still reading slots finish before the slots can go.
+        f = getattr(self, "_fences", None)
+        if f:
+            try:
+                f.drain()
+            except Exception:  # interpreter shutdown: torch may be gone
+                pass
 
     @property
     def closed(self):

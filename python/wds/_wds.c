@@ -1104,12 +1104,27 @@ static PyTypeObject wds_py_index_type = {
 typedef struct {
   PyObject_HEAD wds_writer *w;
   int busy; /* a thread is in the library without the GIL */
+  /* Shards of the pattern an earlier run left after the last one written
+   * (wds_writer_config.on_leftover, called by close without the GIL):
+   * counted, the first and last kept (malloc'd). */
+  unsigned long long left_n;
+  char *left_first, *left_last;
 } wds_py_writer;
+
+static void wds_py_writer_on_leftover(void *ctx, const char *path) {
+  wds_py_writer *self = ctx;
+  if (self->left_n++ == 0)
+    self->left_first = strdup(path);
+  free(self->left_last);
+  self->left_last = strdup(path);
+}
 
 static void wds_py_writer_dealloc(wds_py_writer *self) {
   if (self->w) /* never closed: discard the unfinished shard */
     wds_writer_abort(self->w);
   self->w = NULL;
+  free(self->left_first);
+  free(self->left_last);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1143,6 +1158,8 @@ static int wds_py_writer_init(wds_py_writer *self, PyObject *args,
   cfg.level = level;
   cfg.mtime = (int64_t)mtime;
   cfg.no_sync = !sync;
+  cfg.on_leftover = wds_py_writer_on_leftover;
+  cfg.on_leftover_ctx = self;
   /* out_fd: one tar stream to that descriptor (a pipe: target's command,
    * run by python/wds/_writer.py), pattern None. */
   cfg.out_fd = out_fd;
@@ -1314,7 +1331,17 @@ static PyObject *wds_py_writer_close(wds_py_writer *self,
   self->w = NULL;
   if (rc != WDS_OK)
     return wds_py_raise(rc, msg);
-  return wds_py_writer_stats_dict(&st);
+  PyObject *d = wds_py_writer_stats_dict(&st);
+  if (d && self->left_n) {
+    /* for ShardWriter.close's warning */
+    PyObject *v = Py_BuildValue("(Kss)", self->left_n,
+                                self->left_first ? self->left_first : "",
+                                self->left_last ? self->left_last : "");
+    if (!v || PyDict_SetItemString(d, "leftover", v) < 0)
+      Py_CLEAR(d);
+    Py_XDECREF(v);
+  }
+  return d;
 }
 
 static PyObject *wds_py_writer_abort(wds_py_writer *self,
@@ -1928,8 +1955,9 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
                            "sources",
                            "eager_next_epoch",
                            "defer_reads",
+                           "image_memory_limit",
                            NULL};
-  PyObject *o_sources = Py_None;
+  PyObject *o_sources = Py_None, *o_image_limit = Py_None;
   PyObject *spec_obj, *fields_obj,
       *o_seed = Py_None, *o_epoch = Py_None, *o_resume = Py_None,
       *o_shuf = Py_None, *o_index = Py_None, *o_spe = Py_None,
@@ -1940,12 +1968,12 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
       shard_shuffle = 1, timeout_ms = 0, retries = 0, allow_pipe = 0, eager = 0,
       defer = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOOpOpi:_Loader", kwlist,
+          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiiiOOOpOpiO:_Loader", kwlist,
           &spec_obj, &fields_obj, &o_bs, &mode, &rank, &world, &workers,
           &o_seed, &o_epoch, &o_resume, &o_shuf, &o_index, &drop_last,
           &last_batch, &o_spe, &image_size, &crop, &o_prefetch, &on_error,
           &shard_shuffle, &timeout_ms, &retries, &o_rbs, &o_cdir, &o_csize,
-          &allow_pipe, &o_sources, &eager, &defer))
+          &allow_pipe, &o_sources, &eager, &defer, &o_image_limit))
     return -1;
   if (self->l || self->live) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
@@ -1984,6 +2012,9 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
   cfg.shard_shuffle = shard_shuffle;
   cfg.eager_next_epoch = eager;
   cfg.defer_reads = (wds_defer_reads)defer;
+  if (wds_py_size(o_image_limit, "image_memory_limit", UINT64_MAX,
+                  &cfg.image_memory_limit) < 0)
+    return -1;
   cfg.read_timeout_ms = timeout_ms;
   cfg.retries = retries;
   size_t *rbs = NULL;

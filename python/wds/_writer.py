@@ -8,6 +8,7 @@ import os
 import pickle
 import re
 import subprocess
+import warnings
 
 from ._wds import CommandError, InvalidError, _Writer
 
@@ -421,14 +422,27 @@ class ShardWriter:
         return self._closed if self._pipe is not None else self._w.closed
 
     def close(self):
-        """Finishes the last shard; returns the final stats."""
-        if self._pipe is None:
-            return self._w.close()
-        if self._closed:
-            return None
-        self._closed = True
-        self._pipe_end()
-        return dict(self._done)
+        """Finishes the last shard; returns the final stats. Shards of the
+        pattern numbered after the last one written (an earlier, longer
+        run's, which a spec of the pattern would read with these) are named
+        in a warning (not deleted)."""
+        if self._pipe is not None:
+            if self._closed:
+                return None
+            self._closed = True
+            self._pipe_end()
+            return dict(self._done)
+        st = self._w.close()
+        left = st.pop("leftover", None) if st else None
+        if left:
+            n, first, last = left
+            which = first if n == 1 else f"{n} shards, {first} to {last}"
+            warnings.warn(f"ShardWriter: {which}: left by an earlier run "
+                          f"after the last shard written to "
+                          f"{self.pattern!r}; a spec of the pattern would "
+                          f"read {'it' if n == 1 else 'them'} with these",
+                          stacklevel=2)
+        return st
 
     def abort(self):
         """Discards the unfinished shard (completed shards stay)."""

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/text.h"
 #include "loader/index.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -29,6 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int rc = wds__index_parse(text, size, "dir", &ix, &e);
   if (rc != WDS_OK) {
     if (e.msg[0] == '\0' || ix.count != 0 || ix.shards != NULL)
+      abort();
+    if (wds__esc_needed(e.msg, 0)) /* printable (base/text.h) */
       abort();
   } else {
     for (size_t i = 0; i < ix.count; i++) {

@@ -1,6 +1,7 @@
 /* fuzz_reader.c — libFuzzer target for everything that parses shard bytes:
  * compression detection, zstd/libarchive decompression, the tar parser and
- * sample grouping. The input is served through a memfd, so the real source
+ * sample grouping (and every error message printable: base/text.h). The
+ * input is served through a memfd, so the real source
  * path (open/read) is used. Built as a libFuzzer binary with
  * -DWDS_FUZZ=ON (clang), and always as a replay driver (fuzz_replay.c) that
  * runs the seed corpus in the test suite. */
@@ -10,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/text.h"
 #include "wds/reader.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -47,6 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (rc != WDS_OK) {
         if (wds_reader_error(r)[0] == '\0')
           __builtin_trap(); /* every error must carry a message */
+        if (wds__esc_needed(wds_reader_error(r), 0))
+          __builtin_trap(); /* printable, whatever a member's name holds */
         continue;
       }
       for (size_t f = 0; f < s->field_count; f++)

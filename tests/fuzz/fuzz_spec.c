@@ -10,13 +10,15 @@
  * wds_spec_expand() so that the fuzzer never opens files such as /dev/stdin.
  * Besides the sanitizers, it checks the API contract: on success at most
  * max_urls non-NULL URLs and an empty message, on failure an empty list and
- * a message; and that a pattern without "::", "@" or "${" expands the same
- * as a spec and as a pattern. */
+ * a message, printable (no control character or byte that is not UTF-8,
+ * whatever the pattern holds: base/text.h); and that a pattern without
+ * "::", "@" or "${" expands the same as a spec and as a pattern. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/text.h"
 #include "wds/spec.h"
 
 #define FUZZ_MAX_URLS 10000
@@ -24,6 +26,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check(int rc, const wds_url_list *list, const char *err) {
+  /* A message is printable whatever the pattern holds (base/text.h). */
+  if (wds__esc_needed(err, 0))
+    abort();
   if (rc == WDS_OK) {
     if (list->count > FUZZ_MAX_URLS || err[0] != '\0' ||
         (list->count > 0) != (list->urls != NULL))

@@ -13,9 +13,14 @@
 #   * a FIFO as -o of `wds index` and `wds write`, and as wds-train's
 #     --checkpoint, is written in place (read by a background cat) and stays
 #     a FIFO; so does a private character device (mknod in the test's
-#     directory, never /dev/null itself) for write, synth, index,
-#     batches --save and --checkpoint, also through a symlink; no temporary
-#     file is left;
+#     directory, never /dev/null itself) for write, index, batches --save
+#     and --checkpoint; no temporary file is left;
+#   * a symbolic link to a FIFO or a device (issue 26, item 11) is refused
+#     by every output: index -o, write -o, synth, batches --save (an .npy
+#     name and a __rows__.json name), wds-train --checkpoint; exit 1, a
+#     message naming the link and what it points to, nothing written into
+#     the FIFO, link and FIFO left; a symlink to a regular file is replaced
+#     by the new file, its target untouched;
 #   * `-o -`: `wds write -o -` is the same bytes as the shard file (its
 #     summary on stderr), `wds index -o -` the same as stdout;
 #   * `wds write` reads files to their end: a symlink to /proc/self/environ
@@ -193,12 +198,19 @@ if mknod -m 666 dev/null c 1 3 2>/dev/null && echo probe >dev/null 2>/dev/null; 
   mkdir dev/save
   mknod -m 666 dev/save/e0-b000000.bin.npy c 1 3
   "$WDS" write -o dev/null tree >/dev/null 2>err.txt || bad "device: wds write" "$(head -2 err.txt)"
-  "$WDS" synth dev/link >/dev/null 2>err.txt || bad "device: wds synth" "$(head -2 err.txt)"
   "$WDS" index small.tar -o dev/null 2>err.txt || bad "device: wds index" "$(head -2 err.txt)"
   "$WDS" batches small.tar --decode bin --batch-size 4 --save dev/save >/dev/null 2>err.txt ||
     bad "device: wds batches --save" "$(head -2 err.txt)"
-  timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" --checkpoint dev/link >/dev/null 2>err.txt ||
+  timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" --checkpoint dev/null >/dev/null 2>err.txt ||
     bad "device: wds-train --checkpoint" "$(head -2 err.txt)"
+  # through a symlink: refused (issue 26, item 11)
+  rc=0
+  "$WDS" synth dev/link >/dev/null 2>err.txt || rc=$?
+  expect_fail "device: wds synth LINK-TO-DEVICE refused" "$rc" "dev/link: it is a symbolic link to a character device"
+  rc=0
+  timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" --checkpoint dev/link >/dev/null 2>err.txt || rc=$?
+  expect_fail "device: wds-train --checkpoint LINK-TO-DEVICE refused" "$rc" \
+    "dev/link: it is a symbolic link to a character device"
   still "device: still a character device" -c dev/null
   still "device: the link still a link" -L dev/link
   still "device: the .npy name still a character device" -c dev/save/e0-b000000.bin.npy
@@ -208,6 +220,49 @@ else
   echo "# skipped the character-device checks: mknod or writing a device node fails here"
 fi
 rm -rf dev
+
+# ---- issue 26, item 11: symbolic links to special files are refused ----
+# Each output is a link to a FIFO whose reader runs in the background:
+# written through the link (as before the fix), the reader gets the bytes.
+mkdir links links/save
+mkfifo links/fifo
+# refused NAME FILE-FOR-THE-LINK CMD...: CMD with FILE a symlink to the FIFO
+# exits 1 naming the link, writes nothing into the FIFO, leaves both.
+refused() {
+  local name=$1 link=$2 rc=0
+  shift 2
+  ln -sfn "$PWD/links/fifo" "$link"
+  timeout 30 cat links/fifo >links/got &
+  local reader=$!
+  timeout 60 "$@" >/dev/null 2>err.txt || rc=$?
+  # release the reader if nothing opened the FIFO for writing
+  timeout 5 bash -c ': >links/fifo' 2>/dev/null || true
+  wait "$reader" || true
+  expect_fail "link to a FIFO: $name refused" "$rc" "$link: it is a symbolic link to a FIFO"
+  check "link to a FIFO: $name wrote nothing into it" test ! -s links/got
+  still "link to a FIFO: $name left the link" -L "$link"
+  still "link to a FIFO: $name left the FIFO" -p links/fifo
+  rm -f "$link"
+}
+refused "wds index -o" links/index.json "$WDS" index small.tar -o links/index.json
+refused "wds write -o" links/shard.tar "$WDS" write -o links/shard.tar tree
+refused "wds synth" links/synth.tar "$WDS" synth links/synth.tar
+refused "wds batches --save (.npy)" links/save/e0-b000000.bin.npy \
+  "$WDS" batches small.tar --decode bin --batch-size 4 --save links/save
+refused "wds batches --save (__rows__.json)" links/save/e0-b000000.__rows__.json \
+  "$WDS" batches small.tar --decode bin --batch-size 4 --save links/save
+refused "wds-train --checkpoint" links/ck "$TRAIN" "${TRAIN_ARGS[@]}" --checkpoint links/ck
+no_temporaries "link to a FIFO: no temporary file" links
+no_temporaries "link to a FIFO: no temporary file (--save)" links/save
+# A symlink to a regular file is replaced by the new file (the rename
+# replaces the link); the file it pointed to is left as it was.
+printf 'old' >links/target.json
+ln -s target.json links/reg.json
+"$WDS" index small.tar -o links/reg.json 2>err.txt || bad "link to a file: wds index" "$(head -2 err.txt)"
+still "link to a file: replaced by a regular file" -f links/reg.json
+check "link to a file: not a link any more" test ! -L links/reg.json
+check "link to a file: the new index" grep -q '"nsamples": 20' links/reg.json
+check "link to a file: its target untouched" test "$(cat links/target.json)" = old
 
 # ---- -o - ----
 "$WDS" write -o file.tar tree >/dev/null

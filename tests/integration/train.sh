@@ -295,10 +295,12 @@ expect_err "other layer sizes" "other layer sizes" "${COMMON[@]}" "${R[@]}" --hi
 if [ "$DEVICE" = cpu ]; then
 # No GPU (CUDA_VISIBLE_DEVICES empty hides any): --device cuda is an error
 # that says why, --device auto trains on the CPU.
+# R less its --ranks (a usage error with --device cuda, checked below).
+RC=(--train 'train-{000..003}.tar' --eval eval-000.tar --batch-size 8 --epochs 2)
 if [ "${WDS_TRAIN_CUDA:-OFF}" = ON ]; then
-  CUDA_VISIBLE_DEVICES= expect_err "--device cuda without a GPU" "no CUDA GPU found" "${COMMON[@]}" "${R[@]}" --device cuda
+  CUDA_VISIBLE_DEVICES= expect_err "--device cuda without a GPU" "no CUDA GPU found" "${COMMON[@]}" "${RC[@]}" --device cuda
 else
-  expect_err "--device cuda without CUDA" "not built with CUDA" "${COMMON[@]}" "${R[@]}" --device cuda
+  expect_err "--device cuda without CUDA" "not built with CUDA" "${COMMON[@]}" "${RC[@]}" --device cuda
 fi
 if CUDA_VISIBLE_DEVICES= timeout 120 "$TRAIN" "${COMMON[@]}" "${R[@]}" --steps 2 >auto.out 2>&1 &&
   grep -q "^wds-train: backend cpu," auto.out; then
@@ -306,12 +308,39 @@ if CUDA_VISIBLE_DEVICES= timeout 120 "$TRAIN" "${COMMON[@]}" "${R[@]}" --steps 2
 else
   bad "--device auto without a GPU" "$(cat auto.out)"
 fi
-# Several processes need the CUDA backend (NCCL); on the CPU they are refused
-# before anything waits for a peer.
-CUDA_VISIBLE_DEVICES= expect_err "--nodes 2 on the CPU" "CPU backend runs in one process" \
-  "${COMMON[@]}" "${R[@]}" --nodes 2 --node-rank 1 --master-addr 127.0.0.1
-RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 CUDA_VISIBLE_DEVICES= expect_err "torchrun variables on the CPU" \
-  "CPU backend runs in one process" "${COMMON[@]}" "${R[@]}"
+# Several processes on the CPU: two of two rank threads over loopback (the
+# data links of the process group), and two of one rank as torchrun starts
+# them; bit-identical weights on every rank of the job after every step
+# (tests/integration/netns.sh runs them over veth links between network
+# namespaces).
+# mp_run NAME WORLD R0_ENV R1_ENV [ARGS]: the two processes (each started
+# with `env R*_ENV`); the checks on both JSON logs.
+mp_run() {
+  local name=$1 world=$2 port=$((20000 + RANDOM % 20000)) rc=0 r
+  local -a envs=("$3" "$4")
+  shift 4
+  for r in 0 1; do
+    # shellcheck disable=SC2086  # the variables split on purpose
+    env ${envs[r]} MASTER_PORT=$port CUDA_VISIBLE_DEVICES= timeout 60 "$TRAIN" \
+      "${COMMON[@]}" --train 'train-{000..003}.tar' --batch-size 8 --epochs 1 \
+      --log-every 1 --log-checksums --rdv-timeout 30 --json "mp$r.json" "$@" \
+      >"mp$r.out" 2>&1 &
+  done
+  wait %1 || rc=1
+  wait %2 || rc=1
+  if ((rc == 0)) &&
+    json_check mp0.json "len(steps) == summary['steps'] > 0 and all(len(s['weights_checksum']) == $world and len(set(s['weights_checksum'])) == 1 for s in steps)" &&
+    json_check mp1.json "str(summary['weights_checksum']) == str($("$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["summary"]["weights_checksum"])' mp0.json))"; then
+    ok "$name: identical weights on all $world ranks after each of $(grep -c '^step' mp0.out) steps"
+  else
+    bad "$name" "rc $rc: $(tail -n 2 mp0.out mp1.out)"
+  fi
+}
+mp_run "--nodes 2 on the CPU (2 rank threads each, loopback)" 4 \
+  "NODE_RANK=0" "NODE_RANK=1" --nodes 2 --ranks 2 --master-addr 127.0.0.1
+mp_run "torchrun variables on the CPU (2 processes, loopback)" 2 \
+  "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1" \
+  "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1" --ranks 1
 rc=0
 RANK=1 timeout 60 "$TRAIN" "${COMMON[@]}" "${R[@]}" >err.out 2>err.txt || rc=$?
 if ((rc == 2)) && grep -q "WORLD_SIZE" err.txt; then
@@ -416,6 +445,33 @@ for args in "--bogus" "--image-size 16" "--train x.tar --channels 2" \
     bad "usage $args" "rc $rc: $(cat err.txt)"
   fi
 done
+# --ranks with --device cuda: a usage error naming --gpus on every machine
+# (before: checked only after a GPU was found, so CI never saw it).
+rc=0
+"$TRAIN" --train x.tar --device cuda --ranks 2 >/dev/null 2>err.txt || rc=$?
+if ((rc == 2)) && grep -q -- '--ranks is for --device cpu.*--gpus N' err.txt; then
+  ok "--device cuda --ranks 2: usage error naming --gpus"
+else
+  bad "--device cuda --ranks 2" "rc $rc: $(cat err.txt)"
+fi
+# The README's demo with --device cuda (as tools_train_gpu runs it): every
+# GPU, no --ranks (issue 24: it passed --ranks 2, refused with cuda). Here
+# it gets as far as looking for a GPU: trains where there is one, else fails
+# on the missing GPU (or CUDA), never on its options.
+if [ "$DEVICE" = cpu ]; then
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  build=$(cd "$(dirname "$TRAIN")/.." && pwd)
+  rc=0
+  DEMO_DATA=$PWD/demo-cuda timeout 300 "$root/scripts/demo-run.sh" "$build" \
+    --device cuda --epochs 1 >demo-cuda.out 2>&1 || rc=$?
+  if grep -q -- "--ranks\\|see 'wds-train --help'" demo-cuda.out; then
+    bad "demo with --device cuda: its options refused" "$(tail -2 demo-cuda.out)"
+  elif ((rc == 0)) || grep -q 'no CUDA GPU found\|not built with CUDA' demo-cuda.out; then
+    ok "demo with --device cuda: no --ranks (rc $rc: $(tail -1 demo-cuda.out))"
+  else
+    bad "demo with --device cuda" "rc $rc: $(tail -3 demo-cuda.out)"
+  fi
+fi
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -259,5 +259,52 @@ for target in 'pipe:cat > piped-%d.tar' ' PIPE:cat > piped-%d.tar'; do
   check "output: -o '$target' makes no file" test -z "$(ls | grep -i 'pipe:\|piped')"
 done
 
+# ---- one writer per pattern; shards an earlier run left (issue 26) ----
+# A writer that holds the pattern: its tar stream on stdin stops inside
+# the second sample (two members of 1 KiB, no end blocks) until the FIFO's
+# other end closes, so its first sample is written and the lock taken. A
+# second `wds write` of the same pattern (another width) is refused (exit
+# 1) naming the first one's pid, and writes nothing; the first then
+# finishes alone.
+mkdir lk
+"$WDS" write -o 'd3-%03d.tar' --maxcount 1 tree >/dev/null 2>&1
+printf x >lk-a.bin
+printf y >lk-b.bin
+"$GTAR" -cf two.tar lk-a.bin lk-b.bin
+head -c 2048 two.tar >one.tar
+mkfifo lk.fifo
+"$WDS" write -o 'lk/s-%03d.tar' --maxcount 1 - <lk.fifo >lk1.out 2>lk1.err &
+lk_pid=$!
+exec 7>lk.fifo
+cat one.tar >&7
+for _ in $(seq 100); do [[ -e lk/.s-%d.tar.lock ]] && break; sleep 0.1; done
+rc=0; "$WDS" write -o 'lk/s-%05d.tar' --maxcount 1 d3-000.tar >lk2.out 2>lk2.err || rc=$?
+check "lock: a second writer of the pattern exits 1" test $rc -eq 1
+check "lock: it names the other writer's pid" grep -q "another writer (pid $lk_pid)" lk2.err
+check "lock: it names the lock file" grep -qF 'lk/.s-%d.tar.lock' lk2.err
+tail -c +2049 two.tar >&7 # the rest: end blocks
+exec 7>&-
+rc=0; wait $lk_pid || rc=$?
+check "lock: the first writer finishes (exit 0)" test $rc -eq 0
+check "lock: only its shards are there, the lock gone" \
+  test "$(cd lk && ls -A | tr '\n' ' ')" = "s-000.tar s-001.tar "
+
+# Five shards, then two with the same pattern: the three the first run
+# wrote after the second's last are named in a warning (not deleted).
+"$WDS" write -o 'lo-%03d.tar' --maxcount 3 tree >/dev/null 2>lo1.err
+n_lo=$(ls lo-*.tar | wc -l)
+"$WDS" write -o 'lo-%03d.tar' --maxcount 3 d3-000.tar d3-001.tar d3-002.tar \
+  d3-003.tar d3-004.tar d3-005.tar >lo2.out 2>lo2.err
+check "leftover: the first run wrote more than two shards" test "$n_lo" -gt 2
+check "leftover: the second run wrote two" grep -q '^wrote 2 shards' lo2.out
+last_lo=$(printf 'lo-%03d.tar' $((n_lo - 1)))
+if ((n_lo == 3)); then
+  has "leftover: the warning names the one left" lo2.err "lo-002.tar, a shard of this pattern after the last one written, is left"
+else
+  has "leftover: the warning counts and names those left" lo2.err "$((n_lo - 2)) shards of this pattern after the last one written are left from an earlier run, lo-002.tar to $last_lo"
+fi
+check "leftover: they are kept" test -e "$last_lo"
+check "leftover: no warning without leftovers" test "$(grep -c 'left from an earlier run' lo1.err)" -eq 0
+
 echo "$passed passed, $failed failed"
 ((failed == 0))

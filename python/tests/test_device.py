@@ -1,0 +1,318 @@
+"""wds.Loader(device=...) and Batch.to(): device batches equal the host
+batches, and a slot goes back to the pool only once the copy that reads it
+is over.
+
+Without a GPU the copy engine is a stand-in whose copies complete late: a
+copy reads the slot's memory by address (as a DMA does, holding no
+reference) only when its event completes, some polls after it was queued or
+when waited for. Were a slot released before that, a worker would have
+refilled it and the copy would read another batch's rows. The control
+(release at once) shows that it would. On a GPU (marker gpu) the real
+engine runs with a long kernel queued on the loader's copy stream before
+every copy."""
+import ctypes
+
+import numpy as np
+import pytest
+
+import wds
+from wds import _device
+
+torch = pytest.importorskip("torch")
+
+FIELDS = "npy,cls,txt:bytes"
+EPOCHS = 3
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    d = tmp_path_factory.mktemp("device")
+    k = 0
+    with wds.ShardWriter(str(d / "d-%03d.tar"), maxcount=10, sync=False) as w:
+        for s in range(4):
+            for i in range(10):
+                w.write({"__key__": f"k{k:04d}",
+                         "npy": np.full((3, 5), k, dtype=np.float32),
+                         "cls": k % 7, "txt": f"t{k}" * (1 + k % 3)})
+                k += 1
+    return str(d / "d-{000..003}.tar")
+
+
+def loader(spec, **kw):
+    return wds.Loader(spec, FIELDS, 4, rank=0, world_size=1, workers=2,
+                      shuffle_buffer=12, seed=5, prefetch=2, **kw)
+
+
+def host_epochs(spec):
+    """Every batch of EPOCHS epochs as copied numpy arrays."""
+    out = []
+    with loader(spec) as l:
+        for _ in range(EPOCHS):
+            for b in l:
+                with b:
+                    out.append({"npy": b["npy"].copy(), "cls": b["cls"].copy(),
+                                "txt": list(b["txt"]), "valid": b.valid.copy(),
+                                "keys": b.keys, "epoch": b.epoch,
+                                "index": b.index})
+    return out
+
+
+class LateEvent:
+    """A copy that has not run yet: (source address, bytes, destination)."""
+
+    def __init__(self, engine, host):
+        self.polls = engine.polls
+        self.parts = []
+        self.out = {}
+        for n, t in host.items():
+            dst = torch.empty_like(t)
+            self.parts.append((t.data_ptr(), t.numel() * t.element_size(), dst))
+            self.out[n] = dst
+        self.copied = False
+
+    def complete(self):
+        if not self.copied:
+            for addr, size, dst in self.parts:
+                ctypes.memmove(dst.data_ptr(), addr, size)
+            self.copied = True
+
+
+class LateEngine:
+    """The seam's stand-in for _TorchCuda: copies complete `polls` polls
+    after they were queued, or when waited for; early=True also says done
+    at once without copying (the race a fence prevents)."""
+
+    device = "late"
+
+    def __init__(self, polls=3, early=False):
+        self.polls = polls
+        self.early = early
+        self.events = []
+        self.waits = 0
+
+    def copy(self, host):
+        ev = LateEvent(self, host)  # holds addresses, not the tensors
+        self.events.append(ev)
+        return ev.out, ev
+
+    def done(self, ev):
+        if self.early:
+            return True
+        if not ev.copied:
+            if ev.polls > 0:
+                ev.polls -= 1
+                return False
+            ev.complete()
+        return True
+
+    def wait(self, ev):
+        self.waits += 1
+        ev.complete()
+
+
+@pytest.fixture
+def late(monkeypatch):
+    engines = []
+
+    def make(polls=3, early=False):
+        e = LateEngine(polls, early)
+        engines.append(e)
+        monkeypatch.setattr(_device, "resolve", lambda device: device)
+        monkeypatch.setattr(_device, "engine", lambda device: e)
+        return e
+
+    return make
+
+
+def device_epochs(spec, **kw):
+    out = []
+    with loader(spec, device="late", **kw) as l:
+        for _ in range(EPOCHS):
+            for b in l:
+                out.append(b)
+    return out
+
+
+def same(dev, host):
+    return (np.array_equal(dev["npy"].numpy(), host["npy"])
+            and np.array_equal(dev["cls"].numpy(), host["cls"])
+            and np.array_equal(dev.valid.numpy(), host["valid"]))
+
+
+@pytest.mark.parametrize("polls", [0, 3, 1 << 30])
+def test_device_batches_equal_host_batches(shards, late, polls):
+    want = host_epochs(shards)
+    eng = late(polls)
+    got = device_epochs(shards)
+    assert len(got) == len(want) == EPOCHS * 10
+    for ev in eng.events:
+        assert ev.copied  # close() waited for every copy
+    for d, h in zip(got, want):
+        assert isinstance(d, wds.DeviceBatch)
+        assert same(d, h), (d.epoch, d.index)
+        assert d["txt"] == h["txt"] and d[2] == h["txt"]  # bytes: on the host
+        assert d.keys == h["keys"] and (d.epoch, d.index) == (h["epoch"], h["index"])
+        assert d.torch()["__valid__"] is d.valid
+        assert set(d.torch()) == {"npy", "cls", "txt", "__valid__"}
+        assert len(d) == 4 and d.names == ["npy", "cls", "txt"]
+    if polls == 1 << 30:
+        # Copies that never complete by polling: the loader waited for the
+        # oldest whenever it needed its slot.
+        assert eng.waits > 0
+
+
+def test_an_early_release_would_mix_batches(shards, late):
+    """The control: a slot given back at once is refilled before its late
+    copy reads it (the check above would fail without the fences)."""
+    want = host_epochs(shards)
+    eng = late(early=True)
+    got = []
+    with loader(shards, device="late") as l:
+        for _ in range(EPOCHS):
+            for b in l:
+                got.append(b)
+                # Copies of earlier batches from this batch's slot run now,
+                # late: they read this batch (delivered, not being filled).
+                slot = eng.events[-1].parts[0][0]
+                for ev in eng.events[:-1]:
+                    if not ev.copied and ev.parts[0][0] == slot:
+                        ev.complete()
+        for ev in eng.events:
+            ev.complete()
+    differ = sum(not same(d, h) for d, h in zip(got, want))
+    assert differ > 0, "an early release went unnoticed"
+
+
+def test_batch_to_holds_the_slot_until_the_copy(shards, late):
+    want = host_epochs(shards)
+    eng = late(polls=2)
+    got = []
+    with loader(shards) as l:
+        for _ in range(EPOCHS):
+            for b in l:
+                got.append(b.to("late", non_blocking=True))
+                b.release()  # at once: the copy still holds the slot
+        assert not all(ev.copied for ev in eng.events)
+    assert all(ev.copied for ev in eng.events)
+    assert all(same(d, h) for d, h in zip(got, want))
+    # non_blocking=False: the copy is over when to() returns.
+    with loader(shards) as l:
+        b = l.next()
+        d = b.to("late")
+        assert eng.events[-1].copied and same(d, want[0])
+
+
+def test_state_dict_and_resume_with_device(shards, late):
+    late(polls=1)
+    want = host_epochs(shards)
+    with loader(shards, device="late") as l:
+        for _ in range(3):
+            l.next()
+        st = l.state_dict()
+    with loader(shards, device="late") as l:
+        l.load_state_dict(st)
+        rest = [l.next() for _ in range(7)]
+    assert all(same(d, h) for d, h in zip(rest, want[3:10]))
+
+
+def test_device_argument_errors():
+    with pytest.raises(ValueError, match="CUDA devices only"):
+        _device.resolve("cpu")
+    with pytest.raises(ValueError, match="not a device"):
+        _device.resolve("gpu:0")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="no CUDA GPU"):
+            _device.resolve("cuda")
+    else:
+        n = torch.cuda.device_count()
+        with pytest.raises(ValueError, match=f"has {n} GPU"):
+            _device.resolve(f"cuda:{n}")
+
+
+# ---- on a GPU -----------------------------------------------------------
+
+def slow_engine(monkeypatch, early=False):
+    """The real engine with a long kernel queued on its stream before every
+    copy (about 2 ms), so that copies run long after next() returned."""
+    base = _device.engine(_device.resolve("cuda"))
+
+    class Slow:
+        device = base.device
+        stream = base.stream
+
+        def copy(self, host):
+            with torch.cuda.stream(base.stream):
+                torch.cuda._sleep(4_000_000)
+            return base.copy(host)
+
+        def done(self, ev):
+            return True if early else base.done(ev)
+
+        def wait(self, ev):
+            base.wait(ev)
+
+    s = Slow()
+    monkeypatch.setattr(_device, "engine", lambda device: s)
+    return s
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_gpu_copies_behind_long_kernels_are_intact(shards, monkeypatch):
+    want = host_epochs(shards)
+    slow_engine(monkeypatch)
+    got = []
+    with loader(shards, device="cuda") as l:
+        for _ in range(EPOCHS):
+            for b in l:
+                assert b.valid.is_cuda and b["npy"].device.type == "cuda"
+                got.append({"npy": b["npy"].cpu(), "cls": b["cls"].cpu(),
+                            "valid": b.valid.cpu()})
+    for d, h in zip(got, want):
+        assert np.array_equal(d["npy"].numpy(), h["npy"])
+        assert np.array_equal(d["cls"].numpy(), h["cls"])
+        assert np.array_equal(d["valid"].numpy(), h["valid"])
+    # The control: released at once, copies behind the kernel read refilled
+    # slots (read the tensors only after everything ran).
+    slow_engine(monkeypatch, early=True)
+    got = []
+    with loader(shards, device="cuda") as l:
+        for _ in range(EPOCHS):
+            got.extend(l)
+        torch.cuda.synchronize()
+    differ = sum(not np.array_equal(d["npy"].cpu().numpy(), h["npy"])
+                 for d, h in zip(got, want))
+    assert differ > 0, "an early release went unnoticed on the GPU"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_gpu_batch_to_non_blocking(shards, monkeypatch):
+    want = host_epochs(shards)
+    slow_engine(monkeypatch)
+    got = []
+    with loader(shards) as l:
+        for _ in range(EPOCHS):
+            for b in l:
+                got.append(b.to("cuda", non_blocking=True))
+                del b
+    for d, h in zip(got, want):
+        assert np.array_equal(d["npy"].cpu().numpy(), h["npy"])
+
+
+def test_train_ddp_refuses_more_processes_than_gpus():
+    """examples/train_ddp.py says what to do instead of torch's "invalid
+    device ordinal" (its check, called as it is on a GPU machine)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
+    spec = importlib.util.spec_from_file_location("train_ddp", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.gpu_for(1, 2, 2) == torch.device("cuda", 1)
+    with pytest.raises(SystemExit, match=r"4 processes on this node but 2 GPUs.*"
+                       r"--nproc-per-node 2"):
+        mod.gpu_for(3, 4, 2)
+    with pytest.raises(SystemExit, match="but 1 GPU "):
+        mod.gpu_for(0, 2, 1)

@@ -1,0 +1,258 @@
+"""Batches on a GPU: wds.Loader(device=...) and Batch.to(device).
+
+A batch lives in one of the loader's slots, pinned host memory when wds was
+built with CUDA, so a copy from it with non_blocking=True is a DMA that runs
+after the call returns. The slot must not go back to the pool (where a
+worker refills it) before that copy has read it. Here:
+
+- the copies run on a CUDA stream the loader owns (one per device), an event
+  is recorded after them, and the consumer's current stream waits on that
+  event (no host synchronisation); the device tensors are marked as used by
+  the consumer's stream (record_stream), so the caching allocator does not
+  hand their memory to the next copy while the consumer still reads it;
+- the host tensors the copy reads (they keep the slot) are held in a queue of
+  fences until the event has completed; the loader polls the queue before each
+  batch and, when as many slots are behind fences as the pool can spare,
+  waits for the oldest (the GPU is behind by that many batches).
+
+The engine (_TorchCuda) is the seam: tests give a stand-in whose copies run
+late, when their event completes, reading the slot's memory by address as a
+DMA does.
+"""
+
+import collections
+
+_BYTES = object()  # a field that stays on the host
+
+
+def resolve(device):
+    """torch.device for device= ("cuda", "cuda:N", a torch.device, an int),
+    checked against this machine; errors say what to do."""
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("wds: device= needs PyTorch (pip install torch); "
+                          "without it, use the numpy batches") from None
+    if isinstance(device, int) and not isinstance(device, bool):
+        device = torch.device("cuda", device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device={device!r}: not a device ({e})") from None
+    if dev.type != "cuda":
+        raise ValueError(f"device={device!r}: batches are copied to CUDA "
+                         f"devices only; leave device unset for host batches")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device={device!r}: torch sees no CUDA GPU "
+                           f"(torch.cuda.is_available() is False)")
+    n = torch.cuda.device_count()
+    index = torch.cuda.current_device() if dev.index is None else dev.index
+    if index >= n:
+        raise ValueError(f"device={device!r}: this machine has {n} GPU"
+                         f"{'' if n == 1 else 's'} (cuda:0..cuda:{n - 1})")
+    return torch.device("cuda", index)
+
+
+class _TorchCuda:
+    """Copies host tensors to one CUDA device on a stream of its own."""
+
+    def __init__(self, device):
+        import torch
+
+        self._torch = torch
+        self.device = device
+        self.stream = torch.cuda.Stream(device=device)
+
+    def copy(self, host):
+        """{name: device tensor}, event: the copies of host's tensors,
+        queued on the engine's stream; the current stream waits for them."""
+        torch = self._torch
+        consumer = torch.cuda.current_stream(self.device)
+        with torch.cuda.stream(self.stream):
+            out = {n: t.to(self.device, non_blocking=True)
+                   for n, t in host.items()}
+            ev = torch.cuda.Event()
+            ev.record(self.stream)
+        consumer.wait_event(ev)
+        for t in out.values():
+            t.record_stream(consumer)
+        return out, ev
+
+    def done(self, ev):
+        return ev.query()
+
+    def wait(self, ev):
+        ev.synchronize()
+
+
+_engines = {}
+
+
+def engine(device):
+    """The copy engine for a device (one stream per device and process)."""
+    e = _engines.get(device)
+    if e is None:
+        e = _engines[device] = _TorchCuda(device)
+    return e
+
+
+class Fences:
+    """Host memory behind copies still running: entries (engine, event,
+    keep, batch handle or None), in the order the copies were queued. An
+    entry's `keep` (the host tensors the copy reads, which hold the slot) is
+    dropped and its batch handle released once engine.done(event)."""
+
+    __slots__ = ("_q",)
+
+    def __init__(self):
+        self._q = collections.deque()
+
+    def __len__(self):
+        return len(self._q)
+
+    def add(self, eng, ev, keep, handle=None):
+        self._q.append([eng, ev, keep, handle])
+
+    @staticmethod
+    def _free(entry):
+        handle = entry[3]
+        entry[2] = entry[3] = None  # the host tensors go, then the slot
+        if handle is not None:
+            handle.release()
+
+    def poll(self):
+        """Frees every entry whose copy is over."""
+        q = self._q
+        if not q:
+            return
+        left = collections.deque()
+        while q:
+            e = q.popleft()
+            if e[0].done(e[1]):
+                self._free(e)
+            else:
+                left.append(e)
+        self._q = left
+
+    def wait_oldest(self):
+        """Waits for the oldest copy and frees it; False when none."""
+        if not self._q:
+            return False
+        e = self._q.popleft()
+        e[0].wait(e[1])
+        self._free(e)
+        return True
+
+    def reserve(self, limit):
+        """Frees what is done, then waits until fewer than limit remain."""
+        self.poll()
+        while len(self._q) >= max(1, limit):
+            self.wait_oldest()
+
+    def drain(self):
+        while self.wait_oldest():
+            pass
+
+
+def host_tensors(batch):
+    """{name: CPU tensor over the slot} for the fixed-size fields, plus
+    "__valid__"; bytes fields map to _BYTES."""
+    import torch
+
+    from ._wds import BytesField
+
+    out = {}
+    for i, n in enumerate(batch._names):
+        a = batch._field(i)
+        out[n] = _BYTES if isinstance(a, BytesField) else torch.from_numpy(a)
+    out["__valid__"] = torch.from_numpy(batch.valid)
+    return out
+
+
+def to_device(batch, eng, fences, handle=None):
+    """A DeviceBatch of batch (a wds.Batch): its tensors copied by eng, its
+    bytes fields, keys, urls and sources read now. The host tensors wait in
+    fences until the copies are over; handle (the loader's own batch handle)
+    is released then."""
+    host = host_tensors(batch)
+    copy = {n: t for n, t in host.items() if t is not _BYTES}
+    dev, ev = eng.copy(copy)
+    fields = {}
+    for i, n in enumerate(batch._names):
+        fields[n] = list(batch._field(i)) if host[n] is _BYTES else dev[n]
+    db = DeviceBatch(fields, dev["__valid__"], batch.keys, batch.urls,
+                     batch.sources.copy(), batch.epoch, batch.index,
+                     len(batch))
+    fences.add(eng, ev, copy, handle)
+    return db
+
+
+class DeviceBatch:
+    """One batch on a CUDA device (wds.Loader(device=...), Batch.to()).
+
+    batch["jpg;png"] or batch[0] is a torch tensor on the device (a bytes
+    field: a list of bytes, on the host); batch.valid is a bool tensor on the
+    device; batch.keys and batch.urls (lists of str), batch.sources (numpy
+    uint32), batch.epoch and batch.index stay on the host. The tensors are
+    ready for work queued on the stream that was current when the batch was
+    made (the loader's copies ran on a stream of their own; that stream
+    waits for them); other streams must wait for it. The loader's slot has
+    gone back already, or goes back by itself once the copies are over:
+    there is nothing to release.
+    """
+
+    __slots__ = ("_fields", "_names", "valid", "keys", "urls", "sources",
+                 "epoch", "index", "_rows")
+
+    def __init__(self, fields, valid, keys, urls, sources, epoch, index, rows):
+        self._fields = fields
+        self._names = tuple(fields)
+        self.valid = valid
+        self.keys = keys
+        self.urls = urls
+        self.sources = sources
+        self.epoch = epoch
+        self.index = index
+        self._rows = rows
+
+    def __len__(self):
+        return self._rows
+
+    @property
+    def names(self):
+        return list(self._names)
+
+    def __getitem__(self, name):
+        if isinstance(name, int):
+            if not -len(self._names) <= name < len(self._names):
+                raise IndexError(f"DeviceBatch: field {name} out of range")
+            name = self._names[name]
+        return self._fields[name]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def items(self):
+        return list(self._fields.items())
+
+    def torch(self):
+        """{name: tensor (a bytes field: list of bytes)} plus "__valid__",
+        as Batch.torch() gives them."""
+        out = dict(self._fields)
+        out["__valid__"] = self.valid
+        return out
+
+    def release(self):
+        """Nothing to give back (the slot went back with the copies); kept
+        so that code written for wds.Batch runs unchanged."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __repr__(self):
+        dev = getattr(self.valid, "device", "?")
+        return (f"<wds.DeviceBatch epoch={self.epoch} index={self.index} "
+                f"rows={self._rows} device={dev} fields={list(self._names)}>")
