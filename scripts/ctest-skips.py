@@ -1,84 +1,52 @@
 #!/usr/bin/env python3
 """ctest-skips.py — the skipped tests of a ctest run, each with its reason.
 
-Usage: ctest-skips.py CTEST_OUTPUT BUILD_DIR
+Usage: ctest-skips.py JUNIT_XML [NAME]
 
-CTEST_OUTPUT is what ctest printed (scripts/test.sh tees it): its "The
-following tests did not run" list names the skipped tests. Their output is
-in BUILD_DIR/Testing/Temporary/LastTest.log, where each test says why on
-lines starting with "SKIP:" (ctest itself keeps no reason; for a test
-without one, its lines that say "skip", else its last line). Tests that
-passed but skipped a part (a GPU test on a machine without one) print such
-lines too and are listed after. Prints nothing when nothing was skipped.
+JUNIT_XML is what `ctest --output-junit FILE` wrote (scripts/test.sh asks
+for it): each test's status and output. A skipped test (ctest's "not run":
+its SKIP_RETURN_CODE) says why on lines starting with "SKIP:" (ctest itself
+keeps no reason); for one without such a line, its lines that say "skip",
+else its last line. Tests that passed but skipped a part (a GPU test on a
+machine without one) print "SKIP:" lines too and are listed after. NAME
+(default: the file's folder) heads the list. Prints nothing when nothing
+was skipped. (Not Testing/Temporary/LastTest.log: a test that runs ctest
+in the same build tree, even `ctest --show-only`, rewrites it.)
 """
 import os
-import re
 import sys
-
-
-def outputs(log):
-    """{test name: its output lines} from a LastTest.log."""
-    out, name, lines, inside = {}, None, [], False
-    for line in open(log, encoding="utf-8", errors="replace"):
-        line = line.rstrip("\n")
-        m = re.match(r"^\d+/\d+ Test: (.+)$", line)
-        if m:
-            name, lines, inside = m.group(1), [], False
-            continue
-        if name is None:
-            continue
-        if line == "Output:":
-            inside = None  # the dashes line follows
-            continue
-        if inside is None:
-            inside = True
-            continue
-        if line == "<end of output>":
-            out[name] = lines
-            name, inside = None, False
-            continue
-        if inside:
-            lines.append(line)
-    return out
+import xml.etree.ElementTree as ET
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: ctest-skips.py CTEST_OUTPUT BUILD_DIR")
-    printed, build = sys.argv[1], sys.argv[2]
-    skipped = []
-    for line in open(printed, encoding="utf-8", errors="replace"):
-        m = re.match(r"^\s*\d+ - (\S+) \(Skipped\)\s*$", line)
-        if m:
-            skipped.append(m.group(1))
-    log = os.path.join(build, "Testing", "Temporary", "LastTest.log")
-    out = outputs(log) if os.path.exists(log) else {}
-
-    def reasons(name):
-        return [l.strip() for l in out.get(name, []) if l.strip().startswith("SKIP")]
-
-    def why_skipped(name):
-        """Its SKIP: lines; else its lines that say "skip" (some tests end
-        with "...: skipped"); else its last line."""
-        lines = [l.strip() for l in out.get(name, []) if l.strip()]
-        said = reasons(name) or [l for l in lines if "skip" in l.lower()]
-        return said or lines[-1:] or ["(the test printed nothing)"]
-
-    name = os.path.basename(os.path.abspath(build))
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: ctest-skips.py JUNIT_XML [NAME]")
+    path = sys.argv[1]
+    name = sys.argv[2] if len(sys.argv) == 3 else \
+        os.path.basename(os.path.dirname(os.path.abspath(path)))
+    skipped, partly = [], []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        out = case.findtext("system-out") or ""
+        lines = [l.strip() for l in out.splitlines() if l.strip()]
+        said = [l for l in lines if l.startswith("SKIP")]
+        test = case.get("name")
+        if case.find("skipped") is not None or case.get("status") == "notrun":
+            why = said or [l for l in lines if "skip" in l.lower()] or lines[-1:] or \
+                ["(the test printed nothing)"]
+            skipped.append((test, why))
+        elif said and case.find("failure") is None:
+            partly.append((test, said))
     if skipped:
-        print(f"{name}: {len(skipped)} test{'s' if len(skipped) != 1 else ''} "
-              "skipped:")
-        for t in skipped:
-            why = why_skipped(t)
-            print(f"  {t}: {why[0]}")
+        print(f"{name}: {len(skipped)} test{'s' if len(skipped) != 1 else ''} skipped:")
+        for test, why in skipped:
+            print(f"  {test}: {why[0]}")
             for w in why[1:]:
-                print(f"  {' ' * len(t)}  {w}")
-    partly = [t for t in sorted(out) if t not in skipped and reasons(t)]
+                print(f"  {' ' * len(test)}  {w}")
     if partly:
         print(f"{name}: passed, with parts skipped:")
-        for t in partly:
-            for i, w in enumerate(reasons(t)):
-                print(f"  {t if i == 0 else ' ' * len(t)}: {w}")
+        for test, why in sorted(partly):
+            for i, w in enumerate(why):
+                print(f"  {test if i == 0 else ' ' * len(test)}: {w}")
 
 
 if __name__ == "__main__":

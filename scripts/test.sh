@@ -9,8 +9,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
-# run_ctest BUILD_DIR [ENV=VALUE...] -- CTEST_ARGS...: ctest in BUILD_DIR,
-# its output kept, then the skipped tests and why; ctest's status.
+# run_ctest BUILD_DIR [ENV=VALUE...] -- CTEST_ARGS...: ctest in BUILD_DIR
+# (its results also in BUILD_DIR/ctest-junit.xml), then the skipped tests
+# and why; ctest's status.
 run_ctest() {
   local build=$1
   shift
@@ -21,8 +22,11 @@ run_ctest() {
   done
   shift
   local rc=0
-  (cd "$build" && env "${envs[@]}" ctest "$@") 2>&1 | tee "$build/ctest-output.txt" || rc=$?
-  python3 "$root/scripts/ctest-skips.py" "$build/ctest-output.txt" "$build" || true
+  rm -f "$build/ctest-junit.xml"
+  (cd "$build" && env "${envs[@]}" ctest --output-junit "$build/ctest-junit.xml" "$@") || rc=$?
+  if [[ -f $build/ctest-junit.xml ]]; then
+    python3 "$root/scripts/ctest-skips.py" "$build/ctest-junit.xml" || true
+  fi
   return $rc
 }
 "$root/scripts/setup.sh" "$root/build-test" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWDS_WERROR=ON
