@@ -48,7 +48,7 @@
 #include "loader/pool.h"
 #include "pipeline/gpu_plan.h"
 
-#define MAX_WORKERS 256
+#define MAX_WORKERS WDS_LOADER_MAX_WORKERS
 #define MAX_BATCH ((size_t)1 << 24)
 #define DEFAULT_SHUFFLE_BYTES ((size_t)1 << 30) /* per worker */
 

@@ -375,6 +375,14 @@ static int is_other_remote_url(const char *url) {
   return 0;
 }
 
+/* Whether path holds a '{' with a '}' after it: a brace group the spec's
+ * expansion left as it was (as braceexpand does: {000..00a}, {0000...0004},
+ * {x}), which a missing file's message then points at. */
+static int literal_braces(const char *path) {
+  const char *open = strchr(path, '{');
+  return open && strchr(open, '}') != NULL;
+}
+
 /* Reads the open file fd (ours now). */
 static int use_file(wds__source *s, int fd, wds__err *err) {
   s->fd = fd;
@@ -451,8 +459,13 @@ int wds__source_open(const char *url, const wds__io_opts *opts,
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      rc = wds__fail(err, WDS_ERR_OPEN, "cannot open the file: %s",
-                     strerror(errno));
+      int e = errno;
+      rc = wds__fail(err, WDS_ERR_OPEN, "cannot open the file: %s%s",
+                     strerror(e),
+                     e == ENOENT && literal_braces(path)
+                         ? " (the braces were not expanded: {a..b} needs two "
+                           "integers or two letters, {a,b} a comma)"
+                         : "");
       goto done;
     }
     rc = use_file(s, fd, err);

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -418,6 +419,13 @@ static void writer_free(wds_writer *w) {
   free(w);
 }
 
+/* Whether name starts with "pipe:" (any case, after spaces). */
+static int looks_like_pipe(const char *name) {
+  while (*name == ' ' || *name == '\t')
+    name++;
+  return strncasecmp(name, "pipe:", 5) == 0;
+}
+
 int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
   int rc = WDS_OK;
   wds_writer *w = NULL;
@@ -429,6 +437,16 @@ int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
     return wds__open_fail(WDS_ERR_INVALID, "config is NULL");
   if (cfg->out_fd < 0 && (!cfg->pattern || !*cfg->pattern))
     return wds__open_fail(WDS_ERR_INVALID, "no output: set pattern or out_fd");
+  /* A pipe: target is a command (webdataset runs it; wds.ShardWriter does,
+   * through out_fd); written as a pattern it would become a file named
+   * "pipe:cat > x.tar". Refused, spaces before it and any case too. */
+  if (cfg->out_fd < 0 && looks_like_pipe(cfg->pattern))
+    return wds__open_fail(WDS_ERR_INVALID,
+                          "\"%.300s\": a pipe: target is a command, which "
+                          "this writer does not run (write to a file, or to "
+                          "stdout and pipe that; wds.ShardWriter runs "
+                          "\"pipe:CMD\" targets)",
+                          cfg->pattern);
   if (cfg->mtime < 0 || cfg->mtime >= (int64_t)1 << 33)
     return wds__open_fail(WDS_ERR_INVALID,
                           "mtime %" PRId64 " is outside 0..8^11-1", cfg->mtime);

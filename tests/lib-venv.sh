@@ -1,7 +1,9 @@
 # lib-venv.sh — sourced by the tests that need Python packages from the
-# package index (tests/interop/interop.sh, python/tests/run.sh): a cached
-# virtual environment, made again when the interpreter or the requirements
-# change, and a visible skip (exit 77) when no package index answers.
+# package index (tests/interop/interop.sh, python/tests/run.sh, ...): a
+# cached virtual environment, made again when the interpreter or the
+# requirements change, and a visible skip (exit 77) when no package index
+# answers. venv_ensure_shared keeps large requirements (torch) in one
+# per-user cache shared by every build tree.
 # The caller defines fail() (prints why and exits 1).
 
 # venv_ensure VENV PYTHON3 IMPORTS REQUIREMENT...
@@ -49,5 +51,46 @@ venv_ensure() {
   fi
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "${reqs[@]}" ||
     fail "pip install ${reqs[*]} into $venv failed"
+  echo "$stamp" >"$marker"
+}
+
+# venv_ensure_shared VENV PYTHON3 IMPORTS REQUIREMENT...
+#   As venv_ensure, for large requirements (torch and its CUDA wheels: about
+#   5.4 GB installed): they are installed once per user, interpreter and
+#   requirement list, in WDS_TEST_VENV_CACHE (default
+#   ~/.cache/wds-test-venv)/pyVERSION-HASH, made under a lock (flock) so
+#   that build trees testing at once make it once; VENV is a small
+#   environment of the build tree's own that sees the shared one's packages
+#   through a .pth file, so what a test installs into VENV (python_pip's
+#   wheel) stays in that tree.
+venv_ensure_shared() {
+  local venv=$1 py=$2 imports=$3
+  shift 3
+  local cache=${WDS_TEST_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wds-test-venv}
+  local pyver key shared rc=0
+  pyver=$("$py" -c 'import sys; print(sys.version.split()[0])')
+  key=py$pyver-$(printf '%s\n' "$@" | sha256sum | cut -c1-12)
+  shared=$cache/$key
+  mkdir -p "$cache" || fail "cannot make $cache"
+  (
+    flock 9
+    venv_ensure "$shared" "$py" "$imports" "$@"
+  ) 9>"$cache/$key.lock" || rc=$?
+  ((rc == 0)) || exit "$rc" # 77: no index (said), 1: failed (said)
+  local marker=$venv/.wds-venv-ready stamp="shared=$shared"
+  if [[ -f $marker && $(cat "$marker") == "$stamp" ]] &&
+    "$venv/bin/python" -c "import $imports" 2>/dev/null; then
+    return 0
+  fi
+  echo "# making the virtual environment $venv over $shared"
+  rm -rf "$venv"
+  "$py" -m venv "$venv" || fail "$py -m venv $venv failed (apt-get install python3-venv)"
+  local paths='import sysconfig; p = sysconfig.get_paths(); print(p["purelib"]); print(p["platlib"])'
+  local mine
+  mine=$("$venv/bin/python" -c "$paths" | head -n 1)
+  "$shared/bin/python" -c "$paths" | sort -u >"$mine/wds-shared-venv.pth" ||
+    fail "cannot write $mine/wds-shared-venv.pth"
+  "$venv/bin/python" -c "import $imports" ||
+    fail "$venv does not import $imports through $shared"
   echo "$stamp" >"$marker"
 }

@@ -1185,6 +1185,42 @@ TEST(status_table) {
   ASSERT_STREQ(wds_strerror(12345), "unknown status");
 }
 
+/* A brace group the expansion leaves literal (as braceexpand does) names a
+ * file that does not exist: the message says why the braces are there. */
+TEST(literal_braces_in_a_missing_file_get_a_hint) {
+  static const char *const specs[] = {"/nonexistent/data-{000..00a}.tar",
+                                      "/nonexistent/d-{0000...0004}.tar",
+                                      "/nonexistent/d-{x}.tar"};
+  for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+    wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+    cfg.spec = specs[i];
+    wds_reader *r;
+    ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
+    const wds_sample *s;
+    ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_OPEN);
+    printf("  %s\n", wds_reader_error(r));
+    ASSERT_CONTAINS(wds_reader_error(r), specs[i]);
+    ASSERT_CONTAINS(wds_reader_error(r),
+                    "No such file or directory (the braces were not "
+                    "expanded: {a..b} needs two integers or two letters");
+    wds_reader_close(r);
+  }
+  /* Without braces, or with braces but another error: no hint. */
+  static const char *const others[] = {"/nonexistent/d-000.tar",
+                                       "/nonexistent/d-}{.tar"};
+  for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+    wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+    cfg.spec = others[i];
+    wds_reader *r;
+    ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
+    const wds_sample *s;
+    ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_OPEN);
+    ASSERT_CONTAINS(wds_reader_error(r), "No such file or directory");
+    ASSERT_TRUE(strstr(wds_reader_error(r), "braces") == NULL);
+    wds_reader_close(r);
+  }
+}
+
 /* A shard's URL starts its errors with its secrets hidden: a password and
  * a presigned query's signature and token (base/url.c wds__url_redact). */
 TEST(error_messages_hide_url_secrets) {
@@ -1234,5 +1270,6 @@ int main(void) {
   RUN(sink_reads_members_into_caller_buffers);
   RUN(status_table);
   RUN(error_messages_hide_url_secrets);
+  RUN(literal_braces_in_a_missing_file_get_a_hint);
   return test_summary();
 }

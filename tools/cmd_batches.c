@@ -404,9 +404,9 @@ int tool_cmd_batches(int argc, char **argv) {
       }
     }
     if (status == 0 && r == WDS_ERR_CANCELLED && tool_signal_caught()) {
-      status = tool_interrupted("batches", "%llu batches printed%s",
-                                (unsigned long long)printed,
-                                save ? " and saved" : "");
+      status = tool_interrupted(
+          "batches", "%llu batch%s printed%s", (unsigned long long)printed,
+          printed == 1 ? "" : "es", save ? " and saved" : "");
       break;
     }
     if (status == 0 && r != WDS_EOF) {

@@ -197,8 +197,9 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
   if (shown)
     fputs("\r\033[K", stderr); /* clear the progress line */
   if (rc == WDS_ERR_CANCELLED && tool_signal_caught()) {
-    status = tool_interrupted("bench", "%llu batches in %.1f s, no figures",
-                              (unsigned long long)batches, secs);
+    status = tool_interrupted("bench", "%llu batch%s in %.1f s, no figures",
+                              (unsigned long long)batches,
+                              batches == 1 ? "" : "es", secs);
     goto done;
   }
   if (rc != WDS_EOF) {

@@ -372,9 +372,10 @@ int tool_cmd_cat(int argc, char **argv) {
   if (rc == WDS_ERR_CANCELLED && tool_signal_caught()) {
     /* The stream is left without its end marker, as after any error. */
     status = tool_interrupted("cat",
-                              "%llu samples written, the tar stream "
+                              "%llu sample%s written, the tar stream "
                               "left unfinished",
-                              (unsigned long long)c.written);
+                              (unsigned long long)c.written,
+                              c.written == 1 ? "" : "s");
     goto done;
   }
   if (rc != WDS_OK && rc != WDS_EOF) {

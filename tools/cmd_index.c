@@ -277,9 +277,10 @@ int tool_cmd_index(int argc, char **argv) {
     free(wurl);
     if (tool_signal_caught()) {
       status = tool_interrupted("index",
-                                "%zu of %zu shards read, no index "
+                                "%zu of %zu shard%s read, no index "
                                 "written",
-                                rc ? i : i + 1, urls.count);
+                                rc ? i : i + 1, urls.count,
+                                urls.count == 1 ? "" : "s");
       goto done;
     }
     if (rc != 0)

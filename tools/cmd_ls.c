@@ -382,8 +382,9 @@ int tool_cmd_ls(int argc, char **argv) {
   }
   fflush(stdout);
   if (rc == WDS_ERR_CANCELLED && tool_signal_caught()) {
-    status = tool_interrupted("ls", "%llu samples listed",
-                              (unsigned long long)listed);
+    status =
+        tool_interrupted("ls", "%llu sample%s listed",
+                         (unsigned long long)listed, listed == 1 ? "" : "s");
     goto done;
   }
   if (rc != WDS_EOF) {

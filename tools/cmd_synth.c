@@ -221,9 +221,10 @@ int tool_cmd_synth(int argc, char **argv) {
   }
   wds_writer_stats st;
   wds_writer_stats_get(w, &st);
-  printf("wrote %" PRIu64 " shards, %" PRIu64 " samples, %" PRIu64
+  printf("wrote %" PRIu64 " shard%s, %" PRIu64 " sample%s, %" PRIu64
          " bytes (%" PRIu64 " bytes of tar)\n",
-         st.shards, st.samples, st.out_bytes, st.tar_bytes);
+         st.shards, st.shards == 1 ? "" : "s", st.samples,
+         st.samples == 1 ? "" : "s", st.out_bytes, st.tar_bytes);
 done:
   wds_writer_close(w);
   free(buf);

@@ -453,11 +453,12 @@ int tool_cmd_verify(int argc, char **argv) {
   if (tool_signal_caught()) {
     if (v.json)
       fputs("]}\n", stdout); /* valid JSON, but no verdict */
-    status = tool_interrupted(
-        "verify",
-        "%" PRIu64 " of %zu shards verified (%" PRIu64 " problem%s "
-        "so far), no verdict",
-        v.shards, urls.count, v.problems, v.problems == 1 ? "" : "s");
+    status = tool_interrupted("verify",
+                              "%" PRIu64 " of %zu shard%s verified (%" PRIu64
+                              " problem%s "
+                              "so far), no verdict",
+                              v.shards, urls.count, urls.count == 1 ? "" : "s",
+                              v.problems, v.problems == 1 ? "" : "s");
     goto done;
   }
   if (v.json) {
@@ -468,12 +469,14 @@ int tool_cmd_verify(int argc, char **argv) {
       printf("%s\"%s\": %" PRIu64, k ? ", " : "", kind_names[k], v.counts[k]);
     printf("}}\n");
   } else if (v.problems == 0) {
-    printf("verified %" PRIu64 " shards, %" PRIu64 " samples: no problems\n",
-           v.shards, v.samples);
+    printf("verified %" PRIu64 " shard%s, %" PRIu64 " sample%s: no problems\n",
+           v.shards, v.shards == 1 ? "" : "s", v.samples,
+           v.samples == 1 ? "" : "s");
   } else {
-    printf("verified %" PRIu64 " shards, %" PRIu64 " samples: %" PRIu64
+    printf("verified %" PRIu64 " shard%s, %" PRIu64 " sample%s: %" PRIu64
            " problem%s (",
-           v.shards, v.samples, v.problems, v.problems == 1 ? "" : "s");
+           v.shards, v.shards == 1 ? "" : "s", v.samples,
+           v.samples == 1 ? "" : "s", v.problems, v.problems == 1 ? "" : "s");
     int first = 1;
     for (int k = 0; k < K_COUNT; k++)
       if (v.counts[k]) {

@@ -217,7 +217,7 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
     cfg->world_size = (int)v;
     break;
   case TOOL_LO_WORKERS:
-    if (num(cmd, c, arg, 1, 1024, &v))
+    if (num(cmd, c, arg, 1, WDS_LOADER_MAX_WORKERS, &v))
       return -1;
     cfg->workers = (int)v;
     break;
@@ -566,8 +566,10 @@ static const char loader_help_1[] =
     "                         (S = ceil(samples / sum), floor with\n"
     "                         --drop-last; resampled: samples = --samples-\n"
     "                         per-epoch x ranks); no batch is partial\n"
-    "  --mode MODE            plain (default): each rank reads its shards\n"
-    "                         once, ranks may get different batch counts;\n"
+    "  --mode MODE            plain (the default of wds batches and bench;\n"
+    "                         wds-train and Python's wds.Loader default to\n"
+    "                         exact): each rank reads its shards once, ranks\n"
+    "                         may get different batch counts;\n"
     "                         exact: every sample once per epoch over all\n"
     "                         ranks, equal counts (padded or --drop-last);\n"
     "                         resampled: shards drawn with replacement,\n"
@@ -581,9 +583,9 @@ static const char loader_help_1[] =
     "  --rank N, --world N    this process's rank and the number of ranks\n"
     "                         (default: RANK/WORLD_SIZE, SLURM_PROCID/\n"
     "                         SLURM_NTASKS, OMPI_COMM_WORLD_*, else 0 of 1)\n"
-    "  --workers N            worker threads (default 4); the batch order\n"
-    "                         depends on it: keep it fixed to reproduce a "
-    "run\n"
+    "  --workers N            worker threads, 1..256 (default 4); the batch\n"
+    "                         order depends on it: keep it fixed to\n"
+    "                         reproduce a run\n"
     "  --seed N               seed of every shuffle and draw (default 0)\n"
     "  --epoch N              the first epoch (default 0)\n"
     "  --epochs N             how many epochs to run (default 1)\n"

@@ -110,6 +110,9 @@ typedef enum wds_jpeg_decode {
   WDS_JPEG_DECODE_GPU = 1
 } wds_jpeg_decode;
 
+/* The most worker threads a loader runs (wds_loader_config.workers). */
+#define WDS_LOADER_MAX_WORKERS 256
+
 /* One output field. */
 typedef struct wds_field_spec {
   const char *name;  /* extensions, ';'-separated; the first one a sample
@@ -188,8 +191,10 @@ typedef struct wds_loader_config {
    * integer in range fails wds_loader_open, naming the variable. */
   int rank;
   int world_size;
-  int workers; /* worker threads; 0 = 4 (plain mode: at most the rank's
-                  shard count) */
+  int workers; /* worker threads, 1 .. WDS_LOADER_MAX_WORKERS; 0 (a
+                  zeroed config) = 4 (plain mode: at most the rank's shard
+                  count). The CLI's --workers and Python's workers= take
+                  1 .. WDS_LOADER_MAX_WORKERS */
 
   /* Order. */
   uint64_t seed;

@@ -73,7 +73,10 @@ typedef struct wds_writer_config {
                               max_count/max_size_bytes (0) it takes any
                               number of samples; with them, a sample that
                               would need a second shard fails
-                              (WDS_ERR_INVALID, the file is not kept) */
+                              (WDS_ERR_INVALID, the file is not kept). One
+                              starting with "pipe:" (any case, after
+                              spaces) is refused (WDS_ERR_INVALID): the
+                              writer runs no command */
   int out_fd;              /* >= 0: one tar stream to this descriptor instead
                               (not closed; no temporary name; max_count and
                               max_size_bytes not applied; with AUTO the

@@ -9,6 +9,9 @@
 #         its CMake build kept in BUILD/pip-build so that re-runs are quick),
 #         the wheel installed into the environment, and the suite run
 #         against the installed package.
+#   readme not pytest: tests/integration/readme.py (tools_readme's script)
+#         with this environment's torch: README's torchrun command and the
+#         blocks that need torch run too; skips as ddp does.
 #   ddp   not pytest: ddp_check.py runs examples/train_ddp.py under torchrun
 #         (2 CPU ranks) with the tree's extension; skips (77) in ASan builds
 #         (WDS_PY_PRELOAD set: no torch in the environment).
@@ -24,9 +27,13 @@
 set -euo pipefail
 export LC_ALL=C.UTF-8
 SKIP=77
-REQUIREMENTS=("pytest" "numpy" "webdataset>=1.0,<2")
-# torch from PyPI (about 45 s and 5 GB with its CUDA wheels): batch.torch()
-# is tested against it. Not in ASan builds, whose preloaded sanitizer
+# pillow and msgpack: wds.ShardWriter's image and msgpack fields are
+# compared with what webdataset writes.
+REQUIREMENTS=("pytest" "numpy" "webdataset>=1.0,<2" "pillow" "msgpack")
+# torch from PyPI (about 45 s and 5.4 GB installed with its CUDA wheels):
+# batch.torch() is tested against it. Installed once per user and
+# interpreter (venv_ensure_shared: ~/.cache/wds-test-venv, or
+# WDS_TEST_VENV_CACHE), not in each build tree. Not in ASan builds, whose preloaded sanitizer
 # runtime torch's libraries are not loaded under (those tests skip there).
 if [[ -z ${WDS_PY_PRELOAD:-} ]]; then
   REQUIREMENTS+=("torch")
@@ -45,7 +52,7 @@ if [[ -n ${WDS_PY_SKIP:-} ]]; then
   echo "SKIP: $WDS_PY_SKIP"
   exit $SKIP
 fi
-if [[ $MODE == ddp && -n ${WDS_PY_PRELOAD:-} ]]; then
+if [[ ($MODE == ddp || $MODE == readme) && -n ${WDS_PY_PRELOAD:-} ]]; then
   echo "SKIP: ASan build: torch is not installed beside the preloaded sanitizer runtime"
   exit $SKIP
 fi
@@ -54,13 +61,21 @@ PYTHON3=${PYTHON3:-python3}
 command -v "$PYTHON3" >/dev/null 2>&1 || fail "$PYTHON3 not found"
 
 source "$SRC/tests/lib-venv.sh"
-venv_ensure "$VENV" "$PYTHON3" "pytest, numpy, webdataset${WDS_PY_PRELOAD:+#}, torch" \
+venv_ensure_shared "$VENV" "$PYTHON3" "pytest, numpy, webdataset, PIL, msgpack${WDS_PY_PRELOAD:+#}, torch" \
   "${REQUIREMENTS[@]}"
 
 export WDS_TEST_CLI=$WDS WDS_TEST_SHARED=$SHARED
 case $MODE in
 tree)
   export PYTHONPATH=$BUILD/python
+  ;;
+readme)
+  # README.md's and the docs' code blocks with torch: the `torchrun` quick
+  # start and the blocks that need torch, which tools_readme skips.
+  export WDS_README_PYTHONPATH=$BUILD/python
+  cd "$BUILD"
+  exec "$VENV/bin/python" "$SRC/tests/integration/readme.py" "$WDS" "$BUILD/trainer/wds-train" \
+    "$SRC/README.md" "$SRC"/docs/{cli,sources,loader,wds-train,c-api,python}.md
   ;;
 ddp)
   export PYTHONPATH=$BUILD/python

@@ -413,6 +413,24 @@ def test_loader_errors(tmp_path, shards):
         assert [b.valid.tolist() for b in lo] in ([], [[False]])
 
 
+def test_workers_range(shards):
+    """workers is 1 .. 256 as the CLI's --workers and the library's limit
+    (WDS_LOADER_MAX_WORKERS); 0 is refused, not taken as a default."""
+    spec, _ = shards
+    for bad in (0, -1, 257):
+        with pytest.raises(ValueError) as e:
+            wds.Loader(spec, "cls", 2, mode="plain", workers=bad)
+        assert f"workers={bad}" in str(e.value) and "1 .. 256" in str(e.value)
+    if CLI:
+        for bad in ("0", "257"):
+            p = subprocess.run([CLI, "batches", spec, "--decode", "cls",
+                                "--workers", bad], capture_output=True)
+            assert p.returncode == 2
+            assert "--workers needs a whole number in 1..256" in p.stderr.decode()
+    with wds.Loader(spec, "cls", 2, mode="exact", workers=1) as lo:
+        assert sum(1 for _ in lo) == len(lo)
+
+
 def test_gil_released_while_next_waits(shards, tmp_path):
     import threading
     import time
@@ -505,7 +523,7 @@ def test_pipe_from_files_refused_unless_allowed(shards, tmp_path):
     ix.write_text(json.dumps({"shardlist": [{"url": cmd, "nsamples": 1}]}))
     with pytest.raises(wds.Error) as e:
         wds.Loader(cmd, "cls", 2, index=ix)
-    assert "shardlist entry 1" in str(e.value) and "--allow-pipe-from-files" in str(e.value)
+    assert "shardlist entry 1" in str(e.value) and "(allow_pipe_from_files=True)" in str(e.value)
 
 
 def test_close_from_another_thread_stops_a_blocked_next():

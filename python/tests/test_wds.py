@@ -96,6 +96,105 @@ def test_error_classes():
     assert issubclass(wds.SpecError, ValueError)
 
 
+def test_error_builtin_bases():
+    """Each class is also the builtin a Python caller catches."""
+    bases = {
+        "NoMemoryError": MemoryError, "InvalidError": ValueError,
+        "SpecError": ValueError, "LimitError": ValueError,
+        "IOError": OSError, "OpenError": OSError, "CommandError": OSError,
+        "TruncatedError": EOFError, "CorruptError": ValueError,
+        "FormatError": ValueError, "DecompressError": ValueError,
+        "DuplicateError": ValueError, "TimeoutError": TimeoutError,
+        "NotFoundError": FileNotFoundError,
+        "PermissionDeniedError": PermissionError,
+        "IsDirectoryError": IsADirectoryError,
+    }
+    for name, builtin in bases.items():
+        cls = getattr(wds, name)
+        assert issubclass(cls, wds.Error) and issubclass(cls, builtin), name
+        assert name in wds.__all__
+    for name in ("NotFoundError", "PermissionDeniedError", "IsDirectoryError"):
+        assert issubclass(getattr(wds, name), wds.OpenError)
+        assert getattr(wds, name).status_name == "WDS_ERR_OPEN"
+    # wds.CancelledError is a wds.Error only: asyncio's derives from
+    # BaseException, which `except Exception` would not catch.
+    assert not issubclass(wds.CancelledError, (OSError, ValueError))
+
+
+def test_missing_file_is_file_not_found(tmp_path):
+    import errno
+
+    missing = str(tmp_path / "missing.tar")
+    for make in (lambda: next(iter(wds.Reader(missing))),
+                 lambda: wds.Index(missing),
+                 lambda: next(iter(wds.Loader(missing, "cls", 1, mode="plain",
+                                              workers=1)))):
+        with pytest.raises(FileNotFoundError) as e:
+            make()
+        assert isinstance(e.value, wds.OpenError)
+        assert isinstance(e.value, wds.NotFoundError)
+        assert e.value.errno == errno.ENOENT
+        assert e.value.status_name == "WDS_ERR_OPEN"
+        assert missing in str(e.value)
+        assert not str(e.value).startswith("[Errno")
+    with pytest.raises(IsADirectoryError) as e:
+        next(iter(wds.Reader(str(tmp_path))))
+    assert isinstance(e.value, wds.OpenError) and e.value.errno == errno.EISDIR
+    if os.geteuid() != 0:  # root opens a file of mode 000
+        locked = tmp_path / "locked.tar"
+        locked.write_bytes(b"")
+        locked.chmod(0)
+        with pytest.raises(PermissionError) as e:
+            next(iter(wds.Reader(str(locked))))
+        assert isinstance(e.value, wds.OpenError)
+    # Other open failures stay a plain wds.OpenError (still an OSError).
+    with pytest.raises(wds.OpenError) as e:
+        next(iter(wds.Reader("ftp://h/x.tar")))
+    assert isinstance(e.value, OSError)
+    assert not isinstance(e.value, FileNotFoundError)
+
+
+def test_messages_name_python_keywords(tmp_path, shards):
+    """Messages raised in Python name the keyword, not the command's flag
+    or the C function."""
+    spec, paths, _ = shards
+    cases = [
+        (lambda: wds.Loader(None, "cls", 2, mode="plain",
+                            sources=[wds.Source(paths[0]),
+                                     wds.Source(paths[1])]),
+         'mode="exact" or "resampled"'),
+        (lambda: wds.Loader("-", "cls", 2, mode="exact"),
+         'mode="plain" or "resampled"'),
+        (lambda: wds.Loader(paths[0], "cls", 2, mode="plain", rank=0,
+                            world_size=2),
+         'mode="resampled" or "exact"'),
+    ]
+    for make, keyword in cases:
+        with pytest.raises(wds.InvalidError) as e:
+            make()
+        msg = str(e.value)
+        assert isinstance(e.value, ValueError)
+        assert keyword in msg, msg
+        assert "--" not in msg and "wds_loader_open" not in msg, msg
+    # The read timeout and the zstd window: the keywords that raise them.
+    with pytest.raises(wds.TimeoutError) as e:
+        list(wds.Reader("pipe:sleep 5", read_timeout_ms=200))
+    assert "raise it with read_timeout_ms)" in str(e.value), str(e.value)
+    assert "--" not in str(e.value)
+    big = tmp_path / "big.tar.zst"
+    with open(paths[0], "rb") as src, open(big, "wb") as dst:  # from a pipe: no
+        subprocess.run(["zstd", "-q", "--long=27", "-c"], stdin=src,  # content
+                       stdout=dst, check=True)  # size, so the whole window
+    with pytest.raises(wds.LimitError) as e:
+        list(wds.Reader(str(big), max_window_bytes=1 << 20))
+    assert "raise the limit with max_window_bytes" in str(e.value), str(e.value)
+    assert "--max-window" not in str(e.value) and "C API" not in str(e.value)
+    # The C function's name is dropped from the start of a message.
+    with pytest.raises(wds.InvalidError) as e:
+        wds.Loader(None, "cls", 2, sources=[])
+    assert not re.search(r"\bwds_[a-z_]+:", str(e.value)), str(e.value)
+
+
 # ---- expand -------------------------------------------------------------
 
 @pytest.mark.parametrize("spec", [
@@ -134,7 +233,7 @@ def test_pipe_from_files_refused_unless_allowed(tmp_path, shards):
     want = f'{lst} line 2: "{cmd}" is a pipe: command read from a file'
     with pytest.raises(wds.SpecError) as e:
         wds.expand(f"@{lst}")
-    assert want in str(e.value) and "--allow-pipe-from-files" in str(e.value)
+    assert want in str(e.value) and "(allow_pipe_from_files=True)" in str(e.value)
     assert wds.expand(f"@{lst}", allow_pipe_from_files=True) == [paths[0], cmd]
     with pytest.raises(wds.SpecError) as e:
         wds.Reader(f"@{lst}")

@@ -20,6 +20,15 @@ The C library (include/wds/) through a CPython extension, wds._wds:
 - ``wds.Error``: every failure, with one subclass per status code of
   wds/status.h (``wds.OpenError``, ``wds.TruncatedError``, ...), carrying the
   library's message; ``.status`` is the code, ``.status_name`` its name.
+  Each also derives from the builtin Python code catches: ``OpenError``,
+  ``IOError``, ``CommandError`` and ``TimeoutError`` from ``OSError``
+  (a missing local file raises ``wds.NotFoundError``, also a
+  ``FileNotFoundError``; ``PermissionDeniedError`` and ``IsDirectoryError``
+  likewise), ``InvalidError``, ``SpecError``, ``LimitError`` and the bad-data
+  errors (``CorruptError``, ``FormatError``, ``DecompressError``,
+  ``DuplicateError``) from ``ValueError``, ``TruncatedError`` from
+  ``EOFError``, ``NoMemoryError`` from ``MemoryError``. Messages name the
+  Python keywords (``mode="resampled"``), not the command's flags.
 """
 
 from ._wds import (
@@ -34,9 +43,12 @@ from ._wds import (
     Index,
     InvalidError,
     IOError,
+    IsDirectoryError,
     LimitError,
     NoMemoryError,
+    NotFoundError,
     OpenError,
+    PermissionDeniedError,
     Reader,
     SpecError,
     TimeoutError,
@@ -63,9 +75,12 @@ __all__ = [
     "Index",
     "InvalidError",
     "IOError",
+    "IsDirectoryError",
     "LimitError",
     "NoMemoryError",
+    "NotFoundError",
     "OpenError",
+    "PermissionDeniedError",
     "Reader",
     "ShardWriter",
     "Source",

@@ -16,6 +16,8 @@ _CROPS = {"center": 0, "random": 1}
 _ON_ERROR = {"stop": 0, "skip": 1}
 _DEFER = {"auto": 0, "on": 1, "off": 2}
 _JPEG_DECODE = {"cpu": 0, "gpu": 1}
+# WDS_LOADER_MAX_WORKERS of wds/loader.h: the CLI's --workers range too.
+_MAX_WORKERS = 256
 
 
 def _choice(name, value, table):
@@ -23,6 +25,14 @@ def _choice(name, value, table):
         names = ", ".join(repr(k) for k in table if k is not None)
         raise ValueError(f"Loader: {name}={value!r}: one of {names}")
     return table[value]
+
+
+def _workers(value):
+    n = int(value)
+    if not 1 <= n <= _MAX_WORKERS:
+        raise ValueError(f"Loader: workers={value!r}: the number of worker "
+                         f"threads, 1 .. {_MAX_WORKERS}")
+    return n
 
 
 def _torch_rank_world():
@@ -278,7 +288,9 @@ class Loader:
     items. rank and world_size default to torch.distributed's when it is
     initialised, else to the environment as the C loader reads it (RANK and
     WORLD_SIZE, SLURM_*, OMPI_*). Iterating yields the wds.Batch objects of
-    one epoch; the next iteration is the next epoch. len() is the number of
+    one epoch; the next iteration is the next epoch. mode is "exact" by
+    default, as wds-train's (`wds batches` and `wds bench` default to
+    "plain"); workers is 1 .. 256, as the CLI's --workers. len() is the number of
     batches per epoch on this rank (exact and resampled modes). Failures
     raise wds.Error subclasses; holding every slot raises wds.InvalidError.
 
@@ -402,7 +414,7 @@ class Loader:
             mode=_choice("mode", mode, _MODES),
             rank=-1 if rank is None else int(rank),
             world_size=-1 if world_size is None else int(world_size),
-            workers=int(workers), seed=seed, shuffle_buffer=shuffle_buffer,
+            workers=_workers(workers), seed=seed, shuffle_buffer=shuffle_buffer,
             index=os.fspath(index) if index is not None else None,
             drop_last=bool(drop_last),
             last_batch=_choice("last_batch", last_batch, _LAST),

@@ -14,6 +14,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <string.h>
@@ -31,7 +32,12 @@ PyMODINIT_FUNC PyInit__wds(void);
 
 /* ---- errors ------------------------------------------------------------ */
 
-/* One exception class per status code: index -code (1..14); [0] is Error. */
+/* One exception class per status code: index -code (1..14); [0] is Error.
+ * Each also derives from the builtin a Python caller catches for that kind of
+ * failure: reading and opening fail with OSError (as open() and gzip do), bad
+ * arguments and bad data with ValueError (as json and int() do), a stream that
+ * ends too soon with EOFError (as gzip and lzma do). CancelledError has none:
+ * asyncio's derives from BaseException, which `except Exception` would miss. */
 #define WDS_PY_NERR 15
 static PyObject *wds_errors[WDS_PY_NERR];
 
@@ -45,18 +51,140 @@ static const wds_py_errdef wds_py_errdefs[] = {
     {WDS_ERR_NOMEM, "NoMemoryError", "MemoryError"},
     {WDS_ERR_INVALID, "InvalidError", "ValueError"},
     {WDS_ERR_SPEC, "SpecError", "ValueError"},
-    {WDS_ERR_LIMIT, "LimitError", NULL},
-    {WDS_ERR_IO, "IOError", NULL},
-    {WDS_ERR_OPEN, "OpenError", NULL},
-    {WDS_ERR_COMMAND, "CommandError", NULL},
-    {WDS_ERR_TRUNCATED, "TruncatedError", NULL},
-    {WDS_ERR_CORRUPT, "CorruptError", NULL},
-    {WDS_ERR_FORMAT, "FormatError", NULL},
-    {WDS_ERR_DECOMPRESS, "DecompressError", NULL},
-    {WDS_ERR_DUPLICATE, "DuplicateError", NULL},
+    {WDS_ERR_LIMIT, "LimitError", "ValueError"},
+    {WDS_ERR_IO, "IOError", "OSError"},
+    {WDS_ERR_OPEN, "OpenError", "OSError"},
+    {WDS_ERR_COMMAND, "CommandError", "OSError"},
+    {WDS_ERR_TRUNCATED, "TruncatedError", "EOFError"},
+    {WDS_ERR_CORRUPT, "CorruptError", "ValueError"},
+    {WDS_ERR_FORMAT, "FormatError", "ValueError"},
+    {WDS_ERR_DECOMPRESS, "DecompressError", "ValueError"},
+    {WDS_ERR_DUPLICATE, "DuplicateError", "ValueError"},
     {WDS_ERR_TIMEOUT, "TimeoutError", "TimeoutError"},
     {WDS_ERR_CANCELLED, "CancelledError", NULL},
 };
+
+/* wds.OpenError's subclasses for a local file's open(2) errors, told apart by
+ * the library's "cannot open ...: STRERROR" text (a file, an index, an @FILE
+ * list, a shard to write; the public API carries no errno): each also derives
+ * from the OSError subclass Python's open() raises, and .errno is set. */
+typedef struct {
+  int errnum;
+  const char *errname;
+  const char *name;
+  const char *builtin;
+  const char *text; /* the library's text for it when not strerror's */
+} wds_py_oserrdef;
+
+static const wds_py_oserrdef wds_py_oserrdefs[] = {
+    {ENOENT, "ENOENT", "NotFoundError", "FileNotFoundError", NULL},
+    {EACCES, "EACCES", "PermissionDeniedError", "PermissionError", NULL},
+    {EISDIR, "EISDIR", "IsDirectoryError", "IsADirectoryError",
+     "cannot open: is a directory"},
+};
+#define WDS_PY_NOSERR (sizeof wds_py_oserrdefs / sizeof wds_py_oserrdefs[0])
+static PyObject *wds_oserrors[WDS_PY_NOSERR];
+
+/* The library's messages are shared with the C API and the CLI: some start
+ * with the C function that failed ("wds_loader_open: ") and some name a
+ * command-line flag. What a Python caller reads names the Python keyword
+ * instead; the rest of the message is the library's. */
+static const struct {
+  const char *from, *to;
+} wds_py_rewrites[] = {
+    {"--mode plain or resampled", "mode=\"plain\" or \"resampled\""},
+    {"--mode exact or resampled", "mode=\"exact\" or \"resampled\""},
+    {"--mode resampled or exact", "mode=\"resampled\" or \"exact\""},
+    {"--mode resampled", "mode=\"resampled\""},
+    {"--mode exact", "mode=\"exact\""},
+    {"--mode plain", "mode=\"plain\""},
+    {"--read-timeout or read_timeout_ms", "read_timeout_ms"},
+    {" (max_window_bytes in the C API)", ""},
+    {"--max-window ", "max_window_bytes, at least "},
+    {"--max-window", "max_window_bytes"},
+    {" (--allow-pipe-from-files, or allow_pipe_from_files in the config)",
+     " (allow_pipe_from_files=True)"},
+};
+
+/* Whether s[i] starts "wds_IDENT: " at the start of s or of a clause (after
+ * ": " or "; "); its length then, else 0. */
+static size_t wds_py_cname_at(const char *s, size_t i) {
+  if (i != 0 &&
+      !(i >= 2 && (s[i - 2] == ':' || s[i - 2] == ';') && s[i - 1] == ' '))
+    return 0;
+  if (strncmp(s + i, "wds_", 4) != 0)
+    return 0;
+  size_t j = i + 4;
+  while ((s[j] >= 'a' && s[j] <= 'z') || (s[j] >= '0' && s[j] <= '9') ||
+         s[j] == '_')
+    j++;
+  if (j == i + 4 || s[j] != ':' || s[j + 1] != ' ')
+    return 0;
+  return j + 2 - i;
+}
+
+/* The message with the rewrites above applied, as a new str. */
+static PyObject *wds_py_message(const char *msg) {
+  size_t n = strlen(msg), cap = 2 * n + 64, o = 0;
+  char *out = PyMem_Malloc(cap);
+  if (!out)
+    return PyErr_NoMemory();
+  for (size_t i = 0; i < n;) {
+    size_t skip = wds_py_cname_at(msg, i);
+    if (skip) {
+      i += skip;
+      continue;
+    }
+    int done = 0;
+    if (msg[i] == '-' || msg[i] == ' ')
+      for (size_t k = 0; k < sizeof wds_py_rewrites / sizeof *wds_py_rewrites;
+           k++) {
+        size_t fl = strlen(wds_py_rewrites[k].from);
+        if (strncmp(msg + i, wds_py_rewrites[k].from, fl) == 0) {
+          size_t tl = strlen(wds_py_rewrites[k].to);
+          if (o + tl + (n - i) + 1 > cap) {
+            cap = 2 * (o + tl + (n - i) + 1);
+            char *grown = PyMem_Realloc(out, cap);
+            if (!grown) {
+              PyMem_Free(out);
+              return PyErr_NoMemory();
+            }
+            out = grown;
+          }
+          memcpy(out + o, wds_py_rewrites[k].to, tl);
+          o += tl;
+          i += fl;
+          done = 1;
+          break;
+        }
+      }
+    if (!done) {
+      if (o + 2 > cap) {
+        cap *= 2;
+        char *grown = PyMem_Realloc(out, cap);
+        if (!grown) {
+          PyMem_Free(out);
+          return PyErr_NoMemory();
+        }
+        out = grown;
+      }
+      out[o++] = msg[i++];
+    }
+  }
+  PyObject *text = PyUnicode_DecodeUTF8(out, (Py_ssize_t)o, "backslashreplace");
+  PyMem_Free(out);
+  return text;
+}
+
+/* Whether msg holds the library's text for the open(2) error d. */
+static int wds_py_open_errno(const char *msg, const wds_py_oserrdef *d) {
+  if (d->text)
+    return strstr(msg, d->text) != NULL;
+  const char *open = strstr(msg, "cannot open");
+  char text[160];
+  snprintf(text, sizeof text, ": %s", strerror(d->errnum));
+  return open && strstr(open, text) != NULL;
+}
 
 /* Raises the class for status with msg (the generic text when msg is empty).
  * The exception carries .status (the code) and .status_name. Returns NULL. */
@@ -66,8 +194,17 @@ static PyObject *wds_py_raise(int status, const char *msg) {
     cls = wds_errors[-status];
   if (!msg || !*msg)
     msg = wds_strerror(status);
-  PyObject *text =
-      PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "backslashreplace");
+  int errnum = 0;
+  if (status == WDS_ERR_OPEN)
+    for (size_t i = 0; i < WDS_PY_NOSERR; i++) {
+      const wds_py_oserrdef *d = &wds_py_oserrdefs[i];
+      if (wds_oserrors[i] && wds_py_open_errno(msg, d)) {
+        cls = wds_oserrors[i];
+        errnum = d->errnum;
+        break;
+      }
+    }
+  PyObject *text = wds_py_message(msg);
   if (!text)
     return NULL;
   PyObject *exc = PyObject_CallOneArg(cls, text);
@@ -85,9 +222,54 @@ static PyObject *wds_py_raise(int status, const char *msg) {
   }
   Py_DECREF(code);
   Py_DECREF(name);
+  if (errnum) {
+    /* OSError's errno, without its strerror and filename: str() stays the
+     * library's message. */
+    PyObject *e = PyLong_FromLong(errnum);
+    if (!e || PyObject_SetAttrString(exc, "errno", e) < 0) {
+      Py_XDECREF(e);
+      Py_DECREF(exc);
+      return NULL;
+    }
+    Py_DECREF(e);
+  }
   PyErr_SetObject(cls, exc);
   Py_DECREF(exc);
   return NULL;
+}
+
+/* A class named wds.NAME with bases (parent, the builtin named builtin when
+ * there is one), the class attributes status and status_name, and doc. */
+static PyObject *wds_py_error_class(const char *name, PyObject *parent,
+                                    const char *builtin, int status,
+                                    const char *doc) {
+  PyObject *builtins = PyEval_GetBuiltins(); /* borrowed */
+  PyObject *b = builtin && builtins ? PyDict_GetItemString(builtins, builtin)
+                                    : NULL; /* borrowed */
+  PyObject *bases = b ? PyTuple_Pack(2, parent, b) : PyTuple_Pack(1, parent);
+  if (!bases)
+    return NULL;
+  PyObject *cdict = Py_BuildValue("{s:i,s:s}", "status", status, "status_name",
+                                  wds_status_name(status));
+  if (!cdict) {
+    Py_DECREF(bases);
+    return NULL;
+  }
+  char qual[64];
+  snprintf(qual, sizeof qual, "wds.%s", name);
+  PyObject *cls = PyErr_NewExceptionWithDoc(qual, doc, bases, cdict);
+  Py_DECREF(bases);
+  Py_DECREF(cdict);
+  return cls;
+}
+
+static int wds_py_add_class(PyObject *m, const char *name, PyObject *cls) {
+  Py_INCREF(cls);
+  if (PyModule_AddObject(m, name, cls) < 0) {
+    Py_DECREF(cls);
+    return -1;
+  }
+  return 0;
 }
 
 static int wds_py_add_errors(PyObject *m) {
@@ -101,50 +283,39 @@ static int wds_py_add_errors(PyObject *m) {
       ".status_name its name, str() the library's message.",
       PyExc_Exception, dict);
   Py_DECREF(dict);
-  if (!wds_errors[0])
+  if (!wds_errors[0] || wds_py_add_class(m, "Error", wds_errors[0]) < 0)
     return -1;
-  Py_INCREF(wds_errors[0]);
-  if (PyModule_AddObject(m, "Error", wds_errors[0]) < 0) {
-    Py_DECREF(wds_errors[0]);
-    return -1;
-  }
-  PyObject *builtins = PyEval_GetBuiltins(); /* borrowed */
   for (size_t i = 0; i < sizeof wds_py_errdefs / sizeof wds_py_errdefs[0];
        i++) {
     const wds_py_errdef *d = &wds_py_errdefs[i];
-    char qual[64];
-    snprintf(qual, sizeof qual, "wds.%s", d->name);
-    PyObject *bases;
-    if (d->builtin) {
-      PyObject *b = builtins ? PyDict_GetItemString(builtins, d->builtin)
-                             : NULL; /* borrowed */
-      bases = b ? PyTuple_Pack(2, wds_errors[0], b)
-                : PyTuple_Pack(1, wds_errors[0]);
-    } else {
-      bases = PyTuple_Pack(1, wds_errors[0]);
-    }
-    if (!bases)
-      return -1;
-    PyObject *cdict = Py_BuildValue("{s:i,s:s}", "status", d->status,
-                                    "status_name", wds_status_name(d->status));
-    if (!cdict) {
-      Py_DECREF(bases);
-      return -1;
-    }
-    char doc[128];
-    snprintf(doc, sizeof doc, "%s: %s.", wds_status_name(d->status),
-             wds_strerror(d->status));
-    PyObject *cls = PyErr_NewExceptionWithDoc(qual, doc, bases, cdict);
-    Py_DECREF(bases);
-    Py_DECREF(cdict);
+    char doc[160];
+    snprintf(doc, sizeof doc, "%s: %s%s%s.", wds_status_name(d->status),
+             wds_strerror(d->status), d->builtin ? " (also a " : "",
+             d->builtin ? d->builtin : "");
+    if (d->builtin)
+      snprintf(doc + strlen(doc) - 1, sizeof doc - strlen(doc) + 1, ").");
+    PyObject *cls =
+        wds_py_error_class(d->name, wds_errors[0], d->builtin, d->status, doc);
     if (!cls)
       return -1;
     wds_errors[-d->status] = cls;
-    Py_INCREF(cls);
-    if (PyModule_AddObject(m, d->name, cls) < 0) {
-      Py_DECREF(cls);
+    if (wds_py_add_class(m, d->name, cls) < 0)
       return -1;
-    }
+  }
+  for (size_t i = 0; i < WDS_PY_NOSERR; i++) {
+    const wds_py_oserrdef *d = &wds_py_oserrdefs[i];
+    char doc[160];
+    snprintf(doc, sizeof doc,
+             "wds.OpenError for a local file that open(2) refused with %s "
+             "(also a %s; .errno is set).",
+             d->errname, d->builtin);
+    PyObject *cls = wds_py_error_class(d->name, wds_errors[-WDS_ERR_OPEN],
+                                       d->builtin, WDS_ERR_OPEN, doc);
+    if (!cls)
+      return -1;
+    wds_oserrors[i] = cls;
+    if (wds_py_add_class(m, d->name, cls) < 0)
+      return -1;
   }
   return 0;
 }
@@ -984,16 +1155,16 @@ static void wds_py_writer_dealloc(wds_py_writer *self) {
 
 static int wds_py_writer_init(wds_py_writer *self, PyObject *args,
                               PyObject *kwargs) {
-  static char *kwlist[] = {"pattern",     "maxcount", "maxsize",
-                           "compression", "level",    "start_shard",
-                           "mtime",       "sync",     NULL};
+  static char *kwlist[] = {"pattern", "maxcount",    "maxsize", "compression",
+                           "level",   "start_shard", "mtime",   "sync",
+                           "out_fd",  NULL};
   PyObject *pattern_obj, *o_count = Py_None, *o_size = Py_None,
                          *o_start = Py_None;
-  int compression = WDS_COMPRESS_AUTO, level = 0, sync = 1;
+  int compression = WDS_COMPRESS_AUTO, level = 0, sync = 1, out_fd = -1;
   long long mtime = 0;
   if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "O|$OOiiOLp:_Writer", kwlist, &pattern_obj, &o_count,
-          &o_size, &compression, &level, &o_start, &mtime, &sync))
+          args, kwargs, "O|$OOiiOLpi:_Writer", kwlist, &pattern_obj, &o_count,
+          &o_size, &compression, &level, &o_start, &mtime, &sync, &out_fd))
     return -1;
   if (self->w || self->busy) {
     PyErr_SetString(PyExc_RuntimeError, "_Writer is already initialised");
@@ -1014,19 +1185,26 @@ static int wds_py_writer_init(wds_py_writer *self, PyObject *args,
   cfg.no_sync = !sync;
   cfg.on_leftover = wds_py_writer_on_leftover;
   cfg.on_leftover_ctx = self;
-  PyObject *pattern;
-  if (!PyUnicode_Check(pattern_obj) && !PyBytes_Check(pattern_obj)) {
+  /* out_fd: one tar stream to that descriptor (a pipe: target's command,
+   * run by python/wds/_writer.py), pattern None. */
+  cfg.out_fd = out_fd;
+  PyObject *pattern = NULL;
+  if (out_fd >= 0 && pattern_obj == Py_None) {
+    pattern_obj = NULL;
+  } else if (!PyUnicode_Check(pattern_obj) && !PyBytes_Check(pattern_obj)) {
     pattern_obj = PyOS_FSPath(pattern_obj);
     if (!pattern_obj)
       return -1;
   } else {
     Py_INCREF(pattern_obj);
   }
-  int bad = wds_py_fsbytes(pattern_obj, &pattern) < 0;
-  Py_DECREF(pattern_obj);
-  if (bad)
-    return -1;
-  cfg.pattern = PyBytes_AS_STRING(pattern);
+  if (pattern_obj) {
+    int bad = wds_py_fsbytes(pattern_obj, &pattern) < 0;
+    Py_DECREF(pattern_obj);
+    if (bad)
+      return -1;
+    cfg.pattern = PyBytes_AS_STRING(pattern);
+  }
   wds_writer *w = NULL;
   char msg[2048] = "";
   int rc;
@@ -1035,7 +1213,7 @@ static int wds_py_writer_init(wds_py_writer *self, PyObject *args,
   if (rc != WDS_OK)
     snprintf(msg, sizeof msg, "%s", wds_open_error());
   Py_END_ALLOW_THREADS;
-  Py_DECREF(pattern);
+  Py_XDECREF(pattern);
   if (rc != WDS_OK) {
     wds_py_raise(rc, msg);
     return -1;

@@ -137,6 +137,7 @@ same_message max_window --max-window 12Q
 same_message crop --crop middle
 same_message last_batch --last-batch fill
 same_message workers --workers 0
+same_message workers_max --workers 257
 same_message shuffle_buffer --shuffle-buffer x
 same_message spe --samples-per-epoch 0
 run train_help wds-train --help

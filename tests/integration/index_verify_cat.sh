@@ -222,6 +222,8 @@ has verify_clean_counts vclean.out "verified 5 shards, 29 samples"
 w vclean_img verify --decode --require 'jpg;png,cls' 'd/img-000.tar'
 expect_rc verify_clean_decode 0 vclean_img
 has verify_clean_decode_msg vclean_img.out "no problems"
+# One shard: the summary's plural follows the count ("verified 1 shard,").
+has verify_one_shard_singular vclean_img.out "verified 1 shard, "
 
 # verify_one NAME SPEC KIND N TEXT [ARGS...]: exit 1, a line with KIND and
 # TEXT naming the shard, and the summary counting N of KIND.

@@ -251,6 +251,13 @@ check "input: message starts with 'wds write: '" grep -q '^wds write: .*no-such-
 check "input: no shard left" test -z "$(ls n-* 2>/dev/null)"
 rc=0; "$WDS" write -o 'nodir/x-%d.tar' tree >/dev/null 2>nd.err || rc=$?
 check "output: an unwritable place exits 1 naming it" test $rc -eq 1 -a -n "$(grep nodir nd.err)"
+# A pipe: target is a command, which the writer does not run: refused, and
+# no file named after it is made (webdataset would run it).
+for target in 'pipe:cat > piped-%d.tar' ' PIPE:cat > piped-%d.tar'; do
+  rc=0; "$WDS" write -o "$target" tree >/dev/null 2>p.err || rc=$?
+  check "output: -o '$target' refused" test $rc -ne 0 -a -n "$(grep 'a pipe: target is a command' p.err)"
+  check "output: -o '$target' makes no file" test -z "$(ls | grep -i 'pipe:\|piped')"
+done
 
 # ---- one writer per pattern; shards an earlier run left (issue 26) ----
 # A writer that holds the pattern: its tar stream on stdin stops inside
