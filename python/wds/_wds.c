@@ -287,9 +287,11 @@ static void wds_py_reader_release(wds_py_reader *self) {
   wds_reader *r = self->r;
   self->r = NULL;
   if (r) {
+    self->busy = 1;         /* an __init__ meanwhile must not start another */
     Py_BEGIN_ALLOW_THREADS; /* stopping a pipe: command may wait */
     wds_reader_close(r);
     Py_END_ALLOW_THREADS;
+    self->busy = 0;
   }
 }
 
@@ -400,11 +402,13 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
   wds_reader *r = NULL;
   int rc;
   char msg[2048] = "";
+  self->busy = 1; /* a second __init__ meanwhile is refused */
   Py_BEGIN_ALLOW_THREADS;
   rc = wds_reader_open(&cfg, &r);
   if (rc != WDS_OK) /* the thread's text, read on the same thread */
     snprintf(msg, sizeof msg, "%s", wds_open_error());
   Py_END_ALLOW_THREADS;
+  self->busy = 0;
   Py_XDECREF(spec);
   PyMem_Free(url_ptrs);
   Py_XDECREF(urls); /* the reader copied the URLs */
@@ -988,11 +992,13 @@ static int wds_py_writer_init(wds_py_writer *self, PyObject *args,
   wds_writer *w = NULL;
   char msg[2048] = "";
   int rc;
+  self->busy = 1; /* a second __init__ meanwhile is refused */
   Py_BEGIN_ALLOW_THREADS;
   rc = wds_writer_open(&cfg, &w);
   if (rc != WDS_OK)
     snprintf(msg, sizeof msg, "%s", wds_open_error());
   Py_END_ALLOW_THREADS;
+  self->busy = 0;
   Py_DECREF(pattern);
   if (rc != WDS_OK) {
     wds_py_raise(rc, msg);
@@ -1232,16 +1238,29 @@ static PyTypeObject wds_py_loader_type, wds_py_batch_type, wds_py_array_type,
 
 static void wds_py_loader_free(wds_py_loader *self) {
   wds_loader *l = self->l;
+  wds_field_spec *specs = self->specs;
+  char *storage = self->spec_storage;
   self->l = NULL;
+  self->specs = NULL;
+  self->spec_storage = NULL;
   if (l) {
+    self->busy = 1; /* an __init__ meanwhile must not start another */
     Py_BEGIN_ALLOW_THREADS;
     wds_loader_close(l);
     Py_END_ALLOW_THREADS;
+    self->busy = 0;
   }
-  free(self->specs);
-  free(self->spec_storage);
-  self->specs = NULL;
-  self->spec_storage = NULL;
+  free(specs);
+  free(storage);
+}
+
+/* After a call that ran without the GIL: a close() that came meanwhile
+ * (close_pending) frees the loader once no batch holds a slot. */
+static void wds_py_loader_after_call(wds_py_loader *self) {
+  if (self->close_pending && self->live == 0) {
+    self->close_pending = 0;
+    wds_py_loader_free(self);
+  }
 }
 
 /* Gives the batch's slot back (once; when nothing exports its memory). */
@@ -1253,10 +1272,10 @@ static void wds_py_batch_give_back(wds_py_batch *self) {
     wds_loader_release(lo->l, self->b);
   self->b = NULL;
   lo->live--;
-  if (lo->live == 0 && lo->close_pending) {
-    lo->close_pending = 0;
-    wds_py_loader_free(lo);
-  }
+  /* Not while another thread is in next() or set_epoch() without the GIL:
+   * that thread frees the loader when its call returns. */
+  if (!lo->busy)
+    wds_py_loader_after_call(lo);
 }
 
 static void wds_py_batch_dealloc(wds_py_batch *self) {
@@ -1769,7 +1788,7 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
           &shard_shuffle, &timeout_ms, &retries, &o_rbs, &o_cdir, &o_csize,
           &allow_pipe, &o_sources, &eager, &defer))
     return -1;
-  if (self->l || self->live) {
+  if (self->l || self->live || self->busy) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
     return -1;
   }
@@ -1965,11 +1984,13 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
   }
   wds_loader *l = NULL;
   char msg[2048] = "";
+  self->busy = 1; /* a second __init__ meanwhile is refused */
   Py_BEGIN_ALLOW_THREADS;
   rc = wds_loader_open(&cfg, &l);
   if (rc != WDS_OK)
     snprintf(msg, sizeof msg, "%s", wds_open_error());
   Py_END_ALLOW_THREADS;
+  self->busy = 0;
   if (rc != WDS_OK) {
     wds_py_raise(rc, msg);
     goto done;
@@ -2028,13 +2049,9 @@ static PyObject *wds_py_loader_next(wds_py_loader *self,
     bt->b = b;
     self->live++;
   }
-  if (self->close_pending && rc == WDS_OK) {
-    /* close() came from another thread meanwhile: the batch is still
-     * valid, the loader closes when it is gone. */
-  } else if (self->close_pending && self->live == 0) {
-    self->close_pending = 0;
-    wds_py_loader_free(self);
-  }
+  /* close() from another thread meanwhile: with a batch, the loader closes
+   * when it is gone; else now. */
+  wds_py_loader_after_call(self);
   if (rc == WDS_OK)
     return (PyObject *)bt;
   Py_DECREF(bt);
@@ -2051,12 +2068,22 @@ static PyObject *wds_py_loader_set_epoch(wds_py_loader *self, PyObject *arg) {
     return NULL;
   wds_loader *l = self->l;
   int rc;
+  /* Busy as in next(): a next(), set_epoch() or close() from another
+   * thread meanwhile raises, or is deferred until this returns. */
+  self->busy = 1;
   Py_BEGIN_ALLOW_THREADS;
   rc = wds_loader_set_epoch(l, (uint64_t)e);
   Py_END_ALLOW_THREADS;
+  self->busy = 0;
+  PyObject *out = NULL;
   if (rc != WDS_OK)
-    return wds_py_raise(rc, wds_loader_error(l));
-  Py_RETURN_NONE;
+    wds_py_raise(rc, wds_loader_error(l));
+  else {
+    Py_INCREF(Py_None);
+    out = Py_None;
+  }
+  wds_py_loader_after_call(self);
+  return out;
 }
 
 static PyObject *wds_py_loader_position(wds_py_loader *self,
