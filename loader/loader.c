@@ -499,7 +499,9 @@ fail:
 
 /* ---- next / release ---- */
 
-/* The loader was cancelled: the run stops and every later call fails. */
+/* The loader was cancelled: the run stops and every later call fails. (An
+ * interrupt, cfg.interrupt, is not a cancel: next() returns, the loader
+ * stays as it was.) */
 static int cancelled(wds_loader *l) {
   wds__run_stop(l);
   wds__set_error(l, "cancelled");
@@ -528,6 +530,26 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
   uint64_t t0 = wds__now_ns();
   pthread_mutex_lock(&l->mu);
   while (l->ready_len == 0) {
+    if (l->cfg.interrupt &&
+        wds__now_ns() - t0 >= (uint64_t)WDS__INTERRUPT_POLL_MS * 1000000) {
+      /* Asked without the lock: the check may wait for a thread that
+       * takes it (the Python binding's GIL holder releasing a batch). */
+      pthread_mutex_unlock(&l->mu);
+      int stop = l->cfg.interrupt(l->cfg.interrupt_ctx);
+      pthread_mutex_lock(&l->mu);
+      if (stop) { /* a batch ready meanwhile stays for the next call */
+        pthread_mutex_unlock(&l->mu);
+        STAT_ADD(l, wait_ns, wds__now_ns() - t0);
+        wds__set_error(l,
+                       "interrupted while waiting for batch %llu of "
+                       "epoch %llu",
+                       (unsigned long long)l->delivered,
+                       (unsigned long long)l->epoch);
+        return WDS_ERR_CANCELLED;
+      }
+      if (l->ready_len > 0)
+        break;
+    }
     /* Only a deadlock if the collator needs a slot: it may still be about
      * to post the end of the epoch, which needs none. */
     if (l->held == l->nslots && l->collator_waits) {

@@ -192,3 +192,135 @@ def test_closed_loader_refuses_set_epoch(shard):
     loader.close()
     with pytest.raises(ValueError, match="closed"):
         loader.set_epoch(1)
+
+
+# ---- a FIFO without a writer (item 2) ----------------------------------
+
+def test_loader_on_a_fifo_times_out_and_closes(tmp_path):
+    fifo = tmp_path / "nowriter.tar"
+    os.mkfifo(fifo)
+    lo = within(20, lambda: wds.Loader(str(fifo), "cls", 1, mode="plain",
+                                       workers=1, read_timeout_ms=1000))
+    assert not isinstance(lo, BaseException), lo
+    r = within(20, lo.next)
+    assert isinstance(r, wds.TimeoutError) and "no data for 1.0 s" in str(r), r
+    assert within(10, lo.close) is None
+    # exact mode: the counting pass at construction times out the same way
+    r = within(20, lambda: wds.Loader(str(fifo), "cls", 1,
+                                      read_timeout_ms=1000))
+    assert isinstance(r, wds.TimeoutError) and "no data for 1.0 s" in str(r), r
+
+
+def test_close_returns_while_next_waits_on_a_fifo(tmp_path):
+    fifo = tmp_path / "nowriter.tar"
+    os.mkfifo(fifo)
+    lo = wds.Loader(str(fifo), "cls", 1, mode="plain", workers=1,
+                    read_timeout_ms=-1)
+    t, out = blocked_next(lo)
+    assert within(10, lo.close) is None
+    t.join(10)
+    assert not t.is_alive() and isinstance(out[0], wds.CancelledError), out
+
+
+def test_reader_on_a_fifo_times_out(tmp_path):
+    fifo = tmp_path / "nowriter.tar"
+    os.mkfifo(fifo)
+    r = wds.Reader(str(fifo), read_timeout_ms=1000)
+    e = within(20, lambda: next(iter(r)))
+    assert isinstance(e, wds.TimeoutError) and "no data for 1.0 s" in str(e), e
+    r.close()
+
+
+# ---- Ctrl-C while a call waits (item 3) --------------------------------
+
+CASES = {
+    # Loader.next() on a stalled source (plain mode: no counting pass);
+    # then the loader is as it was: closable, its position unchanged.
+    "loader_next": """
+        lo = wds.Loader("pipe:sleep {n}", "cls", 1, mode="plain", workers=1)
+        ready()
+        try:
+            lo.next()
+        finally:
+            assert lo.state_dict()["batches"] == 0
+            lo.close()
+    """,
+    # exact mode counts the shard's samples at construction
+    "loader_counting": """
+        ready()
+        wds.Loader("pipe:sleep {n}", "cls", 1)
+    """,
+    "reader": """
+        r = wds.Reader("pipe:sleep {n}")
+        ready()
+        try:
+            for s in r:
+                pass
+        finally:
+            r.close()
+    """,
+    # a compressed stream read by its reading thread: the caller waits on
+    # the thread's ring
+    "reader_read_thread": """
+        r = wds.Reader("pipe:zstd -qc {shard} | head -c 600; sleep {n}")
+        ready()
+        try:
+            for s in r:
+                pass
+        finally:
+            r.close()
+    """,
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_ctrl_c_reaches_a_blocked_call(case, shard, tmp_path):
+    n = 1100 + sorted(CASES).index(case)
+    body = textwrap.indent(textwrap.dedent(CASES[case]).format(n=n, shard=shard),
+                           "    ")
+    code = ("import sys, wds\n"
+            "def ready():\n"
+            "    print('ready', flush=True)\n"
+            "try:\n" + body +
+            "except KeyboardInterrupt:\n"
+            "    print('KeyboardInterrupt', flush=True)\n"
+            "    sys.exit(42)\n")
+    env = dict(os.environ, WDS_READ_THREAD="1")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        time.sleep(0.7)  # inside the call, waiting on the command
+        assert p.poll() is None, p.stderr.read()
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=10)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 42 and "KeyboardInterrupt" in out, (p.returncode, out, err)
+    assert took < 5, f"KeyboardInterrupt after {took:.1f} s"
+
+
+def test_loader_goes_on_after_ctrl_c(shard):
+    """A KeyboardInterrupt in next() leaves the loader as it was: the next
+    call delivers the batch it was waiting for."""
+    code = textwrap.dedent(f"""
+        import os, signal, threading, wds
+        lo = wds.Loader("pipe:sleep 1.5; cat {shard}", "cls", 4, mode="plain",
+                        workers=1)
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            lo.next()
+            print("no interrupt")
+        except KeyboardInterrupt:
+            b = lo.next()
+            print(b.keys, lo.state_dict()["batches"])
+        lo.close()
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "['k0000', 'k0001', 'k0002', 'k0003'] 1", p.stdout
