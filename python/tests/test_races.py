@@ -309,7 +309,7 @@ def test_loader_goes_on_after_ctrl_c(shard):
     call delivers the batch it was waiting for."""
     code = textwrap.dedent(f"""
         import os, signal, threading, wds
-        lo = wds.Loader("pipe:sleep 1.5; cat {shard}", "cls", 4, mode="plain",
+        lo = wds.Loader("pipe:sleep 3; cat {shard}", "cls", 4, mode="plain",
                         workers=1)
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
         try:
