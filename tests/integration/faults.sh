@@ -11,8 +11,9 @@
 #   * a stalled source with --read-timeout: an error naming the shard and
 #     how long it waited, for ls, batches (stop; skip goes on), index and
 #     wds-train;
-#   * a FIFO with no writer (a shard, an @FILE): the same read timeout, and
-#     signals end the wait; wds-train refuses it as --resume.
+#   * a FIFO with no writer (a shard, an @FILE, wds write's --manifest): the
+#     same read timeout, and signals end the wait; wds-train refuses it as
+#     --resume.
 #
 # Every stalled command is `sleep N` with N unique to its check, so a check
 # can tell that its own command is gone (pgrep -f).
@@ -254,6 +255,8 @@ timed fifo_spec_file_read_timeout 'cannot open @FILE "nowriter.tar": no data for
 timed fifo_train_resume_refused 'checkpoint nowriter.tar: not a regular file (a FIFO)' \
   "$TRAIN" --device cpu --image-size 8 --channels 1 --train img.tar \
   --resume nowriter.tar
+timed fifo_write_manifest_read_timeout 'manifest nowriter.tar: no data for 1.0 s' \
+  "$WDS" write -o 'wm-%02d.tar' --read-timeout 1 --manifest nowriter.tar
 # fifo_signal NAME SIGNAL STATUS CMD...: CMD waits on the FIFO (no read
 # timeout); SIGNAL ends it within 5 s with STATUS and its message.
 fifo_signal() {
@@ -284,6 +287,8 @@ fifo_signal fifo_ls_sigint INT 130 "$WDS" ls --read-timeout 0 nowriter.tar
 fifo_signal fifo_batches_sigint INT 130 "$WDS" batches nowriter.tar --decode bin \
   --read-timeout 0
 fifo_signal fifo_verify_sigterm TERM 143 "$WDS" verify nowriter.tar
+fifo_signal fifo_write_manifest_sigint INT 130 "$WDS" write -o 'wm-%02d.tar' \
+  --manifest nowriter.tar
 # With a writer the FIFO is read as before.
 (sleep 0.5 && cat good-00.tar >nowriter.tar) &
 if [[ $(timeout -s KILL 30 "$WDS" ls nowriter.tar | wc -l) == 25 ]]; then
