@@ -2,7 +2,9 @@
  * (untrusted: checked against itself, the shard files, and an overflow
  * bound; a shard it calls empty is read) or from a counting pass (each
  * shard read once, by min(workers, shards) threads). */
+#include <errno.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "loader/index.h"
 #include "loader/internal.h"
@@ -14,7 +16,48 @@ typedef struct counter {
   int status;
   char msg[WDS__ERR_SIZE];
   pthread_t thread;
+  int *finished; /* counters done, under l->mu (l->cv is signalled) */
 } counter;
+
+/* The thread's last act: counted as finished for count_shards' wait. */
+static void *count_done(counter *c) {
+  pthread_mutex_lock(&c->l->mu);
+  (*c->finished)++;
+  pthread_cond_broadcast(&c->l->cv);
+  pthread_mutex_unlock(&c->l->mu);
+  return NULL;
+}
+
+/* Waits for the counters (the open's caller's thread), asking the caller's
+ * interrupt check (cfg.interrupt) every WDS__INTERRUPT_POLL_MS: when it
+ * says stop, the counting readers are cancelled (the loader's wake token,
+ * which open sets only here; the loader is closed after). */
+static int count_wait(wds_loader *l, const int *finished, int started) {
+  int interrupted = 0;
+  pthread_mutex_lock(&l->mu);
+  while (*finished < started) {
+    if (!l->cfg.interrupt || interrupted) {
+      pthread_cond_wait(&l->cv, &l->mu);
+      continue;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)WDS__INTERRUPT_POLL_MS * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    if (pthread_cond_timedwait(&l->cv, &l->mu, &until) != ETIMEDOUT)
+      continue;
+    pthread_mutex_unlock(&l->mu); /* the check may wait for other threads */
+    interrupted = l->cfg.interrupt(l->cfg.interrupt_ctx) != 0;
+    if (interrupted)
+      wds__cancel_set(&l->wake);
+    pthread_mutex_lock(&l->mu);
+  }
+  pthread_mutex_unlock(&l->mu);
+  return interrupted;
+}
 
 static void *count_main(void *arg) {
   counter *c = arg;
@@ -52,7 +95,7 @@ static void *count_main(void *arg) {
     l->counts[s] = n;
     wds_reader_close(rd);
   }
-  return NULL;
+  return count_done(c);
 }
 
 static int count_shards(wds_loader *l) {
@@ -63,16 +106,23 @@ static int count_shards(wds_loader *l) {
   int rc = WDS_OK, started = 0;
   if (!c)
     return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+  int finished = 0;
   for (int i = 0; i < threads; i++) {
-    c[i] = (counter){l, i, threads, WDS_OK, "", 0};
+    c[i] = (counter){l, i, threads, WDS_OK, "", 0, &finished};
     if (pthread_create(&c[i].thread, NULL, count_main, &c[i]) != 0) {
       rc = wds__open_fail(WDS_ERR_NOMEM, "cannot start a thread");
       break;
     }
     started++;
   }
+  int interrupted = count_wait(l, &finished, started);
   for (int i = 0; i < started; i++)
     pthread_join(c[i].thread, NULL);
+  if (interrupted && rc == WDS_OK)
+    rc = wds__open_fail(WDS_ERR_CANCELLED,
+                        "interrupted while counting the samples of %zu "
+                        "shards for exact mode",
+                        l->urls.count);
   for (int i = 0; i < started && rc == WDS_OK; i++)
     if (c[i].status != WDS_OK)
       rc = wds__open_fail(c[i].status, "counting samples for exact mode: %s",

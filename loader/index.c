@@ -480,7 +480,9 @@ int wds__index_load_flags(const char *path, unsigned flags, wds__index *out,
   int rc = WDS_OK, fd = -1;
   char *text = NULL, *dir = NULL;
   memset(out, 0, sizeof *out);
-  fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO without a writer would block open(2) for good; it
+   * is refused below, as anything that is not a regular file is. */
+  fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0) {
     rc = wds__fail(e, WDS_ERR_OPEN, "%s: cannot open the index: %s", path,

@@ -19,9 +19,16 @@ enum shard_kind { KIND_OTHER, KIND_PLAIN, KIND_ZSTD, KIND_GZIP };
 static enum shard_kind shard_kind(const char *path) {
   uint8_t h[512];
   size_t n = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* Never blocks on a FIFO (no writer: open(2) would wait for good), nor
+   * takes its bytes: only a regular file is looked into. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0)
     return KIND_OTHER;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return KIND_OTHER;
+  }
   while (n < sizeof h) {
     ssize_t k = read(fd, h + n, sizeof h - n);
     if (k < 0 && errno == EINTR)

@@ -525,7 +525,9 @@ fail:
 
 /* ---- next / release ---- */
 
-/* The loader was cancelled: the run stops and every later call fails. */
+/* The loader was cancelled: the run stops and every later call fails. (An
+ * interrupt, cfg.interrupt, is not a cancel: next() returns, the loader
+ * stays as it was.) */
 static int cancelled(wds_loader *l) {
   wds__run_stop(l);
   wds__set_error(l, "cancelled");
@@ -657,8 +659,31 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
   uint64_t t0 = wds__now_ns();
   if (fenced_count(l) > 0)
     fences_poll(l, 0);
+  uint64_t t_asked = 0; /* when cfg.interrupt was last called */
   pthread_mutex_lock(&l->mu);
   while (l->ready_len == 0) {
+    if (l->cfg.interrupt &&
+        wds__now_ns() - t0 >= (uint64_t)WDS__INTERRUPT_POLL_MS * 1000000 &&
+        wds__now_ns() - t_asked >= (uint64_t)WDS__INTERRUPT_POLL_MS * 1000000) {
+      t_asked = wds__now_ns();
+      /* Asked without the lock: the check may wait for a thread that
+       * takes it (the Python binding's GIL holder releasing a batch). */
+      pthread_mutex_unlock(&l->mu);
+      int stop = l->cfg.interrupt(l->cfg.interrupt_ctx);
+      pthread_mutex_lock(&l->mu);
+      if (stop) { /* a batch ready meanwhile stays for the next call */
+        pthread_mutex_unlock(&l->mu);
+        STAT_ADD(l, wait_ns, wds__now_ns() - t0);
+        wds__set_error(l,
+                       "interrupted while waiting for batch %llu of "
+                       "epoch %llu",
+                       (unsigned long long)l->delivered,
+                       (unsigned long long)l->epoch);
+        return WDS_ERR_CANCELLED;
+      }
+      if (l->ready_len > 0)
+        break;
+    }
     if (l->fenced > 0 && !atomic_load(&l->cancelled)) {
       /* Slots behind fences: free those done; when the collator waits for a
        * slot, wait for the oldest fence. */

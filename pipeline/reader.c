@@ -129,6 +129,8 @@ int wds__reader_open(const wds_reader_config *cfg, const wds__cancel *cancel,
     return open_fail(WDS_ERR_NOMEM, "out of memory");
   r->cfg = *cfg;
   wds__cancel_init(&r->own_cancel); /* works without its eventfd too */
+  r->own_cancel.interrupt = cfg->interrupt;
+  r->own_cancel.interrupt_ctx = cfg->interrupt_ctx;
   r->cancel = cancel ? cancel : &r->own_cancel;
   r->io = (wds__io_opts){.read_timeout_ms = cfg->read_timeout_ms,
                          .cancel = r->cancel,

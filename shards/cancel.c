@@ -9,6 +9,8 @@
 
 int wds__cancel_init(wds__cancel *c) {
   atomic_init(&c->set, 0);
+  c->interrupt = NULL;
+  c->interrupt_ctx = NULL;
   c->fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   return c->fd >= 0 ? 0 : -1;
 }
@@ -39,6 +41,18 @@ void wds__cancel_reset(wds__cancel *c) {
   atomic_store_explicit(&c->set, 0, memory_order_release);
 }
 
+int wds__cancel_interrupted(const wds__cancel *c) {
+  if (!c)
+    return 0;
+  if (wds__cancelled(c))
+    return 1;
+  if (c->interrupt && c->interrupt(c->interrupt_ctx)) {
+    wds__cancel_set((wds__cancel *)c); /* the flag, not the check, changes */
+    return 1;
+  }
+  return 0;
+}
+
 uint64_t wds__now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -48,6 +62,13 @@ uint64_t wds__now_ms(void) {
 int wds__read_wait(const wds__cancel *c, uint64_t start_ms, int timeout_ms,
                    int max_ms, int *wait, wds__err *err) {
   int w = max_ms;
+  if (c && c->interrupt) {
+    if (wds__now_ms() - start_ms >= WDS__INTERRUPT_POLL_MS &&
+        wds__cancel_interrupted(c))
+      return wds__fail(err, WDS_ERR_CANCELLED, "interrupted");
+    if (w < 0 || w > WDS__INTERRUPT_POLL_MS)
+      w = WDS__INTERRUPT_POLL_MS;
+  }
   if (timeout_ms >= 0) {
     uint64_t waited = wds__now_ms() - start_ms;
     if (waited >= (uint64_t)timeout_ms)

@@ -18,10 +18,18 @@ typedef struct wds__cancel {
   atomic_int set;
   int fd; /* eventfd, readable once set; -1 if none could be made (then
              blocked reads notice the flag within WDS__CANCEL_POLL_MS) */
+  /* The caller's interrupt check (wds_reader_config.interrupt), or NULL:
+   * a read that has waited WDS__INTERRUPT_POLL_MS asks it every as often,
+   * from the thread that waits (the caller's, or a compressed stream's
+   * reading thread); nonzero sets the token. */
+  int (*interrupt)(void *ctx);
+  void *interrupt_ctx;
 } wds__cancel;
 
 /* How often a blocked read re-checks a token that has no eventfd. */
 #define WDS__CANCEL_POLL_MS 100
+/* How often a wait asks an interrupt check (wds_*_config.interrupt). */
+#define WDS__INTERRUPT_POLL_MS 100
 
 /* 0, or -1 when the eventfd cannot be made (the token still works, by
  * polling). */
@@ -31,6 +39,10 @@ void wds__cancel_destroy(wds__cancel *c);
 void wds__cancel_set(wds__cancel *c);
 /* Clears the flag and drains the eventfd (no reader may be blocked on it). */
 void wds__cancel_reset(wds__cancel *c);
+/* Asks c's interrupt check, when it has one (never under a lock the
+ * caller's other threads take: the check may wait for them); a nonzero
+ * answer sets c. Returns whether c is set. */
+int wds__cancel_interrupted(const wds__cancel *c);
 static inline int wds__cancelled(const wds__cancel *c) {
   return c &&
          atomic_load_explicit(&((wds__cancel *)c)->set, memory_order_acquire);
@@ -41,10 +53,13 @@ uint64_t wds__now_ms(void);
 
 /* How long a read blocked since start_ms (wds__now_ms) may wait next, in
  * *wait: at most max_ms (-1: no bound), what is left of timeout_ms (< 0:
- * none), and WDS__CANCEL_POLL_MS when c has no eventfd to poll. Returns
+ * none), WDS__CANCEL_POLL_MS when c has no eventfd to poll, and
+ * WDS__INTERRUPT_POLL_MS when c has an interrupt check. Returns
  * WDS_ERR_TIMEOUT with the read-timeout message (naming the timeout) once
- * timeout_ms has passed, else WDS_OK. Shared by pipe/file sources and
- * http.c, so every scheme times out alike. */
+ * timeout_ms has passed, WDS_ERR_CANCELLED ("interrupted") when the check,
+ * asked once the read has waited WDS__INTERRUPT_POLL_MS, says so, else
+ * WDS_OK. Shared by pipe/file sources and http.c, so every scheme times
+ * out alike. */
 int wds__read_wait(const wds__cancel *c, uint64_t start_ms, int timeout_ms,
                    int max_ms, int *wait, wds__err *err);
 

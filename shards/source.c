@@ -457,18 +457,22 @@ int wds__source_open(const char *url, const wds__io_opts *opts,
                      "path, file://, http(s)://, s3://, pipe:CMD or -)");
       goto done;
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      int e = errno;
-      rc = wds__fail(err, WDS_ERR_OPEN, "cannot open the file: %s%s",
-                     strerror(e),
-                     e == ENOENT && literal_braces(path)
-                         ? " (the braces were not expanded: {a..b} needs two "
-                           "integers or two letters, {a,b} a comma)"
-                         : "");
-      goto done;
+    /* A FIFO's first read waits for data under the read timeout and
+     * cancel, as a pipe's does (wait_readable). */
+    int fd;
+    rc = wds__open_local(path, opts, 0, &fd, err);
+    if (rc == WDS_OK) {
+      rc = use_file(s, fd, err);
+    } else {
+      if (rc == WDS_ERR_OPEN && literal_braces(path) &&
+          access(path, F_OK) != 0 && errno == ENOENT) {
+        size_t n = strlen(err->msg);
+        snprintf(err->msg + n, sizeof err->msg - n,
+                 " (the braces were not expanded: {a..b} needs two "
+                 "integers or two letters, {a,b} a comma)");
+      }
+      wds__err_prefix(err, "cannot open the file");
     }
-    rc = use_file(s, fd, err);
   }
   /* A remote shard streams into the cache as it is read. */
   if (rc == WDS_OK && cache && s->http)
@@ -522,6 +526,40 @@ static int reap_command(wds__source *s, wds__err *err) {
   }
   return wds__fail(err, WDS_ERR_COMMAND, "command \"%s\" ended abnormally",
                    cmd);
+}
+
+static int wait_readable(wds__source *s, wds__err *err);
+
+int wds__open_local(const char *path, const wds__io_opts *opts, int wait_fifo,
+                    int *fd_out, wds__err *err) {
+  *fd_out = -1;
+  /* O_NONBLOCK: a FIFO without a writer opens at once instead of blocking
+   * in open(2) beyond the read timeout, cancel and signals. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0)
+    return wds__fail(err, WDS_ERR_OPEN, "%s", strerror(errno));
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    int e = errno;
+    close(fd);
+    return wds__fail(err, WDS_ERR_OPEN, "fcntl: %s", strerror(e));
+  }
+  struct stat st;
+  if (wait_fifo && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode)) {
+    wds__source w = {.fd = fd,
+                     .timeout_ms = !opts || opts->read_timeout_ms == 0
+                                       ? WDS__DEFAULT_READ_TIMEOUT_MS
+                                       : opts->read_timeout_ms,
+                     .cancel = opts ? opts->cancel : NULL,
+                     .stop = opts ? opts->stop : NULL};
+    int rc = wait_readable(&w, err);
+    if (rc != WDS_OK) {
+      close(fd);
+      return rc;
+    }
+  }
+  *fd_out = fd;
+  return WDS_OK;
 }
 
 /* Waits until the descriptor has data (or its end, or an error, which the

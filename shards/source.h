@@ -21,6 +21,17 @@ typedef struct wds__source wds__source;
 int wds__source_open(const char *url, const wds__io_opts *opts,
                      wds__source **out, wds__err *err);
 
+/* Opens the local file path for reading (its descriptor in *fd) without
+ * blocking in open(2), which a FIFO without a writer would do for good
+ * (restarted after signals); the descriptor blocks again for reads. With
+ * wait_fifo, a FIFO (or pipe) is then waited on until it has data or its
+ * end, under opts's read timeout and cancel token (opts NULL: the default
+ * timeout). Errors (WDS_ERR_OPEN: strerror's text; WDS_ERR_TIMEOUT,
+ * WDS_ERR_CANCELLED) name neither the path nor the open: callers prefix
+ * them. */
+int wds__open_local(const char *path, const wds__io_opts *opts, int wait_fifo,
+                    int *fd, wds__err *err);
+
 /* Reads up to cap bytes into dst. Returns the count (> 0), 0 at the end of
  * the source, or a negative status. For a pipe, the end of the stream is
  * only reported once the command has exited with status 0; a non-zero exit

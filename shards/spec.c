@@ -41,11 +41,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "base/mem.h"
 #include "base/url.h"
 #include "s3.h"
+#include "source.h"
 #include "spec_io.h"
 #include "wds/spec.h"
 
@@ -1203,9 +1205,15 @@ static int expand_file(expander *x, const char *path, int depth) {
     return wds__fail(x->e, WDS_ERR_LIMIT,
                      "more than %d @FILE lists read for one spec at \"%.300s\"",
                      WDS__MAX_FILES, path);
-  if (!(f = fopen(path, "rb")))
-    return wds__fail(x->e, WDS_ERR_OPEN, "cannot open @FILE \"%.300s\": %s",
-                     path, strerror(errno));
+  int fd;
+  if ((rc = wds__open_local(path, x->io, 1, &fd, x->e)) != WDS_OK) {
+    wds__err_prefix(x->e, "cannot open @FILE \"%.300s\"", path);
+    return rc;
+  }
+  if (!(f = fdopen(fd, "rb"))) {
+    close(fd);
+    return wds__fail(x->e, WDS_ERR_NOMEM, "out of memory");
+  }
   if (!(chunk = malloc(CHUNK))) {
     rc = wds__fail(x->e, WDS_ERR_NOMEM, "out of memory");
     goto done;

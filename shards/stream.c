@@ -61,6 +61,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 /* ZSTD_getFrameHeader and ZSTD_DCtx_setMaxWindowSize: in libzstd's
@@ -299,12 +300,35 @@ static ssize_t ring_wait(wds__stream *s, size_t cap, wds__err *err) {
     return wds__fail(err, WDS_ERR_IO,
                      "read in a fork()ed child: the stream's reading thread "
                      "runs in the parent (open shards after forking)");
+  const wds__cancel *c = s->io.cancel;
+  uint64_t start = wds__now_ms();
   pthread_mutex_lock(&r->mu);
   while (r->tail == r->head && !r->done) {
     r->consumer_want = cap < RING_WAKE_BYTES ? cap : RING_WAKE_BYTES;
     r->consumer_waits = 1;
-    pthread_cond_wait(&r->cv, &r->mu);
+    if (!c || !c->interrupt) {
+      pthread_cond_wait(&r->cv, &r->mu);
+      r->consumer_waits = 0;
+      continue;
+    }
+    /* The caller's interrupt check is asked from this thread, which
+     * waits, in slices, and never under the ring's lock. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)WDS__INTERRUPT_POLL_MS * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&r->cv, &r->mu, &until);
     r->consumer_waits = 0;
+    if (r->tail == r->head && !r->done &&
+        wds__now_ms() - start >= WDS__INTERRUPT_POLL_MS) {
+      pthread_mutex_unlock(&r->mu);
+      if (wds__cancel_interrupted(c))
+        return wds__fail(err, WDS_ERR_CANCELLED, "interrupted");
+      pthread_mutex_lock(&r->mu);
+    }
   }
   uint64_t avail = r->tail - r->head;
   size_t off = (size_t)(r->head % RING_BYTES);

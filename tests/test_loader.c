@@ -7,6 +7,7 @@
  * key's text, so every test can tell exactly which samples went where. */
 #include <dirent.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -20,6 +21,7 @@
 #include "test.h"
 #include "test_files.h"
 #include "wds/loader.h"
+#include "wds/reader.h"
 
 static char tmpdir[256];
 static int fixture_seq;
@@ -2388,6 +2390,92 @@ static void *call_next(void *arg) {
   return NULL;
 }
 
+/* The caller's interrupt check (cfg.interrupt): asked from the caller's
+ * thread only, while a call waits; it says stop from its `after`-th call. */
+typedef struct interrupter {
+  pthread_t caller;
+  atomic_int calls, other_thread;
+  int after;
+} interrupter;
+
+static int interrupt_check(void *ctx) {
+  interrupter *it = ctx;
+  if (!pthread_equal(pthread_self(), it->caller))
+    atomic_fetch_add(&it->other_thread, 1);
+  return atomic_fetch_add(&it->calls, 1) + 1 >= it->after;
+}
+
+TEST(interrupt_check_ends_waits_and_next_goes_on) {
+  uint64_t counts[1] = {8};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 1, counts, -1), 0);
+  interrupter it = {.caller = pthread_self(), .after = 3};
+  /* exact mode's counting pass at open, on a stalled command */
+  const char *stall[1] = {STALL};
+  wds_loader_config c = base_cfg(&s);
+  c.urls = stall;
+  c.url_count = 1;
+  c.mode = WDS_MODE_EXACT;
+  c.read_timeout_ms = -1; /* only the interrupt can end the waits */
+  c.interrupt = interrupt_check;
+  c.interrupt_ctx = &it;
+  wds_loader *l = NULL;
+  double t0 = now_s();
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_CANCELLED);
+  ASSERT_TRUE(now_s() - t0 < 5);
+  ASSERT_CONTAINS(wds_open_error(), "interrupted while counting");
+  ASSERT_TRUE(atomic_load(&it.calls) >= 3);
+  /* next(): interrupted while the shard's command sleeps, then the same
+   * loader delivers the batch it was waiting for */
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "pipe:sleep 3; cat %s", s.urls[0]);
+  const char *slow[1] = {cmd};
+  c.urls = slow;
+  c.mode = WDS_MODE_PLAIN;
+  c.batch_size = 8;
+  atomic_store(&it.calls, 0);
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+  const wds_batch *b = NULL;
+  t0 = now_s();
+  ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_ERR_CANCELLED);
+  ASSERT_TRUE(now_s() - t0 < 2.5); /* the command sleeps 3 s */
+  ASSERT_CONTAINS(wds_loader_error(l), "interrupted while waiting for batch 0");
+  uint64_t e = 9, n = 9;
+  wds_loader_position(l, &e, &n);
+  ASSERT_EQ_U64(e, 0);
+  ASSERT_EQ_U64(n, 0);
+  it.after = 1 << 30; /* from now on: go on waiting */
+  ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_OK);
+  ASSERT_EQ_U64(b->rows, 8);
+  wds_loader_release(l, b);
+  ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_EOF);
+  wds_loader_close(l);
+  ASSERT_EQ_INT(atomic_load(&it.other_thread), 0);
+  shardset_free(&s);
+}
+
+TEST(interrupt_check_cancels_a_reader) {
+  interrupter it = {.caller = pthread_self(), .after = 3};
+  wds_reader_config rc = WDS_READER_CONFIG_INIT;
+  rc.spec = STALL;
+  rc.read_timeout_ms = -1;
+  rc.interrupt = interrupt_check;
+  rc.interrupt_ctx = &it;
+  wds_reader *r = NULL;
+  ASSERT_EQ_INT(wds_reader_open(&rc, &r), WDS_OK);
+  const wds_sample *smp;
+  double t0 = now_s();
+  ASSERT_EQ_INT(wds_reader_next(r, &smp), WDS_ERR_CANCELLED);
+  ASSERT_TRUE(now_s() - t0 < 5);
+  ASSERT_CONTAINS(wds_reader_error(r), "interrupted");
+  /* cancelled, as wds_reader_cancel() leaves it */
+  ASSERT_EQ_INT(wds_reader_next(r, &smp), WDS_ERR_CANCELLED);
+  t0 = now_s();
+  wds_reader_close(r);
+  ASSERT_TRUE(now_s() - t0 < 5);
+  ASSERT_EQ_INT(atomic_load(&it.other_thread), 0);
+}
+
 TEST(cancel_wakes_a_next_blocked_on_a_read) {
   const char *urls[1] = {STALL};
   wds_loader_config c = WDS_LOADER_CONFIG_INIT;
@@ -2664,6 +2752,8 @@ int main(void) {
   RUN(read_timeout_names_the_shard_and_the_wait);
   RUN(cancel_wakes_a_next_blocked_on_a_read);
   RUN(set_epoch_and_close_return_while_a_worker_is_blocked);
+  RUN(interrupt_check_ends_waits_and_next_goes_on);
+  RUN(interrupt_check_cancels_a_reader);
   RUN(shuffle_buffer_is_bounded_in_bytes);
   RUN(large_fields_arrive_intact);
   test_remove_tree(tmpdir);

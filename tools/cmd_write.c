@@ -39,6 +39,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -474,9 +475,48 @@ static int scratch_fields(scratch *s, size_t n, size_t key_len) {
  * regular file with a non-zero size must give exactly that many bytes, and
  * no file may grow past what was read: otherwise it changed while being
  * read, and the sample would hold a mix of two versions. */
+/* Opens --manifest without blocking in open(2), which a FIFO without a
+ * writer would do for good (restarted after a signal); a FIFO is then
+ * waited on until it has data or its end, --read-timeout (when given) or a
+ * signal. NULL with errno set (ETIMEDOUT, EINTR) on failure. */
+static FILE *open_manifest(const write_opts *o) {
+  int fd = open(o->manifest, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  int fl = fd < 0 ? -1 : fcntl(fd, F_GETFL);
+  struct stat st;
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0 ||
+      fstat(fd, &st) != 0)
+    goto fail;
+  for (int waited = 0; S_ISFIFO(st.st_mode);) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int r = poll(&p, 1, 100);
+    if (r > 0)
+      break;
+    if (tool_signal_caught()) {
+      errno = EINTR;
+      goto fail;
+    }
+    waited += 100;
+    if (o->read_timeout_ms > 0 && waited >= o->read_timeout_ms) {
+      errno = ETIMEDOUT;
+      goto fail;
+    }
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (f)
+    return f;
+fail:;
+  int e = errno;
+  if (fd >= 0)
+    close(fd);
+  errno = e;
+  return NULL;
+}
+
 static int read_file_at(int dirfd, const char *where, const char *rel,
                         scratch *s, size_t *used, size_t *off, size_t *size) {
-  int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO (put there after the walk's check) must not block
+   * open(2); it is refused below, as anything but a regular file is. */
+  int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     tool_eprintf("wds write: cannot open %s/%s: %s\n", where, rel,
                  strerror(errno));
@@ -1133,7 +1173,14 @@ static int run_manifest(const write_opts *o, wds_writer *w, progress *pg) {
   int dirfd = -1;
   size_t len = 0;
   const char *name = strcmp(o->manifest, "-") == 0 ? "stdin" : o->manifest;
-  FILE *f = strcmp(o->manifest, "-") == 0 ? stdin : fopen(o->manifest, "rb");
+  FILE *f = strcmp(o->manifest, "-") == 0 ? stdin : open_manifest(o);
+  if (!f && errno == ETIMEDOUT) {
+    fprintf(stderr,
+            "wds write: manifest %s: no data for %.1f s (a FIFO without a "
+            "writer; the read timeout, --read-timeout)\n",
+            o->manifest, (double)o->read_timeout_ms / 1000);
+    goto done;
+  }
   if (!f) {
     fprintf(stderr, "wds write: cannot open manifest %s: %s\n", o->manifest,
             strerror(errno));

@@ -3,6 +3,7 @@
  * memory and checked as a whole on load, so a truncated or altered file is
  * always an error before any of it is used. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,16 +134,34 @@ done:
 int tr_checkpoint_load(const char *path, tr_checkpoint *c, wds__err *e) {
   int rc = WDS_ERR_CORRUPT;
   unsigned char *buf = NULL;
-  FILE *f = fopen(path, "rb");
   memset(c, 0, sizeof *c);
-  if (!f) {
-    return wds__fail(e, WDS_ERR_OPEN, "checkpoint %s: %s", path,
-                     strerror(errno));
-  }
+  /* O_NONBLOCK: a FIFO without a writer would block open(2) for good; it
+   * is refused below, as anything that is not a regular file is. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  FILE *f = NULL;
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    rc = wds__fail(e, WDS_ERR_IO, "checkpoint %s: not a regular file", path);
-    goto done;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    rc = wds__fail(e, WDS_ERR_OPEN, "checkpoint %s: %s", path, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return rc;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return wds__fail(e, WDS_ERR_OPEN,
+                     "checkpoint %s: not a regular file (a %s): --resume "
+                     "reads a checkpoint file that wds-train wrote",
+                     path,
+                     S_ISFIFO(st.st_mode)   ? "FIFO"
+                     : S_ISDIR(st.st_mode)  ? "directory"
+                     : S_ISCHR(st.st_mode)  ? "character device"
+                     : S_ISBLK(st.st_mode)  ? "block device"
+                     : S_ISSOCK(st.st_mode) ? "socket"
+                                            : "special file");
+  }
+  if (!(f = fdopen(fd, "rb"))) {
+    close(fd);
+    return wds__fail(e, WDS_ERR_NOMEM, "checkpoint %s: out of memory", path);
   }
   size_t size = (size_t)st.st_size;
   if (size < TR_HEADER_BYTES + 8) {

@@ -299,6 +299,17 @@ typedef struct wds_loader_config {
    * decodes such a field into a device array (NHWC uint8, the CPU path's
    * shape); the rows are meant for it only. */
   wds_jpeg_decode jpeg_decode;
+  /* NULL, or a check the caller's thread calls about every 100 ms while it
+   * has waited 100 ms or more in wds_loader_open() (exact mode's counting
+   * pass) or wds_loader_next() (a stalled source), and never from the
+   * loader's own threads. Nonzero ends the wait with WDS_ERR_CANCELLED
+   * ("interrupted"): open fails (its counting readers are stopped); next()
+   * returns without a batch and the loader stays as it was (the next call
+   * waits for the same batch; close() stops a stalled read at once). For
+   * callers that must notice a signal while a call blocks: the Python
+   * binding's KeyboardInterrupt. */
+  int (*interrupt)(void *ctx);
+  void *interrupt_ctx;
 } wds_loader_config;
 
 #define WDS_LOADER_CONFIG_INIT                                                 \

@@ -104,10 +104,20 @@ typedef struct wds_reader_config {
   int allow_pipe_from_files; /* run pipe: commands read from an @FILE of
                                 spec; 0: refused, naming the file and line
                                 (wds/spec.h) */
+  /* NULL, or a check that a read which has waited 100 ms (a stalled pipe:
+   * command, FIFO or server) calls about every 100 ms while it waits, from
+   * the thread that waits: the caller's of wds_reader_open() (an s3://
+   * listing) or wds_reader_next(), or a compressed shard's reading thread,
+   * so it must be thread-safe. Nonzero cancels the reader as
+   * wds_reader_cancel() does: the call returns WDS_ERR_CANCELLED
+   * ("interrupted"). For callers that must notice a signal while a call
+   * blocks: the Python binding's KeyboardInterrupt. */
+  int (*interrupt)(void *ctx);
+  void *interrupt_ctx;
 } wds_reader_config;
 
 #define WDS_READER_CONFIG_INIT                                                 \
-  { NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0 }
+  { NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL }
 
 typedef struct wds_reader wds_reader;
 

@@ -10,12 +10,18 @@
  *   - wds.Index(path): a shard-set index (the JSON `wds index` writes);
  *   - _Writer: the shard writer behind wds.ShardWriter (python/wds/_writer.py,
  *     which encodes the fields).
- * The GIL is released while the library reads or expands. */
+ * The GIL is released while the library reads or expands. A call that
+ * waits for data (Reader iteration, Loader construction's counting pass and
+ * next()) still notices signals: the library asks wds_py_interrupt (the
+ * configs' interrupt check) every 100 ms or so, which takes the GIL back
+ * and runs the Python handlers (PyErr_CheckSignals); one that raises
+ * (Ctrl-C: KeyboardInterrupt) ends the call with that exception. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -29,6 +35,49 @@
 #include "wds/writer.h"
 
 PyMODINIT_FUNC PyInit__wds(void);
+
+/* ---- signals while a call waits without the GIL ---------------------------
+ * A handle's wait: which thread is in a blocking call of it without the GIL
+ * (its address of wds_py_me, 0 when none) and that thread's state. The
+ * library may ask the check from other threads (a reading thread): those
+ * get 0 at once, without touching Python. */
+typedef struct {
+  atomic_uintptr_t thread;
+  PyThreadState *ts;
+  int raised; /* a handler raised during this call: the exception is set */
+} wds_py_wait;
+
+static _Thread_local char wds_py_me;
+
+/* The configs' interrupt check. In the thread blocked in the call: takes
+ * the GIL, runs the signal handlers, lets it go; nonzero when one raised
+ * (the exception stays set for the call's return). */
+static int wds_py_interrupt(void *ctx) {
+  wds_py_wait *w = ctx;
+  if (atomic_load(&w->thread) != (uintptr_t)&wds_py_me)
+    return 0;
+  if (w->raised)
+    return 1;
+  PyEval_RestoreThread(w->ts);
+  w->raised = PyErr_CheckSignals() < 0;
+  w->ts = PyEval_SaveThread();
+  return w->raised;
+}
+
+/* Around a call that may wait: like Py_BEGIN/END_ALLOW_THREADS, and marks
+ * this thread as the one wds_py_interrupt serves. After the end, w->raised
+ * says whether a handler's exception is set. */
+#define WDS_PY_BEGIN_WAIT(w)                                                   \
+  {                                                                            \
+    wds_py_wait *wds_py_w_ = (w);                                              \
+    wds_py_w_->raised = 0;                                                     \
+    wds_py_w_->ts = PyEval_SaveThread();                                       \
+    atomic_store(&wds_py_w_->thread, (uintptr_t)&wds_py_me);
+#define WDS_PY_END_WAIT                                                        \
+  atomic_store(&wds_py_w_->thread, (uintptr_t)0);                              \
+  PyEval_RestoreThread(wds_py_w_->ts);                                         \
+  wds_py_w_->ts = NULL;                                                        \
+  }
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -470,15 +519,18 @@ typedef struct {
   int busy;          /* a thread is in wds_reader_next() without the GIL */
   int close_pending; /* close() came while busy: the reader thread closes */
   int done;          /* EOF seen */
+  wds_py_wait wait;  /* signals while open() or next() waits */
 } wds_py_reader;
 
 static void wds_py_reader_release(wds_py_reader *self) {
   wds_reader *r = self->r;
   self->r = NULL;
   if (r) {
+    self->busy = 1;         /* an __init__ meanwhile must not start another */
     Py_BEGIN_ALLOW_THREADS; /* stopping a pipe: command may wait */
     wds_reader_close(r);
     Py_END_ALLOW_THREADS;
+    self->busy = 0;
   }
 }
 
@@ -542,6 +594,8 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
     return -1;
   cfg.cache_size = v;
   cfg.allow_pipe_from_files = allow_pipe;
+  cfg.interrupt = wds_py_interrupt;
+  cfg.interrupt_ctx = &self->wait;
 
   /* spec: a str (or bytes) spec, or a list/tuple of URLs taken as is. */
   PyObject *spec = NULL, *urls = NULL, *cdir = NULL;
@@ -593,17 +647,24 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
   wds_reader *r = NULL;
   int rc;
   char msg[2048] = "";
-  Py_BEGIN_ALLOW_THREADS;
+  self->busy = 1; /* a second __init__ meanwhile is refused */
+  WDS_PY_BEGIN_WAIT(&self->wait);
   rc = wds_reader_open(&cfg, &r);
   if (rc != WDS_OK) /* the thread's text, read on the same thread */
     snprintf(msg, sizeof msg, "%s", wds_open_error());
-  Py_END_ALLOW_THREADS;
+  WDS_PY_END_WAIT;
+  self->busy = 0;
   Py_XDECREF(spec);
   PyMem_Free(url_ptrs);
-  Py_XDECREF(urls); /* the reader copied the URLs */
-  Py_XDECREF(cdir); /* and the cache directory */
+  Py_XDECREF(urls);                        /* the reader copied the URLs */
+  Py_XDECREF(cdir);                        /* and the cache directory */
+  if (rc == WDS_OK && self->wait.raised) { /* a handler raised regardless */
+    wds_reader_close(r);
+    return -1;
+  }
   if (rc != WDS_OK) {
-    wds_py_raise(rc, msg);
+    if (!self->wait.raised) /* else the handler's exception (Ctrl-C) */
+      wds_py_raise(rc, msg);
     return -1;
   }
   self->r = r;
@@ -675,12 +736,15 @@ static PyObject *wds_py_reader_next(wds_py_reader *self) {
   const wds_sample *s = NULL;
   int rc;
   self->busy = 1;
-  Py_BEGIN_ALLOW_THREADS;
+  WDS_PY_BEGIN_WAIT(&self->wait);
   rc = wds_reader_next(r, &s);
-  Py_END_ALLOW_THREADS;
+  WDS_PY_END_WAIT;
   self->busy = 0;
   PyObject *out = NULL;
-  if (rc == WDS_OK)
+  if (self->wait.raised) {
+    /* A signal handler raised (Ctrl-C: KeyboardInterrupt) while the read
+     * waited: that exception, and the reader is cancelled (closable). */
+  } else if (rc == WDS_OK)
     out = wds_py_sample_dict(s);
   else if (rc == WDS_EOF)
     self->done = 1;
@@ -1208,11 +1272,13 @@ static int wds_py_writer_init(wds_py_writer *self, PyObject *args,
   wds_writer *w = NULL;
   char msg[2048] = "";
   int rc;
+  self->busy = 1; /* a second __init__ meanwhile is refused */
   Py_BEGIN_ALLOW_THREADS;
   rc = wds_writer_open(&cfg, &w);
   if (rc != WDS_OK)
     snprintf(msg, sizeof msg, "%s", wds_open_error());
   Py_END_ALLOW_THREADS;
+  self->busy = 0;
   Py_XDECREF(pattern);
   if (rc != WDS_OK) {
     wds_py_raise(rc, msg);
@@ -1430,6 +1496,7 @@ typedef struct {
   int close_pending; /* close() while batches live: the last one closes */
   PyObject *names;   /* the field names (a tuple, the same in every batch),
                         made on the first batch's request */
+  wds_py_wait wait;  /* signals while open() or next() waits */
 } wds_py_loader;
 
 typedef struct {
@@ -1462,16 +1529,29 @@ static PyTypeObject wds_py_loader_type, wds_py_batch_type, wds_py_array_type,
 
 static void wds_py_loader_free(wds_py_loader *self) {
   wds_loader *l = self->l;
+  wds_field_spec *specs = self->specs;
+  char *storage = self->spec_storage;
   self->l = NULL;
+  self->specs = NULL;
+  self->spec_storage = NULL;
   if (l) {
+    self->busy = 1; /* an __init__ meanwhile must not start another */
     Py_BEGIN_ALLOW_THREADS;
     wds_loader_close(l);
     Py_END_ALLOW_THREADS;
+    self->busy = 0;
   }
-  free(self->specs);
-  free(self->spec_storage);
-  self->specs = NULL;
-  self->spec_storage = NULL;
+  free(specs);
+  free(storage);
+}
+
+/* After a call that ran without the GIL: a close() that came meanwhile
+ * (close_pending) frees the loader once no batch holds a slot. */
+static void wds_py_loader_after_call(wds_py_loader *self) {
+  if (self->close_pending && self->live == 0) {
+    self->close_pending = 0;
+    wds_py_loader_free(self);
+  }
 }
 
 /* Gives the batch's slot back (once; when nothing exports its memory). */
@@ -1483,10 +1563,10 @@ static void wds_py_batch_give_back(wds_py_batch *self) {
     wds_loader_release(lo->l, self->b);
   self->b = NULL;
   lo->live--;
-  if (lo->live == 0 && lo->close_pending) {
-    lo->close_pending = 0;
-    wds_py_loader_free(lo);
-  }
+  /* Not while another thread is in next() or set_epoch() without the GIL:
+   * that thread frees the loader when its call returns. */
+  if (!lo->busy)
+    wds_py_loader_after_call(lo);
 }
 
 static void wds_py_batch_dealloc(wds_py_batch *self) {
@@ -2007,7 +2087,7 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
           0 ||
       wds_py_zero_is_none(o_retries, "retries", 1000, &retries) < 0)
     return -1;
-  if (self->l || self->live) {
+  if (self->l || self->live || self->busy) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");
     return -1;
   }
@@ -2050,6 +2130,8 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
   cfg.jpeg_decode = (wds_jpeg_decode)jpeg_decode;
   cfg.read_timeout_ms = timeout_ms;
   cfg.retries = retries;
+  cfg.interrupt = wds_py_interrupt;
+  cfg.interrupt_ctx = &self->wait;
   size_t *rbs = NULL;
   if (o_rbs != Py_None) {
     PyObject *seq = PySequence_Fast(
@@ -2207,13 +2289,22 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
   }
   wds_loader *l = NULL;
   char msg[2048] = "";
-  Py_BEGIN_ALLOW_THREADS;
+  self->busy = 1; /* a second __init__ meanwhile is refused */
+  WDS_PY_BEGIN_WAIT(&self->wait);
   rc = wds_loader_open(&cfg, &l);
   if (rc != WDS_OK)
     snprintf(msg, sizeof msg, "%s", wds_open_error());
-  Py_END_ALLOW_THREADS;
+  WDS_PY_END_WAIT;
+  self->busy = 0;
+  if (rc == WDS_OK && self->wait.raised) { /* a handler raised regardless */
+    Py_BEGIN_ALLOW_THREADS;
+    wds_loader_close(l);
+    Py_END_ALLOW_THREADS;
+    goto done;
+  }
   if (rc != WDS_OK) {
-    wds_py_raise(rc, msg);
+    if (!self->wait.raised) /* else the handler's exception (Ctrl-C) */
+      wds_py_raise(rc, msg);
     goto done;
   }
   self->l = l;
@@ -2260,9 +2351,9 @@ static PyObject *wds_py_loader_next(wds_py_loader *self,
   const wds_batch *b = NULL;
   int rc;
   self->busy = 1;
-  Py_BEGIN_ALLOW_THREADS;
+  WDS_PY_BEGIN_WAIT(&self->wait);
   rc = wds_loader_next(l, &b);
-  Py_END_ALLOW_THREADS;
+  WDS_PY_END_WAIT;
   self->busy = 0;
   if (rc == WDS_OK) {
     Py_INCREF(self);
@@ -2270,16 +2361,14 @@ static PyObject *wds_py_loader_next(wds_py_loader *self,
     bt->b = b;
     self->live++;
   }
-  if (self->close_pending && rc == WDS_OK) {
-    /* close() came from another thread meanwhile: the batch is still
-     * valid, the loader closes when it is gone. */
-  } else if (self->close_pending && self->live == 0) {
-    self->close_pending = 0;
-    wds_py_loader_free(self);
-  }
+  /* close() from another thread meanwhile: with a batch, the loader closes
+   * when it is gone; else now. */
+  wds_py_loader_after_call(self);
   if (rc == WDS_OK)
     return (PyObject *)bt;
   Py_DECREF(bt);
+  if (self->wait.raised) /* a signal handler's exception (Ctrl-C): the */
+    return NULL;         /* loader is as it was, the batch still to come */
   if (rc == WDS_EOF)
     Py_RETURN_NONE;
   return wds_py_raise(rc, self->l ? wds_loader_error(l) : "");
@@ -2293,12 +2382,22 @@ static PyObject *wds_py_loader_set_epoch(wds_py_loader *self, PyObject *arg) {
     return NULL;
   wds_loader *l = self->l;
   int rc;
+  /* Busy as in next(): a next(), set_epoch() or close() from another
+   * thread meanwhile raises, or is deferred until this returns. */
+  self->busy = 1;
   Py_BEGIN_ALLOW_THREADS;
   rc = wds_loader_set_epoch(l, (uint64_t)e);
   Py_END_ALLOW_THREADS;
+  self->busy = 0;
+  PyObject *out = NULL;
   if (rc != WDS_OK)
-    return wds_py_raise(rc, wds_loader_error(l));
-  Py_RETURN_NONE;
+    wds_py_raise(rc, wds_loader_error(l));
+  else {
+    Py_INCREF(Py_None);
+    out = Py_None;
+  }
+  wds_py_loader_after_call(self);
+  return out;
 }
 
 static PyObject *wds_py_loader_position(wds_py_loader *self,

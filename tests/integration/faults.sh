@@ -10,7 +10,10 @@
 #     pipeline behind wds ends;
 #   * a stalled source with --read-timeout: an error naming the shard and
 #     how long it waited, for ls, batches (stop; skip goes on), index and
-#     wds-train.
+#     wds-train;
+#   * a FIFO with no writer (a shard, an @FILE, wds write's --manifest): the
+#     same read timeout, and signals end the wait; wds-train refuses it as
+#     --resume.
 #
 # Every stalled command is `sleep N` with N unique to its check, so a check
 # can tell that its own command is gone (pgrep -f).
@@ -224,6 +227,76 @@ else bad batches_skip_stalled_shard "exit $rc" "$(cat skip.out skip.err)"; fi
 for n in 7301 7302 7303 7304 7305; do
   gone "$n" || bad "timeout_$n" "sleep $n left running"
 done
+
+# A FIFO with no writer (issue 26, item 2): open(2) used to block for good
+# (restarted after a signal), past --read-timeout and the first SIGINT. Now
+# the shard times out like a stalled pipe, a signal ends the wait, an @FILE
+# FIFO times out too, and wds-train refuses a FIFO as --resume at once.
+mkfifo nowriter.tar
+timed fifo_ls_read_timeout 'nowriter.tar: no data for 2.0 s' \
+  "$WDS" ls --read-timeout 2 nowriter.tar
+timed fifo_batches_read_timeout 'nowriter.tar: no data for 1.0 s' \
+  "$WDS" batches nowriter.tar --decode bin --read-timeout 1
+timed fifo_plain_batches_read_timeout 'nowriter.tar: no data for 1.0 s' \
+  "$WDS" batches nowriter.tar --mode plain --decode bin --read-timeout 1
+# verify reports a shard's problem on stdout, and exits 1
+t0=$SECONDS rc=0
+timeout -s KILL 30 "$WDS" verify --read-timeout 1 nowriter.tar >vf.out 2>vf.err || rc=$?
+if [[ $rc == 1 ]] && grep -q 'nowriter.tar: .*no data for 1.0 s' vf.out &&
+  ((SECONDS - t0 <= 15)); then
+  ok fifo_verify_read_timeout
+else
+  bad fifo_verify_read_timeout "exit $rc after $((SECONDS - t0)) s" "$(cat vf.out vf.err)"
+fi
+timed fifo_bench_read_timeout 'nowriter.tar: no data for 1.0 s' \
+  "$WDS" bench --read-timeout 1 nowriter.tar
+timed fifo_spec_file_read_timeout 'cannot open @FILE "nowriter.tar": no data for 1.0 s' \
+  "$WDS" ls --read-timeout 1 @nowriter.tar
+timed fifo_train_resume_refused 'checkpoint nowriter.tar: not a regular file (a FIFO)' \
+  "$TRAIN" --device cpu --image-size 8 --channels 1 --train img.tar \
+  --resume nowriter.tar
+timed fifo_write_manifest_read_timeout 'manifest nowriter.tar: no data for 1.0 s' \
+  "$WDS" write -o 'wm-%02d.tar' --read-timeout 1 --manifest nowriter.tar
+# fifo_signal NAME SIGNAL STATUS CMD...: CMD waits on the FIFO (no read
+# timeout); SIGNAL ends it within 5 s with STATUS and its message.
+fifo_signal() {
+  local name=$1 sig=$2 want=$3
+  shift 3
+  env --default-signal=INT,TERM timeout -s KILL 30 "$@" >"$name.out" 2>"$name.err" &
+  local pid=$! tool="" i
+  for ((i = 0; i < 50; i++)); do
+    sleep 0.1
+    tool=$(pgrep -P "$pid" | head -1)
+    [[ -z $tool ]] || break
+  done
+  sleep 0.5 # in its wait on the FIFO
+  local t0=$SECONDS rc=0
+  kill "-$sig" "${tool:-$pid}"
+  wait "$pid" || rc=$?
+  if [[ $rc != "$want" ]]; then
+    bad "$name" "exit status $rc, want $want" "$(cat "$name.err")"
+  elif ((SECONDS - t0 > 5)); then
+    bad "$name" "took $((SECONDS - t0)) s after SIG$sig"
+  elif ! grep -q "interrupted by SIG$sig" "$name.err"; then
+    bad "$name" "no 'interrupted by SIG$sig' message" "$(cat "$name.err")"
+  else
+    ok "$name"
+  fi
+}
+fifo_signal fifo_ls_sigint INT 130 "$WDS" ls --read-timeout 0 nowriter.tar
+fifo_signal fifo_batches_sigint INT 130 "$WDS" batches nowriter.tar --decode bin \
+  --read-timeout 0
+fifo_signal fifo_verify_sigterm TERM 143 "$WDS" verify nowriter.tar
+fifo_signal fifo_write_manifest_sigint INT 130 "$WDS" write -o 'wm-%02d.tar' \
+  --manifest nowriter.tar
+# With a writer the FIFO is read as before.
+(sleep 0.5 && cat good-00.tar >nowriter.tar) &
+if [[ $(timeout -s KILL 30 "$WDS" ls nowriter.tar | wc -l) == 25 ]]; then
+  ok fifo_with_a_writer_is_read
+else
+  bad fifo_with_a_writer_is_read
+fi
+wait
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -1,0 +1,326 @@
+"""Threads, stalls and signals against the binding (issue 26, items 1-3):
+every call that runs without the GIL is guarded against the handle's other
+calls, a FIFO without a writer times out, and Ctrl-C reaches a call blocked
+on a stalled source."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import wds
+
+
+@pytest.fixture(scope="module")
+def shard(tmp_path_factory):
+    d = tmp_path_factory.mktemp("races")
+    with wds.ShardWriter(str(d / "r-%03d.tar"), maxcount=40, sync=False) as w:
+        for k in range(40):
+            w.write({"__key__": f"k{k:04d}", "cls": k % 10})
+    return str(d / "r-000.tar")
+
+
+def blocked_next(loader):
+    """Starts loader.next() in a thread; returns (thread, outcome list)
+    once the thread is inside the call."""
+    out = []
+
+    def run():
+        try:
+            out.append(loader.next())
+        except Exception as e:  # noqa: BLE001 - the test looks at it
+            out.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive() and not out, out
+    return t, out
+
+
+def test_set_epoch_while_next_waits_raises():
+    loader = wds.Loader("pipe:sleep 1001", "cls", 1, mode="plain", workers=1,
+                        read_timeout_ms=-1)
+    t, out = blocked_next(loader)
+    try:
+        with pytest.raises(RuntimeError, match="another thread"):
+            loader.set_epoch(3)
+        with pytest.raises(RuntimeError, match="another thread"):
+            loader.state_dict()
+    finally:
+        loader.close()
+        t.join(10)
+    assert not t.is_alive()
+    assert len(out) == 1 and isinstance(out[0], wds.CancelledError), out
+    assert loader.closed
+
+
+def slow_set_epoch(loader):
+    """Starts loader.set_epoch(1) in a thread and returns it (and its
+    outcome list) while the call is still stopping the run: the worker's
+    pipe: command ignores SIGTERM, so closing it takes about 2 s (SIGKILL
+    after the grace period)."""
+    out = []
+
+    def run():
+        t0 = time.monotonic()
+        try:
+            out.append(loader.set_epoch(1))
+        except Exception as e:  # noqa: BLE001 - the test looks at it
+            out.append(e)
+        out.append(time.monotonic() - t0)
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive() and not out, ("set_epoch returned early", out)
+    return t, out
+
+
+def stalling_loader(shard):
+    """A loader whose first batch is the good shard and whose worker then
+    waits on a command that ignores SIGTERM."""
+    lo = wds.Loader([shard, "pipe:trap '' TERM; sleep 1003"], "cls", 20,
+                    mode="plain", workers=1, shard_shuffle=False,
+                    read_timeout_ms=-1)
+    b = lo.next()
+    assert b is not None and len(b.keys) == 20
+    b.release()
+    time.sleep(0.3)  # the worker reaches the command
+    return lo
+
+
+def within(seconds, fn):
+    """fn()'s result or exception, run in a thread that must end within
+    seconds (else the test fails instead of hanging)."""
+    out = []
+
+    def run():
+        try:
+            out.append(fn())
+        except BaseException as e:  # noqa: BLE001 - the test looks at it
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"{fn} did not return within {seconds} s"
+    return out[0]
+
+
+def test_next_while_set_epoch_runs_raises(shard):
+    lo = stalling_loader(shard)
+    t, out = slow_set_epoch(lo)
+    r = within(10, lo.next)
+    assert isinstance(r, RuntimeError) and "another thread" in str(r), r
+    t.join(30)
+    assert out[0] is None, out
+    lo.close()
+
+
+def test_close_while_set_epoch_runs_waits_for_it(shard):
+    """close() during set_epoch() must not free the handle under it (a
+    heap-use-after-free under ASan): the loader closes when set_epoch
+    returns."""
+    lo = stalling_loader(shard)
+    t, out = slow_set_epoch(lo)
+    t0 = time.monotonic()
+    lo.close()
+    assert time.monotonic() - t0 < 1.0, "close() waited for set_epoch"
+    assert lo.closed
+    t.join(30)
+    assert not t.is_alive()
+    assert len(out) == 2, out
+    with pytest.raises(ValueError, match="closed"):
+        lo.next()
+
+
+@pytest.mark.parametrize("rounds", [12])
+def test_set_epoch_against_next_and_close_in_threads(shard, rounds):
+    """set_epoch() in one thread beside next() and close() in others:
+    each call either runs alone or raises (RuntimeError: busy; ValueError:
+    closed), nothing hangs, nothing is used after it is freed (ASan)."""
+    for r in range(rounds):
+        loader = wds.Loader(shard, "cls", 2, workers=2, prefetch=2)
+        stop = threading.Event()
+        errors = []
+
+        def epochs():
+            e = 0
+            while not stop.is_set():
+                try:
+                    loader.set_epoch(e % 3)
+                except (RuntimeError, ValueError):
+                    pass
+                except Exception as ex:  # noqa: BLE001
+                    errors.append(ex)
+                e += 1
+
+        def batches():
+            while not stop.is_set():
+                try:
+                    b = loader.next()
+                    if b is not None:
+                        b.release()
+                except (RuntimeError, ValueError):
+                    pass
+                except wds.CancelledError:
+                    pass
+                except Exception as ex:  # noqa: BLE001
+                    errors.append(ex)
+
+        ts = [threading.Thread(target=epochs), threading.Thread(target=batches)]
+        for t in ts:
+            t.start()
+        time.sleep(0.05 + 0.02 * (r % 4))
+        loader.close()
+        time.sleep(0.05)
+        stop.set()
+        for t in ts:
+            t.join(20)
+        assert not any(t.is_alive() for t in ts), f"round {r}: a thread hangs"
+        assert not errors, errors
+        assert loader.closed
+
+
+def test_closed_loader_refuses_set_epoch(shard):
+    loader = wds.Loader(shard, "cls", 2, mode="plain", workers=1)
+    loader.close()
+    with pytest.raises(ValueError, match="closed"):
+        loader.set_epoch(1)
+
+
+# ---- a FIFO without a writer (item 2) ----------------------------------
+
+def test_loader_on_a_fifo_times_out_and_closes(tmp_path):
+    fifo = tmp_path / "nowriter.tar"
+    os.mkfifo(fifo)
+    lo = within(20, lambda: wds.Loader(str(fifo), "cls", 1, mode="plain",
+                                       workers=1, read_timeout_ms=1000))
+    assert not isinstance(lo, BaseException), lo
+    r = within(20, lo.next)
+    assert isinstance(r, wds.TimeoutError) and "no data for 1.0 s" in str(r), r
+    assert within(10, lo.close) is None
+    # exact mode: the counting pass at construction times out the same way
+    r = within(20, lambda: wds.Loader(str(fifo), "cls", 1,
+                                      read_timeout_ms=1000))
+    assert isinstance(r, wds.TimeoutError) and "no data for 1.0 s" in str(r), r
+
+
+def test_close_returns_while_next_waits_on_a_fifo(tmp_path):
+    fifo = tmp_path / "nowriter.tar"
+    os.mkfifo(fifo)
+    lo = wds.Loader(str(fifo), "cls", 1, mode="plain", workers=1,
+                    read_timeout_ms=-1)
+    t, out = blocked_next(lo)
+    assert within(10, lo.close) is None
+    t.join(10)
+    assert not t.is_alive() and isinstance(out[0], wds.CancelledError), out
+
+
+def test_reader_on_a_fifo_times_out(tmp_path):
+    fifo = tmp_path / "nowriter.tar"
+    os.mkfifo(fifo)
+    r = wds.Reader(str(fifo), read_timeout_ms=1000)
+    e = within(20, lambda: next(iter(r)))
+    assert isinstance(e, wds.TimeoutError) and "no data for 1.0 s" in str(e), e
+    r.close()
+
+
+# ---- Ctrl-C while a call waits (item 3) --------------------------------
+
+CASES = {
+    # Loader.next() on a stalled source (plain mode: no counting pass);
+    # then the loader is as it was: closable, its position unchanged.
+    "loader_next": """
+        lo = wds.Loader("pipe:sleep {n}", "cls", 1, mode="plain", workers=1)
+        ready()
+        try:
+            lo.next()
+        finally:
+            assert lo.state_dict()["batches"] == 0
+            lo.close()
+    """,
+    # exact mode counts the shard's samples at construction
+    "loader_counting": """
+        ready()
+        wds.Loader("pipe:sleep {n}", "cls", 1)
+    """,
+    "reader": """
+        r = wds.Reader("pipe:sleep {n}")
+        ready()
+        try:
+            for s in r:
+                pass
+        finally:
+            r.close()
+    """,
+    # a compressed stream read by its reading thread: the caller waits on
+    # the thread's ring
+    "reader_read_thread": """
+        r = wds.Reader("pipe:zstd -qc {shard} | head -c 600; sleep {n}")
+        ready()
+        try:
+            for s in r:
+                pass
+        finally:
+            r.close()
+    """,
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_ctrl_c_reaches_a_blocked_call(case, shard, tmp_path):
+    n = 1100 + sorted(CASES).index(case)
+    body = textwrap.indent(textwrap.dedent(CASES[case]).format(n=n, shard=shard),
+                           "    ")
+    code = ("import sys, wds\n"
+            "def ready():\n"
+            "    print('ready', flush=True)\n"
+            "try:\n" + body +
+            "except KeyboardInterrupt:\n"
+            "    print('KeyboardInterrupt', flush=True)\n"
+            "    sys.exit(42)\n")
+    env = dict(os.environ, WDS_READ_THREAD="1")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        time.sleep(0.7)  # inside the call, waiting on the command
+        assert p.poll() is None, p.stderr.read()
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=10)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 42 and "KeyboardInterrupt" in out, (p.returncode, out, err)
+    assert took < 5, f"KeyboardInterrupt after {took:.1f} s"
+
+
+def test_loader_goes_on_after_ctrl_c(shard):
+    """A KeyboardInterrupt in next() leaves the loader as it was: the next
+    call delivers the batch it was waiting for."""
+    code = textwrap.dedent(f"""
+        import os, signal, threading, wds
+        lo = wds.Loader("pipe:sleep 3; cat {shard}", "cls", 4, mode="plain",
+                        workers=1)
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            lo.next()
+            print("no interrupt")
+        except KeyboardInterrupt:
+            b = lo.next()
+            print(b.keys, lo.state_dict()["batches"])
+        lo.close()
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "['k0000', 'k0001', 'k0002', 'k0003'] 1", p.stdout
