@@ -44,7 +44,7 @@ def blocked_next(loader):
 
 def test_set_epoch_while_next_waits_raises():
     loader = wds.Loader("pipe:sleep 1001", "cls", 1, mode="plain", workers=1,
-                        read_timeout_ms=-1)
+                        read_timeout_ms=0)  # 0: no timeout
     t, out = blocked_next(loader)
     try:
         with pytest.raises(RuntimeError, match="another thread"):
@@ -86,7 +86,7 @@ def stalling_loader(shard):
     waits on a command that ignores SIGTERM."""
     lo = wds.Loader([shard, "pipe:trap '' TERM; sleep 1003"], "cls", 20,
                     mode="plain", workers=1, shard_shuffle=False,
-                    read_timeout_ms=-1)
+                    read_timeout_ms=0)  # 0: no timeout
     b = lo.next()
     assert b is not None and len(b.keys) == 20
     b.release()
@@ -215,7 +215,7 @@ def test_close_returns_while_next_waits_on_a_fifo(tmp_path):
     fifo = tmp_path / "nowriter.tar"
     os.mkfifo(fifo)
     lo = wds.Loader(str(fifo), "cls", 1, mode="plain", workers=1,
-                    read_timeout_ms=-1)
+                    read_timeout_ms=0)  # 0: no timeout
     t, out = blocked_next(lo)
     assert within(10, lo.close) is None
     t.join(10)
