@@ -589,6 +589,9 @@ static int fences_poll(wds_loader *l, int block) {
     memset(&s->fence, 0, sizeof s->fence);
     l->held--;
     l->fenced--;
+    /* The collator has a slot now (it sets the flag again if it still
+     * lacks one): next() waits for no further fence meanwhile. */
+    l->collator_waits = 0;
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
     if (f.drop)

@@ -15,6 +15,10 @@
  *   wds_cuda_batch_copy(l, b, dev, stream);  (b is given back: do not use it)
  *   kernel<<<..., stream>>>(d_images, ...);  (ordered after the copies)
  *
+ * The fence's callbacks (cudaEventQuery, cudaEventSynchronize,
+ * cudaEventDestroy) run in the thread that calls wds_loader_next() and
+ * wds_loader_close(): make the event's device current there too.
+ *
  * Work on other streams must wait for the copies (cudaStreamWaitEvent on an
  * event the caller records on `stream` after the call). wds-train orders its
  * own copies (trainer/backend_cuda.cu: events per device buffer, the host

@@ -39,8 +39,9 @@ def shards(tmp_path_factory):
 
 
 def loader(spec, **kw):
+    kw.setdefault("prefetch", 2)
     return wds.Loader(spec, FIELDS, 4, rank=0, world_size=1, workers=2,
-                      shuffle_buffer=12, seed=5, prefetch=2, **kw)
+                      shuffle_buffer=12, seed=5, **kw)
 
 
 def host_epochs(spec):
@@ -108,6 +109,10 @@ class LateEngine:
     def wait(self, ev):
         self.waits += 1
         ev.complete()
+
+    def synchronize(self):
+        for ev in self.events:
+            ev.complete()
 
 
 @pytest.fixture
@@ -251,6 +256,9 @@ def slow_engine(monkeypatch, early=False):
         def wait(self, ev):
             base.wait(ev)
 
+        def synchronize(self):
+            base.synchronize()
+
     s = Slow()
     monkeypatch.setattr(_device, "engine", lambda device: s)
     return s
@@ -262,16 +270,16 @@ def test_gpu_copies_behind_long_kernels_are_intact(shards, monkeypatch):
     want = host_epochs(shards)
     slow_engine(monkeypatch)
     got = []
-    with loader(shards, device="cuda") as l:
+    with loader(shards, device="cuda", prefetch=4) as l:
         for _ in range(EPOCHS):
-            for b in l:
+            for b in l:  # kept on the GPU: several copies in flight
                 assert b.valid.is_cuda and b["npy"].device.type == "cuda"
-                got.append({"npy": b["npy"].cpu(), "cls": b["cls"].cpu(),
-                            "valid": b.valid.cpu()})
+                got.append(b)
+        torch.cuda.synchronize()
     for d, h in zip(got, want):
-        assert np.array_equal(d["npy"].numpy(), h["npy"])
-        assert np.array_equal(d["cls"].numpy(), h["cls"])
-        assert np.array_equal(d["valid"].numpy(), h["valid"])
+        assert np.array_equal(d["npy"].cpu().numpy(), h["npy"])
+        assert np.array_equal(d["cls"].cpu().numpy(), h["cls"])
+        assert np.array_equal(d.valid.cpu().numpy(), h["valid"])
     # The control: released at once, copies behind the kernel read refilled
     # slots (read the tensors only after everything ran).
     slow_engine(monkeypatch, early=True)
@@ -316,3 +324,54 @@ def test_train_ddp_refuses_more_processes_than_gpus():
         mod.gpu_for(3, 4, 2)
     with pytest.raises(SystemExit, match="but 1 GPU "):
         mod.gpu_for(0, 2, 1)
+
+
+def test_fences_from_two_threads_lose_nothing(shards, late):
+    """Batch.to from a second thread while the loader's thread polls: every
+    entry is waited for (none dropped from the queue) and the copies equal
+    the host batches."""
+    import threading
+
+    want = host_epochs(shards)
+    eng = late(polls=1)
+    got, errors = [], []
+    with loader(shards, prefetch=4) as l:
+        batches = [l.next() for _ in range(3)]
+
+        def copy(b):
+            try:
+                got.append((b.index, b.to("late", non_blocking=True)))
+                b.release()
+            except Exception as e:  # pragma: no cover - reported below
+                errors.append(e)
+
+        ts = [threading.Thread(target=copy, args=(b,)) for b in batches]
+        for t in ts:
+            t.start()
+        for _ in range(20):
+            l._fences.poll()
+        for t in ts:
+            t.join()
+    assert not errors, errors
+    assert all(ev.copied for ev in eng.events)
+    for i, d in got:
+        assert same(d, want[i])
+
+
+def test_a_failed_copy_waits_before_the_slot_goes(shards, late):
+    """A copy that fails after earlier work was queued: the engine is
+    synchronised before the batch (and its slot) can go."""
+    eng = late(polls=1 << 30)
+    calls = []
+
+    def bad_copy(host, made=None):
+        calls.append("copy")
+        raise RuntimeError("CUDA out of memory (stand-in)")
+
+    eng.copy = bad_copy
+    sync = eng.synchronize
+    eng.synchronize = lambda: (calls.append("sync"), sync())
+    with loader(shards, device="late") as l:
+        with pytest.raises(RuntimeError, match="out of memory"):
+            l.next()
+    assert calls == ["copy", "sync"]

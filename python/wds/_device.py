@@ -21,6 +21,7 @@ DMA does.
 """
 
 import collections
+import threading
 
 _BYTES = object()  # a field that stays on the host
 
@@ -108,6 +109,10 @@ class _TorchCuda:
     def done(self, ev):
         return ev.query()
 
+    def synchronize(self):
+        """Waits for everything queued on the engine's stream."""
+        self.stream.synchronize()
+
     def wait(self, ev):
         ev.synchronize()
 
@@ -152,18 +157,23 @@ class Fences:
     """Host memory behind copies still running: entries (engine, event,
     keep, batch handle or None), in the order the copies were queued. An
     entry's `keep` (the host tensors the copy reads, which hold the slot) is
-    dropped and its batch handle released once engine.done(event)."""
+    dropped and its batch handle released once engine.done(event). Safe to
+    use from several threads (a lock; reentrant, as the garbage collector
+    may drain a queue from within one); an entry whose done() or wait()
+    raises stays queued."""
 
-    __slots__ = ("_q",)
+    __slots__ = ("_q", "_lock")
 
     def __init__(self):
         self._q = collections.deque()
+        self._lock = threading.RLock()
 
     def __len__(self):
         return len(self._q)
 
     def add(self, eng, ev, keep, handle=None):
-        self._q.append([eng, ev, keep, handle])
+        with self._lock:
+            self._q.append([eng, ev, keep, handle])
 
     @staticmethod
     def _free(entry):
@@ -174,26 +184,30 @@ class Fences:
 
     def poll(self):
         """Frees every entry whose copy is over."""
-        q = self._q
-        if not q:
-            return
-        left = collections.deque()
-        while q:
-            e = q.popleft()
-            if e[0].done(e[1]):
-                self._free(e)
-            else:
-                left.append(e)
-        self._q = left
+        with self._lock:
+            q = self._q
+            for _ in range(len(q)):
+                e = q.popleft()
+                try:
+                    done = e[0].done(e[1])
+                except BaseException:
+                    q.appendleft(e)
+                    raise
+                if done:
+                    self._free(e)
+                else:
+                    q.append(e)
 
     def wait_oldest(self):
         """Waits for the oldest copy and frees it; False when none."""
-        if not self._q:
-            return False
-        e = self._q.popleft()
-        e[0].wait(e[1])
-        self._free(e)
-        return True
+        with self._lock:
+            if not self._q:
+                return False
+            e = self._q[0]
+            e[0].wait(e[1])
+            self._q.popleft()
+            self._free(e)
+            return True
 
     def reserve(self, limit):
         """Frees what is done, then waits until fewer than limit remain."""
@@ -203,6 +217,14 @@ class Fences:
 
     def drain(self):
         while self.wait_oldest():
+            pass
+
+    def __del__(self):
+        # The last owner gone (a Batch outliving its Loader): copies still
+        # reading slots finish first.
+        try:
+            self.drain()
+        except Exception:  # interpreter shutdown: torch may be gone
             pass
 
 
@@ -230,16 +252,24 @@ def to_device(batch, eng, fences, handle=None):
     that cannot be decoded under on_error="skip" turns invalid before
     __valid__ is copied)."""
     made = {}
-    if getattr(eng, "jpeg", None) is not None:
-        for i, n in enumerate(batch._names):
-            shape = eng.jpeg.shape(batch._b, i)
-            if shape is not None:
-                made[n] = eng.decode(batch._b, i, shape)
-    host = host_tensors(batch)
-    copy = {n: t for n, t in host.items() if t is not _BYTES}
-    for n in made:
-        copy.pop(n, None)
-    dev, ev = eng.copy(copy, made) if made else eng.copy(copy)
+    try:
+        if getattr(eng, "jpeg", None) is not None:
+            for i, n in enumerate(batch._names):
+                shape = eng.jpeg.shape(batch._b, i)
+                if shape is not None:
+                    made[n] = eng.decode(batch._b, i, shape)
+        host = host_tensors(batch)
+        copy = {n: t for n, t in host.items() if t is not _BYTES}
+        for n in made:
+            copy.pop(n, None)
+        dev, ev = eng.copy(copy, made) if made else eng.copy(copy)
+    except BaseException:
+        # Work queued before the failure may still read the slot, which
+        # goes back when the caller drops the batch: wait for it first.
+        sync = getattr(eng, "synchronize", None)
+        if sync is not None:
+            sync()
+        raise
     fields = {}
     for i, n in enumerate(batch._names):
         fields[n] = (dev[n] if n in made else
