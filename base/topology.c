@@ -9,14 +9,17 @@ typedef struct getter {
   void *ctx;
 } getter;
 
-static const char *var(const getter *g, const char *name) {
-  const char *v = g->get ? g->get(name, g->ctx) : getenv(name);
+const char *wds__topology_var(wds__getenv_fn get, void *ctx, const char *name) {
+  const char *v = get ? get(name, ctx) : getenv(name);
   return v && v[0] ? v : NULL;
 }
 
-/* Strict decimal in [lo, hi]; the error names the variable and value. */
-static int parse_int(const char *name, const char *v, long lo, long hi,
-                     int *out, wds__err *e) {
+static const char *var(const getter *g, const char *name) {
+  return wds__topology_var(g->get, g->ctx, name);
+}
+
+int wds__topology_int(const char *name, const char *v, long lo, long hi,
+                      int *out, wds__err *e) {
   char *end;
   errno = 0;
   long x = strtol(v, &end, 10);
@@ -42,19 +45,22 @@ static int torchrun(const getter *g, wds__topology *t, wds__err *e) {
                        "%s is not set, but %s='%s' is (torchrun sets RANK, "
                        "WORLD_SIZE and LOCAL_RANK together)",
                        names[i], names[set], vals[set]);
-  if ((rc =
-           parse_int("WORLD_SIZE", vals[1], 1, MAX_WORLD, &t->world_size, e)) ||
-      (rc = parse_int("RANK", vals[0], 0, t->world_size - 1, &t->rank, e)))
+  if ((rc = wds__topology_int("WORLD_SIZE", vals[1], 1, MAX_WORLD,
+                              &t->world_size, e)) ||
+      (rc = wds__topology_int("RANK", vals[0], 0, t->world_size - 1, &t->rank,
+                              e)))
     return rc;
-  if (lworld_s && (rc = parse_int("LOCAL_WORLD_SIZE", lworld_s, 1,
-                                  t->world_size, &t->local_world_size, e)))
+  if (lworld_s &&
+      (rc = wds__topology_int("LOCAL_WORLD_SIZE", lworld_s, 1, t->world_size,
+                              &t->local_world_size, e)))
     return rc;
   if (!vals[2])
     return WDS_OK;
   if (!lworld_s)
     t->local_world_size = t->world_size;
   int lworld = t->local_world_size;
-  if ((rc = parse_int("LOCAL_RANK", vals[2], 0, lworld - 1, &t->local_rank, e)))
+  if ((rc = wds__topology_int("LOCAL_RANK", vals[2], 0, lworld - 1,
+                              &t->local_rank, e)))
     return rc;
   if (t->world_size % lworld != 0)
     return wds__fail(e, WDS_ERR_INVALID,
@@ -76,16 +82,16 @@ static int pair(const getter *g, const char *const names[4], wds__topology *t,
   const char *lrank_s = var(g, names[2]);
   const char *lsize_s = names[3] ? var(g, names[3]) : NULL;
   int rc;
-  if ((rc = parse_int(names[1], var(g, names[1]), 1, MAX_WORLD, &t->world_size,
-                      e)) ||
-      (rc = parse_int(names[0], var(g, names[0]), 0, t->world_size - 1,
-                      &t->rank, e)))
+  if ((rc = wds__topology_int(names[1], var(g, names[1]), 1, MAX_WORLD,
+                              &t->world_size, e)) ||
+      (rc = wds__topology_int(names[0], var(g, names[0]), 0, t->world_size - 1,
+                              &t->rank, e)))
     return rc;
-  if (lsize_s && (rc = parse_int(names[3], lsize_s, 1, t->world_size,
-                                 &t->local_world_size, e)))
+  if (lsize_s && (rc = wds__topology_int(names[3], lsize_s, 1, t->world_size,
+                                         &t->local_world_size, e)))
     return rc;
   if (lrank_s &&
-      (rc = parse_int(
+      (rc = wds__topology_int(
            names[2], lrank_s, 0,
            (t->local_world_size > 0 ? t->local_world_size : t->world_size) - 1,
            &t->local_rank, e)))

@@ -38,6 +38,16 @@ typedef struct wds__topology {
 /* A getenv-like lookup (tests pass their own). */
 typedef const char *(*wds__getenv_fn)(const char *name, void *ctx);
 
+/* The value of variable `name` through get (NULL: getenv); NULL when it is
+ * unset or "" (which counts as unset). */
+const char *wds__topology_var(wds__getenv_fn get, void *ctx, const char *name);
+
+/* Parses v, the value of variable (or flag) `name`, as a strict decimal
+ * integer in [lo, hi] into *out; else WDS_ERR_INVALID naming the variable
+ * and its value. */
+int wds__topology_int(const char *name, const char *v, long lo, long hi,
+                      int *out, wds__err *e);
+
 /* Reads the topology through get (NULL: getenv). WDS_OK, or
  * WDS_ERR_INVALID with a message naming the variable (*t is then rank 0 of
  * 1, no launcher). */

@@ -94,6 +94,20 @@ static void free_sample(wds_index_sample *s) {
   free((char *)s->key);
 }
 
+/* Opens an object as wds__json_open does, but an end of input where the
+ * '{' should be fails as "unexpected end of input" (wds__json_expect), not
+ * with `what`. *more = 0 for an empty object (its '}' consumed), else 1:
+ * read a member, then wds__json_next(p, '}', more). */
+static int open_object(wds__json *p, const char *what, int *more) {
+  int rc = wds__json_expect(p, '{', what);
+  if (rc != WDS_OK)
+    return rc;
+  *more = wds__json_peek(p) != '}';
+  if (!*more)
+    p->pos++;
+  return WDS_OK;
+}
+
 /* Parses {"EXT": [OFFSET, SIZE], ...} into s->fields; an extension listed
  * twice is an error. */
 static int parse_fields(wds__json *p, wds_index_sample *s) {
@@ -133,46 +147,35 @@ static int parse_fields(wds__json *p, wds_index_sample *s) {
 static int parse_sample(wds__json *p, wds_index_sample *s, int depth) {
   char key[16];
   size_t obj_at = p->pos;
-  int rc, have_key = 0, have_fields = 0;
-  if ((rc = wds__json_expect(p, '{', "samples must be objects")) != WDS_OK)
+  int rc, more, have_key = 0, have_fields = 0;
+  if ((rc = open_object(p, "samples must be objects", &more)) != WDS_OK)
     return rc;
-  wds__json_ws(p);
-  if (wds__json_peek(p) == '}')
-    p->pos++;
-  else
-    for (;;) {
-      wds__json_ws(p);
-      size_t key_at = p->pos;
-      if ((rc = wds__json_key(p, key, sizeof key)) != WDS_OK)
+  while (more) {
+    wds__json_ws(p);
+    size_t key_at = p->pos;
+    if ((rc = wds__json_key(p, key, sizeof key)) != WDS_OK)
+      return rc;
+    int *seen = strcmp(key, "key") == 0      ? &have_key
+                : strcmp(key, "fields") == 0 ? &have_fields
+                                             : NULL;
+    if (seen && *seen)
+      return wds__json_fail(p, key_at, "duplicate key in a sample");
+    if (seen)
+      *seen = 1;
+    if (seen == &have_key) {
+      char *k;
+      if ((rc = wds__json_string_dup(p, "\"key\"", &k, NULL)) != WDS_OK)
         return rc;
-      int *seen = strcmp(key, "key") == 0      ? &have_key
-                  : strcmp(key, "fields") == 0 ? &have_fields
-                                               : NULL;
-      if (seen && *seen)
-        return wds__json_fail(p, key_at, "duplicate key in a sample");
-      if (seen)
-        *seen = 1;
-      if (seen == &have_key) {
-        char *k;
-        if ((rc = wds__json_string_dup(p, "\"key\"", &k, NULL)) != WDS_OK)
-          return rc;
-        s->key = k;
-      } else if (seen == &have_fields) {
-        if ((rc = parse_fields(p, s)) != WDS_OK)
-          return rc;
-      } else if ((rc = wds__json_skip(p, depth + 1)) != WDS_OK) {
+      s->key = k;
+    } else if (seen == &have_fields) {
+      if ((rc = parse_fields(p, s)) != WDS_OK)
         return rc;
-      }
-      wds__json_ws(p);
-      if (wds__json_peek(p) == ',') {
-        p->pos++;
-        continue;
-      }
-      if ((rc = wds__json_expect(p, '}', "expected ',' or '}' in an object")) !=
-          WDS_OK)
-        return rc;
-      break;
+    } else if ((rc = wds__json_skip(p, depth + 1)) != WDS_OK) {
+      return rc;
     }
+    if ((rc = wds__json_next(p, '}', &more)) != WDS_OK)
+      return rc;
+  }
   if (!have_key || !have_fields)
     return wds__json_fail(p, obj_at,
                           have_key ? "a sample has no \"fields\""
@@ -269,102 +272,91 @@ static int parse_entry(wds__json *p, size_t i, const char *dir, unsigned flags,
                        wds__index_entry *ent, int depth) {
   char msg[320], key[16];
   size_t obj_at = p->pos;
-  int rc = WDS_OK, have_url = 0, have_n = 0, have_size = 0, have_tar = 0,
+  int rc = WDS_OK, more, have_url = 0, have_n = 0, have_size = 0, have_tar = 0,
       have_samples = 0;
   size_t samples_at = 0, listed = 0;
   ent->filesize = -1;
   ent->tar_bytes = -1;
   if (depth > WDS__JSON_MAX_DEPTH)
     return wds__json_fail(p, obj_at, "nesting deeper than 64 levels");
-  if ((rc = wds__json_expect(p, '{', "shardlist entries must be objects")) !=
+  if ((rc = open_object(p, "shardlist entries must be objects", &more)) !=
       WDS_OK)
     return rc;
-  wds__json_ws(p);
-  if (wds__json_peek(p) == '}')
-    p->pos++;
-  else
-    for (;;) {
+  while (more) {
+    wds__json_ws(p);
+    size_t key_at = p->pos;
+    if ((rc = wds__json_key(p, key, sizeof key)) != WDS_OK)
+      return rc;
+    int *seen =
+        strcmp(key, "url") == 0         ? &have_url
+        : strcmp(key, "nsamples") == 0  ? &have_n
+        : strcmp(key, "filesize") == 0  ? &have_size
+        : strcmp(key, "tar_bytes") == 0 ? &have_tar
+        : strcmp(key, "samples") == 0 &&
+                (flags & (WDS__INDEX_SAMPLES | WDS__INDEX_COUNT_SAMPLES))
+            ? &have_samples
+            : NULL;
+    if (seen && *seen) {
+      snprintf(msg, sizeof msg, "duplicate key \"%s\"", key);
+      return wds__json_fail(p, key_at, msg);
+    }
+    if (seen)
+      *seen = 1;
+    if (seen == &have_url) {
       wds__json_ws(p);
-      size_t key_at = p->pos;
-      if ((rc = wds__json_key(p, key, sizeof key)) != WDS_OK)
+      size_t at = p->pos, len;
+      if ((rc = wds__json_string(p, NULL, 0, &len)) != WDS_OK)
         return rc;
-      int *seen =
-          strcmp(key, "url") == 0         ? &have_url
-          : strcmp(key, "nsamples") == 0  ? &have_n
-          : strcmp(key, "filesize") == 0  ? &have_size
-          : strcmp(key, "tar_bytes") == 0 ? &have_tar
-          : strcmp(key, "samples") == 0 &&
-                  (flags & (WDS__INDEX_SAMPLES | WDS__INDEX_COUNT_SAMPLES))
-              ? &have_samples
-              : NULL;
-      if (seen && *seen) {
-        snprintf(msg, sizeof msg, "duplicate key \"%s\"", key);
-        return wds__json_fail(p, key_at, msg);
-      }
-      if (seen)
-        *seen = 1;
-      if (seen == &have_url) {
-        wds__json_ws(p);
-        size_t at = p->pos, len;
-        if ((rc = wds__json_string(p, NULL, 0, &len)) != WDS_OK)
-          return rc;
-        if (len == 0)
-          return wds__json_fail(p, at, "\"url\" is empty");
-        ent->url = malloc(len + 1);
-        if (!ent->url)
-          return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
-        p->pos = at;
-        if ((rc = wds__json_string(p, ent->url, len, &len)) != WDS_OK)
-          return rc;
-        ent->url[len] = '\0';
-        if (strlen(ent->url) != len)
-          return wds__json_fail(p, at, "\"url\" contains a NUL character");
-        ent->path = wds__index_resolve(dir, ent->url);
-        if (!ent->path)
-          return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
-      } else if (seen == &have_n) {
-        int is_null;
-        if ((rc = parse_count(p, "nsamples", UINT64_MAX, 0, &ent->nsamples,
-                              &is_null)) != WDS_OK)
-          return rc;
-      } else if (seen == &have_size) {
-        uint64_t v;
-        int is_null;
-        if ((rc = parse_count(p, "filesize", INT64_MAX, 1, &v, &is_null)) !=
-            WDS_OK)
-          return rc;
-        ent->filesize = is_null ? -1 : (int64_t)v; /* null: unknown */
-      } else if (seen == &have_tar) {
-        uint64_t v;
-        int is_null;
-        if ((rc = parse_count(p, "tar_bytes", INT64_MAX, 1, &v, &is_null)) !=
-            WDS_OK)
-          return rc;
-        ent->tar_bytes = is_null ? -1 : (int64_t)v;
-      } else if (seen == &have_samples) {
-        wds__json_ws(p);
-        samples_at = p->pos;
-        if (flags & WDS__INDEX_SAMPLES)
-          rc = parse_samples(p, ent, depth + 1);
-        else
-          rc = count_samples(p, &listed, depth + 1);
-        if (rc != WDS_OK)
-          return rc;
-        if (flags & WDS__INDEX_SAMPLES)
-          listed = ent->sample_count;
-      } else if ((rc = wds__json_skip(p, depth + 1)) != WDS_OK) {
+      if (len == 0)
+        return wds__json_fail(p, at, "\"url\" is empty");
+      ent->url = malloc(len + 1);
+      if (!ent->url)
+        return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
+      p->pos = at;
+      if ((rc = wds__json_string(p, ent->url, len, &len)) != WDS_OK)
         return rc;
-      }
-      wds__json_ws(p);
-      if (wds__json_peek(p) == ',') {
-        p->pos++;
-        continue;
-      }
-      if ((rc = wds__json_expect(p, '}', "expected ',' or '}' in an object")) !=
+      ent->url[len] = '\0';
+      if (strlen(ent->url) != len)
+        return wds__json_fail(p, at, "\"url\" contains a NUL character");
+      ent->path = wds__index_resolve(dir, ent->url);
+      if (!ent->path)
+        return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
+    } else if (seen == &have_n) {
+      int is_null;
+      if ((rc = parse_count(p, "nsamples", UINT64_MAX, 0, &ent->nsamples,
+                            &is_null)) != WDS_OK)
+        return rc;
+    } else if (seen == &have_size) {
+      uint64_t v;
+      int is_null;
+      if ((rc = parse_count(p, "filesize", INT64_MAX, 1, &v, &is_null)) !=
           WDS_OK)
         return rc;
-      break;
+      ent->filesize = is_null ? -1 : (int64_t)v; /* null: unknown */
+    } else if (seen == &have_tar) {
+      uint64_t v;
+      int is_null;
+      if ((rc = parse_count(p, "tar_bytes", INT64_MAX, 1, &v, &is_null)) !=
+          WDS_OK)
+        return rc;
+      ent->tar_bytes = is_null ? -1 : (int64_t)v;
+    } else if (seen == &have_samples) {
+      wds__json_ws(p);
+      samples_at = p->pos;
+      if (flags & WDS__INDEX_SAMPLES)
+        rc = parse_samples(p, ent, depth + 1);
+      else
+        rc = count_samples(p, &listed, depth + 1);
+      if (rc != WDS_OK)
+        return rc;
+      if (flags & WDS__INDEX_SAMPLES)
+        listed = ent->sample_count;
+    } else if ((rc = wds__json_skip(p, depth + 1)) != WDS_OK) {
+      return rc;
     }
+    if ((rc = wds__json_next(p, '}', &more)) != WDS_OK)
+      return rc;
+  }
   if (!have_url || !have_n) {
     snprintf(msg, sizeof msg, "shardlist[%zu] has no \"%s\"", i,
              have_url ? "nsamples" : "url");
@@ -413,7 +405,7 @@ int wds__index_parse_flags(const char *text, size_t size, const char *dir,
                            unsigned flags, wds__index *out, wds__err *e) {
   wds__index ix = {0};
   wds__json p;
-  int rc = WDS_OK, have_list = 0;
+  int rc = WDS_OK, more, have_list = 0;
   char key[16];
   memset(out, 0, sizeof *out);
   if (!text && size)
@@ -421,40 +413,29 @@ int wds__index_parse_flags(const char *text, size_t size, const char *dir,
   if (!dir)
     dir = "";
   wds__json_init(&p, text, size, WDS__JSON_SURROGATEESCAPE, e);
-  if ((rc = wds__json_expect(&p, '{', "the index must be a JSON object")) !=
+  if ((rc = open_object(&p, "the index must be a JSON object", &more)) !=
       WDS_OK)
     goto done;
-  wds__json_ws(&p);
-  if (wds__json_peek(&p) == '}')
-    p.pos++;
-  else
-    for (;;) {
-      wds__json_ws(&p);
-      size_t key_at = p.pos;
-      if ((rc = wds__json_key(&p, key, sizeof key)) != WDS_OK)
+  while (more) {
+    wds__json_ws(&p);
+    size_t key_at = p.pos;
+    if ((rc = wds__json_key(&p, key, sizeof key)) != WDS_OK)
+      goto done;
+    if (strcmp(key, "shardlist") == 0) {
+      if (have_list) {
+        rc = wds__json_fail(&p, key_at, "duplicate key \"shardlist\"");
         goto done;
-      if (strcmp(key, "shardlist") == 0) {
-        if (have_list) {
-          rc = wds__json_fail(&p, key_at, "duplicate key \"shardlist\"");
-          goto done;
-        }
-        have_list = 1;
-        rc = parse_shardlist(&p, dir, flags, &ix);
-      } else {
-        rc = wds__json_skip(&p, 2);
       }
-      if (rc != WDS_OK)
-        goto done;
-      wds__json_ws(&p);
-      if (wds__json_peek(&p) == ',') {
-        p.pos++;
-        continue;
-      }
-      if ((rc = wds__json_expect(&p, '}',
-                                 "expected ',' or '}' in an object")) != WDS_OK)
-        goto done;
-      break;
+      have_list = 1;
+      rc = parse_shardlist(&p, dir, flags, &ix);
+    } else {
+      rc = wds__json_skip(&p, 2);
     }
+    if (rc != WDS_OK)
+      goto done;
+    if ((rc = wds__json_next(&p, '}', &more)) != WDS_OK)
+      goto done;
+  }
   if ((rc = wds__json_end(&p, "the index object")) != WDS_OK)
     goto done;
   if (!have_list) {

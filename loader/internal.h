@@ -39,6 +39,7 @@
 #include "base/rng.h"
 #include "loader/plan.h"
 #include "pipeline/decoders.h"
+#include "shards/cache.h"
 #include "shards/cancel.h"
 #include "wds/loader.h"
 #include "wds/reader.h"

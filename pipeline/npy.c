@@ -18,7 +18,7 @@
 
 #include "decode.h"
 #include "decoders.h"
-#include "wds/writer.h" /* wds_outfile */
+#include "wds/outfile.h"
 
 static const struct {
   const char *name;

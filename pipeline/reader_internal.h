@@ -2,7 +2,9 @@
 #ifndef WDS_PIPELINE_READER_INTERNAL_H
 #define WDS_PIPELINE_READER_INTERNAL_H
 
+#include "shards/cache.h"
 #include "shards/cancel.h"
+#include "shards/io_opts.h"
 #include "wds/reader.h"
 
 /* wds_reader_open() whose reads honour the caller's token instead of the

@@ -2,6 +2,7 @@
 #include "dl.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 
 void *wds__dl_open(const char *lib, const char *const *sonames,
@@ -38,4 +39,47 @@ void *wds__dl_open(const char *lib, const char *const *sonames,
     *syms[i].slot = p;
   }
   return h;
+}
+
+/* One lock for every library's first load: loads are rare and short, and a
+ * check loads nothing else. */
+static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int load(wds__dl_lib *l) {
+  void *h = wds__dl_open(l->name, l->sonames, l->syms, l->nsyms, l->min_version,
+                         l->error, sizeof l->error);
+  if (!h)
+    return -1;
+  if (l->check && !l->check(l, h)) {
+    dlclose(h);
+    return -1;
+  }
+  return 1; /* the library stays loaded for the process */
+}
+
+int wds__dl_ready(wds__dl_lib *l) {
+  int state = __atomic_load_n(&l->state, __ATOMIC_ACQUIRE);
+  if (state == 0) {
+    pthread_mutex_lock(&load_mu);
+    state = __atomic_load_n(&l->state, __ATOMIC_RELAXED);
+    if (state == 0) {
+      state = load(l);
+      __atomic_store_n(&l->state, state, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&load_mu);
+  }
+  return state > 0;
+}
+
+const char *wds__dl_error(wds__dl_lib *l) {
+  (void)wds__dl_ready(l);
+  return l->error;
+}
+
+int wds__dl_too_old(wds__dl_lib *l, const char *found) {
+  snprintf(l->error, sizeof l->error,
+           "cannot use %s: %s %s or later is needed (wds was built against "
+           "%s)",
+           found, l->name, l->min_version, l->built_against);
+  return 0;
 }

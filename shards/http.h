@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "base/err.h"
-#include "cancel.h"
+#include "io_opts.h"
 
 typedef struct wds__http wds__http;
 

@@ -22,8 +22,8 @@
 #include <stddef.h>
 
 #include "base/err.h"
-#include "cancel.h"
 #include "http.h"
+#include "io_opts.h"
 
 /* What the environment says (pointers into it, or NULL when unset or
  * empty). */

@@ -9,7 +9,7 @@
 #include <sys/types.h>
 
 #include "base/err.h"
-#include "cancel.h"
+#include "io_opts.h"
 
 typedef struct wds__source wds__source;
 

@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "cancel.h"
+#include "io_opts.h"
 #include "wds/spec.h"
 
 /* wds_spec_expand_flags() with io for the listings (NULL: the defaults; its

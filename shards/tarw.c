@@ -37,7 +37,7 @@
 #include <zstd.h>
 
 #include "tarfmt.h"
-#include "wds/writer.h" /* wds_outfile: temporary name, sync, rename */
+#include "wds/outfile.h" /* temporary name, sync, rename */
 
 #define BLOCK WDS__TAR_BLOCK
 #define RECORD_BYTES 10240

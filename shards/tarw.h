@@ -17,7 +17,7 @@
  *   if (rc == WDS_OK) rc = wds__tarw_finish(w, &err);
  *   wds__tarw_close(w);     // always; discards an unfinished archive
  *
- * With a path, the archive is written through wds_outfile (wds/writer.h): to
+ * With a path, the archive is written through wds_outfile (wds/outfile.h): to
  * a temporary name in the same directory, "PATH.tmp-PID-N" (N a per-process
  * counter), renamed into place by wds__tarw_finish() (synced first with the
  * fsync option); closing without a successful finish removes the temporary

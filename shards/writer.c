@@ -18,9 +18,9 @@
  * it, and close/abort discard the unfinished shard (tarw removes its
  * temporary file). Shards finished before stay.
  *
- * Each shard file goes through wds_outfile (at the end of this file; tarw
- * opens and commits it): temporary name, fsync, rename, fsync of the
- * directory, or in place for a device or a FIFO. */
+ * Each shard file goes through wds_outfile (outfile.c; tarw opens and
+ * commits it): temporary name, fsync, rename, fsync of the directory, or in
+ * place for a device or a FIFO. */
 #include "wds/writer.h"
 
 #include <dirent.h>
@@ -28,7 +28,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +39,6 @@
 
 #include "base/err.h"
 #include "base/mem.h"
-#include "base/text.h"
 #include "tarw.h"
 
 #define DEFAULT_MAX_COUNT 100000u
@@ -736,212 +734,3 @@ int wds_writer_close(wds_writer *w) {
 }
 
 void wds_writer_abort(wds_writer *w) { writer_free(w); }
-
-/* ---- whole files (wds_outfile) ---- */
-
-struct wds_outfile {
-  int fd;
-  unsigned flags;
-  mode_t in_place; /* S_IFMT of a target written in place; 0: temporary */
-  char *path;
-  char *tmp; /* the temporary name while it exists (NULL in place) */
-};
-
-static int out_fail(char *err, size_t err_size, int status, const char *fmt,
-                    ...) __attribute__((format(printf, 4, 5)));
-static int out_fail(char *err, size_t err_size, int status, const char *fmt,
-                    ...) {
-  if (err && err_size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
-
-/* 1 for /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N and
- * /proc/self/fd/N: links to descriptors of this process. */
-static int own_descriptor(const char *path) {
-  static const char *const names[] = {"/dev/stdout", "/dev/stderr",
-                                      "/dev/stdin"};
-  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-    if (strcmp(path, names[i]) == 0)
-      return 1;
-  const char *n = strncmp(path, "/dev/fd/", 8) == 0          ? path + 8
-                  : strncmp(path, "/proc/self/fd/", 14) == 0 ? path + 14
-                                                             : NULL;
-  if (!n || !*n)
-    return 0;
-  for (; *n; n++)
-    if (*n < '0' || *n > '9')
-      return 0;
-  return 1;
-}
-
-int wds_outfile_open(const char *path, unsigned flags, wds_outfile **out,
-                     char *err, size_t err_size) {
-  static atomic_uint counter;
-  int rc = WDS_OK;
-  if (!out)
-    return out_fail(err, err_size, WDS_ERR_INVALID, "out is NULL");
-  *out = NULL;
-  if (!path || !*path)
-    return out_fail(err, err_size, WDS_ERR_INVALID, "empty output path");
-  wds_outfile *f = calloc(1, sizeof *f);
-  if (!f || !(f->path = strdup(path))) {
-    free(f);
-    return out_fail(err, err_size, WDS_ERR_NOMEM, "out of memory");
-  }
-  f->fd = -1;
-  f->flags = flags;
-  struct stat st, lst;
-  /* Anything stat cannot see (ENOENT, a dangling link) is created through
-   * the temporary, whose errors name the problem; so is a regular file, or
-   * a symlink to one, which the rename then replaces (the link, never its
-   * target). */
-  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-    if (S_ISDIR(st.st_mode) || S_ISSOCK(st.st_mode)) {
-      rc = out_fail(err, err_size, WDS_ERR_OPEN, "cannot write %s: it is a %s",
-                    path, S_ISDIR(st.st_mode) ? "directory" : "socket");
-      goto done;
-    }
-    /* A device or FIFO is written in place only when PATH names it
-     * itself: a symlink to one (planted in a shared output directory,
-     * say) would send the output into a disk, a terminal or another
-     * program's pipe. The process's own descriptors (/dev/stdout,
-     * /dev/fd/N) are links the caller made by redirecting. */
-    int is_link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
-    if (is_link && !own_descriptor(path)) {
-      char *real = realpath(path, NULL), shown[512];
-      const char *what = S_ISFIFO(st.st_mode)  ? "FIFO"
-                         : S_ISCHR(st.st_mode) ? "character device"
-                         : S_ISBLK(st.st_mode) ? "block device"
-                                               : "special file";
-      rc = out_fail(err, err_size, WDS_ERR_OPEN,
-                    "cannot write %s: it is a symbolic link to a %s (%s): "
-                    "an output replaces a link to a regular file, and never "
-                    "writes through one to a device, FIFO or socket; name "
-                    "the %s itself to write into it",
-                    path, what,
-                    real ? wds__esc(real, shown, sizeof shown, 0) : "?", what);
-      free(real);
-      goto done;
-    }
-    /* No O_CREAT: it exists, and must not turn into a new regular file.
-     * O_NOFOLLOW: a link put in its place since the lstat is refused. */
-    f->fd = open(path,
-                 O_WRONLY | O_NOCTTY | O_CLOEXEC | (is_link ? 0 : O_NOFOLLOW));
-    if (f->fd < 0) {
-      rc = out_fail(err, err_size, WDS_ERR_OPEN, "cannot open %s: %s", path,
-                    strerror(errno));
-      goto done;
-    }
-    if (fstat(f->fd, &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
-      /* Replaced by a regular file since the stat: writing it in place
-       * would not be atomic. */
-      rc = out_fail(err, err_size, WDS_ERR_OPEN,
-                    "cannot open %s: it changed while it was opened", path);
-      goto done;
-    }
-    f->in_place = st.st_mode & S_IFMT;
-    goto done;
-  }
-  size_t n = strlen(path) + 48;
-  if (!(f->tmp = malloc(n))) {
-    rc = out_fail(err, err_size, WDS_ERR_NOMEM, "out of memory");
-    goto done;
-  }
-  /* A name of our own beside the target, so the rename is atomic; O_EXCL,
-   * so concurrent writers (threads, processes, other hosts sharing the file
-   * system) never share one. */
-  for (int tries = 0;; tries++) {
-    snprintf(f->tmp, n, "%s.tmp-%ld-%u", path, (long)getpid(),
-             atomic_fetch_add(&counter, 1));
-    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (f->fd >= 0)
-      break;
-    if (errno != EEXIST || tries >= 100) {
-      rc = out_fail(err, err_size, WDS_ERR_OPEN, "cannot create %s (as %s): %s",
-                    path, f->tmp, strerror(errno));
-      free(f->tmp); /* not ours: never removed */
-      f->tmp = NULL;
-      goto done;
-    }
-  }
-done:
-  if (rc != WDS_OK) {
-    wds_outfile_close(f);
-    return rc;
-  }
-  *out = f;
-  return WDS_OK;
-}
-
-int wds_outfile_fd(const wds_outfile *f) { return f ? f->fd : -1; }
-
-int wds_outfile_in_place(const wds_outfile *f) { return f && f->in_place != 0; }
-
-const char *wds_outfile_tmp_path(const wds_outfile *f) {
-  return f ? f->tmp : NULL;
-}
-
-/* Syncs the directory holding path, which makes a rename in it durable. A
- * directory that cannot be opened for reading, or a file system that cannot
- * sync one (EINVAL), is skipped: there is nothing more to do. */
-static int sync_dir(const char *path, char *err, size_t err_size) {
-  const char *slash = strrchr(path, '/');
-  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path))
-                    : strdup(".");
-  int rc = WDS_OK;
-  if (!dir)
-    return out_fail(err, err_size, WDS_ERR_NOMEM, "out of memory");
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
-      rc = out_fail(err, err_size, WDS_ERR_IO, "cannot sync directory %s: %s",
-                    dir, strerror(errno));
-    close(dfd);
-  }
-  free(dir);
-  return rc;
-}
-
-int wds_outfile_commit(wds_outfile *f, char *err, size_t err_size) {
-  if (!f || f->fd < 0)
-    return out_fail(err, err_size, WDS_ERR_INVALID,
-                    "output file already committed or closed");
-  int sync = !(f->flags & WDS_OUTFILE_NO_SYNC);
-  const char *name = f->tmp ? f->tmp : f->path;
-  /* Only files and block devices hold data to sync: fsync of a FIFO or a
-   * character device fails (EINVAL) and would mean nothing. */
-  if (sync && (f->tmp || f->in_place == S_IFBLK) && fsync(f->fd) != 0)
-    return out_fail(err, err_size, WDS_ERR_IO, "cannot sync %s: %s", name,
-                    strerror(errno));
-  int fd = f->fd;
-  f->fd = -1;
-  /* close reports what a file system defers (NFS: quota, ENOSPC). */
-  if (close(fd) != 0)
-    return out_fail(err, err_size, WDS_ERR_IO, "cannot write %s: %s", name,
-                    strerror(errno));
-  if (!f->tmp)
-    return WDS_OK;
-  if (rename(f->tmp, f->path) != 0)
-    return out_fail(err, err_size, WDS_ERR_IO, "cannot rename %s to %s: %s",
-                    f->tmp, f->path, strerror(errno));
-  free(f->tmp); /* now the file under its final name: never removed */
-  f->tmp = NULL;
-  return sync ? sync_dir(f->path, err, err_size) : WDS_OK;
-}
-
-void wds_outfile_close(wds_outfile *f) {
-  if (!f)
-    return;
-  if (f->fd >= 0)
-    close(f->fd);
-  if (f->tmp)
-    unlink(f->tmp);
-  free(f->tmp);
-  free(f->path);
-  free(f);
-}

@@ -19,8 +19,8 @@
 #include "loader_opts.h"
 #include "signals.h"
 #include "util.h"
+#include "wds/outfile.h"
 #include "wds/reader.h" /* wds_open_error */
-#include "wds/writer.h" /* wds_outfile */
 
 static const char batches_usage[] =
     "usage: wds batches SPEC... --decode FIELDS [loader options] [--save DIR]\n"

@@ -8,7 +8,7 @@
  * reader of the same format.
  * Memory is one shard's entry at a time.
  *
- * With -o the index goes through wds_outfile (wds/writer.h): a temporary
+ * With -o the index goes through wds_outfile (wds/outfile.h): a temporary
  * file in the target directory, synced and renamed when complete; any error
  * removes it, so no partial index ever sits under the final name. A target
  * that is a device or a FIFO is written in place, never replaced; "-o -" is
@@ -31,8 +31,8 @@
 #include "signals.h"
 #include "util.h"
 #include "wds/index.h"
+#include "wds/outfile.h"
 #include "wds/reader.h"
-#include "wds/writer.h"
 
 static const char index_usage[] =
     "usage: wds index [-o FILE] [--name NAME] [--max-urls N] SPEC...\n"

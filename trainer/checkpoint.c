@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "trainer/checkpoint.h"
-#include "wds/writer.h"
+#include "wds/outfile.h"
 
 #define TR_MAGIC "WDSTRAIN"
 #define TR_HEADER_BYTES (8 + 4 + 4 + 4 * (TR_MAX_LAYERS + 1) + 8 * 7)

@@ -12,7 +12,7 @@
  * Version 2 (written only by runs with --rank-batch-sizes; version 1
  * otherwise, byte for byte as before) adds, after the momentum:
  *   u32 rank_sizes_count, u32 rank_sizes[rank_sizes_count]
- * Written through wds_outfile (wds/writer.h): to PATH.tmp-PID-N (created
+ * Written through wds_outfile (wds/outfile.h): to PATH.tmp-PID-N (created
  * exclusively, so processes on several hosts sharing the file system never
  * share one), fsync'ed, renamed to PATH, the directory fsync'ed: a crash
  * leaves the old checkpoint or the new one. A PATH that is a device or a

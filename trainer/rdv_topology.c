@@ -3,35 +3,19 @@
  * LOCAL_RANK, MASTER_ADDR/MASTER_PORT): who serves the rendezvous, how many
  * take part, and where. Pure functions of the flags and a variable lookup
  * (tests pass their own). See rendezvous.h. */
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "base/topology.h"
 #include "trainer/rendezvous.h"
 
 typedef struct getter {
-  const char *(*get)(const char *name, void *ctx);
+  wds__getenv_fn get;
   void *ctx;
 } getter;
 
 static const char *var(const getter *g, const char *name) {
-  const char *v = g->get(name, g->ctx);
-  return v && v[0] ? v : NULL;
-}
-
-/* Strict decimal in [lo, hi]; the error names the variable and value. */
-static int parse_int(const char *name, const char *v, long lo, long hi,
-                     int *out, wds__err *e) {
-  char *end;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno || end == v || *end || x < lo || x > hi)
-    return wds__fail(e, WDS_ERR_INVALID, "%s='%s': not an integer in %ld..%ld",
-                     name, v, lo, hi);
-  *out = (int)x;
-  return WDS_OK;
+  return wds__topology_var(g->get, g->ctx, name);
 }
 
 /* An explicit value, else the first variable of names[] that is set.
@@ -51,16 +35,11 @@ static int pick_int(const getter *g, int explicit_value, const char *flag,
     const char *v = var(g, *names);
     if (v) {
       *from = *names;
-      return parse_int(*names, v, lo, hi, out, e);
+      return wds__topology_int(*names, v, lo, hi, out, e);
     }
   }
   *from = NULL;
   return WDS_OK;
-}
-
-static const char *env_get(const char *name, void *ctx) {
-  (void)ctx;
-  return getenv(name);
 }
 
 int tr_rdv_resolve(tr_rdv_config *c,
@@ -186,5 +165,5 @@ int tr_rdv_resolve(tr_rdv_config *c,
 }
 
 int tr_rdv_env(tr_rdv_config *c, wds__err *e) {
-  return tr_rdv_resolve(c, env_get, NULL, e);
+  return tr_rdv_resolve(c, NULL, NULL, e);
 }

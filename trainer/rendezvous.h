@@ -172,8 +172,9 @@ typedef struct tr_rdv_config {
 #define TR_RDV_CONFIG_INIT                                                     \
   { "", -1, -1, -1, 0, -1, -1, -1, -1, 0, 1, "" }
 
-/* Looks variables up with get(name, ctx) (NULL: unset). Validation errors
- * (WDS_ERR_INVALID) name the variable and its value. */
+/* Looks variables up with get(name, ctx) (NULL: unset), or getenv when get
+ * is NULL, through base/topology.h. Validation errors (WDS_ERR_INVALID)
+ * name the variable and its value. */
 int tr_rdv_resolve(tr_rdv_config *c,
                    const char *(*get)(const char *name, void *ctx), void *ctx,
                    wds__err *e);

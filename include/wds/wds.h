@@ -5,6 +5,7 @@
 #include "wds/decode.h"
 #include "wds/index.h"
 #include "wds/loader.h"
+#include "wds/outfile.h"
 #include "wds/reader.h"
 #include "wds/spec.h"
 #include "wds/status.h"

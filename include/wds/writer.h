@@ -19,7 +19,7 @@
  * name (a killed process may leave its "*.tmp-PID-N" files; they can be
  * deleted). A NAME that exists and is not a regular file (/dev/null, a
  * FIFO, a device) is written in place instead, never replaced: see
- * wds_outfile below.
+ * wds_outfile (wds/outfile.h, included here).
  *
  * One writer at a time per numbered pattern: the first shard takes an
  * exclusive lock (flock) on a file beside the shards, ".PREFIX%dSUFFIX.lock"
@@ -53,6 +53,7 @@
 #include <stdint.h>
 
 #include "wds/api.h"
+#include "wds/outfile.h"
 #include "wds/status.h"
 
 #ifdef __cplusplus
@@ -170,66 +171,6 @@ WDS_API int wds_writer_close(wds_writer *w);
  * file is removed (with out_fd, the stream is left without its end
  * blocks). Shards completed before stay. NULL is a no-op. */
 WDS_API void wds_writer_abort(wds_writer *w);
-
-/* ---- whole files written safely: wds_outfile ----
- *
- * What the writer does for each shard, for any file written whole (an
- * index, a checkpoint, a .npy file). A PATH that does not exist or is a
- * regular file is written under a temporary name beside it, "PATH.tmp-PID-N"
- * (created exclusively, so concurrent writers, even on other hosts of a shared
- * file system, never share one), and commit() syncs it (fsync), renames it to
- * PATH and syncs the directory: PATH holds the old file or the complete new
- * one, never part of one, even after a power loss. WDS_OUTFILE_NO_SYNC leaves
- * out both syncs (scratch output; a crash is then still safe, a power loss may
- * not be).
- *
- * Temporary-and-rename is for regular files only: renaming over a device
- * would replace it (run as root, `-o /dev/null` would turn /dev/null into a
- * regular file for every later `> /dev/null` on the machine). A PATH that
- * exists and is itself a character or block device or a FIFO is opened
- * and written in place, as a shell redirection would (a FIFO blocks until a
- * reader opens it); a directory or a socket is an error.
- *
- * Symbolic links: PATH a symlink to a regular file (or a dangling one) is
- * replaced by the new file, as atomic writers do (the rename replaces the
- * link; its old target is left as it was). A symlink to a device, a FIFO
- * or a socket is refused (WDS_ERR_OPEN, naming what it points to): a link
- * planted where an output goes must not send it into a disk, a terminal or
- * another program's pipe. The process's own descriptors, /dev/stdout,
- * /dev/stderr, /dev/fd/N and /proc/self/fd/N, are written in place.
- *
- *   wds_outfile *f;
- *   if (wds_outfile_open(path, 0, &f, err, sizeof err) != WDS_OK) ...
- *   write(wds_outfile_fd(f), ...);
- *   rc = wds_outfile_commit(f, err, sizeof err);
- *   wds_outfile_close(f);  // always; removes the temporary if not committed
- *
- * Errors: WDS_ERR_OPEN from open, WDS_ERR_IO from commit, with a message
- * naming the file in err (err may be NULL). */
-#define WDS_OUTFILE_NO_SYNC 1u
-
-typedef struct wds_outfile wds_outfile;
-
-WDS_API int wds_outfile_open(const char *path, unsigned flags,
-                             wds_outfile **out, char *err, size_t err_size);
-
-/* The descriptor to write to (the outfile's: do not close it). */
-WDS_API int wds_outfile_fd(const wds_outfile *f);
-
-/* 1 when PATH is written in place (a device or a FIFO), 0 otherwise. */
-WDS_API int wds_outfile_in_place(const wds_outfile *f);
-
-/* The temporary name; NULL when written in place or once committed. */
-WDS_API const char *wds_outfile_tmp_path(const wds_outfile *f);
-
-/* Ends the file: fsync (unless NO_SYNC; in place only for block devices),
- * close, rename to PATH and fsync of its directory. After a failure the
- * temporary file is removed by close. */
-WDS_API int wds_outfile_commit(wds_outfile *f, char *err, size_t err_size);
-
-/* Closes the descriptor if still open and removes an uncommitted temporary
- * file; frees f. NULL is a no-op. */
-WDS_API void wds_outfile_close(wds_outfile *f);
 
 #ifdef __cplusplus
 }
