@@ -420,7 +420,7 @@ fi
 # mp_run NAME WORLD R0_ENV R1_ENV [ARGS]: the two processes (each started
 # with `env R*_ENV`); the checks on both JSON logs.
 mp_run() {
-  local name=$1 world=$2 port=$((20000 + RANDOM % 20000)) rc=0 r
+  local name=$1 world=$2 port=$((10000 + RANDOM % 22000)) rc=0 r
   local -a envs=("$3" "$4")
   shift 4
   for r in 0 1; do
@@ -486,7 +486,7 @@ if [ "$DEVICE" = cuda ]; then
   # Two processes, one GPU each, as torchrun starts them: the ncclUniqueId
   # through the TCP rendezvous, then identical weights after every step.
   if ((GPUS >= 2)); then
-    port=$((20000 + RANDOM % 20000))
+    port=$((10000 + RANDOM % 22000))
     for r in 0 1; do
       RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
         MASTER_PORT=$port run --train 'train-{000..003}.tar' --batch-size 8 \
@@ -506,7 +506,7 @@ if [ "$DEVICE" = cuda ]; then
     # Process 1 fails at step 5 (its checkpoint cannot be written): process
     # 0 learns it through the job's link and ends at once with an error
     # naming process 1, long before --collective-timeout.
-    port=$((20000 + RANDOM % 20000))
+    port=$((10000 + RANDOM % 22000))
     start=$SECONDS
     for r in 0 1; do
       ck=ok.ck
