@@ -154,6 +154,7 @@ static int key_append(slot *s, size_t row, const char *key) {
 int wds__batch_assign(const wds__collate *c, slot *s, filling *fl,
                       const item *it, wds__err *e) {
   size_t row = fl->rows;
+  WDS__ASSERT(row < c->batch_size && it->kind == ITEM_SAMPLE);
   const raw_sample *r = it->raw;
   int valid = it->valid;
   if (valid) {
@@ -252,8 +253,26 @@ static void copy_read(const wds__collate *c, slot *s, const item *it,
   atomic_fetch_add_explicit(&s->read_errs, 1, memory_order_relaxed);
 }
 
+/* Whether rows [0, row1) fit the slot's memory: wds__batch_reserve (or
+ * the slot's FIXED reservation, or a FIRST field's first valid row) made
+ * room for them before any copy. */
+static int rows_fit(const wds__collate *c, const slot *s, size_t row1) {
+  for (size_t i = 0; i < c->nfields; i++) {
+    if (c->fields[i].def->layout == WDS__ROW_VARIABLE) {
+      if (s->offsets[i][row1] > s->buf[i].cap)
+        return 0;
+    } else if (s->bf[i].row_bytes &&
+               row1 * s->bf[i].row_bytes > s->buf[i].cap) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
 void wds__batch_copy(const wds__collate *c, slot *s, const item *const *items,
                      size_t row0, size_t row1) {
+  WDS__ASSERT(row0 <= row1 && row1 <= c->batch_size);
+  WDS__ASSERT(rows_fit(c, s, row1));
   for (size_t row = row0; row < row1; row++) {
     const item *it = items[row - row0];
     int valid = s->valid[row];
@@ -262,6 +281,7 @@ void wds__batch_copy(const wds__collate *c, slot *s, const item *const *items,
       const wds_batch_field *bf = &s->bf[i];
       uint8_t *mem = s->buf[i].mem;
       if (c->fields[i].def->layout == WDS__ROW_VARIABLE) {
+        WDS__ASSERT(s->offsets[i][row] <= s->offsets[i][row + 1]);
         uint64_t at = s->offsets[i][row], n = s->offsets[i][row + 1] - at;
         if (n && f->defer)
           copy_read(c, s, it, row, i, mem + at);
@@ -332,6 +352,7 @@ int wds__batch_put(const wds__collate *c, slot *s, filling *fl, const item *it,
 /* Repeats the first rows, marked invalid, up to batch_size (WDS_LAST_PAD). */
 static int pad_batch(const wds__collate *c, slot *s, filling *fl, wds__err *e) {
   size_t have = fl->rows;
+  WDS__ASSERT(have > 0 && have <= c->batch_size); /* rows to repeat */
   for (size_t row = have; row < c->batch_size; row++) {
     size_t src = (row - have) % have;
     if (key_append_at(s, row, s->key_arena + s->key_off[src],
@@ -363,6 +384,7 @@ static int pad_batch(const wds__collate *c, slot *s, filling *fl, wds__err *e) {
 
 void wds__batch_finish(const wds__collate *c, slot *s, filling *fl) {
   size_t rows = fl->rows;
+  WDS__ASSERT(rows <= c->batch_size && rows_fit(c, s, rows));
   s->batch.rows = rows;
   for (size_t r = 0; r < rows; r++)
     s->keys[r] = s->key_arena + s->key_off[r];

@@ -35,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/assert.h"
 #include "base/err.h"
 #include "base/rng.h"
 #include "loader/plan.h"
@@ -359,10 +360,13 @@ struct wds_loader {
   char *cache_dir_copy;
 
   pthread_mutex_t mu;
+  wds__lock_owner mu_owner; /* who holds mu (assertion builds: base/assert.h);
+                               taken through wds__loader_lock */
   pthread_cond_t cv;
   pthread_mutex_t log_mu;
   slot *slots;
-  int nslots, held;
+  int nslots, held; /* slot states change through wds__slot_set, which keeps
+                       0 <= fenced <= held <= nslots */
   /* Fences (wds_loader_release_after): FENCED slots, the next sequence
    * number, and the lock that makes one thread at a time run callbacks (the
    * FENCED slots' fence fields change only under it and mu). */
@@ -371,7 +375,8 @@ struct wds_loader {
   pthread_mutex_t fence_mu;
   int *fence_tmp;     /* nslots entries: the FENCED slots seen by a poll */
   int collator_waits; /* the collator is blocked for want of a free slot */
-  ready_entry *ready;
+  ready_entry *ready; /* a FIFO of nslots + 2 entries: each slot at most once,
+                         the end, an error */
   size_t ready_head, ready_len;
   int run_error_status;
   char run_error[WDS__ERR_SIZE];
@@ -400,6 +405,46 @@ static inline uint64_t wds__now_ns(void) {
 
 #define STAT_ADD(l, name, v)                                                   \
   atomic_fetch_add_explicit(&(l)->st_##name, (v), memory_order_relaxed)
+
+/* ---- the loader's mutex ----
+ *
+ * l->mu is taken and released through these, so that assertion builds know
+ * which thread holds it (base/assert.h) and a function whose comment says
+ * "called with l->mu held" checks it (WDS__ASSERT_LOCKED). Elsewhere they
+ * are pthread_mutex_lock, _unlock and pthread_cond_wait. */
+
+static inline void wds__loader_lock(wds_loader *l) {
+  pthread_mutex_lock(&l->mu);
+  WDS__OWNER_SET(&l->mu_owner);
+}
+
+static inline void wds__loader_unlock(wds_loader *l) {
+  WDS__OWNER_CLEAR(&l->mu_owner);
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* pthread_cond_wait on l->cv (mu held, released while waiting). */
+static inline void wds__loader_wait(wds_loader *l) {
+  WDS__OWNER_CLEAR(&l->mu_owner);
+  pthread_cond_wait(&l->cv, &l->mu);
+  WDS__OWNER_SET(&l->mu_owner);
+}
+
+static inline void wds__loader_timedwait(wds_loader *l,
+                                         const struct timespec *until) {
+  WDS__OWNER_CLEAR(&l->mu_owner);
+  pthread_cond_timedwait(&l->cv, &l->mu, until);
+  WDS__OWNER_SET(&l->mu_owner);
+}
+
+#define WDS__ASSERT_LOCKED(l) WDS__ASSERT_OWNED(&(l)->mu_owner)
+
+/* Moves slot i to state `to`, called with l->mu held: the transitions of
+ * the slot comment (FREE -> FILLING -> READY -> HELD -> FREE, HELD ->
+ * FENCED -> FREE; and back to FREE from FILLING or READY when a batch is
+ * dropped or a run stops), `held` and `fenced` kept with them (loader.c).
+ * A move the comment does not allow is an assertion failure. */
+void wds__slot_set(wds_loader *l, int i, int to);
 
 /* ---- loader.c ---- */
 

@@ -69,7 +69,9 @@ static_assert(sizeof(blk_head) == 16 && sizeof(blk_chunk) == 16,
               "blocks and chunks keep malloc's 16-byte alignment");
 
 static void chunk_unref(blk_chunk *c) {
-  if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) {
+  size_t refs = atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel);
+  WDS__ASSERT(refs >= 1); /* a block or the pool held it */
+  if (refs == 1) {
     BLK_UNPOISON(c, c->size);
     free(c);
   }
@@ -77,6 +79,8 @@ static void chunk_unref(blk_chunk *c) {
 
 void wds__blk_free_carved(blk_head *h) {
   blk_chunk *c = (blk_chunk *)(void *)((char *)h - h->chunk_off);
+  WDS__ASSERT(h->chunk_off >= sizeof *c &&
+              h->chunk_off + sizeof *h + h->cap <= c->size);
   BLK_POISON(h, sizeof *h + h->cap);
   chunk_unref(c);
 }
@@ -104,6 +108,12 @@ static blk_head *carve(blk_pool *bp, size_t bytes) {
     bp->carved += size;
     bp->chunk_next = size < BLK_CHUNK_MAX ? 2 * size : BLK_CHUNK_MAX;
   }
+  /* The current chunk holds the block, within the pool's budget. */
+  WDS__ASSERT(bp->chunk && bp->carve_left >= take &&
+              bp->carved <= BLK_CARVE_BUDGET);
+  WDS__ASSERT(bp->carve >= (char *)(bp->chunk + 1) &&
+              bp->carve + bp->carve_left ==
+                  (char *)bp->chunk + bp->chunk->size);
   blk_head *h = (blk_head *)(void *)bp->carve;
   BLK_UNPOISON(h, bytes);
   h->chunk_off = (uint32_t)(bp->carve - (char *)bp->chunk);
@@ -134,8 +144,10 @@ static void *take_small(void **v, size_t *len, size_t need) {
 void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need, int populate) {
   if (!bp)
     goto fresh;
+  WDS__ASSERT(bp->local_len <= bp->local_cap);
   if (bp->local_len == 0) {
     pthread_mutex_lock(&bp->mu);
+    WDS__ASSERT(bp->shared_len <= bp->shared_cap);
     void **t = bp->local;
     size_t tc = bp->local_cap;
     bp->local = bp->shared;
@@ -193,6 +205,7 @@ fresh:;
   }
   h->cap = cap;
   h->owner = owner;
+  WDS__ASSERT(cap >= need);
   return h + 1;
 }
 
@@ -213,6 +226,9 @@ void wds__blk_flush(blk_pool *bp, blk_returns *r) {
   }
   for (; i < r->len && bp->shared_len < bp->shared_cap; i++)
     bp->shared[bp->shared_len++] = r->v[i];
+  /* The shared list never grows past the pool's limit (the rest was
+   * freed). */
+  WDS__ASSERT(bp->shared_len <= bp->shared_cap && bp->shared_cap <= bp->limit);
   pthread_mutex_unlock(&bp->mu);
   for (; i < r->len; i++)
     wds__blk_free(r->v[i]);

@@ -357,6 +357,7 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   if (!l)
     return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
   pthread_mutex_init(&l->mu, NULL);
+  atomic_init(&l->mu_owner, 0);
   pthread_cond_init(&l->cv, NULL);
   pthread_mutex_init(&l->log_mu, NULL);
   pthread_mutex_init(&l->fence_mu, NULL);
@@ -535,12 +536,74 @@ static int cancelled(wds_loader *l) {
   return l->failed;
 }
 
+/* ---- slot states ---- */
+
+/* Whether the slot comment (internal.h) allows from -> to. */
+static int slot_move_ok(int from, int to) {
+  switch (to) {
+  case SLOT_FILLING:
+    return from == SLOT_FREE;
+  case SLOT_READY:
+    return from == SLOT_FILLING;
+  case SLOT_HELD:
+    return from == SLOT_READY;
+  case SLOT_FENCED:
+    return from == SLOT_HELD;
+  case SLOT_FREE: /* released, fence done, dropped or undelivered */
+    return from != SLOT_FREE;
+  default:
+    return 0;
+  }
+}
+
+/* held and fenced agree with the slots' states (called with l->mu held). */
+static int slot_counts_ok(const wds_loader *l) {
+  int held = 0, fenced = 0;
+  for (int i = 0; i < l->nslots; i++) {
+    held += l->slots[i].state == SLOT_HELD || l->slots[i].state == SLOT_FENCED;
+    fenced += l->slots[i].state == SLOT_FENCED;
+  }
+  return held == l->held && fenced == l->fenced;
+}
+
+void wds__slot_set(wds_loader *l, int i, int to) {
+  WDS__ASSERT_LOCKED(l);
+  WDS__ASSERT(i >= 0 && i < l->nslots);
+  slot *s = &l->slots[i];
+  int from = s->state;
+  WDS__ASSERT(slot_move_ok(from, to));
+  /* HELD and FENCED count in held, FENCED also in fenced. */
+  l->held += (to == SLOT_HELD) -
+             (to == SLOT_FREE && (from == SLOT_HELD || from == SLOT_FENCED));
+  l->fenced += (to == SLOT_FENCED) - (from == SLOT_FENCED);
+  s->state = to;
+  WDS__ASSERT(0 <= l->fenced && l->fenced <= l->held && l->held <= l->nslots);
+  WDS__ASSERT(slot_counts_ok(l));
+}
+
+/* The ready FIFO's oldest entry, taken (called with l->mu held, the FIFO
+ * not empty). A slot entry's slot is READY: run_stop empties the FIFO when
+ * it frees READY slots. */
+static ready_entry ready_pop(wds_loader *l) {
+  WDS__ASSERT_LOCKED(l);
+  size_t cap = (size_t)l->nslots + 2;
+  WDS__ASSERT(l->ready_len > 0 && l->ready_len <= cap && l->ready_head < cap);
+  ready_entry r = l->ready[l->ready_head];
+  l->ready_head = (l->ready_head + 1) % cap;
+  l->ready_len--;
+  WDS__ASSERT(r.kind == READY_SLOT || r.kind == READY_EOF ||
+              r.kind == READY_ERROR);
+  WDS__ASSERT(r.kind != READY_SLOT || (r.slot >= 0 && r.slot < l->nslots &&
+                                       l->slots[r.slot].state == SLOT_READY));
+  return r;
+}
+
 /* ---- fences (wds_loader_release_after) ---- */
 
 static int fenced_count(wds_loader *l) {
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   int n = l->fenced;
-  pthread_mutex_unlock(&l->mu);
+  wds__loader_unlock(l);
   return n;
 }
 
@@ -550,11 +613,11 @@ static int fenced_count(wds_loader *l) {
 static int fences_poll(wds_loader *l, int block) {
   pthread_mutex_lock(&l->fence_mu);
   int n = 0;
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   for (int i = 0; i < l->nslots; i++)
     if (l->slots[i].state == SLOT_FENCED)
       l->fence_tmp[n++] = i;
-  pthread_mutex_unlock(&l->mu);
+  wds__loader_unlock(l);
   /* The fence fields of these slots change only under fence_mu: read
    * without mu from here on. */
   int freed = 0, oldest = -1;
@@ -584,16 +647,14 @@ static int fences_poll(wds_loader *l, int block) {
       continue;
     slot *s = &l->slots[l->fence_tmp[k]];
     wds_release_fence f = s->fence;
-    pthread_mutex_lock(&l->mu);
-    s->state = SLOT_FREE;
+    wds__loader_lock(l);
+    wds__slot_set(l, l->fence_tmp[k], SLOT_FREE); /* FENCED -> FREE */
     memset(&s->fence, 0, sizeof s->fence);
-    l->held--;
-    l->fenced--;
     /* The collator has a slot now (it sets the flag again if it still
      * lacks one): next() waits for no further fence meanwhile. */
     l->collator_waits = 0;
     pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
+    wds__loader_unlock(l);
     if (f.drop)
       f.drop(f.ctx);
   }
@@ -613,16 +674,15 @@ int wds_loader_release_after(wds_loader *l, const wds_batch *b,
     return WDS_ERR_INVALID;
   }
   pthread_mutex_lock(&l->fence_mu);
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   slot *s = &l->slots[b->slot];
   int ok = s->state == SLOT_HELD;
   if (ok) {
     s->fence = *fence;
     s->fence_seq = l->fence_next++;
-    s->state = SLOT_FENCED;
-    l->fenced++;
+    wds__slot_set(l, b->slot, SLOT_FENCED);
   }
-  pthread_mutex_unlock(&l->mu);
+  wds__loader_unlock(l);
   pthread_mutex_unlock(&l->fence_mu);
   if (!ok) {
     wds__set_error(l,
@@ -663,7 +723,7 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
   if (fenced_count(l) > 0)
     fences_poll(l, 0);
   uint64_t t_asked = 0; /* when cfg.interrupt was last called */
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   while (l->ready_len == 0) {
     if (l->cfg.interrupt &&
         wds__now_ns() - t0 >= (uint64_t)WDS__INTERRUPT_POLL_MS * 1000000 &&
@@ -671,11 +731,11 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
       t_asked = wds__now_ns();
       /* Asked without the lock: the check may wait for a thread that
        * takes it (the Python binding's GIL holder releasing a batch). */
-      pthread_mutex_unlock(&l->mu);
+      wds__loader_unlock(l);
       int stop = l->cfg.interrupt(l->cfg.interrupt_ctx);
-      pthread_mutex_lock(&l->mu);
+      wds__loader_lock(l);
       if (stop) { /* a batch ready meanwhile stays for the next call */
-        pthread_mutex_unlock(&l->mu);
+        wds__loader_unlock(l);
         STAT_ADD(l, wait_ns, wds__now_ns() - t0);
         wds__set_error(l,
                        "interrupted while waiting for batch %llu of "
@@ -691,15 +751,15 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
       /* Slots behind fences: free those done; when the collator waits for a
        * slot, wait for the oldest fence. */
       int block = l->collator_waits;
-      pthread_mutex_unlock(&l->mu);
+      wds__loader_unlock(l);
       int freed = fences_poll(l, block);
-      pthread_mutex_lock(&l->mu);
+      wds__loader_lock(l);
       if (freed || block)
         continue;
     } else if (l->fenced == 0 && l->held == l->nslots && l->collator_waits) {
       /* Only a deadlock if the collator needs a slot: it may still be about
        * to post the end of the epoch, which needs none. */
-      pthread_mutex_unlock(&l->mu);
+      wds__loader_unlock(l);
       wds__set_error(
           l,
           "wds_loader_next: all %d batch slots are held by the caller; "
@@ -708,7 +768,7 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
       return WDS_ERR_INVALID;
     }
     if (atomic_load(&l->cancelled)) {
-      pthread_mutex_unlock(&l->mu);
+      wds__loader_unlock(l);
       return cancelled(l);
     }
     /* A cancel cannot signal the condition variable (not async-signal-safe),
@@ -720,16 +780,12 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
       until.tv_sec++;
       until.tv_nsec -= 1000000000L;
     }
-    pthread_cond_timedwait(&l->cv, &l->mu, &until);
+    wds__loader_timedwait(l, &until);
   }
-  ready_entry r = l->ready[l->ready_head];
-  l->ready_head = (l->ready_head + 1) % ((size_t)l->nslots + 2);
-  l->ready_len--;
-  if (r.kind == READY_SLOT) {
-    l->slots[r.slot].state = SLOT_HELD;
-    l->held++;
-  }
-  pthread_mutex_unlock(&l->mu);
+  ready_entry r = ready_pop(l);
+  if (r.kind == READY_SLOT)
+    wds__slot_set(l, r.slot, SLOT_HELD); /* asserts it was READY */
+  wds__loader_unlock(l);
   STAT_ADD(l, wait_ns, wds__now_ns() - t0);
   if (r.kind == READY_SLOT) {
     *out = &l->slots[r.slot].batch;
@@ -756,13 +812,12 @@ void wds_loader_release(wds_loader *l, const wds_batch *b) {
   if (!l || !b || b->slot < 0 || b->slot >= l->nslots ||
       b != &l->slots[b->slot].batch)
     return;
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   if (l->slots[b->slot].state == SLOT_HELD) {
-    l->slots[b->slot].state = SLOT_FREE;
-    l->held--;
+    wds__slot_set(l, b->slot, SLOT_FREE);
     pthread_cond_broadcast(&l->cv);
   }
-  pthread_mutex_unlock(&l->mu);
+  wds__loader_unlock(l);
 }
 
 int wds_loader_set_epoch(wds_loader *l, uint64_t epoch) {
@@ -794,20 +849,20 @@ uint64_t wds_loader_epoch_batches(const wds_loader *l) {
 
 void wds__set_error(wds_loader *l, const char *fmt, ...) {
   va_list ap;
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   va_start(ap, fmt);
   vsnprintf(l->err, sizeof l->err, fmt, ap);
   va_end(ap);
-  pthread_mutex_unlock(&l->mu);
+  wds__loader_unlock(l);
 }
 
 const char *wds_loader_error(const wds_loader *l) {
   if (!l)
     return "";
   wds_loader *m = (wds_loader *)l; /* the lock, not the text, changes */
-  pthread_mutex_lock(&m->mu);
+  wds__loader_lock(m);
   memcpy(m->err_out, m->err, sizeof m->err_out);
-  pthread_mutex_unlock(&m->mu);
+  wds__loader_unlock(m);
   return m->err_out;
 }
 

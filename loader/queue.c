@@ -53,6 +53,7 @@ int wds__queue_push_many(queue *q, item **its, size_t n, run *rn) {
     pthread_mutex_unlock(&q->mu);
     return -1;
   }
+  WDS__ASSERT(n <= q->cap - q->len && q->head < q->cap);
   for (size_t i = 0; i < n; i++)
     q->ring[(q->head + q->len + i) % q->cap] = its[i];
   q->len += n;
@@ -74,6 +75,7 @@ size_t wds__queue_pop_many(queue *q, item **out, size_t max,
       q->len--;
     }
     pthread_cond_signal(&q->not_full);
+    WDS__ASSERT(n > 0 && n <= max && q->len < q->cap); /* at least one */
   }
   pthread_mutex_unlock(&q->mu);
   return n;

@@ -15,23 +15,27 @@
 
 #include "loader/internal.h"
 
+/* Appends to the ready FIFO; a slot (FILLING, its copies done) becomes
+ * READY. The FIFO holds nslots + 2 entries: each slot at most once (it is
+ * READY while queued), the end and an error, each at most once per run. */
 static void post_ready(wds_loader *l, int kind, int slot_index) {
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   size_t cap = (size_t)l->nslots + 2;
+  WDS__ASSERT(l->ready_len < cap && l->ready_head < cap);
   l->ready[(l->ready_head + l->ready_len) % cap] =
       (ready_entry){kind, slot_index};
   l->ready_len++;
   if (kind == READY_SLOT)
-    l->slots[slot_index].state = SLOT_READY;
+    wds__slot_set(l, slot_index, SLOT_READY); /* asserts it was FILLING */
   pthread_cond_broadcast(&l->cv);
-  pthread_mutex_unlock(&l->mu);
+  wds__loader_unlock(l);
 }
 
 static void post_error(wds_loader *l, int status, const char *msg) {
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   l->run_error_status = status;
   snprintf(l->run_error, sizeof l->run_error, "%s", msg);
-  pthread_mutex_unlock(&l->mu);
+  wds__loader_unlock(l);
   post_ready(l, READY_ERROR, -1);
 }
 
@@ -39,7 +43,7 @@ static void post_error(wds_loader *l, int status, const char *msg) {
  * none is free. */
 static int acquire_slot(wds_loader *l, run *rn, int wait) {
   int found = -1;
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   for (;;) {
     if (atomic_load(&rn->abort))
       break;
@@ -49,17 +53,17 @@ static int acquire_slot(wds_loader *l, run *rn, int wait) {
         break;
       }
     if (found >= 0) {
-      l->slots[found].state = SLOT_FILLING;
+      wds__slot_set(l, found, SLOT_FILLING);
       break;
     }
     if (!wait)
       break;
     l->collator_waits = 1;
     pthread_cond_broadcast(&l->cv); /* a caller holding every slot */
-    pthread_cond_wait(&l->cv, &l->mu);
+    wds__loader_wait(l);
     l->collator_waits = 0;
   }
-  pthread_mutex_unlock(&l->mu);
+  wds__loader_unlock(l);
   return found;
 }
 
@@ -114,13 +118,18 @@ void wds__copy_parts(run *rn) {
     const copy_job *j = &rn->job;
     size_t r0 = (size_t)part * j->part_rows;
     size_t r1 = r0 + j->part_rows < j->rows ? r0 + j->part_rows : j->rows;
+    /* A claimed part is rows of the open job, which stays as it is until
+     * every part is copied (job_left reaches 0). */
+    WDS__ASSERT(j->s && j->items && j->part_rows > 0 && r0 < r1);
     wds__batch_copy(&l->col, j->s, (const item *const *)j->items + r0, r0, r1);
-    if (atomic_fetch_sub_explicit(&rn->job_left, 1, memory_order_acq_rel) ==
-        1) {
-      pthread_mutex_lock(&l->mu);
+    unsigned left =
+        atomic_fetch_sub_explicit(&rn->job_left, 1, memory_order_acq_rel);
+    WDS__ASSERT(left >= 1); /* this part was not copied yet */
+    if (left == 1) {
+      wds__loader_lock(l);
       if (rn->job_waiting)
         pthread_cond_broadcast(&l->cv);
-      pthread_mutex_unlock(&l->mu);
+      wds__loader_unlock(l);
     }
   }
 }
@@ -137,6 +146,14 @@ typedef struct batch_rows {
 /* Opens the copy job of b's rows (the previous job is done). */
 static void job_open(run *rn, batch_rows *b) {
   wds_loader *l = rn->l;
+  /* The job is written only while no part is claimed or being copied:
+   * the previous one is done, its every part claimed. A job is a full
+   * batch (the last, partial one the collator copies alone). */
+  WDS__ASSERT(atomic_load(&rn->job_left) == 0);
+  WDS__ASSERT((atomic_load(&rn->job_claim) & 0xffffffffu) >=
+              (atomic_load(&rn->job_claim) >> 32));
+  WDS__ASSERT(b->slot >= 0 && b->slot < l->nslots &&
+              b->rows == l->cfg.batch_size);
   slot *s = &l->slots[b->slot];
   uint64_t bytes = 0;
   for (size_t i = 0; i < l->nfields; i++)
@@ -154,6 +171,7 @@ static void job_open(run *rn, batch_rows *b) {
   if (rn->job.part_rows == 0)
     rn->job.part_rows = 1;
   parts = (b->rows + rn->job.part_rows - 1) / rn->job.part_rows;
+  WDS__ASSERT(parts >= 1 && parts <= most && parts < ((uint64_t)1 << 32));
   atomic_store_explicit(&rn->job_left, (unsigned)parts, memory_order_relaxed);
   atomic_store_explicit(&rn->job_claim, parts << 32, memory_order_release);
   /* Workers waiting for room in their queue take parts too. */
@@ -170,16 +188,19 @@ static void job_finish(run *rn) {
   wds__copy_parts(rn);
   if (atomic_load_explicit(&rn->job_left, memory_order_acquire) == 0)
     return;
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   rn->job_waiting = 1;
   while (atomic_load_explicit(&rn->job_left, memory_order_acquire) > 0)
-    pthread_cond_wait(&l->cv, &l->mu);
+    wds__loader_wait(l);
   rn->job_waiting = 0;
-  pthread_mutex_unlock(&l->mu);
+  wds__loader_unlock(l);
+  WDS__ASSERT(atomic_load(&rn->job_left) == 0);
 }
 
 /* Gives b's items back to their workers (after the job is done). */
 static void rows_recycle(run *rn, inbox *in, batch_rows *b) {
+  /* No part in progress reads these items. */
+  WDS__ASSERT(atomic_load(&rn->job_left) == 0);
   for (size_t r = 0; r < b->rows; r++)
     wds__item_recycle(b->items[r], rn->l->nfields, &in[b->from[r]].back,
                       &in[b->from[r]].back_items);
@@ -192,6 +213,10 @@ static void rows_recycle(run *rn, inbox *in, batch_rows *b) {
  * b's slot is not, and b is left as it was for the cleanup). */
 static int post_copied(run *rn, inbox *in, batch_rows *b) {
   wds__err e;
+  /* b is the open job's batch, and every part of it is copied. */
+  WDS__ASSERT(b->slot >= 0 && rn->job.s == &rn->l->slots[b->slot] &&
+              rn->job.items == b->items && rn->job.rows == b->rows);
+  WDS__ASSERT(atomic_load(&rn->job_left) == 0);
   int rc =
       wds__batch_reads_check(&rn->l->col, &rn->l->slots[b->slot],
                              (const item *const *)b->items, 0, b->rows, &e);
@@ -207,6 +232,7 @@ static int post_copied(run *rn, inbox *in, batch_rows *b) {
 }
 
 static void rows_free(run *rn, batch_rows *b) {
+  WDS__ASSERT(atomic_load(&rn->job_left) == 0); /* no part reads them */
   for (size_t r = 0; r < b->rows; r++)
     wds__item_free(b->items[r], rn->l->nfields);
   b->rows = 0;
@@ -304,6 +330,8 @@ static void *collator_main(void *arg) {
       bcur.slot = fl.slot;
       wds__batch_begin(&l->col, &l->slots[fl.slot], &fl, rn->epoch, index);
     }
+    /* The batch being assigned: its rows so far, fewer than a batch. */
+    WDS__ASSERT(bcur.slot == fl.slot && bcur.rows == fl.rows && bcur.rows < bs);
     bcur.items[bcur.rows] = it;
     bcur.from[bcur.rows++] = wi;
     int rc = wds__batch_assign(&l->col, &l->slots[fl.slot], &fl, it, &e);
@@ -379,10 +407,10 @@ static void *collator_main(void *arg) {
       goto done;
     }
     if (rc == 0) {
-      pthread_mutex_lock(&l->mu);
-      l->slots[fl.slot].state = SLOT_FREE;
+      wds__loader_lock(l);
+      wds__slot_set(l, fl.slot, SLOT_FREE); /* dropped: FILLING -> FREE */
       pthread_cond_broadcast(&l->cv);
-      pthread_mutex_unlock(&l->mu);
+      wds__loader_unlock(l);
     } else {
       post_ready(l, READY_SLOT, fl.slot);
     }
@@ -414,12 +442,13 @@ done:
   /* Parts in progress read the pending batch's items: wait for them. */
   if (pend.slot >= 0)
     job_finish(rn);
-  pthread_mutex_lock(&l->mu);
+  WDS__ASSERT(atomic_load(&rn->job_left) == 0);
+  wds__loader_lock(l);
   if (fl.slot >= 0)
-    l->slots[fl.slot].state = SLOT_FREE;
+    wds__slot_set(l, fl.slot, SLOT_FREE); /* FILLING, never posted */
   if (pend.slot >= 0)
-    l->slots[pend.slot].state = SLOT_FREE;
-  pthread_mutex_unlock(&l->mu);
+    wds__slot_set(l, pend.slot, SLOT_FREE);
+  wds__loader_unlock(l);
   rows_free(rn, &bcur);
   rows_free(rn, &pend);
   for (int i = 0; in && i < W; i++) {
@@ -478,9 +507,9 @@ static void run_join(wds_loader *l, run *rn, int abort) {
     for (int i = 0; i < l->pin.workers; i++)
       if (rn->w[i].q.ring)
         wds__queue_wake(&rn->w[i].q);
-    pthread_mutex_lock(&l->mu);
+    wds__loader_lock(l);
     pthread_cond_broadcast(&l->cv);
-    pthread_mutex_unlock(&l->mu);
+    wds__loader_unlock(l);
   }
   for (int i = 0; i < l->pin.workers; i++)
     if (rn->w[i].started)
@@ -494,13 +523,13 @@ void wds__run_stop(wds_loader *l) {
   run *rn = l->cur;
   if (!rn)
     return;
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   atomic_store(&rn->abort, 1);
   run *nx = rn->succ;
   rn->succ = NULL;
   if (nx)
     atomic_store(&nx->abort, 1); /* no worker starts one of its own now */
-  pthread_mutex_unlock(&l->mu);
+  wds__loader_unlock(l);
   wds__cancel_set(&l->wake); /* workers blocked in a read */
   run_join(l, rn, 1);
   if (nx)
@@ -511,13 +540,13 @@ void wds__run_stop(wds_loader *l) {
   if (atomic_load(&l->cancelled))
     wds__cancel_set(&l->wake);
   /* Batches prepared but not delivered go back to the pool. */
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   for (int i = 0; i < l->nslots; i++)
     if (l->slots[i].state == SLOT_READY || l->slots[i].state == SLOT_FILLING)
-      l->slots[i].state = SLOT_FREE;
+      wds__slot_set(l, i, SLOT_FREE);
   l->ready_len = 0;
   l->ready_head = 0;
-  pthread_mutex_unlock(&l->mu);
+  wds__loader_unlock(l);
   l->cur = NULL;
 }
 
@@ -569,13 +598,13 @@ nomem:
 static int run_launch(wds_loader *l) {
   run *rn = l->cur;
   for (int i = 0; i < l->pin.workers; i++) {
-    pthread_mutex_lock(&l->mu); /* a predecessor may be starting it */
+    wds__loader_lock(l); /* a predecessor may be starting it */
     int rc = 0;
     if (!rn->w[i].started) {
       rc = pthread_create(&rn->w[i].thread, NULL, wds__worker_main, &rn->w[i]);
       rn->w[i].started = rc == 0;
     }
-    pthread_mutex_unlock(&l->mu);
+    wds__loader_unlock(l);
     if (rc != 0)
       goto nothread;
   }
@@ -587,9 +616,9 @@ static int run_launch(wds_loader *l) {
       rn->epoch < UINT64_MAX) {
     run *nx;
     if (run_make(l, rn->epoch + 1, 0, &nx) == WDS_OK) {
-      pthread_mutex_lock(&l->mu);
+      wds__loader_lock(l);
       rn->succ = nx;
-      pthread_mutex_unlock(&l->mu);
+      wds__loader_unlock(l);
     } /* else the next epoch starts at this one's end, as without overlap */
   }
   return WDS_OK;
@@ -607,14 +636,14 @@ int wds__run_start(wds_loader *l, uint64_t epoch, uint64_t skip) {
 void wds__worker_handoff(worker *w) {
   run *rn = w->run;
   wds_loader *l = rn->l;
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   run *nx = rn->succ;
   if (nx && !atomic_load(&rn->abort) && !atomic_load(&nx->abort) &&
       !nx->w[w->index].started &&
       pthread_create(&nx->w[w->index].thread, NULL, wds__worker_main,
                      &nx->w[w->index]) == 0)
     nx->w[w->index].started = 1;
-  pthread_mutex_unlock(&l->mu);
+  wds__loader_unlock(l);
 }
 
 int wds__run_next_epoch(wds_loader *l) {
@@ -622,10 +651,10 @@ int wds__run_next_epoch(wds_loader *l) {
   if (!rn || !rn->ended) {
     wds__run_stop(l);
   } else {
-    pthread_mutex_lock(&l->mu);
+    wds__loader_lock(l);
     run *nx = rn->succ;
     rn->succ = NULL;
-    pthread_mutex_unlock(&l->mu);
+    wds__loader_unlock(l);
     /* Every thread of rn has ended or is ending: no abort, and the wake
      * token stays clear for nx's readers. */
     run_join(l, rn, 0);

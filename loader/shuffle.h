@@ -32,14 +32,19 @@ int wds__shuffle_init(wds__shuffle *sh, size_t cap, size_t initial,
 void wds__shuffle_free(wds__shuffle *sh);
 
 static inline void wds__shuffle_add(wds__shuffle *sh, raw_sample *s) {
+  WDS__ASSERT(sh->len < sh->cap); /* never more than cap samples */
   sh->buf[sh->len++] = s;
   sh->bytes += s->data_bytes;
 }
 
 static inline raw_sample *wds__shuffle_pick(wds__shuffle *sh) {
+  WDS__ASSERT(sh->len > 0);
   size_t k = (size_t)wds__rng_below(&sh->rng, sh->len);
   raw_sample *s = sh->buf[k];
   sh->buf[k] = sh->buf[--sh->len];
+  /* bytes is the sum of the buffered samples' data_bytes. */
+  WDS__ASSERT(sh->bytes >= s->data_bytes &&
+              (sh->len > 0 || sh->bytes == s->data_bytes));
   sh->bytes -= s->data_bytes;
   return s;
 }

@@ -46,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/assert.h"
 #include "base/url.h"
 #include "cache.h"
 #include "http.h"
@@ -144,7 +145,8 @@ static const char warden_script[] =
     "for p in $g; do kill -s KILL -- -$p 2>/dev/null; done\n";
 
 static pthread_mutex_t warden_mu = PTHREAD_MUTEX_INITIALIZER;
-static int warden_fd = -1; /* our end of its socket */
+static wds__lock_owner warden_owner; /* assertion builds: base/assert.h */
+static int warden_fd = -1;           /* our end of its socket */
 static pid_t warden_pid;
 static pthread_once_t warden_once = PTHREAD_ONCE_INIT;
 
@@ -156,6 +158,17 @@ static void warden_after_fork_child(void) {
   warden_fd = -1;
   warden_pid = 0;
   pthread_mutex_init(&warden_mu, NULL);
+  atomic_store(&warden_owner, 0);
+}
+
+static void warden_lock(void) {
+  pthread_mutex_lock(&warden_mu);
+  WDS__OWNER_SET(&warden_owner);
+}
+
+static void warden_unlock(void) {
+  WDS__OWNER_CLEAR(&warden_owner);
+  pthread_mutex_unlock(&warden_mu);
 }
 
 static void warden_register_atfork(void) {
@@ -165,6 +178,7 @@ static void warden_register_atfork(void) {
 /* Starts the warden; called with warden_mu held. Failure leaves none: the
  * commands still run, only without protection against our sudden death. */
 static void warden_start(void) {
+  WDS__ASSERT_OWNED(&warden_owner);
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     return;
@@ -193,7 +207,7 @@ static void warden_send(char op, pid_t pgid) {
   char line[32];
   int n = snprintf(line, sizeof line, "%c%ld\n", op, (long)pgid);
   pthread_once(&warden_once, warden_register_atfork);
-  pthread_mutex_lock(&warden_mu);
+  warden_lock();
   for (int attempt = 0; attempt < 2; attempt++) {
     if (warden_fd < 0) {
       if (op == '-')
@@ -215,17 +229,17 @@ static void warden_send(char op, pid_t pgid) {
       waitpid(warden_pid, NULL, WNOHANG);
     warden_pid = 0;
   }
-  pthread_mutex_unlock(&warden_mu);
+  warden_unlock();
 }
 
 /* Starts the warden before a command does, if it is not running, so that
  * the command's registration does not wait for a first warden to start. */
 static void warden_ensure(void) {
   pthread_once(&warden_once, warden_register_atfork);
-  pthread_mutex_lock(&warden_mu);
+  warden_lock();
   if (warden_fd < 0)
     warden_start();
-  pthread_mutex_unlock(&warden_mu);
+  warden_unlock();
 }
 
 /* ---- commands ---- */

@@ -20,6 +20,7 @@
  * corrupt is an error naming the member and offset. */
 #include "tar.h"
 
+#include "base/assert.h"
 #include "base/mem.h"
 
 #include <stdlib.h>
@@ -197,6 +198,7 @@ static void drop_gap(wds__tar *t) {
     return;
   size_t gap = (size_t)(t->pos - from);
   size_t at = (size_t)(from - t->base);
+  WDS__ASSERT(at + gap <= t->len); /* the gap is in the window */
   memmove(t->buf + at, t->buf + at + gap, t->len - at - gap);
   t->len -= gap;
   t->dropped += gap;
@@ -204,6 +206,7 @@ static void drop_gap(wds__tar *t) {
 }
 
 const uint8_t *wds__tar_view(const wds__tar *t, uint64_t voff) {
+  WDS__ASSERT(voff >= t->base && voff - t->base <= t->len); /* held */
   return t->buf + (voff - t->base);
 }
 
@@ -217,6 +220,10 @@ uint64_t wds__tar_offset(const wds__tar *t) {
  * test is inline (fill_to), the rest is not. */
 static int fill_more(wds__tar *t, uint64_t end, wds__err *err) {
   uint64_t keep = t->keep < t->base ? t->base : t->keep;
+  /* The window: virtual [base, base + len) in buf[0, len), len <= cap <=
+   * max_cap; what is kept starts inside it. */
+  WDS__ASSERT(t->len <= t->cap && t->cap <= t->max_cap);
+  WDS__ASSERT(keep - t->base <= t->len && end > t->base + t->len);
   uint64_t need = end - keep;
   if (need > t->max_cap)
     return wds__fail(err, WDS_ERR_LIMIT,
@@ -241,6 +248,7 @@ static int fill_more(wds__tar *t, uint64_t end, wds__err *err) {
     t->cap = c;
     t->len = held;
     t->base = keep;
+    WDS__ASSERT(need <= t->cap && t->cap <= t->max_cap);
   } else if (keep > t->base &&
              (end > t->base + t->cap || t->cap - t->len < t->cap / 2)) {
     size_t shift = (size_t)(keep - t->base);
@@ -265,6 +273,7 @@ static int fill_more(wds__tar *t, uint64_t end, wds__err *err) {
       return WDS_EOF;
     }
     t->len += (size_t)n;
+    WDS__ASSERT(t->len <= t->cap);
   }
   return WDS_OK;
 }
@@ -289,6 +298,7 @@ static int skip_more(wds__tar *t, uint64_t target, wds__err *err) {
    * more than the region, so nothing after it is lost. The skipped bytes
    * then have no virtual offsets at all. */
   uint64_t remaining = target - held_end;
+  WDS__ASSERT(t->pos >= t->base && t->pos - t->base <= t->len);
   t->len = (size_t)(t->pos - t->base);
   t->dropped += target - t->pos;
   uint8_t scratch[16384];
@@ -725,6 +735,7 @@ int wds__tar_read_into(wds__tar *t, const wds__tar_member *m, void *dst,
   uint64_t have = end > m->data_voff ? end - m->data_voff : 0;
   if (have > m->size)
     have = m->size;
+  WDS__ASSERT(have == 0 || m->data_voff >= t->base); /* data not dropped */
   if (m->size >= DIRECT_MIN_BYTES)
     t->direct = DIRECT_MEMBERS;
   else if (t->direct)
