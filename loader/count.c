@@ -41,12 +41,7 @@ static int count_wait(wds_loader *l, const int *finished, int started) {
       continue;
     }
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += (long)WDS__INTERRUPT_POLL_MS * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-    }
+    wds__deadline_ms(&until, WDS__INTERRUPT_POLL_MS);
     if (pthread_cond_timedwait(&l->cv, &l->mu, &until) != ETIMEDOUT)
       continue;
     pthread_mutex_unlock(&l->mu); /* the check may wait for other threads */

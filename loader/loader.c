@@ -774,12 +774,7 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
     /* A cancel cannot signal the condition variable (not async-signal-safe),
      * so the wait is sliced. */
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += (l->fenced > 0 ? 1 : 50) * 1000 * 1000;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-    }
+    wds__deadline_ms(&until, l->fenced > 0 ? 1 : 50);
     wds__loader_timedwait(l, &until);
   }
   ready_entry r = ready_pop(l);

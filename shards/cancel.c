@@ -59,6 +59,16 @@ uint64_t wds__now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+void wds__deadline_ms(struct timespec *until, long ms) {
+  clock_gettime(CLOCK_REALTIME, until);
+  until->tv_sec += ms / 1000;
+  until->tv_nsec += (ms % 1000) * 1000000L;
+  if (until->tv_nsec >= 1000000000L) {
+    until->tv_sec++;
+    until->tv_nsec -= 1000000000L;
+  }
+}
+
 int wds__read_wait(const wds__cancel *c, uint64_t start_ms, int timeout_ms,
                    int max_ms, int *wait, wds__err *err) {
   int w = max_ms;

@@ -10,6 +10,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "base/err.h"
 
@@ -49,6 +50,10 @@ static inline int wds__cancelled(const wds__cancel *c) {
 
 /* Monotonic milliseconds. */
 uint64_t wds__now_ms(void);
+
+/* *until = the realtime clock ms milliseconds from now: the deadline of a
+ * pthread_cond_timedwait slice. */
+void wds__deadline_ms(struct timespec *until, long ms);
 
 /* How long a read blocked since start_ms (wds__now_ms) may wait next, in
  * *wait: at most max_ms (-1: no bound), what is left of timeout_ms (< 0:

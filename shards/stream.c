@@ -314,12 +314,7 @@ static ssize_t ring_wait(wds__stream *s, size_t cap, wds__err *err) {
     /* The caller's interrupt check is asked from this thread, which
      * waits, in slices, and never under the ring's lock. */
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += (long)WDS__INTERRUPT_POLL_MS * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-    }
+    wds__deadline_ms(&until, WDS__INTERRUPT_POLL_MS);
     pthread_cond_timedwait(&r->cv, &r->mu, &until);
     r->consumer_waits = 0;
     if (r->tail == r->head && !r->done &&
