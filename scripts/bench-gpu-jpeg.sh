@@ -22,29 +22,13 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/lib-bench.sh"
-BUILD=$(cd "${1:-$root/build}" 2>/dev/null && pwd) || {
-  echo "bench-gpu-jpeg.sh: no build directory ${1:-$root/build}" >&2
-  exit 1
-}
 DATA=${2:-/tmp/wds-bench-data}
 RUNS=${RUNS:-3}
 EPOCHS=${EPOCHS:-2}
 GPU_WORKERS=${GPU_WORKERS:-4}
 CPU_WORKERS=${CPU_WORKERS:-15}
 STEPS=${STEPS:-60}
-PY=${PY:-/opt/torch/.venv/bin/python3}
-[ -x "$PY" ] || PY=python3
-PYB=$root/python/bench
-die() {
-  echo "bench-gpu-jpeg.sh: $*" >&2
-  exit 1
-}
-export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
-if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  echo "bench-gpu-jpeg.sh: not measured: no GPU ($PY has no torch, or torch.cuda.is_available() is false)"
-  exit 0
-fi
-"$PY" -c 'import wds' || die "$PY cannot import wds from $BUILD/python"
+bench_gpu_setup bench-gpu-jpeg.sh "${1:-}"
 if ! why=$("$PY" -c 'import wds; g = wds._wds.gpu_jpeg_open(0); print(g.stats()["library"])' 2>&1); then
   echo "bench-gpu-jpeg.sh: not measured: no GPU JPEG decoder: ${why##*Error: }"
   exit 0
@@ -52,18 +36,12 @@ fi
 echo "bench-gpu-jpeg.sh: $(date -u +%FT%TZ), $(nproc) cores, $("$PY" -c 'import torch, torchvision; print(torch.cuda.get_device_name(), "torch", torch.__version__, "torchvision", torchvision.__version__)'), nvJPEG: $why"
 bench_jpeg_set "$PY" "$root" "$DATA"
 spec=$JPEG_SPEC
-rate() { "$PY" -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["samples_per_s"])'; }
-run() {
-  local out
-  out=$("$@") || die "failed: $*"
-  rate <<<"$out"
-}
 common=("$spec" "jpg:rgb:224,cls" 64 --warmup-epochs 1 --epochs "$EPOCHS" --touch arrays --device cuda)
 G="" C="" T=""
 for _ in $(seq "$RUNS"); do
-  G+=" $(run "$PY" "$PYB/loader_overhead.py" "${common[@]}" --workers "$GPU_WORKERS" --jpeg-decode gpu)"
-  C+=" $(run "$PY" "$PYB/loader_overhead.py" "${common[@]}" --workers "$CPU_WORKERS")"
-  T+=" $(run "$PY" "$PYB/gpu_jpeg.py" torchvision "${JPEG_TARS[@]}" --epochs "$EPOCHS")"
+  G+=" $(bench_run "$PY" "$PYB/loader_overhead.py" "${common[@]}" --workers "$GPU_WORKERS" --jpeg-decode gpu)"
+  C+=" $(bench_run "$PY" "$PYB/loader_overhead.py" "${common[@]}" --workers "$CPU_WORKERS")"
+  T+=" $(bench_run "$PY" "$PYB/gpu_jpeg.py" torchvision "${JPEG_TARS[@]}" --epochs "$EPOCHS")"
 done
 echo
 echo "images/s at 224, medians of $RUNS rounds"
@@ -83,6 +61,6 @@ if [ "${WDS_BENCH_NO_RESNET:-0}" != 1 ] && "$PY" -c 'import torchvision' 2>/dev/
   for mode in "gpu $GPU_WORKERS" "cpu $CPU_WORKERS"; do
     set -- $mode
     "$PY" "$PYB/gpu_jpeg.py" resnet50 "$spec" --jpeg-decode "$1" --workers "$2" \
-      --steps "$STEPS" || die "resnet50 ($mode) failed"
+      --steps "$STEPS" || bench_die "resnet50 ($mode) failed"
   done
 fi

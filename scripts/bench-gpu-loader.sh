@@ -19,27 +19,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/lib-bench.sh"
-BUILD=$(cd "${1:-$root/build}" 2>/dev/null && pwd) || {
-  echo "bench-gpu-loader.sh: no build directory ${1:-$root/build}" >&2
-  exit 1
-}
 DATA=${2:-/tmp/wds-bench-data}
 RUNS=${RUNS:-3}
 EPOCHS=${EPOCHS:-2}
 WORKERS=${WORKERS:-4 15}
-PY=${PY:-/opt/torch/.venv/bin/python3}
-[ -x "$PY" ] || PY=python3
-PYB=$root/python/bench
-die() {
-  echo "bench-gpu-loader.sh: $*" >&2
-  exit 1
-}
-export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
-"$PY" -c 'import wds' || die "$PY cannot import wds from $BUILD/python"
-if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  echo "bench-gpu-loader.sh: not measured: no CUDA GPU for $PY (torch.cuda.is_available())"
-  exit 0
-fi
+bench_gpu_setup bench-gpu-loader.sh "${1:-}"
 TORCH_WDS=1
 if [ "${WDS_BENCH_NO_TORCH_WDS:-0}" = 1 ] || ! "$PY" -c 'import webdataset' 2>/dev/null; then
   TORCH_WDS=0
@@ -47,12 +31,6 @@ fi
 bench_jpeg_set "$PY" "$root" "$DATA"
 spec=$JPEG_SPEC
 echo "bench-gpu-loader.sh: $(date -u +%FT%TZ), $(nproc) cores, $("$PY" -c 'import torch; print(torch.cuda.get_device_name(), "torch", torch.__version__)'), RUNS=$RUNS EPOCHS=$EPOCHS"
-rate() { "$PY" -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["samples_per_s"])'; }
-run() {
-  local out
-  out=$("$@") || die "failed: $*"
-  rate <<<"$out"
-}
 stats() {
   "$PY" - "$@" <<'PYEOF'
 import statistics, sys
@@ -73,10 +51,10 @@ for w in $WORKERS; do
   H="" D="" T=""
   for _ in $(seq "$RUNS"); do
     common=("$spec" "jpg:rgb:224,cls" 64 --workers "$w" --warmup-epochs 1 --epochs "$EPOCHS" --touch arrays)
-    H+=" $(run "$PY" "$PYB/loader_overhead.py" "${common[@]}")"
-    D+=" $(run "$PY" "$PYB/loader_overhead.py" "${common[@]}" --device cuda)"
+    H+=" $(bench_run "$PY" "$PYB/loader_overhead.py" "${common[@]}")"
+    D+=" $(bench_run "$PY" "$PYB/loader_overhead.py" "${common[@]}" --device cuda)"
     if [ "$TORCH_WDS" = 1 ]; then
-      T+=" $(run "$PY" "$PYB/peers.py" torch-wds "${JPEG_TARS[@]}" --workers "$w" \
+      T+=" $(bench_run "$PY" "$PYB/peers.py" torch-wds "${JPEG_TARS[@]}" --workers "$w" \
         --warmup-epochs 1 --epochs "$EPOCHS" --batch-size 64 --device cuda)"
     fi
   done

@@ -81,3 +81,36 @@ bench_jpeg_set() {
   JPEG_SPEC=$(sed 's/:/::/g' <<<"${JPEG_TARS[*]}")
   cat "${JPEG_TARS[@]}" >/dev/null
 }
+
+# bench_gpu_setup NAME BUILD_ARG: the prelude of the GPU benchmarks
+# (bench-gpu-loader.sh, bench-gpu-jpeg.sh): BUILD from BUILD_ARG (default
+# ROOT/build), PY (default /opt/torch/.venv/bin/python3, else python3), PYB,
+# bench_die(), PYTHONPATH with BUILD/python first; without a CUDA GPU for PY it
+# says "NAME: not measured" and exits 0; a PY that cannot import wds dies.
+# Needs root set. bench_run CMD...: samples/s of one run (its last JSON
+# line's samples_per_s), dying with the command on a failure.
+bench_gpu_setup() {
+  BENCH_NAME=$1
+  BUILD=$(cd "${2:-$root/build}" 2>/dev/null && pwd) || {
+    echo "$BENCH_NAME: no build directory ${2:-$root/build}" >&2
+    exit 1
+  }
+  PY=${PY:-/opt/torch/.venv/bin/python3}
+  [ -x "$PY" ] || PY=python3
+  PYB=$root/python/bench
+  export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
+  if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    echo "$BENCH_NAME: not measured: no CUDA GPU for $PY (no torch, or torch.cuda.is_available() is false)"
+    exit 0
+  fi
+  "$PY" -c 'import wds' || bench_die "$PY cannot import wds from $BUILD/python"
+}
+bench_die() {
+  echo "${BENCH_NAME:-bench}: $*" >&2
+  exit 1
+}
+bench_run() {
+  local out
+  out=$("$@") || bench_die "failed: $*"
+  "$PY" -c 'import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])["samples_per_s"])' <<<"$out"
+}
