@@ -537,15 +537,6 @@ class Loader:
         self._fences.drain()
         self._l.close()
 
-    def __del__(self):
-        # Copies still reading slots finish before the slots can go.
-        f = getattr(self, "_fences", None)
-        if f:
-            try:
-                f.drain()
-            except Exception:  # interpreter shutdown: torch may be gone
-                pass
-
     @property
     def closed(self):
         return self._l.closed
