@@ -87,7 +87,9 @@ venv_ensure_shared() {
   "$py" -m venv "$venv" || fail "$py -m venv $venv failed (apt-get install python3-venv)"
   local paths='import sysconfig; p = sysconfig.get_paths(); print(p["purelib"]); print(p["platlib"])'
   local mine
-  mine=$("$venv/bin/python" -c "$paths" | head -n 1)
+  # (its purelib alone: `| head -n 1` closed the pipe before python wrote
+  # the second line, an intermittent BrokenPipeError under pipefail)
+  mine=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   "$shared/bin/python" -c "$paths" | sort -u >"$mine/wds-shared-venv.pth" ||
     fail "cannot write $mine/wds-shared-venv.pth"
   "$venv/bin/python" -c "import $imports" ||
