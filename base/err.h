@@ -38,10 +38,24 @@ void wds__err_prefix(wds__err *e, const char *fmt, ...)
  * wds__open_fail. */
 void wds__copy_msg(char *dst, size_t dst_size, const char *src);
 
-/* The text wds_open_error() returns: per thread, set by a failing *_open(). */
+/* The calling thread's last error, the text wds_last_error() returns.
+ * Every public function that fails sets it before it returns, in the
+ * caller's thread; one that succeeds leaves it as it was. Internal
+ * functions keep their failures in a wds__err and public ones copy it
+ * here (wds__last_set); where there is no handle yet (an open) a public
+ * function may format into it directly (wds__last_fail). */
+
+/* Formats the message into the thread's last error and returns status. */
+int wds__last_fail(int status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* When status < 0: copies msg (printable already: a wds__err's) into the
+ * thread's last error, or the status's generic text when msg is NULL or
+ * empty. Returns status; a status >= 0 leaves the text. */
+int wds__last_set(int status, const char *msg);
+
+/* The same text under its former name, for open failures. */
 int wds__open_fail(int status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-void wds__open_error_clear(void);
-char *wds__open_error_buf(void); /* WDS__ERR_SIZE bytes */
 
 #endif

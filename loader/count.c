@@ -8,6 +8,7 @@
 
 #include "loader/index.h"
 #include "loader/internal.h"
+#include "pipeline/reader_internal.h"
 
 /* Exact mode without an index: count each shard's samples, in parallel. */
 typedef struct counter {
@@ -62,30 +63,31 @@ static void *count_main(void *arg) {
     if (l->src[l->shard_source[s]].index_path)
       continue; /* its source's index gives it */
     wds_reader *rd;
-    if (wds__open_shard_reader(l, s, &rd) != WDS_OK) {
+    wds__err e;
+    if (wds__open_shard_reader(l, s, &rd, &e) != WDS_OK) {
       if (l->cfg.on_error == WDS_ON_ERROR_STOP) {
         c->status = WDS_ERR_OPEN;
-        snprintf(c->msg, sizeof c->msg, "%s", wds_open_error());
+        snprintf(c->msg, sizeof c->msg, "%s", e.msg);
         break;
       }
-      wds__note_skip(l, "skipped while counting", wds_open_error());
+      wds__note_skip(l, "skipped while counting", e.msg);
       l->counts[s] = 0;
       continue;
     }
     const wds_sample *smp;
     int st;
     uint64_t n = 0;
-    while ((st = wds_reader_next(rd, &smp)) != WDS_EOF) {
+    while ((st = wds__reader_next(rd, &smp)) != WDS_EOF) {
       if (st == WDS_OK) {
         n++;
         continue;
       }
       if (l->cfg.on_error == WDS_ON_ERROR_STOP) {
         c->status = st;
-        snprintf(c->msg, sizeof c->msg, "%s", wds_reader_error(rd));
+        snprintf(c->msg, sizeof c->msg, "%s", wds__reader_error(rd));
         break;
       }
-      wds__note_skip(l, "skipped while counting", wds_reader_error(rd));
+      wds__note_skip(l, "skipped while counting", wds__reader_error(rd));
     }
     l->counts[s] = n;
     wds_reader_close(rd);
@@ -162,12 +164,13 @@ static int check_empty_shards(wds_loader *l) {
     char msg[WDS__ERR_SIZE];
     uint64_t n = 0;
     wds_reader *rd;
-    int st = wds__open_shard_reader(l, s, &rd);
+    wds__err e;
+    int st = wds__open_shard_reader(l, s, &rd, &e);
     if (st != WDS_OK) {
-      snprintf(msg, sizeof msg, "%s", wds_open_error());
+      snprintf(msg, sizeof msg, "%s", e.msg);
     } else {
       const wds_sample *smp;
-      while ((st = wds_reader_next(rd, &smp)) != WDS_EOF)
+      while ((st = wds__reader_next(rd, &smp)) != WDS_EOF)
         if (st == WDS_OK)
           n++;
         else if (st != WDS_ERR_DUPLICATE)
@@ -183,7 +186,7 @@ static int check_empty_shards(wds_loader *l) {
         snprintf(msg, sizeof msg,
                  "index %.300s gives 0 samples, and the shard cannot be read "
                  "to check: %.600s",
-                 index_path, wds_reader_error(rd));
+                 index_path, wds__reader_error(rd));
       wds_reader_close(rd);
     }
     if (st == WDS_EOF && n == 0)

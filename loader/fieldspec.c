@@ -30,13 +30,14 @@ static int fail(char *err, size_t err_size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static int fail(char *err, size_t err_size, const char *fmt, ...) {
-  if (err && err_size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-  }
-  return WDS_ERR_INVALID;
+  char msg[WDS__ERR_SIZE];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (err && err_size)
+    wds__copy_msg(err, err_size, msg);
+  return wds__last_fail(WDS_ERR_INVALID, "%s", msg);
 }
 
 static int is_blank(char c) { return c == ' ' || c == '\t'; }

@@ -448,8 +448,10 @@ void wds__slot_set(wds_loader *l, int i, int to);
 
 /* ---- loader.c ---- */
 
-/* The last error's text: written by workers (skips) and the caller's thread,
- * so always under l->mu; wds_loader_error() hands out a copy. */
+/* The last error's text: written by the threads calling the loader (and
+ * wds_gpu_jpeg_decode_rows, which may run on several at once), so always
+ * under l->mu; a public call that fails copies it into its caller's last
+ * error (wds_last_error). What WDS_ON_ERROR_SKIP skips goes to the log. */
 void wds__set_error(wds_loader *l, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -674,7 +676,8 @@ extern void (*wds__defer_copy_hook)(const char *url, const char *key);
 
 /* A reader of one shard, as the workers and the counting pass open it: the
  * loader's limits, and reads that its wake token interrupts. */
-int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out);
+int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out,
+                           wds__err *e);
 
 /* Where the exact mode's count of a shard came from, for messages. */
 const char *wds__count_source(const wds_loader *l, size_t shard, char *buf,

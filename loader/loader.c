@@ -73,7 +73,6 @@ static void cache_warn(void *ctx, const char *msg) { log_msg(ctx, "%s", msg); }
 
 void wds__note_skip(wds_loader *l, const char *what, const char *msg) {
   STAT_ADD(l, skipped, 1);
-  wds__set_error(l, "%s", msg);
   log_msg(l, "%s: %s", what, msg);
 }
 
@@ -349,7 +348,6 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   if (!out)
     return wds__open_fail(WDS_ERR_INVALID, "wds_loader_open: out is NULL");
   *out = NULL;
-  wds__open_error_clear();
   if (!cfg || (!cfg->spec && !cfg->urls && !cfg->sources))
     return wds__open_fail(WDS_ERR_INVALID,
                           "wds_loader_open: no spec, urls or sources");
@@ -662,10 +660,8 @@ static int fences_poll(wds_loader *l, int block) {
   return freed;
 }
 
-int wds_loader_release_after(wds_loader *l, const wds_batch *b,
-                             const wds_release_fence *fence) {
-  if (!l)
-    return WDS_ERR_INVALID;
+static int release_after(wds_loader *l, const wds_batch *b,
+                         const wds_release_fence *fence) {
   if (!b || !fence || !fence->done || b->slot < 0 || b->slot >= l->nslots ||
       b != &l->slots[b->slot].batch) {
     wds__set_error(l, "wds_loader_release_after: %s",
@@ -701,11 +697,8 @@ static void fences_drain(wds_loader *l) {
     fences_poll(l, 1);
 }
 
-int wds_loader_next(wds_loader *l, const wds_batch **out) {
-  if (out)
-    *out = NULL;
-  if (!l || !out)
-    return WDS_ERR_INVALID;
+static int loader_next(wds_loader *l, const wds_batch **out) {
+  *out = NULL;
   if (l->failed)
     return l->failed;
   if (atomic_load(&l->cancelled))
@@ -803,6 +796,35 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
   return l->failed;
 }
 
+/* A public call's status: a failure's text (l->err, which the workers'
+ * errors reach through the run) copied into the caller's last error. */
+static int loader_status(wds_loader *l, int rc) {
+  if (rc >= 0)
+    return rc;
+  char msg[WDS__ERR_SIZE];
+  wds__loader_lock(l);
+  memcpy(msg, l->err, sizeof msg);
+  wds__loader_unlock(l);
+  return wds__last_set(rc, msg);
+}
+
+int wds_loader_next(wds_loader *l, const wds_batch **out) {
+  if (out)
+    *out = NULL;
+  if (!l || !out)
+    return wds__last_fail(WDS_ERR_INVALID, "wds_loader_next: %s is NULL",
+                          l ? "out" : "the loader");
+  return loader_status(l, loader_next(l, out));
+}
+
+int wds_loader_release_after(wds_loader *l, const wds_batch *b,
+                             const wds_release_fence *fence) {
+  if (!l)
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "wds_loader_release_after: the loader is NULL");
+  return loader_status(l, release_after(l, b, fence));
+}
+
 void wds_loader_release(wds_loader *l, const wds_batch *b) {
   if (!l || !b || b->slot < 0 || b->slot >= l->nslots ||
       b != &l->slots[b->slot].batch)
@@ -817,7 +839,8 @@ void wds_loader_release(wds_loader *l, const wds_batch *b) {
 
 int wds_loader_set_epoch(wds_loader *l, uint64_t epoch) {
   if (!l)
-    return WDS_ERR_INVALID;
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "wds_loader_set_epoch: the loader is NULL");
   /* The run already reading this epoch from its start (eager_next_epoch)
    * is the one asked for: kept. */
   if (l->cur && l->cur->epoch == epoch && l->cur->skip == 0 &&

@@ -99,10 +99,10 @@ int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
   l->nsrc = n;
   if (!cfg->sources) {
     if (cfg->spec) {
-      rc = wds__spec_expand_io(&cfg->spec, 1, 0, spec_flags, &io, &l->urls,
-                               wds__open_error_buf(), WDS__ERR_SIZE);
+      wds__err e;
+      rc = wds__spec_expand_io(&cfg->spec, 1, 0, spec_flags, &io, &l->urls, &e);
       if (rc != WDS_OK)
-        return rc;
+        return wds__open_fail(rc, "%s", e.msg);
     } else {
       l->urls.urls =
           calloc(cfg->url_count ? cfg->url_count : 1, sizeof(char *));
@@ -139,13 +139,10 @@ int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
       so->proportion = sc->proportion;
       so->repeat = sc->repeat;
       wds_url_list add = {0};
-      rc = wds__spec_expand_io(&sc->spec, 1, 0, spec_flags, &io, &add,
-                               wds__open_error_buf(), WDS__ERR_SIZE);
-      if (rc != WDS_OK) {
-        wds__err e;
-        wds__fail(&e, rc, "%s", wds__open_error_buf());
+      wds__err e;
+      rc = wds__spec_expand_io(&sc->spec, 1, 0, spec_flags, &io, &add, &e);
+      if (rc != WDS_OK)
         return wds__open_fail(rc, "source %zu: %s", s, e.msg);
-      }
       so->first = l->urls.count;
       so->count = add.count;
       if (append_urls(l, &add) != 0) {

@@ -20,14 +20,17 @@ struct wds_decode_checker {
 
 int wds_decode_checker_open(wds_decode_checker **out) {
   if (!out)
-    return WDS_ERR_INVALID;
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "wds_decode_checker_open: out is NULL");
   *out = NULL;
   wds_decode_checker *c = calloc(1, sizeof *c);
   if (!c)
-    return WDS_ERR_NOMEM;
+    return wds__last_fail(WDS_ERR_NOMEM, "wds_decode_checker_open: out of "
+                                         "memory");
   if (!(c->dec = wds__decoder_new())) {
     free(c);
-    return WDS_ERR_NOMEM;
+    return wds__last_fail(WDS_ERR_NOMEM, "wds_decode_checker_open: out of "
+                                         "memory");
   }
   *out = c;
   return WDS_OK;
@@ -73,5 +76,5 @@ done:
   if (rc != WDS_OK && err && err_size)
     wds__copy_msg(err, err_size, e.msg);
   wds_decode_checker_close(own);
-  return rc;
+  return wds__last_set(rc, e.msg);
 }

@@ -426,5 +426,5 @@ done:
     wds__copy_msg(err, err_size, e.msg);
   else if (err && err_size)
     err[0] = '\0';
-  return rc;
+  return wds__last_set(rc, e.msg);
 }

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/err.h"
 #include "base/text.h"
 
 struct wds_outfile {
@@ -32,13 +33,14 @@ static int out_fail(char *err, size_t err_size, int status, const char *fmt,
                     ...) __attribute__((format(printf, 4, 5)));
 static int out_fail(char *err, size_t err_size, int status, const char *fmt,
                     ...) {
-  if (err && err_size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-  }
-  return status;
+  char msg[WDS__ERR_SIZE];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (err && err_size)
+    wds__copy_msg(err, err_size, msg);
+  return wds__last_fail(status, "%s", msg);
 }
 
 /* 1 for /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N and

@@ -427,7 +427,6 @@ static int looks_like_pipe(const char *name) {
 int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
   int rc = WDS_OK;
   wds_writer *w = NULL;
-  wds__open_error_clear();
   if (!out)
     return wds__open_fail(WDS_ERR_INVALID, "out is NULL");
   *out = NULL;
@@ -617,10 +616,8 @@ static int check_sample(wds_writer *w, const char *key,
   return WDS_OK;
 }
 
-int wds_writer_write_sample(wds_writer *w, const char *key,
-                            const wds_writer_field *fields, size_t count) {
-  if (!w)
-    return WDS_ERR_INVALID;
+static int write_sample(wds_writer *w, const char *key,
+                        const wds_writer_field *fields, size_t count) {
   if (w->status != WDS_OK)
     return w->status;
   int rc = check_sample(w, key, fields, count);
@@ -697,6 +694,14 @@ int wds_writer_write_sample(wds_writer *w, const char *key,
   return WDS_OK;
 }
 
+int wds_writer_write_sample(wds_writer *w, const char *key,
+                            const wds_writer_field *fields, size_t count) {
+  if (!w)
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "wds_writer_write_sample: the writer is NULL");
+  return wds__last_set(write_sample(w, key, fields, count), w->err.msg);
+}
+
 const char *wds_writer_error(const wds_writer *w) {
   return w && w->status != WDS_OK ? w->err.msg : "";
 }
@@ -713,12 +718,13 @@ void wds_writer_stats_get(const wds_writer *w, wds_writer_stats *out) {
 
 int wds_writer_end_shard(wds_writer *w) {
   if (!w)
-    return WDS_ERR_INVALID;
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "wds_writer_end_shard: the writer is NULL");
   if (w->status != WDS_OK || !w->tw)
-    return w->status;
+    return wds__last_set(w->status, w->err.msg);
   if (w->out_fd >= 0)
     w->fd_ended = 1;
-  return finish_shard(w);
+  return wds__last_set(finish_shard(w), w->err.msg);
 }
 
 int wds_writer_close(wds_writer *w) {
@@ -728,7 +734,7 @@ int wds_writer_close(wds_writer *w) {
     finish_shard(w);
   if (w->status == WDS_OK)
     report_leftovers(w);
-  int rc = w->status;
+  int rc = wds__last_set(w->status, w->err.msg);
   writer_free(w);
   return rc;
 }

@@ -276,14 +276,14 @@ TEST(a_listing_obeys_the_read_timeout) {
   const char *spec = STALL_SPEC;
   wds__io_opts io = {.read_timeout_ms = 300};
   wds_url_list l = {0};
-  char err[1024];
+  wds__err e;
   double t0 = now_s();
-  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, err, sizeof err),
+  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, &e),
                 WDS_ERR_TIMEOUT);
   double dt = now_s() - t0;
-  printf("  %s (%.2f s)\n", err, dt);
+  printf("  %s (%.2f s)\n", e.msg, dt);
   ASSERT_TRUE(dt >= 0.29 && dt < 5);
-  ASSERT_STREQ(err, STALL_TIMEOUT);
+  ASSERT_STREQ(e.msg, STALL_TIMEOUT);
   ASSERT_TRUE(l.count == 0 && l.urls == NULL);
 }
 
@@ -294,23 +294,23 @@ TEST(a_cancel_ends_a_stalled_listing) {
   wds__cancel_init(&c);
   wds__io_opts io = {.read_timeout_ms = -1, .cancel = &c};
   wds_url_list l = {0};
-  char err[1024];
+  wds__err e;
   pthread_t t;
   pthread_create(&t, NULL, cancel_later, &c);
   double t0 = now_s();
-  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, err, sizeof err),
+  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, &e),
                 WDS_ERR_CANCELLED);
   double dt = now_s() - t0;
   pthread_join(t, NULL);
-  printf("  %s (%.2f s)\n", err, dt);
+  printf("  %s (%.2f s)\n", e.msg, dt);
   ASSERT_TRUE(dt >= 0.15 && dt < 2);
-  ASSERT_STREQ(err, STALL_SPEC " (ListObjectsV2): cancelled");
+  ASSERT_STREQ(e.msg, STALL_SPEC " (ListObjectsV2): cancelled");
   /* Already cancelled: no request at all. */
   t0 = now_s();
-  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, err, sizeof err),
+  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, &e),
                 WDS_ERR_CANCELLED);
   ASSERT_TRUE(now_s() - t0 < 0.5);
-  ASSERT_STREQ(err, STALL_SPEC " (ListObjectsV2): cancelled");
+  ASSERT_STREQ(e.msg, STALL_SPEC " (ListObjectsV2): cancelled");
   wds__cancel_destroy(&c);
 }
 

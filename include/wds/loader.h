@@ -411,9 +411,9 @@ WDS_API void wds_loader_position(const wds_loader *l, uint64_t *epoch,
 /* Batches in an epoch for this rank; 0 in plain mode (not known). */
 WDS_API uint64_t wds_loader_epoch_batches(const wds_loader *l);
 
-/* Text of the last error, or of the last skipped one under
- * WDS_ON_ERROR_SKIP ("" if none): shard, sample, field, offset. Safe to call
- * while the workers run; valid until the next call on this handle. */
+/* Text of the last error ("" if none): shard, sample, field, offset (what
+ * WDS_ON_ERROR_SKIP skips is told to the log). Safe to call while the
+ * workers run; valid until the next call on this handle. */
 WDS_API const char *wds_loader_error(const wds_loader *l);
 
 typedef struct wds_loader_stats {

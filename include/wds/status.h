@@ -46,6 +46,16 @@ WDS_API const char *wds_strerror(int status);
  */
 WDS_API const char *wds_status_name(int status);
 
+/* The text of the most recent failure of a wds call in the calling thread
+ * ("" if none): what failed and where (the spec position, shard URL, member,
+ * byte offset, option). Every wds function that fails (a negative status,
+ * or NULL where it returns a pointer) sets it before it returns, in the
+ * caller's thread, also for errors found on the loader's worker threads; a
+ * handle whose errors are sticky sets it again on each failing call. A call
+ * that succeeds leaves it. The string is the thread's own: valid until the
+ * thread's next failing wds call. */
+WDS_API const char *wds_last_error(void);
+
 /* Text of the last failed wds_*_open() call in this thread ("" if none):
  * what failed and where (spec position, shard, option). */
 WDS_API const char *wds_open_error(void);
