@@ -102,12 +102,12 @@ static int count_shards(wds_loader *l) {
   counter *c = calloc((size_t)threads, sizeof *c);
   int rc = WDS_OK, started = 0;
   if (!c)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
   int finished = 0;
   for (int i = 0; i < threads; i++) {
     c[i] = (counter){l, i, threads, WDS_OK, "", 0, &finished};
     if (pthread_create(&c[i].thread, NULL, count_main, &c[i]) != 0) {
-      rc = wds__open_fail(WDS_ERR_NOMEM, "cannot start a thread");
+      rc = wds__last_fail(WDS_ERR_NOMEM, "cannot start a thread");
       break;
     }
     started++;
@@ -116,13 +116,13 @@ static int count_shards(wds_loader *l) {
   for (int i = 0; i < started; i++)
     pthread_join(c[i].thread, NULL);
   if (interrupted && rc == WDS_OK)
-    rc = wds__open_fail(WDS_ERR_CANCELLED,
+    rc = wds__last_fail(WDS_ERR_CANCELLED,
                         "interrupted while counting the samples of %zu "
                         "shards for exact mode",
                         l->urls.count);
   for (int i = 0; i < started && rc == WDS_OK; i++)
     if (c[i].status != WDS_OK)
-      rc = wds__open_fail(c[i].status, "counting samples for exact mode: %s",
+      rc = wds__last_fail(c[i].status, "counting samples for exact mode: %s",
                           c[i].msg);
   free(c);
   return rc;
@@ -136,7 +136,7 @@ static int check_total(wds_loader *l) {
   uint64_t total = 0;
   for (size_t s = 0; s < l->urls.count; s++) {
     if (l->counts[s] > WDS__INDEX_MAX_SAMPLES - total)
-      return wds__open_fail(
+      return wds__last_fail(
           WDS_ERR_CORRUPT,
           "exact mode: the counts from %s add up to more than %llu samples "
           "at %.300s (%llu samples), more than any data set holds (a "
@@ -193,7 +193,7 @@ static int check_empty_shards(wds_loader *l) {
       continue;
     int status = n > 0 ? WDS_ERR_CORRUPT : st;
     if (l->cfg.on_error == WDS_ON_ERROR_STOP)
-      return wds__open_fail(status, "%s", msg);
+      return wds__last_fail(status, "%s", msg);
     wds__note_skip(l, "skipped", msg);
   }
   return WDS_OK;
@@ -202,7 +202,7 @@ static int check_empty_shards(wds_loader *l) {
 int wds__load_counts(wds_loader *l) {
   l->counts = calloc(l->urls.count ? l->urls.count : 1, sizeof *l->counts);
   if (!l->counts)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
   int counted = 0, indexed = 0;
   for (size_t s = 0; s < l->nsrc; s++) {
     if (l->src[s].index_path)
@@ -230,7 +230,7 @@ int wds__load_counts(wds_loader *l) {
       flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
     int rc = wds__index_load_flags(so->index_path, flags, &ix, &e);
     if (rc != WDS_OK)
-      return wds__open_fail(rc, "%s", e.msg);
+      return wds__last_fail(rc, "%s", e.msg);
     for (size_t s = so->first; s < so->first + so->count && rc == WDS_OK; s++) {
       rc = wds__index_lookup(&ix, l->urls.urls[s], &l->counts[s], &e);
       if (rc == WDS_OK)
@@ -238,7 +238,7 @@ int wds__load_counts(wds_loader *l) {
     }
     wds__index_free(&ix);
     if (rc != WDS_OK)
-      return wds__open_fail(rc, "index %s: %s", so->index_path, e.msg);
+      return wds__last_fail(rc, "index %s: %s", so->index_path, e.msg);
   }
   int rc = check_total(l);
   if (rc != WDS_OK || !indexed)

@@ -595,20 +595,20 @@ int wds_index_load(const char *path, unsigned flags, wds_index **out) {
   wds__err e;
   int rc;
   if (!out)
-    return wds__open_fail(WDS_ERR_INVALID, "wds_index_load: out is NULL");
+    return wds__last_fail(WDS_ERR_INVALID, "wds_index_load: out is NULL");
   *out = NULL;
   if (!path)
-    return wds__open_fail(WDS_ERR_INVALID, "wds_index_load: path is NULL");
+    return wds__last_fail(WDS_ERR_INVALID, "wds_index_load: path is NULL");
   if (flags & ~(WDS_INDEX_SAMPLES | WDS_INDEX_ALLOW_PIPE_FROM_FILES))
-    return wds__open_fail(WDS_ERR_INVALID, "wds_index_load: unknown flags 0x%x",
+    return wds__last_fail(WDS_ERR_INVALID, "wds_index_load: unknown flags 0x%x",
                           flags);
   wds_index *h = calloc(1, sizeof *h);
   if (!h)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
   e.msg[0] = '\0';
   if ((rc = wds__index_load_flags(path, flags, &h->ix, &e)) != WDS_OK) {
     free(h);
-    return wds__open_fail(rc, "%s", e.msg);
+    return wds__last_fail(rc, "%s", e.msg);
   }
   *out = h;
   return WDS_OK;

@@ -388,7 +388,7 @@ struct wds_loader {
   int failed;          /* a fatal status, returned from then on */
   uint64_t epoch_batches;
   char err[WDS__ERR_SIZE];
-  char err_out[WDS__ERR_SIZE]; /* what wds_loader_error() returned */
+  char err_out[WDS__ERR_SIZE]; /* what wds_last_error() returned */
 
   /* Stats (relaxed atomics, summed over threads). */
   atomic_uint_fast64_t st_batches, st_samples, st_skipped, st_fill, st_shards,

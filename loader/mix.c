@@ -63,7 +63,7 @@ static int append_urls(wds_loader *l, const wds_url_list *add) {
 
 static int check_amount(size_t s, const char *what, double v) {
   if (!(v >= 0) || !isfinite(v) || v > 1e12)
-    return wds__open_fail(WDS_ERR_INVALID,
+    return wds__last_fail(WDS_ERR_INVALID,
                           "wds_loader_open: source %zu: %s %g (need a finite "
                           "number >= 0; 0 = unset)",
                           s, what, v);
@@ -73,11 +73,11 @@ static int check_amount(size_t s, const char *what, double v) {
 int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
   int rc;
   if (cfg->sources && (cfg->spec || cfg->urls))
-    return wds__open_fail(WDS_ERR_INVALID,
+    return wds__last_fail(WDS_ERR_INVALID,
                           "wds_loader_open: give a spec (or urls) or sources, "
                           "not both");
   if (cfg->sources && cfg->index_path)
-    return wds__open_fail(WDS_ERR_INVALID,
+    return wds__last_fail(WDS_ERR_INVALID,
                           "wds_loader_open: with sources, each source names "
                           "its own index (wds_source_config.index_path), not "
                           "index_path");
@@ -91,47 +91,47 @@ int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
                            .cancel = &l->wake,
                            .retries = cfg->retries};
   if (n == 0 || n > MAX_SOURCES)
-    return wds__open_fail(WDS_ERR_INVALID,
+    return wds__last_fail(WDS_ERR_INVALID,
                           "wds_loader_open: %zu sources (1 .. %d)", n,
                           MAX_SOURCES);
   if (!(l->src = calloc(n, sizeof *l->src)))
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
   l->nsrc = n;
   if (!cfg->sources) {
     if (cfg->spec) {
       wds__err e;
       rc = wds__spec_expand_io(&cfg->spec, 1, 0, spec_flags, &io, &l->urls, &e);
       if (rc != WDS_OK)
-        return wds__open_fail(rc, "%s", e.msg);
+        return wds__last_fail(rc, "%s", e.msg);
     } else {
       l->urls.urls =
           calloc(cfg->url_count ? cfg->url_count : 1, sizeof(char *));
       if (!l->urls.urls)
-        return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+        return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
       for (size_t i = 0; i < cfg->url_count; i++) {
         if (!cfg->urls[i] || !(l->urls.urls[i] = strdup(cfg->urls[i])))
-          return wds__open_fail(cfg->urls[i] ? WDS_ERR_NOMEM : WDS_ERR_INVALID,
+          return wds__last_fail(cfg->urls[i] ? WDS_ERR_NOMEM : WDS_ERR_INVALID,
                                 "wds_loader_open: urls[%zu]: %s", i,
                                 cfg->urls[i] ? "out of memory" : "NULL");
         l->urls.count++;
       }
     }
     if (cfg->index_path && !(l->src[0].index_path = strdup(cfg->index_path)))
-      return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+      return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
     l->src[0].count = l->urls.count;
   } else {
     for (size_t s = 0; s < n; s++) {
       const wds_source_config *sc = &cfg->sources[s];
       wds__source *so = &l->src[s];
       if (!sc->spec || !sc->spec[0])
-        return wds__open_fail(WDS_ERR_INVALID,
+        return wds__last_fail(WDS_ERR_INVALID,
                               "wds_loader_open: source %zu has no spec", s);
       if ((rc = check_amount(s, "weight", sc->weight)) != WDS_OK ||
           (rc = check_amount(s, "proportion", sc->proportion)) != WDS_OK ||
           (rc = check_amount(s, "repeat", sc->repeat)) != WDS_OK)
         return rc;
       if ((sc->weight > 0) + (sc->proportion > 0) + (sc->repeat > 0) > 1)
-        return wds__open_fail(WDS_ERR_INVALID,
+        return wds__last_fail(WDS_ERR_INVALID,
                               "wds_loader_open: source %zu (%.300s) sets more "
                               "than one of weight, proportion and repeat",
                               s, sc->spec);
@@ -142,26 +142,26 @@ int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
       wds__err e;
       rc = wds__spec_expand_io(&sc->spec, 1, 0, spec_flags, &io, &add, &e);
       if (rc != WDS_OK)
-        return wds__open_fail(rc, "source %zu: %s", s, e.msg);
+        return wds__last_fail(rc, "source %zu: %s", s, e.msg);
       so->first = l->urls.count;
       so->count = add.count;
       if (append_urls(l, &add) != 0) {
         wds_url_list_free(&add);
-        return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+        return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
       }
       free(add.urls); /* the strings belong to l->urls now */
       if (so->count == 0)
-        return wds__open_fail(WDS_ERR_INVALID,
+        return wds__last_fail(WDS_ERR_INVALID,
                               "wds_loader_open: source %zu (%.300s) has no "
                               "shards",
                               s, sc->spec);
       if (sc->index_path && !(so->index_path = strdup(sc->index_path)))
-        return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+        return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
     }
   }
   if (!(l->shard_source =
             calloc(l->urls.count ? l->urls.count : 1, sizeof *l->shard_source)))
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
   for (size_t s = 0; s < n; s++) {
     for (size_t i = 0; i < l->src[s].count; i++)
       l->shard_source[l->src[s].first + i] = (uint32_t)s;
@@ -179,38 +179,38 @@ int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
     char name[300];
     src_name(l, s, name, sizeof name);
     if (mode == WDS_MODE_PLAIN && n > 1)
-      return wds__open_fail(
+      return wds__last_fail(
           WDS_ERR_INVALID,
           "wds_loader_open: %zu sources in plain mode: mixing chooses a "
           "source per sample, and plain mode reads whole shards (use --mode "
           "exact or resampled)",
           n);
     if (mode == WDS_MODE_PLAIN && (so->repeat > 0 || so->proportion > 0))
-      return wds__open_fail(WDS_ERR_INVALID,
+      return wds__last_fail(WDS_ERR_INVALID,
                             "wds_loader_open: %s: repeat and proportion need "
                             "exact mode (plain mode reads each shard once)",
                             name);
     if (mode == WDS_MODE_RESAMPLED && so->repeat > 0)
-      return wds__open_fail(
+      return wds__last_fail(
           WDS_ERR_INVALID,
           "wds_loader_open: %s: repeat is for exact mode; in resampled mode "
           "give a weight (or a proportion)",
           name);
     if (mode == WDS_MODE_EXACT && so->weight > 0)
-      return wds__open_fail(
+      return wds__last_fail(
           WDS_ERR_INVALID,
           "wds_loader_open: %s: weight is for resampled mode; in exact mode "
           "give a repeat factor or a proportion of the epoch",
           name);
     if (mode != WDS_MODE_EXACT && so->index_path)
-      return wds__open_fail(WDS_ERR_INVALID,
+      return wds__last_fail(WDS_ERR_INVALID,
                             "wds_loader_open: %s: an index is only used in "
                             "exact mode",
                             name);
   }
   if (mode == WDS_MODE_RESAMPLED) {
     if (!(l->mix_cum = calloc(n, sizeof *l->mix_cum)))
-      return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+      return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
     double sum = 0;
     for (size_t s = 0; s < n; s++) {
       double w = l->src[s].weight > 0       ? l->src[s].weight
@@ -236,7 +236,7 @@ int wds__sources_plan_check(wds_loader *l) {
       so->total += l->counts[so->first + i]; /* check_total bounds it */
     all += so->total;
     if (so->total == 0 && l->nsrc > 1)
-      return wds__open_fail(WDS_ERR_INVALID, "exact mode: %s has no samples",
+      return wds__last_fail(WDS_ERR_INVALID, "exact mode: %s has no samples",
                             src_name(l, s, name, sizeof name));
   }
   for (size_t s = 0; s < l->nsrc; s++) {
@@ -245,13 +245,13 @@ int wds__sources_plan_check(wds_loader *l) {
                   : so->proportion > 0 ? so->proportion * (double)all
                                        : (double)so->total;
     if (want >= 0x1p50)
-      return wds__open_fail(WDS_ERR_INVALID,
+      return wds__last_fail(WDS_ERR_INVALID,
                             "exact mode: %s would give %.3g samples per "
                             "epoch (at most 2^50)",
                             src_name(l, s, name, sizeof name), want);
     so->n = (uint64_t)llround(want);
     if (so->n == 0 && l->nsrc > 1)
-      return wds__open_fail(
+      return wds__last_fail(
           WDS_ERR_INVALID,
           "exact mode: %s gives no sample per epoch (%s %g "
           "of %llu samples)",
@@ -260,7 +260,7 @@ int wds__sources_plan_check(wds_loader *l) {
           so->repeat > 0 ? so->repeat : so->proportion,
           (unsigned long long)(so->repeat > 0 ? so->total : all));
     if (so->total > 0 && so->n / so->total + 1 > MAX_UNITS / so->count)
-      return wds__open_fail(WDS_ERR_INVALID,
+      return wds__last_fail(WDS_ERR_INVALID,
                             "exact mode: %s: %llu passes over %zu shards per "
                             "epoch is too many",
                             src_name(l, s, name, sizeof name),

@@ -139,17 +139,17 @@ static int pattern_parse(wds_writer *w, const char *s) {
     while (s[j] >= '0' && s[j] <= '9') {
       width = width * 10 + (s[j] - '0');
       if (width > 64)
-        return wds__open_fail(WDS_ERR_INVALID,
+        return wds__last_fail(WDS_ERR_INVALID,
                               "pattern \"%s\": field width over 64", s);
       j++;
     }
     if (s[j] != 'd' && s[j] != 'i' && s[j] != 'u')
-      return wds__open_fail(WDS_ERR_INVALID,
+      return wds__last_fail(WDS_ERR_INVALID,
                             "pattern \"%s\": only one %%d, %%i or %%u (e.g. "
                             "%%06d) and %%%% are allowed",
                             s);
     if (++convs > 1)
-      return wds__open_fail(WDS_ERR_INVALID,
+      return wds__last_fail(WDS_ERR_INVALID,
                             "pattern \"%s\" has more than one integer "
                             "conversion",
                             s);
@@ -165,7 +165,7 @@ static int pattern_parse(wds_writer *w, const char *s) {
   w->prefix = unescape(s, conv_start);
   w->suffix = unescape(s + conv_end, strlen(s + conv_end));
   if (!w->prefix || !w->suffix)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
   return WDS_OK;
 }
 
@@ -428,28 +428,28 @@ int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
   int rc = WDS_OK;
   wds_writer *w = NULL;
   if (!out)
-    return wds__open_fail(WDS_ERR_INVALID, "out is NULL");
+    return wds__last_fail(WDS_ERR_INVALID, "out is NULL");
   *out = NULL;
   if (!cfg)
-    return wds__open_fail(WDS_ERR_INVALID, "config is NULL");
+    return wds__last_fail(WDS_ERR_INVALID, "config is NULL");
   if (cfg->out_fd < 0 && (!cfg->pattern || !*cfg->pattern))
-    return wds__open_fail(WDS_ERR_INVALID, "no output: set pattern or out_fd");
+    return wds__last_fail(WDS_ERR_INVALID, "no output: set pattern or out_fd");
   /* A pipe: target is a command (webdataset runs it; wds.ShardWriter does,
    * through out_fd); written as a pattern it would become a file named
    * "pipe:cat > x.tar". Refused, spaces before it and any case too. */
   if (cfg->out_fd < 0 && looks_like_pipe(cfg->pattern))
-    return wds__open_fail(WDS_ERR_INVALID,
+    return wds__last_fail(WDS_ERR_INVALID,
                           "\"%.300s\": a pipe: target is a command, which "
                           "this writer does not run (write to a file, or to "
                           "stdout and pipe that; wds.ShardWriter runs "
                           "\"pipe:CMD\" targets)",
                           cfg->pattern);
   if (cfg->mtime < 0 || cfg->mtime >= (int64_t)1 << 33)
-    return wds__open_fail(WDS_ERR_INVALID,
+    return wds__last_fail(WDS_ERR_INVALID,
                           "mtime %" PRId64 " is outside 0..8^11-1", cfg->mtime);
   w = calloc(1, sizeof *w);
   if (!w)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
   w->out_fd = cfg->out_fd;
   w->max_count = cfg->max_count ? cfg->max_count : DEFAULT_MAX_COUNT;
   w->max_size_bytes =
@@ -485,18 +485,18 @@ int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
     o.compression = WDS__TARW_GZIP;
     break;
   default:
-    rc = wds__open_fail(WDS_ERR_INVALID, "unknown compression %d",
+    rc = wds__last_fail(WDS_ERR_INVALID, "unknown compression %d",
                         (int)cfg->compression);
     goto done;
   }
   if (o.compression == WDS__TARW_ZSTD && cfg->level != 0 &&
       (cfg->level < ZSTD_minCLevel() || cfg->level > ZSTD_maxCLevel())) {
-    rc = wds__open_fail(WDS_ERR_INVALID, "zstd level %d is outside %d..%d",
+    rc = wds__last_fail(WDS_ERR_INVALID, "zstd level %d is outside %d..%d",
                         cfg->level, ZSTD_minCLevel(), ZSTD_maxCLevel());
     goto done;
   }
   if (o.compression == WDS__TARW_GZIP && (cfg->level < 0 || cfg->level > 9)) {
-    rc = wds__open_fail(WDS_ERR_INVALID, "gzip level %d is outside 1..9",
+    rc = wds__last_fail(WDS_ERR_INVALID, "gzip level %d is outside 1..9",
                         cfg->level);
     goto done;
   }
@@ -509,7 +509,7 @@ int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
     wds__err e;
     rc = wds__tarw_open_fd(w->out_fd, &w->topts, &w->tw, &e);
     if (rc != WDS_OK) {
-      rc = wds__open_fail(rc, "%s", e.msg);
+      rc = wds__last_fail(rc, "%s", e.msg);
       goto done;
     }
   }

@@ -125,7 +125,7 @@ static void run(wds_loader_config c, const shardset *s, run_out *o) {
   wds_loader *l;
   o->status = wds_loader_open(&c, &l);
   if (o->status != WDS_OK) {
-    snprintf(o->err, sizeof o->err, "%s", wds_open_error());
+    snprintf(o->err, sizeof o->err, "%s", wds_last_error());
     return;
   }
   o->opened = 1;
@@ -137,7 +137,7 @@ static void run(wds_loader_config c, const shardset *s, run_out *o) {
       o->valid += b->valid[r] != 0;
     wds_loader_release(l, b);
   }
-  snprintf(o->err, sizeof o->err, "%s", wds_loader_error(l));
+  snprintf(o->err, sizeof o->err, "%s", wds_last_error());
   wds_loader_stats st;
   wds_loader_stats_get(l, &st);
   o->skipped = st.skipped;
@@ -154,7 +154,7 @@ static int open_only(wds_loader_config c, const shardset *s, char *err,
   c.urls = urls;
   wds_loader *l;
   int rc = wds_loader_open(&c, &l);
-  snprintf(err, n, "%s", rc == WDS_OK ? "" : wds_open_error());
+  snprintf(err, n, "%s", rc == WDS_OK ? "" : wds_last_error());
   wds_loader_close(rc == WDS_OK ? l : NULL);
   return rc;
 }

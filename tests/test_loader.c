@@ -159,7 +159,7 @@ static void run_epoch(wds_loader *l, run_out *o) {
     wds_loader_release(l, b);
   }
   o->status = rc;
-  snprintf(o->err, sizeof o->err, "%s", wds_loader_error(l));
+  snprintf(o->err, sizeof o->err, "%s", wds_last_error());
 }
 
 static int run_cfg(const wds_loader_config *c, run_out *o) {
@@ -168,7 +168,7 @@ static int run_cfg(const wds_loader_config *c, run_out *o) {
   int rc = wds_loader_open(c, &l);
   if (rc != WDS_OK) {
     o->status = rc;
-    snprintf(o->err, sizeof o->err, "%s", wds_open_error());
+    snprintf(o->err, sizeof o->err, "%s", wds_last_error());
     return rc;
   }
   run_epoch(l, o);
@@ -270,12 +270,12 @@ TEST(open_time_errors_name_counts_and_remedies) {
   wds_loader *l;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
   ASSERT_TRUE(l == NULL);
-  ASSERT_CONTAINS(wds_open_error(), "rank 2 would get no shard");
+  ASSERT_CONTAINS(wds_last_error(), "rank 2 would get no shard");
   c.world_size = 1;
   c.rank = 0;
   c.batch_size = 0;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "batch size");
+  ASSERT_CONTAINS(wds_last_error(), "batch size");
   shardset_free(&s);
 }
 
@@ -740,7 +740,7 @@ static int run_mixed(const wds_loader_config *c, run_out *o) {
   int rc = wds_loader_open(c, &l);
   if (rc != WDS_OK) {
     o->status = rc;
-    snprintf(o->err, sizeof o->err, "%s", wds_open_error());
+    snprintf(o->err, sizeof o->err, "%s", wds_last_error());
     return rc;
   }
   while ((rc = wds_loader_next(l, &b)) == WDS_OK) {
@@ -748,7 +748,7 @@ static int run_mixed(const wds_loader_config *c, run_out *o) {
     wds_loader_release(l, b);
   }
   o->status = rc;
-  snprintf(o->err, sizeof o->err, "%s", wds_loader_error(l));
+  snprintf(o->err, sizeof o->err, "%s", wds_last_error());
   wds_loader_close(l);
   return rc == WDS_EOF ? WDS_OK : rc;
 }
@@ -852,8 +852,8 @@ TEST(properties_mixed_sources) {
         ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
         char want[32];
         snprintf(want, sizeof want, "source %zu (", short_src);
-        ASSERT_CONTAINS(wds_open_error(), want);
-        ASSERT_CONTAINS(wds_open_error(), "a rank would get no step");
+        ASSERT_CONTAINS(wds_last_error(), want);
+        ASSERT_CONTAINS(wds_last_error(), "a rank would get no step");
         refused++;
         goto next;
       }
@@ -973,13 +973,13 @@ TEST(rank_batch_sizes_errors) {
   c.rank_batch_size_count = 3;
   wds_loader *l;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "3 per-rank batch sizes for a world size "
+  ASSERT_CONTAINS(wds_last_error(), "3 per-rank batch sizes for a world size "
                                     "of 2");
   c.world_size = 3;
   c.rank = 1;
   c.batch_size = 5;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "batch_size 5, but rank_batch_sizes gives "
+  ASSERT_CONTAINS(wds_last_error(), "batch_size 5, but rank_batch_sizes gives "
                                     "rank 1 2");
   c.batch_size = 2; /* the same value: accepted */
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
@@ -987,18 +987,18 @@ TEST(rank_batch_sizes_errors) {
   wds_loader_close(l);
   c.mode = WDS_MODE_PLAIN;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "plain mode");
+  ASSERT_CONTAINS(wds_last_error(), "plain mode");
   c.mode = WDS_MODE_EXACT;
   sizes[2] = 0;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "rank 2's batch size 0");
+  ASSERT_CONTAINS(wds_last_error(), "rank 2's batch size 0");
   sizes[2] = 40;
   c.drop_last = 1;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "add up to 46");
+  ASSERT_CONTAINS(wds_last_error(), "add up to 46");
   c.rank_batch_sizes = NULL;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "rank_batch_sizes is NULL");
+  ASSERT_CONTAINS(wds_last_error(), "rank_batch_sizes is NULL");
   shardset_free(&s);
 }
 
@@ -1797,7 +1797,7 @@ TEST(holding_every_slot_is_an_error_not_a_hang) {
   ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_OK);
   ASSERT_TRUE(a->slot != b->slot);
   ASSERT_EQ_INT(wds_loader_next(l, &d), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_loader_error(l), "release one");
+  ASSERT_CONTAINS(wds_last_error(), "release one");
   wds_loader_release(l, a);
   ASSERT_EQ_INT(wds_loader_next(l, &d), WDS_OK);
   ASSERT_EQ_INT(((const int64_t *)d->fields[0].data)[0], 2);
@@ -1954,12 +1954,12 @@ TEST(release_after_refuses_what_is_not_held) {
   cc.polls = 1 << 30;
   wds_release_fence none = {NULL, NULL, late_drop, &cc};
   ASSERT_EQ_INT(wds_loader_release_after(l, a, &none), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_loader_error(l), "done()");
+  ASSERT_CONTAINS(wds_last_error(), "done()");
   wds_release_fence f = {late_done, late_wait, late_drop, &cc};
   ASSERT_EQ_INT(wds_loader_release_after(l, a, &f), WDS_OK);
   /* Given back already: refused, and not dropped twice. */
   ASSERT_EQ_INT(wds_loader_release_after(l, a, &f), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_loader_error(l), "not held");
+  ASSERT_CONTAINS(wds_last_error(), "not held");
   wds_loader_release(l, a); /* a no-op on a fenced slot */
   /* Both slots out (one held, one fenced) is not "every slot held": the
    * next batch waits for the fence (its wait()). */
@@ -2445,7 +2445,7 @@ TEST(interrupt_check_ends_waits_and_next_goes_on) {
   double t0 = now_s();
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_CANCELLED);
   ASSERT_TRUE(now_s() - t0 < 5);
-  ASSERT_CONTAINS(wds_open_error(), "interrupted while counting");
+  ASSERT_CONTAINS(wds_last_error(), "interrupted while counting");
   ASSERT_TRUE(atomic_load(&it.calls) >= 3);
   /* next(): interrupted while the shard's command sleeps, then the same
    * loader delivers the batch it was waiting for */
@@ -2461,7 +2461,7 @@ TEST(interrupt_check_ends_waits_and_next_goes_on) {
   t0 = now_s();
   ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_ERR_CANCELLED);
   ASSERT_TRUE(now_s() - t0 < 2.5); /* the command sleeps 3 s */
-  ASSERT_CONTAINS(wds_loader_error(l), "interrupted while waiting for batch 0");
+  ASSERT_CONTAINS(wds_last_error(), "interrupted while waiting for batch 0");
   uint64_t e = 9, n = 9;
   wds_loader_position(l, &e, &n);
   ASSERT_EQ_U64(e, 0);
@@ -2489,7 +2489,7 @@ TEST(interrupt_check_cancels_a_reader) {
   double t0 = now_s();
   ASSERT_EQ_INT(wds_reader_next(r, &smp), WDS_ERR_CANCELLED);
   ASSERT_TRUE(now_s() - t0 < 5);
-  ASSERT_CONTAINS(wds_reader_error(r), "interrupted");
+  ASSERT_CONTAINS(wds_last_error(), "interrupted");
   /* cancelled, as wds_reader_cancel() leaves it */
   ASSERT_EQ_INT(wds_reader_next(r, &smp), WDS_ERR_CANCELLED);
   t0 = now_s();
@@ -2523,7 +2523,7 @@ TEST(cancel_wakes_a_next_blocked_on_a_read) {
   ASSERT_TRUE(n.returned - t0 < 2.0);
   const wds_batch *b;
   ASSERT_EQ_INT(wds_loader_next(n.l, &b), WDS_ERR_CANCELLED); /* for good */
-  ASSERT_CONTAINS(wds_loader_error(n.l), "cancelled");
+  ASSERT_CONTAINS(wds_last_error(), "cancelled");
   t0 = now_s();
   wds_loader_close(n.l);
   ASSERT_TRUE(now_s() - t0 < 2.0);
@@ -2697,7 +2697,7 @@ TEST(large_fields_arrive_intact) {
       c.read_buffer_bytes = 65536; /* large fields outgrow the window */
       wds_loader *l;
       if (wds_loader_open(&c, &l) != WDS_OK)
-        printf("  %s\n", wds_open_error());
+        printf("  %s\n", wds_last_error());
       ASSERT_TRUE(l != NULL);
       const wds_batch *b;
       int rows = 0, seen[N] = {0}, rc;

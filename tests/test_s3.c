@@ -324,7 +324,7 @@ TEST(the_reader_and_the_loader_list_with_their_read_timeout) {
   ASSERT_EQ_INT(wds_reader_open(&rc, &r), WDS_ERR_TIMEOUT);
   ASSERT_TRUE(now_s() - t0 < 5);
   ASSERT_TRUE(r == NULL);
-  ASSERT_STREQ(wds_open_error(), STALL_TIMEOUT);
+  ASSERT_STREQ(wds_last_error(), STALL_TIMEOUT);
 
   static const wds_field_spec fs[1] = {{"cls", WDS_DECODE_INT, 0, 0, 0}};
   wds_loader_config lc = WDS_LOADER_CONFIG_INIT;
@@ -340,7 +340,7 @@ TEST(the_reader_and_the_loader_list_with_their_read_timeout) {
   ASSERT_EQ_INT(wds_loader_open(&lc, &l), WDS_ERR_TIMEOUT);
   ASSERT_TRUE(now_s() - t0 < 5);
   ASSERT_TRUE(l == NULL);
-  ASSERT_STREQ(wds_open_error(), STALL_TIMEOUT);
+  ASSERT_STREQ(wds_last_error(), STALL_TIMEOUT);
 
   /* One source of several, named by the loader. */
   wds_source_config src[2] = {{.spec = STALL_SPEC}, {.spec = STALL_SPEC}};
@@ -348,7 +348,7 @@ TEST(the_reader_and_the_loader_list_with_their_read_timeout) {
   lc.sources = src;
   lc.source_count = 2;
   ASSERT_EQ_INT(wds_loader_open(&lc, &l), WDS_ERR_TIMEOUT);
-  ASSERT_STREQ(wds_open_error(), "source 0: " STALL_TIMEOUT);
+  ASSERT_STREQ(wds_last_error(), "source 0: " STALL_TIMEOUT);
 }
 
 int main(void) {

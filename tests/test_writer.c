@@ -166,13 +166,13 @@ static int write_all(wds_writer_config *cfg, int n) {
   wds_writer *w;
   int rc = wds_writer_open(cfg, &w);
   if (rc != WDS_OK) {
-    printf("  open: %s\n", wds_open_error());
+    printf("  open: %s\n", wds_last_error());
     return rc;
   }
   for (int i = 0; rc == WDS_OK && i < n; i++)
     rc = write_sample(w, &samples[i]);
   if (rc != WDS_OK)
-    printf("  write: %s\n", wds_writer_error(w));
+    printf("  write: %s\n", wds_last_error());
   int crc = wds_writer_close(w);
   return rc != WDS_OK ? rc : crc;
 }
@@ -184,7 +184,7 @@ static int check_read(const char *spec, int first, int n) {
   cfg.spec = spec;
   wds_reader *r;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
-    printf("  reader open: %s\n", wds_open_error());
+    printf("  reader open: %s\n", wds_last_error());
     return 0;
   }
   const wds_sample *s;
@@ -223,7 +223,7 @@ static int check_read(const char *spec, int first, int n) {
     i++;
   }
   if (ok && rc != WDS_EOF) {
-    printf("  reader: %s\n", wds_reader_error(r));
+    printf("  reader: %s\n", wds_last_error());
     ok = 0;
   }
   if (ok && i != first + n) {
@@ -319,7 +319,7 @@ TEST(single_file_limits) {
     for (; rc == WDS_OK && i < NSAMPLES; i++)
       rc = write_sample(w, &samples[i]);
     char msg[1100];
-    snprintf(msg, sizeof msg, "%s", wds_writer_error(w));
+    snprintf(msg, sizeof msg, "%s", wds_last_error());
     ASSERT_EQ_INT(rc, WDS_ERR_INVALID);
     if (limit == 0)
       ASSERT_EQ_INT(i, 4); /* the fourth sample */
@@ -469,7 +469,7 @@ static int expect_invalid(const char *key, const wds_writer_field *f,
            key ? key : "(null)", rc);
     ok = 0;
   }
-  ok &= strlen(wds_writer_error(w)) > 0;
+  ok &= strlen(wds_last_error()) > 0;
   ok &= write_sample(w, &samples[2]) == WDS_ERR_INVALID; /* sticky */
   ok &= wds_writer_close(w) == WDS_ERR_INVALID;
   ok &= dir_entries(dir, NULL) == 0; /* temporary file removed */
@@ -528,18 +528,18 @@ TEST(open_errors) {
   wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
   ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_ERR_INVALID);
   ASSERT_TRUE(w == NULL);
-  ASSERT_TRUE(strlen(wds_open_error()) > 0);
+  ASSERT_TRUE(strlen(wds_last_error()) > 0);
   static const char *bad[] = {"x-%s.tar", "x-%d-%d.tar", "x-%ld.tar",
                               "x-%099d.tar", "x-%"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     cfg.pattern = bad[i];
     ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_ERR_INVALID);
-    ASSERT_CONTAINS(wds_open_error(), bad[i]);
+    ASSERT_CONTAINS(wds_last_error(), bad[i]);
   }
   cfg.pattern = "x-%d.tar.zst";
   cfg.level = 99;
   ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "level");
+  ASSERT_CONTAINS(wds_last_error(), "level");
   cfg.pattern = "x-%d.tar.gz";
   cfg.level = 10;
   ASSERT_EQ_INT(wds_writer_open(&cfg, &w), WDS_ERR_INVALID);
@@ -639,8 +639,8 @@ TEST(write_error_to_dev_full) {
   if (rc == WDS_OK)
     rc = wds_writer_end_shard(w);
   ASSERT_EQ_INT(rc, WDS_ERR_IO);
-  ASSERT_CONTAINS(wds_writer_error(w), "output fd");
-  ASSERT_CONTAINS(wds_writer_error(w), strerror(ENOSPC));
+  ASSERT_CONTAINS(wds_last_error(), "output fd");
+  ASSERT_CONTAINS(wds_last_error(), strerror(ENOSPC));
   ASSERT_EQ_INT(write_sample(w, &samples[0]), WDS_ERR_IO);
   ASSERT_EQ_INT(wds_writer_close(w), WDS_ERR_IO);
   close(fd);
@@ -673,7 +673,7 @@ TEST(write_error_removes_temporary) {
   if (rc == WDS_OK)
     rc = wds_writer_end_shard(w);
   char msg[1100];
-  snprintf(msg, sizeof msg, "%s", orc == WDS_OK ? wds_writer_error(w) : "");
+  snprintf(msg, sizeof msg, "%s", orc == WDS_OK ? wds_last_error() : "");
   int crc = orc == WDS_OK ? wds_writer_close(w) : orc;
   setrlimit(RLIMIT_FSIZE, &old);
   signal(SIGXFSZ, prev);
@@ -803,7 +803,7 @@ TEST(fifo_written_in_place) {
     rc = wds_writer_end_shard(w);
   int second = rc == WDS_OK ? write_sample(w, &samples[3]) : rc;
   char msg[1100];
-  snprintf(msg, sizeof msg, "%s", rc == WDS_OK ? wds_writer_error(w) : "");
+  snprintf(msg, sizeof msg, "%s", rc == WDS_OK ? wds_last_error() : "");
   if (w)
     wds_writer_close(w);
   struct stat st;
@@ -990,11 +990,11 @@ TEST(one_writer_per_pattern) {
   cfg.pattern = pat3;
   ASSERT_EQ_INT(wds_writer_open(&cfg, &w2), WDS_OK);
   ASSERT_EQ_INT(write_sample(w2, &samples[1]), WDS_ERR_OPEN);
-  printf("  second writer: %s\n", wds_writer_error(w2));
+  printf("  second writer: %s\n", wds_last_error());
   snprintf(want, sizeof want, "(pid %ld)", (long)getpid());
-  ASSERT_CONTAINS(wds_writer_error(w2), "another writer");
-  ASSERT_CONTAINS(wds_writer_error(w2), want);
-  ASSERT_CONTAINS(wds_writer_error(w2), lock);
+  ASSERT_CONTAINS(wds_last_error(), "another writer");
+  ASSERT_CONTAINS(wds_last_error(), want);
+  ASSERT_CONTAINS(wds_last_error(), lock);
   ASSERT_EQ_INT(wds_writer_close(w2), WDS_ERR_OPEN);
   int tmp;
   ASSERT_EQ_INT(dir_entries(dir, &tmp), 1); /* w1's shard being written */
@@ -1009,7 +1009,7 @@ TEST(one_writer_per_pattern) {
     cfg.pattern = pat;
     int ok = wds_writer_open(&cfg, &wc) == WDS_OK &&
              write_sample(wc, &samples[2]) == WDS_ERR_OPEN &&
-             strstr(wds_writer_error(wc), want) != NULL;
+             strstr(wds_last_error(), want) != NULL;
     wds_writer_abort(wc);
     _exit(ok ? 0 : 1);
   }

@@ -20,7 +20,7 @@
 #include "signals.h"
 #include "util.h"
 #include "wds/outfile.h"
-#include "wds/reader.h" /* wds_open_error */
+#include "wds/reader.h" /* wds_last_error */
 
 static const char batches_usage[] =
     "usage: wds batches SPEC... --decode FIELDS [loader options] [--save DIR]\n"
@@ -372,7 +372,7 @@ int tool_cmd_batches(int argc, char **argv) {
     goto done;
   }
   if (wds_loader_open(&lo.cfg, &l) != WDS_OK) {
-    fprintf(stderr, "wds batches: %s\n", wds_open_error());
+    fprintf(stderr, "wds batches: %s\n", wds_last_error());
     status = 1;
     goto done;
   }
@@ -411,7 +411,7 @@ int tool_cmd_batches(int argc, char **argv) {
     }
     if (status == 0 && r != WDS_EOF) {
       fflush(stdout); /* the batches before the error come first */
-      fprintf(stderr, "wds batches: %s\n", wds_loader_error(l));
+      fprintf(stderr, "wds batches: %s\n", wds_last_error());
       status = 1;
     }
   }

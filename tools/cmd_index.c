@@ -98,7 +98,7 @@ static int index_shard(const char *url, const char *written_url, int first,
   cfg.cache_dir = cache_dir;
   cfg.cache_size = cache_size;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
-    fprintf(stderr, "wds index: %s\n", wds_open_error());
+    fprintf(stderr, "wds index: %s\n", wds_last_error());
     goto done;
   }
   tool_signals_reader(r);
@@ -114,7 +114,7 @@ static int index_shard(const char *url, const char *written_url, int first,
   if (rc == WDS_ERR_CANCELLED && tool_signal_caught())
     goto done; /* the caller says so */
   if (rc != WDS_EOF) {
-    fprintf(stderr, "wds index: %s\n", wds_reader_error(r));
+    fprintf(stderr, "wds index: %s\n", wds_last_error());
     goto done;
   }
   if (fclose(mem) != 0) {

@@ -280,7 +280,7 @@ static int verify_shard(verifier *v, const char *url) {
   cfg.cache_size = v->cache_size;
   v->shards++;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
-    const char *m = wds_open_error();
+    const char *m = wds_last_error();
     report(v, K_UNREADABLE, url, NULL, strip_url(m, url));
     goto done;
   }
@@ -294,7 +294,7 @@ static int verify_shard(verifier *v, const char *url) {
       break;
     }
     if (rc != WDS_OK) {
-      const char *m = wds_reader_error(r);
+      const char *m = wds_last_error();
       report(v, classify(rc, m), url, NULL, strip_url(m, url));
       continue;
     }

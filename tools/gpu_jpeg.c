@@ -66,7 +66,7 @@ int tool_gpu_jpeg_batch(const char *cmd, wds_gpu_jpeg *g, wds_loader *l,
         wds_gpu_jpeg_sync(g, NULL) != WDS_OK ||
         (keep_host && wds_gpu_jpeg_download(g, out->host + at, dev + at,
                                             b->rows * row, NULL) != WDS_OK)) {
-      fprintf(stderr, "wds %s: %s\n", cmd, wds_gpu_jpeg_error(g));
+      fprintf(stderr, "wds %s: %s\n", cmd, wds_last_error());
       return -1;
     }
     wds_batch_field *f = &out->fields[i];

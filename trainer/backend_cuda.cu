@@ -724,7 +724,7 @@ static int upload_rows(tr_rank *r, const tr_batch_view *b, wds_loader *l,
                                         r->img[s], r->copy);
       if (rc != WDS_OK)
         return wds__fail(err, rc, "rank %d: training data: %s", r->rank,
-                         wds_gpu_jpeg_error(r->jpeg));
+                         wds_last_error());
     }
   }
   int classes = r->m.dims[r->m.layers];

@@ -199,7 +199,7 @@ static int fetch(shared *sh, const wds_batch **out) {
     return -1;
   }
   if (rc != WDS_OK) {
-    fail(sh, rc, "training data: %s", wds_loader_error(sh->train));
+    fail(sh, rc, "training data: %s", wds_last_error());
     return -1;
   }
   int64_t gs[3];
@@ -396,7 +396,7 @@ static int run_eval(shared *sh, tr_rank *r, int rank, wds__err *e) {
         fail(sh, rc, "interrupted");
         return rc;
       } else if (rc != WDS_EOF) {
-        fail(sh, rc, "evaluation data: %s", wds_loader_error(sh->eval));
+        fail(sh, rc, "evaluation data: %s", wds_last_error());
         return rc;
       }
     }
@@ -957,7 +957,7 @@ int tr_run(const tr_options *o, wds__err *e) {
   }
   if ((rc = wds_loader_open(&lc, &sh.train)) != WDS_OK) {
     wds__fail(e, rc, "%s: %s", o->source_count ? "--source" : "--train",
-              wds_open_error());
+              wds_last_error());
     goto done;
   }
   if (o->watch_loader)
@@ -996,7 +996,7 @@ int tr_run(const tr_options *o, wds__err *e) {
     ec.resume_batches = 0;
     ec.jpeg_decode = WDS_JPEG_DECODE_CPU;
     if ((rc = wds_loader_open(&ec, &sh.eval)) != WDS_OK) {
-      wds__fail(e, rc, "--eval: %s", wds_open_error());
+      wds__fail(e, rc, "--eval: %s", wds_last_error());
       goto done;
     }
     if (o->watch_loader)
