@@ -42,7 +42,7 @@ static int wanted_ext(const wds_loader *l, const char *ext) {
 
 /* Reclaims the blocks handed to the reader for a sample it did not return
  * (an error dropped it). */
-static void into_reset(feed *src) {
+static void into_reset(wds__feed *src) {
   for (size_t i = 0; i < src->ninto; i++)
     wds__blk_free(src->into[i]);
   src->ninto = 0;
@@ -55,8 +55,8 @@ static void into_reset(feed *src) {
  * way to read them; raw_copy drops those no output wants): straight into
  * a block, or skipped unread if no output wants them. */
 static int feed_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
-  feed *src = ctx;
-  worker *w = src->w;
+  wds__feed *src = ctx;
+  wds__worker *w = src->w;
   if (!wanted_ext(w->run->l, ext))
     return WDS__SINK_SKIP;
   if (src->defer < 0) { /* the shard's first large field: decide */
@@ -113,7 +113,7 @@ static int skip_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
 /* Whether raw_copy keeps field f: read (not skipped) or deferred, and
  * wanted. While the shard defers, a wanted field without data is one the
  * sink deferred (it skips only unwanted ones). */
-static int keep_field(const feed *src, const wds_loader *l,
+static int keep_field(const wds__feed *src, const wds_loader *l,
                       const wds_field *f) {
   return (f->data || !f->size_bytes || src->defer > 0) && wanted_ext(l, f->ext);
 }
@@ -125,7 +125,7 @@ static int keep_field(const feed *src, const wds_loader *l,
 /* The raw sample of s: one block for the key, extensions and small fields'
  * data; the large fields' blocks (src->into, which the reader filled) are
  * taken over as they are. */
-static raw_sample *raw_copy(feed *src, const wds_sample *s) {
+static wds__raw_sample *raw_copy(wds__feed *src, const wds_sample *s) {
   const wds_loader *l = src->w->run->l;
   size_t klen = strlen(s->key) + 1;
   size_t n = 0, bytes = klen, data = 0, k = 0, all = 1;
@@ -150,8 +150,9 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
     data += f->size_bytes; /* deferred too: the shuffle buffer's bound */
   }
   bytes += all;
-  size_t head = sizeof(raw_sample) + n * sizeof(raw_field);
-  raw_sample *r = wds__blk_alloc(src->w->pool, src->w->index, head + bytes);
+  size_t head = sizeof(wds__raw_sample) + n * sizeof(wds__raw_field);
+  wds__raw_sample *r =
+      wds__blk_alloc(src->w->pool, src->w->index, head + bytes);
   if (!r)
     return NULL;
   char *p = (char *)r + head;
@@ -159,7 +160,7 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
   r->hole = 0;
   r->data_bytes = data;
   r->nfields = n;
-  r->f = (raw_field *)(r + 1);
+  r->f = (wds__raw_field *)(r + 1);
   memcpy(p, s->key, klen);
   r->key = p;
   p += klen;
@@ -212,7 +213,8 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
 
 /* Reports a read error: returns 1 if the worker must stop (stop policy),
  * after putting an error item in *fatal. */
-static int read_error(feed *src, int status, const char *msg, item **fatal) {
+static int read_error(wds__feed *src, int status, const char *msg,
+                      wds__item **fatal) {
   wds_loader *l = src->w->run->l;
   if (l->cfg.on_error == WDS_ON_ERROR_STOP || status == WDS_ERR_CANCELLED) {
     *fatal = wds__error_item(l->nfields, status, msg);
@@ -223,7 +225,7 @@ static int read_error(feed *src, int status, const char *msg, item **fatal) {
   return 0;
 }
 
-static void feed_close_reader(feed *src) {
+static void feed_close_reader(wds__feed *src) {
   if (src->rd) {
     wds_reader_close(src->rd);
     src->rd = NULL;
@@ -261,8 +263,8 @@ int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out) {
   return st;
 }
 
-static int feed_open(feed *src, size_t shard, uint64_t begin, uint64_t end,
-                     item **fatal) {
+static int feed_open(wds__feed *src, size_t shard, uint64_t begin, uint64_t end,
+                     wds__item **fatal) {
   wds_loader *l = src->w->run->l;
   src->shard = shard;
   src->got = 0;
@@ -312,7 +314,7 @@ const char *wds__count_source(const wds_loader *l, size_t shard, char *buf,
 
 /* Exact mode, at the counted end of a shard: one more sample means the count
  * is wrong, and samples would silently go unread. */
-static int feed_check_end(feed *src, item **fatal) {
+static int feed_check_end(wds__feed *src, wds__item **fatal) {
   wds_loader *l = src->w->run->l;
   const wds_sample *s;
   wds__reader_set_sink(src->rd, skip_sink, NULL, 0);
@@ -349,9 +351,9 @@ static int feed_check_end(feed *src, item **fatal) {
 
 /* Next raw sample for the shuffle buffer: *out set, or NULL at the end.
  * Returns -1 with *fatal set when the worker must stop. */
-static int feed_pull(feed *src, raw_sample **out, item **fatal) {
-  worker *w = src->w;
-  run *rn = w->run;
+static int feed_pull(wds__feed *src, wds__raw_sample **out, wds__item **fatal) {
+  wds__worker *w = src->w;
+  wds__run *rn = w->run;
   wds_loader *l = rn->l;
   const wds__worker_plan *wp = src->wp;
   *out = NULL;
@@ -415,7 +417,7 @@ static int feed_pull(feed *src, raw_sample **out, item **fatal) {
     if (st == WDS_OK) {
       src->got++;
       src->empty_draws = 0;
-      raw_sample *r = raw_copy(src, s);
+      wds__raw_sample *r = raw_copy(src, s);
       if (!r) {
         into_reset(src);
         goto nomem;
@@ -459,9 +461,9 @@ nomem:
   return -1;
 }
 
-void wds__feed_init(feed *src, worker *w, size_t s,
+void wds__feed_init(wds__feed *src, wds__worker *w, size_t s,
                     const wds__worker_plan *wp) {
-  run *rn = w->run;
+  wds__run *rn = w->run;
   wds_loader *l = rn->l;
   memset(src, 0, sizeof *src);
   src->w = w;
@@ -473,18 +475,18 @@ void wds__feed_init(feed *src, worker *w, size_t s,
                              (uint64_t)l->pin.rank, (uint64_t)w->index));
 }
 
-int wds__feed_next(void *src, raw_sample **out) {
-  feed *f = src;
+int wds__feed_next(void *src, wds__raw_sample **out) {
+  wds__feed *f = src;
   return feed_pull(f, out, &f->fatal);
 }
 
-int wds__feed_check_last(feed *src) {
+int wds__feed_check_last(wds__feed *src) {
   if (src->rd && src->to_end && src->got == src->want)
     return feed_check_end(src, &src->fatal);
   return 0;
 }
 
-void wds__feed_close(feed *src) {
+void wds__feed_close(wds__feed *src) {
   feed_close_reader(src);
   into_reset(src);
   free(src->into);

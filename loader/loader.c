@@ -107,7 +107,7 @@ static void free_fields(wds_loader *l) {
 
 /* The field takes JPEGs (jpg or jpeg among its names): under
  * WDS_JPEG_DECODE_GPU its rows are planned for the GPU decoder. */
-static int takes_jpeg(const out_field *of) {
+static int takes_jpeg(const wds__out_field *of) {
   for (size_t a = 0; a < of->nalts; a++)
     if (strcmp(of->alts[a], "jpg") == 0 || strcmp(of->alts[a], "jpeg") == 0)
       return 1;
@@ -130,7 +130,7 @@ static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
   size_t total_alts = 0, gpu_fields = 0;
   for (size_t i = 0; i < cfg->field_count; i++) {
     const wds_field_spec *fs = &cfg->fields[i];
-    out_field *of = &l->fields[i];
+    wds__out_field *of = &l->fields[i];
     if (!fs->name || !*fs->name)
       return wds__open_fail(WDS_ERR_INVALID,
                             "wds_loader_open: field %zu has no name", i);
@@ -569,7 +569,7 @@ static int slot_counts_ok(const wds_loader *l) {
 void wds__slot_set(wds_loader *l, int i, int to) {
   WDS__ASSERT_LOCKED(l);
   WDS__ASSERT(i >= 0 && i < l->nslots);
-  slot *s = &l->slots[i];
+  wds__slot *s = &l->slots[i];
   int from = s->state;
   WDS__ASSERT(slot_move_ok(from, to));
   /* HELD and FENCED count in held, FENCED also in fenced. */
@@ -584,11 +584,11 @@ void wds__slot_set(wds_loader *l, int i, int to) {
 /* The ready FIFO's oldest entry, taken (called with l->mu held, the FIFO
  * not empty). A slot entry's slot is READY: run_stop empties the FIFO when
  * it frees READY slots. */
-static ready_entry ready_pop(wds_loader *l) {
+static wds__ready_entry ready_pop(wds_loader *l) {
   WDS__ASSERT_LOCKED(l);
   size_t cap = (size_t)l->nslots + 2;
   WDS__ASSERT(l->ready_len > 0 && l->ready_len <= cap && l->ready_head < cap);
-  ready_entry r = l->ready[l->ready_head];
+  wds__ready_entry r = l->ready[l->ready_head];
   l->ready_head = (l->ready_head + 1) % cap;
   l->ready_len--;
   WDS__ASSERT(r.kind == READY_SLOT || r.kind == READY_EOF ||
@@ -622,7 +622,7 @@ static int fences_poll(wds_loader *l, int block) {
    * without mu from here on. */
   int freed = 0, oldest = -1;
   for (int k = 0; k < n; k++) {
-    slot *s = &l->slots[l->fence_tmp[k]];
+    wds__slot *s = &l->slots[l->fence_tmp[k]];
     if (!s->fence.done(s->fence.ctx)) {
       if (oldest < 0 || s->fence_seq < l->slots[oldest].fence_seq)
         oldest = l->fence_tmp[k];
@@ -632,7 +632,7 @@ static int fences_poll(wds_loader *l, int block) {
     freed++;
   }
   if (block && freed == 0 && oldest >= 0) {
-    slot *s = &l->slots[oldest];
+    wds__slot *s = &l->slots[oldest];
     if (s->fence.wait) {
       s->fence.wait(s->fence.ctx);
       l->fence_tmp[0] = oldest;
@@ -645,7 +645,7 @@ static int fences_poll(wds_loader *l, int block) {
   for (int k = 0; freed && k < n; k++) {
     if (l->fence_tmp[k] < 0)
       continue;
-    slot *s = &l->slots[l->fence_tmp[k]];
+    wds__slot *s = &l->slots[l->fence_tmp[k]];
     wds_release_fence f = s->fence;
     wds__loader_lock(l);
     wds__slot_set(l, l->fence_tmp[k], SLOT_FREE); /* FENCED -> FREE */
@@ -675,7 +675,7 @@ int wds_loader_release_after(wds_loader *l, const wds_batch *b,
   }
   pthread_mutex_lock(&l->fence_mu);
   wds__loader_lock(l);
-  slot *s = &l->slots[b->slot];
+  wds__slot *s = &l->slots[b->slot];
   int ok = s->state == SLOT_HELD;
   if (ok) {
     s->fence = *fence;
@@ -777,7 +777,7 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
     wds__deadline_ms(&until, l->fenced > 0 ? 1 : 50);
     wds__loader_timedwait(l, &until);
   }
-  ready_entry r = ready_pop(l);
+  wds__ready_entry r = ready_pop(l);
   if (r.kind == READY_SLOT)
     wds__slot_set(l, r.slot, SLOT_HELD); /* asserts it was READY */
   wds__loader_unlock(l);

@@ -428,8 +428,8 @@ void wds__sources_free(wds_loader *l) {
 
 /* ---- a worker's feeds ---- */
 
-int wds__feeds_init(feeds *fs, worker *w) {
-  run *rn = w->run;
+int wds__feeds_init(wds__feeds *fs, wds__worker *w) {
+  wds__run *rn = w->run;
   wds_loader *l = rn->l;
   memset(fs, 0, sizeof *fs);
   fs->n = l->mixed ? l->nsrc : 1;
@@ -454,7 +454,7 @@ int wds__feeds_init(feeds *fs, worker *w) {
 }
 
 /* Exact mode: the source whose next sample is due first. */
-static size_t pick_due(const feeds *fs) {
+static size_t pick_due(const wds__feeds *fs) {
   size_t best = fs->n;
   for (size_t s = 0; s < fs->n; s++) {
     if (fs->taken[s] >= fs->quota[s])
@@ -467,8 +467,8 @@ static size_t pick_due(const feeds *fs) {
   return best;
 }
 
-int wds__feeds_next(void *ctx, raw_sample **out) {
-  feeds *fs = ctx;
+int wds__feeds_next(void *ctx, wds__raw_sample **out) {
+  wds__feeds *fs = ctx;
   size_t s = 0;
   *out = NULL;
   if (fs->n > 1) {
@@ -491,7 +491,7 @@ int wds__feeds_next(void *ctx, raw_sample **out) {
   return rc;
 }
 
-int wds__feeds_check_last(feeds *fs) {
+int wds__feeds_check_last(wds__feeds *fs) {
   for (size_t s = 0; s < fs->n; s++)
     if (wds__feed_check_last(&fs->f[s]) != 0) {
       fs->fatal = fs->f[s].fatal;
@@ -500,7 +500,7 @@ int wds__feeds_check_last(feeds *fs) {
   return 0;
 }
 
-void wds__feeds_stats(feeds *fs, uint64_t *read_ns, uint64_t *bytes,
+void wds__feeds_stats(wds__feeds *fs, uint64_t *read_ns, uint64_t *bytes,
                       uint64_t *shards) {
   *read_ns = *bytes = *shards = 0;
   for (size_t s = 0; s < fs->n && fs->f; s++) {
@@ -511,7 +511,7 @@ void wds__feeds_stats(feeds *fs, uint64_t *read_ns, uint64_t *bytes,
   }
 }
 
-void wds__feeds_close(feeds *fs) {
+void wds__feeds_close(wds__feeds *fs) {
   for (size_t s = 0; s < fs->n && fs->f; s++)
     wds__feed_close(&fs->f[s]);
   free(fs->f);

@@ -8,7 +8,7 @@
  * (run.c), which wakes it. */
 #include "loader/internal.h"
 
-int wds__queue_init(queue *q, size_t cap) {
+int wds__queue_init(wds__queue *q, size_t cap) {
   memset(q, 0, sizeof *q);
   q->ring = calloc(cap, sizeof *q->ring);
   if (!q->ring)
@@ -20,7 +20,7 @@ int wds__queue_init(queue *q, size_t cap) {
   return 0;
 }
 
-void wds__queue_destroy(queue *q, size_t nfields) {
+void wds__queue_destroy(wds__queue *q, size_t nfields) {
   if (!q->ring)
     return;
   for (size_t i = 0; i < q->len; i++)
@@ -34,7 +34,8 @@ void wds__queue_destroy(queue *q, size_t nfields) {
 
 /* Chunks, not items: per-item hand-offs cost more than reading a small
  * sample. */
-int wds__queue_push_many(queue *q, item **its, size_t n, run *rn) {
+int wds__queue_push_many(wds__queue *q, wds__item **its, size_t n,
+                         wds__run *rn) {
   atomic_int *abort_flag = &rn->abort;
   pthread_mutex_lock(&q->mu);
   while (q->cap - q->len < n && !atomic_load(abort_flag)) {
@@ -62,7 +63,7 @@ int wds__queue_push_many(queue *q, item **its, size_t n, run *rn) {
   return 0;
 }
 
-size_t wds__queue_pop_many(queue *q, item **out, size_t max,
+size_t wds__queue_pop_many(wds__queue *q, wds__item **out, size_t max,
                            atomic_int *abort_flag) {
   size_t n = 0;
   pthread_mutex_lock(&q->mu);
@@ -81,7 +82,7 @@ size_t wds__queue_pop_many(queue *q, item **out, size_t max,
   return n;
 }
 
-void wds__queue_wake(queue *q) {
+void wds__queue_wake(wds__queue *q) {
   pthread_mutex_lock(&q->mu);
   pthread_cond_broadcast(&q->not_empty);
   pthread_cond_broadcast(&q->not_full);
