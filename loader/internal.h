@@ -582,13 +582,21 @@ wds__raw_sample *wds__raw_hole(wds__blk_pool *bp, int owner, size_t shard);
 int wds__queue_init(wds__queue *q, size_t cap); /* 0, or -1: out of memory */
 void wds__queue_destroy(wds__queue *q, size_t nfields); /* frees queued items */
 /* Queues move items in chunks (one lock and one wake-up per chunk, not per
- * item). Returns 0, or -1 when rn is aborted (nothing is queued). While the
- * queue is full the caller copies slot rows of rn's open copy job. */
+ * item). A push waits while the queue lacks room for all n, unless
+ * busy(ctx) (asked with the queue's lock held, so cheap and without side
+ * effects; busy NULL: never) says the caller has other work: then it
+ * returns WDS__QUEUE_BUSY, nothing queued, for the caller to do that work
+ * and push again. WDS__QUEUE_ABORTED once *abort_flag is set (nothing is
+ * queued). */
+enum { WDS__QUEUE_PUSHED = 0, WDS__QUEUE_BUSY = 1, WDS__QUEUE_ABORTED = -1 };
 int wds__queue_push_many(wds__queue *q, wds__item **its, size_t n,
-                         wds__run *rn);
+                         atomic_int *abort_flag, int (*busy)(void *ctx),
+                         void *ctx);
 /* Takes up to max items (at least one, unless aborted: then 0). */
 size_t wds__queue_pop_many(wds__queue *q, wds__item **out, size_t max,
                            atomic_int *abort_flag);
+/* Wakes pushers waiting for room, to ask their busy check again. */
+void wds__queue_wake_pushers(wds__queue *q);
 void wds__queue_wake(wds__queue *q); /* wakes every waiter (abort) */
 
 /* ---- feed.c: a worker's sample feed ---- */
@@ -780,13 +788,25 @@ void *wds__worker_main(void *arg); /* a worker thread (arg: wds__worker *) */
  * thread; run.c). */
 void wds__copy_parts(wds__run *rn);
 
+/* Whether the run's open copy job has parts left to claim: one relaxed
+ * load. */
+static inline int wds__copy_due(const wds__run *rn) {
+  uint64_t v = atomic_load_explicit(&rn->job_claim, memory_order_relaxed);
+  return (v & 0xffffffffu) < (v >> 32);
+}
+
 /* A worker's check between samples: one relaxed load when there is nothing
  * to copy. */
 static inline void wds__copy_help(wds__run *rn) {
-  uint64_t v = atomic_load_explicit(&rn->job_claim, memory_order_relaxed);
-  if ((v & 0xffffffffu) < (v >> 32))
+  if (wds__copy_due(rn))
     wds__copy_parts(rn);
 }
+
+/* Hands a worker's items to its queue (wds__queue_push_many): while the
+ * queue is full the worker copies slot rows of the run's open copy job
+ * rather than wait idle. 0, or -1 when the run is aborted (nothing is
+ * queued). */
+int wds__worker_push(wds__worker *w, wds__item **its, size_t n);
 
 int wds__run_start(wds_loader *l, uint64_t epoch, uint64_t skip);
 void wds__run_stop(wds_loader *l); /* and its successor; no run: no-op */

@@ -135,6 +135,19 @@ void wds__copy_parts(wds__run *rn) {
   }
 }
 
+static int copy_due(void *rn) { return wds__copy_due(rn); }
+
+int wds__worker_push(wds__worker *w, wds__item **its, size_t n) {
+  wds__run *rn = w->run;
+  int rc;
+  /* Slot copies to share rather than wait idle (job_open wakes the wait
+   * when it opens a job). */
+  while ((rc = wds__queue_push_many(&w->q, its, n, &rn->abort, copy_due, rn)) ==
+         WDS__QUEUE_BUSY)
+    wds__copy_parts(rn);
+  return rc == WDS__QUEUE_PUSHED ? 0 : -1;
+}
+
 /* A batch whose rows are assigned: its items, and each item's worker (its
  * blocks go back there). */
 typedef struct batch_rows {
@@ -176,11 +189,8 @@ static void job_open(wds__run *rn, batch_rows *b) {
   atomic_store_explicit(&rn->job_left, (unsigned)parts, memory_order_relaxed);
   atomic_store_explicit(&rn->job_claim, parts << 32, memory_order_release);
   /* Workers waiting for room in their queue take parts too. */
-  for (int i = 0; i < l->pin.workers; i++) {
-    pthread_mutex_lock(&rn->w[i].q.mu);
-    pthread_cond_broadcast(&rn->w[i].q.not_full);
-    pthread_mutex_unlock(&rn->w[i].q.mu);
-  }
+  for (int i = 0; i < l->pin.workers; i++)
+    wds__queue_wake_pushers(&rn->w[i].q);
 }
 
 /* Copies what no one has claimed and waits for the rest: the job is done. */

@@ -1,7 +1,8 @@
 /* worker.c — a worker thread: its feed's samples through its shuffle
  * buffer, decoded by each field's decoder (pipeline/decoders.h) into
- * items, handed to its queue in chunks. Between samples it takes a share
- * of the collator's slot copies (wds__copy_help, run.c).
+ * items, handed to its queue in chunks. Between samples, and while its
+ * queue is full, it takes a share of the collator's slot copies
+ * (wds__copy_help, wds__worker_push: run.c).
  *
  * The worker's item i is a pure function of the plan and the RNG keys
  * (seed, stream, epoch, rank, worker, i). Items the collator will certainly
@@ -229,7 +230,7 @@ void *wds__worker_main(void *arg) {
     wds__copy_help(rn); /* rows of a batch waiting for their slot copy */
     if (w->npending == l->chunk) {
       worker_stats(l, &src, &decode_ns, &mark, &deferred);
-      if (wds__queue_push_many(&w->q, w->pending, w->npending, rn) != 0)
+      if (wds__worker_push(w, w->pending, w->npending) != 0)
         break; /* aborted: run_stop frees what is pending */
       w->npending = 0;
       mark = wds__now_ns(); /* time blocked on the queue is nobody's stage */
@@ -259,7 +260,7 @@ void *wds__worker_main(void *arg) {
     w->pending[w->npending++] = last;
   else
     wds__item_free(last, l->nfields);
-  if (wds__queue_push_many(&w->q, w->pending, w->npending, rn) == 0)
+  if (wds__worker_push(w, w->pending, w->npending) == 0)
     w->npending = 0;
   wds__feeds_close(&src);
   wds__shuffle_free(&sh);
