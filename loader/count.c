@@ -16,15 +16,16 @@ typedef struct counter {
   int status;
   char msg[WDS__ERR_SIZE];
   pthread_t thread;
-  int *finished; /* counters done, under l->mu (l->cv is signalled) */
+  int *finished; /* counters done, under l->mu (wds__loader_lock; l->cv is
+                    signalled) */
 } counter;
 
 /* The thread's last act: counted as finished for count_shards' wait. */
 static void *count_done(counter *c) {
-  pthread_mutex_lock(&c->l->mu);
+  wds__loader_lock(c->l);
   (*c->finished)++;
   pthread_cond_broadcast(&c->l->cv);
-  pthread_mutex_unlock(&c->l->mu);
+  wds__loader_unlock(c->l);
   return NULL;
 }
 
@@ -34,23 +35,23 @@ static void *count_done(counter *c) {
  * which open sets only here; the loader is closed after). */
 static int count_wait(wds_loader *l, const int *finished, int started) {
   int interrupted = 0;
-  pthread_mutex_lock(&l->mu);
+  wds__loader_lock(l);
   while (*finished < started) {
     if (!l->cfg.interrupt || interrupted) {
-      pthread_cond_wait(&l->cv, &l->mu);
+      wds__loader_wait(l);
       continue;
     }
     struct timespec until;
     wds__deadline_ms(&until, WDS__INTERRUPT_POLL_MS);
-    if (pthread_cond_timedwait(&l->cv, &l->mu, &until) != ETIMEDOUT)
+    if (wds__loader_timedwait(l, &until) != ETIMEDOUT)
       continue;
-    pthread_mutex_unlock(&l->mu); /* the check may wait for other threads */
+    wds__loader_unlock(l); /* the check may wait for other threads */
     interrupted = l->cfg.interrupt(l->cfg.interrupt_ctx) != 0;
     if (interrupted)
       wds__cancel_set(&l->wake);
-    pthread_mutex_lock(&l->mu);
+    wds__loader_lock(l);
   }
-  pthread_mutex_unlock(&l->mu);
+  wds__loader_unlock(l);
   return interrupted;
 }
 

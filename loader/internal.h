@@ -430,11 +430,13 @@ static inline void wds__loader_wait(wds_loader *l) {
   WDS__OWNER_SET(&l->mu_owner);
 }
 
-static inline void wds__loader_timedwait(wds_loader *l,
-                                         const struct timespec *until) {
+/* pthread_cond_timedwait on l->cv: 0, or ETIMEDOUT when until passed. */
+static inline int wds__loader_timedwait(wds_loader *l,
+                                        const struct timespec *until) {
   WDS__OWNER_CLEAR(&l->mu_owner);
-  pthread_cond_timedwait(&l->cv, &l->mu, until);
+  int rc = pthread_cond_timedwait(&l->cv, &l->mu, until);
   WDS__OWNER_SET(&l->mu_owner);
+  return rc;
 }
 
 #define WDS__ASSERT_LOCKED(l) WDS__ASSERT_OWNED(&(l)->mu_owner)
