@@ -23,7 +23,8 @@
  *   mix.c      several sources: their URLs, exact mode's per-source plans,
  *              a worker's feeds (one per source) and the choice between them
  *
- * Threads, locks and invariants are described in loader.c. */
+ * Threads, locks and invariants are described in loader.c; who writes
+ * which of the handle's fields, in struct wds_loader's comment. */
 #ifndef WDS_LOADER_INTERNAL_H
 #define WDS_LOADER_INTERNAL_H
 
@@ -332,65 +333,148 @@ typedef struct wds__source {
   uint64_t seed;  /* its plan's and draws' seed (source 0: the config's) */
 } wds__source;
 
-struct wds_loader {
-  wds_loader_config cfg;
-  char *spec_copy, *index_copy;
-  size_t *rank_bs; /* copy of cfg.rank_batch_sizes, or NULL */
-  wds_url_list urls;
-  uint64_t *counts;
-  wds__source *src; /* [nsrc] */
+/* The loader's shards and their sources: mix.c alone writes it, at open
+ * (wds__sources_open, wds__sources_plan_check); read-only once open
+ * returns, by every thread. */
+typedef struct wds__sources {
+  wds_url_list urls; /* every source's shards, end to end */
+  wds__source *src;  /* [nsrc] */
   size_t nsrc;
-  int mixed;              /* the plan and the feeds go through mix.c */
   uint32_t *shard_source; /* [urls.count] */
   double *mix_cum;        /* resampled: cumulative weights, [nsrc] */
+  int mixed;              /* the plan and the feeds go through mix.c */
+} wds__sources;
+
+/* An error under WDS_ON_ERROR_SKIP, as the loader takes it from a module
+ * that does not see the loader (wds__note_skip: counted, kept, logged
+ * as "<what>: msg"). */
+typedef void (*wds__skip_fn)(void *ctx, const char *what, const char *msg);
+
+/* How the loader opens one shard's reader (feed.c; the workers and the
+ * counting pass): cfg's limits, and reads that the wake token interrupts
+ * and that count in the cache stats. Set at open, read-only after; the
+ * token and the stats are the loader's shared state, changed through
+ * their own functions (shards/cancel.h, the reader's atomics). */
+typedef struct wds__shard_opener {
+  const wds_loader_config *cfg;
+  const wds__sources *sources;
+  wds__cancel *wake;
+  wds__cache_stats *cache_stats;
+  int workers; /* the loader's (a compressed shard's reading thread) */
+} wds__shard_opener;
+
+/* What a worker's feeds read of the loader (feed.c, mix.c): set at open,
+ * read-only after. Their one write to the loader's state is a skip. */
+typedef struct wds__feed_ctx {
+  const wds_loader_config *cfg; /* mode, on_error, defer_reads, seed, rank */
+  const wds__sources *sources;
+  const uint64_t *counts; /* exact mode: per shard (count.c); else NULL */
+  const wds__shard_opener *opener;
+  char *const *wanted; /* every alternative of every field */
+  size_t nwanted;
+  size_t nfields; /* of an error item */
+  wds__skip_fn skip;
+  void *skip_ctx;
+} wds__feed_ctx;
+
+/* What exact mode's counting reads (count.c): set at open. Its output is
+ * the counts array, which count.c alone writes. */
+typedef struct wds__count_ctx {
+  const wds_loader_config *cfg; /* on_error, interrupt,
+                                   allow_pipe_from_files */
+  const wds__sources *sources;
+  const wds__shard_opener *opener; /* its wake token: set when interrupted */
+  int threads;                     /* at most this many counting threads */
+  wds__skip_fn skip;
+  void *skip_ctx;
+} wds__count_ctx;
+
+/* The loader's handle. Who writes what (each group's comment says): the
+ * open (loader.c) writes the configuration and what it derives, which is
+ * read-only once wds_loader_open returns; mix.c alone writes `sources` and
+ * count.c alone writes `counts` (both at open; the feeds, mix.c's and
+ * feed.c's workers' part, and the counting pass see only their context
+ * structs, never this one); the threads of a run share the rest through
+ * named functions: the lock (wds__loader_lock), slot states
+ * (wds__slot_set), the error text (wds__set_error, wds__note_skip), the
+ * stats (STAT_ADD), the wake token (shards/cancel.h). */
+struct wds_loader {
+  /* ---- open (loader.c): read-only once open returns ---- */
+  wds_loader_config cfg;
+  char *spec_copy, *index_copy, *cache_dir_copy;
+  size_t *rank_bs; /* copy of cfg.rank_batch_sizes, or NULL */
   wds__plan_input pin;
   wds__out_field *fields;
   size_t nfields;
   char **wanted; /* every alternative of every field: what raws keep */
   size_t nwanted;
-  size_t queue_cap;     /* items per worker queue */
-  size_t chunk;         /* items per hand-off */
-  wds__blk_pool *pools; /* per worker index */
-  int needs_decode;     /* some field is not plain bytes */
+  int needs_decode; /* some field is not plain bytes */
+  size_t queue_cap; /* items per worker queue */
+  size_t chunk;     /* items per hand-off */
   wds_allocator alloc;
-  wds__collate col;
-  wds__cancel wake;     /* every reader's token: see "Stopping" in loader.c */
+  uint64_t epoch_batches;
+  /* The modules' views (set by open; each says what it reads). */
+  wds__collate col;         /* collate.c */
+  wds__shard_opener opener; /* feed.c's shard readers */
+  wds__feed_ctx feed_ctx;   /* feed.c, mix.c: a worker's feeds */
+  wds__count_ctx count_ctx; /* count.c: the counting pass */
+  /* Per worker index (2 * workers: data, then item shells): the array is
+   * open's; a pool's blocks are its worker's and the collator's (items.c:
+   * the shared list under the pool's mu). */
+  wds__blk_pool *pools;
+
+  /* ---- mix.c alone writes (at open) ---- */
+  wds__sources sources;
+  /* ---- count.c alone writes (at open, exact mode) ---- */
+  uint64_t *counts; /* per shard */
+
+  /* ---- shared by the threads, through named functions ---- */
+  wds__cancel wake;     /* every reader's token: set by run_stop (run.c), an
+                           interrupted count (count.c) and wds_loader_cancel;
+                           see "Stopping" in loader.c */
   atomic_int cancelled; /* wds_loader_cancel() was called */
   wds__cache_stats cache_stats; /* every reader's use of cfg.cache_dir */
-  char *cache_dir_copy;
-
   pthread_mutex_t mu;
   wds__lock_owner mu_owner; /* who holds mu (assertion builds: base/assert.h);
                                taken through wds__loader_lock */
   pthread_cond_t cv;
-  pthread_mutex_t log_mu;
+  pthread_mutex_t log_mu; /* one log callback at a time (loader.c) */
+
+  /* The batch pool, under mu. Slot states change through wds__slot_set
+   * (loader.c: next, release, fences; run.c: the collator, run_stop), which
+   * keeps 0 <= fenced <= held <= nslots; a FILLING slot's contents are the
+   * collator's (collate.c through it, and the copy job's threads). */
   wds__slot *slots;
-  int nslots, held; /* slot states change through wds__slot_set, which keeps
-                       0 <= fenced <= held <= nslots */
-  /* Fences (wds_loader_release_after): FENCED slots, the next sequence
-   * number, and the lock that makes one thread at a time run callbacks (the
-   * FENCED slots' fence fields change only under it and mu). */
+  int nslots, held;
+  /* Fences (wds_loader_release_after; loader.c): FENCED slots, the next
+   * sequence number, and the lock that makes one thread at a time run
+   * callbacks (the FENCED slots' fence fields change only under it and
+   * mu). */
   int fenced;
   uint64_t fence_next;
   pthread_mutex_t fence_mu;
   int *fence_tmp;          /* nslots entries: the FENCED slots seen by a poll */
-  int collator_waits;      /* the collator is blocked for want of a free slot */
+  int collator_waits;      /* the collator is blocked for want of a free slot
+                              (run.c sets it, a freed fence clears it) */
   wds__ready_entry *ready; /* a FIFO of nslots + 2 entries: each slot at most
-                         once, the end, an error */
+                              once, the end, an error; run.c posts, next()
+                              pops, run_stop empties */
   size_t ready_head, ready_len;
-  int run_error_status;
+  int run_error_status; /* the error the collator posts (run.c) */
   char run_error[WDS__ERR_SIZE];
 
+  /* ---- the caller's thread (loader.c; run.c's start and stop) ---- */
   wds__run *cur;
   uint64_t epoch;      /* of the next batch */
   uint64_t delivered;  /* batches of `epoch` delivered */
   uint64_t first_skip; /* resume_batches, for the first run only */
   int failed;          /* a fatal status, returned from then on */
-  uint64_t epoch_batches;
-  char err[WDS__ERR_SIZE];
-  char err_out[WDS__ERR_SIZE]; /* what wds_loader_error() returned */
 
-  /* Stats (relaxed atomics, summed over threads). */
+  /* ---- any thread ---- */
+  char err[WDS__ERR_SIZE];     /* wds__set_error, under mu */
+  char err_out[WDS__ERR_SIZE]; /* what wds_loader_error() returned */
+  /* Stats (STAT_ADD: relaxed atomics, summed over threads; collate.c
+   * through the pointers in col). */
   atomic_uint_fast64_t st_batches, st_samples, st_skipped, st_fill, st_shards,
       st_bytes, st_read_ns, st_shuffle_ns, st_decode_ns, st_batch_ns,
       st_wait_ns, st_slot_wait_ns, st_pool_bytes, st_deferred,
@@ -603,8 +687,17 @@ void wds__queue_wake(wds__queue *q); /* wakes every waiter (abort) */
 
 /* ---- feed.c: a worker's sample feed ---- */
 
+/* A worker as its feeds see it. */
+typedef struct wds__feed_worker {
+  wds__blk_pool *pool; /* the worker's blocks */
+  int index;
+  uint64_t epoch;
+  const atomic_int *abort; /* the run's */
+} wds__feed_worker;
+
 typedef struct wds__feed {
-  wds__worker *w;
+  const wds__feed_ctx *ctx;
+  wds__feed_worker w;
   const wds__worker_plan *wp; /* its pieces (plain, exact) */
   size_t first, count;        /* resampled: the shards it draws from */
   wds_reader *rd;
@@ -635,9 +728,10 @@ typedef struct wds__feed {
   char last_err[WDS__ERR_SIZE];
 } wds__feed;
 
-/* Worker w's feed for the run's epoch (of source s's shards, reading wp's
+/* Worker w's feed for its epoch (of source s's shards, reading wp's
  * pieces; source 0 and the run's plan without a mix). */
-void wds__feed_init(wds__feed *src, wds__worker *w, size_t s,
+void wds__feed_init(wds__feed *src, const wds__feed_ctx *ctx,
+                    const wds__feed_worker *w, size_t s,
                     const wds__worker_plan *wp);
 
 /* Next raw sample (wds__sample_pull): *out set, or NULL at the end.
@@ -689,11 +783,8 @@ extern void (*wds__defer_copy_hook)(const char *url, const char *key);
 
 /* A reader of one shard, as the workers and the counting pass open it: the
  * loader's limits, and reads that its wake token interrupts. */
-int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out);
-
-/* Where the exact mode's count of a shard came from, for messages. */
-const char *wds__count_source(const wds_loader *l, size_t shard, char *buf,
-                              size_t n);
+int wds__open_shard_reader(const wds__shard_opener *o, size_t shard,
+                           wds_reader **out);
 
 /* ---- mix.c: sources ---- */
 
@@ -701,6 +792,7 @@ const char *wds__count_source(const wds_loader *l, size_t shard, char *buf,
  * resampled mode draws a source per sample (weights), exact mode
  * interleaves the sources' quotas smoothly; one source: its feed alone. */
 typedef struct wds__feeds {
+  const wds__feed_ctx *ctx;
   wds__feed *f; /* [n] */
   size_t n;
   wds__rng pick;    /* resampled: the source draws */
@@ -709,8 +801,11 @@ typedef struct wds__feeds {
   wds__item *fatal; /* why the worker must stop (a feed's) */
 } wds__feeds;
 
-int wds__feeds_init(wds__feeds *fs,
-                    wds__worker *w); /* 0, or -1: out of memory */
+/* Worker w's feeds for its epoch: plan's pieces, or with a mix in exact
+ * mode each source's (splan[s]). 0, or -1: out of memory. */
+int wds__feeds_init(wds__feeds *fs, const wds__feed_ctx *ctx,
+                    const wds__feed_worker *w, const wds__epoch_plan *plan,
+                    const wds__epoch_plan *splan);
 int wds__feeds_next(void *fs, wds__raw_sample **out); /* wds__feed_next's */
 int wds__feeds_check_last(wds__feeds *fs);
 void wds__feeds_stats(wds__feeds *fs, uint64_t *read_ns, uint64_t *bytes,
@@ -718,17 +813,23 @@ void wds__feeds_stats(wds__feeds *fs, uint64_t *read_ns, uint64_t *bytes,
 void wds__feeds_close(wds__feeds *fs);
 
 /* At open: the sources (from cfg->sources, or the one spec or URL list)
- * into l->urls, l->src and l->shard_source. */
-int wds__sources_open(wds_loader *l, const wds_loader_config *cfg);
-/* After the counts (exact mode): each source's n_s, checked; l->mixed. */
-int wds__sources_plan_check(wds_loader *l);
-/* The epoch plan: wds__plan_epoch, or with a mix the sum of the sources'
- * plans (and rn->splan in exact mode). */
-int wds__run_plan(wds_loader *l, uint64_t epoch, wds__epoch_plan *sum,
-                  wds__epoch_plan **per, wds__err *e);
-void wds__run_plan_free(const wds_loader *l, wds__epoch_plan *sum,
+ * into ss (zeroed by the caller): urls, src and shard_source; listings
+ * read with the wake token. WDS_OK, or a failure (wds__open_fail). */
+int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg,
+                      wds__cancel *wake);
+/* After the counts (exact mode: counts per shard): each source's n_s,
+ * checked; ss->mixed. */
+int wds__sources_plan_check(wds__sources *ss, wds_mode mode,
+                            const uint64_t *counts);
+/* The epoch plan of pin (its counts in exact mode): wds__plan_epoch, or
+ * with a mix the sum of the sources' plans (and *per, each source's, in
+ * exact mode; else NULL). */
+int wds__run_plan(const wds__sources *ss, const wds__plan_input *pin,
+                  uint64_t epoch, wds__epoch_plan *sum, wds__epoch_plan **per,
+                  wds__err *e);
+void wds__run_plan_free(const wds__sources *ss, wds__epoch_plan *sum,
                         wds__epoch_plan *per);
-void wds__sources_free(wds_loader *l);
+void wds__sources_free(wds__sources *ss); /* and its URLs */
 
 /* ---- shuffle.c: the shuffle buffer (loader/shuffle.h) ---- */
 
@@ -819,7 +920,12 @@ int wds__run_next_epoch(wds_loader *l);
 /* A worker's last act: its successor in the next epoch's run starts. */
 void wds__worker_handoff(wds__worker *w);
 
-/* Exact mode: l->counts from the index or a counting pass, checked. */
-int wds__load_counts(wds_loader *l);
+/* Exact mode: each shard's count (*out, an array the caller frees, set
+ * even on failure) from its source's index or a counting pass, checked.
+ * WDS_OK, or a failure (wds__open_fail). */
+int wds__load_counts(const wds__count_ctx *c, uint64_t **out);
+/* Where the exact mode's count of a shard came from, for messages. */
+const char *wds__count_source(const wds__sources *ss, size_t shard, char *buf,
+                              size_t n);
 
 #endif

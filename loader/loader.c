@@ -77,6 +77,11 @@ void wds__note_skip(wds_loader *l, const char *what, const char *msg) {
   log_msg(l, "%s: %s", what, msg);
 }
 
+/* The feeds' and the counting pass's skips (wds__skip_fn). */
+static void skip_noted(void *ctx, const char *what, const char *msg) {
+  wds__note_skip(ctx, what, msg);
+}
+
 /* ---- environment ---- */
 
 /* The rule is base/topology.h's; an environment it refuses gives 0 and 1
@@ -214,11 +219,18 @@ static void collate_skip(void *ctx, const char *msg) {
 }
 
 static int setup_pool(wds_loader *l) {
-  l->col = (wds__collate){
-      l->fields,       l->nfields,        l->cfg.batch_size,
-      l->cfg.on_error, l->cfg.last_batch, (const char *const *)l->urls.urls,
-      l->alloc,        collate_skip,      l,
-      &l->st_fill,     &l->st_pool_bytes, l->shard_source};
+  l->col = (wds__collate){l->fields,
+                          l->nfields,
+                          l->cfg.batch_size,
+                          l->cfg.on_error,
+                          l->cfg.last_batch,
+                          (const char *const *)l->sources.urls.urls,
+                          l->alloc,
+                          collate_skip,
+                          l,
+                          &l->st_fill,
+                          &l->st_pool_bytes,
+                          l->sources.shard_source};
   l->nslots = (int)l->cfg.prefetch_batches;
   l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
   l->ready = calloc((size_t)l->nslots + 2, sizeof *l->ready);
@@ -415,9 +427,9 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   if ((rc = setup_fields(l, cfg)) != WDS_OK)
     goto fail;
 
-  if ((rc = wds__sources_open(l, cfg)) != WDS_OK)
+  if ((rc = wds__sources_open(&l->sources, cfg, &l->wake)) != WDS_OK)
     goto fail;
-  if (l->urls.count == 0) {
+  if (l->sources.urls.count == 0) {
     rc = wds__open_fail(WDS_ERR_INVALID, "wds_loader_open: no shards");
     goto fail;
   }
@@ -425,24 +437,29 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   if (auto_workers && c->mode == WDS_MODE_PLAIN) {
     /* Not more workers than this rank has shards: still a function of the
      * config alone, never of the machine. */
-    size_t mine =
-        l->urls.count > (size_t)c->rank
-            ? (l->urls.count - (size_t)c->rank + (size_t)c->world_size - 1) /
-                  (size_t)c->world_size
-            : 0;
+    size_t mine = l->sources.urls.count > (size_t)c->rank
+                      ? (l->sources.urls.count - (size_t)c->rank +
+                         (size_t)c->world_size - 1) /
+                            (size_t)c->world_size
+                      : 0;
     if (mine >= 1 && mine < (size_t)c->workers)
       c->workers = (int)mine;
   }
-  l->pin = (wds__plan_input){l->urls.count, NULL,
-                             c->seed,       c->rank,
-                             c->world_size, c->workers,
-                             c->mode,       c->shard_shuffle,
-                             c->drop_last,  c->samples_per_epoch,
+  l->pin = (wds__plan_input){l->sources.urls.count,
+                             NULL,
+                             c->seed,
+                             c->rank,
+                             c->world_size,
+                             c->workers,
+                             c->mode,
+                             c->shard_shuffle,
+                             c->drop_last,
+                             c->samples_per_epoch,
                              l->rank_bs};
   if (c->mode == WDS_MODE_EXACT)
-    for (size_t i = 0; i < l->urls.count; i++)
-      if (!l->src[l->shard_source[i]].index_path &&
-          strcmp(l->urls.urls[i], "-") == 0) {
+    for (size_t i = 0; i < l->sources.urls.count; i++)
+      if (!l->sources.src[l->sources.shard_source[i]].index_path &&
+          strcmp(l->sources.urls.urls[i], "-") == 0) {
         rc = wds__open_fail(WDS_ERR_INVALID,
                             "exact mode reads each shard twice without an "
                             "index (once to count), which stdin ('-') cannot "
@@ -450,12 +467,16 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
                             "--mode plain or resampled");
         goto fail;
       }
+  l->opener = (wds__shard_opener){&l->cfg, &l->sources, &l->wake,
+                                  &l->cache_stats, c->workers};
   if (c->mode == WDS_MODE_EXACT) {
-    if ((rc = wds__load_counts(l)) != WDS_OK)
+    l->count_ctx = (wds__count_ctx){&l->cfg,    &l->sources, &l->opener,
+                                    c->workers, skip_noted,  l};
+    if ((rc = wds__load_counts(&l->count_ctx, &l->counts)) != WDS_OK)
       goto fail;
     l->pin.counts = l->counts;
   }
-  if ((rc = wds__sources_plan_check(l)) != WDS_OK)
+  if ((rc = wds__sources_plan_check(&l->sources, c->mode, l->counts)) != WDS_OK)
     goto fail;
   {
     wds__err e;
@@ -465,12 +486,13 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     }
     if (c->mode != WDS_MODE_PLAIN) {
       wds__epoch_plan p, *per;
-      if ((rc = wds__run_plan(l, c->epoch, &p, &per, &e)) != WDS_OK) {
+      if ((rc = wds__run_plan(&l->sources, &l->pin, c->epoch, &p, &per, &e)) !=
+          WDS_OK) {
         wds__open_fail(rc, "%s", e.msg);
         goto fail;
       }
       l->epoch_batches = batches_for(l, p.rank_samples);
-      wds__run_plan_free(l, &p, per);
+      wds__run_plan_free(&l->sources, &p, per);
     } else if (c->samples_per_epoch) {
       l->epoch_batches = 0; /* a cap, not a promise */
     }
@@ -497,6 +519,9 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     l->queue_cap = per < 4 ? 4 : per > 1024 ? 1024 : per;
     l->chunk = l->queue_cap / 2;
   }
+  l->feed_ctx = (wds__feed_ctx){&l->cfg,    &l->sources, l->counts,
+                                &l->opener, l->wanted,   l->nwanted,
+                                l->nfields, skip_noted,  l};
   if ((rc = setup_pool(l)) != WDS_OK)
     goto fail;
   if (!(l->pools = calloc(2 * (size_t)c->workers, sizeof *l->pools))) {
@@ -901,8 +926,7 @@ void wds_loader_close(wds_loader *l) {
   free(l->pools);
   free_pool(l);
   free_fields(l);
-  wds_url_list_free(&l->urls);
-  wds__sources_free(l);
+  wds__sources_free(&l->sources); /* and its URLs */
   free(l->counts);
   free(l->spec_copy);
   free(l->index_copy);

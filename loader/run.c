@@ -505,7 +505,7 @@ static void run_free(wds_loader *l, wds__run *rn) {
       free(rn->w[i].pending);
       wds__item_free(rn->w[i].terminal, l->nfields);
     }
-  wds__run_plan_free(l, &rn->plan, rn->splan);
+  wds__run_plan_free(&l->sources, &rn->plan, rn->splan);
   free(rn->w);
   free(rn);
 }
@@ -578,7 +578,8 @@ static int run_make(wds_loader *l, uint64_t epoch, uint64_t skip,
   atomic_init(&rn->abort, 0);
   atomic_init(&rn->job_claim, 0);
   atomic_init(&rn->job_left, 0);
-  int rc = wds__run_plan(l, epoch, &rn->plan, &rn->splan, &e);
+  int rc =
+      wds__run_plan(&l->sources, &l->pin, epoch, &rn->plan, &rn->splan, &e);
   if (rc != WDS_OK) {
     wds__set_error(l, "%s", e.msg);
     free(rn);

@@ -86,7 +86,7 @@ static int decode_item(wds_loader *l, wds__decoder *dec, wds__worker *w,
   const wds__raw_sample *r = it->raw;
   /* For messages only, its secrets hidden (wds__url_redact). */
   char ub[WDS__URL_REDACT_MAX];
-  const char *url = l->urls.urls[r->shard];
+  const char *url = l->sources.urls.urls[r->shard];
   row_alloc ra = {w->pool, w->index, 0};
   wds__decode_call call = {dec, 0, alloc_row, &ra};
   for (size_t i = 0; i < l->nfields; i++) {
@@ -161,7 +161,9 @@ void *wds__worker_main(void *arg) {
   if (dec)
     wds__decoder_set_memory_limit(dec, l->cfg.image_memory_limit);
   memset(&sh, 0, sizeof sh);
-  int feeds_failed = wds__feeds_init(&src, w) != 0;
+  const wds__feed_worker fw = {w->pool, w->index, rn->epoch, &rn->abort};
+  int feeds_failed =
+      wds__feeds_init(&src, &l->feed_ctx, &fw, &rn->plan, rn->splan) != 0;
   if (feeds_failed ||
       wds__shuffle_init(&sh, l->cfg.shuffle_buffer, l->cfg.shuffle_initial,
                         l->cfg.shuffle_buffer_bytes,
@@ -198,8 +200,8 @@ void *wds__worker_main(void *arg) {
     } else if (!token) {
       wds__err e;
       mark_copy_reads(l, r);
-      int rc = wds__defer_read(r, l->urls.urls[r->shard], w->pool, w->index,
-                               &deferred, &e);
+      int rc = wds__defer_read(r, l->sources.urls.urls[r->shard], w->pool,
+                               w->index, &deferred, &e);
       if (rc == WDS_OK) {
         uint64_t t1 = l->needs_decode ? wds__now_ns() : 0;
         rc = decode_item(l, dec, w, aug_key, seq, it, &e);
