@@ -577,9 +577,55 @@ TEST(fingerprint_counts_long_specs_whole) {
   free(b);
 }
 
+/* Fingerprints of fixed option sets as wds-train computed them when
+ * checkpoints of earlier runs were written: a checkpoint resumes only
+ * under the same value, so these never change (a change of how the
+ * options are held or hashed must keep them). */
+TEST(fingerprint_is_stable_across_versions) {
+  tr_model_config m = {.layers = 3, .dims = {768, 256, 128, 10}};
+  tr_options o;
+  tr_options_init(&o);
+  o.train_spec = "train-{000..003}.tar";
+  ASSERT_EQ_U64(tr_config_fingerprint(&o, &m), UINT64_C(12423610651220311040));
+  /* Every hashed option away from its default. */
+  static const size_t rank_sizes[4] = {24, 8, 16, 16};
+  wds_source_config src[2] = {
+      {.spec = "a-{0..3}.tar", .weight = 2},
+      {.spec = "b-{0..1}.tar", .index_path = "b.json", .repeat = 1.5}};
+  tr_options_init(&o);
+  o.train_spec = "https://host/shards-{0000..0099}.tar";
+  o.train_index = "idx.json";
+  o.seed = 7;
+  o.mode = WDS_MODE_RESAMPLED;
+  o.samples_per_epoch = 1234;
+  o.batch_size = 16;
+  o.ranks = 2;
+  o.procs = 2;
+  o.workers = 3;
+  o.image_size = 8;
+  o.channels = 1;
+  o.crop = WDS_CROP_RANDOM;
+  o.shuffle_buffer = 50;
+  o.last_batch = WDS_LAST_PAD;
+  o.lr = 0.1;
+  o.momentum = 0.5;
+  o.weight_decay = 1e-4;
+  o.warmup_steps = 20;
+  tr_model_config m2 = {.layers = 2, .dims = {64, 32, 10}};
+  ASSERT_EQ_U64(tr_config_fingerprint(&o, &m2), UINT64_C(5063156486148258910));
+  o.rank_batch_sizes = rank_sizes;
+  o.rank_batch_size_count = 4;
+  o.train_spec = NULL;
+  o.train_index = NULL;
+  o.sources = src;
+  o.source_count = 2;
+  ASSERT_EQ_U64(tr_config_fingerprint(&o, &m2), UINT64_C(17510770101735585511));
+}
+
 int main(void) {
   RUN(lr_schedule);
   RUN(fingerprint_counts_long_specs_whole);
+  RUN(fingerprint_is_stable_across_versions);
   RUN(checkpoint_round_trip_and_validation);
   RUN(checkpoint_keeps_rank_sizes);
   RUN(checkpoint_header_is_checked_before_the_rest_is_read);
