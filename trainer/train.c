@@ -114,24 +114,27 @@ static void fail(shared *sh, int status, const char *fmt, ...) {
 }
 
 void tr_options_init(tr_options *o) {
+  static const wds_loader_config loader_init = WDS_LOADER_CONFIG_INIT;
   memset(o, 0, sizeof *o);
-  o->image_size = 32;
+  /* The loader's defaults but where wds-train's differ. */
+  o->loader = loader_init;
+  o->loader.image_size = 32;
+  o->loader.batch_size = 32; /* per rank */
+  o->loader.mode = WDS_MODE_EXACT;
+  o->loader.last_batch = WDS_LAST_KEEP;
+  o->loader.crop = WDS_CROP_CENTER;
+  o->loader.shuffle_buffer = 1000;
   o->channels = 3;
   o->classes = 10;
   o->hidden[0] = 256;
   o->hidden[1] = 128;
   o->hidden_count = 2;
-  o->batch_size = 32;
   o->epochs = 1;
   o->ranks = 1;
   o->procs = 1;
   o->master_port = 29500;
   o->rdv_timeout_ms = 300000;
   o->collective_timeout_ms = 600000;
-  o->mode = WDS_MODE_EXACT;
-  o->last_batch = WDS_LAST_KEEP;
-  o->crop = WDS_CROP_CENTER;
-  o->shuffle_buffer = 1000;
   o->lr = 0.05;
   o->momentum = 0.9;
   o->weight_decay = 5e-4;
@@ -203,7 +206,7 @@ static int fetch(shared *sh, const wds_batch **out) {
     return -1;
   }
   int64_t gs[3];
-  int gpu = sh->o->jpeg_decode == WDS_JPEG_DECODE_GPU &&
+  int gpu = sh->o->loader.jpeg_decode == WDS_JPEG_DECODE_GPU &&
             wds_gpu_jpeg_shape(sh->train, 0, gs) == WDS_OK &&
             gs[0] * gs[1] * gs[2] == sh->model.dims[0];
   if (b->field_count < 2 ||
@@ -336,17 +339,17 @@ static int save_checkpoint(shared *sh, tr_rank *r, wds__err *e) {
                      .step = sh->step,
                      .total_steps = sh->total_steps,
                      .fingerprint = sh->fingerprint,
-                     .seed = sh->o->seed};
+                     .seed = sh->o->loader.seed};
   memcpy(c.dims, sh->model.dims, sizeof c.dims);
   wds_loader_position(sh->train, &c.loader_epoch, &c.loader_batches);
   if (sh->next) /* fetched ahead, not trained on: the resumed run reads it */
     c.loader_batches--;
   c.weights = malloc(sh->param_count * sizeof(float));
   c.momentum = malloc(sh->param_count * sizeof(float));
-  size_t nrs = sh->o->rank_batch_size_count;
+  size_t nrs = sh->o->loader.rank_batch_size_count;
   if (nrs && (c.rank_sizes = malloc(nrs * sizeof *c.rank_sizes)) != NULL) {
     for (size_t i = 0; i < nrs; i++)
-      c.rank_sizes[i] = (uint32_t)sh->o->rank_batch_sizes[i];
+      c.rank_sizes[i] = (uint32_t)sh->o->loader.rank_batch_sizes[i];
     c.rank_sizes_count = nrs;
   }
   int rc;
@@ -729,29 +732,30 @@ static uint64_t fnv_fmt(uint64_t h, const char *fmt, ...) {
  * accepted wrongly; a --source spec was cut at 4 KB). */
 uint64_t tr_config_fingerprint(const tr_options *o, const tr_model_config *m) {
   uint64_t h = fnv_str(TR_FNV_INIT, "train=");
-  h = fnv_str(h, o->train_spec);
+  h = fnv_str(h, o->loader.spec);
   h = fnv_str(h, "|index=");
-  h = fnv_str(h, o->train_index);
+  h = fnv_str(h, o->loader.index_path);
   h = fnv_fmt(h,
               "|seed=%" PRIu64 "|mode=%d|spe=%" PRIu64
               "|batch=%zu|ranks=%d|procs=%d|workers=%d|img=%d|ch=%d|crop=%d"
               "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
               "|backend=",
-              o->seed, (int)o->mode, o->samples_per_epoch, o->batch_size,
-              o->ranks, o->procs, o->workers, o->image_size, o->channels,
-              (int)o->crop, o->shuffle_buffer, (int)o->last_batch, o->lr,
+              o->loader.seed, (int)o->loader.mode, o->loader.samples_per_epoch,
+              o->loader.batch_size, o->ranks, o->procs, o->loader.workers,
+              o->loader.image_size, o->channels, (int)o->loader.crop,
+              o->loader.shuffle_buffer, (int)o->loader.last_batch, o->lr,
               o->momentum, o->weight_decay, o->warmup_steps);
   h = fnv_str(h, o->backend->name);
   h = fnv_fmt(h, "|layers=%d", m->layers);
   h = tr_fnv1a(h, m->dims, sizeof m->dims);
   /* Per-rank batch sizes: unchanged fingerprints without them. */
-  for (size_t i = 0; i < o->rank_batch_size_count; i++) {
-    uint64_t b = o->rank_batch_sizes[i];
+  for (size_t i = 0; i < o->loader.rank_batch_size_count; i++) {
+    uint64_t b = o->loader.rank_batch_sizes[i];
     h = tr_fnv1a(h, &b, sizeof b);
   }
   /* Sources: unchanged fingerprints without them. */
-  for (size_t i = 0; i < o->source_count; i++) {
-    const wds_source_config *sc = &o->sources[i];
+  for (size_t i = 0; i < o->loader.source_count; i++) {
+    const wds_source_config *sc = &o->loader.sources[i];
     h = fnv_str(h, "|source=");
     h = fnv_str(h, sc->spec);
     h = fnv_str(h, "|index=");
@@ -764,10 +768,10 @@ uint64_t tr_config_fingerprint(const tr_options *o, const tr_model_config *m) {
 
 /* The checkpoint's per-rank batch sizes are the run's (none: none). */
 static int same_rank_sizes(const tr_options *o, const tr_checkpoint *ck) {
-  if (ck->rank_sizes_count != o->rank_batch_size_count)
+  if (ck->rank_sizes_count != o->loader.rank_batch_size_count)
     return 0;
   for (size_t i = 0; i < ck->rank_sizes_count; i++)
-    if (ck->rank_sizes[i] != o->rank_batch_sizes[i])
+    if (ck->rank_sizes[i] != o->loader.rank_batch_sizes[i])
       return 0;
   return 1;
 }
@@ -776,11 +780,11 @@ static int same_rank_sizes(const tr_options *o, const tr_checkpoint *ck) {
  * "no per-rank batch sizes (--batch-size 32)". */
 static void describe_rank_sizes(char *buf, size_t cap, const tr_options *o,
                                 const uint32_t *ck_sizes, size_t ck_count) {
-  size_t n = o ? o->rank_batch_size_count : ck_count, used = 0;
+  size_t n = o ? o->loader.rank_batch_size_count : ck_count, used = 0;
   if (n == 0) {
     if (o)
       snprintf(buf, cap, "no per-rank batch sizes (--batch-size %zu)",
-               o->batch_size);
+               o->loader.batch_size);
     else
       snprintf(buf, cap, "no per-rank batch sizes");
     return;
@@ -789,7 +793,7 @@ static void describe_rank_sizes(char *buf, size_t cap, const tr_options *o,
   used = k > 0 ? (size_t)k : 0;
   for (size_t i = 0; i < n && used + 16 < cap; i++) {
     k = snprintf(buf + used, cap - used, i ? ",%zu" : "%zu",
-                 o ? o->rank_batch_sizes[i] : (size_t)ck_sizes[i]);
+                 o ? o->loader.rank_batch_sizes[i] : (size_t)ck_sizes[i]);
     used += k > 0 ? (size_t)k : 0;
   }
   if (used + 16 >= cap)
@@ -818,12 +822,12 @@ int tr_run(const tr_options *o, wds__err *e) {
   }
   sh.world = o->procs * o->ranks;
   sh.first_rank = o->proc_rank * o->ranks;
-  if (o->rank_batch_size_count &&
-      o->rank_batch_size_count != (size_t)sh.world) {
+  if (o->loader.rank_batch_size_count &&
+      o->loader.rank_batch_size_count != (size_t)sh.world) {
     rc = wds__fail(e, WDS_ERR_INVALID,
                    "%zu per-rank batch sizes for %d ranks (%d process%s x %d "
                    "rank%s): give one per rank",
-                   o->rank_batch_size_count, sh.world, o->procs,
+                   o->loader.rank_batch_size_count, sh.world, o->procs,
                    o->procs == 1 ? "" : "es", o->ranks,
                    o->ranks == 1 ? "" : "s");
     goto done;
@@ -838,8 +842,8 @@ int tr_run(const tr_options *o, wds__err *e) {
   for (int p = 0; p < o->procs; p++)
     for (int i = 0; i < o->ranks; i++) {
       size_t g = (size_t)p * (size_t)o->ranks + (size_t)i;
-      size_t b =
-          o->rank_batch_size_count ? o->rank_batch_sizes[g] : o->batch_size;
+      size_t b = o->loader.rank_batch_size_count ? o->loader.rank_batch_sizes[g]
+                                                 : o->loader.batch_size;
       if (b < 1 || b > ((size_t)1 << 24)) {
         rc = wds__fail(e, WDS_ERR_INVALID,
                        "rank %zu's batch size %zu (1 .. 16777216)", g, b);
@@ -854,11 +858,11 @@ int tr_run(const tr_options *o, wds__err *e) {
     }
   tr_model_config *m = &sh.model;
   m->layers = o->hidden_count + 1;
-  m->dims[0] = o->image_size * o->image_size * o->channels;
+  m->dims[0] = o->loader.image_size * o->loader.image_size * o->channels;
   for (int i = 0; i < o->hidden_count; i++)
     m->dims[i + 1] = o->hidden[i];
   m->dims[m->layers] = o->classes;
-  m->seed = o->seed;
+  m->seed = o->loader.seed;
   m->momentum = (float)o->momentum;
   m->weight_decay = (float)o->weight_decay;
   sh.param_count = tr_model_param_count(m);
@@ -907,48 +911,28 @@ int tr_run(const tr_options *o, wds__err *e) {
     goto done;
   wds_field_spec fields[2] = {g_fields_tpl[0], g_fields_tpl[1]};
   fields[0].channels = o->channels;
-  wds_loader_config lc = WDS_LOADER_CONFIG_INIT;
-  lc.spec = o->train_spec;
-  lc.index_path = o->train_index;
-  lc.sources = o->sources;
-  lc.source_count = o->source_count;
+  /* The options as given, but what the trainer decides. */
+  wds_loader_config lc = o->loader;
   lc.rank = o->proc_rank;
   lc.world_size = o->procs;
-  lc.workers = o->workers;
-  lc.seed = o->seed;
-  lc.mode = o->mode;
-  lc.samples_per_epoch = o->samples_per_epoch;
-  lc.shuffle_buffer = o->shuffle_buffer;
-  if (o->rank_batch_size_count) {
+  if (o->loader.rank_batch_size_count) {
     /* Each process's share in proportion to its ranks' rows: every
      * process takes the same number of steps. */
     lc.rank_batch_sizes = sh.proc_sizes;
     lc.rank_batch_size_count = (size_t)o->procs;
+    lc.batch_size = 1; /* the loader's default: the per-rank sizes rule */
   } else {
     lc.batch_size = sh.proc_rows;
   }
-  lc.last_batch = o->last_batch;
   lc.fields = fields;
   lc.field_count = 2;
-  lc.image_size = o->image_size;
-  lc.crop = o->crop;
-  lc.read_timeout_ms = o->read_timeout_ms;
-  lc.defer_reads = o->defer_reads;
-  lc.jpeg_decode = o->jpeg_decode;
-  lc.retries = o->retries;
-  lc.allow_pipe_from_files = o->allow_pipe_from_files;
-  lc.max_window_bytes = o->max_window_bytes;
-  lc.cache_dir = o->cache_dir;
-  lc.cache_size = o->cache_size;
-  lc.image_memory_limit = o->image_memory_limit;
   /* The next epoch's shuffle buffer fills while this one's last step
    * computes and the evaluation runs. */
   lc.eager_next_epoch = 1;
-  if (sh.resume) {
-    lc.epoch = ck.loader_epoch;
-    lc.resume_batches = ck.loader_batches;
-  }
-  if (o->jpeg_decode == WDS_JPEG_DECODE_GPU && !o->backend->upload_jpeg) {
+  lc.epoch = sh.resume ? ck.loader_epoch : 0;
+  lc.resume_batches = sh.resume ? ck.loader_batches : 0;
+  if (o->loader.jpeg_decode == WDS_JPEG_DECODE_GPU &&
+      !o->backend->upload_jpeg) {
     rc = wds__fail(e, WDS_ERR_INVALID,
                    "--jpeg-decode gpu: the %s backend cannot decode on a GPU "
                    "(use --device cuda)",
@@ -956,7 +940,7 @@ int tr_run(const tr_options *o, wds__err *e) {
     goto done;
   }
   if ((rc = wds_loader_open(&lc, &sh.train)) != WDS_OK) {
-    wds__fail(e, rc, "%s: %s", o->source_count ? "--source" : "--train",
+    wds__fail(e, rc, "%s: %s", o->loader.source_count ? "--source" : "--train",
               wds_open_error());
     goto done;
   }
@@ -1024,27 +1008,27 @@ int tr_run(const tr_options *o, wds__err *e) {
     fprintf(o->out, " in process %d of %d (global ranks %d..%d of %d)",
             o->proc_rank, o->procs, sh.first_rank, sh.first_rank + o->ranks - 1,
             sh.world);
-  if (o->rank_batch_size_count) {
+  if (o->loader.rank_batch_size_count) {
     size_t sum = 0;
     fputs(", rows per rank ", o->out);
-    for (size_t i = 0; i < o->rank_batch_size_count; i++) {
-      fprintf(o->out, i ? ",%zu" : "%zu", o->rank_batch_sizes[i]);
-      sum += o->rank_batch_sizes[i];
+    for (size_t i = 0; i < o->loader.rank_batch_size_count; i++) {
+      fprintf(o->out, i ? ",%zu" : "%zu", o->loader.rank_batch_sizes[i]);
+      sum += o->loader.rank_batch_sizes[i];
     }
     fprintf(o->out, " (global batch %zu; %zu per loader batch)", sum,
             sh.proc_rows);
   } else {
-    fprintf(o->out, ", %zu rows per rank (%zu per loader batch)", o->batch_size,
-            sh.proc_rows);
+    fprintf(o->out, ", %zu rows per rank (%zu per loader batch)",
+            o->loader.batch_size, sh.proc_rows);
   }
   fprintf(o->out,
           ", %" PRIu64 " batches per epoch, %" PRIu64
           " steps%s, model %zu parameters\n",
           sh.epoch_batches, sh.total_steps, sh.resume ? " (resumed)" : "",
           sh.param_count);
-  for (size_t i = 0; i < o->source_count; i++) {
+  for (size_t i = 0; i < o->loader.source_count; i++) {
     fprintf(o->out, "wds-train: source %zu: ", i);
-    describe_source(o->out, &o->sources[i]);
+    describe_source(o->out, &o->loader.sources[i]);
     fputc('\n', o->out);
   }
   if (sh.resume)
@@ -1154,16 +1138,16 @@ int tr_run(const tr_options *o, wds__err *e) {
   if (sh.json) {
     fprintf(sh.json, "{\"summary\": {\"steps\": %" PRIu64 ", \"stopped\": %s",
             sh.step, stopped ? "true" : "false");
-    if (o->rank_batch_size_count) {
+    if (o->loader.rank_batch_size_count) {
       fputs(", \"rank_batch_sizes\": [", sh.json);
-      for (size_t i = 0; i < o->rank_batch_size_count; i++)
-        fprintf(sh.json, i ? ", %zu" : "%zu", o->rank_batch_sizes[i]);
+      for (size_t i = 0; i < o->loader.rank_batch_size_count; i++)
+        fprintf(sh.json, i ? ", %zu" : "%zu", o->loader.rank_batch_sizes[i]);
       fputc(']', sh.json);
     }
-    if (o->source_count) {
+    if (o->loader.source_count) {
       fputs(", \"sources\": [", sh.json);
-      for (size_t i = 0; i < o->source_count; i++) {
-        const wds_source_config *sc = &o->sources[i];
+      for (size_t i = 0; i < o->loader.source_count; i++) {
+        const wds_source_config *sc = &o->loader.sources[i];
         fputs(i ? ", {\"spec\": " : "{\"spec\": ", sh.json);
         /* without its secrets, in full */
         char red[WDS__URL_REDACT_MAX], *full = wds__url_redacted(sc->spec);
