@@ -97,7 +97,12 @@ static const char usage_text_2[] =
     "  --log-rows FILE        every step's rows: a line 'STEP EPOCH BATCH "
     "RANK\n"
     "                         SOURCE KEY' per valid row (a process writes its\n"
-    "                         own ranks' rows: one file per node)\n"
+    "                         own ranks' rows: one file per node); KEY as\n"
+    "                         `wds batches` writes keys: a blank, control,\n"
+    "                         backslash or non-UTF-8 byte as \\xHH\n"
+    "  --json and --log-rows are written as every output: under a temporary\n"
+    "  name renamed to FILE when the run ends (failed or interrupted too); a\n"
+    "  FIFO or device in place; a symlink to one refused\n"
     "Reading shards (as `wds batches` takes them):\n";
 
 /* The loader options wds-train takes through tools/loader_opts.c: one

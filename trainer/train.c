@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/json.h"
 #include "base/text.h"
@@ -30,6 +31,7 @@
 #include "trainer/procgroup.h"
 #include "trainer/train.h"
 #include "wds/gpu_jpeg.h"
+#include "wds/outfile.h"
 
 enum { CMD_STEP, CMD_EVAL, CMD_FINAL, CMD_STOP };
 
@@ -45,8 +47,10 @@ typedef struct shared {
   tr_checkpoint ck;      /* --resume's checkpoint, once loaded */
   tr_checkpoint *resume; /* &ck when resuming; NULL: fresh weights */
   uint64_t fingerprint;
-  FILE *json;
-  FILE *rows_log; /* --log-rows */
+  FILE *json;             /* --json */
+  FILE *rows_log;         /* --log-rows */
+  wds_outfile *json_file; /* what json and rows_log write into (their */
+  wds_outfile *rows_file; /* descriptors are copies of these) */
 
   int world, first_rank; /* ranks of the job; global rank of local 0 */
   size_t *rows, *row0;   /* per local rank: its rows of a loader batch */
@@ -151,7 +155,10 @@ static void print_checksums(const shared *sh, FILE *f, const char *sep) {
 
 /* Rank 0, --log-rows: the valid rows of the step about to be taken, "STEP
  * EPOCH BATCH RANK SOURCE KEY" each (steps counted from 1, as the log's;
- * RANK global). */
+ * RANK global). The key is escaped as `wds batches` writes keys
+ * (base/text.h: blanks, backslashes, controls and bytes that are not UTF-8
+ * as \xHH), so that a key holding a newline or a blank cannot make a line
+ * or a field of its own. */
 static void log_rows(shared *sh, const wds_batch *b) {
   int local = 0;
   for (size_t i = 0; i < b->rows; i++) {
@@ -159,10 +166,15 @@ static void log_rows(shared *sh, const wds_batch *b) {
       continue;
     while (local + 1 < sh->o->ranks && i >= sh->row0[local + 1])
       local++;
-    fprintf(sh->rows_log,
-            "%" PRIu64 " %" PRIu64 " %" PRIu64 " %d %" PRIu32 " %s\n",
+    fprintf(sh->rows_log, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %d %" PRIu32 " ",
             sh->step + 1, b->epoch, b->index, sh->first_rank + local,
-            b->sources ? b->sources[i] : 0, b->keys ? b->keys[i] : "-");
+            b->sources ? b->sources[i] : 0);
+    if (b->keys && b->keys[i])
+      wds__esc_write(sh->rows_log, b->keys[i],
+                     WDS__ESC_BLANK | WDS__ESC_BACKSLASH);
+    else
+      fputc('-', sh->rows_log);
+    fputc('\n', sh->rows_log);
   }
 }
 
@@ -996,30 +1008,53 @@ static int open_loaders(shared *sh, wds__err *e) {
   return WDS_OK;
 }
 
-/* --json FILE, --log-rows FILE: opened for writing into *f. */
-static int open_log(const char *flag, const char *path, FILE **f, wds__err *e) {
-  *f = fopen(path, "w");
-  if (!*f)
-    return wds__fail(e, WDS_ERR_OPEN, "%s %s: cannot open for writing", flag,
-                     path);
+/* --json FILE, --log-rows FILE: opened for writing into *f, as every
+ * output is (wds/outfile.h): a file is written under a temporary name and
+ * renamed to FILE when the run ends (also when it fails or is
+ * interrupted: what was logged is kept); a FIFO or a device named itself
+ * is written in place; a symbolic link to a FIFO, a device or a socket is
+ * refused, and one to a file is replaced. */
+static int open_log(const char *flag, const char *path, wds_outfile **of,
+                    FILE **f, wds__err *e) {
+  char msg[WDS__ERR_SIZE];
+  if (wds_outfile_open(path, 0, of, msg, sizeof msg) != WDS_OK)
+    return wds__fail(e, WDS_ERR_OPEN, "%s: %s", flag, msg);
+  /* stdio on a copy of the descriptor: fclose flushes and closes it, and
+   * the commit syncs and closes the outfile's own. */
+  int fd = dup(wds_outfile_fd(*of));
+  if (fd < 0 || !(*f = fdopen(fd, "w"))) {
+    int rc =
+        wds__fail(e, WDS_ERR_OPEN, "%s %s: %s", flag, path, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return rc;
+  }
   return WDS_OK;
 }
 
-/* Closes what open_log opened (NULL: nothing). rc: the run's status so
- * far; a log that could not be written fails a run that had not failed. */
-static int close_log(const char *flag, const char *path, FILE *f, int rc,
-                     wds__err *e) {
-  if (!f)
+/* Ends what open_log opened (of NULL: nothing), whatever the run's
+ * status rc so far: the log is kept. A log that could not be written
+ * fails a run that had not failed. */
+static int close_log(const char *flag, const char *path, wds_outfile *of,
+                     FILE *f, int rc, wds__err *e) {
+  if (!of)
     return rc;
-  /* A write that failed earlier leaves only the error flag: fclose
-   * reports only what was still buffered. */
-  int failed = ferror(f) != 0;
+  char msg[WDS__ERR_SIZE];
+  int failed = 0;
   errno = 0;
-  if (fclose(f) != 0)
-    failed = 1;
+  if (f) {
+    /* A write that failed earlier leaves only the error flag: fclose
+     * reports only what was still buffered. */
+    failed = ferror(f) != 0;
+    if (fclose(f) != 0)
+      failed = 1;
+  }
   if (failed && rc == WDS_OK)
     rc = wds__fail(e, WDS_ERR_IO, "%s %s: cannot write it%s%s", flag, path,
                    errno ? ": " : "", errno ? strerror(errno) : "");
+  if (wds_outfile_commit(of, msg, sizeof msg) != WDS_OK && rc == WDS_OK)
+    rc = wds__fail(e, WDS_ERR_IO, "%s: %s", flag, msg);
+  wds_outfile_close(of);
   return rc;
 }
 
@@ -1316,9 +1351,9 @@ int tr_run(const tr_options *o, wds__err *e) {
   if (rc == WDS_OK)
     rc = open_loaders(&sh, e);
   if (rc == WDS_OK && o->json_path)
-    rc = open_log("--json", o->json_path, &sh.json, e);
+    rc = open_log("--json", o->json_path, &sh.json_file, &sh.json, e);
   if (rc == WDS_OK && o->rows_path)
-    rc = open_log("--log-rows", o->rows_path, &sh.rows_log, e);
+    rc = open_log("--log-rows", o->rows_path, &sh.rows_file, &sh.rows_log, e);
   if (rc == WDS_OK) {
     print_banner(&sh);
     rc = start_group(&sh, e);
@@ -1329,8 +1364,8 @@ int tr_run(const tr_options *o, wds__err *e) {
     rc = ranks_outcome(&sh, e);
   if (rc == WDS_OK)
     rc = summarize(&sh, seconds, e);
-  rc = close_log("--json", o->json_path, sh.json, rc, e);
-  rc = close_log("--log-rows", o->rows_path, sh.rows_log, rc, e);
+  rc = close_log("--json", o->json_path, sh.json_file, sh.json, rc, e);
+  rc = close_log("--log-rows", o->rows_path, sh.rows_file, sh.rows_log, rc, e);
   release(&sh);
   return rc;
 }
