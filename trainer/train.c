@@ -12,7 +12,14 @@
  * always match; a failing rank records its message and aborts the group,
  * which wakes every rank blocked in a collective. Rank 0 alone writes logs
  * and checkpoints (the weights are bit-identical on every rank; the
- * per-rank checksums in the logs show it). */
+ * per-rank checksums in the logs show it).
+ *
+ * tr_run is its stages in order, each a function: the rows of the job
+ * (plan_rows), the model and fingerprint (plan_model), the checkpoint to
+ * resume (load_resume), the loaders (open_loaders, their configurations
+ * derived from tr_options.loader), the logs (open_log), the start lines,
+ * the process group (start_group), the rank threads (run_ranks), their
+ * outcome, the summary, and the logs committed (close_log). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
