@@ -281,7 +281,9 @@ static void stdout_at_exit(void) {
 }
 
 int main(int argc, char **argv) {
-  tr_options o;
+  /* Static: what the options allocate (the --source list, in
+   * o.loader.sources) stays reachable on every return. */
+  static tr_options o;
   tr_options_init(&o);
   atexit(stdout_at_exit);
   const char *device = "auto";
@@ -293,11 +295,8 @@ int main(int argc, char **argv) {
   struct option opts[64];
   /* The loader options, wds-train's own among them (--train, --seed,
    * --batch-size), are parsed into lo.cfg over wds-train's defaults, and
-   * lo.cfg becomes o.loader. Static: what the options allocate stays
-   * reachable on every return (the --source list outlives lo in
-   * sources). */
+   * lo.cfg becomes o.loader. Static, as o. */
   static tool_loader_opts lo;
-  static wds_source_config *sources;
   tool_loader_opts_init(&lo);
   lo.cfg = o.loader;
   if (tool_loader_options_some(long_opts, loader_names, opts,
@@ -501,8 +500,7 @@ int main(int argc, char **argv) {
     if (lo.cfg.index_path)
       return usage_error("%s", "--index with --source: give each source its "
                                "index as --source SPEC:index=FILE");
-    sources = lo.sources;
-    lo.cfg.sources = sources;
+    lo.cfg.sources = lo.sources; /* kept by o.loader once lo is freed */
     lo.cfg.source_count = lo.nsources;
     lo.sources = NULL;
     lo.nsources = 0;

@@ -630,7 +630,7 @@ fi
 # --retries, as README lists it for wds-train (it was refused as unknown).
 if run --train 'train-000.tar' --steps 2 --batch-size 8 --retries 2 --log-every 0 \
   >retries.out 2>&1 && grep -q '^done after 2 steps' retries.out &&
-  "$TRAIN" --help | grep -q -- '--retries N'; then
+  "$TRAIN" --help >help.out && grep -q -- '--retries N' help.out; then
   ok "--retries 2 taken, and in --help"
 else
   bad "--retries" "$(tail -2 retries.out)"
