@@ -10,14 +10,14 @@
  * differs is an error, or an invalid row under the skip policy), VARIABLE
  * rows end to end with batch_size + 1 offsets. An invalid row is zeros (an
  * empty VARIABLE row), except a VARIABLE row whose deferred read failed in
- * the copy (item_field.defer: the raw bytes read with pread straight into
+ * the copy (wds__item_field.defer: the raw bytes read with pread straight into
  * the row): the rows after it are placed already, so under the skip policy
  * it keeps its size, zero-filled, marked invalid (wds__batch_reads_check). The
  * last batch of an epoch is kept, dropped or padded by repeating its first
  * rows, marked invalid. */
 #include "loader/internal.h"
 
-static int slot_reserve(const wds__collate *c, slot_buf *b, size_t need,
+static int slot_reserve(const wds__collate *c, wds__slot_buf *b, size_t need,
                         size_t used) {
   if (need <= b->cap)
     return 0;
@@ -37,7 +37,8 @@ static int slot_reserve(const wds__collate *c, slot_buf *b, size_t need,
   return 0;
 }
 
-int wds__slot_init(const wds__collate *c, slot *s, int index, wds__err *e) {
+int wds__slot_init(const wds__collate *c, wds__slot *s, int index,
+                   wds__err *e) {
   size_t bs = c->batch_size;
   memset(s, 0, sizeof *s);
   s->bf = calloc(c->nfields, sizeof *s->bf);
@@ -62,7 +63,7 @@ int wds__slot_init(const wds__collate *c, slot *s, int index, wds__err *e) {
   s->batch.field_count = c->nfields;
   s->batch.slot = index;
   for (size_t i = 0; i < c->nfields; i++) {
-    const out_field *of = &c->fields[i];
+    const wds__out_field *of = &c->fields[i];
     size_t fixed =
         of->def->layout == WDS__ROW_FIXED ? bs * of->row.row_bytes : 0;
     if (fixed && slot_reserve(c, &s->buf[i], fixed, 0) != 0)
@@ -77,7 +78,7 @@ int wds__slot_init(const wds__collate *c, slot *s, int index, wds__err *e) {
   return WDS_OK;
 }
 
-void wds__slot_free(const wds__collate *c, slot *s) {
+void wds__slot_free(const wds__collate *c, wds__slot *s) {
   for (size_t i = 0; s->buf && i < c->nfields; i++)
     if (s->buf[i].mem)
       c->alloc.free(c->alloc.ctx, s->buf[i].mem, s->buf[i].cap);
@@ -97,7 +98,7 @@ void wds__slot_free(const wds__collate *c, slot *s) {
   memset(s, 0, sizeof *s);
 }
 
-void wds__batch_begin(const wds__collate *c, slot *s, filling *fl,
+void wds__batch_begin(const wds__collate *c, wds__slot *s, wds__filling *fl,
                       uint64_t epoch, uint64_t index) {
   fl->rows = 0;
   memset(fl->first_set, 0, c->nfields * sizeof *fl->first_set);
@@ -106,7 +107,7 @@ void wds__batch_begin(const wds__collate *c, slot *s, filling *fl,
   s->batch.index = index;
   for (size_t i = 0; i < c->nfields; i++) {
     wds_batch_field *bf = &s->bf[i];
-    const out_field *of = &c->fields[i];
+    const wds__out_field *of = &c->fields[i];
     bf->name = of->name;
     bf->size_bytes = 0;
     bf->dtype = of->row.dtype;
@@ -126,7 +127,7 @@ void wds__batch_begin(const wds__collate *c, slot *s, filling *fl,
 /* Appends key as row's key. from_arena: key is the arena's own text at that
  * offset (padding repeats a row): it is located again after the arena may
  * have moved. */
-static int key_append_at(slot *s, size_t row, const char *key,
+static int key_append_at(wds__slot *s, size_t row, const char *key,
                          size_t from_arena) {
   size_t n = strlen(key) + 1;
   if (s->key_len + n > s->key_cap) {
@@ -147,19 +148,19 @@ static int key_append_at(slot *s, size_t row, const char *key,
   return 0;
 }
 
-static int key_append(slot *s, size_t row, const char *key) {
+static int key_append(wds__slot *s, size_t row, const char *key) {
   return key_append_at(s, row, key, SIZE_MAX);
 }
 
-int wds__batch_assign(const wds__collate *c, slot *s, filling *fl,
-                      const item *it, wds__err *e) {
+int wds__batch_assign(const wds__collate *c, wds__slot *s, wds__filling *fl,
+                      const wds__item *it, wds__err *e) {
   size_t row = fl->rows;
   WDS__ASSERT(row < c->batch_size && it->kind == ITEM_SAMPLE);
-  const raw_sample *r = it->raw;
+  const wds__raw_sample *r = it->raw;
   int valid = it->valid;
   if (valid) {
     for (size_t i = 0; i < c->nfields; i++) {
-      const item_field *f = &it->f[i];
+      const wds__item_field *f = &it->f[i];
       wds_batch_field *bf = &s->bf[i];
       if (c->fields[i].def->layout != WDS__ROW_FIRST || !fl->first_set[i])
         continue;
@@ -190,7 +191,7 @@ int wds__batch_assign(const wds__collate *c, slot *s, filling *fl,
     atomic_fetch_add_explicit(c->fill_rows, 1, memory_order_relaxed);
   size_t bs = c->batch_size;
   for (size_t i = 0; i < c->nfields; i++) {
-    const item_field *f = &it->f[i];
+    const wds__item_field *f = &it->f[i];
     wds_batch_field *bf = &s->bf[i];
     switch (c->fields[i].def->layout) {
     case WDS__ROW_FIRST:
@@ -219,8 +220,8 @@ int wds__batch_assign(const wds__collate *c, slot *s, filling *fl,
 
 /* Memory for the VARIABLE fields' rows [0, rows); keep: the bytes already
  * written (rows before the last), kept if the buffer moves. */
-static int reserve_rows(const wds__collate *c, slot *s, size_t rows, int keep,
-                        wds__err *e) {
+static int reserve_rows(const wds__collate *c, wds__slot *s, size_t rows,
+                        int keep, wds__err *e) {
   for (size_t i = 0; i < c->nfields; i++)
     if (c->fields[i].def->layout == WDS__ROW_VARIABLE &&
         slot_reserve(c, &s->buf[i], (size_t)s->offsets[i][rows],
@@ -229,17 +230,17 @@ static int reserve_rows(const wds__collate *c, slot *s, size_t rows, int keep,
   return WDS_OK;
 }
 
-int wds__batch_reserve(const wds__collate *c, slot *s, const filling *fl,
-                       wds__err *e) {
+int wds__batch_reserve(const wds__collate *c, wds__slot *s,
+                       const wds__filling *fl, wds__err *e) {
   return reserve_rows(c, s, fl->rows, 0, e);
 }
 
 /* Reads row's deferred field i (f->defer) straight into dst, its row; a
  * failure leaves the row zeros and is noted on the slot for
  * wds__batch_reads_check (only this thread writes the row's notes). */
-static void copy_read(const wds__collate *c, slot *s, const item *it,
+static void copy_read(const wds__collate *c, wds__slot *s, const wds__item *it,
                       size_t row, size_t i, uint8_t *dst) {
-  const raw_field *rf = it->f[i].defer;
+  const wds__raw_field *rf = it->f[i].defer;
   if (wds__defer_copy_hook)
     wds__defer_copy_hook(c->urls[it->raw->shard], it->raw->key);
   int en = wds__defer_pread(rf, dst);
@@ -256,7 +257,7 @@ static void copy_read(const wds__collate *c, slot *s, const item *it,
 /* Whether rows [0, row1) fit the slot's memory: wds__batch_reserve (or
  * the slot's FIXED reservation, or a FIRST field's first valid row) made
  * room for them before any copy. */
-static int rows_fit(const wds__collate *c, const slot *s, size_t row1) {
+static int rows_fit(const wds__collate *c, const wds__slot *s, size_t row1) {
   for (size_t i = 0; i < c->nfields; i++) {
     if (c->fields[i].def->layout == WDS__ROW_VARIABLE) {
       if (s->offsets[i][row1] > s->buf[i].cap)
@@ -269,15 +270,15 @@ static int rows_fit(const wds__collate *c, const slot *s, size_t row1) {
   return 1;
 }
 
-void wds__batch_copy(const wds__collate *c, slot *s, const item *const *items,
-                     size_t row0, size_t row1) {
+void wds__batch_copy(const wds__collate *c, wds__slot *s,
+                     const wds__item *const *items, size_t row0, size_t row1) {
   WDS__ASSERT(row0 <= row1 && row1 <= c->batch_size);
   WDS__ASSERT(rows_fit(c, s, row1));
   for (size_t row = row0; row < row1; row++) {
-    const item *it = items[row - row0];
+    const wds__item *it = items[row - row0];
     int valid = s->valid[row];
     for (size_t i = 0; i < c->nfields; i++) {
-      const item_field *f = &it->f[i];
+      const wds__item_field *f = &it->f[i];
       const wds_batch_field *bf = &s->bf[i];
       uint8_t *mem = s->buf[i].mem;
       if (c->fields[i].def->layout == WDS__ROW_VARIABLE) {
@@ -300,9 +301,9 @@ void wds__batch_copy(const wds__collate *c, slot *s, const item *const *items,
   }
 }
 
-int wds__batch_reads_check(const wds__collate *c, slot *s,
-                           const item *const *items, size_t row0, size_t row1,
-                           wds__err *e) {
+int wds__batch_reads_check(const wds__collate *c, wds__slot *s,
+                           const wds__item *const *items, size_t row0,
+                           size_t row1, wds__err *e) {
   if (atomic_load_explicit(&s->read_errs, memory_order_acquire) == 0)
     return WDS_OK;
   atomic_store_explicit(&s->read_errs, 0, memory_order_relaxed);
@@ -311,8 +312,8 @@ int wds__batch_reads_check(const wds__collate *c, slot *s,
     if (!en)
       continue;
     s->read_err[row] = 0;
-    const item *it = items[row - row0];
-    const raw_field *rf = it->f[s->read_err_field[row]].defer;
+    const wds__item *it = items[row - row0];
+    const wds__raw_field *rf = it->f[s->read_err_field[row]].defer;
     wds__defer_fail(e, c->urls[it->raw->shard], it->raw->key, rf,
                     wds__defer_why(en));
     if (c->on_error == WDS_ON_ERROR_STOP)
@@ -338,8 +339,8 @@ int wds__batch_reads_check(const wds__collate *c, slot *s,
   return WDS_OK;
 }
 
-int wds__batch_put(const wds__collate *c, slot *s, filling *fl, const item *it,
-                   wds__err *e) {
+int wds__batch_put(const wds__collate *c, wds__slot *s, wds__filling *fl,
+                   const wds__item *it, wds__err *e) {
   int rc = wds__batch_assign(c, s, fl, it, e);
   if (rc != WDS_OK)
     return rc;
@@ -350,7 +351,8 @@ int wds__batch_put(const wds__collate *c, slot *s, filling *fl, const item *it,
 }
 
 /* Repeats the first rows, marked invalid, up to batch_size (WDS_LAST_PAD). */
-static int pad_batch(const wds__collate *c, slot *s, filling *fl, wds__err *e) {
+static int pad_batch(const wds__collate *c, wds__slot *s, wds__filling *fl,
+                     wds__err *e) {
   size_t have = fl->rows;
   WDS__ASSERT(have > 0 && have <= c->batch_size); /* rows to repeat */
   for (size_t row = have; row < c->batch_size; row++) {
@@ -364,7 +366,7 @@ static int pad_batch(const wds__collate *c, slot *s, filling *fl, wds__err *e) {
     atomic_fetch_add_explicit(c->fill_rows, 1, memory_order_relaxed);
     for (size_t i = 0; i < c->nfields; i++) {
       wds_batch_field *bf = &s->bf[i];
-      slot_buf *b = &s->buf[i];
+      wds__slot_buf *b = &s->buf[i];
       if (c->fields[i].def->layout == WDS__ROW_VARIABLE) {
         uint64_t a = s->offsets[i][src], z = s->offsets[i][src + 1];
         uint64_t at = s->offsets[i][row];
@@ -382,7 +384,7 @@ static int pad_batch(const wds__collate *c, slot *s, filling *fl, wds__err *e) {
   return WDS_OK;
 }
 
-void wds__batch_finish(const wds__collate *c, slot *s, filling *fl) {
+void wds__batch_finish(const wds__collate *c, wds__slot *s, wds__filling *fl) {
   size_t rows = fl->rows;
   WDS__ASSERT(rows <= c->batch_size && rows_fit(c, s, rows));
   s->batch.rows = rows;
@@ -398,7 +400,8 @@ void wds__batch_finish(const wds__collate *c, slot *s, filling *fl) {
   }
 }
 
-int wds__batch_last(const wds__collate *c, slot *s, filling *fl, wds__err *e) {
+int wds__batch_last(const wds__collate *c, wds__slot *s, wds__filling *fl,
+                    wds__err *e) {
   if (c->last_batch == WDS_LAST_DROP || fl->rows == 0)
     return 0;
   if (c->last_batch == WDS_LAST_PAD && pad_batch(c, s, fl, e) != WDS_OK)

@@ -1,7 +1,11 @@
 /* count.c — exact mode's per-shard sample counts, at open: from an index
  * (untrusted: checked against itself, the shard files, and an overflow
  * bound; a shard it calls empty is read) or from a counting pass (each
- * shard read once, by min(workers, shards) threads). */
+ * shard read once, by min(workers, shards) threads).
+ *
+ * It sees the loader through wds__count_ctx only (the sources, the config,
+ * the shard opener, the skip callback) and writes nothing of it but the
+ * counts array it returns; its threads meet on a lock of their own. */
 #include <errno.h>
 #include <stdio.h>
 #include <time.h>
@@ -10,22 +14,40 @@
 #include "loader/internal.h"
 #include "pipeline/reader_internal.h"
 
+/* Where the exact mode's count of a shard came from, for messages. */
+const char *wds__count_source(const wds__sources *ss, size_t shard, char *buf,
+                              size_t n) {
+  const char *ix = ss->src[ss->shard_source[shard]].index_path;
+  if (!ix)
+    return "the counting pass";
+  snprintf(buf, n, "the index %.300s", ix);
+  return buf;
+}
+
+/* The counting threads' meeting point: how many have finished. */
+typedef struct count_done_at {
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* signalled as each finishes */
+  int finished;      /* under mu */
+} count_done_at;
+
 /* Exact mode without an index: count each shard's samples, in parallel. */
 typedef struct counter {
-  wds_loader *l;
+  const wds__count_ctx *c;
+  uint64_t *counts;
   int index, threads;
   int status;
   char msg[WDS__ERR_SIZE];
   pthread_t thread;
-  int *finished; /* counters done, under l->mu (l->cv is signalled) */
+  count_done_at *done;
 } counter;
 
 /* The thread's last act: counted as finished for count_shards' wait. */
-static void *count_done(counter *c) {
-  pthread_mutex_lock(&c->l->mu);
-  (*c->finished)++;
-  pthread_cond_broadcast(&c->l->cv);
-  pthread_mutex_unlock(&c->l->mu);
+static void *count_done(counter *k) {
+  pthread_mutex_lock(&k->done->mu);
+  k->done->finished++;
+  pthread_cond_broadcast(&k->done->cv);
+  pthread_mutex_unlock(&k->done->mu);
   return NULL;
 }
 
@@ -33,45 +55,47 @@ static void *count_done(counter *c) {
  * interrupt check (cfg.interrupt) every WDS__INTERRUPT_POLL_MS: when it
  * says stop, the counting readers are cancelled (the loader's wake token,
  * which open sets only here; the loader is closed after). */
-static int count_wait(wds_loader *l, const int *finished, int started) {
+static int count_wait(const wds__count_ctx *c, count_done_at *d, int started) {
+  const wds_loader_config *cfg = c->cfg;
   int interrupted = 0;
-  pthread_mutex_lock(&l->mu);
-  while (*finished < started) {
-    if (!l->cfg.interrupt || interrupted) {
-      pthread_cond_wait(&l->cv, &l->mu);
+  pthread_mutex_lock(&d->mu);
+  while (d->finished < started) {
+    if (!cfg->interrupt || interrupted) {
+      pthread_cond_wait(&d->cv, &d->mu);
       continue;
     }
     struct timespec until;
     wds__deadline_ms(&until, WDS__INTERRUPT_POLL_MS);
-    if (pthread_cond_timedwait(&l->cv, &l->mu, &until) != ETIMEDOUT)
+    if (pthread_cond_timedwait(&d->cv, &d->mu, &until) != ETIMEDOUT)
       continue;
-    pthread_mutex_unlock(&l->mu); /* the check may wait for other threads */
-    interrupted = l->cfg.interrupt(l->cfg.interrupt_ctx) != 0;
+    pthread_mutex_unlock(&d->mu); /* the check may wait for other threads */
+    interrupted = cfg->interrupt(cfg->interrupt_ctx) != 0;
     if (interrupted)
-      wds__cancel_set(&l->wake);
-    pthread_mutex_lock(&l->mu);
+      wds__cancel_set(c->opener->wake);
+    pthread_mutex_lock(&d->mu);
   }
-  pthread_mutex_unlock(&l->mu);
+  pthread_mutex_unlock(&d->mu);
   return interrupted;
 }
 
 static void *count_main(void *arg) {
-  counter *c = arg;
-  wds_loader *l = c->l;
-  for (size_t s = (size_t)c->index; s < l->urls.count && c->status == WDS_OK;
-       s += (size_t)c->threads) {
-    if (l->src[l->shard_source[s]].index_path)
+  counter *k = arg;
+  const wds__count_ctx *c = k->c;
+  const wds__sources *ss = c->sources;
+  for (size_t s = (size_t)k->index; s < ss->urls.count && k->status == WDS_OK;
+       s += (size_t)k->threads) {
+    if (ss->src[ss->shard_source[s]].index_path)
       continue; /* its source's index gives it */
     wds_reader *rd;
     wds__err e;
-    if (wds__open_shard_reader(l, s, &rd, &e) != WDS_OK) {
-      if (l->cfg.on_error == WDS_ON_ERROR_STOP) {
-        c->status = WDS_ERR_OPEN;
-        snprintf(c->msg, sizeof c->msg, "%s", e.msg);
+    if (wds__open_shard_reader(c->opener, s, &rd, &e) != WDS_OK) {
+      if (c->cfg->on_error == WDS_ON_ERROR_STOP) {
+        k->status = WDS_ERR_OPEN;
+        snprintf(k->msg, sizeof k->msg, "%s", e.msg);
         break;
       }
-      wds__note_skip(l, "skipped while counting", e.msg);
-      l->counts[s] = 0;
+      c->skip(c->skip_ctx, "skipped while counting", e.msg);
+      k->counts[s] = 0;
       continue;
     }
     const wds_sample *smp;
@@ -82,69 +106,74 @@ static void *count_main(void *arg) {
         n++;
         continue;
       }
-      if (l->cfg.on_error == WDS_ON_ERROR_STOP) {
-        c->status = st;
-        snprintf(c->msg, sizeof c->msg, "%s", wds__reader_error(rd));
+      if (c->cfg->on_error == WDS_ON_ERROR_STOP) {
+        k->status = st;
+        snprintf(k->msg, sizeof k->msg, "%s", wds__reader_error(rd));
         break;
       }
-      wds__note_skip(l, "skipped while counting", wds__reader_error(rd));
+      c->skip(c->skip_ctx, "skipped while counting", wds__reader_error(rd));
     }
-    l->counts[s] = n;
+    k->counts[s] = n;
     wds_reader_close(rd);
   }
-  return count_done(c);
+  return count_done(k);
 }
 
-static int count_shards(wds_loader *l) {
-  int threads = l->pin.workers;
-  if ((size_t)threads > l->urls.count)
-    threads = (int)l->urls.count;
-  counter *c = calloc((size_t)threads, sizeof *c);
+static int count_shards(const wds__count_ctx *c, uint64_t *counts) {
+  size_t shards = c->sources->urls.count;
+  int threads = c->threads;
+  if ((size_t)threads > shards)
+    threads = (int)shards;
+  counter *k = calloc((size_t)threads, sizeof *k);
   int rc = WDS_OK, started = 0;
-  if (!c)
+  if (!k)
     return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
-  int finished = 0;
+  count_done_at done = {.finished = 0};
+  pthread_mutex_init(&done.mu, NULL);
+  pthread_cond_init(&done.cv, NULL);
   for (int i = 0; i < threads; i++) {
-    c[i] = (counter){l, i, threads, WDS_OK, "", 0, &finished};
-    if (pthread_create(&c[i].thread, NULL, count_main, &c[i]) != 0) {
+    k[i] = (counter){c, counts, i, threads, WDS_OK, "", 0, &done};
+    if (pthread_create(&k[i].thread, NULL, count_main, &k[i]) != 0) {
       rc = wds__last_fail(WDS_ERR_NOMEM, "cannot start a thread");
       break;
     }
     started++;
   }
-  int interrupted = count_wait(l, &finished, started);
+  int interrupted = count_wait(c, &done, started);
   for (int i = 0; i < started; i++)
-    pthread_join(c[i].thread, NULL);
+    pthread_join(k[i].thread, NULL);
+  pthread_mutex_destroy(&done.mu);
+  pthread_cond_destroy(&done.cv);
   if (interrupted && rc == WDS_OK)
     rc = wds__last_fail(WDS_ERR_CANCELLED,
                         "interrupted while counting the samples of %zu "
                         "shards for exact mode",
-                        l->urls.count);
+                        shards);
   for (int i = 0; i < started && rc == WDS_OK; i++)
-    if (c[i].status != WDS_OK)
-      rc = wds__last_fail(c[i].status, "counting samples for exact mode: %s",
-                          c[i].msg);
-  free(c);
+    if (k[i].status != WDS_OK)
+      rc = wds__last_fail(k[i].status, "counting samples for exact mode: %s",
+                          k[i].msg);
+  free(k);
   return rc;
 }
 
 /* Exact mode: the epoch's total, overflow-checked, so that the plan's and
  * the batch count's arithmetic cannot wrap (counted shards could only get
  * there in theory; an index can say anything). */
-static int check_total(wds_loader *l) {
+static int check_total(const wds__sources *ss, const uint64_t *counts) {
   char from[320];
   uint64_t total = 0;
-  for (size_t s = 0; s < l->urls.count; s++) {
-    if (l->counts[s] > WDS__INDEX_MAX_SAMPLES - total)
+  for (size_t s = 0; s < ss->urls.count; s++) {
+    if (counts[s] > WDS__INDEX_MAX_SAMPLES - total)
       return wds__last_fail(
           WDS_ERR_CORRUPT,
           "exact mode: the counts from %s add up to more than %llu samples "
           "at %.300s (%llu samples), more than any data set holds (a "
           "sample takes at least 512 bytes of tar: 2^64 bytes in all)",
-          wds__count_source(l, s, from, sizeof from),
-          (unsigned long long)WDS__INDEX_MAX_SAMPLES, l->urls.urls[s],
-          (unsigned long long)l->counts[s]);
-    total += l->counts[s];
+          wds__count_source(ss, s, from, sizeof from),
+          (unsigned long long)WDS__INDEX_MAX_SAMPLES, ss->urls.urls[s],
+          (unsigned long long)counts[s]);
+    total += counts[s];
   }
   return WDS_OK;
 }
@@ -155,17 +184,18 @@ static int check_total(wds_loader *l) {
  * at its first block) and must be empty; otherwise the error names the
  * true count. Under skip it is noted, and the samples stay unread, as
  * with any count that is too small. */
-static int check_empty_shards(wds_loader *l) {
-  for (size_t s = 0; s < l->urls.count; s++) {
-    const char *index_path = l->src[l->shard_source[s]].index_path;
-    if (l->counts[s] != 0 || !index_path)
+static int check_empty_shards(const wds__count_ctx *c, const uint64_t *counts) {
+  const wds__sources *ss = c->sources;
+  for (size_t s = 0; s < ss->urls.count; s++) {
+    const char *index_path = ss->src[ss->shard_source[s]].index_path;
+    if (counts[s] != 0 || !index_path)
       continue;
-    const char *url = l->urls.urls[s];
+    const char *url = ss->urls.urls[s];
     char msg[WDS__ERR_SIZE];
     uint64_t n = 0;
     wds_reader *rd;
     wds__err e;
-    int st = wds__open_shard_reader(l, s, &rd, &e);
+    int st = wds__open_shard_reader(c->opener, s, &rd, &e);
     if (st != WDS_OK) {
       snprintf(msg, sizeof msg, "%s", e.msg);
     } else {
@@ -192,26 +222,28 @@ static int check_empty_shards(wds_loader *l) {
     if (st == WDS_EOF && n == 0)
       continue;
     int status = n > 0 ? WDS_ERR_CORRUPT : st;
-    if (l->cfg.on_error == WDS_ON_ERROR_STOP)
+    if (c->cfg->on_error == WDS_ON_ERROR_STOP)
       return wds__last_fail(status, "%s", msg);
-    wds__note_skip(l, "skipped", msg);
+    c->skip(c->skip_ctx, "skipped", msg);
   }
   return WDS_OK;
 }
 
-int wds__load_counts(wds_loader *l) {
-  l->counts = calloc(l->urls.count ? l->urls.count : 1, sizeof *l->counts);
-  if (!l->counts)
+int wds__load_counts(const wds__count_ctx *c, uint64_t **out) {
+  const wds__sources *ss = c->sources;
+  uint64_t *counts = *out =
+      calloc(ss->urls.count ? ss->urls.count : 1, sizeof *counts);
+  if (!counts)
     return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
   int counted = 0, indexed = 0;
-  for (size_t s = 0; s < l->nsrc; s++) {
-    if (l->src[s].index_path)
+  for (size_t s = 0; s < ss->nsrc; s++) {
+    if (ss->src[s].index_path)
       indexed = 1;
     else
       counted = 1;
   }
   if (counted) {
-    int rc = count_shards(l);
+    int rc = count_shards(c, counts);
     if (rc != WDS_OK)
       return rc;
   }
@@ -219,29 +251,29 @@ int wds__load_counts(wds_loader *l) {
    * "samples" lists and tar_bytes, against each shard file, and summed
    * with an overflow check; a shard it says is empty is read. Each source
    * has its own (or is counted). */
-  for (size_t src = 0; src < l->nsrc; src++) {
-    const wds__source *so = &l->src[src];
+  for (size_t src = 0; src < ss->nsrc; src++) {
+    const wds__source *so = &ss->src[src];
     if (!so->index_path)
       continue;
     wds__index ix;
     wds__err e;
     unsigned flags = WDS__INDEX_COUNT_SAMPLES;
-    if (l->cfg.allow_pipe_from_files)
+    if (c->cfg->allow_pipe_from_files)
       flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
     int rc = wds__index_load_flags(so->index_path, flags, &ix, &e);
     if (rc != WDS_OK)
       return wds__last_fail(rc, "%s", e.msg);
     for (size_t s = so->first; s < so->first + so->count && rc == WDS_OK; s++) {
-      rc = wds__index_lookup(&ix, l->urls.urls[s], &l->counts[s], &e);
+      rc = wds__index_lookup(&ix, ss->urls.urls[s], &counts[s], &e);
       if (rc == WDS_OK)
-        rc = wds__index_check_count(l->urls.urls[s], l->counts[s], &e);
+        rc = wds__index_check_count(ss->urls.urls[s], counts[s], &e);
     }
     wds__index_free(&ix);
     if (rc != WDS_OK)
       return wds__last_fail(rc, "index %s: %s", so->index_path, e.msg);
   }
-  int rc = check_total(l);
+  int rc = check_total(ss, counts);
   if (rc != WDS_OK || !indexed)
     return rc;
-  return check_empty_shards(l);
+  return check_empty_shards(c, counts);
 }

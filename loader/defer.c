@@ -111,7 +111,7 @@ static void res_free(wds__fh *fh) {
 }
 
 wds__fh *wds__fh_open(int fd, int cache_entry, wds_defer_reads mode,
-                      blk_pool *bp) {
+                      wds__blk_pool *bp) {
   if (fd < 0 || mode == WDS_DEFER_OFF)
     return NULL;
   if (atomic_load(&bp->fh_open) >= WDS__FH_CAP)
@@ -195,7 +195,7 @@ int wds__fh_defers(const wds__fh *fh, uint64_t off, uint64_t size) {
   return 1;
 }
 
-void wds__defer_drop(raw_sample *r) {
+void wds__defer_drop(wds__raw_sample *r) {
   for (size_t i = 0; i < r->nfields; i++)
     if (r->f[i].fh) {
       wds__fh_put(r->f[i].fh);
@@ -258,7 +258,7 @@ static int fh_changed(const wds__fh *fh, char *why, size_t n) {
  * end of the read. */
 #define DEFER_CHANGED (-1)
 
-int wds__defer_pread(const raw_field *f, void *dst) {
+int wds__defer_pread(const wds__raw_field *f, void *dst) {
   int en = pread_all(f->fh->fd, dst, f->size, f->off);
   if (en)
     return en;
@@ -270,7 +270,7 @@ int wds__defer_pread(const raw_field *f, void *dst) {
 }
 
 int wds__defer_fail(wds__err *e, const char *url, const char *key,
-                    const raw_field *f, const char *why) {
+                    const wds__raw_field *f, const char *why) {
   char ub[WDS__URL_REDACT_MAX];
   return wds__fail(e, WDS_ERR_IO,
                    "%s: sample \"%s\": field '%s': cannot read its %zu bytes "
@@ -290,8 +290,8 @@ const char *wds__defer_why(int en) {
              : strerror(en);
 }
 
-int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
-                    wds__defer_stats *st, wds__err *e) {
+int wds__defer_read(wds__raw_sample *r, const char *url, wds__blk_pool *bp,
+                    int owner, wds__defer_stats *st, wds__err *e) {
   size_t i = 0;
   while (i < r->nfields && !r->f[i].fh)
     i++;
@@ -302,7 +302,7 @@ int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
     wds__defer_read_hook(url);
   uint64_t t0 = wds__now_ns();
   for (; i < r->nfields; i++) {
-    raw_field *f = &r->f[i];
+    wds__raw_field *f = &r->f[i];
     if (!f->fh)
       continue;
     const char *why = NULL;

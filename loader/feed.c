@@ -21,16 +21,20 @@
  * with more samples than its count is an error found at its counted end.
  * Read errors go through read_error: under the stop policy (or a cancel)
  * the worker stops with an error item; under skip they are counted and the
- * feed goes on. */
+ * feed goes on.
+ *
+ * A feed sees the loader through wds__feed_ctx only (set at open,
+ * read-only; its one write, a skip, goes through ctx->skip) and its worker
+ * through wds__feed_worker; it writes nothing but itself. */
 #include <stdio.h>
 
 #include "loader/internal.h"
 #include "pipeline/reader_internal.h"
 #include "shards/stream.h"
 
-static int wanted_ext(const wds_loader *l, const char *ext) {
-  for (size_t i = 0; i < l->nwanted; i++)
-    if (l->wanted[i][0] == ext[0] && strcmp(l->wanted[i], ext) == 0)
+static int wanted_ext(const wds__feed_ctx *c, const char *ext) {
+  for (size_t i = 0; i < c->nwanted; i++)
+    if (c->wanted[i][0] == ext[0] && strcmp(c->wanted[i], ext) == 0)
       return 1;
   return 0;
 }
@@ -42,7 +46,7 @@ static int wanted_ext(const wds_loader *l, const char *ext) {
 
 /* Reclaims the blocks handed to the reader for a sample it did not return
  * (an error dropped it). */
-static void into_reset(feed *src) {
+static void into_reset(wds__feed *src) {
   for (size_t i = 0; i < src->ninto; i++)
     wds__blk_free(src->into[i]);
   src->ninto = 0;
@@ -55,14 +59,14 @@ static void into_reset(feed *src) {
  * way to read them; raw_copy drops those no output wants): straight into
  * a block, or skipped unread if no output wants them. */
 static int feed_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
-  feed *src = ctx;
-  worker *w = src->w;
-  if (!wanted_ext(w->run->l, ext))
+  wds__feed *src = ctx;
+  const wds__feed_worker *w = &src->w;
+  if (!wanted_ext(src->ctx, ext))
     return WDS__SINK_SKIP;
   if (src->defer < 0) { /* the shard's first large field: decide */
     src->fh = wds__fh_open(wds__reader_shard_fd(src->rd),
                            wds__reader_shard_is_cache_entry(src->rd),
-                           w->run->l->cfg.defer_reads, w->pool);
+                           src->ctx->cfg->defer_reads, w->pool);
     src->defer = src->fh != NULL;
   }
   uint64_t off = src->defer ? wds__reader_data_offset(src->rd) : 0;
@@ -113,9 +117,9 @@ static int skip_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
 /* Whether raw_copy keeps field f: read (not skipped) or deferred, and
  * wanted. While the shard defers, a wanted field without data is one the
  * sink deferred (it skips only unwanted ones). */
-static int keep_field(const feed *src, const wds_loader *l,
-                      const wds_field *f) {
-  return (f->data || !f->size_bytes || src->defer > 0) && wanted_ext(l, f->ext);
+static int keep_field(const wds__feed *src, const wds_field *f) {
+  return (f->data || !f->size_bytes || src->defer > 0) &&
+         wanted_ext(src->ctx, f->ext);
 }
 
 /* Fields whose keep flag and extension length raw_copy's first pass
@@ -125,8 +129,7 @@ static int keep_field(const feed *src, const wds_loader *l,
 /* The raw sample of s: one block for the key, extensions and small fields'
  * data; the large fields' blocks (src->into, which the reader filled) are
  * taken over as they are. */
-static raw_sample *raw_copy(feed *src, const wds_sample *s) {
-  const wds_loader *l = src->w->run->l;
+static wds__raw_sample *raw_copy(wds__feed *src, const wds_sample *s) {
   size_t klen = strlen(s->key) + 1;
   size_t n = 0, bytes = klen, data = 0, k = 0, all = 1;
   uint64_t keep = 0; /* field i < RAW_KNOWN is kept */
@@ -137,7 +140,7 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
     all += elen + 2; /* all_exts: skipped fields are listed too */
     if (i < RAW_KNOWN)
       elens[i] = elen;
-    if (!keep_field(src, l, f))
+    if (!keep_field(src, f))
       continue;
     if (i < RAW_KNOWN)
       keep |= (uint64_t)1 << i;
@@ -150,8 +153,8 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
     data += f->size_bytes; /* deferred too: the shuffle buffer's bound */
   }
   bytes += all;
-  size_t head = sizeof(raw_sample) + n * sizeof(raw_field);
-  raw_sample *r = wds__blk_alloc(src->w->pool, src->w->index, head + bytes);
+  size_t head = sizeof(wds__raw_sample) + n * sizeof(wds__raw_field);
+  wds__raw_sample *r = wds__blk_alloc(src->w.pool, src->w.index, head + bytes);
   if (!r)
     return NULL;
   char *p = (char *)r + head;
@@ -159,7 +162,7 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
   r->hole = 0;
   r->data_bytes = data;
   r->nfields = n;
-  r->f = (raw_field *)(r + 1);
+  r->f = (wds__raw_field *)(r + 1);
   memcpy(p, s->key, klen);
   r->key = p;
   p += klen;
@@ -178,7 +181,7 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
   k = 0;
   for (size_t i = 0; i < s->field_count; i++) {
     const wds_field *f = &s->fields[i];
-    if (i < RAW_KNOWN ? !(keep >> i & 1) : !keep_field(src, l, f))
+    if (i < RAW_KNOWN ? !(keep >> i & 1) : !keep_field(src, f))
       continue;
     size_t elen = (i < RAW_KNOWN ? elens[i] : strlen(f->ext)) + 1;
     memcpy(p, f->ext, elen);
@@ -212,18 +215,19 @@ static raw_sample *raw_copy(feed *src, const wds_sample *s) {
 
 /* Reports a read error: returns 1 if the worker must stop (stop policy),
  * after putting an error item in *fatal. */
-static int read_error(feed *src, int status, const char *msg, item **fatal) {
-  wds_loader *l = src->w->run->l;
-  if (l->cfg.on_error == WDS_ON_ERROR_STOP || status == WDS_ERR_CANCELLED) {
-    *fatal = wds__error_item(l->nfields, status, msg);
+static int read_error(wds__feed *src, int status, const char *msg,
+                      wds__item **fatal) {
+  const wds__feed_ctx *c = src->ctx;
+  if (c->cfg->on_error == WDS_ON_ERROR_STOP || status == WDS_ERR_CANCELLED) {
+    *fatal = wds__error_item(c->nfields, status, msg);
     return 1;
   }
   snprintf(src->last_err, sizeof src->last_err, "%s", msg);
-  wds__note_skip(l, "skipped", msg);
+  c->skip(c->skip_ctx, "skipped", msg);
   return 0;
 }
 
-static void feed_close_reader(feed *src) {
+static void feed_close_reader(wds__feed *src) {
   if (src->rd) {
     wds_reader_close(src->rd);
     src->rd = NULL;
@@ -234,37 +238,38 @@ static void feed_close_reader(feed *src) {
   src->defer = -1;
 }
 
-int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out,
-                           wds__err *e) {
+int wds__open_shard_reader(const wds__shard_opener *o, size_t shard,
+                           wds_reader **out, wds__err *e) {
+  const wds_loader_config *cfg = o->cfg;
   wds_reader_config rc = WDS_READER_CONFIG_INIT;
-  const char *url = l->urls.urls[shard];
+  const char *url = o->sources->urls.urls[shard];
   rc.urls = &url;
   rc.url_count = 1;
-  rc.max_sample_bytes = l->cfg.max_sample_bytes;
-  rc.buffer_size_bytes = l->cfg.read_buffer_bytes;
-  rc.read_timeout_ms = l->cfg.read_timeout_ms;
-  rc.max_window_bytes = l->cfg.max_window_bytes;
-  rc.retries = l->cfg.retries;
-  rc.cache_dir = l->cfg.cache_dir;
-  rc.cache_size = l->cfg.cache_size;
-  int st = wds__reader_open(&rc, &l->wake, out, e);
+  rc.max_sample_bytes = cfg->max_sample_bytes;
+  rc.buffer_size_bytes = cfg->read_buffer_bytes;
+  rc.read_timeout_ms = cfg->read_timeout_ms;
+  rc.max_window_bytes = cfg->max_window_bytes;
+  rc.retries = cfg->retries;
+  rc.cache_dir = cfg->cache_dir;
+  rc.cache_size = cfg->cache_size;
+  int st = wds__reader_open(&rc, o->wake, out, e);
   if (st == WDS_OK) {
-    wds__reader_set_cache_stats(*out, &l->cache_stats);
+    wds__reader_set_cache_stats(*out, o->cache_stats);
     /* A compressed shard's reading thread pays only where a CPU is spare
      * for each worker's: the stream's own rule counts the streams open,
      * which at the start of an epoch is one, so with 2 workers on 2 CPUs
      * the first would get a thread that then competes with the second
      * worker (bench-zst.sh: 0.93 and 0.98 of before, without 1.00 and
      * 1.12). */
-    if (wds__cpu_count() < 2 * l->pin.workers)
+    if (wds__cpu_count() < 2 * o->workers)
       wds__reader_set_read_thread(*out, -1);
   }
   return st;
 }
 
-static int feed_open(feed *src, size_t shard, uint64_t begin, uint64_t end,
-                     item **fatal) {
-  wds_loader *l = src->w->run->l;
+static int feed_open(wds__feed *src, size_t shard, uint64_t begin, uint64_t end,
+                     wds__item **fatal) {
+  const wds__feed_ctx *c = src->ctx;
   src->shard = shard;
   src->got = 0;
   src->want = end == WDS__TO_END ? WDS__TO_END : end - begin;
@@ -272,17 +277,17 @@ static int feed_open(feed *src, size_t shard, uint64_t begin, uint64_t end,
   src->before = 0;
   src->failed = 0;
   src->defer = -1;
-  src->to_end = l->counts && end != WDS__TO_END && end == l->counts[shard];
+  src->to_end = c->counts && end != WDS__TO_END && end == c->counts[shard];
   src->shards++;
   wds__err e;
-  if (wds__open_shard_reader(l, shard, &src->rd, &e) != WDS_OK) {
+  if (wds__open_shard_reader(c->opener, shard, &src->rd, &e) != WDS_OK) {
     src->rd = NULL;
     return read_error(src, WDS_ERR_OPEN, e.msg, fatal) ? -1 : 0;
   }
   /* Samples before the piece are read and dropped (tar has no index),
    * their data skipped unread. */
   wds__reader_set_sink(src->rd, skip_sink, NULL, 0);
-  for (; src->before < begin && !atomic_load(&src->w->run->abort);) {
+  for (; src->before < begin && !atomic_load(src->w.abort);) {
     const wds_sample *s;
     int st = wds__reader_next(src->rd, &s);
     if (st == WDS_OK) {
@@ -301,19 +306,10 @@ static int feed_open(feed *src, size_t shard, uint64_t begin, uint64_t end,
   return 0;
 }
 
-const char *wds__count_source(const wds_loader *l, size_t shard, char *buf,
-                              size_t n) {
-  const char *ix = l->src[l->shard_source[shard]].index_path;
-  if (!ix)
-    return "the counting pass";
-  snprintf(buf, n, "the index %.300s", ix);
-  return buf;
-}
-
 /* Exact mode, at the counted end of a shard: one more sample means the count
  * is wrong, and samples would silently go unread. */
-static int feed_check_end(feed *src, item **fatal) {
-  wds_loader *l = src->w->run->l;
+static int feed_check_end(wds__feed *src, wds__item **fatal) {
+  const wds__feed_ctx *c = src->ctx;
   const wds_sample *s;
   wds__reader_set_sink(src->rd, skip_sink, NULL, 0);
   int st = wds__reader_next(src->rd, &s);
@@ -325,9 +321,9 @@ static int feed_check_end(feed *src, item **fatal) {
      * later samples are dropped either way). */
     char key[101];
     snprintf(key, sizeof key, "%s", s->key);
-    uint64_t n = l->counts[src->shard] + 1;
+    uint64_t n = c->counts[src->shard] + 1;
     int more = WDS_OK;
-    while (!atomic_load(&src->w->run->abort) &&
+    while (!atomic_load(src->w.abort) &&
            (more = wds__reader_next(src->rd, &s)) != WDS_EOF) {
       if (more == WDS_OK)
         n++;
@@ -337,9 +333,9 @@ static int feed_check_end(feed *src, item **fatal) {
     snprintf(msg, sizeof msg,
              "%.500s: has more samples than the %llu %s gives (%s%llu); "
              "sample \"%s\" and later are not read",
-             l->urls.urls[src->shard],
-             (unsigned long long)l->counts[src->shard],
-             wds__count_source(l, src->shard, from, sizeof from),
+             c->sources->urls.urls[src->shard],
+             (unsigned long long)c->counts[src->shard],
+             wds__count_source(c->sources, src->shard, from, sizeof from),
              more == WDS_EOF ? "" : "at least ", (unsigned long long)n, key);
   } else
     snprintf(msg, sizeof msg, "%s", wds__reader_error(src->rd));
@@ -349,10 +345,9 @@ static int feed_check_end(feed *src, item **fatal) {
 
 /* Next raw sample for the shuffle buffer: *out set, or NULL at the end.
  * Returns -1 with *fatal set when the worker must stop. */
-static int feed_pull(feed *src, raw_sample **out, item **fatal) {
-  worker *w = src->w;
-  run *rn = w->run;
-  wds_loader *l = rn->l;
+static int feed_pull(wds__feed *src, wds__raw_sample **out, wds__item **fatal) {
+  const wds__feed_worker *w = &src->w;
+  const wds__feed_ctx *c = src->ctx;
   const wds__worker_plan *wp = src->wp;
   *out = NULL;
   for (;;) {
@@ -362,10 +357,10 @@ static int feed_pull(feed *src, raw_sample **out, item **fatal) {
         goto nomem;
       return 0;
     }
-    if (src->done || atomic_load(&rn->abort))
+    if (src->done || atomic_load(w->abort))
       return 0;
     if (!src->rd) {
-      if (l->cfg.mode == WDS_MODE_RESAMPLED) {
+      if (c->cfg->mode == WDS_MODE_RESAMPLED) {
         uint64_t limit = 2 * (uint64_t)src->count + 100;
         if (src->empty_draws >= limit) {
           char msg[WDS__ERR_SIZE];
@@ -374,7 +369,7 @@ static int feed_pull(feed *src, raw_sample **out, item **fatal) {
                    "sample (last error: %.900s)",
                    (unsigned long long)src->empty_draws,
                    src->last_err[0] ? src->last_err : "none");
-          *fatal = wds__error_item(l->nfields, WDS_ERR_CORRUPT, msg);
+          *fatal = wds__error_item(c->nfields, WDS_ERR_CORRUPT, msg);
           return -1;
         }
         size_t shard =
@@ -415,7 +410,7 @@ static int feed_pull(feed *src, raw_sample **out, item **fatal) {
     if (st == WDS_OK) {
       src->got++;
       src->empty_draws = 0;
-      raw_sample *r = raw_copy(src, s);
+      wds__raw_sample *r = raw_copy(src, s);
       if (!r) {
         into_reset(src);
         goto nomem;
@@ -443,10 +438,10 @@ static int feed_pull(feed *src, raw_sample **out, item **fatal) {
       char msg[WDS__ERR_SIZE], from[320];
       snprintf(msg, sizeof msg,
                "%.500s: ended after %llu samples, but %s promised %llu",
-               l->urls.urls[src->shard],
+               c->sources->urls.urls[src->shard],
                (unsigned long long)(src->before + src->got),
-               wds__count_source(l, src->shard, from, sizeof from),
-               (unsigned long long)l->counts[src->shard]);
+               wds__count_source(c->sources, src->shard, from, sizeof from),
+               (unsigned long long)c->counts[src->shard]);
       if (read_error(src, WDS_ERR_TRUNCATED, msg, fatal))
         return -1;
     }
@@ -455,36 +450,37 @@ static int feed_pull(feed *src, raw_sample **out, item **fatal) {
     feed_close_reader(src);
   }
 nomem:
-  *fatal = wds__error_item(l->nfields, WDS_ERR_NOMEM, "out of memory");
+  *fatal = wds__error_item(c->nfields, WDS_ERR_NOMEM, "out of memory");
   return -1;
 }
 
-void wds__feed_init(feed *src, worker *w, size_t s,
+void wds__feed_init(wds__feed *src, const wds__feed_ctx *ctx,
+                    const wds__feed_worker *w, size_t s,
                     const wds__worker_plan *wp) {
-  run *rn = w->run;
-  wds_loader *l = rn->l;
+  const wds__source *so = &ctx->sources->src[s];
   memset(src, 0, sizeof *src);
-  src->w = w;
+  src->ctx = ctx;
+  src->w = *w;
   src->wp = wp;
-  src->first = l->src[s].first;
-  src->count = l->src[s].count;
+  src->first = so->first;
+  src->count = so->count;
   wds__rng_init(&src->draw,
-                wds__rng_key(l->src[s].seed, WDS__STREAM_RESAMPLE, rn->epoch,
-                             (uint64_t)l->pin.rank, (uint64_t)w->index));
+                wds__rng_key(so->seed, WDS__STREAM_RESAMPLE, w->epoch,
+                             (uint64_t)ctx->cfg->rank, (uint64_t)w->index));
 }
 
-int wds__feed_next(void *src, raw_sample **out) {
-  feed *f = src;
+int wds__feed_next(void *src, wds__raw_sample **out) {
+  wds__feed *f = src;
   return feed_pull(f, out, &f->fatal);
 }
 
-int wds__feed_check_last(feed *src) {
+int wds__feed_check_last(wds__feed *src) {
   if (src->rd && src->to_end && src->got == src->want)
     return feed_check_end(src, &src->fatal);
   return 0;
 }
 
-void wds__feed_close(feed *src) {
+void wds__feed_close(wds__feed *src) {
   feed_close_reader(src);
   into_reset(src);
   free(src->into);

@@ -23,7 +23,8 @@
  *   mix.c      several sources: their URLs, exact mode's per-source plans,
  *              a worker's feeds (one per source) and the choice between them
  *
- * Threads, locks and invariants are described in loader.c. */
+ * Threads, locks and invariants are described in loader.c; who writes
+ * which of the handle's fields, in struct wds_loader's comment. */
 #ifndef WDS_LOADER_INTERNAL_H
 #define WDS_LOADER_INTERNAL_H
 
@@ -73,9 +74,9 @@ typedef struct wds__fh {
  * and in the process fewer than a quarter of the soft RLIMIT_NOFILE, and
  * under AUTO some of the file in the page cache; else NULL (read in the
  * stream). One reference, the caller's. */
-typedef struct blk_pool blk_pool;
+typedef struct wds__blk_pool wds__blk_pool;
 wds__fh *wds__fh_open(int fd, int cache_entry, wds_defer_reads mode,
-                      blk_pool *bp);
+                      wds__blk_pool *bp);
 /* Whether the field at off (size bytes) is deferred: always under ON;
  * under AUTO when all its granules were in the page cache at open (a read
  * from there is as cheap in any order; from a disk it is not). Only until
@@ -88,7 +89,7 @@ void wds__fh_put(wds__fh *fh); /* drops a reference; NULL: no-op */
 /* Bytes of AUTO bitmaps held in the process (tests). */
 extern atomic_size_t wds__fh_res_bytes;
 
-typedef struct raw_field {
+typedef struct wds__raw_field {
   const char *ext;
   const uint8_t *data; /* NULL while deferred */
   size_t size;
@@ -99,13 +100,13 @@ typedef struct raw_field {
   uint64_t off;
   int at_copy; /* deferred and wanted only by passthrough VARIABLE rows: the
                   batch copy reads it into the slot row (worker.c) */
-} raw_field;
+} wds__raw_field;
 
 /* A sample taken from the reader: only the fields some output wants. One
  * block holds this struct, the field table, the strings and the small
  * fields' data; a large field's data is a block of its own, which the
  * reader filled straight from the stream (feed.c). */
-typedef struct raw_sample {
+typedef struct wds__raw_sample {
   size_t shard;
   int hole;            /* exact mode fill for samples a shard failed to yield */
   uint64_t data_bytes; /* the fields' data, summed (0 for a hole) */
@@ -113,43 +114,43 @@ typedef struct raw_sample {
   const char *all_exts; /* every field the sample had, wanted or not:
                            "cls, jpg" (for the missing-field message) */
   size_t nfields;
-  raw_field *f;
-} raw_sample;
+  wds__raw_field *f;
+} wds__raw_sample;
 
 enum { ITEM_SAMPLE, ITEM_TOKEN, ITEM_END, ITEM_ERROR };
 
 /* A decoded field (pipeline/decoders.h): owned data is a block of the
  * worker's pool. */
-typedef wds__field_value item_field;
+typedef wds__field_value wds__item_field;
 
-typedef struct item {
+typedef struct wds__item {
   int kind;
   int valid;
-  int status;      /* ITEM_ERROR, or the failure of an invalid row */
-  char *msg;       /* owned, or NULL */
-  raw_sample *raw; /* owned */
-  item_field f[];
-} item;
+  int status;           /* ITEM_ERROR, or the failure of an invalid row */
+  char *msg;            /* owned, or NULL */
+  wds__raw_sample *raw; /* owned */
+  wds__item_field f[];
+} wds__item;
 
 /* ---- per-field output ---- */
 
-typedef struct out_field {
+typedef struct wds__out_field {
   char *name;  /* the spec's name, "jpg;png" */
   char **alts; /* its alternatives */
   size_t nalts;
   const wds__decoder_def *def; /* resolved, never AUTO */
   wds__field_opts opts;
   wds__row_shape row; /* as the options give it */
-} out_field;
+} wds__out_field;
 
 /* ---- queues ---- */
 
-typedef struct queue {
+typedef struct wds__queue {
   pthread_mutex_t mu;
   pthread_cond_t not_empty, not_full;
-  item **ring;
+  wds__item **ring;
   size_t cap, head, len;
-} queue;
+} wds__queue;
 
 /* ---- slots ---- */
 
@@ -159,18 +160,18 @@ typedef struct queue {
  * `fenced`. */
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD, SLOT_FENCED };
 
-typedef struct slot_buf {
+typedef struct wds__slot_buf {
   void *mem;
   size_t cap;
-} slot_buf;
+} wds__slot_buf;
 
-typedef struct slot {
+typedef struct wds__slot {
   int state;
   wds_batch batch;
   wds_release_fence fence; /* FENCED: what frees it (loader.c) */
   uint64_t fence_seq;      /* FENCED: order of release_after calls */
   wds_batch_field *bf;
-  slot_buf *buf;      /* per field, from the allocator */
+  wds__slot_buf *buf; /* per field, from the allocator */
   uint64_t **offsets; /* per field (VARIABLE rows), batch_size + 1 */
   char **keys;
   const char **urls;
@@ -185,30 +186,30 @@ typedef struct slot {
   int *read_err;
   uint32_t *read_err_field;
   atomic_uint read_errs;
-} slot;
+} wds__slot;
 
 enum { READY_SLOT, READY_EOF, READY_ERROR };
 
-typedef struct ready_entry {
+typedef struct wds__ready_entry {
   int kind;
   int slot;
-} ready_entry;
+} wds__ready_entry;
 
 /* Per-batch state while a slot fills. */
-typedef struct filling {
+typedef struct wds__filling {
   int slot;
   size_t rows;
   int *first_set; /* per field: dtype/shape fixed by a valid row */
-} filling;
+} wds__filling;
 
 /* What collation needs to know (collate.c), set when the loader opens. */
 typedef struct wds__collate {
-  const out_field *fields;
+  const wds__out_field *fields;
   size_t nfields;
   size_t batch_size;
   wds_error_policy on_error;
   wds_last_batch last_batch;
-  const char *const *urls; /* shard URLs, by raw_sample.shard */
+  const char *const *urls; /* shard URLs, by wds__raw_sample.shard */
   wds_allocator alloc;     /* slot memory */
   /* An error under WDS_ON_ERROR_SKIP (counted, kept, logged). */
   void (*skip)(void *ctx, const char *msg);
@@ -220,7 +221,7 @@ typedef struct wds__collate {
 
 /* ---- recycled blocks ---- */
 
-typedef struct run run;
+typedef struct wds__run wds__run;
 
 /* Sample copies and decoded images are large and made at a high rate. Fresh
  * malloc memory for each costs page faults (glibc gives freed heap tops
@@ -228,23 +229,23 @@ typedef struct run run;
  * collator returns them in bulk after each batch, the worker reuses them.
  * A block carries its capacity and owner in a 16-byte header. Small fresh
  * blocks are carved out of a larger chunk (items.c, "Carving"). */
-typedef struct blk_head {
+typedef struct wds__blk_head {
   size_t cap;
   int owner;
   uint32_t chunk_off; /* 0: malloc'd on its own; else carved from the
-                         blk_chunk that starts this many bytes before */
-} blk_head;
+                         wds__blk_chunk that starts this many bytes before */
+} wds__blk_head;
 
 /* Memory small blocks are carved from: freed (by whichever thread drops
  * the last reference) when every block carved from it has been freed and
  * its pool carves from another. */
-typedef struct blk_chunk {
+typedef struct wds__blk_chunk {
   atomic_size_t refs; /* its blocks not yet freed, + 1 while it is its
                          pool's current chunk */
   size_t size;
-} blk_chunk;
+} wds__blk_chunk;
 
-typedef struct blk_pool {
+typedef struct wds__blk_pool {
   pthread_mutex_t mu;
   void **shared; /* returned by the collator; under mu */
   size_t shared_len, shared_cap;
@@ -254,35 +255,35 @@ typedef struct blk_pool {
   /* Carving (the allocating worker's only): the current chunk, where the
    * next block goes and what is left of it, the next chunk's size, and
    * the chunk bytes made so far (bounded). */
-  blk_chunk *chunk;
+  wds__blk_chunk *chunk;
   char *carve;
   size_t carve_left, chunk_next;
   uint64_t carved;
   atomic_int fh_open; /* this worker index's open deferral handles (feed.c:
                          at most WDS__FH_CAP; the pool outlives them) */
-} blk_pool;
+} wds__blk_pool;
 
 /* Collator side: blocks to hand back, per worker, flushed after a batch. */
-typedef struct blk_returns {
+typedef struct wds__blk_returns {
   void **v;
   size_t len, cap;
-} blk_returns;
+} wds__blk_returns;
 
 /* ---- runs ---- */
 
-typedef struct worker {
-  run *run;
+typedef struct wds__worker {
+  wds__run *run;
   int index;
   pthread_t thread;
   int started;
-  queue q;
-  item *terminal;  /* the END (or out-of-memory error) item, made early */
-  blk_pool *ipool; /* item shells: one size, kept apart from the data */
-  blk_pool *pool;  /* the loader's, for this worker index: kept across
+  wds__queue q;
+  wds__item *terminal;  /* the END (or out-of-memory error) item, made early */
+  wds__blk_pool *ipool; /* item shells: one size, kept apart from the data */
+  wds__blk_pool *pool;  /* the loader's, for this worker index: kept across
                       epochs, so a new epoch reuses the last one's memory */
-  item **pending;  /* the chunk being filled */
+  wds__item **pending;  /* the chunk being filled */
   size_t npending;
-} worker;
+} wds__worker;
 
 /* A batch's rows being copied into its slot (run.c): the collator has
  * assigned every row (wds__batch_assign, _reserve, _finish) and hands the
@@ -290,25 +291,25 @@ typedef struct worker {
  * collator claim. Written by the collator only while no part is claimed or
  * being copied (job_left == 0), published by the release store of
  * job_claim. */
-typedef struct copy_job {
-  slot *s;
-  item **items; /* row r: items[r] */
+typedef struct wds__copy_job {
+  wds__slot *s;
+  wds__item **items; /* row r: items[r] */
   size_t rows;
   size_t part_rows;
-} copy_job;
+} wds__copy_job;
 
-struct run {
+struct wds__run {
   wds_loader *l;
   uint64_t epoch;
   uint64_t skip;          /* rank items to discard (resume) */
   wds__epoch_plan plan;   /* mixed: the sums over the sources (quotas) */
   wds__epoch_plan *splan; /* mixed exact mode: each source's plan, its
                              pieces naming shards of l->urls; else NULL */
-  worker *w;
+  wds__worker *w;
   pthread_t collator;
   int collator_started;
   atomic_int abort;
-  copy_job job;
+  wds__copy_job job;
   atomic_uint_fast64_t job_claim; /* (parts << 32) | next part to claim */
   atomic_uint job_left;           /* parts not yet copied */
   int job_waiting;                /* the collator waits for job_left == 0
@@ -316,7 +317,7 @@ struct run {
   /* Epoch overlap (run.c, "The next epoch"): the next epoch's run, made
    * with this one and started worker by worker as this one's end (under
    * l->mu; NULL when there is none). */
-  run *succ;
+  wds__run *succ;
   int ended; /* the collator took every worker's last word (it set this
                 before posting the end: read after popping it) */
 };
@@ -332,65 +333,148 @@ typedef struct wds__source {
   uint64_t seed;  /* its plan's and draws' seed (source 0: the config's) */
 } wds__source;
 
-struct wds_loader {
-  wds_loader_config cfg;
-  char *spec_copy, *index_copy;
-  size_t *rank_bs; /* copy of cfg.rank_batch_sizes, or NULL */
-  wds_url_list urls;
-  uint64_t *counts;
-  wds__source *src; /* [nsrc] */
+/* The loader's shards and their sources: mix.c alone writes it, at open
+ * (wds__sources_open, wds__sources_plan_check); read-only once open
+ * returns, by every thread. */
+typedef struct wds__sources {
+  wds_url_list urls; /* every source's shards, end to end */
+  wds__source *src;  /* [nsrc] */
   size_t nsrc;
-  int mixed;              /* the plan and the feeds go through mix.c */
   uint32_t *shard_source; /* [urls.count] */
   double *mix_cum;        /* resampled: cumulative weights, [nsrc] */
+  int mixed;              /* the plan and the feeds go through mix.c */
+} wds__sources;
+
+/* An error under WDS_ON_ERROR_SKIP, as the loader takes it from a module
+ * that does not see the loader (wds__note_skip: counted and logged as
+ * "<what>: msg"). */
+typedef void (*wds__skip_fn)(void *ctx, const char *what, const char *msg);
+
+/* How the loader opens one shard's reader (feed.c; the workers and the
+ * counting pass): cfg's limits, and reads that the wake token interrupts
+ * and that count in the cache stats. Set at open, read-only after; the
+ * token and the stats are the loader's shared state, changed through
+ * their own functions (shards/cancel.h, the reader's atomics). */
+typedef struct wds__shard_opener {
+  const wds_loader_config *cfg;
+  const wds__sources *sources;
+  wds__cancel *wake;
+  wds__cache_stats *cache_stats;
+  int workers; /* the loader's (a compressed shard's reading thread) */
+} wds__shard_opener;
+
+/* What a worker's feeds read of the loader (feed.c, mix.c): set at open,
+ * read-only after. Their one write to the loader's state is a skip. */
+typedef struct wds__feed_ctx {
+  const wds_loader_config *cfg; /* mode, on_error, defer_reads, seed, rank */
+  const wds__sources *sources;
+  const uint64_t *counts; /* exact mode: per shard (count.c); else NULL */
+  const wds__shard_opener *opener;
+  char *const *wanted; /* every alternative of every field */
+  size_t nwanted;
+  size_t nfields; /* of an error item */
+  wds__skip_fn skip;
+  void *skip_ctx;
+} wds__feed_ctx;
+
+/* What exact mode's counting reads (count.c): set at open. Its output is
+ * the counts array, which count.c alone writes. */
+typedef struct wds__count_ctx {
+  const wds_loader_config *cfg; /* on_error, interrupt,
+                                   allow_pipe_from_files */
+  const wds__sources *sources;
+  const wds__shard_opener *opener; /* its wake token: set when interrupted */
+  int threads;                     /* at most this many counting threads */
+  wds__skip_fn skip;
+  void *skip_ctx;
+} wds__count_ctx;
+
+/* The loader's handle. Who writes what (each group's comment says): the
+ * open (loader.c) writes the configuration and what it derives, which is
+ * read-only once wds_loader_open returns; mix.c alone writes `sources` and
+ * count.c alone writes `counts` (both at open; the feeds, mix.c's and
+ * feed.c's workers' part, and the counting pass see only their context
+ * structs, never this one); the threads of a run share the rest through
+ * named functions: the lock (wds__loader_lock), slot states
+ * (wds__slot_set), the error text (wds__set_error, wds__note_skip), the
+ * stats (STAT_ADD), the wake token (shards/cancel.h). */
+struct wds_loader {
+  /* ---- open (loader.c): read-only once open returns ---- */
+  wds_loader_config cfg;
+  char *spec_copy, *index_copy, *cache_dir_copy;
+  size_t *rank_bs; /* copy of cfg.rank_batch_sizes, or NULL */
   wds__plan_input pin;
-  out_field *fields;
+  wds__out_field *fields;
   size_t nfields;
   char **wanted; /* every alternative of every field: what raws keep */
   size_t nwanted;
+  int needs_decode; /* some field is not plain bytes */
   size_t queue_cap; /* items per worker queue */
   size_t chunk;     /* items per hand-off */
-  blk_pool *pools;  /* per worker index */
-  int needs_decode; /* some field is not plain bytes */
   wds_allocator alloc;
-  wds__collate col;
-  wds__cancel wake;     /* every reader's token: see "Stopping" in loader.c */
+  uint64_t epoch_batches;
+  /* The modules' views (set by open; each says what it reads). */
+  wds__collate col;         /* collate.c */
+  wds__shard_opener opener; /* feed.c's shard readers */
+  wds__feed_ctx feed_ctx;   /* feed.c, mix.c: a worker's feeds */
+  wds__count_ctx count_ctx; /* count.c: the counting pass */
+  /* Per worker index (2 * workers: data, then item shells): the array is
+   * open's; a pool's blocks are its worker's and the collator's (items.c:
+   * the shared list under the pool's mu). */
+  wds__blk_pool *pools;
+
+  /* ---- mix.c alone writes (at open) ---- */
+  wds__sources sources;
+  /* ---- count.c alone writes (at open, exact mode) ---- */
+  uint64_t *counts; /* per shard */
+
+  /* ---- shared by the threads, through named functions ---- */
+  wds__cancel wake;     /* every reader's token: set by run_stop (run.c), an
+                           interrupted count (count.c) and wds_loader_cancel;
+                           see "Stopping" in loader.c */
   atomic_int cancelled; /* wds_loader_cancel() was called */
   wds__cache_stats cache_stats; /* every reader's use of cfg.cache_dir */
-  char *cache_dir_copy;
-
   pthread_mutex_t mu;
   wds__lock_owner mu_owner; /* who holds mu (assertion builds: base/assert.h);
                                taken through wds__loader_lock */
   pthread_cond_t cv;
-  pthread_mutex_t log_mu;
-  slot *slots;
-  int nslots, held; /* slot states change through wds__slot_set, which keeps
-                       0 <= fenced <= held <= nslots */
-  /* Fences (wds_loader_release_after): FENCED slots, the next sequence
-   * number, and the lock that makes one thread at a time run callbacks (the
-   * FENCED slots' fence fields change only under it and mu). */
+  pthread_mutex_t log_mu; /* one log callback at a time (loader.c) */
+
+  /* The batch pool, under mu. Slot states change through wds__slot_set
+   * (loader.c: next, release, fences; run.c: the collator, run_stop), which
+   * keeps 0 <= fenced <= held <= nslots; a FILLING slot's contents are the
+   * collator's (collate.c through it, and the copy job's threads). */
+  wds__slot *slots;
+  int nslots, held;
+  /* Fences (wds_loader_release_after; loader.c): FENCED slots, the next
+   * sequence number, and the lock that makes one thread at a time run
+   * callbacks (the FENCED slots' fence fields change only under it and
+   * mu). */
   int fenced;
   uint64_t fence_next;
   pthread_mutex_t fence_mu;
-  int *fence_tmp;     /* nslots entries: the FENCED slots seen by a poll */
-  int collator_waits; /* the collator is blocked for want of a free slot */
-  ready_entry *ready; /* a FIFO of nslots + 2 entries: each slot at most once,
-                         the end, an error */
+  int *fence_tmp;          /* nslots entries: the FENCED slots seen by a poll */
+  int collator_waits;      /* the collator is blocked for want of a free slot
+                              (run.c sets it, a freed fence clears it) */
+  wds__ready_entry *ready; /* a FIFO of nslots + 2 entries: each slot at most
+                              once, the end, an error; run.c posts, next()
+                              pops, run_stop empties */
   size_t ready_head, ready_len;
-  int run_error_status;
+  int run_error_status; /* the error the collator posts (run.c) */
   char run_error[WDS__ERR_SIZE];
 
-  run *cur;
+  /* ---- the caller's thread (loader.c; run.c's start and stop) ---- */
+  wds__run *cur;
   uint64_t epoch;      /* of the next batch */
   uint64_t delivered;  /* batches of `epoch` delivered */
   uint64_t first_skip; /* resume_batches, for the first run only */
   int failed;          /* a fatal status, returned from then on */
-  uint64_t epoch_batches;
-  char err[WDS__ERR_SIZE];
-  char err_out[WDS__ERR_SIZE]; /* what wds_last_error() returned */
 
-  /* Stats (relaxed atomics, summed over threads). */
+  /* ---- any thread ---- */
+  char err[WDS__ERR_SIZE];     /* wds__set_error, under mu */
+  char err_out[WDS__ERR_SIZE]; /* what wds_last_error() returned */
+  /* Stats (STAT_ADD: relaxed atomics, summed over threads; collate.c
+   * through the pointers in col). */
   atomic_uint_fast64_t st_batches, st_samples, st_skipped, st_fill, st_shards,
       st_bytes, st_read_ns, st_shuffle_ns, st_decode_ns, st_batch_ns,
       st_wait_ns, st_slot_wait_ns, st_pool_bytes, st_deferred,
@@ -430,11 +514,13 @@ static inline void wds__loader_wait(wds_loader *l) {
   WDS__OWNER_SET(&l->mu_owner);
 }
 
-static inline void wds__loader_timedwait(wds_loader *l,
-                                         const struct timespec *until) {
+/* pthread_cond_timedwait on l->cv: 0, or ETIMEDOUT when until passed. */
+static inline int wds__loader_timedwait(wds_loader *l,
+                                        const struct timespec *until) {
   WDS__OWNER_CLEAR(&l->mu_owner);
-  pthread_cond_timedwait(&l->cv, &l->mu, until);
+  int rc = pthread_cond_timedwait(&l->cv, &l->mu, until);
   WDS__OWNER_SET(&l->mu_owner);
+  return rc;
 }
 
 #define WDS__ASSERT_LOCKED(l) WDS__ASSERT_OWNED(&(l)->mu_owner)
@@ -462,12 +548,12 @@ void wds__note_skip(wds_loader *l, const char *what, const char *msg);
 /* ---- items.c: blocks and items ---- */
 
 /* A carved block's free: its chunk loses a reference (items.c). */
-void wds__blk_free_carved(blk_head *h);
+void wds__blk_free_carved(wds__blk_head *h);
 
 static inline void wds__blk_free(void *p) {
   if (!p)
     return;
-  blk_head *h = (blk_head *)p - 1;
+  wds__blk_head *h = (wds__blk_head *)p - 1;
   if (h->chunk_off)
     wds__blk_free_carved(h);
   else
@@ -479,7 +565,8 @@ static inline void wds__blk_free(void *p) {
  * inline. A fresh large block is populated (its pages made at once) when
  * populate is 1: for blocks written whole right away, never for one a
  * stream is read into (wds__blk_alloc_read). */
-void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need, int populate);
+void *wds__blk_alloc_slow(wds__blk_pool *bp, int owner, size_t need,
+                          int populate);
 
 /* Whether a recycled block of cap bytes serves a request of need: large
  * enough, and for a small request (16 KiB at most) not a large block (over
@@ -491,11 +578,11 @@ static inline int wds__blk_fits(size_t cap, size_t need) {
   return cap >= need && (need > ((size_t)16 << 10) || cap <= (size_t)64 << 10);
 }
 
-static inline void *wds__blk_alloc_pop(blk_pool *bp, int owner, size_t need,
-                                       int populate) {
+static inline void *wds__blk_alloc_pop(wds__blk_pool *bp, int owner,
+                                       size_t need, int populate) {
   if (bp && bp->local_len > 0) {
     void *p = bp->local[bp->local_len - 1];
-    if (wds__blk_fits(((blk_head *)p - 1)->cap, need)) {
+    if (wds__blk_fits(((wds__blk_head *)p - 1)->cap, need)) {
       bp->local_len--;
       return p;
     }
@@ -503,17 +590,18 @@ static inline void *wds__blk_alloc_pop(blk_pool *bp, int owner, size_t need,
   return wds__blk_alloc_slow(bp, owner, need, populate);
 }
 
-static inline void *wds__blk_alloc(blk_pool *bp, int owner, size_t need) {
+static inline void *wds__blk_alloc(wds__blk_pool *bp, int owner, size_t need) {
   return wds__blk_alloc_pop(bp, owner, need, 1);
 }
 
 /* A block for a stream's bytes, whose size is what a tar header claims:
  * none of it populated (the reader populates as the bytes arrive). */
-static inline void *wds__blk_alloc_read(blk_pool *bp, int owner, size_t need) {
+static inline void *wds__blk_alloc_read(wds__blk_pool *bp, int owner,
+                                        size_t need) {
   return wds__blk_alloc_pop(bp, owner, need, 0);
 }
 
-static inline void wds__blk_return(blk_returns *r, void *p) {
+static inline void wds__blk_return(wds__blk_returns *r, void *p) {
   if (!p)
     return;
   if (r->len == r->cap) {
@@ -531,14 +619,14 @@ static inline void wds__blk_return(blk_returns *r, void *p) {
 
 /* Hands the collator's returns to their pool (bounded by its limit; the
  * rest are freed). */
-void wds__blk_flush(blk_pool *bp, blk_returns *r);
-void wds__blk_pool_destroy(blk_pool *bp);
+void wds__blk_flush(wds__blk_pool *bp, wds__blk_returns *r);
+void wds__blk_pool_destroy(wds__blk_pool *bp);
 
 /* bp: the worker's pool, or NULL (a fresh block). */
-static inline item *wds__item_new(blk_pool *bp, int owner, size_t nfields,
-                                  int kind) {
-  size_t n = sizeof(item) + nfields * sizeof(item_field);
-  item *it = wds__blk_alloc(bp, owner, n);
+static inline wds__item *wds__item_new(wds__blk_pool *bp, int owner,
+                                       size_t nfields, int kind) {
+  size_t n = sizeof(wds__item) + nfields * sizeof(wds__item_field);
+  wds__item *it = wds__blk_alloc(bp, owner, n);
   if (it) {
     memset(it, 0, n);
     it->kind = kind;
@@ -547,11 +635,11 @@ static inline item *wds__item_new(blk_pool *bp, int owner, size_t nfields,
   return it;
 }
 
-void wds__item_free(item *it, size_t nfields); /* NULL: no-op */
-void wds__raw_free(raw_sample *r);             /* and its blocks; NULL: no-op */
+void wds__item_free(wds__item *it, size_t nfields); /* NULL: no-op */
+void wds__raw_free(wds__raw_sample *r); /* and its blocks; NULL: no-op */
 /* The collator's way to dispose of an item: its blocks go back to their
  * worker (r: data blocks, ri: item shells). */
-static inline void wds__raw_recycle(raw_sample *raw, blk_returns *r) {
+static inline void wds__raw_recycle(wds__raw_sample *raw, wds__blk_returns *r) {
   if (!raw)
     return;
   for (size_t i = 0; i < raw->nfields; i++) {
@@ -561,8 +649,9 @@ static inline void wds__raw_recycle(raw_sample *raw, blk_returns *r) {
   wds__blk_return(r, raw);
 }
 
-static inline void wds__item_recycle(item *it, size_t nfields, blk_returns *r,
-                                     blk_returns *ri) {
+static inline void wds__item_recycle(wds__item *it, size_t nfields,
+                                     wds__blk_returns *r,
+                                     wds__blk_returns *ri) {
   if (it->kind == ITEM_SAMPLE)
     for (size_t i = 0; i < nfields; i++)
       if (it->f[i].owned)
@@ -572,27 +661,45 @@ static inline void wds__item_recycle(item *it, size_t nfields, blk_returns *r,
   wds__blk_return(ri, it);
 }
 /* An ITEM_ERROR item (a fresh block), or NULL. */
-item *wds__error_item(size_t nfields, int status, const char *msg);
+wds__item *wds__error_item(size_t nfields, int status, const char *msg);
 /* An exact mode fill sample of a shard (key ""), or NULL. */
-raw_sample *wds__raw_hole(blk_pool *bp, int owner, size_t shard);
+wds__raw_sample *wds__raw_hole(wds__blk_pool *bp, int owner, size_t shard);
 
 /* ---- queue.c ---- */
 
-int wds__queue_init(queue *q, size_t cap);         /* 0, or -1: out of memory */
-void wds__queue_destroy(queue *q, size_t nfields); /* frees queued items */
+int wds__queue_init(wds__queue *q, size_t cap); /* 0, or -1: out of memory */
+void wds__queue_destroy(wds__queue *q, size_t nfields); /* frees queued items */
 /* Queues move items in chunks (one lock and one wake-up per chunk, not per
- * item). Returns 0, or -1 when rn is aborted (nothing is queued). While the
- * queue is full the caller copies slot rows of rn's open copy job. */
-int wds__queue_push_many(queue *q, item **its, size_t n, run *rn);
+ * item). A push waits while the queue lacks room for all n, unless
+ * busy(ctx) (asked with the queue's lock held, so cheap and without side
+ * effects; busy NULL: never) says the caller has other work: then it
+ * returns WDS__QUEUE_BUSY, nothing queued, for the caller to do that work
+ * and push again. WDS__QUEUE_ABORTED once *abort_flag is set (nothing is
+ * queued). */
+enum { WDS__QUEUE_PUSHED = 0, WDS__QUEUE_BUSY = 1, WDS__QUEUE_ABORTED = -1 };
+int wds__queue_push_many(wds__queue *q, wds__item **its, size_t n,
+                         atomic_int *abort_flag, int (*busy)(void *ctx),
+                         void *ctx);
 /* Takes up to max items (at least one, unless aborted: then 0). */
-size_t wds__queue_pop_many(queue *q, item **out, size_t max,
+size_t wds__queue_pop_many(wds__queue *q, wds__item **out, size_t max,
                            atomic_int *abort_flag);
-void wds__queue_wake(queue *q); /* wakes every waiter (abort) */
+/* Wakes pushers waiting for room, to ask their busy check again. */
+void wds__queue_wake_pushers(wds__queue *q);
+void wds__queue_wake(wds__queue *q); /* wakes every waiter (abort) */
 
 /* ---- feed.c: a worker's sample feed ---- */
 
-typedef struct feed {
-  worker *w;
+/* A worker as its feeds see it. */
+typedef struct wds__feed_worker {
+  wds__blk_pool *pool; /* the worker's blocks */
+  int index;
+  uint64_t epoch;
+  const atomic_int *abort; /* the run's */
+} wds__feed_worker;
+
+typedef struct wds__feed {
+  const wds__feed_ctx *ctx;
+  wds__feed_worker w;
   const wds__worker_plan *wp; /* its pieces (plain, exact) */
   size_t first, count;        /* resampled: the shards it draws from */
   wds_reader *rd;
@@ -618,24 +725,26 @@ typedef struct feed {
   wds__fh *fh;     /* the shard's file while defer is 1 (the feed's ref) */
   uint64_t *doff;  /* the sample's deferred fields' offsets, in order */
   size_t ndoff, doff_cap;
-  item *fatal; /* why the worker must stop: an error item (or NULL when
+  wds__item *fatal; /* why the worker must stop: an error item (or NULL when
                   even that could not be allocated) */
   char last_err[WDS__ERR_SIZE];
-} feed;
+} wds__feed;
 
-/* Worker w's feed for the run's epoch (of source s's shards, reading wp's
+/* Worker w's feed for its epoch (of source s's shards, reading wp's
  * pieces; source 0 and the run's plan without a mix). */
-void wds__feed_init(feed *src, worker *w, size_t s, const wds__worker_plan *wp);
+void wds__feed_init(wds__feed *src, const wds__feed_ctx *ctx,
+                    const wds__feed_worker *w, size_t s,
+                    const wds__worker_plan *wp);
 
 /* Next raw sample (wds__sample_pull): *out set, or NULL at the end.
  * Returns -1 with src->fatal set when the worker must stop. */
-int wds__feed_next(void *src, raw_sample **out);
+int wds__feed_next(void *src, wds__raw_sample **out);
 
 /* Exact mode, the quota met without another read: the last shard's count
  * is checked too (one more sample is an error). 0, or -1 with src->fatal. */
-int wds__feed_check_last(feed *src);
+int wds__feed_check_last(wds__feed *src);
 
-void wds__feed_close(feed *src); /* closes the open reader, if any */
+void wds__feed_close(wds__feed *src); /* closes the open reader, if any */
 
 /* Deferred reads (defer_reads): at most this many shard files open per
  * worker; past it a shard is read in the stream as without deferral. */
@@ -646,27 +755,27 @@ typedef struct wds__defer_stats {
   uint64_t fields, bytes, ns;
 } wds__defer_stats;
 
-/* Reads r's deferred fields (raw_field.fh) into blocks of bp (owner's), so
+/* Reads r's deferred fields (wds__raw_field.fh) into blocks of bp (owner's), so
  * r looks as if read in the stream (nothing to do for a sample without),
  * except those marked at_copy: their file's size is checked and they stay
  * deferred, for the batch copy to read into the slot row. WDS_OK, or an
  * error naming the shard (url, redacted), sample, field and offset in e
  * (the sample's other deferred fields are dropped; WDS_ERR_NOMEM when a
  * block could not be had). Counted in *st. */
-int wds__defer_read(raw_sample *r, const char *url, blk_pool *bp, int owner,
-                    wds__defer_stats *st, wds__err *e);
+int wds__defer_read(wds__raw_sample *r, const char *url, wds__blk_pool *bp,
+                    int owner, wds__defer_stats *st, wds__err *e);
 /* Drops r's deferred fields unread (resume tokens). */
-void wds__defer_drop(raw_sample *r);
+void wds__defer_drop(wds__raw_sample *r);
 /* Reads f's size bytes (deferred, at_copy) at dst: 0, or the errno (EIO
  * for a short read, ENODATA for the file's end). Any thread. */
-int wds__defer_pread(const raw_field *f, void *dst);
+int wds__defer_pread(const wds__raw_field *f, void *dst);
 /* What a failed deferred read's errno means, for its message. */
 const char *wds__defer_why(int en);
 /* The error of deferred field f of sample key in the shard at url (named
  * with its secrets hidden) that could not be read: WDS_ERR_IO, the message
  * naming shard, sample, field, size, offset and why. Worker and copy. */
 int wds__defer_fail(wds__err *e, const char *url, const char *key,
-                    const raw_field *f, const char *why);
+                    const wds__raw_field *f, const char *why);
 
 /* Tests only: when set, called by a worker before it reads a sample's
  * deferred fields; the copy hook by the batch copy before it reads an
@@ -676,46 +785,53 @@ extern void (*wds__defer_copy_hook)(const char *url, const char *key);
 
 /* A reader of one shard, as the workers and the counting pass open it: the
  * loader's limits, and reads that its wake token interrupts. */
-int wds__open_shard_reader(wds_loader *l, size_t shard, wds_reader **out,
-                           wds__err *e);
-
-/* Where the exact mode's count of a shard came from, for messages. */
-const char *wds__count_source(const wds_loader *l, size_t shard, char *buf,
-                              size_t n);
+int wds__open_shard_reader(const wds__shard_opener *o, size_t shard,
+                           wds_reader **out, wds__err *e);
 
 /* ---- mix.c: sources ---- */
 
 /* A worker's sample feeds, one per source, and the choice between them:
  * resampled mode draws a source per sample (weights), exact mode
  * interleaves the sources' quotas smoothly; one source: its feed alone. */
-typedef struct feeds {
-  feed *f; /* [n] */
+typedef struct wds__feeds {
+  const wds__feed_ctx *ctx;
+  wds__feed *f; /* [n] */
   size_t n;
-  wds__rng pick;   /* resampled: the source draws */
-  uint64_t *taken; /* exact: samples taken from each feed */
-  uint64_t *quota; /* exact: each feed's samples */
-  item *fatal;     /* why the worker must stop (a feed's) */
-} feeds;
+  wds__rng pick;    /* resampled: the source draws */
+  uint64_t *taken;  /* exact: samples taken from each feed */
+  uint64_t *quota;  /* exact: each feed's samples */
+  wds__item *fatal; /* why the worker must stop (a feed's) */
+} wds__feeds;
 
-int wds__feeds_init(feeds *fs, worker *w);       /* 0, or -1: out of memory */
-int wds__feeds_next(void *fs, raw_sample **out); /* wds__feed_next's */
-int wds__feeds_check_last(feeds *fs);
-void wds__feeds_stats(feeds *fs, uint64_t *read_ns, uint64_t *bytes,
+/* Worker w's feeds for its epoch: plan's pieces, or with a mix in exact
+ * mode each source's (splan[s]). 0, or -1: out of memory. */
+int wds__feeds_init(wds__feeds *fs, const wds__feed_ctx *ctx,
+                    const wds__feed_worker *w, const wds__epoch_plan *plan,
+                    const wds__epoch_plan *splan);
+int wds__feeds_next(void *fs, wds__raw_sample **out); /* wds__feed_next's */
+int wds__feeds_check_last(wds__feeds *fs);
+void wds__feeds_stats(wds__feeds *fs, uint64_t *read_ns, uint64_t *bytes,
                       uint64_t *shards); /* taken from every feed */
-void wds__feeds_close(feeds *fs);
+void wds__feeds_close(wds__feeds *fs);
 
 /* At open: the sources (from cfg->sources, or the one spec or URL list)
- * into l->urls, l->src and l->shard_source. */
-int wds__sources_open(wds_loader *l, const wds_loader_config *cfg);
-/* After the counts (exact mode): each source's n_s, checked; l->mixed. */
-int wds__sources_plan_check(wds_loader *l);
-/* The epoch plan: wds__plan_epoch, or with a mix the sum of the sources'
- * plans (and rn->splan in exact mode). */
-int wds__run_plan(wds_loader *l, uint64_t epoch, wds__epoch_plan *sum,
-                  wds__epoch_plan **per, wds__err *e);
-void wds__run_plan_free(const wds_loader *l, wds__epoch_plan *sum,
+ * into ss (zeroed by the caller): urls, src and shard_source; listings
+ * read with the wake token. WDS_OK, or a failure (wds__last_fail). */
+int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg,
+                      wds__cancel *wake);
+/* After the counts (exact mode: counts per shard): each source's n_s,
+ * checked; ss->mixed. */
+int wds__sources_plan_check(wds__sources *ss, wds_mode mode,
+                            const uint64_t *counts);
+/* The epoch plan of pin (its counts in exact mode): wds__plan_epoch, or
+ * with a mix the sum of the sources' plans (and *per, each source's, in
+ * exact mode; else NULL). */
+int wds__run_plan(const wds__sources *ss, const wds__plan_input *pin,
+                  uint64_t epoch, wds__epoch_plan *sum, wds__epoch_plan **per,
+                  wds__err *e);
+void wds__run_plan_free(const wds__sources *ss, wds__epoch_plan *sum,
                         wds__epoch_plan *per);
-void wds__sources_free(wds_loader *l);
+void wds__sources_free(wds__sources *ss); /* and its URLs */
 
 /* ---- shuffle.c: the shuffle buffer (loader/shuffle.h) ---- */
 
@@ -723,16 +839,16 @@ void wds__sources_free(wds_loader *l);
 
 /* A slot's arrays for batch_size rows, with FIXED fields' memory reserved;
  * s is zeroed first. WDS_OK or WDS_ERR_NOMEM (message in e). */
-int wds__slot_init(const wds__collate *c, slot *s, int index, wds__err *e);
-void wds__slot_free(const wds__collate *c, slot *s); /* also half-made */
+int wds__slot_init(const wds__collate *c, wds__slot *s, int index, wds__err *e);
+void wds__slot_free(const wds__collate *c, wds__slot *s); /* also half-made */
 
-void wds__batch_begin(const wds__collate *c, slot *s, filling *fl,
+void wds__batch_begin(const wds__collate *c, wds__slot *s, wds__filling *fl,
                       uint64_t epoch, uint64_t index);
 
 /* Writes item `it` as row fl->rows of slot s: wds__batch_assign, then
  * wds__batch_copy of that row. */
-int wds__batch_put(const wds__collate *c, slot *s, filling *fl, const item *it,
-                   wds__err *e);
+int wds__batch_put(const wds__collate *c, wds__slot *s, wds__filling *fl,
+                   const wds__item *it, wds__err *e);
 
 /* Rows in two steps, so that the data can be copied by other threads:
  * wds__batch_assign makes item `it` row fl->rows (key, URL, valid flag, the
@@ -745,44 +861,57 @@ int wds__batch_put(const wds__collate *c, slot *s, filling *fl, const item *it,
  * items[0 .. row1 - row0), zeros for invalid rows. Copies of disjoint row
  * ranges may run at once, on any threads; they only read the slot's
  * layout and write those rows' bytes. */
-int wds__batch_assign(const wds__collate *c, slot *s, filling *fl,
-                      const item *it, wds__err *e);
-int wds__batch_reserve(const wds__collate *c, slot *s, const filling *fl,
-                       wds__err *e);
-void wds__batch_copy(const wds__collate *c, slot *s, const item *const *items,
-                     size_t row0, size_t row1);
+int wds__batch_assign(const wds__collate *c, wds__slot *s, wds__filling *fl,
+                      const wds__item *it, wds__err *e);
+int wds__batch_reserve(const wds__collate *c, wds__slot *s,
+                       const wds__filling *fl, wds__err *e);
+void wds__batch_copy(const wds__collate *c, wds__slot *s,
+                     const wds__item *const *items, size_t row0, size_t row1);
 /* After the copies of rows [row0, row1) (items as for wds__batch_copy) are
  * done: the deferred reads that failed in them (their rows already zeros)
  * under the on_error policy, as a decode failure: stop returns WDS_ERR_IO
  * naming the shard, sample, field and offset of the first such row; skip
  * marks each such row invalid (its size kept), counted and logged. */
-int wds__batch_reads_check(const wds__collate *c, slot *s,
-                           const item *const *items, size_t row0, size_t row1,
-                           wds__err *e);
+int wds__batch_reads_check(const wds__collate *c, wds__slot *s,
+                           const wds__item *const *items, size_t row0,
+                           size_t row1, wds__err *e);
 
 /* Rows, keys and sizes published in s->batch. */
-void wds__batch_finish(const wds__collate *c, slot *s, filling *fl);
+void wds__batch_finish(const wds__collate *c, wds__slot *s, wds__filling *fl);
 
 /* The epoch's last, partial batch by the last-batch policy: 1 (finished,
  * padded under WDS_LAST_PAD: deliver it), 0 (drop it: no rows, or
  * WDS_LAST_DROP), or a negative status (message in e). */
-int wds__batch_last(const wds__collate *c, slot *s, filling *fl, wds__err *e);
+int wds__batch_last(const wds__collate *c, wds__slot *s, wds__filling *fl,
+                    wds__err *e);
 
 /* ---- worker.c, run.c, count.c ---- */
 
-void *wds__worker_main(void *arg); /* a worker thread (arg: worker *) */
+void *wds__worker_main(void *arg); /* a worker thread (arg: wds__worker *) */
 
 /* Copies parts of the run's open copy job until none is left to claim (any
  * thread; run.c). */
-void wds__copy_parts(run *rn);
+void wds__copy_parts(wds__run *rn);
+
+/* Whether the run's open copy job has parts left to claim: one relaxed
+ * load. */
+static inline int wds__copy_due(const wds__run *rn) {
+  uint64_t v = atomic_load_explicit(&rn->job_claim, memory_order_relaxed);
+  return (v & 0xffffffffu) < (v >> 32);
+}
 
 /* A worker's check between samples: one relaxed load when there is nothing
  * to copy. */
-static inline void wds__copy_help(run *rn) {
-  uint64_t v = atomic_load_explicit(&rn->job_claim, memory_order_relaxed);
-  if ((v & 0xffffffffu) < (v >> 32))
+static inline void wds__copy_help(wds__run *rn) {
+  if (wds__copy_due(rn))
     wds__copy_parts(rn);
 }
+
+/* Hands a worker's items to its queue (wds__queue_push_many): while the
+ * queue is full the worker copies slot rows of the run's open copy job
+ * rather than wait idle. 0, or -1 when the run is aborted (nothing is
+ * queued). */
+int wds__worker_push(wds__worker *w, wds__item **its, size_t n);
 
 int wds__run_start(wds_loader *l, uint64_t epoch, uint64_t skip);
 void wds__run_stop(wds_loader *l); /* and its successor; no run: no-op */
@@ -791,9 +920,14 @@ void wds__run_stop(wds_loader *l); /* and its successor; no run: no-op */
  * with eager_next_epoch the next run starts. WDS_OK or a failure. */
 int wds__run_next_epoch(wds_loader *l);
 /* A worker's last act: its successor in the next epoch's run starts. */
-void wds__worker_handoff(worker *w);
+void wds__worker_handoff(wds__worker *w);
 
-/* Exact mode: l->counts from the index or a counting pass, checked. */
-int wds__load_counts(wds_loader *l);
+/* Exact mode: each shard's count (*out, an array the caller frees, set
+ * even on failure) from its source's index or a counting pass, checked.
+ * WDS_OK, or a failure (wds__last_fail). */
+int wds__load_counts(const wds__count_ctx *c, uint64_t **out);
+/* Where the exact mode's count of a shard came from, for messages. */
+const char *wds__count_source(const wds__sources *ss, size_t shard, char *buf,
+                              size_t n);
 
 #endif

@@ -1,6 +1,6 @@
 /* items.c — recycled blocks and the items workers hand to the collator.
  *
- * A block (internal.h: blk_head) is malloc memory with its capacity and
+ * A block (internal.h: wds__blk_head) is malloc memory with its capacity and
  * owning worker in front, or, when small and fresh, a piece of a larger
  * chunk ("Carving" below). A worker allocates from its own pool (`local`,
  * no lock); the collator hands blocks back in bulk after each batch into
@@ -65,10 +65,10 @@
 #define BLK_CHUNK_MAX ((size_t)1 << 20)
 #define BLK_CARVE_BUDGET ((uint64_t)64 << 20)
 
-static_assert(sizeof(blk_head) == 16 && sizeof(blk_chunk) == 16,
+static_assert(sizeof(wds__blk_head) == 16 && sizeof(wds__blk_chunk) == 16,
               "blocks and chunks keep malloc's 16-byte alignment");
 
-static void chunk_unref(blk_chunk *c) {
+static void chunk_unref(wds__blk_chunk *c) {
   size_t refs = atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel);
   WDS__ASSERT(refs >= 1); /* a block or the pool held it */
   if (refs == 1) {
@@ -77,8 +77,8 @@ static void chunk_unref(blk_chunk *c) {
   }
 }
 
-void wds__blk_free_carved(blk_head *h) {
-  blk_chunk *c = (blk_chunk *)(void *)((char *)h - h->chunk_off);
+void wds__blk_free_carved(wds__blk_head *h) {
+  wds__blk_chunk *c = (wds__blk_chunk *)(void *)((char *)h - h->chunk_off);
   WDS__ASSERT(h->chunk_off >= sizeof *c &&
               h->chunk_off + sizeof *h + h->cap <= c->size);
   BLK_POISON(h, sizeof *h + h->cap);
@@ -87,13 +87,13 @@ void wds__blk_free_carved(blk_head *h) {
 
 /* A carved block of `bytes` (header included, a multiple of 16), or NULL
  * when the pool's budget is spent or no chunk can be had. */
-static blk_head *carve(blk_pool *bp, size_t bytes) {
+static wds__blk_head *carve(wds__blk_pool *bp, size_t bytes) {
   size_t take = bytes + BLK_GAP;
   if (bp->carve_left < take) {
     size_t size = bp->chunk_next ? bp->chunk_next : BLK_CHUNK_MIN;
     if (bp->carved + size > BLK_CARVE_BUDGET)
       return NULL;
-    blk_chunk *c = malloc(size);
+    wds__blk_chunk *c = malloc(size);
     if (!c)
       return NULL;
     wds__populate_write(c, size);
@@ -114,7 +114,7 @@ static blk_head *carve(blk_pool *bp, size_t bytes) {
   WDS__ASSERT(bp->carve >= (char *)(bp->chunk + 1) &&
               bp->carve + bp->carve_left ==
                   (char *)bp->chunk + bp->chunk->size);
-  blk_head *h = (blk_head *)(void *)bp->carve;
+  wds__blk_head *h = (wds__blk_head *)(void *)bp->carve;
   BLK_UNPOISON(h, bytes);
   h->chunk_off = (uint32_t)(bp->carve - (char *)bp->chunk);
   atomic_fetch_add_explicit(&bp->chunk->refs, 1, memory_order_relaxed);
@@ -132,7 +132,7 @@ static void *take_small(void **v, size_t *len, size_t need) {
   size_t n = *len, stop = n > BLK_SCAN ? n - BLK_SCAN : 0;
   for (size_t i = n; i-- > stop;) {
     void *p = v[i];
-    if (wds__blk_fits(((blk_head *)p - 1)->cap, need)) {
+    if (wds__blk_fits(((wds__blk_head *)p - 1)->cap, need)) {
       memmove(&v[i], &v[i + 1], (n - 1 - i) * sizeof *v);
       *len = n - 1;
       return p;
@@ -141,7 +141,8 @@ static void *take_small(void **v, size_t *len, size_t need) {
   return NULL;
 }
 
-void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need, int populate) {
+void *wds__blk_alloc_slow(wds__blk_pool *bp, int owner, size_t need,
+                          int populate) {
   if (!bp)
     goto fresh;
   WDS__ASSERT(bp->local_len <= bp->local_cap);
@@ -160,7 +161,7 @@ void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need, int populate) {
   }
   while (bp->local_len > 0) {
     void *p = bp->local[bp->local_len - 1];
-    size_t cap = ((blk_head *)p - 1)->cap;
+    size_t cap = ((wds__blk_head *)p - 1)->cap;
     if (wds__blk_fits(cap, need)) {
       bp->local_len--;
       return p;
@@ -184,7 +185,7 @@ void *wds__blk_alloc_slow(blk_pool *bp, int owner, size_t need, int populate) {
   }
 fresh:;
   size_t cap = need + need / 8 + 64;
-  blk_head *h = NULL;
+  wds__blk_head *h = NULL;
   if (bp && cap <= BLK_CARVE_MAX - sizeof *h) {
     cap = ((sizeof *h + cap + 15) & ~(size_t)15) - sizeof *h;
     h = carve(bp, sizeof *h + cap);
@@ -209,7 +210,7 @@ fresh:;
   return h + 1;
 }
 
-void wds__blk_flush(blk_pool *bp, blk_returns *r) {
+void wds__blk_flush(wds__blk_pool *bp, wds__blk_returns *r) {
   if (r->len == 0)
     return;
   pthread_mutex_lock(&bp->mu);
@@ -235,7 +236,7 @@ void wds__blk_flush(blk_pool *bp, blk_returns *r) {
   r->len = 0;
 }
 
-void wds__blk_pool_destroy(blk_pool *bp) {
+void wds__blk_pool_destroy(wds__blk_pool *bp) {
   for (size_t i = 0; i < bp->shared_len; i++)
     wds__blk_free(bp->shared[i]);
   for (size_t i = 0; i < bp->local_len; i++)
@@ -248,7 +249,7 @@ void wds__blk_pool_destroy(blk_pool *bp) {
   memset(bp, 0, sizeof *bp);
 }
 
-void wds__item_free(item *it, size_t nfields) {
+void wds__item_free(wds__item *it, size_t nfields) {
   if (!it)
     return;
   if (it->kind == ITEM_SAMPLE)
@@ -260,7 +261,7 @@ void wds__item_free(item *it, size_t nfields) {
   wds__blk_free(it);
 }
 
-void wds__raw_free(raw_sample *r) {
+void wds__raw_free(wds__raw_sample *r) {
   if (!r)
     return;
   for (size_t i = 0; i < r->nfields; i++) {
@@ -270,8 +271,8 @@ void wds__raw_free(raw_sample *r) {
   wds__blk_free(r);
 }
 
-item *wds__error_item(size_t nfields, int status, const char *msg) {
-  item *it = wds__item_new(NULL, 0, nfields, ITEM_ERROR);
+wds__item *wds__error_item(size_t nfields, int status, const char *msg) {
+  wds__item *it = wds__item_new(NULL, 0, nfields, ITEM_ERROR);
   if (it) {
     it->status = status;
     it->msg = strdup(msg);
@@ -279,8 +280,8 @@ item *wds__error_item(size_t nfields, int status, const char *msg) {
   return it;
 }
 
-raw_sample *wds__raw_hole(blk_pool *bp, int owner, size_t shard) {
-  raw_sample *r = wds__blk_alloc(bp, owner, sizeof *r + 1);
+wds__raw_sample *wds__raw_hole(wds__blk_pool *bp, int owner, size_t shard) {
+  wds__raw_sample *r = wds__blk_alloc(bp, owner, sizeof *r + 1);
   if (!r)
     return NULL;
   memset(r, 0, sizeof *r + 1);

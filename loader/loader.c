@@ -76,6 +76,11 @@ void wds__note_skip(wds_loader *l, const char *what, const char *msg) {
   log_msg(l, "%s: %s", what, msg);
 }
 
+/* The feeds' and the counting pass's skips (wds__skip_fn). */
+static void skip_noted(void *ctx, const char *what, const char *msg) {
+  wds__note_skip(ctx, what, msg);
+}
+
 /* ---- environment ---- */
 
 /* The rule is base/topology.h's; an environment it refuses gives 0 and 1
@@ -106,7 +111,7 @@ static void free_fields(wds_loader *l) {
 
 /* The field takes JPEGs (jpg or jpeg among its names): under
  * WDS_JPEG_DECODE_GPU its rows are planned for the GPU decoder. */
-static int takes_jpeg(const out_field *of) {
+static int takes_jpeg(const wds__out_field *of) {
   for (size_t a = 0; a < of->nalts; a++)
     if (strcmp(of->alts[a], "jpg") == 0 || strcmp(of->alts[a], "jpeg") == 0)
       return 1;
@@ -129,7 +134,7 @@ static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
   size_t total_alts = 0, gpu_fields = 0;
   for (size_t i = 0; i < cfg->field_count; i++) {
     const wds_field_spec *fs = &cfg->fields[i];
-    out_field *of = &l->fields[i];
+    wds__out_field *of = &l->fields[i];
     if (!fs->name || !*fs->name)
       return wds__last_fail(WDS_ERR_INVALID,
                             "wds_loader_open: field %zu has no name", i);
@@ -213,11 +218,18 @@ static void collate_skip(void *ctx, const char *msg) {
 }
 
 static int setup_pool(wds_loader *l) {
-  l->col = (wds__collate){
-      l->fields,       l->nfields,        l->cfg.batch_size,
-      l->cfg.on_error, l->cfg.last_batch, (const char *const *)l->urls.urls,
-      l->alloc,        collate_skip,      l,
-      &l->st_fill,     &l->st_pool_bytes, l->shard_source};
+  l->col = (wds__collate){l->fields,
+                          l->nfields,
+                          l->cfg.batch_size,
+                          l->cfg.on_error,
+                          l->cfg.last_batch,
+                          (const char *const *)l->sources.urls.urls,
+                          l->alloc,
+                          collate_skip,
+                          l,
+                          &l->st_fill,
+                          &l->st_pool_bytes,
+                          l->sources.shard_source};
   l->nslots = (int)l->cfg.prefetch_batches;
   l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
   l->ready = calloc((size_t)l->nslots + 2, sizeof *l->ready);
@@ -413,9 +425,9 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   if ((rc = setup_fields(l, cfg)) != WDS_OK)
     goto fail;
 
-  if ((rc = wds__sources_open(l, cfg)) != WDS_OK)
+  if ((rc = wds__sources_open(&l->sources, cfg, &l->wake)) != WDS_OK)
     goto fail;
-  if (l->urls.count == 0) {
+  if (l->sources.urls.count == 0) {
     rc = wds__last_fail(WDS_ERR_INVALID, "wds_loader_open: no shards");
     goto fail;
   }
@@ -423,24 +435,29 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   if (auto_workers && c->mode == WDS_MODE_PLAIN) {
     /* Not more workers than this rank has shards: still a function of the
      * config alone, never of the machine. */
-    size_t mine =
-        l->urls.count > (size_t)c->rank
-            ? (l->urls.count - (size_t)c->rank + (size_t)c->world_size - 1) /
-                  (size_t)c->world_size
-            : 0;
+    size_t mine = l->sources.urls.count > (size_t)c->rank
+                      ? (l->sources.urls.count - (size_t)c->rank +
+                         (size_t)c->world_size - 1) /
+                            (size_t)c->world_size
+                      : 0;
     if (mine >= 1 && mine < (size_t)c->workers)
       c->workers = (int)mine;
   }
-  l->pin = (wds__plan_input){l->urls.count, NULL,
-                             c->seed,       c->rank,
-                             c->world_size, c->workers,
-                             c->mode,       c->shard_shuffle,
-                             c->drop_last,  c->samples_per_epoch,
+  l->pin = (wds__plan_input){l->sources.urls.count,
+                             NULL,
+                             c->seed,
+                             c->rank,
+                             c->world_size,
+                             c->workers,
+                             c->mode,
+                             c->shard_shuffle,
+                             c->drop_last,
+                             c->samples_per_epoch,
                              l->rank_bs};
   if (c->mode == WDS_MODE_EXACT)
-    for (size_t i = 0; i < l->urls.count; i++)
-      if (!l->src[l->shard_source[i]].index_path &&
-          strcmp(l->urls.urls[i], "-") == 0) {
+    for (size_t i = 0; i < l->sources.urls.count; i++)
+      if (!l->sources.src[l->sources.shard_source[i]].index_path &&
+          strcmp(l->sources.urls.urls[i], "-") == 0) {
         rc = wds__last_fail(WDS_ERR_INVALID,
                             "exact mode reads each shard twice without an "
                             "index (once to count), which stdin ('-') cannot "
@@ -448,12 +465,16 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
                             "--mode plain or resampled");
         goto fail;
       }
+  l->opener = (wds__shard_opener){&l->cfg, &l->sources, &l->wake,
+                                  &l->cache_stats, c->workers};
   if (c->mode == WDS_MODE_EXACT) {
-    if ((rc = wds__load_counts(l)) != WDS_OK)
+    l->count_ctx = (wds__count_ctx){&l->cfg,    &l->sources, &l->opener,
+                                    c->workers, skip_noted,  l};
+    if ((rc = wds__load_counts(&l->count_ctx, &l->counts)) != WDS_OK)
       goto fail;
     l->pin.counts = l->counts;
   }
-  if ((rc = wds__sources_plan_check(l)) != WDS_OK)
+  if ((rc = wds__sources_plan_check(&l->sources, c->mode, l->counts)) != WDS_OK)
     goto fail;
   {
     wds__err e;
@@ -463,12 +484,13 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     }
     if (c->mode != WDS_MODE_PLAIN) {
       wds__epoch_plan p, *per;
-      if ((rc = wds__run_plan(l, c->epoch, &p, &per, &e)) != WDS_OK) {
+      if ((rc = wds__run_plan(&l->sources, &l->pin, c->epoch, &p, &per, &e)) !=
+          WDS_OK) {
         wds__last_fail(rc, "%s", e.msg);
         goto fail;
       }
       l->epoch_batches = batches_for(l, p.rank_samples);
-      wds__run_plan_free(l, &p, per);
+      wds__run_plan_free(&l->sources, &p, per);
     } else if (c->samples_per_epoch) {
       l->epoch_batches = 0; /* a cap, not a promise */
     }
@@ -495,6 +517,9 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     l->queue_cap = per < 4 ? 4 : per > 1024 ? 1024 : per;
     l->chunk = l->queue_cap / 2;
   }
+  l->feed_ctx = (wds__feed_ctx){&l->cfg,    &l->sources, l->counts,
+                                &l->opener, l->wanted,   l->nwanted,
+                                l->nfields, skip_noted,  l};
   if ((rc = setup_pool(l)) != WDS_OK)
     goto fail;
   if (!(l->pools = calloc(2 * (size_t)c->workers, sizeof *l->pools))) {
@@ -567,7 +592,7 @@ static int slot_counts_ok(const wds_loader *l) {
 void wds__slot_set(wds_loader *l, int i, int to) {
   WDS__ASSERT_LOCKED(l);
   WDS__ASSERT(i >= 0 && i < l->nslots);
-  slot *s = &l->slots[i];
+  wds__slot *s = &l->slots[i];
   int from = s->state;
   WDS__ASSERT(slot_move_ok(from, to));
   /* HELD and FENCED count in held, FENCED also in fenced. */
@@ -582,11 +607,11 @@ void wds__slot_set(wds_loader *l, int i, int to) {
 /* The ready FIFO's oldest entry, taken (called with l->mu held, the FIFO
  * not empty). A slot entry's slot is READY: run_stop empties the FIFO when
  * it frees READY slots. */
-static ready_entry ready_pop(wds_loader *l) {
+static wds__ready_entry ready_pop(wds_loader *l) {
   WDS__ASSERT_LOCKED(l);
   size_t cap = (size_t)l->nslots + 2;
   WDS__ASSERT(l->ready_len > 0 && l->ready_len <= cap && l->ready_head < cap);
-  ready_entry r = l->ready[l->ready_head];
+  wds__ready_entry r = l->ready[l->ready_head];
   l->ready_head = (l->ready_head + 1) % cap;
   l->ready_len--;
   WDS__ASSERT(r.kind == READY_SLOT || r.kind == READY_EOF ||
@@ -620,7 +645,7 @@ static int fences_poll(wds_loader *l, int block) {
    * without mu from here on. */
   int freed = 0, oldest = -1;
   for (int k = 0; k < n; k++) {
-    slot *s = &l->slots[l->fence_tmp[k]];
+    wds__slot *s = &l->slots[l->fence_tmp[k]];
     if (!s->fence.done(s->fence.ctx)) {
       if (oldest < 0 || s->fence_seq < l->slots[oldest].fence_seq)
         oldest = l->fence_tmp[k];
@@ -630,7 +655,7 @@ static int fences_poll(wds_loader *l, int block) {
     freed++;
   }
   if (block && freed == 0 && oldest >= 0) {
-    slot *s = &l->slots[oldest];
+    wds__slot *s = &l->slots[oldest];
     if (s->fence.wait) {
       s->fence.wait(s->fence.ctx);
       l->fence_tmp[0] = oldest;
@@ -643,7 +668,7 @@ static int fences_poll(wds_loader *l, int block) {
   for (int k = 0; freed && k < n; k++) {
     if (l->fence_tmp[k] < 0)
       continue;
-    slot *s = &l->slots[l->fence_tmp[k]];
+    wds__slot *s = &l->slots[l->fence_tmp[k]];
     wds_release_fence f = s->fence;
     wds__loader_lock(l);
     wds__slot_set(l, l->fence_tmp[k], SLOT_FREE); /* FENCED -> FREE */
@@ -671,7 +696,7 @@ static int release_after(wds_loader *l, const wds_batch *b,
   }
   pthread_mutex_lock(&l->fence_mu);
   wds__loader_lock(l);
-  slot *s = &l->slots[b->slot];
+  wds__slot *s = &l->slots[b->slot];
   int ok = s->state == SLOT_HELD;
   if (ok) {
     s->fence = *fence;
@@ -770,7 +795,7 @@ static int loader_next(wds_loader *l, const wds_batch **out) {
     wds__deadline_ms(&until, l->fenced > 0 ? 1 : 50);
     wds__loader_timedwait(l, &until);
   }
-  ready_entry r = ready_pop(l);
+  wds__ready_entry r = ready_pop(l);
   if (r.kind == READY_SLOT)
     wds__slot_set(l, r.slot, SLOT_HELD); /* asserts it was READY */
   wds__loader_unlock(l);
@@ -924,8 +949,7 @@ void wds_loader_close(wds_loader *l) {
   free(l->pools);
   free_pool(l);
   free_fields(l);
-  wds_url_list_free(&l->urls);
-  wds__sources_free(l);
+  wds__sources_free(&l->sources); /* and its URLs */
   free(l->counts);
   free(l->spec_copy);
   free(l->index_copy);

@@ -1,11 +1,12 @@
 /* mix.c — several sources of shards in one loader (wds_source_config):
  * their URLs, their epoch plans, and each worker's choice between them.
  *
- * The sources' shards are laid end to end in l->urls (source s holds
- * urls[first, first + count)); l->shard_source says whose a shard is, and
+ * The sources' shards are laid end to end in urls (source s holds
+ * urls[first, first + count)); shard_source says whose a shard is, and
  * the collator writes it into each row (wds_batch.sources). A loader
  * without sources has one, every shard, and nothing here changes what it
- * does: its plan is wds__plan_epoch of l->pin and its worker reads one
+ * does: its plan is wds__plan_epoch of the loader's plan input and its
+ * worker reads one
  * feed, as before sources existed.
  *
  * Resampled mode: each worker has a feed per source (each drawing shards
@@ -26,7 +27,11 @@
  * sources from the first step; the shuffle buffer does the rest.
  *
  * Plain mode reads whole shards and cannot choose per sample: it takes one
- * source only. */
+ * source only.
+ *
+ * Views: the sources part works on a wds__sources, which mix.c alone
+ * writes (at open); the feeds part reads the loader through wds__feed_ctx,
+ * as feed.c does. Neither sees the loader's handle. */
 #include <math.h>
 #include <stdio.h>
 
@@ -39,25 +44,25 @@ __extension__ typedef unsigned __int128 u128;
 #define MAX_SOURCES 4096
 #define MAX_UNITS ((size_t)1 << 26) /* per source and epoch */
 
-static const char *src_name(const wds_loader *l, size_t s, char *buf,
+static const char *src_name(const wds__sources *ss, size_t s, char *buf,
                             size_t n) {
   char rb[WDS__URL_REDACT_MAX]; /* its secrets hidden */
   snprintf(buf, n, "source %zu (%.200s)", s,
-           l->src[s].count
-               ? wds__url_redact(l->urls.urls[l->src[s].first], rb, sizeof rb)
+           ss->src[s].count
+               ? wds__url_redact(ss->urls.urls[ss->src[s].first], rb, sizeof rb)
                : "no shards");
   return buf;
 }
 
-static int append_urls(wds_loader *l, const wds_url_list *add) {
-  size_t n = l->urls.count + add->count;
-  char **nv = realloc(l->urls.urls, (n ? n : 1) * sizeof *nv);
+static int append_urls(wds__sources *ss, const wds_url_list *add) {
+  size_t n = ss->urls.count + add->count;
+  char **nv = realloc(ss->urls.urls, (n ? n : 1) * sizeof *nv);
   if (!nv)
     return -1;
-  l->urls.urls = nv;
+  ss->urls.urls = nv;
   for (size_t i = 0; i < add->count; i++)
-    l->urls.urls[l->urls.count + i] = add->urls[i];
-  l->urls.count = n;
+    ss->urls.urls[ss->urls.count + i] = add->urls[i];
+  ss->urls.count = n;
   return 0;
 }
 
@@ -70,7 +75,8 @@ static int check_amount(size_t s, const char *what, double v) {
   return WDS_OK;
 }
 
-int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
+int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg,
+                      wds__cancel *wake) {
   int rc;
   if (cfg->sources && (cfg->spec || cfg->urls))
     return wds__last_fail(WDS_ERR_INVALID,
@@ -88,41 +94,42 @@ int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
    * The token is the loader's, though nobody can set it before open returns
    * the handle: the read timeout is what bounds a stalled listing here. */
   const wds__io_opts io = {.read_timeout_ms = cfg->read_timeout_ms,
-                           .cancel = &l->wake,
+                           .cancel = wake,
                            .retries = cfg->retries};
   if (n == 0 || n > MAX_SOURCES)
     return wds__last_fail(WDS_ERR_INVALID,
                           "wds_loader_open: %zu sources (1 .. %d)", n,
                           MAX_SOURCES);
-  if (!(l->src = calloc(n, sizeof *l->src)))
+  if (!(ss->src = calloc(n, sizeof *ss->src)))
     return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
-  l->nsrc = n;
+  ss->nsrc = n;
   if (!cfg->sources) {
     if (cfg->spec) {
       wds__err e;
-      rc = wds__spec_expand_io(&cfg->spec, 1, 0, spec_flags, &io, &l->urls, &e);
+      rc =
+          wds__spec_expand_io(&cfg->spec, 1, 0, spec_flags, &io, &ss->urls, &e);
       if (rc != WDS_OK)
         return wds__last_fail(rc, "%s", e.msg);
     } else {
-      l->urls.urls =
+      ss->urls.urls =
           calloc(cfg->url_count ? cfg->url_count : 1, sizeof(char *));
-      if (!l->urls.urls)
+      if (!ss->urls.urls)
         return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
       for (size_t i = 0; i < cfg->url_count; i++) {
-        if (!cfg->urls[i] || !(l->urls.urls[i] = strdup(cfg->urls[i])))
+        if (!cfg->urls[i] || !(ss->urls.urls[i] = strdup(cfg->urls[i])))
           return wds__last_fail(cfg->urls[i] ? WDS_ERR_NOMEM : WDS_ERR_INVALID,
                                 "wds_loader_open: urls[%zu]: %s", i,
                                 cfg->urls[i] ? "out of memory" : "NULL");
-        l->urls.count++;
+        ss->urls.count++;
       }
     }
-    if (cfg->index_path && !(l->src[0].index_path = strdup(cfg->index_path)))
+    if (cfg->index_path && !(ss->src[0].index_path = strdup(cfg->index_path)))
       return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
-    l->src[0].count = l->urls.count;
+    ss->src[0].count = ss->urls.count;
   } else {
     for (size_t s = 0; s < n; s++) {
       const wds_source_config *sc = &cfg->sources[s];
-      wds__source *so = &l->src[s];
+      wds__source *so = &ss->src[s];
       if (!sc->spec || !sc->spec[0])
         return wds__last_fail(WDS_ERR_INVALID,
                               "wds_loader_open: source %zu has no spec", s);
@@ -143,13 +150,13 @@ int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
       rc = wds__spec_expand_io(&sc->spec, 1, 0, spec_flags, &io, &add, &e);
       if (rc != WDS_OK)
         return wds__last_fail(rc, "source %zu: %s", s, e.msg);
-      so->first = l->urls.count;
+      so->first = ss->urls.count;
       so->count = add.count;
-      if (append_urls(l, &add) != 0) {
+      if (append_urls(ss, &add) != 0) {
         wds_url_list_free(&add);
         return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
       }
-      free(add.urls); /* the strings belong to l->urls now */
+      free(add.urls); /* the strings belong to ss->urls now */
       if (so->count == 0)
         return wds__last_fail(WDS_ERR_INVALID,
                               "wds_loader_open: source %zu (%.300s) has no "
@@ -159,25 +166,25 @@ int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
         return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
     }
   }
-  if (!(l->shard_source =
-            calloc(l->urls.count ? l->urls.count : 1, sizeof *l->shard_source)))
+  if (!(ss->shard_source = calloc(ss->urls.count ? ss->urls.count : 1,
+                                  sizeof *ss->shard_source)))
     return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
   for (size_t s = 0; s < n; s++) {
-    for (size_t i = 0; i < l->src[s].count; i++)
-      l->shard_source[l->src[s].first + i] = (uint32_t)s;
+    for (size_t i = 0; i < ss->src[s].count; i++)
+      ss->shard_source[ss->src[s].first + i] = (uint32_t)s;
     /* Source 0 keeps the config's seed: one source is the loader without
      * sources, draw for draw. */
-    l->src[s].seed = s == 0
-                         ? cfg->seed
-                         : wds__rng_key(cfg->seed, WDS__STREAM_SOURCE, s, 0, 0);
+    ss->src[s].seed =
+        s == 0 ? cfg->seed
+               : wds__rng_key(cfg->seed, WDS__STREAM_SOURCE, s, 0, 0);
   }
 
   /* What each mode can do with sources. */
   wds_mode mode = cfg->mode;
   for (size_t s = 0; s < n; s++) {
-    const wds__source *so = &l->src[s];
+    const wds__source *so = &ss->src[s];
     char name[300];
-    src_name(l, s, name, sizeof name);
+    src_name(ss, s, name, sizeof name);
     if (mode == WDS_MODE_PLAIN && n > 1)
       return wds__last_fail(
           WDS_ERR_INVALID,
@@ -209,38 +216,39 @@ int wds__sources_open(wds_loader *l, const wds_loader_config *cfg) {
                             name);
   }
   if (mode == WDS_MODE_RESAMPLED) {
-    if (!(l->mix_cum = calloc(n, sizeof *l->mix_cum)))
+    if (!(ss->mix_cum = calloc(n, sizeof *ss->mix_cum)))
       return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
     double sum = 0;
     for (size_t s = 0; s < n; s++) {
-      double w = l->src[s].weight > 0       ? l->src[s].weight
-                 : l->src[s].proportion > 0 ? l->src[s].proportion
-                                            : 1.0;
+      double w = ss->src[s].weight > 0       ? ss->src[s].weight
+                 : ss->src[s].proportion > 0 ? ss->src[s].proportion
+                                             : 1.0;
       sum += w;
-      l->mix_cum[s] = sum;
+      ss->mix_cum[s] = sum;
     }
-    l->mixed = n > 1;
+    ss->mixed = n > 1;
   }
   return WDS_OK;
 }
 
-int wds__sources_plan_check(wds_loader *l) {
-  if (l->cfg.mode != WDS_MODE_EXACT)
+int wds__sources_plan_check(wds__sources *ss, wds_mode mode,
+                            const uint64_t *counts) {
+  if (mode != WDS_MODE_EXACT)
     return WDS_OK;
   uint64_t all = 0;
   char name[300];
-  for (size_t s = 0; s < l->nsrc; s++) {
-    wds__source *so = &l->src[s];
+  for (size_t s = 0; s < ss->nsrc; s++) {
+    wds__source *so = &ss->src[s];
     so->total = 0;
     for (size_t i = 0; i < so->count; i++)
-      so->total += l->counts[so->first + i]; /* check_total bounds it */
+      so->total += counts[so->first + i]; /* check_total bounds it */
     all += so->total;
-    if (so->total == 0 && l->nsrc > 1)
+    if (so->total == 0 && ss->nsrc > 1)
       return wds__last_fail(WDS_ERR_INVALID, "exact mode: %s has no samples",
-                            src_name(l, s, name, sizeof name));
+                            src_name(ss, s, name, sizeof name));
   }
-  for (size_t s = 0; s < l->nsrc; s++) {
-    wds__source *so = &l->src[s];
+  for (size_t s = 0; s < ss->nsrc; s++) {
+    wds__source *so = &ss->src[s];
     double want = so->repeat > 0       ? so->repeat * (double)so->total
                   : so->proportion > 0 ? so->proportion * (double)all
                                        : (double)so->total;
@@ -248,14 +256,14 @@ int wds__sources_plan_check(wds_loader *l) {
       return wds__last_fail(WDS_ERR_INVALID,
                             "exact mode: %s would give %.3g samples per "
                             "epoch (at most 2^50)",
-                            src_name(l, s, name, sizeof name), want);
+                            src_name(ss, s, name, sizeof name), want);
     so->n = (uint64_t)llround(want);
-    if (so->n == 0 && l->nsrc > 1)
+    if (so->n == 0 && ss->nsrc > 1)
       return wds__last_fail(
           WDS_ERR_INVALID,
           "exact mode: %s gives no sample per epoch (%s %g "
           "of %llu samples)",
-          src_name(l, s, name, sizeof name),
+          src_name(ss, s, name, sizeof name),
           so->repeat > 0 ? "repeat" : "proportion",
           so->repeat > 0 ? so->repeat : so->proportion,
           (unsigned long long)(so->repeat > 0 ? so->total : all));
@@ -263,10 +271,10 @@ int wds__sources_plan_check(wds_loader *l) {
       return wds__last_fail(WDS_ERR_INVALID,
                             "exact mode: %s: %llu passes over %zu shards per "
                             "epoch is too many",
-                            src_name(l, s, name, sizeof name),
+                            src_name(ss, s, name, sizeof name),
                             (unsigned long long)(so->n / so->total), so->count);
   }
-  l->mixed = l->nsrc > 1 || l->src[0].n != l->src[0].total;
+  ss->mixed = ss->nsrc > 1 || ss->src[0].n != ss->src[0].total;
   return WDS_OK;
 }
 
@@ -306,25 +314,25 @@ static int unit_add(units *u, size_t shard, uint64_t begin, uint64_t len) {
 
 /* Source s's units in epoch e: k whole passes, then the window of r
  * samples from (e * r) mod T in its natural order. */
-static int source_units(const wds_loader *l, size_t s, uint64_t epoch,
-                        units *u) {
-  const wds__source *so = &l->src[s];
+static int source_units(const wds__sources *ss, const uint64_t *counts,
+                        size_t s, uint64_t epoch, units *u) {
+  const wds__source *so = &ss->src[s];
   uint64_t T = so->total, k = so->n / T, r = so->n % T;
   for (uint64_t pass = 0; pass < k; pass++)
     for (size_t i = 0; i < so->count; i++)
-      if (unit_add(u, so->first + i, 0, l->counts[so->first + i]) != 0)
+      if (unit_add(u, so->first + i, 0, counts[so->first + i]) != 0)
         return -1;
   if (r == 0)
     return 0;
   uint64_t pos = (uint64_t)(((u128)(epoch % T) * r) % T);
   /* The shard holding position pos, and the offset in it. */
   size_t i = 0;
-  while (pos >= l->counts[so->first + i]) {
-    pos -= l->counts[so->first + i];
+  while (pos >= counts[so->first + i]) {
+    pos -= counts[so->first + i];
     i++;
   }
   for (uint64_t left = r; left > 0;) {
-    uint64_t c = l->counts[so->first + i];
+    uint64_t c = counts[so->first + i];
     uint64_t take = c - pos < left ? c - pos : left;
     if (unit_add(u, so->first + i, pos, take) != 0)
       return -1;
@@ -335,23 +343,24 @@ static int source_units(const wds_loader *l, size_t s, uint64_t epoch,
   return 0;
 }
 
-static int source_plan(const wds_loader *l, size_t s, uint64_t epoch,
-                       wds__epoch_plan *out, wds__err *e) {
+static int source_plan(const wds__sources *ss, const wds__plan_input *pin,
+                       size_t s, uint64_t epoch, wds__epoch_plan *out,
+                       wds__err *e) {
   units u = {0};
   int rc = WDS_OK;
   memset(out, 0, sizeof *out);
-  if (source_units(l, s, epoch, &u) != 0) {
+  if (source_units(ss, pin->counts, s, epoch, &u) != 0) {
     rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
     goto done;
   }
-  wds__plan_input in = l->pin;
+  wds__plan_input in = *pin;
   in.shards = u.n;
   in.counts = u.len;
-  in.seed = l->src[s].seed;
+  in.seed = ss->src[s].seed;
   rc = wds__plan_epoch(&in, epoch, out, e);
   if (rc != WDS_OK) {
     char name[300];
-    wds__err_prefix(e, "%s", src_name(l, s, name, sizeof name));
+    wds__err_prefix(e, "%s", src_name(ss, s, name, sizeof name));
     goto done;
   }
   for (int w = 0; w < out->workers; w++)
@@ -369,25 +378,26 @@ done:
   return rc;
 }
 
-int wds__run_plan(wds_loader *l, uint64_t epoch, wds__epoch_plan *sum,
-                  wds__epoch_plan **per, wds__err *e) {
+int wds__run_plan(const wds__sources *ss, const wds__plan_input *pin,
+                  uint64_t epoch, wds__epoch_plan *sum, wds__epoch_plan **per,
+                  wds__err *e) {
   *per = NULL;
-  if (!l->mixed || l->cfg.mode != WDS_MODE_EXACT)
-    return wds__plan_epoch(&l->pin, epoch, sum, e);
+  if (!ss->mixed || pin->mode != WDS_MODE_EXACT)
+    return wds__plan_epoch(pin, epoch, sum, e);
   memset(sum, 0, sizeof *sum);
-  wds__epoch_plan *p = calloc(l->nsrc, sizeof *p);
+  wds__epoch_plan *p = calloc(ss->nsrc, sizeof *p);
   int rc = WDS_OK;
   if (!p)
     return wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
-  for (size_t s = 0; s < l->nsrc && rc == WDS_OK; s++)
-    rc = source_plan(l, s, epoch, &p[s], e);
+  for (size_t s = 0; s < ss->nsrc && rc == WDS_OK; s++)
+    rc = source_plan(ss, pin, s, epoch, &p[s], e);
   if (rc == WDS_OK) {
     sum->epoch = epoch;
-    sum->workers = l->pin.workers;
+    sum->workers = pin->workers;
     if (!(sum->w = calloc((size_t)sum->workers, sizeof *sum->w)))
       rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
   }
-  for (size_t s = 0; s < l->nsrc && rc == WDS_OK; s++) {
+  for (size_t s = 0; s < ss->nsrc && rc == WDS_OK; s++) {
     sum->rank_samples += p[s].rank_samples;
     sum->steps += p[s].steps; /* rank weights: each source's steps */
     sum->total_samples += p[s].total_samples;
@@ -396,47 +406,49 @@ int wds__run_plan(wds_loader *l, uint64_t epoch, wds__epoch_plan *sum,
       sum->w[w].quota += p[s].w[w].quota;
   }
   if (rc != WDS_OK) {
-    wds__run_plan_free(l, sum, p);
+    wds__run_plan_free(ss, sum, p);
     return rc;
   }
   *per = p;
   return WDS_OK;
 }
 
-void wds__run_plan_free(const wds_loader *l, wds__epoch_plan *sum,
+void wds__run_plan_free(const wds__sources *ss, wds__epoch_plan *sum,
                         wds__epoch_plan *per) {
   wds__plan_free(sum);
   if (per)
-    for (size_t s = 0; s < l->nsrc; s++)
+    for (size_t s = 0; s < ss->nsrc; s++)
       wds__plan_free(&per[s]);
   free(per);
 }
 
-void wds__sources_free(wds_loader *l) {
-  for (size_t s = 0; l->src && s < l->nsrc; s++)
-    free(l->src[s].index_path);
-  free(l->src);
-  free(l->shard_source);
-  free(l->mix_cum);
-  l->src = NULL;
-  l->shard_source = NULL;
-  l->mix_cum = NULL;
+void wds__sources_free(wds__sources *ss) {
+  wds_url_list_free(&ss->urls);
+  for (size_t s = 0; ss->src && s < ss->nsrc; s++)
+    free(ss->src[s].index_path);
+  free(ss->src);
+  free(ss->shard_source);
+  free(ss->mix_cum);
+  ss->src = NULL;
+  ss->shard_source = NULL;
+  ss->mix_cum = NULL;
 }
 
 /* ---- a worker's feeds ---- */
 
-int wds__feeds_init(feeds *fs, worker *w) {
-  run *rn = w->run;
-  wds_loader *l = rn->l;
+int wds__feeds_init(wds__feeds *fs, const wds__feed_ctx *ctx,
+                    const wds__feed_worker *w, const wds__epoch_plan *plan,
+                    const wds__epoch_plan *splan) {
+  const wds__sources *ss = ctx->sources;
   memset(fs, 0, sizeof *fs);
-  fs->n = l->mixed ? l->nsrc : 1;
+  fs->ctx = ctx;
+  fs->n = ss->mixed ? ss->nsrc : 1;
   if (!(fs->f = calloc(fs->n, sizeof *fs->f)))
     return -1;
   for (size_t s = 0; s < fs->n; s++)
-    wds__feed_init(&fs->f[s], w, s,
-                   rn->splan ? &rn->splan[s].w[w->index]
-                             : &rn->plan.w[w->index]);
-  if (fs->n > 1 && l->cfg.mode == WDS_MODE_EXACT) {
+    wds__feed_init(&fs->f[s], ctx, w, s,
+                   splan ? &splan[s].w[w->index] : &plan->w[w->index]);
+  if (fs->n > 1 && ctx->cfg->mode == WDS_MODE_EXACT) {
     fs->taken = calloc(fs->n, sizeof *fs->taken);
     fs->quota = calloc(fs->n, sizeof *fs->quota);
     if (!fs->taken || !fs->quota)
@@ -445,13 +457,13 @@ int wds__feeds_init(feeds *fs, worker *w) {
       fs->quota[s] = fs->f[s].wp->quota;
   }
   wds__rng_init(&fs->pick,
-                wds__rng_key(l->cfg.seed, WDS__STREAM_MIX, rn->epoch,
-                             (uint64_t)l->pin.rank, (uint64_t)w->index));
+                wds__rng_key(ctx->cfg->seed, WDS__STREAM_MIX, w->epoch,
+                             (uint64_t)ctx->cfg->rank, (uint64_t)w->index));
   return 0;
 }
 
 /* Exact mode: the source whose next sample is due first. */
-static size_t pick_due(const feeds *fs) {
+static size_t pick_due(const wds__feeds *fs) {
   size_t best = fs->n;
   for (size_t s = 0; s < fs->n; s++) {
     if (fs->taken[s] >= fs->quota[s])
@@ -464,21 +476,21 @@ static size_t pick_due(const feeds *fs) {
   return best;
 }
 
-int wds__feeds_next(void *ctx, raw_sample **out) {
-  feeds *fs = ctx;
+int wds__feeds_next(void *ctx, wds__raw_sample **out) {
+  wds__feeds *fs = ctx;
   size_t s = 0;
   *out = NULL;
   if (fs->n > 1) {
-    const wds_loader *l = fs->f[0].w->run->l;
+    const double *cum = fs->ctx->sources->mix_cum;
     if (fs->taken) {
       s = pick_due(fs);
       if (s == fs->n)
         return 0; /* every quota met */
       fs->taken[s]++;
     } else {
-      double u = (double)(wds__rng_next(&fs->pick) >> 11) * 0x1p-53 *
-                 l->mix_cum[fs->n - 1];
-      while (s + 1 < fs->n && !(u < l->mix_cum[s]))
+      double u =
+          (double)(wds__rng_next(&fs->pick) >> 11) * 0x1p-53 * cum[fs->n - 1];
+      while (s + 1 < fs->n && !(u < cum[s]))
         s++;
     }
   }
@@ -488,7 +500,7 @@ int wds__feeds_next(void *ctx, raw_sample **out) {
   return rc;
 }
 
-int wds__feeds_check_last(feeds *fs) {
+int wds__feeds_check_last(wds__feeds *fs) {
   for (size_t s = 0; s < fs->n; s++)
     if (wds__feed_check_last(&fs->f[s]) != 0) {
       fs->fatal = fs->f[s].fatal;
@@ -497,7 +509,7 @@ int wds__feeds_check_last(feeds *fs) {
   return 0;
 }
 
-void wds__feeds_stats(feeds *fs, uint64_t *read_ns, uint64_t *bytes,
+void wds__feeds_stats(wds__feeds *fs, uint64_t *read_ns, uint64_t *bytes,
                       uint64_t *shards) {
   *read_ns = *bytes = *shards = 0;
   for (size_t s = 0; s < fs->n && fs->f; s++) {
@@ -508,7 +520,7 @@ void wds__feeds_stats(feeds *fs, uint64_t *read_ns, uint64_t *bytes,
   }
 }
 
-void wds__feeds_close(feeds *fs) {
+void wds__feeds_close(wds__feeds *fs) {
   for (size_t s = 0; s < fs->n && fs->f; s++)
     wds__feed_close(&fs->f[s]);
   free(fs->f);

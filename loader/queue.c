@@ -3,12 +3,14 @@
  * One mutex and two condition variables per queue; a ring of cap item
  * pointers. Items move in chunks (one lock and one wake-up per chunk).
  * Every wait also ends when the run's abort flag is set: run_stop sets it,
- * then wakes both sides (wds__queue_wake). A worker waiting for room
- * copies slot rows meanwhile, if the collator has opened a copy job
- * (run.c), which wakes it. */
+ * then wakes both sides (wds__queue_wake). A pusher may have other work
+ * than waiting for room (a worker: slot copies, run.c's wds__worker_push):
+ * its `busy` check, asked under the queue's lock, sends it back to do that
+ * work, and wds__queue_wake_pushers wakes it when some arrives. The queue
+ * knows nothing of what the work is. */
 #include "loader/internal.h"
 
-int wds__queue_init(queue *q, size_t cap) {
+int wds__queue_init(wds__queue *q, size_t cap) {
   memset(q, 0, sizeof *q);
   q->ring = calloc(cap, sizeof *q->ring);
   if (!q->ring)
@@ -20,7 +22,7 @@ int wds__queue_init(queue *q, size_t cap) {
   return 0;
 }
 
-void wds__queue_destroy(queue *q, size_t nfields) {
+void wds__queue_destroy(wds__queue *q, size_t nfields) {
   if (!q->ring)
     return;
   for (size_t i = 0; i < q->len; i++)
@@ -34,24 +36,20 @@ void wds__queue_destroy(queue *q, size_t nfields) {
 
 /* Chunks, not items: per-item hand-offs cost more than reading a small
  * sample. */
-int wds__queue_push_many(queue *q, item **its, size_t n, run *rn) {
-  atomic_int *abort_flag = &rn->abort;
+int wds__queue_push_many(wds__queue *q, wds__item **its, size_t n,
+                         atomic_int *abort_flag, int (*busy)(void *ctx),
+                         void *ctx) {
   pthread_mutex_lock(&q->mu);
   while (q->cap - q->len < n && !atomic_load(abort_flag)) {
-    uint64_t v = atomic_load_explicit(&rn->job_claim, memory_order_relaxed);
-    if ((v & 0xffffffffu) < (v >> 32)) {
-      /* Slot copies to share rather than wait idle (run.c wakes this wait
-       * when it opens a job). */
+    if (busy && busy(ctx)) { /* other work than waiting: the caller's */
       pthread_mutex_unlock(&q->mu);
-      wds__copy_parts(rn);
-      pthread_mutex_lock(&q->mu);
-      continue;
+      return WDS__QUEUE_BUSY;
     }
     pthread_cond_wait(&q->not_full, &q->mu);
   }
   if (atomic_load(abort_flag)) {
     pthread_mutex_unlock(&q->mu);
-    return -1;
+    return WDS__QUEUE_ABORTED;
   }
   WDS__ASSERT(n <= q->cap - q->len && q->head < q->cap);
   for (size_t i = 0; i < n; i++)
@@ -59,10 +57,10 @@ int wds__queue_push_many(queue *q, item **its, size_t n, run *rn) {
   q->len += n;
   pthread_cond_signal(&q->not_empty);
   pthread_mutex_unlock(&q->mu);
-  return 0;
+  return WDS__QUEUE_PUSHED;
 }
 
-size_t wds__queue_pop_many(queue *q, item **out, size_t max,
+size_t wds__queue_pop_many(wds__queue *q, wds__item **out, size_t max,
                            atomic_int *abort_flag) {
   size_t n = 0;
   pthread_mutex_lock(&q->mu);
@@ -81,9 +79,15 @@ size_t wds__queue_pop_many(queue *q, item **out, size_t max,
   return n;
 }
 
-void wds__queue_wake(queue *q) {
+void wds__queue_wake(wds__queue *q) {
   pthread_mutex_lock(&q->mu);
   pthread_cond_broadcast(&q->not_empty);
+  pthread_cond_broadcast(&q->not_full);
+  pthread_mutex_unlock(&q->mu);
+}
+
+void wds__queue_wake_pushers(wds__queue *q) {
+  pthread_mutex_lock(&q->mu);
   pthread_cond_broadcast(&q->not_full);
   pthread_mutex_unlock(&q->mu);
 }

@@ -23,7 +23,7 @@ static void post_ready(wds_loader *l, int kind, int slot_index) {
   size_t cap = (size_t)l->nslots + 2;
   WDS__ASSERT(l->ready_len < cap && l->ready_head < cap);
   l->ready[(l->ready_head + l->ready_len) % cap] =
-      (ready_entry){kind, slot_index};
+      (wds__ready_entry){kind, slot_index};
   l->ready_len++;
   if (kind == READY_SLOT)
     wds__slot_set(l, slot_index, SLOT_READY); /* asserts it was FILLING */
@@ -41,7 +41,7 @@ static void post_error(wds_loader *l, int status, const char *msg) {
 
 /* A free slot, marked FILLING; -1 when aborted. wait 0: -1 at once when
  * none is free. */
-static int acquire_slot(wds_loader *l, run *rn, int wait) {
+static int acquire_slot(wds_loader *l, wds__run *rn, int wait) {
   int found = -1;
   wds__loader_lock(l);
   for (;;) {
@@ -69,12 +69,12 @@ static int acquire_slot(wds_loader *l, run *rn, int wait) {
 
 /* The collator's view of one worker: the chunk it took last. */
 typedef struct inbox {
-  item **v;
+  wds__item **v;
   size_t len, at;
-  blk_returns back, back_items;
+  wds__blk_returns back, back_items;
 } inbox;
 
-static item *inbox_next(run *rn, int w, inbox *in, uint64_t *waited) {
+static wds__item *inbox_next(wds__run *rn, int w, inbox *in, uint64_t *waited) {
   if (in->at == in->len) {
     wds__copy_help(rn); /* rather than wait idle */
     uint64_t t0 = wds__now_ns();
@@ -87,7 +87,7 @@ static item *inbox_next(run *rn, int w, inbox *in, uint64_t *waited) {
   return in->v[in->at++];
 }
 
-static void return_blocks(run *rn, inbox *in) {
+static void return_blocks(wds__run *rn, inbox *in) {
   for (int w = 0; w < rn->l->pin.workers; w++) {
     wds__blk_flush(rn->w[w].pool, &in[w].back);
     wds__blk_flush(rn->w[w].ipool, &in[w].back_items);
@@ -107,7 +107,7 @@ static void return_blocks(run *rn, inbox *in) {
 
 #define COPY_PART_BYTES ((uint64_t)128 << 10)
 
-void wds__copy_parts(run *rn) {
+void wds__copy_parts(wds__run *rn) {
   wds_loader *l = rn->l;
   for (;;) {
     uint64_t v =
@@ -115,13 +115,14 @@ void wds__copy_parts(run *rn) {
     uint64_t part = v & 0xffffffffu, parts = v >> 32;
     if (part >= parts)
       return;
-    const copy_job *j = &rn->job;
+    const wds__copy_job *j = &rn->job;
     size_t r0 = (size_t)part * j->part_rows;
     size_t r1 = r0 + j->part_rows < j->rows ? r0 + j->part_rows : j->rows;
     /* A claimed part is rows of the open job, which stays as it is until
      * every part is copied (job_left reaches 0). */
     WDS__ASSERT(j->s && j->items && j->part_rows > 0 && r0 < r1);
-    wds__batch_copy(&l->col, j->s, (const item *const *)j->items + r0, r0, r1);
+    wds__batch_copy(&l->col, j->s, (const wds__item *const *)j->items + r0, r0,
+                    r1);
     unsigned left =
         atomic_fetch_sub_explicit(&rn->job_left, 1, memory_order_acq_rel);
     WDS__ASSERT(left >= 1); /* this part was not copied yet */
@@ -134,17 +135,30 @@ void wds__copy_parts(run *rn) {
   }
 }
 
+static int copy_due(void *rn) { return wds__copy_due(rn); }
+
+int wds__worker_push(wds__worker *w, wds__item **its, size_t n) {
+  wds__run *rn = w->run;
+  int rc;
+  /* Slot copies to share rather than wait idle (job_open wakes the wait
+   * when it opens a job). */
+  while ((rc = wds__queue_push_many(&w->q, its, n, &rn->abort, copy_due, rn)) ==
+         WDS__QUEUE_BUSY)
+    wds__copy_parts(rn);
+  return rc == WDS__QUEUE_PUSHED ? 0 : -1;
+}
+
 /* A batch whose rows are assigned: its items, and each item's worker (its
  * blocks go back there). */
 typedef struct batch_rows {
   int slot;
-  item **items;
+  wds__item **items;
   int *from;
   size_t rows;
 } batch_rows;
 
 /* Opens the copy job of b's rows (the previous job is done). */
-static void job_open(run *rn, batch_rows *b) {
+static void job_open(wds__run *rn, batch_rows *b) {
   wds_loader *l = rn->l;
   /* The job is written only while no part is claimed or being copied:
    * the previous one is done, its every part claimed. A job is a full
@@ -154,7 +168,7 @@ static void job_open(run *rn, batch_rows *b) {
               (atomic_load(&rn->job_claim) >> 32));
   WDS__ASSERT(b->slot >= 0 && b->slot < l->nslots &&
               b->rows == l->cfg.batch_size);
-  slot *s = &l->slots[b->slot];
+  wds__slot *s = &l->slots[b->slot];
   uint64_t bytes = 0;
   for (size_t i = 0; i < l->nfields; i++)
     bytes += s->bf[i].size_bytes;
@@ -175,15 +189,12 @@ static void job_open(run *rn, batch_rows *b) {
   atomic_store_explicit(&rn->job_left, (unsigned)parts, memory_order_relaxed);
   atomic_store_explicit(&rn->job_claim, parts << 32, memory_order_release);
   /* Workers waiting for room in their queue take parts too. */
-  for (int i = 0; i < l->pin.workers; i++) {
-    pthread_mutex_lock(&rn->w[i].q.mu);
-    pthread_cond_broadcast(&rn->w[i].q.not_full);
-    pthread_mutex_unlock(&rn->w[i].q.mu);
-  }
+  for (int i = 0; i < l->pin.workers; i++)
+    wds__queue_wake_pushers(&rn->w[i].q);
 }
 
 /* Copies what no one has claimed and waits for the rest: the job is done. */
-static void job_finish(run *rn) {
+static void job_finish(wds__run *rn) {
   wds_loader *l = rn->l;
   wds__copy_parts(rn);
   if (atomic_load_explicit(&rn->job_left, memory_order_acquire) == 0)
@@ -198,7 +209,7 @@ static void job_finish(run *rn) {
 }
 
 /* Gives b's items back to their workers (after the job is done). */
-static void rows_recycle(run *rn, inbox *in, batch_rows *b) {
+static void rows_recycle(wds__run *rn, inbox *in, batch_rows *b) {
   /* No part in progress reads these items. */
   WDS__ASSERT(atomic_load(&rn->job_left) == 0);
   for (size_t r = 0; r < b->rows; r++)
@@ -211,15 +222,15 @@ static void rows_recycle(run *rn, inbox *in, batch_rows *b) {
  * on_error policy (wds__batch_reads_check), then b goes out and its items
  * back to their workers. 0, or -1: the epoch ends with the error (posted;
  * b's slot is not, and b is left as it was for the cleanup). */
-static int post_copied(run *rn, inbox *in, batch_rows *b) {
+static int post_copied(wds__run *rn, inbox *in, batch_rows *b) {
   wds__err e;
   /* b is the open job's batch, and every part of it is copied. */
   WDS__ASSERT(b->slot >= 0 && rn->job.s == &rn->l->slots[b->slot] &&
               rn->job.items == b->items && rn->job.rows == b->rows);
   WDS__ASSERT(atomic_load(&rn->job_left) == 0);
-  int rc =
-      wds__batch_reads_check(&rn->l->col, &rn->l->slots[b->slot],
-                             (const item *const *)b->items, 0, b->rows, &e);
+  int rc = wds__batch_reads_check(&rn->l->col, &rn->l->slots[b->slot],
+                                  (const wds__item *const *)b->items, 0,
+                                  b->rows, &e);
   if (rc != WDS_OK) {
     post_error(rn->l, rc, e.msg);
     return -1;
@@ -231,7 +242,7 @@ static int post_copied(run *rn, inbox *in, batch_rows *b) {
   return 0;
 }
 
-static void rows_free(run *rn, batch_rows *b) {
+static void rows_free(wds__run *rn, batch_rows *b) {
   WDS__ASSERT(atomic_load(&rn->job_left) == 0); /* no part reads them */
   for (size_t r = 0; r < b->rows; r++)
     wds__item_free(b->items[r], rn->l->nfields);
@@ -241,12 +252,12 @@ static void rows_free(run *rn, batch_rows *b) {
 }
 
 static void *collator_main(void *arg) {
-  run *rn = arg;
+  wds__run *rn = arg;
   wds_loader *l = rn->l;
   int W = l->pin.workers;
   int *active = malloc((size_t)W * sizeof *active);
   inbox *in = calloc((size_t)W, sizeof *in);
-  filling fl = {-1, 0, calloc(l->nfields ? l->nfields : 1, sizeof(int))};
+  wds__filling fl = {-1, 0, calloc(l->nfields ? l->nfields : 1, sizeof(int))};
   size_t bs = l->cfg.batch_size;
   uint64_t pos = 0, index = rn->skip / bs;
   uint64_t target = rn->plan.rank_samples;
@@ -255,10 +266,10 @@ static void *collator_main(void *arg) {
   wds__err e;
   /* cur: the batch being assigned (slot fl.slot); pend: the batch being
    * copied (pend.slot >= 0), posted once the copies are done. */
-  batch_rows bcur = {-1, malloc(bs * sizeof(item *)), malloc(bs * sizeof(int)),
-                     0};
-  batch_rows pend = {-1, malloc(bs * sizeof(item *)), malloc(bs * sizeof(int)),
-                     0};
+  batch_rows bcur = {-1, malloc(bs * sizeof(wds__item *)),
+                     malloc(bs * sizeof(int)), 0};
+  batch_rows pend = {-1, malloc(bs * sizeof(wds__item *)),
+                     malloc(bs * sizeof(int)), 0};
   if (!active || !in || !fl.first_set || !bcur.items || !bcur.from ||
       !pend.items || !pend.from) {
     post_error(l, WDS_ERR_NOMEM, "out of memory");
@@ -275,7 +286,7 @@ static void *collator_main(void *arg) {
     active[i] = i;
   while (pos < target && n_active > 0) {
     int wi = active[cur];
-    item *it = inbox_next(rn, wi, &in[wi], &waited);
+    wds__item *it = inbox_next(rn, wi, &in[wi], &waited);
     if (!it)
       goto done; /* aborted */
     if (it->kind == ITEM_END) {
@@ -340,7 +351,7 @@ static void *collator_main(void *arg) {
       goto done;
     }
     if (fl.rows == bs) {
-      slot *s = &l->slots[fl.slot];
+      wds__slot *s = &l->slots[fl.slot];
       if ((rc = wds__batch_reserve(&l->col, s, &fl, &e)) != WDS_OK) {
         post_error(l, rc, e.msg);
         goto done;
@@ -375,7 +386,7 @@ static void *collator_main(void *arg) {
      * found after its last sample (a shard longer than its count) is read
      * here, before the epoch may end. */
     for (int k = 0; k < n_active; k++) {
-      item *it = inbox_next(rn, active[k], &in[active[k]], &waited);
+      wds__item *it = inbox_next(rn, active[k], &in[active[k]], &waited);
       if (!it)
         goto done; /* aborted */
       int kind = it->kind;
@@ -389,13 +400,13 @@ static void *collator_main(void *arg) {
   if (fl.slot >= 0) {
     /* The last, partial batch: its rows copied here, then padded, kept or
      * dropped. */
-    slot *s = &l->slots[fl.slot];
+    wds__slot *s = &l->slots[fl.slot];
     int rc = wds__batch_reserve(&l->col, s, &fl, &e);
     if (rc == WDS_OK) {
-      wds__batch_copy(&l->col, s, (const item *const *)bcur.items, 0,
+      wds__batch_copy(&l->col, s, (const wds__item *const *)bcur.items, 0,
                       bcur.rows);
-      rc = wds__batch_reads_check(&l->col, s, (const item *const *)bcur.items,
-                                  0, bcur.rows, &e);
+      rc = wds__batch_reads_check(
+          &l->col, s, (const wds__item *const *)bcur.items, 0, bcur.rows, &e);
     }
     if (rc == WDS_OK) {
       rows_recycle(rn, in, &bcur);
@@ -485,7 +496,7 @@ done:
  * successor's worker after it); the wake token is only set to abort, never
  * at a normal end, when the successor's readers may be open. */
 
-static void run_free(wds_loader *l, run *rn) {
+static void run_free(wds_loader *l, wds__run *rn) {
   if (rn->w)
     for (int i = 0; i < l->pin.workers; i++) {
       wds__queue_destroy(&rn->w[i].q, l->nfields);
@@ -494,7 +505,7 @@ static void run_free(wds_loader *l, run *rn) {
       free(rn->w[i].pending);
       wds__item_free(rn->w[i].terminal, l->nfields);
     }
-  wds__run_plan_free(l, &rn->plan, rn->splan);
+  wds__run_plan_free(&l->sources, &rn->plan, rn->splan);
   free(rn->w);
   free(rn);
 }
@@ -502,7 +513,7 @@ static void run_free(wds_loader *l, run *rn) {
 /* Joins rn's threads and frees it. abort: they are told to stop (and
  * blocked reads woken: the caller resets the wake token after); else they
  * have ended or are ending on their own. */
-static void run_join(wds_loader *l, run *rn, int abort) {
+static void run_join(wds_loader *l, wds__run *rn, int abort) {
   if (abort) {
     for (int i = 0; i < l->pin.workers; i++)
       if (rn->w[i].q.ring)
@@ -520,12 +531,12 @@ static void run_join(wds_loader *l, run *rn, int abort) {
 }
 
 void wds__run_stop(wds_loader *l) {
-  run *rn = l->cur;
+  wds__run *rn = l->cur;
   if (!rn)
     return;
   wds__loader_lock(l);
   atomic_store(&rn->abort, 1);
-  run *nx = rn->succ;
+  wds__run *nx = rn->succ;
   rn->succ = NULL;
   if (nx)
     atomic_store(&nx->abort, 1); /* no worker starts one of its own now */
@@ -552,10 +563,11 @@ void wds__run_stop(wds_loader *l) {
 
 /* A run of epoch: planned, its queues and terminal items made; no thread
  * started. */
-static int run_make(wds_loader *l, uint64_t epoch, uint64_t skip, run **out) {
+static int run_make(wds_loader *l, uint64_t epoch, uint64_t skip,
+                    wds__run **out) {
   wds__err e;
   *out = NULL;
-  run *rn = calloc(1, sizeof *rn);
+  wds__run *rn = calloc(1, sizeof *rn);
   if (!rn) {
     wds__set_error(l, "out of memory");
     return WDS_ERR_NOMEM;
@@ -566,7 +578,8 @@ static int run_make(wds_loader *l, uint64_t epoch, uint64_t skip, run **out) {
   atomic_init(&rn->abort, 0);
   atomic_init(&rn->job_claim, 0);
   atomic_init(&rn->job_left, 0);
-  int rc = wds__run_plan(l, epoch, &rn->plan, &rn->splan, &e);
+  int rc =
+      wds__run_plan(&l->sources, &l->pin, epoch, &rn->plan, &rn->splan, &e);
   if (rc != WDS_OK) {
     wds__set_error(l, "%s", e.msg);
     free(rn);
@@ -581,7 +594,7 @@ static int run_make(wds_loader *l, uint64_t epoch, uint64_t skip, run **out) {
     rn->w[i].pool = &l->pools[i];
     rn->w[i].ipool = &l->pools[l->cfg.workers + i];
     if (wds__queue_init(&rn->w[i].q, l->queue_cap) != 0 ||
-        !(rn->w[i].pending = malloc(l->chunk * sizeof(item *))) ||
+        !(rn->w[i].pending = malloc(l->chunk * sizeof(wds__item *))) ||
         !(rn->w[i].terminal = wds__item_new(NULL, 0, l->nfields, ITEM_END)))
       goto nomem;
   }
@@ -596,7 +609,7 @@ nomem:
 /* Starts l->cur's workers that are not running yet and its collator, and
  * makes its successor when the next epoch may overlap this one. */
 static int run_launch(wds_loader *l) {
-  run *rn = l->cur;
+  wds__run *rn = l->cur;
   for (int i = 0; i < l->pin.workers; i++) {
     wds__loader_lock(l); /* a predecessor may be starting it */
     int rc = 0;
@@ -614,7 +627,7 @@ static int run_launch(wds_loader *l) {
   if (l->cfg.eager_next_epoch &&
       !(l->cfg.mode == WDS_MODE_PLAIN && l->cfg.samples_per_epoch) &&
       rn->epoch < UINT64_MAX) {
-    run *nx;
+    wds__run *nx;
     if (run_make(l, rn->epoch + 1, 0, &nx) == WDS_OK) {
       wds__loader_lock(l);
       rn->succ = nx;
@@ -633,11 +646,11 @@ int wds__run_start(wds_loader *l, uint64_t epoch, uint64_t skip) {
   return rc != WDS_OK ? rc : run_launch(l);
 }
 
-void wds__worker_handoff(worker *w) {
-  run *rn = w->run;
+void wds__worker_handoff(wds__worker *w) {
+  wds__run *rn = w->run;
   wds_loader *l = rn->l;
   wds__loader_lock(l);
-  run *nx = rn->succ;
+  wds__run *nx = rn->succ;
   if (nx && !atomic_load(&rn->abort) && !atomic_load(&nx->abort) &&
       !nx->w[w->index].started &&
       pthread_create(&nx->w[w->index].thread, NULL, wds__worker_main,
@@ -647,12 +660,12 @@ void wds__worker_handoff(worker *w) {
 }
 
 int wds__run_next_epoch(wds_loader *l) {
-  run *rn = l->cur;
+  wds__run *rn = l->cur;
   if (!rn || !rn->ended) {
     wds__run_stop(l);
   } else {
     wds__loader_lock(l);
-    run *nx = rn->succ;
+    wds__run *nx = rn->succ;
     rn->succ = NULL;
     wds__loader_unlock(l);
     /* Every thread of rn has ended or is ending: no abort, and the wake

@@ -12,10 +12,10 @@
 
 /* Where the shuffle buffer's input comes from: 0 with *out (NULL at the
  * end), or -1 when the caller must stop. */
-typedef int (*wds__sample_pull)(void *ctx, raw_sample **out);
+typedef int (*wds__sample_pull)(void *ctx, wds__raw_sample **out);
 
 typedef struct wds__shuffle {
-  raw_sample **buf;
+  wds__raw_sample **buf;
   size_t len, cap, initial;
   uint64_t bytes, cap_bytes; /* field data held, and its bound */
   int src_done;
@@ -31,16 +31,16 @@ int wds__shuffle_init(wds__shuffle *sh, size_t cap, size_t initial,
 /* Frees the samples still buffered (blocks) and the buffer. */
 void wds__shuffle_free(wds__shuffle *sh);
 
-static inline void wds__shuffle_add(wds__shuffle *sh, raw_sample *s) {
+static inline void wds__shuffle_add(wds__shuffle *sh, wds__raw_sample *s) {
   WDS__ASSERT(sh->len < sh->cap); /* never more than cap samples */
   sh->buf[sh->len++] = s;
   sh->bytes += s->data_bytes;
 }
 
-static inline raw_sample *wds__shuffle_pick(wds__shuffle *sh) {
+static inline wds__raw_sample *wds__shuffle_pick(wds__shuffle *sh) {
   WDS__ASSERT(sh->len > 0);
   size_t k = (size_t)wds__rng_below(&sh->rng, sh->len);
-  raw_sample *s = sh->buf[k];
+  wds__raw_sample *s = sh->buf[k];
   sh->buf[k] = sh->buf[--sh->len];
   /* bytes is the sum of the buffered samples' data_bytes. */
   WDS__ASSERT(sh->bytes >= s->data_bytes &&
@@ -57,13 +57,13 @@ static inline raw_sample *wds__shuffle_pick(wds__shuffle *sh) {
  * so the order stays a pure function of the configuration.
  * Returns 0 with *out (NULL at the end) or -1 when pull failed. */
 static inline int wds__shuffle_next(wds__shuffle *sh, wds__sample_pull pull,
-                                    void *ctx, raw_sample **out) {
+                                    void *ctx, wds__raw_sample **out) {
   *out = NULL;
   if (sh->cap <= 1)
     return pull(ctx, out);
   for (;;) {
     if (!sh->src_done) {
-      raw_sample *s;
+      wds__raw_sample *s;
       if (pull(ctx, &s) != 0)
         return -1;
       if (!s) {

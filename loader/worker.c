@@ -1,7 +1,8 @@
 /* worker.c — a worker thread: its feed's samples through its shuffle
  * buffer, decoded by each field's decoder (pipeline/decoders.h) into
- * items, handed to its queue in chunks. Between samples it takes a share
- * of the collator's slot copies (wds__copy_help, run.c).
+ * items, handed to its queue in chunks. Between samples, and while its
+ * queue is full, it takes a share of the collator's slot copies
+ * (wds__copy_help, wds__worker_push: run.c).
  *
  * The worker's item i is a pure function of the plan and the RNG keys
  * (seed, stream, epoch, rank, worker, i). Items the collator will certainly
@@ -20,7 +21,8 @@
 #include "loader/internal.h"
 #include "loader/shuffle.h"
 
-static const raw_field *find_field(const raw_sample *r, const out_field *of) {
+static const wds__raw_field *find_field(const wds__raw_sample *r,
+                                        const wds__out_field *of) {
   for (size_t a = 0; a < of->nalts; a++)
     for (size_t i = 0; i < r->nfields; i++)
       if (r->f[i].ext[0] == of->alts[a][0] &&
@@ -32,12 +34,13 @@ static const raw_field *find_field(const raw_sample *r, const out_field *of) {
 /* Whether output field of's rows are the raw bytes, laid end to end: a
  * deferred raw field wanted only by such outputs is read by the batch copy
  * straight into its slot row (collate.c), one copy instead of two. */
-static int reads_at_copy(const out_field *of) {
+static int reads_at_copy(const wds__out_field *of) {
   return of->def->passthrough && of->def->layout == WDS__ROW_VARIABLE;
 }
 
-/* Marks r's deferred fields that the batch copy reads (raw_field.at_copy). */
-static void mark_copy_reads(const wds_loader *l, raw_sample *r) {
+/* Marks r's deferred fields that the batch copy reads (wds__raw_field.at_copy).
+ */
+static void mark_copy_reads(const wds_loader *l, wds__raw_sample *r) {
   size_t k = 0;
   while (k < r->nfields && !r->f[k].fh)
     k++;
@@ -48,12 +51,12 @@ static void mark_copy_reads(const wds_loader *l, raw_sample *r) {
   /* Set for a field some raw-bytes output takes, then cleared again for
    * one that any decoding output takes (the worker must read it). */
   for (size_t i = 0; i < l->nfields; i++) {
-    raw_field *rf = (raw_field *)find_field(r, &l->fields[i]);
+    wds__raw_field *rf = (wds__raw_field *)find_field(r, &l->fields[i]);
     if (rf && rf->fh && reads_at_copy(&l->fields[i]))
       rf->at_copy = 1;
   }
   for (size_t i = 0; i < l->nfields; i++) {
-    raw_field *rf = (raw_field *)find_field(r, &l->fields[i]);
+    wds__raw_field *rf = (wds__raw_field *)find_field(r, &l->fields[i]);
     if (rf && rf->fh && !reads_at_copy(&l->fields[i]))
       rf->at_copy = 0;
   }
@@ -61,7 +64,7 @@ static void mark_copy_reads(const wds_loader *l, raw_sample *r) {
 
 /* Row memory for a decoder: a block of the worker's pool. */
 typedef struct row_alloc {
-  blk_pool *pool;
+  wds__blk_pool *pool;
   int owner;
   int failed;
 } row_alloc;
@@ -77,17 +80,18 @@ static void *alloc_row(void *ctx, size_t size_bytes) {
 /* Decodes every output field of r into it, each with its decoder from the
  * table; on failure returns the status with a message naming sample, shard
  * and field in e. aug_key: the worker's augmentation key for the epoch. */
-static int decode_item(wds_loader *l, wds__decoder *dec, worker *w,
-                       uint64_t aug_key, uint64_t seq, item *it, wds__err *e) {
-  const raw_sample *r = it->raw;
+static int decode_item(wds_loader *l, wds__decoder *dec, wds__worker *w,
+                       uint64_t aug_key, uint64_t seq, wds__item *it,
+                       wds__err *e) {
+  const wds__raw_sample *r = it->raw;
   /* For messages only, its secrets hidden (wds__url_redact). */
   char ub[WDS__URL_REDACT_MAX];
-  const char *url = l->urls.urls[r->shard];
+  const char *url = l->sources.urls.urls[r->shard];
   row_alloc ra = {w->pool, w->index, 0};
   wds__decode_call call = {dec, 0, alloc_row, &ra};
   for (size_t i = 0; i < l->nfields; i++) {
-    const out_field *of = &l->fields[i];
-    const raw_field *rf = find_field(r, of);
+    const wds__out_field *of = &l->fields[i];
+    const wds__raw_field *rf = find_field(r, of);
     if (!rf) /* every field it has, wanted or not: a typo shows */
       return wds__fail(e, WDS_ERR_FORMAT,
                        "%s: sample \"%s\" has no field '%s' (has: %.300s)",
@@ -121,7 +125,7 @@ static int decode_item(wds_loader *l, wds__decoder *dec, worker *w,
  * measured, the rest of its busy time (copying samples out of the reader,
  * the shuffle buffer, making items) as "shuffle". Per chunk, not per
  * sample: shared counters written per sample cost more than they measure. */
-static void worker_stats(wds_loader *l, feeds *src, uint64_t *decode_ns,
+static void worker_stats(wds_loader *l, wds__feeds *src, uint64_t *decode_ns,
                          uint64_t *mark, wds__defer_stats *deferred) {
   uint64_t now = wds__now_ns(), busy = now - *mark;
   uint64_t read_ns, bytes, shards;
@@ -141,23 +145,25 @@ static void worker_stats(wds_loader *l, feeds *src, uint64_t *decode_ns,
 }
 
 void *wds__worker_main(void *arg) {
-  worker *w = arg;
-  run *rn = w->run;
+  wds__worker *w = arg;
+  wds__run *rn = w->run;
   wds_loader *l = rn->l;
   const wds__worker_plan *wp = &rn->plan.w[w->index];
   uint64_t W = (uint64_t)l->pin.workers;
   uint64_t aug_key = wds__rng_key(l->cfg.seed, WDS__STREAM_AUGMENT, rn->epoch,
                                   (uint64_t)l->pin.rank, (uint64_t)w->index);
-  item *fatal = NULL;
+  wds__item *fatal = NULL;
   int failed = 0; /* the loop ended on an error (fatal may be NULL if even
                      its item could not be allocated) */
-  feeds src;
+  wds__feeds src;
   wds__shuffle sh;
   wds__decoder *dec = wds__decoder_new();
   if (dec)
     wds__decoder_set_memory_limit(dec, l->cfg.image_memory_limit);
   memset(&sh, 0, sizeof sh);
-  int feeds_failed = wds__feeds_init(&src, w) != 0;
+  const wds__feed_worker fw = {w->pool, w->index, rn->epoch, &rn->abort};
+  int feeds_failed =
+      wds__feeds_init(&src, &l->feed_ctx, &fw, &rn->plan, rn->splan) != 0;
   if (feeds_failed ||
       wds__shuffle_init(&sh, l->cfg.shuffle_buffer, l->cfg.shuffle_initial,
                         l->cfg.shuffle_buffer_bytes,
@@ -170,7 +176,7 @@ void *wds__worker_main(void *arg) {
   uint64_t mark = wds__now_ns(), decode_ns = 0;
   wds__defer_stats deferred = {0, 0, 0}; /* deferred fields read */
   for (uint64_t seq = 0; !failed && seq < wp->quota; seq++) {
-    raw_sample *r;
+    wds__raw_sample *r;
     if (wds__shuffle_next(&sh, wds__feeds_next, &src, &r) != 0) {
       fatal = src.fatal;
       failed = 1;
@@ -179,8 +185,8 @@ void *wds__worker_main(void *arg) {
     if (!r)
       break;
     int token = seq * W + (uint64_t)w->index < rn->skip;
-    item *it = wds__item_new(w->ipool, w->index, l->nfields,
-                             token ? ITEM_TOKEN : ITEM_SAMPLE);
+    wds__item *it = wds__item_new(w->ipool, w->index, l->nfields,
+                                  token ? ITEM_TOKEN : ITEM_SAMPLE);
     if (!it) {
       wds__raw_free(r);
       failed = 1;
@@ -194,8 +200,8 @@ void *wds__worker_main(void *arg) {
     } else if (!token) {
       wds__err e;
       mark_copy_reads(l, r);
-      int rc = wds__defer_read(r, l->urls.urls[r->shard], w->pool, w->index,
-                               &deferred, &e);
+      int rc = wds__defer_read(r, l->sources.urls.urls[r->shard], w->pool,
+                               w->index, &deferred, &e);
       if (rc == WDS_OK) {
         uint64_t t1 = l->needs_decode ? wds__now_ns() : 0;
         rc = decode_item(l, dec, w, aug_key, seq, it, &e);
@@ -226,7 +232,7 @@ void *wds__worker_main(void *arg) {
     wds__copy_help(rn); /* rows of a batch waiting for their slot copy */
     if (w->npending == l->chunk) {
       worker_stats(l, &src, &decode_ns, &mark, &deferred);
-      if (wds__queue_push_many(&w->q, w->pending, w->npending, rn) != 0)
+      if (wds__worker_push(w, w->pending, w->npending) != 0)
         break; /* aborted: run_stop frees what is pending */
       w->npending = 0;
       mark = wds__now_ns(); /* time blocked on the queue is nobody's stage */
@@ -243,7 +249,7 @@ void *wds__worker_main(void *arg) {
    * terminal item was allocated by run_start, so running out of memory
    * cannot turn an error into a silent early end (a short epoch on one
    * rank would hang an all-reduce). */
-  item *last = w->terminal;
+  wds__item *last = w->terminal;
   w->terminal = NULL;
   if (fatal) {
     wds__item_free(last, l->nfields);
@@ -256,7 +262,7 @@ void *wds__worker_main(void *arg) {
     w->pending[w->npending++] = last;
   else
     wds__item_free(last, l->nfields);
-  if (wds__queue_push_many(&w->q, w->pending, w->npending, rn) == 0)
+  if (wds__worker_push(w, w->pending, w->npending) == 0)
     w->npending = 0;
   wds__feeds_close(&src);
   wds__shuffle_free(&sh);

@@ -68,7 +68,7 @@ typedef struct wds__field_value {
   void (*write)(const void *data, void *dst);
   /* A deferred read (the loader's, VARIABLE rows of passthrough decoders;
    * not a decoder's): the row's size bytes are still in the shard file;
-   * this is the loader's raw field (loader/internal.h raw_field: handle,
+   * this is the loader's raw field (loader/internal.h wds__raw_field: handle,
    * offset, size) and the batch copy reads them with pread straight into
    * the row. Unlike write, that read can fail (loader/collate.c). */
   const void *defer;

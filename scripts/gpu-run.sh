@@ -186,8 +186,9 @@ do_setup() {
   echo "libnvjpeg: ${WDS_NVJPEG_LIBRARY:-not carried (looked for in CUDA and the torch venv)}"
   echo "CUDA libraries: ${cuda_lib:-none found}; NCCL: ${nccl_lib:-none found}; carried: $(ls "$carry/lib" | tr '\n' ' ')"
   echo "python: $TORCH_PY ($("$TORCH_PY" -V 2>&1))"
-  # The extension: _wds.c against this Python, the carried libwds.a and
-  # the libraries CMake linked it with (here, or carried).
+  # The extension: python/wds/_*.c (the files python/CMakeLists.txt lists)
+  # against this Python, the carried libwds.a and the libraries CMake linked
+  # it with (here, or carried).
   local inc ext out libs=() tok b cand
   inc=$("$TORCH_PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])') &&
     ext=$("$TORCH_PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))') || {
@@ -225,7 +226,7 @@ do_setup() {
   local cc=${CC:-cc}
   command -v "$cc" >/dev/null 2>&1 || cc=gcc
   lim "$cc" -std=c11 -O2 -fPIC -fvisibility=hidden -D_GNU_SOURCE -shared \
-    -I"$root/include" -I"$build/include" -I"$inc" "$root/python/wds/_wds.c" \
+    -I"$root/include" -I"$build/include" -I"$inc" "$root"/python/wds/_*.c \
     -o "$out/_wds$ext" "$build/libwds.a" "${libs[@]}" -lstdc++ -Wl,--exclude-libs,ALL \
     -Wl,-rpath,"${cuda_lib:+$cuda_lib:}$carry/lib" || {
     DETAIL="compiling the extension failed"

@@ -2,7 +2,9 @@
 # layers.sh — the one-way module dependencies (base <- shards <- pipeline
 # <- loader <- trainer, tools; docs/architecture.md), checked on the
 # #include lines of the sources: a module may not include a header of a
-# module above it, internal or public.
+# module above it, internal or public. Also the loader's lock discipline
+# (its mutex taken only through the owner-tracked helpers) and the narrow
+# views of its feeds, counting pass and sources.
 # Usage: layers.sh SOURCE_DIR
 set -euo pipefail
 root=${1:?usage: layers.sh SOURCE_DIR}
@@ -37,6 +39,29 @@ forbid tools 'trainer/' 'a trainer header'
 # The Python extension is written over the public API (include/wds/) only.
 forbid python 'base/|shards/|pipeline/|loader/|trainer/|tools/' \
   'an internal header (the extension uses the public API, include/wds/, only)'
+
+# The loader's mutex is taken through wds__loader_lock, _unlock, _wait and
+# _timedwait (loader/internal.h), so that assertion builds know its owner
+# (WDS__ASSERT_LOCKED, base/assert.h): no other file locks or waits on
+# l->mu raw.
+hits=$(grep -rnE "pthread_(mutex_(lock|trylock|unlock)|cond_(timed)?wait)\(&([a-z_]+->)*l->(mu|cv)\b" \
+         "$root/loader" --include='*.c' --include='*.h' --exclude=internal.h || true)
+if [ -n "$hits" ]; then
+  echo "layers: the loader's mutex taken raw (use wds__loader_lock and friends):"
+  echo "$hits" | sed "s|^$root/|  |"
+  bad=1
+fi
+
+# The feeds and the counting pass read the loader through their context
+# structs (wds__feed_ctx, wds__count_ctx), and mix.c's sources part works
+# on a wds__sources: none of these files names the handle.
+hits=$(grep -nw "wds_loader" "$root/loader/feed.c" "$root/loader/count.c" \
+         "$root/loader/mix.c" || true)
+if [ -n "$hits" ]; then
+  echo "layers: feed.c, count.c and mix.c see the loader through their views, not wds_loader:"
+  echo "$hits" | sed "s|^$root/|  |"
+  bad=1
+fi
 
 if [ "$bad" -ne 0 ]; then
   echo "layers: FAILED"

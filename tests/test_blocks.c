@@ -8,14 +8,14 @@
 #include "loader/internal.h"
 #include "test.h"
 
-static void pool_init(blk_pool *bp) {
+static void pool_init(wds__blk_pool *bp) {
   memset(bp, 0, sizeof *bp);
   pthread_mutex_init(&bp->mu, NULL);
   bp->limit = 1 << 20;
 }
 
-static const blk_head *head_of(const void *p) {
-  return (const blk_head *)p - 1;
+static const wds__blk_head *head_of(const void *p) {
+  return (const wds__blk_head *)p - 1;
 }
 
 /* Fills each block's whole capacity with its own byte, then checks every
@@ -34,7 +34,7 @@ static int fill_and_check(void **v, size_t n) {
 }
 
 TEST(small_fresh_blocks_are_carved) {
-  blk_pool bp;
+  wds__blk_pool bp;
   pool_init(&bp);
   enum { N = 3000 };
   static void *v[N];
@@ -58,12 +58,12 @@ TEST(small_fresh_blocks_are_carved) {
 }
 
 TEST(recycled_blocks_come_back_before_new_ones) {
-  blk_pool bp;
+  wds__blk_pool bp;
   pool_init(&bp);
   void *a = wds__blk_alloc(&bp, 0, 1000);
   void *b = wds__blk_alloc(&bp, 0, 1000);
   ASSERT_TRUE(a && b && a != b);
-  blk_returns r = {0};
+  wds__blk_returns r = {0};
   wds__blk_return(&r, a);
   wds__blk_return(&r, b);
   wds__blk_flush(&bp, &r);
@@ -83,7 +83,7 @@ TEST(recycled_blocks_come_back_before_new_ones) {
 }
 
 TEST(large_blocks_and_no_pool_are_malloced) {
-  blk_pool bp;
+  wds__blk_pool bp;
   pool_init(&bp);
   void *big = wds__blk_alloc(&bp, 0, 64 << 10);
   void *loose = wds__blk_alloc(NULL, 0, 100);
@@ -98,7 +98,7 @@ TEST(large_blocks_and_no_pool_are_malloced) {
 }
 
 TEST(a_chunk_outlives_its_pool) {
-  blk_pool bp;
+  wds__blk_pool bp;
   pool_init(&bp);
   void *v[10];
   for (int i = 0; i < 10; i++)
@@ -110,7 +110,7 @@ TEST(a_chunk_outlives_its_pool) {
 }
 
 TEST(carving_stops_at_its_budget) {
-  blk_pool bp;
+  wds__blk_pool bp;
   pool_init(&bp);
   /* 15 KiB blocks: 64 MiB of chunks hold about 4,300 of them. */
   enum { N = 6000 };
@@ -146,7 +146,7 @@ static void *free_every_other(void *arg) {
 }
 
 TEST(blocks_freed_on_two_threads) {
-  blk_pool bp;
+  wds__blk_pool bp;
   pool_init(&bp);
   enum { N = 20000 };
   static void *v[N];
@@ -167,11 +167,11 @@ TEST(blocks_freed_on_two_threads) {
  * malloc'd, also when the top of the free list is a large block and the
  * request small. */
 TEST(small_blocks_are_recycled_past_large_ones) {
-  blk_pool bp;
+  wds__blk_pool bp;
   pool_init(&bp);
   enum { B = 8, ROUNDS = 40 };
   void *prev[3 * B], *cur[3 * B];
-  blk_returns r = {0};
+  wds__blk_returns r = {0};
   uint64_t carved_after_warmup = 0;
   for (int round = 0; round < ROUNDS; round++) {
     for (int i = 0; i < B; i++) {

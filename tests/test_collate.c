@@ -11,10 +11,10 @@ enum { F_INT, F_NPY, F_TXT, NF };
 static const char *const urls[] = {"a.tar", "b.tar"};
 
 typedef struct fixture {
-  out_field fields[NF];
+  wds__out_field fields[NF];
   wds__collate c;
-  slot s;
-  filling fl;
+  wds__slot s;
+  wds__filling fl;
   atomic_uint_fast64_t fill_rows, pool_bytes;
   int skips;
   char last_skip[WDS__ERR_SIZE];
@@ -33,7 +33,7 @@ static int fixture_init(fixture *fx, size_t batch_size, wds_last_batch last,
                                       WDS_DECODE_BYTES};
   memset(fx, 0, sizeof *fx);
   for (int i = 0; i < NF; i++) {
-    out_field *of = &fx->fields[i];
+    wds__out_field *of = &fx->fields[i];
     of->name = (char *)names[i];
     of->def = wds__decoder_get(decs[i]);
     of->def->row_shape(&of->opts, &of->row);
@@ -67,20 +67,21 @@ static void fixture_free(fixture *fx) {
 /* An item as a worker makes it: an int, a float32 npy array of n values
  * (all v), and text. valid 0: an invalid (fill) row. */
 typedef struct row {
-  raw_sample raw;
-  item *it;
+  wds__raw_sample raw;
+  wds__item *it;
   float npy[4];
 } row;
 
-static item *make_item(row *r, const char *key, size_t shard, int valid,
-                       int64_t label, size_t n, float v, const char *text) {
-  r->it = calloc(1, sizeof(item) + NF * sizeof(item_field));
+static wds__item *make_item(row *r, const char *key, size_t shard, int valid,
+                            int64_t label, size_t n, float v,
+                            const char *text) {
+  r->it = calloc(1, sizeof(wds__item) + NF * sizeof(wds__item_field));
   if (!r->it)
     return NULL;
   memset(&r->raw, 0, sizeof r->raw);
   r->raw.key = key;
   r->raw.shard = shard;
-  item *it = r->it;
+  wds__item *it = r->it;
   it->kind = ITEM_SAMPLE;
   it->valid = valid;
   it->raw = &r->raw;

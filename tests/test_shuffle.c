@@ -15,14 +15,14 @@ typedef struct list {
   size_t pulls;
 } list;
 
-static int list_pull(void *ctx, raw_sample **out) {
+static int list_pull(void *ctx, wds__raw_sample **out) {
   list *li = ctx;
   *out = NULL;
   if (li->pulls++ == li->fail_at)
     return -1;
   if (li->next == li->n)
     return 0;
-  raw_sample *r = wds__raw_hole(NULL, 0, li->next++);
+  wds__raw_sample *r = wds__raw_hole(NULL, 0, li->next++);
   if (!r)
     return -1;
   r->hole = 0;
@@ -41,7 +41,7 @@ static int run_order(size_t n, size_t cap, size_t initial, uint64_t cap_bytes,
     return -1;
   int k = 0;
   for (;;) {
-    raw_sample *r;
+    wds__raw_sample *r;
     if (wds__shuffle_next(&sh, list_pull, &li, &r) != 0) {
       k = -1;
       break;
@@ -103,7 +103,7 @@ TEST(initial_fill) {
   wds__shuffle sh;
   ASSERT_EQ_INT(wds__shuffle_init(&sh, 16, 4, 1u << 30, 9), WDS_OK);
   ASSERT_EQ_INT(sh.initial, 4);
-  raw_sample *r;
+  wds__raw_sample *r;
   ASSERT_EQ_INT(wds__shuffle_next(&sh, list_pull, &li, &r), 0);
   ASSERT_TRUE(r != NULL);
   ASSERT_EQ_INT(li.pulls, 4); /* the first output once 4 are buffered */
@@ -129,7 +129,7 @@ TEST(byte_bound) {
   uint64_t max_bytes = 0;
   size_t order[1000];
   for (;;) {
-    raw_sample *r;
+    wds__raw_sample *r;
     ASSERT_EQ_INT(wds__shuffle_next(&sh, list_pull, &li, &r), 0);
     if (!r)
       break;
@@ -159,7 +159,7 @@ TEST(failing_pull) {
     int rc = 0;
     size_t outs = 0;
     for (;;) {
-      raw_sample *r;
+      wds__raw_sample *r;
       if ((rc = wds__shuffle_next(&sh, list_pull, &li, &r)) != 0)
         break;
       ASSERT_TRUE(r != NULL);

@@ -510,15 +510,17 @@ static uint64_t reference_fingerprint(const tr_options *o,
       "|batch=%zu|ranks=%d|procs=%d|workers=%d|img=%d|ch=%d|crop=%d"
       "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
       "|backend=%s|layers=%d",
-      o->train_spec ? o->train_spec : "", o->train_index ? o->train_index : "",
-      o->seed, (int)o->mode, o->samples_per_epoch, o->batch_size, o->ranks,
-      o->procs, o->workers, o->image_size, o->channels, (int)o->crop,
-      o->shuffle_buffer, (int)o->last_batch, o->lr, o->momentum,
-      o->weight_decay, o->warmup_steps, o->backend->name, m->layers);
+      o->loader.spec ? o->loader.spec : "",
+      o->loader.index_path ? o->loader.index_path : "", o->loader.seed,
+      (int)o->loader.mode, o->loader.samples_per_epoch, o->loader.batch_size,
+      o->ranks, o->procs, o->loader.workers, o->loader.image_size, o->channels,
+      (int)o->loader.crop, o->loader.shuffle_buffer, (int)o->loader.last_batch,
+      o->lr, o->momentum, o->weight_decay, o->warmup_steps, o->backend->name,
+      m->layers);
   uint64_t h = tr_fnv1a(TR_FNV_INIT, buf, (size_t)n);
   h = tr_fnv1a(h, m->dims, sizeof m->dims);
-  for (size_t i = 0; i < o->source_count; i++) {
-    const wds_source_config *sc = &o->sources[i];
+  for (size_t i = 0; i < o->loader.source_count; i++) {
+    const wds_source_config *sc = &o->loader.sources[i];
     n = snprintf(buf, cap, "|source=%s|index=%s|w=%.17g|p=%.17g|r=%.17g",
                  sc->spec, sc->index_path ? sc->index_path : "", sc->weight,
                  sc->proportion, sc->repeat);
@@ -545,26 +547,26 @@ TEST(fingerprint_counts_long_specs_whole) {
   tr_options o;
   tr_options_init(&o);
   tr_model_config m = {.layers = 3, .dims = {768, 256, 128, 10}};
-  o.train_spec = "train-{000..003}.tar";
+  o.loader.spec = "train-{000..003}.tar";
   uint64_t short_fp = tr_config_fingerprint(&o, &m);
   ASSERT_EQ_U64(short_fp, reference_fingerprint(&o, &m));
   char *a = long_spec(6800, "x.tar"), *b = long_spec(6800, "y.tar");
   ASSERT_TRUE(strlen(a) > 6800 && strncmp(a, b, 6800) == 0);
-  o.train_spec = a;
+  o.loader.spec = a;
   uint64_t fa = tr_config_fingerprint(&o, &m);
   ASSERT_EQ_U64(fa, reference_fingerprint(&o, &m));
-  o.train_spec = b;
+  o.loader.spec = b;
   uint64_t fb = tr_config_fingerprint(&o, &m);
   ASSERT_EQ_U64(fb, reference_fingerprint(&o, &m));
   ASSERT_TRUE(fa != fb);
-  o.train_spec = a;
+  o.loader.spec = a;
   ASSERT_EQ_U64(tr_config_fingerprint(&o, &m), fa); /* stable */
   /* A --source spec, and its index path, count whole too. */
   wds_source_config src[2] = {{.spec = a, .weight = 2},
                               {.spec = "x-{0..3}.tar", .index_path = a}};
-  o.train_spec = NULL;
-  o.sources = src;
-  o.source_count = 2;
+  o.loader.spec = NULL;
+  o.loader.sources = src;
+  o.loader.source_count = 2;
   uint64_t sa = tr_config_fingerprint(&o, &m);
   ASSERT_EQ_U64(sa, reference_fingerprint(&o, &m));
   src[0].spec = b;
@@ -577,9 +579,55 @@ TEST(fingerprint_counts_long_specs_whole) {
   free(b);
 }
 
+/* Fingerprints of fixed option sets as wds-train computed them when
+ * checkpoints of earlier runs were written: a checkpoint resumes only
+ * under the same value, so these never change (a change of how the
+ * options are held or hashed must keep them). */
+TEST(fingerprint_is_stable_across_versions) {
+  tr_model_config m = {.layers = 3, .dims = {768, 256, 128, 10}};
+  tr_options o;
+  tr_options_init(&o);
+  o.loader.spec = "train-{000..003}.tar";
+  ASSERT_EQ_U64(tr_config_fingerprint(&o, &m), UINT64_C(12423610651220311040));
+  /* Every hashed option away from its default. */
+  static const size_t rank_sizes[4] = {24, 8, 16, 16};
+  wds_source_config src[2] = {
+      {.spec = "a-{0..3}.tar", .weight = 2},
+      {.spec = "b-{0..1}.tar", .index_path = "b.json", .repeat = 1.5}};
+  tr_options_init(&o);
+  o.loader.spec = "https://host/shards-{0000..0099}.tar";
+  o.loader.index_path = "idx.json";
+  o.loader.seed = 7;
+  o.loader.mode = WDS_MODE_RESAMPLED;
+  o.loader.samples_per_epoch = 1234;
+  o.loader.batch_size = 16;
+  o.ranks = 2;
+  o.procs = 2;
+  o.loader.workers = 3;
+  o.loader.image_size = 8;
+  o.channels = 1;
+  o.loader.crop = WDS_CROP_RANDOM;
+  o.loader.shuffle_buffer = 50;
+  o.loader.last_batch = WDS_LAST_PAD;
+  o.lr = 0.1;
+  o.momentum = 0.5;
+  o.weight_decay = 1e-4;
+  o.warmup_steps = 20;
+  tr_model_config m2 = {.layers = 2, .dims = {64, 32, 10}};
+  ASSERT_EQ_U64(tr_config_fingerprint(&o, &m2), UINT64_C(5063156486148258910));
+  o.loader.rank_batch_sizes = rank_sizes;
+  o.loader.rank_batch_size_count = 4;
+  o.loader.spec = NULL;
+  o.loader.index_path = NULL;
+  o.loader.sources = src;
+  o.loader.source_count = 2;
+  ASSERT_EQ_U64(tr_config_fingerprint(&o, &m2), UINT64_C(17510770101735585511));
+}
+
 int main(void) {
   RUN(lr_schedule);
   RUN(fingerprint_counts_long_specs_whole);
+  RUN(fingerprint_is_stable_across_versions);
   RUN(checkpoint_round_trip_and_validation);
   RUN(checkpoint_keeps_rank_sizes);
   RUN(checkpoint_header_is_checked_before_the_rest_is_read);

@@ -97,7 +97,12 @@ static const char usage_text_2[] =
     "  --log-rows FILE        every step's rows: a line 'STEP EPOCH BATCH "
     "RANK\n"
     "                         SOURCE KEY' per valid row (a process writes its\n"
-    "                         own ranks' rows: one file per node)\n"
+    "                         own ranks' rows: one file per node); KEY as\n"
+    "                         `wds batches` writes keys: a blank, control,\n"
+    "                         backslash or non-UTF-8 byte as \\xHH\n"
+    "  --json and --log-rows are written as every output: under a temporary\n"
+    "  name renamed to FILE when the run ends (failed or interrupted too); a\n"
+    "  FIFO or device in place; a symlink to one refused\n"
     "Reading shards (as `wds batches` takes them):\n";
 
 /* The loader options wds-train takes through tools/loader_opts.c: one
@@ -276,7 +281,9 @@ static void stdout_at_exit(void) {
 }
 
 int main(int argc, char **argv) {
-  tr_options o;
+  /* Static: what the options allocate (the --source list, in
+   * o.loader.sources) stays reachable on every return. */
+  static tr_options o;
   tr_options_init(&o);
   atexit(stdout_at_exit);
   const char *device = "auto";
@@ -286,12 +293,12 @@ int main(int argc, char **argv) {
   uint64_t u;
   double d;
   struct option opts[64];
-  /* Static: what the options allocate stays reachable on every return
-   * (the --source list outlives lo in sources). */
+  /* The loader options, wds-train's own among them (--train, --seed,
+   * --batch-size), are parsed into lo.cfg over wds-train's defaults, and
+   * lo.cfg becomes o.loader. Static, as o. */
   static tool_loader_opts lo;
-  static wds_source_config *sources;
-  uint64_t loader_given = 0; /* bit c - TOOL_LOADER_OPT_BASE */
   tool_loader_opts_init(&lo);
+  lo.cfg = o.loader;
   if (tool_loader_options_some(long_opts, loader_names, opts,
                                sizeof opts / sizeof *opts) != 0)
     return 2;
@@ -300,7 +307,7 @@ int main(int argc, char **argv) {
     const char *a = optarg;
     switch (c) {
     case O_TRAIN:
-      o.train_spec = a;
+      lo.cfg.spec = a;
       break;
     case O_EVAL:
       o.eval_spec = a;
@@ -339,13 +346,13 @@ int main(int argc, char **argv) {
         return usage_error("--warmup-steps: bad value '%s'", a);
       break;
     case O_SEED:
-      if (parse_u64(a, &o.seed) != 0)
+      if (parse_u64(a, &lo.cfg.seed) != 0)
         return usage_error("--seed: bad value '%s'", a);
       break;
     case O_BATCH:
       if (parse_u64(a, &u) != 0 || u < 1 || u > (1u << 20))
         return usage_error("--batch-size: bad value '%s'", a);
-      o.batch_size = (size_t)u;
+      lo.cfg.batch_size = (size_t)u;
       batch_given = 1;
       break;
     case O_EPOCHS:
@@ -457,95 +464,55 @@ int main(int argc, char **argv) {
     default:
       if (tool_loader_opt(&lo, c, a, PROG) != 1)
         return 2;
-      loader_given |= (uint64_t)1 << (c - TOOL_LOADER_OPT_BASE);
       if (c == TOOL_LO_RANK_BATCH_SIZES) {
         /* Into storage that outlives lo (no leak on an early return). */
         static size_t rank_bs[TR_MAX_RANK_SIZES];
         size_t n = lo.cfg.rank_batch_size_count;
-        if (n <= TR_MAX_RANK_SIZES) {
-          memcpy(rank_bs, lo.cfg.rank_batch_sizes, n * sizeof *rank_bs);
-          o.rank_batch_sizes = rank_bs;
-          o.rank_batch_size_count = n;
-        }
-        free(lo.rank_bs);
-        lo.rank_bs = NULL;
-        lo.cfg.rank_batch_sizes = NULL;
-        lo.cfg.rank_batch_size_count = 0;
         if (n > TR_MAX_RANK_SIZES)
           return usage_error("--rank-batch-sizes: %zu ranks (at most %d)", n,
                              TR_MAX_RANK_SIZES);
+        memcpy(rank_bs, lo.cfg.rank_batch_sizes, n * sizeof *rank_bs);
+        lo.cfg.rank_batch_sizes = rank_bs;
+        free(lo.rank_bs);
+        lo.rank_bs = NULL;
       }
     }
   }
-  /* The loader options taken, into the trainer's options. */
-#define GIVEN(code)                                                            \
-  (loader_given & ((uint64_t)1 << ((code)-TOOL_LOADER_OPT_BASE)))
-  if (GIVEN(TOOL_LO_INDEX))
-    o.train_index = lo.cfg.index_path;
-  if (GIVEN(TOOL_LO_IMAGE_SIZE)) {
-    if (lo.cfg.image_size > 4096)
-      return usage_error("--image-size %d: wds-train takes at most 4096",
-                         lo.cfg.image_size);
-    o.image_size = lo.cfg.image_size;
-  }
-  if (GIVEN(TOOL_LO_CROP))
-    o.crop = lo.cfg.crop;
-  if (GIVEN(TOOL_LO_MODE)) {
-    if (lo.cfg.mode == WDS_MODE_PLAIN)
-      return usage_error("--mode plain gives ranks unequal steps: wds-train "
-                         "takes exact or resampled");
-    o.mode = lo.cfg.mode;
-  }
-  if (GIVEN(TOOL_LO_SAMPLES_PER_EPOCH))
-    o.samples_per_epoch = lo.cfg.samples_per_epoch;
-  if (GIVEN(TOOL_LO_LAST_BATCH))
-    o.last_batch = lo.last_batch;
-  if (GIVEN(TOOL_LO_SHUFFLE_BUFFER))
-    o.shuffle_buffer = lo.cfg.shuffle_buffer;
-  if (GIVEN(TOOL_LO_WORKERS))
-    o.workers = lo.cfg.workers;
-  if (GIVEN(TOOL_LO_READ_TIMEOUT))
-    o.read_timeout_ms = lo.cfg.read_timeout_ms;
-  if (GIVEN(TOOL_LO_MAX_WINDOW))
-    o.max_window_bytes = lo.cfg.max_window_bytes;
-  if (GIVEN(TOOL_LO_RETRIES))
-    o.retries = lo.cfg.retries;
-  if (GIVEN(TOOL_LO_DEFER_READS))
-    o.defer_reads = lo.cfg.defer_reads;
-  if (GIVEN(TOOL_LO_IMAGE_MEMORY_LIMIT))
-    o.image_memory_limit = lo.cfg.image_memory_limit;
-  if (GIVEN(TOOL_LO_JPEG_DECODE))
-    o.jpeg_decode = lo.cfg.jpeg_decode;
-  if (GIVEN(TOOL_LO_RANK_BATCH_SIZES) && batch_given)
+  /* What wds-train refuses of the loader options, and what
+   * tool_loader_opts_finish would do that applies here. */
+  if (lo.cfg.image_size > 4096)
+    return usage_error("--image-size %d: wds-train takes at most 4096",
+                       lo.cfg.image_size);
+  if (lo.cfg.mode == WDS_MODE_PLAIN)
+    return usage_error("--mode plain gives ranks unequal steps: wds-train "
+                       "takes exact or resampled");
+  if (lo.last_batch_given)
+    lo.cfg.last_batch = lo.last_batch;
+  if (lo.cfg.rank_batch_size_count && batch_given)
     return usage_error("%s", "--batch-size and --rank-batch-sizes: give "
                              "one (--rank-batch-sizes sets every rank's)");
   if (tool_cache_finish(PROG, &lo.cfg.cache_dir, lo.cfg.cache_size) != 0)
     return 2;
-  o.cache_dir = lo.cfg.cache_dir;
-  o.cache_size = lo.cfg.cache_size;
-  if (GIVEN(TOOL_LO_ALLOW_PIPE))
-    o.allow_pipe_from_files = 1;
   if (lo.nsources) {
-    if (o.train_spec)
+    if (lo.cfg.spec)
       return usage_error("%s", "--train and --source: give one (--train "
                                "SPEC is --source SPEC alone)");
-    if (GIVEN(TOOL_LO_INDEX))
+    if (lo.cfg.index_path)
       return usage_error("%s", "--index with --source: give each source its "
                                "index as --source SPEC:index=FILE");
-    sources = lo.sources;
-    o.sources = sources;
-    o.source_count = lo.nsources;
+    lo.cfg.sources = lo.sources; /* kept by o.loader once lo is freed */
+    lo.cfg.source_count = lo.nsources;
     lo.sources = NULL;
     lo.nsources = 0;
   }
-#undef GIVEN
+  o.loader = lo.cfg;
   tool_loader_opts_free(&lo);
   if (optind < argc)
     return usage_error("unexpected argument '%s'", argv[optind]);
-  if (!o.train_spec && !o.source_count)
+  if (!o.loader.spec && !o.loader.source_count)
     return usage_error("%s", "--train SPEC is required (or --source, once "
                              "per source of a mix)");
-  if (o.mode == WDS_MODE_RESAMPLED && !o.samples_per_epoch)
+  if (o.loader.mode == WDS_MODE_RESAMPLED && !o.loader.samples_per_epoch)
     return usage_error("%s", "--mode resampled needs --samples-per-epoch");
   if (o.checkpoint_every && !o.checkpoint_path)
     return usage_error("%s", "--checkpoint-every needs --checkpoint PATH");
@@ -631,8 +598,8 @@ int main(int argc, char **argv) {
       o.ranks = gpus > 0 ? gpus : visible;
     }
   }
-  if (o.rank_batch_size_count) {
-    size_t n = o.rank_batch_size_count;
+  if (o.loader.rank_batch_size_count) {
+    size_t n = o.loader.rank_batch_size_count;
     if (!o.backend->device_count && !ranks_given && o.procs == 1 && n <= 1024)
       o.ranks = (int)n; /* CPU: one rank thread per size */
     if (n != (size_t)o.procs * (size_t)o.ranks)

@@ -12,7 +12,14 @@
  * always match; a failing rank records its message and aborts the group,
  * which wakes every rank blocked in a collective. Rank 0 alone writes logs
  * and checkpoints (the weights are bit-identical on every rank; the
- * per-rank checksums in the logs show it). */
+ * per-rank checksums in the logs show it).
+ *
+ * tr_run is its stages in order, each a function: the rows of the job
+ * (plan_rows), the model and fingerprint (plan_model), the checkpoint to
+ * resume (load_resume), the loaders (open_loaders, their configurations
+ * derived from tr_options.loader), the logs (open_log), the start lines,
+ * the process group (start_group), the rank threads (run_ranks), their
+ * outcome, the summary, and the logs committed (close_log). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -22,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/json.h"
 #include "base/text.h"
@@ -30,6 +38,7 @@
 #include "trainer/procgroup.h"
 #include "trainer/train.h"
 #include "wds/gpu_jpeg.h"
+#include "wds/outfile.h"
 
 enum { CMD_STEP, CMD_EVAL, CMD_FINAL, CMD_STOP };
 
@@ -42,10 +51,13 @@ typedef struct shared {
   size_t param_count;
   wds_loader *train, *eval;
   uint64_t epoch_batches, total_steps, start_step;
-  tr_checkpoint *resume; /* NULL: fresh weights */
+  tr_checkpoint ck;      /* --resume's checkpoint, once loaded */
+  tr_checkpoint *resume; /* &ck when resuming; NULL: fresh weights */
   uint64_t fingerprint;
-  FILE *json;
-  FILE *rows_log; /* --log-rows */
+  FILE *json;             /* --json */
+  FILE *rows_log;         /* --log-rows */
+  wds_outfile *json_file; /* what json and rows_log write into (their */
+  wds_outfile *rows_file; /* descriptors are copies of these) */
 
   int world, first_rank; /* ranks of the job; global rank of local 0 */
   size_t *rows, *row0;   /* per local rank: its rows of a loader batch */
@@ -114,24 +126,27 @@ static void fail(shared *sh, int status, const char *fmt, ...) {
 }
 
 void tr_options_init(tr_options *o) {
+  static const wds_loader_config loader_init = WDS_LOADER_CONFIG_INIT;
   memset(o, 0, sizeof *o);
-  o->image_size = 32;
+  /* The loader's defaults but where wds-train's differ. */
+  o->loader = loader_init;
+  o->loader.image_size = 32;
+  o->loader.batch_size = 32; /* per rank */
+  o->loader.mode = WDS_MODE_EXACT;
+  o->loader.last_batch = WDS_LAST_KEEP;
+  o->loader.crop = WDS_CROP_CENTER;
+  o->loader.shuffle_buffer = 1000;
   o->channels = 3;
   o->classes = 10;
   o->hidden[0] = 256;
   o->hidden[1] = 128;
   o->hidden_count = 2;
-  o->batch_size = 32;
   o->epochs = 1;
   o->ranks = 1;
   o->procs = 1;
   o->master_port = 29500;
   o->rdv_timeout_ms = 300000;
   o->collective_timeout_ms = 600000;
-  o->mode = WDS_MODE_EXACT;
-  o->last_batch = WDS_LAST_KEEP;
-  o->crop = WDS_CROP_CENTER;
-  o->shuffle_buffer = 1000;
   o->lr = 0.05;
   o->momentum = 0.9;
   o->weight_decay = 5e-4;
@@ -147,7 +162,10 @@ static void print_checksums(const shared *sh, FILE *f, const char *sep) {
 
 /* Rank 0, --log-rows: the valid rows of the step about to be taken, "STEP
  * EPOCH BATCH RANK SOURCE KEY" each (steps counted from 1, as the log's;
- * RANK global). */
+ * RANK global). The key is escaped as `wds batches` writes keys
+ * (base/text.h: blanks, backslashes, controls and bytes that are not UTF-8
+ * as \xHH), so that a key holding a newline or a blank cannot make a line
+ * or a field of its own. */
 static void log_rows(shared *sh, const wds_batch *b) {
   int local = 0;
   for (size_t i = 0; i < b->rows; i++) {
@@ -155,10 +173,15 @@ static void log_rows(shared *sh, const wds_batch *b) {
       continue;
     while (local + 1 < sh->o->ranks && i >= sh->row0[local + 1])
       local++;
-    fprintf(sh->rows_log,
-            "%" PRIu64 " %" PRIu64 " %" PRIu64 " %d %" PRIu32 " %s\n",
+    fprintf(sh->rows_log, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %d %" PRIu32 " ",
             sh->step + 1, b->epoch, b->index, sh->first_rank + local,
-            b->sources ? b->sources[i] : 0, b->keys ? b->keys[i] : "-");
+            b->sources ? b->sources[i] : 0);
+    if (b->keys && b->keys[i])
+      wds__esc_write(sh->rows_log, b->keys[i],
+                     WDS__ESC_BLANK | WDS__ESC_BACKSLASH);
+    else
+      fputc('-', sh->rows_log);
+    fputc('\n', sh->rows_log);
   }
 }
 
@@ -203,7 +226,7 @@ static int fetch(shared *sh, const wds_batch **out) {
     return -1;
   }
   int64_t gs[3];
-  int gpu = sh->o->jpeg_decode == WDS_JPEG_DECODE_GPU &&
+  int gpu = sh->o->loader.jpeg_decode == WDS_JPEG_DECODE_GPU &&
             wds_gpu_jpeg_shape(sh->train, 0, gs) == WDS_OK &&
             gs[0] * gs[1] * gs[2] == sh->model.dims[0];
   if (b->field_count < 2 ||
@@ -336,17 +359,17 @@ static int save_checkpoint(shared *sh, tr_rank *r, wds__err *e) {
                      .step = sh->step,
                      .total_steps = sh->total_steps,
                      .fingerprint = sh->fingerprint,
-                     .seed = sh->o->seed};
+                     .seed = sh->o->loader.seed};
   memcpy(c.dims, sh->model.dims, sizeof c.dims);
   wds_loader_position(sh->train, &c.loader_epoch, &c.loader_batches);
   if (sh->next) /* fetched ahead, not trained on: the resumed run reads it */
     c.loader_batches--;
   c.weights = malloc(sh->param_count * sizeof(float));
   c.momentum = malloc(sh->param_count * sizeof(float));
-  size_t nrs = sh->o->rank_batch_size_count;
+  size_t nrs = sh->o->loader.rank_batch_size_count;
   if (nrs && (c.rank_sizes = malloc(nrs * sizeof *c.rank_sizes)) != NULL) {
     for (size_t i = 0; i < nrs; i++)
-      c.rank_sizes[i] = (uint32_t)sh->o->rank_batch_sizes[i];
+      c.rank_sizes[i] = (uint32_t)sh->o->loader.rank_batch_sizes[i];
     c.rank_sizes_count = nrs;
   }
   int rc;
@@ -729,29 +752,30 @@ static uint64_t fnv_fmt(uint64_t h, const char *fmt, ...) {
  * accepted wrongly; a --source spec was cut at 4 KB). */
 uint64_t tr_config_fingerprint(const tr_options *o, const tr_model_config *m) {
   uint64_t h = fnv_str(TR_FNV_INIT, "train=");
-  h = fnv_str(h, o->train_spec);
+  h = fnv_str(h, o->loader.spec);
   h = fnv_str(h, "|index=");
-  h = fnv_str(h, o->train_index);
+  h = fnv_str(h, o->loader.index_path);
   h = fnv_fmt(h,
               "|seed=%" PRIu64 "|mode=%d|spe=%" PRIu64
               "|batch=%zu|ranks=%d|procs=%d|workers=%d|img=%d|ch=%d|crop=%d"
               "|sbuf=%zu|last=%d|lr=%.17g|mom=%.17g|wd=%.17g|warmup=%" PRIu64
               "|backend=",
-              o->seed, (int)o->mode, o->samples_per_epoch, o->batch_size,
-              o->ranks, o->procs, o->workers, o->image_size, o->channels,
-              (int)o->crop, o->shuffle_buffer, (int)o->last_batch, o->lr,
+              o->loader.seed, (int)o->loader.mode, o->loader.samples_per_epoch,
+              o->loader.batch_size, o->ranks, o->procs, o->loader.workers,
+              o->loader.image_size, o->channels, (int)o->loader.crop,
+              o->loader.shuffle_buffer, (int)o->loader.last_batch, o->lr,
               o->momentum, o->weight_decay, o->warmup_steps);
   h = fnv_str(h, o->backend->name);
   h = fnv_fmt(h, "|layers=%d", m->layers);
   h = tr_fnv1a(h, m->dims, sizeof m->dims);
   /* Per-rank batch sizes: unchanged fingerprints without them. */
-  for (size_t i = 0; i < o->rank_batch_size_count; i++) {
-    uint64_t b = o->rank_batch_sizes[i];
+  for (size_t i = 0; i < o->loader.rank_batch_size_count; i++) {
+    uint64_t b = o->loader.rank_batch_sizes[i];
     h = tr_fnv1a(h, &b, sizeof b);
   }
   /* Sources: unchanged fingerprints without them. */
-  for (size_t i = 0; i < o->source_count; i++) {
-    const wds_source_config *sc = &o->sources[i];
+  for (size_t i = 0; i < o->loader.source_count; i++) {
+    const wds_source_config *sc = &o->loader.sources[i];
     h = fnv_str(h, "|source=");
     h = fnv_str(h, sc->spec);
     h = fnv_str(h, "|index=");
@@ -764,10 +788,10 @@ uint64_t tr_config_fingerprint(const tr_options *o, const tr_model_config *m) {
 
 /* The checkpoint's per-rank batch sizes are the run's (none: none). */
 static int same_rank_sizes(const tr_options *o, const tr_checkpoint *ck) {
-  if (ck->rank_sizes_count != o->rank_batch_size_count)
+  if (ck->rank_sizes_count != o->loader.rank_batch_size_count)
     return 0;
   for (size_t i = 0; i < ck->rank_sizes_count; i++)
-    if (ck->rank_sizes[i] != o->rank_batch_sizes[i])
+    if (ck->rank_sizes[i] != o->loader.rank_batch_sizes[i])
       return 0;
   return 1;
 }
@@ -776,11 +800,11 @@ static int same_rank_sizes(const tr_options *o, const tr_checkpoint *ck) {
  * "no per-rank batch sizes (--batch-size 32)". */
 static void describe_rank_sizes(char *buf, size_t cap, const tr_options *o,
                                 const uint32_t *ck_sizes, size_t ck_count) {
-  size_t n = o ? o->rank_batch_size_count : ck_count, used = 0;
+  size_t n = o ? o->loader.rank_batch_size_count : ck_count, used = 0;
   if (n == 0) {
     if (o)
       snprintf(buf, cap, "no per-rank batch sizes (--batch-size %zu)",
-               o->batch_size);
+               o->loader.batch_size);
     else
       snprintf(buf, cap, "no per-rank batch sizes");
     return;
@@ -789,274 +813,307 @@ static void describe_rank_sizes(char *buf, size_t cap, const tr_options *o,
   used = k > 0 ? (size_t)k : 0;
   for (size_t i = 0; i < n && used + 16 < cap; i++) {
     k = snprintf(buf + used, cap - used, i ? ",%zu" : "%zu",
-                 o ? o->rank_batch_sizes[i] : (size_t)ck_sizes[i]);
+                 o ? o->loader.rank_batch_sizes[i] : (size_t)ck_sizes[i]);
     used += k > 0 ? (size_t)k : 0;
   }
   if (used + 16 >= cap)
     snprintf(buf + used, cap - used, ",...");
 }
 
-int tr_run(const tr_options *o, wds__err *e) {
-  int rc = WDS_ERR_INVALID;
-  shared sh;
-  memset(&sh, 0, sizeof sh);
-  sh.o = o;
-  sh.be = o->backend;
-  pthread_mutex_init(&sh.err_mu, NULL);
-  tr_checkpoint ck;
-  memset(&ck, 0, sizeof ck);
-  pthread_t *threads = NULL;
-  rank_arg *args = NULL;
-  int started = 0;
-
-  if (o->procs > 1 && !o->backend->multi_process) {
-    rc = wds__fail(e, WDS_ERR_INVALID,
-                   "%d processes: the CPU backend runs in one process (ranks "
-                   "are threads); multi-node training needs the CUDA backend",
-                   o->procs);
-    goto done;
-  }
-  sh.world = o->procs * o->ranks;
-  sh.first_rank = o->proc_rank * o->ranks;
-  if (o->rank_batch_size_count &&
-      o->rank_batch_size_count != (size_t)sh.world) {
-    rc = wds__fail(e, WDS_ERR_INVALID,
-                   "%zu per-rank batch sizes for %d ranks (%d process%s x %d "
-                   "rank%s): give one per rank",
-                   o->rank_batch_size_count, sh.world, o->procs,
-                   o->procs == 1 ? "" : "es", o->ranks,
-                   o->ranks == 1 ? "" : "s");
-    goto done;
-  }
-  sh.rows = calloc((size_t)o->ranks, sizeof *sh.rows);
-  sh.row0 = calloc((size_t)o->ranks, sizeof *sh.row0);
-  sh.proc_sizes = calloc((size_t)o->procs, sizeof *sh.proc_sizes);
-  if (!sh.rows || !sh.row0 || !sh.proc_sizes) {
-    rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
-    goto done;
-  }
+/* The rows of the job: world and first rank, each local rank's rows of a
+ * loader batch (rows, row0), the process's (proc_rows) and each process's
+ * (proc_sizes). */
+static int plan_rows(shared *sh, wds__err *e) {
+  const tr_options *o = sh->o;
+  const wds_loader_config *lo = &o->loader;
+  if (o->procs > 1 && !o->backend->multi_process)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "%d processes: the CPU backend runs in one process "
+                     "(ranks are threads); multi-node training needs the "
+                     "CUDA backend",
+                     o->procs);
+  sh->world = o->procs * o->ranks;
+  sh->first_rank = o->proc_rank * o->ranks;
+  if (lo->rank_batch_size_count &&
+      lo->rank_batch_size_count != (size_t)sh->world)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "%zu per-rank batch sizes for %d ranks (%d process%s x "
+                     "%d rank%s): give one per rank",
+                     lo->rank_batch_size_count, sh->world, o->procs,
+                     o->procs == 1 ? "" : "es", o->ranks,
+                     o->ranks == 1 ? "" : "s");
+  sh->rows = calloc((size_t)o->ranks, sizeof *sh->rows);
+  sh->row0 = calloc((size_t)o->ranks, sizeof *sh->row0);
+  sh->proc_sizes = calloc((size_t)o->procs, sizeof *sh->proc_sizes);
+  if (!sh->rows || !sh->row0 || !sh->proc_sizes)
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
   for (int p = 0; p < o->procs; p++)
     for (int i = 0; i < o->ranks; i++) {
       size_t g = (size_t)p * (size_t)o->ranks + (size_t)i;
       size_t b =
-          o->rank_batch_size_count ? o->rank_batch_sizes[g] : o->batch_size;
-      if (b < 1 || b > ((size_t)1 << 24)) {
-        rc = wds__fail(e, WDS_ERR_INVALID,
-                       "rank %zu's batch size %zu (1 .. 16777216)", g, b);
-        goto done;
-      }
+          lo->rank_batch_size_count ? lo->rank_batch_sizes[g] : lo->batch_size;
+      if (b < 1 || b > ((size_t)1 << 24))
+        return wds__fail(e, WDS_ERR_INVALID,
+                         "rank %zu's batch size %zu (1 .. 16777216)", g, b);
       if (p == o->proc_rank) {
-        sh.row0[i] = sh.proc_rows;
-        sh.rows[i] = b;
-        sh.proc_rows += b;
+        sh->row0[i] = sh->proc_rows;
+        sh->rows[i] = b;
+        sh->proc_rows += b;
       }
-      sh.proc_sizes[p] += b;
+      sh->proc_sizes[p] += b;
     }
-  tr_model_config *m = &sh.model;
+  return WDS_OK;
+}
+
+/* The model the options describe, its size and the run's fingerprint. */
+static void plan_model(shared *sh) {
+  const tr_options *o = sh->o;
+  tr_model_config *m = &sh->model;
   m->layers = o->hidden_count + 1;
-  m->dims[0] = o->image_size * o->image_size * o->channels;
+  m->dims[0] = o->loader.image_size * o->loader.image_size * o->channels;
   for (int i = 0; i < o->hidden_count; i++)
     m->dims[i + 1] = o->hidden[i];
   m->dims[m->layers] = o->classes;
-  m->seed = o->seed;
+  m->seed = o->loader.seed;
   m->momentum = (float)o->momentum;
   m->weight_decay = (float)o->weight_decay;
-  sh.param_count = tr_model_param_count(m);
-  sh.fingerprint = tr_config_fingerprint(o, m);
+  sh->param_count = tr_model_param_count(m);
+  sh->fingerprint = tr_config_fingerprint(o, m);
+}
 
-  if (o->resume_path) {
-    if ((rc = tr_checkpoint_load(o->resume_path, &ck, e)) != WDS_OK)
-      goto done;
-    if (ck.layers != m->layers ||
-        memcmp(ck.dims, m->dims, sizeof ck.dims) != 0) {
-      rc = wds__fail(e, WDS_ERR_INVALID,
+/* --resume: the checkpoint, loaded and checked against this run (model,
+ * per-rank batch sizes, fingerprint); sh->resume and the first step. */
+static int load_resume(shared *sh, wds__err *e) {
+  const tr_options *o = sh->o;
+  tr_checkpoint *ck = &sh->ck;
+  int rc = tr_checkpoint_load(o->resume_path, ck, e);
+  if (rc != WDS_OK)
+    return rc;
+  if (ck->layers != sh->model.layers ||
+      memcmp(ck->dims, sh->model.dims, sizeof ck->dims) != 0)
+    return wds__fail(e, WDS_ERR_INVALID,
                      "checkpoint %s: its model has other layer sizes than "
                      "--image-size/--channels/--hidden/--classes give",
                      o->resume_path);
-      goto done;
-    }
-    if (!same_rank_sizes(o, &ck)) {
-      char had[256], have[256];
-      describe_rank_sizes(had, sizeof had, NULL, ck.rank_sizes,
-                          ck.rank_sizes_count);
-      describe_rank_sizes(have, sizeof have, o, NULL, 0);
-      rc = wds__fail(e, WDS_ERR_INVALID,
+  if (!same_rank_sizes(o, ck)) {
+    char had[256], have[256];
+    describe_rank_sizes(had, sizeof had, NULL, ck->rank_sizes,
+                        ck->rank_sizes_count);
+    describe_rank_sizes(have, sizeof have, o, NULL, 0);
+    return wds__fail(e, WDS_ERR_INVALID,
                      "checkpoint %s was made with %s; this run has %s: "
                      "resume with the same batch sizes",
                      o->resume_path, had, have);
-      goto done;
-    }
-    if (ck.fingerprint != sh.fingerprint) {
-      rc = wds__fail(
-          e, WDS_ERR_INVALID,
-          "checkpoint %s: made with another configuration (data spec or "
-          "--source list, "
-          "seed, mode, batch size, ranks, workers, image options or "
-          "optimizer settings differ); resume with the same options",
-          o->resume_path);
-      goto done;
-    }
-    sh.resume = &ck;
-    sh.step = sh.start_step = ck.step;
   }
+  if (ck->fingerprint != sh->fingerprint)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "checkpoint %s: made with another configuration (data "
+                     "spec or --source list, seed, mode, batch size, ranks, "
+                     "workers, image options or optimizer settings differ); "
+                     "resume with the same options",
+                     o->resume_path);
+  sh->resume = ck;
+  sh->step = sh->start_step = ck->step;
+  return WDS_OK;
+}
 
+/* The training loader's configuration: the options as given (o->loader),
+ * but what the trainer decides: the rows, the fields, the rank and world
+ * (processes), the epoch overlap and the position to resume at. */
+static void train_loader_config(const shared *sh, const wds_field_spec *fields,
+                                wds_loader_config *lc) {
+  const tr_options *o = sh->o;
+  *lc = o->loader;
+  lc->rank = o->proc_rank;
+  lc->world_size = o->procs;
+  if (o->loader.rank_batch_size_count) {
+    /* Each process's share in proportion to its ranks' rows: every
+     * process takes the same number of steps. */
+    lc->rank_batch_sizes = sh->proc_sizes;
+    lc->rank_batch_size_count = (size_t)o->procs;
+    lc->batch_size = 1; /* the loader's default: the per-rank sizes rule */
+  } else {
+    lc->batch_size = sh->proc_rows;
+  }
+  lc->fields = fields;
+  lc->field_count = 2;
+  /* The next epoch's shuffle buffer fills while this one's last step
+   * computes and the evaluation runs. */
+  lc->eager_next_epoch = 1;
+  lc->epoch = sh->resume ? sh->resume->loader_epoch : 0;
+  lc->resume_batches = sh->resume ? sh->resume->loader_batches : 0;
+}
+
+/* The evaluation loader's: the training loader's reading options over
+ * eval_spec, each sample once in order (plain mode, no shuffle, center
+ * crop, decoded on the CPU), the process's rows per batch. */
+static void eval_loader_config(const shared *sh, const wds_loader_config *lc,
+                               wds_loader_config *ec) {
+  *ec = *lc;
+  ec->spec = sh->o->eval_spec;
+  ec->index_path = NULL;
+  ec->sources = NULL;
+  ec->source_count = 0;
+  ec->mode = WDS_MODE_PLAIN;
+  ec->workers = 0; /* plain mode: at most one per eval shard */
+  ec->samples_per_epoch = 0;
+  ec->rank_batch_sizes = NULL; /* plain mode: rows split as in training */
+  ec->rank_batch_size_count = 0;
+  ec->batch_size = sh->proc_rows;
+  ec->shard_shuffle = 0;
+  ec->shuffle_buffer = 0;
+  ec->crop = WDS_CROP_CENTER;
+  ec->last_batch = WDS_LAST_KEEP;
+  ec->epoch = 0;
+  ec->resume_batches = 0;
+  ec->jpeg_decode = WDS_JPEG_DECODE_CPU;
+}
+
+/* The loaders (training, and evaluation with --eval), and the steps of the
+ * run they give. */
+static int open_loaders(shared *sh, wds__err *e) {
+  const tr_options *o = sh->o;
+  int rc;
   /* The loaders pin their batch memory in the current device's context:
    * make it this process's first GPU (under torchrun, GPU LOCAL_RANK). */
   if (o->backend->set_device &&
       (rc = o->backend->set_device(o->first_device, e)) != WDS_OK)
-    goto done;
+    return rc;
+  if (o->loader.jpeg_decode == WDS_JPEG_DECODE_GPU && !o->backend->upload_jpeg)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "--jpeg-decode gpu: the %s backend cannot decode on a "
+                     "GPU (use --device cuda)",
+                     o->backend->name);
   wds_field_spec fields[2] = {g_fields_tpl[0], g_fields_tpl[1]};
   fields[0].channels = o->channels;
-  wds_loader_config lc = WDS_LOADER_CONFIG_INIT;
-  lc.spec = o->train_spec;
-  lc.index_path = o->train_index;
-  lc.sources = o->sources;
-  lc.source_count = o->source_count;
-  lc.rank = o->proc_rank;
-  lc.world_size = o->procs;
-  lc.workers = o->workers;
-  lc.seed = o->seed;
-  lc.mode = o->mode;
-  lc.samples_per_epoch = o->samples_per_epoch;
-  lc.shuffle_buffer = o->shuffle_buffer;
-  if (o->rank_batch_size_count) {
-    /* Each process's share in proportion to its ranks' rows: every
-     * process takes the same number of steps. */
-    lc.rank_batch_sizes = sh.proc_sizes;
-    lc.rank_batch_size_count = (size_t)o->procs;
-  } else {
-    lc.batch_size = sh.proc_rows;
-  }
-  lc.last_batch = o->last_batch;
-  lc.fields = fields;
-  lc.field_count = 2;
-  lc.image_size = o->image_size;
-  lc.crop = o->crop;
-  lc.read_timeout_ms = o->read_timeout_ms;
-  lc.defer_reads = o->defer_reads;
-  lc.jpeg_decode = o->jpeg_decode;
-  lc.retries = o->retries;
-  lc.allow_pipe_from_files = o->allow_pipe_from_files;
-  lc.max_window_bytes = o->max_window_bytes;
-  lc.cache_dir = o->cache_dir;
-  lc.cache_size = o->cache_size;
-  lc.image_memory_limit = o->image_memory_limit;
-  /* The next epoch's shuffle buffer fills while this one's last step
-   * computes and the evaluation runs. */
-  lc.eager_next_epoch = 1;
-  if (sh.resume) {
-    lc.epoch = ck.loader_epoch;
-    lc.resume_batches = ck.loader_batches;
-  }
-  if (o->jpeg_decode == WDS_JPEG_DECODE_GPU && !o->backend->upload_jpeg) {
-    rc = wds__fail(e, WDS_ERR_INVALID,
-                   "--jpeg-decode gpu: the %s backend cannot decode on a GPU "
-                   "(use --device cuda)",
-                   o->backend->name);
-    goto done;
-  }
-  if ((rc = wds_loader_open(&lc, &sh.train)) != WDS_OK) {
-    wds__fail(e, rc, "%s: %s", o->source_count ? "--source" : "--train",
-              wds_last_error());
-    goto done;
-  }
+  wds_loader_config lc;
+  train_loader_config(sh, fields, &lc);
+  if ((rc = wds_loader_open(&lc, &sh->train)) != WDS_OK)
+    return wds__fail(e, rc, "%s: %s",
+                     o->loader.source_count ? "--source" : "--train",
+                     wds_last_error());
   if (o->watch_loader)
-    o->watch_loader(0, sh.train);
-  sh.epoch_batches = wds_loader_epoch_batches(sh.train);
-  sh.total_steps = o->steps ? o->steps : o->epochs * sh.epoch_batches;
-  if (sh.total_steps == 0) {
-    rc = wds__fail(e, WDS_ERR_INVALID,
-                   "no training steps (an epoch has no batches?)");
-    goto done;
-  }
-  if (sh.resume && sh.start_step > sh.total_steps) {
-    rc = wds__fail(e, WDS_ERR_INVALID,
-                   "checkpoint %s is at step %" PRIu64 ", past the %" PRIu64
-                   " steps of this run",
-                   o->resume_path, sh.start_step, sh.total_steps);
-    goto done;
-  }
+    o->watch_loader(0, sh->train);
+  sh->epoch_batches = wds_loader_epoch_batches(sh->train);
+  sh->total_steps = o->steps ? o->steps : o->epochs * sh->epoch_batches;
+  if (sh->total_steps == 0)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "no training steps (an epoch has no batches?)");
+  if (sh->resume && sh->start_step > sh->total_steps)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "checkpoint %s is at step %" PRIu64 ", past the %" PRIu64
+                     " steps of this run",
+                     o->resume_path, sh->start_step, sh->total_steps);
   if (o->eval_spec) {
-    wds_loader_config ec = lc;
-    ec.spec = o->eval_spec;
-    ec.index_path = NULL;
-    ec.sources = NULL;
-    ec.source_count = 0;
-    ec.mode = WDS_MODE_PLAIN;
-    ec.workers = 0; /* plain mode: at most one per eval shard */
-    ec.samples_per_epoch = 0;
-    ec.rank_batch_sizes = NULL; /* plain mode: rows split as in training */
-    ec.rank_batch_size_count = 0;
-    ec.batch_size = sh.proc_rows;
-    ec.shard_shuffle = 0;
-    ec.shuffle_buffer = 0;
-    ec.crop = WDS_CROP_CENTER;
-    ec.last_batch = WDS_LAST_KEEP;
-    ec.epoch = 0;
-    ec.resume_batches = 0;
-    ec.jpeg_decode = WDS_JPEG_DECODE_CPU;
-    if ((rc = wds_loader_open(&ec, &sh.eval)) != WDS_OK) {
-      wds__fail(e, rc, "--eval: %s", wds_last_error());
-      goto done;
-    }
+    wds_loader_config ec;
+    eval_loader_config(sh, &lc, &ec);
+    if ((rc = wds_loader_open(&ec, &sh->eval)) != WDS_OK)
+      return wds__fail(e, rc, "--eval: %s", wds_last_error());
     if (o->watch_loader)
-      o->watch_loader(1, sh.eval);
+      o->watch_loader(1, sh->eval);
   }
-  if (o->json_path) {
-    sh.json = fopen(o->json_path, "w");
-    if (!sh.json) {
-      rc = wds__fail(e, WDS_ERR_OPEN, "--json %s: cannot open for writing",
-                     o->json_path);
-      goto done;
-    }
+  return WDS_OK;
+}
+
+/* --json FILE, --log-rows FILE: opened for writing into *f, as every
+ * output is (wds/outfile.h): a file is written under a temporary name and
+ * renamed to FILE when the run ends (also when it fails or is
+ * interrupted: what was logged is kept); a FIFO or a device named itself
+ * is written in place; a symbolic link to a FIFO, a device or a socket is
+ * refused, and one to a file is replaced. */
+static int open_log(const char *flag, const char *path, wds_outfile **of,
+                    FILE **f, wds__err *e) {
+  char msg[WDS__ERR_SIZE];
+  if (wds_outfile_open(path, 0, of, msg, sizeof msg) != WDS_OK)
+    return wds__fail(e, WDS_ERR_OPEN, "%s: %s", flag, msg);
+  /* stdio on a copy of the descriptor: fclose flushes and closes it, and
+   * the commit syncs and closes the outfile's own. */
+  int fd = dup(wds_outfile_fd(*of));
+  if (fd < 0 || !(*f = fdopen(fd, "w"))) {
+    int rc =
+        wds__fail(e, WDS_ERR_OPEN, "%s %s: %s", flag, path, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    return rc;
   }
-  if (o->rows_path) {
-    sh.rows_log = fopen(o->rows_path, "w");
-    if (!sh.rows_log) {
-      rc = wds__fail(e, WDS_ERR_OPEN, "--log-rows %s: cannot open for writing",
-                     o->rows_path);
-      goto done;
-    }
+  return WDS_OK;
+}
+
+/* Ends what open_log opened (of NULL: nothing), whatever the run's
+ * status rc so far: the log is kept. A log that could not be written
+ * fails a run that had not failed. */
+static int close_log(const char *flag, const char *path, wds_outfile *of,
+                     FILE *f, int rc, wds__err *e) {
+  if (!of)
+    return rc;
+  char msg[WDS__ERR_SIZE];
+  int failed = 0;
+  errno = 0;
+  if (f) {
+    /* A write that failed earlier leaves only the error flag: fclose
+     * reports only what was still buffered. */
+    failed = ferror(f) != 0;
+    if (fclose(f) != 0)
+      failed = 1;
   }
-  fprintf(o->out, "wds-train: backend %s, %d rank%s", o->backend->name,
-          o->ranks, o->ranks == 1 ? "" : "s");
+  if (failed && rc == WDS_OK)
+    rc = wds__fail(e, WDS_ERR_IO, "%s %s: cannot write it%s%s", flag, path,
+                   errno ? ": " : "", errno ? strerror(errno) : "");
+  if (wds_outfile_commit(of, msg, sizeof msg) != WDS_OK && rc == WDS_OK)
+    rc = wds__fail(e, WDS_ERR_IO, "%s: %s", flag, msg);
+  wds_outfile_close(of);
+  return rc;
+}
+
+/* The start lines: backend, ranks, rows, batches and steps, model size;
+ * each source; where a resumed run resumes. */
+static void print_banner(const shared *sh) {
+  const tr_options *o = sh->o;
+  const wds_loader_config *lo = &o->loader;
+  FILE *out = o->out;
+  fprintf(out, "wds-train: backend %s, %d rank%s", o->backend->name, o->ranks,
+          o->ranks == 1 ? "" : "s");
   if (o->procs > 1)
-    fprintf(o->out, " in process %d of %d (global ranks %d..%d of %d)",
-            o->proc_rank, o->procs, sh.first_rank, sh.first_rank + o->ranks - 1,
-            sh.world);
-  if (o->rank_batch_size_count) {
+    fprintf(out, " in process %d of %d (global ranks %d..%d of %d)",
+            o->proc_rank, o->procs, sh->first_rank,
+            sh->first_rank + o->ranks - 1, sh->world);
+  if (lo->rank_batch_size_count) {
     size_t sum = 0;
-    fputs(", rows per rank ", o->out);
-    for (size_t i = 0; i < o->rank_batch_size_count; i++) {
-      fprintf(o->out, i ? ",%zu" : "%zu", o->rank_batch_sizes[i]);
-      sum += o->rank_batch_sizes[i];
+    fputs(", rows per rank ", out);
+    for (size_t i = 0; i < lo->rank_batch_size_count; i++) {
+      fprintf(out, i ? ",%zu" : "%zu", lo->rank_batch_sizes[i]);
+      sum += lo->rank_batch_sizes[i];
     }
-    fprintf(o->out, " (global batch %zu; %zu per loader batch)", sum,
-            sh.proc_rows);
+    fprintf(out, " (global batch %zu; %zu per loader batch)", sum,
+            sh->proc_rows);
   } else {
-    fprintf(o->out, ", %zu rows per rank (%zu per loader batch)", o->batch_size,
-            sh.proc_rows);
+    fprintf(out, ", %zu rows per rank (%zu per loader batch)", lo->batch_size,
+            sh->proc_rows);
   }
-  fprintf(o->out,
+  fprintf(out,
           ", %" PRIu64 " batches per epoch, %" PRIu64
           " steps%s, model %zu parameters\n",
-          sh.epoch_batches, sh.total_steps, sh.resume ? " (resumed)" : "",
-          sh.param_count);
-  for (size_t i = 0; i < o->source_count; i++) {
-    fprintf(o->out, "wds-train: source %zu: ", i);
-    describe_source(o->out, &o->sources[i]);
-    fputc('\n', o->out);
+          sh->epoch_batches, sh->total_steps, sh->resume ? " (resumed)" : "",
+          sh->param_count);
+  for (size_t i = 0; i < lo->source_count; i++) {
+    fprintf(out, "wds-train: source %zu: ", i);
+    describe_source(out, &lo->sources[i]);
+    fputc('\n', out);
   }
-  if (sh.resume)
-    fprintf(o->out,
+  if (sh->resume)
+    fprintf(out,
             "resumed from %s at step %" PRIu64 " (epoch %" PRIu64
             ", batch %" PRIu64 ")\n",
-            o->resume_path, ck.step, ck.loader_epoch, ck.loader_batches);
-  fflush(o->out);
+            o->resume_path, sh->resume->step, sh->resume->loader_epoch,
+            sh->resume->loader_batches);
+  fflush(out);
+}
 
-  /* The job's processes meet (the rendezvous, with more than one), then
-   * the backend builds on them; from tr_pg_start on, a process that fails
-   * or is lost aborts every other one. */
+/* The job's processes meet (the rendezvous, with more than one), then the
+ * backend builds its group on them; from tr_pg_start on, a process that
+ * fails or is lost aborts every other one. */
+static int start_group(shared *sh, wds__err *e) {
+  const tr_options *o = sh->o;
   tr_pg_config pc = {.local_ranks = o->ranks,
                      .procs = o->procs,
                      .proc_rank = o->proc_rank,
@@ -1065,189 +1122,257 @@ int tr_run(const tr_options *o, wds__err *e) {
                      .rdv_timeout_ms = o->rdv_timeout_ms,
                      .host_links = o->backend->host_collectives,
                      .collective_timeout_ms = o->collective_timeout_ms};
-  if ((rc = tr_pg_create(&pc, &sh.pg, e)) != WDS_OK)
-    goto done;
+  int rc = tr_pg_create(&pc, &sh->pg, e);
+  if (rc != WDS_OK)
+    return rc;
   tr_group_config gc = {.local_ranks = o->ranks,
-                        .world = sh.world,
-                        .first_rank = sh.first_rank,
+                        .world = sh->world,
+                        .first_rank = sh->first_rank,
                         .first_device = o->first_device,
-                        .param_count = sh.param_count,
+                        .param_count = sh->param_count,
                         .procs = o->procs,
                         .proc_rank = o->proc_rank,
                         .rdv_timeout_ms = o->rdv_timeout_ms,
                         .collective_timeout_ms = o->collective_timeout_ms,
                         .precision = o->precision,
-                        .pg = sh.pg};
-  if ((rc = o->backend->group_create(&gc, &sh.group, e)) != WDS_OK ||
-      (rc = tr_pg_start(sh.pg, e)) != WDS_OK)
-    goto done;
-  sh.checksums = calloc((size_t)sh.world, sizeof *sh.checksums);
-  threads = calloc((size_t)o->ranks, sizeof *threads);
-  args = calloc((size_t)o->ranks, sizeof *args);
-  if (!sh.checksums || !threads || !args) {
+                        .pg = sh->pg};
+  if ((rc = o->backend->group_create(&gc, &sh->group, e)) != WDS_OK)
+    return rc;
+  return tr_pg_start(sh->pg, e);
+}
+
+/* One thread per local rank (rank_main), joined; *seconds: how long they
+ * ran. A rank's failure is in sh (failed, err), not in the status: this
+ * fails only when the threads could not be started at all. */
+static int run_ranks(shared *sh, double *seconds, wds__err *e) {
+  int ranks = sh->o->ranks, started = 0, rc = WDS_OK;
+  sh->checksums = calloc((size_t)sh->world, sizeof *sh->checksums);
+  pthread_t *threads = calloc((size_t)ranks, sizeof *threads);
+  rank_arg *args = calloc((size_t)ranks, sizeof *args);
+  if (!sh->checksums || !threads || !args) {
     rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
     goto done;
   }
   double t0 = now_s();
-  for (; started < o->ranks; started++) {
-    args[started].sh = &sh;
+  for (; started < ranks; started++) {
+    args[started].sh = sh;
     args[started].rank = started;
     if (pthread_create(&threads[started], NULL, rank_main, &args[started]) !=
         0) {
-      fail(&sh, WDS_ERR_NOMEM, "cannot start rank thread %d", started);
+      fail(sh, WDS_ERR_NOMEM, "cannot start rank thread %d", started);
       break;
     }
   }
   for (int i = 0; i < started; i++)
     pthread_join(threads[i], NULL);
-  double dt = now_s() - t0;
-  if (sh.next) /* fetched ahead of a stop (or a failure) */
-    wds_loader_release(sh.train, sh.next);
-  if (sh.failed && sh.interrupted) {
-    if (sh.saved)
+  *seconds = now_s() - t0;
+  if (sh->next) /* fetched ahead of a stop (or a failure) */
+    wds_loader_release(sh->train, sh->next);
+  sh->next = NULL;
+done:
+  free(threads);
+  free(args);
+  return rc;
+}
+
+/* The ranks' outcome: WDS_OK when they finished (or stopped as asked);
+ * WDS_ERR_CANCELLED when interrupted, saying how far the run got and where
+ * its last checkpoint is; or the first failure's status and message. */
+static int ranks_outcome(const shared *sh, wds__err *e) {
+  const tr_options *o = sh->o;
+  if (!sh->failed)
+    return WDS_OK;
+  if (sh->interrupted) {
+    if (sh->saved)
       wds__fail(e, WDS_ERR_CANCELLED,
                 "%" PRIu64 " of %" PRIu64 " steps done; checkpoint %s is at "
                 "step %" PRIu64 " (--resume it to continue)",
-                sh.step, sh.total_steps, o->checkpoint_path, sh.saved_step);
+                sh->step, sh->total_steps, o->checkpoint_path, sh->saved_step);
     else
       wds__fail(e, WDS_ERR_CANCELLED,
                 "%" PRIu64 " of %" PRIu64 " steps done; no checkpoint written "
                 "in this run%s",
-                sh.step, sh.total_steps,
+                sh->step, sh->total_steps,
                 o->checkpoint_path ? "" : " (--checkpoint PATH keeps one)");
-    rc = WDS_ERR_CANCELLED;
-    goto done;
+    return WDS_ERR_CANCELLED;
   }
-  if (sh.failed) {
-    /* WDS_ERR_CANCELLED is the interrupt's alone: a rank that left because
-     * another process failed reports an I/O error of the job. */
-    rc = sh.err_code == WDS_ERR_CANCELLED ? WDS_ERR_IO : sh.err_code;
-    wds__fail(e, rc, "%s", sh.err.msg);
-    goto done;
+  /* WDS_ERR_CANCELLED is the interrupt's alone: a rank that left because
+   * another process failed reports an I/O error of the job. */
+  int rc = sh->err_code == WDS_ERR_CANCELLED ? WDS_ERR_IO : sh->err_code;
+  return wds__fail(e, rc, "%s", sh->err.msg);
+}
+
+/* The run's figures for the summary. */
+typedef struct run_totals {
+  double seconds, wait_pct, h2d_gb_per_s; /* h2d: 0 when not measured */
+  int stopped;                            /* before its last step */
+} run_totals;
+
+/* The summary line on o->out ("done after N steps ...") and where the
+ * checkpoint is. */
+static void print_summary(const shared *sh, const run_totals *t) {
+  FILE *out = sh->o->out;
+  fprintf(out, "%s after %" PRIu64 " steps in %.2f s",
+          t->stopped ? "stopped" : "done", sh->step, t->seconds);
+  if (sh->have_eval && sh->eval_count == 0)
+    fputs(", eval: no samples", out);
+  else if (sh->have_eval)
+    fprintf(out, ", eval loss %.4f accuracy %.4f", sh->eval_loss, sh->eval_acc);
+  fprintf(out, ", data-wait %.1f%%", t->wait_pct);
+  if (t->h2d_gb_per_s > 0)
+    fprintf(out, ", h2d %.1f GB/s", t->h2d_gb_per_s);
+  fputs(", weights checksum", out);
+  for (int i = 0; i < sh->world; i++)
+    fprintf(out, " %016" PRIx64, sh->checksums[i]);
+  fputc('\n', out);
+  if (sh->o->checkpoint_path)
+    fprintf(out, "checkpoint %s\n", sh->o->checkpoint_path);
+}
+
+/* The summary as the last JSON line of --json: every number through
+ * base/json (a value that is not finite is null), every string escaped. */
+static void json_summary(const shared *sh, const run_totals *t) {
+  const wds_loader_config *lo = &sh->o->loader;
+  FILE *j = sh->json;
+  fprintf(j, "{\"summary\": {\"steps\": %" PRIu64 ", \"stopped\": %s", sh->step,
+          t->stopped ? "true" : "false");
+  if (lo->rank_batch_size_count) {
+    fputs(", \"rank_batch_sizes\": [", j);
+    for (size_t i = 0; i < lo->rank_batch_size_count; i++)
+      fprintf(j, i ? ", %zu" : "%zu", lo->rank_batch_sizes[i]);
+    fputc(']', j);
   }
-  int stopped = sh.step < sh.total_steps;
-  fprintf(o->out, "%s after %" PRIu64 " steps in %.2f s",
-          stopped ? "stopped" : "done", sh.step, dt);
-  if (sh.have_eval && sh.eval_count == 0)
-    fputs(", eval: no samples", o->out);
-  else if (sh.have_eval)
-    fprintf(o->out, ", eval loss %.4f accuracy %.4f", sh.eval_loss,
-            sh.eval_acc);
-  double wait_pct = dt > 0 ? 100.0 * sh.total_wait_s / dt : 0.0;
-  double h2d =
-      sh.total_h2d_s > 0 ? sh.total_h2d_bytes / sh.total_h2d_s / 1e9 : 0.0;
-  fprintf(o->out, ", data-wait %.1f%%", wait_pct);
-  if (h2d > 0)
-    fprintf(o->out, ", h2d %.1f GB/s", h2d);
-  fputs(", weights checksum", o->out);
-  for (int i = 0; i < sh.world; i++)
-    fprintf(o->out, " %016" PRIx64, sh.checksums[i]);
-  fputc('\n', o->out);
-  if (o->checkpoint_path)
-    fprintf(o->out, "checkpoint %s\n", o->checkpoint_path);
-  /* A log that could not be written fails the run (exit 1), after the JSON
-   * summary: the errno of the failed flush, or none if an earlier line's
-   * write failed and this one's did not. */
-  errno = 0;
-  int out_failed = fflush(o->out) != 0 || ferror(o->out);
-  int out_errno = out_failed ? errno : 0;
-  if (sh.json) {
-    fprintf(sh.json, "{\"summary\": {\"steps\": %" PRIu64 ", \"stopped\": %s",
-            sh.step, stopped ? "true" : "false");
-    if (o->rank_batch_size_count) {
-      fputs(", \"rank_batch_sizes\": [", sh.json);
-      for (size_t i = 0; i < o->rank_batch_size_count; i++)
-        fprintf(sh.json, i ? ", %zu" : "%zu", o->rank_batch_sizes[i]);
-      fputc(']', sh.json);
-    }
-    if (o->source_count) {
-      fputs(", \"sources\": [", sh.json);
-      for (size_t i = 0; i < o->source_count; i++) {
-        const wds_source_config *sc = &o->sources[i];
-        fputs(i ? ", {\"spec\": " : "{\"spec\": ", sh.json);
-        /* without its secrets, in full */
-        char red[WDS__URL_REDACT_MAX], *full = wds__url_redacted(sc->spec);
-        const char *shown =
-            full ? full : wds__url_redact(sc->spec, red, sizeof red);
-        wds__json_write_string(sh.json, shown, strlen(shown));
-        free(full);
-        if (sc->weight > 0)
-          fprintf(sh.json, ", \"weight\": %.17g", sc->weight);
-        if (sc->proportion > 0)
-          fprintf(sh.json, ", \"proportion\": %.17g", sc->proportion);
-        if (sc->repeat > 0)
-          fprintf(sh.json, ", \"repeat\": %.17g", sc->repeat);
-        if (sc->index_path) {
-          fputs(", \"index\": ", sh.json);
-          wds__json_write_string(sh.json, sc->index_path,
-                                 strlen(sc->index_path));
-        }
-        fputc('}', sh.json);
+  if (lo->source_count) {
+    fputs(", \"sources\": [", j);
+    for (size_t i = 0; i < lo->source_count; i++) {
+      const wds_source_config *sc = &lo->sources[i];
+      fputs(i ? ", {\"spec\": " : "{\"spec\": ", j);
+      /* without its secrets, in full */
+      char red[WDS__URL_REDACT_MAX], *full = wds__url_redacted(sc->spec);
+      const char *shown =
+          full ? full : wds__url_redact(sc->spec, red, sizeof red);
+      wds__json_write_string(j, shown, strlen(shown));
+      free(full);
+      if (sc->weight > 0) {
+        fputs(", \"weight\": ", j);
+        wds__json_write_double(j, "%.17g", sc->weight);
       }
-      fputc(']', sh.json);
+      if (sc->proportion > 0) {
+        fputs(", \"proportion\": ", j);
+        wds__json_write_double(j, "%.17g", sc->proportion);
+      }
+      if (sc->repeat > 0) {
+        fputs(", \"repeat\": ", j);
+        wds__json_write_double(j, "%.17g", sc->repeat);
+      }
+      if (sc->index_path) {
+        fputs(", \"index\": ", j);
+        wds__json_write_string(j, sc->index_path, strlen(sc->index_path));
+      }
+      fputc('}', j);
     }
-    /* null without an evaluation, or one of no samples ("eval_samples"
-     * tells them apart: absent, or 0). */
-    int measured = sh.have_eval && sh.eval_count > 0;
-    fputs(", \"eval_loss\": ", sh.json);
-    wds__json_write_double(sh.json, "%.6f", measured ? sh.eval_loss : NAN);
-    fputs(", \"eval_accuracy\": ", sh.json);
-    wds__json_write_double(sh.json, "%.6f", measured ? sh.eval_acc : NAN);
-    if (sh.have_eval)
-      fprintf(sh.json, ", \"eval_samples\": %" PRIu64, sh.eval_count);
-    fprintf(sh.json, ", \"seconds\": %.3f, \"data_wait_pct\": %.2f", dt,
-            wait_pct);
-    if (h2d > 0)
-      fprintf(sh.json, ", \"h2d_gb_per_s\": %.3f", h2d);
-    fputs(", \"weights_checksum\": [", sh.json);
-    print_checksums(&sh, sh.json, ", ");
-    fputs("]}}\n", sh.json);
+    fputc(']', j);
   }
-  if (out_failed) {
-    rc = wds__fail(e, WDS_ERR_IO, "cannot write the output%s%s",
-                   out_errno ? ": " : "", out_errno ? strerror(out_errno) : "");
-    goto done;
+  /* null without an evaluation, or one of no samples ("eval_samples"
+   * tells them apart: absent, or 0). */
+  int measured = sh->have_eval && sh->eval_count > 0;
+  fputs(", \"eval_loss\": ", j);
+  wds__json_write_double(j, "%.6f", measured ? sh->eval_loss : NAN);
+  fputs(", \"eval_accuracy\": ", j);
+  wds__json_write_double(j, "%.6f", measured ? sh->eval_acc : NAN);
+  if (sh->have_eval)
+    fprintf(j, ", \"eval_samples\": %" PRIu64, sh->eval_count);
+  fputs(", \"seconds\": ", j);
+  wds__json_write_double(j, "%.3f", t->seconds);
+  fputs(", \"data_wait_pct\": ", j);
+  wds__json_write_double(j, "%.2f", t->wait_pct);
+  if (t->h2d_gb_per_s > 0) {
+    fputs(", \"h2d_gb_per_s\": ", j);
+    wds__json_write_double(j, "%.3f", t->h2d_gb_per_s);
   }
-  rc = WDS_OK;
-done:
-  if (sh.json) {
-    /* A write that failed earlier leaves only the error flag: fclose
-     * reports only what was still buffered. */
-    int failed = ferror(sh.json) != 0;
-    errno = 0;
-    if (fclose(sh.json) != 0)
-      failed = 1;
-    if (failed && rc == WDS_OK)
-      rc = wds__fail(e, WDS_ERR_IO, "--json %s: cannot write it%s%s",
-                     o->json_path, errno ? ": " : "",
-                     errno ? strerror(errno) : "");
-  }
-  if (sh.rows_log) {
-    int failed = ferror(sh.rows_log) != 0;
-    errno = 0;
-    if (fclose(sh.rows_log) != 0)
-      failed = 1;
-    if (failed && rc == WDS_OK)
-      rc = wds__fail(e, WDS_ERR_IO, "--log-rows %s: cannot write it%s%s",
-                     o->rows_path, errno ? ": " : "",
-                     errno ? strerror(errno) : "");
-  }
-  free(threads);
-  free(args);
-  free(sh.checksums);
-  free(sh.rows);
-  free(sh.row0);
-  free(sh.proc_sizes);
-  if (sh.group)
-    o->backend->group_destroy(sh.group);
-  tr_pg_destroy(sh.pg);
+  fputs(", \"weights_checksum\": [", j);
+  print_checksums(sh, j, ", ");
+  fputs("]}}\n", j);
+}
+
+/* The end of a run that did not fail: the summary line, and the JSON
+ * summary. A log that could not be written fails the run (exit 1), after
+ * the JSON summary: the errno of the failed flush, or none if an earlier
+ * line's write failed and this one's did not. */
+static int summarize(const shared *sh, double seconds, wds__err *e) {
+  FILE *out = sh->o->out;
+  run_totals t = {
+      .seconds = seconds,
+      .wait_pct = seconds > 0 ? 100.0 * sh->total_wait_s / seconds : 0.0,
+      .h2d_gb_per_s = sh->total_h2d_s > 0
+                          ? sh->total_h2d_bytes / sh->total_h2d_s / 1e9
+                          : 0.0,
+      .stopped = sh->step < sh->total_steps};
+  print_summary(sh, &t);
+  errno = 0;
+  int out_failed = fflush(out) != 0 || ferror(out);
+  int out_errno = out_failed ? errno : 0;
+  if (sh->json)
+    json_summary(sh, &t);
+  if (out_failed)
+    return wds__fail(e, WDS_ERR_IO, "cannot write the output%s%s",
+                     out_errno ? ": " : "",
+                     out_errno ? strerror(out_errno) : "");
+  return WDS_OK;
+}
+
+/* What a run holds, released (the loaders last: the ranks' views and the
+ * group are gone by then). */
+static void release(shared *sh) {
+  const tr_options *o = sh->o;
+  free(sh->checksums);
+  free(sh->rows);
+  free(sh->row0);
+  free(sh->proc_sizes);
+  if (sh->group)
+    o->backend->group_destroy(sh->group);
+  tr_pg_destroy(sh->pg);
   if (o->watch_loader) {
     o->watch_loader(0, NULL);
     o->watch_loader(1, NULL);
   }
-  wds_loader_close(sh.eval);
-  wds_loader_close(sh.train);
-  tr_checkpoint_free(&ck);
-  pthread_mutex_destroy(&sh.err_mu);
+  wds_loader_close(sh->eval);
+  wds_loader_close(sh->train);
+  tr_checkpoint_free(&sh->ck);
+  pthread_mutex_destroy(&sh->err_mu);
+}
+
+int tr_run(const tr_options *o, wds__err *e) {
+  shared sh;
+  memset(&sh, 0, sizeof sh);
+  sh.o = o;
+  sh.be = o->backend;
+  pthread_mutex_init(&sh.err_mu, NULL);
+  double seconds = 0;
+  int rc = plan_rows(&sh, e);
+  if (rc == WDS_OK) {
+    plan_model(&sh);
+    if (o->resume_path)
+      rc = load_resume(&sh, e);
+  }
+  if (rc == WDS_OK)
+    rc = open_loaders(&sh, e);
+  if (rc == WDS_OK && o->json_path)
+    rc = open_log("--json", o->json_path, &sh.json_file, &sh.json, e);
+  if (rc == WDS_OK && o->rows_path)
+    rc = open_log("--log-rows", o->rows_path, &sh.rows_file, &sh.rows_log, e);
+  if (rc == WDS_OK) {
+    print_banner(&sh);
+    rc = start_group(&sh, e);
+  }
+  if (rc == WDS_OK)
+    rc = run_ranks(&sh, &seconds, e);
+  if (rc == WDS_OK)
+    rc = ranks_outcome(&sh, e);
+  if (rc == WDS_OK)
+    rc = summarize(&sh, seconds, e);
+  rc = close_log("--json", o->json_path, sh.json_file, sh.json, rc, e);
+  rc = close_log("--log-rows", o->rows_path, sh.rows_file, sh.rows_log, rc, e);
+  release(&sh);
   return rc;
 }

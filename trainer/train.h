@@ -27,17 +27,23 @@
 #include "wds/loader.h"
 
 typedef struct tr_options {
-  const char *train_spec, *eval_spec;
-  const char *train_index; /* exact mode: `wds index` JSON, NULL = count */
-  const wds_source_config *sources; /* a mix instead of train_spec (NULL) */
-  size_t source_count;
-  int image_size, channels, classes;
+  /* The training loader's options as given: --train (spec), --index
+   * (index_path), --source (sources), --seed (also the weights'), and the
+   * rows: batch_size per rank, rank_batch_sizes one per global rank
+   * ([procs x ranks]; NULL: every rank batch_size). Filled by the command
+   * line's shared loader options (tools/loader_opts.c) over wds-train's
+   * defaults (tr_options_init). train.c derives each loader's configuration
+   * from it, setting only what the trainer decides: the rows of a loader
+   * batch (the process's ranks' rows; per process with rank_batch_sizes),
+   * the fields, rank and world (processes), the epoch overlap and the
+   * resume position. The evaluation loader reads eval_spec in plain mode,
+   * decoding on the CPU (jpeg_decode GPU: the training loader's JPEGs are
+   * decoded on each rank's GPU, by a backend with upload_jpeg). */
+  wds_loader_config loader;
+  const char *eval_spec;
+  int channels, classes;
   int hidden[TR_MAX_LAYERS];
   int hidden_count;
-  size_t batch_size;              /* per rank */
-  const size_t *rank_batch_sizes; /* [procs x ranks], by global rank, or
-                                     NULL: every rank batch_size */
-  size_t rank_batch_size_count;
   uint64_t epochs, steps;  /* steps > 0 overrides epochs */
   uint64_t stop_after;     /* > 0: stop (and checkpoint) after this step */
   int ranks;               /* local ranks (CPU threads or GPUs) */
@@ -46,13 +52,6 @@ typedef struct tr_options {
   const char *master_addr; /* rendezvous: process 0's address */
   int master_port, rdv_timeout_ms, collective_timeout_ms;
   int precision; /* TR_PRECISION_* */
-  int workers;
-  uint64_t seed;
-  wds_mode mode;
-  uint64_t samples_per_epoch; /* resampled: per node */
-  wds_last_batch last_batch;
-  wds_crop crop;
-  size_t shuffle_buffer;
   double lr, momentum, weight_decay;
   uint64_t warmup_steps;
   uint64_t checkpoint_every;
@@ -62,15 +61,6 @@ typedef struct tr_options {
   int log_checksums;         /* per-rank weight checksums in every log line */
   const tr_backend *backend; /* tr_backend_find(), tr_backend_auto() */
   FILE *out;                 /* log lines (stdout) */
-  int read_timeout_ms;       /* the loaders' read timeout (0: their default) */
-  wds_defer_reads defer_reads; /* the loaders' (0: AUTO) */
-  int retries;                 /* the loaders' http(s) retries (0: default) */
-  int allow_pipe_from_files;   /* --allow-pipe-from-files (wds/spec.h) */
-  uint64_t max_window_bytes;   /* the loaders' zstd window limit (0: theirs) */
-  const char *cache_dir;       /* the loaders' cache of remote shards (NULL) */
-  uint64_t cache_size;         /* its size limit (0: none) */
-  uint64_t image_memory_limit; /* the loaders' per-image decode budget
-                                 (0: WDS_IMAGE_MEMORY_LIMIT_DEFAULT) */
   /* Non-zero when the run must stop (a signal): rank 0 checks it before
    * each step; the caller also cancels the loaders so that a blocked read
    * wakes. NULL: never. */
@@ -79,10 +69,6 @@ typedef struct tr_options {
    * it is closed (NULL), so that a signal handler can cancel it. NULL: no
    * one is told. */
   void (*watch_loader)(int slot, wds_loader *l);
-  /* --jpeg-decode: the training loader's JPEGs decoded by the workers (CPU)
-   * or on each rank's GPU (a backend with upload_gpu_jpeg: CUDA); the
-   * evaluation loader decodes on the CPU. */
-  wds_jpeg_decode jpeg_decode;
 } tr_options;
 
 void tr_options_init(tr_options *o);

@@ -78,6 +78,23 @@ def test_version_and_mode():
         assert os.environ["PYTHONPATH"] in wds.__file__, wds.__file__
 
 
+def test_extension_exports_only_its_init():
+    # The extension's files share wds_py_* names (python/wds/_common.h);
+    # hidden, as the static library's are: only PyInit__wds is exported.
+    import shutil
+    nm = shutil.which("nm")
+    if not nm:
+        pytest.skip("nm not found (binutils)")
+    p = subprocess.run([nm, "-D", "--defined-only", wds._wds.__file__],
+                       capture_output=True, text=True, check=True)
+    names = sorted(line.split()[-1].split("@")[0]
+                   for line in p.stdout.splitlines() if len(line.split()) >= 3)
+    # The linker's markers and a sanitizer's instrumentation aside.
+    names = [n for n in names if not n.startswith("__")
+             and n not in ("_init", "_fini", "_edata", "_end")]
+    assert names == ["PyInit__wds"]
+
+
 def test_error_classes():
     names = ["NoMemoryError", "InvalidError", "SpecError", "LimitError", "IOError",
              "OpenError", "CommandError", "TruncatedError", "CorruptError",
@@ -396,6 +413,50 @@ def test_reader_options(shards):
         wds.Reader(paths[0], no_such_option=1)
     with pytest.raises(TypeError):
         wds.Reader(paths[0], 5)  # options are keyword-only
+
+
+def test_spec_argument_forms(shards):
+    # Reader and the loader take a spec the same way (one conversion,
+    # python/wds/_common.c): a str or bytes spec, or a sequence of URLs
+    # (str or bytes) taken as is; anything else names the type.
+    spec, paths, samples = shards
+    keys = [k for ss in samples for k, _ in ss]
+
+    def reader_keys(s):
+        return sorted(x["__key__"] for x in wds.Reader(s))
+
+    def loader_keys(s):  # one batch of all (the loader interleaves shards)
+        lo = wds._wds._Loader(s, "cls", 100)
+        try:
+            b = lo.next()
+            out = sorted(b.keys)
+            b.release()
+            return out
+        finally:
+            lo.close()
+
+    for read in (reader_keys, loader_keys):
+        assert read(spec) == keys
+        assert read(spec.encode()) == keys
+        assert read(paths) == keys
+        assert read(tuple(p.encode() for p in paths)) == keys
+        assert read([paths[2], paths[0]]) == sorted(k for k, _ in samples[2] + samples[0])
+        # A URL of the list is not expanded: the braces are its name.
+        with pytest.raises(wds.OpenError):
+            read([spec])
+    for name, make in (("Reader", wds.Reader),
+                       ("Loader", lambda s: wds._wds._Loader(s, "cls", 1))):
+        with pytest.raises(TypeError,
+                           match=f"^{name}: spec must be a str or a sequence of URLs$"):
+            make(5)
+        with pytest.raises(TypeError, match="^expected str or bytes, not int$"):
+            make([paths[0], 7])
+        with pytest.raises(ValueError, match="^embedded null character$"):
+            make("a\0b")
+        with pytest.raises(ValueError, match="^embedded null character$"):
+            make([b"a\0b"])
+    with pytest.raises(TypeError, match="^Reader: spec must be"):
+        wds.Reader(None)
 
 
 def test_reader_retries():

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Tool test: the GPU checks' scripts on a machine without a GPU (issue 24):
+#   * gpu-run.sh compiles the Python extension from the files
+#     python/CMakeLists.txt lists (python/wds/_*.c);
 #   * scripts/gpu-run.sh --dry-run lists every step with its time limit,
 #     each skipped, in one table, exit 0; --only selects steps; an unknown
 #     option is a usage error;
@@ -26,6 +28,19 @@ if bash -n "$SRC/scripts/gpu-run.sh" && bash -n "$SRC/scripts/gpu-prepare.sh"; t
   ok "gpu-run.sh and gpu-prepare.sh parse"
 else
   bad "bash -n"
+fi
+
+# The extension gpu-run.sh compiles by hand is the one CMake builds: it
+# compiles python/wds/_*.c, and those are the files python/CMakeLists.txt
+# lists.
+listed=$(sed -n '/^set(WDS_PY_SOURCES/,/)/p' "$SRC/python/CMakeLists.txt" |
+  tr ' ()' '\n\n\n' | grep '\.c$' | sort | paste -sd' ')
+globbed=$(cd "$SRC/python" && ls wds/_*.c | sort | paste -sd' ')
+if grep -q '"$root"/python/wds/_\*\.c' "$SRC/scripts/gpu-run.sh" && [ -n "$listed" ] &&
+  [ "$listed" = "$globbed" ]; then
+  ok "gpu-run.sh compiles the extension's files CMake lists ($listed)"
+else
+  bad "the extension's files" "CMake lists: $listed; python/wds/_*.c: $globbed; gpu-run.sh: $(grep -n 'python/wds/.*\.c' "$SRC/scripts/gpu-run.sh")"
 fi
 
 rc=0

@@ -13,11 +13,13 @@
 #   * a FIFO as -o of `wds index` and `wds write`, and as wds-train's
 #     --checkpoint, is written in place (read by a background cat) and stays
 #     a FIFO; so does a private character device (mknod in the test's
-#     directory, never /dev/null itself) for write, index, batches --save
-#     and --checkpoint; no temporary file is left;
+#     directory, never /dev/null itself) for write, index, batches --save,
+#     --checkpoint, and wds-train's --json and --log-rows (a FIFO too); no
+#     temporary file is left;
 #   * a symbolic link to a FIFO or a device (issue 26, item 11) is refused
 #     by every output: index -o, write -o, synth, batches --save (an .npy
-#     name and a __rows__.json name), wds-train --checkpoint; exit 1, a
+#     name and a __rows__.json name), wds-train --checkpoint, --json and
+#     --log-rows (issue 28: they followed the link); exit 1, a
 #     message naming the link and what it points to, nothing written into
 #     the FIFO, link and FIFO left; a symlink to a regular file is replaced
 #     by the new file, its target untouched;
@@ -188,6 +190,20 @@ wait "$reader" || true
 check "FIFO: wds-train --checkpoint FIFO exits 0" test "$rc" = 0
 still "FIFO: the checkpoint FIFO stays a FIFO" -p fifo/ck
 check "FIFO: the reader got the checkpoint" test "$(head -c 8 got-ck)" = WDSTRAIN
+mkfifo fifo/train.json fifo/train.rows
+timeout 60 cat fifo/train.json >got-train.json &
+reader=$!
+timeout 60 cat fifo/train.rows >got-train.rows &
+reader2=$!
+rc=0
+timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" --json fifo/train.json --log-rows fifo/train.rows \
+  >/dev/null 2>err.txt || rc=$?
+wait "$reader" "$reader2" || true
+check "FIFO: wds-train --json FIFO --log-rows FIFO exits 0" test "$rc" = 0
+still "FIFO: the --json FIFO stays a FIFO" -p fifo/train.json
+still "FIFO: the --log-rows FIFO stays a FIFO" -p fifo/train.rows
+check "FIFO: the reader got the JSON summary" grep -q '"summary"' got-train.json
+check "FIFO: the reader got the rows" test "$(wc -l <got-train.rows)" = 40
 no_temporaries "FIFO: no temporary file" fifo
 
 # A private null device (never /dev/null itself: a failing run would
@@ -203,6 +219,8 @@ if mknod -m 666 dev/null c 1 3 2>/dev/null && echo probe >dev/null 2>/dev/null; 
     bad "device: wds batches --save" "$(head -2 err.txt)"
   timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" --checkpoint dev/null >/dev/null 2>err.txt ||
     bad "device: wds-train --checkpoint" "$(head -2 err.txt)"
+  timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" --json dev/null --log-rows dev/null >/dev/null 2>err.txt ||
+    bad "device: wds-train --json, --log-rows" "$(head -2 err.txt)"
   # through a symlink: refused (issue 26, item 11)
   rc=0
   "$WDS" synth dev/link >/dev/null 2>err.txt || rc=$?
@@ -210,6 +228,10 @@ if mknod -m 666 dev/null c 1 3 2>/dev/null && echo probe >dev/null 2>/dev/null; 
   rc=0
   timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" --checkpoint dev/link >/dev/null 2>err.txt || rc=$?
   expect_fail "device: wds-train --checkpoint LINK-TO-DEVICE refused" "$rc" \
+    "dev/link: it is a symbolic link to a character device"
+  rc=0
+  timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" --json dev/link >/dev/null 2>err.txt || rc=$?
+  expect_fail "device: wds-train --json LINK-TO-DEVICE refused" "$rc" \
     "dev/link: it is a symbolic link to a character device"
   still "device: still a character device" -c dev/null
   still "device: the link still a link" -L dev/link
@@ -252,6 +274,8 @@ refused "wds batches --save (.npy)" links/save/e0-b000000.bin.npy \
 refused "wds batches --save (__rows__.json)" links/save/e0-b000000.__rows__.json \
   "$WDS" batches small.tar --decode bin --batch-size 4 --save links/save
 refused "wds-train --checkpoint" links/ck "$TRAIN" "${TRAIN_ARGS[@]}" --checkpoint links/ck
+refused "wds-train --json" links/train.json "$TRAIN" "${TRAIN_ARGS[@]}" --json links/train.json
+refused "wds-train --log-rows" links/train.rows "$TRAIN" "${TRAIN_ARGS[@]}" --log-rows links/train.rows
 no_temporaries "link to a FIFO: no temporary file" links
 no_temporaries "link to a FIFO: no temporary file (--save)" links/save
 # A symlink to a regular file is replaced by the new file (the rename
@@ -263,6 +287,17 @@ still "link to a file: replaced by a regular file" -f links/reg.json
 check "link to a file: not a link any more" test ! -L links/reg.json
 check "link to a file: the new index" grep -q '"nsamples": 20' links/reg.json
 check "link to a file: its target untouched" test "$(cat links/target.json)" = old
+printf 'old' >links/target.rows
+ln -s target.json links/train-reg.json
+ln -s target.rows links/train-reg.rows
+timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" --json links/train-reg.json --log-rows links/train-reg.rows \
+  >/dev/null 2>err.txt || bad "link to a file: wds-train --json, --log-rows" "$(head -2 err.txt)"
+check "link to a file: wds-train --json replaced the link" test -f links/train-reg.json -a ! -L links/train-reg.json
+check "link to a file: wds-train --log-rows replaced the link" test -f links/train-reg.rows -a ! -L links/train-reg.rows
+check "link to a file: the new JSON lines" grep -q '"summary"' links/train-reg.json
+check "link to a file: wds-train left the targets untouched" \
+  test "$(cat links/target.json links/target.rows)" = oldold
+no_temporaries "link to a file: no temporary file" links
 
 # ---- -o - ----
 "$WDS" write -o file.tar tree >/dev/null

@@ -353,6 +353,40 @@ else
   bad "a --source spec that is not UTF-8" "$(tail -2 nonutf8.out nonutf8.err)"
 fi
 
+# --log-rows with keys holding a newline, blanks and a backslash (issue 28):
+# one line per row, six fields, the key escaped as `wds batches` writes
+# keys (\xHH; a newline in a key forged a row before).
+cat >genkeys.py <<'PY'
+import io, sys, tarfile
+from PIL import Image
+keys = [f"n{k}\n9 9 9 9 9 forged{k}" if k % 3 == 0 else
+        f"s{k} \t{k}" if k % 3 == 1 else f"b{k}\\x0a" for k in range(24)]
+with tarfile.open(sys.argv[1], "w", format=tarfile.USTAR_FORMAT) as tf:
+    for k, key in enumerate(keys):
+        im = Image.new("L", (16, 16), k * 10); b = io.BytesIO(); im.save(b, "PNG")
+        for ext, d in (("png", b.getvalue()), ("cls", str(k % 10).encode())):
+            ti = tarfile.TarInfo(f"{key}.{ext}"); ti.size = len(d); ti.mtime = 0
+            tf.addfile(ti, io.BytesIO(d))
+open(sys.argv[2], "w").write(repr(keys))
+PY
+"$PYTHON3" genkeys.py keys.tar keys.want || die "generating shards"
+if run --train keys.tar --batch-size 4 --log-every 0 --log-rows keys.rows >keys.out 2>&1 &&
+  "$PYTHON3" - keys.rows keys.want <<'PY'; then
+import ast, re, sys
+want = ast.literal_eval(open(sys.argv[2]).read())
+got = []
+for line in open(sys.argv[1], encoding="utf-8"):
+    f = line.rstrip("\n").split(" ")
+    assert len(f) == 6, f"not six fields: {line!r}"
+    assert "\\" not in re.sub(r"\\x[0-9a-f]{2}", "", f[5]), f"bare backslash: {line!r}"
+    got.append(re.sub(r"\\x([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), f[5]))
+assert sorted(got) == sorted(want), (sorted(got), sorted(want))
+PY
+  ok "--log-rows: keys with a newline, blanks and a backslash escaped, one line per row"
+else
+  bad "--log-rows escapes keys" "$(tail -2 keys.out; head -3 keys.rows)"
+fi
+
 # --- bad checkpoints ---------------------------------------------------------
 expect_err() { # NAME PATTERN ARGS...: exit 1 and stderr matching PATTERN
   local name=$1 pat=$2 rc=0
@@ -596,7 +630,7 @@ fi
 # --retries, as README lists it for wds-train (it was refused as unknown).
 if run --train 'train-000.tar' --steps 2 --batch-size 8 --retries 2 --log-every 0 \
   >retries.out 2>&1 && grep -q '^done after 2 steps' retries.out &&
-  "$TRAIN" --help | grep -q -- '--retries N'; then
+  "$TRAIN" --help >help.out && grep -q -- '--retries N' help.out; then
   ok "--retries 2 taken, and in --help"
 else
   bad "--retries" "$(tail -2 retries.out)"

@@ -7,7 +7,8 @@
 #     makes a wheel with the extension and the commands wds/bin/wds and
 #     wds/bin/wds-train, declaring numpy as a dependency and torch as the
 #     extra `torch`, with the console scripts `wds` and `wds-train`, its
-#     licence (BSD-3-Clause) and LICENSE and NOTICE;
+#     licence (BSD-3-Clause) and LICENSE and NOTICE, and none of the
+#     extension's C sources or headers;
 #   * `auditwheel repair` makes it a manylinux wheel that bundles the
 #     libraries the extension and the commands link (libturbojpeg, libpng,
 #     libzstd, ...) under wds.libs/, while libcurl, libarchive and libxml2,
@@ -80,6 +81,11 @@ has_line() { # NAME REGEX
 has_line "wheel: wds/bin/wds" '^wds/bin/wds$'
 has_line "wheel: wds/bin/wds-train" '^wds/bin/wds-train$'
 has_line "wheel: the extension" '^wds/_wds\..*\.so$'
+if grep -Eq '\.(c|h)$' contents.txt; then
+  bad "wheel: no C sources (the extension's are built in)" "$(grep -E '\.(c|h)$' contents.txt)"
+else
+  ok "wheel: no C sources (the extension's are built in)"
+fi
 has_line "wheel: requires numpy" '^META Requires-Dist: numpy'
 has_line "wheel: the extra torch" '^META Requires-Dist: torch.*extra == .torch.'
 has_line "wheel: the licence, BSD-3-Clause" '^META License.*BSD-3-Clause'
