@@ -41,26 +41,19 @@ wds_gpu_jpeg *wds__gpu_jpeg_new(const wds__jg_ops *ops, void *ctx,
   return g;
 }
 
-int wds_gpu_jpeg_create(int device, wds_gpu_jpeg **out, char *err,
-                        size_t err_size) {
+int wds_gpu_jpeg_create(int device, wds_gpu_jpeg **out) {
   const wds__jg_ops *ops = NULL;
   void *ctx = NULL;
   char lib[512] = "";
   wds__err e;
+  if (!out)
+    return wds__last_fail(WDS_ERR_INVALID, "wds_gpu_jpeg_create: out is NULL");
   *out = NULL;
   int rc = wds__jg_cuda_open(device, &ops, &ctx, lib, sizeof lib, &e);
-  if (rc != WDS_OK) {
-    wds__last_fail(rc, "GPU JPEG decoding: %s", e.msg);
-    if (err && err_size)
-      wds__copy_msg(err, err_size, wds_last_error());
-    return rc;
-  }
-  if (!(*out = wds__gpu_jpeg_new(ops, ctx, lib))) {
-    wds__last_fail(WDS_ERR_NOMEM, "GPU JPEG decoding: out of memory");
-    if (err && err_size)
-      wds__copy_msg(err, err_size, wds_last_error());
-    return WDS_ERR_NOMEM;
-  }
+  if (rc != WDS_OK)
+    return wds__last_fail(rc, "GPU JPEG decoding: %s", e.msg);
+  if (!(*out = wds__gpu_jpeg_new(ops, ctx, lib)))
+    return wds__last_fail(WDS_ERR_NOMEM, "GPU JPEG decoding: out of memory");
   return WDS_OK;
 }
 

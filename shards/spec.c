@@ -1359,34 +1359,26 @@ static int expand_entry(const char *const *what, size_t n, int full,
   return rc;
 }
 
-/* A public expansion: the failure's text also into the caller's buffer
- * (when given) and the thread's last error. */
+/* A public expansion: the failure's text into the thread's last error. */
 static int expand_public(const char *const *what, size_t n, int full,
-                         size_t max_urls, unsigned flags, wds_url_list *out,
-                         char *err, size_t err_size) {
+                         size_t max_urls, unsigned flags, wds_url_list *out) {
   wds__err e;
   int rc = expand_entry(what, n, full, max_urls, flags, NULL, out, &e);
-  wds__copy_msg(err, err_size, e.msg);
   return wds__last_set(rc, e.msg);
 }
 
-int wds_spec_expand(const char *spec, size_t max_urls, wds_url_list *out,
-                    char *err, size_t err_size) {
-  return expand_public(&spec, 1, 1, max_urls, 0, out, err, err_size);
+int wds_spec_expand(const char *spec, size_t max_urls, wds_url_list *out) {
+  return expand_public(&spec, 1, 1, max_urls, 0, out);
 }
 
 int wds_spec_expand_list(const char *const *specs, size_t nspecs,
-                         size_t max_urls, wds_url_list *out, char *err,
-                         size_t err_size) {
-  return expand_public(specs, specs ? nspecs : 1, 1, max_urls, 0, out, err,
-                       err_size);
+                         size_t max_urls, wds_url_list *out) {
+  return expand_public(specs, specs ? nspecs : 1, 1, max_urls, 0, out);
 }
 
 int wds_spec_expand_flags(const char *const *specs, size_t nspecs,
-                          size_t max_urls, unsigned flags, wds_url_list *out,
-                          char *err, size_t err_size) {
-  return expand_public(specs, specs ? nspecs : 1, 1, max_urls, flags, out, err,
-                       err_size);
+                          size_t max_urls, unsigned flags, wds_url_list *out) {
+  return expand_public(specs, specs ? nspecs : 1, 1, max_urls, flags, out);
 }
 
 int wds__spec_expand_io(const char *const *specs, size_t nspecs,
@@ -1396,9 +1388,8 @@ int wds__spec_expand_io(const char *const *specs, size_t nspecs,
                       e);
 }
 
-int wds_brace_expand(const char *pattern, size_t max_urls, wds_url_list *out,
-                     char *err, size_t err_size) {
-  return expand_public(&pattern, 1, 0, max_urls, 0, out, err, err_size);
+int wds_brace_expand(const char *pattern, size_t max_urls, wds_url_list *out) {
+  return expand_public(&pattern, 1, 0, max_urls, 0, out);
 }
 
 void wds_url_list_free(wds_url_list *list) {

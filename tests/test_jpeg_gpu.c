@@ -854,8 +854,7 @@ TEST(errors_name_the_sample_and_spoil_nothing) {
  * GPU machine with libnvjpeg it opens and names the library it loaded. */
 TEST(create_says_why_it_cannot) {
   wds_gpu_jpeg *g = (wds_gpu_jpeg *)1;
-  char err[1024] = "";
-  int rc = wds_gpu_jpeg_create(0, &g, err, sizeof err);
+  int rc = wds_gpu_jpeg_create(0, &g);
   if (rc == WDS_OK) {
     ASSERT_CONTAINS(wds_gpu_jpeg_library(g), "nvjpeg");
     printf("  loaded %s\n", wds_gpu_jpeg_library(g));
@@ -864,15 +863,14 @@ TEST(create_says_why_it_cannot) {
   }
   ASSERT_EQ_INT(rc, WDS_ERR_OPEN);
   ASSERT_TRUE(g == NULL);
-  ASSERT_CONTAINS(err, "GPU JPEG decoding: ");
-  printf("  %s\n", err);
+  ASSERT_CONTAINS(wds_last_error(), "GPU JPEG decoding: ");
+  printf("  %s\n", wds_last_error());
 }
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--device") == 0) {
-    char err[1024];
-    if (wds_gpu_jpeg_create(0, &real, err, sizeof err) != WDS_OK) {
-      printf("skipped: %s\n", err);
+    if (wds_gpu_jpeg_create(0, &real) != WDS_OK) {
+      printf("skipped: %s\n", wds_last_error());
       return 77;
     }
     printf("decoder: %s\n", wds_gpu_jpeg_library(real));

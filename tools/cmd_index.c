@@ -226,7 +226,7 @@ int tool_cmd_index(int argc, char **argv) {
   int status = 1;
   tool_signals_defer(1); /* the shard loop checks; -o's temporary goes */
   wds_url_list urls = {0};
-  char *dir_real = NULL, msg[1100];
+  char *dir_real = NULL;
   wds_outfile *of = NULL;
   FILE *out = stdout;
   int xs = tool_expand_specs("index", argv + optind, argc - optind, max_urls,
@@ -250,8 +250,8 @@ int tool_cmd_index(int argc, char **argv) {
       goto done;
     }
     free(dir);
-    if (wds_outfile_open(out_path, 0, &of, msg, sizeof msg) != WDS_OK) {
-      fprintf(stderr, "wds index: %s\n", msg);
+    if (wds_outfile_open(out_path, 0, &of) != WDS_OK) {
+      fprintf(stderr, "wds index: %s\n", wds_last_error());
       goto done;
     }
     /* stdio on a copy of the descriptor: fclose flushes it, and commit
@@ -309,8 +309,8 @@ int tool_cmd_index(int argc, char **argv) {
               err ? ": " : "", err ? strerror(err) : "");
       goto done;
     }
-    if (wds_outfile_commit(of, msg, sizeof msg) != WDS_OK) {
-      fprintf(stderr, "wds index: %s\n", msg);
+    if (wds_outfile_commit(of) != WDS_OK) {
+      fprintf(stderr, "wds index: %s\n", wds_last_error());
       goto done;
     }
   }

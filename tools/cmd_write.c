@@ -738,8 +738,9 @@ static int write_classes(const char *path, const class_name *cl, size_t n,
   }
   char err[1100];
   wds_outfile *f = NULL;
-  int rc = wds_outfile_open(path, o->no_sync ? WDS_OUTFILE_NO_SYNC : 0, &f, err,
-                            sizeof err);
+  int rc = wds_outfile_open(path, o->no_sync ? WDS_OUTFILE_NO_SYNC : 0, &f);
+  if (rc != WDS_OK)
+    snprintf(err, sizeof err, "%s", wds_last_error());
   for (size_t at = 0; rc == WDS_OK && at < len;) {
     ssize_t k = write(wds_outfile_fd(f), text + at, len - at);
     if (k < 0 && errno == EINTR)
@@ -752,8 +753,8 @@ static int write_classes(const char *path, const class_name *cl, size_t n,
       at += (size_t)k;
     }
   }
-  if (rc == WDS_OK)
-    rc = wds_outfile_commit(f, err, sizeof err);
+  if (rc == WDS_OK && (rc = wds_outfile_commit(f)) != WDS_OK)
+    snprintf(err, sizeof err, "%s", wds_last_error());
   wds_outfile_close(f);
   free(text);
   if (rc != WDS_OK) {

@@ -9,12 +9,11 @@
 
 int tool_gpu_jpeg_open(const char *cmd, const wds_loader_config *cfg,
                        wds_gpu_jpeg **out) {
-  char err[1024];
   *out = NULL;
   if (cfg->jpeg_decode != WDS_JPEG_DECODE_GPU)
     return 0;
-  if (wds_gpu_jpeg_create(-1, out, err, sizeof err) != WDS_OK) {
-    fprintf(stderr, "wds %s: --jpeg-decode gpu: %s\n", cmd, err);
+  if (wds_gpu_jpeg_create(-1, out) != WDS_OK) {
+    fprintf(stderr, "wds %s: --jpeg-decode gpu: %s\n", cmd, wds_last_error());
     return -1;
   }
   return 0;

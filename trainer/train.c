@@ -1023,9 +1023,8 @@ static int open_loaders(shared *sh, wds__err *e) {
  * refused, and one to a file is replaced. */
 static int open_log(const char *flag, const char *path, wds_outfile **of,
                     FILE **f, wds__err *e) {
-  char msg[WDS__ERR_SIZE];
-  if (wds_outfile_open(path, 0, of, msg, sizeof msg) != WDS_OK)
-    return wds__fail(e, WDS_ERR_OPEN, "%s: %s", flag, msg);
+  if (wds_outfile_open(path, 0, of) != WDS_OK)
+    return wds__fail(e, WDS_ERR_OPEN, "%s: %s", flag, wds_last_error());
   /* stdio on a copy of the descriptor: fclose flushes and closes it, and
    * the commit syncs and closes the outfile's own. */
   int fd = dup(wds_outfile_fd(*of));
@@ -1046,7 +1045,6 @@ static int close_log(const char *flag, const char *path, wds_outfile *of,
                      FILE *f, int rc, wds__err *e) {
   if (!of)
     return rc;
-  char msg[WDS__ERR_SIZE];
   int failed = 0;
   errno = 0;
   if (f) {
@@ -1059,8 +1057,8 @@ static int close_log(const char *flag, const char *path, wds_outfile *of,
   if (failed && rc == WDS_OK)
     rc = wds__fail(e, WDS_ERR_IO, "%s %s: cannot write it%s%s", flag, path,
                    errno ? ": " : "", errno ? strerror(errno) : "");
-  if (wds_outfile_commit(of, msg, sizeof msg) != WDS_OK && rc == WDS_OK)
-    rc = wds__fail(e, WDS_ERR_IO, "%s: %s", flag, msg);
+  if (wds_outfile_commit(of) != WDS_OK && rc == WDS_OK)
+    rc = wds__fail(e, WDS_ERR_IO, "%s: %s", flag, wds_last_error());
   wds_outfile_close(of);
   return rc;
 }

@@ -7,7 +7,7 @@
  * in device memory: rows x height x width x channels uint8 (NHWC):
  *
  *   wds_gpu_jpeg *g;
- *   if (wds_gpu_jpeg_create(0, &g, err, sizeof err) != WDS_OK) ... (err)
+ *   if (wds_gpu_jpeg_create(0, &g) != WDS_OK) ... (wds_last_error())
  *   wds_gpu_jpeg_shape(l, 0, shape);          (height, width, channels)
  *   wds_loader_next(l, &b);
  *   wds_gpu_jpeg_decode(g, l, b, 0, d_images, stream);
@@ -67,10 +67,10 @@ typedef struct wds_gpu_jpeg_stats {
 } wds_gpu_jpeg_stats;
 
 /* A decoder on CUDA device `device` (-1: the calling thread's current one).
- * WDS_OK, or WDS_ERR_OPEN with the reason in err (no CUDA in this build,
- * no GPU, libnvjpeg not found: where it was looked for), WDS_ERR_NOMEM. */
-WDS_API int wds_gpu_jpeg_create(int device, wds_gpu_jpeg **out, char *err,
-                                size_t err_size);
+ * WDS_OK, or WDS_ERR_OPEN with the reason in wds_last_error() (no CUDA in
+ * this build, no GPU, libnvjpeg not found: where it was looked for),
+ * WDS_ERR_NOMEM. */
+WDS_API int wds_gpu_jpeg_create(int device, wds_gpu_jpeg **out);
 
 /* The shape of one decoded row of field `field` of l: height, width,
  * channels. WDS_OK, or WDS_ERR_INVALID when the field is not a GPU-planned

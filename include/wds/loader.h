@@ -128,10 +128,9 @@ typedef struct wds_field_spec {
  * fields, each NAME[:OPTION]... with options rgb, l (gray), WxH or N (image
  * size), image, npy, int, bytes (decoder). Names point into *storage
  * (release with free()). Returns WDS_OK or WDS_ERR_INVALID with a message in
- * err. */
+ * wds_last_error(). */
 WDS_API int wds_field_specs_parse(const char *text, wds_field_spec **specs,
-                                  size_t *count, char **storage, char *err,
-                                  size_t err_size);
+                                  size_t *count, char **storage);
 
 /* Memory for batch slots. alloc returns size_bytes bytes aligned to at
  * least 64, or NULL. */
