@@ -1,5 +1,6 @@
 /* err.c — status table and error-text helpers. The only place that turns
- * status codes into text; everything is generated from WDS_STATUS_TABLE. */
+ * status codes into text; everything is generated from WDS_STATUS_TABLE.
+ * The thread's last error (wds_last_error) lives here. */
 #include "base/err.h"
 
 #include <stdarg.h>
@@ -98,8 +99,6 @@ static _Thread_local char last_error[WDS__ERR_SIZE];
 
 const char *wds_last_error(void) { return last_error; }
 
-const char *wds_open_error(void) { return last_error; }
-
 int wds__last_fail(int status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -116,14 +115,5 @@ int wds__last_set(int status, const char *msg) {
     msg = wds_strerror(status);
   if (msg != last_error)
     wds__copy_msg(last_error, sizeof last_error, msg);
-  return status;
-}
-
-int wds__open_fail(int status, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
-  va_end(ap);
-  make_printable(last_error, sizeof last_error);
   return status;
 }

@@ -1,8 +1,9 @@
 /* err.h — internal error text carried beside a status code.
  *
  * Internal functions take a wds__err* and, on failure, write what failed and
- * where into it and return the negative status. Handles copy it into their
- * last-error text. Fixed-size: formatting an error never allocates. */
+ * where into it and return the negative status; a public function that fails
+ * copies it into the calling thread's last error (wds_last_error, below).
+ * Fixed-size: formatting an error never allocates. */
 #ifndef WDS_BASE_ERR_H
 #define WDS_BASE_ERR_H
 
@@ -35,7 +36,7 @@ void wds__err_prefix(wds__err *e, const char *fmt, ...)
  * characters, always terminated). Messages made here are printable: what
  * they quote has its control characters and bytes that are not UTF-8
  * escaped as \xHH (base/text.h) by wds__fail, wds__err_prefix and
- * wds__open_fail. */
+ * wds__last_fail. */
 void wds__copy_msg(char *dst, size_t dst_size, const char *src);
 
 /* The calling thread's last error, the text wds_last_error() returns.
@@ -53,9 +54,5 @@ int wds__last_fail(int status, const char *fmt, ...)
  * thread's last error, or the status's generic text when msg is NULL or
  * empty. Returns status; a status >= 0 leaves the text. */
 int wds__last_set(int status, const char *msg);
-
-/* The same text under its former name, for open failures. */
-int wds__open_fail(int status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 
 #endif

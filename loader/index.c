@@ -649,10 +649,6 @@ int wds_index_lookup(wds_index *ix, const char *url, size_t *shard) {
   return wds__last_set(rc, ix->err.msg);
 }
 
-const char *wds_index_error(const wds_index *ix) {
-  return ix ? ix->err.msg : "";
-}
-
 void wds_index_close(wds_index *ix) {
   if (!ix)
     return;

@@ -471,8 +471,7 @@ struct wds_loader {
   int failed;          /* a fatal status, returned from then on */
 
   /* ---- any thread ---- */
-  char err[WDS__ERR_SIZE];     /* wds__set_error, under mu */
-  char err_out[WDS__ERR_SIZE]; /* what wds_last_error() returned */
+  char err[WDS__ERR_SIZE]; /* wds__set_error, under mu */
   /* Stats (STAT_ADD: relaxed atomics, summed over threads; collate.c
    * through the pointers in col). */
   atomic_uint_fast64_t st_batches, st_samples, st_skipped, st_fill, st_shards,

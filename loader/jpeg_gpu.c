@@ -71,10 +71,6 @@ int wds_gpu_jpeg_shape(const wds_loader *l, size_t field, int64_t shape[3]) {
   return WDS_OK;
 }
 
-const char *wds_gpu_jpeg_error(const wds_gpu_jpeg *g) {
-  return g ? g->err : "";
-}
-
 const char *wds_gpu_jpeg_library(const wds_gpu_jpeg *g) {
   return g ? g->library : "";
 }

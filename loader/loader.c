@@ -899,16 +899,6 @@ void wds__set_error(wds_loader *l, const char *fmt, ...) {
   wds__loader_unlock(l);
 }
 
-const char *wds_loader_error(const wds_loader *l) {
-  if (!l)
-    return "";
-  wds_loader *m = (wds_loader *)l; /* the lock, not the text, changes */
-  wds__loader_lock(m);
-  memcpy(m->err_out, m->err, sizeof m->err_out);
-  wds__loader_unlock(m);
-  return m->err_out;
-}
-
 const char *wds_loader_allocator_name(const wds_loader *l) {
   return l && l->alloc.name ? l->alloc.name : "custom";
 }

@@ -221,8 +221,6 @@ void wds_reader_cancel(wds_reader *r) {
     wds__cancel_set(&r->own_cancel);
 }
 
-const char *wds_reader_error(const wds_reader *r) { return r->err.msg; }
-
 const char *wds__reader_error(const wds_reader *r) { return r->err.msg; }
 
 size_t wds_reader_shard_count(const wds_reader *r) { return r->urls.count; }

@@ -702,10 +702,6 @@ int wds_writer_write_sample(wds_writer *w, const char *key,
   return wds__last_set(write_sample(w, key, fields, count), w->err.msg);
 }
 
-const char *wds_writer_error(const wds_writer *w) {
-  return w && w->status != WDS_OK ? w->err.msg : "";
-}
-
 void wds_writer_stats_get(const wds_writer *w, wds_writer_stats *out) {
   *out = w->done;
   if (w->tw) {

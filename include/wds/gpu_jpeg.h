@@ -85,7 +85,7 @@ WDS_API int wds_gpu_jpeg_shape(const wds_loader *l, size_t field,
  * copies on the stream: give b back behind it (wds/cuda.h's
  * wds_cuda_release_after_stream). Returns WDS_OK; the loader's error
  * (WDS_ON_ERROR_STOP: a JPEG neither nvJPEG nor the CPU decodes; the
- * message in wds_gpu_jpeg_error() and wds_loader_error()); WDS_ERR_IO for a
+ * message in wds_last_error()); WDS_ERR_IO for a
  * CUDA or nvJPEG failure; WDS_ERR_INVALID for a field that is not planned. */
 WDS_API int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l,
                                 const wds_batch *b, size_t field, void *dev_out,
@@ -106,14 +106,13 @@ WDS_API int wds_gpu_jpeg_decode_rows(wds_gpu_jpeg *g, wds_loader *l,
  * it cannot be had. Freed by close. */
 WDS_API void *wds_gpu_jpeg_buffer(wds_gpu_jpeg *g, size_t bytes);
 /* Waits for the work queued on stream (NULL: the default stream). WDS_OK
- * or WDS_ERR_IO (the CUDA error in wds_gpu_jpeg_error). */
+ * or WDS_ERR_IO (the CUDA error in wds_last_error()). */
 WDS_API int wds_gpu_jpeg_sync(wds_gpu_jpeg *g, void *stream);
 /* Copies `bytes` of device memory at dev to host memory at host once the
  * work queued on stream is done (synchronous). WDS_OK or WDS_ERR_IO. */
 WDS_API int wds_gpu_jpeg_download(wds_gpu_jpeg *g, void *host, const void *dev,
                                   size_t bytes, void *stream);
 
-WDS_API const char *wds_gpu_jpeg_error(const wds_gpu_jpeg *g);
 /* "PATH (hardware backend)" or "PATH (GPU hybrid backend)". */
 WDS_API const char *wds_gpu_jpeg_library(const wds_gpu_jpeg *g);
 WDS_API void wds_gpu_jpeg_stats_get(const wds_gpu_jpeg *g,

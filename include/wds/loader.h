@@ -51,9 +51,10 @@
  * next; the samples already delivered are read but not decoded.
  *
  * Errors: with WDS_ON_ERROR_STOP the first error (unreadable shard, corrupt
- * tar, missing field, failed decode) is returned by next() and ends the
- * loader. With WDS_ON_ERROR_SKIP it is counted, its message kept
- * (wds_loader_error), and reading goes on. A sample that fails to decode or
+ * tar, missing field, failed decode) is returned by next() (its message in
+ * wds_last_error()) and ends the loader. With WDS_ON_ERROR_SKIP it is
+ * counted, its message logged ("skipped: ...", through log), and reading
+ * goes on. A sample that fails to decode or
  * lacks a field keeps its place in the sequence as a zero-filled row marked
  * invalid (batch->valid[i] == 0), so batch counts, shapes and resume stay
  * exact. In exact mode a shard that yields fewer samples than its count
@@ -349,14 +350,16 @@ typedef struct wds_batch {
 typedef struct wds_loader wds_loader;
 
 /* Validates cfg, expands the spec, (exact mode) loads or counts shard sizes,
- * allocates the batch pool. On failure *out is NULL and wds_open_error()
+ * allocates the batch pool. On failure *out is NULL and wds_last_error()
  * says why. */
 WDS_API int wds_loader_open(const wds_loader_config *cfg, wds_loader **out);
 
 /* Next batch, borrowed until wds_loader_release(). Blocks while the batch is
  * prepared. Returns WDS_OK, WDS_EOF at the end of an epoch (the next call
- * starts the next one), or a negative status (wds_loader_error() says what
- * and where). WDS_ERR_INVALID if every slot is held by the caller. */
+ * starts the next one), or a negative status (wds_last_error() says what
+ * and where: shard, sample, field, offset, also for errors the worker
+ * threads found; after one, every later call returns it again and sets the
+ * text again). WDS_ERR_INVALID if every slot is held by the caller. */
 WDS_API int wds_loader_next(wds_loader *l, const wds_batch **out);
 
 /* Gives a batch's slot back to the pool. Unlike the other calls, it may be
@@ -409,11 +412,6 @@ WDS_API void wds_loader_position(const wds_loader *l, uint64_t *epoch,
 
 /* Batches in an epoch for this rank; 0 in plain mode (not known). */
 WDS_API uint64_t wds_loader_epoch_batches(const wds_loader *l);
-
-/* Text of the last error ("" if none): shard, sample, field, offset (what
- * WDS_ON_ERROR_SKIP skips is told to the log). Safe to call while the
- * workers run; valid until the next call on this handle. */
-WDS_API const char *wds_loader_error(const wds_loader *l);
 
 typedef struct wds_loader_stats {
   uint64_t batches, samples; /* delivered */

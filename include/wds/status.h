@@ -1,9 +1,10 @@
 /* wds/status.h — status codes shared by every wds API.
  *
  * Every function that can fail returns an int: WDS_OK (0), WDS_EOF (1) for a
- * clean end of stream, or one of the negative codes below. Handles keep the
- * text of their last error (what and where: shard URL, member, byte offset);
- * wds_strerror() gives the generic text of a code. */
+ * clean end of stream, or one of the negative codes below. The text of a
+ * failure (what and where: shard URL, member, byte offset) is the calling
+ * thread's wds_last_error(); wds_strerror() gives the generic text of a
+ * code. */
 #ifndef WDS_STATUS_H
 #define WDS_STATUS_H
 
@@ -55,10 +56,6 @@ WDS_API const char *wds_status_name(int status);
  * that succeeds leaves it. The string is the thread's own: valid until the
  * thread's next failing wds call. */
 WDS_API const char *wds_last_error(void);
-
-/* Text of the last failed wds_*_open() call in this thread ("" if none):
- * what failed and where (spec position, shard, option). */
-WDS_API const char *wds_open_error(void);
 
 #ifdef __cplusplus
 }
