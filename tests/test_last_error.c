@@ -190,9 +190,8 @@ TEST(handle_calls_set_it_and_sticky_errors_set_it_again) {
   snprintf(ixpath, sizeof ixpath, "%s/index.json", tmpdir);
   FILE *fp = fopen(ixpath, "w");
   ASSERT_TRUE(fp != NULL);
-  fprintf(fp,
-          "{\"wids_version\": 1, \"shardlist\": [{\"url\": \"good.tar\", "
-          "\"nsamples\": 2}]}");
+  fprintf(fp, "{\"wids_version\": 1, \"shardlist\": [{\"url\": \"good.tar\", "
+              "\"nsamples\": 2}]}");
   fclose(fp);
   wds_index *ix;
   ASSERT_EQ_INT(wds_index_load(ixpath, 0, &ix), WDS_OK);
@@ -267,9 +266,9 @@ TEST(former_buffer_functions_set_it) {
   ASSERT_STREQ(wds_last_error(), cls_err);
 
   int64_t shape = 2;
-  ASSERT_EQ_INT(wds_npy_save("/nonexistent-wds/a.npy", WDS_DTYPE_U8, 1, &shape,
-                             "ab"),
-                WDS_ERR_IO);
+  ASSERT_EQ_INT(
+      wds_npy_save("/nonexistent-wds/a.npy", WDS_DTYPE_U8, 1, &shape, "ab"),
+      WDS_ERR_IO);
   ASSERT_CONTAINS(wds_last_error(), "/nonexistent-wds/a.npy");
 
   wds_outfile *of;

@@ -226,8 +226,9 @@ static PyObject *wds_py_writer_close(wds_py_writer *self,
   if (rc != WDS_OK) {
     snprintf(msg, sizeof msg, "%s", wds_last_error());
     wds_writer_abort(w);
-  } else {
-    rc = wds_writer_close(w);
+  } else if ((rc = wds_writer_close(w)) != WDS_OK) {
+    /* the text outlives the handle: it is the thread's */
+    snprintf(msg, sizeof msg, "%s", wds_last_error());
   }
   Py_END_ALLOW_THREADS;
   self->busy = 0;
