@@ -54,7 +54,7 @@ static const char *const defers[] = {"auto", "on", "off", NULL};
 static const char *const wheres[] = {"cpu", "gpu", NULL};
 
 #define SIZE_WORDS                                                             \
-  "a size in bytes, optionally with K, M, G, T (powers of 1024) or KB, MB, "  \
+  "a size in bytes, optionally with K, M, G, T (powers of 1024) or KB, MB, "   \
   "GB, TB (of 1000)"
 
 /* In the order of `wds batches --help`. Help lines are wrapped to 55
@@ -290,7 +290,7 @@ static const wds_loader_option rows[] = {
      .cli_value = "1",
      FIELD(allow_pipe_from_files),
      .help = "run the pipe: commands read from @FILE lists\n"
-             "and --index files (refused by default: such\n"
+             "and index files (refused by default: such\n"
              "files may come from anywhere)"},
     {.name = "defer_reads",
      .flag = "defer-reads",
@@ -408,8 +408,8 @@ static const char *name_list(const char *const *names, char *buf, size_t n) {
 }
 
 /* The usage error for row r named `name` (as the caller named it). */
-static int bad(const wds_loader_option *r, const char *name,
-               const char *value, int by_flag) {
+static int bad(const wds_loader_option *r, const char *name, const char *value,
+               int by_flag) {
   char what[256];
   if (r->expects)
     snprintf(what, sizeof what, "%s", r->expects);

@@ -82,8 +82,8 @@ TEST(every_row_is_settable_by_name_and_by_flag) {
     if (r->type != WDS_OPTION_TIMEOUT) { /* the flag's grammar is seconds */
       wds_loader_config d = fresh();
       ASSERT_EQ_INT(wds_loader_config_set(&d, flag, v), WDS_OK);
-      ASSERT_TRUE(memcmp((char *)&c + r->offset, (char *)&d + r->offset,
-                         r->size) == 0);
+      ASSERT_TRUE(
+          memcmp((char *)&c + r->offset, (char *)&d + r->offset, r->size) == 0);
     }
   }
   ASSERT_TRUE(n >= 30);
@@ -129,8 +129,9 @@ static int refused(const char *name, const char *value,
   ASSERT_TRUE(refused(name, value, (const char *const[]){__VA_ARGS__, NULL}))
 
 TEST(bounds_and_messages) {
-  REFUSED("--workers", "0", "--workers needs a whole number in 1..256, not "
-                            "\"0\"");
+  REFUSED("--workers", "0",
+          "--workers needs a whole number in 1..256, not "
+          "\"0\"");
   REFUSED("workers", "257", "workers needs a whole number in 1..256");
   REFUSED("--batch-size", "0",
           "--batch-size needs a whole number in 1..16777216, not \"0\"");
@@ -147,8 +148,7 @@ TEST(bounds_and_messages) {
   REFUSED("seed", "18446744073709551616", "seed");
   REFUSED("--retries", "1001",
           "--retries needs a count from 0 to 1000, not \"1001\"");
-  REFUSED("--max-window", "12Q", "--max-window needs a size in bytes",
-          "12Q");
+  REFUSED("--max-window", "12Q", "--max-window needs a size in bytes", "12Q");
   REFUSED("--max-window", "0", "--max-window");
   REFUSED("--cache-size", "-1", "--cache-size needs a size in bytes",
           "0 = no limit");
@@ -169,8 +169,9 @@ TEST(bounds_and_messages) {
 }
 
 TEST(enum_names) {
-  REFUSED("--crop", "middle", "--crop must be center or random, not "
-                              "\"middle\"");
+  REFUSED("--crop", "middle",
+          "--crop must be center or random, not "
+          "\"middle\"");
   REFUSED("mode", "fancy", "mode must be plain, exact or resampled");
   REFUSED("--last-batch", "fill", "keep, drop or pad");
   REFUSED("on_error", "Skip", "stop or skip"); /* case matters */
@@ -196,8 +197,7 @@ TEST(units_and_special_values) {
   /* The CLI's seconds and Python's milliseconds; 0 is "wait forever". */
   ASSERT_EQ_INT(wds_loader_config_set(&c, "--read-timeout", "2.5"), WDS_OK);
   ASSERT_EQ_INT(c.read_timeout_ms, 2500);
-  ASSERT_EQ_INT(wds_loader_config_set(&c, "--read-timeout", "0.0001"),
-                WDS_OK);
+  ASSERT_EQ_INT(wds_loader_config_set(&c, "--read-timeout", "0.0001"), WDS_OK);
   ASSERT_EQ_INT(c.read_timeout_ms, 1);
   ASSERT_EQ_INT(wds_loader_config_set(&c, "--read-timeout", "0"), WDS_OK);
   ASSERT_EQ_INT(c.read_timeout_ms, -1);

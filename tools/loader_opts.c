@@ -22,7 +22,6 @@
 #include "base/size.h"
 #include "base/topology.h"
 #include "opts.h"
-#include "util.h"
 
 /* The getopt_long codes of TOOL_LO_*, by flag, in their order (the codes
  * wds-train records as given). A row of the library's table not named
@@ -178,10 +177,8 @@ int tool_loader_options(const struct option *own, struct option *out,
   return 0;
 }
 
-/* Sets the row of flag from arg (NULL: a BOOL's flag) through the
- * library's parser. 0, or -1 after printing its message. */
-static int set_row(wds_loader_config *cfg, const char *cmd, const char *flag,
-                   const char *arg) {
+int tool_option_set(wds_loader_config *cfg, const char *cmd, const char *flag,
+                    const char *arg) {
   const wds_loader_option *r;
   char name[64];
   snprintf(name, sizeof name, "--%s", flag);
@@ -284,7 +281,7 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
   default:
     break;
   }
-  if (set_row(cfg, cmd, flag, arg) != 0)
+  if (tool_option_set(cfg, cmd, flag, arg) != 0)
     return -1;
   switch (c) { /* what the tools and wds-train need to know was given */
   case TOOL_LO_BATCH_SIZE:
@@ -465,8 +462,8 @@ void tool_print_rank_batches(FILE *f, const char *cmd,
 /* One --help entry: "  --FLAG VALUE" padded to column 25 (or two
  * blanks after it; a line of its own when it is long), then the help's
  * lines, each indented by 25. */
-static void help_entry(FILE *f, const char *flag, const char *value_name,
-                       const char *help) {
+void tool_option_help_entry(FILE *f, const char *flag, const char *value_name,
+                            const char *help) {
   int n = fprintf(f, "  --%s%s%s", flag, value_name ? " " : "",
                   value_name ? value_name : "");
   if (n > 40)
@@ -482,18 +479,17 @@ static void help_entry(FILE *f, const char *flag, const char *value_name,
   }
 }
 
-/* The entry of flag (a row's or a special's); 0, or -1 if unknown. */
-static int help_of(FILE *f, const char *flag) {
+int tool_option_help(FILE *f, const char *flag) {
   char name[64];
   snprintf(name, sizeof name, "--%s", flag);
   const wds_loader_option *r = wds_loader_option_find(name);
   if (r) {
-    help_entry(f, r->flag, r->value_name, r->help);
+    tool_option_help_entry(f, r->flag, r->value_name, r->help);
     return 0;
   }
   for (size_t i = 0; i < NSPECIAL; i++)
     if (strcmp(specials[i].flag, flag) == 0) {
-      help_entry(f, flag, specials[i].value_name, specials[i].help);
+      tool_option_help_entry(f, flag, specials[i].value_name, specials[i].help);
       return 0;
     }
   return -1;
@@ -503,7 +499,7 @@ static void specials_after(FILE *f, const char *after) {
   for (size_t i = 0; i < NSPECIAL; i++)
     if (after ? specials[i].after && strcmp(specials[i].after, after) == 0
               : !specials[i].after)
-      help_of(f, specials[i].flag);
+      tool_option_help(f, specials[i].flag);
 }
 
 void tool_loader_opts_help(FILE *f) {
@@ -511,7 +507,7 @@ void tool_loader_opts_help(FILE *f) {
   specials_after(f, NULL);
   for (size_t i = 0; wds_loader_option_at(i); i++) {
     const wds_loader_option *r = wds_loader_option_at(i);
-    help_of(f, r->flag);
+    tool_option_help(f, r->flag);
     specials_after(f, r->flag);
   }
   fputs("\n" WDS__SIZE_HELP, f);
@@ -519,7 +515,7 @@ void tool_loader_opts_help(FILE *f) {
 
 void tool_loader_opts_help_some(FILE *f, const char *const *names) {
   for (const char *const *n = names; *n; n++)
-    help_of(f, *n);
+    tool_option_help(f, *n);
 }
 
 int tool_loader_options_some(const struct option *own, const char *const *names,
@@ -627,7 +623,7 @@ static int one_row(const char *cmd, const char *flag, const char *arg,
                    wds_loader_config *cfg) {
   static const wds_loader_config init = WDS_LOADER_CONFIG_INIT;
   *cfg = init;
-  return set_row(cfg, cmd, flag, arg);
+  return tool_option_set(cfg, cmd, flag, arg);
 }
 
 int tool_read_timeout(const char *cmd, const char *arg, int *ms) {

@@ -192,4 +192,20 @@ void tool_cache_note(const char *cmd, const char *dir, uint64_t errors);
   "  --cache-size SIZE  delete least recently used cache entries over SIZE\n"  \
   "               (default 0: no limit)\n"
 
+/* The row of the loader's option table whose CLI flag is flag (without
+ * "--") set from arg (NULL: a flag without a value sets the row's
+ * cli_value) through wds_loader_config_set. 0, or -1 after printing its
+ * message as a usage error of cmd. */
+int tool_option_set(wds_loader_config *cfg, const char *cmd, const char *flag,
+                    const char *arg);
+
+/* The --help entry of flag (a row of the table, or one of this file's
+ * own). 0, or -1 if there is none. */
+int tool_option_help(FILE *f, const char *flag);
+
+/* One --help entry in the loader options' layout: "  --FLAG VALUE"
+ * (value_name may be NULL) and help's lines, indented by 25 columns. */
+void tool_option_help_entry(FILE *f, const char *flag, const char *value_name,
+                            const char *help);
+
 #endif
