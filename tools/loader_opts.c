@@ -642,22 +642,6 @@ int tool_retries(const char *cmd, const char *arg, int *retries) {
   return 0;
 }
 
-int tool_cache_size(const char *cmd, const char *arg, uint64_t *out) {
-  wds_loader_config cfg;
-  if (one_row(cmd, "cache-size", arg, &cfg) != 0)
-    return -1;
-  *out = cfg.cache_size;
-  return 0;
-}
-
-int tool_max_window(const char *cmd, const char *arg, uint64_t *out) {
-  wds_loader_config cfg;
-  if (one_row(cmd, "max-window", arg, &cfg) != 0)
-    return -1;
-  *out = cfg.max_window_bytes;
-  return 0;
-}
-
 int tool_image_memory_limit(const char *cmd, const char *arg, uint64_t *out) {
   wds_loader_config cfg;
   if (one_row(cmd, "image-memory-limit", arg, &cfg) != 0)

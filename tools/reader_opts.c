@@ -60,7 +60,8 @@ int tool_reader_opt(tool_reader_opts *o, int c, const char *arg,
   }
   if (c < TOOL_READER_OPT_BASE || c >= TOOL_READER_MAX_URLS)
     return 0;
-  return tool_option_set(&o->cfg, cmd, reader_rows[c - TOOL_READER_OPT_BASE], arg)
+  return tool_option_set(&o->cfg, cmd, reader_rows[c - TOOL_READER_OPT_BASE],
+                         arg)
              ? -1
              : 1;
 }
@@ -80,8 +81,8 @@ void tool_reader_opts_apply(const tool_reader_opts *o, wds_reader_config *rc) {
   rc->allow_pipe_from_files = o->cfg.allow_pipe_from_files;
 }
 
-int tool_reader_expand(const tool_reader_opts *o, const char *cmd,
-                       char **specs, int nspecs, wds_url_list *out) {
+int tool_reader_expand(const tool_reader_opts *o, const char *cmd, char **specs,
+                       int nspecs, wds_url_list *out) {
   return tool_expand_specs(cmd, specs, nspecs, o->max_urls,
                            o->cfg.read_timeout_ms, o->cfg.retries, out);
 }

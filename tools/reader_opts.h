@@ -48,8 +48,8 @@ void tool_reader_opts_apply(const tool_reader_opts *o, wds_reader_config *rc);
 
 /* tool_expand_specs with the options' --max-urls, --read-timeout and
  * --retries. */
-int tool_reader_expand(const tool_reader_opts *o, const char *cmd,
-                       char **specs, int nspecs, wds_url_list *out);
+int tool_reader_expand(const tool_reader_opts *o, const char *cmd, char **specs,
+                       int nspecs, wds_url_list *out);
 
 /* Their --help entries. */
 void tool_reader_opts_help(FILE *f);
