@@ -111,19 +111,24 @@ static const special specials[] = {
 };
 #define NSPECIAL (sizeof specials / sizeof *specials)
 
-static int code_of(const char *flag) {
+static int coded_index(const char *flag) {
   for (size_t i = 0; i < NCODED; i++)
     if (strcmp(coded[i], flag) == 0)
-      return TOOL_LOADER_OPT_BASE + (int)i;
-  int k = 0; /* a row named nowhere above: after them, in table order */
-  for (size_t i = 0; wds_loader_option_at(i); i++) {
-    const char *f = wds_loader_option_at(i)->flag;
-    int known = 0;
-    for (size_t j = 0; j < NCODED && !known; j++)
-      known = strcmp(coded[j], f) == 0;
+      return (int)i;
+  return -1;
+}
+
+/* flag's getopt code: its TOOL_LO_ code, else (a row the list above
+ * lacks) one after them, by its place among such rows of the table. */
+static int code_of(const char *flag) {
+  int i = coded_index(flag), k = 0;
+  if (i >= 0)
+    return TOOL_LOADER_OPT_BASE + i;
+  for (size_t j = 0; wds_loader_option_at(j); j++) {
+    const char *f = wds_loader_option_at(j)->flag;
     if (strcmp(f, flag) == 0)
-      return known ? -1 : TOOL_LOADER_OPT_BASE + (int)NCODED + k;
-    k += !known;
+      return TOOL_LOADER_OPT_BASE + (int)NCODED + k;
+    k += coded_index(f) < 0;
   }
   return -1;
 }
