@@ -111,3 +111,22 @@ int wds_py_loader_options(PyObject *kwargs, const char *const *others,
   }
   return 0;
 }
+
+PyObject *wds_py_loader_option_rows(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  size_t n = 0;
+  while (wds_loader_option_at(n))
+    n++;
+  PyObject *rows = PyTuple_New((Py_ssize_t)n);
+  for (size_t i = 0; rows && i < n; i++) {
+    const wds_loader_option *o = wds_loader_option_at(i);
+    PyObject *row = Py_BuildValue("(ss)", o->name, o->flag);
+    if (!row) {
+      Py_CLEAR(rows);
+      break;
+    }
+    PyTuple_SET_ITEM(rows, (Py_ssize_t)i, row);
+  }
+  return rows;
+}

@@ -23,4 +23,8 @@ int wds_py_loader_options(PyObject *kwargs, const char *const *others,
                           wds_loader_config *cfg, PyObject *keep,
                           PyObject **rest);
 
+/* _wds.loader_options(): the table's rows as a tuple of (keyword, flag)
+ * pairs, in table order (what wds.Loader must take; tests check it). */
+PyObject *wds_py_loader_option_rows(PyObject *self, PyObject *unused);
+
 #endif
