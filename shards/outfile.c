@@ -17,7 +17,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base/err.h"
 #include "base/text.h"
 
 struct wds_outfile {
@@ -45,6 +44,34 @@ static int own_descriptor(const char *path) {
     if (*n < '0' || *n > '9')
       return 0;
   return 1;
+}
+
+/* WDS_OUTFILE_STREAM's regular file (PATH is none, a regular file, or a
+ * symlink to one or to nothing): written in place from the start. A link
+ * is removed and the file created exclusively in its place, so its target
+ * is never written; O_NOFOLLOW refuses a link planted since. */
+static int open_stream(wds_outfile *f, const char *path, wds__err *e) {
+  struct stat lst, st;
+  int excl = 0;
+  if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) {
+    if (unlink(path) != 0)
+      return wds__fail(e, WDS_ERR_OPEN,
+                       "cannot replace the symbolic link %s: %s", path,
+                       strerror(errno));
+    excl = O_EXCL;
+  }
+  f->fd = open(path,
+               O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NOCTTY |
+                   O_CLOEXEC | excl,
+               0666);
+  if (f->fd < 0)
+    return wds__fail(e, WDS_ERR_OPEN, "cannot create %s: %s", path,
+                     strerror(errno));
+  if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return wds__fail(e, WDS_ERR_OPEN,
+                     "cannot open %s: it changed while it was opened", path);
+  f->in_place = S_IFREG;
+  return WDS_OK;
 }
 
 int wds__outfile_open(const char *path, unsigned flags, wds_outfile **out,
@@ -113,6 +140,10 @@ int wds__outfile_open(const char *path, unsigned flags, wds_outfile **out,
       goto done;
     }
     f->in_place = st.st_mode & S_IFMT;
+    goto done;
+  }
+  if (flags & WDS_OUTFILE_STREAM) {
+    rc = open_stream(f, path, e);
     goto done;
   }
   size_t n = strlen(path) + 48;
@@ -187,8 +218,10 @@ int wds__outfile_commit(wds_outfile *f, wds__err *e) {
   int sync = !(f->flags & WDS_OUTFILE_NO_SYNC);
   const char *name = f->tmp ? f->tmp : f->path;
   /* Only files and block devices hold data to sync: fsync of a FIFO or a
-   * character device fails (EINVAL) and would mean nothing. */
-  if (sync && (f->tmp || f->in_place == S_IFBLK) && fsync(f->fd) != 0)
+   * character device fails (EINVAL) and would mean nothing. A stream's
+   * file (in place, S_IFREG) is synced where it is. */
+  if (sync && (f->tmp || f->in_place == S_IFBLK || f->in_place == S_IFREG) &&
+      fsync(f->fd) != 0)
     return wds__fail(e, WDS_ERR_IO, "cannot sync %s: %s", name,
                      strerror(errno));
   int fd = f->fd;

@@ -1206,6 +1206,67 @@ TEST(outfile_symlinks) {
   ASSERT_TRUE(k == 3 && memcmp(got, "own", 3) == 0);
 }
 
+/* WDS_OUTFILE_STREAM: a log written where it goes, visible before the
+ * commit, left whole when never committed; a link to a file is replaced
+ * (its target untouched), one to a FIFO refused. */
+TEST(outfile_stream) {
+  char dir[512], path[600], reg[600], rlink[600], fifo[600], flink[600];
+  fresh_dir(dir, sizeof dir, "stream");
+  snprintf(path, sizeof path, "%s/log.jsonl", dir);
+  snprintf(reg, sizeof reg, "%s/target.txt", dir);
+  snprintf(rlink, sizeof rlink, "%s/to-reg", dir);
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  snprintf(flink, sizeof flink, "%s/to-fifo", dir);
+  FILE *old = fopen(path, "w");
+  ASSERT_TRUE(old != NULL);
+  fputs("an older, longer log", old);
+  fclose(old);
+  wds_outfile *f = NULL;
+  ASSERT_EQ_INT(wds_outfile_open(path, WDS_OUTFILE_STREAM, &f), WDS_OK);
+  ASSERT_EQ_INT(wds_outfile_in_place(f), 1);
+  ASSERT_TRUE(wds_outfile_tmp_path(f) == NULL);
+  ASSERT_EQ_INT(write(wds_outfile_fd(f), "one\n", 4), 4);
+  size_t len;
+  uint8_t *d = test_read_file(path, &len); /* before any commit */
+  int seen = d && len == 4 && memcmp(d, "one\n", 4) == 0;
+  free(d);
+  wds_outfile_close(f); /* never committed: what was written stays */
+  d = test_read_file(path, &len);
+  int kept = d && len == 4 && memcmp(d, "one\n", 4) == 0;
+  free(d);
+  ASSERT_TRUE(seen);
+  ASSERT_TRUE(kept);
+
+  old = fopen(reg, "w");
+  ASSERT_TRUE(old != NULL);
+  fputs("old", old);
+  fclose(old);
+  ASSERT_EQ_INT(symlink("target.txt", rlink), 0);
+  ASSERT_EQ_INT(wds_outfile_open(rlink, WDS_OUTFILE_STREAM, &f), WDS_OK);
+  ASSERT_EQ_INT(write(wds_outfile_fd(f), "new", 3), 3);
+  int rc = wds_outfile_commit(f);
+  wds_outfile_close(f);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  struct stat st;
+  ASSERT_EQ_INT(lstat(rlink, &st), 0);
+  ASSERT_TRUE(S_ISREG(st.st_mode));
+  ASSERT_EQ_INT(st.st_size, 3);
+  d = test_read_file(reg, &len);
+  kept = d && len == 3 && memcmp(d, "old", 3) == 0;
+  free(d);
+  ASSERT_TRUE(kept);
+
+  ASSERT_EQ_INT(mkfifo(fifo, 0644), 0);
+  ASSERT_EQ_INT(symlink("fifo", flink), 0);
+  f = NULL;
+  rc = wds_outfile_open(flink, WDS_OUTFILE_STREAM, &f);
+  wds_outfile_close(f); /* NULL: leaves the last error */
+  ASSERT_EQ_INT(rc, WDS_ERR_OPEN);
+  ASSERT_CONTAINS(wds_last_error(), "symbolic link to a FIFO");
+  ASSERT_EQ_INT(lstat(flink, &st), 0);
+  ASSERT_TRUE(S_ISLNK(st.st_mode));
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "%s/wds-test-writer-XXXXXX",
            getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -1233,6 +1294,7 @@ int main(void) {
   RUN(one_writer_per_pattern);
   RUN(leftover_shards_are_reported);
   RUN(outfile_symlinks);
+  RUN(outfile_stream);
   free_samples();
   test_remove_tree(tmpdir);
   return test_summary();

@@ -21,8 +21,8 @@
 
 #include "base/rng.h"
 #include "base/size.h"
-#include "loader_opts.h"
 #include "pipeline/decoders.h"
+#include "reader_opts.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/reader.h"
@@ -48,16 +48,9 @@ static const char cat_usage[] =
     "the\n"
     "                 same bytes\n"
     "  --limit N      write at most N samples\n"
-    "  -f, --force    write to a terminal anyway\n"
-    "  --max-urls N   refuse specs that expand to more than N "
-    "URLs\n" TOOL_ALLOW_PIPE_HELP
-    "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
-    "                 (default 300; 0: wait forever)\n"
-    "  --retries N  http(s):// shards: tries again N times (default 5; 0:\n"
-    "                 none) after a transient failure; a cut transfer resumes\n"
-    "                 at the byte where it stopped\n"
-    "  --max-window SIZE  largest zstd window a shard may need (default\n"
-    "                 128M; zstd --long=31 needs 2G)\n" TOOL_CACHE_HELP
+    "  -f, --force    write to a terminal anyway\n";
+
+static const char cat_usage_tail[] =
     "Exit status: 0 done, 1 read or write error (the stream is then left\n"
     "without its end-of-archive marker), 2 usage error.\n"
     "\n" WDS__SIZE_HELP;
@@ -192,32 +185,27 @@ static int parse_fields_opt(cat_state *c, const char *list) {
 }
 
 int tool_cmd_cat(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"fields", required_argument, 0, 'F'},
-      {"shuffle", required_argument, 0, 's'},
-      {"seed", required_argument, 0, 'S'},
-      {"limit", required_argument, 0, 'l'},
-      {"force", no_argument, 0, 'f'},
-      {"max-urls", required_argument, 0, 'm'},
-      {"read-timeout", required_argument, 0, 't'},
-      {"retries", required_argument, 0, 'R'},
-      {"max-window", required_argument, 0, 'w'},
-      {"cache-dir", required_argument, 0, 'C'},
-      {"cache-size", required_argument, 0, 'Z'},
-      TOOL_ALLOW_PIPE_OPTION,
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+  static const struct option own[] = {{"fields", required_argument, 0, 'F'},
+                                      {"shuffle", required_argument, 0, 's'},
+                                      {"seed", required_argument, 0, 'S'},
+                                      {"limit", required_argument, 0, 'l'},
+                                      {"force", no_argument, 0, 'f'},
+                                      {"help", no_argument, 0, 'h'},
+                                      {0, 0, 0, 0}};
+  struct option opts[24];
+  tool_reader_opts ro;
   cat_state c;
   memset(&c, 0, sizeof c);
-  int force = 0, status = 2, ch, rc = WDS_OK, have_seed = 0, timeout_ms = 0,
-      retries = 0;
-  size_t shuffle = 0, max_urls = 0, nheld = 0;
-  uint64_t seed = 0, rng, max_window = 0, cache_size = 0;
-  const char *cache_dir = NULL;
+  int force = 0, status = 2, ch, rc = WDS_OK, have_seed = 0;
+  size_t shuffle = 0, nheld = 0;
+  uint64_t seed = 0, rng;
   held **buf = NULL;
   wds_url_list urls = {0};
   wds_reader *r = NULL;
   tool_stdout_init("cat");
+  tool_reader_opts_init(&ro);
+  if (tool_reader_options(own, opts, sizeof opts / sizeof *opts) != 0)
+    return 2;
   optind = 1;
   while ((ch = tool_getopt("wds cat", argc, argv, "fh", opts)) != -1) {
     switch (ch) {
@@ -254,48 +242,22 @@ int tool_cmd_cat(int argc, char **argv) {
     case 'f':
       force = 1;
       break;
-    case 't':
-      if (tool_read_timeout("wds cat", optarg, &timeout_ms))
-        goto done;
-      break;
-    case 'R':
-      if (tool_retries("wds cat", optarg, &retries))
-        goto done;
-      break;
-    case 'w':
-      if (tool_max_window("wds cat", optarg, &max_window))
-        goto done;
-      break;
-    case 'C':
-      cache_dir = optarg;
-      break;
-    case 'Z':
-      if (tool_cache_size("wds cat", optarg, &cache_size))
-        goto done;
-      break;
-    case 'm':
-      if (tool_parse_size(optarg, &max_urls) != 0) {
-        tool_usage_error("wds cat", "--max-urls needs a number, not \"%s\"",
-                         optarg);
-        goto done;
-      }
-      break;
-    case TOOL_OPT_ALLOW_PIPE:
-      tool_allow_pipe_from_files = 1;
-      break;
     case 'h':
       fputs(cat_usage, stdout);
+      tool_reader_opts_help(stdout);
+      fputs(cat_usage_tail, stdout);
       status = 0;
       goto done;
     default:
-      goto done;
+      if (tool_reader_opt(&ro, ch, optarg, "wds cat") != 1)
+        goto done;
     }
   }
   if (optind >= argc) {
     tool_usage_error("wds cat", "expected a SPEC");
     goto done;
   }
-  if (tool_cache_finish("wds cat", &cache_dir, cache_size) != 0)
+  if (tool_reader_opts_finish(&ro, "wds cat") != 0)
     goto done;
   if (have_seed && shuffle <= 1)
     fprintf(stderr, "wds cat: note: --seed has no effect without --shuffle N "
@@ -305,21 +267,16 @@ int tool_cmd_cat(int argc, char **argv) {
                                 "(redirect stdout, or use -f)");
     goto done;
   }
-  int xs = tool_expand_specs("cat", argv + optind, argc - optind, max_urls,
-                             timeout_ms, retries, &urls);
+  int xs = tool_reader_expand(&ro, "cat", argv + optind, argc - optind, &urls);
   if (xs) {
     status = tool_signal_caught() ? xs : 2;
     goto done;
   }
   status = 1;
   wds_reader_config rcfg = WDS_READER_CONFIG_INIT;
+  tool_reader_opts_apply(&ro, &rcfg);
   rcfg.urls = (const char *const *)urls.urls;
   rcfg.url_count = urls.count;
-  rcfg.read_timeout_ms = timeout_ms;
-  rcfg.retries = retries;
-  rcfg.max_window_bytes = max_window;
-  rcfg.cache_dir = cache_dir;
-  rcfg.cache_size = cache_size;
   if (wds_reader_open(&rcfg, &r) != WDS_OK) {
     fprintf(stderr, "wds cat: %s\n", wds_last_error());
     goto done;
@@ -424,7 +381,7 @@ done:
   if (r) {
     wds_reader_stats cst;
     wds_reader_stats_get(r, &cst);
-    tool_cache_note("wds cat", cache_dir, cst.cache_errors);
+    tool_cache_note("wds cat", ro.cfg.cache_dir, cst.cache_errors);
   }
   wds_reader_close(r);
   wds_url_list_free(&urls);

@@ -27,7 +27,7 @@
 #include "base/size.h"
 #include "base/url.h"
 #include "loader/index.h"
-#include "loader_opts.h"
+#include "reader_opts.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/index.h"
@@ -54,23 +54,15 @@ static const char index_usage[] =
     "               FILE that is a device or a FIFO (/dev/null) is written\n"
     "               in place, never replaced. Local shard paths are then\n"
     "               written relative to FILE's directory\n"
-    "  --name NAME  the index's \"name\" (default: the first SPEC)\n"
+    "  --name NAME  the index's \"name\" (default: the first SPEC)\n";
 
-    "  --max-urls N refuse specs that expand to more than N "
-    "URLs\n" TOOL_ALLOW_PIPE_HELP
-    "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
-    "               (default 300; 0: wait forever)\n"
-    "  --max-window SIZE  largest zstd window a shard may need (default\n"
-    "               128M; zstd --long=31 needs 2G)\n" TOOL_CACHE_HELP
+static const char index_usage_tail[] =
     "The loader (wds batches --mode exact --index FILE) and wds ls --summary\n"
     "--index FILE read it. Exits 1, leaving no index, if a shard cannot be\n"
     "read completely (the message names it).\n"
     "\n" WDS__SIZE_HELP;
 
-static int read_timeout_ms;   /* --read-timeout */
-static uint64_t max_window;   /* --max-window */
-static const char *cache_dir; /* --cache-dir */
-static uint64_t cache_size;   /* --cache-size */
+static tool_reader_opts ro;   /* --read-timeout, --retries, the cache... */
 static uint64_t cache_errors; /* shards read without the cache */
 
 /* Reads one shard and writes its shardlist entry to out (first: the first
@@ -93,10 +85,7 @@ static int index_shard(const char *url, const char *written_url, int first,
   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
   cfg.urls = &url;
   cfg.url_count = 1;
-  cfg.read_timeout_ms = read_timeout_ms;
-  cfg.max_window_bytes = max_window;
-  cfg.cache_dir = cache_dir;
-  cfg.cache_size = cache_size;
+  tool_reader_opts_apply(&ro, &cfg);
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     fprintf(stderr, "wds index: %s\n", wds_last_error());
     goto done;
@@ -153,21 +142,17 @@ done:
 }
 
 int tool_cmd_index(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"output", required_argument, 0, 'o'},
-      {"name", required_argument, 0, 'n'},
-      {"max-urls", required_argument, 0, 'm'},
-      {"read-timeout", required_argument, 0, 't'},
-      {"max-window", required_argument, 0, 'w'},
-      {"cache-dir", required_argument, 0, 'C'},
-      {"cache-size", required_argument, 0, 'Z'},
-      TOOL_ALLOW_PIPE_OPTION,
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+  static const struct option own[] = {{"output", required_argument, 0, 'o'},
+                                      {"name", required_argument, 0, 'n'},
+                                      {"help", no_argument, 0, 'h'},
+                                      {0, 0, 0, 0}};
+  struct option opts[16];
   const char *out_path = NULL, *name = NULL;
-  size_t max_urls = 0;
-  int c;
+  int c, r;
   tool_stdout_init("index");
+  tool_reader_opts_init(&ro);
+  if (tool_reader_options(own, opts, sizeof opts / sizeof *opts) != 0)
+    return 2;
   optind = 1;
   while ((c = tool_getopt("wds index", argc, argv, "o:h", opts)) != -1) {
     switch (c) {
@@ -177,40 +162,19 @@ int tool_cmd_index(int argc, char **argv) {
     case 'n':
       name = optarg;
       break;
-    case 't':
-      if (tool_read_timeout("wds index", optarg, &read_timeout_ms))
-        return 2;
-      break;
-    case 'w':
-      if (tool_max_window("wds index", optarg, &max_window))
-        return 2;
-      break;
-    case 'C':
-      cache_dir = optarg;
-      break;
-    case 'Z':
-      if (tool_cache_size("wds index", optarg, &cache_size))
-        return 2;
-      break;
-    case 'm':
-      if (tool_parse_size(optarg, &max_urls) != 0) {
-        return tool_usage_error(
-            "wds index", "--max-urls needs a number, not \"%s\"", optarg);
-      }
-      break;
-    case TOOL_OPT_ALLOW_PIPE:
-      tool_allow_pipe_from_files = 1;
-      break;
     case 'h':
       fputs(index_usage, stdout);
+      tool_reader_opts_help(stdout);
+      fputs(index_usage_tail, stdout);
       return 0;
     default:
-      return 2;
+      if ((r = tool_reader_opt(&ro, c, optarg, "wds index")) != 1)
+        return 2;
     }
   }
   if (optind >= argc)
     return tool_usage_error("wds index", "expected a SPEC");
-  if (tool_cache_finish("wds index", &cache_dir, cache_size) != 0)
+  if (tool_reader_opts_finish(&ro, "wds index") != 0)
     return 2;
   if (out_path && strcmp(out_path, "-") == 0)
     out_path = NULL; /* stdout */
@@ -229,8 +193,8 @@ int tool_cmd_index(int argc, char **argv) {
   char *dir_real = NULL;
   wds_outfile *of = NULL;
   FILE *out = stdout;
-  int xs = tool_expand_specs("index", argv + optind, argc - optind, max_urls,
-                             read_timeout_ms, 0, &urls);
+  int xs =
+      tool_reader_expand(&ro, "index", argv + optind, argc - optind, &urls);
   if (xs) {
     status = tool_signal_caught() ? xs : 2;
     goto done;
@@ -316,7 +280,7 @@ int tool_cmd_index(int argc, char **argv) {
   }
   status = 0;
 done:
-  tool_cache_note("wds index", cache_dir, cache_errors);
+  tool_cache_note("wds index", ro.cfg.cache_dir, cache_errors);
   if (out != stdout)
     fclose(out);
   wds_outfile_close(of); /* removes the temporary file after an error */

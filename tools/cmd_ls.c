@@ -12,7 +12,7 @@
 #include "base/size.h"
 #include "base/text.h"
 #include "base/url.h"
-#include "loader_opts.h"
+#include "reader_opts.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/index.h"
@@ -38,16 +38,9 @@ static const char ls_usage[] =
     "  --index FILE with --summary: add up the counts and sizes of an index\n"
     "               (wds index) instead of reading the shards; every URL of\n"
     "               the spec must be in it, and a local shard whose size\n"
-    "               differs from the index's is an error (stale index)\n"
-    "  --max-urls N refuse specs that expand to more than N "
-    "URLs\n" TOOL_ALLOW_PIPE_HELP
-    "  --read-timeout S  a shard that delivers no data for S seconds fails\n"
-    "               (default 300; 0: wait forever)\n"
-    "  --retries N  http(s):// shards: tries again N times (default 5; 0:\n"
-    "               none) after a transient failure; a cut transfer resumes\n"
-    "               at the byte where it stopped\n"
-    "  --max-window SIZE  largest zstd window a shard may need (default\n"
-    "               128M; zstd --long=31 needs 2G)\n" TOOL_CACHE_HELP
+    "               differs from the index's is an error (stale index)\n";
+
+static const char ls_usage_tail[] =
     "Exits 1 at the first error (the message names shard, member, offset).\n"
     "\n" WDS__SIZE_HELP;
 
@@ -258,24 +251,19 @@ static void print_sample(const wds_sample *s, int json) {
 }
 
 int tool_cmd_ls(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"json", no_argument, 0, 'j'},
-      {"summary", no_argument, 0, 's'},
-      {"max-urls", required_argument, 0, 'm'},
-      {"index", required_argument, 0, 'i'},
-      {"read-timeout", required_argument, 0, 't'},
-      {"retries", required_argument, 0, 'R'},
-      {"max-window", required_argument, 0, 'w'},
-      {"cache-dir", required_argument, 0, 'C'},
-      {"cache-size", required_argument, 0, 'Z'},
-      TOOL_ALLOW_PIPE_OPTION,
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  int json = 0, summary = 0, c, timeout_ms = 0, retries = 0;
-  size_t max_urls = 0;
-  uint64_t max_window = 0, cache_size = 0;
-  const char *index_path = NULL, *cache_dir = NULL;
+  static const struct option own[] = {{"json", no_argument, 0, 'j'},
+                                      {"summary", no_argument, 0, 's'},
+                                      {"index", required_argument, 0, 'i'},
+                                      {"help", no_argument, 0, 'h'},
+                                      {0, 0, 0, 0}};
+  struct option opts[16];
+  tool_reader_opts ro;
+  int json = 0, summary = 0, c;
+  const char *index_path = NULL;
   tool_stdout_init("ls");
+  tool_reader_opts_init(&ro);
+  if (tool_reader_options(own, opts, sizeof opts / sizeof *opts) != 0)
+    return 2;
   optind = 1;
   while ((c = tool_getopt("wds ls", argc, argv, "jsh", opts)) != -1) {
     switch (c) {
@@ -285,53 +273,27 @@ int tool_cmd_ls(int argc, char **argv) {
     case 's':
       summary = 1;
       break;
-    case 'm':
-      if (tool_parse_size(optarg, &max_urls) != 0) {
-        return tool_usage_error(
-            "wds ls", "--max-urls needs a number, not \"%s\"", optarg);
-      }
-      break;
-    case 't':
-      if (tool_read_timeout("wds ls", optarg, &timeout_ms))
-        return 2;
-      break;
-    case 'R':
-      if (tool_retries("wds ls", optarg, &retries))
-        return 2;
-      break;
-    case 'w':
-      if (tool_max_window("wds ls", optarg, &max_window))
-        return 2;
-      break;
     case 'i':
       index_path = optarg;
       break;
-    case 'C':
-      cache_dir = optarg;
-      break;
-    case 'Z':
-      if (tool_cache_size("wds ls", optarg, &cache_size))
-        return 2;
-      break;
-    case TOOL_OPT_ALLOW_PIPE:
-      tool_allow_pipe_from_files = 1;
-      break;
     case 'h':
       fputs(ls_usage, stdout);
+      tool_reader_opts_help(stdout);
+      fputs(ls_usage_tail, stdout);
       return 0;
     default:
-      return 2;
+      if (tool_reader_opt(&ro, c, optarg, "wds ls") != 1)
+        return 2;
     }
   }
   if (optind >= argc)
     return tool_usage_error("wds ls", "expected a SPEC");
   if (index_path && !summary)
     return tool_usage_error("wds ls", "--index goes with --summary");
-  if (tool_cache_finish("wds ls", &cache_dir, cache_size) != 0)
+  if (tool_reader_opts_finish(&ro, "wds ls") != 0)
     return 2;
   wds_url_list urls = {0};
-  int xs = tool_expand_specs("ls", argv + optind, argc - optind, max_urls,
-                             timeout_ms, retries, &urls);
+  int xs = tool_reader_expand(&ro, "ls", argv + optind, argc - optind, &urls);
   if (xs)
     return xs;
 
@@ -343,13 +305,9 @@ int tool_cmd_ls(int argc, char **argv) {
     goto done;
   }
   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+  tool_reader_opts_apply(&ro, &cfg);
   cfg.urls = (const char *const *)urls.urls;
   cfg.url_count = urls.count;
-  cfg.read_timeout_ms = timeout_ms;
-  cfg.retries = retries;
-  cfg.max_window_bytes = max_window;
-  cfg.cache_dir = cache_dir;
-  cfg.cache_size = cache_size;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     fprintf(stderr, "wds ls: %s\n", wds_last_error());
     status = 1;
@@ -408,7 +366,7 @@ done:
   if (r) {
     wds_reader_stats cst;
     wds_reader_stats_get(r, &cst);
-    tool_cache_note("wds ls", cache_dir, cst.cache_errors);
+    tool_cache_note("wds ls", ro.cfg.cache_dir, cst.cache_errors);
   }
   wds_reader_close(r);
   wds_url_list_free(&urls);

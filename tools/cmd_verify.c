@@ -21,8 +21,8 @@
 #include "base/size.h"
 #include "base/text.h"
 #include "base/url.h"
-#include "loader_opts.h"
 #include "pipeline/decoders.h"
+#include "reader_opts.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/loader.h"
@@ -60,13 +60,9 @@ static const char verify_usage[] =
     "\"kind\",\n"
     "                  \"message\"}...], \"shards\", \"samples\", "
     "\"problem_count\",\n"
-    "                  \"counts\": {KIND: N}}\n"
-    "  --max-urls N    refuse specs that expand to more than N "
-    "URLs\n" TOOL_ALLOW_PIPE_HELP
-    "  --read-timeout S  a shard that delivers no data for S seconds is\n"
-    "                  reported unreadable (default 300; 0: wait forever)\n"
-    "  --max-window SIZE  largest zstd window a shard may need (default\n"
-    "                  128M; zstd --long=31 needs 2G)\n" TOOL_CACHE_HELP
+    "                  \"counts\": {KIND: N}}\n";
+
+static const char verify_usage_tail[] =
     "Exit status: 0 no problems, 1 problems found, 2 usage error.\n"
     "\n" WDS__SIZE_HELP;
 
@@ -93,11 +89,8 @@ typedef struct verifier {
   char **require; /* groups: "jpg;png" */
   size_t nrequire;
   wds_decode_checker *checker; /* --decode */
-  int read_timeout_ms;         /* --read-timeout */
-  const char *cache_dir;       /* --cache-dir */
-  uint64_t cache_size;         /* --cache-size */
+  tool_reader_opts ro;         /* --read-timeout, --retries, the cache... */
   uint64_t cache_errors;       /* shards read without the cache */
-  uint64_t max_window_bytes;   /* --max-window */
 } verifier;
 
 /* Prints one problem. key may be NULL (shard-level). */
@@ -276,10 +269,7 @@ static int verify_shard(verifier *v, const char *url) {
   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
   cfg.urls = &url;
   cfg.url_count = 1;
-  cfg.read_timeout_ms = v->read_timeout_ms;
-  cfg.max_window_bytes = v->max_window_bytes;
-  cfg.cache_dir = v->cache_dir;
-  cfg.cache_size = v->cache_size;
+  tool_reader_opts_apply(&v->ro, &cfg);
   v->shards++;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
     const char *m = wds_last_error();
@@ -341,26 +331,23 @@ static int parse_require(verifier *v, const char *list) {
 }
 
 int tool_cmd_verify(int argc, char **argv) {
-  static const struct option opts[] = {
+  static const struct option own[] = {
       {"require", required_argument, 0, 'r'},
       {"decode", no_argument, 0, 'd'},
       {"json", no_argument, 0, 'j'},
-      {"max-urls", required_argument, 0, 'm'},
-      {"read-timeout", required_argument, 0, 't'},
-      {"max-window", required_argument, 0, 'w'},
-      {"cache-dir", required_argument, 0, 'C'},
-      {"cache-size", required_argument, 0, 'Z'},
       {"image-memory-limit", required_argument, 0, 'I'},
-      TOOL_ALLOW_PIPE_OPTION,
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
+  struct option opts[16];
   verifier v;
   memset(&v, 0, sizeof v);
+  tool_reader_opts_init(&v.ro);
   int decode = 0, c, status = 2;
-  size_t max_urls = 0;
   uint64_t image_limit = 0;
   wds_url_list urls = {0};
   tool_stdout_init("verify");
+  if (tool_reader_options(own, opts, sizeof opts / sizeof *opts) != 0)
+    return 2;
   optind = 1;
   while ((c = tool_getopt("wds verify", argc, argv, "h", opts)) != -1) {
     switch (c) {
@@ -376,21 +363,6 @@ int tool_cmd_verify(int argc, char **argv) {
     case 'd':
       decode = 1;
       break;
-    case 't':
-      if (tool_read_timeout("wds verify", optarg, &v.read_timeout_ms))
-        goto done;
-      break;
-    case 'C':
-      v.cache_dir = optarg;
-      break;
-    case 'Z':
-      if (tool_cache_size("wds verify", optarg, &v.cache_size))
-        goto done;
-      break;
-    case 'w':
-      if (tool_max_window("wds verify", optarg, &v.max_window_bytes))
-        goto done;
-      break;
     case 'I':
       if (tool_image_memory_limit("wds verify", optarg, &image_limit))
         goto done;
@@ -398,32 +370,25 @@ int tool_cmd_verify(int argc, char **argv) {
     case 'j':
       v.json = 1;
       break;
-    case 'm':
-      if (tool_parse_size(optarg, &max_urls) != 0) {
-        tool_usage_error("wds verify", "--max-urls needs a number, not \"%s\"",
-                         optarg);
-        goto done;
-      }
-      break;
-    case TOOL_OPT_ALLOW_PIPE:
-      tool_allow_pipe_from_files = 1;
-      break;
     case 'h':
       fputs(verify_usage, stdout);
+      tool_reader_opts_help(stdout);
+      fputs(verify_usage_tail, stdout);
       status = 0;
       goto done;
     default:
-      goto done;
+      if (tool_reader_opt(&v.ro, c, optarg, "wds verify") != 1)
+        goto done;
     }
   }
   if (optind >= argc) {
     tool_usage_error("wds verify", "expected a SPEC");
     goto done;
   }
-  if (tool_cache_finish("wds verify", &v.cache_dir, v.cache_size) != 0)
+  if (tool_reader_opts_finish(&v.ro, "wds verify") != 0)
     goto done;
-  int xs = tool_expand_specs("verify", argv + optind, argc - optind, max_urls,
-                             v.read_timeout_ms, 0, &urls);
+  int xs =
+      tool_reader_expand(&v.ro, "verify", argv + optind, argc - optind, &urls);
   if (xs) {
     status = tool_signal_caught() ? xs : 2;
     goto done;
@@ -491,7 +456,7 @@ int tool_cmd_verify(int argc, char **argv) {
 done:
   if (tool_stdout_flush() != 0 && status == 0)
     status = 1;
-  tool_cache_note("wds verify", v.cache_dir, v.cache_errors);
+  tool_cache_note("wds verify", v.ro.cfg.cache_dir, v.cache_errors);
   for (size_t i = 0; i < v.nrequire; i++)
     free(v.require[i]);
   free(v.require);

@@ -51,8 +51,8 @@
 #include "base/rng.h"
 #include "base/size.h"
 #include "base/text.h"
-#include "loader_opts.h"
 #include "pipeline/decoders.h"
+#include "reader_opts.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/reader.h"
@@ -135,14 +135,9 @@ static const char write_usage_options[] =
     "                     (at the last '.'; a '.' left in the key is written\n"
     "                     as '_', as readers end keys at the first '.')\n"
     "      --no-sync      do not fsync shards (faster for scratch data; a\n"
-    "                     power loss may leave a short shard under its name)\n"
-    "      --read-timeout S  SPEC input: a shard that delivers no data for S\n"
-    "                     seconds fails (default 300; 0: wait forever)\n"
-    "      --max-window SIZE  SPEC input: largest zstd window a shard may\n"
-    "                     need (default 128M; zstd --long=31 needs 2G)\n"
-    "      --allow-pipe-from-files  SPEC input: run the pipe: commands read\n"
-    "                     from @FILE lists (refused by default: such files\n"
-    "                     may come from anywhere)\n"
+    "                     power loss may leave a short shard under its name)\n";
+
+static const char write_usage_tail[] =
     "\n"
     "SIGINT, SIGTERM or SIGHUP stop it cleanly: completed shards stay, the\n"
     "unfinished one is removed, and it exits with 128 + the signal.\n"
@@ -241,8 +236,8 @@ typedef struct write_opts {
   uint64_t max_count, max_size, start, seed, shuffle_buffer;
   int level, shuffle, inline_values, no_sync, split_given;
   int count_given, size_given; /* --maxcount, --maxsize */
-  int read_timeout_ms;         /* --read-timeout, for shard inputs */
-  uint64_t max_window;         /* --max-window, for shard inputs */
+  tool_reader_opts ro;         /* --read-timeout (the manifest's too),
+                                  --retries, the cache...: shard inputs */
   const char *manifest;
   const char *size_arg; /* --maxsize as given */
   int labels;           /* --labels: class ids from folder names */
@@ -496,7 +491,7 @@ static FILE *open_manifest(const write_opts *o) {
       goto fail;
     }
     waited += 100;
-    if (o->read_timeout_ms > 0 && waited >= o->read_timeout_ms) {
+    if (o->ro.cfg.read_timeout_ms > 0 && waited >= o->ro.cfg.read_timeout_ms) {
       errno = ETIMEDOUT;
       goto fail;
     }
@@ -1179,7 +1174,7 @@ static int run_manifest(const write_opts *o, wds_writer *w, progress *pg) {
     fprintf(stderr,
             "wds write: manifest %s: no data for %.1f s (a FIFO without a "
             "writer; the read timeout, --read-timeout)\n",
-            o->manifest, (double)o->read_timeout_ms / 1000);
+            o->manifest, (double)o->ro.cfg.read_timeout_ms / 1000);
     goto done;
   }
   if (!f) {
@@ -1351,14 +1346,12 @@ static int run_stream(char **specs, int nspecs, const write_opts *o,
   wds_writer_field *f = NULL;
   size_t f_cap = 0;
   uint64_t rng = o->seed;
-  if (tool_expand_specs("write", specs, nspecs, 0, o->read_timeout_ms, 0,
-                        &urls) != 0)
+  if (tool_reader_expand(&o->ro, "write", specs, nspecs, &urls) != 0)
     goto done;
   wds_reader_config rc = WDS_READER_CONFIG_INIT;
+  tool_reader_opts_apply(&o->ro, &rc);
   rc.urls = (const char *const *)urls.urls;
   rc.url_count = urls.count;
-  rc.read_timeout_ms = o->read_timeout_ms;
-  rc.max_window_bytes = o->max_window;
   if (wds_reader_open(&rc, &r) != WDS_OK) {
     fprintf(stderr, "wds write: %s\n", wds_last_error());
     goto done;
@@ -1434,6 +1427,11 @@ static int run_stream(char **specs, int nspecs, const write_opts *o,
   }
   status = 0;
 done:
+  if (r) {
+    wds_reader_stats st;
+    wds_reader_stats_get(r, &st);
+    tool_cache_note("wds write", o->ro.cfg.cache_dir, st.cache_errors);
+  }
   for (size_t i = 0; i < nbuf; i++)
     free(buf[i]);
   free(buf);
@@ -1461,13 +1459,11 @@ int tool_cmd_write(int argc, char **argv) {
     OPT_MANIFEST,
     OPT_INLINE,
     OPT_NO_SYNC,
-    OPT_READ_TIMEOUT,
-    OPT_MAX_WINDOW,
     OPT_LABELS,
     OPT_CLASSES,
     OPT_KEY_RULE
   };
-  static const struct option opts[] = {
+  static const struct option own[] = {
       {"output", required_argument, 0, 'o'},
       {"maxcount", required_argument, 0, OPT_MAXCOUNT},
       {"maxsize", required_argument, 0, OPT_MAXSIZE},
@@ -1479,20 +1475,21 @@ int tool_cmd_write(int argc, char **argv) {
       {"manifest", required_argument, 0, OPT_MANIFEST},
       {"inline", no_argument, 0, OPT_INLINE},
       {"no-sync", no_argument, 0, OPT_NO_SYNC},
-      {"read-timeout", required_argument, 0, OPT_READ_TIMEOUT},
-      {"max-window", required_argument, 0, OPT_MAX_WINDOW},
       {"labels", no_argument, 0, OPT_LABELS},
       {"classes", required_argument, 0, OPT_CLASSES},
       {"key-rule", required_argument, 0, OPT_KEY_RULE},
-      TOOL_ALLOW_PIPE_OPTION,
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
+  struct option opts[32];
   write_opts o = {.pattern = "shard-%06d.tar",
                   .max_count = DEFAULT_MAX_COUNT,
                   .max_size = DEFAULT_MAX_SIZE,
                   .shuffle_buffer = DEFAULT_SHUFFLE_BUFFER};
   int c;
   tool_stdout_init("write");
+  tool_reader_opts_init(&o.ro);
+  if (tool_reader_options(own, opts, sizeof opts / sizeof *opts) != 0)
+    return 2;
   optind = 1;
   while ((c = tool_getopt("wds write", argc, argv, "ho:", opts)) != -1) {
     switch (c) {
@@ -1551,14 +1548,6 @@ int tool_cmd_write(int argc, char **argv) {
     case OPT_NO_SYNC:
       o.no_sync = 1;
       break;
-    case OPT_READ_TIMEOUT:
-      if (tool_read_timeout("wds write", optarg, &o.read_timeout_ms))
-        return 2;
-      break;
-    case OPT_MAX_WINDOW:
-      if (tool_max_window("wds write", optarg, &o.max_window))
-        return 2;
-      break;
     case OPT_LABELS:
       o.labels = 1;
       break;
@@ -1571,17 +1560,22 @@ int tool_cmd_write(int argc, char **argv) {
                            optarg);
       o.last_dot = strcmp(optarg, "last-dot") == 0;
       break;
-    case TOOL_OPT_ALLOW_PIPE:
-      tool_allow_pipe_from_files = 1;
-      break;
     case 'h':
       fputs(write_usage, stdout);
       fputs(write_usage_options, stdout);
+      fputs("  Reading SPEC inputs (--read-timeout also a --manifest "
+            "FIFO):\n",
+            stdout);
+      tool_reader_opts_help(stdout);
+      fputs(write_usage_tail, stdout);
       return tool_stdout_check() != 0; /* about a buffer long */
     default:
-      return 2;
+      if (tool_reader_opt(&o.ro, c, optarg, "wds write") != 1)
+        return 2;
     }
   }
+  if (tool_reader_opts_finish(&o.ro, "wds write") != 0)
+    return 2;
   int ninputs = argc - optind;
   char **inputs = argv + optind;
   if (strchr(o.pattern, '{') || strchr(o.pattern, '}'))

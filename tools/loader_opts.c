@@ -1,8 +1,15 @@
-/* loader_opts.c — parses the loader options shared by `wds batches` and
- * `wds bench` into a wds_loader_config (see loader_opts.h).
+/* loader_opts.c — the loader options of `wds batches`, `wds bench` and
+ * `wds-train` (see loader_opts.h), and the shard-reading options of the
+ * reader commands, built from the library's option table
+ * (wds_loader_option_at, loader/options.c).
  *
- * Values are checked here, with messages naming the flag; what depends on
- * several flags (resampled mode needs --samples-per-epoch, rank < world) is
+ * Each row of the table with a flag becomes a getopt_long entry, its value
+ * is parsed by wds_loader_config_set (one grammar and one message, naming
+ * the flag, for every front end) and its --help entry is made from the
+ * row. Four loader options are this file's own (not config fields, or not
+ * one): --decode (the fields), --rank-batch-sizes, --source (the mix) and
+ * --epochs (how many epochs a command runs). What depends on several
+ * flags (resampled mode needs --samples-per-epoch, rank < world) is
  * checked in tool_loader_opts_finish, so the order of flags never matters:
  * --last-batch overrides --drop-last's choice whichever comes first. The
  * loader checks the config again when it opens. */
@@ -16,45 +23,143 @@
 #include "base/topology.h"
 #include "opts.h"
 
-static const struct option loader_options[] = {
-    {"rank", required_argument, 0, TOOL_LO_RANK},
-    {"world", required_argument, 0, TOOL_LO_WORLD},
-    {"workers", required_argument, 0, TOOL_LO_WORKERS},
-    {"seed", required_argument, 0, TOOL_LO_SEED},
-    {"epoch", required_argument, 0, TOOL_LO_EPOCH},
-    {"epochs", required_argument, 0, TOOL_LO_EPOCHS},
-    {"mode", required_argument, 0, TOOL_LO_MODE},
-    {"samples-per-epoch", required_argument, 0, TOOL_LO_SAMPLES_PER_EPOCH},
-    {"batch-size", required_argument, 0, TOOL_LO_BATCH_SIZE},
-    {"drop-last", no_argument, 0, TOOL_LO_DROP_LAST},
-    {"last-batch", required_argument, 0, TOOL_LO_LAST_BATCH},
-    {"shuffle-buffer", required_argument, 0, TOOL_LO_SHUFFLE_BUFFER},
-    {"shuffle-initial", required_argument, 0, TOOL_LO_SHUFFLE_INITIAL},
-    {"no-shard-shuffle", no_argument, 0, TOOL_LO_NO_SHARD_SHUFFLE},
-    {"decode", required_argument, 0, TOOL_LO_DECODE},
-    {"image-size", required_argument, 0, TOOL_LO_IMAGE_SIZE},
-    {"crop", required_argument, 0, TOOL_LO_CROP},
-    {"prefetch", required_argument, 0, TOOL_LO_PREFETCH},
-    {"on-error", required_argument, 0, TOOL_LO_ON_ERROR},
-    {"index", required_argument, 0, TOOL_LO_INDEX},
-    {"resume-at", required_argument, 0, TOOL_LO_RESUME_AT},
-    {"max-sample-bytes", required_argument, 0, TOOL_LO_MAX_SAMPLE_BYTES},
-    {"read-timeout", required_argument, 0, TOOL_LO_READ_TIMEOUT},
-    {"shuffle-bytes", required_argument, 0, TOOL_LO_SHUFFLE_BYTES},
-    {"max-window", required_argument, 0, TOOL_LO_MAX_WINDOW},
-    {"retries", required_argument, 0, TOOL_LO_RETRIES},
-    {"rank-batch-sizes", required_argument, 0, TOOL_LO_RANK_BATCH_SIZES},
-    {"cache-dir", required_argument, 0, TOOL_LO_CACHE_DIR},
-    {"cache-size", required_argument, 0, TOOL_LO_CACHE_SIZE},
-    {"allow-pipe-from-files", no_argument, 0, TOOL_LO_ALLOW_PIPE},
-    {"source", required_argument, 0, TOOL_LO_SOURCE},
-    {"eager-next-epoch", no_argument, 0, TOOL_LO_EAGER_NEXT_EPOCH},
-    {"defer-reads", required_argument, 0, TOOL_LO_DEFER_READS},
-    {"image-memory-limit", required_argument, 0, TOOL_LO_IMAGE_MEMORY_LIMIT},
-    {"jpeg-decode", required_argument, 0, TOOL_LO_JPEG_DECODE},
-};
+/* The getopt_long codes of TOOL_LO_*, by flag, in their order (the codes
+ * wds-train records as given). A row of the library's table not named
+ * here gets a code after them (tool_lo_code), so a new row needs nothing
+ * here. */
+static const char *const coded[] = {"rank",
+                                    "world",
+                                    "workers",
+                                    "seed",
+                                    "epoch",
+                                    "epochs",
+                                    "mode",
+                                    "samples-per-epoch",
+                                    "batch-size",
+                                    "drop-last",
+                                    "last-batch",
+                                    "shuffle-buffer",
+                                    "shuffle-initial",
+                                    "no-shard-shuffle",
+                                    "decode",
+                                    "image-size",
+                                    "crop",
+                                    "prefetch",
+                                    "on-error",
+                                    "index",
+                                    "resume-at",
+                                    "max-sample-bytes",
+                                    "read-timeout",
+                                    "shuffle-bytes",
+                                    "max-window",
+                                    "retries",
+                                    "rank-batch-sizes",
+                                    "cache-dir",
+                                    "cache-size",
+                                    "allow-pipe-from-files",
+                                    "source",
+                                    "eager-next-epoch",
+                                    "defer-reads",
+                                    "image-memory-limit",
+                                    "jpeg-decode"};
+#define NCODED (sizeof coded / sizeof *coded)
+_Static_assert(NCODED == TOOL_LO_JPEG_DECODE - TOOL_LOADER_OPT_BASE + 1,
+               "one flag per TOOL_LO_ code");
 
-#define NLOADER (sizeof loader_options / sizeof *loader_options)
+/* The options of this file's own, with their help; each is listed after
+ * the table's row `after` (NULL: first). */
+typedef struct special {
+  const char *flag, *value_name, *after, *help;
+} special;
+
+static const special specials[] = {
+    {"decode", "FIELDS", NULL,
+     "the arrays of a batch: comma-separated fields,\n"
+     "each NAME[:OPTION]..., NAME one or more\n"
+     "extensions joined by ';' (the first one a\n"
+     "sample has is used); OPTIONs: rgb, l (gray),\n"
+     "N or WxH (image size), and the decoder: image,\n"
+     "npy, int, bytes (default: by extension).\n"
+     "e.g. \"jpg;png:rgb:224,cls\"\n"
+     "(jpg also matches jpeg and jpeg jpg, so\n"
+     ".jpg, .JPG, .jpeg and .JPEG files all match)"},
+    {"rank-batch-sizes", "B0,B1,...", "batch-size",
+     "each rank's batch size (ranks of\n"
+     "different GPUs); the count is the world size.\n"
+     "Exact and resampled modes: every rank takes\n"
+     "the same number of steps S, rank r S x Br\n"
+     "samples, the epoch split in proportion\n"
+     "(S = ceil(samples / sum), floor with\n"
+     "--drop-last; resampled: samples = --samples-\n"
+     "per-epoch x ranks); no batch is partial"},
+    {"epochs", "N", "epoch", "how many epochs to run (default 1)"},
+    {"source", "SPEC[:weight=W|:proportion=P|:repeat=R][:index=FILE]",
+     "jpeg-decode",
+     "one source of a mix (repeat the option; in\n"
+     "place of SPEC...). Resampled mode: each sample\n"
+     "comes from a source with probability weight /\n"
+     "sum of weights (default 1; a proportion counts\n"
+     "as a weight). Exact mode: a source gives\n"
+     "round(R x its samples) per epoch (repeat,\n"
+     "default 1: 2 = twice, 0.5 = half, another half\n"
+     "each epoch) or round(P x E) (proportion, E the\n"
+     "sum of all sources' samples), each sample once\n"
+     "over all ranks; index=FILE: its counts. The\n"
+     "options are read from the end of the argument;\n"
+     "rows record their source (0, 1, ... in option\n"
+     "order)"},
+};
+#define NSPECIAL (sizeof specials / sizeof *specials)
+
+static int coded_index(const char *flag) {
+  for (size_t i = 0; i < NCODED; i++)
+    if (strcmp(coded[i], flag) == 0)
+      return (int)i;
+  return -1;
+}
+
+/* flag's getopt code: its TOOL_LO_ code, else (a row the list above
+ * lacks) one after them, by its place among such rows of the table. */
+static int code_of(const char *flag) {
+  int i = coded_index(flag), k = 0;
+  if (i >= 0)
+    return TOOL_LOADER_OPT_BASE + i;
+  for (size_t j = 0; wds_loader_option_at(j); j++) {
+    const char *f = wds_loader_option_at(j)->flag;
+    if (strcmp(f, flag) == 0)
+      return TOOL_LOADER_OPT_BASE + (int)NCODED + k;
+    k += coded_index(f) < 0;
+  }
+  return -1;
+}
+
+/* The getopt entries: the table's rows, then the specials. */
+#define MAX_LOADER_OPTS 96
+static struct option loader_options[MAX_LOADER_OPTS];
+static size_t nloader;
+
+static void build(void) {
+  if (nloader)
+    return;
+  for (size_t i = 0; wds_loader_option_at(i) && nloader + 1 < MAX_LOADER_OPTS;
+       i++) {
+    const wds_loader_option *r = wds_loader_option_at(i);
+    loader_options[nloader++] = (struct option){
+        r->flag, r->type == WDS_OPTION_BOOL ? no_argument : required_argument,
+        0, code_of(r->flag)};
+  }
+  for (size_t i = 0; i < NSPECIAL && nloader + 1 < MAX_LOADER_OPTS; i++)
+    loader_options[nloader++] = (struct option){
+        specials[i].flag, required_argument, 0, code_of(specials[i].flag)};
+}
+
+static const char *flag_name(int c) {
+  build();
+  for (size_t i = 0; i < nloader; i++)
+    if (loader_options[i].val == c)
+      return loader_options[i].name;
+  return NULL;
+}
 
 void tool_loader_opts_init(tool_loader_opts *o) {
   static const wds_loader_config init = WDS_LOADER_CONFIG_INIT;
@@ -66,84 +171,29 @@ void tool_loader_opts_init(tool_loader_opts *o) {
 int tool_loader_options(const struct option *own, struct option *out,
                         size_t cap) {
   size_t n = 0;
+  build();
   while (own && own[n].name)
     n++;
-  if (n + NLOADER + 1 > cap)
+  if (n + nloader + 1 > cap)
     return -1;
   memcpy(out, own, n * sizeof *out);
-  memcpy(out + n, loader_options, sizeof loader_options);
-  memset(out + n + NLOADER, 0, sizeof *out);
+  memcpy(out + n, loader_options, nloader * sizeof *out);
+  memset(out + n + nloader, 0, sizeof *out);
   return 0;
 }
 
-static const char *flag_name(int c) {
-  for (size_t i = 0; i < NLOADER; i++)
-    if (loader_options[i].val == c)
-      return loader_options[i].name;
-  return "?";
-}
-
-/* Decimal in [min, max]; prints the error and returns -1 otherwise. */
-static int num(const char *cmd, int c, const char *arg, uint64_t min,
-               uint64_t max, uint64_t *out) {
-  uint64_t v;
-  if (tool_parse_u64(arg, &v) != 0 || v < min || v > max) {
-    if (max == UINT64_MAX)
-      tool_usage_error(cmd,
-                       "--%s needs a whole number of at least %llu, not "
-                       "\"%s\"",
-                       flag_name(c), (unsigned long long)min, arg);
-    else
-      tool_usage_error(
-          cmd, "--%s needs a whole number in %llu..%llu, not \"%s\"",
-          flag_name(c), (unsigned long long)min, (unsigned long long)max, arg);
+int tool_option_set(wds_loader_config *cfg, const char *cmd, const char *flag,
+                    const char *arg) {
+  const wds_loader_option *r;
+  char name[64];
+  snprintf(name, sizeof name, "--%s", flag);
+  if (!(r = wds_loader_option_find(name)))
+    return -1;
+  if (wds_loader_config_set(cfg, name, arg ? arg : r->cli_value) != WDS_OK) {
+    tool_usage_error(cmd, "%s", wds_last_error());
     return -1;
   }
-  *out = v;
   return 0;
-}
-
-/* A byte count of at least 1 and at most max, in the size grammar of
- * base/size.h. 0, or -1 for anything else. */
-static int suffixed_bytes(const char *arg, uint64_t max, uint64_t *out) {
-  uint64_t v;
-  if (wds__size_parse(arg, &v) != 0 || v < 1 || v > max)
-    return -1;
-  *out = v;
-  return 0;
-}
-
-static int bytes(const char *cmd, int c, const char *arg, size_t *out) {
-  uint64_t v;
-  if (suffixed_bytes(arg, SIZE_MAX, &v) == 0) {
-    *out = (size_t)v;
-    return 0;
-  }
-  tool_usage_error(cmd,
-                   "--%s needs a size in bytes (optionally with K, M, G, T: "
-                   "powers of 1024, or KB, MB, GB, TB: of 1000), not \"%s\"",
-                   flag_name(c), arg);
-  return -1;
-}
-
-/* Index of arg in words (NULL-terminated), or -1 after printing the error. */
-static int word(const char *cmd, int c, const char *arg,
-                const char *const *words) {
-  for (int i = 0; words[i]; i++)
-    if (strcmp(arg, words[i]) == 0)
-      return i;
-  char list[256];
-  size_t used = 0;
-  list[0] = '\0';
-  for (int i = 0; words[i] && used < sizeof list; i++) {
-    int n = snprintf(list + used, sizeof list - used, "%s%s",
-                     i ? (words[i + 1] ? ", " : " or ") : "", words[i]);
-    if (n < 0)
-      break;
-    used += (size_t)n;
-  }
-  tool_usage_error(cmd, "--%s must be %s, not \"%s\"", flag_name(c), list, arg);
-  return -1;
 }
 
 int tool_parse_rank_batch_sizes(const char *cmd, const char *flag,
@@ -187,16 +237,9 @@ int tool_parse_rank_batch_sizes(const char *cmd, const char *flag,
 
 int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
                     const char *cmd) {
-  static const char *const modes[] = {"plain", "exact", "resampled", NULL};
-  static const char *const lasts[] = {"keep", "drop", "pad", NULL};
-  static const char *const crops[] = {"center", "random", NULL};
-  static const char *const policies[] = {"stop", "skip", NULL};
-  static const char *const defers[] = {"auto", "on", "off", NULL};
-  static const char *const wheres[] = {"cpu", "gpu", NULL};
   wds_loader_config *cfg = &o->cfg;
-  uint64_t v = 0;
-  int w;
-  if (c < TOOL_LOADER_OPT_BASE || c >= TOOL_LOADER_OPT_BASE + (int)NLOADER)
+  const char *flag = flag_name(c);
+  if (!flag)
     return 0;
   /* --max-window, --read-timeout, --retries, the cache and
    * --allow-pipe-from-files apply to a plain reader too (wds bench without
@@ -206,166 +249,24 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
       c != TOOL_LO_CACHE_SIZE && c != TOOL_LO_ALLOW_PIPE)
     o->given = 1;
   switch (c) {
-  case TOOL_LO_RANK:
-    if (num(cmd, c, arg, 0, 1 << 20, &v))
-      return -1;
-    cfg->rank = (int)v;
-    break;
-  case TOOL_LO_WORLD:
-    if (num(cmd, c, arg, 1, 1 << 20, &v))
-      return -1;
-    cfg->world_size = (int)v;
-    break;
-  case TOOL_LO_WORKERS:
-    if (num(cmd, c, arg, 1, WDS_LOADER_MAX_WORKERS, &v))
-      return -1;
-    cfg->workers = (int)v;
-    break;
-  case TOOL_LO_SEED:
-    if (num(cmd, c, arg, 0, UINT64_MAX, &cfg->seed))
-      return -1;
-    break;
-  case TOOL_LO_EPOCH:
-    if (num(cmd, c, arg, 0, UINT64_MAX, &cfg->epoch))
-      return -1;
-    break;
   case TOOL_LO_EPOCHS:
-    if (num(cmd, c, arg, 1, UINT64_MAX, &o->epochs))
+    if (tool_parse_u64(arg, &o->epochs) != 0 || o->epochs < 1) {
+      tool_usage_error(cmd,
+                       "--epochs needs a whole number of at least 1, not "
+                       "\"%s\"",
+                       arg);
       return -1;
-    break;
-  case TOOL_LO_MODE:
-    if ((w = word(cmd, c, arg, modes)) < 0)
-      return -1;
-    cfg->mode = w == 0   ? WDS_MODE_PLAIN
-                : w == 1 ? WDS_MODE_EXACT
-                         : WDS_MODE_RESAMPLED;
-    break;
-  case TOOL_LO_SAMPLES_PER_EPOCH:
-    if (num(cmd, c, arg, 1, UINT64_MAX, &cfg->samples_per_epoch))
-      return -1;
-    break;
-  case TOOL_LO_BATCH_SIZE:
-    if (num(cmd, c, arg, 1, (uint64_t)1 << 24, &v))
-      return -1;
-    cfg->batch_size = (size_t)v;
-    o->batch_size_given = 1;
-    break;
+    }
+    return 1;
   case TOOL_LO_RANK_BATCH_SIZES:
-    if (tool_parse_rank_batch_sizes(cmd, flag_name(c), arg, (uint64_t)1 << 24,
+    if (tool_parse_rank_batch_sizes(cmd, flag, arg, (uint64_t)1 << 24,
                                     &o->rank_bs, &cfg->rank_batch_size_count))
       return -1;
     cfg->rank_batch_sizes = o->rank_bs;
-    break;
-  case TOOL_LO_DROP_LAST:
-    /* As torch users pass drop_last to DistributedSampler and DataLoader. */
-    cfg->drop_last = 1;
-    o->drop_last_given = 1;
-    break;
-  case TOOL_LO_LAST_BATCH:
-    if ((w = word(cmd, c, arg, lasts)) < 0)
-      return -1;
-    o->last_batch = w == 0   ? WDS_LAST_KEEP
-                    : w == 1 ? WDS_LAST_DROP
-                             : WDS_LAST_PAD;
-    o->last_batch_given = 1;
-    break;
-  case TOOL_LO_SHUFFLE_BUFFER:
-  case TOOL_LO_SHUFFLE_INITIAL:
-    if (num(cmd, c, arg, 0, (uint64_t)1 << 32, &v))
-      return -1;
-    if (c == TOOL_LO_SHUFFLE_BUFFER)
-      cfg->shuffle_buffer = (size_t)v;
-    else
-      cfg->shuffle_initial = (size_t)v;
-    break;
-  case TOOL_LO_EAGER_NEXT_EPOCH:
-    cfg->eager_next_epoch = 1;
-    break;
-  case TOOL_LO_NO_SHARD_SHUFFLE:
-    cfg->shard_shuffle = 0;
-    break;
+    return 1;
   case TOOL_LO_DECODE:
     o->decode = arg;
-    break;
-  case TOOL_LO_IMAGE_SIZE:
-    if (num(cmd, c, arg, 1, 65536, &v))
-      return -1;
-    cfg->image_size = (int)v;
-    break;
-  case TOOL_LO_CROP:
-    if ((w = word(cmd, c, arg, crops)) < 0)
-      return -1;
-    cfg->crop = w == 0 ? WDS_CROP_CENTER : WDS_CROP_RANDOM;
-    break;
-  case TOOL_LO_PREFETCH:
-    /* The pool needs a slot being filled and one held by the caller. */
-    if (num(cmd, c, arg, 2, 1024, &v))
-      return -1;
-    cfg->prefetch_batches = (size_t)v;
-    break;
-  case TOOL_LO_DEFER_READS:
-    if ((w = word(cmd, c, arg, defers)) < 0)
-      return -1;
-    cfg->defer_reads = w == 0   ? WDS_DEFER_AUTO
-                       : w == 1 ? WDS_DEFER_ON
-                                : WDS_DEFER_OFF;
-    break;
-  case TOOL_LO_JPEG_DECODE:
-    if ((w = word(cmd, c, arg, wheres)) < 0)
-      return -1;
-    cfg->jpeg_decode = w == 0 ? WDS_JPEG_DECODE_CPU : WDS_JPEG_DECODE_GPU;
-    break;
-  case TOOL_LO_ON_ERROR:
-    if ((w = word(cmd, c, arg, policies)) < 0)
-      return -1;
-    cfg->on_error = w == 0 ? WDS_ON_ERROR_STOP : WDS_ON_ERROR_SKIP;
-    break;
-  case TOOL_LO_INDEX:
-    if (!arg[0]) {
-      tool_usage_error(cmd, "--index needs a file name");
-      return -1;
-    }
-    cfg->index_path = arg;
-    break;
-  case TOOL_LO_RESUME_AT:
-    if (num(cmd, c, arg, 0, UINT64_MAX, &cfg->resume_batches))
-      return -1;
-    o->resume_given = 1;
-    break;
-  case TOOL_LO_MAX_SAMPLE_BYTES:
-    if (bytes(cmd, c, arg, &cfg->max_sample_bytes))
-      return -1;
-    break;
-  case TOOL_LO_READ_TIMEOUT:
-    if (tool_read_timeout(cmd, arg, &cfg->read_timeout_ms))
-      return -1;
-    break;
-  case TOOL_LO_SHUFFLE_BYTES:
-    if (bytes(cmd, c, arg, &cfg->shuffle_buffer_bytes))
-      return -1;
-    break;
-  case TOOL_LO_MAX_WINDOW:
-    if (tool_max_window(cmd, arg, &cfg->max_window_bytes))
-      return -1;
-    break;
-  case TOOL_LO_RETRIES:
-    if (tool_retries(cmd, arg, &cfg->retries))
-      return -1;
-    break;
-  case TOOL_LO_CACHE_DIR:
-    cfg->cache_dir = arg;
-    break;
-  case TOOL_LO_IMAGE_MEMORY_LIMIT:
-    if (tool_image_memory_limit(cmd, arg, &cfg->image_memory_limit))
-      return -1;
-    break;
-  case TOOL_LO_CACHE_SIZE:
-    if (tool_cache_size(cmd, arg, &cfg->cache_size))
-      return -1;
-    break;
-  case TOOL_LO_ALLOW_PIPE:
-    cfg->allow_pipe_from_files = 1;
-    break;
+    return 1;
   case TOOL_LO_SOURCE: {
     char err[512];
     wds_source_config *nv =
@@ -380,10 +281,29 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
       return -1;
     }
     o->nsources++;
-    break;
+    return 1;
   }
   default:
-    return 0;
+    break;
+  }
+  if (tool_option_set(cfg, cmd, flag, arg) != 0)
+    return -1;
+  switch (c) { /* what the tools and wds-train need to know was given */
+  case TOOL_LO_BATCH_SIZE:
+    o->batch_size_given = 1;
+    break;
+  case TOOL_LO_DROP_LAST:
+    o->drop_last_given = 1;
+    break;
+  case TOOL_LO_LAST_BATCH:
+    o->last_batch = cfg->last_batch;
+    o->last_batch_given = 1;
+    break;
+  case TOOL_LO_RESUME_AT:
+    o->resume_given = 1;
+    break;
+  default:
+    break;
   }
   return 1;
 }
@@ -543,166 +463,69 @@ void tool_print_rank_batches(FILE *f, const char *cmd,
           (unsigned long long)wds_loader_epoch_batches(l));
 }
 
-/* In parts: one string literal may be at most 4095 characters (C99). */
-static const char loader_help_1[] =
-    "  --decode FIELDS        the arrays of a batch: comma-separated "
-    "fields,\n"
-    "                         each NAME[:OPTION]..., NAME one or more\n"
-    "                         extensions joined by ';' (the first one a\n"
-    "                         sample has is used); OPTIONs: rgb, l (gray),\n"
-    "                         N or WxH (image size), and the decoder: "
-    "image,\n"
-    "                         npy, int, bytes (default: by extension).\n"
-    "                         e.g. \"jpg;png:rgb:224,cls\"\n"
-    "                         (jpg also matches jpeg and jpeg jpg, so\n"
-    "                         .jpg, .JPG, .jpeg and .JPEG files all match)\n"
-    "  --batch-size N         rows per batch (default 1)\n"
-    "  --rank-batch-sizes B0,B1,...  each rank's batch size (ranks of\n"
-    "                         different GPUs); the count is the world size.\n"
-    "                         Exact and resampled modes: every rank takes\n"
-    "                         the same number of steps S, rank r S x Br\n"
-    "                         samples, the epoch split in proportion\n"
-    "                         (S = ceil(samples / sum), floor with\n"
-    "                         --drop-last; resampled: samples = --samples-\n"
-    "                         per-epoch x ranks); no batch is partial\n"
-    "  --mode MODE            plain (the default of wds batches and bench;\n"
-    "                         wds-train and Python's wds.Loader default to\n"
-    "                         exact): each rank reads its shards once, ranks\n"
-    "                         may get different batch counts;\n"
-    "                         exact: every sample once per epoch over all\n"
-    "                         ranks, equal counts (padded or --drop-last);\n"
-    "                         resampled: shards drawn with replacement,\n"
-    "                         --samples-per-epoch per rank\n"
-    "  --samples-per-epoch N  samples per rank and epoch (resampled: "
-    "needed;\n"
-    "                         plain: a cap)\n"
-    "  --index FILE           exact mode: per-shard sample counts (the JSON\n"
-    "                         `wds index` writes) instead of a counting "
-    "pass\n"
-    "  --rank N, --world N    this process's rank and the number of ranks\n"
-    "                         (default: RANK/WORLD_SIZE, SLURM_PROCID/\n"
-    "                         SLURM_NTASKS, OMPI_COMM_WORLD_*, else 0 of 1)\n"
-    "  --workers N            worker threads, 1..256 (default 4); the batch\n"
-    "                         order depends on it: keep it fixed to\n"
-    "                         reproduce a run\n"
-    "  --seed N               seed of every shuffle and draw (default 0)\n"
-    "  --epoch N              the first epoch (default 0)\n"
-    "  --epochs N             how many epochs to run (default 1)\n"
-    "  --resume-at K          skip the first K batches of --epoch, as after\n"
-    "                         a restart: the output continues exactly where\n"
-    "                         an uninterrupted run would be\n";
+/* One --help entry: "  --FLAG VALUE" padded to column 25 (or two
+ * blanks after it; a line of its own when it is long), then the help's
+ * lines, each indented by 25. */
+void tool_option_help_entry(FILE *f, const char *flag, const char *value_name,
+                            const char *help) {
+  int n = fprintf(f, "  --%s%s%s", flag, value_name ? " " : "",
+                  value_name ? value_name : "");
+  if (n > 40)
+    fprintf(f, "\n%25s", "");
+  else
+    fprintf(f, "%*s", n <= 23 ? 25 - n : 2, "");
+  for (const char *p = help; *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    fprintf(f, "%s%.*s\n", p == help ? "" : "                         ",
+            (int)len, p);
+    p += len + (nl != NULL);
+  }
+}
 
-static const char loader_help_2[] =
-    "  --shuffle-buffer N     samples per worker shuffle buffer (0: none)\n"
-    "  --shuffle-initial N    samples buffered before the first output\n"
-    "  --shuffle-bytes SIZE   and at most SIZE bytes of samples per worker\n"
-    "                         (default 1G): the buffer\n"
-    "                         holds fewer samples when they are large\n"
-    "  --no-shard-shuffle     keep the spec's shard order in every epoch\n"
-    "  --eager-next-epoch     with --epochs: read the next epoch while the\n"
-    "                         last batches of this one are taken (the same\n"
-    "                         batches; more memory for a while)\n"
-    "  --drop-last            exact mode: drop the tail instead of padding,\n"
-    "                         and drop a partial last batch (torch's\n"
-    "                         drop_last for the sampler and the DataLoader)\n"
-    "  --last-batch HOW       keep (default), drop, or pad (to --batch-size\n"
-    "                         with repeated rows marked invalid); overrides\n"
-    "                         --drop-last for the last batch\n"
-    "  --image-size N         default image width and height (224)\n"
-    "  --crop HOW             center (default) or random (resized crop and\n"
-    "                         flip)\n"
-    "  --prefetch N           batches in flight (pool slots, 2..1024, "
-    "default 4)\n"
-    "  --on-error HOW         stop (default) or skip (count and go on; bad\n"
-    "                         samples become invalid rows)\n"
-    "  --max-sample-bytes SIZE  largest sample accepted\n"
-    "  --read-timeout S       a shard that delivers no data for S seconds\n"
-    "                         fails, naming it (default 300; 0: wait\n"
-    "                         forever)\n"
-    "  --max-window SIZE      largest zstd window a shard may need\n"
-    "                         (default 128M; zstd --long=31: 2G)\n"
-    "  --retries N            http(s):// shards: tries again N times (default\n"
-    "                         5; 0: none), with backoff, after a connect\n"
-    "                         error, HTTP 408, 429 or 5xx or a cut transfer\n"
-    "                         (which resumes where it stopped)\n"
-    "  --allow-pipe-from-files  run the pipe: commands read from @FILE lists\n"
-    "                         and --index files (refused by default: such\n"
-    "                         files may come from anywhere)\n";
+int tool_option_help(FILE *f, const char *flag) {
+  char name[64];
+  snprintf(name, sizeof name, "--%s", flag);
+  const wds_loader_option *r = wds_loader_option_find(name);
+  if (r) {
+    tool_option_help_entry(f, r->flag, r->value_name, r->help);
+    return 0;
+  }
+  for (size_t i = 0; i < NSPECIAL; i++)
+    if (strcmp(specials[i].flag, flag) == 0) {
+      tool_option_help_entry(f, flag, specials[i].value_name, specials[i].help);
+      return 0;
+    }
+  return -1;
+}
 
-static const char loader_help_3[] =
-    "  --defer-reads WHEN     auto (default), on or off: large fields (16 KiB\n"
-    "                         and more) of local uncompressed shards stay in\n"
-    "                         the file while their sample is in the shuffle\n"
-    "                         buffer and are read (pread) as it leaves; auto:\n"
-    "                         only fields whose pages were all in the page\n"
-    "                         cache when the shard was opened. The batches\n"
-    "                         are the same\n"
-    "  --cache-dir DIR        keep remote shards (http(s)://, s3://) read\n"
-    "                         whole in DIR and read them from there later\n"
-    "                         (default $WDS_CACHE_DIR; shared safely by\n"
-    "                         processes; trusts the URL)\n"
-    "  --cache-size SIZE      delete least recently used entries of the\n"
-    "                         cache over SIZE (default 0: no "
-    "limit)\n" TOOL_IMAGE_MEMORY_LIMIT_HELP
-    "  --jpeg-decode WHERE    cpu (default) or gpu: JPEG image fields decoded\n"
-    "                         by the workers, or by nvJPEG on the GPU (the\n"
-    "                         workers plan the crops: the same samples and\n"
-    "                         crops); gpu needs CUDA, a GPU and libnvjpeg\n";
-
-/* --source: a part of its own. */
-static const char source_help[] =
-    "  --source SPEC[:weight=W|:proportion=P|:repeat=R][:index=FILE]\n"
-    "                         one source of a mix (repeat the option; in\n"
-    "                         place of SPEC...). Resampled mode: each sample\n"
-    "                         comes from a source with probability weight /\n"
-    "                         sum of weights (default 1; a proportion counts\n"
-    "                         as a weight). Exact mode: a source gives\n"
-    "                         round(R x its samples) per epoch (repeat,\n"
-    "                         default 1: 2 = twice, 0.5 = half, another half\n"
-    "                         each epoch) or round(P x E) (proportion, E the\n"
-    "                         sum of all sources' samples), each sample once\n"
-    "                         over all ranks; index=FILE: its counts. The\n"
-    "                         options are read from the end of the argument;\n"
-    "                         rows record their source (0, 1, ... in option\n"
-    "                         order)\n";
+static void specials_after(FILE *f, const char *after) {
+  for (size_t i = 0; i < NSPECIAL; i++)
+    if (after ? specials[i].after && strcmp(specials[i].after, after) == 0
+              : !specials[i].after)
+      tool_option_help(f, specials[i].flag);
+}
 
 void tool_loader_opts_help(FILE *f) {
   fputs("loader options:\n", f);
-  fputs(loader_help_1, f);
-  fputs(loader_help_2, f);
-  fputs(loader_help_3, f);
-  fputs(source_help, f);
+  specials_after(f, NULL);
+  for (size_t i = 0; wds_loader_option_at(i); i++) {
+    const wds_loader_option *r = wds_loader_option_at(i);
+    tool_option_help(f, r->flag);
+    specials_after(f, r->flag);
+  }
   fputs("\n" WDS__SIZE_HELP, f);
 }
 
 void tool_loader_opts_help_some(FILE *f, const char *const *names) {
-  /* An entry is its "  --NAME" line and the indented lines after it. */
-  static const char *const parts[] = {loader_help_1, loader_help_2,
-                                      loader_help_3, source_help, NULL};
-  for (const char *const *n = names; *n; n++) {
-    size_t len = strlen(*n);
-    int found = 0;
-    for (const char *const *part = parts; *part && !found; part++)
-      for (const char *line = *part; *line;) {
-        const char *end = strchr(line, '\n');
-        if (strncmp(line, "  --", 4) == 0 && strncmp(line + 4, *n, len) == 0 &&
-            (line[4 + len] == ' ' || line[4 + len] == ',')) {
-          do {
-            fwrite(line, 1, (size_t)(end - line) + 1, f);
-            line = end + 1;
-            end = strchr(line, '\n');
-          } while (*line && strncmp(line, "  --", 4) != 0);
-          found = 1;
-          break;
-        }
-        line = end + 1;
-      }
-  }
+  for (const char *const *n = names; *n; n++)
+    tool_option_help(f, *n);
 }
 
 int tool_loader_options_some(const struct option *own, const char *const *names,
                              struct option *out, size_t cap) {
   size_t n = 0;
+  build();
   while (own && own[n].name)
     n++;
   if (n + 1 > cap)
@@ -710,9 +533,9 @@ int tool_loader_options_some(const struct option *own, const char *const *names,
   memcpy(out, own, n * sizeof *out);
   for (const char *const *name = names; *name; name++) {
     size_t i = 0;
-    while (i < NLOADER && strcmp(loader_options[i].name, *name) != 0)
+    while (i < nloader && strcmp(loader_options[i].name, *name) != 0)
       i++;
-    if (i == NLOADER || n + 2 > cap)
+    if (i == nloader || n + 2 > cap)
       return -1;
     out[n++] = loader_options[i];
   }
@@ -799,47 +622,36 @@ bad:
   return -1;
 }
 
+/* The reader commands' parsers of single rows: the table's, by flag. */
+static int one_row(const char *cmd, const char *flag, const char *arg,
+                   wds_loader_config *cfg) {
+  static const wds_loader_config init = WDS_LOADER_CONFIG_INIT;
+  *cfg = init;
+  return tool_option_set(cfg, cmd, flag, arg);
+}
+
 int tool_read_timeout(const char *cmd, const char *arg, int *ms) {
-  char *end;
-  errno = 0;
-  double s = strtod(arg, &end);
-  if (errno || end == arg || *end || !(s >= 0) || s > 86400.0 * 24) {
-    tool_usage_error(cmd,
-                     "--read-timeout needs seconds (0 = wait forever, at "
-                     "most 24 days), not \"%s\"",
-                     arg);
+  wds_loader_config cfg;
+  if (one_row(cmd, "read-timeout", arg, &cfg) != 0)
     return -1;
-  }
-  if (s == 0)
-    *ms = -1; /* the config's "never" (0 there is the default) */
-  else
-    *ms = s * 1000 < 1 ? 1 : (int)(s * 1000 + 0.5);
+  *ms = cfg.read_timeout_ms;
   return 0;
 }
 
 int tool_retries(const char *cmd, const char *arg, int *retries) {
-  char *end;
-  errno = 0;
-  long v = strtol(arg, &end, 10);
-  if (errno || end == arg || *end || v < 0 || v > 1000 ||
-      !(*arg >= '0' && *arg <= '9')) {
-    tool_usage_error(cmd, "--retries needs a count from 0 to 1000, not \"%s\"",
-                     arg);
+  wds_loader_config cfg;
+  if (one_row(cmd, "retries", arg, &cfg) != 0)
     return -1;
-  }
-  *retries = v == 0 ? -1 : (int)v; /* the config's "none" (0 there is 5) */
+  *retries = cfg.retries;
   return 0;
 }
 
-int tool_cache_size(const char *cmd, const char *arg, uint64_t *out) {
-  if (wds__size_parse(arg, out) == 0)
-    return 0;
-  tool_usage_error(cmd,
-                   "--cache-size needs a size in bytes, optionally with K, M, "
-                   "G, T (powers of 1024) or KB, MB, GB, TB (of 1000); 0 = no "
-                   "limit, not \"%s\"",
-                   arg);
-  return -1;
+int tool_image_memory_limit(const char *cmd, const char *arg, uint64_t *out) {
+  wds_loader_config cfg;
+  if (one_row(cmd, "image-memory-limit", arg, &cfg) != 0)
+    return -1;
+  *out = cfg.image_memory_limit;
+  return 0;
 }
 
 int tool_cache_finish(const char *cmd, const char **dir, uint64_t size) {
@@ -866,26 +678,4 @@ void tool_cache_note(const char *cmd, const char *dir, uint64_t errors) {
             "%s: note: the cache %s could not be used %llu time%s (those "
             "shards were read without it)\n",
             cmd, dir, (unsigned long long)errors, errors == 1 ? "" : "s");
-}
-
-int tool_max_window(const char *cmd, const char *arg, uint64_t *out) {
-  if (suffixed_bytes(arg, UINT64_MAX, out) == 0)
-    return 0;
-  tool_usage_error(cmd,
-                   "--max-window needs a size in bytes, optionally with K, M, "
-                   "G, T (powers of 1024) or KB, MB, GB, TB (of 1000) (a zstd "
-                   "window: default 128M, zstd --long=31 needs 2G), not \"%s\"",
-                   arg);
-  return -1;
-}
-
-int tool_image_memory_limit(const char *cmd, const char *arg, uint64_t *out) {
-  if (suffixed_bytes(arg, UINT64_MAX, out) == 0)
-    return 0;
-  tool_usage_error(cmd,
-                   "--image-memory-limit needs a size in bytes, optionally "
-                   "with K, M, G, T (powers of 1024) or KB, MB, GB, TB (of "
-                   "1000) (default 256M), not \"%s\"",
-                   arg);
-  return -1;
 }

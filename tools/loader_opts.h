@@ -1,4 +1,7 @@
-/* loader_opts.h — the loader options `wds batches` and `wds bench` share.
+/* loader_opts.h — the loader options `wds batches`, `wds bench` and
+ * `wds-train` share, made from the library's option table (wds/loader.h:
+ * wds_loader_option; getopt entries, parsing, --help), plus --decode,
+ * --rank-batch-sizes, --source and --epochs.
  *
  * A command builds its getopt_long table with tool_loader_options() (its own
  * options first), hands every option code it does not know to
@@ -141,37 +144,21 @@ void tool_print_rank_batches(FILE *f, const char *cmd,
 /* The rank the loader of cfg runs as (cfg's, else the environment's). */
 int tool_loader_rank(const wds_loader_config *cfg);
 
-/* --read-timeout SECONDS (fractions allowed; 0 = wait forever) into a
- * config's read_timeout_ms. Returns 0, or -1 after printing the error. The
- * reader commands share it with the loader commands. */
+/* Single rows of the table, for a command that takes one alone (`wds
+ * expand`, `wds verify --image-memory-limit`). --read-timeout SECONDS
+ * (fractions allowed; 0 = wait forever) into a config's read_timeout_ms.
+ * Returns 0, or -1 after printing the error. */
 int tool_read_timeout(const char *cmd, const char *arg, int *ms);
-
-/* --max-window SIZE (base/size.h) into a config's max_window_bytes: the
- * largest zstd window a shard may need. Returns 0, or -1 after printing the
- * error. Shared by the loader and reader commands. */
-int tool_max_window(const char *cmd, const char *arg, uint64_t *bytes);
 
 /* --image-memory-limit SIZE: the per-image decode budget
  * (wds_loader_config.image_memory_limit; `wds verify --decode`'s checker);
  * at least 1 byte. 0, or -1 after printing the usage error. */
 int tool_image_memory_limit(const char *cmd, const char *arg, uint64_t *bytes);
 
-/* Its help line, shared by the commands that take it. */
-#define TOOL_IMAGE_MEMORY_LIMIT_HELP                                           \
-  "  --image-memory-limit SIZE  memory one image's decode may take (default\n" \
-  "                         256M: the decoded pixels at the scale needed,\n"   \
-  "                         a progressive JPEG's coefficients); an image\n"    \
-  "                         over it is an error naming it\n"
-
 /* --retries N (0..1000; 0 = none) into a config's retries: how many times
  * an http(s):// transfer that failed transiently is tried again. Returns 0,
- * or -1 after printing the error. Shared by the loader and reader
- * commands. */
+ * or -1 after printing the error. */
 int tool_retries(const char *cmd, const char *arg, int *retries);
-
-/* --cache-size SIZE (base/size.h; 0 = no limit) into a config's cache_size.
- * Returns 0, or -1 after printing the error. */
-int tool_cache_size(const char *cmd, const char *arg, uint64_t *bytes);
 
 /* After the options: *dir defaults to $WDS_CACHE_DIR (when set and not
  * empty); --cache-size without a cache directory is a usage error. Returns
@@ -182,14 +169,20 @@ int tool_cache_finish(const char *cmd, const char **dir, uint64_t size);
  * shards (errors: the stats' cache_errors; none: nothing printed). */
 void tool_cache_note(const char *cmd, const char *dir, uint64_t errors);
 
-/* The help entries of --cache-dir and --cache-size, for the reader
- * commands' usage text. */
-#define TOOL_CACHE_HELP                                                        \
-  "  --cache-dir DIR  keep remote shards (http(s)://, s3://) read whole in\n"  \
-  "               DIR and read them from there later (default\n"               \
-  "               $WDS_CACHE_DIR; shared safely by processes; trusts the\n"    \
-  "               URL)\n"                                                      \
-  "  --cache-size SIZE  delete least recently used cache entries over SIZE\n"  \
-  "               (default 0: no limit)\n"
+/* The row of the loader's option table whose CLI flag is flag (without
+ * "--") set from arg (NULL: a flag without a value sets the row's
+ * cli_value) through wds_loader_config_set. 0, or -1 after printing its
+ * message as a usage error of cmd. */
+int tool_option_set(wds_loader_config *cfg, const char *cmd, const char *flag,
+                    const char *arg);
+
+/* The --help entry of flag (a row of the table, or one of this file's
+ * own). 0, or -1 if there is none. */
+int tool_option_help(FILE *f, const char *flag);
+
+/* One --help entry in the loader options' layout: "  --FLAG VALUE"
+ * (value_name may be NULL) and help's lines, indented by 25 columns. */
+void tool_option_help_entry(FILE *f, const char *flag, const char *value_name,
+                            const char *help);
 
 #endif

@@ -183,6 +183,9 @@ static void log_rows(shared *sh, const wds_batch *b) {
       fputc('-', sh->rows_log);
     fputc('\n', sh->rows_log);
   }
+  /* One write per step, of whole lines: a reader (tail -f) or a run
+   * killed mid-way sees steps, never half a row. */
+  fflush(sh->rows_log);
 }
 
 /* "SPEC (repeat 2, index FILE)" of source s, as given but for the spec's
@@ -1015,15 +1018,15 @@ static int open_loaders(shared *sh, wds__err *e) {
   return WDS_OK;
 }
 
-/* --json FILE, --log-rows FILE: opened for writing into *f, as every
- * output is (wds/outfile.h): a file is written under a temporary name and
- * renamed to FILE when the run ends (also when it fails or is
- * interrupted: what was logged is kept); a FIFO or a device named itself
- * is written in place; a symbolic link to a FIFO, a device or a socket is
- * refused, and one to a file is replaced. */
+/* --json FILE, --log-rows FILE: opened for writing into *f as logs
+ * (wds/outfile.h, WDS_OUTFILE_STREAM): FILE is written as the run goes, so
+ * `tail -f` follows it and a killed run leaves what it logged; a FIFO or a
+ * device named itself is written in place; a symbolic link to a FIFO, a
+ * device or a socket is refused, and one to a file is replaced (its target
+ * left as it was). */
 static int open_log(const char *flag, const char *path, wds_outfile **of,
                     FILE **f, wds__err *e) {
-  if (wds_outfile_open(path, 0, of) != WDS_OK)
+  if (wds_outfile_open(path, WDS_OUTFILE_STREAM, of) != WDS_OK)
     return wds__fail(e, WDS_ERR_OPEN, "%s: %s", flag, wds_last_error());
   /* stdio on a copy of the descriptor: fclose flushes and closes it, and
    * the commit syncs and closes the outfile's own. */

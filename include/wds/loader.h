@@ -318,6 +318,66 @@ typedef struct wds_loader_config {
     .image_size = 224, .crop_scale_min = 0.08, .crop_scale_max = 1.0           \
   }
 
+/* ---- Options by name --------------------------------------------------
+ * The options a front end sets (the CLI's flags, the Python keywords) are
+ * one table, a row per option: its name (the Python keyword: the field's
+ * name, but `index` for index_path and `prefetch` for prefetch_batches),
+ * its CLI flag, its type and bounds, where it lives in wds_loader_config
+ * and its help. Not rows (set directly): spec, urls, sources, fields,
+ * rank_batch_sizes, the callbacks, read_buffer_bytes and the crop scales.
+ *
+ *   wds_loader_config cfg = WDS_LOADER_CONFIG_INIT;
+ *   if (wds_loader_config_set(&cfg, "batch_size", "32") != WDS_OK ||
+ *       wds_loader_config_set(&cfg, "--read-timeout", "2.5") != WDS_OK)
+ *     puts(wds_last_error());  // "batch_size needs a whole number ..."
+ */
+typedef enum wds_option_type {
+  WDS_OPTION_BOOL = 0,    /* "1" or "0" ("true", "false"); a CLI flag
+                             takes no value and sets cli_value */
+  WDS_OPTION_INT = 1,     /* decimal digits, in min..max */
+  WDS_OPTION_SIZE = 2,    /* bytes with an optional K, M, G, T (powers of
+                             1024) or KB, MB, GB, TB (of 1000), min..max */
+  WDS_OPTION_TIMEOUT = 3, /* by name: whole milliseconds; by flag: seconds
+                             (a fraction allowed); 0 = wait forever (the
+                             field gets -1), at most max milliseconds */
+  WDS_OPTION_ENUM = 4,    /* one of names: names[i] stores i */
+  WDS_OPTION_STRING = 5   /* not empty; the field points to the value,
+                             which must outlive the config's use */
+} wds_option_type;
+
+typedef struct wds_loader_option {
+  const char *name;       /* "batch_size": the Python keyword */
+  const char *flag;       /* "batch-size": the CLI's --batch-size */
+  const char *value_name; /* the value in --help ("N", "SIZE"); NULL for
+                             BOOL */
+  wds_option_type type;
+  uint64_t min, max;        /* INT, SIZE, TIMEOUT (milliseconds) */
+  const char *const *names; /* ENUM: NULL-terminated */
+  const char *cli_value;    /* BOOL: what the CLI flag sets ("1"; "0" for
+                               --no-shard-shuffle) */
+  int zero_is_none;         /* INT: 0 stores -1 (retries: none, while the
+                               field's 0 is the default) */
+  size_t offset, size;      /* the field in wds_loader_config */
+  const char *expects;      /* what the error says it needs; NULL: from
+                               the type and bounds */
+  const char *help;         /* lines of at most 55 columns, '\n' between */
+} wds_loader_option;
+
+/* Row i of the table (0, 1, ...); NULL past the last. Static. */
+WDS_API const wds_loader_option *wds_loader_option_at(size_t i);
+
+/* The row named name (its Python keyword), or "--FLAG" (its CLI flag);
+ * NULL if none. */
+WDS_API const wds_loader_option *wds_loader_option_find(const char *name);
+
+/* Parses value by the row that name names (as wds_loader_option_find)
+ * into its field of cfg; a flag's value takes the CLI's grammar (seconds
+ * for a TIMEOUT). Returns WDS_OK, or WDS_ERR_INVALID leaving cfg as it
+ * was, and wds_last_error() says why, naming the option as name does:
+ * `--workers needs a whole number in 1..256, not "0"`. */
+WDS_API int wds_loader_config_set(wds_loader_config *cfg, const char *name,
+                                  const char *value);
+
 /* One array of a batch. Row i of a fixed-size field starts at
  * data + i * row_bytes; a BYTES field's row i is data[offsets[i] ..
  * offsets[i+1]). */

@@ -47,6 +47,15 @@ extern "C" {
 
 /* wds_outfile_open's flags. */
 #define WDS_OUTFILE_NO_SYNC 1u
+/* A log, written as it goes: a PATH that does not exist or is a regular
+ * file is created or truncated and written in place, so a reader
+ * (`tail -f`) sees what was written and a killed process leaves what it
+ * wrote; commit() syncs it (unless NO_SYNC) and closes it. The rules for
+ * links stay: a symlink to a regular file (or a dangling one) is replaced
+ * by a new file, its target left as it was (the link is removed, the file
+ * created with O_EXCL); one to a device, a FIFO or a socket is refused.
+ * Devices and FIFOs are written in place as without the flag. */
+#define WDS_OUTFILE_STREAM 2u
 
 typedef struct wds_outfile wds_outfile;
 
@@ -56,7 +65,8 @@ WDS_API int wds_outfile_open(const char *path, unsigned flags,
 /* The descriptor to write to (the outfile's: do not close it). */
 WDS_API int wds_outfile_fd(const wds_outfile *f);
 
-/* 1 when PATH is written in place (a device or a FIFO), 0 otherwise. */
+/* 1 when PATH is written in place (a device, a FIFO, or a file opened with
+ * WDS_OUTFILE_STREAM), 0 otherwise. */
 WDS_API int wds_outfile_in_place(const wds_outfile *f);
 
 /* The temporary name; NULL when written in place or once committed. */

@@ -431,6 +431,76 @@ def test_workers_range(shards):
         assert sum(1 for _ in lo) == len(lo)
 
 
+def test_keywords_are_the_option_table(shards):
+    """wds.Loader's keywords are the rows of the library's option table
+    (loader/options.c; the CLI's loader flags come from it too) and its own
+    few (spec, fields, sources, rank_batch_sizes, device), but
+    resume_batches (load_state_dict's): a row without a keyword, or a
+    keyword without a row, is drift. The extension takes
+    every row by name; None keeps its default."""
+    import inspect
+
+    table = wds._wds.loader_options()
+    rows = [name for name, flag in table]
+    assert len(rows) == len(set(rows)) >= 30
+    assert all(flag and "_" not in flag for name, flag in table)
+    params = inspect.signature(wds.Loader.__init__).parameters
+    own = {"self", "spec", "fields", "sources", "rank_batch_sizes", "device"}
+    # resume_batches: set by load_state_dict (_Loader's keyword), not given
+    assert set(params) - own == set(rows) - {"resume_batches"}
+    spec, _ = shards
+    lo = wds._wds._Loader(spec, "cls", 2, **{r: None for r in rows
+                                             if r != "batch_size"})
+    assert lo.epoch_batches() > 0
+    lo.close()
+    # the docstring's signature lists every keyword
+    doc = " ".join(wds.Loader.__doc__.split("The wds loader")[0].split())
+    for name in params:
+        if name != "self":
+            assert name in doc, name
+
+
+def test_table_keywords(shards, tmp_path):
+    """The keywords the table gave wds.Loader (the CLI's --shuffle-initial,
+    --shuffle-bytes, --max-sample-bytes, --max-window) take effect, and a
+    value out of range is a ValueError naming the keyword, with the CLI's
+    message but for the name."""
+    spec, n = shards
+
+    def keys(**kw):
+        with wds.Loader(spec, "cls", 5, mode="plain", workers=1, seed=3,
+                        **kw) as lo:
+            return [k for b in lo for k in b.keys]
+
+    assert keys(shuffle_buffer=8, shuffle_initial=2,
+                shuffle_buffer_bytes=1 << 20, max_window_bytes=1 << 30) \
+        != keys()
+    assert sorted(keys(shuffle_buffer=8, shuffle_initial=2)) == sorted(keys())
+    with pytest.raises(wds.Error) as e:
+        keys(max_sample_bytes=64)
+    assert "64" in str(e.value)
+    for kw, msg in ((dict(max_window_bytes=0), "max_window_bytes needs a size"),
+                    (dict(shuffle_buffer_bytes=-1), "shuffle_buffer_bytes"),
+                    (dict(max_sample_bytes="1M"), "max_sample_bytes needs a "
+                     "whole number"),
+                    (dict(prefetch=1), 'prefetch needs a whole number in '
+                     '2..1024, not "1"'),
+                    (dict(retries=1001), 'retries needs a count from 0 to '
+                     '1000, not "1001"'),
+                    (dict(crop="middle"), 'crop must be center or random, '
+                     'not "middle"'),
+                    (dict(mode=1), "mode needs a str")):
+        with pytest.raises(ValueError) as e:
+            wds.Loader(spec, "cls", 2, **kw)
+        assert msg in str(e.value), (kw, str(e.value))
+    if CLI:
+        p = subprocess.run([CLI, "batches", spec, "--decode", "cls",
+                            "--crop", "middle"], capture_output=True)
+        assert p.returncode == 2
+        assert '--crop must be center or random, not "middle"' in \
+            p.stderr.decode()
+
+
 def test_gil_released_while_next_waits(shards, tmp_path):
     import threading
     import time

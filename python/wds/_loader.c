@@ -2,7 +2,8 @@
  *
  * Over wds/loader.h; python/wds/_loader.py is its Python face. __init__
  * runs in stages: the keywords into a wds_loader_config
- * (wds_py_loader_config_from_kwargs), the checks of this object's state,
+ * (wds_py_loader_config_from_kwargs; the option table's rows through
+ * _options.c), the checks of this object's state,
  * what the config points at (the field specs, paths, sources and spec,
  * kept alive until open), the open (without the GIL; signals still reach
  * Python), and the Python-side state. next() hands out _Batch objects
@@ -10,6 +11,7 @@
  * GIL and mark the loader busy (another thread's call raises, a close()
  * is deferred until the call returns, or until the last batch is gone). */
 #include "_loader.h"
+#include "_options.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -50,167 +52,108 @@ static void wds_py_loader_dealloc(wds_py_loader *self) {
 /* ---- __init__, in stages ------------------------------------------------- */
 
 /* What stage 3 makes into what the config points at: _Loader(...)'s
- * arguments that are not plain values (borrowed, as the call's
- * arguments are), and the rank_batch_sizes array the config points at
- * (PyMem; the caller frees it). */
+ * arguments that are not rows of the option table (borrowed, as the
+ * call's arguments are), the rank_batch_sizes array the config points at
+ * (PyMem; the caller frees it), and the bytes the rows' strings point to
+ * (keep: a list, owned). */
 typedef struct {
-  PyObject *spec, *fields, *index, *cache_dir, *cache_size, *sources;
+  PyObject *spec, *fields, *sources, *keep;
   size_t *rbs;
 } wds_py_loader_args;
 
-/* Stage 1, the keywords: _Loader(...)'s arguments into *out (the plain
- * values and rank_batch_sizes) and *a (the rest, for stage 3). -1 with an
+/* rank_batch_sizes=: a sequence of sizes into *out (PyMem) and *n. */
+static int wds_py_loader_rbs(PyObject *o_rbs, size_t **out, size_t *n_out) {
+  uint64_t v;
+  PyObject *seq = PySequence_Fast(
+      o_rbs, "Loader: rank_batch_sizes must be a sequence of integers");
+  if (!seq)
+    return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  size_t *rbs = PyMem_Calloc(n ? (size_t)n : 1, sizeof *rbs);
+  if (!rbs) {
+    Py_DECREF(seq);
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (wds_py_size(PySequence_Fast_GET_ITEM(seq, i), "rank_batch_sizes",
+                    SIZE_MAX, &v) < 0) {
+      Py_DECREF(seq);
+      PyMem_Free(rbs);
+      return -1;
+    }
+    rbs[i] = (size_t)v;
+  }
+  Py_DECREF(seq);
+  if (n == 0) {
+    PyMem_Free(rbs);
+    PyErr_SetString(PyExc_ValueError,
+                    "Loader: rank_batch_sizes is empty (give one batch "
+                    "size per rank, or None)");
+    return -1;
+  }
+  *out = rbs;
+  *n_out = (size_t)n;
+  return 0;
+}
+
+/* Stage 1, the keywords: those that are rows of the loader's option table
+ * through it (_options.c: the CLI's bounds and messages, naming the
+ * keyword), the others here, into *out and *a (for stage 3). -1 with an
  * exception when one is bad (nothing then to free). */
 static int wds_py_loader_config_from_kwargs(PyObject *args, PyObject *kwargs,
                                             wds_loader_config *out,
                                             wds_py_loader_args *a) {
-  static char *kwlist[] = {"spec",
-                           "fields",
-                           "batch_size",
-                           "mode",
-                           "rank",
-                           "world_size",
-                           "workers",
-                           "seed",
-                           "epoch",
-                           "resume_batches",
-                           "shuffle_buffer",
-                           "index",
-                           "drop_last",
-                           "last_batch",
-                           "samples_per_epoch",
-                           "image_size",
-                           "crop",
-                           "prefetch",
-                           "on_error",
-                           "shard_shuffle",
-                           "read_timeout_ms",
-                           "retries",
-                           "rank_batch_sizes",
-                           "cache_dir",
-                           "cache_size",
-                           "allow_pipe_from_files",
-                           "sources",
-                           "eager_next_epoch",
-                           "defer_reads",
-                           "image_memory_limit",
-                           "jpeg_decode",
-                           NULL};
-  PyObject *o_sources = Py_None, *o_image_limit = Py_None;
-  PyObject *spec_obj, *fields_obj,
-      *o_seed = Py_None, *o_epoch = Py_None, *o_resume = Py_None,
-      *o_shuf = Py_None, *o_index = Py_None, *o_spe = Py_None,
-      *o_prefetch = Py_None, *o_bs = Py_None, *o_rbs = Py_None,
-      *o_cdir = Py_None, *o_csize = Py_None, *o_timeout = Py_None,
-      *o_retries = Py_None;
-  int mode = WDS_MODE_EXACT, rank = -1, world = -1, workers = 0, drop_last = 0,
-      last_batch = -1, image_size = 224, crop = 0, on_error = 0,
-      shard_shuffle = 1, timeout_ms = 0, retries = 0, allow_pipe = 0, eager = 0,
-      defer = 0, jpeg_decode = 0;
-  if (!PyArg_ParseTupleAndKeywords(
-          args, kwargs, "OOO|$iiiiOOOOOpiOiiOiiOOOOOpOpiOi:_Loader", kwlist,
-          &spec_obj, &fields_obj, &o_bs, &mode, &rank, &world, &workers,
-          &o_seed, &o_epoch, &o_resume, &o_shuf, &o_index, &drop_last,
-          &last_batch, &o_spe, &image_size, &crop, &o_prefetch, &on_error,
-          &shard_shuffle, &o_timeout, &o_retries, &o_rbs, &o_cdir, &o_csize,
-          &allow_pipe, &o_sources, &eager, &defer, &o_image_limit,
-          &jpeg_decode))
-    return -1;
-  if (wds_py_zero_is_none(o_timeout, "read_timeout_ms", INT_MAX, &timeout_ms) <
-          0 ||
-      wds_py_zero_is_none(o_retries, "retries", 1000, &retries) < 0)
-    return -1;
+  static const char *const others[] = {
+      "spec", "fields", "batch_size", "rank_batch_sizes", "sources", NULL};
+  static char *kwlist[] = {
+      "spec", "fields", "batch_size", "rank_batch_sizes", "sources", NULL};
+  PyObject *spec_obj, *fields_obj, *o_bs = Py_None, *o_rbs = Py_None,
+                                   *o_sources = Py_None;
   wds_loader_config cfg = WDS_LOADER_CONFIG_INIT;
-  uint64_t v;
-  if (wds_py_size(o_bs, "batch_size", SIZE_MAX, &v) < 0)
-    return -1;
-  cfg.batch_size = (size_t)v;
-  if (wds_py_size(o_seed, "seed", UINT64_MAX, &cfg.seed) < 0 ||
-      wds_py_size(o_epoch, "epoch", UINT64_MAX, &cfg.epoch) < 0 ||
-      wds_py_size(o_resume, "resume_batches", UINT64_MAX, &cfg.resume_batches) <
-          0 ||
-      wds_py_size(o_spe, "samples_per_epoch", UINT64_MAX,
-                  &cfg.samples_per_epoch) < 0)
-    return -1;
-  if (wds_py_size(o_shuf, "shuffle_buffer", SIZE_MAX, &v) < 0)
-    return -1;
-  cfg.shuffle_buffer = (size_t)v;
-  if (wds_py_size(o_prefetch, "prefetch", SIZE_MAX, &v) < 0)
-    return -1;
-  cfg.prefetch_batches = (size_t)v;
-  cfg.mode = (wds_mode)mode;
-  cfg.rank = rank;
-  cfg.world_size = world;
-  cfg.workers = workers;
-  cfg.drop_last = drop_last;
-  if (last_batch >= 0)
-    cfg.last_batch = (wds_last_batch)last_batch;
-  else if (drop_last)
-    cfg.last_batch = WDS_LAST_DROP; /* as `wds batches --drop-last` */
-  cfg.image_size = image_size;
-  cfg.crop = (wds_crop)crop;
-  cfg.on_error = (wds_error_policy)on_error;
-  cfg.shard_shuffle = shard_shuffle;
-  cfg.eager_next_epoch = eager;
-  cfg.defer_reads = (wds_defer_reads)defer;
-  if (wds_py_size(o_image_limit, "image_memory_limit", UINT64_MAX,
-                  &cfg.image_memory_limit) < 0)
-    return -1;
-  cfg.jpeg_decode = (wds_jpeg_decode)jpeg_decode;
-  cfg.read_timeout_ms = timeout_ms;
-  cfg.retries = retries;
+  cfg.mode = WDS_MODE_EXACT; /* wds.Loader's default, as wds-train's */
+  PyObject *keep = PyList_New(0), *rest = NULL;
+  if (!keep || wds_py_loader_options(kwargs, others, &cfg, keep, &rest) < 0 ||
+      !PyArg_ParseTupleAndKeywords(args, rest, "OOO|$OO:_Loader", kwlist,
+                                   &spec_obj, &fields_obj, &o_bs, &o_rbs,
+                                   &o_sources))
+    goto fail;
+  Py_CLEAR(rest);
+  /* drop_last also drops a partial last batch unless last_batch is given,
+   * as `wds batches --drop-last` (torch's drop_last). */
+  PyObject *lb = kwargs ? PyDict_GetItemString(kwargs, "last_batch") : NULL;
+  if (cfg.drop_last && (!lb || lb == Py_None))
+    cfg.last_batch = WDS_LAST_DROP;
+  /* batch_size: a row too, but positional, and None (with
+   * rank_batch_sizes: each rank's entry; without: the loader refuses 0) */
+  if (o_bs == Py_None)
+    cfg.batch_size = o_rbs == Py_None ? 0 : 1;
+  else if (wds_py_loader_option(&cfg, "batch_size", o_bs, keep) < 0)
+    goto fail;
   size_t *rbs = NULL;
-  if (o_rbs != Py_None) {
-    PyObject *seq = PySequence_Fast(
-        o_rbs, "Loader: rank_batch_sizes must be a sequence of integers");
-    if (!seq)
-      return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    rbs = PyMem_Calloc(n ? (size_t)n : 1, sizeof *rbs);
-    if (!rbs) {
-      Py_DECREF(seq);
-      PyErr_NoMemory();
-      return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-      if (wds_py_size(PySequence_Fast_GET_ITEM(seq, i), "rank_batch_sizes",
-                      SIZE_MAX, &v) < 0) {
-        Py_DECREF(seq);
-        PyMem_Free(rbs);
-        return -1;
-      }
-      rbs[i] = (size_t)v;
-    }
-    Py_DECREF(seq);
-    if (n == 0) {
-      PyMem_Free(rbs);
-      PyErr_SetString(PyExc_ValueError,
-                      "Loader: rank_batch_sizes is empty (give one batch "
-                      "size per rank, or None)");
-      return -1;
-    }
-    cfg.rank_batch_sizes = rbs;
-    cfg.rank_batch_size_count = (size_t)n;
-    if (cfg.batch_size == 0)
-      cfg.batch_size = 1; /* batch_size=None: the rank's entry */
-  }
-  cfg.allow_pipe_from_files = allow_pipe;
+  if (o_rbs != Py_None &&
+      wds_py_loader_rbs(o_rbs, &rbs, &cfg.rank_batch_size_count) < 0)
+    goto fail;
+  cfg.rank_batch_sizes = rbs;
   *out = cfg;
   *a = (wds_py_loader_args){.spec = spec_obj,
                             .fields = fields_obj,
-                            .index = o_index,
-                            .cache_dir = o_cdir,
-                            .cache_size = o_csize,
                             .sources = o_sources,
+                            .keep = keep,
                             .rbs = rbs};
   return 0;
+fail:
+  Py_XDECREF(keep);
+  Py_XDECREF(rest);
+  return -1;
 }
 
 /* What a loader config points at, made from the Python arguments, alive
  * until the open returns; the field specs then stay with the _Loader. */
 typedef struct {
-  PyObject *fields, *index, *cdir; /* bytes */
-  PyObject *src_keep;              /* the sources' bytes (a list) */
+  PyObject *fields;   /* bytes */
+  PyObject *keep;     /* the option rows' bytes (stage 1's list) */
+  PyObject *src_keep; /* the sources' bytes (a list) */
   wds_source_config *srcs;
   wds_py_spec spec;
   size_t *rbs;           /* rank_batch_sizes (stage 1's) */
@@ -220,8 +163,7 @@ typedef struct {
 
 static void wds_py_loader_inputs_free(wds_py_loader_inputs *in) {
   Py_XDECREF(in->fields);
-  Py_XDECREF(in->index);
-  Py_XDECREF(in->cdir);
+  Py_XDECREF(in->keep);
   Py_XDECREF(in->src_keep);
   PyMem_Free(in->srcs);
   wds_py_spec_free(&in->spec);
@@ -280,8 +222,8 @@ static int wds_py_loader_sources(PyObject *o_sources, wds_loader_config *cfg,
   return 0;
 }
 
-/* Stage 3, what the config points at: the field specs, the index and
- * cache paths, the sources and the spec (None: sources alone; the loader
+/* Stage 3, what the config points at: the field specs, the sources and
+ * the spec (None: sources alone; the loader
  * says so if there are none), from a's arguments into *in. -1 with an
  * exception; the caller frees *in either way. */
 static int wds_py_loader_inputs_get(const wds_py_loader_args *a,
@@ -298,17 +240,6 @@ static int wds_py_loader_inputs_get(const wds_py_loader_args *a,
   }
   cfg->fields = in->specs;
   cfg->field_count = nspecs;
-  if (a->index != Py_None) {
-    if (wds_py_path(a->index, &in->index) < 0)
-      return -1;
-    cfg->index_path = PyBytes_AS_STRING(in->index);
-  }
-  uint64_t csize = 0;
-  if (wds_py_cache_dir(a->cache_dir, &in->cdir) < 0 ||
-      wds_py_size(a->cache_size, "cache_size", UINT64_MAX, &csize) < 0)
-    return -1;
-  cfg->cache_dir = in->cdir ? PyBytes_AS_STRING(in->cdir) : NULL;
-  cfg->cache_size = csize;
   if (a->sources != Py_None && wds_py_loader_sources(a->sources, cfg, in) < 0)
     return -1;
   if (a->spec != Py_None) {
@@ -359,7 +290,7 @@ static int wds_py_loader_init(wds_py_loader *self, PyObject *args,
   wds_py_loader_args a;
   if (wds_py_loader_config_from_kwargs(args, kwargs, &cfg, &a) < 0)
     return -1;
-  wds_py_loader_inputs in = {.rbs = a.rbs};
+  wds_py_loader_inputs in = {.rbs = a.rbs, .keep = a.keep};
   /* Stage 2, the checks: one loader per object. */
   if (self->l || self->live || self->busy) {
     PyErr_SetString(PyExc_RuntimeError, "_Loader is already initialised");

@@ -10,21 +10,8 @@ from ._wds import BytesField, InvalidError, _Loader
 # len, indexing, slices, iteration, `in`, ==: a read-only sequence.
 collections.abc.Sequence.register(BytesField)
 
-_MODES = {"plain": 0, "exact": 1, "resampled": 2}
-_LAST = {None: -1, "keep": 0, "drop": 1, "pad": 2}
-_CROPS = {"center": 0, "random": 1}
-_ON_ERROR = {"stop": 0, "skip": 1}
-_DEFER = {"auto": 0, "on": 1, "off": 2}
-_JPEG_DECODE = {"cpu": 0, "gpu": 1}
 # WDS_LOADER_MAX_WORKERS of wds/loader.h: the CLI's --workers range too.
 _MAX_WORKERS = 256
-
-
-def _choice(name, value, table):
-    if value not in table:
-        names = ", ".join(repr(k) for k in table if k is not None)
-        raise ValueError(f"Loader: {name}={value!r}: one of {names}")
-    return table[value]
 
 
 def _workers(value):
@@ -280,7 +267,9 @@ class Loader:
     rank_batch_sizes=None, cache_dir=None, cache_size=0,
     allow_pipe_from_files=False,
     sources=None, eager_next_epoch=False, defer_reads="auto",
-    image_memory_limit=None, device=None, jpeg_decode="cpu")
+    image_memory_limit=None, device=None, jpeg_decode="cpu",
+    shuffle_initial=None, shuffle_buffer_bytes=None, max_sample_bytes=None,
+    max_window_bytes=None)
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -301,6 +290,18 @@ class Loader:
     floor with drop_last; resampled: samples = samples_per_epoch *
     world_size). Plain mode refuses it. state_dict() records the sizes and
     load_state_dict() refuses other ones.
+
+    The keywords but spec, fields, sources, rank_batch_sizes and device
+    are the rows of the library's option table (wds_loader_option,
+    wds/loader.h), as the CLI's loader flags are: the same meanings,
+    bounds and messages (`wds batches --help` describes each). None keeps
+    an option's default; a value out of range is a ValueError
+    (wds.InvalidError) naming the keyword. shuffle_initial (samples
+    buffered before the first output), shuffle_buffer_bytes (the shuffle
+    buffer's bytes per worker; None: 1 GiB), max_sample_bytes (the largest
+    sample) and max_window_bytes (the largest zstd window; None: 128 MiB)
+    are the CLI's --shuffle-initial, --shuffle-bytes, --max-sample-bytes
+    and --max-window.
 
     read_timeout_ms: a shard that delivers no byte for this long fails
     (None: 5 minutes; 0: wait forever); retries: how many times a failed
@@ -364,16 +365,17 @@ class Loader:
                  read_timeout_ms=None, retries=None, rank_batch_sizes=None,
                  cache_dir=None, cache_size=0, allow_pipe_from_files=False,
                  sources=None, eager_next_epoch=False, defer_reads="auto",
-                 image_memory_limit=None, device=None, jpeg_decode="cpu"):
+                 image_memory_limit=None, device=None, jpeg_decode="cpu",
+                 shuffle_initial=None, shuffle_buffer_bytes=None,
+                 max_sample_bytes=None, max_window_bytes=None):
         self._fences = _device.Fences()
         self._engine = None
-        jpeg_decode = _choice("jpeg_decode", jpeg_decode, _JPEG_DECODE)
-        if jpeg_decode and device is None:
+        if jpeg_decode == "gpu" and device is None:
             raise ValueError("Loader: jpeg_decode='gpu' needs device= (the "
                              "GPU that decodes the JPEGs)")
         if device is not None:
             self._engine = _device.engine(_device.resolve(device))
-        if jpeg_decode:
+        if jpeg_decode == "gpu":
             self._engine.gpu_jpeg()
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
@@ -406,39 +408,41 @@ class Loader:
             sources = [s._tuple() for s in sources]
         elif spec is None:
             raise ValueError("Loader: give a spec or sources")
+        # The options as given: _Loader converts each by its row of the
+        # library's option table (wds_loader_option; python/wds/_options.c),
+        # which names the keyword when it refuses a value.
         self._args = dict(
             spec=(spec if spec is None or isinstance(spec, (str, bytes))
                   else list(spec)),
             sources=sources,
-            fields=fields, batch_size=batch_size,
-            mode=_choice("mode", mode, _MODES),
+            fields=fields, batch_size=batch_size, mode=mode,
             rank=-1 if rank is None else int(rank),
             world_size=-1 if world_size is None else int(world_size),
             workers=_workers(workers), seed=seed, shuffle_buffer=shuffle_buffer,
-            index=os.fspath(index) if index is not None else None,
-            drop_last=bool(drop_last),
-            last_batch=_choice("last_batch", last_batch, _LAST),
+            shuffle_initial=shuffle_initial,
+            shuffle_buffer_bytes=shuffle_buffer_bytes,
+            index=index, drop_last=drop_last, last_batch=last_batch,
             samples_per_epoch=samples_per_epoch, image_size=int(image_size),
-            crop=_choice("crop", crop, _CROPS), prefetch=prefetch,
-            on_error=_choice("on_error", on_error, _ON_ERROR),
-            shard_shuffle=bool(shard_shuffle),
+            crop=crop, prefetch=prefetch, on_error=on_error,
+            shard_shuffle=shard_shuffle,
+            max_sample_bytes=max_sample_bytes,
             read_timeout_ms=read_timeout_ms, retries=retries,
+            max_window_bytes=max_window_bytes,
             rank_batch_sizes=None if rank_batch_sizes is None
             else [int(b) for b in rank_batch_sizes],
-            cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
-            cache_size=int(cache_size),
-            allow_pipe_from_files=bool(allow_pipe_from_files),
-            eager_next_epoch=bool(eager_next_epoch),
-            defer_reads=_choice("defer_reads", defer_reads, _DEFER),
+            cache_dir=cache_dir, cache_size=int(cache_size),
+            allow_pipe_from_files=allow_pipe_from_files,
+            eager_next_epoch=eager_next_epoch, defer_reads=defer_reads,
             image_memory_limit=None if image_memory_limit is None
-            else int(image_memory_limit),
-            jpeg_decode=jpeg_decode)
+            else int(image_memory_limit), jpeg_decode=jpeg_decode)
         self._open(int(epoch), 0)
 
     def _open(self, epoch, batches):
-        self._l = _Loader(self._args["spec"], self._args["fields"],
-                          self._args["batch_size"],
-                          **{k: v for k, v in self._args.items()
+        a = self._args
+        # rank and world_size -1 (as state_dict records them): not given
+        self._l = _Loader(a["spec"], a["fields"], a["batch_size"],
+                          **{k: None if k in ("rank", "world_size") and v < 0
+                             else v for k, v in a.items()
                              if k not in ("spec", "fields", "batch_size")},
                           epoch=epoch, resume_batches=batches)
 

@@ -20,6 +20,7 @@
  * The GIL is released while the library reads or expands; a call that
  * waits for data still notices signals (wds_py_interrupt, _common.c). */
 #include "_common.h"
+#include "_options.h"
 
 #include <errno.h>
 #include <string.h>
@@ -361,6 +362,9 @@ static PyObject *wds_py_expand(PyObject *self, PyObject *args,
 static PyMethodDef wds_py_methods[] = {
     {"expand", (PyCFunction)(void (*)(void))wds_py_expand,
      METH_VARARGS | METH_KEYWORDS, wds_py_expand_doc},
+    {"loader_options", wds_py_loader_option_rows, METH_NOARGS,
+     "loader_options(): the loader option table's rows, (keyword, CLI "
+     "flag) pairs in its order: what wds.Loader takes besides its input."},
     {"gpu_jpeg_open", (PyCFunction)(void (*)(void))wds_py_gpu_jpeg_open,
      METH_VARARGS,
      "gpu_jpeg_open(device): the GPU JPEG decoder on CUDA device `device` "

@@ -10,7 +10,9 @@
 #     ls` and `wds batches` still equal the local runs;
 #   * a transfer cut with --retries 0 fails and leaves nothing in the cache;
 #     cut and resumed (retries), the entry is byte-equal to the shard; a
-#     reader that stops early (`wds cat --limit 1`) leaves nothing;
+#     reader that stops early (`wds cat --limit 1`) leaves nothing; `wds
+#     index`, `verify` and `write` take --retries (0: a cut fails), and
+#     `wds write --cache-dir` fills the cache;
 #   * --cache-size: the least recently used entry is evicted (a hit counts
 #     as a use), a shard larger than the limit is not kept;
 #   * three processes filling one cache at once all succeed, with whole
@@ -191,6 +193,19 @@ if [[ $RC == 0 ]] && ((cuts > 1)) && whole c3 z-0.tar.zst big-0.tar && [[ $(entr
 else
   bad resumed_transfer_cached_whole "exit $RC, $cuts cuts" "$(head -3 cutr.err)" "$(ls -la c3)"
 fi
+# index, verify and write take --retries too (issue 28): with 0 a cut
+# transfer fails the shard (exit 1), by default it resumes.
+for cmd in index verify write; do
+  out=()
+  [[ $cmd == write ]] && out=(-o "rw-$cmd-%d.tar")
+  w "cut0_$cmd" "$cmd" "${out[@]}" --retries 0 "http://127.0.0.1:$PPORT/z-0.tar.zst"
+  expect_rc "${cmd}_retries_0_fails_on_a_cut" 1 "cut0_$cmd"
+  w "cutd_$cmd" "$cmd" "${out[@]}" --retries 5 "http://127.0.0.1:$PPORT/z-0.tar.zst"
+  expect_rc "${cmd}_retries_5_resumes" 0 "cutd_$cmd"
+done
+# wds write's SPEC inputs fill the cache as the other readers do
+w wcache write -o 'wc-%d.tar' --cache-dir c9 "$BASE/s-00.tar"
+if [[ $RC == 0 ]] && whole c9 s-00.tar; then ok write_cache_dir_fills_the_cache; else bad write_cache_dir_fills_the_cache "exit $RC" "$(head -3 wcache.err)" "$(ls -la c9 2>&1)"; fi
 # a reader that stops early leaves nothing
 w part cat --limit 1 --cache-dir c4 "$BASE/big-0.tar"
 if [[ $RC == 0 ]] && [[ ! -d c4 || $(entries c4) == 0 && $(temps c4) == 0 ]]; then

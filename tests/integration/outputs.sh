@@ -299,6 +299,22 @@ check "link to a file: wds-train left the targets untouched" \
   test "$(cat links/target.json links/target.rows)" = oldold
 no_temporaries "link to a file: no temporary file" links
 
+# --json and --log-rows are logs (issue 28): written as the run goes, so a
+# run killed mid-way leaves what it logged (under a temporary name renamed
+# at the end, a SIGKILL left no FILE at all).
+"$TRAIN" "${TRAIN_ARGS[@]}" --epochs 100000 --log-every 1 --json live.jsonl \
+  --log-rows live.rows >/dev/null 2>live-err.txt &
+live=$!
+for _ in $(seq 600); do
+  grep -q '"step"' live.jsonl 2>/dev/null && test -s live.rows && break
+  sleep 0.05
+done
+kill -9 "$live" 2>/dev/null || true
+wait "$live" 2>/dev/null || true
+check "log: --json written as the run goes (a step logged before a SIGKILL)" grep -q '"step"' live.jsonl
+check "log: --log-rows written as the run goes" test -s live.rows
+check "log: the rows are whole lines of six fields" awk 'NF != 6 && !/^$/ { exit 1 }' live.rows
+
 # ---- -o - ----
 "$WDS" write -o file.tar tree >/dev/null
 rc=0

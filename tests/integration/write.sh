@@ -16,7 +16,10 @@
 #   * a `wds write` killed (SIGKILL) while its input stalls leaves no
 #     truncated shard under a final name: every final-named file reads to
 #     the end; the unfinished one is a NAME.tmp-PID-N file;
-#   * usage errors exit 2, input errors exit 1 with "wds write: ...".
+#   * usage errors exit 2, input errors exit 1 with "wds write: ...";
+#   * the shard-reading options (--max-urls, --retries, --read-timeout,
+#     --cache-dir, --cache-size) in write, and --retries in index and
+#     verify, parsed by the loader's option table.
 #
 # Usage: write.sh WDS_BINARY
 # Prints `ok NAME` / `FAIL NAME` per check and a final `N passed, N failed`.
@@ -305,6 +308,34 @@ else
 fi
 check "leftover: they are kept" test -e "$last_lo"
 check "leftover: no warning without leftovers" test "$(grep -c 'left from an earlier run' lo1.err)" -eq 0
+
+# ---- the shard-reading options every reader command takes (issue 28) ----
+# --max-urls, --retries, --read-timeout, the cache: one parser (the
+# loader's option table), one message naming the flag.
+w mu_over write --max-urls 2 -o 'mu-%d.tar' 'a-{0..2}.tar'
+check "--max-urls: write refuses a spec over it (exit 1)" test "$RC" -eq 1
+has "--max-urls: the message says so" mu_over.err "would make 3 URLs, over the limit of 2"
+check "--max-urls: nothing written" test ! -e mu-0.tar
+w mu_ok write --max-urls 3 --retries 3 --read-timeout 2.5 -o 'mu-%d.tar' 'a-{0..2}.tar'
+check "--max-urls 3 --retries 3 --read-timeout 2.5: written (exit 0)" test "$RC" -eq 0
+w mu_cache write --cache-dir cachew --cache-size 1M -o 'mc-%d.tar' 'a-{0..2}.tar'
+check "--cache-dir, --cache-size: taken (local shards are not cached)" test "$RC" -eq 0
+w mu_nodir write --cache-size 1M -o 'mc-%d.tar' 'a-{0..2}.tar'
+check "--cache-size without --cache-dir: a usage error" test "$RC" -eq 2
+has "--cache-size without --cache-dir: says so" mu_nodir.err "--cache-size needs --cache-dir DIR"
+for cmd in write index verify; do
+  out=()
+  [[ $cmd == write ]] && out=(-o 'rt-%d.tar')
+  w "rt_$cmd" "$cmd" "${out[@]}" --retries 3 a-0.tar
+  check "wds $cmd --retries 3: taken (exit 0)" test "$RC" -eq 0
+  w "rtbad_$cmd" "$cmd" "${out[@]}" --retries x a-0.tar
+  check "wds $cmd --retries x: a usage error (exit 2)" test "$RC" -eq 2
+  has "wds $cmd --retries x: the message names the flag" "rtbad_$cmd.err" \
+    "wds $cmd: --retries needs a count from 0 to 1000, not \"x\""
+  w "rto_$cmd" "$cmd" "${out[@]}" --read-timeout -1 a-0.tar
+  has "wds $cmd --read-timeout -1: the loader's message" "rto_$cmd.err" \
+    "--read-timeout needs seconds (0 = wait forever, at most 24 days)"
+done
 
 echo "$passed passed, $failed failed"
 ((failed == 0))

@@ -1,0 +1,501 @@
+/* options.c — the loader's options as one table (wds_loader_option, in
+ * wds/loader.h): one row per option a front end sets by name, saying where
+ * the value lives in wds_loader_config, its type and bounds, its CLI flag
+ * and its help. wds_loader_config_set parses a value by its row; the CLI
+ * (tools/loader_opts.c: getopt entries, parsing, --help) and the Python
+ * binding (python/wds/_options.c: keyword conversion) are both built from
+ * the table, so a new loader option is one row here.
+ *
+ * A row is named by its Python keyword, which is the config field's name
+ * but for `index` (index_path) and `prefetch` (prefetch_batches); the CLI
+ * names it by its flag ("--batch-size"). A value named by the flag takes
+ * the CLI's grammar, by the name the field's: they differ only for
+ * TIMEOUT rows (seconds with a fraction, or whole milliseconds).
+ *
+ * Not in the table, kept special by each front end (they are not one plain
+ * field): the input (spec, urls; --source and Python's sources=, a list of
+ * sources), the fields (--decode, Python's positional fields: parsed into
+ * an array), rank_batch_sizes (a list), the callbacks (log, interrupt,
+ * allocator), and two rules between rows: drop_last also makes the last
+ * batch DROP unless last_batch is given (both front ends, as torch's
+ * drop_last), and the CLI's --epochs (how many epochs a command runs, not
+ * a config field). read_buffer_bytes and the crop scales are not exposed.
+ *
+ * Errors: like the other handle-less calls that fail before a handle
+ * exists, wds_loader_config_set keeps its message where wds_last_error()
+ * reads it (thread-local), naming the option as the caller named it. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/size.h"
+#include "wds/loader.h"
+
+/* Field enums and ints are stored as 4 bytes, sizes and counts as 8
+ * (size_t on 64-bit; 4 elsewhere, written the same way by size). */
+_Static_assert(sizeof(wds_mode) == sizeof(int), "enum fields are ints");
+_Static_assert(sizeof(wds_crop) == sizeof(int), "enum fields are ints");
+
+#define FIELD(f)                                                               \
+  .offset = offsetof(wds_loader_config, f),                                    \
+  .size = sizeof(((wds_loader_config *)0)->f)
+
+#define MAX_TIMEOUT_MS ((uint64_t)86400 * 24 * 1000) /* 24 days */
+
+static const char *const modes[] = {"plain", "exact", "resampled", NULL};
+static const char *const lasts[] = {"keep", "drop", "pad", NULL};
+static const char *const crops[] = {"center", "random", NULL};
+static const char *const policies[] = {"stop", "skip", NULL};
+static const char *const defers[] = {"auto", "on", "off", NULL};
+static const char *const wheres[] = {"cpu", "gpu", NULL};
+
+#define SIZE_WORDS                                                             \
+  "a size in bytes, optionally with K, M, G, T (powers of 1024) or KB, MB, "   \
+  "GB, TB (of 1000)"
+
+/* In the order of `wds batches --help`. Help lines are wrapped to 55
+ * columns (the CLI indents them by 25). */
+static const wds_loader_option rows[] = {
+    {.name = "batch_size",
+     .flag = "batch-size",
+     .value_name = "N",
+     .type = WDS_OPTION_INT,
+     .min = 1,
+     .max = (uint64_t)1 << 24,
+     FIELD(batch_size),
+     .help = "rows per batch (default 1)"},
+    {.name = "mode",
+     .flag = "mode",
+     .value_name = "MODE",
+     .type = WDS_OPTION_ENUM,
+     .names = modes,
+     FIELD(mode),
+     .help = "plain (the default of wds batches and bench;\n"
+             "wds-train and Python's wds.Loader default to\n"
+             "exact): each rank reads its shards once, ranks\n"
+             "may get different batch counts;\n"
+             "exact: every sample once per epoch over all\n"
+             "ranks, equal counts (padded or --drop-last);\n"
+             "resampled: shards drawn with replacement,\n"
+             "--samples-per-epoch per rank"},
+    {.name = "samples_per_epoch",
+     .flag = "samples-per-epoch",
+     .value_name = "N",
+     .type = WDS_OPTION_INT,
+     .min = 1,
+     .max = UINT64_MAX,
+     FIELD(samples_per_epoch),
+     .help = "samples per rank and epoch (resampled: needed;\n"
+             "plain: a cap)"},
+    {.name = "index",
+     .flag = "index",
+     .value_name = "FILE",
+     .type = WDS_OPTION_STRING,
+     .expects = "a file name",
+     FIELD(index_path),
+     .help = "exact mode: per-shard sample counts (the JSON\n"
+             "`wds index` writes) instead of a counting pass"},
+    {.name = "rank",
+     .flag = "rank",
+     .value_name = "N",
+     .type = WDS_OPTION_INT,
+     .min = 0,
+     .max = 1 << 20,
+     FIELD(rank),
+     .help = "this process's rank (default: RANK, SLURM_PROCID,\n"
+             "OMPI_COMM_WORLD_RANK, else 0)"},
+    {.name = "world_size",
+     .flag = "world",
+     .value_name = "N",
+     .type = WDS_OPTION_INT,
+     .min = 1,
+     .max = 1 << 20,
+     FIELD(world_size),
+     .help = "the number of ranks (default: WORLD_SIZE,\n"
+             "SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, else 1)"},
+    {.name = "workers",
+     .flag = "workers",
+     .value_name = "N",
+     .type = WDS_OPTION_INT,
+     .min = 1,
+     .max = WDS_LOADER_MAX_WORKERS,
+     FIELD(workers),
+     .help = "worker threads, 1..256 (default 4); the batch\n"
+             "order depends on it: keep it fixed to\n"
+             "reproduce a run"},
+    {.name = "seed",
+     .flag = "seed",
+     .value_name = "N",
+     .type = WDS_OPTION_INT,
+     .min = 0,
+     .max = UINT64_MAX,
+     FIELD(seed),
+     .help = "seed of every shuffle and draw (default 0)"},
+    {.name = "epoch",
+     .flag = "epoch",
+     .value_name = "N",
+     .type = WDS_OPTION_INT,
+     .min = 0,
+     .max = UINT64_MAX,
+     FIELD(epoch),
+     .help = "the first epoch (default 0)"},
+    {.name = "resume_batches",
+     .flag = "resume-at",
+     .value_name = "K",
+     .type = WDS_OPTION_INT,
+     .min = 0,
+     .max = UINT64_MAX,
+     FIELD(resume_batches),
+     .help = "skip the first K batches of --epoch, as after\n"
+             "a restart: the output continues exactly where\n"
+             "an uninterrupted run would be"},
+    {.name = "shuffle_buffer",
+     .flag = "shuffle-buffer",
+     .value_name = "N",
+     .type = WDS_OPTION_INT,
+     .min = 0,
+     .max = (uint64_t)1 << 32,
+     FIELD(shuffle_buffer),
+     .help = "samples per worker shuffle buffer (0: none)"},
+    {.name = "shuffle_initial",
+     .flag = "shuffle-initial",
+     .value_name = "N",
+     .type = WDS_OPTION_INT,
+     .min = 0,
+     .max = (uint64_t)1 << 32,
+     FIELD(shuffle_initial),
+     .help = "samples buffered before the first output"},
+    {.name = "shuffle_buffer_bytes",
+     .flag = "shuffle-bytes",
+     .value_name = "SIZE",
+     .type = WDS_OPTION_SIZE,
+     .min = 1,
+     .max = SIZE_MAX,
+     FIELD(shuffle_buffer_bytes),
+     .help = "and at most SIZE bytes of samples per worker\n"
+             "(default 1G): the buffer\n"
+             "holds fewer samples when they are large"},
+    {.name = "shard_shuffle",
+     .flag = "no-shard-shuffle",
+     .type = WDS_OPTION_BOOL,
+     .cli_value = "0",
+     FIELD(shard_shuffle),
+     .help = "keep the spec's shard order in every epoch"},
+    {.name = "eager_next_epoch",
+     .flag = "eager-next-epoch",
+     .type = WDS_OPTION_BOOL,
+     .cli_value = "1",
+     FIELD(eager_next_epoch),
+     .help = "with --epochs: read the next epoch while the\n"
+             "last batches of this one are taken (the same\n"
+             "batches; more memory for a while)"},
+    {.name = "drop_last",
+     .flag = "drop-last",
+     .type = WDS_OPTION_BOOL,
+     .cli_value = "1",
+     FIELD(drop_last),
+     .help = "exact mode: drop the tail instead of padding,\n"
+             "and drop a partial last batch (torch's\n"
+             "drop_last for the sampler and the DataLoader)"},
+    {.name = "last_batch",
+     .flag = "last-batch",
+     .value_name = "HOW",
+     .type = WDS_OPTION_ENUM,
+     .names = lasts,
+     FIELD(last_batch),
+     .help = "keep (default), drop, or pad (to --batch-size\n"
+             "with repeated rows marked invalid); overrides\n"
+             "--drop-last for the last batch"},
+    {.name = "image_size",
+     .flag = "image-size",
+     .value_name = "N",
+     .type = WDS_OPTION_INT,
+     .min = 1,
+     .max = 65536,
+     FIELD(image_size),
+     .help = "default image width and height (224)"},
+    {.name = "crop",
+     .flag = "crop",
+     .value_name = "HOW",
+     .type = WDS_OPTION_ENUM,
+     .names = crops,
+     FIELD(crop),
+     .help = "center (default) or random (resized crop and\n"
+             "flip)"},
+    {.name = "prefetch",
+     .flag = "prefetch",
+     .value_name = "N",
+     .type = WDS_OPTION_INT,
+     .min = 2, /* a slot being filled and one the caller holds */
+     .max = 1024,
+     FIELD(prefetch_batches),
+     .help = "batches in flight (pool slots, 2..1024, default 4)"},
+    {.name = "on_error",
+     .flag = "on-error",
+     .value_name = "HOW",
+     .type = WDS_OPTION_ENUM,
+     .names = policies,
+     FIELD(on_error),
+     .help = "stop (default) or skip (count and go on; bad\n"
+             "samples become invalid rows)"},
+    {.name = "max_sample_bytes",
+     .flag = "max-sample-bytes",
+     .value_name = "SIZE",
+     .type = WDS_OPTION_SIZE,
+     .min = 1,
+     .max = SIZE_MAX,
+     FIELD(max_sample_bytes),
+     .help = "largest sample accepted"},
+    {.name = "read_timeout_ms",
+     .flag = "read-timeout",
+     .value_name = "S",
+     .type = WDS_OPTION_TIMEOUT,
+     .min = 0,
+     .max = MAX_TIMEOUT_MS,
+     FIELD(read_timeout_ms),
+     .help = "a shard that delivers no data for S seconds\n"
+             "fails, naming it (default 300; 0: wait\n"
+             "forever)"},
+    {.name = "max_window_bytes",
+     .flag = "max-window",
+     .value_name = "SIZE",
+     .type = WDS_OPTION_SIZE,
+     .min = 1,
+     .max = UINT64_MAX,
+     .expects = SIZE_WORDS " (a zstd window: default 128M, zstd --long=31 "
+                           "needs 2G)",
+     FIELD(max_window_bytes),
+     .help = "largest zstd window a shard may need\n"
+             "(default 128M; zstd --long=31: 2G)"},
+    {.name = "retries",
+     .flag = "retries",
+     .value_name = "N",
+     .type = WDS_OPTION_INT,
+     .min = 0,
+     .max = 1000,
+     .zero_is_none = 1,
+     .expects = "a count from 0 to 1000",
+     FIELD(retries),
+     .help = "http(s):// shards: tries again N times (default\n"
+             "5; 0: none), with backoff, after a connect\n"
+             "error, HTTP 408, 429 or 5xx or a cut transfer\n"
+             "(which resumes where it stopped)"},
+    {.name = "allow_pipe_from_files",
+     .flag = "allow-pipe-from-files",
+     .type = WDS_OPTION_BOOL,
+     .cli_value = "1",
+     FIELD(allow_pipe_from_files),
+     .help = "run the pipe: commands read from @FILE lists\n"
+             "and index files (refused by default: such\n"
+             "files may come from anywhere)"},
+    {.name = "defer_reads",
+     .flag = "defer-reads",
+     .value_name = "WHEN",
+     .type = WDS_OPTION_ENUM,
+     .names = defers,
+     FIELD(defer_reads),
+     .help = "auto (default), on or off: large fields (16 KiB\n"
+             "and more) of local uncompressed shards stay in\n"
+             "the file while their sample is in the shuffle\n"
+             "buffer and are read (pread) as it leaves; auto:\n"
+             "only fields whose pages were all in the page\n"
+             "cache when the shard was opened. The batches\n"
+             "are the same"},
+    {.name = "cache_dir",
+     .flag = "cache-dir",
+     .value_name = "DIR",
+     .type = WDS_OPTION_STRING,
+     .expects = "a directory",
+     FIELD(cache_dir),
+     .help = "keep remote shards (http(s)://, s3://) read\n"
+             "whole in DIR and read them from there later\n"
+             "(default $WDS_CACHE_DIR; shared safely by\n"
+             "processes; trusts the URL)"},
+    {.name = "cache_size",
+     .flag = "cache-size",
+     .value_name = "SIZE",
+     .type = WDS_OPTION_SIZE,
+     .min = 0,
+     .max = UINT64_MAX,
+     .expects = SIZE_WORDS "; 0 = no limit",
+     FIELD(cache_size),
+     .help = "delete least recently used entries of the\n"
+             "cache over SIZE (default 0: no limit)"},
+    {.name = "image_memory_limit",
+     .flag = "image-memory-limit",
+     .value_name = "SIZE",
+     .type = WDS_OPTION_SIZE,
+     .min = 1,
+     .max = UINT64_MAX,
+     .expects = SIZE_WORDS " (default 256M)",
+     FIELD(image_memory_limit),
+     .help = "memory one image's decode may take (default\n"
+             "256M: the decoded pixels at the scale needed,\n"
+             "a progressive JPEG's coefficients); an image\n"
+             "over it is an error naming it"},
+    {.name = "jpeg_decode",
+     .flag = "jpeg-decode",
+     .value_name = "WHERE",
+     .type = WDS_OPTION_ENUM,
+     .names = wheres,
+     FIELD(jpeg_decode),
+     .help = "cpu (default) or gpu: JPEG image fields decoded\n"
+             "by the workers, or by nvJPEG on the GPU (the\n"
+             "workers plan the crops: the same samples and\n"
+             "crops); gpu needs CUDA, a GPU and libnvjpeg"},
+};
+
+#define NROWS (sizeof rows / sizeof *rows)
+
+const wds_loader_option *wds_loader_option_at(size_t i) {
+  return i < NROWS ? &rows[i] : NULL;
+}
+
+const wds_loader_option *wds_loader_option_find(const char *name) {
+  if (!name)
+    return NULL;
+  int by_flag = strncmp(name, "--", 2) == 0;
+  for (size_t i = 0; i < NROWS; i++)
+    if (strcmp(by_flag ? rows[i].flag : rows[i].name,
+               by_flag ? name + 2 : name) == 0)
+      return &rows[i];
+  return NULL;
+}
+
+/* Decimal digits only (no sign, blank or suffix): 0 and *out, else -1. */
+static int parse_u64(const char *s, uint64_t *out) {
+  if (*s < '0' || *s > '9')
+    return -1;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+/* The field of row r in cfg set to v (4 or 8 bytes, by the field's size;
+ * v fits: the bounds say so). */
+static void store(wds_loader_config *cfg, const wds_loader_option *r,
+                  int64_t v) {
+  char *p = (char *)cfg + r->offset;
+  if (r->size == sizeof(uint32_t)) {
+    uint32_t x = (uint32_t)v;
+    memcpy(p, &x, sizeof x);
+  } else {
+    uint64_t x = (uint64_t)v;
+    memcpy(p, &x, sizeof x);
+  }
+}
+
+/* "a, b or c" of an ENUM row into buf. */
+static const char *name_list(const char *const *names, char *buf, size_t n) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; names[i] && used < n; i++) {
+    int k = snprintf(buf + used, n - used, "%s%s",
+                     i ? (names[i + 1] ? ", " : " or ") : "", names[i]);
+    if (k < 0)
+      break;
+    used += (size_t)k;
+  }
+  return buf;
+}
+
+/* The usage error for row r named `name` (as the caller named it). */
+static int bad(const wds_loader_option *r, const char *name, const char *value,
+               int by_flag) {
+  char what[256];
+  if (r->expects)
+    snprintf(what, sizeof what, "%s", r->expects);
+  else if (r->type == WDS_OPTION_INT || r->type == WDS_OPTION_SIZE) {
+    if (r->type == WDS_OPTION_SIZE)
+      snprintf(what, sizeof what,
+               "a size in bytes (optionally with K, M, G, T: powers of 1024, "
+               "or KB, MB, GB, TB: of 1000)");
+    else if (r->max == UINT64_MAX)
+      snprintf(what, sizeof what, "a whole number of at least %llu",
+               (unsigned long long)r->min);
+    else
+      snprintf(what, sizeof what, "a whole number in %llu..%llu",
+               (unsigned long long)r->min, (unsigned long long)r->max);
+  } else if (r->type == WDS_OPTION_TIMEOUT)
+    snprintf(what, sizeof what,
+             by_flag ? "seconds (0 = wait forever, at most 24 days)"
+                     : "milliseconds (0 = wait forever, at most %llu)",
+             (unsigned long long)r->max);
+  else if (r->type == WDS_OPTION_BOOL)
+    snprintf(what, sizeof what, "1 or 0 (true or false)");
+  else if (r->type == WDS_OPTION_ENUM) {
+    char list[200];
+    return wds__last_fail(WDS_ERR_INVALID, "%s must be %s, not \"%s\"", name,
+                          name_list(r->names, list, sizeof list), value);
+  } else
+    snprintf(what, sizeof what, "a value");
+  return wds__last_fail(WDS_ERR_INVALID, "%s needs %s, not \"%s\"", name, what,
+                        value);
+}
+
+int wds_loader_config_set(wds_loader_config *cfg, const char *name,
+                          const char *value) {
+  const wds_loader_option *r = wds_loader_option_find(name);
+  if (!cfg || !r || !value)
+    return wds__last_fail(WDS_ERR_INVALID,
+                          !r ? "unknown loader option \"%s\""
+                             : "wds_loader_config_set: %s: config or value "
+                               "is NULL",
+                          name ? name : "(null)");
+  int by_flag = name[0] == '-';
+  uint64_t v;
+  switch (r->type) {
+  case WDS_OPTION_BOOL:
+    if (!strcmp(value, "1") || !strcmp(value, "true"))
+      store(cfg, r, 1);
+    else if (!strcmp(value, "0") || !strcmp(value, "false"))
+      store(cfg, r, 0);
+    else
+      return bad(r, name, value, by_flag);
+    return WDS_OK;
+  case WDS_OPTION_INT:
+    if (parse_u64(value, &v) != 0 || v < r->min || v > r->max)
+      return bad(r, name, value, by_flag);
+    store(cfg, r, r->zero_is_none && v == 0 ? -1 : (int64_t)v);
+    return WDS_OK;
+  case WDS_OPTION_SIZE:
+    if (wds__size_parse(value, &v) != 0 || v < r->min || v > r->max)
+      return bad(r, name, value, by_flag);
+    store(cfg, r, (int64_t)v);
+    return WDS_OK;
+  case WDS_OPTION_TIMEOUT:
+    if (by_flag) { /* seconds, fractions allowed */
+      char *end;
+      errno = 0;
+      double s = strtod(value, &end);
+      if (errno || end == value || *end || !(s >= 0) ||
+          s * 1000 > (double)r->max)
+        return bad(r, name, value, by_flag);
+      v = s == 0 ? 0 : s * 1000 < 1 ? 1 : (uint64_t)(s * 1000 + 0.5);
+    } else if (parse_u64(value, &v) != 0 || v > r->max)
+      return bad(r, name, value, by_flag);
+    store(cfg, r, v == 0 ? -1 : (int64_t)v); /* the config's "never" */
+    return WDS_OK;
+  case WDS_OPTION_ENUM:
+    for (int i = 0; r->names[i]; i++)
+      if (strcmp(value, r->names[i]) == 0) {
+        store(cfg, r, i);
+        return WDS_OK;
+      }
+    return bad(r, name, value, by_flag);
+  case WDS_OPTION_STRING:
+    if (!value[0])
+      return bad(r, name, value, by_flag);
+    memcpy((char *)cfg + r->offset, &value, sizeof value);
+    return WDS_OK;
+  }
+  return bad(r, name, value, by_flag);
+}

@@ -1,0 +1,132 @@
+/* _options.c — wds.Loader's keywords into a wds_loader_config, through the
+ * library's option table (wds/loader.h: wds_loader_option).
+ *
+ * A keyword that names a row is converted by the row's type into the text
+ * wds_loader_config_set parses, by the keyword (so a TIMEOUT keyword,
+ * read_timeout_ms, is in milliseconds): a BOOL by truth; an INT, SIZE or
+ * TIMEOUT from an int (operator.index; anything else is a ValueError
+ * naming the keyword, as the sizes were before); an ENUM from a str; a
+ * STRING from a str, bytes or os.PathLike (the bytes kept alive in keep,
+ * as the config points to them). None leaves the config's default. A value
+ * the table refuses raises wds.InvalidError (a ValueError; wds_py_raise)
+ * with the library's message, which names the keyword: `retries needs a count
+ * from 0 to 1000, not "1001"`. So a new loader option is a row of the table and
+ * a keyword of _loader.py's Loader, nothing here. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <string.h>
+
+#include "_options.h"
+
+/* The text of value for row r (a new bytes object), or NULL with an
+ * exception set. */
+static PyObject *row_text(const wds_loader_option *r, const char *key,
+                          PyObject *value) {
+  switch (r->type) {
+  case WDS_OPTION_BOOL: {
+    int t = PyObject_IsTrue(value);
+    return t < 0 ? NULL : PyBytes_FromString(t ? "1" : "0");
+  }
+  case WDS_OPTION_INT:
+  case WDS_OPTION_SIZE:
+  case WDS_OPTION_TIMEOUT: {
+    PyObject *i = PyNumber_Index(value);
+    if (!i) {
+      if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError,
+                     "%s needs a whole number, not %.80s (%R)", key,
+                     Py_TYPE(value)->tp_name, value);
+      }
+      return NULL;
+    }
+    PyObject *s = PyObject_Str(i);
+    Py_DECREF(i);
+    if (!s)
+      return NULL;
+    PyObject *b = PyUnicode_AsUTF8String(s);
+    Py_DECREF(s);
+    return b;
+  }
+  case WDS_OPTION_ENUM:
+    if (!PyUnicode_Check(value)) {
+      PyErr_Format(PyExc_ValueError, "%s needs a str, not %.80s (%R)", key,
+                   Py_TYPE(value)->tp_name, value);
+      return NULL;
+    }
+    return PyUnicode_AsEncodedString(value, "utf-8", "surrogateescape");
+  case WDS_OPTION_STRING: {
+    PyObject *b = NULL;
+    return wds_py_path(value, &b) < 0 ? NULL : b;
+  }
+  }
+  PyErr_Format(PyExc_SystemError, "%s: unknown option type", key);
+  return NULL;
+}
+
+int wds_py_loader_option(wds_loader_config *cfg, const char *key,
+                         PyObject *value, PyObject *keep) {
+  const wds_loader_option *r = wds_loader_option_find(key);
+  if (!r || key[0] == '-') {
+    PyErr_Format(PyExc_TypeError,
+                 "'%s' is an invalid keyword argument for _Loader()", key);
+    return -1;
+  }
+  if (value == Py_None)
+    return 0; /* the config's default */
+  PyObject *text = row_text(r, key, value);
+  if (!text)
+    return -1;
+  int rc = wds_loader_config_set(cfg, key, PyBytes_AS_STRING(text));
+  if (rc != WDS_OK) {
+    Py_DECREF(text);
+    wds_py_raise(rc, wds_last_error());
+    return -1;
+  }
+  /* A STRING row's field points into text: keep it while cfg is used. */
+  rc = PyList_Append(keep, text);
+  Py_DECREF(text);
+  return rc;
+}
+
+int wds_py_loader_options(PyObject *kwargs, const char *const *others,
+                          wds_loader_config *cfg, PyObject *keep,
+                          PyObject **rest) {
+  *rest = PyDict_New();
+  if (!*rest)
+    return -1;
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (kwargs && PyDict_Next(kwargs, &pos, &key, &value)) {
+    const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+    int other = !k;
+    for (const char *const *o = others; k && *o && !other; o++)
+      other = strcmp(*o, k) == 0;
+    if (other ? PyDict_SetItem(*rest, key, value) < 0
+              : wds_py_loader_option(cfg, k, value, keep) < 0) {
+      Py_CLEAR(*rest);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+PyObject *wds_py_loader_option_rows(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  size_t n = 0;
+  while (wds_loader_option_at(n))
+    n++;
+  PyObject *rows = PyTuple_New((Py_ssize_t)n);
+  for (size_t i = 0; rows && i < n; i++) {
+    const wds_loader_option *o = wds_loader_option_at(i);
+    PyObject *row = Py_BuildValue("(ss)", o->name, o->flag);
+    if (!row) {
+      Py_CLEAR(rows);
+      break;
+    }
+    PyTuple_SET_ITEM(rows, (Py_ssize_t)i, row);
+  }
+  return rows;
+}
