@@ -41,10 +41,11 @@ void wds__copy_msg(char *dst, size_t dst_size, const char *src);
 
 /* The calling thread's last error, the text wds_last_error() returns.
  * Every public function that fails sets it before it returns, in the
- * caller's thread; one that succeeds leaves it as it was. Internal
- * functions keep their failures in a wds__err and public ones copy it
- * here (wds__last_set); where there is no handle yet (an open) a public
- * function may format into it directly (wds__last_fail). */
+ * caller's thread; one that succeeds leaves it as it was. Only public
+ * functions write it: internal ones report into a wds__err (so an open that
+ * recovers from an internal failure, a skipped shard, leaves it alone), and
+ * the public function copies that here (wds__last_set) or, for a failure of
+ * its own, formats here directly (wds__last_fail). */
 
 /* Formats the message into the thread's last error and returns status. */
 int wds__last_fail(int status, const char *fmt, ...)

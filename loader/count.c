@@ -119,7 +119,8 @@ static void *count_main(void *arg) {
   return count_done(k);
 }
 
-static int count_shards(const wds__count_ctx *c, uint64_t *counts) {
+static int count_shards(const wds__count_ctx *c, uint64_t *counts,
+                        wds__err *oe) {
   size_t shards = c->sources->urls.count;
   int threads = c->threads;
   if ((size_t)threads > shards)
@@ -127,14 +128,14 @@ static int count_shards(const wds__count_ctx *c, uint64_t *counts) {
   counter *k = calloc((size_t)threads, sizeof *k);
   int rc = WDS_OK, started = 0;
   if (!k)
-    return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
   count_done_at done = {.finished = 0};
   pthread_mutex_init(&done.mu, NULL);
   pthread_cond_init(&done.cv, NULL);
   for (int i = 0; i < threads; i++) {
     k[i] = (counter){c, counts, i, threads, WDS_OK, "", 0, &done};
     if (pthread_create(&k[i].thread, NULL, count_main, &k[i]) != 0) {
-      rc = wds__last_fail(WDS_ERR_NOMEM, "cannot start a thread");
+      rc = wds__fail(oe, WDS_ERR_NOMEM, "cannot start a thread");
       break;
     }
     started++;
@@ -145,14 +146,14 @@ static int count_shards(const wds__count_ctx *c, uint64_t *counts) {
   pthread_mutex_destroy(&done.mu);
   pthread_cond_destroy(&done.cv);
   if (interrupted && rc == WDS_OK)
-    rc = wds__last_fail(WDS_ERR_CANCELLED,
-                        "interrupted while counting the samples of %zu "
-                        "shards for exact mode",
-                        shards);
+    rc = wds__fail(oe, WDS_ERR_CANCELLED,
+                   "interrupted while counting the samples of %zu "
+                   "shards for exact mode",
+                   shards);
   for (int i = 0; i < started && rc == WDS_OK; i++)
     if (k[i].status != WDS_OK)
-      rc = wds__last_fail(k[i].status, "counting samples for exact mode: %s",
-                          k[i].msg);
+      rc = wds__fail(oe, k[i].status, "counting samples for exact mode: %s",
+                     k[i].msg);
   free(k);
   return rc;
 }
@@ -160,13 +161,14 @@ static int count_shards(const wds__count_ctx *c, uint64_t *counts) {
 /* Exact mode: the epoch's total, overflow-checked, so that the plan's and
  * the batch count's arithmetic cannot wrap (counted shards could only get
  * there in theory; an index can say anything). */
-static int check_total(const wds__sources *ss, const uint64_t *counts) {
+static int check_total(const wds__sources *ss, const uint64_t *counts,
+                       wds__err *oe) {
   char from[320];
   uint64_t total = 0;
   for (size_t s = 0; s < ss->urls.count; s++) {
     if (counts[s] > WDS__INDEX_MAX_SAMPLES - total)
-      return wds__last_fail(
-          WDS_ERR_CORRUPT,
+      return wds__fail(
+          oe, WDS_ERR_CORRUPT,
           "exact mode: the counts from %s add up to more than %llu samples "
           "at %.300s (%llu samples), more than any data set holds (a "
           "sample takes at least 512 bytes of tar: 2^64 bytes in all)",
@@ -184,7 +186,8 @@ static int check_total(const wds__sources *ss, const uint64_t *counts) {
  * at its first block) and must be empty; otherwise the error names the
  * true count. Under skip it is noted, and the samples stay unread, as
  * with any count that is too small. */
-static int check_empty_shards(const wds__count_ctx *c, const uint64_t *counts) {
+static int check_empty_shards(const wds__count_ctx *c, const uint64_t *counts,
+                              wds__err *oe) {
   const wds__sources *ss = c->sources;
   for (size_t s = 0; s < ss->urls.count; s++) {
     const char *index_path = ss->src[ss->shard_source[s]].index_path;
@@ -223,18 +226,18 @@ static int check_empty_shards(const wds__count_ctx *c, const uint64_t *counts) {
       continue;
     int status = n > 0 ? WDS_ERR_CORRUPT : st;
     if (c->cfg->on_error == WDS_ON_ERROR_STOP)
-      return wds__last_fail(status, "%s", msg);
+      return wds__fail(oe, status, "%s", msg);
     c->skip(c->skip_ctx, "skipped", msg);
   }
   return WDS_OK;
 }
 
-int wds__load_counts(const wds__count_ctx *c, uint64_t **out) {
+int wds__load_counts(const wds__count_ctx *c, uint64_t **out, wds__err *oe) {
   const wds__sources *ss = c->sources;
   uint64_t *counts = *out =
       calloc(ss->urls.count ? ss->urls.count : 1, sizeof *counts);
   if (!counts)
-    return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
   int counted = 0, indexed = 0;
   for (size_t s = 0; s < ss->nsrc; s++) {
     if (ss->src[s].index_path)
@@ -243,7 +246,7 @@ int wds__load_counts(const wds__count_ctx *c, uint64_t **out) {
       counted = 1;
   }
   if (counted) {
-    int rc = count_shards(c, counts);
+    int rc = count_shards(c, counts, oe);
     if (rc != WDS_OK)
       return rc;
   }
@@ -262,7 +265,7 @@ int wds__load_counts(const wds__count_ctx *c, uint64_t **out) {
       flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
     int rc = wds__index_load_flags(so->index_path, flags, &ix, &e);
     if (rc != WDS_OK)
-      return wds__last_fail(rc, "%s", e.msg);
+      return wds__fail(oe, rc, "%s", e.msg);
     for (size_t s = so->first; s < so->first + so->count && rc == WDS_OK; s++) {
       rc = wds__index_lookup(&ix, ss->urls.urls[s], &counts[s], &e);
       if (rc == WDS_OK)
@@ -270,10 +273,10 @@ int wds__load_counts(const wds__count_ctx *c, uint64_t **out) {
     }
     wds__index_free(&ix);
     if (rc != WDS_OK)
-      return wds__last_fail(rc, "index %s: %s", so->index_path, e.msg);
+      return wds__fail(oe, rc, "index %s: %s", so->index_path, e.msg);
   }
-  int rc = check_total(ss, counts);
+  int rc = check_total(ss, counts, oe);
   if (rc != WDS_OK || !indexed)
     return rc;
-  return check_empty_shards(c, counts);
+  return check_empty_shards(c, counts, oe);
 }

@@ -817,11 +817,11 @@ void wds__feeds_close(wds__feeds *fs);
  * into ss (zeroed by the caller): urls, src and shard_source; listings
  * read with the wake token. WDS_OK, or a failure (wds__last_fail). */
 int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg,
-                      wds__cancel *wake);
+                      wds__cancel *wake, wds__err *oe);
 /* After the counts (exact mode: counts per shard): each source's n_s,
  * checked; ss->mixed. */
 int wds__sources_plan_check(wds__sources *ss, wds_mode mode,
-                            const uint64_t *counts);
+                            const uint64_t *counts, wds__err *oe);
 /* The epoch plan of pin (its counts in exact mode): wds__plan_epoch, or
  * with a mix the sum of the sources' plans (and *per, each source's, in
  * exact mode; else NULL). */
@@ -924,7 +924,7 @@ void wds__worker_handoff(wds__worker *w);
 /* Exact mode: each shard's count (*out, an array the caller frees, set
  * even on failure) from its source's index or a counting pass, checked.
  * WDS_OK, or a failure (wds__last_fail). */
-int wds__load_counts(const wds__count_ctx *c, uint64_t **out);
+int wds__load_counts(const wds__count_ctx *c, uint64_t **out, wds__err *oe);
 /* Where the exact mode's count of a shard came from, for messages. */
 const char *wds__count_source(const wds__sources *ss, size_t shard, char *buf,
                               size_t n);

@@ -120,7 +120,7 @@ static char *unescape(const char *s, size_t n) {
 /* Accepts at most one %d / %i / %u with an optional '0' flag and width, and
  * "%%" anywhere; everything else printf-special is refused. The user's text
  * never reaches printf as a format. */
-static int pattern_parse(wds_writer *w, const char *s) {
+static int pattern_parse(wds_writer *w, const char *s, wds__err *oe) {
   size_t conv_start = 0, conv_end = 0;
   int convs = 0;
   for (size_t i = 0; s[i]; i++) {
@@ -139,20 +139,20 @@ static int pattern_parse(wds_writer *w, const char *s) {
     while (s[j] >= '0' && s[j] <= '9') {
       width = width * 10 + (s[j] - '0');
       if (width > 64)
-        return wds__last_fail(WDS_ERR_INVALID,
-                              "pattern \"%s\": field width over 64", s);
+        return wds__fail(oe, WDS_ERR_INVALID,
+                         "pattern \"%s\": field width over 64", s);
       j++;
     }
     if (s[j] != 'd' && s[j] != 'i' && s[j] != 'u')
-      return wds__last_fail(WDS_ERR_INVALID,
-                            "pattern \"%s\": only one %%d, %%i or %%u (e.g. "
-                            "%%06d) and %%%% are allowed",
-                            s);
+      return wds__fail(oe, WDS_ERR_INVALID,
+                       "pattern \"%s\": only one %%d, %%i or %%u (e.g. "
+                       "%%06d) and %%%% are allowed",
+                       s);
     if (++convs > 1)
-      return wds__last_fail(WDS_ERR_INVALID,
-                            "pattern \"%s\" has more than one integer "
-                            "conversion",
-                            s);
+      return wds__fail(oe, WDS_ERR_INVALID,
+                       "pattern \"%s\" has more than one integer "
+                       "conversion",
+                       s);
     w->zero_pad = zero;
     w->width = width;
     conv_start = i;
@@ -165,7 +165,7 @@ static int pattern_parse(wds_writer *w, const char *s) {
   w->prefix = unescape(s, conv_start);
   w->suffix = unescape(s + conv_end, strlen(s + conv_end));
   if (!w->prefix || !w->suffix)
-    return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
   return WDS_OK;
 }
 
@@ -463,9 +463,12 @@ int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
   w->on_leftover_ctx = cfg->on_leftover_ctx;
   w->lock_fd = -1;
   if (cfg->pattern) {
-    rc = pattern_parse(w, cfg->pattern);
-    if (rc != WDS_OK)
+    wds__err pe;
+    rc = pattern_parse(w, cfg->pattern, &pe);
+    if (rc != WDS_OK) {
+      wds__last_set(rc, pe.msg);
       goto done;
+    }
   }
 
   wds__tarw_options o = WDS__TARW_OPTIONS_INIT;

@@ -242,6 +242,45 @@ TEST(loader_errors_from_its_threads) {
   ASSERT_CONTAINS(wds_last_error(), "wds_loader_next: the loader is NULL");
 }
 
+/* An open that meets a failure inside and goes on (a shard skipped under
+ * WDS_ON_ERROR_SKIP while checking an index, in the caller's thread)
+ * succeeds: the caller's last error stays as it was. */
+TEST(an_open_that_skips_leaves_it) {
+  char ixpath[600], gone[600];
+  snprintf(ixpath, sizeof ixpath, "%s/skip-index.json", tmpdir);
+  snprintf(gone, sizeof gone, "%s/gone-too.tar", tmpdir);
+  FILE *fp = fopen(ixpath, "w");
+  ASSERT_TRUE(fp != NULL);
+  fprintf(fp,
+          "{\"wids_version\": 1, \"shardlist\": [{\"url\": \"good.tar\", "
+          "\"nsamples\": 2}, {\"url\": \"gone-too.tar\", \"nsamples\": 0}]}");
+  fclose(fp);
+  const char *urls[] = {shard, gone};
+  wds_field_spec fs = {"cls", WDS_DECODE_AUTO, 0, 0, 0};
+  wds_loader_config c = WDS_LOADER_CONFIG_INIT;
+  c.urls = urls;
+  c.url_count = 2;
+  c.index_path = ixpath;
+  c.mode = WDS_MODE_EXACT;
+  c.on_error = WDS_ON_ERROR_SKIP;
+  c.fields = &fs;
+  c.field_count = 1;
+  c.batch_size = 1;
+  c.rank = 0;
+  c.world_size = 1;
+  wds_url_list l = {0};
+  ASSERT_EQ_INT(wds_brace_expand("{", 0, &l), WDS_ERR_SPEC);
+  char before[1024];
+  snprintf(before, sizeof before, "%s", wds_last_error());
+  wds_loader *ld;
+  ASSERT_EQ_INT(wds_loader_open(&c, &ld), WDS_OK);
+  wds_loader_stats st;
+  wds_loader_stats_get(ld, &st);
+  ASSERT_EQ_U64(st.skipped, 1); /* the unreadable shard the index empties */
+  ASSERT_STREQ(wds_last_error(), before);
+  wds_loader_close(ld);
+}
+
 /* ---- the functions that once took a caller's buffer ---- */
 
 TEST(former_buffer_functions_set_it) {
@@ -306,6 +345,7 @@ int main(void) {
   RUN(every_open_sets_it);
   RUN(handle_calls_set_it_and_sticky_errors_set_it_again);
   RUN(loader_errors_from_its_threads);
+  RUN(an_open_that_skips_leaves_it);
   RUN(former_buffer_functions_set_it);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

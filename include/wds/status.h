@@ -49,9 +49,10 @@ WDS_API const char *wds_status_name(int status);
 
 /* The text of the most recent failure of a wds call in the calling thread
  * ("" if none): what failed and where (the spec position, shard URL, member,
- * byte offset, option). Every wds function that fails (a negative status,
- * or NULL where it returns a pointer) sets it before it returns, in the
- * caller's thread, also for errors found on the loader's worker threads; a
+ * byte offset, option). Every wds function that fails (a negative status;
+ * NULL from wds_index_url_for, wds_gpu_jpeg_buffer, wds_reader_shard_url,
+ * whose NULL is a failure) sets it before it returns, in the caller's
+ * thread, also for errors found on the loader's worker threads; a
  * handle whose errors are sticky sets it again on each failing call. A call
  * that succeeds leaves it. The string is the thread's own: valid until the
  * thread's next failing wds call. */
