@@ -444,6 +444,16 @@ static int bad(const wds_loader_option *r, const char *name, const char *value,
 int wds_loader_config_set(wds_loader_config *cfg, const char *name,
                           const char *value) {
   const wds_loader_option *r = wds_loader_option_find(name);
+  /* A BOOL row named by its flag is the flag given: it takes no value and
+   * sets what the flag sets (--no-shard-shuffle: shard_shuffle 0), so a
+   * "1" can never turn a --no-... flag's meaning around. */
+  if (r && r->type == WDS_OPTION_BOOL && name[0] == '-') {
+    if (value)
+      return wds__open_fail(WDS_ERR_INVALID,
+                            "%s takes no value (it sets %s to %s), not \"%s\"",
+                            name, r->name, r->cli_value, value);
+    value = r->cli_value;
+  }
   if (!cfg || !r || !value)
     return wds__open_fail(WDS_ERR_INVALID,
                           !r ? "unknown loader option \"%s\""

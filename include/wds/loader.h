@@ -372,8 +372,11 @@ WDS_API const wds_loader_option *wds_loader_option_find(const char *name);
 
 /* Parses value by the row that name names (as wds_loader_option_find)
  * into its field of cfg; a flag's value takes the CLI's grammar (seconds
- * for a TIMEOUT). Returns WDS_OK, or WDS_ERR_INVALID leaving cfg as it
- * was, and wds_open_error() says why, naming the option as name does:
+ * for a TIMEOUT), and a BOOL row named by its flag takes no value (NULL)
+ * and sets what the flag sets (cli_value: "--no-shard-shuffle" sets
+ * shard_shuffle to 0); a value there is refused. Returns WDS_OK, or
+ * WDS_ERR_INVALID leaving cfg as it was, and wds_open_error() says why, naming
+ * the option as name does:
  * `--workers needs a whole number in 1..256, not "0"`. */
 WDS_API int wds_loader_config_set(wds_loader_config *cfg, const char *name,
                                   const char *value);
