@@ -79,16 +79,23 @@ static int count_wait(const wds__count_ctx *c, count_done_at *d, int started) {
   return interrupted;
 }
 
+/* A counting thread. Once count_wait has set the wake token (an
+ * interrupt), it stops: a cancelled read is no bad shard to note as
+ * skipped, and a cancelled reader never ends. */
 static void *count_main(void *arg) {
   counter *k = arg;
   const wds__count_ctx *c = k->c;
   const wds__sources *ss = c->sources;
-  for (size_t s = (size_t)k->index; s < ss->urls.count && k->status == WDS_OK;
+  const wds__cancel *wake = c->opener->wake;
+  for (size_t s = (size_t)k->index;
+       s < ss->urls.count && k->status == WDS_OK && !wds__cancelled(wake);
        s += (size_t)k->threads) {
     if (ss->src[ss->shard_source[s]].index_path)
       continue; /* its source's index gives it */
     wds_reader *rd;
     if (wds__open_shard_reader(c->opener, s, &rd) != WDS_OK) {
+      if (wds__cancelled(wake))
+        break;
       if (c->cfg->on_error == WDS_ON_ERROR_STOP) {
         k->status = WDS_ERR_OPEN;
         snprintf(k->msg, sizeof k->msg, "%s", wds_open_error());
@@ -106,6 +113,8 @@ static void *count_main(void *arg) {
         n++;
         continue;
       }
+      if (wds__cancelled(wake))
+        break;
       if (c->cfg->on_error == WDS_ON_ERROR_STOP) {
         k->status = st;
         snprintf(k->msg, sizeof k->msg, "%s", wds_reader_error(rd));
