@@ -798,7 +798,8 @@ static const char *redact(const char *text, const char *cmd, char *buf,
     size_t n = strlen(text);
     marker m = {text, calloc(n + 1, 1)};
     if (!m.map) { /* out of memory: the whole command hidden */
-      emit_span(&em, cmd, text + n);
+      if (*cmd)
+        emit_span(&em, cmd, text + n);
     } else {
       url_secrets(text, mark_span, &m);
       command_secrets(cmd, mark_span, &m);
@@ -822,8 +823,9 @@ static const char *redact(const char *text, const char *cmd, char *buf,
   return buf;
 }
 
-/* Where a pipe: command starts in text ("pipe:" at its start or after a
- * character that cannot end a word: "a.tar::pipe:..."), or NULL. */
+/* Where a pipe: command starts in text (after a "pipe:" at its start or
+ * after a character that cannot be in a name: "a.tar::pipe:..."), or
+ * NULL. */
 static const char *command_in(const char *text) {
   for (const char *p = text; p && (p = strstr(p, "pipe:")) != NULL; p += 5)
     if (p == text || !name_char(p[-1]))
