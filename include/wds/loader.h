@@ -300,8 +300,9 @@ typedef struct wds_loader_config {
    * shape); the rows are meant for it only. */
   wds_jpeg_decode jpeg_decode;
   /* NULL, or a check the caller's thread calls about every 100 ms while it
-   * has waited 100 ms or more in wds_loader_open() (exact mode's counting
-   * pass) or wds_loader_next() (a stalled source), and never from the
+   * has waited 100 ms or more in wds_loader_open() (an s3:// listing, exact
+   * mode's counting pass, the read that checks a shard an index gives 0
+   * samples) or wds_loader_next() (a stalled source), and never from the
    * loader's own threads. Nonzero ends the wait with WDS_ERR_CANCELLED
    * ("interrupted"): open fails (its counting readers are stopped); next()
    * returns without a batch and the loader stays as it was (the next call
