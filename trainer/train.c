@@ -185,9 +185,9 @@ static void write_rows(const shared *sh, const wds_batch *b, FILE *out) {
 }
 
 /* The step's rows are made in memory and go out in one write (the log's
- * FILE is unbuffered, set where it is opened), so a reader (tail -f) or a run killed mid-way
- * sees whole steps, never half a row, however many rows a step has. Out of
- * memory, they go straight to the log. */
+ * FILE is unbuffered, set where it is opened), so a reader (tail -f) or a run
+ * killed mid-way sees whole steps, never half a row, however many rows a step
+ * has. Out of memory, they go straight to the log. */
 static void log_rows(shared *sh, const wds_batch *b) {
   char *buf = NULL;
   size_t len = 0;
