@@ -1,7 +1,9 @@
 /* size.c — see size.h. */
 #include "base/size.h"
 
+#include <errno.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 int wds__size_parse(const char *s, uint64_t *out) {
   uint64_t v = 0, mult = 1;
@@ -38,5 +40,17 @@ int wds__size_parse(const char *s, uint64_t *out) {
   if (*p || (v && mult > UINT64_MAX / v))
     return -1;
   *out = v * mult;
+  return 0;
+}
+
+int wds__parse_u64(const char *s, uint64_t *out) {
+  if (!s || *s < '0' || *s > '9')
+    return -1;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end)
+    return -1;
+  *out = v;
   return 0;
 }

@@ -20,4 +20,9 @@
  * callers check their own bounds. */
 int wds__size_parse(const char *s, uint64_t *out);
 
+/* Decimal digits only (no sign, blank or suffix; strtoull alone would take
+ * "-1", "+5" and leading blanks): 0 and *out, or -1 (also above
+ * 2^64 - 1). */
+int wds__parse_u64(const char *s, uint64_t *out);
+
 #endif

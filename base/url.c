@@ -502,6 +502,244 @@ static int url_end(char c) {
          c == '"';
 }
 
+/* A secret's span, [a, b) of the text: reported in order, without overlap,
+ * by each of the scanners below. */
+typedef void (*span_fn)(void *ctx, const char *a, const char *b);
+
+/* The URLs' secrets in text: a password before an authority's last '@',
+ * and the values of query parameters whose names say secret. */
+static void url_secrets(const char *text, span_fn hide, void *ctx) {
+  const char *p = text;
+  while (*p) {
+    if (p[0] == ':' && p[1] == '/' && p[2] == '/') {
+      /* An authority: a password before its last '@' is hidden. */
+      const char *a = p + 3, *e = a;
+      while (!url_end(*e) && *e != '/' && *e != '?' && *e != '#')
+        e++;
+      const char *at = NULL;
+      for (const char *q = a; q < e; q++)
+        if (*q == '@')
+          at = q;
+      const char *colon = at ? memchr(a, ':', (size_t)(at - a)) : NULL;
+      if (colon && colon + 1 < at)
+        hide(ctx, colon + 1, at);
+      p = e;
+      continue;
+    }
+    if (*p == '?' || *p == '&' || *p == ';') {
+      /* A query parameter: NAME=VALUE, the value hidden if NAME says
+       * secret. */
+      const char *n = p + 1, *eq = n;
+      while (!url_end(*eq) && *eq != '=' && *eq != '&' && *eq != '#')
+        eq++;
+      if (*eq == '=' && secret_param(n, (size_t)(eq - n))) {
+        const char *v = eq + 1, *ve = v;
+        while (!url_end(*ve) && *ve != '&' && *ve != '#' && *ve != ';')
+          ve++;
+        if (ve > v)
+          hide(ctx, v, ve);
+        p = ve;
+        continue;
+      }
+    }
+    p++;
+  }
+}
+
+/* ---- a command's secrets ---- */
+
+static int contains_ci(const char *p, size_t n, const char *word) {
+  size_t k = strlen(word);
+  for (size_t i = 0; i + k <= n; i++)
+    if (strncasecmp(p + i, word, k) == 0)
+      return 1;
+  return 0;
+}
+
+/* An option's, variable's or header's name that says its value is secret:
+ * secret_param's names, and any that holds "secret" or "passw" or ends in
+ * "key" after '_' or '-' (AWS_SECRET_ACCESS_KEY, OPENAI_API_KEY,
+ * x-api-key). */
+static int secret_name(const char *p, size_t n) {
+  return secret_param(p, n) || contains_ci(p, n, "secret") ||
+         contains_ci(p, n, "passw") || ends_with_ci(p, n, "_key") ||
+         ends_with_ci(p, n, "-key");
+}
+
+static int secret_header(const char *p, size_t n) {
+  return (n == 13 && strncasecmp(p, "authorization", n) == 0) ||
+         (n == 19 && strncasecmp(p, "proxy-authorization", n) == 0) ||
+         (n == 6 && strncasecmp(p, "cookie", n) == 0) ||
+         (n > 6 && strncasecmp(p, "x-amz-", 6) == 0) || secret_name(p, n);
+}
+
+static int name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+static int is_quote(char c) { return c == '\'' || c == '"'; }
+
+/* One word of a command, [ws, we), quotes included. */
+typedef struct {
+  const char *ws, *we;
+  span_fn hide;
+  void *ctx;
+} cword;
+
+/* Hides the value from v (after a quote there) to the word's end, less a
+ * closing quote whose opening one comes before ("--user 'a:PASS'": PASS,
+ * not its quote). */
+static void hide_value(const cword *w, const char *v) {
+  if (v < w->we && is_quote(*v))
+    v++;
+  char q = 0;
+  for (const char *p = w->ws; p < v; p++) {
+    if (!q && is_quote(*p))
+      q = *p;
+    else if (q && *p == q)
+      q = 0;
+    else if (!q && *p == '\\' && p + 1 < v)
+      p++;
+  }
+  const char *e = w->we;
+  if (q && e > v && e[-1] == q)
+    e--;
+  if (e > v)
+    w->hide(w->ctx, v, e);
+}
+
+/* USER:PASS from v on: PASS hidden (a user alone has none). */
+static void hide_userpass(const cword *w, const char *v) {
+  const char *colon = memchr(v, ':', (size_t)(w->we - v));
+  if (colon)
+    hide_value(w, colon + 1);
+}
+
+/* "NAME: VALUE" from v on (after an optional quote): VALUE hidden when
+ * NAME is a secret header's. Returns whether it was a header. */
+static int hide_header(const cword *w, const char *v) {
+  if (v < w->we && is_quote(*v))
+    v++;
+  const char *n = v;
+  while (v < w->we && name_char(*v))
+    v++;
+  if (v == n || v >= w->we || *v != ':' || (v + 1 < w->we && v[1] == '/'))
+    return 0; /* not NAME: (a URL's "scheme://" neither) */
+  if (!secret_header(n, (size_t)(v - n)))
+    return 1;
+  for (v++; v < w->we && (*v == ' ' || *v == '\t'); v++) {
+  }
+  hide_value(w, v);
+  return 1;
+}
+
+/* What the next word is, after an option that takes it. */
+enum { NEXT_PLAIN, NEXT_USERPASS, NEXT_SECRET, NEXT_HEADER };
+
+static int long_option_is(const char *n, size_t len, const char *const *names) {
+  for (; *names; names++)
+    if (strlen(*names) == len && strncmp(n, *names, len) == 0)
+      return 1;
+  return 0;
+}
+
+/* One word's secrets; returns what the next word is. */
+static int word_secrets(const cword *w, int next) {
+  const char *s = w->ws, *e = w->we;
+  static const char *const userpass[] = {"user", "proxy-user", NULL};
+  static const char *const secret[] = {
+      "password",      "http-password", "ftp-password", "proxy-password",
+      "oauth2-bearer", "pass",          "proxy-pass",   NULL};
+  if (next == NEXT_USERPASS) {
+    hide_userpass(w, s);
+    return NEXT_PLAIN;
+  }
+  if (next == NEXT_SECRET) {
+    hide_value(w, s);
+    return NEXT_PLAIN;
+  }
+  if (e - s >= 3 && s[0] == '-' && s[1] == '-') { /* --NAME[=VALUE] */
+    const char *n = s + 2, *eq = n;
+    while (eq < e && *eq != '=')
+      eq++;
+    size_t len = (size_t)(eq - n);
+    int is_header = len == 6 && strncmp(n, "header", 6) == 0;
+    if (eq == e)
+      return long_option_is(n, len, userpass) ? NEXT_USERPASS
+             : long_option_is(n, len, secret) ? NEXT_SECRET
+             : is_header                      ? NEXT_HEADER
+                                              : NEXT_PLAIN;
+    if (long_option_is(n, len, userpass))
+      hide_userpass(w, eq + 1);
+    else if (is_header)
+      hide_header(w, eq + 1);
+    else if (secret_name(n, len))
+      hide_value(w, eq + 1);
+    return NEXT_PLAIN;
+  }
+  if (e - s >= 2 && s[0] == '-' && s[1] != '-') {
+    /* -u USER:PASS, -uUSER:PASS, -sSu USER:PASS; -H HEADER likewise (curl's
+     * -U is --proxy-user) */
+    const char *p = s + 1;
+    while (p < e && ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) &&
+           *p != 'u' && *p != 'U' && *p != 'H')
+      p++;
+    if (p == e || (*p != 'u' && *p != 'U' && *p != 'H'))
+      return NEXT_PLAIN;
+    if (p + 1 == e)
+      return *p == 'H' ? NEXT_HEADER : NEXT_USERPASS;
+    if (*p == 'H')
+      hide_header(w, p + 1);
+    else
+      hide_userpass(w, p + 1);
+    return NEXT_PLAIN;
+  }
+  /* NAME=VALUE (an assignment, a form field) or a header */
+  const char *n = s < e && is_quote(*s) ? s + 1 : s, *eq = n;
+  while (eq < e && name_char(*eq) && *eq != '-')
+    eq++;
+  if (eq > n && eq < e && *eq == '=' && !(*n >= '0' && *n <= '9')) {
+    if (secret_name(n, (size_t)(eq - n)))
+      hide_value(w, eq + 1);
+    return NEXT_PLAIN;
+  }
+  hide_header(w, s);
+  return NEXT_PLAIN;
+}
+
+/* The secrets of a command's words, split as the shell splits them
+ * (quotes and backslashes kept inside a word). */
+static void command_secrets(const char *cmd, span_fn hide, void *ctx) {
+  const char *p = cmd;
+  int next = NEXT_PLAIN;
+  for (;;) {
+    while (*p == ' ' || *p == '\t' || *p == '\n')
+      p++;
+    if (!*p)
+      return;
+    cword w = {p, NULL, hide, ctx};
+    while (*p && *p != ' ' && *p != '\t' && *p != '\n') {
+      if (*p == '\'') {
+        const char *e = strchr(p + 1, '\'');
+        p = e ? e + 1 : p + strlen(p);
+      } else if (*p == '"') {
+        for (p++; *p && *p != '"'; p++)
+          if (*p == '\\' && p[1])
+            p++;
+        if (*p)
+          p++;
+      } else {
+        p += *p == '\\' && p[1] ? 2 : 1;
+      }
+    }
+    w.we = p;
+    next = word_secrets(&w, next);
+  }
+}
+
+/* ---- the text with its secrets hidden ---- */
+
 typedef struct {
   char *buf;
   size_t size, len;
@@ -518,59 +756,89 @@ static void rb_put(rbuf *b, const char *p, size_t n) {
   b->buf[b->len] = '\0';
 }
 
-const char *wds__url_redact(const char *url, char *buf, size_t size) {
-  if (!url || !buf || size == 0)
-    return url;
-  rbuf b = {buf, size, 0};
+/* Writes spans as they come (in order, apart): the text between them as
+ * it is, each span as "***". */
+typedef struct {
+  rbuf b;
+  const char *copied;
+  int hid;
+} emitter;
+
+static void emit_span(void *ctx, const char *a, const char *b) {
+  emitter *em = ctx;
+  rb_put(&em->b, em->copied, (size_t)(a - em->copied));
+  rb_put(&em->b, "***", 3);
+  em->copied = b;
+  em->hid = 1;
+}
+
+/* Marks spans in a byte map of the text (the two scanners' spans may
+ * overlap, and come in two orders). */
+typedef struct {
+  const char *text;
+  unsigned char *map;
+} marker;
+
+static void mark_span(void *ctx, const char *a, const char *b) {
+  marker *m = ctx;
+  memset(m->map + (a - m->text), 1, (size_t)(b - a));
+}
+
+/* text with the secrets hidden: the URLs' everywhere, a command's from
+ * cmd on (NULL: none). Returns text itself when nothing is hidden. */
+static const char *redact(const char *text, const char *cmd, char *buf,
+                          size_t size) {
+  if (!text || !buf || size == 0)
+    return text;
+  emitter em = {{buf, size, 0}, text, 0};
   buf[0] = '\0';
-  int hid = 0;
-  const char *p = url, *copied = url;
-  while (*p) {
-    if (p[0] == ':' && p[1] == '/' && p[2] == '/') {
-      /* An authority: a password before its last '@' is hidden. */
-      const char *a = p + 3, *e = a;
-      while (!url_end(*e) && *e != '/' && *e != '?' && *e != '#')
-        e++;
-      const char *at = NULL;
-      for (const char *q = a; q < e; q++)
-        if (*q == '@')
-          at = q;
-      const char *colon = at ? memchr(a, ':', (size_t)(at - a)) : NULL;
-      if (colon && colon + 1 < at) {
-        rb_put(&b, copied, (size_t)(colon + 1 - copied));
-        rb_put(&b, "***", 3);
-        copied = at;
-        hid = 1;
-      }
-      p = e;
-      continue;
-    }
-    if (*p == '?' || *p == '&' || *p == ';') {
-      /* A query parameter: NAME=VALUE, the value hidden if NAME says
-       * secret. */
-      const char *n = p + 1, *eq = n;
-      while (!url_end(*eq) && *eq != '=' && *eq != '&' && *eq != '#')
-        eq++;
-      if (*eq == '=' && secret_param(n, (size_t)(eq - n))) {
-        const char *v = eq + 1, *ve = v;
-        while (!url_end(*ve) && *ve != '&' && *ve != '#' && *ve != ';')
-          ve++;
-        if (ve > v) {
-          rb_put(&b, copied, (size_t)(v - copied));
-          rb_put(&b, "***", 3);
-          copied = ve;
-          hid = 1;
+  if (!cmd) {
+    url_secrets(text, emit_span, &em);
+  } else {
+    size_t n = strlen(text);
+    marker m = {text, calloc(n + 1, 1)};
+    if (!m.map) { /* out of memory: the whole command hidden */
+      if (*cmd)
+        emit_span(&em, cmd, text + n);
+    } else {
+      url_secrets(text, mark_span, &m);
+      command_secrets(cmd, mark_span, &m);
+      for (size_t i = 0; i < n;) {
+        if (!m.map[i]) {
+          i++;
+          continue;
         }
-        p = ve;
-        continue;
+        size_t j = i;
+        while (j < n && m.map[j])
+          j++;
+        emit_span(&em, text + i, text + j);
+        i = j;
       }
+      free(m.map);
     }
-    p++;
   }
-  if (!hid)
-    return url;
-  rb_put(&b, copied, strlen(copied));
+  if (!em.hid)
+    return text;
+  rb_put(&em.b, em.copied, strlen(em.copied));
   return buf;
+}
+
+/* Where a pipe: command starts in text (after a "pipe:" at its start or
+ * after a character that cannot be in a name: "a.tar::pipe:..."), or
+ * NULL. */
+static const char *command_in(const char *text) {
+  for (const char *p = text; p && (p = strstr(p, "pipe:")) != NULL; p += 5)
+    if (p == text || !name_char(p[-1]))
+      return p + 5;
+  return NULL;
+}
+
+const char *wds__url_redact(const char *url, char *buf, size_t size) {
+  return redact(url, url ? command_in(url) : NULL, buf, size);
+}
+
+const char *wds__command_redact(const char *cmd, char *buf, size_t size) {
+  return redact(cmd, cmd, buf, size);
 }
 
 char *wds__url_redacted(const char *url) {

@@ -41,16 +41,30 @@ char *wds__url_pipe_source(const char *url);
  * (index_lookup.c). Malloc'd; NULL when out of memory. */
 char *wds__url_identity(const char *url);
 
-/* url (or any text holding URLs, such as a pipe: command) as it may go into
- * a message: a userinfo password ("user:PASS@host") and the values of
- * query parameters that carry secrets (X-Amz-Signature,
+/* url (or any text holding URLs, such as a pipe: command or a spec) as it
+ * may go into a message: a userinfo password ("user:PASS@host") and the
+ * values of query parameters that carry secrets (X-Amz-Signature,
  * X-Amz-Security-Token, X-Amz-Credential, Signature, sig, token,
  * access_token, key, password, secret...; names ending in "token",
  * "signature", "secret", "password" or "credential"), matched without
- * case, are replaced by "***"; the rest stays readable. Returns url itself
- * when nothing is hidden, else buf (size bytes, the text cut to fit). */
+ * case, are replaced by "***"; the rest stays readable. From a "pipe:" on
+ * (at the start, or after a character that cannot be in a name:
+ * "a.tar::pipe:..."), the command's own secrets too: the password of
+ * -u/--user/-U/--proxy-user USER:PASS (also --user=, -uUSER:PASS, -sSu),
+ * the values of secret headers (-H/--header "Authorization: ...",
+ * Proxy-Authorization, Cookie, X-Amz-*, names that say secret), of
+ * --password, --http-password, --oauth2-bearer and the like (and any
+ * --NAME=VALUE whose NAME says secret), and of assignments and form fields
+ * NAME=VALUE whose NAME says secret (AWS_SECRET_ACCESS_KEY=, *_TOKEN=,
+ * *_API_KEY=, password=). Only what is shown changes: a command runs as
+ * it was given. Returns url itself when nothing is hidden, else buf (size
+ * bytes, the text cut to fit). */
 const char *wds__url_redact(const char *url, char *buf, size_t size);
 #define WDS__URL_REDACT_MAX 2048 /* a buffer size for messages */
+
+/* A command (a pipe: URL's text after "pipe:") as wds__url_redact shows
+ * it. */
+const char *wds__command_redact(const char *cmd, char *buf, size_t size);
 
 /* url redacted (above) in full, never cut; malloc'd (NULL when out of
  * memory). What an output file holds (wds index's "url"). */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "base/url.h"
 #include "loader/index.h"
 #include "loader/internal.h"
 #include "pipeline/reader_internal.h"
@@ -78,17 +79,24 @@ static int count_wait(const wds__count_ctx *c, count_done_at *d, int started) {
   return interrupted;
 }
 
+/* A counting thread. Once count_wait has set the wake token (an
+ * interrupt), it stops: a cancelled read is no bad shard to note as
+ * skipped, and a cancelled reader never ends. */
 static void *count_main(void *arg) {
   counter *k = arg;
   const wds__count_ctx *c = k->c;
   const wds__sources *ss = c->sources;
-  for (size_t s = (size_t)k->index; s < ss->urls.count && k->status == WDS_OK;
+  const wds__cancel *wake = c->opener->wake;
+  for (size_t s = (size_t)k->index;
+       s < ss->urls.count && k->status == WDS_OK && !wds__cancelled(wake);
        s += (size_t)k->threads) {
     if (ss->src[ss->shard_source[s]].index_path)
       continue; /* its source's index gives it */
     wds_reader *rd;
     wds__err e;
     if (wds__open_shard_reader(c->opener, s, &rd, &e) != WDS_OK) {
+      if (wds__cancelled(wake))
+        break;
       if (c->cfg->on_error == WDS_ON_ERROR_STOP) {
         k->status = WDS_ERR_OPEN;
         snprintf(k->msg, sizeof k->msg, "%s", e.msg);
@@ -106,6 +114,8 @@ static void *count_main(void *arg) {
         n++;
         continue;
       }
+      if (wds__cancelled(wake))
+        break;
       if (c->cfg->on_error == WDS_ON_ERROR_STOP) {
         k->status = st;
         snprintf(k->msg, sizeof k->msg, "%s", wds__reader_error(rd));
@@ -180,56 +190,85 @@ static int check_total(const wds__sources *ss, const uint64_t *counts,
   return WDS_OK;
 }
 
+/* Checks shard s when its index gives it 0 samples (check_empty_shards),
+ * its reader opened with `o` (the token that asks the interrupt check). */
+static int check_empty_shard(const wds__count_ctx *c, const uint64_t *counts,
+                             size_t s, const wds__shard_opener *o,
+                             wds__err *oe) {
+  const wds__sources *ss = c->sources;
+  char ub[WDS__URL_REDACT_MAX];
+  const char *index_path = ss->src[ss->shard_source[s]].index_path;
+  if (counts[s] != 0 || !index_path)
+    return WDS_OK;
+  const char *url = wds__url_redact(ss->urls.urls[s], ub, sizeof ub);
+  char msg[WDS__ERR_SIZE];
+  uint64_t n = 0;
+  wds_reader *rd;
+  wds__err e;
+  int st = wds__open_shard_reader(o, s, &rd, &e);
+  if (st == WDS_OK)
+    wds__reader_set_read_thread(rd, -1); /* the check on this thread */
+  if (st != WDS_OK) {
+    snprintf(msg, sizeof msg, "%s", e.msg);
+  } else {
+    const wds_sample *smp;
+    while ((st = wds__reader_next(rd, &smp)) != WDS_EOF)
+      if (st == WDS_OK)
+        n++;
+      else if (st != WDS_ERR_DUPLICATE)
+        break;
+    if (n > 0)
+      snprintf(msg, sizeof msg,
+               "index %.300s: %.400s: the index gives 0 samples, but the "
+               "shard has %s%llu: they would never be read (re-run wds "
+               "index)",
+               index_path, url, st == WDS_EOF ? "" : "at least ",
+               (unsigned long long)n);
+    else if (st != WDS_EOF)
+      snprintf(msg, sizeof msg,
+               "index %.300s gives 0 samples, and the shard cannot be read "
+               "to check: %.600s",
+               index_path, wds__reader_error(rd));
+    wds_reader_close(rd);
+  }
+  if (wds__cancelled(o->wake))
+    return wds__fail(oe, WDS_ERR_CANCELLED,
+                     "interrupted while reading %.400s, which the "
+                     "index %.300s gives 0 samples, to check that it "
+                     "is empty",
+                     url, index_path);
+  if (st == WDS_EOF && n == 0)
+    return WDS_OK;
+  int status = n > 0 ? WDS_ERR_CORRUPT : st;
+  if (c->cfg->on_error == WDS_ON_ERROR_STOP)
+    return wds__fail(oe, status, "%s", msg);
+  c->skip(c->skip_ctx, "skipped", msg);
+  return WDS_OK;
+}
+
 /* Exact mode with an index: a shard it gives no samples is in no piece of
  * any plan, so nothing would ever read it, and samples it does hold would
  * be lost without a word. Each such shard is read here (an empty one ends
  * at its first block) and must be empty; otherwise the error names the
  * true count. Under skip it is noted, and the samples stay unread, as
- * with any count that is too small. */
+ * with any count that is too small. The reads are the caller's thread's
+ * (no reading thread), under the read timeout and the caller's interrupt
+ * check (cfg.interrupt, through a token of the check's own in a copy of
+ * the opener), which ends open under either policy: an interrupt is not a
+ * bad shard. */
 static int check_empty_shards(const wds__count_ctx *c, const uint64_t *counts,
                               wds__err *oe) {
-  const wds__sources *ss = c->sources;
-  for (size_t s = 0; s < ss->urls.count; s++) {
-    const char *index_path = ss->src[ss->shard_source[s]].index_path;
-    if (counts[s] != 0 || !index_path)
-      continue;
-    const char *url = ss->urls.urls[s];
-    char msg[WDS__ERR_SIZE];
-    uint64_t n = 0;
-    wds_reader *rd;
-    wds__err e;
-    int st = wds__open_shard_reader(c->opener, s, &rd, &e);
-    if (st != WDS_OK) {
-      snprintf(msg, sizeof msg, "%s", e.msg);
-    } else {
-      const wds_sample *smp;
-      while ((st = wds__reader_next(rd, &smp)) != WDS_EOF)
-        if (st == WDS_OK)
-          n++;
-        else if (st != WDS_ERR_DUPLICATE)
-          break;
-      if (n > 0)
-        snprintf(msg, sizeof msg,
-                 "index %.300s: %.400s: the index gives 0 samples, but the "
-                 "shard has %s%llu: they would never be read (re-run wds "
-                 "index)",
-                 index_path, url, st == WDS_EOF ? "" : "at least ",
-                 (unsigned long long)n);
-      else if (st != WDS_EOF)
-        snprintf(msg, sizeof msg,
-                 "index %.300s gives 0 samples, and the shard cannot be read "
-                 "to check: %.600s",
-                 index_path, wds__reader_error(rd));
-      wds_reader_close(rd);
-    }
-    if (st == WDS_EOF && n == 0)
-      continue;
-    int status = n > 0 ? WDS_ERR_CORRUPT : st;
-    if (c->cfg->on_error == WDS_ON_ERROR_STOP)
-      return wds__fail(oe, status, "%s", msg);
-    c->skip(c->skip_ctx, "skipped", msg);
-  }
-  return WDS_OK;
+  wds__cancel ask;
+  wds__cancel_init(&ask); /* works without its eventfd too, by polling */
+  ask.interrupt = c->cfg->interrupt;
+  ask.interrupt_ctx = c->cfg->interrupt_ctx;
+  wds__shard_opener o = *c->opener;
+  o.wake = &ask;
+  int rc = WDS_OK;
+  for (size_t s = 0; s < c->sources->urls.count && rc == WDS_OK; s++)
+    rc = check_empty_shard(c, counts, s, &o, oe);
+  wds__cancel_destroy(&ask);
+  return rc;
 }
 
 int wds__load_counts(const wds__count_ctx *c, uint64_t **out, wds__err *oe) {

@@ -815,9 +815,10 @@ void wds__feeds_close(wds__feeds *fs);
 
 /* At open: the sources (from cfg->sources, or the one spec or URL list)
  * into ss (zeroed by the caller): urls, src and shard_source; listings
- * read with the wake token. WDS_OK, or a failure (wds__last_fail). */
+ * read on the caller's thread under cfg's read timeout, retries and
+ * interrupt check. WDS_OK, or a failure in oe. */
 int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg,
-                      wds__cancel *wake, wds__err *oe);
+                      wds__err *oe);
 /* After the counts (exact mode: counts per shard): each source's n_s,
  * checked; ss->mixed. */
 int wds__sources_plan_check(wds__sources *ss, wds_mode mode,

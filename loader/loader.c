@@ -427,7 +427,7 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   if ((rc = setup_fields(l, cfg, &err)) != WDS_OK)
     goto fail;
 
-  if ((rc = wds__sources_open(&l->sources, cfg, &l->wake, &err)) != WDS_OK)
+  if ((rc = wds__sources_open(&l->sources, cfg, &err)) != WDS_OK)
     goto fail;
   if (l->sources.urls.count == 0) {
     rc = wds__fail(&err, WDS_ERR_INVALID, "wds_loader_open: no shards");

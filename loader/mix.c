@@ -75,8 +75,29 @@ static int check_amount(size_t s, const char *what, double v, wds__err *oe) {
   return WDS_OK;
 }
 
+/* A spec expanded into *out on open's thread, the message in e. s3:// listings
+ * obey what the shard reads will (feed.c's reader config: the read timeout, the
+ * retries) and the caller's interrupt check (cfg.interrupt, asked on this
+ * thread, through a token of the open's own: nobody can cancel the loader
+ * before open returns it). */
+static int expand(const wds_loader_config *cfg, const char *spec,
+                  wds_url_list *out, wds__err *e) {
+  wds__cancel ask;
+  wds__cancel_init(&ask); /* works without its eventfd too, by polling */
+  ask.interrupt = cfg->interrupt;
+  ask.interrupt_ctx = cfg->interrupt_ctx;
+  const wds__io_opts io = {.read_timeout_ms = cfg->read_timeout_ms,
+                           .cancel = &ask,
+                           .retries = cfg->retries};
+  unsigned flags =
+      cfg->allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0;
+  int rc = wds__spec_expand_io(&spec, 1, 0, flags, &io, out, e);
+  wds__cancel_destroy(&ask);
+  return rc;
+}
+
 int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg,
-                      wds__cancel *wake, wds__err *oe) {
+                      wds__err *oe) {
   int rc;
   if (cfg->sources && (cfg->spec || cfg->urls))
     return wds__fail(oe, WDS_ERR_INVALID,
@@ -88,14 +109,6 @@ int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg,
                      "its own index (wds_source_config.index_path), not "
                      "index_path");
   size_t n = cfg->sources ? cfg->source_count : 1;
-  unsigned spec_flags =
-      cfg->allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0;
-  /* s3:// listings obey what the shard reads will (feed.c's reader config).
-   * The token is the loader's, though nobody can set it before open returns
-   * the handle: the read timeout is what bounds a stalled listing here. */
-  const wds__io_opts io = {.read_timeout_ms = cfg->read_timeout_ms,
-                           .cancel = wake,
-                           .retries = cfg->retries};
   if (n == 0 || n > MAX_SOURCES)
     return wds__fail(oe, WDS_ERR_INVALID,
                      "wds_loader_open: %zu sources (1 .. %d)", n, MAX_SOURCES);
@@ -105,8 +118,7 @@ int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg,
   if (!cfg->sources) {
     if (cfg->spec) {
       wds__err e;
-      rc =
-          wds__spec_expand_io(&cfg->spec, 1, 0, spec_flags, &io, &ss->urls, &e);
+      rc = expand(cfg, cfg->spec, &ss->urls, &e);
       if (rc != WDS_OK)
         return wds__fail(oe, rc, "%s", e.msg);
     } else {
@@ -146,7 +158,7 @@ int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg,
       so->repeat = sc->repeat;
       wds_url_list add = {0};
       wds__err e;
-      rc = wds__spec_expand_io(&sc->spec, 1, 0, spec_flags, &io, &add, &e);
+      rc = expand(cfg, sc->spec, &add, &e);
       if (rc != WDS_OK)
         return wds__fail(oe, rc, "source %zu: %s", s, e.msg);
       so->first = ss->urls.count;

@@ -366,19 +366,6 @@ const wds_loader_option *wds_loader_option_find(const char *name) {
   return NULL;
 }
 
-/* Decimal digits only (no sign, blank or suffix): 0 and *out, else -1. */
-static int parse_u64(const char *s, uint64_t *out) {
-  if (*s < '0' || *s > '9')
-    return -1;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end)
-    return -1;
-  *out = v;
-  return 0;
-}
-
 /* The field of row r in cfg set to v (4 or 8 bytes, by the field's size;
  * v fits: the bounds say so). */
 static void store(wds_loader_config *cfg, const wds_loader_option *r,
@@ -444,6 +431,16 @@ static int bad(const wds_loader_option *r, const char *name, const char *value,
 int wds_loader_config_set(wds_loader_config *cfg, const char *name,
                           const char *value) {
   const wds_loader_option *r = wds_loader_option_find(name);
+  /* A BOOL row named by its flag is the flag given: it takes no value and
+   * sets what the flag sets (--no-shard-shuffle: shard_shuffle 0), so a
+   * "1" can never turn a --no-... flag's meaning around. */
+  if (r && r->type == WDS_OPTION_BOOL && name[0] == '-') {
+    if (value)
+      return wds__last_fail(WDS_ERR_INVALID,
+                            "%s takes no value (it sets %s to %s), not \"%s\"",
+                            name, r->name, r->cli_value, value);
+    value = r->cli_value;
+  }
   if (!cfg || !r || !value)
     return wds__last_fail(WDS_ERR_INVALID,
                           !r ? "unknown loader option \"%s\""
@@ -462,7 +459,7 @@ int wds_loader_config_set(wds_loader_config *cfg, const char *name,
       return bad(r, name, value, by_flag);
     return WDS_OK;
   case WDS_OPTION_INT:
-    if (parse_u64(value, &v) != 0 || v < r->min || v > r->max)
+    if (wds__parse_u64(value, &v) != 0 || v < r->min || v > r->max)
       return bad(r, name, value, by_flag);
     store(cfg, r, r->zero_is_none && v == 0 ? -1 : (int64_t)v);
     return WDS_OK;
@@ -480,7 +477,7 @@ int wds_loader_config_set(wds_loader_config *cfg, const char *name,
           s * 1000 > (double)r->max)
         return bad(r, name, value, by_flag);
       v = s == 0 ? 0 : s * 1000 < 1 ? 1 : (uint64_t)(s * 1000 + 0.5);
-    } else if (parse_u64(value, &v) != 0 || v > r->max)
+    } else if (wds__parse_u64(value, &v) != 0 || v > r->max)
       return bad(r, name, value, by_flag);
     store(cfg, r, v == 0 ? -1 : (int64_t)v); /* the config's "never" */
     return WDS_OK;

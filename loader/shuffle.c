@@ -3,8 +3,9 @@
  * test's list).
  *
  * The pick order is a pure function of the RNG key and of the input's
- * sizes, never of timing. Memory: at most cap samples and about cap_bytes
- * of field data (plus one sample). The per-sample path (add, pick, next)
+ * sizes, never of timing. Memory: at most cap samples, and field data
+ * under cap_bytes plus one sample (or two samples, when one alone is over
+ * cap_bytes; shuffle.h says how). The per-sample path (add, pick, next)
  * is inline in shuffle.h, where the worker's loop calls it. */
 #include "loader/shuffle.h"
 

@@ -33,6 +33,8 @@ void wds__shuffle_free(wds__shuffle *sh);
 
 static inline void wds__shuffle_add(wds__shuffle *sh, wds__raw_sample *s) {
   WDS__ASSERT(sh->len < sh->cap); /* never more than cap samples */
+  /* input only under the byte cap, or to a single sample (next, below) */
+  WDS__ASSERT(sh->bytes < sh->cap_bytes || sh->len <= 1);
   sh->buf[sh->len++] = s;
   sh->bytes += s->data_bytes;
 }
@@ -52,10 +54,14 @@ static inline wds__raw_sample *wds__shuffle_pick(wds__shuffle *sh) {
 /* Per input: add it, add one more while under capacity, and emit a random
  * element once `initial` are buffered; at the end drain in random order.
  * Capacity is counted in samples and in bytes: at cap_bytes the buffer is
- * full (no second add) and, like one at `initial`, emits, so it never holds
- * much more than cap_bytes plus one sample. Both depend on the data only,
- * so the order stays a pure function of the configuration.
- * Returns 0 with *out (NULL at the end) or -1 when pull failed. */
+ * full (no second add) and, like one at `initial`, emits; while it is still
+ * at cap_bytes after that (samples of mixed sizes), each call emits without
+ * reading, down to one sample. So the field data it holds is under
+ * cap_bytes plus the sample just added, or is two samples when one alone
+ * is over cap_bytes. All of it depends on the data only, so the order
+ * stays a pure function of the configuration (and is WebDataset's while
+ * the byte cap does not bind). Returns 0 with *out (NULL at the end) or -1
+ * when pull failed. */
 static inline int wds__shuffle_next(wds__shuffle *sh, wds__sample_pull pull,
                                     void *ctx, wds__raw_sample **out) {
   *out = NULL;
@@ -63,6 +69,10 @@ static inline int wds__shuffle_next(wds__shuffle *sh, wds__sample_pull pull,
     return pull(ctx, out);
   for (;;) {
     if (!sh->src_done) {
+      if (sh->bytes >= sh->cap_bytes && sh->len > 1) {
+        *out = wds__shuffle_pick(sh); /* over the byte cap: no input */
+        return 0;
+      }
       wds__raw_sample *s;
       if (pull(ctx, &s) != 0)
         return -1;

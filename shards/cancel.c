@@ -2,6 +2,7 @@
 #include "cancel.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdint.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -93,4 +94,31 @@ int wds__read_wait(const wds__cancel *c, uint64_t start_ms, int timeout_ms,
     w = WDS__CANCEL_POLL_MS; /* no eventfd: look at the flag often */
   *wait = w;
   return WDS_OK;
+}
+
+int wds__sleep_ms(const wds__cancel *c, const wds__cancel *stop, long ms,
+                  wds__err *err) {
+  uint64_t start = wds__now_ms(), until = start + (ms > 0 ? (uint64_t)ms : 0);
+  uint64_t asked = start; /* when the interrupt check was last due */
+  for (;;) {
+    if (wds__cancelled(c) || wds__cancelled(stop))
+      return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
+    uint64_t t = wds__now_ms();
+    if (c && c->interrupt && t - asked >= WDS__INTERRUPT_POLL_MS) {
+      asked = t;
+      if (wds__cancel_interrupted(c))
+        return wds__fail(err, WDS_ERR_CANCELLED, "interrupted");
+    }
+    if (t >= until)
+      return WDS_OK;
+    uint64_t wait = until - t;
+    if (c && c->interrupt && wait > asked + WDS__INTERRUPT_POLL_MS - t)
+      wait = asked + WDS__INTERRUPT_POLL_MS - t;
+    if (((c && c->fd < 0) || (stop && stop->fd < 0)) &&
+        wait > WDS__CANCEL_POLL_MS)
+      wait = WDS__CANCEL_POLL_MS; /* no eventfd: look at the flag often */
+    struct pollfd p[2] = {{.fd = c ? c->fd : -1, .events = POLLIN},
+                          {.fd = stop ? stop->fd : -1, .events = POLLIN}};
+    poll(p, 2, (int)wait);
+  }
 }

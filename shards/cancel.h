@@ -67,6 +67,16 @@ void wds__deadline_ms(struct timespec *until, long ms);
 int wds__read_wait(const wds__cancel *c, uint64_t start_ms, int timeout_ms,
                    int max_ms, int *wait, wds__err *err);
 
+/* Sleeps ms milliseconds (a deadline on the monotonic clock) in slices
+ * that obey the tokens: WDS_ERR_CANCELLED ("cancelled") at once when c or
+ * stop is set (their eventfds are polled; a token without one is looked at
+ * every WDS__CANCEL_POLL_MS), or ("interrupted") when c's interrupt check,
+ * asked every WDS__INTERRUPT_POLL_MS of the sleep, says stop; WDS_OK at the
+ * deadline. c and stop may be NULL. For waits that are not reads (http.c's
+ * retry backoff), so that they end as a blocked read would. */
+int wds__sleep_ms(const wds__cancel *c, const wds__cancel *stop, long ms,
+                  wds__err *err);
+
 /* Either token is set (each may be NULL). */
 static inline int wds__cancelled2(const wds__cancel *a, const wds__cancel *b) {
   return wds__cancelled(a) || wds__cancelled(b);

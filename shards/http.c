@@ -21,7 +21,6 @@
 #include "base/url.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -794,23 +793,10 @@ static int transient_http(long status) {
   return status == 408 || status == 429 || status >= 500;
 }
 
-/* Sleeps ms unless cancelled first. */
+/* Sleeps ms before a retry unless cancelled or interrupted first (the
+ * interrupt check asked as a blocked read asks it). */
 static int backoff(wds__http *s, int ms, wds__err *err) {
-  uint64_t until = wds__now_ms() + (uint64_t)ms;
-  for (;;) {
-    if (wds__cancelled2(s->cancel, s->stop))
-      return wds__fail(err, WDS_ERR_CANCELLED, "cancelled");
-    uint64_t t = wds__now_ms();
-    if (t >= until)
-      return WDS_OK;
-    int wait = (int)(until - t);
-    int fd = s->cancel ? s->cancel->fd : -1;
-    if (fd < 0 && s->cancel && wait > WDS__CANCEL_POLL_MS)
-      wait = WDS__CANCEL_POLL_MS;
-    struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
-                          {.fd = s->stop ? s->stop->fd : -1, .events = POLLIN}};
-    poll(p, 2, wait);
-  }
+  return wds__sleep_ms(s->cancel, s->stop, ms, err);
 }
 
 static const char *attempts_note(wds__http *s, char *b, size_t n) {

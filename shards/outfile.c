@@ -27,6 +27,27 @@ struct wds_outfile {
   char *tmp; /* the temporary name while it exists (NULL in place) */
 };
 
+/* The descriptor /dev/stdout, /dev/stderr, /dev/fd/N or /proc/self/fd/N
+ * names (a link to this process's own), or -1 for any other path. */
+static int own_fd(const char *path) {
+  if (strcmp(path, "/dev/stdout") == 0)
+    return 1;
+  if (strcmp(path, "/dev/stderr") == 0)
+    return 2;
+  const char *n = strncmp(path, "/dev/fd/", 8) == 0          ? path + 8
+                  : strncmp(path, "/proc/self/fd/", 14) == 0 ? path + 14
+                                                             : NULL;
+  if (!n || !*n || strlen(n) > 9)
+    return -1;
+  int fd = 0;
+  for (; *n; n++) {
+    if (*n < '0' || *n > '9')
+      return -1;
+    fd = fd * 10 + (*n - '0');
+  }
+  return fd;
+}
+
 /* 1 for /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N and
  * /proc/self/fd/N: links to descriptors of this process. */
 static int own_descriptor(const char *path) {
@@ -53,6 +74,18 @@ static int own_descriptor(const char *path) {
 static int open_stream(wds_outfile *f, const char *path, wds__err *e) {
   struct stat lst, st;
   int excl = 0;
+  int own = own_fd(path);
+  if (own >= 0) {
+    /* /dev/stdout with stdout redirected to a file: write through a copy
+     * of the descriptor, at its offset (after what the process wrote and
+     * will write there), never truncating or replacing what it names. */
+    f->fd = fcntl(own, F_DUPFD_CLOEXEC, 3);
+    if (f->fd < 0 || fstat(f->fd, &st) != 0)
+      return wds__fail(e, WDS_ERR_OPEN, "cannot write %s: %s", path,
+                       strerror(errno));
+    f->in_place = st.st_mode & S_IFMT;
+    return WDS_OK;
+  }
   if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) {
     if (unlink(path) != 0)
       return wds__fail(e, WDS_ERR_OPEN,

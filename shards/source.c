@@ -506,10 +506,10 @@ done:
 static int reap_command(wds__source *s, wds__err *err) {
   int status = 0;
   pid_t r;
-  /* the command as messages show it: the URLs in it without their
-   * secrets (base/url.h) */
+  /* the command as messages show it: without its secrets, or its URLs'
+   * (base/url.h) */
   char rb[WDS__URL_REDACT_MAX];
-  const char *cmd = wds__url_redact(s->command, rb, sizeof rb);
+  const char *cmd = wds__command_redact(s->command, rb, sizeof rb);
   warden_send('-', s->pid);
   do {
     r = waitpid(s->pid, &status, 0);

@@ -414,6 +414,106 @@ TEST(url_redact_hides_secrets) {
                "http://u:**");
 }
 
+/* A pipe: command's credentials are hidden as a URL's are, by the same
+ * rules for the URLs in it, and for what a command carries besides:
+ * -u/--user USER:PASS, secret header values (Authorization, X-Amz-*, ...),
+ * secret options (--password ...) and assignments (AWS_SECRET_ACCESS_KEY=,
+ * *_TOKEN=). Only what is shown changes, never what runs; text that is not
+ * a command keeps these forms. */
+TEST(url_redact_hides_a_commands_secrets) {
+  static const struct {
+    const char *url, *want;
+  } cases[] = {
+      {"pipe:curl -s -u alice:PW1 https://h/x.tar",
+       "pipe:curl -s -u alice:*** https://h/x.tar"},
+      {"pipe:curl -s --user 'alice:PW1' https://h/x.tar",
+       "pipe:curl -s --user 'alice:***' https://h/x.tar"},
+      {"pipe:curl --user=alice:PW1 -ualice:PW2 -sSu \"alice:PW3\" https://h/a",
+       "pipe:curl --user=alice:*** -ualice:*** -sSu \"alice:***\" https://h/a"},
+      {"pipe:curl -u alice https://h/x.tar",
+       "pipe:curl -u alice https://h/x.tar"},
+      {"pipe:curl -sH 'Authorization: Bearer TOK1' https://h/x.tar",
+       "pipe:curl -sH 'Authorization: ***' https://h/x.tar"},
+      {"pipe:curl --header \"X-Amz-Security-Token: TOK2\" -H "
+       "'x-amz-date:20260101' -H 'Accept: */*' https://h/x.tar",
+       "pipe:curl --header \"X-Amz-Security-Token: ***\" -H 'x-amz-date:***' "
+       "-H 'Accept: */*' https://h/x.tar"},
+      {"pipe:wget --header='Proxy-Authorization: Basic YWxh' -q -O - "
+       "https://h/a",
+       "pipe:wget --header='Proxy-Authorization: ***' -q -O - https://h/a"},
+      {"pipe:wget --password=PW4 --http-password PW5 --ask-password -O - "
+       "https://h/a",
+       "pipe:wget --password=*** --http-password *** --ask-password -O - "
+       "https://h/a"},
+      {"pipe:AWS_SECRET_ACCESS_KEY=SEC1 AWS_SESSION_TOKEN='TOK3' "
+       "AWS_REGION=eu-west-1 aws s3 cp s3://b/k.tar -",
+       "pipe:AWS_SECRET_ACCESS_KEY=*** AWS_SESSION_TOKEN='***' "
+       "AWS_REGION=eu-west-1 aws s3 cp s3://b/k.tar -"},
+      {"pipe:env HF_TOKEN=hf_x OPENAI_API_KEY=sk-1 python get.py | cat",
+       "pipe:env HF_TOKEN=*** OPENAI_API_KEY=*** python get.py | cat"},
+      {"pipe:curl -s -u a:PW6 'https://u:PW7@h/x.tar?sig=zz&n=1'",
+       "pipe:curl -s -u a:*** 'https://u:***@h/x.tar?sig=***&n=1'"},
+      /* a spec with a command after another shard */
+      {"/d/a.tar::pipe:curl -u a:PW8 https://h/b.tar",
+       "/d/a.tar::pipe:curl -u a:*** https://h/b.tar"},
+      /* nothing to hide: as it is */
+      {"pipe:curl -sSLf -H 'Accept: x' https://h/x.tar",
+       "pipe:curl -sSLf -H 'Accept: x' https://h/x.tar"},
+      /* not a command: a path is what it is */
+      {"/data/TOKEN=1/-u a:b.tar", "/data/TOKEN=1/-u a:b.tar"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char b[WDS__URL_REDACT_MAX];
+    const char *got = wds__url_redact(cases[i].url, b, sizeof b);
+    if (strcmp(got, cases[i].want) != 0)
+      printf("  %s\n   -> %s\n", cases[i].url, got);
+    ASSERT_STREQ(got, cases[i].want);
+    if (strcmp(cases[i].url, cases[i].want) == 0)
+      ASSERT_TRUE(got == cases[i].url);
+    char *full = wds__url_redacted(cases[i].url); /* in full: the same */
+    ASSERT_STREQ(full, cases[i].want);
+    free(full);
+  }
+  /* A command without its "pipe:" (source.c's messages). */
+  char b[WDS__URL_REDACT_MAX];
+  ASSERT_STREQ(
+      wds__command_redact("curl -su bob:PW9 https://h/x.tar", b, sizeof b),
+      "curl -su bob:*** https://h/x.tar");
+  /* Cut to a small buffer, never overrun; no part of a secret shown. */
+  char small[16];
+  ASSERT_STREQ(
+      wds__url_redact("pipe:curl -u a:LONGSECRET x", small, sizeof small),
+      "pipe:curl -u a:");
+  ASSERT_STREQ(wds__url_redact("pipe:curl -u a:LONGSECRET x", b, sizeof b),
+               "pipe:curl -u a:*** x");
+}
+
+/* Any text, however its quotes and options are cut: the redaction stays
+ * inside its buffers (ASan watches), a full redaction is never longer than
+ * 3 bytes per byte and equals one into a large buffer. */
+TEST(url_redact_survives_any_command) {
+  static const char alphabet[] = "  '\"\\-uUH:=@/?&;aT_KEY=x:p-sheader";
+  uint64_t st = 12345;
+  char text[48], b[WDS__URL_REDACT_MAX];
+  for (int i = 0; i < 20000; i++) {
+    size_t n = 5;
+    memcpy(text, "pipe:", 5);
+    size_t len = 5 + (size_t)(wds__splitmix64(&st) % 40);
+    while (n < len)
+      text[n++] = alphabet[wds__splitmix64(&st) % (sizeof alphabet - 1)];
+    text[n] = '\0';
+    char *full = wds__url_redacted(text);
+    ASSERT_TRUE(full != NULL);
+    ASSERT_TRUE(strlen(full) <= 3 * n + 3);
+    const char *r = wds__url_redact(text, b, sizeof b);
+    ASSERT_STREQ(r, full);
+    char small[9]; /* cut, never overrun */
+    r = wds__url_redact(text, small, sizeof small);
+    ASSERT_TRUE(r == text || strlen(r) < sizeof small);
+    free(full);
+  }
+}
+
 /* A URL redacted in full (what an index holds) is never cut; shown (what
  * text output prints) it is redacted and escaped. */
 TEST(url_redacted_and_shown) {
@@ -540,6 +640,8 @@ TEST(spec_expand_list) {
 int main(void) {
   RUN(utf8_rules);
   RUN(url_redact_hides_secrets);
+  RUN(url_redact_hides_a_commands_secrets);
+  RUN(url_redact_survives_any_command);
   RUN(url_redacted_and_shown);
   RUN(text_escape);
   RUN(json_valid_and_strict);

@@ -268,6 +268,7 @@ static int script_len, served;
 static int srv_fd = -1, srv_port;
 static int scripted_timeout_ms = 10000;
 static const wds__cache_cfg *scripted_cache; /* NULL: none */
+static const wds__cancel *scripted_cancel;   /* NULL: none */
 /* The path requested, and a SigV4 request (wds__http_open_req) instead of
  * a plain source when scripted_sigv4 is set. */
 static const char *scripted_path = "/s.tar", *scripted_sigv4;
@@ -429,6 +430,7 @@ static int read_scripted(int retries, const char *const *acts, int n,
   wds__io_opts o = {.read_timeout_ms = scripted_timeout_ms, .retries = retries};
   if (scripted_cache)
     o.cache = *scripted_cache;
+  o.cancel = scripted_cancel;
   wds__source *s = NULL;
   wds__http *h = NULL;
   wds__http_req req = {
@@ -586,6 +588,56 @@ TEST(retry_after_waits_have_one_budget) {
   ASSERT_CONTAINS(err.msg, "HTTP 429 Too Many Requests");
   ASSERT_CONTAINS(err.msg, "wait 3600.0 s more (Retry-After) after 1.0 s");
   ASSERT_CONTAINS(err.msg, "gave up after 3 attempts");
+}
+
+/* The caller's interrupt check: stop once `after_s` have passed since
+ * `t0`, counting the calls. */
+typedef struct {
+  double t0, after_s;
+  int calls;
+} stop_after;
+
+static int interrupt_after(void *ctx) {
+  stop_after *w = ctx;
+  w->calls++;
+  return now_s() - w->t0 >= w->after_s;
+}
+
+/* A retry's wait (here a Retry-After of 30 s, within the 60 s read
+ * timeout) ends as soon as the caller's interrupt check says stop, or the
+ * token is cancelled: every wait obeys both, not only reads. */
+TEST(a_retry_wait_obeys_the_interrupt_and_cancel) {
+  const char *acts[] = {"429:30"};
+  for (int how = 0; how < 2; how++) {
+    wds__cancel c;
+    wds__cancel_init(&c);
+    stop_after w = {now_s(), 0.3, 0};
+    pthread_t t;
+    if (how == 0) {
+      c.interrupt = interrupt_after;
+      c.interrupt_ctx = &w;
+    } else {
+      pthread_create(&t, NULL, cancel_later, &c); /* in 0.2 s */
+    }
+    scripted_cancel = &c;
+    scripted_timeout_ms = 60000;
+    size_t got = 0;
+    wds__err err = {0};
+    double t0 = now_s();
+    int rc = read_scripted(3, acts, 1, &got, &err);
+    double dt = now_s() - t0;
+    scripted_cancel = NULL;
+    scripted_timeout_ms = 10000;
+    if (how == 1)
+      pthread_join(t, NULL);
+    printf("  %s: rc %d after %.2f s (%d checks): %s\n",
+           how ? "cancel" : "interrupt", rc, dt, w.calls, err.msg);
+    ASSERT_EQ_INT(rc, WDS_ERR_CANCELLED);
+    ASSERT_EQ_INT(served, 1); /* no retry */
+    ASSERT_TRUE(dt < 1.5);
+    ASSERT_STREQ(err.msg, how ? "cancelled" : "interrupted");
+    wds__cancel_destroy(&c);
+  }
 }
 
 /* A SigV4 request (s3://) sends and signs the path as given: "." and ".."
@@ -794,6 +846,7 @@ int main(void) {
     RUN(cuts_in_the_headers_give_up_after_the_retries);
     RUN(retry_after_is_waited_for);
     RUN(retry_after_waits_have_one_budget);
+    RUN(a_retry_wait_obeys_the_interrupt_and_cancel);
     RUN(a_signed_request_keeps_dot_segments);
     RUN(a_redirect_target_hides_its_secrets);
     close(silent_fd);

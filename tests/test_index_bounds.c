@@ -1,14 +1,18 @@
 /* test_index_bounds.c — the loader's exact mode with an index it cannot
  * trust (issue 10): a count of 0 for a shard that has samples, counts no
  * shard or data set can hold, counts that contradict the index's own
- * tar_bytes and sample lists, and the numbers the errors give when a count
- * is wrong by a plausible amount.
+ * tar_bytes and sample lists, the numbers the errors give when a count is
+ * wrong by a plausible amount, and the read that checks a count of 0
+ * ending at the read timeout or the caller's interrupt check.
  *
  * Shards are written at test time with the internal tar writer: shard k,
  * sample i has key "s<k>/<i>", a .cls field holding a global id and a .txt
  * field. Indexes are written by hand, as a doctored or stale index would
  * be. */
+#include <pthread.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shards/tarw.h"
@@ -199,6 +203,67 @@ TEST(zero_count_for_a_shard_with_samples) {
   ASSERT_EQ_U64(o.valid, 5);
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The caller's interrupt check: says stop from its third call on, counting
+ * calls from other threads (which it must never get). */
+typedef struct {
+  pthread_t caller;
+  int calls, other_thread;
+} interrupter;
+
+static int interrupt_check(void *ctx) {
+  interrupter *it = ctx;
+  if (!pthread_equal(pthread_self(), it->caller)) {
+    it->other_thread++;
+    return 0;
+  }
+  return ++it->calls >= 3;
+}
+
+/* The shard an index gives 0 samples is read at open to check it is empty:
+ * a read that stalls (a FIFO without a writer) ends at the read timeout,
+ * or as soon as the caller's interrupt check says stop (Ctrl-C in
+ * Python), under either error policy: an interrupt is not a skip. */
+TEST(the_zero_count_check_obeys_the_timeout_and_the_interrupt) {
+  uint64_t counts[1] = {6};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 1, counts, WDS__TARW_NONE), 0);
+  s.n = 2;
+  snprintf(s.urls[1], sizeof s.urls[1], "%s/stalled.fifo", tmpdir);
+  ASSERT_EQ_INT(mkfifo(s.urls[1], 0600), 0);
+  char ix[512], err[1024];
+  snprintf(ix, sizeof ix, "%s/fifo-zero.json", tmpdir);
+  write_index(ix, &s, (const char *const[]){"6", "0"}, NULL, NULL);
+  wds_loader_config c = exact_cfg(&s, ix);
+  c.read_timeout_ms = 300;
+  double t0 = now_s();
+  ASSERT_EQ_INT(open_only(c, &s, err, sizeof err), WDS_ERR_TIMEOUT);
+  ASSERT_TRUE(now_s() - t0 < 3);
+  ASSERT_CONTAINS(err, "no data for 0.3 s");
+  for (int skip = 0; skip < 2; skip++) {
+    interrupter it = {.caller = pthread_self()};
+    c.read_timeout_ms = 5000;
+    c.interrupt = interrupt_check;
+    c.interrupt_ctx = &it;
+    c.on_error = skip ? WDS_ON_ERROR_SKIP : WDS_ON_ERROR_STOP;
+    t0 = now_s();
+    int rc = open_only(c, &s, err, sizeof err);
+    double dt = now_s() - t0;
+    printf("  %s: %d after %.2f s: %s\n", skip ? "skip" : "stop", rc, dt, err);
+    ASSERT_EQ_INT(rc, WDS_ERR_CANCELLED);
+    ASSERT_TRUE(dt < 2);
+    ASSERT_CONTAINS(err, "interrupted");
+    ASSERT_CONTAINS(err, s.urls[1]);
+    ASSERT_EQ_INT(it.other_thread, 0);
+  }
+  unlink(s.urls[1]);
+}
+
 TEST(counts_no_shard_can_hold) {
   /* Issue 10: 2^64-1 wrapped the total; 10^15 under skip made invalid
    * filler batches without end. Both are refused at open, naming the
@@ -379,6 +444,7 @@ int main(void) {
   RUN(counts_the_index_itself_contradicts);
   RUN(wrong_counts_name_the_right_numbers);
   RUN(compressed_shards_hold_more_than_their_size);
+  RUN(the_zero_count_check_obeys_the_timeout_and_the_interrupt);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd) != 0)

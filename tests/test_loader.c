@@ -2476,6 +2476,41 @@ TEST(interrupt_check_ends_waits_and_next_goes_on) {
   shardset_free(&s);
 }
 
+static void count_log(void *ctx, const char *msg) {
+  (void)msg;
+  atomic_fetch_add((atomic_int *)ctx, 1);
+}
+
+/* An interrupt during exact mode's counting pass is not a bad shard: under
+ * skip, the counters stop without noting the shards they were reading (or
+ * would have read) as skipped (a counter once noted its cancelled reader's
+ * error again and again, and open never returned). */
+TEST(an_interrupted_count_skips_nothing) {
+  interrupter it = {.caller = pthread_self(), .after = 3};
+  const char *stall[3] = {STALL, STALL, STALL};
+  atomic_int logged = 0;
+  uint64_t counts[1] = {1};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 1, counts, -1), 0);
+  wds_loader_config c = base_cfg(&s);
+  c.urls = stall;
+  c.url_count = 3;
+  c.workers = 1;
+  c.mode = WDS_MODE_EXACT;
+  c.on_error = WDS_ON_ERROR_SKIP;
+  c.read_timeout_ms = -1;
+  c.interrupt = interrupt_check;
+  c.interrupt_ctx = &it;
+  c.log = count_log;
+  c.log_ctx = &logged;
+  wds_loader *l = NULL;
+  ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_CANCELLED);
+  ASSERT_CONTAINS(wds_last_error(), "interrupted while counting");
+  printf("  %d messages logged\n", atomic_load(&logged));
+  ASSERT_EQ_INT(atomic_load(&logged), 0);
+  shardset_free(&s);
+}
+
 TEST(interrupt_check_cancels_a_reader) {
   interrupter it = {.caller = pthread_self(), .after = 3};
   wds_reader_config rc = WDS_READER_CONFIG_INIT;
@@ -2775,6 +2810,7 @@ int main(void) {
   RUN(cancel_wakes_a_next_blocked_on_a_read);
   RUN(set_epoch_and_close_return_while_a_worker_is_blocked);
   RUN(interrupt_check_ends_waits_and_next_goes_on);
+  RUN(an_interrupted_count_skips_nothing);
   RUN(interrupt_check_cancels_a_reader);
   RUN(shuffle_buffer_is_bounded_in_bytes);
   RUN(large_fields_arrive_intact);

@@ -79,7 +79,13 @@ TEST(every_row_is_settable_by_name_and_by_flag) {
       TEST_FAIL_("%s=%s stored %lld", r->name, v, (long long)field(&c, r));
       return;
     }
-    if (r->type != WDS_OPTION_TIMEOUT) { /* the flag's grammar is seconds */
+    if (r->type == WDS_OPTION_BOOL) { /* the flag: no value, its meaning */
+      wds_loader_config d = fresh();
+      ASSERT_EQ_INT(wds_loader_config_set(&d, flag, NULL), WDS_OK);
+      ASSERT_TRUE(field(&d, r) == (strcmp(r->cli_value, "1") == 0));
+      ASSERT_EQ_INT(wds_loader_config_set(&d, flag, "1"), WDS_ERR_INVALID);
+      ASSERT_CONTAINS(wds_last_error(), "takes no value");
+    } else if (r->type != WDS_OPTION_TIMEOUT) { /* flag's grammar: seconds */
       wds_loader_config d = fresh();
       ASSERT_EQ_INT(wds_loader_config_set(&d, flag, v), WDS_OK);
       ASSERT_TRUE(
@@ -224,8 +230,7 @@ TEST(units_and_special_values) {
   const wds_loader_option *r = wds_loader_option_find("--no-shard-shuffle");
   ASSERT_TRUE(r && strcmp(r->name, "shard_shuffle") == 0);
   ASSERT_EQ_INT(c.shard_shuffle, 1);
-  ASSERT_EQ_INT(wds_loader_config_set(&c, "--no-shard-shuffle", r->cli_value),
-                WDS_OK);
+  ASSERT_EQ_INT(wds_loader_config_set(&c, "--no-shard-shuffle", NULL), WDS_OK);
   ASSERT_EQ_INT(c.shard_shuffle, 0);
   ASSERT_EQ_INT(wds_loader_config_set(&c, "shard_shuffle", "true"), WDS_OK);
   ASSERT_EQ_INT(c.shard_shuffle, 1);

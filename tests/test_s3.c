@@ -5,8 +5,8 @@
  * credentials named. Against a loopback endpoint that accepts and never
  * answers: a listing obeys the read timeout and the cancel token it is
  * given (wds__spec_expand_io), through the reader's and the loader's open
- * too. Reading and listing against a server are tests/integration/s3.sh's
- * (moto, and s3_fake.py for stalls and retries). */
+ * too, and their interrupt checks. Reading and listing against a server are
+ * tests/integration/s3.sh's (moto, and s3_fake.py for stalls and retries). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -351,6 +351,74 @@ TEST(the_reader_and_the_loader_list_with_their_read_timeout) {
   ASSERT_STREQ(wds_last_error(), "source 0: " STALL_TIMEOUT);
 }
 
+/* The caller's interrupt check (cfg.interrupt): from the caller's thread
+ * only; it says stop from its third call on. */
+typedef struct {
+  pthread_t caller;
+  int calls, other_thread;
+} interrupter;
+
+static int interrupt_check(void *ctx) {
+  interrupter *it = ctx;
+  if (!pthread_equal(pthread_self(), it->caller)) {
+    it->other_thread++;
+    return 0;
+  }
+  return ++it->calls >= 3;
+}
+
+/* Ctrl-C in Python reaches a listing the loader's open makes, as it does
+ * the reader's: the interrupt check ends it (the read timeout, 5 s, is
+ * far off), from the caller's thread. */
+TEST(the_reader_and_the_loader_list_under_their_interrupt_check) {
+  silent_env();
+  interrupter it = {.caller = pthread_self()};
+  wds_reader_config rc = WDS_READER_CONFIG_INIT;
+  rc.spec = STALL_SPEC;
+  rc.read_timeout_ms = 5000;
+  rc.interrupt = interrupt_check;
+  rc.interrupt_ctx = &it;
+  wds_reader *r = NULL;
+  double t0 = now_s();
+  ASSERT_EQ_INT(wds_reader_open(&rc, &r), WDS_ERR_CANCELLED);
+  ASSERT_TRUE(now_s() - t0 < 2);
+  ASSERT_STREQ(wds_last_error(), STALL_SPEC " (ListObjectsV2): interrupted");
+
+  static const wds_field_spec fs[1] = {{"cls", WDS_DECODE_INT, 0, 0, 0}};
+  wds_loader_config lc = WDS_LOADER_CONFIG_INIT;
+  lc.spec = STALL_SPEC;
+  lc.rank = 0;
+  lc.world_size = 1;
+  lc.fields = fs;
+  lc.field_count = 1;
+  lc.batch_size = 4;
+  lc.read_timeout_ms = 5000;
+  lc.interrupt = interrupt_check;
+  lc.interrupt_ctx = &it;
+  wds_loader *l = NULL;
+  it.calls = 0;
+  t0 = now_s();
+  int st = wds_loader_open(&lc, &l);
+  double dt = now_s() - t0;
+  printf("  loader: %d after %.2f s: %s\n", st, dt, wds_last_error());
+  ASSERT_EQ_INT(st, WDS_ERR_CANCELLED);
+  ASSERT_TRUE(dt < 2);
+  ASSERT_TRUE(l == NULL);
+  ASSERT_STREQ(wds_last_error(), STALL_SPEC " (ListObjectsV2): interrupted");
+
+  wds_source_config src[2] = {{.spec = STALL_SPEC}, {.spec = STALL_SPEC}};
+  lc.spec = NULL;
+  lc.sources = src;
+  lc.source_count = 2;
+  it.calls = 0;
+  t0 = now_s();
+  ASSERT_EQ_INT(wds_loader_open(&lc, &l), WDS_ERR_CANCELLED);
+  ASSERT_TRUE(now_s() - t0 < 2);
+  ASSERT_STREQ(wds_last_error(),
+               "source 0: " STALL_SPEC " (ListObjectsV2): interrupted");
+  ASSERT_EQ_INT(it.other_thread, 0);
+}
+
 int main(void) {
   RUN(urls_map_to_requests);
   RUN(environment_is_read);
@@ -366,6 +434,7 @@ int main(void) {
     RUN(a_listing_obeys_the_read_timeout);
     RUN(a_cancel_ends_a_stalled_listing);
     RUN(the_reader_and_the_loader_list_with_their_read_timeout);
+    RUN(the_reader_and_the_loader_list_under_their_interrupt_check);
     close(silent_fd);
   }
   return test_summary();

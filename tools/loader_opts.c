@@ -189,7 +189,7 @@ int tool_option_set(wds_loader_config *cfg, const char *cmd, const char *flag,
   snprintf(name, sizeof name, "--%s", flag);
   if (!(r = wds_loader_option_find(name)))
     return -1;
-  if (wds_loader_config_set(cfg, name, arg ? arg : r->cli_value) != WDS_OK) {
+  if (wds_loader_config_set(cfg, name, arg) != WDS_OK) {
     tool_usage_error(cmd, "%s", wds_last_error());
     return -1;
   }

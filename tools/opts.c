@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/size.h"
+
 int tool_usage_error(const char *prog, const char *fmt, ...) {
   va_list ap;
   fprintf(stderr, "%s: ", prog);
@@ -118,16 +120,7 @@ int tool_getopt(const char *prog, int argc, char **argv, const char *shortopts,
 }
 
 int tool_parse_u64(const char *s, uint64_t *out) {
-  /* strtoull alone would accept "-1", "+5" and leading blanks. */
-  if (!s || *s < '0' || *s > '9')
-    return -1;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end)
-    return -1;
-  *out = v;
-  return 0;
+  return wds__parse_u64(s, out);
 }
 
 int tool_parse_size(const char *s, size_t *out) {

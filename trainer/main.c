@@ -100,9 +100,9 @@ static const char usage_text_2[] =
     "                         own ranks' rows: one file per node); KEY as\n"
     "                         `wds batches` writes keys: a blank, control,\n"
     "                         backslash or non-UTF-8 byte as \\xHH\n"
-    "  --json and --log-rows are written as every output: under a temporary\n"
-    "  name renamed to FILE when the run ends (failed or interrupted too); a\n"
-    "  FIFO or device in place; a symlink to one refused\n"
+    "  --json and --log-rows are logs, written as the run goes (a killed run\n"
+    "  leaves what it logged); a FIFO or device in place; a symlink to one\n"
+    "  refused, one to a file replaced\n"
     "Reading shards (as `wds batches` takes them):\n";
 
 /* The loader options wds-train takes through tools/loader_opts.c: one

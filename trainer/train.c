@@ -166,26 +166,43 @@ static void print_checksums(const shared *sh, FILE *f, const char *sep) {
  * (base/text.h: blanks, backslashes, controls and bytes that are not UTF-8
  * as \xHH), so that a key holding a newline or a blank cannot make a line
  * or a field of its own. */
-static void log_rows(shared *sh, const wds_batch *b) {
+static void write_rows(const shared *sh, const wds_batch *b, FILE *out) {
   int local = 0;
   for (size_t i = 0; i < b->rows; i++) {
     if (b->valid && !b->valid[i])
       continue;
     while (local + 1 < sh->o->ranks && i >= sh->row0[local + 1])
       local++;
-    fprintf(sh->rows_log, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %d %" PRIu32 " ",
+    fprintf(out, "%" PRIu64 " %" PRIu64 " %" PRIu64 " %d %" PRIu32 " ",
             sh->step + 1, b->epoch, b->index, sh->first_rank + local,
             b->sources ? b->sources[i] : 0);
     if (b->keys && b->keys[i])
-      wds__esc_write(sh->rows_log, b->keys[i],
-                     WDS__ESC_BLANK | WDS__ESC_BACKSLASH);
+      wds__esc_write(out, b->keys[i], WDS__ESC_BLANK | WDS__ESC_BACKSLASH);
     else
-      fputc('-', sh->rows_log);
-    fputc('\n', sh->rows_log);
+      fputc('-', out);
+    fputc('\n', out);
   }
-  /* One write per step, of whole lines: a reader (tail -f) or a run
-   * killed mid-way sees steps, never half a row. */
-  fflush(sh->rows_log);
+}
+
+/* The step's rows are made in memory and go out in one write (the log's
+ * FILE is unbuffered, set where it is opened), so a reader (tail -f) or a run
+ * killed mid-way sees whole steps, never half a row, however many rows a step
+ * has. Out of memory, they go straight to the log. */
+static void log_rows(shared *sh, const wds_batch *b) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&buf, &len);
+  if (m) {
+    write_rows(sh, b, m);
+    if (fclose(m) == 0) {
+      if (len)
+        fwrite(buf, 1, len, sh->rows_log);
+      free(buf);
+      return;
+    }
+  }
+  free(buf);
+  write_rows(sh, b, sh->rows_log);
 }
 
 /* "SPEC (repeat 2, index FILE)" of source s, as given but for the spec's
@@ -1362,6 +1379,8 @@ int tr_run(const tr_options *o, wds__err *e) {
     rc = open_log("--json", o->json_path, &sh.json_file, &sh.json, e);
   if (rc == WDS_OK && o->rows_path)
     rc = open_log("--log-rows", o->rows_path, &sh.rows_file, &sh.rows_log, e);
+  if (rc == WDS_OK && sh.rows_log) /* a step's rows in one write: log_rows */
+    setvbuf(sh.rows_log, NULL, _IONBF, 0);
   if (rc == WDS_OK) {
     print_banner(&sh);
     rc = start_group(&sh, e);

@@ -300,8 +300,9 @@ typedef struct wds_loader_config {
    * shape); the rows are meant for it only. */
   wds_jpeg_decode jpeg_decode;
   /* NULL, or a check the caller's thread calls about every 100 ms while it
-   * has waited 100 ms or more in wds_loader_open() (exact mode's counting
-   * pass) or wds_loader_next() (a stalled source), and never from the
+   * has waited 100 ms or more in wds_loader_open() (an s3:// listing, exact
+   * mode's counting pass, the read that checks a shard an index gives 0
+   * samples) or wds_loader_next() (a stalled source), and never from the
    * loader's own threads. Nonzero ends the wait with WDS_ERR_CANCELLED
    * ("interrupted"): open fails (its counting readers are stopped); next()
    * returns without a batch and the loader stays as it was (the next call
@@ -372,8 +373,11 @@ WDS_API const wds_loader_option *wds_loader_option_find(const char *name);
 
 /* Parses value by the row that name names (as wds_loader_option_find)
  * into its field of cfg; a flag's value takes the CLI's grammar (seconds
- * for a TIMEOUT). Returns WDS_OK, or WDS_ERR_INVALID leaving cfg as it
- * was, and wds_last_error() says why, naming the option as name does:
+ * for a TIMEOUT), and a BOOL row named by its flag takes no value (NULL)
+ * and sets what the flag sets (cli_value: "--no-shard-shuffle" sets
+ * shard_shuffle to 0); a value there is refused. Returns WDS_OK, or
+ * WDS_ERR_INVALID leaving cfg as it was, and wds_last_error() says why, naming
+ * the option as name does:
  * `--workers needs a whole number in 1..256, not "0"`. */
 WDS_API int wds_loader_config_set(wds_loader_config *cfg, const char *name,
                                   const char *value);

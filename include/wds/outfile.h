@@ -54,7 +54,10 @@ extern "C" {
  * links stay: a symlink to a regular file (or a dangling one) is replaced
  * by a new file, its target left as it was (the link is removed, the file
  * created with O_EXCL); one to a device, a FIFO or a socket is refused.
- * Devices and FIFOs are written in place as without the flag. */
+ * Devices and FIFOs are written in place as without the flag; the
+ * process's own descriptors (/dev/stdout, /dev/fd/N) are written through a
+ * copy of the descriptor, at its offset (stdout redirected to a file gets
+ * the log after what was printed). */
 #define WDS_OUTFILE_STREAM 2u
 
 typedef struct wds_outfile wds_outfile;

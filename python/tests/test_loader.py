@@ -460,6 +460,26 @@ def test_keywords_are_the_option_table(shards):
             assert name in doc, name
 
 
+def test_every_keyword_none_keeps_its_default(shards):
+    """None keeps an option's default, for every keyword of wds.Loader but
+    its input: the same batches as not giving them (workers, image_size,
+    cache_size and epoch raised TypeError)."""
+    import inspect
+
+    spec, _ = shards
+    own = {"self", "spec", "fields", "batch_size", "sources",
+           "rank_batch_sizes", "device"}
+    nones = {k: None for k in inspect.signature(wds.Loader.__init__).parameters
+             if k not in own}
+    assert {"workers", "image_size", "cache_size", "epoch",
+            "shard_shuffle", "prefetch"} <= set(nones)
+    with wds.Loader(spec, "cls", 3, **nones) as lo:
+        got = [list(b.keys) for b in lo]
+    with wds.Loader(spec, "cls", 3) as lo:
+        want = [list(b.keys) for b in lo]
+    assert got == want and got
+
+
 def test_table_keywords(shards, tmp_path):
     """The keywords the table gave wds.Loader (the CLI's --shuffle-initial,
     --shuffle-bytes, --max-sample-bytes, --max-window) take effect, and a

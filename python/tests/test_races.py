@@ -250,6 +250,27 @@ CASES = {
         ready()
         wds.Loader("pipe:sleep {n}", "cls", 1)
     """,
+    # ... under on_error="skip" too (a counter once noted its cancelled
+    # read as a skipped shard for ever)
+    "loader_counting_skip": """
+        ready()
+        wds.Loader("pipe:sleep {n}", "cls", 1, on_error="skip")
+    """,
+    # exact mode reads a shard its index gives 0 samples, to check it is
+    # empty (here a FIFO without a writer)
+    "loader_zero_count_check": """
+        import json, os, tempfile
+        d = tempfile.mkdtemp()
+        os.mkfifo(d + "/s.tar")
+        with open(d + "/ix.json", "w") as f:
+            json.dump({{"wids_version": 1, "shardlist":
+                       [{{"url": d + "/s.tar", "nsamples": 0}}]}}, f)
+        ready()
+        try:
+            wds.Loader(d + "/s.tar", "cls", 1, index=d + "/ix.json")
+        finally:
+            os.unlink(d + "/s.tar")
+    """,
     "reader": """
         r = wds.Reader("pipe:sleep {n}")
         ready()

@@ -418,11 +418,13 @@ class Loader:
             fields=fields, batch_size=batch_size, mode=mode,
             rank=-1 if rank is None else int(rank),
             world_size=-1 if world_size is None else int(world_size),
-            workers=_workers(workers), seed=seed, shuffle_buffer=shuffle_buffer,
+            workers=None if workers is None else _workers(workers),
+            seed=seed, shuffle_buffer=shuffle_buffer,
             shuffle_initial=shuffle_initial,
             shuffle_buffer_bytes=shuffle_buffer_bytes,
             index=index, drop_last=drop_last, last_batch=last_batch,
-            samples_per_epoch=samples_per_epoch, image_size=int(image_size),
+            samples_per_epoch=samples_per_epoch, image_size=None if image_size is None
+            else int(image_size),
             crop=crop, prefetch=prefetch, on_error=on_error,
             shard_shuffle=shard_shuffle,
             max_sample_bytes=max_sample_bytes,
@@ -430,12 +432,13 @@ class Loader:
             max_window_bytes=max_window_bytes,
             rank_batch_sizes=None if rank_batch_sizes is None
             else [int(b) for b in rank_batch_sizes],
-            cache_dir=cache_dir, cache_size=int(cache_size),
+            cache_dir=cache_dir, cache_size=None if cache_size is None
+            else int(cache_size),
             allow_pipe_from_files=allow_pipe_from_files,
             eager_next_epoch=eager_next_epoch, defer_reads=defer_reads,
             image_memory_limit=None if image_memory_limit is None
             else int(image_memory_limit), jpeg_decode=jpeg_decode)
-        self._open(int(epoch), 0)
+        self._open(0 if epoch is None else int(epoch), 0)
 
     def _open(self, epoch, batches):
         a = self._args

@@ -81,12 +81,14 @@ import io, random, sys, tarfile
 from PIL import Image
 rng = random.Random(1)
 with tarfile.open(sys.argv[1], "w", format=tarfile.USTAR_FORMAT) as tf:
-    for k in range(40):
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+    pad = "k" * int(sys.argv[3]) if len(sys.argv) > 3 else ""
+    for k in range(n):
         c = rng.randrange(10)
         im = Image.new("L", (8, 8)); im.putdata([rng.randrange(256) for _ in range(64)])
         b = io.BytesIO(); im.save(b, "PNG")
         for ext, d in (("png", b.getvalue()), ("cls", str(c).encode())):
-            ti = tarfile.TarInfo(f"s{k:03d}.{ext}"); ti.size = len(d); ti.mtime = 0
+            ti = tarfile.TarInfo(f"{pad}s{k:03d}.{ext}"); ti.size = len(d); ti.mtime = 0
             tf.addfile(ti, io.BytesIO(d))
 PY
 "$PYTHON3" gen.py img.tar || die "generating PNG shards (python3 with Pillow)"
@@ -314,6 +316,35 @@ wait "$live" 2>/dev/null || true
 check "log: --json written as the run goes (a step logged before a SIGKILL)" grep -q '"step"' live.jsonl
 check "log: --log-rows written as the run goes" test -s live.rows
 check "log: the rows are whole lines of six fields" awk 'NF != 6 && !/^$/ { exit 1 }' live.rows
+# Steps of about 20 KB of rows (200 rows, 90-byte keys), more than a stdio
+# buffer: each goes out in one write, so a kill never cuts a row.
+"$PYTHON3" gen.py long.tar 200 90 || die "generating long-key shards"
+for round in 1 2 3; do
+  rm -f big.rows
+  "$TRAIN" --train long.tar --device cpu --image-size 8 --channels 1 --hidden 8 \
+    --batch-size 200 --epochs 100000 --seed 1 --log-rows big.rows >/dev/null 2>&1 &
+  live=$!
+  for _ in $(seq 600); do
+    test "$(stat -c %s big.rows 2>/dev/null || echo 0)" -gt 60000 && break
+    sleep 0.02
+  done
+  kill -9 "$live" 2>/dev/null || true
+  wait "$live" 2>/dev/null || true
+  check "log: 20 KB steps, killed (round $round): rows logged" test -s big.rows
+  check "log: 20 KB steps, killed (round $round): whole steps of whole rows" \
+    awk 'NF != 6 { exit 1 } END { exit NR % 200 != 0 }' big.rows
+done
+# /dev/stdout with stdout redirected to a file: the log lands in that file,
+# after what was printed (was: the link replaced, or refused).
+"$TRAIN" "${TRAIN_ARGS[@]}" --json /dev/stdout >stdout.txt 2>err.txt ||
+  bad "--json /dev/stdout > FILE" "$(head -2 err.txt)"
+check "--json /dev/stdout > FILE: the banner, then the JSON lines" \
+  grep -q '"summary"' stdout.txt
+check "--json /dev/stdout > FILE: the text log kept too" grep -q '^wds-train: backend' stdout.txt
+check "--json /dev/stdout: /dev/stdout still a link" test -L /dev/stdout
+"$TRAIN" "${TRAIN_ARGS[@]}" --log-rows /dev/fd/1 >fd1.txt 2>err.txt ||
+  bad "--log-rows /dev/fd/1 > FILE" "$(head -2 err.txt)"
+check "--log-rows /dev/fd/1 > FILE: the rows in the file" grep -q ' s0[0-9][0-9]$' fd1.txt
 
 # ---- -o - ----
 "$WDS" write -o file.tar tree >/dev/null

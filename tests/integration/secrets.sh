@@ -8,6 +8,10 @@
 #   * wds verify: its text report (the URL before each problem, once) and
 #     --json "url";
 #   * a pipe:curl command that fails (the command in the message);
+#   * credentials a pipe: command carries besides its URL (-u USER:PASS,
+#     an Authorization or X-Amz-* header, AWS_SESSION_TOKEN=...): in its
+#     failure, wds ls --json "__url__", and the index wds index writes,
+#     which still serves the command;
 #   * wds-train: its "source N:" line and its --json "spec";
 #   * wds index: the index file ("url", and "name" from the first SPEC),
 #     which still serves the URLs with their secrets, and with other ones
@@ -59,7 +63,7 @@ with tarfile.open(sys.argv[1], "w", format=tarfile.USTAR_FORMAT) as tf:
 PY
 "$PYTHON3" gen.py www/img.tar || die "generating PNG shards (python3 with Pillow)"
 # /private/: the same files behind HTTP basic authentication (alice)
-printf 'alice:{PLAIN}PW-netrc\n' >htpasswd
+printf 'alice:{PLAIN}PW-netrc\nbob:{PLAIN}PW-s3cret-5\n' >htpasswd
 nginx_start "$TMP" "$TMP/www" --conf "location /private/ { alias $TMP/www/; auth_basic private; auth_basic_user_file $TMP/htpasswd; }" ||
   die "nginx did not start"
 HOST=127.0.0.1:$NGINX_PORT
@@ -108,6 +112,24 @@ check "verify --json: valid JSON" "$PYTHON3" -c \
 run curl "$WDS" ls "pipe:curl -sf '$(url missing.tar)'"
 clean "pipe:curl failure" out/curl.err
 check "pipe:curl failure: the exit status named" grep -q 'failed with exit status 22' out/curl.err
+
+# ---- credentials inside a pipe: command ----
+cmd_ok="pipe:curl -sf -u bob:PW-s3cret-5 http://$HOST/private/s-0.tar"
+cmd_bad="pipe:AWS_SESSION_TOKEN=TOK-s3cret-6 curl -sf -u 'bob:PW-s3cret-5' -H 'X-Amz-Security-Token: s3cret-7' --header \"Authorization: Bearer s3cret-8\" http://$HOST/missing.tar"
+run cmd_fail "$WDS" ls "$cmd_bad"
+clean "pipe: command's credentials, failure" out/cmd_fail.err
+check "pipe: command's credentials, failure: the exit status named" grep -q 'failed with exit status 22' out/cmd_fail.err
+check "pipe: command's credentials, failure: the command readable" grep -q -F \
+  "curl -sf -u 'bob:***' -H 'X-Amz-Security-Token: ***' --header \"Authorization: ***\"" out/cmd_fail.err
+run cmd_json "$WDS" ls --json "$cmd_ok"
+check "pipe: command's credentials, ls --json: 20 samples" test "$(wc -l <out/cmd_json.out)" = 20
+clean "pipe: command's credentials, ls --json __url__" out/cmd_json.out out/cmd_json.err
+run cmd_index "$WDS" index -o out/cmd_index.json "$cmd_ok"
+check "pipe: command's credentials, index: exits 0" test "$(cat out/cmd_index.rc)" = 0
+clean "pipe: command's credentials, index file" out/cmd_index.json out/cmd_index.out out/cmd_index.err
+run cmd_summary "$WDS" ls --summary --allow-pipe-from-files --index out/cmd_index.json "$cmd_ok"
+check "pipe: command's credentials, index: serves the command" grep -q '^samples     20$' out/cmd_summary.out
+clean "pipe: command's credentials, index lookup" out/cmd_summary.* out/cmd_index.json
 
 # ---- wds-train ----
 run train "$TRAIN" --source "$(url img.tar)" --device cpu --image-size 8 --channels 1 \
