@@ -1,5 +1,6 @@
 /* err.c — status table and error-text helpers. The only place that turns
- * status codes into text; everything is generated from WDS_STATUS_TABLE. */
+ * status codes into text; everything is generated from WDS_STATUS_TABLE.
+ * The thread's last error (wds_last_error) lives here. */
 #include "base/err.h"
 
 #include <stdarg.h>
@@ -92,19 +93,27 @@ void wds__copy_msg(char *dst, size_t dst_size, const char *src) {
   dst[n] = '\0';
 }
 
-static _Thread_local char open_error[WDS__ERR_SIZE];
+/* The calling thread's last error (wds_last_error): set by every public
+ * call that fails, left by those that succeed. */
+static _Thread_local char last_error[WDS__ERR_SIZE];
 
-const char *wds_open_error(void) { return open_error; }
+const char *wds_last_error(void) { return last_error; }
 
-int wds__open_fail(int status, const char *fmt, ...) {
+int wds__last_fail(int status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(open_error, sizeof open_error, fmt, ap);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
   va_end(ap);
-  make_printable(open_error, sizeof open_error);
+  make_printable(last_error, sizeof last_error);
   return status;
 }
 
-void wds__open_error_clear(void) { open_error[0] = '\0'; }
-
-char *wds__open_error_buf(void) { return open_error; }
+int wds__last_set(int status, const char *msg) {
+  if (status >= 0)
+    return status;
+  if (!msg || !msg[0])
+    msg = wds_strerror(status);
+  if (msg != last_error)
+    wds__copy_msg(last_error, sizeof last_error, msg);
+  return status;
+}

@@ -1,8 +1,9 @@
 /* err.h — internal error text carried beside a status code.
  *
  * Internal functions take a wds__err* and, on failure, write what failed and
- * where into it and return the negative status. Handles copy it into their
- * last-error text. Fixed-size: formatting an error never allocates. */
+ * where into it and return the negative status; a public function that fails
+ * copies it into the calling thread's last error (wds_last_error, below).
+ * Fixed-size: formatting an error never allocates. */
 #ifndef WDS_BASE_ERR_H
 #define WDS_BASE_ERR_H
 
@@ -35,13 +36,24 @@ void wds__err_prefix(wds__err *e, const char *fmt, ...)
  * characters, always terminated). Messages made here are printable: what
  * they quote has its control characters and bytes that are not UTF-8
  * escaped as \xHH (base/text.h) by wds__fail, wds__err_prefix and
- * wds__open_fail. */
+ * wds__last_fail. */
 void wds__copy_msg(char *dst, size_t dst_size, const char *src);
 
-/* The text wds_open_error() returns: per thread, set by a failing *_open(). */
-int wds__open_fail(int status, const char *fmt, ...)
+/* The calling thread's last error, the text wds_last_error() returns.
+ * Every public function that fails sets it before it returns, in the
+ * caller's thread; one that succeeds leaves it as it was. Only public
+ * functions write it: internal ones report into a wds__err (so an open that
+ * recovers from an internal failure, a skipped shard, leaves it alone), and
+ * the public function copies that here (wds__last_set) or, for a failure of
+ * its own, formats here directly (wds__last_fail). */
+
+/* Formats the message into the thread's last error and returns status. */
+int wds__last_fail(int status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-void wds__open_error_clear(void);
-char *wds__open_error_buf(void); /* WDS__ERR_SIZE bytes */
+
+/* When status < 0: copies msg (printable already: a wds__err's) into the
+ * thread's last error, or the status's generic text when msg is NULL or
+ * empty. Returns status; a status >= 0 leaves the text. */
+int wds__last_set(int status, const char *msg);
 
 #endif

@@ -12,7 +12,7 @@
  *
  * Where it applies: text output for people (wds ls's lines, verify's
  * report, error messages, wds-train's log). Error messages get it once, as
- * they are made (wds__fail, wds__err_prefix, wds__open_fail in err.c), so
+ * they are made (wds__fail, wds__err_prefix, wds__last_fail in err.c), so
  * every message of the library, the tools and Python is safe whatever it
  * quotes. JSON output needs none: the JSON writer escapes (base/json.h).
  * Without WDS__ESC_BACKSLASH escaping is idempotent: escaped text has

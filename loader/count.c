@@ -93,22 +93,23 @@ static void *count_main(void *arg) {
     if (ss->src[ss->shard_source[s]].index_path)
       continue; /* its source's index gives it */
     wds_reader *rd;
-    if (wds__open_shard_reader(c->opener, s, &rd) != WDS_OK) {
+    wds__err e;
+    if (wds__open_shard_reader(c->opener, s, &rd, &e) != WDS_OK) {
       if (wds__cancelled(wake))
         break;
       if (c->cfg->on_error == WDS_ON_ERROR_STOP) {
         k->status = WDS_ERR_OPEN;
-        snprintf(k->msg, sizeof k->msg, "%s", wds_open_error());
+        snprintf(k->msg, sizeof k->msg, "%s", e.msg);
         break;
       }
-      c->skip(c->skip_ctx, "skipped while counting", wds_open_error());
+      c->skip(c->skip_ctx, "skipped while counting", e.msg);
       k->counts[s] = 0;
       continue;
     }
     const wds_sample *smp;
     int st;
     uint64_t n = 0;
-    while ((st = wds_reader_next(rd, &smp)) != WDS_EOF) {
+    while ((st = wds__reader_next(rd, &smp)) != WDS_EOF) {
       if (st == WDS_OK) {
         n++;
         continue;
@@ -117,10 +118,10 @@ static void *count_main(void *arg) {
         break;
       if (c->cfg->on_error == WDS_ON_ERROR_STOP) {
         k->status = st;
-        snprintf(k->msg, sizeof k->msg, "%s", wds_reader_error(rd));
+        snprintf(k->msg, sizeof k->msg, "%s", wds__reader_error(rd));
         break;
       }
-      c->skip(c->skip_ctx, "skipped while counting", wds_reader_error(rd));
+      c->skip(c->skip_ctx, "skipped while counting", wds__reader_error(rd));
     }
     k->counts[s] = n;
     wds_reader_close(rd);
@@ -128,7 +129,8 @@ static void *count_main(void *arg) {
   return count_done(k);
 }
 
-static int count_shards(const wds__count_ctx *c, uint64_t *counts) {
+static int count_shards(const wds__count_ctx *c, uint64_t *counts,
+                        wds__err *oe) {
   size_t shards = c->sources->urls.count;
   int threads = c->threads;
   if ((size_t)threads > shards)
@@ -136,14 +138,14 @@ static int count_shards(const wds__count_ctx *c, uint64_t *counts) {
   counter *k = calloc((size_t)threads, sizeof *k);
   int rc = WDS_OK, started = 0;
   if (!k)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
   count_done_at done = {.finished = 0};
   pthread_mutex_init(&done.mu, NULL);
   pthread_cond_init(&done.cv, NULL);
   for (int i = 0; i < threads; i++) {
     k[i] = (counter){c, counts, i, threads, WDS_OK, "", 0, &done};
     if (pthread_create(&k[i].thread, NULL, count_main, &k[i]) != 0) {
-      rc = wds__open_fail(WDS_ERR_NOMEM, "cannot start a thread");
+      rc = wds__fail(oe, WDS_ERR_NOMEM, "cannot start a thread");
       break;
     }
     started++;
@@ -154,14 +156,14 @@ static int count_shards(const wds__count_ctx *c, uint64_t *counts) {
   pthread_mutex_destroy(&done.mu);
   pthread_cond_destroy(&done.cv);
   if (interrupted && rc == WDS_OK)
-    rc = wds__open_fail(WDS_ERR_CANCELLED,
-                        "interrupted while counting the samples of %zu "
-                        "shards for exact mode",
-                        shards);
+    rc = wds__fail(oe, WDS_ERR_CANCELLED,
+                   "interrupted while counting the samples of %zu "
+                   "shards for exact mode",
+                   shards);
   for (int i = 0; i < started && rc == WDS_OK; i++)
     if (k[i].status != WDS_OK)
-      rc = wds__open_fail(k[i].status, "counting samples for exact mode: %s",
-                          k[i].msg);
+      rc = wds__fail(oe, k[i].status, "counting samples for exact mode: %s",
+                     k[i].msg);
   free(k);
   return rc;
 }
@@ -169,13 +171,14 @@ static int count_shards(const wds__count_ctx *c, uint64_t *counts) {
 /* Exact mode: the epoch's total, overflow-checked, so that the plan's and
  * the batch count's arithmetic cannot wrap (counted shards could only get
  * there in theory; an index can say anything). */
-static int check_total(const wds__sources *ss, const uint64_t *counts) {
+static int check_total(const wds__sources *ss, const uint64_t *counts,
+                       wds__err *oe) {
   char from[320];
   uint64_t total = 0;
   for (size_t s = 0; s < ss->urls.count; s++) {
     if (counts[s] > WDS__INDEX_MAX_SAMPLES - total)
-      return wds__open_fail(
-          WDS_ERR_CORRUPT,
+      return wds__fail(
+          oe, WDS_ERR_CORRUPT,
           "exact mode: the counts from %s add up to more than %llu samples "
           "at %.300s (%llu samples), more than any data set holds (a "
           "sample takes at least 512 bytes of tar: 2^64 bytes in all)",
@@ -190,7 +193,8 @@ static int check_total(const wds__sources *ss, const uint64_t *counts) {
 /* Checks shard s when its index gives it 0 samples (check_empty_shards),
  * its reader opened with `o` (the token that asks the interrupt check). */
 static int check_empty_shard(const wds__count_ctx *c, const uint64_t *counts,
-                             size_t s, const wds__shard_opener *o) {
+                             size_t s, const wds__shard_opener *o,
+                             wds__err *oe) {
   const wds__sources *ss = c->sources;
   char ub[WDS__URL_REDACT_MAX];
   const char *index_path = ss->src[ss->shard_source[s]].index_path;
@@ -200,14 +204,15 @@ static int check_empty_shard(const wds__count_ctx *c, const uint64_t *counts,
   char msg[WDS__ERR_SIZE];
   uint64_t n = 0;
   wds_reader *rd;
-  int st = wds__open_shard_reader(o, s, &rd);
+  wds__err e;
+  int st = wds__open_shard_reader(o, s, &rd, &e);
   if (st == WDS_OK)
     wds__reader_set_read_thread(rd, -1); /* the check on this thread */
   if (st != WDS_OK) {
-    snprintf(msg, sizeof msg, "%s", wds_open_error());
+    snprintf(msg, sizeof msg, "%s", e.msg);
   } else {
     const wds_sample *smp;
-    while ((st = wds_reader_next(rd, &smp)) != WDS_EOF)
+    while ((st = wds__reader_next(rd, &smp)) != WDS_EOF)
       if (st == WDS_OK)
         n++;
       else if (st != WDS_ERR_DUPLICATE)
@@ -223,20 +228,20 @@ static int check_empty_shard(const wds__count_ctx *c, const uint64_t *counts,
       snprintf(msg, sizeof msg,
                "index %.300s gives 0 samples, and the shard cannot be read "
                "to check: %.600s",
-               index_path, wds_reader_error(rd));
+               index_path, wds__reader_error(rd));
     wds_reader_close(rd);
   }
   if (wds__cancelled(o->wake))
-    return wds__open_fail(WDS_ERR_CANCELLED,
-                          "interrupted while reading %.400s, which the "
-                          "index %.300s gives 0 samples, to check that it "
-                          "is empty",
-                          url, index_path);
+    return wds__fail(oe, WDS_ERR_CANCELLED,
+                     "interrupted while reading %.400s, which the "
+                     "index %.300s gives 0 samples, to check that it "
+                     "is empty",
+                     url, index_path);
   if (st == WDS_EOF && n == 0)
     return WDS_OK;
   int status = n > 0 ? WDS_ERR_CORRUPT : st;
   if (c->cfg->on_error == WDS_ON_ERROR_STOP)
-    return wds__open_fail(status, "%s", msg);
+    return wds__fail(oe, status, "%s", msg);
   c->skip(c->skip_ctx, "skipped", msg);
   return WDS_OK;
 }
@@ -251,7 +256,8 @@ static int check_empty_shard(const wds__count_ctx *c, const uint64_t *counts,
  * check (cfg.interrupt, through a token of the check's own in a copy of
  * the opener), which ends open under either policy: an interrupt is not a
  * bad shard. */
-static int check_empty_shards(const wds__count_ctx *c, const uint64_t *counts) {
+static int check_empty_shards(const wds__count_ctx *c, const uint64_t *counts,
+                              wds__err *oe) {
   wds__cancel ask;
   wds__cancel_init(&ask); /* works without its eventfd too, by polling */
   ask.interrupt = c->cfg->interrupt;
@@ -260,17 +266,17 @@ static int check_empty_shards(const wds__count_ctx *c, const uint64_t *counts) {
   o.wake = &ask;
   int rc = WDS_OK;
   for (size_t s = 0; s < c->sources->urls.count && rc == WDS_OK; s++)
-    rc = check_empty_shard(c, counts, s, &o);
+    rc = check_empty_shard(c, counts, s, &o, oe);
   wds__cancel_destroy(&ask);
   return rc;
 }
 
-int wds__load_counts(const wds__count_ctx *c, uint64_t **out) {
+int wds__load_counts(const wds__count_ctx *c, uint64_t **out, wds__err *oe) {
   const wds__sources *ss = c->sources;
   uint64_t *counts = *out =
       calloc(ss->urls.count ? ss->urls.count : 1, sizeof *counts);
   if (!counts)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
   int counted = 0, indexed = 0;
   for (size_t s = 0; s < ss->nsrc; s++) {
     if (ss->src[s].index_path)
@@ -279,7 +285,7 @@ int wds__load_counts(const wds__count_ctx *c, uint64_t **out) {
       counted = 1;
   }
   if (counted) {
-    int rc = count_shards(c, counts);
+    int rc = count_shards(c, counts, oe);
     if (rc != WDS_OK)
       return rc;
   }
@@ -298,7 +304,7 @@ int wds__load_counts(const wds__count_ctx *c, uint64_t **out) {
       flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
     int rc = wds__index_load_flags(so->index_path, flags, &ix, &e);
     if (rc != WDS_OK)
-      return wds__open_fail(rc, "%s", e.msg);
+      return wds__fail(oe, rc, "%s", e.msg);
     for (size_t s = so->first; s < so->first + so->count && rc == WDS_OK; s++) {
       rc = wds__index_lookup(&ix, ss->urls.urls[s], &counts[s], &e);
       if (rc == WDS_OK)
@@ -306,10 +312,10 @@ int wds__load_counts(const wds__count_ctx *c, uint64_t **out) {
     }
     wds__index_free(&ix);
     if (rc != WDS_OK)
-      return wds__open_fail(rc, "index %s: %s", so->index_path, e.msg);
+      return wds__fail(oe, rc, "index %s: %s", so->index_path, e.msg);
   }
-  int rc = check_total(ss, counts);
+  int rc = check_total(ss, counts, oe);
   if (rc != WDS_OK || !indexed)
     return rc;
-  return check_empty_shards(c, counts);
+  return check_empty_shards(c, counts, oe);
 }

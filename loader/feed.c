@@ -239,7 +239,7 @@ static void feed_close_reader(wds__feed *src) {
 }
 
 int wds__open_shard_reader(const wds__shard_opener *o, size_t shard,
-                           wds_reader **out) {
+                           wds_reader **out, wds__err *e) {
   const wds_loader_config *cfg = o->cfg;
   wds_reader_config rc = WDS_READER_CONFIG_INIT;
   const char *url = o->sources->urls.urls[shard];
@@ -252,7 +252,7 @@ int wds__open_shard_reader(const wds__shard_opener *o, size_t shard,
   rc.retries = cfg->retries;
   rc.cache_dir = cfg->cache_dir;
   rc.cache_size = cfg->cache_size;
-  int st = wds__reader_open(&rc, o->wake, out);
+  int st = wds__reader_open(&rc, o->wake, out, e);
   if (st == WDS_OK) {
     wds__reader_set_cache_stats(*out, o->cache_stats);
     /* A compressed shard's reading thread pays only where a CPU is spare
@@ -279,25 +279,24 @@ static int feed_open(wds__feed *src, size_t shard, uint64_t begin, uint64_t end,
   src->defer = -1;
   src->to_end = c->counts && end != WDS__TO_END && end == c->counts[shard];
   src->shards++;
-  if (wds__open_shard_reader(c->opener, shard, &src->rd) != WDS_OK) {
-    char msg[WDS__ERR_SIZE];
-    snprintf(msg, sizeof msg, "%s", wds_open_error());
+  wds__err e;
+  if (wds__open_shard_reader(c->opener, shard, &src->rd, &e) != WDS_OK) {
     src->rd = NULL;
-    return read_error(src, WDS_ERR_OPEN, msg, fatal) ? -1 : 0;
+    return read_error(src, WDS_ERR_OPEN, e.msg, fatal) ? -1 : 0;
   }
   /* Samples before the piece are read and dropped (tar has no index),
    * their data skipped unread. */
   wds__reader_set_sink(src->rd, skip_sink, NULL, 0);
   for (; src->before < begin && !atomic_load(src->w.abort);) {
     const wds_sample *s;
-    int st = wds_reader_next(src->rd, &s);
+    int st = wds__reader_next(src->rd, &s);
     if (st == WDS_OK) {
       src->before++;
       continue;
     }
     if (st == WDS_EOF)
       break;
-    if (read_error(src, st, wds_reader_error(src->rd), fatal))
+    if (read_error(src, st, wds__reader_error(src->rd), fatal))
       return -1;
     if (st != WDS_ERR_DUPLICATE) { /* the duplicate was not a sample */
       src->failed = 1;
@@ -313,7 +312,7 @@ static int feed_check_end(wds__feed *src, wds__item **fatal) {
   const wds__feed_ctx *c = src->ctx;
   const wds_sample *s;
   wds__reader_set_sink(src->rd, skip_sink, NULL, 0);
-  int st = wds_reader_next(src->rd, &s);
+  int st = wds__reader_next(src->rd, &s);
   if (st == WDS_EOF)
     return 0;
   char msg[WDS__ERR_SIZE], from[320];
@@ -325,7 +324,7 @@ static int feed_check_end(wds__feed *src, wds__item **fatal) {
     uint64_t n = c->counts[src->shard] + 1;
     int more = WDS_OK;
     while (!atomic_load(src->w.abort) &&
-           (more = wds_reader_next(src->rd, &s)) != WDS_EOF) {
+           (more = wds__reader_next(src->rd, &s)) != WDS_EOF) {
       if (more == WDS_OK)
         n++;
       else if (more != WDS_ERR_DUPLICATE)
@@ -339,7 +338,7 @@ static int feed_check_end(wds__feed *src, wds__item **fatal) {
              wds__count_source(c->sources, src->shard, from, sizeof from),
              more == WDS_EOF ? "" : "at least ", (unsigned long long)n, key);
   } else
-    snprintf(msg, sizeof msg, "%s", wds_reader_error(src->rd));
+    snprintf(msg, sizeof msg, "%s", wds__reader_error(src->rd));
   return read_error(src, st == WDS_OK ? WDS_ERR_CORRUPT : st, msg, fatal) ? -1
                                                                           : 0;
 }
@@ -402,7 +401,7 @@ static int feed_pull(wds__feed *src, wds__raw_sample **out, wds__item **fatal) {
     const wds_sample *s;
     uint64_t t0 = wds__now_ns();
     wds__reader_set_sink(src->rd, feed_sink, src, FEED_INTO_BYTES);
-    int st = wds_reader_next(src->rd, &s);
+    int st = wds__reader_next(src->rd, &s);
     src->read_ns += wds__now_ns() - t0;
     if (src->into_failed) {
       into_reset(src);
@@ -422,7 +421,7 @@ static int feed_pull(wds__feed *src, wds__raw_sample **out, wds__item **fatal) {
     }
     into_reset(src); /* blocks of a sample the error dropped */
     if (st != WDS_EOF) {
-      if (read_error(src, st, wds_reader_error(src->rd), fatal))
+      if (read_error(src, st, wds__reader_error(src->rd), fatal))
         return -1;
       if (st == WDS_ERR_DUPLICATE)
         continue; /* the reader goes on within the shard */

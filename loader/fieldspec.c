@@ -13,31 +13,18 @@
  *   *specs    the array of *count records;
  *   *storage  one block holding every name, NUL-terminated, that the
  *             records' .name point into.
- * On failure both are NULL, *count is 0 and err says which field (by its
- * 1-based position and text) and which option is wrong. */
+ * On failure both are NULL, *count is 0 and wds_last_error() says which
+ * field (by its 1-based position and text) and which option is wrong. */
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "pipeline/decoders.h"
 #include "wds/loader.h"
 
 #define FIELD_MAX_SIZE 65536
-
-static int fail(char *err, size_t err_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t err_size, const char *fmt, ...) {
-  if (err && err_size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-  }
-  return WDS_ERR_INVALID;
-}
 
 static int is_blank(char c) { return c == ' ' || c == '\t'; }
 
@@ -81,11 +68,11 @@ static int starts_with_digit(const char *s, size_t n) {
  * decoder). */
 static int apply_option(wds_field_spec *f, unsigned *seen, const char *s,
                         size_t n, size_t index, const char *field, int flen,
-                        char *err, size_t err_size) {
+                        wds__err *er) {
   int olen = n > 64 ? 64 : (int)n;
   if (n == 0)
-    return fail(err, err_size, "field %zu (\"%.*s\"): empty option", index,
-                flen, field);
+    return wds__fail(er, WDS_ERR_INVALID, "field %zu (\"%.*s\"): empty option",
+                     index, flen, field);
   unsigned kind = 0;
   if (token_is(s, n, "rgb") || token_is(s, n, "l")) {
     kind = 1;
@@ -104,10 +91,11 @@ static int apply_option(wds_field_spec *f, unsigned *seen, const char *s,
       w = h = parse_dim(s, n);
     }
     if (w < 0 || h < 0)
-      return fail(err, err_size,
-                  "field %zu (\"%.*s\"): bad image size \"%.*s\" (N or WxH, "
-                  "each 1..%d)",
-                  index, flen, field, olen, s, FIELD_MAX_SIZE);
+      return wds__fail(
+          er, WDS_ERR_INVALID,
+          "field %zu (\"%.*s\"): bad image size \"%.*s\" (N or WxH, "
+          "each 1..%d)",
+          index, flen, field, olen, s, FIELD_MAX_SIZE);
     if (!(*seen & kind)) {
       f->width = (int)w;
       f->height = (int)h;
@@ -122,20 +110,21 @@ static int apply_option(wds_field_spec *f, unsigned *seen, const char *s,
     if (!kind) {
       char names[128];
       wds__decoder_names(names, sizeof names);
-      return fail(err, err_size,
-                  "field %zu (\"%.*s\"): unknown option \"%.*s\" (expected "
-                  "rgb, l, N or WxH, %s)",
-                  index, flen, field, olen, s, names);
+      return wds__fail(
+          er, WDS_ERR_INVALID,
+          "field %zu (\"%.*s\"): unknown option \"%.*s\" (expected "
+          "rgb, l, N or WxH, %s)",
+          index, flen, field, olen, s, names);
     }
   }
   if (*seen & kind)
-    return fail(err, err_size,
-                "field %zu (\"%.*s\"): duplicate %s option \"%.*s\"", index,
-                flen, field,
-                kind == 1   ? "channel"
-                : kind == 2 ? "size"
-                            : "decoder",
-                olen, s);
+    return wds__fail(er, WDS_ERR_INVALID,
+                     "field %zu (\"%.*s\"): duplicate %s option \"%.*s\"",
+                     index, flen, field,
+                     kind == 1   ? "channel"
+                     : kind == 2 ? "size"
+                                 : "decoder",
+                     olen, s);
   *seen |= kind;
   return WDS_OK;
 }
@@ -143,33 +132,32 @@ static int apply_option(wds_field_spec *f, unsigned *seen, const char *s,
 /* Checks the NAME s[0..n): ';'-separated non-empty extensions without
  * blanks, control characters or '/' (names become file names with --save). */
 static int check_name(const char *s, size_t n, size_t index, const char *field,
-                      int flen, char *err, size_t err_size) {
+                      int flen, wds__err *er) {
   if (n == 0)
-    return fail(err, err_size, "field %zu (\"%.*s\"): empty name", index, flen,
-                field);
+    return wds__fail(er, WDS_ERR_INVALID, "field %zu (\"%.*s\"): empty name",
+                     index, flen, field);
   size_t ext_start = 0;
   for (size_t i = 0; i <= n; i++) {
     if (i == n || s[i] == ';') {
       if (i == ext_start)
-        return fail(err, err_size,
-                    "field %zu (\"%.*s\"): empty extension in the name", index,
-                    flen, field);
+        return wds__fail(er, WDS_ERR_INVALID,
+                         "field %zu (\"%.*s\"): empty extension in the name",
+                         index, flen, field);
       ext_start = i + 1;
       continue;
     }
     unsigned char c = (unsigned char)s[i];
     if (c < 0x20 || c == 0x7f || c == '/' || is_blank(s[i]))
-      return fail(err, err_size,
-                  "field %zu (\"%.*s\"): the name may not contain blanks, "
-                  "control characters or '/'",
-                  index, flen, field);
+      return wds__fail(er, WDS_ERR_INVALID,
+                       "field %zu (\"%.*s\"): the name may not contain blanks, "
+                       "control characters or '/'",
+                       index, flen, field);
   }
   return WDS_OK;
 }
 
-int wds_field_specs_parse(const char *text, wds_field_spec **specs,
-                          size_t *count, char **storage, char *err,
-                          size_t err_size) {
+static int parse(const char *text, wds_field_spec **specs, size_t *count,
+                 char **storage, wds__err *er) {
   int rc = WDS_OK;
   wds_field_spec *out = NULL;
   char *names = NULL;
@@ -180,23 +168,22 @@ int wds_field_specs_parse(const char *text, wds_field_spec **specs,
     *count = 0;
   if (storage)
     *storage = NULL;
-  if (err && err_size)
-    err[0] = '\0';
   if (!text || !specs || !count || !storage)
-    return fail(err, err_size, "field spec: NULL argument");
+    return wds__fail(er, WDS_ERR_INVALID, "field spec: NULL argument");
   size_t len = strlen(text);
   {
     size_t b = 0, e = len;
     trim(text, &b, &e);
     if (b == e)
-      return fail(err, err_size, "field spec is empty (e.g. \"jpg:rgb,cls\")");
+      return wds__fail(er, WDS_ERR_INVALID,
+                       "field spec is empty (e.g. \"jpg:rgb,cls\")");
   }
   for (size_t i = 0; i < len; i++)
     nfields += text[i] == ',';
   out = calloc(nfields, sizeof *out);
   names = malloc(len + 1); /* names are substrings: they fit */
   if (!out || !names) {
-    rc = fail(err, err_size, "out of memory");
+    rc = wds__fail(er, WDS_ERR_INVALID, "out of memory");
     goto done;
   }
   for (size_t start = 0; k < nfields; k++) {
@@ -211,7 +198,7 @@ int wds_field_specs_parse(const char *text, wds_field_spec **specs,
     const char *colon = memchr(field, ':', fe - fb);
     size_t nb = fb, ne = colon ? (size_t)(colon - text) : fe;
     trim(text, &nb, &ne);
-    rc = check_name(text + nb, ne - nb, index, field, flen, err, err_size);
+    rc = check_name(text + nb, ne - nb, index, field, flen, er);
     if (rc != WDS_OK)
       goto done;
     wds_field_spec *f = &out[k];
@@ -221,8 +208,9 @@ int wds_field_specs_parse(const char *text, wds_field_spec **specs,
     names[used++] = '\0';
     for (size_t j = 0; j < k; j++)
       if (strcmp(out[j].name, f->name) == 0) {
-        rc = fail(err, err_size, "field %zu (\"%.*s\"): duplicate field \"%s\"",
-                  index, flen, field, f->name);
+        rc = wds__fail(er, WDS_ERR_INVALID,
+                       "field %zu (\"%.*s\"): duplicate field \"%s\"", index,
+                       flen, field, f->name);
         goto done;
       }
     f->decode = WDS_DECODE_AUTO;
@@ -232,8 +220,7 @@ int wds_field_specs_parse(const char *text, wds_field_spec **specs,
       size_t oe = next ? (size_t)(next - text) : fe;
       size_t b = ob, e = oe;
       trim(text, &b, &e);
-      rc = apply_option(f, &seen, text + b, e - b, index, field, flen, err,
-                        err_size);
+      rc = apply_option(f, &seen, text + b, e - b, index, field, flen, er);
       if (rc != WDS_OK)
         goto done;
       if (!next)
@@ -242,10 +229,11 @@ int wds_field_specs_parse(const char *text, wds_field_spec **specs,
     }
     if ((seen & 3) && f->decode != WDS_DECODE_AUTO &&
         !wds__decoder_get(f->decode)->image_opts) {
-      rc = fail(err, err_size,
-                "field %zu (\"%.*s\"): image options (rgb, l, size) need the "
-                "image decoder",
-                index, flen, field);
+      rc = wds__fail(
+          er, WDS_ERR_INVALID,
+          "field %zu (\"%.*s\"): image options (rgb, l, size) need the "
+          "image decoder",
+          index, flen, field);
       goto done;
     }
     start = end + 1;
@@ -259,4 +247,10 @@ done:
   free(names);
   free(out);
   return rc;
+}
+
+int wds_field_specs_parse(const char *text, wds_field_spec **specs,
+                          size_t *count, char **storage) {
+  wds__err er;
+  return wds__last_set(parse(text, specs, count, storage, &er), er.msg);
 }

@@ -595,22 +595,21 @@ int wds_index_load(const char *path, unsigned flags, wds_index **out) {
   wds__err e;
   int rc;
   if (!out)
-    return wds__open_fail(WDS_ERR_INVALID, "wds_index_load: out is NULL");
+    return wds__last_fail(WDS_ERR_INVALID, "wds_index_load: out is NULL");
   *out = NULL;
   if (!path)
-    return wds__open_fail(WDS_ERR_INVALID, "wds_index_load: path is NULL");
+    return wds__last_fail(WDS_ERR_INVALID, "wds_index_load: path is NULL");
   if (flags & ~(WDS_INDEX_SAMPLES | WDS_INDEX_ALLOW_PIPE_FROM_FILES))
-    return wds__open_fail(WDS_ERR_INVALID, "wds_index_load: unknown flags 0x%x",
+    return wds__last_fail(WDS_ERR_INVALID, "wds_index_load: unknown flags 0x%x",
                           flags);
   wds_index *h = calloc(1, sizeof *h);
   if (!h)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
   e.msg[0] = '\0';
   if ((rc = wds__index_load_flags(path, flags, &h->ix, &e)) != WDS_OK) {
     free(h);
-    return wds__open_fail(rc, "%s", e.msg);
+    return wds__last_fail(rc, "%s", e.msg);
   }
-  wds__open_error_clear();
   *out = h;
   return WDS_OK;
 }
@@ -620,8 +619,13 @@ size_t wds_index_shard_count(const wds_index *ix) {
 }
 
 int wds_index_shard_info(const wds_index *ix, size_t i, wds_index_shard *out) {
-  if (!ix || !out || i >= ix->ix.count)
-    return WDS_ERR_INVALID;
+  if (!ix || !out)
+    return wds__last_fail(WDS_ERR_INVALID, "wds_index_shard_info: %s is NULL",
+                          ix ? "out" : "the index");
+  if (i >= ix->ix.count)
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "wds_index_shard_info: shard %zu of an index of %zu",
+                          i, ix->ix.count);
   const wds__index_entry *ent = &ix->ix.shards[i];
   out->url = ent->url;
   out->path = ent->path;
@@ -636,15 +640,13 @@ int wds_index_shard_info(const wds_index *ix, size_t i, wds_index_shard *out) {
 
 int wds_index_lookup(wds_index *ix, const char *url, size_t *shard) {
   if (!ix)
-    return WDS_ERR_INVALID;
+    return wds__last_fail(WDS_ERR_INVALID, "wds_index_lookup: NULL index");
   ix->err.msg[0] = '\0';
   if (!shard)
-    return wds__fail(&ix->err, WDS_ERR_INVALID, "wds_index_lookup: NULL shard");
-  return wds__index_find(&ix->ix, url, shard, &ix->err);
-}
-
-const char *wds_index_error(const wds_index *ix) {
-  return ix ? ix->err.msg : "";
+    wds__fail(&ix->err, WDS_ERR_INVALID, "wds_index_lookup: NULL shard");
+  int rc =
+      shard ? wds__index_find(&ix->ix, url, shard, &ix->err) : WDS_ERR_INVALID;
+  return wds__last_set(rc, ix->err.msg);
 }
 
 void wds_index_close(wds_index *ix) {

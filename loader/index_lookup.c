@@ -164,7 +164,7 @@ const char *wds_index_local_path(const char *url) {
   return wds__url_local_path(url);
 }
 
-char *wds_index_url_for(const char *url, const char *index_dir_real) {
+static char *url_for(const char *url, const char *index_dir_real) {
   char *fetched = wds__url_pipe_source(url);
   if (fetched) { /* the URL, not a command to run (base/url.h) */
     char *red = wds__url_redacted(fetched);
@@ -182,6 +182,15 @@ char *wds_index_url_for(const char *url, const char *index_dir_real) {
   char *rel = relative_to(index_dir_real, real);
   free(real);
   return rel;
+}
+
+char *wds_index_url_for(const char *url, const char *index_dir_real) {
+  char *r = url ? url_for(url, index_dir_real) : NULL;
+  if (!r)
+    wds__last_fail(url ? WDS_ERR_NOMEM : WDS_ERR_INVALID,
+                   "wds_index_url_for: %s",
+                   url ? "out of memory" : "the URL is NULL");
+  return r;
 }
 
 /* Binary search of perm (sorted by url or path) for key; -1 if absent. */
@@ -228,7 +237,7 @@ int wds__index_find(const wds__index *ix, const char *url, size_t *entry,
   if (i < 0 && ix->count && ix->by_url_ && ix->dir_real_ &&
       wds__url_local_path(url)) {
     /* what `wds index -o` recorded for this file */
-    char *rel = wds_index_url_for(url, ix->dir_real_);
+    char *rel = url_for(url, ix->dir_real_);
     if (rel)
       i = find(ix, ix->by_url_, 0, rel);
     free(rel);

@@ -346,8 +346,8 @@ typedef struct wds__sources {
 } wds__sources;
 
 /* An error under WDS_ON_ERROR_SKIP, as the loader takes it from a module
- * that does not see the loader (wds__note_skip: counted, kept, logged
- * as "<what>: msg"). */
+ * that does not see the loader (wds__note_skip: counted and logged as
+ * "<what>: msg"). */
 typedef void (*wds__skip_fn)(void *ctx, const char *what, const char *msg);
 
 /* How the loader opens one shard's reader (feed.c; the workers and the
@@ -471,8 +471,7 @@ struct wds_loader {
   int failed;          /* a fatal status, returned from then on */
 
   /* ---- any thread ---- */
-  char err[WDS__ERR_SIZE];     /* wds__set_error, under mu */
-  char err_out[WDS__ERR_SIZE]; /* what wds_loader_error() returned */
+  char err[WDS__ERR_SIZE]; /* wds__set_error, under mu */
   /* Stats (STAT_ADD: relaxed atomics, summed over threads; collate.c
    * through the pointers in col). */
   atomic_uint_fast64_t st_batches, st_samples, st_skipped, st_fill, st_shards,
@@ -534,8 +533,10 @@ void wds__slot_set(wds_loader *l, int i, int to);
 
 /* ---- loader.c ---- */
 
-/* The last error's text: written by workers (skips) and the caller's thread,
- * so always under l->mu; wds_loader_error() hands out a copy. */
+/* The last error's text: written by the threads calling the loader (and
+ * wds_gpu_jpeg_decode_rows, which may run on several at once), so always
+ * under l->mu; a public call that fails copies it into its caller's last
+ * error (wds_last_error). What WDS_ON_ERROR_SKIP skips goes to the log. */
 void wds__set_error(wds_loader *l, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -784,7 +785,7 @@ extern void (*wds__defer_copy_hook)(const char *url, const char *key);
 /* A reader of one shard, as the workers and the counting pass open it: the
  * loader's limits, and reads that its wake token interrupts. */
 int wds__open_shard_reader(const wds__shard_opener *o, size_t shard,
-                           wds_reader **out);
+                           wds_reader **out, wds__err *e);
 
 /* ---- mix.c: sources ---- */
 
@@ -815,12 +816,13 @@ void wds__feeds_close(wds__feeds *fs);
 /* At open: the sources (from cfg->sources, or the one spec or URL list)
  * into ss (zeroed by the caller): urls, src and shard_source; listings
  * read on the caller's thread under cfg's read timeout, retries and
- * interrupt check. WDS_OK, or a failure (wds__open_fail). */
-int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg);
+ * interrupt check. WDS_OK, or a failure in oe. */
+int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg,
+                      wds__err *oe);
 /* After the counts (exact mode: counts per shard): each source's n_s,
  * checked; ss->mixed. */
 int wds__sources_plan_check(wds__sources *ss, wds_mode mode,
-                            const uint64_t *counts);
+                            const uint64_t *counts, wds__err *oe);
 /* The epoch plan of pin (its counts in exact mode): wds__plan_epoch, or
  * with a mix the sum of the sources' plans (and *per, each source's, in
  * exact mode; else NULL). */
@@ -922,8 +924,8 @@ void wds__worker_handoff(wds__worker *w);
 
 /* Exact mode: each shard's count (*out, an array the caller frees, set
  * even on failure) from its source's index or a counting pass, checked.
- * WDS_OK, or a failure (wds__open_fail). */
-int wds__load_counts(const wds__count_ctx *c, uint64_t **out);
+ * WDS_OK, or a failure (wds__last_fail). */
+int wds__load_counts(const wds__count_ctx *c, uint64_t **out, wds__err *oe);
 /* Where the exact mode's count of a shard came from, for messages. */
 const char *wds__count_source(const wds__sources *ss, size_t shard, char *buf,
                               size_t n);

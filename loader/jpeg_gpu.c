@@ -41,39 +41,34 @@ wds_gpu_jpeg *wds__gpu_jpeg_new(const wds__jg_ops *ops, void *ctx,
   return g;
 }
 
-int wds_gpu_jpeg_create(int device, wds_gpu_jpeg **out, char *err,
-                        size_t err_size) {
+int wds_gpu_jpeg_create(int device, wds_gpu_jpeg **out) {
   const wds__jg_ops *ops = NULL;
   void *ctx = NULL;
   char lib[512] = "";
   wds__err e;
+  if (!out)
+    return wds__last_fail(WDS_ERR_INVALID, "wds_gpu_jpeg_create: out is NULL");
   *out = NULL;
   int rc = wds__jg_cuda_open(device, &ops, &ctx, lib, sizeof lib, &e);
-  if (rc != WDS_OK) {
-    if (err && err_size)
-      snprintf(err, err_size, "GPU JPEG decoding: %s", e.msg);
-    return rc;
-  }
-  if (!(*out = wds__gpu_jpeg_new(ops, ctx, lib))) {
-    if (err && err_size)
-      snprintf(err, err_size, "GPU JPEG decoding: out of memory");
-    return WDS_ERR_NOMEM;
-  }
+  if (rc != WDS_OK)
+    return wds__last_fail(rc, "GPU JPEG decoding: %s", e.msg);
+  if (!(*out = wds__gpu_jpeg_new(ops, ctx, lib)))
+    return wds__last_fail(WDS_ERR_NOMEM, "GPU JPEG decoding: out of memory");
   return WDS_OK;
 }
 
 int wds_gpu_jpeg_shape(const wds_loader *l, size_t field, int64_t shape[3]) {
   if (!l || field >= l->nfields ||
       l->fields[field].def != &wds__image_gpu_plan_def)
-    return WDS_ERR_INVALID;
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "wds_gpu_jpeg_shape: field %zu is not a JPEG field "
+                          "planned for the GPU (open the loader with "
+                          "jpeg_decode GPU)",
+                          field);
   shape[0] = l->fields[field].opts.height;
   shape[1] = l->fields[field].opts.width;
   shape[2] = l->fields[field].opts.channels;
   return WDS_OK;
-}
-
-const char *wds_gpu_jpeg_error(const wds_gpu_jpeg *g) {
-  return g ? g->err : "";
 }
 
 const char *wds_gpu_jpeg_library(const wds_gpu_jpeg *g) {
@@ -99,19 +94,30 @@ void wds_gpu_jpeg_close(wds_gpu_jpeg *g) {
   free(g);
 }
 
+/* A failure of a call on g: its text kept on g and as the caller's last
+ * error. */
 static int fail(wds_gpu_jpeg *g, int rc, const char *msg) {
   snprintf(g->err, sizeof g->err, "%s", msg);
-  return rc;
+  return wds__last_set(rc, g->err);
 }
 
 void *wds_gpu_jpeg_buffer(wds_gpu_jpeg *g, size_t bytes) {
-  return g ? g->ops->buffer(g->ctx, bytes) : NULL;
+  void *p = g ? g->ops->buffer(g->ctx, bytes) : NULL;
+  if (!p)
+    wds__last_fail(WDS_ERR_NOMEM,
+                   "wds_gpu_jpeg_buffer: %zu bytes of device memory could "
+                   "not be had",
+                   bytes);
+  return p;
 }
+
+#define NULL_DECODER(fn)                                                       \
+  wds__last_fail(WDS_ERR_INVALID, fn ": the decoder is NULL")
 
 int wds_gpu_jpeg_sync(wds_gpu_jpeg *g, void *stream) {
   wds__err e;
   if (!g)
-    return WDS_ERR_INVALID;
+    return NULL_DECODER("wds_gpu_jpeg_sync");
   int rc = g->ops->sync(g->ctx, stream, &e);
   return rc == WDS_OK ? rc : fail(g, rc, e.msg);
 }
@@ -120,7 +126,7 @@ int wds_gpu_jpeg_download(wds_gpu_jpeg *g, void *host, const void *dev,
                           size_t bytes, void *stream) {
   wds__err e;
   if (!g)
-    return WDS_ERR_INVALID;
+    return NULL_DECODER("wds_gpu_jpeg_download");
   int rc = g->ops->download(g->ctx, host, dev, bytes, stream, &e);
   return rc == WDS_OK ? rc : fail(g, rc, e.msg);
 }
@@ -131,13 +137,11 @@ int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
                                   stream);
 }
 
-int wds_gpu_jpeg_decode_rows(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
-                             size_t field, size_t row0, size_t rows,
-                             void *dev_out, void *stream) {
+static int decode_rows(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
+                       size_t field, size_t row0, size_t rows, void *dev_out,
+                       void *stream) {
   int64_t shape[3];
   wds__err e;
-  if (!g || !l || !b)
-    return WDS_ERR_INVALID;
   if (wds_gpu_jpeg_shape(l, field, shape) != WDS_OK ||
       field >= b->field_count || b->fields[field].dtype != WDS_DTYPE_BYTES) {
     snprintf(g->err, sizeof g->err,
@@ -250,6 +254,18 @@ int wds_gpu_jpeg_decode_rows(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
   if ((rc = g->ops->sync(g->ctx, stream, &e)) != WDS_OK)
     return fail(g, rc, e.msg);
   return first_rc;
+}
+
+int wds_gpu_jpeg_decode_rows(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
+                             size_t field, size_t row0, size_t rows,
+                             void *dev_out, void *stream) {
+  if (!g || !l || !b)
+    return wds__last_fail(WDS_ERR_INVALID, "wds_gpu_jpeg_decode: %s is NULL",
+                          !g   ? "the decoder"
+                          : !l ? "the loader"
+                               : "the batch");
+  return wds__last_set(decode_rows(g, l, b, field, row0, rows, dev_out, stream),
+                       g->err);
 }
 
 #ifndef WDS_HAVE_NVJPEG

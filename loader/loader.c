@@ -73,7 +73,6 @@ static void cache_warn(void *ctx, const char *msg) { log_msg(ctx, "%s", msg); }
 
 void wds__note_skip(wds_loader *l, const char *what, const char *msg) {
   STAT_ADD(l, skipped, 1);
-  wds__set_error(l, "%s", msg);
   log_msg(l, "%s: %s", what, msg);
 }
 
@@ -119,46 +118,47 @@ static int takes_jpeg(const wds__out_field *of) {
   return 0;
 }
 
-static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
+static int setup_fields(wds_loader *l, const wds_loader_config *cfg,
+                        wds__err *oe) {
   if (!cfg->fields || cfg->field_count == 0)
-    return wds__open_fail(WDS_ERR_INVALID,
-                          "wds_loader_open: no output fields (e.g. "
-                          "\"jpg;png:rgb:224,cls\")");
+    return wds__fail(oe, WDS_ERR_INVALID,
+                     "wds_loader_open: no output fields (e.g. "
+                     "\"jpg;png:rgb:224,cls\")");
   if (cfg->field_count > 256)
-    return wds__open_fail(WDS_ERR_INVALID,
-                          "wds_loader_open: %zu output fields (at most 256)",
-                          cfg->field_count);
+    return wds__fail(oe, WDS_ERR_INVALID,
+                     "wds_loader_open: %zu output fields (at most 256)",
+                     cfg->field_count);
   l->fields = calloc(cfg->field_count, sizeof *l->fields);
   if (!l->fields)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
   l->nfields = cfg->field_count;
   size_t total_alts = 0, gpu_fields = 0;
   for (size_t i = 0; i < cfg->field_count; i++) {
     const wds_field_spec *fs = &cfg->fields[i];
     wds__out_field *of = &l->fields[i];
     if (!fs->name || !*fs->name)
-      return wds__open_fail(WDS_ERR_INVALID,
-                            "wds_loader_open: field %zu has no name", i);
+      return wds__fail(oe, WDS_ERR_INVALID,
+                       "wds_loader_open: field %zu has no name", i);
     if (!(of->name = strdup(fs->name)))
-      return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+      return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
     size_t n = 1;
     for (const char *p = fs->name; *p; p++)
       n += *p == ';';
     /* room for each name's alias (wds__ext_alias: "jpg" also matches
      * "jpeg"), appended after the names given */
     if (!(of->alts = calloc(2 * n, sizeof *of->alts)))
-      return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+      return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
     const char *p = fs->name;
     for (size_t a = 0; a < n; a++) {
       const char *q = strchr(p, ';');
       size_t len = q ? (size_t)(q - p) : strlen(p);
       if (len == 0)
-        return wds__open_fail(WDS_ERR_INVALID,
-                              "wds_loader_open: field \"%s\" has an empty "
-                              "alternative",
-                              fs->name);
+        return wds__fail(oe, WDS_ERR_INVALID,
+                         "wds_loader_open: field \"%s\" has an empty "
+                         "alternative",
+                         fs->name);
       if (!(of->alts[a] = strndup(p, len)))
-        return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+        return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
       for (char *c = of->alts[a]; *c; c++)
         if (*c >= 'A' && *c <= 'Z')
           *c = (char)(*c - 'A' + 'a');
@@ -171,15 +171,15 @@ static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
       for (size_t b = 0; alias && b < of->nalts; b++)
         listed |= strcmp(of->alts[b], alias) == 0;
       if (alias && !listed && !(of->alts[of->nalts++] = strdup(alias)))
-        return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+        return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
     }
     total_alts += of->nalts;
     of->def = fs->decode == WDS_DECODE_AUTO ? wds__decoder_for_ext(of->alts[0])
                                             : wds__decoder_get(fs->decode);
     if (!of->def)
-      return wds__open_fail(WDS_ERR_INVALID,
-                            "wds_loader_open: field \"%s\": unknown decode %d",
-                            fs->name, (int)fs->decode);
+      return wds__fail(oe, WDS_ERR_INVALID,
+                       "wds_loader_open: field \"%s\": unknown decode %d",
+                       fs->name, (int)fs->decode);
     of->opts.channels = fs->channels ? fs->channels : 3;
     of->opts.width = fs->width ? fs->width : cfg->image_size;
     of->opts.height = fs->height ? fs->height : cfg->image_size;
@@ -188,9 +188,8 @@ static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
     of->opts.scale_max = cfg->crop_scale_max;
     wds__err e;
     if (of->def->check_opts && of->def->check_opts(&of->opts, &e) != WDS_OK)
-      return wds__open_fail(WDS_ERR_INVALID,
-                            "wds_loader_open: field \"%s\": %s", fs->name,
-                            e.msg);
+      return wds__fail(oe, WDS_ERR_INVALID, "wds_loader_open: field \"%s\": %s",
+                       fs->name, e.msg);
     if (cfg->jpeg_decode == WDS_JPEG_DECODE_GPU &&
         of->def->id == WDS_DECODE_IMAGE && takes_jpeg(of)) {
       of->def = &wds__image_gpu_plan_def;
@@ -199,14 +198,14 @@ static int setup_fields(wds_loader *l, const wds_loader_config *cfg) {
     of->def->row_shape(&of->opts, &of->row);
   }
   if (cfg->jpeg_decode == WDS_JPEG_DECODE_GPU && gpu_fields == 0)
-    return wds__open_fail(WDS_ERR_INVALID,
-                          "wds_loader_open: jpeg_decode is GPU, but no image "
-                          "field takes jpg or jpeg");
+    return wds__fail(oe, WDS_ERR_INVALID,
+                     "wds_loader_open: jpeg_decode is GPU, but no image "
+                     "field takes jpg or jpeg");
   for (size_t i = 0; i < l->nfields; i++)
     l->needs_decode |= !l->fields[i].def->passthrough;
   l->wanted = calloc(total_alts, sizeof *l->wanted);
   if (!l->wanted)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
   for (size_t i = 0; i < l->nfields; i++)
     for (size_t a = 0; a < l->fields[i].nalts; a++)
       l->wanted[l->nwanted++] = l->fields[i].alts[a];
@@ -218,7 +217,7 @@ static void collate_skip(void *ctx, const char *msg) {
   wds__note_skip(ctx, "skipped", msg);
 }
 
-static int setup_pool(wds_loader *l) {
+static int setup_pool(wds_loader *l, wds__err *oe) {
   l->col = (wds__collate){l->fields,
                           l->nfields,
                           l->cfg.batch_size,
@@ -236,12 +235,12 @@ static int setup_pool(wds_loader *l) {
   l->ready = calloc((size_t)l->nslots + 2, sizeof *l->ready);
   l->fence_tmp = calloc((size_t)l->nslots, sizeof *l->fence_tmp);
   if (!l->slots || !l->ready || !l->fence_tmp)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
   for (int k = 0; k < l->nslots; k++) {
     wds__err e;
     int rc = wds__slot_init(&l->col, &l->slots[k], k, &e);
     if (rc != WDS_OK)
-      return wds__open_fail(rc, "%s", e.msg);
+      return wds__fail(oe, rc, "%s", e.msg);
   }
   return WDS_OK;
 }
@@ -263,9 +262,9 @@ static uint64_t batches_for(const wds_loader *l, uint64_t samples) {
                                             : (samples + bs - 1) / bs;
 }
 
-static int validate(const wds_loader_config *c) {
+static int validate(const wds_loader_config *c, wds__err *oe) {
 #define BAD(...)                                                               \
-  return wds__open_fail(WDS_ERR_INVALID, "wds_loader_open: " __VA_ARGS__)
+  return wds__fail(oe, WDS_ERR_INVALID, "wds_loader_open: " __VA_ARGS__)
   if (c->world_size < 1 || c->world_size > 1 << 24)
     BAD("world size %d (1 .. 16777216)", c->world_size);
   if (c->rank < 0 || c->rank >= c->world_size)
@@ -309,7 +308,8 @@ static int validate(const wds_loader_config *c) {
 
 /* Checks and copies cfg's rank_batch_sizes; this rank's entry becomes
  * the batch size. */
-static int rank_batch_sizes(wds_loader *l, const wds_loader_config *cfg) {
+static int rank_batch_sizes(wds_loader *l, const wds_loader_config *cfg,
+                            wds__err *oe) {
   wds_loader_config *c = &l->cfg;
   size_t n = cfg->rank_batch_size_count;
   if (n == 0) {
@@ -317,38 +317,38 @@ static int rank_batch_sizes(wds_loader *l, const wds_loader_config *cfg) {
     return WDS_OK;
   }
   if (!cfg->rank_batch_sizes)
-    return wds__open_fail(WDS_ERR_INVALID,
-                          "wds_loader_open: rank_batch_sizes is NULL but "
-                          "rank_batch_size_count is %zu",
-                          n);
+    return wds__fail(oe, WDS_ERR_INVALID,
+                     "wds_loader_open: rank_batch_sizes is NULL but "
+                     "rank_batch_size_count is %zu",
+                     n);
   if (c->world_size < 1 || n != (size_t)c->world_size)
-    return wds__open_fail(WDS_ERR_INVALID,
-                          "wds_loader_open: %zu per-rank batch sizes for a "
-                          "world size of %d: give one per rank",
-                          n, c->world_size);
+    return wds__fail(oe, WDS_ERR_INVALID,
+                     "wds_loader_open: %zu per-rank batch sizes for a "
+                     "world size of %d: give one per rank",
+                     n, c->world_size);
   for (size_t r = 0; r < n; r++)
     if (cfg->rank_batch_sizes[r] < 1 || cfg->rank_batch_sizes[r] > MAX_BATCH)
-      return wds__open_fail(WDS_ERR_INVALID,
-                            "wds_loader_open: rank %zu's batch size %zu "
-                            "(1 .. %zu)",
-                            r, cfg->rank_batch_sizes[r], MAX_BATCH);
+      return wds__fail(oe, WDS_ERR_INVALID,
+                       "wds_loader_open: rank %zu's batch size %zu "
+                       "(1 .. %zu)",
+                       r, cfg->rank_batch_sizes[r], MAX_BATCH);
   if (c->rank < 0 || c->rank >= c->world_size)
     return WDS_OK; /* validate() says so */
   size_t mine = cfg->rank_batch_sizes[c->rank];
   if (c->batch_size != 1 && c->batch_size != mine)
-    return wds__open_fail(WDS_ERR_INVALID,
-                          "wds_loader_open: batch_size %zu, but "
-                          "rank_batch_sizes gives rank %d %zu: set one of "
-                          "them",
-                          c->batch_size, c->rank, mine);
+    return wds__fail(oe, WDS_ERR_INVALID,
+                     "wds_loader_open: batch_size %zu, but "
+                     "rank_batch_sizes gives rank %d %zu: set one of "
+                     "them",
+                     c->batch_size, c->rank, mine);
   if (c->mode == WDS_MODE_PLAIN)
-    return wds__open_fail(
-        WDS_ERR_INVALID,
+    return wds__fail(
+        oe, WDS_ERR_INVALID,
         "wds_loader_open: per-rank batch sizes need exact or resampled "
         "mode: in plain mode a rank's sample count is not known before it "
         "reads its shards, so equal step counts cannot be promised");
   if (!(l->rank_bs = malloc(n * sizeof *l->rank_bs)))
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
   memcpy(l->rank_bs, cfg->rank_batch_sizes, n * sizeof *l->rank_bs);
   c->rank_batch_sizes = l->rank_bs;
   c->batch_size = mine;
@@ -357,17 +357,17 @@ static int rank_batch_sizes(wds_loader *l, const wds_loader_config *cfg) {
 
 int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   int rc;
+  wds__err err = {{0}};
   wds_loader *l = NULL;
   if (!out)
-    return wds__open_fail(WDS_ERR_INVALID, "wds_loader_open: out is NULL");
+    return wds__last_fail(WDS_ERR_INVALID, "wds_loader_open: out is NULL");
   *out = NULL;
-  wds__open_error_clear();
   if (!cfg || (!cfg->spec && !cfg->urls && !cfg->sources))
-    return wds__open_fail(WDS_ERR_INVALID,
+    return wds__last_fail(WDS_ERR_INVALID,
                           "wds_loader_open: no spec, urls or sources");
   l = calloc(1, sizeof *l);
   if (!l)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
   pthread_mutex_init(&l->mu, NULL);
   atomic_init(&l->mu_owner, 0);
   pthread_cond_init(&l->cv, NULL);
@@ -381,8 +381,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     wds__topology t;
     wds__err te;
     if ((rc = wds__topology_from_env(&t, NULL, NULL, &te)) != WDS_OK) {
-      wds__open_fail(rc, "rank and world size from the environment: %s",
-                     te.msg);
+      wds__fail(&err, rc, "rank and world size from the environment: %s",
+                te.msg);
       goto fail;
     }
     if (c->rank < 0)
@@ -397,22 +397,22 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     c->prefetch_batches = 4;
   if (c->shuffle_buffer_bytes == 0)
     c->shuffle_buffer_bytes = DEFAULT_SHUFFLE_BYTES;
-  if ((rc = rank_batch_sizes(l, cfg)) != WDS_OK)
+  if ((rc = rank_batch_sizes(l, cfg, &err)) != WDS_OK)
     goto fail;
-  if ((rc = validate(c)) != WDS_OK)
+  if ((rc = validate(c, &err)) != WDS_OK)
     goto fail;
   c->fields = NULL; /* copied into l->fields; the caller's may go away */
   c->spec = NULL;
   c->urls = NULL;
   c->sources = NULL;
   if (cfg->index_path && !(l->index_copy = strdup(cfg->index_path))) {
-    rc = wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    rc = wds__fail(&err, WDS_ERR_NOMEM, "out of memory");
     goto fail;
   }
   c->index_path = l->index_copy;
   if (cfg->cache_dir && cfg->cache_dir[0] &&
       !(l->cache_dir_copy = strdup(cfg->cache_dir))) {
-    rc = wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    rc = wds__fail(&err, WDS_ERR_NOMEM, "out of memory");
     goto fail;
   }
   c->cache_dir = l->cache_dir_copy;
@@ -420,17 +420,17 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   l->cache_stats.warn_ctx = l;
   l->alloc = cfg->allocator.alloc ? cfg->allocator : wds__default_allocator();
   if (!l->alloc.free) {
-    rc = wds__open_fail(WDS_ERR_INVALID,
-                        "wds_loader_open: allocator without free");
+    rc = wds__fail(&err, WDS_ERR_INVALID,
+                   "wds_loader_open: allocator without free");
     goto fail;
   }
-  if ((rc = setup_fields(l, cfg)) != WDS_OK)
+  if ((rc = setup_fields(l, cfg, &err)) != WDS_OK)
     goto fail;
 
-  if ((rc = wds__sources_open(&l->sources, cfg)) != WDS_OK)
+  if ((rc = wds__sources_open(&l->sources, cfg, &err)) != WDS_OK)
     goto fail;
   if (l->sources.urls.count == 0) {
-    rc = wds__open_fail(WDS_ERR_INVALID, "wds_loader_open: no shards");
+    rc = wds__fail(&err, WDS_ERR_INVALID, "wds_loader_open: no shards");
     goto fail;
   }
 
@@ -460,11 +460,11 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     for (size_t i = 0; i < l->sources.urls.count; i++)
       if (!l->sources.src[l->sources.shard_source[i]].index_path &&
           strcmp(l->sources.urls.urls[i], "-") == 0) {
-        rc = wds__open_fail(WDS_ERR_INVALID,
-                            "exact mode reads each shard twice without an "
-                            "index (once to count), which stdin ('-') cannot "
-                            "be: give an index (wds index) or use "
-                            "--mode plain or resampled");
+        rc = wds__fail(&err, WDS_ERR_INVALID,
+                       "exact mode reads each shard twice without an "
+                       "index (once to count), which stdin ('-') cannot "
+                       "be: give an index (wds index) or use "
+                       "--mode plain or resampled");
         goto fail;
       }
   l->opener = (wds__shard_opener){&l->cfg, &l->sources, &l->wake,
@@ -472,23 +472,24 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   if (c->mode == WDS_MODE_EXACT) {
     l->count_ctx = (wds__count_ctx){&l->cfg,    &l->sources, &l->opener,
                                     c->workers, skip_noted,  l};
-    if ((rc = wds__load_counts(&l->count_ctx, &l->counts)) != WDS_OK)
+    if ((rc = wds__load_counts(&l->count_ctx, &l->counts, &err)) != WDS_OK)
       goto fail;
     l->pin.counts = l->counts;
   }
-  if ((rc = wds__sources_plan_check(&l->sources, c->mode, l->counts)) != WDS_OK)
+  if ((rc = wds__sources_plan_check(&l->sources, c->mode, l->counts, &err)) !=
+      WDS_OK)
     goto fail;
   {
     wds__err e;
     if ((rc = wds__plan_check(&l->pin, &e)) != WDS_OK) {
-      wds__open_fail(rc, "%s", e.msg);
+      wds__fail(&err, rc, "%s", e.msg);
       goto fail;
     }
     if (c->mode != WDS_MODE_PLAIN) {
       wds__epoch_plan p, *per;
       if ((rc = wds__run_plan(&l->sources, &l->pin, c->epoch, &p, &per, &e)) !=
           WDS_OK) {
-        wds__open_fail(rc, "%s", e.msg);
+        wds__fail(&err, rc, "%s", e.msg);
         goto fail;
       }
       l->epoch_batches = batches_for(l, p.rank_samples);
@@ -498,17 +499,17 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     }
   }
   if (c->resume_batches > UINT64_MAX / c->batch_size) {
-    rc = wds__open_fail(WDS_ERR_INVALID,
-                        "wds_loader_open: resume at batch %llu is out of range",
-                        (unsigned long long)c->resume_batches);
+    rc = wds__fail(&err, WDS_ERR_INVALID,
+                   "wds_loader_open: resume at batch %llu is out of range",
+                   (unsigned long long)c->resume_batches);
     goto fail;
   }
   if (c->mode != WDS_MODE_PLAIN && c->resume_batches > l->epoch_batches) {
-    rc = wds__open_fail(WDS_ERR_INVALID,
-                        "wds_loader_open: resume at batch %llu, but an epoch "
-                        "has %llu batches",
-                        (unsigned long long)c->resume_batches,
-                        (unsigned long long)l->epoch_batches);
+    rc = wds__fail(&err, WDS_ERR_INVALID,
+                   "wds_loader_open: resume at batch %llu, but an epoch "
+                   "has %llu batches",
+                   (unsigned long long)c->resume_batches,
+                   (unsigned long long)l->epoch_batches);
     goto fail;
   }
   {
@@ -522,10 +523,10 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   l->feed_ctx = (wds__feed_ctx){&l->cfg,    &l->sources, l->counts,
                                 &l->opener, l->wanted,   l->nwanted,
                                 l->nfields, skip_noted,  l};
-  if ((rc = setup_pool(l)) != WDS_OK)
+  if ((rc = setup_pool(l, &err)) != WDS_OK)
     goto fail;
   if (!(l->pools = calloc(2 * (size_t)c->workers, sizeof *l->pools))) {
-    rc = wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    rc = wds__fail(&err, WDS_ERR_NOMEM, "out of memory");
     goto fail;
   }
   for (int i = 0; i < 2 * c->workers; i++) {
@@ -546,7 +547,7 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   return WDS_OK;
 fail:
   wds_loader_close(l);
-  return rc;
+  return wds__last_set(rc, err.msg);
 }
 
 /* ---- next / release ---- */
@@ -687,10 +688,8 @@ static int fences_poll(wds_loader *l, int block) {
   return freed;
 }
 
-int wds_loader_release_after(wds_loader *l, const wds_batch *b,
-                             const wds_release_fence *fence) {
-  if (!l)
-    return WDS_ERR_INVALID;
+static int release_after(wds_loader *l, const wds_batch *b,
+                         const wds_release_fence *fence) {
   if (!b || !fence || !fence->done || b->slot < 0 || b->slot >= l->nslots ||
       b != &l->slots[b->slot].batch) {
     wds__set_error(l, "wds_loader_release_after: %s",
@@ -726,11 +725,8 @@ static void fences_drain(wds_loader *l) {
     fences_poll(l, 1);
 }
 
-int wds_loader_next(wds_loader *l, const wds_batch **out) {
-  if (out)
-    *out = NULL;
-  if (!l || !out)
-    return WDS_ERR_INVALID;
+static int loader_next(wds_loader *l, const wds_batch **out) {
+  *out = NULL;
   if (l->failed)
     return l->failed;
   if (atomic_load(&l->cancelled))
@@ -828,6 +824,35 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
   return l->failed;
 }
 
+/* A public call's status: a failure's text (l->err, which the workers'
+ * errors reach through the run) copied into the caller's last error. */
+static int loader_status(wds_loader *l, int rc) {
+  if (rc >= 0)
+    return rc;
+  char msg[WDS__ERR_SIZE];
+  wds__loader_lock(l);
+  memcpy(msg, l->err, sizeof msg);
+  wds__loader_unlock(l);
+  return wds__last_set(rc, msg);
+}
+
+int wds_loader_next(wds_loader *l, const wds_batch **out) {
+  if (out)
+    *out = NULL;
+  if (!l || !out)
+    return wds__last_fail(WDS_ERR_INVALID, "wds_loader_next: %s is NULL",
+                          l ? "out" : "the loader");
+  return loader_status(l, loader_next(l, out));
+}
+
+int wds_loader_release_after(wds_loader *l, const wds_batch *b,
+                             const wds_release_fence *fence) {
+  if (!l)
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "wds_loader_release_after: the loader is NULL");
+  return loader_status(l, release_after(l, b, fence));
+}
+
 void wds_loader_release(wds_loader *l, const wds_batch *b) {
   if (!l || !b || b->slot < 0 || b->slot >= l->nslots ||
       b != &l->slots[b->slot].batch)
@@ -842,7 +867,8 @@ void wds_loader_release(wds_loader *l, const wds_batch *b) {
 
 int wds_loader_set_epoch(wds_loader *l, uint64_t epoch) {
   if (!l)
-    return WDS_ERR_INVALID;
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "wds_loader_set_epoch: the loader is NULL");
   /* The run already reading this epoch from its start (eager_next_epoch)
    * is the one asked for: kept. */
   if (l->cur && l->cur->epoch == epoch && l->cur->skip == 0 &&
@@ -874,16 +900,6 @@ void wds__set_error(wds_loader *l, const char *fmt, ...) {
   vsnprintf(l->err, sizeof l->err, fmt, ap);
   va_end(ap);
   wds__loader_unlock(l);
-}
-
-const char *wds_loader_error(const wds_loader *l) {
-  if (!l)
-    return "";
-  wds_loader *m = (wds_loader *)l; /* the lock, not the text, changes */
-  wds__loader_lock(m);
-  memcpy(m->err_out, m->err, sizeof m->err_out);
-  wds__loader_unlock(m);
-  return m->err_out;
 }
 
 const char *wds_loader_allocator_name(const wds_loader *l) {

@@ -66,22 +66,22 @@ static int append_urls(wds__sources *ss, const wds_url_list *add) {
   return 0;
 }
 
-static int check_amount(size_t s, const char *what, double v) {
+static int check_amount(size_t s, const char *what, double v, wds__err *oe) {
   if (!(v >= 0) || !isfinite(v) || v > 1e12)
-    return wds__open_fail(WDS_ERR_INVALID,
-                          "wds_loader_open: source %zu: %s %g (need a finite "
-                          "number >= 0; 0 = unset)",
-                          s, what, v);
+    return wds__fail(oe, WDS_ERR_INVALID,
+                     "wds_loader_open: source %zu: %s %g (need a finite "
+                     "number >= 0; 0 = unset)",
+                     s, what, v);
   return WDS_OK;
 }
 
-/* A spec expanded into *out on open's thread, the message in the open
- * error. s3:// listings obey what the shard reads will (feed.c's reader
- * config: the read timeout, the retries) and the caller's interrupt check
- * (cfg.interrupt, asked on this thread, through a token of the open's own:
- * nobody can cancel the loader before open returns it). */
+/* A spec expanded into *out on open's thread, the message in e. s3:// listings
+ * obey what the shard reads will (feed.c's reader config: the read timeout, the
+ * retries) and the caller's interrupt check (cfg.interrupt, asked on this
+ * thread, through a token of the open's own: nobody can cancel the loader
+ * before open returns it). */
 static int expand(const wds_loader_config *cfg, const char *spec,
-                  wds_url_list *out) {
+                  wds_url_list *out, wds__err *e) {
   wds__cancel ask;
   wds__cancel_init(&ask); /* works without its eventfd too, by polling */
   ask.interrupt = cfg->interrupt;
@@ -91,97 +91,95 @@ static int expand(const wds_loader_config *cfg, const char *spec,
                            .retries = cfg->retries};
   unsigned flags =
       cfg->allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0;
-  int rc = wds__spec_expand_io(&spec, 1, 0, flags, &io, out,
-                               wds__open_error_buf(), WDS__ERR_SIZE);
+  int rc = wds__spec_expand_io(&spec, 1, 0, flags, &io, out, e);
   wds__cancel_destroy(&ask);
   return rc;
 }
 
-int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg) {
+int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg,
+                      wds__err *oe) {
   int rc;
   if (cfg->sources && (cfg->spec || cfg->urls))
-    return wds__open_fail(WDS_ERR_INVALID,
-                          "wds_loader_open: give a spec (or urls) or sources, "
-                          "not both");
+    return wds__fail(oe, WDS_ERR_INVALID,
+                     "wds_loader_open: give a spec (or urls) or sources, "
+                     "not both");
   if (cfg->sources && cfg->index_path)
-    return wds__open_fail(WDS_ERR_INVALID,
-                          "wds_loader_open: with sources, each source names "
-                          "its own index (wds_source_config.index_path), not "
-                          "index_path");
+    return wds__fail(oe, WDS_ERR_INVALID,
+                     "wds_loader_open: with sources, each source names "
+                     "its own index (wds_source_config.index_path), not "
+                     "index_path");
   size_t n = cfg->sources ? cfg->source_count : 1;
   if (n == 0 || n > MAX_SOURCES)
-    return wds__open_fail(WDS_ERR_INVALID,
-                          "wds_loader_open: %zu sources (1 .. %d)", n,
-                          MAX_SOURCES);
+    return wds__fail(oe, WDS_ERR_INVALID,
+                     "wds_loader_open: %zu sources (1 .. %d)", n, MAX_SOURCES);
   if (!(ss->src = calloc(n, sizeof *ss->src)))
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
   ss->nsrc = n;
   if (!cfg->sources) {
     if (cfg->spec) {
-      rc = expand(cfg, cfg->spec, &ss->urls);
+      wds__err e;
+      rc = expand(cfg, cfg->spec, &ss->urls, &e);
       if (rc != WDS_OK)
-        return rc;
+        return wds__fail(oe, rc, "%s", e.msg);
     } else {
       ss->urls.urls =
           calloc(cfg->url_count ? cfg->url_count : 1, sizeof(char *));
       if (!ss->urls.urls)
-        return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+        return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
       for (size_t i = 0; i < cfg->url_count; i++) {
         if (!cfg->urls[i] || !(ss->urls.urls[i] = strdup(cfg->urls[i])))
-          return wds__open_fail(cfg->urls[i] ? WDS_ERR_NOMEM : WDS_ERR_INVALID,
-                                "wds_loader_open: urls[%zu]: %s", i,
-                                cfg->urls[i] ? "out of memory" : "NULL");
+          return wds__fail(oe, cfg->urls[i] ? WDS_ERR_NOMEM : WDS_ERR_INVALID,
+                           "wds_loader_open: urls[%zu]: %s", i,
+                           cfg->urls[i] ? "out of memory" : "NULL");
         ss->urls.count++;
       }
     }
     if (cfg->index_path && !(ss->src[0].index_path = strdup(cfg->index_path)))
-      return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+      return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
     ss->src[0].count = ss->urls.count;
   } else {
     for (size_t s = 0; s < n; s++) {
       const wds_source_config *sc = &cfg->sources[s];
       wds__source *so = &ss->src[s];
       if (!sc->spec || !sc->spec[0])
-        return wds__open_fail(WDS_ERR_INVALID,
-                              "wds_loader_open: source %zu has no spec", s);
-      if ((rc = check_amount(s, "weight", sc->weight)) != WDS_OK ||
-          (rc = check_amount(s, "proportion", sc->proportion)) != WDS_OK ||
-          (rc = check_amount(s, "repeat", sc->repeat)) != WDS_OK)
+        return wds__fail(oe, WDS_ERR_INVALID,
+                         "wds_loader_open: source %zu has no spec", s);
+      if ((rc = check_amount(s, "weight", sc->weight, oe)) != WDS_OK ||
+          (rc = check_amount(s, "proportion", sc->proportion, oe)) != WDS_OK ||
+          (rc = check_amount(s, "repeat", sc->repeat, oe)) != WDS_OK)
         return rc;
       if ((sc->weight > 0) + (sc->proportion > 0) + (sc->repeat > 0) > 1)
-        return wds__open_fail(WDS_ERR_INVALID,
-                              "wds_loader_open: source %zu (%.300s) sets more "
-                              "than one of weight, proportion and repeat",
-                              s, sc->spec);
+        return wds__fail(oe, WDS_ERR_INVALID,
+                         "wds_loader_open: source %zu (%.300s) sets more "
+                         "than one of weight, proportion and repeat",
+                         s, sc->spec);
       so->weight = sc->weight;
       so->proportion = sc->proportion;
       so->repeat = sc->repeat;
       wds_url_list add = {0};
-      rc = expand(cfg, sc->spec, &add);
-      if (rc != WDS_OK) {
-        wds__err e;
-        wds__fail(&e, rc, "%s", wds__open_error_buf());
-        return wds__open_fail(rc, "source %zu: %s", s, e.msg);
-      }
+      wds__err e;
+      rc = expand(cfg, sc->spec, &add, &e);
+      if (rc != WDS_OK)
+        return wds__fail(oe, rc, "source %zu: %s", s, e.msg);
       so->first = ss->urls.count;
       so->count = add.count;
       if (append_urls(ss, &add) != 0) {
         wds_url_list_free(&add);
-        return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+        return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
       }
       free(add.urls); /* the strings belong to ss->urls now */
       if (so->count == 0)
-        return wds__open_fail(WDS_ERR_INVALID,
-                              "wds_loader_open: source %zu (%.300s) has no "
-                              "shards",
-                              s, sc->spec);
+        return wds__fail(oe, WDS_ERR_INVALID,
+                         "wds_loader_open: source %zu (%.300s) has no "
+                         "shards",
+                         s, sc->spec);
       if (sc->index_path && !(so->index_path = strdup(sc->index_path)))
-        return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+        return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
     }
   }
   if (!(ss->shard_source = calloc(ss->urls.count ? ss->urls.count : 1,
                                   sizeof *ss->shard_source)))
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
   for (size_t s = 0; s < n; s++) {
     for (size_t i = 0; i < ss->src[s].count; i++)
       ss->shard_source[ss->src[s].first + i] = (uint32_t)s;
@@ -199,38 +197,38 @@ int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg) {
     char name[300];
     src_name(ss, s, name, sizeof name);
     if (mode == WDS_MODE_PLAIN && n > 1)
-      return wds__open_fail(
-          WDS_ERR_INVALID,
+      return wds__fail(
+          oe, WDS_ERR_INVALID,
           "wds_loader_open: %zu sources in plain mode: mixing chooses a "
           "source per sample, and plain mode reads whole shards (use --mode "
           "exact or resampled)",
           n);
     if (mode == WDS_MODE_PLAIN && (so->repeat > 0 || so->proportion > 0))
-      return wds__open_fail(WDS_ERR_INVALID,
-                            "wds_loader_open: %s: repeat and proportion need "
-                            "exact mode (plain mode reads each shard once)",
-                            name);
+      return wds__fail(oe, WDS_ERR_INVALID,
+                       "wds_loader_open: %s: repeat and proportion need "
+                       "exact mode (plain mode reads each shard once)",
+                       name);
     if (mode == WDS_MODE_RESAMPLED && so->repeat > 0)
-      return wds__open_fail(
-          WDS_ERR_INVALID,
+      return wds__fail(
+          oe, WDS_ERR_INVALID,
           "wds_loader_open: %s: repeat is for exact mode; in resampled mode "
           "give a weight (or a proportion)",
           name);
     if (mode == WDS_MODE_EXACT && so->weight > 0)
-      return wds__open_fail(
-          WDS_ERR_INVALID,
+      return wds__fail(
+          oe, WDS_ERR_INVALID,
           "wds_loader_open: %s: weight is for resampled mode; in exact mode "
           "give a repeat factor or a proportion of the epoch",
           name);
     if (mode != WDS_MODE_EXACT && so->index_path)
-      return wds__open_fail(WDS_ERR_INVALID,
-                            "wds_loader_open: %s: an index is only used in "
-                            "exact mode",
-                            name);
+      return wds__fail(oe, WDS_ERR_INVALID,
+                       "wds_loader_open: %s: an index is only used in "
+                       "exact mode",
+                       name);
   }
   if (mode == WDS_MODE_RESAMPLED) {
     if (!(ss->mix_cum = calloc(n, sizeof *ss->mix_cum)))
-      return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+      return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
     double sum = 0;
     for (size_t s = 0; s < n; s++) {
       double w = ss->src[s].weight > 0       ? ss->src[s].weight
@@ -245,7 +243,7 @@ int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg) {
 }
 
 int wds__sources_plan_check(wds__sources *ss, wds_mode mode,
-                            const uint64_t *counts) {
+                            const uint64_t *counts, wds__err *oe) {
   if (mode != WDS_MODE_EXACT)
     return WDS_OK;
   uint64_t all = 0;
@@ -257,8 +255,8 @@ int wds__sources_plan_check(wds__sources *ss, wds_mode mode,
       so->total += counts[so->first + i]; /* check_total bounds it */
     all += so->total;
     if (so->total == 0 && ss->nsrc > 1)
-      return wds__open_fail(WDS_ERR_INVALID, "exact mode: %s has no samples",
-                            src_name(ss, s, name, sizeof name));
+      return wds__fail(oe, WDS_ERR_INVALID, "exact mode: %s has no samples",
+                       src_name(ss, s, name, sizeof name));
   }
   for (size_t s = 0; s < ss->nsrc; s++) {
     wds__source *so = &ss->src[s];
@@ -266,26 +264,25 @@ int wds__sources_plan_check(wds__sources *ss, wds_mode mode,
                   : so->proportion > 0 ? so->proportion * (double)all
                                        : (double)so->total;
     if (want >= 0x1p50)
-      return wds__open_fail(WDS_ERR_INVALID,
-                            "exact mode: %s would give %.3g samples per "
-                            "epoch (at most 2^50)",
-                            src_name(ss, s, name, sizeof name), want);
+      return wds__fail(oe, WDS_ERR_INVALID,
+                       "exact mode: %s would give %.3g samples per "
+                       "epoch (at most 2^50)",
+                       src_name(ss, s, name, sizeof name), want);
     so->n = (uint64_t)llround(want);
     if (so->n == 0 && ss->nsrc > 1)
-      return wds__open_fail(
-          WDS_ERR_INVALID,
-          "exact mode: %s gives no sample per epoch (%s %g "
-          "of %llu samples)",
-          src_name(ss, s, name, sizeof name),
-          so->repeat > 0 ? "repeat" : "proportion",
-          so->repeat > 0 ? so->repeat : so->proportion,
-          (unsigned long long)(so->repeat > 0 ? so->total : all));
+      return wds__fail(oe, WDS_ERR_INVALID,
+                       "exact mode: %s gives no sample per epoch (%s %g "
+                       "of %llu samples)",
+                       src_name(ss, s, name, sizeof name),
+                       so->repeat > 0 ? "repeat" : "proportion",
+                       so->repeat > 0 ? so->repeat : so->proportion,
+                       (unsigned long long)(so->repeat > 0 ? so->total : all));
     if (so->total > 0 && so->n / so->total + 1 > MAX_UNITS / so->count)
-      return wds__open_fail(WDS_ERR_INVALID,
-                            "exact mode: %s: %llu passes over %zu shards per "
-                            "epoch is too many",
-                            src_name(ss, s, name, sizeof name),
-                            (unsigned long long)(so->n / so->total), so->count);
+      return wds__fail(oe, WDS_ERR_INVALID,
+                       "exact mode: %s: %llu passes over %zu shards per "
+                       "epoch is too many",
+                       src_name(ss, s, name, sizeof name),
+                       (unsigned long long)(so->n / so->total), so->count);
   }
   ss->mixed = ss->nsrc > 1 || ss->src[0].n != ss->src[0].total;
   return WDS_OK;

@@ -22,7 +22,7 @@
  * a config field). read_buffer_bytes and the crop scales are not exposed.
  *
  * Errors: like the other handle-less calls that fail before a handle
- * exists, wds_loader_config_set keeps its message where wds_open_error()
+ * exists, wds_loader_config_set keeps its message where wds_last_error()
  * reads it (thread-local), naming the option as the caller named it. */
 #include <errno.h>
 #include <stddef.h>
@@ -420,11 +420,11 @@ static int bad(const wds_loader_option *r, const char *name, const char *value,
     snprintf(what, sizeof what, "1 or 0 (true or false)");
   else if (r->type == WDS_OPTION_ENUM) {
     char list[200];
-    return wds__open_fail(WDS_ERR_INVALID, "%s must be %s, not \"%s\"", name,
+    return wds__last_fail(WDS_ERR_INVALID, "%s must be %s, not \"%s\"", name,
                           name_list(r->names, list, sizeof list), value);
   } else
     snprintf(what, sizeof what, "a value");
-  return wds__open_fail(WDS_ERR_INVALID, "%s needs %s, not \"%s\"", name, what,
+  return wds__last_fail(WDS_ERR_INVALID, "%s needs %s, not \"%s\"", name, what,
                         value);
 }
 
@@ -436,13 +436,13 @@ int wds_loader_config_set(wds_loader_config *cfg, const char *name,
    * "1" can never turn a --no-... flag's meaning around. */
   if (r && r->type == WDS_OPTION_BOOL && name[0] == '-') {
     if (value)
-      return wds__open_fail(WDS_ERR_INVALID,
+      return wds__last_fail(WDS_ERR_INVALID,
                             "%s takes no value (it sets %s to %s), not \"%s\"",
                             name, r->name, r->cli_value, value);
     value = r->cli_value;
   }
   if (!cfg || !r || !value)
-    return wds__open_fail(WDS_ERR_INVALID,
+    return wds__last_fail(WDS_ERR_INVALID,
                           !r ? "unknown loader option \"%s\""
                              : "wds_loader_config_set: %s: config or value "
                                "is NULL",

@@ -20,14 +20,17 @@ struct wds_decode_checker {
 
 int wds_decode_checker_open(wds_decode_checker **out) {
   if (!out)
-    return WDS_ERR_INVALID;
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "wds_decode_checker_open: out is NULL");
   *out = NULL;
   wds_decode_checker *c = calloc(1, sizeof *c);
   if (!c)
-    return WDS_ERR_NOMEM;
+    return wds__last_fail(WDS_ERR_NOMEM, "wds_decode_checker_open: out of "
+                                         "memory");
   if (!(c->dec = wds__decoder_new())) {
     free(c);
-    return WDS_ERR_NOMEM;
+    return wds__last_fail(WDS_ERR_NOMEM, "wds_decode_checker_open: out of "
+                                         "memory");
   }
   *out = c;
   return WDS_OK;
@@ -47,13 +50,11 @@ void wds_decode_checker_set_image_memory_limit(wds_decode_checker *c,
 }
 
 int wds_decode_check(wds_decode_checker *c, const char *ext, const void *data,
-                     size_t size, char *err, size_t err_size) {
+                     size_t size) {
   wds_decode_checker *own = NULL;
   wds__err e;
   int rc = WDS_OK;
   e.msg[0] = '\0';
-  if (err && err_size)
-    err[0] = '\0';
   if (!ext || (!data && size)) {
     rc = wds__fail(&e, WDS_ERR_INVALID, "wds_decode_check: NULL argument");
     goto done;
@@ -70,8 +71,6 @@ int wds_decode_check(wds_decode_checker *c, const char *ext, const void *data,
   }
   rc = def->check(c->dec, size ? data : (const uint8_t *)"", size, &e);
 done:
-  if (rc != WDS_OK && err && err_size)
-    wds__copy_msg(err, err_size, e.msg);
   wds_decode_checker_close(own);
-  return rc;
+  return wds__last_set(rc, e.msg);
 }

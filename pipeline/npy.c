@@ -18,7 +18,7 @@
 
 #include "decode.h"
 #include "decoders.h"
-#include "wds/outfile.h"
+#include "shards/outfile_internal.h"
 
 static const struct {
   const char *name;
@@ -339,13 +339,11 @@ static int write_all(FILE *f, const void *p, size_t n) {
 }
 
 int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
-                 const int64_t *shape, const void *data, char *err,
-                 size_t err_size) {
-  wds__err e = {{0}};
+                 const int64_t *shape, const void *data) {
+  wds__err e = {{0}}, oe;
   int rc = WDS_OK;
   FILE *f = NULL;
   wds_outfile *of = NULL;
-  char msg[WDS__ERR_SIZE];
   if (!path || dtype <= WDS_DTYPE_BYTES || dtype > WDS_DTYPE_F64 || ndim < 0 ||
       ndim > 8 || (ndim > 0 && !shape)) {
     rc = wds__fail(&e, WDS_ERR_INVALID,
@@ -382,9 +380,8 @@ int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
   /* A temporary renamed when complete (/dev/null or a FIFO in place, never
    * replaced); not synced: saved batches are for inspection. stdio on a
    * copy of the descriptor, which commit closes. */
-  if (wds_outfile_open(path, WDS_OUTFILE_NO_SYNC, &of, msg, sizeof msg) !=
-      WDS_OK) {
-    rc = wds__fail(&e, WDS_ERR_IO, "npy save: %s", msg);
+  if (wds__outfile_open(path, WDS_OUTFILE_NO_SYNC, &of, &oe) != WDS_OK) {
+    rc = wds__fail(&e, WDS_ERR_IO, "npy save: %s", oe.msg);
     goto done;
   }
   int fd = dup(wds_outfile_fd(of));
@@ -416,15 +413,11 @@ int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
     rc = wds__fail(&e, WDS_ERR_IO, "npy save: write error on %s", path);
     goto done;
   }
-  if (wds_outfile_commit(of, msg, sizeof msg) != WDS_OK)
-    rc = wds__fail(&e, WDS_ERR_IO, "npy save: %s", msg);
+  if (wds__outfile_commit(of, &oe) != WDS_OK)
+    rc = wds__fail(&e, WDS_ERR_IO, "npy save: %s", oe.msg);
 done:
   if (f)
     fclose(f);
   wds_outfile_close(of); /* removes the temporary file after an error */
-  if (rc != WDS_OK && err && err_size)
-    wds__copy_msg(err, err_size, e.msg);
-  else if (err && err_size)
-    err[0] = '\0';
-  return rc;
+  return wds__last_set(rc, e.msg);
 }

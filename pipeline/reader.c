@@ -109,19 +109,20 @@ uint64_t wds__reader_data_offset(const wds_reader *r) {
   return r->pending.data_offset;
 }
 
-#define open_fail wds__open_fail
 int wds_reader_open(const wds_reader_config *cfg, wds_reader **out) {
-  return wds__reader_open(cfg, NULL, out);
+  wds__err e;
+  return wds__last_set(wds__reader_open(cfg, NULL, out, &e), e.msg);
 }
 
+#define open_fail(...) wds__fail(e, __VA_ARGS__)
 int wds__reader_open(const wds_reader_config *cfg, const wds__cancel *cancel,
-                     wds_reader **out) {
+                     wds_reader **out, wds__err *e) {
   int rc = WDS_OK;
   wds_reader *r = NULL;
+  e->msg[0] = '\0';
   if (!out)
     return open_fail(WDS_ERR_INVALID, "wds_reader_open: out is NULL");
   *out = NULL;
-  wds__open_error_clear();
   if (!cfg || (!cfg->spec && (!cfg->urls && cfg->url_count > 0)))
     return open_fail(WDS_ERR_INVALID, "wds_reader_open: no spec or urls");
   r = calloc(1, sizeof *r);
@@ -159,7 +160,7 @@ int wds__reader_open(const wds_reader_config *cfg, const wds__cancel *cancel,
     rc = wds__spec_expand_io(
         &cfg->spec, 1, cfg->max_urls,
         cfg->allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0, &r->io,
-        &r->urls, wds__open_error_buf(), WDS__ERR_SIZE);
+        &r->urls, e);
     if (rc != WDS_OK)
       goto done;
   } else {
@@ -220,12 +221,16 @@ void wds_reader_cancel(wds_reader *r) {
     wds__cancel_set(&r->own_cancel);
 }
 
-const char *wds_reader_error(const wds_reader *r) { return r->err.msg; }
+const char *wds__reader_error(const wds_reader *r) { return r->err.msg; }
 
 size_t wds_reader_shard_count(const wds_reader *r) { return r->urls.count; }
 
 const char *wds_reader_shard_url(const wds_reader *r, size_t index) {
-  return index < r->urls.count ? r->urls.urls[index] : NULL;
+  if (index < r->urls.count)
+    return r->urls.urls[index];
+  wds__last_fail(WDS_ERR_INVALID, "wds_reader_shard_url: shard %zu of %zu",
+                 index, r->urls.count);
+  return NULL;
 }
 
 void wds_reader_stats_get(const wds_reader *r, wds_reader_stats *out) {
@@ -514,7 +519,7 @@ static int skip_rest_of_key(wds_reader *r) {
   return WDS_OK;
 }
 
-int wds_reader_next(wds_reader *r, const wds_sample **out) {
+int wds__reader_next(wds_reader *r, const wds_sample **out) {
   int rc;
   *out = NULL;
   r->err.msg[0] = '\0';
@@ -599,4 +604,11 @@ int wds_reader_next(wds_reader *r, const wds_sample **out) {
         return fail_shard(r, rc);
     }
   }
+}
+
+int wds_reader_next(wds_reader *r, const wds_sample **out) {
+  if (!r || !out)
+    return wds__last_fail(WDS_ERR_INVALID, "wds_reader_next: %s is NULL",
+                          r ? "out" : "the reader");
+  return wds__last_set(wds__reader_next(r, out), r->err.msg);
 }

@@ -8,9 +8,17 @@
 #include "wds/reader.h"
 
 /* wds_reader_open() whose reads honour the caller's token instead of the
- * reader's own (cancel NULL: its own). The token must outlive the reader. */
+ * reader's own (cancel NULL: its own). The token must outlive the reader.
+ * A failure's text goes into e, not into the thread's last error. */
 int wds__reader_open(const wds_reader_config *cfg, const wds__cancel *cancel,
-                     wds_reader **out);
+                     wds_reader **out, wds__err *e);
+
+/* wds_reader_next() for other modules: a failure's text stays on the reader
+ * (wds__reader_error), not in the thread's last error. */
+int wds__reader_next(wds_reader *r, const wds_sample **out);
+
+/* The text of the reader's last failure ("" if none). */
+const char *wds__reader_error(const wds_reader *r);
 
 /* Where member data goes (wds__reader_set_sink). Called once per member
  * that joins a sample, before its data is read, with the lower-cased

@@ -6,11 +6,10 @@
  * FIFO or one of the process's own descriptors is written in place. The
  * tar writer (tarw.c) writes every shard through it; npy files, indexes
  * and checkpoints too. */
-#include "wds/outfile.h"
+#include "shards/outfile_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,19 +26,6 @@ struct wds_outfile {
   char *path;
   char *tmp; /* the temporary name while it exists (NULL in place) */
 };
-
-static int out_fail(char *err, size_t err_size, int status, const char *fmt,
-                    ...) __attribute__((format(printf, 4, 5)));
-static int out_fail(char *err, size_t err_size, int status, const char *fmt,
-                    ...) {
-  if (err && err_size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
 
 /* The descriptor /dev/stdout, /dev/stderr, /dev/fd/N or /proc/self/fd/N
  * names (a link to this process's own), or -1 for any other path. */
@@ -85,8 +71,7 @@ static int own_descriptor(const char *path) {
  * symlink to one or to nothing): written in place from the start. A link
  * is removed and the file created exclusively in its place, so its target
  * is never written; O_NOFOLLOW refuses a link planted since. */
-static int open_stream(wds_outfile *f, const char *path, char *err,
-                       size_t err_size) {
+static int open_stream(wds_outfile *f, const char *path, wds__err *e) {
   struct stat lst, st;
   int excl = 0;
   int own = own_fd(path);
@@ -96,16 +81,16 @@ static int open_stream(wds_outfile *f, const char *path, char *err,
      * will write there), never truncating or replacing what it names. */
     f->fd = fcntl(own, F_DUPFD_CLOEXEC, 3);
     if (f->fd < 0 || fstat(f->fd, &st) != 0)
-      return out_fail(err, err_size, WDS_ERR_OPEN, "cannot write %s: %s", path,
-                      strerror(errno));
+      return wds__fail(e, WDS_ERR_OPEN, "cannot write %s: %s", path,
+                       strerror(errno));
     f->in_place = st.st_mode & S_IFMT;
     return WDS_OK;
   }
   if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) {
     if (unlink(path) != 0)
-      return out_fail(err, err_size, WDS_ERR_OPEN,
-                      "cannot replace the symbolic link %s: %s", path,
-                      strerror(errno));
+      return wds__fail(e, WDS_ERR_OPEN,
+                       "cannot replace the symbolic link %s: %s", path,
+                       strerror(errno));
     excl = O_EXCL;
   }
   f->fd = open(path,
@@ -113,28 +98,28 @@ static int open_stream(wds_outfile *f, const char *path, char *err,
                    O_CLOEXEC | excl,
                0666);
   if (f->fd < 0)
-    return out_fail(err, err_size, WDS_ERR_OPEN, "cannot create %s: %s", path,
-                    strerror(errno));
+    return wds__fail(e, WDS_ERR_OPEN, "cannot create %s: %s", path,
+                     strerror(errno));
   if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
-    return out_fail(err, err_size, WDS_ERR_OPEN,
-                    "cannot open %s: it changed while it was opened", path);
+    return wds__fail(e, WDS_ERR_OPEN,
+                     "cannot open %s: it changed while it was opened", path);
   f->in_place = S_IFREG;
   return WDS_OK;
 }
 
-int wds_outfile_open(const char *path, unsigned flags, wds_outfile **out,
-                     char *err, size_t err_size) {
+int wds__outfile_open(const char *path, unsigned flags, wds_outfile **out,
+                      wds__err *e) {
   static atomic_uint counter;
   int rc = WDS_OK;
   if (!out)
-    return out_fail(err, err_size, WDS_ERR_INVALID, "out is NULL");
+    return wds__fail(e, WDS_ERR_INVALID, "out is NULL");
   *out = NULL;
   if (!path || !*path)
-    return out_fail(err, err_size, WDS_ERR_INVALID, "empty output path");
+    return wds__fail(e, WDS_ERR_INVALID, "empty output path");
   wds_outfile *f = calloc(1, sizeof *f);
   if (!f || !(f->path = strdup(path))) {
     free(f);
-    return out_fail(err, err_size, WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
   }
   f->fd = -1;
   f->flags = flags;
@@ -145,8 +130,8 @@ int wds_outfile_open(const char *path, unsigned flags, wds_outfile **out,
    * target). */
   if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
     if (S_ISDIR(st.st_mode) || S_ISSOCK(st.st_mode)) {
-      rc = out_fail(err, err_size, WDS_ERR_OPEN, "cannot write %s: it is a %s",
-                    path, S_ISDIR(st.st_mode) ? "directory" : "socket");
+      rc = wds__fail(e, WDS_ERR_OPEN, "cannot write %s: it is a %s", path,
+                     S_ISDIR(st.st_mode) ? "directory" : "socket");
       goto done;
     }
     /* A device or FIFO is written in place only when PATH names it
@@ -161,13 +146,13 @@ int wds_outfile_open(const char *path, unsigned flags, wds_outfile **out,
                          : S_ISCHR(st.st_mode) ? "character device"
                          : S_ISBLK(st.st_mode) ? "block device"
                                                : "special file";
-      rc = out_fail(err, err_size, WDS_ERR_OPEN,
-                    "cannot write %s: it is a symbolic link to a %s (%s): "
-                    "an output replaces a link to a regular file, and never "
-                    "writes through one to a device, FIFO or socket; name "
-                    "the %s itself to write into it",
-                    path, what,
-                    real ? wds__esc(real, shown, sizeof shown, 0) : "?", what);
+      rc = wds__fail(e, WDS_ERR_OPEN,
+                     "cannot write %s: it is a symbolic link to a %s (%s): "
+                     "an output replaces a link to a regular file, and never "
+                     "writes through one to a device, FIFO or socket; name "
+                     "the %s itself to write into it",
+                     path, what,
+                     real ? wds__esc(real, shown, sizeof shown, 0) : "?", what);
       free(real);
       goto done;
     }
@@ -176,27 +161,27 @@ int wds_outfile_open(const char *path, unsigned flags, wds_outfile **out,
     f->fd = open(path,
                  O_WRONLY | O_NOCTTY | O_CLOEXEC | (is_link ? 0 : O_NOFOLLOW));
     if (f->fd < 0) {
-      rc = out_fail(err, err_size, WDS_ERR_OPEN, "cannot open %s: %s", path,
-                    strerror(errno));
+      rc = wds__fail(e, WDS_ERR_OPEN, "cannot open %s: %s", path,
+                     strerror(errno));
       goto done;
     }
     if (fstat(f->fd, &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
       /* Replaced by a regular file since the stat: writing it in place
        * would not be atomic. */
-      rc = out_fail(err, err_size, WDS_ERR_OPEN,
-                    "cannot open %s: it changed while it was opened", path);
+      rc = wds__fail(e, WDS_ERR_OPEN,
+                     "cannot open %s: it changed while it was opened", path);
       goto done;
     }
     f->in_place = st.st_mode & S_IFMT;
     goto done;
   }
   if (flags & WDS_OUTFILE_STREAM) {
-    rc = open_stream(f, path, err, err_size);
+    rc = open_stream(f, path, e);
     goto done;
   }
   size_t n = strlen(path) + 48;
   if (!(f->tmp = malloc(n))) {
-    rc = out_fail(err, err_size, WDS_ERR_NOMEM, "out of memory");
+    rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
     goto done;
   }
   /* A name of our own beside the target, so the rename is atomic; O_EXCL,
@@ -209,8 +194,8 @@ int wds_outfile_open(const char *path, unsigned flags, wds_outfile **out,
     if (f->fd >= 0)
       break;
     if (errno != EEXIST || tries >= 100) {
-      rc = out_fail(err, err_size, WDS_ERR_OPEN, "cannot create %s (as %s): %s",
-                    path, f->tmp, strerror(errno));
+      rc = wds__fail(e, WDS_ERR_OPEN, "cannot create %s (as %s): %s", path,
+                     f->tmp, strerror(errno));
       free(f->tmp); /* not ours: never removed */
       f->tmp = NULL;
       goto done;
@@ -225,6 +210,11 @@ done:
   return WDS_OK;
 }
 
+int wds_outfile_open(const char *path, unsigned flags, wds_outfile **out) {
+  wds__err e;
+  return wds__last_set(wds__outfile_open(path, flags, out, &e), e.msg);
+}
+
 int wds_outfile_fd(const wds_outfile *f) { return f ? f->fd : -1; }
 
 int wds_outfile_in_place(const wds_outfile *f) { return f && f->in_place != 0; }
@@ -236,28 +226,28 @@ const char *wds_outfile_tmp_path(const wds_outfile *f) {
 /* Syncs the directory holding path, which makes a rename in it durable. A
  * directory that cannot be opened for reading, or a file system that cannot
  * sync one (EINVAL), is skipped: there is nothing more to do. */
-static int sync_dir(const char *path, char *err, size_t err_size) {
+static int sync_dir(const char *path, wds__err *e) {
   const char *slash = strrchr(path, '/');
   char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path))
                     : strdup(".");
   int rc = WDS_OK;
   if (!dir)
-    return out_fail(err, err_size, WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
   int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
-      rc = out_fail(err, err_size, WDS_ERR_IO, "cannot sync directory %s: %s",
-                    dir, strerror(errno));
+      rc = wds__fail(e, WDS_ERR_IO, "cannot sync directory %s: %s", dir,
+                     strerror(errno));
     close(dfd);
   }
   free(dir);
   return rc;
 }
 
-int wds_outfile_commit(wds_outfile *f, char *err, size_t err_size) {
+int wds__outfile_commit(wds_outfile *f, wds__err *e) {
   if (!f || f->fd < 0)
-    return out_fail(err, err_size, WDS_ERR_INVALID,
-                    "output file already committed or closed");
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "output file already committed or closed");
   int sync = !(f->flags & WDS_OUTFILE_NO_SYNC);
   const char *name = f->tmp ? f->tmp : f->path;
   /* Only files and block devices hold data to sync: fsync of a FIFO or a
@@ -265,22 +255,27 @@ int wds_outfile_commit(wds_outfile *f, char *err, size_t err_size) {
    * file (in place, S_IFREG) is synced where it is. */
   if (sync && (f->tmp || f->in_place == S_IFBLK || f->in_place == S_IFREG) &&
       fsync(f->fd) != 0)
-    return out_fail(err, err_size, WDS_ERR_IO, "cannot sync %s: %s", name,
-                    strerror(errno));
+    return wds__fail(e, WDS_ERR_IO, "cannot sync %s: %s", name,
+                     strerror(errno));
   int fd = f->fd;
   f->fd = -1;
   /* close reports what a file system defers (NFS: quota, ENOSPC). */
   if (close(fd) != 0)
-    return out_fail(err, err_size, WDS_ERR_IO, "cannot write %s: %s", name,
-                    strerror(errno));
+    return wds__fail(e, WDS_ERR_IO, "cannot write %s: %s", name,
+                     strerror(errno));
   if (!f->tmp)
     return WDS_OK;
   if (rename(f->tmp, f->path) != 0)
-    return out_fail(err, err_size, WDS_ERR_IO, "cannot rename %s to %s: %s",
-                    f->tmp, f->path, strerror(errno));
+    return wds__fail(e, WDS_ERR_IO, "cannot rename %s to %s: %s", f->tmp,
+                     f->path, strerror(errno));
   free(f->tmp); /* now the file under its final name: never removed */
   f->tmp = NULL;
-  return sync ? sync_dir(f->path, err, err_size) : WDS_OK;
+  return sync ? sync_dir(f->path, e) : WDS_OK;
+}
+
+int wds_outfile_commit(wds_outfile *f) {
+  wds__err e;
+  return wds__last_set(wds__outfile_commit(f, &e), e.msg);
 }
 
 void wds_outfile_close(wds_outfile *f) {

@@ -1313,19 +1313,19 @@ static int expand_spec(expander *x, const char *s, size_t n, int depth) {
 /* ---- public API ------------------------------------------------------ */
 
 /* Expands what[0..n) in turn into one list (full: as specs, else as brace
- * patterns), sharing one expander: one limit on URLs, bytes and @FILEs. */
+ * patterns), sharing one expander: one limit on URLs, bytes and @FILEs. A
+ * failure's text goes into e. */
 static int expand_entry(const char *const *what, size_t n, int full,
                         size_t max_urls, unsigned flags, const wds__io_opts *io,
-                        wds_url_list *out, char *err, size_t err_size) {
-  wds__err e;
+                        wds_url_list *out, wds__err *e) {
   expander x;
   int rc;
-  e.msg[0] = '\0';
+  e->msg[0] = '\0';
   memset(&x, 0, sizeof x);
   x.max_urls = max_urls ? max_urls : WDS_DEFAULT_MAX_URLS;
   x.flags = flags;
   x.io = io;
-  x.e = &e;
+  x.e = e;
   if (out) {
     out->urls = NULL;
     out->count = 0;
@@ -1333,9 +1333,9 @@ static int expand_entry(const char *const *what, size_t n, int full,
   rc = WDS_OK;
   for (size_t i = 0; i < n && rc == WDS_OK; i++)
     if (!what || !what[i])
-      rc = wds__fail(&e, WDS_ERR_INVALID, "spec is NULL");
+      rc = wds__fail(e, WDS_ERR_INVALID, "spec is NULL");
   if (rc == WDS_OK && !out)
-    rc = wds__fail(&e, WDS_ERR_INVALID, "out is NULL");
+    rc = wds__fail(e, WDS_ERR_INVALID, "out is NULL");
   for (size_t i = 0; i < n && rc == WDS_OK; i++) {
     if (full)
       rc = expand_spec(&x, what[i], strlen(what[i]), 0);
@@ -1350,45 +1350,46 @@ static int expand_entry(const char *const *what, size_t n, int full,
     }
     x.list.urls = NULL;
     x.list.count = 0;
-  } else if (e.msg[0] == '\0') {
-    wds__fail(&e, rc, "%s", wds_strerror(rc));
+  } else if (e->msg[0] == '\0') {
+    wds__fail(e, rc, "%s", wds_strerror(rc));
   }
   wds_url_list_free(&x.list);
   if (rc == WDS_OK)
-    e.msg[0] = '\0';
-  wds__copy_msg(err, err_size, e.msg);
+    e->msg[0] = '\0';
   return rc;
 }
 
-int wds_spec_expand(const char *spec, size_t max_urls, wds_url_list *out,
-                    char *err, size_t err_size) {
-  return expand_entry(&spec, 1, 1, max_urls, 0, NULL, out, err, err_size);
+/* A public expansion: the failure's text into the thread's last error. */
+static int expand_public(const char *const *what, size_t n, int full,
+                         size_t max_urls, unsigned flags, wds_url_list *out) {
+  wds__err e;
+  int rc = expand_entry(what, n, full, max_urls, flags, NULL, out, &e);
+  return wds__last_set(rc, e.msg);
+}
+
+int wds_spec_expand(const char *spec, size_t max_urls, wds_url_list *out) {
+  return expand_public(&spec, 1, 1, max_urls, 0, out);
 }
 
 int wds_spec_expand_list(const char *const *specs, size_t nspecs,
-                         size_t max_urls, wds_url_list *out, char *err,
-                         size_t err_size) {
-  return expand_entry(specs, specs ? nspecs : 1, 1, max_urls, 0, NULL, out, err,
-                      err_size);
+                         size_t max_urls, wds_url_list *out) {
+  return expand_public(specs, specs ? nspecs : 1, 1, max_urls, 0, out);
 }
 
 int wds_spec_expand_flags(const char *const *specs, size_t nspecs,
-                          size_t max_urls, unsigned flags, wds_url_list *out,
-                          char *err, size_t err_size) {
-  return expand_entry(specs, specs ? nspecs : 1, 1, max_urls, flags, NULL, out,
-                      err, err_size);
+                          size_t max_urls, unsigned flags, wds_url_list *out) {
+  return expand_public(specs, specs ? nspecs : 1, 1, max_urls, flags, out);
 }
 
 int wds__spec_expand_io(const char *const *specs, size_t nspecs,
                         size_t max_urls, unsigned flags, const wds__io_opts *io,
-                        wds_url_list *out, char *err, size_t err_size) {
+                        wds_url_list *out, wds__err *e) {
   return expand_entry(specs, specs ? nspecs : 1, 1, max_urls, flags, io, out,
-                      err, err_size);
+                      e);
 }
 
-int wds_brace_expand(const char *pattern, size_t max_urls, wds_url_list *out,
-                     char *err, size_t err_size) {
-  return expand_entry(&pattern, 1, 0, max_urls, 0, NULL, out, err, err_size);
+int wds_brace_expand(const char *pattern, size_t max_urls, wds_url_list *out) {
+  return expand_public(&pattern, 1, 0, max_urls, 0, out);
 }
 
 void wds_url_list_free(wds_url_list *list) {

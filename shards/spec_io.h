@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 
+#include "base/err.h"
 #include "io_opts.h"
 #include "wds/spec.h"
 
@@ -19,6 +20,6 @@
  * cache is not used). */
 int wds__spec_expand_io(const char *const *specs, size_t nspecs,
                         size_t max_urls, unsigned flags, const wds__io_opts *io,
-                        wds_url_list *out, char *err, size_t err_size);
+                        wds_url_list *out, wds__err *e);
 
 #endif

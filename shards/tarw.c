@@ -36,8 +36,8 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "outfile_internal.h" /* temporary name, sync, rename */
 #include "tarfmt.h"
-#include "wds/outfile.h" /* temporary name, sync, rename */
 
 #define BLOCK WDS__TAR_BLOCK
 #define RECORD_BYTES 10240
@@ -469,11 +469,11 @@ int wds__tarw_open_path(const char *path, const wds__tarw_options *opts,
     rc = wds__fail(err, WDS_ERR_NOMEM, "out of memory");
     goto done;
   }
-  char msg[WDS__ERR_SIZE];
-  rc = wds_outfile_open(path, w->opts_fsync ? 0 : WDS_OUTFILE_NO_SYNC, &w->of,
-                        msg, sizeof msg);
+  wds__err oe;
+  rc = wds__outfile_open(path, w->opts_fsync ? 0 : WDS_OUTFILE_NO_SYNC, &w->of,
+                         &oe);
   if (rc != WDS_OK) {
-    rc = wds__fail(err, rc, "%s", msg);
+    rc = wds__fail(err, rc, "%s", oe.msg);
     goto done;
   }
   w->fd = wds_outfile_fd(w->of);
@@ -595,11 +595,11 @@ int wds__tarw_finish(wds__tarw *w, wds__err *err) {
   if (rc != WDS_OK)
     return rc;
   if (w->of) {
-    char msg[WDS__ERR_SIZE];
+    wds__err oe;
     w->fd = -1; /* the outfile's, closed by commit */
-    rc = wds_outfile_commit(w->of, msg, sizeof msg);
+    rc = wds__outfile_commit(w->of, &oe);
     if (rc != WDS_OK)
-      return fail(w, err, rc, "%s", msg);
+      return fail(w, err, rc, "%s", oe.msg);
   }
   w->finished = 1;
   return WDS_OK;

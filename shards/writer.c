@@ -120,7 +120,7 @@ static char *unescape(const char *s, size_t n) {
 /* Accepts at most one %d / %i / %u with an optional '0' flag and width, and
  * "%%" anywhere; everything else printf-special is refused. The user's text
  * never reaches printf as a format. */
-static int pattern_parse(wds_writer *w, const char *s) {
+static int pattern_parse(wds_writer *w, const char *s, wds__err *oe) {
   size_t conv_start = 0, conv_end = 0;
   int convs = 0;
   for (size_t i = 0; s[i]; i++) {
@@ -139,20 +139,20 @@ static int pattern_parse(wds_writer *w, const char *s) {
     while (s[j] >= '0' && s[j] <= '9') {
       width = width * 10 + (s[j] - '0');
       if (width > 64)
-        return wds__open_fail(WDS_ERR_INVALID,
-                              "pattern \"%s\": field width over 64", s);
+        return wds__fail(oe, WDS_ERR_INVALID,
+                         "pattern \"%s\": field width over 64", s);
       j++;
     }
     if (s[j] != 'd' && s[j] != 'i' && s[j] != 'u')
-      return wds__open_fail(WDS_ERR_INVALID,
-                            "pattern \"%s\": only one %%d, %%i or %%u (e.g. "
-                            "%%06d) and %%%% are allowed",
-                            s);
+      return wds__fail(oe, WDS_ERR_INVALID,
+                       "pattern \"%s\": only one %%d, %%i or %%u (e.g. "
+                       "%%06d) and %%%% are allowed",
+                       s);
     if (++convs > 1)
-      return wds__open_fail(WDS_ERR_INVALID,
-                            "pattern \"%s\" has more than one integer "
-                            "conversion",
-                            s);
+      return wds__fail(oe, WDS_ERR_INVALID,
+                       "pattern \"%s\" has more than one integer "
+                       "conversion",
+                       s);
     w->zero_pad = zero;
     w->width = width;
     conv_start = i;
@@ -165,7 +165,7 @@ static int pattern_parse(wds_writer *w, const char *s) {
   w->prefix = unescape(s, conv_start);
   w->suffix = unescape(s + conv_end, strlen(s + conv_end));
   if (!w->prefix || !w->suffix)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
   return WDS_OK;
 }
 
@@ -427,30 +427,29 @@ static int looks_like_pipe(const char *name) {
 int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
   int rc = WDS_OK;
   wds_writer *w = NULL;
-  wds__open_error_clear();
   if (!out)
-    return wds__open_fail(WDS_ERR_INVALID, "out is NULL");
+    return wds__last_fail(WDS_ERR_INVALID, "out is NULL");
   *out = NULL;
   if (!cfg)
-    return wds__open_fail(WDS_ERR_INVALID, "config is NULL");
+    return wds__last_fail(WDS_ERR_INVALID, "config is NULL");
   if (cfg->out_fd < 0 && (!cfg->pattern || !*cfg->pattern))
-    return wds__open_fail(WDS_ERR_INVALID, "no output: set pattern or out_fd");
+    return wds__last_fail(WDS_ERR_INVALID, "no output: set pattern or out_fd");
   /* A pipe: target is a command (webdataset runs it; wds.ShardWriter does,
    * through out_fd); written as a pattern it would become a file named
    * "pipe:cat > x.tar". Refused, spaces before it and any case too. */
   if (cfg->out_fd < 0 && looks_like_pipe(cfg->pattern))
-    return wds__open_fail(WDS_ERR_INVALID,
+    return wds__last_fail(WDS_ERR_INVALID,
                           "\"%.300s\": a pipe: target is a command, which "
                           "this writer does not run (write to a file, or to "
                           "stdout and pipe that; wds.ShardWriter runs "
                           "\"pipe:CMD\" targets)",
                           cfg->pattern);
   if (cfg->mtime < 0 || cfg->mtime >= (int64_t)1 << 33)
-    return wds__open_fail(WDS_ERR_INVALID,
+    return wds__last_fail(WDS_ERR_INVALID,
                           "mtime %" PRId64 " is outside 0..8^11-1", cfg->mtime);
   w = calloc(1, sizeof *w);
   if (!w)
-    return wds__open_fail(WDS_ERR_NOMEM, "out of memory");
+    return wds__last_fail(WDS_ERR_NOMEM, "out of memory");
   w->out_fd = cfg->out_fd;
   w->max_count = cfg->max_count ? cfg->max_count : DEFAULT_MAX_COUNT;
   w->max_size_bytes =
@@ -464,9 +463,12 @@ int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
   w->on_leftover_ctx = cfg->on_leftover_ctx;
   w->lock_fd = -1;
   if (cfg->pattern) {
-    rc = pattern_parse(w, cfg->pattern);
-    if (rc != WDS_OK)
+    wds__err pe;
+    rc = pattern_parse(w, cfg->pattern, &pe);
+    if (rc != WDS_OK) {
+      wds__last_set(rc, pe.msg);
       goto done;
+    }
   }
 
   wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
@@ -486,18 +488,18 @@ int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
     o.compression = WDS__TARW_GZIP;
     break;
   default:
-    rc = wds__open_fail(WDS_ERR_INVALID, "unknown compression %d",
+    rc = wds__last_fail(WDS_ERR_INVALID, "unknown compression %d",
                         (int)cfg->compression);
     goto done;
   }
   if (o.compression == WDS__TARW_ZSTD && cfg->level != 0 &&
       (cfg->level < ZSTD_minCLevel() || cfg->level > ZSTD_maxCLevel())) {
-    rc = wds__open_fail(WDS_ERR_INVALID, "zstd level %d is outside %d..%d",
+    rc = wds__last_fail(WDS_ERR_INVALID, "zstd level %d is outside %d..%d",
                         cfg->level, ZSTD_minCLevel(), ZSTD_maxCLevel());
     goto done;
   }
   if (o.compression == WDS__TARW_GZIP && (cfg->level < 0 || cfg->level > 9)) {
-    rc = wds__open_fail(WDS_ERR_INVALID, "gzip level %d is outside 1..9",
+    rc = wds__last_fail(WDS_ERR_INVALID, "gzip level %d is outside 1..9",
                         cfg->level);
     goto done;
   }
@@ -510,7 +512,7 @@ int wds_writer_open(const wds_writer_config *cfg, wds_writer **out) {
     wds__err e;
     rc = wds__tarw_open_fd(w->out_fd, &w->topts, &w->tw, &e);
     if (rc != WDS_OK) {
-      rc = wds__open_fail(rc, "%s", e.msg);
+      rc = wds__last_fail(rc, "%s", e.msg);
       goto done;
     }
   }
@@ -617,10 +619,8 @@ static int check_sample(wds_writer *w, const char *key,
   return WDS_OK;
 }
 
-int wds_writer_write_sample(wds_writer *w, const char *key,
-                            const wds_writer_field *fields, size_t count) {
-  if (!w)
-    return WDS_ERR_INVALID;
+static int write_sample(wds_writer *w, const char *key,
+                        const wds_writer_field *fields, size_t count) {
   if (w->status != WDS_OK)
     return w->status;
   int rc = check_sample(w, key, fields, count);
@@ -697,8 +697,12 @@ int wds_writer_write_sample(wds_writer *w, const char *key,
   return WDS_OK;
 }
 
-const char *wds_writer_error(const wds_writer *w) {
-  return w && w->status != WDS_OK ? w->err.msg : "";
+int wds_writer_write_sample(wds_writer *w, const char *key,
+                            const wds_writer_field *fields, size_t count) {
+  if (!w)
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "wds_writer_write_sample: the writer is NULL");
+  return wds__last_set(write_sample(w, key, fields, count), w->err.msg);
 }
 
 void wds_writer_stats_get(const wds_writer *w, wds_writer_stats *out) {
@@ -713,12 +717,13 @@ void wds_writer_stats_get(const wds_writer *w, wds_writer_stats *out) {
 
 int wds_writer_end_shard(wds_writer *w) {
   if (!w)
-    return WDS_ERR_INVALID;
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "wds_writer_end_shard: the writer is NULL");
   if (w->status != WDS_OK || !w->tw)
-    return w->status;
+    return wds__last_set(w->status, w->err.msg);
   if (w->out_fd >= 0)
     w->fd_ended = 1;
-  return finish_shard(w);
+  return wds__last_set(finish_shard(w), w->err.msg);
 }
 
 int wds_writer_close(wds_writer *w) {
@@ -728,7 +733,7 @@ int wds_writer_close(wds_writer *w) {
     finish_shard(w);
   if (w->status == WDS_OK)
     report_leftovers(w);
-  int rc = w->status;
+  int rc = wds__last_set(w->status, w->err.msg);
   writer_free(w);
   return rc;
 }

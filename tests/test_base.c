@@ -621,23 +621,20 @@ TEST(splitmix64_sequence) {
 TEST(spec_expand_list) {
   const char *specs[] = {"a-{0..1}.tar", "b.tar::c-{x,y}.tar"};
   wds_url_list l = {0};
-  char err[256];
-  ASSERT_EQ_INT(wds_spec_expand_list(specs, 2, 0, &l, err, sizeof err), WDS_OK);
+  ASSERT_EQ_INT(wds_spec_expand_list(specs, 2, 0, &l), WDS_OK);
   ASSERT_EQ_U64(l.count, 5);
   ASSERT_STREQ(l.urls[0], "a-0.tar");
   ASSERT_STREQ(l.urls[2], "b.tar");
   ASSERT_STREQ(l.urls[4], "c-y.tar");
   wds_url_list_free(&l);
   /* One limit for the whole list; the message names the spec at fault. */
-  ASSERT_EQ_INT(wds_spec_expand_list(specs, 2, 4, &l, err, sizeof err),
-                WDS_ERR_LIMIT);
-  ASSERT_CONTAINS(err, "c-{x,y}.tar");
-  ASSERT_CONTAINS(err, "after 3 others");
+  ASSERT_EQ_INT(wds_spec_expand_list(specs, 2, 4, &l), WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(wds_last_error(), "c-{x,y}.tar");
+  ASSERT_CONTAINS(wds_last_error(), "after 3 others");
   ASSERT_TRUE(l.count == 0 && l.urls == NULL);
-  ASSERT_EQ_INT(wds_spec_expand_list(specs, 0, 0, &l, err, sizeof err), WDS_OK);
+  ASSERT_EQ_INT(wds_spec_expand_list(specs, 0, 0, &l), WDS_OK);
   ASSERT_EQ_U64(l.count, 0);
-  ASSERT_EQ_INT(wds_spec_expand_list(NULL, 1, 0, &l, err, sizeof err),
-                WDS_ERR_INVALID);
+  ASSERT_EQ_INT(wds_spec_expand_list(NULL, 1, 0, &l), WDS_ERR_INVALID);
 }
 
 int main(void) {

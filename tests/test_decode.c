@@ -310,16 +310,14 @@ TEST(npy_copy_order) {
 }
 
 TEST(npy_save_roundtrip) {
-  char dir[] = "/tmp/wds-test-decode-XXXXXX", path[256], err[256];
+  char dir[] = "/tmp/wds-test-decode-XXXXXX", path[256];
   ASSERT_TRUE(mkdtemp(dir) != NULL);
   snprintf(path, sizeof path, "%s/a.npy", dir);
   float data[24];
   for (int i = 0; i < 24; i++)
     data[i] = (float)i * 0.5f;
   int64_t shape[3] = {2, 3, 4};
-  ASSERT_EQ_INT(
-      wds_npy_save(path, WDS_DTYPE_F32, 3, shape, data, err, sizeof err),
-      WDS_OK);
+  ASSERT_EQ_INT(wds_npy_save(path, WDS_DTYPE_F32, 3, shape, data), WDS_OK);
   FILE *fp = fopen(path, "rb");
   ASSERT_TRUE(fp != NULL);
   uint8_t file[1024];
@@ -335,14 +333,11 @@ TEST(npy_save_roundtrip) {
   float back[24];
   wds__npy_copy(&a, back);
   ASSERT_TRUE(memcmp(back, data, sizeof data) == 0);
-  ASSERT_EQ_INT(
-      wds_npy_save(path, WDS_DTYPE_BYTES, 1, shape, data, err, sizeof err),
-      WDS_ERR_INVALID);
+  ASSERT_EQ_INT(wds_npy_save(path, WDS_DTYPE_BYTES, 1, shape, data),
+                WDS_ERR_INVALID);
   snprintf(path, sizeof path, "%s/no/such/dir/a.npy", dir);
-  ASSERT_EQ_INT(
-      wds_npy_save(path, WDS_DTYPE_U8, 0, NULL, data, err, sizeof err),
-      WDS_ERR_IO);
-  ASSERT_CONTAINS(err, "cannot create");
+  ASSERT_EQ_INT(wds_npy_save(path, WDS_DTYPE_U8, 0, NULL, data), WDS_ERR_IO);
+  ASSERT_CONTAINS(wds_last_error(), "cannot create");
   snprintf(path, sizeof path, "%s/a.npy", dir);
   unlink(path);
   ASSERT_EQ_INT(rmdir(dir), 0); /* no temporary left behind */
@@ -1092,21 +1087,21 @@ TEST(recovery_checker) {
   for (size_t s = 0; s < ng && !failed; s++) {
     for (size_t v = 0;
          !failed && bad_variant(&g[s].data, v, &bad, what, sizeof what); v++) {
-      int rc =
-          wds_decode_check(c, ext[g[s].kind], bad.d, bad.n, err, sizeof err);
-      int want = wds_decode_check(NULL, ext[g[s].kind], bad.d, bad.n, want_err,
-                                  sizeof want_err);
+      int rc = wds_decode_check(c, ext[g[s].kind], bad.d, bad.n);
+      snprintf(err, sizeof err, "%s", rc == WDS_OK ? "" : wds_last_error());
+      int want = wds_decode_check(NULL, ext[g[s].kind], bad.d, bad.n);
+      snprintf(want_err, sizeof want_err, "%s",
+               want == WDS_OK ? "" : wds_last_error());
       if (rc != want || strcmp(err, want_err) != 0) {
         printf("  %s %s: rc %d \"%s\", a fresh checker %d \"%s\"\n", g[s].name,
                what, rc, err, want, want_err);
         failed = 1;
       }
       for (size_t i = 0; i < ng && !failed; i++) {
-        rc = wds_decode_check(c, ext[g[i].kind], g[i].data.d, g[i].data.n, err,
-                              sizeof err);
+        rc = wds_decode_check(c, ext[g[i].kind], g[i].data.d, g[i].data.n);
         if (rc != WDS_OK) {
           printf("  after %s %s: %s: rc %d \"%s\"\n", g[s].name, what,
-                 g[i].name, rc, err);
+                 g[i].name, rc, wds_last_error());
           failed = 1;
         }
       }
@@ -1355,11 +1350,11 @@ static int run_save(const char *dir) {
       for (size_t i = 0; i < sizeof data; i++)
         data[i] = (uint8_t)(i % 3 == 0); /* numpy bools are 0 or 1 */
     for (int s = 0; s < 3; s++) {
-      char path[1024], err[256];
+      char path[1024];
       snprintf(path, sizeof path, "%s/save_%d_%d.npy", dir, t, s);
-      if (wds_npy_save(path, (wds_dtype)t, ndims[s], shapes[s], data, err,
-                       sizeof err) != WDS_OK) {
-        printf("FAIL save %s: %s\n", path, err);
+      if (wds_npy_save(path, (wds_dtype)t, ndims[s], shapes[s], data) !=
+          WDS_OK) {
+        printf("FAIL save %s: %s\n", path, wds_last_error());
         return 1;
       }
     }

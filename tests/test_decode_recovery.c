@@ -168,7 +168,7 @@ static int check_loader(char **urls, size_t nurls, sample *s, int workers,
   c.on_error = WDS_ON_ERROR_SKIP;
   wds_loader *l;
   if (wds_loader_open(&c, &l) != WDS_OK) {
-    printf("  open: %s\n", wds_open_error());
+    printf("  open: %s\n", wds_last_error());
     return 1;
   }
   for (int i = 0; i < SAMPLES; i++)
@@ -192,7 +192,7 @@ static int check_loader(char **urls, size_t nurls, sample *s, int workers,
                "it (last error: %s)\n",
                workers, s[i].key, s[i].ext, s[i].size,
                b->valid[r] ? "valid" : "invalid",
-               s[i].ok ? "decodes" : "rejects", wds_loader_error(l));
+               s[i].ok ? "decodes" : "rejects", wds_last_error());
         bad = 1;
       } else if (b->valid[r] &&
                  (cls[r] != i ||

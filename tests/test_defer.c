@@ -169,7 +169,7 @@ static void run_cfg(const wds_loader_config *c, int epochs, out *o) {
   wds_loader *l;
   o->status = wds_loader_open(c, &l);
   if (o->status != WDS_OK) {
-    snprintf(o->err, sizeof o->err, "%s", wds_open_error());
+    snprintf(o->err, sizeof o->err, "%s", wds_last_error());
     return;
   }
   for (int e = 0; e < epochs && o->status == WDS_OK; e++) {
@@ -181,7 +181,7 @@ static void run_cfg(const wds_loader_config *c, int epochs, out *o) {
     }
     if (rc != WDS_EOF) {
       o->status = rc;
-      snprintf(o->err, sizeof o->err, "%s", wds_loader_error(l));
+      snprintf(o->err, sizeof o->err, "%s", wds_last_error());
     }
   }
   wds_loader_stats_get(l, &o->st);
@@ -883,7 +883,7 @@ TEST(only_plain_local_files_are_deferred) {
   c.defer_reads = (wds_defer_reads)7;
   wds_loader *l;
   ASSERT_TRUE(wds_loader_open(&c, &l) != WDS_OK);
-  ASSERT_CONTAINS(wds_open_error(), "defer_reads");
+  ASSERT_CONTAINS(wds_last_error(), "defer_reads");
 }
 
 int main(void) {

@@ -9,14 +9,15 @@ typedef struct parsed {
   wds_field_spec *specs;
   size_t count;
   char *storage;
-  char err[256];
+  char err[1024]; /* wds_last_error() after a failure */
   int rc;
 } parsed;
 
 static void parse(parsed *p, const char *text) {
   memset(p, 0, sizeof *p);
-  p->rc = wds_field_specs_parse(text, &p->specs, &p->count, &p->storage, p->err,
-                                sizeof p->err);
+  p->rc = wds_field_specs_parse(text, &p->specs, &p->count, &p->storage);
+  if (p->rc != WDS_OK)
+    snprintf(p->err, sizeof p->err, "%s", wds_last_error());
 }
 
 static void parsed_free(parsed *p) {
@@ -124,23 +125,26 @@ TEST(errors) {
   ASSERT_TRUE(check_error("txt:bytes:l", "need the image decoder", NULL));
 }
 
-TEST(null_and_small_err) {
+TEST(null_arguments_and_the_last_error) {
   wds_field_spec *s = (wds_field_spec *)1;
   size_t n = 7;
   char *st = (char *)1;
-  ASSERT_EQ_INT(wds_field_specs_parse(NULL, &s, &n, &st, NULL, 0),
-                WDS_ERR_INVALID);
+  ASSERT_EQ_INT(wds_field_specs_parse(NULL, &s, &n, &st), WDS_ERR_INVALID);
   ASSERT_TRUE(s == NULL && n == 0 && st == NULL);
-  char tiny[4];
-  ASSERT_EQ_INT(wds_field_specs_parse("jpg:zz", &s, &n, &st, tiny, sizeof tiny),
-                WDS_ERR_INVALID);
-  ASSERT_EQ_INT(strlen(tiny), 3);
+  ASSERT_STREQ(wds_last_error(), "field spec: NULL argument");
+  ASSERT_EQ_INT(wds_field_specs_parse("jpg:zz", &s, &n, &st), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(wds_last_error(), "field 1 (\"jpg:zz\")");
+  /* a success leaves the last failure's text */
+  ASSERT_EQ_INT(wds_field_specs_parse("cls", &s, &n, &st), WDS_OK);
+  ASSERT_CONTAINS(wds_last_error(), "field 1 (\"jpg:zz\")");
+  free(s);
+  free(st);
 }
 
 int main(void) {
   RUN(documented_example);
   RUN(options);
   RUN(errors);
-  RUN(null_and_small_err);
+  RUN(null_arguments_and_the_last_error);
   return test_summary();
 }

@@ -468,13 +468,13 @@ TEST(jpeg_decode_option_is_checked) {
   wds_loader *l = NULL;
   c.jpeg_decode = (wds_jpeg_decode)7;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "jpeg_decode");
+  ASSERT_CONTAINS(wds_last_error(), "jpeg_decode");
   wds_field_spec only_png[1] = {{"png", WDS_DECODE_AUTO, 3, 40, 32}};
   c.jpeg_decode = WDS_JPEG_DECODE_GPU;
   c.fields = only_png;
   c.field_count = 1;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "no image field takes jpg");
+  ASSERT_CONTAINS(wds_last_error(), "no image field takes jpg");
   /* a "jpeg" field takes "jpg" files too: planned */
   wds_field_spec jpeg[1] = {{"jpeg", WDS_DECODE_AUTO, 3, 40, 32}};
   c.fields = jpeg;
@@ -804,11 +804,11 @@ TEST(errors_name_the_sample_and_spoil_nothing) {
                   WDS_OK);
     if (cut >= 0) {
       ASSERT_EQ_INT(st, WDS_ERR_TRUNCATED);
-      ASSERT_CONTAINS(wds_gpu_jpeg_error(g), "gpu-2.tar");
-      ASSERT_CONTAINS(wds_gpu_jpeg_error(g), "sample \"s2/4\"");
-      ASSERT_CONTAINS(wds_gpu_jpeg_error(g), "field 'jpg;png'");
-      ASSERT_CONTAINS(wds_gpu_jpeg_error(g), "JPEG");
-      ASSERT_CONTAINS(wds_loader_error(l), "s2/4");
+      ASSERT_CONTAINS(wds_last_error(), "gpu-2.tar");
+      ASSERT_CONTAINS(wds_last_error(), "sample \"s2/4\"");
+      ASSERT_CONTAINS(wds_last_error(), "field 'jpg;png'");
+      ASSERT_CONTAINS(wds_last_error(), "JPEG");
+      ASSERT_CONTAINS(wds_last_error(), "s2/4");
       /* the other rows are decoded: none is left as the fill pattern
        * (the fake's host memory) or zeros */
       for (size_t r = 0; r < b->rows; r++) {
@@ -835,13 +835,13 @@ TEST(errors_name_the_sample_and_spoil_nothing) {
   if (!real) {
     fk.fail_batch = 1;
     ASSERT_EQ_INT(wds_gpu_jpeg_decode(g, l, b, 0, dev, NULL), WDS_ERR_IO);
-    ASSERT_CONTAINS(wds_gpu_jpeg_error(g), "the device is gone");
+    ASSERT_CONTAINS(wds_last_error(), "the device is gone");
     fk.fail_batch = 0;
   }
   ASSERT_EQ_INT(wds_gpu_jpeg_decode(g, l, b, 0, dev, NULL), WDS_OK);
   /* not a planned field */
   ASSERT_EQ_INT(wds_gpu_jpeg_decode(g, l, b, 1, dev, NULL), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_gpu_jpeg_error(g), "not a JPEG field planned");
+  ASSERT_CONTAINS(wds_last_error(), "not a JPEG field planned");
   wds_loader_release(l, b);
   wds_loader_close(l);
   if (!real)
@@ -854,8 +854,7 @@ TEST(errors_name_the_sample_and_spoil_nothing) {
  * GPU machine with libnvjpeg it opens and names the library it loaded. */
 TEST(create_says_why_it_cannot) {
   wds_gpu_jpeg *g = (wds_gpu_jpeg *)1;
-  char err[1024] = "";
-  int rc = wds_gpu_jpeg_create(0, &g, err, sizeof err);
+  int rc = wds_gpu_jpeg_create(0, &g);
   if (rc == WDS_OK) {
     ASSERT_CONTAINS(wds_gpu_jpeg_library(g), "nvjpeg");
     printf("  loaded %s\n", wds_gpu_jpeg_library(g));
@@ -864,15 +863,14 @@ TEST(create_says_why_it_cannot) {
   }
   ASSERT_EQ_INT(rc, WDS_ERR_OPEN);
   ASSERT_TRUE(g == NULL);
-  ASSERT_CONTAINS(err, "GPU JPEG decoding: ");
-  printf("  %s\n", err);
+  ASSERT_CONTAINS(wds_last_error(), "GPU JPEG decoding: ");
+  printf("  %s\n", wds_last_error());
 }
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--device") == 0) {
-    char err[1024];
-    if (wds_gpu_jpeg_create(0, &real, err, sizeof err) != WDS_OK) {
-      printf("skipped: %s\n", err);
+    if (wds_gpu_jpeg_create(0, &real) != WDS_OK) {
+      printf("skipped: %s\n", wds_last_error());
       return 77;
     }
     printf("decoder: %s\n", wds_gpu_jpeg_library(real));

@@ -138,6 +138,18 @@ static void out_push_batch(run_out *o, const wds_batch *b) {
   }
 }
 
+/* The loader's log kept (cfg.log): what was skipped under
+ * WDS_ON_ERROR_SKIP is told there. */
+typedef struct log_keep {
+  char text[8192];
+} log_keep;
+
+static void log_keep_fn(void *ctx, const char *message) {
+  log_keep *k = ctx;
+  size_t n = strlen(k->text);
+  snprintf(k->text + n, sizeof k->text - n, "%s\n", message);
+}
+
 /* Runs one epoch of an open loader into o. */
 static void run_epoch(wds_loader *l, run_out *o) {
   const wds_batch *b;
@@ -147,7 +159,7 @@ static void run_epoch(wds_loader *l, run_out *o) {
     wds_loader_release(l, b);
   }
   o->status = rc;
-  snprintf(o->err, sizeof o->err, "%s", wds_loader_error(l));
+  snprintf(o->err, sizeof o->err, "%s", wds_last_error());
 }
 
 static int run_cfg(const wds_loader_config *c, run_out *o) {
@@ -156,7 +168,7 @@ static int run_cfg(const wds_loader_config *c, run_out *o) {
   int rc = wds_loader_open(c, &l);
   if (rc != WDS_OK) {
     o->status = rc;
-    snprintf(o->err, sizeof o->err, "%s", wds_open_error());
+    snprintf(o->err, sizeof o->err, "%s", wds_last_error());
     return rc;
   }
   run_epoch(l, o);
@@ -258,12 +270,12 @@ TEST(open_time_errors_name_counts_and_remedies) {
   wds_loader *l;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
   ASSERT_TRUE(l == NULL);
-  ASSERT_CONTAINS(wds_open_error(), "rank 2 would get no shard");
+  ASSERT_CONTAINS(wds_last_error(), "rank 2 would get no shard");
   c.world_size = 1;
   c.rank = 0;
   c.batch_size = 0;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "batch size");
+  ASSERT_CONTAINS(wds_last_error(), "batch size");
   shardset_free(&s);
 }
 
@@ -728,7 +740,7 @@ static int run_mixed(const wds_loader_config *c, run_out *o) {
   int rc = wds_loader_open(c, &l);
   if (rc != WDS_OK) {
     o->status = rc;
-    snprintf(o->err, sizeof o->err, "%s", wds_open_error());
+    snprintf(o->err, sizeof o->err, "%s", wds_last_error());
     return rc;
   }
   while ((rc = wds_loader_next(l, &b)) == WDS_OK) {
@@ -736,7 +748,7 @@ static int run_mixed(const wds_loader_config *c, run_out *o) {
     wds_loader_release(l, b);
   }
   o->status = rc;
-  snprintf(o->err, sizeof o->err, "%s", wds_loader_error(l));
+  snprintf(o->err, sizeof o->err, "%s", wds_last_error());
   wds_loader_close(l);
   return rc == WDS_EOF ? WDS_OK : rc;
 }
@@ -840,8 +852,8 @@ TEST(properties_mixed_sources) {
         ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
         char want[32];
         snprintf(want, sizeof want, "source %zu (", short_src);
-        ASSERT_CONTAINS(wds_open_error(), want);
-        ASSERT_CONTAINS(wds_open_error(), "a rank would get no step");
+        ASSERT_CONTAINS(wds_last_error(), want);
+        ASSERT_CONTAINS(wds_last_error(), "a rank would get no step");
         refused++;
         goto next;
       }
@@ -961,13 +973,13 @@ TEST(rank_batch_sizes_errors) {
   c.rank_batch_size_count = 3;
   wds_loader *l;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "3 per-rank batch sizes for a world size "
+  ASSERT_CONTAINS(wds_last_error(), "3 per-rank batch sizes for a world size "
                                     "of 2");
   c.world_size = 3;
   c.rank = 1;
   c.batch_size = 5;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "batch_size 5, but rank_batch_sizes gives "
+  ASSERT_CONTAINS(wds_last_error(), "batch_size 5, but rank_batch_sizes gives "
                                     "rank 1 2");
   c.batch_size = 2; /* the same value: accepted */
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
@@ -975,18 +987,18 @@ TEST(rank_batch_sizes_errors) {
   wds_loader_close(l);
   c.mode = WDS_MODE_PLAIN;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "plain mode");
+  ASSERT_CONTAINS(wds_last_error(), "plain mode");
   c.mode = WDS_MODE_EXACT;
   sizes[2] = 0;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "rank 2's batch size 0");
+  ASSERT_CONTAINS(wds_last_error(), "rank 2's batch size 0");
   sizes[2] = 40;
   c.drop_last = 1;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "add up to 46");
+  ASSERT_CONTAINS(wds_last_error(), "add up to 46");
   c.rank_batch_sizes = NULL;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_open_error(), "rank_batch_sizes is NULL");
+  ASSERT_CONTAINS(wds_last_error(), "rank_batch_sizes is NULL");
   shardset_free(&s);
 }
 
@@ -1437,6 +1449,9 @@ TEST(skip_policy_keeps_rows_and_counts) {
   c.batch_size = 5;
   c.shard_shuffle = 0;
   c.on_error = WDS_ON_ERROR_SKIP;
+  log_keep lk = {{0}};
+  c.log = log_keep_fn;
+  c.log_ctx = &lk;
   wds_loader *l;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
   run_out o = {0};
@@ -1451,8 +1466,9 @@ TEST(skip_policy_keeps_rows_and_counts) {
   ASSERT_EQ_U64(st.fill_rows, 1);
   ASSERT_EQ_U64(st.batches, 2);
   ASSERT_EQ_U64(st.samples, 10);
-  ASSERT_CONTAINS(wds_loader_error(l), "s1/2");
-  ASSERT_CONTAINS(wds_loader_error(l), "x7");
+  ASSERT_CONTAINS(lk.text, "skipped: ");
+  ASSERT_CONTAINS(lk.text, "s1/2");
+  ASSERT_CONTAINS(lk.text, "x7");
   wds_loader_close(l);
   out_free(&o);
 
@@ -1524,8 +1540,11 @@ TEST(exact_mode_tops_up_a_short_shard) {
   ASSERT_CONTAINS(o.err, s.urls[1]);
   ASSERT_CONTAINS(o.err, "promised 9");
   out_free(&o);
-  /* ... and skip counts it and keeps the message. */
+  /* ... and skip counts it and logs the message. */
   c.on_error = WDS_ON_ERROR_SKIP;
+  log_keep lk = {{0}};
+  c.log = log_keep_fn;
+  c.log_ctx = &lk;
   wds_loader *l;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
   run_out o2 = {0};
@@ -1534,7 +1553,7 @@ TEST(exact_mode_tops_up_a_short_shard) {
   wds_loader_stats st;
   wds_loader_stats_get(l, &st);
   ASSERT_EQ_U64(st.skipped, 1);
-  ASSERT_CONTAINS(wds_loader_error(l), "promised 9");
+  ASSERT_CONTAINS(lk.text, "promised 9");
   wds_loader_close(l);
   out_free(&o2);
 
@@ -1778,7 +1797,7 @@ TEST(holding_every_slot_is_an_error_not_a_hang) {
   ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_OK);
   ASSERT_TRUE(a->slot != b->slot);
   ASSERT_EQ_INT(wds_loader_next(l, &d), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_loader_error(l), "release one");
+  ASSERT_CONTAINS(wds_last_error(), "release one");
   wds_loader_release(l, a);
   ASSERT_EQ_INT(wds_loader_next(l, &d), WDS_OK);
   ASSERT_EQ_INT(((const int64_t *)d->fields[0].data)[0], 2);
@@ -1935,12 +1954,12 @@ TEST(release_after_refuses_what_is_not_held) {
   cc.polls = 1 << 30;
   wds_release_fence none = {NULL, NULL, late_drop, &cc};
   ASSERT_EQ_INT(wds_loader_release_after(l, a, &none), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_loader_error(l), "done()");
+  ASSERT_CONTAINS(wds_last_error(), "done()");
   wds_release_fence f = {late_done, late_wait, late_drop, &cc};
   ASSERT_EQ_INT(wds_loader_release_after(l, a, &f), WDS_OK);
   /* Given back already: refused, and not dropped twice. */
   ASSERT_EQ_INT(wds_loader_release_after(l, a, &f), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(wds_loader_error(l), "not held");
+  ASSERT_CONTAINS(wds_last_error(), "not held");
   wds_loader_release(l, a); /* a no-op on a fenced slot */
   /* Both slots out (one held, one fenced) is not "every slot held": the
    * next batch waits for the fence (its wait()). */
@@ -2153,8 +2172,11 @@ TEST(images_decode_into_fixed_shapes_deterministically) {
   c.batch_size = 7;
   c.crop = WDS_CROP_RANDOM;
   c.on_error = WDS_ON_ERROR_SKIP;
+  c.log = log_keep_fn;
   uint8_t *first = NULL;
   for (int rep = 0; rep < 2; rep++) {
+    log_keep lk = {{0}};
+    c.log_ctx = &lk;
     wds_loader *l;
     ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
     const wds_batch *b;
@@ -2183,7 +2205,7 @@ TEST(images_decode_into_fixed_shapes_deterministically) {
     wds_loader_stats st;
     wds_loader_stats_get(l, &st);
     ASSERT_EQ_U64(st.skipped, 1);
-    ASSERT_CONTAINS(wds_loader_error(l), "img6");
+    ASSERT_CONTAINS(lk.text, "img6");
     wds_loader_release(l, b);
     wds_loader_close(l);
   }
@@ -2423,7 +2445,7 @@ TEST(interrupt_check_ends_waits_and_next_goes_on) {
   double t0 = now_s();
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_CANCELLED);
   ASSERT_TRUE(now_s() - t0 < 5);
-  ASSERT_CONTAINS(wds_open_error(), "interrupted while counting");
+  ASSERT_CONTAINS(wds_last_error(), "interrupted while counting");
   ASSERT_TRUE(atomic_load(&it.calls) >= 3);
   /* next(): interrupted while the shard's command sleeps, then the same
    * loader delivers the batch it was waiting for */
@@ -2439,7 +2461,7 @@ TEST(interrupt_check_ends_waits_and_next_goes_on) {
   t0 = now_s();
   ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_ERR_CANCELLED);
   ASSERT_TRUE(now_s() - t0 < 2.5); /* the command sleeps 3 s */
-  ASSERT_CONTAINS(wds_loader_error(l), "interrupted while waiting for batch 0");
+  ASSERT_CONTAINS(wds_last_error(), "interrupted while waiting for batch 0");
   uint64_t e = 9, n = 9;
   wds_loader_position(l, &e, &n);
   ASSERT_EQ_U64(e, 0);
@@ -2483,7 +2505,7 @@ TEST(an_interrupted_count_skips_nothing) {
   c.log_ctx = &logged;
   wds_loader *l = NULL;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_CANCELLED);
-  ASSERT_CONTAINS(wds_open_error(), "interrupted while counting");
+  ASSERT_CONTAINS(wds_last_error(), "interrupted while counting");
   printf("  %d messages logged\n", atomic_load(&logged));
   ASSERT_EQ_INT(atomic_load(&logged), 0);
   shardset_free(&s);
@@ -2502,7 +2524,7 @@ TEST(interrupt_check_cancels_a_reader) {
   double t0 = now_s();
   ASSERT_EQ_INT(wds_reader_next(r, &smp), WDS_ERR_CANCELLED);
   ASSERT_TRUE(now_s() - t0 < 5);
-  ASSERT_CONTAINS(wds_reader_error(r), "interrupted");
+  ASSERT_CONTAINS(wds_last_error(), "interrupted");
   /* cancelled, as wds_reader_cancel() leaves it */
   ASSERT_EQ_INT(wds_reader_next(r, &smp), WDS_ERR_CANCELLED);
   t0 = now_s();
@@ -2536,7 +2558,7 @@ TEST(cancel_wakes_a_next_blocked_on_a_read) {
   ASSERT_TRUE(n.returned - t0 < 2.0);
   const wds_batch *b;
   ASSERT_EQ_INT(wds_loader_next(n.l, &b), WDS_ERR_CANCELLED); /* for good */
-  ASSERT_CONTAINS(wds_loader_error(n.l), "cancelled");
+  ASSERT_CONTAINS(wds_last_error(), "cancelled");
   t0 = now_s();
   wds_loader_close(n.l);
   ASSERT_TRUE(now_s() - t0 < 2.0);
@@ -2710,7 +2732,7 @@ TEST(large_fields_arrive_intact) {
       c.read_buffer_bytes = 65536; /* large fields outgrow the window */
       wds_loader *l;
       if (wds_loader_open(&c, &l) != WDS_OK)
-        printf("  %s\n", wds_open_error());
+        printf("  %s\n", wds_last_error());
       ASSERT_TRUE(l != NULL);
       const wds_batch *b;
       int rows = 0, seen[N] = {0}, rc;

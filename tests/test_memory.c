@@ -93,13 +93,13 @@ static int run_loader(const wds_loader_config *c, char *err, size_t err_size) {
   wds_loader *l;
   int rc = wds_loader_open(c, &l);
   if (rc != WDS_OK) {
-    snprintf(err, err_size, "%s", wds_open_error());
+    snprintf(err, err_size, "%s", wds_last_error());
     return rc;
   }
   const wds_batch *b;
   while ((rc = wds_loader_next(l, &b)) == WDS_OK)
     wds_loader_release(l, b);
-  snprintf(err, err_size, "%s", rc == WDS_EOF ? "" : wds_loader_error(l));
+  snprintf(err, err_size, "%s", rc == WDS_EOF ? "" : wds_last_error());
   wds_loader_close(l);
   return rc == WDS_EOF ? WDS_OK : rc;
 }

@@ -127,7 +127,7 @@ static int run_epochs(wds_loader *l, int epochs, rows *o) {
       wds_loader_release(l, b);
     }
     if (rc != WDS_EOF) {
-      printf("  next: %s\n", wds_loader_error(l));
+      printf("  next: %s\n", wds_last_error());
       return rc;
     }
   }
@@ -139,7 +139,7 @@ static int run_cfg(const wds_loader_config *c, int epochs, rows *o) {
   memset(o, 0, sizeof *o);
   int rc = wds_loader_open(c, &l);
   if (rc != WDS_OK) {
-    printf("  open: %s\n", wds_open_error());
+    printf("  open: %s\n", wds_last_error());
     return rc;
   }
   rc = run_epochs(l, epochs, o);
@@ -509,7 +509,7 @@ static void expect_refused(const wds_loader_config *c, const char *needle) {
     return;
   }
   ASSERT_TRUE(l == NULL);
-  ASSERT_CONTAINS(wds_open_error(), needle);
+  ASSERT_CONTAINS(wds_last_error(), needle);
 }
 
 TEST(refused_configurations_say_why) {

@@ -68,7 +68,7 @@ TEST(every_row_is_settable_by_name_and_by_flag) {
     const char *v = good_value(r, &want);
     wds_loader_config c = fresh();
     if (wds_loader_config_set(&c, r->name, v) != WDS_OK) {
-      TEST_FAIL_("%s=%s: %s", r->name, v, wds_open_error());
+      TEST_FAIL_("%s=%s: %s", r->name, v, wds_last_error());
       return;
     }
     if (r->type == WDS_OPTION_STRING) {
@@ -84,7 +84,7 @@ TEST(every_row_is_settable_by_name_and_by_flag) {
       ASSERT_EQ_INT(wds_loader_config_set(&d, flag, NULL), WDS_OK);
       ASSERT_TRUE(field(&d, r) == (strcmp(r->cli_value, "1") == 0));
       ASSERT_EQ_INT(wds_loader_config_set(&d, flag, "1"), WDS_ERR_INVALID);
-      ASSERT_CONTAINS(wds_open_error(), "takes no value");
+      ASSERT_CONTAINS(wds_last_error(), "takes no value");
     } else if (r->type != WDS_OPTION_TIMEOUT) { /* flag's grammar: seconds */
       wds_loader_config d = fresh();
       ASSERT_EQ_INT(wds_loader_config_set(&d, flag, v), WDS_OK);
@@ -123,9 +123,9 @@ static int refused(const char *name, const char *value,
     return 0;
   }
   for (; *want; want++)
-    if (!strstr(wds_open_error(), *want)) {
+    if (!strstr(wds_last_error(), *want)) {
       printf("  %s=\"%s\": \"%s\" lacks \"%s\"\n", name, value,
-             wds_open_error(), *want);
+             wds_last_error(), *want);
       return 0;
     }
   return 1;

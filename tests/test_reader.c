@@ -175,7 +175,7 @@ static void list_cfg(const wds_reader_config *cfg, listing *out) {
                               s->fields[i].size_bytes);
     len += (size_t)snprintf(out->text + len, sizeof out->text - len, ";");
   }
-  snprintf(out->err, sizeof out->err, "%s", wds_reader_error(r));
+  snprintf(out->err, sizeof out->err, "%s", wds_last_error());
   wds_reader_close(r);
 }
 
@@ -488,8 +488,8 @@ TEST(duplicate_extension_then_continue) {
   ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
   const wds_sample *s;
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_DUPLICATE);
-  ASSERT_CONTAINS(wds_reader_error(r), "\"a.JPG\" at offset 1024");
-  ASSERT_CONTAINS(wds_reader_error(r), "duplicate");
+  ASSERT_CONTAINS(wds_last_error(), "\"a.JPG\" at offset 1024");
+  ASSERT_CONTAINS(wds_last_error(), "duplicate");
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_OK);
   ASSERT_STREQ(s->key, "b");
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_EOF);
@@ -518,8 +518,8 @@ TEST(samples_never_span_shards_and_errors_skip_to_next_shard) {
   ASSERT_EQ_INT(s->field_count, 1);
   ASSERT_EQ_INT(s->shard_index, 0);
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_OPEN);
-  ASSERT_CONTAINS(wds_reader_error(r), "/nonexistent/wds-shard.tar");
-  ASSERT_CONTAINS(wds_reader_error(r), "No such file");
+  ASSERT_CONTAINS(wds_last_error(), "/nonexistent/wds-shard.tar");
+  ASSERT_CONTAINS(wds_last_error(), "No such file");
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_OK);
   ASSERT_STREQ(s->key, "k");
   ASSERT_STREQ(s->fields[0].ext, "cls");
@@ -817,8 +817,8 @@ TEST(fields_per_sample_are_bounded) {
   ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
   const wds_sample *s;
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_LIMIT);
-  ASSERT_CONTAINS(wds_reader_error(r), "more than 3 fields");
-  ASSERT_CONTAINS(wds_reader_error(r), "\"k.d\" at offset 3072");
+  ASSERT_CONTAINS(wds_last_error(), "more than 3 fields");
+  ASSERT_CONTAINS(wds_last_error(), "\"k.d\" at offset 3072");
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_EOF); /* the shard is abandoned */
   wds_reader_close(r);
   unlink(p);
@@ -1148,8 +1148,8 @@ TEST(sink_reads_members_into_caller_buffers) {
   wds__reader_set_sink(r, test_sink, &c, 0);
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_OK);
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_TRUNCATED);
-  ASSERT_CONTAINS(wds_reader_error(r), "\"s01.bin\"");
-  ASSERT_CONTAINS(wds_reader_error(r),
+  ASSERT_CONTAINS(wds_last_error(), "\"s01.bin\"");
+  ASSERT_CONTAINS(wds_last_error(),
                   "stream truncated after 90000 of 100000 data bytes");
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_EOF);
   wds_reader_close(r);
@@ -1171,7 +1171,7 @@ TEST(sink_reads_members_into_caller_buffers) {
   sink_ctx f = {.fail = 1};
   wds__reader_set_sink(r, test_sink, &f, 0);
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_NOMEM);
-  ASSERT_CONTAINS(wds_reader_error(r), "\"s00.bin\" at offset 0");
+  ASSERT_CONTAINS(wds_last_error(), "\"s00.bin\" at offset 0");
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_EOF);
   wds_reader_close(r);
   free(copy);
@@ -1198,9 +1198,9 @@ TEST(literal_braces_in_a_missing_file_get_a_hint) {
     ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
     const wds_sample *s;
     ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_OPEN);
-    printf("  %s\n", wds_reader_error(r));
-    ASSERT_CONTAINS(wds_reader_error(r), specs[i]);
-    ASSERT_CONTAINS(wds_reader_error(r),
+    printf("  %s\n", wds_last_error());
+    ASSERT_CONTAINS(wds_last_error(), specs[i]);
+    ASSERT_CONTAINS(wds_last_error(),
                     "No such file or directory (the braces were not "
                     "expanded: {a..b} needs two integers or two letters");
     wds_reader_close(r);
@@ -1215,8 +1215,8 @@ TEST(literal_braces_in_a_missing_file_get_a_hint) {
     ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
     const wds_sample *s;
     ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_OPEN);
-    ASSERT_CONTAINS(wds_reader_error(r), "No such file or directory");
-    ASSERT_TRUE(strstr(wds_reader_error(r), "braces") == NULL);
+    ASSERT_CONTAINS(wds_last_error(), "No such file or directory");
+    ASSERT_TRUE(strstr(wds_last_error(), "braces") == NULL);
     wds_reader_close(r);
   }
 }

@@ -276,14 +276,14 @@ TEST(a_listing_obeys_the_read_timeout) {
   const char *spec = STALL_SPEC;
   wds__io_opts io = {.read_timeout_ms = 300};
   wds_url_list l = {0};
-  char err[1024];
+  wds__err e;
   double t0 = now_s();
-  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, err, sizeof err),
+  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, &e),
                 WDS_ERR_TIMEOUT);
   double dt = now_s() - t0;
-  printf("  %s (%.2f s)\n", err, dt);
+  printf("  %s (%.2f s)\n", e.msg, dt);
   ASSERT_TRUE(dt >= 0.29 && dt < 5);
-  ASSERT_STREQ(err, STALL_TIMEOUT);
+  ASSERT_STREQ(e.msg, STALL_TIMEOUT);
   ASSERT_TRUE(l.count == 0 && l.urls == NULL);
 }
 
@@ -294,23 +294,23 @@ TEST(a_cancel_ends_a_stalled_listing) {
   wds__cancel_init(&c);
   wds__io_opts io = {.read_timeout_ms = -1, .cancel = &c};
   wds_url_list l = {0};
-  char err[1024];
+  wds__err e;
   pthread_t t;
   pthread_create(&t, NULL, cancel_later, &c);
   double t0 = now_s();
-  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, err, sizeof err),
+  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, &e),
                 WDS_ERR_CANCELLED);
   double dt = now_s() - t0;
   pthread_join(t, NULL);
-  printf("  %s (%.2f s)\n", err, dt);
+  printf("  %s (%.2f s)\n", e.msg, dt);
   ASSERT_TRUE(dt >= 0.15 && dt < 2);
-  ASSERT_STREQ(err, STALL_SPEC " (ListObjectsV2): cancelled");
+  ASSERT_STREQ(e.msg, STALL_SPEC " (ListObjectsV2): cancelled");
   /* Already cancelled: no request at all. */
   t0 = now_s();
-  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, err, sizeof err),
+  ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, &e),
                 WDS_ERR_CANCELLED);
   ASSERT_TRUE(now_s() - t0 < 0.5);
-  ASSERT_STREQ(err, STALL_SPEC " (ListObjectsV2): cancelled");
+  ASSERT_STREQ(e.msg, STALL_SPEC " (ListObjectsV2): cancelled");
   wds__cancel_destroy(&c);
 }
 
@@ -324,7 +324,7 @@ TEST(the_reader_and_the_loader_list_with_their_read_timeout) {
   ASSERT_EQ_INT(wds_reader_open(&rc, &r), WDS_ERR_TIMEOUT);
   ASSERT_TRUE(now_s() - t0 < 5);
   ASSERT_TRUE(r == NULL);
-  ASSERT_STREQ(wds_open_error(), STALL_TIMEOUT);
+  ASSERT_STREQ(wds_last_error(), STALL_TIMEOUT);
 
   static const wds_field_spec fs[1] = {{"cls", WDS_DECODE_INT, 0, 0, 0}};
   wds_loader_config lc = WDS_LOADER_CONFIG_INIT;
@@ -340,7 +340,7 @@ TEST(the_reader_and_the_loader_list_with_their_read_timeout) {
   ASSERT_EQ_INT(wds_loader_open(&lc, &l), WDS_ERR_TIMEOUT);
   ASSERT_TRUE(now_s() - t0 < 5);
   ASSERT_TRUE(l == NULL);
-  ASSERT_STREQ(wds_open_error(), STALL_TIMEOUT);
+  ASSERT_STREQ(wds_last_error(), STALL_TIMEOUT);
 
   /* One source of several, named by the loader. */
   wds_source_config src[2] = {{.spec = STALL_SPEC}, {.spec = STALL_SPEC}};
@@ -348,7 +348,7 @@ TEST(the_reader_and_the_loader_list_with_their_read_timeout) {
   lc.sources = src;
   lc.source_count = 2;
   ASSERT_EQ_INT(wds_loader_open(&lc, &l), WDS_ERR_TIMEOUT);
-  ASSERT_STREQ(wds_open_error(), "source 0: " STALL_TIMEOUT);
+  ASSERT_STREQ(wds_last_error(), "source 0: " STALL_TIMEOUT);
 }
 
 /* The caller's interrupt check (cfg.interrupt): from the caller's thread
@@ -382,7 +382,7 @@ TEST(the_reader_and_the_loader_list_under_their_interrupt_check) {
   double t0 = now_s();
   ASSERT_EQ_INT(wds_reader_open(&rc, &r), WDS_ERR_CANCELLED);
   ASSERT_TRUE(now_s() - t0 < 2);
-  ASSERT_STREQ(wds_open_error(), STALL_SPEC " (ListObjectsV2): interrupted");
+  ASSERT_STREQ(wds_last_error(), STALL_SPEC " (ListObjectsV2): interrupted");
 
   static const wds_field_spec fs[1] = {{"cls", WDS_DECODE_INT, 0, 0, 0}};
   wds_loader_config lc = WDS_LOADER_CONFIG_INIT;
@@ -400,11 +400,11 @@ TEST(the_reader_and_the_loader_list_under_their_interrupt_check) {
   t0 = now_s();
   int st = wds_loader_open(&lc, &l);
   double dt = now_s() - t0;
-  printf("  loader: %d after %.2f s: %s\n", st, dt, wds_open_error());
+  printf("  loader: %d after %.2f s: %s\n", st, dt, wds_last_error());
   ASSERT_EQ_INT(st, WDS_ERR_CANCELLED);
   ASSERT_TRUE(dt < 2);
   ASSERT_TRUE(l == NULL);
-  ASSERT_STREQ(wds_open_error(), STALL_SPEC " (ListObjectsV2): interrupted");
+  ASSERT_STREQ(wds_last_error(), STALL_SPEC " (ListObjectsV2): interrupted");
 
   wds_source_config src[2] = {{.spec = STALL_SPEC}, {.spec = STALL_SPEC}};
   lc.spec = NULL;
@@ -414,7 +414,7 @@ TEST(the_reader_and_the_loader_list_under_their_interrupt_check) {
   t0 = now_s();
   ASSERT_EQ_INT(wds_loader_open(&lc, &l), WDS_ERR_CANCELLED);
   ASSERT_TRUE(now_s() - t0 < 2);
-  ASSERT_STREQ(wds_open_error(),
+  ASSERT_STREQ(wds_last_error(),
                "source 0: " STALL_SPEC " (ListObjectsV2): interrupted");
   ASSERT_EQ_INT(it.other_thread, 0);
 }

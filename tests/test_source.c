@@ -97,7 +97,7 @@ static wds_reader *open_one(const char *url, int timeout_ms) {
   c.read_timeout_ms = timeout_ms;
   wds_reader *r = NULL;
   if (wds_reader_open(&c, &r) != WDS_OK)
-    printf("  open: %s\n", wds_open_error());
+    printf("  open: %s\n", wds_last_error());
   return r;
 }
 
@@ -108,11 +108,11 @@ TEST(read_timeout_ends_a_stalled_shard) {
   double t0 = now_s();
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_TIMEOUT);
   double dt = now_s() - t0;
-  printf("  %s (%.2f s)\n", wds_reader_error(r), dt);
+  printf("  %s (%.2f s)\n", wds_last_error(), dt);
   ASSERT_TRUE(dt >= 0.19 && dt < 5);
   char want[96];
   snprintf(want, sizeof want, "%s: no data for 0.2 s", sleep_url(1));
-  ASSERT_CONTAINS(wds_reader_error(r), want);
+  ASSERT_CONTAINS(wds_last_error(), want);
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_EOF); /* the only shard */
   wds_reader_close(r);
   ASSERT_TRUE(wait_sleep(arg(1), 0, 5000)); /* stopped on close */
@@ -145,7 +145,7 @@ TEST(read_timeout_does_not_touch_files_or_flowing_pipes) {
     while ((rc = wds_reader_next(r, &s)) == WDS_OK)
       n++;
     if (rc != WDS_EOF)
-      printf("  %s\n", wds_reader_error(r));
+      printf("  %s\n", wds_last_error());
     ASSERT_EQ_INT(rc, WDS_EOF);
     ASSERT_EQ_INT(n, 3);
     wds_reader_close(r);

@@ -575,13 +575,14 @@ static const char *shown(const char *s) {
 }
 
 /* Runs one case through fn; reports every difference, returns 0 if none. */
-static int check_case(int (*fn)(const char *, size_t, wds_url_list *, char *,
-                                size_t),
+static int check_case(int (*fn)(const char *, size_t, wds_url_list *),
                       const char *what, size_t i, const brace_case *c) {
   wds_url_list list = {0};
-  char err[512];
+  char err[1024], before[1024];
   int bad = 0;
-  int rc = fn(c->pattern, c->max_urls, &list, err, sizeof err);
+  snprintf(before, sizeof before, "%s", wds_last_error());
+  int rc = fn(c->pattern, c->max_urls, &list);
+  snprintf(err, sizeof err, "%s", wds_last_error());
   if (rc != c->status) {
     TEST_FAIL_("%s[%zu] \"%s\": status %s, want %s (%s)", what, i,
                shown(c->pattern), wds_status_name(rc),
@@ -602,8 +603,8 @@ static int check_case(int (*fn)(const char *, size_t, wds_url_list *, char *,
                list.count, c->count);
     bad = 1;
   } else {
-    if (err[0] != '\0') {
-      TEST_FAIL_("%s[%zu]: err not cleared on success", what, i);
+    if (strcmp(err, before) != 0) {
+      TEST_FAIL_("%s[%zu]: a success changed the last error", what, i);
       bad = 1;
     }
     for (size_t j = 0; j < c->count; j++) {
@@ -651,18 +652,16 @@ TEST(spec_table) {
 /* WDS_DBL="${DBL}${DBL}" doubles for 10 passes, then is literal text. */
 TEST(env_ten_passes) {
   wds_url_list list = {0};
-  char err[256];
   ASSERT_EQ_INT(setenv("WDS_DBL", "${DBL}${DBL}", 1), 0);
-  ASSERT_EQ_INT(wds_spec_expand("${DBL}", 0, &list, err, sizeof err), WDS_OK);
+  ASSERT_EQ_INT(wds_spec_expand("${DBL}", 0, &list), WDS_OK);
   ASSERT_EQ_INT(list.count, 1);
   ASSERT_EQ_INT(strlen(list.urls[0]), 6 * 1024);
   wds_url_list_free(&list);
   /* Growing past 1 MiB is refused (Python would build gigabytes). */
   ASSERT_EQ_INT(
       setenv("WDS_OCT", "${OCT}${OCT}${OCT}${OCT}${OCT}${OCT}${OCT}", 1), 0);
-  ASSERT_EQ_INT(wds_spec_expand("${OCT}", 0, &list, err, sizeof err),
-                WDS_ERR_LIMIT);
-  ASSERT_CONTAINS(err, "longer than 1048576 bytes");
+  ASSERT_EQ_INT(wds_spec_expand("${OCT}", 0, &list), WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(wds_last_error(), "longer than 1048576 bytes");
   ASSERT_TRUE(list.urls == NULL && list.count == 0);
 }
 
@@ -671,12 +670,11 @@ TEST(range_digit_limit) {
   enum { N = 4302 };
   char *p = malloc(N + 16);
   wds_url_list list = {0};
-  char err[256];
   ASSERT_TRUE(p != NULL);
   p[0] = '{';
   memset(p + 1, '0', 4300);
   strcpy(p + 4301, "..1}");
-  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list, err, sizeof err), WDS_OK);
+  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list), WDS_OK);
   ASSERT_EQ_INT(list.count, 2);
   ASSERT_EQ_INT(strlen(list.urls[0]), 4300);
   ASSERT_EQ_INT(strspn(list.urls[0], "0"), 4300);
@@ -686,40 +684,34 @@ TEST(range_digit_limit) {
   p[0] = '{';
   memset(p + 1, '0', 4301);
   strcpy(p + 4302, "..1}");
-  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list, err, sizeof err), WDS_ERR_SPEC);
-  ASSERT_CONTAINS(err, "more than 4300 digits at position 1");
+  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list), WDS_ERR_SPEC);
+  ASSERT_CONTAINS(wds_last_error(), "more than 4300 digits at position 1");
   /* A negative sign is not a digit. */
   p[0] = '{';
   p[1] = '-';
   memset(p + 2, '7', 4300);
   strcpy(p + 4302, "..-1..9}");
-  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list, err, sizeof err), WDS_ERR_LIMIT);
-  ASSERT_CONTAINS(err, "at least 18446744073709551615 URLs");
+  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list), WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(wds_last_error(), "at least 18446744073709551615 URLs");
   free(p);
 }
 
 TEST(big_expansions) {
   wds_url_list list = {0};
-  char err[256];
-  ASSERT_EQ_INT(
-      wds_brace_expand("{0..999}/{000..999}", 0, &list, err, sizeof err),
-      WDS_OK);
+  ASSERT_EQ_INT(wds_brace_expand("{0..999}/{000..999}", 0, &list), WDS_OK);
   ASSERT_EQ_INT(list.count, 1000000);
   ASSERT_STREQ(list.urls[0], "0/000");
   ASSERT_STREQ(list.urls[123456], "123/456");
   ASSERT_STREQ(list.urls[999999], "999/999");
   wds_url_list_free(&list);
-  ASSERT_EQ_INT(
-      wds_brace_expand("{999999..-999999..3}", 0, &list, err, sizeof err),
-      WDS_OK);
+  ASSERT_EQ_INT(wds_brace_expand("{999999..-999999..3}", 0, &list), WDS_OK);
   ASSERT_EQ_INT(list.count, 666667);
   ASSERT_STREQ(list.urls[333333], "0");
   ASSERT_STREQ(list.urls[333334], "-3");
   ASSERT_STREQ(list.urls[666666], "-999999");
   wds_url_list_free(&list);
   /* exactly the limit */
-  ASSERT_EQ_INT(wds_brace_expand("{1..1000}", 1000, &list, err, sizeof err),
-                WDS_OK);
+  ASSERT_EQ_INT(wds_brace_expand("{1..1000}", 1000, &list), WDS_OK);
   ASSERT_EQ_INT(list.count, 1000);
   wds_url_list_free(&list);
   wds_url_list_free(&list); /* freeing twice is harmless */
@@ -732,30 +724,30 @@ TEST(hostile_patterns) {
   enum { N = 200000 };
   char *p = malloc(N * 5 + 1);
   wds_url_list list = {0};
-  char err[256];
   clock_t t0 = clock();
   ASSERT_TRUE(p != NULL);
   memset(p, '{', N);
   p[N] = '\0';
-  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list, err, sizeof err), WDS_ERR_SPEC);
-  ASSERT_CONTAINS(err, "unbalanced brace at position 0");
-  ASSERT_CONTAINS(err, "...\"");
+  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list), WDS_ERR_SPEC);
+  ASSERT_CONTAINS(wds_last_error(), "unbalanced brace at position 0");
+  ASSERT_CONTAINS(wds_last_error(), "...\"");
   memset(p + N, '}', N);
   p[2 * N] = '\0';
-  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list, err, sizeof err), WDS_ERR_SPEC);
-  ASSERT_CONTAINS(err, "nested more than 64 deep at position 64");
+  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list), WDS_ERR_SPEC);
+  ASSERT_CONTAINS(wds_last_error(), "nested more than 64 deep at position 64");
   memset(p, '}', N);
   p[N] = '\0';
-  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list, err, sizeof err), WDS_ERR_SPEC);
-  ASSERT_CONTAINS(err, "unbalanced brace at position 0");
+  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list), WDS_ERR_SPEC);
+  ASSERT_CONTAINS(wds_last_error(), "unbalanced brace at position 0");
   for (size_t i = 0; i < N; i++)
     memcpy(p + 5 * i, "{a,b}", 5);
   p[5 * N] = '\0';
-  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list, err, sizeof err), WDS_ERR_LIMIT);
-  ASSERT_CONTAINS(err, "would make at least 18446744073709551615 URLs");
+  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list), WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(wds_last_error(),
+                  "would make at least 18446744073709551615 URLs");
   for (size_t i = 0; i < N; i++)
     memcpy(p + 5 * i, "{a}\\z", 5);
-  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list, err, sizeof err), WDS_OK);
+  ASSERT_EQ_INT(wds_brace_expand(p, 0, &list), WDS_OK);
   ASSERT_EQ_INT(list.count, 1);
   ASSERT_EQ_INT(strlen(list.urls[0]), 4 * N);
   wds_url_list_free(&list);
@@ -766,15 +758,13 @@ TEST(hostile_patterns) {
 
 TEST(limit_across_parts) {
   wds_url_list list = {0};
-  char err[256];
-  ASSERT_EQ_INT(wds_spec_expand("{0..9}::{0..9}", 20, &list, err, sizeof err),
-                WDS_OK);
+  ASSERT_EQ_INT(wds_spec_expand("{0..9}::{0..9}", 20, &list), WDS_OK);
   ASSERT_EQ_INT(list.count, 20);
   wds_url_list_free(&list);
-  ASSERT_EQ_INT(wds_spec_expand("{0..9}::{0..9}", 19, &list, err, sizeof err),
-                WDS_ERR_LIMIT);
-  ASSERT_CONTAINS(err, "\"{0..9}\" would make 10 URLs after 10 others, over "
-                       "the limit of 19");
+  ASSERT_EQ_INT(wds_spec_expand("{0..9}::{0..9}", 19, &list), WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(wds_last_error(),
+                  "\"{0..9}\" would make 10 URLs after 10 others, over "
+                  "the limit of 19");
   ASSERT_TRUE(list.urls == NULL && list.count == 0);
 }
 
@@ -786,14 +776,14 @@ TEST(byte_limit) {
   memset(pat, 'x', n);
   strcpy(pat + n, "{0000..9999}");
   wds_url_list list = {0};
-  char err[512];
-  ASSERT_EQ_INT(wds_spec_expand(pat, 0, &list, err, sizeof err), WDS_ERR_LIMIT);
-  ASSERT_CONTAINS(err, "would make 10000 URLs of up to 5242");
-  ASSERT_CONTAINS(err, "over the limit of 4294967296 bytes of URLs");
+  ASSERT_EQ_INT(wds_spec_expand(pat, 0, &list), WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(wds_last_error(), "would make 10000 URLs of up to 5242");
+  ASSERT_CONTAINS(wds_last_error(),
+                  "over the limit of 4294967296 bytes of URLs");
   ASSERT_TRUE(list.urls == NULL && list.count == 0);
   /* 100 of them (52 MB) are fine. */
   strcpy(pat + n, "{00..99}");
-  ASSERT_EQ_INT(wds_spec_expand(pat, 0, &list, err, sizeof err), WDS_OK);
+  ASSERT_EQ_INT(wds_spec_expand(pat, 0, &list), WDS_OK);
   ASSERT_EQ_INT(list.count, 100);
   wds_url_list_free(&list);
   free(pat);
@@ -801,26 +791,22 @@ TEST(byte_limit) {
 
 TEST(api_contract) {
   wds_url_list list = {0};
-  char err[16];
-  char big[256];
-  ASSERT_EQ_INT(wds_spec_expand(NULL, 0, &list, big, sizeof big),
-                WDS_ERR_INVALID);
-  ASSERT_CONTAINS(big, "spec is NULL");
-  ASSERT_EQ_INT(wds_brace_expand("a", 0, NULL, big, sizeof big),
-                WDS_ERR_INVALID);
-  /* err may be NULL, or too small (then truncated, still terminated) */
-  ASSERT_EQ_INT(wds_brace_expand("{", 0, &list, NULL, 0), WDS_ERR_SPEC);
-  memset(err, 'x', sizeof err);
-  ASSERT_EQ_INT(wds_brace_expand("{", 0, &list, err, sizeof err), WDS_ERR_SPEC);
-  ASSERT_EQ_INT(strlen(err), sizeof err - 1);
+  ASSERT_EQ_INT(wds_spec_expand(NULL, 0, &list), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(wds_last_error(), "spec is NULL");
+  ASSERT_EQ_INT(wds_brace_expand("a", 0, NULL), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(wds_last_error(), "out is NULL");
+  /* the message is the thread's, whole; a success leaves it */
+  ASSERT_EQ_INT(wds_brace_expand("{", 0, &list), WDS_ERR_SPEC);
+  ASSERT_CONTAINS(wds_last_error(), "unbalanced brace at position 0");
   ASSERT_TRUE(list.urls == NULL && list.count == 0);
-  ASSERT_EQ_INT(wds_brace_expand("a", 0, &list, NULL, 0), WDS_OK);
+  ASSERT_EQ_INT(wds_brace_expand("a", 0, &list), WDS_OK);
   ASSERT_EQ_INT(list.count, 1);
+  ASSERT_CONTAINS(wds_last_error(), "unbalanced brace at position 0");
   wds_url_list_free(&list);
   /* the default limit is WDS_DEFAULT_MAX_URLS */
-  ASSERT_EQ_INT(wds_brace_expand("{1..10000001}", 0, &list, big, sizeof big),
-                WDS_ERR_LIMIT);
-  ASSERT_CONTAINS(big, "would make 10000001 URLs, over the limit of 10000000");
+  ASSERT_EQ_INT(wds_brace_expand("{1..10000001}", 0, &list), WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(wds_last_error(),
+                  "would make 10000001 URLs, over the limit of 10000000");
 }
 
 /* ---- @FILE lists ----------------------------------------------------- */
@@ -841,11 +827,11 @@ static int write_temp(char *path, const char *text) {
 static int expect_urls_flags(const char *spec, unsigned flags,
                              const char *joined) {
   wds_url_list list = {0};
-  char err[512], got[2048];
+  char got[2048];
   size_t n = 0;
-  int rc = wds_spec_expand_flags(&spec, 1, 0, flags, &list, err, sizeof err);
+  int rc = wds_spec_expand_flags(&spec, 1, 0, flags, &list);
   if (rc != WDS_OK) {
-    TEST_FAIL_("\"%s\": %s (%s)", spec, wds_status_name(rc), err);
+    TEST_FAIL_("\"%s\": %s (%s)", spec, wds_status_name(rc), wds_last_error());
     return 1;
   }
   got[0] = '\0';
@@ -868,13 +854,12 @@ static int expect_urls(const char *spec, const char *joined) {
 static int expect_error(const char *spec, int status, const char *part1,
                         const char *part2) {
   wds_url_list list = {0};
-  char err[1024];
-  int rc = wds_spec_expand(spec, 0, &list, err, sizeof err);
-  if (rc != status || !strstr(err, part1) || (part2 && !strstr(err, part2)) ||
-      list.urls || list.count) {
+  int rc = wds_spec_expand(spec, 0, &list);
+  if (rc != status || !strstr(wds_last_error(), part1) ||
+      (part2 && !strstr(wds_last_error(), part2)) || list.urls || list.count) {
     TEST_FAIL_("\"%s\": %s \"%s\", want %s with \"%s\" and \"%s\"", spec,
-               wds_status_name(rc), err, wds_status_name(status), part1,
-               part2 ? part2 : "");
+               wds_status_name(rc), wds_last_error(), wds_status_name(status),
+               part1, part2 ? part2 : "");
     wds_url_list_free(&list);
     return 1;
   }
@@ -909,11 +894,9 @@ TEST(pipe_from_files_refused) {
   expect_urls("${TESTPIPE} c.tar", "pipe:cat c.tar");
   /* the old entry points refuse too */
   wds_url_list list = {0};
-  char err[512];
   const char *one = spec;
-  ASSERT_EQ_INT(wds_spec_expand_list(&one, 1, 0, &list, err, sizeof err),
-                WDS_ERR_SPEC);
-  ASSERT_CONTAINS(err, "is a pipe: command read from a file");
+  ASSERT_EQ_INT(wds_spec_expand_list(&one, 1, 0, &list), WDS_ERR_SPEC);
+  ASSERT_CONTAINS(wds_last_error(), "is a pipe: command read from a file");
   unlink(inner);
   unlink(outer);
 }
@@ -1026,17 +1009,17 @@ TEST(file_nesting_depth) {
 }
 
 TEST(file_limit) {
-  char path[64], spec[128], err[512];
+  char path[64], spec[128];
   wds_url_list list = {0};
   ASSERT_EQ_INT(write_temp(path, "{0..9}\n{0..9}\n{0..9}\n"), 0);
   snprintf(spec, sizeof spec, "@%s", path);
-  ASSERT_EQ_INT(wds_spec_expand(spec, 30, &list, err, sizeof err), WDS_OK);
+  ASSERT_EQ_INT(wds_spec_expand(spec, 30, &list), WDS_OK);
   ASSERT_EQ_INT(list.count, 30);
   wds_url_list_free(&list);
-  ASSERT_EQ_INT(wds_spec_expand(spec, 25, &list, err, sizeof err),
-                WDS_ERR_LIMIT);
-  ASSERT_CONTAINS(err, "line 3: \"{0..9}\" would make 10 URLs after 20 others, "
-                       "over the limit of 25");
+  ASSERT_EQ_INT(wds_spec_expand(spec, 25, &list), WDS_ERR_LIMIT);
+  ASSERT_CONTAINS(wds_last_error(),
+                  "line 3: \"{0..9}\" would make 10 URLs after 20 others, "
+                  "over the limit of 25");
   ASSERT_TRUE(list.urls == NULL && list.count == 0);
   unlink(path);
 }

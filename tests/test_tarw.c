@@ -168,7 +168,7 @@ static int check_with_reader(const char *path) {
   cfg.url_count = 1;
   wds_reader *r;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
-    printf("  open: %s\n", wds_open_error());
+    printf("  open: %s\n", wds_last_error());
     return 0;
   }
   int ok = 1, i = 0, rc;
@@ -188,7 +188,7 @@ static int check_with_reader(const char *path) {
     i++;
   }
   if (ok && rc != WDS_EOF) {
-    printf("  reader: %s\n", wds_reader_error(r));
+    printf("  reader: %s\n", wds_last_error());
     ok = 0;
   }
   if (ok && i != NMEMBERS) {

@@ -20,7 +20,7 @@
 #include "signals.h"
 #include "util.h"
 #include "wds/outfile.h"
-#include "wds/reader.h" /* wds_open_error */
+#include "wds/reader.h" /* wds_last_error */
 
 static const char batches_usage[] =
     "usage: wds batches SPEC... --decode FIELDS [loader options] [--save DIR]\n"
@@ -164,9 +164,10 @@ static int save_rows(const char *dir, const wds_batch *b, int sources,
   f = NULL;
   if (failed || !text)
     goto done;
-  if ((rc = wds_outfile_open(path, WDS_OUTFILE_NO_SYNC, &of, err, errn)) !=
-      WDS_OK)
+  if ((rc = wds_outfile_open(path, WDS_OUTFILE_NO_SYNC, &of)) != WDS_OK) {
+    snprintf(err, errn, "%s", wds_last_error());
     goto done;
+  }
   for (size_t at = 0; at < len;) {
     ssize_t k = write(wds_outfile_fd(of), text + at, len - at);
     if (k < 0 && errno == EINTR)
@@ -179,7 +180,8 @@ static int save_rows(const char *dir, const wds_batch *b, int sources,
     }
     at += (size_t)k;
   }
-  rc = wds_outfile_commit(of, err, errn);
+  if ((rc = wds_outfile_commit(of)) != WDS_OK)
+    snprintf(err, errn, "%s", wds_last_error());
 done:
   if (f)
     fclose(f);
@@ -204,9 +206,10 @@ static int save_batch(const char *dir, const wds_batch *b, int sources) {
     int64_t shape = (int64_t)b->rows;
     int rc = WDS_ERR_NOMEM;
     snprintf(err, sizeof err, "out of memory");
-    if (path && (valid || ones))
-      rc = wds_npy_save(path, WDS_DTYPE_U8, 1, &shape, valid ? valid : ones,
-                        err, sizeof err);
+    if (path && (valid || ones) &&
+        (rc = wds_npy_save(path, WDS_DTYPE_U8, 1, &shape,
+                           valid ? valid : ones)) != WDS_OK)
+      snprintf(err, sizeof err, "%s", wds_last_error());
     free(path);
     free(ones);
     if (rc == WDS_OK)
@@ -222,12 +225,14 @@ static int save_batch(const char *dir, const wds_batch *b, int sources) {
     int rc = WDS_ERR_NOMEM;
     snprintf(err, sizeof err, "out of memory");
     if (path && f->dtype != WDS_DTYPE_BYTES) {
-      rc = wds_npy_save(path, f->dtype, f->ndim, f->shape, f->data, err,
-                        sizeof err);
+      rc = wds_npy_save(path, f->dtype, f->ndim, f->shape, f->data);
+      if (rc != WDS_OK)
+        snprintf(err, sizeof err, "%s", wds_last_error());
     } else if (path) {
       int64_t shape = (int64_t)f->size_bytes;
-      rc =
-          wds_npy_save(path, WDS_DTYPE_U8, 1, &shape, f->data, err, sizeof err);
+      rc = wds_npy_save(path, WDS_DTYPE_U8, 1, &shape, f->data);
+      if (rc != WDS_OK)
+        snprintf(err, sizeof err, "%s", wds_last_error());
       opath = npy_path(dir, b, f->name, ".offsets");
       if (rc == WDS_OK && !opath) {
         rc = WDS_ERR_NOMEM;
@@ -235,8 +240,9 @@ static int save_batch(const char *dir, const wds_batch *b, int sources) {
       }
       if (rc == WDS_OK) {
         int64_t oshape = (int64_t)b->rows + 1;
-        rc = wds_npy_save(opath, WDS_DTYPE_U64, 1, &oshape, f->offsets, err,
-                          sizeof err);
+        rc = wds_npy_save(opath, WDS_DTYPE_U64, 1, &oshape, f->offsets);
+        if (rc != WDS_OK)
+          snprintf(err, sizeof err, "%s", wds_last_error());
       }
     }
     free(path);
@@ -372,7 +378,7 @@ int tool_cmd_batches(int argc, char **argv) {
     goto done;
   }
   if (wds_loader_open(&lo.cfg, &l) != WDS_OK) {
-    fprintf(stderr, "wds batches: %s\n", wds_open_error());
+    fprintf(stderr, "wds batches: %s\n", wds_last_error());
     status = 1;
     goto done;
   }
@@ -411,7 +417,7 @@ int tool_cmd_batches(int argc, char **argv) {
     }
     if (status == 0 && r != WDS_EOF) {
       fflush(stdout); /* the batches before the error come first */
-      fprintf(stderr, "wds batches: %s\n", wds_loader_error(l));
+      fprintf(stderr, "wds batches: %s\n", wds_last_error());
       status = 1;
     }
   }

@@ -65,7 +65,7 @@ static int bench_reader(const wds_url_list *urls, size_t buffer,
   cfg.cache_size = lc->cache_size;             /* --cache-size */
   double t0 = tool_now();
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
-    fprintf(stderr, "wds bench: %s\n", wds_open_error());
+    fprintf(stderr, "wds bench: %s\n", wds_last_error());
     status = 1;
     goto done;
   }
@@ -80,7 +80,7 @@ static int bench_reader(const wds_url_list *urls, size_t buffer,
     goto done;
   }
   if (rc != WDS_EOF) {
-    fprintf(stderr, "wds bench: %s\n", wds_reader_error(r));
+    fprintf(stderr, "wds bench: %s\n", wds_last_error());
     status = 1;
     goto done;
   }
@@ -140,7 +140,7 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
   if (tool_gpu_jpeg_open("bench", &lo->cfg, &gj) != 0)
     return 1;
   if (wds_loader_open(&lo->cfg, &l) != WDS_OK) {
-    fprintf(stderr, "wds bench: %s\n", wds_open_error());
+    fprintf(stderr, "wds bench: %s\n", wds_last_error());
     wds_gpu_jpeg_close(gj);
     return 1;
   }
@@ -159,10 +159,9 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
       }
     }
     if (rc != WDS_EOF) {
-      status =
-          rc == WDS_ERR_CANCELLED && tool_signal_caught()
-              ? tool_interrupted("bench", "during the warm-up")
-              : (fprintf(stderr, "wds bench: %s\n", wds_loader_error(l)), 1);
+      status = rc == WDS_ERR_CANCELLED && tool_signal_caught()
+                   ? tool_interrupted("bench", "during the warm-up")
+                   : (fprintf(stderr, "wds bench: %s\n", wds_last_error()), 1);
       goto done;
     }
   }
@@ -203,7 +202,7 @@ static int bench_loader(const tool_loader_opts *lo, int json, uint64_t warmup) {
     goto done;
   }
   if (rc != WDS_EOF) {
-    fprintf(stderr, "wds bench: %s\n", wds_loader_error(l));
+    fprintf(stderr, "wds bench: %s\n", wds_last_error());
     status = 1;
     goto done;
   }

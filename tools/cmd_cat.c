@@ -145,7 +145,7 @@ static held *held_copy(const char *key, const wds_writer_field *f, size_t n) {
 static int write_one(cat_state *c, const char *key, const wds_writer_field *f,
                      size_t n) {
   if (wds_writer_write_sample(c->w, key, f, n) != WDS_OK) {
-    fprintf(stderr, "wds cat: %s\n", wds_writer_error(c->w));
+    fprintf(stderr, "wds cat: %s\n", wds_last_error());
     return -1;
   }
   c->written++;
@@ -278,7 +278,7 @@ int tool_cmd_cat(int argc, char **argv) {
   rcfg.urls = (const char *const *)urls.urls;
   rcfg.url_count = urls.count;
   if (wds_reader_open(&rcfg, &r) != WDS_OK) {
-    fprintf(stderr, "wds cat: %s\n", wds_open_error());
+    fprintf(stderr, "wds cat: %s\n", wds_last_error());
     goto done;
   }
   tool_signals_reader(r);
@@ -286,7 +286,7 @@ int tool_cmd_cat(int argc, char **argv) {
   wcfg.out_fd = 1;
   wcfg.compression = WDS_COMPRESS_NONE;
   if (wds_writer_open(&wcfg, &c.w) != WDS_OK) {
-    fprintf(stderr, "wds cat: %s\n", wds_open_error());
+    fprintf(stderr, "wds cat: %s\n", wds_last_error());
     goto done;
   }
   if (shuffle > 1 && !(buf = calloc(shuffle, sizeof *buf))) {
@@ -336,7 +336,7 @@ int tool_cmd_cat(int argc, char **argv) {
     goto done;
   }
   if (rc != WDS_OK && rc != WDS_EOF) {
-    fprintf(stderr, "wds cat: %s\n", wds_reader_error(r));
+    fprintf(stderr, "wds cat: %s\n", wds_last_error());
     goto done;
   }
   /* Drain the buffer in random order. */
@@ -354,7 +354,7 @@ int tool_cmd_cat(int argc, char **argv) {
    * stream is written only now: "/dev/full: No space left on device"). */
   if (wds_writer_end_shard(c.w) != WDS_OK) {
     fprintf(stderr, "wds cat: cannot finish the tar stream: %s\n",
-            wds_writer_error(c.w));
+            wds_last_error());
     goto done;
   }
   wds_writer_close(c.w);

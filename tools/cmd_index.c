@@ -88,7 +88,7 @@ static int index_shard(const char *url, const char *written_url, int first,
   cfg.url_count = 1;
   tool_reader_opts_apply(&ro, &cfg);
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
-    fprintf(stderr, "wds index: %s\n", wds_open_error());
+    fprintf(stderr, "wds index: %s\n", wds_last_error());
     goto done;
   }
   tool_signals_reader(r);
@@ -104,7 +104,7 @@ static int index_shard(const char *url, const char *written_url, int first,
   if (rc == WDS_ERR_CANCELLED && tool_signal_caught())
     goto done; /* the caller says so */
   if (rc != WDS_EOF) {
-    fprintf(stderr, "wds index: %s\n", wds_reader_error(r));
+    fprintf(stderr, "wds index: %s\n", wds_last_error());
     goto done;
   }
   if (fclose(mem) != 0) {
@@ -191,7 +191,7 @@ int tool_cmd_index(int argc, char **argv) {
   int status = 1;
   tool_signals_defer(1); /* the shard loop checks; -o's temporary goes */
   wds_url_list urls = {0};
-  char *dir_real = NULL, msg[1100];
+  char *dir_real = NULL;
   wds_outfile *of = NULL;
   FILE *out = stdout;
   int xs =
@@ -215,8 +215,8 @@ int tool_cmd_index(int argc, char **argv) {
       goto done;
     }
     free(dir);
-    if (wds_outfile_open(out_path, 0, &of, msg, sizeof msg) != WDS_OK) {
-      fprintf(stderr, "wds index: %s\n", msg);
+    if (wds_outfile_open(out_path, 0, &of) != WDS_OK) {
+      fprintf(stderr, "wds index: %s\n", wds_last_error());
       goto done;
     }
     /* stdio on a copy of the descriptor: fclose flushes it, and commit
@@ -274,8 +274,8 @@ int tool_cmd_index(int argc, char **argv) {
               err ? ": " : "", err ? strerror(err) : "");
       goto done;
     }
-    if (wds_outfile_commit(of, msg, sizeof msg) != WDS_OK) {
-      fprintf(stderr, "wds index: %s\n", msg);
+    if (wds_outfile_commit(of) != WDS_OK) {
+      fprintf(stderr, "wds index: %s\n", wds_last_error());
       goto done;
     }
   }

@@ -159,7 +159,7 @@ static int index_summary(const char *index_path, const wds_url_list *urls,
   if (tool_allow_pipe_from_files)
     flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
   if (wds_index_load(index_path, flags, &ix) != WDS_OK) {
-    fprintf(stderr, "wds ls: %s\n", wds_open_error());
+    fprintf(stderr, "wds ls: %s\n", wds_last_error());
     goto done;
   }
   for (size_t u = 0; u < urls->count; u++) {
@@ -168,7 +168,7 @@ static int index_summary(const char *index_path, const wds_url_list *urls,
     char shown[WDS__URL_REDACT_MAX];
     const char *url = wds__url_shown(urls->urls[u], shown, sizeof shown);
     if (wds_index_lookup(ix, urls->urls[u], &i) != WDS_OK) {
-      fprintf(stderr, "wds ls: %s: %s\n", index_path, wds_index_error(ix));
+      fprintf(stderr, "wds ls: %s: %s\n", index_path, wds_last_error());
       goto done;
     }
     wds_index_shard_info(ix, i, &sh);
@@ -309,7 +309,7 @@ int tool_cmd_ls(int argc, char **argv) {
   cfg.urls = (const char *const *)urls.urls;
   cfg.url_count = urls.count;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
-    fprintf(stderr, "wds ls: %s\n", wds_open_error());
+    fprintf(stderr, "wds ls: %s\n", wds_last_error());
     status = 1;
     goto done;
   }
@@ -346,7 +346,7 @@ int tool_cmd_ls(int argc, char **argv) {
     goto done;
   }
   if (rc != WDS_EOF) {
-    fprintf(stderr, "wds ls: %s\n", wds_reader_error(r));
+    fprintf(stderr, "wds ls: %s\n", wds_last_error());
     status = 1;
     goto done;
   }

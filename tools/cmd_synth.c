@@ -193,14 +193,14 @@ int tool_cmd_synth(int argc, char **argv) {
   cfg.max_count = samples;
   cfg.max_size_bytes = UINT64_MAX;
   if (wds_writer_open(&cfg, &w) != WDS_OK) {
-    fprintf(stderr, "wds synth: %s\n", wds_open_error());
+    fprintf(stderr, "wds synth: %s\n", wds_last_error());
     status = 2;
     goto done;
   }
   tool_signals_defer(1); /* write_samples checks; the unfinished shard goes */
   if (write_samples(w, 0, shards * samples, buf, (size_t)size, seed) !=
       WDS_OK) {
-    fprintf(stderr, "wds synth: %s\n", wds_writer_error(w));
+    fprintf(stderr, "wds synth: %s\n", wds_last_error());
     status = 1;
     goto done;
   }
@@ -215,7 +215,7 @@ int tool_cmd_synth(int argc, char **argv) {
     goto done;
   }
   if (wds_writer_end_shard(w) != WDS_OK) {
-    fprintf(stderr, "wds synth: %s\n", wds_writer_error(w));
+    fprintf(stderr, "wds synth: %s\n", wds_last_error());
     status = 1;
     goto done;
   }

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/err.h"
 #include "base/json.h"
 #include "base/size.h"
 #include "base/text.h"
@@ -249,8 +250,9 @@ static int check_sample(verifier *v, const char *url, const wds_sample *s,
     for (size_t i = 0; i < s->field_count; i++) {
       const wds_field *f = &s->fields[i];
       char err[900];
-      if (wds_decode_check(v->checker, f->ext, f->data, f->size_bytes, err,
-                           sizeof err) != WDS_OK) {
+      if (wds_decode_check(v->checker, f->ext, f->data, f->size_bytes) !=
+          WDS_OK) {
+        wds__copy_msg(err, sizeof err, wds_last_error());
         snprintf(msg, sizeof msg, "field %s (%zu bytes): %s", f->ext,
                  f->size_bytes, err);
         report(v, K_DECODE, url, s->key, msg);
@@ -270,7 +272,7 @@ static int verify_shard(verifier *v, const char *url) {
   tool_reader_opts_apply(&v->ro, &cfg);
   v->shards++;
   if (wds_reader_open(&cfg, &r) != WDS_OK) {
-    const char *m = wds_open_error();
+    const char *m = wds_last_error();
     report(v, K_UNREADABLE, url, NULL, strip_url(m, url));
     goto done;
   }
@@ -284,7 +286,7 @@ static int verify_shard(verifier *v, const char *url) {
       break;
     }
     if (rc != WDS_OK) {
-      const char *m = wds_reader_error(r);
+      const char *m = wds_last_error();
       report(v, classify(rc, m), url, NULL, strip_url(m, url));
       continue;
     }

@@ -604,8 +604,8 @@ static void on_leftover(void *ctx, const char *path) {
   l->last = strdup(path);
 }
 
-static int writer_failed(wds_writer *w) {
-  const char *msg = wds_writer_error(w);
+static int writer_failed(void) {
+  const char *msg = wds_last_error();
   fprintf(stderr, "wds write: %s\n", msg);
   single_file_hint(msg);
   return 1;
@@ -733,8 +733,9 @@ static int write_classes(const char *path, const class_name *cl, size_t n,
   }
   char err[1100];
   wds_outfile *f = NULL;
-  int rc = wds_outfile_open(path, o->no_sync ? WDS_OUTFILE_NO_SYNC : 0, &f, err,
-                            sizeof err);
+  int rc = wds_outfile_open(path, o->no_sync ? WDS_OUTFILE_NO_SYNC : 0, &f);
+  if (rc != WDS_OK)
+    snprintf(err, sizeof err, "%s", wds_last_error());
   for (size_t at = 0; rc == WDS_OK && at < len;) {
     ssize_t k = write(wds_outfile_fd(f), text + at, len - at);
     if (k < 0 && errno == EINTR)
@@ -747,8 +748,8 @@ static int write_classes(const char *path, const class_name *cl, size_t n,
       at += (size_t)k;
     }
   }
-  if (rc == WDS_OK)
-    rc = wds_outfile_commit(f, err, sizeof err);
+  if (rc == WDS_OK && (rc = wds_outfile_commit(f)) != WDS_OK)
+    snprintf(err, sizeof err, "%s", wds_last_error());
   wds_outfile_close(f);
   free(text);
   if (rc != WDS_OK) {
@@ -934,7 +935,7 @@ static int run_dir(const char *root, const write_opts *o, wds_writer *w,
     s.key[e->key_len] = '\0';
     if (wds_writer_write_sample(w, s.key, s.f, n + (o->labels != 0)) !=
         WDS_OK) {
-      writer_failed(w);
+      writer_failed();
       goto done;
     }
     progress_update(pg, w, 0);
@@ -1275,8 +1276,8 @@ static int run_manifest(const write_opts *o, wds_writer *w, progress *pg) {
     if (wds_writer_write_sample(w, m.arena + r->key_off, s.f, r->count) !=
         WDS_OK) {
       fprintf(stderr, "wds write: manifest %s, line %zu: %s\n", name, r->line,
-              wds_writer_error(w));
-      single_file_hint(wds_writer_error(w));
+              wds_last_error());
+      single_file_hint(wds_last_error());
       goto done;
     }
     progress_update(pg, w, 0);
@@ -1352,7 +1353,7 @@ static int run_stream(char **specs, int nspecs, const write_opts *o,
   rc.urls = (const char *const *)urls.urls;
   rc.url_count = urls.count;
   if (wds_reader_open(&rc, &r) != WDS_OK) {
-    fprintf(stderr, "wds write: %s\n", wds_open_error());
+    fprintf(stderr, "wds write: %s\n", wds_last_error());
     goto done;
   }
   tool_signals_reader(r);
@@ -1382,7 +1383,7 @@ static int run_stream(char **specs, int nspecs, const write_opts *o,
       int wrc = wds_writer_write_sample(w, out->key, out->f, out->count);
       free(out);
       if (wrc != WDS_OK) {
-        writer_failed(w);
+        writer_failed();
         goto done;
       }
     } else {
@@ -1397,7 +1398,7 @@ static int run_stream(char **specs, int nspecs, const write_opts *o,
         f[i].size_bytes = smp->fields[i].size_bytes;
       }
       if (wds_writer_write_sample(w, smp->key, f, smp->field_count) != WDS_OK) {
-        writer_failed(w);
+        writer_failed();
         goto done;
       }
     }
@@ -1406,7 +1407,7 @@ static int run_stream(char **specs, int nspecs, const write_opts *o,
   if (rrc == WDS_ERR_CANCELLED && tool_signal_caught())
     goto done; /* the caller says so */
   if (rrc != WDS_EOF) {
-    fprintf(stderr, "wds write: %s\n", wds_reader_error(r));
+    fprintf(stderr, "wds write: %s\n", wds_last_error());
     goto done;
   }
   /* Drain the buffer in a shuffled order. */
@@ -1419,7 +1420,7 @@ static int run_stream(char **specs, int nspecs, const write_opts *o,
   for (size_t i = 0; i < nbuf && !tool_signal_caught(); i++) {
     if (wds_writer_write_sample(w, buf[i]->key, buf[i]->f, buf[i]->count) !=
         WDS_OK) {
-      writer_failed(w);
+      writer_failed();
       goto done;
     }
     progress_update(pg, w, 0);
@@ -1643,7 +1644,7 @@ int tool_cmd_write(int argc, char **argv) {
   cfg.on_leftover_ctx = &left;
   wds_writer *w = NULL;
   if (wds_writer_open(&cfg, &w) != WDS_OK) {
-    fprintf(stderr, "wds write: %s\n", wds_open_error());
+    fprintf(stderr, "wds write: %s\n", wds_last_error());
     return 2;
   }
   progress pg = {0};
@@ -1668,7 +1669,7 @@ int tool_cmd_write(int argc, char **argv) {
         st.shards, st.shards == 1 ? "" : "s");
   }
   if (status == 0 && wds_writer_end_shard(w) != WDS_OK)
-    status = writer_failed(w);
+    status = writer_failed();
   progress_end(&pg);
   if (status != 0) {
     /* An input error leaves the unfinished shard unfinished: removed. */

@@ -9,12 +9,11 @@
 
 int tool_gpu_jpeg_open(const char *cmd, const wds_loader_config *cfg,
                        wds_gpu_jpeg **out) {
-  char err[1024];
   *out = NULL;
   if (cfg->jpeg_decode != WDS_JPEG_DECODE_GPU)
     return 0;
-  if (wds_gpu_jpeg_create(-1, out, err, sizeof err) != WDS_OK) {
-    fprintf(stderr, "wds %s: --jpeg-decode gpu: %s\n", cmd, err);
+  if (wds_gpu_jpeg_create(-1, out) != WDS_OK) {
+    fprintf(stderr, "wds %s: --jpeg-decode gpu: %s\n", cmd, wds_last_error());
     return -1;
   }
   return 0;
@@ -66,7 +65,7 @@ int tool_gpu_jpeg_batch(const char *cmd, wds_gpu_jpeg *g, wds_loader *l,
         wds_gpu_jpeg_sync(g, NULL) != WDS_OK ||
         (keep_host && wds_gpu_jpeg_download(g, out->host + at, dev + at,
                                             b->rows * row, NULL) != WDS_OK)) {
-      fprintf(stderr, "wds %s: %s\n", cmd, wds_gpu_jpeg_error(g));
+      fprintf(stderr, "wds %s: %s\n", cmd, wds_last_error());
       return -1;
     }
     wds_batch_field *f = &out->fields[i];

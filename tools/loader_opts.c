@@ -190,7 +190,7 @@ int tool_option_set(wds_loader_config *cfg, const char *cmd, const char *flag,
   if (!(r = wds_loader_option_find(name)))
     return -1;
   if (wds_loader_config_set(cfg, name, arg) != WDS_OK) {
-    tool_usage_error(cmd, "%s", wds_open_error());
+    tool_usage_error(cmd, "%s", wds_last_error());
     return -1;
   }
   return 0;
@@ -310,7 +310,6 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
 
 int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
   wds_loader_config *cfg = &o->cfg;
-  char err[512];
   if (o->last_batch_given)
     cfg->last_batch = o->last_batch;
   else if (o->drop_last_given)
@@ -398,9 +397,9 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
   }
   if (o->decode) {
     size_t n = 0;
-    if (wds_field_specs_parse(o->decode, &o->fields, &n, &o->field_storage, err,
-                              sizeof err) != WDS_OK) {
-      tool_usage_error(cmd, "--decode: %s", err);
+    if (wds_field_specs_parse(o->decode, &o->fields, &n, &o->field_storage) !=
+        WDS_OK) {
+      tool_usage_error(cmd, "--decode: %s", wds_last_error());
       return -1;
     }
     cfg->fields = o->fields;

@@ -20,19 +20,19 @@ int tool_allow_pipe_from_files;
 int tool_expand_specs(const char *cmd, char **specs, int nspecs,
                       size_t max_urls, int read_timeout_ms, int retries,
                       wds_url_list *out) {
-  char err[1024];
+  wds__err err;
   unsigned flags =
       tool_allow_pipe_from_files ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0;
   wds__io_opts io = {.read_timeout_ms = read_timeout_ms,
                      .cancel = tool_signals_cancel(),
                      .retries = retries};
   int rc = wds__spec_expand_io((const char *const *)specs, (size_t)nspecs,
-                               max_urls, flags, &io, out, err, sizeof err);
+                               max_urls, flags, &io, out, &err);
   if (rc == WDS_OK)
     return 0;
   if (rc == WDS_ERR_CANCELLED && tool_signal_caught())
     return tool_interrupted(cmd, "nothing was read");
-  fprintf(stderr, "wds %s: %s\n", cmd, err);
+  fprintf(stderr, "wds %s: %s\n", cmd, err.msg);
   return 1;
 }
 

@@ -711,11 +711,10 @@ static int upload_rows(tr_rank *r, const tr_batch_view *b, wds_loader *l,
      * that cannot be decoded turns invalid (skip) before the flags are
      * staged below, or is the run's error (stop). */
     if (!r->jpeg) {
-      char why[1024];
-      int rc = wds_gpu_jpeg_create(r->device, &r->jpeg, why, sizeof why);
+      int rc = wds_gpu_jpeg_create(r->device, &r->jpeg);
       if (rc != WDS_OK)
         return wds__fail(err, rc, "rank %d: --jpeg-decode gpu: %s", r->rank,
-                         why);
+                         wds_last_error());
     }
     CU(cudaStreamWaitEvent(r->copy, r->consumed[s], 0), "cudaStreamWaitEvent");
     CU(cudaEventRecord(r->h2d_start[s], r->copy), "cudaEventRecord");
@@ -724,7 +723,7 @@ static int upload_rows(tr_rank *r, const tr_batch_view *b, wds_loader *l,
                                         r->img[s], r->copy);
       if (rc != WDS_OK)
         return wds__fail(err, rc, "rank %d: training data: %s", r->rank,
-                         wds_gpu_jpeg_error(r->jpeg));
+                         wds_last_error());
     }
   }
   int classes = r->m.dims[r->m.layers];

@@ -83,7 +83,6 @@ int tr_checkpoint_save(const char *path, const tr_checkpoint *c, wds__err *e) {
   size_t size = TR_HEADER_BYTES + 8 * c->param_count + extra + 8;
   unsigned char *buf = malloc(size), *p = buf;
   wds_outfile *f = NULL;
-  char msg[1024];
   if (!buf) {
     rc = wds__fail(e, WDS_ERR_NOMEM, "checkpoint %s: out of memory", path);
     goto done;
@@ -112,16 +111,16 @@ int tr_checkpoint_save(const char *path, const tr_checkpoint *c, wds__err *e) {
 
   /* The processes of a multi-node job may write the same path on a shared
    * file system: wds_outfile creates its temporary name exclusively. */
-  if (wds_outfile_open(path, 0, &f, msg, sizeof msg) != WDS_OK) {
-    rc = wds__fail(e, WDS_ERR_IO, "checkpoint: %s", msg);
+  if (wds_outfile_open(path, 0, &f) != WDS_OK) {
+    rc = wds__fail(e, WDS_ERR_IO, "checkpoint: %s", wds_last_error());
     goto done;
   }
   if (write_all(wds_outfile_fd(f), buf, size) != 0) {
     rc = wds__fail(e, WDS_ERR_IO, "checkpoint %s: %s", path, strerror(errno));
     goto done;
   }
-  if (wds_outfile_commit(f, msg, sizeof msg) != WDS_OK) {
-    rc = wds__fail(e, WDS_ERR_IO, "checkpoint: %s", msg);
+  if (wds_outfile_commit(f) != WDS_OK) {
+    rc = wds__fail(e, WDS_ERR_IO, "checkpoint: %s", wds_last_error());
     goto done;
   }
   rc = WDS_OK;

@@ -242,7 +242,7 @@ static int fetch(shared *sh, const wds_batch **out) {
     return -1;
   }
   if (rc != WDS_OK) {
-    fail(sh, rc, "training data: %s", wds_loader_error(sh->train));
+    fail(sh, rc, "training data: %s", wds_last_error());
     return -1;
   }
   int64_t gs[3];
@@ -439,7 +439,7 @@ static int run_eval(shared *sh, tr_rank *r, int rank, wds__err *e) {
         fail(sh, rc, "interrupted");
         return rc;
       } else if (rc != WDS_EOF) {
-        fail(sh, rc, "evaluation data: %s", wds_loader_error(sh->eval));
+        fail(sh, rc, "evaluation data: %s", wds_last_error());
         return rc;
       }
     }
@@ -1011,7 +1011,7 @@ static int open_loaders(shared *sh, wds__err *e) {
   if ((rc = wds_loader_open(&lc, &sh->train)) != WDS_OK)
     return wds__fail(e, rc, "%s: %s",
                      o->loader.source_count ? "--source" : "--train",
-                     wds_open_error());
+                     wds_last_error());
   if (o->watch_loader)
     o->watch_loader(0, sh->train);
   sh->epoch_batches = wds_loader_epoch_batches(sh->train);
@@ -1028,7 +1028,7 @@ static int open_loaders(shared *sh, wds__err *e) {
     wds_loader_config ec;
     eval_loader_config(sh, &lc, &ec);
     if ((rc = wds_loader_open(&ec, &sh->eval)) != WDS_OK)
-      return wds__fail(e, rc, "--eval: %s", wds_open_error());
+      return wds__fail(e, rc, "--eval: %s", wds_last_error());
     if (o->watch_loader)
       o->watch_loader(1, sh->eval);
   }
@@ -1043,9 +1043,8 @@ static int open_loaders(shared *sh, wds__err *e) {
  * left as it was). */
 static int open_log(const char *flag, const char *path, wds_outfile **of,
                     FILE **f, wds__err *e) {
-  char msg[WDS__ERR_SIZE];
-  if (wds_outfile_open(path, WDS_OUTFILE_STREAM, of, msg, sizeof msg) != WDS_OK)
-    return wds__fail(e, WDS_ERR_OPEN, "%s: %s", flag, msg);
+  if (wds_outfile_open(path, WDS_OUTFILE_STREAM, of) != WDS_OK)
+    return wds__fail(e, WDS_ERR_OPEN, "%s: %s", flag, wds_last_error());
   /* stdio on a copy of the descriptor: fclose flushes and closes it, and
    * the commit syncs and closes the outfile's own. */
   int fd = dup(wds_outfile_fd(*of));
@@ -1066,7 +1065,6 @@ static int close_log(const char *flag, const char *path, wds_outfile *of,
                      FILE *f, int rc, wds__err *e) {
   if (!of)
     return rc;
-  char msg[WDS__ERR_SIZE];
   int failed = 0;
   errno = 0;
   if (f) {
@@ -1079,8 +1077,8 @@ static int close_log(const char *flag, const char *path, wds_outfile *of,
   if (failed && rc == WDS_OK)
     rc = wds__fail(e, WDS_ERR_IO, "%s %s: cannot write it%s%s", flag, path,
                    errno ? ": " : "", errno ? strerror(errno) : "");
-  if (wds_outfile_commit(of, msg, sizeof msg) != WDS_OK && rc == WDS_OK)
-    rc = wds__fail(e, WDS_ERR_IO, "%s: %s", flag, msg);
+  if (wds_outfile_commit(of) != WDS_OK && rc == WDS_OK)
+    rc = wds__fail(e, WDS_ERR_IO, "%s: %s", flag, wds_last_error());
   wds_outfile_close(of);
   return rc;
 }

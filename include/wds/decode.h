@@ -94,19 +94,17 @@ WDS_API void wds_decode_checker_set_image_memory_limit(wds_decode_checker *c,
  * so a truncated or corrupt image is found at little cost), .npy header
  * and data size, integers as decimal text. Returns WDS_OK (also for BYTES
  * extensions: nothing to check) or the decoder's status with its message
- * ("JPEG: Premature end of JPEG file", "npy: ...") in err. c may be NULL:
- * a temporary checker is used. */
+ * ("JPEG: Premature end of JPEG file", "npy: ...") in wds_last_error(). c
+ * may be NULL: a temporary checker is used. */
 WDS_API int wds_decode_check(wds_decode_checker *c, const char *ext,
-                             const void *data, size_t size, char *err,
-                             size_t err_size);
+                             const void *data, size_t size);
 
 /* Writes a .npy file (format 1.0, little-endian, C order) holding an array
  * of the given dtype (not BYTES) and shape: `wds batches --save` uses it.
  * Written under a temporary name and renamed. Returns WDS_OK or
- * WDS_ERR_IO / WDS_ERR_INVALID with a message in err. */
+ * WDS_ERR_IO / WDS_ERR_INVALID with a message in wds_last_error(). */
 WDS_API int wds_npy_save(const char *path, wds_dtype dtype, int ndim,
-                         const int64_t *shape, const void *data, char *err,
-                         size_t err_size);
+                         const int64_t *shape, const void *data);
 
 #ifdef __cplusplus
 }

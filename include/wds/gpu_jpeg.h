@@ -7,7 +7,7 @@
  * in device memory: rows x height x width x channels uint8 (NHWC):
  *
  *   wds_gpu_jpeg *g;
- *   if (wds_gpu_jpeg_create(0, &g, err, sizeof err) != WDS_OK) ... (err)
+ *   if (wds_gpu_jpeg_create(0, &g) != WDS_OK) ... (wds_last_error())
  *   wds_gpu_jpeg_shape(l, 0, shape);          (height, width, channels)
  *   wds_loader_next(l, &b);
  *   wds_gpu_jpeg_decode(g, l, b, 0, d_images, stream);
@@ -67,10 +67,10 @@ typedef struct wds_gpu_jpeg_stats {
 } wds_gpu_jpeg_stats;
 
 /* A decoder on CUDA device `device` (-1: the calling thread's current one).
- * WDS_OK, or WDS_ERR_OPEN with the reason in err (no CUDA in this build,
- * no GPU, libnvjpeg not found: where it was looked for), WDS_ERR_NOMEM. */
-WDS_API int wds_gpu_jpeg_create(int device, wds_gpu_jpeg **out, char *err,
-                                size_t err_size);
+ * WDS_OK, or WDS_ERR_OPEN with the reason in wds_last_error() (no CUDA in
+ * this build, no GPU, libnvjpeg not found: where it was looked for),
+ * WDS_ERR_NOMEM. */
+WDS_API int wds_gpu_jpeg_create(int device, wds_gpu_jpeg **out);
 
 /* The shape of one decoded row of field `field` of l: height, width,
  * channels. WDS_OK, or WDS_ERR_INVALID when the field is not a GPU-planned
@@ -85,7 +85,7 @@ WDS_API int wds_gpu_jpeg_shape(const wds_loader *l, size_t field,
  * copies on the stream: give b back behind it (wds/cuda.h's
  * wds_cuda_release_after_stream). Returns WDS_OK; the loader's error
  * (WDS_ON_ERROR_STOP: a JPEG neither nvJPEG nor the CPU decodes; the
- * message in wds_gpu_jpeg_error() and wds_loader_error()); WDS_ERR_IO for a
+ * message in wds_last_error()); WDS_ERR_IO for a
  * CUDA or nvJPEG failure; WDS_ERR_INVALID for a field that is not planned. */
 WDS_API int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l,
                                 const wds_batch *b, size_t field, void *dev_out,
@@ -106,14 +106,13 @@ WDS_API int wds_gpu_jpeg_decode_rows(wds_gpu_jpeg *g, wds_loader *l,
  * it cannot be had. Freed by close. */
 WDS_API void *wds_gpu_jpeg_buffer(wds_gpu_jpeg *g, size_t bytes);
 /* Waits for the work queued on stream (NULL: the default stream). WDS_OK
- * or WDS_ERR_IO (the CUDA error in wds_gpu_jpeg_error). */
+ * or WDS_ERR_IO (the CUDA error in wds_last_error()). */
 WDS_API int wds_gpu_jpeg_sync(wds_gpu_jpeg *g, void *stream);
 /* Copies `bytes` of device memory at dev to host memory at host once the
  * work queued on stream is done (synchronous). WDS_OK or WDS_ERR_IO. */
 WDS_API int wds_gpu_jpeg_download(wds_gpu_jpeg *g, void *host, const void *dev,
                                   size_t bytes, void *stream);
 
-WDS_API const char *wds_gpu_jpeg_error(const wds_gpu_jpeg *g);
 /* "PATH (hardware backend)" or "PATH (GPU hybrid backend)". */
 WDS_API const char *wds_gpu_jpeg_library(const wds_gpu_jpeg *g);
 WDS_API void wds_gpu_jpeg_stats_get(const wds_gpu_jpeg *g,

@@ -25,16 +25,15 @@
  *
  *   wds_index *ix;
  *   if (wds_index_load("index.json", WDS_INDEX_SAMPLES, &ix) != WDS_OK)
- *     { puts(wds_open_error()); ... }
+ *     { puts(wds_last_error()); ... }
  *   size_t i;
  *   if (wds_index_lookup(ix, "data-000.tar", &i) != WDS_OK)
- *     puts(wds_index_error(ix));          // not listed, or stale
+ *     puts(wds_last_error());             // not listed, or stale
  *   wds_index_shard sh;
  *   wds_index_shard_info(ix, i, &sh);     // sh.nsamples, sh.samples[j] ...
  *   wds_index_close(ix);
  *
- * A handle is read-only after load except for its last-error text; use it
- * from one thread at a time. */
+ * A handle is read-only after load; use it from one thread at a time. */
 #ifndef WDS_INDEX_H
 #define WDS_INDEX_H
 
@@ -91,7 +90,7 @@ typedef struct wds_index_shard {
  * ends with a 512-byte block) is an error naming it, and with
  * WDS_INDEX_SAMPLES so is a "samples" list without nsamples entries or a
  * member [OFFSET, SIZE] that does not fit in tar_bytes. On failure *out is
- * NULL and wds_open_error() names the file and the byte offset of the
+ * NULL and wds_last_error() names the file and the byte offset of the
  * problem. (The loader also bounds each count by the shard file's size,
  * and checks their sum.) */
 WDS_API int wds_index_load(const char *path, unsigned flags, wds_index **out);
@@ -112,11 +111,8 @@ WDS_API int wds_index_shard_info(const wds_index *ix, size_t i,
  * For a local file with a recorded
  * filesize, the file's current size is compared: a difference is
  * WDS_ERR_CORRUPT ("URL: stale index: the shard was N bytes, is M"). Not
- * listed: WDS_ERR_INVALID. The message is in wds_index_error(). */
+ * listed: WDS_ERR_INVALID. The message is in wds_last_error(). */
 WDS_API int wds_index_lookup(wds_index *ix, const char *url, size_t *shard);
-
-/* Text of the last failed lookup ("" if none). */
-WDS_API const char *wds_index_error(const wds_index *ix);
 
 WDS_API void wds_index_close(wds_index *ix); /* NULL is a no-op */
 

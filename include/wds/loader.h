@@ -51,9 +51,10 @@
  * next; the samples already delivered are read but not decoded.
  *
  * Errors: with WDS_ON_ERROR_STOP the first error (unreadable shard, corrupt
- * tar, missing field, failed decode) is returned by next() and ends the
- * loader. With WDS_ON_ERROR_SKIP it is counted, its message kept
- * (wds_loader_error), and reading goes on. A sample that fails to decode or
+ * tar, missing field, failed decode) is returned by next() (its message in
+ * wds_last_error()) and ends the loader. With WDS_ON_ERROR_SKIP it is
+ * counted, its message logged ("skipped: ...", through log), and reading
+ * goes on. A sample that fails to decode or
  * lacks a field keeps its place in the sequence as a zero-filled row marked
  * invalid (batch->valid[i] == 0), so batch counts, shapes and resume stay
  * exact. In exact mode a shard that yields fewer samples than its count
@@ -128,10 +129,9 @@ typedef struct wds_field_spec {
  * fields, each NAME[:OPTION]... with options rgb, l (gray), WxH or N (image
  * size), image, npy, int, bytes (decoder). Names point into *storage
  * (release with free()). Returns WDS_OK or WDS_ERR_INVALID with a message in
- * err. */
+ * wds_last_error(). */
 WDS_API int wds_field_specs_parse(const char *text, wds_field_spec **specs,
-                                  size_t *count, char **storage, char *err,
-                                  size_t err_size);
+                                  size_t *count, char **storage);
 
 /* Memory for batch slots. alloc returns size_bytes bytes aligned to at
  * least 64, or NULL. */
@@ -330,7 +330,7 @@ typedef struct wds_loader_config {
  *   wds_loader_config cfg = WDS_LOADER_CONFIG_INIT;
  *   if (wds_loader_config_set(&cfg, "batch_size", "32") != WDS_OK ||
  *       wds_loader_config_set(&cfg, "--read-timeout", "2.5") != WDS_OK)
- *     puts(wds_open_error());  // "batch_size needs a whole number ..."
+ *     puts(wds_last_error());  // "batch_size needs a whole number ..."
  */
 typedef enum wds_option_type {
   WDS_OPTION_BOOL = 0,    /* "1" or "0" ("true", "false"); a CLI flag
@@ -376,7 +376,7 @@ WDS_API const wds_loader_option *wds_loader_option_find(const char *name);
  * for a TIMEOUT), and a BOOL row named by its flag takes no value (NULL)
  * and sets what the flag sets (cli_value: "--no-shard-shuffle" sets
  * shard_shuffle to 0); a value there is refused. Returns WDS_OK, or
- * WDS_ERR_INVALID leaving cfg as it was, and wds_open_error() says why, naming
+ * WDS_ERR_INVALID leaving cfg as it was, and wds_last_error() says why, naming
  * the option as name does:
  * `--workers needs a whole number in 1..256, not "0"`. */
 WDS_API int wds_loader_config_set(wds_loader_config *cfg, const char *name,
@@ -414,14 +414,16 @@ typedef struct wds_batch {
 typedef struct wds_loader wds_loader;
 
 /* Validates cfg, expands the spec, (exact mode) loads or counts shard sizes,
- * allocates the batch pool. On failure *out is NULL and wds_open_error()
+ * allocates the batch pool. On failure *out is NULL and wds_last_error()
  * says why. */
 WDS_API int wds_loader_open(const wds_loader_config *cfg, wds_loader **out);
 
 /* Next batch, borrowed until wds_loader_release(). Blocks while the batch is
  * prepared. Returns WDS_OK, WDS_EOF at the end of an epoch (the next call
- * starts the next one), or a negative status (wds_loader_error() says what
- * and where). WDS_ERR_INVALID if every slot is held by the caller. */
+ * starts the next one), or a negative status (wds_last_error() says what
+ * and where: shard, sample, field, offset, also for errors the worker
+ * threads found; after one, every later call returns it again and sets the
+ * text again). WDS_ERR_INVALID if every slot is held by the caller. */
 WDS_API int wds_loader_next(wds_loader *l, const wds_batch **out);
 
 /* Gives a batch's slot back to the pool. Unlike the other calls, it may be
@@ -474,11 +476,6 @@ WDS_API void wds_loader_position(const wds_loader *l, uint64_t *epoch,
 
 /* Batches in an epoch for this rank; 0 in plain mode (not known). */
 WDS_API uint64_t wds_loader_epoch_batches(const wds_loader *l);
-
-/* Text of the last error, or of the last skipped one under
- * WDS_ON_ERROR_SKIP ("" if none): shard, sample, field, offset. Safe to call
- * while the workers run; valid until the next call on this handle. */
-WDS_API const char *wds_loader_error(const wds_loader *l);
 
 typedef struct wds_loader_stats {
   uint64_t batches, samples; /* delivered */

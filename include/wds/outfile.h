@@ -26,13 +26,13 @@
  * /dev/stderr, /dev/fd/N and /proc/self/fd/N, are written in place.
  *
  *   wds_outfile *f;
- *   if (wds_outfile_open(path, 0, &f, err, sizeof err) != WDS_OK) ...
+ *   if (wds_outfile_open(path, 0, &f) != WDS_OK) ... wds_last_error()
  *   write(wds_outfile_fd(f), ...);
- *   rc = wds_outfile_commit(f, err, sizeof err);
+ *   rc = wds_outfile_commit(f);
  *   wds_outfile_close(f);  // always; removes the temporary if not committed
  *
  * Errors: WDS_ERR_OPEN from open, WDS_ERR_IO from commit, with a message
- * naming the file in err (err may be NULL). */
+ * naming the file in wds_last_error(). */
 #ifndef WDS_OUTFILE_H
 #define WDS_OUTFILE_H
 
@@ -63,7 +63,7 @@ extern "C" {
 typedef struct wds_outfile wds_outfile;
 
 WDS_API int wds_outfile_open(const char *path, unsigned flags,
-                             wds_outfile **out, char *err, size_t err_size);
+                             wds_outfile **out);
 
 /* The descriptor to write to (the outfile's: do not close it). */
 WDS_API int wds_outfile_fd(const wds_outfile *f);
@@ -78,7 +78,7 @@ WDS_API const char *wds_outfile_tmp_path(const wds_outfile *f);
 /* Ends the file: fsync (unless NO_SYNC; in place only for block devices),
  * close, rename to PATH and fsync of its directory. After a failure the
  * temporary file is removed by close. */
-WDS_API int wds_outfile_commit(wds_outfile *f, char *err, size_t err_size);
+WDS_API int wds_outfile_commit(wds_outfile *f);
 
 /* Closes the descriptor if still open and removes an uncommitted temporary
  * file; frees f. NULL is a no-op. */

@@ -19,11 +19,11 @@
  *   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
  *   cfg.spec = "data-{000..009}.tar";
  *   wds_reader *r;
- *   if (wds_reader_open(&cfg, &r) != WDS_OK) { puts(wds_open_error()); ... }
+ *   if (wds_reader_open(&cfg, &r) != WDS_OK) { puts(wds_last_error()); ... }
  *   const wds_sample *s;
  *   int rc;
  *   while ((rc = wds_reader_next(r, &s)) == WDS_OK) { use s->fields[i] ... }
- *   if (rc != WDS_EOF) fprintf(stderr, "%s\n", wds_reader_error(r));
+ *   if (rc != WDS_EOF) fprintf(stderr, "%s\n", wds_last_error());
  *   wds_reader_close(r);
  *
  * Memory: one read buffer per reader (buffer_size_bytes), grown only as far as
@@ -136,11 +136,11 @@ typedef struct wds_reader_stats {
 
 /* Validates cfg, expands the spec and prepares to read; shards are opened
  * lazily by wds_reader_next(). On failure *out is NULL, nothing leaks and
- * wds_open_error() tells why. */
+ * wds_last_error() tells why. */
 WDS_API int wds_reader_open(const wds_reader_config *cfg, wds_reader **out);
 
 /* Next sample: WDS_OK with *out set (borrowed until the next call), WDS_EOF
- * after the last shard, or a negative status with wds_reader_error() naming
+ * after the last shard, or a negative status with wds_last_error() naming
  * the shard URL, member and byte offset. After an error the reader stays
  * usable: the next call continues with the next shard (or, after
  * WDS_ERR_DUPLICATE, with the next sample of the same shard), so callers
@@ -152,9 +152,6 @@ WDS_API int wds_reader_next(wds_reader *r, const wds_sample **out);
  * closed). Thread-safe and async-signal-safe: a signal handler may call it
  * while another thread reads. */
 WDS_API void wds_reader_cancel(wds_reader *r);
-
-/* Text of the last error ("" if none). Valid until the next call. */
-WDS_API const char *wds_reader_error(const wds_reader *r);
 
 /* The expanded shard list. */
 WDS_API size_t wds_reader_shard_count(const wds_reader *r);

@@ -69,31 +69,28 @@ typedef struct wds_url_list {
 /* Expands spec (as described above) into *out, which must be zeroed or
  * freshly freed. max_urls 0 means WDS_DEFAULT_MAX_URLS. On failure returns a
  * negative status (WDS_ERR_SPEC, WDS_ERR_LIMIT, WDS_ERR_OPEN for an unreadable
- * @FILE, WDS_ERR_NOMEM, WDS_ERR_INVALID for NULL arguments), writes a message
- * naming what and where into err (when err is not NULL; always NUL-terminated),
- * and leaves *out empty. */
+ * @FILE, WDS_ERR_NOMEM, WDS_ERR_INVALID for NULL arguments), leaves *out
+ * empty, and wds_last_error() names what and where. */
 WDS_API int wds_spec_expand(const char *spec, size_t max_urls,
-                            wds_url_list *out, char *err, size_t err_size);
+                            wds_url_list *out);
 
 /* Expands specs[0..nspecs) in turn into one list, as one expansion: the
  * limits (max_urls, URL bytes, @FILEs) hold for the whole list, and an
  * error names the spec at fault. Same contract as wds_spec_expand(); the
  * `wds` tools expand their SPEC arguments with it. */
 WDS_API int wds_spec_expand_list(const char *const *specs, size_t nspecs,
-                                 size_t max_urls, wds_url_list *out, char *err,
-                                 size_t err_size);
+                                 size_t max_urls, wds_url_list *out);
 
 /* wds_spec_expand_list with flags (WDS_SPEC_ALLOW_PIPE_FROM_FILES; the two
  * functions above take 0). */
 WDS_API int wds_spec_expand_flags(const char *const *specs, size_t nspecs,
                                   size_t max_urls, unsigned flags,
-                                  wds_url_list *out, char *err,
-                                  size_t err_size);
+                                  wds_url_list *out);
 
 /* Brace expansion of a single pattern only: no "::", "@" or "${}" handling.
  * Same contract as wds_spec_expand(). */
 WDS_API int wds_brace_expand(const char *pattern, size_t max_urls,
-                             wds_url_list *out, char *err, size_t err_size);
+                             wds_url_list *out);
 
 /* Frees the strings and the array; leaves list zeroed. NULL is a no-op. */
 WDS_API void wds_url_list_free(wds_url_list *list);

@@ -1,9 +1,10 @@
 /* wds/status.h — status codes shared by every wds API.
  *
  * Every function that can fail returns an int: WDS_OK (0), WDS_EOF (1) for a
- * clean end of stream, or one of the negative codes below. Handles keep the
- * text of their last error (what and where: shard URL, member, byte offset);
- * wds_strerror() gives the generic text of a code. */
+ * clean end of stream, or one of the negative codes below. The text of a
+ * failure (what and where: shard URL, member, byte offset) is the calling
+ * thread's wds_last_error(); wds_strerror() gives the generic text of a
+ * code. */
 #ifndef WDS_STATUS_H
 #define WDS_STATUS_H
 
@@ -46,9 +47,16 @@ WDS_API const char *wds_strerror(int status);
  */
 WDS_API const char *wds_status_name(int status);
 
-/* Text of the last failed wds_*_open() call in this thread ("" if none):
- * what failed and where (spec position, shard, option). */
-WDS_API const char *wds_open_error(void);
+/* The text of the most recent failure of a wds call in the calling thread
+ * ("" if none): what failed and where (the spec position, shard URL, member,
+ * byte offset, option). Every wds function that fails (a negative status;
+ * NULL from wds_index_url_for, wds_gpu_jpeg_buffer, wds_reader_shard_url,
+ * whose NULL is a failure) sets it before it returns, in the caller's
+ * thread, also for errors found on the loader's worker threads; a
+ * handle whose errors are sticky sets it again on each failing call. A call
+ * that succeeds leaves it. The string is the thread's own: valid until the
+ * thread's next failing wds call. */
+WDS_API const char *wds_last_error(void);
 
 #ifdef __cplusplus
 }

@@ -35,14 +35,15 @@
  *   wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
  *   cfg.pattern = "out/shard-%06d.tar.zst";
  *   wds_writer *w;
- *   if (wds_writer_open(&cfg, &w) != WDS_OK) { puts(wds_open_error()); ... }
+ *   if (wds_writer_open(&cfg, &w) != WDS_OK) { puts(wds_last_error()); ... }
  *   wds_writer_field f[2] = {{"jpg", jpeg, jpeg_size}, {"cls", "3", 1}};
  *   rc = wds_writer_write_sample(w, "img0001", f, 2);
  *   ...
  *   rc = wds_writer_close(w);   // finishes (renames) the last shard
  *
  * Errors (WDS_ERR_IO with the path, WDS_ERR_INVALID for a bad key or
- * extension) are sticky: after one, every call returns it, and close
+ * extension) are sticky: after one, every call returns it (and sets
+ * wds_last_error() again), and close
  * removes the unfinished shard's temporary file. Shards completed before
  * stay. wds_writer_abort() discards the unfinished shard without an error
  * (a producer whose own input failed). */
@@ -136,7 +137,7 @@ typedef struct wds_writer_stats {
   uint64_t out_bytes; /* written to files (compressed) */
 } wds_writer_stats;
 
-/* On failure *out is NULL and wds_open_error() says why. No file is created
+/* On failure *out is NULL and wds_last_error() says why. No file is created
  * before the first sample. */
 WDS_API int wds_writer_open(const wds_writer_config *cfg, wds_writer **out);
 
@@ -151,19 +152,17 @@ WDS_API int wds_writer_write_sample(wds_writer *w, const char *key,
                                     const wds_writer_field *fields,
                                     size_t count);
 
-/* Text of the last error ("" if none). */
-WDS_API const char *wds_writer_error(const wds_writer *w);
-
 WDS_API void wds_writer_stats_get(const wds_writer *w, wds_writer_stats *out);
 
 /* Finishes and renames the current shard now (no-op when none is open);
  * the next sample starts a new one, numbered on. With out_fd it ends the
  * stream, and later samples are WDS_ERR_INVALID. Unlike close, it leaves
- * the handle to read the error text and the final stats from. */
+ * the handle to read the final stats from. */
 WDS_API int wds_writer_end_shard(wds_writer *w);
 
 /* Finishes and renames the current shard, then frees everything; returns
- * WDS_OK or the error (sticky or from finishing). NULL is a no-op (WDS_OK).
+ * WDS_OK or the error (sticky or from finishing; its text in
+ * wds_last_error()). NULL is a no-op (WDS_OK).
  * After an error the unfinished shard's temporary file is removed. */
 WDS_API int wds_writer_close(wds_writer *w);
 

@@ -18,14 +18,13 @@ PyObject *wds_py_gpu_jpeg_open(PyObject *mod, PyObject *args) {
   int device = -1;
   if (!PyArg_ParseTuple(args, "i:gpu_jpeg_open", &device))
     return NULL;
-  char err[1024] = "";
   wds_gpu_jpeg *g = NULL;
   int rc;
   Py_BEGIN_ALLOW_THREADS;
-  rc = wds_gpu_jpeg_create(device, &g, err, sizeof err);
+  rc = wds_gpu_jpeg_create(device, &g);
   Py_END_ALLOW_THREADS;
   if (rc != WDS_OK)
-    return wds_py_raise(rc, err);
+    return wds_py_raise(rc, wds_last_error());
   wds_py_gpujpeg *o = PyObject_New(wds_py_gpujpeg, &wds_py_gpujpeg_type);
   if (!o) {
     wds_gpu_jpeg_close(g);
@@ -94,7 +93,7 @@ static PyObject *wds_py_gpujpeg_decode(wds_py_gpujpeg *self, PyObject *args) {
                            (void *)(uintptr_t)stream);
   Py_END_ALLOW_THREADS;
   if (rc != WDS_OK)
-    return wds_py_raise(rc, wds_gpu_jpeg_error(self->g));
+    return wds_py_raise(rc, wds_last_error());
   Py_RETURN_NONE;
 }
 

@@ -44,7 +44,7 @@ static int wds_py_index_init(wds_py_index *self, PyObject *args,
                           (allow_pipe ? WDS_INDEX_ALLOW_PIPE_FROM_FILES : 0),
                       &ix);
   if (rc != WDS_OK)
-    snprintf(msg, sizeof msg, "%s", wds_open_error());
+    snprintf(msg, sizeof msg, "%s", wds_last_error());
   Py_END_ALLOW_THREADS;
   Py_DECREF(path);
   if (rc != WDS_OK) {
@@ -164,7 +164,7 @@ static PyObject *wds_py_index_lookup(wds_py_index *self, PyObject *arg) {
   int rc = wds_index_lookup(self->ix, PyBytes_AS_STRING(url), &i);
   Py_DECREF(url);
   if (rc != WDS_OK)
-    return wds_py_raise(rc, wds_index_error(self->ix));
+    return wds_py_raise(rc, wds_last_error());
   return PyLong_FromSize_t(i);
 }
 

@@ -229,14 +229,13 @@ static int wds_py_loader_sources(PyObject *o_sources, wds_loader_config *cfg,
 static int wds_py_loader_inputs_get(const wds_py_loader_args *a,
                                     wds_loader_config *cfg,
                                     wds_py_loader_inputs *in) {
-  char err[1024] = "";
   if (wds_py_fsbytes(a->fields, &in->fields) < 0)
     return -1;
   size_t nspecs = 0;
   int rc = wds_field_specs_parse(PyBytes_AS_STRING(in->fields), &in->specs,
-                                 &nspecs, &in->spec_storage, err, sizeof err);
+                                 &nspecs, &in->spec_storage);
   if (rc != WDS_OK) {
-    wds_py_raise(rc, err);
+    wds_py_raise(rc, wds_last_error());
     return -1;
   }
   cfg->fields = in->specs;
@@ -267,7 +266,7 @@ static int wds_py_loader_open(wds_py_loader *self, wds_loader_config *cfg,
   WDS_PY_BEGIN_WAIT(&self->wait);
   rc = wds_loader_open(cfg, &l);
   if (rc != WDS_OK)
-    snprintf(msg, sizeof msg, "%s", wds_open_error());
+    snprintf(msg, sizeof msg, "%s", wds_last_error());
   WDS_PY_END_WAIT;
   self->busy = 0;
   if (rc == WDS_OK && self->wait.raised) { /* a handler raised regardless */
@@ -349,6 +348,10 @@ static PyObject *wds_py_loader_next(wds_py_loader *self,
   rc = wds_loader_next(l, &b);
   WDS_PY_END_WAIT;
   self->busy = 0;
+  /* the text now, before anything else this thread runs can fail */
+  char msg[1024] = "";
+  if (rc < 0)
+    snprintf(msg, sizeof msg, "%s", wds_last_error());
   if (rc == WDS_OK) {
     Py_INCREF(self);
     bt->loader = self;
@@ -365,7 +368,7 @@ static PyObject *wds_py_loader_next(wds_py_loader *self,
     return NULL;         /* loader is as it was, the batch still to come */
   if (rc == WDS_EOF)
     Py_RETURN_NONE;
-  return wds_py_raise(rc, self->l ? wds_loader_error(l) : "");
+  return wds_py_raise(rc, msg);
 }
 
 static PyObject *wds_py_loader_set_epoch(wds_py_loader *self, PyObject *arg) {
@@ -385,7 +388,7 @@ static PyObject *wds_py_loader_set_epoch(wds_py_loader *self, PyObject *arg) {
   self->busy = 0;
   PyObject *out = NULL;
   if (rc != WDS_OK)
-    wds_py_raise(rc, wds_loader_error(l));
+    wds_py_raise(rc, wds_last_error());
   else {
     Py_INCREF(Py_None);
     out = Py_None;

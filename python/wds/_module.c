@@ -4,7 +4,8 @@
  * The CPython extension behind the `wds` Python package, written over the
  * public C API only (the headers of include/wds/). What it exposes:
  *   - wds.Error and one subclass per status code of wds/status.h, raised with
- *     the library's message (the handle's last error, or wds_open_error()):
+ *     the library's message (wds_last_error(), read in the calling thread
+ *     right after the call that failed):
  *     wds_py_raise, here, maps a status to its class for every type;
  *   - wds.expand(spec, max_urls=0) -> list[str] (here);
  *   - wds.Reader(spec, **options) (_reader.c): samples as dicts {"__key__",
@@ -341,17 +342,16 @@ static PyObject *wds_py_expand(PyObject *self, PyObject *args,
   if (wds_py_fsbytes(spec_obj, &spec) < 0)
     return NULL;
   wds_url_list list = {0};
-  char err[1024];
   int rc;
   Py_BEGIN_ALLOW_THREADS;
   const char *one = PyBytes_AS_STRING(spec);
   rc = wds_spec_expand_flags(&one, 1, (size_t)max_urls,
                              allow_pipe ? WDS_SPEC_ALLOW_PIPE_FROM_FILES : 0,
-                             &list, err, sizeof err);
+                             &list);
   Py_END_ALLOW_THREADS;
   Py_DECREF(spec);
   if (rc != WDS_OK)
-    return wds_py_raise(rc, err);
+    return wds_py_raise(rc, wds_last_error());
   PyObject *out = wds_py_url_list(&list);
   wds_url_list_free(&list);
   return out;

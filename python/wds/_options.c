@@ -81,7 +81,7 @@ int wds_py_loader_option(wds_loader_config *cfg, const char *key,
   int rc = wds_loader_config_set(cfg, key, PyBytes_AS_STRING(text));
   if (rc != WDS_OK) {
     Py_DECREF(text);
-    wds_py_raise(rc, wds_open_error());
+    wds_py_raise(rc, wds_last_error());
     return -1;
   }
   /* A STRING row's field points into text: keep it while cfg is used. */

@@ -116,7 +116,7 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
   WDS_PY_BEGIN_WAIT(&self->wait);
   rc = wds_reader_open(&cfg, &r);
   if (rc != WDS_OK) /* the thread's text, read on the same thread */
-    snprintf(msg, sizeof msg, "%s", wds_open_error());
+    snprintf(msg, sizeof msg, "%s", wds_last_error());
   WDS_PY_END_WAIT;
   self->busy = 0;
   wds_py_spec_free(&spec);                 /* the reader copied the URLs */
@@ -212,7 +212,7 @@ static PyObject *wds_py_reader_next(wds_py_reader *self) {
   else if (rc == WDS_EOF)
     self->done = 1;
   else
-    wds_py_raise(rc, wds_reader_error(r));
+    wds_py_raise(rc, wds_last_error());
   if (self->close_pending) {
     self->close_pending = 0;
     wds_py_reader_release(self);

@@ -88,7 +88,7 @@ static int wds_py_writer_init(wds_py_writer *self, PyObject *args,
   Py_BEGIN_ALLOW_THREADS;
   rc = wds_writer_open(&cfg, &w);
   if (rc != WDS_OK)
-    snprintf(msg, sizeof msg, "%s", wds_open_error());
+    snprintf(msg, sizeof msg, "%s", wds_last_error());
   Py_END_ALLOW_THREADS;
   self->busy = 0;
   Py_XDECREF(pattern);
@@ -161,7 +161,7 @@ static PyObject *wds_py_writer_write(wds_py_writer *self, PyObject *args) {
   Py_END_ALLOW_THREADS;
   self->busy = 0;
   if (rc != WDS_OK) {
-    wds_py_raise(rc, wds_writer_error(w));
+    wds_py_raise(rc, wds_last_error());
     goto done;
   }
   out = Py_None;
@@ -204,7 +204,7 @@ static PyObject *wds_py_writer_end_shard(wds_py_writer *self,
   Py_END_ALLOW_THREADS;
   self->busy = 0;
   if (rc != WDS_OK)
-    return wds_py_raise(rc, wds_writer_error(w));
+    return wds_py_raise(rc, wds_last_error());
   Py_RETURN_NONE;
 }
 
@@ -224,10 +224,11 @@ static PyObject *wds_py_writer_close(wds_py_writer *self,
   rc = wds_writer_end_shard(w);
   wds_writer_stats_get(w, &st);
   if (rc != WDS_OK) {
-    snprintf(msg, sizeof msg, "%s", wds_writer_error(w));
+    snprintf(msg, sizeof msg, "%s", wds_last_error());
     wds_writer_abort(w);
-  } else {
-    rc = wds_writer_close(w);
+  } else if ((rc = wds_writer_close(w)) != WDS_OK) {
+    /* the text outlives the handle: it is the thread's */
+    snprintf(msg, sizeof msg, "%s", wds_last_error());
   }
   Py_END_ALLOW_THREADS;
   self->busy = 0;

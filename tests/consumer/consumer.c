@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
   wc.no_sync = 1;
   wds_writer *w;
   if (wds_writer_open(&wc, &w) != WDS_OK) {
-    fprintf(stderr, "consumer: writer: %s\n", wds_open_error());
+    fprintf(stderr, "consumer: writer: %s\n", wds_last_error());
     return 1;
   }
   for (int i = 0; i < SAMPLES; i++) {
@@ -37,7 +37,7 @@ int main(int argc, char **argv) {
     snprintf(text, sizeof text, "text of %d", i);
     wds_writer_field f[2] = {{"txt", text, strlen(text)}, {"cls", "7", 1}};
     if (wds_writer_write_sample(w, key, f, 2) != WDS_OK) {
-      fprintf(stderr, "consumer: write: %s\n", wds_writer_error(w));
+      fprintf(stderr, "consumer: write: %s\n", wds_last_error());
       wds_writer_abort(w);
       return 1;
     }
@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
   rc.spec = path;
   wds_reader *r;
   if (wds_reader_open(&rc, &r) != WDS_OK) {
-    fprintf(stderr, "consumer: reader: %s\n", wds_open_error());
+    fprintf(stderr, "consumer: reader: %s\n", wds_last_error());
     return 1;
   }
   const wds_sample *s;
@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
     n++;
   }
   if (st != WDS_EOF) {
-    fprintf(stderr, "consumer: read: %s (%s)\n", wds_reader_error(r),
+    fprintf(stderr, "consumer: read: %s (%s)\n", wds_last_error(),
             wds_status_name(st));
     wds_reader_close(r);
     return 1;

@@ -47,9 +47,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (rc == WDS_EOF)
         break;
       if (rc != WDS_OK) {
-        if (wds_reader_error(r)[0] == '\0')
+        if (wds_last_error()[0] == '\0')
           __builtin_trap(); /* every error must carry a message */
-        if (wds__esc_needed(wds_reader_error(r), 0))
+        if (wds__esc_needed(wds_last_error(), 0))
           __builtin_trap(); /* printable, whatever a member's name holds */
         continue;
       }
