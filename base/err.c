@@ -117,3 +117,17 @@ int wds__last_set(int status, const char *msg) {
     wds__copy_msg(last_error, sizeof last_error, msg);
   return status;
 }
+
+int wds_last_error_set(int status, const char *msg) {
+  if (status >= 0)
+    return status;
+  if (!msg || !msg[0])
+    msg = wds_strerror(status);
+  if (msg != last_error) {
+    char buf[WDS__ERR_SIZE];
+    snprintf(buf, sizeof buf, "%s", msg);
+    make_printable(buf, sizeof buf);
+    wds__copy_msg(last_error, sizeof last_error, buf);
+  }
+  return status;
+}

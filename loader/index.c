@@ -588,7 +588,6 @@ void wds__index_write_tail(FILE *out) { fputs("\n]}\n", out); }
 
 struct wds_index {
   wds__index ix;
-  wds__err err;
 };
 
 int wds_index_load(const char *path, unsigned flags, wds_index **out) {
@@ -638,15 +637,12 @@ int wds_index_shard_info(const wds_index *ix, size_t i, wds_index_shard *out) {
   return WDS_OK;
 }
 
-int wds_index_lookup(wds_index *ix, const char *url, size_t *shard) {
-  if (!ix)
-    return wds__last_fail(WDS_ERR_INVALID, "wds_index_lookup: NULL index");
-  ix->err.msg[0] = '\0';
-  if (!shard)
-    wds__fail(&ix->err, WDS_ERR_INVALID, "wds_index_lookup: NULL shard");
-  int rc =
-      shard ? wds__index_find(&ix->ix, url, shard, &ix->err) : WDS_ERR_INVALID;
-  return wds__last_set(rc, ix->err.msg);
+int wds_index_lookup(const wds_index *ix, const char *url, size_t *shard) {
+  if (!ix || !shard)
+    return wds__last_fail(WDS_ERR_INVALID, "wds_index_lookup: NULL %s",
+                          ix ? "shard" : "index");
+  wds__err e = {{0}}; /* the handle stays read-only: threads may share it */
+  return wds__last_set(wds__index_find(&ix->ix, url, shard, &e), e.msg);
 }
 
 void wds_index_close(wds_index *ix) {

@@ -465,10 +465,13 @@ struct wds_loader {
 
   /* ---- the caller's thread (loader.c; run.c's start and stop) ---- */
   wds__run *cur;
-  uint64_t epoch;      /* of the next batch */
-  uint64_t delivered;  /* batches of `epoch` delivered */
-  uint64_t first_skip; /* resume_batches, for the first run only */
-  int failed;          /* a fatal status, returned from then on */
+  uint64_t epoch;                 /* of the next batch */
+  uint64_t delivered;             /* batches of `epoch` delivered */
+  uint64_t first_skip;            /* resume_batches, for the first run only */
+  int failed;                     /* a fatal status, returned from then on */
+  char failed_err[WDS__ERR_SIZE]; /* its text (l->err then; set with failed,
+                                     under mu: later calls report it, not
+                                     what another call wrote in l->err) */
 
   /* ---- any thread ---- */
   char err[WDS__ERR_SIZE]; /* wds__set_error, under mu */

@@ -238,7 +238,6 @@ static int decode_rows(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
         if (first_rc == WDS_OK) {
           first_rc = drc;
           snprintf(g->err, sizeof g->err, "%s", e.msg);
-          wds__set_error(l, "%s", e.msg);
         }
       } else {
         wds__note_skip(l, "skipped", e.msg);

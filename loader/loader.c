@@ -552,14 +552,24 @@ fail:
 
 /* ---- next / release ---- */
 
+/* The loader fails for good with rc: rc and its text (l->err now) are what
+ * every later next() reports, whatever other calls write into l->err
+ * since (release_after's refusals, an interrupt). */
+static int fail_for_good(wds_loader *l, int rc) {
+  wds__loader_lock(l);
+  memcpy(l->failed_err, l->err, sizeof l->failed_err);
+  wds__loader_unlock(l);
+  l->failed = rc;
+  return rc;
+}
+
 /* The loader was cancelled: the run stops and every later call fails. (An
  * interrupt, cfg.interrupt, is not a cancel: next() returns, the loader
  * stays as it was.) */
 static int cancelled(wds_loader *l) {
   wds__run_stop(l);
   wds__set_error(l, "cancelled");
-  l->failed = WDS_ERR_CANCELLED;
-  return l->failed;
+  return fail_for_good(l, WDS_ERR_CANCELLED);
 }
 
 /* ---- slot states ---- */
@@ -735,10 +745,8 @@ static int loader_next(wds_loader *l, const wds_batch **out) {
     uint64_t skip = l->first_skip * l->cfg.batch_size;
     l->first_skip = 0;
     int rc = wds__run_start(l, l->epoch, skip);
-    if (rc != WDS_OK) {
-      l->failed = rc;
-      return rc;
-    }
+    if (rc != WDS_OK)
+      return fail_for_good(l, rc);
   }
   uint64_t t0 = wds__now_ns();
   if (fenced_count(l) > 0)
@@ -815,13 +823,13 @@ static int loader_next(wds_loader *l, const wds_batch **out) {
     l->delivered = 0;
     int rc = wds__run_next_epoch(l);
     if (rc != WDS_OK)
-      l->failed = rc; /* the next call reports it */
+      fail_for_good(l, rc); /* the next call reports it */
     return WDS_EOF;
   }
   wds__run_stop(l);
   wds__set_error(l, "%s", l->run_error);
-  l->failed = l->run_error_status ? l->run_error_status : WDS_ERR_CORRUPT;
-  return l->failed;
+  return fail_for_good(l, l->run_error_status ? l->run_error_status
+                                              : WDS_ERR_CORRUPT);
 }
 
 /* A public call's status: a failure's text (l->err, which the workers'
@@ -842,7 +850,15 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
   if (!l || !out)
     return wds__last_fail(WDS_ERR_INVALID, "wds_loader_next: %s is NULL",
                           l ? "out" : "the loader");
-  return loader_status(l, loader_next(l, out));
+  int rc = loader_next(l, out);
+  if (rc < 0 && rc == l->failed) { /* for good: the failure's own text */
+    char msg[WDS__ERR_SIZE];
+    wds__loader_lock(l);
+    memcpy(msg, l->failed_err, sizeof msg);
+    wds__loader_unlock(l);
+    return wds__last_set(rc, msg);
+  }
+  return loader_status(l, rc);
 }
 
 int wds_loader_release_after(wds_loader *l, const wds_batch *b,

@@ -235,6 +235,14 @@ TEST(loader_errors_from_its_threads) {
   ASSERT_EQ_INT(wds_spec_expand("{", 0, &ul), WDS_ERR_SPEC);
   ASSERT_EQ_INT(wds_loader_next(l, &b), rc); /* sticky */
   ASSERT_CONTAINS(wds_last_error(), missing);
+  /* another call's refusal in between: next() still reports its own
+   * failure (it reported the refusal's text) */
+  wds_release_fence no_done = {0};
+  wds_batch fake = {0};
+  ASSERT_EQ_INT(wds_loader_release_after(l, &fake, &no_done), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(wds_last_error(), "wds_loader_release_after");
+  ASSERT_EQ_INT(wds_loader_next(l, &b), rc);
+  ASSERT_CONTAINS(wds_last_error(), missing);
   wds_loader_close(l);
   ASSERT_CONTAINS(wds_last_error(), missing); /* close is no failure */
 
@@ -282,6 +290,18 @@ TEST(an_open_that_skips_leaves_it) {
 }
 
 /* ---- the functions that once took a caller's buffer ---- */
+
+/* wds_last_error_set: code built on wds (wds/cuda.h) reports the same way */
+TEST(code_built_on_wds_sets_it) {
+  ASSERT_EQ_INT(wds_last_error_set(WDS_ERR_IO, "copy refused\x1b[2J"),
+                WDS_ERR_IO);
+  ASSERT_TRUE(strcmp(wds_last_error(), "copy refused\\x1b[2J") == 0);
+  ASSERT_EQ_INT(wds_last_error_set(WDS_OK, "not an error"), WDS_OK);
+  ASSERT_EQ_INT(wds_last_error_set(WDS_EOF, "not an error"), WDS_EOF);
+  ASSERT_TRUE(strcmp(wds_last_error(), "copy refused\\x1b[2J") == 0);
+  ASSERT_EQ_INT(wds_last_error_set(WDS_ERR_TIMEOUT, NULL), WDS_ERR_TIMEOUT);
+  ASSERT_TRUE(strcmp(wds_last_error(), wds_strerror(WDS_ERR_TIMEOUT)) == 0);
+}
 
 TEST(former_buffer_functions_set_it) {
   wds_url_list l = {0};
@@ -346,6 +366,7 @@ int main(void) {
   RUN(handle_calls_set_it_and_sticky_errors_set_it_again);
   RUN(loader_errors_from_its_threads);
   RUN(an_open_that_skips_leaves_it);
+  RUN(code_built_on_wds_sets_it);
   RUN(former_buffer_functions_set_it);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

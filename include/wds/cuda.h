@@ -28,6 +28,7 @@
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "wds/loader.h"
 #include "wds/status.h"
@@ -50,24 +51,34 @@ static inline void wds_cuda_event_drop_(void *ev) {
   (void)cudaEventDestroy((cudaEvent_t)ev);
 }
 
+/* The thread's last error (wds_last_error) for CUDA's refusal of `what`. */
+static inline int wds_cuda_fail_(const char *what, cudaError_t e) {
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s: %s (%s)", what, cudaGetErrorString(e),
+           cudaGetErrorName(e));
+  return wds_last_error_set(WDS_ERR_IO, msg);
+}
+
 /* Gives b back once everything queued on `stream` so far has run: records
  * an event on stream (made here, destroyed after the release). Returns
  * WDS_OK, WDS_ERR_IO when CUDA refuses the event (b is then released only
- * after cudaStreamSynchronize(stream)), or the loader's WDS_ERR_INVALID. */
+ * after cudaStreamSynchronize(stream); wds_last_error() names CUDA's
+ * error), or the loader's WDS_ERR_INVALID. */
 static inline int wds_cuda_release_after_stream(wds_loader *l,
                                                 const wds_batch *b,
                                                 cudaStream_t stream) {
   cudaEvent_t ev = NULL;
-  if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
     (void)cudaStreamSynchronize(stream);
     wds_loader_release(l, b);
-    return WDS_ERR_IO;
+    return wds_cuda_fail_("wds_cuda_release_after_stream: cudaEventCreate", e);
   }
-  if (cudaEventRecord(ev, stream) != cudaSuccess) {
+  if ((e = cudaEventRecord(ev, stream)) != cudaSuccess) {
     (void)cudaEventDestroy(ev);
     (void)cudaStreamSynchronize(stream);
     wds_loader_release(l, b);
-    return WDS_ERR_IO;
+    return wds_cuda_fail_("wds_cuda_release_after_stream: cudaEventRecord", e);
   }
   wds_release_fence f = {wds_cuda_event_done_, wds_cuda_event_wait_,
                          wds_cuda_event_drop_, (void *)ev};
@@ -85,20 +96,26 @@ static inline int wds_cuda_release_after_stream(wds_loader *l,
  * `stream`, then gives b back behind an event recorded after the copies
  * (wds_cuda_release_after_stream). b must not be used after the call.
  * Returns WDS_OK; WDS_ERR_IO when a copy is refused (b is still given back,
- * after the copies queued so far). */
+ * after the copies queued so far), wds_last_error() naming the field and
+ * CUDA's error. */
 static inline int wds_cuda_batch_copy(wds_loader *l, const wds_batch *b,
                                       void *const *dev, cudaStream_t stream) {
-  int rc = WDS_OK;
-  for (size_t i = 0; i < b->field_count && rc == WDS_OK; i++) {
+  cudaError_t e = cudaSuccess;
+  size_t i = 0;
+  for (; i < b->field_count && e == cudaSuccess; i++) {
     const wds_batch_field *f = &b->fields[i];
     if (f->dtype == WDS_DTYPE_BYTES || !dev[i] || f->size_bytes == 0)
       continue;
-    if (cudaMemcpyAsync(dev[i], f->data, f->size_bytes, cudaMemcpyHostToDevice,
-                        stream) != cudaSuccess)
-      rc = WDS_ERR_IO;
+    e = cudaMemcpyAsync(dev[i], f->data, f->size_bytes, cudaMemcpyHostToDevice,
+                        stream);
   }
+  char what[160] = "";
+  if (e != cudaSuccess) /* named now: b is gone after the release */
+    snprintf(what, sizeof what, "wds_cuda_batch_copy: field '%s'",
+             b->fields[i - 1].name ? b->fields[i - 1].name : "?");
   int rr = wds_cuda_release_after_stream(l, b, stream);
-  return rc != WDS_OK ? rc : rr;
+  /* the copy's refusal is the error (its text, whatever the release set) */
+  return e != cudaSuccess ? wds_cuda_fail_(what, e) : rr;
 }
 
 #ifdef __cplusplus

@@ -112,7 +112,8 @@ WDS_API int wds_index_shard_info(const wds_index *ix, size_t i,
  * filesize, the file's current size is compared: a difference is
  * WDS_ERR_CORRUPT ("URL: stale index: the shard was N bytes, is M"). Not
  * listed: WDS_ERR_INVALID. The message is in wds_last_error(). */
-WDS_API int wds_index_lookup(wds_index *ix, const char *url, size_t *shard);
+WDS_API int wds_index_lookup(const wds_index *ix, const char *url,
+                             size_t *shard);
 
 WDS_API void wds_index_close(wds_index *ix); /* NULL is a no-op */
 

@@ -58,6 +58,13 @@ WDS_API const char *wds_status_name(int status);
  * thread's next failing wds call. */
 WDS_API const char *wds_last_error(void);
 
+/* For code built on wds that reports its failures the same way (the
+ * header-only helpers of wds/cuda.h, a program's own layers): when status is
+ * negative, sets the calling thread's last error to msg (control
+ * characters escaped; the status's generic text when msg is NULL or "").
+ * Returns status; a status >= 0 leaves the text. */
+WDS_API int wds_last_error_set(int status, const char *msg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/text.h"
+#include "pipeline/reader_internal.h"
 #include "wds/reader.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -47,8 +48,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (rc == WDS_EOF)
         break;
       if (rc != WDS_OK) {
-        if (wds_last_error()[0] == '\0')
-          __builtin_trap(); /* every error must carry a message */
+        /* every error carries its own message (the reader's; the thread's
+         * text would fall back to the status's generic one) */
+        if (wds__reader_error(r)[0] == '\0' ||
+            strcmp(wds_last_error(), wds_strerror(rc)) == 0)
+          __builtin_trap();
         if (wds__esc_needed(wds_last_error(), 0))
           __builtin_trap(); /* printable, whatever a member's name holds */
         continue;

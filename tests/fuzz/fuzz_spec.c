@@ -40,7 +40,7 @@ static void check(int rc, const wds_url_list *list, const char *before) {
       if (!list->urls[i])
         abort();
   } else if (rc >= 0 || list->count != 0 || list->urls != NULL ||
-             err[0] == '\0') {
+             strcmp(err, wds_strerror(rc)) == 0) { /* its own message */
     abort();
   }
 }
