@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int test_passed_, test_failed_, test_cur_failed_;
 
@@ -129,6 +130,13 @@ static int test_passed_, test_failed_, test_cur_failed_;
       goto done;                                                               \
     }                                                                          \
   } while (0)
+
+/* Seconds on the monotonic clock (for "ended within" checks). */
+static inline double test_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static inline int test_summary(void) {
   printf("%d passed, %d failed\n", test_passed_, test_failed_);

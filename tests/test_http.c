@@ -151,12 +151,6 @@ static void silent_start(void) {
   silent_port = ntohs(a.sin_port);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void *cancel_later(void *p) {
   struct timespec d = {0, 200 * 1000 * 1000};
   nanosleep(&d, NULL);
@@ -176,9 +170,9 @@ TEST(a_cancel_wakes_a_read_from_a_silent_server) {
   pthread_t t;
   pthread_create(&t, NULL, cancel_later, &c);
   char buf[512];
-  double t0 = now_s();
+  double t0 = test_now_s();
   ASSERT_EQ_INT(wds__source_read(s, buf, sizeof buf, &err), WDS_ERR_CANCELLED);
-  double dt = now_s() - t0;
+  double dt = test_now_s() - t0;
   pthread_join(t, NULL);
   printf("  cancelled after %.2f s\n", dt);
   ASSERT_TRUE(dt >= 0.15 && dt < 2);
@@ -194,9 +188,9 @@ TEST(the_read_timeout_is_reported) {
   wds__err err = {0};
   ASSERT_EQ_INT(wds__source_open(url, &o, &s, &err), WDS_OK);
   char buf[512];
-  double t0 = now_s();
+  double t0 = test_now_s();
   ASSERT_EQ_INT(wds__source_read(s, buf, sizeof buf, &err), WDS_ERR_TIMEOUT);
-  double dt = now_s() - t0;
+  double dt = test_now_s() - t0;
   printf("  %s (%.2f s)\n", err.msg, dt);
   ASSERT_TRUE(dt >= 0.29 && dt < 5);
   ASSERT_STREQ(err.msg, "no data for 0.3 s (the read timeout; raise it with "
@@ -556,9 +550,9 @@ TEST(retry_after_is_waited_for) {
     size_t got = 0;
     wds__err err = {0};
     scripted_timeout_ms = cases[i].timeout_ms;
-    double t0 = now_s();
+    double t0 = test_now_s();
     int rc = read_scripted(3, &cases[i].act, 1, &got, &err);
-    double dt = now_s() - t0;
+    double dt = test_now_s() - t0;
     scripted_timeout_ms = 10000;
     printf("  %-10s: rc %d, %zu bytes, %.2f s%s%s\n", cases[i].act, rc, got, dt,
            rc ? ": " : "", rc ? err.msg : "");
@@ -577,9 +571,9 @@ TEST(retry_after_waits_have_one_budget) {
   size_t got = 0;
   wds__err err = {0};
   scripted_timeout_ms = 500;
-  double t0 = now_s();
+  double t0 = test_now_s();
   int rc = read_scripted(5, acts, 4, &got, &err);
-  double dt = now_s() - t0;
+  double dt = test_now_s() - t0;
   scripted_timeout_ms = 10000;
   printf("  rc %d, %.2f s: %s\n", rc, dt, err.msg);
   ASSERT_TRUE(rc < 0);
@@ -600,7 +594,7 @@ typedef struct {
 static int interrupt_after(void *ctx) {
   stop_after *w = ctx;
   w->calls++;
-  return now_s() - w->t0 >= w->after_s;
+  return test_now_s() - w->t0 >= w->after_s;
 }
 
 /* A retry's wait (here a Retry-After of 30 s, within the 60 s read
@@ -611,7 +605,7 @@ TEST(a_retry_wait_obeys_the_interrupt_and_cancel) {
   for (int how = 0; how < 2; how++) {
     wds__cancel c;
     wds__cancel_init(&c);
-    stop_after w = {now_s(), 0.3, 0};
+    stop_after w = {test_now_s(), 0.3, 0};
     pthread_t t;
     if (how == 0) {
       c.interrupt = interrupt_after;
@@ -623,9 +617,9 @@ TEST(a_retry_wait_obeys_the_interrupt_and_cancel) {
     scripted_timeout_ms = 60000;
     size_t got = 0;
     wds__err err = {0};
-    double t0 = now_s();
+    double t0 = test_now_s();
     int rc = read_scripted(3, acts, 1, &got, &err);
-    double dt = now_s() - t0;
+    double dt = test_now_s() - t0;
     scripted_cancel = NULL;
     scripted_timeout_ms = 10000;
     if (how == 1)

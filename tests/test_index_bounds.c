@@ -17,6 +17,7 @@
 
 #include "shards/tarw.h"
 #include "test.h"
+#include "test_interrupt.h"
 #include "wds/loader.h"
 
 static char tmpdir[256];
@@ -203,28 +204,6 @@ TEST(zero_count_for_a_shard_with_samples) {
   ASSERT_EQ_U64(o.valid, 5);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* The caller's interrupt check: says stop from its third call on, counting
- * calls from other threads (which it must never get). */
-typedef struct {
-  pthread_t caller;
-  int calls, other_thread;
-} interrupter;
-
-static int interrupt_check(void *ctx) {
-  interrupter *it = ctx;
-  if (!pthread_equal(pthread_self(), it->caller)) {
-    it->other_thread++;
-    return 0;
-  }
-  return ++it->calls >= 3;
-}
-
 /* The shard an index gives 0 samples is read at open to check it is empty:
  * a read that stalls (a FIFO without a writer) ends at the read timeout,
  * or as soon as the caller's interrupt check says stop (Ctrl-C in
@@ -241,25 +220,25 @@ TEST(the_zero_count_check_obeys_the_timeout_and_the_interrupt) {
   write_index(ix, &s, (const char *const[]){"6", "0"}, NULL, NULL);
   wds_loader_config c = exact_cfg(&s, ix);
   c.read_timeout_ms = 300;
-  double t0 = now_s();
+  double t0 = test_now_s();
   ASSERT_EQ_INT(open_only(c, &s, err, sizeof err), WDS_ERR_TIMEOUT);
-  ASSERT_TRUE(now_s() - t0 < 3);
+  ASSERT_TRUE(test_now_s() - t0 < 3);
   ASSERT_CONTAINS(err, "no data for 0.3 s");
   for (int skip = 0; skip < 2; skip++) {
-    interrupter it = {.caller = pthread_self()};
+    interrupter it = {.caller = pthread_self(), .after = 3};
     c.read_timeout_ms = 5000;
     c.interrupt = interrupt_check;
     c.interrupt_ctx = &it;
     c.on_error = skip ? WDS_ON_ERROR_SKIP : WDS_ON_ERROR_STOP;
-    t0 = now_s();
+    t0 = test_now_s();
     int rc = open_only(c, &s, err, sizeof err);
-    double dt = now_s() - t0;
+    double dt = test_now_s() - t0;
     printf("  %s: %d after %.2f s: %s\n", skip ? "skip" : "stop", rc, dt, err);
     ASSERT_EQ_INT(rc, WDS_ERR_CANCELLED);
     ASSERT_TRUE(dt < 2);
     ASSERT_CONTAINS(err, "interrupted");
     ASSERT_CONTAINS(err, s.urls[1]);
-    ASSERT_EQ_INT(it.other_thread, 0);
+    ASSERT_EQ_INT(atomic_load(&it.other_thread), 0);
   }
   unlink(s.urls[1]);
 }

@@ -20,6 +20,7 @@
 #include "shards/tarw.h"
 #include "test.h"
 #include "test_files.h"
+#include "test_interrupt.h"
 #include "wds/loader.h"
 #include "wds/reader.h"
 
@@ -2350,12 +2351,6 @@ TEST(rss_stays_flat_over_epochs) {
 
 /* ---- stalls, cancellation, the shuffle buffer's byte bound ---- */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* A shard's list plus a pipe: command that never writes (it would sleep for
  * a minute: every test below must end long before). */
 #define STALL "pipe:sleep 61"
@@ -2372,9 +2367,9 @@ TEST(read_timeout_names_the_shard_and_the_wait) {
   c.batch_size = 8;
   c.read_timeout_ms = 300;
   run_out o;
-  double t0 = now_s();
+  double t0 = test_now_s();
   ASSERT_EQ_INT(run_cfg(&c, &o), WDS_ERR_TIMEOUT);
-  double dt = now_s() - t0;
+  double dt = test_now_s() - t0;
   printf("  stop policy: %s (after %.2f s)\n", o.err, dt);
   ASSERT_TRUE(dt < 10);
   ASSERT_CONTAINS(o.err, STALL);
@@ -2406,25 +2401,10 @@ static void *call_next(void *arg) {
   next_call *n = arg;
   const wds_batch *b;
   n->rc = wds_loader_next(n->l, &b);
-  n->returned = now_s();
+  n->returned = test_now_s();
   if (n->rc == WDS_OK)
     wds_loader_release(n->l, b);
   return NULL;
-}
-
-/* The caller's interrupt check (cfg.interrupt): asked from the caller's
- * thread only, while a call waits; it says stop from its `after`-th call. */
-typedef struct interrupter {
-  pthread_t caller;
-  atomic_int calls, other_thread;
-  int after;
-} interrupter;
-
-static int interrupt_check(void *ctx) {
-  interrupter *it = ctx;
-  if (!pthread_equal(pthread_self(), it->caller))
-    atomic_fetch_add(&it->other_thread, 1);
-  return atomic_fetch_add(&it->calls, 1) + 1 >= it->after;
 }
 
 TEST(interrupt_check_ends_waits_and_next_goes_on) {
@@ -2442,9 +2422,9 @@ TEST(interrupt_check_ends_waits_and_next_goes_on) {
   c.interrupt = interrupt_check;
   c.interrupt_ctx = &it;
   wds_loader *l = NULL;
-  double t0 = now_s();
+  double t0 = test_now_s();
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_ERR_CANCELLED);
-  ASSERT_TRUE(now_s() - t0 < 5);
+  ASSERT_TRUE(test_now_s() - t0 < 5);
   ASSERT_CONTAINS(wds_last_error(), "interrupted while counting");
   ASSERT_TRUE(atomic_load(&it.calls) >= 3);
   /* next(): interrupted while the shard's command sleeps, then the same
@@ -2458,9 +2438,9 @@ TEST(interrupt_check_ends_waits_and_next_goes_on) {
   atomic_store(&it.calls, 0);
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
   const wds_batch *b = NULL;
-  t0 = now_s();
+  t0 = test_now_s();
   ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_ERR_CANCELLED);
-  ASSERT_TRUE(now_s() - t0 < 2.5); /* the command sleeps 3 s */
+  ASSERT_TRUE(test_now_s() - t0 < 2.5); /* the command sleeps 3 s */
   ASSERT_CONTAINS(wds_last_error(), "interrupted while waiting for batch 0");
   uint64_t e = 9, n = 9;
   wds_loader_position(l, &e, &n);
@@ -2521,15 +2501,15 @@ TEST(interrupt_check_cancels_a_reader) {
   wds_reader *r = NULL;
   ASSERT_EQ_INT(wds_reader_open(&rc, &r), WDS_OK);
   const wds_sample *smp;
-  double t0 = now_s();
+  double t0 = test_now_s();
   ASSERT_EQ_INT(wds_reader_next(r, &smp), WDS_ERR_CANCELLED);
-  ASSERT_TRUE(now_s() - t0 < 5);
+  ASSERT_TRUE(test_now_s() - t0 < 5);
   ASSERT_CONTAINS(wds_last_error(), "interrupted");
   /* cancelled, as wds_reader_cancel() leaves it */
   ASSERT_EQ_INT(wds_reader_next(r, &smp), WDS_ERR_CANCELLED);
-  t0 = now_s();
+  t0 = test_now_s();
   wds_reader_close(r);
-  ASSERT_TRUE(now_s() - t0 < 5);
+  ASSERT_TRUE(test_now_s() - t0 < 5);
   ASSERT_EQ_INT(atomic_load(&it.other_thread), 0);
 }
 
@@ -2550,7 +2530,7 @@ TEST(cancel_wakes_a_next_blocked_on_a_read) {
   ASSERT_EQ_INT(pthread_create(&t, NULL, call_next, &n), 0);
   struct timespec pause = {0, 300 * 1000 * 1000};
   nanosleep(&pause, NULL);
-  double t0 = now_s();
+  double t0 = test_now_s();
   wds_loader_cancel(n.l);
   pthread_join(t, NULL);
   printf("  next() returned %.3f s after the cancel\n", n.returned - t0);
@@ -2559,9 +2539,9 @@ TEST(cancel_wakes_a_next_blocked_on_a_read) {
   const wds_batch *b;
   ASSERT_EQ_INT(wds_loader_next(n.l, &b), WDS_ERR_CANCELLED); /* for good */
   ASSERT_CONTAINS(wds_last_error(), "cancelled");
-  t0 = now_s();
+  t0 = test_now_s();
   wds_loader_close(n.l);
-  ASSERT_TRUE(now_s() - t0 < 2.0);
+  ASSERT_TRUE(test_now_s() - t0 < 2.0);
 }
 
 TEST(set_epoch_and_close_return_while_a_worker_is_blocked) {
@@ -2586,14 +2566,14 @@ TEST(set_epoch_and_close_return_while_a_worker_is_blocked) {
     wds_loader_release(l, b);
     struct timespec pause = {0, 200 * 1000 * 1000};
     nanosleep(&pause, NULL); /* the worker is now in the stalled read */
-    double t0 = now_s();
+    double t0 = test_now_s();
     if (round == 0) {
       ASSERT_EQ_INT(wds_loader_set_epoch(l, 0), WDS_OK);
     } else {
       wds_loader_close(l);
       l = NULL;
     }
-    double dt = now_s() - t0;
+    double dt = test_now_s() - t0;
     printf("  %s returned in %.3f s\n", round ? "close" : "set_epoch", dt);
     ASSERT_TRUE(dt < 2.0);
   }

@@ -21,6 +21,7 @@
 #include "shards/s3.h"
 #include "shards/spec_io.h"
 #include "test.h"
+#include "test_interrupt.h"
 #include "wds/loader.h"
 #include "wds/reader.h"
 
@@ -253,12 +254,6 @@ static void silent_env(void) {
   setenv("AWS_SECRET_ACCESS_KEY", "THE-SECRET-VALUE", 1);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void *cancel_later(void *p) {
   struct timespec d = {0, 200 * 1000 * 1000};
   nanosleep(&d, NULL);
@@ -277,10 +272,10 @@ TEST(a_listing_obeys_the_read_timeout) {
   wds__io_opts io = {.read_timeout_ms = 300};
   wds_url_list l = {0};
   wds__err e;
-  double t0 = now_s();
+  double t0 = test_now_s();
   ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, &e),
                 WDS_ERR_TIMEOUT);
-  double dt = now_s() - t0;
+  double dt = test_now_s() - t0;
   printf("  %s (%.2f s)\n", e.msg, dt);
   ASSERT_TRUE(dt >= 0.29 && dt < 5);
   ASSERT_STREQ(e.msg, STALL_TIMEOUT);
@@ -297,19 +292,19 @@ TEST(a_cancel_ends_a_stalled_listing) {
   wds__err e;
   pthread_t t;
   pthread_create(&t, NULL, cancel_later, &c);
-  double t0 = now_s();
+  double t0 = test_now_s();
   ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, &e),
                 WDS_ERR_CANCELLED);
-  double dt = now_s() - t0;
+  double dt = test_now_s() - t0;
   pthread_join(t, NULL);
   printf("  %s (%.2f s)\n", e.msg, dt);
   ASSERT_TRUE(dt >= 0.15 && dt < 2);
   ASSERT_STREQ(e.msg, STALL_SPEC " (ListObjectsV2): cancelled");
   /* Already cancelled: no request at all. */
-  t0 = now_s();
+  t0 = test_now_s();
   ASSERT_EQ_INT(wds__spec_expand_io(&spec, 1, 0, 0, &io, &l, &e),
                 WDS_ERR_CANCELLED);
-  ASSERT_TRUE(now_s() - t0 < 0.5);
+  ASSERT_TRUE(test_now_s() - t0 < 0.5);
   ASSERT_STREQ(e.msg, STALL_SPEC " (ListObjectsV2): cancelled");
   wds__cancel_destroy(&c);
 }
@@ -320,9 +315,9 @@ TEST(the_reader_and_the_loader_list_with_their_read_timeout) {
   rc.spec = STALL_SPEC;
   rc.read_timeout_ms = 300;
   wds_reader *r = NULL;
-  double t0 = now_s();
+  double t0 = test_now_s();
   ASSERT_EQ_INT(wds_reader_open(&rc, &r), WDS_ERR_TIMEOUT);
-  ASSERT_TRUE(now_s() - t0 < 5);
+  ASSERT_TRUE(test_now_s() - t0 < 5);
   ASSERT_TRUE(r == NULL);
   ASSERT_STREQ(wds_last_error(), STALL_TIMEOUT);
 
@@ -336,9 +331,9 @@ TEST(the_reader_and_the_loader_list_with_their_read_timeout) {
   lc.batch_size = 4;
   lc.read_timeout_ms = 300;
   wds_loader *l = NULL;
-  t0 = now_s();
+  t0 = test_now_s();
   ASSERT_EQ_INT(wds_loader_open(&lc, &l), WDS_ERR_TIMEOUT);
-  ASSERT_TRUE(now_s() - t0 < 5);
+  ASSERT_TRUE(test_now_s() - t0 < 5);
   ASSERT_TRUE(l == NULL);
   ASSERT_STREQ(wds_last_error(), STALL_TIMEOUT);
 
@@ -351,37 +346,21 @@ TEST(the_reader_and_the_loader_list_with_their_read_timeout) {
   ASSERT_STREQ(wds_last_error(), "source 0: " STALL_TIMEOUT);
 }
 
-/* The caller's interrupt check (cfg.interrupt): from the caller's thread
- * only; it says stop from its third call on. */
-typedef struct {
-  pthread_t caller;
-  int calls, other_thread;
-} interrupter;
-
-static int interrupt_check(void *ctx) {
-  interrupter *it = ctx;
-  if (!pthread_equal(pthread_self(), it->caller)) {
-    it->other_thread++;
-    return 0;
-  }
-  return ++it->calls >= 3;
-}
-
 /* Ctrl-C in Python reaches a listing the loader's open makes, as it does
  * the reader's: the interrupt check ends it (the read timeout, 5 s, is
  * far off), from the caller's thread. */
 TEST(the_reader_and_the_loader_list_under_their_interrupt_check) {
   silent_env();
-  interrupter it = {.caller = pthread_self()};
+  interrupter it = {.caller = pthread_self(), .after = 3};
   wds_reader_config rc = WDS_READER_CONFIG_INIT;
   rc.spec = STALL_SPEC;
   rc.read_timeout_ms = 5000;
   rc.interrupt = interrupt_check;
   rc.interrupt_ctx = &it;
   wds_reader *r = NULL;
-  double t0 = now_s();
+  double t0 = test_now_s();
   ASSERT_EQ_INT(wds_reader_open(&rc, &r), WDS_ERR_CANCELLED);
-  ASSERT_TRUE(now_s() - t0 < 2);
+  ASSERT_TRUE(test_now_s() - t0 < 2);
   ASSERT_STREQ(wds_last_error(), STALL_SPEC " (ListObjectsV2): interrupted");
 
   static const wds_field_spec fs[1] = {{"cls", WDS_DECODE_INT, 0, 0, 0}};
@@ -396,10 +375,10 @@ TEST(the_reader_and_the_loader_list_under_their_interrupt_check) {
   lc.interrupt = interrupt_check;
   lc.interrupt_ctx = &it;
   wds_loader *l = NULL;
-  it.calls = 0;
-  t0 = now_s();
+  atomic_store(&it.calls, 0);
+  t0 = test_now_s();
   int st = wds_loader_open(&lc, &l);
-  double dt = now_s() - t0;
+  double dt = test_now_s() - t0;
   printf("  loader: %d after %.2f s: %s\n", st, dt, wds_last_error());
   ASSERT_EQ_INT(st, WDS_ERR_CANCELLED);
   ASSERT_TRUE(dt < 2);
@@ -410,13 +389,13 @@ TEST(the_reader_and_the_loader_list_under_their_interrupt_check) {
   lc.spec = NULL;
   lc.sources = src;
   lc.source_count = 2;
-  it.calls = 0;
-  t0 = now_s();
+  atomic_store(&it.calls, 0);
+  t0 = test_now_s();
   ASSERT_EQ_INT(wds_loader_open(&lc, &l), WDS_ERR_CANCELLED);
-  ASSERT_TRUE(now_s() - t0 < 2);
+  ASSERT_TRUE(test_now_s() - t0 < 2);
   ASSERT_STREQ(wds_last_error(),
                "source 0: " STALL_SPEC " (ListObjectsV2): interrupted");
-  ASSERT_EQ_INT(it.other_thread, 0);
+  ASSERT_EQ_INT(atomic_load(&it.other_thread), 0);
 }
 
 int main(void) {

@@ -39,12 +39,6 @@ static const char *sleep_url(int n) {
   return buf[n];
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void pause_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
@@ -105,9 +99,9 @@ TEST(read_timeout_ends_a_stalled_shard) {
   wds_reader *r = open_one(sleep_url(1), 200);
   ASSERT_TRUE(r != NULL);
   const wds_sample *s;
-  double t0 = now_s();
+  double t0 = test_now_s();
   ASSERT_EQ_INT(wds_reader_next(r, &s), WDS_ERR_TIMEOUT);
-  double dt = now_s() - t0;
+  double dt = test_now_s() - t0;
   printf("  %s (%.2f s)\n", wds_last_error(), dt);
   ASSERT_TRUE(dt >= 0.19 && dt < 5);
   char want[96];
@@ -162,7 +156,7 @@ static void *read_blocked(void *arg) {
   blocked *b = arg;
   const wds_sample *s;
   b->rc = wds_reader_next(b->r, &s);
-  b->returned = now_s();
+  b->returned = test_now_s();
   return NULL;
 }
 
@@ -173,7 +167,7 @@ TEST(cancel_from_a_thread_wakes_a_blocked_read) {
   ASSERT_EQ_INT(pthread_create(&t, NULL, read_blocked, &b), 0);
   ASSERT_TRUE(wait_sleep(arg(2), 1, 5000));
   pause_ms(100);
-  double t0 = now_s();
+  double t0 = test_now_s();
   wds_reader_cancel(b.r);
   pthread_join(t, NULL);
   printf("  woke %.3f s after the cancel\n", b.returned - t0);
@@ -204,9 +198,9 @@ TEST(cancel_from_a_signal_handler) {
   struct itimerval it = {{0, 0}, {0, 300 * 1000}};
   setitimer(ITIMER_REAL, &it, NULL);
   const wds_sample *s;
-  double t0 = now_s();
+  double t0 = test_now_s();
   int rc = wds_reader_next(r, &s);
-  double dt = now_s() - t0;
+  double dt = test_now_s() - t0;
   sigaction(SIGALRM, &old, NULL);
   printf("  next() returned after %.3f s\n", dt);
   ASSERT_EQ_INT(rc, WDS_ERR_CANCELLED);

@@ -24,12 +24,6 @@
 
 static char dir[256];
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void pause_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
@@ -473,9 +467,9 @@ TEST(cancel_while_the_thread_waits_on_a_stalled_pipe) {
   canceller k = {&c, 300};
   pthread_t t;
   pthread_create(&t, NULL, cancel_later, &k);
-  double t0 = now_s();
+  double t0 = test_now_s();
   ssize_t rc = read_to_stall(s, &err);
-  double waited = now_s() - t0;
+  double waited = test_now_s() - t0;
   pthread_join(t, NULL);
   ASSERT_EQ_INT(rc, WDS_ERR_CANCELLED);
   ASSERT_STREQ(err.msg, "cancelled");
@@ -483,9 +477,9 @@ TEST(cancel_while_the_thread_waits_on_a_stalled_pipe) {
   /* Later reads say so again, at once. */
   ASSERT_EQ_INT(wds__stream_read(s, (uint8_t[16]){0}, 16, &err),
                 WDS_ERR_CANCELLED);
-  t0 = now_s();
+  t0 = test_now_s();
   wds__stream_close(s);
-  ASSERT_TRUE(now_s() - t0 < 3);
+  ASSERT_TRUE(test_now_s() - t0 < 3);
   wds__cancel_destroy(&c);
   free(url);
   free(p);
@@ -498,11 +492,11 @@ TEST(read_timeout_on_a_stalled_pipe) {
   wds__stream *s;
   wds__err err = {{0}};
   ASSERT_EQ_INT(wds__stream_open(url, &io, &s, &err), WDS_OK);
-  double t0 = now_s();
+  double t0 = test_now_s();
   ssize_t rc = read_to_stall(s, &err);
   ASSERT_EQ_INT(rc, WDS_ERR_TIMEOUT);
   ASSERT_CONTAINS(err.msg, "no data for 0.3 s");
-  ASSERT_TRUE(now_s() - t0 < 5);
+  ASSERT_TRUE(test_now_s() - t0 < 5);
   wds__stream_close(s);
   free(url);
   free(p);
@@ -519,9 +513,9 @@ TEST(close_while_the_thread_is_blocked_or_waits_for_space) {
   uint8_t buf[4096];
   ASSERT_TRUE(wds__stream_read(s, buf, sizeof buf, &err) > 0);
   pause_ms(200); /* the thread reads what there is, then blocks */
-  double t0 = now_s();
+  double t0 = test_now_s();
   wds__stream_close(s);
-  ASSERT_TRUE(now_s() - t0 < 3);
+  ASSERT_TRUE(test_now_s() - t0 < 3);
   free(url);
 
   /* A FIFO whose writer stalls after the first bytes. */
@@ -542,9 +536,9 @@ TEST(close_while_the_thread_is_blocked_or_waits_for_space) {
   ASSERT_EQ_INT(wds__stream_open(fifo, &io, &s, &err), WDS_OK);
   ASSERT_TRUE(wds__stream_read(s, buf, sizeof buf, &err) > 0);
   pause_ms(200);
-  t0 = now_s();
+  t0 = test_now_s();
   wds__stream_close(s);
-  ASSERT_TRUE(now_s() - t0 < 3);
+  ASSERT_TRUE(test_now_s() - t0 < 3);
   kill(child, SIGKILL);
   waitpid(child, NULL, 0);
   free(z);

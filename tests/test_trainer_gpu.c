@@ -35,12 +35,6 @@
 
 static const tr_backend *cuda;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Batches: ROWS rows of 8x8x3 images, labels 0..9, some rows invalid; the
  * loader batch has BATCH_ROWS < ROWS rows (a partial last batch), and the
  * rank's view starts at ROW0 (as rank 1 of a job would) with RROWS rows. */
@@ -511,21 +505,21 @@ TEST(h2d_upload_reaches_pinned_memcpy) {
   const int reps = 20;
   double best_plain = 0, best_up = 0, engine = 0;
   for (int round = 0; round < 4; round++) {
-    double t0 = now_s();
+    double t0 = test_now_s();
     for (int i = 0; i < reps; i++)
       cudaMemcpy(dev, pinned, bytes, cudaMemcpyHostToDevice);
     cudaDeviceSynchronize();
-    double plain = (double)bytes * reps / (now_s() - t0) / 1e9;
+    double plain = (double)bytes * reps / (test_now_s() - t0) / 1e9;
     double hb, hs;
     cuda->take_h2d(r, &hb, &hs);
-    t0 = now_s();
+    t0 = test_now_s();
     int rc = 0;
     for (int i = 0; i < reps; i++) {
       tr_batch_view v = {pinned, lab, valid, rows, 0, rows, i & 1};
       rc |= cuda->upload(r, &v, &err);
       rc |= cuda->upload_wait(r, i & 1, &err);
     }
-    double up = (double)bytes * reps / (now_s() - t0) / 1e9;
+    double up = (double)bytes * reps / (test_now_s() - t0) / 1e9;
     CHECK_EQ_INT(rc, 0);
     cuda->take_h2d(r, &hb, &hs);
     if (round == 0)
@@ -614,7 +608,7 @@ TEST(failed_rank_aborts_the_other) {
   make_batch(0, 5);
   abort_arg a[2];
   pthread_t t[2];
-  double t0 = now_s();
+  double t0 = test_now_s();
   for (int i = 0; i < 2; i++) {
     memset(&a[i], 0, sizeof a[i]);
     a[i].g = g;
@@ -624,7 +618,7 @@ TEST(failed_rank_aborts_the_other) {
   for (int i = 0; i < 2; i++)
     pthread_join(t[i], NULL);
   printf("    rank 0: %s\n    rank 1: %s\n    (%.2f s)\n", a[0].err.msg,
-         a[1].err.msg, now_s() - t0);
+         a[1].err.msg, test_now_s() - t0);
   CHECK_EQ_INT(a[1].rc, WDS_ERR_INVALID); /* its upload refused the label */
   CHECK_CONTAINS(a[1].err.msg, "label 99");
   /* Rank 0 fails too (aborted by rank 1, or its wait timed out): any
