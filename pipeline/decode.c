@@ -637,20 +637,31 @@ static void jpeg_drop(wds__decoder *d) {
  *   (jpeg_headers.self_contained: nearly every baseline JPEG) keeps the
  *   decompressor; others (progressive, multi-scan, table-less) get a new
  *   one. */
+/* What decoding and planning a JPEG both start with: its headers scanned
+ * into *hd, a decompressor ready (a new one after a JPEG whose tables are
+ * not its own). */
+static int jpeg_begin(wds__decoder *d, const uint8_t *data, size_t size,
+                      jpeg_headers *hd, wds__err *e) {
+  memset(hd, 0, sizeof *hd);
+  int rc;
+  if (size > ULONG_MAX)
+    return wds__fail(e, WDS_ERR_LIMIT, "JPEG: too large");
+  if ((rc = jpeg_scan_headers(data, size, hd, e)) != WDS_OK)
+    return rc;
+  if (!hd->self_contained)
+    jpeg_drop(d);
+  if (!d->tj && !(d->tj = tjInitDecompress()))
+    return wds__fail(e, WDS_ERR_NOMEM, "JPEG: cannot create a decompressor");
+  return WDS_OK;
+}
+
 static int decode_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
                        const wds__image_opts *o, wds__crop_plan *plan,
                        int *w_out, int *h_out, wds__err *e) {
   jpeg_headers hd;
-  memset(&hd, 0, sizeof hd);
-  int rc;
-  if (size > ULONG_MAX)
-    return wds__fail(e, WDS_ERR_LIMIT, "JPEG: too large");
-  if ((rc = jpeg_scan_headers(data, size, &hd, e)) != WDS_OK)
+  int rc = jpeg_begin(d, data, size, &hd, e);
+  if (rc != WDS_OK)
     return rc;
-  if (!hd.self_contained)
-    jpeg_drop(d);
-  if (!d->tj && !(d->tj = tjInitDecompress()))
-    return wds__fail(e, WDS_ERR_NOMEM, "JPEG: cannot create a decompressor");
   if ((rc = jpeg_read(d, data, size, &hd, o, plan, w_out, h_out, e)) != WDS_OK)
     jpeg_drop(d);
   return rc;
@@ -660,18 +671,12 @@ int wds__image_plan_jpeg(wds__decoder *d, const uint8_t *data, size_t size,
                          const wds__image_opts *o, int *src_w, int *src_h,
                          int *cmyk, wds__crop_plan *plan, wds__err *e) {
   jpeg_headers hd;
-  memset(&hd, 0, sizeof hd);
   int rc, cs = 0;
-  if (size > ULONG_MAX)
-    return wds__fail(e, WDS_ERR_LIMIT, "JPEG: too large");
-  if (!(size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF))
+  if (size <= ULONG_MAX &&
+      !(size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF))
     return wds__fail(e, WDS_ERR_FORMAT, "not a JPEG (%zu bytes)", size);
-  if ((rc = jpeg_scan_headers(data, size, &hd, e)) != WDS_OK)
+  if ((rc = jpeg_begin(d, data, size, &hd, e)) != WDS_OK)
     return rc;
-  if (!hd.self_contained)
-    jpeg_drop(d);
-  if (!d->tj && !(d->tj = tjInitDecompress()))
-    return wds__fail(e, WDS_ERR_NOMEM, "JPEG: cannot create a decompressor");
   if ((rc = jpeg_plan(d, data, size, &hd, o, plan, src_w, src_h, &cs, e)) !=
       WDS_OK)
     jpeg_drop(d);
