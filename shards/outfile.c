@@ -27,9 +27,12 @@ struct wds_outfile {
   char *tmp; /* the temporary name while it exists (NULL in place) */
 };
 
-/* The descriptor /dev/stdout, /dev/stderr, /dev/fd/N or /proc/self/fd/N
- * names (a link to this process's own), or -1 for any other path. */
+/* The descriptor /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N or
+ * /proc/self/fd/N names (a link to this process's own), or -1 for any
+ * other path. */
 static int own_fd(const char *path) {
+  if (strcmp(path, "/dev/stdin") == 0)
+    return 0;
   if (strcmp(path, "/dev/stdout") == 0)
     return 1;
   if (strcmp(path, "/dev/stderr") == 0)
@@ -46,25 +49,6 @@ static int own_fd(const char *path) {
     fd = fd * 10 + (*n - '0');
   }
   return fd;
-}
-
-/* 1 for /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N and
- * /proc/self/fd/N: links to descriptors of this process. */
-static int own_descriptor(const char *path) {
-  static const char *const names[] = {"/dev/stdout", "/dev/stderr",
-                                      "/dev/stdin"};
-  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-    if (strcmp(path, names[i]) == 0)
-      return 1;
-  const char *n = strncmp(path, "/dev/fd/", 8) == 0          ? path + 8
-                  : strncmp(path, "/proc/self/fd/", 14) == 0 ? path + 14
-                                                             : NULL;
-  if (!n || !*n)
-    return 0;
-  for (; *n; n++)
-    if (*n < '0' || *n > '9')
-      return 0;
-  return 1;
 }
 
 /* WDS_OUTFILE_STREAM's regular file (PATH is none, a regular file, or a
@@ -140,7 +124,7 @@ int wds__outfile_open(const char *path, unsigned flags, wds_outfile **out,
      * program's pipe. The process's own descriptors (/dev/stdout,
      * /dev/fd/N) are links the caller made by redirecting. */
     int is_link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
-    if (is_link && !own_descriptor(path)) {
+    if (is_link && own_fd(path) < 0) {
       char *real = realpath(path, NULL), shown[512];
       const char *what = S_ISFIFO(st.st_mode)  ? "FIFO"
                          : S_ISCHR(st.st_mode) ? "character device"
