@@ -118,16 +118,12 @@ int wds__last_set(int status, const char *msg) {
   return status;
 }
 
+/* wds__last_set for a message from outside, made printable first. */
 int wds_last_error_set(int status, const char *msg) {
-  if (status >= 0)
-    return status;
-  if (!msg || !msg[0])
-    msg = wds_strerror(status);
-  if (msg != last_error) {
-    char buf[WDS__ERR_SIZE];
-    snprintf(buf, sizeof buf, "%s", msg);
-    make_printable(buf, sizeof buf);
-    wds__copy_msg(last_error, sizeof last_error, buf);
-  }
-  return status;
+  if (status >= 0 || !msg || !msg[0] || msg == last_error)
+    return wds__last_set(status, msg);
+  char buf[WDS__ERR_SIZE];
+  snprintf(buf, sizeof buf, "%s", msg);
+  make_printable(buf, sizeof buf);
+  return wds__last_set(status, buf);
 }

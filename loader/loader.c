@@ -833,13 +833,14 @@ static int loader_next(wds_loader *l, const wds_batch **out) {
 }
 
 /* A public call's status: a failure's text (l->err, which the workers'
- * errors reach through the run) copied into the caller's last error. */
-static int loader_status(wds_loader *l, int rc) {
+ * errors reach through the run; for next(), failed_err once the loader
+ * failed for good with rc) copied into the caller's last error. */
+static int loader_status(wds_loader *l, int rc, int next) {
   if (rc >= 0)
     return rc;
   char msg[WDS__ERR_SIZE];
   wds__loader_lock(l);
-  memcpy(msg, l->err, sizeof msg);
+  memcpy(msg, next && rc == l->failed ? l->failed_err : l->err, sizeof msg);
   wds__loader_unlock(l);
   return wds__last_set(rc, msg);
 }
@@ -850,15 +851,7 @@ int wds_loader_next(wds_loader *l, const wds_batch **out) {
   if (!l || !out)
     return wds__last_fail(WDS_ERR_INVALID, "wds_loader_next: %s is NULL",
                           l ? "out" : "the loader");
-  int rc = loader_next(l, out);
-  if (rc < 0 && rc == l->failed) { /* for good: the failure's own text */
-    char msg[WDS__ERR_SIZE];
-    wds__loader_lock(l);
-    memcpy(msg, l->failed_err, sizeof msg);
-    wds__loader_unlock(l);
-    return wds__last_set(rc, msg);
-  }
-  return loader_status(l, rc);
+  return loader_status(l, loader_next(l, out), 1);
 }
 
 int wds_loader_release_after(wds_loader *l, const wds_batch *b,
@@ -866,7 +859,7 @@ int wds_loader_release_after(wds_loader *l, const wds_batch *b,
   if (!l)
     return wds__last_fail(WDS_ERR_INVALID,
                           "wds_loader_release_after: the loader is NULL");
-  return loader_status(l, release_after(l, b, fence));
+  return loader_status(l, release_after(l, b, fence), 0);
 }
 
 void wds_loader_release(wds_loader *l, const wds_batch *b) {
