@@ -258,15 +258,17 @@ static PyObject *wds_py_reader_stats(wds_py_reader *self,
     return NULL;
   wds_reader_stats st;
   wds_reader_stats_get(self->r, &st);
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "shards",
-                       (unsigned long long)st.shards, "samples",
-                       (unsigned long long)st.samples, "members",
-                       (unsigned long long)st.members, "field_bytes",
-                       (unsigned long long)st.field_bytes, "tar_bytes",
-                       (unsigned long long)st.tar_bytes, "cache_hits",
-                       (unsigned long long)st.cache_hits, "cache_stored",
-                       (unsigned long long)st.cache_stored, "cache_errors",
-                       (unsigned long long)st.cache_errors);
+  return Py_BuildValue(
+      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "shards",
+      (unsigned long long)st.shards, "samples", (unsigned long long)st.samples,
+      "members", (unsigned long long)st.members, "field_bytes",
+      (unsigned long long)st.field_bytes, "tar_bytes",
+      (unsigned long long)st.tar_bytes, "cache_hits",
+      (unsigned long long)st.cache_hits, "cache_stored",
+      (unsigned long long)st.cache_stored, "cache_errors",
+      (unsigned long long)st.cache_errors, "unverified_samples",
+      (unsigned long long)st.unverified_samples, "unchecked_frames",
+      (unsigned long long)st.unchecked_frames);
 }
 
 static PyObject *wds_py_reader_get_shards(wds_py_reader *self, void *closure) {
