@@ -20,7 +20,8 @@
  * holds its last byte), so a sample from a frame whose check fails is
  * never returned: the error comes instead, and ends the shard. A frame
  * larger than max_unverified_bytes is not held: its samples are returned
- * as they come and counted (stats.unverified_samples). */
+ * as they come and counted (stats.unverified_samples), as are samples in
+ * compressed data without a check (a zstd frame without a checksum). */
 #include "wds/reader.h"
 
 #include <stdarg.h>
@@ -83,9 +84,11 @@ struct wds_reader {
   wds_field *fields;
   size_t fields_cap;
   wds_sample sample;
-  size_t key_len;        /* strlen(arena), the current key */
-  uint64_t sample_bytes; /* data and names held for the current sample */
-  uint64_t sample_end;   /* stream offset after its last member's data */
+  size_t key_len;            /* strlen(arena), the current key */
+  uint64_t sample_bytes;     /* data and names held for the current sample */
+  uint64_t sample_end;       /* stream offset after its last member's data */
+  uint64_t sample_unchecked; /* the stream's unchecked frames at its start */
+  int sample_unchecked_now;  /* it started in bytes that carry no check */
 
   wds_reader_stats stats;
   wds__err err;
@@ -479,6 +482,16 @@ static int finish_sample(wds_reader *r, const wds_sample **out) {
   return WDS_OK;
 }
 
+/* Counts the sample as unverified when its frame was over the bound (not
+ * settled), or some of its bytes lie in compressed data that carries no
+ * check (a zstd frame without a checksum). */
+static void count_unverified(wds_reader *r, int settled) {
+  if (!settled || r->sample_unchecked_now ||
+      wds__stream_unchecked_now(r->stream) ||
+      wds__stream_unchecked_frames(r->stream) != r->sample_unchecked)
+    r->stats.unverified_samples++;
+}
+
 /* Holds the sample until the checks of the frames its data lies in have
  * passed (see the top of the file). At the shard's end the drain does it. */
 static int settle_sample(wds_reader *r) {
@@ -491,8 +504,7 @@ static int settle_sample(wds_reader *r) {
                     r->arena, (unsigned long long)r->sample_end);
     return rc;
   }
-  if (!settled)
-    r->stats.unverified_samples++;
+  count_unverified(r, settled);
   return WDS_OK;
 }
 
@@ -595,6 +607,8 @@ int wds__reader_next(wds_reader *r, const wds_sample **out) {
     r->slot_count = 0;
     r->sample_bytes = 0;
     r->sample_end = 0;
+    r->sample_unchecked = wds__stream_unchecked_frames(r->stream);
+    r->sample_unchecked_now = wds__stream_unchecked_now(r->stream);
     r->window_held = 0;
     size_t key_off;
     wds__tar_keep_from(r->tar, r->pending.data_voff);
@@ -607,9 +621,13 @@ int wds__reader_next(wds_reader *r, const wds_sample **out) {
     for (;;) {
       rc = read_pending(r);
       if (rc == WDS_EOF) {
-        /* The shard is complete, so its last sample is whole. */
+        /* The shard is complete, so its last sample is whole (and every
+         * check passed). */
         rc = end_shard(r);
-        return rc == WDS_OK ? finish_sample(r, out) : rc;
+        if (rc != WDS_OK)
+          return rc;
+        count_unverified(r, 1);
+        return finish_sample(r, out);
       }
       if (rc != WDS_OK)
         return fail_shard(r, rc);

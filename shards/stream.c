@@ -1070,6 +1070,10 @@ uint64_t wds__stream_unchecked_frames(const wds__stream *s) {
   return s->unchecked_frames;
 }
 
+int wds__stream_unchecked_now(const wds__stream *s) {
+  return s->codec != CODEC_NONE && !output_waits(s);
+}
+
 static ssize_t codec_read(wds__stream *s, void *dst, size_t cap,
                           wds__err *err) {
   if (cap == 0)

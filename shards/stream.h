@@ -44,6 +44,9 @@ uint64_t wds__stream_out(const wds__stream *s);
 uint64_t wds__stream_final(const wds__stream *s);
 /* zstd frames seen without a content checksum (nothing to verify). */
 uint64_t wds__stream_unchecked_frames(const wds__stream *s);
+/* Whether the compressed bytes being decoded now carry no check (a zstd
+ * frame without a checksum, lzma-alone, compress); 0 for a plain tar. */
+int wds__stream_unchecked_now(const wds__stream *s);
 
 /* Skips up to n decompressed bytes (seeking where the source allows it):
  * returns how many (> 0), 0 at the end, or an error. */

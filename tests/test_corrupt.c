@@ -78,9 +78,11 @@ static size_t nframes[NFORMATS];
 static size_t tar_headers[NSAMPLES * 2 + 2]; /* header offsets in the tar */
 static size_t ntar_headers;
 
+static int zstd_checksum = 1;
+
 static void zstd_piece(buf *out, const uint8_t *p, size_t n) {
   ZSTD_CCtx *c = ZSTD_createCCtx();
-  ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 1);
+  ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, zstd_checksum);
   size_t cap = ZSTD_compressBound(n);
   uint8_t *tmp = malloc(cap);
   size_t k = ZSTD_compress2(c, tmp, cap, p, n);
@@ -369,6 +371,24 @@ TEST(bound_policy) {
   ASSERT_EQ_U64(r.valid, 0);
   ASSERT_EQ_U64(r.altered, 0);
   ASSERT_EQ_U64(last_stats.skipped, 1);
+  /* zstd frames without a checksum carry nothing to check: not held, and
+   * every sample counted as unverified. */
+  buf nocheck = {0};
+  zstd_checksum = 0;
+  buf *tar = &shard[F_PLAIN];
+  zstd_piece(&nocheck, tar->p, tar->n / 2);
+  zstd_piece(&nocheck, tar->p + tar->n / 2, tar->n - tar->n / 2);
+  zstd_checksum = 1;
+  snprintf(path, sizeof path, "%s/nocheck.tar.zst", tmpdir);
+  fp = fopen(path, "wb");
+  ASSERT_TRUE(fp != NULL);
+  fwrite(nocheck.p, 1, nocheck.n, fp);
+  fclose(fp);
+  free(nocheck.p);
+  run_loader(path, NULL, 0, &r);
+  ASSERT_EQ_INT(r.rc, WDS_OK);
+  ASSERT_EQ_U64(r.valid, NSAMPLES);
+  ASSERT_EQ_U64(last_stats.unverified_samples, NSAMPLES);
 }
 
 TEST(corruption_run) {

@@ -502,10 +502,10 @@ typedef struct wds_loader_stats {
   /* defer_reads: fields read with pread as their sample left the shuffle
      buffer, and their bytes (also in bytes_read). */
   uint64_t deferred_fields, deferred_bytes;
-  /* Samples of compressed shards delivered before the check of the zstd
-     frame or gzip member they lie in came: the frame was larger than
-     max_unverified_bytes (shards written as one large frame by other
-     tools); see docs/loader.md. */
+  /* Samples of compressed shards delivered unchecked: before the check of
+     the zstd frame or gzip member they lie in came (the frame was larger
+     than max_unverified_bytes: shards written as one large frame by other
+     tools), or from zstd frames without a checksum; docs/loader.md. */
   uint64_t unverified_samples;
 } wds_loader_stats;
 
