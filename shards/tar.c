@@ -294,7 +294,11 @@ int wds__tar_settle(wds__tar *t, uint64_t end, uint64_t max_open_bytes,
     uint64_t open = wds__stream_out(t->stream) - wds__stream_final(t->stream);
     uint64_t keep = t->keep < t->base ? t->base : t->keep;
     uint64_t wend = t->base + t->len;
-    uint64_t fill = SETTLE_FILL_BYTES;
+    /* Fills grow with what is held (the window doubles, its compactions
+     * amortised), so holding a large frame costs a copy of it, not one
+     * per fill. */
+    uint64_t fill =
+        wend - keep > SETTLE_FILL_BYTES ? wend - keep : SETTLE_FILL_BYTES;
     if (open >= max_open_bytes)
       break; /* the frame is larger than the bound: not held */
     if (fill > max_open_bytes - open)
