@@ -12,7 +12,7 @@
 # usage: scripts/bench-hold.sh [BUILD_DIR] [RUNS]   (default build, 5)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
+build=$(cd "${1:-$root/build}" && pwd)
 runs=${2:-5}
 wds=$build/tools/wds
 for t in python3 zstd /usr/bin/time; do
