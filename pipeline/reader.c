@@ -500,7 +500,8 @@ static int settle_sample(wds_reader *r) {
                            &settled, &r->err);
   if (rc != WDS_OK) {
     wds__err_prefix(&r->err,
-                    "sample \"%s\" (ending at offset %llu) not delivered",
+                    "sample \"%s\" (ending at offset %llu) and the rest of the "
+                    "shard not delivered",
                     r->arena, (unsigned long long)r->sample_end);
     return rc;
   }

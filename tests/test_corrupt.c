@@ -31,6 +31,7 @@
 #include "shards/tarw.h"
 #include "test.h"
 #include "wds/loader.h"
+#include "wds/reader.h"
 
 #define NSAMPLES 48
 #define FRAME_TAR_BYTES (24 * 1024)
@@ -371,6 +372,22 @@ TEST(bound_policy) {
   ASSERT_EQ_U64(r.valid, 0);
   ASSERT_EQ_U64(r.altered, 0);
   ASSERT_EQ_U64(last_stats.skipped, 1);
+  /* The reader says which sample, and why: the frame's checksum. */
+  wds_reader_config rc = WDS_READER_CONFIG_INIT;
+  const char *urls[1] = {path};
+  rc.urls = urls;
+  rc.url_count = 1;
+  wds_reader *rd;
+  ASSERT_EQ_INT(wds_reader_open(&rc, &rd), WDS_OK);
+  const wds_sample *smp;
+  int st = wds_reader_next(rd, &smp);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", wds_last_error());
+  wds_reader_close(rd);
+  ASSERT_EQ_INT(st, WDS_ERR_DECOMPRESS);
+  ASSERT_CONTAINS(msg, "sample \"s0000\"");
+  ASSERT_CONTAINS(msg, "the rest of the shard not delivered");
+  ASSERT_CONTAINS(msg, "checksum");
   /* zstd frames without a checksum carry nothing to check: not held, and
    * every sample counted as unverified. */
   buf nocheck = {0};
