@@ -889,6 +889,8 @@ static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
         }
         return (ssize_t)o.pos;
       }
+      if (r == 0) /* the frame ended with the last call's bytes */
+        s->final_bytes = s->out_bytes;
     }
     if (s->zframe_start) {
       int rc = zstd_frame_start(s, err);
