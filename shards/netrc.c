@@ -253,6 +253,9 @@ static int url_parts(const char *url, char *host, size_t hsize, char *user,
 }
 
 static atomic_int warned;
+static void (*_Atomic warn_sink)(const char *msg);
+
+void wds__netrc_set_warn_sink(void (*fn)(const char *msg)) { warn_sink = fn; }
 
 int wds__netrc_for_url(const char *url, char **login, char **password,
                        void (*warn)(void *ctx, const char *msg), void *ctx,
@@ -302,7 +305,8 @@ int wds__netrc_for_url(const char *url, char **login, char **password,
                    (long long)st.st_size, WDS__NETRC_MAX_BYTES);
     goto done;
   }
-  if ((st.st_mode & (S_IRGRP | S_IROTH)) && warn &&
+  void (*sink)(const char *) = warn_sink;
+  if ((st.st_mode & (S_IRGRP | S_IROTH)) && (sink || warn) &&
       !atomic_exchange(&warned, 1)) {
     char msg[700];
     snprintf(msg, sizeof msg,
@@ -311,7 +315,10 @@ int wds__netrc_for_url(const char *url, char **login, char **password,
              wds__esc(path, shown, sizeof shown, 0),
              (st.st_mode & S_IROTH) ? "other users" : "its group",
              (unsigned)(st.st_mode & 0777));
-    warn(ctx, msg);
+    if (sink)
+      sink(msg);
+    else
+      warn(ctx, msg);
   }
   /* One more byte than allowed: a file grown since the fstat is seen. */
   if (!(text = malloc(WDS__NETRC_MAX_BYTES + 1))) {

@@ -45,6 +45,12 @@ int wds__netrc_for_url(const char *url, char **login, char **password,
                        void (*warn)(void *ctx, const char *msg), void *ctx,
                        wds__err *e);
 
+/* Where the warning goes in a process whose front end has no log to give
+ * it (the commands: stderr). Set once, before any shard opens; without it
+ * the warning goes to the warn given to wds__netrc_for_url (a loader's
+ * log), if any. */
+void wds__netrc_set_warn_sink(void (*fn)(const char *msg));
+
 /* Frees a secret: its bytes wiped first. NULL is a no-op. */
 void wds__netrc_free_secret(char *s);
 
