@@ -136,7 +136,7 @@ if setpriv --reuid=nobody --regid=nogroup --clear-groups true 2>/dev/null; then
     bash cases.sh "$WDS" "$TRAIN" "$TMP" "$TMP/user" "${TRAIN_REST[@]}"
   check_cases "user" user
 else
-  echo "# skipped: the user case (setpriv cannot switch to nobody here)"
+  echo "SKIP: the user case (setpriv cannot switch to nobody here)"
   skipped=1
 fi
 
@@ -168,7 +168,7 @@ if unshare -m true 2>/dev/null; then
     bad "root: /dev/stdout is still a link" "$(cat root/stdout.kind 2>&1)"
   fi
 else
-  echo "# skipped: the root case (unshare -m is not permitted here)"
+  echo "SKIP: the root case (unshare -m is not permitted here)"
   skipped=1
 fi
 

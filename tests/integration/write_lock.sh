@@ -88,7 +88,7 @@ if setpriv --reuid=nobody --regid=nogroup --clear-groups true 2>/dev/null; then
   check "user, root's 0644 lock unheld: the shard written" \
     test -s shared/shard-000000.tar
 else
-  echo "# skipped: the other-user cases (setpriv cannot switch to nobody here)"
+  echo "SKIP: the other-user cases (setpriv cannot switch to nobody here)"
 fi
 
 echo "$passed passed, $failed failed"
