@@ -239,8 +239,13 @@ static int take_lock(wds_writer *w) {
       if (fd < 0 && errno == ENOENT)
         errno = EACCES; /* no lock there: the directory refused it */
     }
-    /* A lock that cannot be taken is an error: skipping it would let two
-     * writers both succeed and leave one mixed shard set. */
+    /* No directory (ENOENT): no shard can be written there either, and
+     * the shard's own open, next, says so naming the shard (take_lock runs
+     * again before each shard until it holds the lock). Any other lock
+     * that cannot be taken is an error: skipping it would let two writers
+     * both succeed and leave one mixed shard set. */
+    if (fd < 0 && errno == ENOENT)
+      return WDS_OK;
     if (fd < 0)
       return set_error(w, WDS_ERR_OPEN,
                        "%s%%d%s: cannot open the pattern's lock file %s: %s "
