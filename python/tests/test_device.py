@@ -375,3 +375,59 @@ def test_a_failed_copy_waits_before_the_slot_goes(shards, late):
         with pytest.raises(RuntimeError, match="out of memory"):
             l.next()
     assert calls == ["copy", "sync"]
+
+
+
+def test_close_when_a_fence_raises(shards, late):
+    """Issue 34 item 5: a fence whose wait() raises (a CUDA error): close()
+    still closes the C loader, raises the first error once, and a second
+    close() (or the `with` exit after it) is a no-op, the engine not asked
+    again."""
+    eng = late(polls=1 << 30)
+    calls = []
+
+    def bad_wait(ev):
+        calls.append("wait")
+        raise RuntimeError("CUDA error: illegal address")
+
+    eng.wait = bad_wait
+    l = loader(shards, device="late", prefetch=4)  # next() waits for none
+    b = l.next()
+    b2 = l.next()
+    assert b is not None and b2 is not None
+    with pytest.raises(RuntimeError, match="illegal address"):
+        l.close()
+    assert l.closed
+    assert calls == ["wait", "wait"]  # both fences tried, the first raised
+    l.close()  # no-op
+    assert calls == ["wait", "wait"]
+    del b, b2
+
+    # done() raising in next(): the error is next()'s; close() then
+    # closes (its wait() works).
+    eng = late(polls=1 << 30)
+
+    def bad_done(ev):
+        raise RuntimeError("CUDA error: launch failure (done)")
+
+    eng.done = bad_done
+    l = loader(shards, device="late")
+    b = l.next()
+    with pytest.raises(RuntimeError, match="launch failure"):
+        l.next()
+    l.close()
+    assert l.closed
+    del b
+
+    # `with`: the error leaves the block once; the loader is closed.
+    eng = late(polls=1 << 30)
+
+    def bad_wait2(ev):
+        raise RuntimeError("CUDA error: illegal address (with)")
+
+    eng.wait = bad_wait2
+    with pytest.raises(RuntimeError, match=r"illegal address \(with\)"):
+        with loader(shards, device="late") as l:
+            assert l.next() is not None
+    assert l.closed
+    l.close()
