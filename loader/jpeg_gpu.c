@@ -334,6 +334,13 @@ size_t wds__jg_arena_need(const wds__jg_img *imgs, size_t n) {
   return need;
 }
 
+int wds__jg_jpeg_whole(const uint8_t *d, size_t n) {
+  while (n > 2 && (d[n - 1] == 0 || d[n - 1] == '\n' || d[n - 1] == '\r'))
+    n--;
+  return n >= 4 && d[0] == 0xFF && d[1] == 0xD8 && d[n - 2] == 0xFF &&
+         d[n - 1] == 0xD9;
+}
+
 static double jg_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

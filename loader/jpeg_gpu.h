@@ -70,6 +70,13 @@ typedef struct wds__jg_ops {
 size_t wds__jg_image_bytes(const wds__jg_img *im);
 size_t wds__jg_arena_need(const wds__jg_img *imgs, size_t n);
 
+/* 1 when the JPEG data[0..n) ends with its EOI marker (FF D9; trailing
+ * zeros or line ends allowed), else 0: cut short. nvJPEG's hardware
+ * backend may decode such a JPEG without an error (its batched call has
+ * no per-image status), so these go to the hybrid backend, which reports
+ * a damaged bitstream under NVJPEG_FLAGS_BITSTREAM_STRICT. */
+int wds__jg_jpeg_whole(const uint8_t *data, size_t n);
+
 /* One query of the device: 1 done, 0 not yet, or a failure (a status
  * < 0) with its message in e. */
 typedef int (*wds__jg_query)(void *arg, wds__err *e);

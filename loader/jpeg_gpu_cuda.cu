@@ -536,15 +536,6 @@ static void image_dest(jg_cuda *g, const wds__jg_img *im, size_t off,
   d->pitch[0] = (size_t)im->h.src_w * (size_t)im->h.channels;
 }
 
-/* The JPEG ends with its EOI marker (FF D9; trailing zeros or a newline
- * allowed). One that does not was cut short: the hardware backend may not
- * report it (wds/gpu_jpeg.h). */
-static int ends_whole(const unsigned char *d, size_t n) {
-  while (n > 2 && (d[n - 1] == 0 || d[n - 1] == '\n' || d[n - 1] == '\r'))
-    n--;
-  return n >= 4 && d[n - 2] == 0xFF && d[n - 1] == 0xD9;
-}
-
 /* Decodes part [a, b) of imgs (their arena offsets in g->off) and resizes
  * the decoded ones into their rows. */
 static int jg_part(jg_cuda *g, wds__jg_img *imgs, size_t a, size_t b,
@@ -715,7 +706,7 @@ static int jg_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
       g->route[i] = 1;
       /* the hardware backend takes it (0 means supported) and it is whole:
        * a cut one goes where a damaged bitstream is reported */
-      if (g->hw && g->js_hw && ends_whole(im->data, im->size) &&
+      if (g->hw && g->js_hw && wds__jg_jpeg_whole(im->data, im->size) &&
           p_nvjpegJpegStreamParseHeader(g->hw, im->data, im->size, g->js_hw) ==
               NVJPEG_STATUS_SUCCESS &&
           p_nvjpegDecodeBatchedSupported(g->hw, g->js_hw, &unsupported) ==
@@ -806,7 +797,8 @@ extern "C" int wds__jg_cuda_open(int device, const wds__jg_ops **ops,
                        cudaGetErrorString(scope.c));
     }
     /* the hardware backend where the GPU has the engine (with the flags,
-     * else without: then its images are whole ones only, see ends_whole) */
+     * else without: then its images are whole ones only, see
+     * wds__jg_jpeg_whole) */
     if ((jg_create(g, NVJPEG_BACKEND_HARDWARE, JG_NVJPEG_FLAGS, &g->hw) !=
              NVJPEG_STATUS_SUCCESS &&
          jg_create(g, NVJPEG_BACKEND_HARDWARE, 0, &g->hw) !=

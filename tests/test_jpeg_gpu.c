@@ -20,6 +20,7 @@
 #include "shards/tarw.h"
 #include "test.h"
 #include "wds/loader.h"
+#include "wds/reader.h"
 
 static char tmpdir[256];
 
@@ -1028,6 +1029,38 @@ TEST(batched_state_waits_for_its_last_decode) {
   ASSERT_EQ_INT(st.raced, 0);
 }
 
+/* A JPEG cut short is told from a whole one before it reaches nvJPEG's
+ * hardware backend, which may not report it. */
+TEST(jpegs_cut_short_are_found) {
+  wds_reader_config rcfg = WDS_READER_CONFIG_INIT;
+  rcfg.urls = (const char *const *)fx.urls;
+  rcfg.url_count = NSHARDS;
+  wds_reader *r;
+  ASSERT_EQ_INT(wds_reader_open(&rcfg, &r), WDS_OK);
+  const wds_sample *sm;
+  int st;
+  size_t seen = 0, cut = 0;
+  while ((st = wds_reader_next(r, &sm)) == WDS_OK) {
+    int id = key_id(sm->key);
+    for (size_t i = 0; i < sm->field_count; i++) {
+      const wds_field *f = &sm->fields[i];
+      if (strcmp(f->ext, "jpg") != 0)
+        continue;
+      int whole = wds__jg_jpeg_whole(f->data, f->size_bytes);
+      ASSERT_EQ_INT(whole, id != CUT_ID && id != BAD_HEADER_ID);
+      cut += id == CUT_ID;
+      seen++;
+    }
+  }
+  ASSERT_EQ_INT(st, WDS_EOF);
+  ASSERT_TRUE(seen > 20 && cut == 1);
+  wds_reader_close(r);
+  static const uint8_t padded[] = {0xFF, 0xD8, 0xFF, 0xD9, 0, 0, '\n'};
+  ASSERT_EQ_INT(wds__jg_jpeg_whole(padded, sizeof padded), 1);
+  ASSERT_EQ_INT(wds__jg_jpeg_whole(padded, 3), 0);
+  ASSERT_EQ_INT(wds__jg_jpeg_whole(padded, 0), 0);
+}
+
 /* The decoder's waits poll (never block in the device's own wait) and
  * fail when the device reports an error. */
 static int q_fail(void *arg, wds__err *e) {
@@ -1167,6 +1200,7 @@ int main(int argc, char **argv) {
   if (!real) {
     RUN(batched_state_waits_for_its_last_decode);
     RUN(waits_poll_under_the_timeout);
+    RUN(jpegs_cut_short_are_found);
     RUN(two_threads_share_one_decoder);
   }
   RUN(create_says_why_it_cannot);
