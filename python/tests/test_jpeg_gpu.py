@@ -104,27 +104,36 @@ def test_gpu_decode_equals_cpu_on_photos(tmp_path):
     mem = []
     with wds.Loader(spec, "jpg,cls", 16, device="cuda", jpeg_decode="gpu",
                     **kw) as l:
-        for _ in range(3):
+        # epochs 0 and 1, then both again: every batch seen once before
+        for ep in range(4):
+            if ep == 2:
+                l.set_epoch(0)
             for b in l:
                 gpu.append((list(b.keys), b["jpg"].cpu().numpy(),
                             b.valid.cpu().numpy()))
             mem.append(l.stats()["gpu_jpeg"]["device_bytes"])
         stats = l.stats()["gpu_jpeg"]
-    assert len(gpu) == len(cpu) * 3 // 2
-    mads = []
+    assert len(gpu) == len(cpu) * 2
+    mads, maxd = [], 0
     for (ck, ci, cv), (gk, gi, gv) in zip(cpu, gpu):
         assert ck == gk
         assert np.array_equal(cv, gv)
         assert ci.shape == gi.shape and gi.dtype == np.uint8
         for r in range(len(ck)):
             if cv[r]:
-                mads.append(np.abs(ci[r].astype(np.int16) -
-                                   gi[r].astype(np.int16)).mean())
+                d = np.abs(ci[r].astype(np.int16) - gi[r].astype(np.int16))
+                mads.append(d.mean())
+                maxd = max(maxd, int(d.max()))
+    # printed for the GPU run, which sets MAD_BOUND from nvJPEG's figures
     print(f"GPU vs CPU mean absolute difference: mean {np.mean(mads):.3f} "
-          f"max {np.max(mads):.3f}; stats {stats}")
+          f"worst row {np.max(mads):.3f}, largest value difference {maxd}; "
+          f"stats {stats}")
     assert np.mean(mads) <= MAD_BOUND
     assert stats["cpu_fallback"] >= 1 and stats["failed"] >= 1
-    assert mem[1] == mem[2], "the decoder's device memory grew"
+    # bounded by the largest batch: it never shrinks, and batches it has
+    # seen before (the replayed epochs) do not grow it
+    assert mem == sorted(mem), f"the decoder's device memory shrank: {mem}"
+    assert mem[3] == mem[1], f"the decoder's device memory grew: {mem}"
 
 
 def test_device_batches_take_the_decoded_images(tmp_path, monkeypatch):
