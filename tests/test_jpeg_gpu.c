@@ -1173,6 +1173,76 @@ TEST(two_threads_share_one_decoder) {
   wds_gpu_jpeg_close(g);
 }
 
+/* On the GPU (--device): one call with more images than a grid's y may
+ * count (65,535): the resize kernel strides over them. Every row is the
+ * TurboJPEG decode of the same small JPEG (nearly: nvJPEG's decoder), none
+ * left as the poison. */
+TEST(more_images_in_one_call_than_a_grid_has_rows) {
+  const wds__jg_ops *ops;
+  void *ctx;
+  char lib[512];
+  wds__err e;
+  if (wds__jg_cuda_open(0, &ops, &ctx, lib, sizeof lib, &e) != WDS_OK) {
+    printf("  skipped: %s\n", e.msg);
+    return;
+  }
+  enum { N = 70000, W = 16, H = 8 };
+  size_t row_bytes = (size_t)W * H * 3;
+  uint8_t *rgb = make_rgb(W, H, 3), *ref = malloc(row_bytes);
+  unsigned char *jpg = NULL;
+  unsigned long js = 0;
+  tjhandle tj = tjInitCompress(), tjd = tjInitDecompress();
+  ASSERT_EQ_INT(
+      tjCompress2(tj, rgb, W, 0, H, TJPF_RGB, &jpg, &js, TJSAMP_444, 90, 0), 0);
+  ASSERT_EQ_INT(
+      tjDecompress2(tjd, jpg, js, ref, W, 0, H, TJPF_RGB, TJFLAG_ACCURATEDCT),
+      0);
+  wds__jg_img *imgs = calloc(N, sizeof *imgs);
+  uint8_t *host = malloc(N * row_bytes);
+  ASSERT_TRUE(imgs && host);
+  for (size_t i = 0; i < N; i++) {
+    wds__gpu_row *h = &imgs[i].h;
+    imgs[i].data = jpg;
+    imgs[i].size = js;
+    imgs[i].row = imgs[i].batch_row = i;
+    h->magic = WDS__GPU_ROW_MAGIC;
+    h->kind = WDS__GPU_ROW_JPEG;
+    h->src_w = h->out_w = h->total_w = W;
+    h->src_h = h->out_h = h->total_h = H;
+    h->channels = 3;
+    h->x1 = W;
+    h->y1 = H;
+  }
+  void *dev = ops->buffer(ctx, N * row_bytes);
+  ASSERT_TRUE(dev != NULL);
+  memset(host, 0xAB, N * row_bytes);
+  ASSERT_EQ_INT(ops->upload(ctx, dev, host, N * row_bytes, NULL, &e), WDS_OK);
+  int rc = ops->decode(ctx, imgs, N, dev, row_bytes, NULL, &e);
+  if (rc != WDS_OK)
+    TEST_FAIL_("decode of %d images: %s", N, e.msg);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  ASSERT_EQ_INT(ops->download(ctx, host, dev, N * row_bytes, NULL, &e), WDS_OK);
+  double mad;
+  int maxd;
+  row_diff(host, ref, row_bytes, &mad, &maxd);
+  printf("  %d images of %dx%d: against TurboJPEG mean %.3f, max %d\n", N, W, H,
+         mad, maxd);
+  ASSERT_TRUE(mad < 3.0);
+  size_t bad = 0;
+  for (size_t i = 0; i < N; i++)
+    bad += imgs[i].status != WDS__JG_OK ||
+           memcmp(host + i * row_bytes, host, row_bytes) != 0;
+  ASSERT_EQ_U64(bad, 0);
+  ops->destroy(ctx);
+  tjFree(jpg);
+  tjDestroy(tj);
+  tjDestroy(tjd);
+  free(imgs);
+  free(host);
+  free(rgb);
+  free(ref);
+}
+
 /* Asking for the real decoder where there is none (no GPU here, or a
  * build without nvJPEG) is an error that says why, never a decoder. On a
  * GPU machine with libnvjpeg it opens and names the library it loaded. */
@@ -1221,6 +1291,8 @@ int main(int argc, char **argv) {
     RUN(two_threads_share_one_decoder);
   }
   RUN(create_says_why_it_cannot);
+  if (real)
+    RUN(more_images_in_one_call_than_a_grid_has_rows);
   wds_gpu_jpeg_close(real);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
