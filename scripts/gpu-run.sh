@@ -316,7 +316,10 @@ do_ctest() {
   gpu_ctest -E '^tools_train_gpu$'
   local rc=$? h2d
   h2d=$(grep -o 'ratio [0-9.]* (target' "$STEP_LOG" | head -1 | awk '{print $2}')
-  DETAIL="$(grep -E '[0-9]+% tests passed' "$STEP_LOG" | tail -1)${h2d:+; H2D ratio $h2d of plain pinned cudaMemcpy (target 0.8)}"
+  # nvJPEG against the CPU path (test_jpeg_gpu_device): for the bounds
+  local px
+  px=$(grep -o 'JPEG rows: [0-9.]* on average, [0-9.]* at worst (largest byte difference [0-9]*)' "$STEP_LOG" | head -1)
+  DETAIL="$(grep -E '[0-9]+% tests passed' "$STEP_LOG" | tail -1)${h2d:+; H2D ratio $h2d of plain pinned cudaMemcpy (target 0.8)}${px:+; pixels: $px}"
   return $rc
 }
 do_train_gpu() {
@@ -396,13 +399,15 @@ do_pytest() {
     return 77
   }
   (cd "$build" && PYTHONPATH=$build/python:$PYEXTRA WDS_TEST_CLI=$build/tools/wds \
-    lim "$TORCH_PY" -m pytest -q -p no:cacheprovider -m gpu "$root/python/tests")
+    lim "$TORCH_PY" -m pytest -q -s -p no:cacheprovider -m gpu "$root/python/tests")
   local rc=$?
   if ((rc == 5)); then
     DETAIL="no test marked gpu in python/tests"
     return 77
   fi
-  DETAIL=$(grep -E '[0-9]+ (passed|failed)' "$STEP_LOG" | tail -1)
+  local px
+  px=$(grep -o 'GPU vs CPU mean absolute difference: mean [0-9.]* worst row [0-9.]*, largest value difference [0-9]*' "$STEP_LOG" | head -1)
+  DETAIL="$(grep -E '[0-9]+ (passed|failed)' "$STEP_LOG" | tail -1)${px:+; ${px#GPU vs CPU mean absolute difference: }}"
   return $rc
 }
 
