@@ -192,3 +192,44 @@ def test_device_batches_take_the_decoded_images(tmp_path, monkeypatch):
             n += 1
         assert l.stats()["gpu_jpeg"] == {"stand-in": True}
     assert Jpeg.calls == [(i, 0) for i in range(n)] and n == 5
+
+
+@pytest.mark.gpu
+def test_two_loaders_in_two_threads_share_the_decoder(tmp_path):
+    """Two loaders on one GPU (two threads) share its decoder (one engine
+    per device): each gets the very bytes it gets alone; the decoder is
+    one object."""
+    import threading
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    spec = _shard(tmp_path, n=64)
+    kw = dict(mode="exact", rank=0, world_size=1, workers=2, seed=5,
+              shuffle_buffer=16, crop="random", on_error="skip",
+              device="cuda", jpeg_decode="gpu")
+
+    def run(seed, out, decoders):
+        with wds.Loader(spec, "jpg,cls", 8, **dict(kw, seed=seed)) as l:
+            for b in l:
+                out.append((list(b.keys), b["jpg"].cpu().numpy()))
+            decoders.append(id(l._engine.jpeg))
+
+    alone = {}
+    for seed in (5, 6):
+        alone[seed] = []
+        run(seed, alone[seed], [])
+    got = {5: [], 6: []}
+    decoders = []
+    ts = [threading.Thread(target=run, args=(s, got[s], decoders))
+          for s in (5, 6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for s in (5, 6):
+        assert len(got[s]) == len(alone[s]) > 2
+        for (ka, ia), (kb, ib) in zip(alone[s], got[s]):
+            assert ka == kb
+            assert np.array_equal(ia, ib), f"seed {s}: a batch differs"
+    assert len(decoders) == 2 and decoders[0] == decoders[1]
