@@ -257,6 +257,7 @@ struct jg_cuda {
   int call_pending;
   unsigned long long nvj_bytes; /* nvJPEG's device memory (its allocator) */
   int nvj_counted;              /* nvjpegCreateExV2 was there */
+  unsigned hw_flags, hy_flags;  /* the JG_NVJPEG_FLAGS each took */
   /* per batch, host: */
   int *route; /* 0 hw batched, 1 hybrid batched, 2 single */
   size_t route_cap;
@@ -385,16 +386,48 @@ static int nvj_dev_free(void *ctx, void *p, size_t n, cudaStream_t st) {
   return (int)c;
 }
 
-/* nvjpegCreateEx(backend, flags), through the counting allocator where
- * there is nvjpegCreateExV2. */
+static int nvj_pinned_malloc(void *ctx, void **p, size_t n, cudaStream_t st) {
+  (void)ctx, (void)st;
+  return (int)cudaHostAlloc(p, n, cudaHostAllocDefault);
+}
+
+static int nvj_pinned_free(void *ctx, void *p, size_t n, cudaStream_t st) {
+  (void)ctx, (void)n, (void)st;
+  return (int)cudaFreeHost(p);
+}
+
+/* A handle of backend, with the most of JG_NVJPEG_FLAGS it takes (all,
+ * strict only, interpolation only, none: a backend or a libnvjpeg that
+ * refuses a flag still decodes; *used says which), through the counting
+ * allocator where there is nvjpegCreateExV2 (else, or when it fails,
+ * nvjpegCreateEx). The status of the last try. */
 static nvjpegStatus_t jg_create(jg_cuda *g, nvjpegBackend_t backend,
-                                unsigned flags, nvjpegHandle_t *h) {
-  if (p_nvjpegCreateExV2) {
-    nvjpegDevAllocatorV2_t a = {nvj_dev_malloc, nvj_dev_free, g};
-    g->nvj_counted = 1;
-    return p_nvjpegCreateExV2(backend, &a, NULL, flags, h);
+                                nvjpegHandle_t *h, unsigned *used) {
+  static const unsigned tries[] = {
+      JG_NVJPEG_FLAGS, NVJPEG_FLAGS_BITSTREAM_STRICT,
+      NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION, 0};
+  nvjpegStatus_t s = NVJPEG_STATUS_NOT_INITIALIZED;
+  for (size_t k = 0; k < sizeof tries / sizeof *tries; k++) {
+    *h = NULL;
+    if (p_nvjpegCreateExV2) {
+      nvjpegDevAllocatorV2_t a = {nvj_dev_malloc, nvj_dev_free, g};
+      nvjpegPinnedAllocatorV2_t pa = {nvj_pinned_malloc, nvj_pinned_free, g};
+      if ((s = p_nvjpegCreateExV2(backend, &a, &pa, tries[k], h)) ==
+          NVJPEG_STATUS_SUCCESS) {
+        g->nvj_counted = 1;
+        *used = tries[k];
+        return s;
+      }
+      *h = NULL;
+    }
+    if ((s = p_nvjpegCreateEx(backend, NULL, NULL, tries[k], h)) ==
+        NVJPEG_STATUS_SUCCESS) {
+      *used = tries[k];
+      return s;
+    }
   }
-  return p_nvjpegCreateEx(backend, NULL, NULL, flags, h);
+  *h = NULL;
+  return s;
 }
 
 template <typename T> static int grow(T **p, size_t *cap, size_t need) {
@@ -780,9 +813,11 @@ extern "C" int wds__jg_cuda_open(int device, const wds__jg_ops **ops,
   if (!nvj_ok)
     nvj_load(); /* again after a failure: it may be there now */
   int loaded = nvj_ok;
+  if (!loaded)
+    wds__fail(e, WDS_ERR_OPEN, "%s", nvj_why);
   pthread_mutex_unlock(&nvj_mu);
   if (!loaded)
-    return wds__fail(e, WDS_ERR_OPEN, "%s", nvj_why);
+    return WDS_ERR_OPEN;
   jg_cuda *g = (jg_cuda *)calloc(1, sizeof *g);
   if (!g)
     return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
@@ -799,10 +834,9 @@ extern "C" int wds__jg_cuda_open(int device, const wds__jg_ops **ops,
     /* the hardware backend where the GPU has the engine (with the flags,
      * else without: then its images are whole ones only, see
      * wds__jg_jpeg_whole) */
-    if ((jg_create(g, NVJPEG_BACKEND_HARDWARE, JG_NVJPEG_FLAGS, &g->hw) !=
-             NVJPEG_STATUS_SUCCESS &&
-         jg_create(g, NVJPEG_BACKEND_HARDWARE, 0, &g->hw) !=
-             NVJPEG_STATUS_SUCCESS) ||
+    unsigned one_flags = 0;
+    if (jg_create(g, NVJPEG_BACKEND_HARDWARE, &g->hw, &g->hw_flags) !=
+            NVJPEG_STATUS_SUCCESS ||
         p_nvjpegJpegStateCreate(g->hw, &g->hw_state) != NVJPEG_STATUS_SUCCESS ||
         p_nvjpegJpegStreamCreate(g->hw, &g->js_hw) != NVJPEG_STATUS_SUCCESS) {
       if (g->hw_state)
@@ -813,16 +847,16 @@ extern "C" int wds__jg_cuda_open(int device, const wds__jg_ops **ops,
       g->hw_state = NULL;
       g->js_hw = NULL;
     }
-    if ((s = jg_create(g, NVJPEG_BACKEND_GPU_HYBRID, JG_NVJPEG_FLAGS,
-                       &g->hy)) != NVJPEG_STATUS_SUCCESS &&
-        (s = jg_create(g, NVJPEG_BACKEND_DEFAULT, JG_NVJPEG_FLAGS, &g->hy)) !=
+    if ((s = jg_create(g, NVJPEG_BACKEND_GPU_HYBRID, &g->hy, &g->hy_flags)) !=
+            NVJPEG_STATUS_SUCCESS &&
+        (s = jg_create(g, NVJPEG_BACKEND_DEFAULT, &g->hy, &g->hy_flags)) !=
             NVJPEG_STATUS_SUCCESS) {
       g->hy = NULL;
       rc = nvj_fail(e, "nvjpegCreateEx", s);
     } else if ((s = p_nvjpegJpegStateCreate(g->hy, &g->hy_state)) !=
                    NVJPEG_STATUS_SUCCESS ||
-               (s = jg_create(g, NVJPEG_BACKEND_DEFAULT, JG_NVJPEG_FLAGS,
-                              &g->one)) != NVJPEG_STATUS_SUCCESS ||
+               (s = jg_create(g, NVJPEG_BACKEND_DEFAULT, &g->one,
+                              &one_flags)) != NVJPEG_STATUS_SUCCESS ||
                (s = p_nvjpegJpegStateCreate(g->one, &g->one_state)) !=
                    NVJPEG_STATUS_SUCCESS ||
                (s = p_nvjpegJpegStreamCreate(g->hy, &g->js)) !=
@@ -852,8 +886,17 @@ extern "C" int wds__jg_cuda_open(int device, const wds__jg_ops **ops,
       rc = WDS_ERR_OPEN;
     return rc;
   }
-  snprintf(library, library_size, "%s (%s backend)", nvj_path,
-           g->hw ? "hardware" : "GPU hybrid");
+  /* the flags a backend refused are named: the pixels and errors then
+   * differ from the CPU path's contract */
+  unsigned got = g->hy_flags & (g->hw ? g->hw_flags : JG_NVJPEG_FLAGS);
+  snprintf(library, library_size, "%s (%s backend%s%s)", nvj_path,
+           g->hw ? "hardware" : "GPU hybrid",
+           got & NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION
+               ? ""
+               : "; no NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION",
+           got & NVJPEG_FLAGS_BITSTREAM_STRICT
+               ? ""
+               : "; no NVJPEG_FLAGS_BITSTREAM_STRICT");
   *ops = &cuda_ops;
   *ctx = g;
   return WDS_OK;
