@@ -40,7 +40,9 @@
  * nvJPEG is asked for the CPU path's contract: chroma upsampled with
  * interpolation (as TurboJPEG does; NVJPEG_FLAGS_UPSAMPLING_WITH_
  * INTERPOLATION) and a damaged bitstream an error
- * (NVJPEG_FLAGS_BITSTREAM_STRICT). The batched call has no per-image
+ * (NVJPEG_FLAGS_BITSTREAM_STRICT); where a backend refuses one, the
+ * decoder opens without it and wds_gpu_jpeg_library() names it. The
+ * batched call has no per-image
  * status, so a batch it fails is decoded image by image, and JPEGs that do
  * not end with their EOI marker (cut short) skip the hardware backend,
  * which may not report them.
@@ -143,7 +145,8 @@ WDS_API int wds_gpu_jpeg_sync(wds_gpu_jpeg *g, void *stream);
 WDS_API int wds_gpu_jpeg_download(wds_gpu_jpeg *g, void *host, const void *dev,
                                   size_t bytes, void *stream);
 
-/* "PATH (hardware backend)" or "PATH (GPU hybrid backend)". */
+/* "PATH (hardware backend)" or "PATH (GPU hybrid backend)", with
+ * "; no NVJPEG_FLAGS_..." for a flag nvJPEG refused. */
 WDS_API const char *wds_gpu_jpeg_library(const wds_gpu_jpeg *g);
 WDS_API void wds_gpu_jpeg_stats_get(const wds_gpu_jpeg *g,
                                     wds_gpu_jpeg_stats *out);
