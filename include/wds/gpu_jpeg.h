@@ -42,10 +42,9 @@
  * INTERPOLATION) and a damaged bitstream an error
  * (NVJPEG_FLAGS_BITSTREAM_STRICT); where a backend refuses one, the
  * decoder opens without it and wds_gpu_jpeg_library() names it. The
- * batched call has no per-image
- * status, so a batch it fails is decoded image by image, and JPEGs that do
- * not end with their EOI marker (cut short) skip the hardware backend,
- * which may not report them.
+ * batched call has no per-image status, so a batch it fails is decoded
+ * image by image, and JPEGs that do not end with their EOI marker (cut
+ * short) skip the hardware backend, which may not report them.
  *
  * Memory: nvJPEG's state, its device and pinned buffers and the decoded
  * images' device memory are allocated by the first batches and reused,
