@@ -10,7 +10,8 @@
 #   * the extension's link (gpu-prepare.sh --link-libs, gpu-run.sh's
 #     python-ext step) needs none of the links into CUDA that this machine
 #     has in /usr/local/lib: run in a private mount namespace that hides
-#     them (unshare -m, as root; skipped, saying so, where not permitted);
+#     them (unshare -m, as root; skipped, saying so, where not permitted
+#     and in sanitized builds);
 #   * with a stand-in GPU (nvidia-smi) and compute-sanitizer: a failed
 #     extension build fails the Python steps only; a sanitizer that refuses
 #     the device ("Device not supported", error 999) is N/A, not available
@@ -161,6 +162,8 @@ hide_cuda_links() { # CMD...: CMD without /usr/local's links into CUDA
 }
 if [ -z "$BUILD" ] || [ ! -f "$BUILD/libwds.a" ]; then
   echo "skip: the extension's link (no BUILD_DIR with libwds.a given)"
+elif nm -A "$BUILD/libwds.a" 2>/dev/null | grep -E ' U __(asan|tsan|ubsan|sanitizer)_' >/dev/null; then
+  echo "skip: the extension's link: $BUILD is a sanitized build (gpu-run.sh builds the plain one's)"
 elif ! unshare -m true 2>/dev/null; then
   echo "skip: the extension's link without /usr/local's links into CUDA: unshare -m is not permitted here (needs root)"
 else
