@@ -431,6 +431,8 @@ def test_close_when_a_fence_raises(shards, late):
             assert l.next() is not None
     assert l.closed
     l.close()
+
+
 def test_one_engine_per_device_from_two_threads(monkeypatch):
     """Two loaders opened at once on one device (two threads) get one
     engine, so one GPU JPEG decoder (its calls serialised by its own lock):
