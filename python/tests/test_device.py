@@ -431,3 +431,30 @@ def test_close_when_a_fence_raises(shards, late):
             assert l.next() is not None
     assert l.closed
     l.close()
+
+
+def test_one_engine_per_device_from_two_threads(monkeypatch):
+    """Two loaders opened at once on one device (two threads) get one
+    engine, so one GPU JPEG decoder (its calls serialised by its own lock):
+    engine() makes it under a lock."""
+    import threading
+    import time
+
+    made = []
+
+    class SlowEngine:
+        def __init__(self, device):
+            time.sleep(0.05)  # a window two unlocked calls would share
+            made.append(device)
+
+    monkeypatch.setattr(_device, "_TorchCuda", SlowEngine)
+    monkeypatch.setattr(_device, "_engines", {})
+    got = []
+    ts = [threading.Thread(target=lambda: got.append(_device.engine("cuda:7")))
+          for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert made == ["cuda:7"]
+    assert len(got) == 4 and all(e is got[0] for e in got)
