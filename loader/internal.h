@@ -480,7 +480,7 @@ struct wds_loader {
   atomic_uint_fast64_t st_batches, st_samples, st_skipped, st_fill, st_shards,
       st_bytes, st_read_ns, st_shuffle_ns, st_decode_ns, st_batch_ns,
       st_wait_ns, st_slot_wait_ns, st_pool_bytes, st_deferred,
-      st_deferred_bytes;
+      st_deferred_bytes, st_unverified;
 };
 
 static inline uint64_t wds__now_ns(void) {
@@ -712,6 +712,8 @@ typedef struct wds__feed {
   uint64_t holes; /* fill samples still to emit */
   wds__rng draw;  /* resampled shard draws */
   uint64_t empty_draws;
+  /* The readers' unverified_samples, not yet published. */
+  uint64_t unverified;
   uint64_t read_ns, bytes, shards; /* stats not yet published */
   uint64_t begin;                  /* exact: first sample of the piece */
   uint64_t before; /* samples read before the piece: begin, unless the
@@ -813,6 +815,7 @@ int wds__feeds_init(wds__feeds *fs, const wds__feed_ctx *ctx,
 int wds__feeds_next(void *fs, wds__raw_sample **out); /* wds__feed_next's */
 int wds__feeds_check_last(wds__feeds *fs);
 void wds__feeds_stats(wds__feeds *fs, uint64_t *read_ns, uint64_t *bytes,
+                      uint64_t *unverified,
                       uint64_t *shards); /* taken from every feed */
 void wds__feeds_close(wds__feeds *fs);
 

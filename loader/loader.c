@@ -949,6 +949,7 @@ void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *o) {
   o->cache_errors = atomic_load(&m->cache_stats.errors);
   o->deferred_fields = atomic_load(&m->st_deferred);
   o->deferred_bytes = atomic_load(&m->st_deferred_bytes);
+  o->unverified_samples = atomic_load(&m->st_unverified);
 }
 
 void wds_loader_close(wds_loader *l) {

@@ -520,13 +520,15 @@ int wds__feeds_check_last(wds__feeds *fs) {
 }
 
 void wds__feeds_stats(wds__feeds *fs, uint64_t *read_ns, uint64_t *bytes,
-                      uint64_t *shards) {
-  *read_ns = *bytes = *shards = 0;
+                      uint64_t *unverified, uint64_t *shards) {
+  *read_ns = *bytes = *shards = *unverified = 0;
   for (size_t s = 0; s < fs->n && fs->f; s++) {
     *read_ns += fs->f[s].read_ns;
     *bytes += fs->f[s].bytes;
     *shards += fs->f[s].shards;
+    *unverified += fs->f[s].unverified;
     fs->f[s].read_ns = fs->f[s].bytes = fs->f[s].shards = 0;
+    fs->f[s].unverified = 0;
   }
 }
 

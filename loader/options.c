@@ -271,6 +271,18 @@ static const wds_loader_option rows[] = {
      FIELD(max_window_bytes),
      .help = "largest zstd window a shard may need\n"
              "(default 128M; zstd --long=31: 2G)"},
+    {.name = "max_unverified_bytes",
+     .flag = "max-unverified",
+     .value_name = "SIZE",
+     .type = WDS_OPTION_SIZE,
+     .min = 1,
+     .max = UINT64_MAX,
+     FIELD(max_unverified_bytes),
+     .help = "a compressed shard's samples are delivered\n"
+             "once their zstd frame's or gzip member's\n"
+             "check passed, holding up to SIZE of a frame\n"
+             "(default 64M); a larger frame's samples are\n"
+             "delivered unchecked and counted"},
     {.name = "retries",
      .flag = "retries",
      .value_name = "N",

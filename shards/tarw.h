@@ -1,8 +1,9 @@
 /* tarw.h — streaming tar writer. Internal to wds.
  *
  * Writes POSIX ustar members (pax 'x' extension headers only when a name or
- * size does not fit), either plain, as one zstd frame or as one gzip member,
- * to a caller's file descriptor or to a path. Output is deterministic: every
+ * size does not fit), either plain, as zstd frames of about 1 MiB of tar
+ * each (content checksums on; tarw.c says why) or as one gzip member, to a
+ * caller's file descriptor or to a path. Output is deterministic: every
  * member has mode 0444 (as WebDataset's TarWriter writes), uid/gid 0, empty
  * user/group names and the same mtime, and the gzip header has no name, mtime
  * 0 and OS byte 3 (Unix), so the same members give the same bytes. The archive
@@ -62,6 +63,7 @@ typedef struct wds__tarw_stats {
   uint64_t members;
   uint64_t tar_bytes; /* uncompressed tar stream written */
   uint64_t out_bytes; /* bytes written to the file (compressed size) */
+  uint64_t frames;    /* zstd frames ended (each about 1 MiB of tar) */
 } wds__tarw_stats;
 
 /* Writes to fd, which stays the caller's (not closed). opts may be NULL.

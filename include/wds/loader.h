@@ -259,6 +259,9 @@ typedef struct wds_loader_config {
                                   well as at most shuffle_buffer samples);
                                   0 = 1 GiB. A sample larger than this
                                   passes through alone. */
+  /* As in wds_reader_config: how much of a zstd frame or gzip member is
+     held until its check passes; 0 = 64 MiB. */
+  uint64_t max_unverified_bytes;
 
   wds_allocator allocator; /* alloc == NULL: pinned when built with CUDA
                               and a GPU is present, else aligned host */
@@ -499,6 +502,11 @@ typedef struct wds_loader_stats {
   /* defer_reads: fields read with pread as their sample left the shuffle
      buffer, and their bytes (also in bytes_read). */
   uint64_t deferred_fields, deferred_bytes;
+  /* Samples of compressed shards delivered unchecked: before the check of
+     the zstd frame or gzip member they lie in came (the frame was larger
+     than max_unverified_bytes: shards written as one large frame by other
+     tools), or from zstd frames without a checksum; docs/loader.md. */
+  uint64_t unverified_samples;
 } wds_loader_stats;
 
 WDS_API void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *out);

@@ -419,28 +419,29 @@ static PyObject *wds_py_loader_stats(wds_py_loader *self,
     return NULL;
   wds_loader_stats st;
   wds_loader_stats_get(self->l, &st);
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:"
-                       "s,s:K,s:K,s:K,s:K,"
-                       "s:K}",
-                       "batches", (unsigned long long)st.batches, "samples",
-                       (unsigned long long)st.samples, "skipped",
-                       (unsigned long long)st.skipped, "fill_rows",
-                       (unsigned long long)st.fill_rows, "shards_opened",
-                       (unsigned long long)st.shards_opened, "bytes_read",
-                       (unsigned long long)st.bytes_read, "read_ns",
-                       (unsigned long long)st.read_ns, "shuffle_ns",
-                       (unsigned long long)st.shuffle_ns, "decode_ns",
-                       (unsigned long long)st.decode_ns, "batch_ns",
-                       (unsigned long long)st.batch_ns, "wait_ns",
-                       (unsigned long long)st.wait_ns, "slot_wait_ns",
-                       (unsigned long long)st.slot_wait_ns, "peak_pool_bytes",
-                       (unsigned long long)st.peak_pool_bytes, "allocator",
-                       wds_loader_allocator_name(self->l), "cache_hits",
-                       (unsigned long long)st.cache_hits, "cache_stored",
-                       (unsigned long long)st.cache_stored, "cache_errors",
-                       (unsigned long long)st.cache_errors, "deferred_fields",
-                       (unsigned long long)st.deferred_fields, "deferred_bytes",
-                       (unsigned long long)st.deferred_bytes);
+  return Py_BuildValue(
+      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:"
+      "s,s:K,s:K,s:K,s:K,"
+      "s:K,s:K}",
+      "batches", (unsigned long long)st.batches, "samples",
+      (unsigned long long)st.samples, "skipped", (unsigned long long)st.skipped,
+      "fill_rows", (unsigned long long)st.fill_rows, "shards_opened",
+      (unsigned long long)st.shards_opened, "bytes_read",
+      (unsigned long long)st.bytes_read, "read_ns",
+      (unsigned long long)st.read_ns, "shuffle_ns",
+      (unsigned long long)st.shuffle_ns, "decode_ns",
+      (unsigned long long)st.decode_ns, "batch_ns",
+      (unsigned long long)st.batch_ns, "wait_ns",
+      (unsigned long long)st.wait_ns, "slot_wait_ns",
+      (unsigned long long)st.slot_wait_ns, "peak_pool_bytes",
+      (unsigned long long)st.peak_pool_bytes, "allocator",
+      wds_loader_allocator_name(self->l), "cache_hits",
+      (unsigned long long)st.cache_hits, "cache_stored",
+      (unsigned long long)st.cache_stored, "cache_errors",
+      (unsigned long long)st.cache_errors, "deferred_fields",
+      (unsigned long long)st.deferred_fields, "deferred_bytes",
+      (unsigned long long)st.deferred_bytes, "unverified_samples",
+      (unsigned long long)st.unverified_samples);
 }
 
 static PyObject *wds_py_loader_cancel(wds_py_loader *self,

@@ -278,7 +278,7 @@ class Loader:
     sources=None, eager_next_epoch=False, defer_reads="auto",
     image_memory_limit=None, device=None, jpeg_decode="cpu",
     shuffle_initial=None, shuffle_buffer_bytes=None, max_sample_bytes=None,
-    max_window_bytes=None)
+    max_window_bytes=None, max_unverified_bytes=None)
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -310,7 +310,10 @@ class Loader:
     buffer's bytes per worker; None: 1 GiB), max_sample_bytes (the largest
     sample) and max_window_bytes (the largest zstd window; None: 128 MiB)
     are the CLI's --shuffle-initial, --shuffle-bytes, --max-sample-bytes
-    and --max-window.
+    and --max-window. max_unverified_bytes (--max-unverified; None: 64
+    MiB) is how much of one zstd frame or gzip member is held until its
+    checksum passes: a sample is delivered only after that, and a larger
+    frame's samples unchecked, counted in stats()["unverified_samples"].
 
     read_timeout_ms: a shard that delivers no byte for this long fails
     (None: 5 minutes; 0: wait forever); retries: how many times a failed
@@ -376,7 +379,8 @@ class Loader:
                  sources=None, eager_next_epoch=False, defer_reads="auto",
                  image_memory_limit=None, device=None, jpeg_decode="cpu",
                  shuffle_initial=None, shuffle_buffer_bytes=None,
-                 max_sample_bytes=None, max_window_bytes=None):
+                 max_sample_bytes=None, max_window_bytes=None,
+                 max_unverified_bytes=None):
         self._fences = _device.Fences()
         self._engine = None
         if jpeg_decode == "gpu" and device is None:
@@ -439,6 +443,7 @@ class Loader:
             max_sample_bytes=max_sample_bytes,
             read_timeout_ms=read_timeout_ms, retries=retries,
             max_window_bytes=max_window_bytes,
+            max_unverified_bytes=max_unverified_bytes,
             rank_batch_sizes=None if rank_batch_sizes is None
             else [int(b) for b in rank_batch_sizes],
             cache_dir=cache_dir, cache_size=None if cache_size is None

@@ -50,16 +50,18 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
                            "cache_dir",
                            "cache_size",
                            "allow_pipe_from_files",
+                           "max_unverified_bytes",
                            NULL};
   PyObject *spec_obj;
   PyObject *o_max_urls = Py_None, *o_buf = Py_None, *o_sample = Py_None,
            *o_fields = Py_None, *o_window = Py_None, *o_cdir = Py_None,
-           *o_csize = Py_None, *o_timeout = Py_None, *o_retries = Py_None;
+           *o_csize = Py_None, *o_timeout = Py_None, *o_retries = Py_None,
+           *o_unverified = Py_None;
   int timeout_ms = 0, retries = 0, allow_pipe = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOOOOp:Reader", kwlist,
-                                   &spec_obj, &o_max_urls, &o_buf, &o_sample,
-                                   &o_fields, &o_timeout, &o_window, &o_retries,
-                                   &o_cdir, &o_csize, &allow_pipe))
+  if (!PyArg_ParseTupleAndKeywords(
+          args, kwargs, "O|$OOOOOOOOOpO:Reader", kwlist, &spec_obj, &o_max_urls,
+          &o_buf, &o_sample, &o_fields, &o_timeout, &o_window, &o_retries,
+          &o_cdir, &o_csize, &allow_pipe, &o_unverified))
     return -1;
   if (wds_py_zero_is_none(o_timeout, "read_timeout_ms", INT_MAX, &timeout_ms) <
           0 ||
@@ -86,6 +88,9 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
   if (wds_py_size(o_window, "max_window_bytes", UINT64_MAX, &v) < 0)
     return -1;
   cfg.max_window_bytes = v;
+  if (wds_py_size(o_unverified, "max_unverified_bytes", UINT64_MAX, &v) < 0)
+    return -1;
+  cfg.max_unverified_bytes = v;
   cfg.read_timeout_ms = timeout_ms;
   cfg.retries = retries;
   if (wds_py_size(o_csize, "cache_size", UINT64_MAX, &v) < 0)
@@ -258,15 +263,17 @@ static PyObject *wds_py_reader_stats(wds_py_reader *self,
     return NULL;
   wds_reader_stats st;
   wds_reader_stats_get(self->r, &st);
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "shards",
-                       (unsigned long long)st.shards, "samples",
-                       (unsigned long long)st.samples, "members",
-                       (unsigned long long)st.members, "field_bytes",
-                       (unsigned long long)st.field_bytes, "tar_bytes",
-                       (unsigned long long)st.tar_bytes, "cache_hits",
-                       (unsigned long long)st.cache_hits, "cache_stored",
-                       (unsigned long long)st.cache_stored, "cache_errors",
-                       (unsigned long long)st.cache_errors);
+  return Py_BuildValue(
+      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "shards",
+      (unsigned long long)st.shards, "samples", (unsigned long long)st.samples,
+      "members", (unsigned long long)st.members, "field_bytes",
+      (unsigned long long)st.field_bytes, "tar_bytes",
+      (unsigned long long)st.tar_bytes, "cache_hits",
+      (unsigned long long)st.cache_hits, "cache_stored",
+      (unsigned long long)st.cache_stored, "cache_errors",
+      (unsigned long long)st.cache_errors, "unverified_samples",
+      (unsigned long long)st.unverified_samples, "unchecked_frames",
+      (unsigned long long)st.unchecked_frames);
 }
 
 static PyObject *wds_py_reader_get_shards(wds_py_reader *self, void *closure) {
@@ -320,7 +327,7 @@ PyDoc_STRVAR(
     "Reader(spec, *, max_urls=None, buffer_size_bytes=None, "
     "max_sample_bytes=None, max_fields=None, read_timeout_ms=None, "
     "max_window_bytes=None, retries=None, cache_dir=None, cache_size=None, "
-    "allow_pipe_from_files=False)\n\n"
+    "allow_pipe_from_files=False, max_unverified_bytes=None)\n\n"
     "Iterates the samples of a shard spec (a str, or a list of URLs taken as "
     "is) as dicts {'__key__': str, '__url__': str, EXT: bytes, ...}, the raw "
     "samples of Python webdataset. Options are those of wds_reader_config "

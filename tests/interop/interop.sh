@@ -7,7 +7,7 @@
 #      by Python WebDataset give the input's samples, as `wds ls --json` does;
 #   b. shards from WebDataset's ShardWriter/TarWriter read by wds (`wds ls
 #      --json`, `wds cat`, `wds write` re-sharding) as Python reads them;
-#   c. write -> index -> verify -> ls -> loader round trips on 3 layouts;
+#   c. write -> index -> verify -> ls -> loader round trips on 4 layouts;
 #   d. a `wds write` killed by SIGKILL leaves no truncated final shard;
 #   e. `wds verify` catches planted defects and names shard and sample.
 #
