@@ -825,25 +825,34 @@ int main(void) {
   RUN(resume_needs_the_same_resource_at_the_right_byte);
   RUN(retry_after_is_parsed);
   RUN(other_remote_schemes_name_pipe_curl);
-  if (!wds__http_available()) {
-    printf("SKIP: built without libcurl: no transfer tests\n");
-  } else {
+  /* The tests against a local server need libcurl: without it each is
+   * counted as skipped. */
+  int curl = wds__http_available();
+  if (curl) {
     silent_start();
     if (silent_port <= 0)
       return 1;
-    RUN(a_cancel_wakes_a_read_from_a_silent_server);
-    RUN(the_read_timeout_is_reported);
-    RUN(a_source_outlives_its_thread);
-    RUN(every_cut_the_server_makes_is_resumed_or_retried);
-    RUN(a_server_ignoring_ranges_ends_a_body_without_length);
-    RUN(only_a_verified_end_is_cached);
-    RUN(cuts_in_the_headers_give_up_after_the_retries);
-    RUN(retry_after_is_waited_for);
-    RUN(retry_after_waits_have_one_budget);
-    RUN(a_retry_wait_obeys_the_interrupt_and_cancel);
-    RUN(a_signed_request_keeps_dot_segments);
-    RUN(a_redirect_target_hides_its_secrets);
-    close(silent_fd);
   }
+#define RUN_CURL(name)                                                         \
+  do {                                                                         \
+    if (curl)                                                                  \
+      RUN(name);                                                               \
+    else                                                                       \
+      RUN_SKIPPED(name, "built without libcurl");                              \
+  } while (0)
+  RUN_CURL(a_cancel_wakes_a_read_from_a_silent_server);
+  RUN_CURL(the_read_timeout_is_reported);
+  RUN_CURL(a_source_outlives_its_thread);
+  RUN_CURL(every_cut_the_server_makes_is_resumed_or_retried);
+  RUN_CURL(a_server_ignoring_ranges_ends_a_body_without_length);
+  RUN_CURL(only_a_verified_end_is_cached);
+  RUN_CURL(cuts_in_the_headers_give_up_after_the_retries);
+  RUN_CURL(retry_after_is_waited_for);
+  RUN_CURL(retry_after_waits_have_one_budget);
+  RUN_CURL(a_retry_wait_obeys_the_interrupt_and_cancel);
+  RUN_CURL(a_signed_request_keeps_dot_segments);
+  RUN_CURL(a_redirect_target_hides_its_secrets);
+  if (curl)
+    close(silent_fd);
   return test_summary();
 }
