@@ -42,7 +42,8 @@ forbid python 'base/|shards/|pipeline/|loader/|trainer/|tools/' \
 
 # The loader's mutex is taken through wds__loader_lock, _unlock, _wait and
 # _timedwait (loader/internal.h), so that assertion builds know its owner
-# (WDS__ASSERT_LOCKED, base/assert.h): no other file locks or waits on
+# (WDS__ASSERT_LOCKED in loader/internal.h, over base/assert.h's
+# WDS__ASSERT_OWNED): no other file locks or waits on
 # l->mu raw.
 hits=$(grep -rnE "pthread_(mutex_(lock|trylock|unlock)|cond_(timed)?wait)\(&([a-z_]+->)*l->(mu|cv)\b" \
          "$root/loader" --include='*.c' --include='*.h' --exclude=internal.h || true)

@@ -135,6 +135,9 @@ static int code_of(const char *flag) {
 
 /* The getopt entries: the table's rows, then the specials. */
 #define MAX_LOADER_OPTS 96
+static int tool_parse_source(const char *arg, wds_source_config *out, char *err,
+                             size_t errn);
+
 static struct option loader_options[MAX_LOADER_OPTS];
 static size_t nloader;
 
@@ -196,9 +199,12 @@ int tool_option_set(wds_loader_config *cfg, const char *cmd, const char *flag,
   return 0;
 }
 
-int tool_parse_rank_batch_sizes(const char *cmd, const char *flag,
-                                const char *arg, uint64_t max, size_t **out,
-                                size_t *count) {
+/* Parses "24,8,8" (1 .. max each, at most 2^20 entries) into a malloc'ed
+ * array. Returns 0, or -1 after printing the error naming `flag` (without
+ * "--"). */
+static int tool_parse_rank_batch_sizes(const char *cmd, const char *flag,
+                                       const char *arg, uint64_t max,
+                                       size_t **out, size_t *count) {
   size_t n = 1, k = 0;
   for (const char *p = arg; *p; p++)
     n += *p == ',';
@@ -547,8 +553,11 @@ int tool_loader_options_some(const struct option *own, const char *const *names,
 static const char *const source_keys[] = {"weight", "proportion", "repeat",
                                           "index", NULL};
 
-int tool_parse_source(const char *arg, wds_source_config *out, char *err,
-                      size_t errn) {
+/* Parses one --source argument, SPEC[:weight=W|:proportion=P|:repeat=R]
+ * [:index=FILE], into *out (out->spec and out->index_path malloc'ed).
+ * Returns 0, or -1 with the reason in err. */
+static int tool_parse_source(const char *arg, wds_source_config *out, char *err,
+                             size_t errn) {
   memset(out, 0, sizeof *out);
   char *text = strdup(arg);
   int seen[4] = {0, 0, 0, 0};

@@ -609,13 +609,6 @@ int main(int argc, char **argv) {
           n, o.procs * o.ranks, o.procs, o.procs == 1 ? "" : "es", o.ranks,
           o.ranks == 1 ? "" : "s");
   }
-  if (!o.backend->multi_process && o.procs > 1) {
-    fprintf(stderr,
-            "wds-train: %d processes (%s): the CPU backend runs in one "
-            "process (ranks are threads); several nodes need --device cuda\n",
-            o.procs, topo.source);
-    return 1;
-  }
 
   /* SIGINT, SIGTERM, SIGHUP: the loaders are cancelled (a blocked read
    * wakes), rank 0 stops before the next step, the job's other processes
