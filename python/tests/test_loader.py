@@ -522,35 +522,42 @@ def test_table_keywords(shards, tmp_path):
 
 
 def test_gil_released_while_next_waits(shards, tmp_path):
+    """While next() waits, another Python thread runs: here the shard's
+    command waits for a file that only that thread makes, once next() is
+    waiting (its state_dict() then says "another thread"); with the GIL
+    held in next(), the file never comes and next() times out."""
     import threading
     import time
 
     spec, _ = shards
     first = wds.expand(spec)[0]
-    count = 0
+    go = tmp_path / "go"
+    made = threading.Event()
     stop = threading.Event()
+    loader = wds.Loader(f"pipe:while [ ! -e {go} ]; do sleep 0.01; done; cat {first}",
+                        "cls", 2, mode="plain", workers=1, read_timeout_ms=20000)
 
-    def spin():
-        nonlocal count
+    def other():
         while not stop.is_set():
-            count += 1
-            time.sleep(0.001)
+            try:
+                loader.state_dict()
+            except RuntimeError:  # next() waits: this runs beside it
+                go.touch()
+                made.set()
+                return
+            time.sleep(0.005)
 
-    loader = wds.Loader(f"pipe:sleep 1; cat {first}", "cls", 2, mode="plain",
-                        workers=1)
-    t = threading.Thread(target=spin)
+    t = threading.Thread(target=other)
     t.start()
     try:
-        t0 = time.monotonic()
         b = loader.next()
-        waited = time.monotonic() - t0
     finally:
         stop.set()
         t.join()
+    assert made.is_set()
     assert b is not None and b.keys == ["k0000", "k0001"]
     del b
     loader.close()
-    assert waited >= 0.9 and count > 100, (waited, count)
 
 
 def test_rss_flat_over_open_close_cycles(shards):
@@ -622,7 +629,17 @@ def test_close_from_another_thread_stops_a_blocked_next():
 
     loader = wds.Loader("pipe:sleep 30", "cls", 1, mode="plain", workers=1,
                         read_timeout_ms=0)  # waits forever
-    threading.Timer(0.3, loader.close).start()
+
+    def close_once_next_waits():
+        while True:
+            try:
+                loader.state_dict()
+            except RuntimeError:  # "another thread": next() waits
+                break
+            time.sleep(0.005)
+        loader.close()
+
+    threading.Thread(target=close_once_next_waits, daemon=True).start()
     t0 = time.monotonic()
     with pytest.raises(wds.CancelledError):
         loader.next()
