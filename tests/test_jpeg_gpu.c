@@ -1,4 +1,4 @@
-/* test_jpeg_gpu.c — JPEG fields decoded on a GPU (issue 27), without a GPU.
+/* test_jpeg_gpu.c — JPEG fields decoded on a GPU, without a GPU.
  *
  * Planning: under jpeg_decode = GPU the workers put each JPEG with its crop
  * plan into the slot; batches (keys, URLs, valid flags, order, modes,

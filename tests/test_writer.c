@@ -835,10 +835,10 @@ TEST(fifo_written_in_place) {
 }
 
 /* A character device is written in place, and refused through a symlink
- * (issue 26, item 11): a private null device made with mknod in the
- * test's directory (never /dev/null itself, which a failing test would
- * replace). Needs CAP_MKNOD and a file system without nodev: skipped, and
- * said, otherwise. */
+ * (a symlink must not turn an output into a device write): a private null
+ * device made with mknod in the test's directory (never /dev/null itself, which
+ * a failing test would replace). Needs CAP_MKNOD and a file system without
+ * nodev: skipped, and said, otherwise. */
 TEST(device_written_in_place) {
   char dir[512], dev[600], link[600];
   fresh_dir(dir, sizeof dir, "dev");
@@ -1092,7 +1092,7 @@ TEST(leftover_shards_are_reported) {
   ASSERT_EQ_INT(log.n, 0);
 }
 
-/* Symbolic links (issue 26, item 11): one to a FIFO is refused (its read
+/* Symbolic links: one to a FIFO is refused (its read
  * end open, so a write through it would not block: before the fix it
  * succeeded), and so is one to a socket, each link and target left as
  * they were; one to a regular file is replaced by the new file, its old

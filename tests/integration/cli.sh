@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cli.sh — the command line as users meet it (issue 16, part B), for every
+# cli.sh — the command line as users meet it, for every
 # `wds` command and wds-train:
 #   - long options are spelled in full: a prefix (`--epoch` for `--epochs`)
 #     is a usage error naming it and what it may have meant;
@@ -7,7 +7,7 @@
 #   - wds-train takes the loader options through the same parser as
 #     `wds batches` (same messages);
 #   - RANK without WORLD_SIZE (and the reverse) is a usage error everywhere;
-#   - the messages of issue 16: what unknown bytes are, missing fields and
+#   - the messages users meet: what unknown bytes are, missing fields and
 #     what a sample has, no doubled prefixes, --on-error skip's summary,
 #     --save's valid mask and keys.
 # Usage: cli.sh WDS_BINARY WDS_TRAIN_BINARY

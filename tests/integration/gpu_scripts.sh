@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: the GPU checks' scripts on a machine without a GPU (issue 24):
+# Tool test: the GPU checks' scripts on a machine without a GPU:
 #   * gpu-run.sh compiles the Python extension from the files
 #     python/CMakeLists.txt lists (python/wds/_*.c);
 #   * scripts/gpu-run.sh --dry-run lists every step with its time limit,

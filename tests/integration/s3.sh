@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: s3:// shards and listings against moto's S3 server (issue 15).
+# Tool test: s3:// shards and listings against moto's S3 server.
 #
 # Installs moto[server] and boto3 into a virtual environment cached in the
 # build tree (a visible skip, exit 77, only when no package index answers),

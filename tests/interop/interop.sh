@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Interoperability test: wds against Python WebDataset 1.x (issue 4).
+# Interoperability test: wds against Python WebDataset 1.x.
 #
 # Makes (once, cached) a virtual environment with webdataset and numpy from
 # the package index, then runs interop.py with it, which checks:
