@@ -420,7 +420,8 @@ def test_workers_range(shards):
     for bad in (0, -1, 257):
         with pytest.raises(ValueError) as e:
             wds.Loader(spec, "cls", 2, mode="plain", workers=bad)
-        assert f"workers={bad}" in str(e.value) and "1 .. 256" in str(e.value)
+        # the option table's message, as the CLI's (no copy of the limit)
+        assert f'workers needs a whole number in 1..256, not "{bad}"' in str(e.value)
     if CLI:
         for bad in ("0", "257"):
             p = subprocess.run([CLI, "batches", spec, "--decode", "cls",
@@ -429,6 +430,20 @@ def test_workers_range(shards):
             assert "--workers needs a whole number in 1..256" in p.stderr.decode()
     with wds.Loader(spec, "cls", 2, mode="exact", workers=1) as lo:
         assert sum(1 for _ in lo) == len(lo)
+
+
+def test_a_float_where_a_count_is_wanted_is_an_error(shards):
+    """No int() before the option table: image_size=224.5 is refused,
+    naming the keyword, not taken as 224."""
+    spec, _ = shards
+    for kw in ("image_size", "cache_size", "image_memory_limit", "workers",
+               "shuffle_buffer"):
+        with pytest.raises(ValueError) as e:
+            wds.Loader(spec, "cls", 2, mode="plain", **{kw: 224.5})
+        assert f"{kw} needs a whole number, not float (224.5)" in str(e.value)
+    with pytest.raises(ValueError, match="rank_batch_sizes"):
+        wds.Loader(spec, "cls", 2, rank_batch_sizes=[2.5, 1], world_size=2,
+                   rank=0)
 
 
 def test_keywords_are_the_option_table(shards):
