@@ -293,11 +293,9 @@ static int validate(const wds_loader_config *c, wds__err *oe) {
         c->crop_scale_max <= 1))
     BAD("crop scale (%g, %g): need 0 < min <= max <= 1", c->crop_scale_min,
         c->crop_scale_max);
-  if (c->mode == WDS_MODE_RESAMPLED && c->samples_per_epoch == 0)
-    BAD("resampled mode needs samples_per_epoch (samples per rank and epoch)");
-  if (c->mode == WDS_MODE_EXACT && c->samples_per_epoch)
-    BAD("samples_per_epoch is set, but exact mode's epoch is the whole data "
-        "set");
+  /* The rules between options: the one check every front end runs. */
+  if (wds_loader_config_check(c, WDS_OPTION_NAMES_KEYWORD) != WDS_OK)
+    BAD("%s", wds_last_error());
   if (c->shuffle_buffer > ((size_t)1 << 26))
     BAD("shuffle buffer of %zu samples (at most 67108864)", c->shuffle_buffer);
   if (c->prefetch_batches < 2 || c->prefetch_batches > 1024)

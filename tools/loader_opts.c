@@ -322,27 +322,9 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
     cfg->last_batch = WDS_LAST_DROP;
   if (tool_cache_finish(cmd, &cfg->cache_dir, cfg->cache_size) != 0)
     return -1;
-  if (cfg->mode == WDS_MODE_RESAMPLED && cfg->samples_per_epoch == 0) {
-    tool_usage_error(cmd, "--mode resampled needs --samples-per-epoch N");
-    return -1;
-  }
-  if (cfg->mode == WDS_MODE_EXACT && cfg->samples_per_epoch) {
-    tool_usage_error(cmd, "--samples-per-epoch is not used in --mode exact "
-                          "(every sample once per epoch)");
-    return -1;
-  }
-  if (o->nsources && cfg->index_path) {
-    tool_usage_error(cmd, "--index with --source: give each source its "
-                          "index as --source SPEC:index=FILE");
-    return -1;
-  }
   if (o->nsources) {
     cfg->sources = o->sources;
     cfg->source_count = o->nsources;
-  }
-  if (cfg->index_path && cfg->mode != WDS_MODE_EXACT) {
-    tool_usage_error(cmd, "--index is only used in --mode exact");
-    return -1;
   }
   if (cfg->rank < 0 || cfg->world_size <= 0) {
     /* What the loader would take from the environment is checked here, so
@@ -363,20 +345,7 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
                             "(--rank-batch-sizes sets every rank's)");
       return -1;
     }
-    if (cfg->mode == WDS_MODE_PLAIN) {
-      tool_usage_error(cmd, "--rank-batch-sizes needs --mode exact or "
-                            "resampled (in plain mode the ranks' step counts "
-                            "are not known in advance)");
-      return -1;
-    }
-    if (cfg->world_size > 0 && cfg->world_size != n) {
-      tool_usage_error(cmd,
-                       "--rank-batch-sizes gives %d ranks, but --world is "
-                       "%d",
-                       n, cfg->world_size);
-      return -1;
-    }
-    if (cfg->world_size <= 0) {
+    if (cfg->world_size <= 0 && cfg->mode != WDS_MODE_PLAIN) {
       wds__topology t;
       wds__err e;
       if (wds__topology_from_env(&t, NULL, NULL, &e) == WDS_OK &&
@@ -390,15 +359,9 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
       cfg->world_size = n;
     }
   }
-  if (cfg->rank >= 0 && cfg->world_size > 0 && cfg->rank >= cfg->world_size) {
-    tool_usage_error(cmd, "--rank %d is not below --world %d", cfg->rank,
-                     cfg->world_size);
-    return -1;
-  }
-  if (cfg->shuffle_initial > cfg->shuffle_buffer) {
-    tool_usage_error(
-        cmd, "--shuffle-initial %zu is larger than --shuffle-buffer %zu",
-        cfg->shuffle_initial, cfg->shuffle_buffer);
+  /* The rules between options (the library's one check), in flags. */
+  if (wds_loader_config_check(cfg, WDS_OPTION_NAMES_FLAG) != WDS_OK) {
+    tool_usage_error(cmd, "%s", wds_last_error());
     return -1;
   }
   if (o->decode) {
