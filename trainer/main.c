@@ -7,7 +7,6 @@
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 #include "tools/loader_opts.h"
 #include "tools/opts.h"
 #include "tools/signals.h"
+#include "tools/util.h"
 #include "trainer/rendezvous.h"
 #include "trainer/train.h"
 #include "wds/version.h"
@@ -257,35 +257,17 @@ static const struct option long_opts[] = {
     {"version", no_argument, 0, O_VERSION},
     {0, 0, 0, 0}};
 
-/* main printed why the run failed: the exit handler adds nothing. */
-static int error_printed;
-
-/* The log on stdout is an output like the wds tools' (tools/util.c): at
- * exit it is flushed and closed, and if writing it failed at any time the
- * process says so (tr_run already did when the run got that far) and exits
- * 1 (_exit: exit() is already running). The run is not stopped early for
- * it: the checkpoint is what a run is for. */
-static void stdout_at_exit(void) {
-  int pending = __fpending(stdout) != 0, failed = ferror(stdout) != 0;
-  errno = 0;
-  if (fclose(stdout) != 0 && (failed || pending || errno != EBADF))
-    failed = 1;
-  else
-    errno = 0;
-  if (!failed)
-    return;
-  if (!error_printed)
-    fprintf(stderr, "wds-train: cannot write the output%s%s\n",
-            errno ? ": " : "", errno ? strerror(errno) : "");
-  _exit(1);
-}
-
 int main(int argc, char **argv) {
   /* Static: what the options allocate (the --source list, in
    * o.loader.sources) stays reachable on every return. */
   static tr_options o;
   tr_options_init(&o);
-  atexit(stdout_at_exit);
+  /* The log on stdout is an output like the wds tools' (tools/util.c): at
+   * exit it is flushed and closed, and if writing it failed at any time the
+   * process says so (tr_run already did when the run got that far) and
+   * exits 1. The run is not stopped early for it: the checkpoint is what a
+   * run is for. */
+  tool_stdout_init_prog("wds-train");
   const char *device = "auto";
   int gpus = -1, ranks_given = 0, nodes = -1, node_rank = -1, c;
   int master_port = -1, batch_given = 0;
@@ -449,13 +431,7 @@ int main(int argc, char **argv) {
       fputs("\n" WDS__SIZE_HELP, stdout);
       /* Longer than a buffer: a write may fail on the way (errno is then
        * its reason, which the exit handler would no longer know). */
-      if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "wds-train: cannot write the output%s%s\n",
-                errno ? ": " : "", errno ? strerror(errno) : "");
-        error_printed = 1;
-        return 1;
-      }
-      return 0;
+      return tool_stdout_flush() != 0;
     case O_VERSION:
       printf("wds %s\n", wds_version());
       return 0;
@@ -497,9 +473,6 @@ int main(int argc, char **argv) {
     if (lo.cfg.spec)
       return usage_error("%s", "--train and --source: give one (--train "
                                "SPEC is --source SPEC alone)");
-    if (lo.cfg.index_path)
-      return usage_error("%s", "--index with --source: give each source its "
-                               "index as --source SPEC:index=FILE");
     lo.cfg.sources = lo.sources; /* kept by o.loader once lo is freed */
     lo.cfg.source_count = lo.nsources;
     lo.sources = NULL;
@@ -512,8 +485,9 @@ int main(int argc, char **argv) {
   if (!o.loader.spec && !o.loader.source_count)
     return usage_error("%s", "--train SPEC is required (or --source, once "
                              "per source of a mix)");
-  if (o.loader.mode == WDS_MODE_RESAMPLED && !o.loader.samples_per_epoch)
-    return usage_error("%s", "--mode resampled needs --samples-per-epoch");
+  /* The rules between loader options (the library's one check). */
+  if (wds_loader_config_check(&o.loader, WDS_OPTION_NAMES_FLAG) != WDS_OK)
+    return usage_error("%s", wds_last_error());
   if (o.checkpoint_every && !o.checkpoint_path)
     return usage_error("%s", "--checkpoint-every needs --checkpoint PATH");
   if (o.stop_after && !o.checkpoint_path)
@@ -626,7 +600,7 @@ int main(int argc, char **argv) {
   }
   if (rc != WDS_OK) {
     fprintf(stderr, "wds-train: %s\n", err.msg);
-    error_printed = 1;
+    tool_stdout_said();
     return 1;
   }
   return 0;
