@@ -408,8 +408,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     goto fail;
   }
   c->index_path = l->index_copy;
-  if (cfg->cache_dir && cfg->cache_dir[0] &&
-      !(l->cache_dir_copy = strdup(cfg->cache_dir))) {
+  const char *cache_dir = wds__cache_dir_default(cfg->cache_dir);
+  if (cache_dir && cache_dir[0] && !(l->cache_dir_copy = strdup(cache_dir))) {
     rc = wds__fail(&err, WDS_ERR_NOMEM, "out of memory");
     goto fail;
   }

@@ -22,6 +22,7 @@
 #include "base/size.h"
 #include "base/topology.h"
 #include "opts.h"
+#include "shards/cache.h"
 
 /* The getopt_long codes of TOOL_LO_*, by flag, in their order (the codes
  * wds-train records as given). A row of the library's table not named
@@ -631,11 +632,7 @@ int tool_cache_finish(const char *cmd, const char **dir, uint64_t size) {
     tool_usage_error(cmd, "--cache-dir needs a directory, not \"\"");
     return -1;
   }
-  if (!*dir) {
-    const char *env = getenv("WDS_CACHE_DIR");
-    if (env && *env)
-      *dir = env;
-  }
+  *dir = wds__cache_dir_default(*dir); /* $WDS_CACHE_DIR when not given */
   if (size && !*dir) {
     tool_usage_error(cmd, "--cache-size needs --cache-dir DIR (or "
                           "WDS_CACHE_DIR)");

@@ -654,6 +654,15 @@ def test_reader_cache_dir(shards, tmp_path):
         r2 = wds.Reader(urls, cache_dir=str(cache))
         second = list(r2)
         st = r2.stats()
+        # Without cache_dir: $WDS_CACHE_DIR, read by the library (as the
+        # CLI's --cache-dir default), so the same entries serve this one.
+        os.environ["WDS_CACHE_DIR"] = str(cache)
+        try:
+            r3 = wds.Reader(urls)
+            third = list(r3)
+            st3 = r3.stats()
+        finally:
+            del os.environ["WDS_CACHE_DIR"]
     finally:
         srv.shutdown()
         srv.server_close()
@@ -665,6 +674,8 @@ def test_reader_cache_dir(shards, tmp_path):
     assert len(requested) == len(paths)  # the first reader's only
     assert st["cache_hits"] == len(paths)
     assert st["cache_stored"] == 0 and st["cache_errors"] == 0
+    assert plain(third) == plain(local)
+    assert st3["cache_hits"] == len(paths) and len(requested) == len(paths)
     assert len([f for f in os.listdir(cache) if not f.startswith(".")]) == len(paths)
     list(wds.Reader(paths, cache_dir=tmp_path / "c2"))
     assert not (tmp_path / "c2").exists()
