@@ -148,12 +148,29 @@ static int parse_u64(const char *s, uint64_t *out) {
   return tool_parse_u64(s, out);
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out) {
+/* wds-train's own number flags, in the loader option table's wording
+ * (loader/options.c): "--ranks needs a whole number in 1..1024, not "0"".
+ * 0, or the usage error's exit status. */
+static int flag_u64(const char *flag, const char *a, uint64_t lo, uint64_t hi,
+                    uint64_t *out) {
   uint64_t v;
-  if (parse_u64(s, &v) != 0 || v < (uint64_t)lo || v > (uint64_t)hi)
-    return -1;
-  *out = (int)v;
-  return 0;
+  if (parse_u64(a, &v) == 0 && v >= lo && v <= hi) {
+    *out = v;
+    return 0;
+  }
+  if (hi == UINT64_MAX)
+    return usage_error("--%s needs a whole number of at least %llu, not \"%s\"",
+                       flag, (unsigned long long)lo, a);
+  return usage_error("--%s needs a whole number in %llu..%llu, not \"%s\"",
+                     flag, (unsigned long long)lo, (unsigned long long)hi, a);
+}
+
+static int flag_int(const char *flag, const char *a, int lo, int hi, int *out) {
+  uint64_t v = 0;
+  int rc = flag_u64(flag, a, (uint64_t)lo, (uint64_t)hi, &v);
+  if (rc == 0)
+    *out = (int)v;
+  return rc;
 }
 
 static int parse_double(const char *s, double *out) {
@@ -269,7 +286,7 @@ int main(int argc, char **argv) {
    * run is for. */
   tool_stdout_init_prog("wds-train");
   const char *device = "auto";
-  int gpus = -1, ranks_given = 0, nodes = -1, node_rank = -1, c;
+  int gpus = -1, ranks_given = 0, nodes = -1, node_rank = -1, c, rc;
   int master_port = -1, batch_given = 0;
   const char *master_addr = NULL;
   uint64_t u;
@@ -300,90 +317,98 @@ int main(int argc, char **argv) {
       else if (strcmp(a, "3") == 0)
         o.channels = 3;
       else
-        return usage_error("--channels: '%s' (1 or 3)", a);
+        return usage_error("--channels must be 1 or 3, not \"%s\"", a);
       break;
     case O_HIDDEN:
       if (parse_hidden(a, &o) != 0)
-        return usage_error("--hidden: bad list '%s' (e.g. 256,128)", a);
+        return usage_error("--hidden needs a list of layer widths (e.g. "
+                           "256,128), not \"%s\"",
+                           a);
       break;
     case O_CLASSES:
-      if (parse_int(a, 2, 1 << 20, &o.classes) != 0)
-        return usage_error("--classes: bad value '%s' (at least 2)", a);
+      if ((rc = flag_int("classes", a, 2, 1 << 20, &o.classes)) != 0)
+        return rc;
       break;
     case O_LR:
       if (parse_double(a, &o.lr) != 0)
-        return usage_error("--lr: bad value '%s'", a);
+        return usage_error("--lr needs a number of at least 0, not \"%s\"", a);
       break;
     case O_MOM:
       if (parse_double(a, &d) != 0 || d >= 1.0)
-        return usage_error("--momentum: bad value '%s' (0 <= x < 1)", a);
+        return usage_error("--momentum needs a number from 0 to below 1, not "
+                           "\"%s\"",
+                           a);
       o.momentum = d;
       break;
     case O_WD:
       if (parse_double(a, &o.weight_decay) != 0)
-        return usage_error("--weight-decay: bad value '%s'", a);
+        return usage_error("--weight-decay needs a number of at least 0, not "
+                           "\"%s\"",
+                           a);
       break;
     case O_WARMUP:
-      if (parse_u64(a, &o.warmup_steps) != 0)
-        return usage_error("--warmup-steps: bad value '%s'", a);
+      if ((rc = flag_u64("warmup-steps", a, 0, UINT64_MAX, &o.warmup_steps)) !=
+          0)
+        return rc;
       break;
     case O_SEED:
-      if (parse_u64(a, &lo.cfg.seed) != 0)
-        return usage_error("--seed: bad value '%s'", a);
+      if ((rc = flag_u64("seed", a, 0, UINT64_MAX, &lo.cfg.seed)) != 0)
+        return rc;
       break;
     case O_BATCH:
-      if (parse_u64(a, &u) != 0 || u < 1 || u > (1u << 20))
-        return usage_error("--batch-size: bad value '%s'", a);
+      if ((rc = flag_u64("batch-size", a, 1, 1u << 20, &u)) != 0)
+        return rc;
       lo.cfg.batch_size = (size_t)u;
       batch_given = 1;
       break;
     case O_EPOCHS:
-      if (parse_u64(a, &o.epochs) != 0 || !o.epochs)
-        return usage_error("--epochs: bad value '%s'", a);
+      if ((rc = flag_u64("epochs", a, 1, UINT64_MAX, &o.epochs)) != 0)
+        return rc;
       break;
     case O_STEPS:
-      if (parse_u64(a, &o.steps) != 0 || !o.steps)
-        return usage_error("--steps: bad value '%s'", a);
+      if ((rc = flag_u64("steps", a, 1, UINT64_MAX, &o.steps)) != 0)
+        return rc;
       break;
     case O_STOP:
-      if (parse_u64(a, &o.stop_after) != 0 || !o.stop_after)
-        return usage_error("--stop-after: bad value '%s'", a);
+      if ((rc = flag_u64("stop-after", a, 1, UINT64_MAX, &o.stop_after)) != 0)
+        return rc;
       break;
     case O_DEVICE:
       if (strcmp(a, "cpu") && strcmp(a, "cuda") && strcmp(a, "auto"))
-        return usage_error("--device: '%s' (cpu, cuda or auto)", a);
+        return usage_error("--device must be cpu, cuda or auto, not \"%s\"", a);
       device = a;
       break;
     case O_RANKS:
-      if (parse_int(a, 1, 1024, &o.ranks) != 0)
-        return usage_error("--ranks: bad value '%s' (1..1024)", a);
+      if ((rc = flag_int("ranks", a, 1, 1024, &o.ranks)) != 0)
+        return rc;
       ranks_given = 1;
       break;
     case O_GPUS:
-      if (parse_int(a, 1, 1024, &gpus) != 0)
-        return usage_error("--gpus: bad value '%s'", a);
+      if ((rc = flag_int("gpus", a, 1, 1024, &gpus)) != 0)
+        return rc;
       break;
     case O_NODES:
-      if (parse_int(a, 1, 1 << 20, &nodes) != 0)
-        return usage_error("--nodes: bad value '%s'", a);
+      if ((rc = flag_int("nodes", a, 1, 1 << 20, &nodes)) != 0)
+        return rc;
       break;
     case O_NODE_RANK:
-      if (parse_int(a, 0, 1 << 20, &node_rank) != 0)
-        return usage_error("--node-rank: bad value '%s'", a);
+      if ((rc = flag_int("node-rank", a, 0, 1 << 20, &node_rank)) != 0)
+        return rc;
       break;
     case O_CKPT:
       o.checkpoint_path = a;
       break;
     case O_CKPT_EVERY:
-      if (parse_u64(a, &o.checkpoint_every) != 0)
-        return usage_error("--checkpoint-every: bad value '%s'", a);
+      if ((rc = flag_u64("checkpoint-every", a, 0, UINT64_MAX,
+                         &o.checkpoint_every)) != 0)
+        return rc;
       break;
     case O_RESUME:
       o.resume_path = a;
       break;
     case O_LOG_EVERY:
-      if (parse_u64(a, &o.log_every) != 0)
-        return usage_error("--log-every: bad value '%s'", a);
+      if ((rc = flag_u64("log-every", a, 0, UINT64_MAX, &o.log_every)) != 0)
+        return rc;
       break;
     case O_LOG_SUMS:
       o.log_checksums = 1;
@@ -396,21 +421,27 @@ int main(int argc, char **argv) {
       break;
     case O_MASTER_ADDR:
       if (!*a || strlen(a) >= 256)
-        return usage_error("--master-addr: bad address '%s'", a);
+        return usage_error("--master-addr needs a host name or address (at "
+                           "most 255 bytes), not \"%s\"",
+                           a);
       master_addr = a;
       break;
     case O_MASTER_PORT:
-      if (parse_int(a, 1, 65535, &master_port) != 0)
-        return usage_error("--master-port: bad port '%s' (1..65535)", a);
+      if ((rc = flag_int("master-port", a, 1, 65535, &master_port)) != 0)
+        return rc;
       break;
     case O_RDV_TIMEOUT:
       if (parse_double(a, &d) != 0 || d <= 0 || d > 86400)
-        return usage_error("--rdv-timeout: bad value '%s' (seconds)", a);
+        return usage_error("--rdv-timeout needs seconds (more than 0, at most "
+                           "86400), not \"%s\"",
+                           a);
       o.rdv_timeout_ms = (int)(d * 1000.0 + 0.5);
       break;
     case O_COLL_TIMEOUT:
       if (parse_double(a, &d) != 0 || d <= 0 || d > 86400)
-        return usage_error("--collective-timeout: bad value '%s' (seconds)", a);
+        return usage_error("--collective-timeout needs seconds (more than 0, "
+                           "at most 86400), not \"%s\"",
+                           a);
       o.collective_timeout_ms = (int)(d * 1000.0 + 0.5);
       break;
     case O_PRECISION:
@@ -421,7 +452,8 @@ int main(int argc, char **argv) {
       else if (strcmp(a, "fp32") == 0)
         o.precision = TR_PRECISION_FP32;
       else
-        return usage_error("--precision: '%s' (auto, tf32 or fp32)", a);
+        return usage_error("--precision must be auto, tf32 or fp32, not \"%s\"",
+                           a);
       break;
     case O_HELP:
       errno = 0;
@@ -591,7 +623,7 @@ int main(int argc, char **argv) {
   o.interrupted = tool_signal_caught;
   o.watch_loader = tool_signals_loader;
   wds__err err;
-  int rc = tr_run(&o, &err);
+  rc = tr_run(&o, &err);
   if (rc == WDS_ERR_CANCELLED && tool_signal_caught()) {
     fflush(stdout);
     fprintf(stderr, "wds-train: interrupted by %s; %s\n", tool_signal_name(),
