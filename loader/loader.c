@@ -44,7 +44,7 @@
 #include <stdio.h>
 
 #include "base/topology.h"
-#include "loader/internal.h"
+#include "loader/handle.h"
 #include "loader/pool.h"
 #include "pipeline/gpu_plan.h"
 

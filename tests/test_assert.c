@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/assert.h"
+#include "loader/handle.h"
 #include "loader/shuffle.h"
 #include "test.h"
 
