@@ -16,10 +16,15 @@
  * field): the input (spec, urls; --source and Python's sources=, a list of
  * sources), the fields (--decode, Python's positional fields: parsed into
  * an array), rank_batch_sizes (a list), the callbacks (log, interrupt,
- * allocator), and two rules between rows: drop_last also makes the last
- * batch DROP unless last_batch is given (both front ends, as torch's
- * drop_last), and the CLI's --epochs (how many epochs a command runs, not
- * a config field). read_buffer_bytes and the crop scales are not exposed.
+ * allocator), drop_last making the last batch DROP unless last_batch is
+ * given (both front ends, as torch's drop_last: it needs to know what was
+ * given), and the CLI's --epochs (how many epochs a command runs, not a
+ * config field). read_buffer_bytes and the crop scales are not exposed.
+ *
+ * The rules between options of a whole config (resampled mode needs
+ * samples_per_epoch, an index only in exact mode, ...) are
+ * wds_loader_config_check, at the end of this file: wds_loader_open runs
+ * it, and the front ends run it first to name the options their way.
  *
  * Errors: like the other handle-less calls that fail before a handle
  * exists, wds_loader_config_set keeps its message where wds_last_error()

@@ -1,4 +1,5 @@
-/* util.h — helpers shared by the wds subcommands (public headers only). */
+/* util.h — helpers shared by the wds subcommands, and the stdout checks
+ * wds-train links too (tool_stdout_init_prog). */
 #ifndef WDS_TOOLS_UTIL_H
 #define WDS_TOOLS_UTIL_H
 

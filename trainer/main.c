@@ -1,6 +1,8 @@
-/* main.c — the wds-train command line: parses options into tr_options,
- * picks the backend (--device), runs tr_run(). Errors print "wds-train:
- * ..." and exit 1; usage errors exit 2. */
+/* main.c — the wds-train command line: parses options into tr_options
+ * (the loader's through tools/loader_opts.c and wds_loader_config_check,
+ * its own in the option table's wording), picks the backend (--device),
+ * runs tr_run(). Errors print "wds-train: ..." and exit 1; usage errors
+ * exit 2; stdout is checked as the tools check it (tools/util.c). */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>

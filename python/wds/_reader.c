@@ -4,7 +4,9 @@
  * EXT: bytes}, the raw samples of Python webdataset. next() runs without
  * the GIL (WDS_PY_BEGIN_WAIT: signals still reach Python) and marks the
  * reader busy: a next() from another thread meanwhile raises, a close()
- * cancels the read and is done by the reading thread when it returns. */
+ * cancels the read and is done by the reading thread when it returns. Its
+ * keywords that are loader options (read_timeout_ms, retries, cache_dir,
+ * ...) go through the option table's rows (_options.c), as wds.Loader's. */
 #include "_common.h"
 #include "_options.h"
 
