@@ -24,7 +24,7 @@
 
 static int test_passed_, test_failed_, test_skipped_, test_cur_failed_;
 /* The running test's reason to skip ("" while it runs or passes). */
-static char test_cur_skip_[256];
+static char test_cur_skip_[1024];
 
 #define TEST(name) static void name(void)
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/size.h"
+#include "shards/netrc.h"
 #include "tools/loader_opts.h"
 #include "tools/opts.h"
 #include "tools/signals.h"
@@ -276,7 +277,13 @@ static const struct option long_opts[] = {
     {"version", no_argument, 0, O_VERSION},
     {0, 0, 0, 0}};
 
+/* The library's warnings without a log to go to (shards/netrc.h). */
+static void warn_stderr(const char *msg) {
+  fprintf(stderr, "wds-train: %s\n", msg);
+}
+
 int main(int argc, char **argv) {
+  wds__netrc_set_warn_sink(warn_stderr);
   /* Static: what the options allocate (the --source list, in
    * o.loader.sources) stays reachable on every return. */
   static tr_options o;
