@@ -56,6 +56,16 @@ static char test_cur_skip_[1024];
     return;                                                                    \
   } while (0)
 
+/* RUN_IF(cond, name, "why", ...): RUN(name) when cond holds, else as
+ * RUN_SKIPPED (a part of the build that is missing: libcurl). */
+#define RUN_IF(cond, name, ...)                                                \
+  do {                                                                         \
+    if (cond)                                                                  \
+      RUN(name);                                                               \
+    else                                                                       \
+      RUN_SKIPPED(name, __VA_ARGS__);                                          \
+  } while (0)
+
 /* RUN_SKIPPED(name, "why", ...): a test this binary does not run at all. */
 #define RUN_SKIPPED(name, ...)                                                 \
   do {                                                                         \

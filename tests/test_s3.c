@@ -412,17 +412,12 @@ int main(void) {
     if (silent_port <= 0)
       return 1;
   }
-#define RUN_CURL(name)                                                         \
-  do {                                                                         \
-    if (curl)                                                                  \
-      RUN(name);                                                               \
-    else                                                                       \
-      RUN_SKIPPED(name, "built without libcurl");                              \
-  } while (0)
-  RUN_CURL(a_listing_obeys_the_read_timeout);
-  RUN_CURL(a_cancel_ends_a_stalled_listing);
-  RUN_CURL(the_reader_and_the_loader_list_with_their_read_timeout);
-  RUN_CURL(the_reader_and_the_loader_list_under_their_interrupt_check);
+  RUN_IF(curl, a_listing_obeys_the_read_timeout, "built without libcurl");
+  RUN_IF(curl, a_cancel_ends_a_stalled_listing, "built without libcurl");
+  RUN_IF(curl, the_reader_and_the_loader_list_with_their_read_timeout,
+         "built without libcurl");
+  RUN_IF(curl, the_reader_and_the_loader_list_under_their_interrupt_check,
+         "built without libcurl");
   if (curl)
     close(silent_fd);
   return test_summary();

@@ -60,7 +60,7 @@ TEST(needs_curl) { ASSERT_TRUE(0); /* not run */ }
 int main(void) {
   RUN(passes);
   RUN(needs_two_gpus);
-  RUN_SKIPPED(needs_curl, "built without %s", "libcurl");
+  RUN_IF(0, needs_curl, "built without %s", "libcurl");
   return test_summary();
 }
 C
@@ -90,7 +90,7 @@ check "skips: not the plain test" test -z "$(grep plain skips.out)"
 check "skips: test.h, every test skipped: ctest says skipped" grep -q 'all_skip .*Skipped' ctest.out
 check "skips: test.h's skipped binary listed" grep -q '^  all_skip: SKIP only: nothing to test here$' skips.out
 check "skips: test.h's count of skipped tests" grep -q '^  units (2 of 3 skipped): SKIP needs_two_gpus: one GPU (1): this test needs two$' skips.out
-check "skips: test.h's RUN_SKIPPED" grep -q '^  *: SKIP needs_curl: built without libcurl$' skips.out
+check "skips: test.h's RUN_IF (RUN_SKIPPED)" grep -q '^  *: SKIP needs_curl: built without libcurl$' skips.out
 rc=0
 proj/build/units >units.out || rc=$?
 check "skips: test.h's summary line" grep -q '^1 passed, 0 failed, 2 skipped$' units.out
