@@ -44,7 +44,7 @@
 #include <stdio.h>
 
 #include "base/topology.h"
-#include "loader/internal.h"
+#include "loader/handle.h"
 #include "loader/pool.h"
 #include "pipeline/gpu_plan.h"
 
@@ -293,11 +293,9 @@ static int validate(const wds_loader_config *c, wds__err *oe) {
         c->crop_scale_max <= 1))
     BAD("crop scale (%g, %g): need 0 < min <= max <= 1", c->crop_scale_min,
         c->crop_scale_max);
-  if (c->mode == WDS_MODE_RESAMPLED && c->samples_per_epoch == 0)
-    BAD("resampled mode needs samples_per_epoch (samples per rank and epoch)");
-  if (c->mode == WDS_MODE_EXACT && c->samples_per_epoch)
-    BAD("samples_per_epoch is set, but exact mode's epoch is the whole data "
-        "set");
+  /* The rules between options: the one check every front end runs. */
+  if (wds_loader_config_check(c, WDS_OPTION_NAMES_KEYWORD) != WDS_OK)
+    BAD("%s", wds_last_error());
   if (c->shuffle_buffer > ((size_t)1 << 26))
     BAD("shuffle buffer of %zu samples (at most 67108864)", c->shuffle_buffer);
   if (c->prefetch_batches < 2 || c->prefetch_batches > 1024)
@@ -410,8 +408,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     goto fail;
   }
   c->index_path = l->index_copy;
-  if (cfg->cache_dir && cfg->cache_dir[0] &&
-      !(l->cache_dir_copy = strdup(cfg->cache_dir))) {
+  const char *cache_dir = wds__cache_dir_default(cfg->cache_dir);
+  if (cache_dir && cache_dir[0] && !(l->cache_dir_copy = strdup(cache_dir))) {
     rc = wds__fail(&err, WDS_ERR_NOMEM, "out of memory");
     goto fail;
   }

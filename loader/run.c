@@ -13,7 +13,7 @@
  * (loader.c: "Locks", "Stopping"). */
 #include <stdio.h>
 
-#include "loader/internal.h"
+#include "loader/handle.h"
 
 /* Appends to the ready FIFO; a slot (FILLING, its copies done) becomes
  * READY. The FIFO holds nslots + 2 entries: each slot at most once (it is

@@ -883,12 +883,6 @@ static void describe_rank_sizes(char *buf, size_t cap, const tr_options *o,
 static int plan_rows(shared *sh, wds__err *e) {
   const tr_options *o = sh->o;
   const wds_loader_config *lo = &o->loader;
-  if (o->procs > 1 && !o->backend->multi_process)
-    return wds__fail(e, WDS_ERR_INVALID,
-                     "%d processes: the CPU backend runs in one process "
-                     "(ranks are threads); multi-node training needs the "
-                     "CUDA backend",
-                     o->procs);
   sh->world = o->procs * o->ranks;
   sh->first_rank = o->proc_rank * o->ranks;
   if (lo->rank_batch_size_count &&

@@ -385,6 +385,26 @@ WDS_API const wds_loader_option *wds_loader_option_find(const char *name);
 WDS_API int wds_loader_config_set(wds_loader_config *cfg, const char *name,
                                   const char *value);
 
+/* How wds_loader_config_check names the options in its message: as the
+ * Python keywords and C fields (`samples_per_epoch`, `mode="exact"`) or as
+ * the CLI's flags (`--samples-per-epoch`, `--mode exact`). */
+typedef enum wds_option_naming {
+  WDS_OPTION_NAMES_KEYWORD = 0,
+  WDS_OPTION_NAMES_FLAG = 1
+} wds_option_naming;
+
+/* The rules between options, for a whole config: resampled mode needs
+ * samples_per_epoch and exact mode takes none; an index only in exact mode,
+ * and not beside sources (each source has its own); rank_batch_sizes not in
+ * plain mode and one per rank of a given world_size; rank below world_size;
+ * shuffle_initial at most shuffle_buffer. Returns WDS_OK, or
+ * WDS_ERR_INVALID with wds_last_error() naming the options at fault as
+ * naming says: "--shuffle-initial 9 is larger than --shuffle-buffer 4".
+ * wds_loader_open() runs it too (keyword names); a front end runs it first
+ * to name its own spellings. */
+WDS_API int wds_loader_config_check(const wds_loader_config *cfg,
+                                    wds_option_naming naming);
+
 /* One array of a batch. Row i of a fixed-size field starts at
  * data + i * row_bytes; a BYTES field's row i is data[offsets[i] ..
  * offsets[i+1]). */

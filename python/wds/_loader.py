@@ -10,18 +10,6 @@ from ._wds import BytesField, InvalidError, _Loader
 # len, indexing, slices, iteration, `in`, ==: a read-only sequence.
 collections.abc.Sequence.register(BytesField)
 
-# WDS_LOADER_MAX_WORKERS of wds/loader.h: the CLI's --workers range too.
-_MAX_WORKERS = 256
-
-
-def _workers(value):
-    n = int(value)
-    if not 1 <= n <= _MAX_WORKERS:
-        raise ValueError(f"Loader: workers={value!r}: the number of worker "
-                         f"threads, 1 .. {_MAX_WORKERS}")
-    return n
-
-
 def _torch_rank_world():
     """torch.distributed's rank and world size when it is initialised."""
     import sys
@@ -431,13 +419,12 @@ class Loader:
             fields=fields, batch_size=batch_size, mode=mode,
             rank=-1 if rank is None else int(rank),
             world_size=-1 if world_size is None else int(world_size),
-            workers=None if workers is None else _workers(workers),
+            workers=workers,
             seed=seed, shuffle_buffer=shuffle_buffer,
             shuffle_initial=shuffle_initial,
             shuffle_buffer_bytes=shuffle_buffer_bytes,
             index=index, drop_last=drop_last, last_batch=last_batch,
-            samples_per_epoch=samples_per_epoch, image_size=None if image_size is None
-            else int(image_size),
+            samples_per_epoch=samples_per_epoch, image_size=image_size,
             crop=crop, prefetch=prefetch, on_error=on_error,
             shard_shuffle=shard_shuffle,
             max_sample_bytes=max_sample_bytes,
@@ -445,13 +432,11 @@ class Loader:
             max_window_bytes=max_window_bytes,
             max_unverified_bytes=max_unverified_bytes,
             rank_batch_sizes=None if rank_batch_sizes is None
-            else [int(b) for b in rank_batch_sizes],
-            cache_dir=cache_dir, cache_size=None if cache_size is None
-            else int(cache_size),
+            else list(rank_batch_sizes),
+            cache_dir=cache_dir, cache_size=cache_size,
             allow_pipe_from_files=allow_pipe_from_files,
             eager_next_epoch=eager_next_epoch, defer_reads=defer_reads,
-            image_memory_limit=None if image_memory_limit is None
-            else int(image_memory_limit), jpeg_decode=jpeg_decode)
+            image_memory_limit=image_memory_limit, jpeg_decode=jpeg_decode)
         self._open(0 if epoch is None else int(epoch), 0)
 
     def _open(self, epoch, batches):

@@ -353,7 +353,7 @@ else
   bad "a --source spec that is not UTF-8" "$(tail -2 nonutf8.out nonutf8.err)"
 fi
 
-# --log-rows with keys holding a newline, blanks and a backslash (issue 28):
+# --log-rows with keys holding a newline, blanks and a backslash:
 # one line per row, six fields, the key escaped as `wds batches` writes
 # keys (\xHH; a newline in a key forged a row before).
 cat >genkeys.py <<'PY'
@@ -609,7 +609,7 @@ else
   bad "--device cuda --ranks 2" "rc $rc: $(cat err.txt)"
 fi
 # The README's demo with --device cuda (as tools_train_gpu runs it): every
-# GPU, no --ranks (issue 24: it passed --ranks 2, refused with cuda). Here
+# GPU, no --ranks (guards the demo passing --ranks 2, which cuda refuses). Here
 # it gets as far as looking for a GPU: trains where there is one, else fails
 # on the missing GPU (or CUDA), never on its options.
 if [ "$DEVICE" = cpu ]; then
