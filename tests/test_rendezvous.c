@@ -803,6 +803,79 @@ TEST(env_errors_name_variable_and_value) {
   }
 }
 
+/* An environment that names this process a rank of several (mpirun, srun,
+ * MPICH's Hydra) that wds-train cannot join is refused, naming the
+ * variables: before, each process ran the whole job alone (issue 36). */
+TEST(env_refuses_duplicate_jobs) {
+  static const bad_case cases[] = {
+      {{"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2",
+        "OMPI_COMM_WORLD_LOCAL_RANK=1", NULL},
+       -1,
+       {"OMPI_COMM_WORLD_RANK=1 and OMPI_COMM_WORLD_SIZE=2",
+        "as node 0 of 1 (single node)"}},
+      /* Rank 0 too: it would train alone on a share of the data. */
+      {{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2", NULL},
+       -1,
+       {"rank 0 of 2", "duplicate"}},
+      /* Two tasks on one node. */
+      {{"SLURM_PROCID=1", "SLURM_NTASKS=2", NULL},
+       -1,
+       {"SLURM_PROCID=1 and SLURM_NTASKS=2", "node 0 of 1"}},
+      {{"SLURM_PROCID=1", "SLURM_NTASKS=2", "SLURM_NNODES=1", "SLURM_NODEID=0",
+        NULL},
+       -1,
+       {"SLURM_PROCID=1 and SLURM_NTASKS=2", "node 0 of 1 (SLURM_NODEID)"}},
+      {{"SLURM_PROCID=3", "SLURM_NTASKS=4", "SLURM_NNODES=2", "SLURM_NODEID=1",
+        "MASTER_ADDR=h", NULL},
+       -1,
+       {"rank 3 of 4", "node 1 of 2"}},
+      {{"PMI_RANK=1", "PMI_SIZE=2", NULL},
+       -1,
+       {"PMI_RANK=1 and PMI_SIZE=2", "torchrun"}},
+      {{"PMI_RANK=1", NULL}, -1, {"PMI_RANK='1'", "PMI_SIZE is not"}},
+      {{"PMIX_RANK=1", NULL}, -1, {"PMIX_RANK='1'", "size"}},
+      /* Flags that disagree with the launcher. */
+      {{"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2", "MASTER_ADDR=h",
+        NULL},
+       3,
+       {"rank 1 of 2", "node"}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    tr_rdv_config c = TR_RDV_CONFIG_INIT;
+    c.nodes = cases[i].nodes;
+    if (c.nodes > 0)
+      c.node_rank = 1;
+    wds__err e;
+    e.msg[0] = '\0';
+    int rc = resolve(&c, &e, cases[i].vars);
+    printf("  case %zu: %s\n", i, e.msg);
+    ASSERT_EQ_INT(rc, WDS_ERR_INVALID);
+    ASSERT_CONTAINS(e.msg, cases[i].want[0]);
+    ASSERT_CONTAINS(e.msg, cases[i].want[1]);
+  }
+  /* One task per node agrees with the nodes: one job. */
+  tr_rdv_config c = TR_RDV_CONFIG_INIT;
+  wds__err e;
+  const char *ok[] = {"SLURM_PROCID=1", "SLURM_NTASKS=2", "SLURM_NNODES=2",
+                      "SLURM_NODEID=1", "MASTER_ADDR=h",  NULL};
+  ASSERT_EQ_INT(resolve(&c, &e, ok), WDS_OK);
+  ASSERT_EQ_INT(c.nodes, 2);
+  ASSERT_EQ_INT(c.node_rank, 1);
+  /* So does a launcher of one process, and torchrun under srun (torchrun's
+   * variables win: SLURM_PROCID is then the node's agent). */
+  tr_rdv_config c2 = TR_RDV_CONFIG_INIT;
+  const char *one[] = {"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=1",
+                       NULL};
+  ASSERT_EQ_INT(resolve(&c2, &e, one), WDS_OK);
+  ASSERT_EQ_INT(c2.nodes, 1);
+  tr_rdv_config c3 = TR_RDV_CONFIG_INIT;
+  const char *tr[] = {
+      "RANK=3",         "WORLD_SIZE=4",   "LOCAL_RANK=1",  "LOCAL_WORLD_SIZE=2",
+      "SLURM_PROCID=1", "SLURM_NTASKS=2", "MASTER_ADDR=h", NULL};
+  ASSERT_EQ_INT(resolve(&c3, &e, tr), WDS_OK);
+  ASSERT_EQ_INT(c3.rank, 3);
+}
+
 TEST(env_getenv) {
   /* Single-threaded here: setenv is safe. */
   setenv("MASTER_ADDR", "192.168.1.1", 1);
@@ -1232,6 +1305,7 @@ int main(void) {
   RUN(env_explicit_wins);
   RUN(env_torchrun);
   RUN(env_errors_name_variable_and_value);
+  RUN(env_refuses_duplicate_jobs);
   RUN(env_getenv);
   RUN(serve_three_clients);
   RUN(max_blob_by_name_wildcard);
