@@ -17,6 +17,9 @@
 #include "tools/opts.h"
 #include "tools/signals.h"
 #include "trainer/rendezvous.h"
+#ifdef WDS_TRAINER_MPI
+#include "trainer/pg_mpi.h"
+#endif
 #include "trainer/train.h"
 #include "wds/version.h"
 
@@ -70,6 +73,10 @@ static const char usage_text_2[] =
     "  --gpus N               CUDA: GPUs used (default all)\n"
     "  --precision auto|tf32|fp32  CUDA matrix products: TF32 tensor cores\n"
     "                         (auto: where the GPU has them) or full FP32\n"
+    "Several processes: mpirun -np N wds-train ... or srun --mpi=pmix\n"
+    "  wds-train ... (a wds-train built with MPI): one process per GPU, or\n"
+    "  per --ranks CPU rank threads; rank, size, local rank and node from\n"
+    "  MPI. Or torchrun --no-python wds-train (GPUs). Or:\n"
     "Several nodes (one process per node, one thread per GPU or CPU rank):\n"
     "  --nodes N --node-rank R  (default NNODES/NODE_RANK, SLURM_NNODES/\n"
     "                         SLURM_NODEID, else 1/0)\n"
@@ -280,7 +287,23 @@ static void stdout_at_exit(void) {
   _exit(1);
 }
 
+static int run_main(int argc, char **argv);
+
+/* Under MPI: MPI_Finalize after a good run; after a failed one (its message
+ * printed) MPI_Abort, which ends the job's other processes at once. */
 int main(int argc, char **argv) {
+  int rc = run_main(argc, argv);
+#ifdef WDS_TRAINER_MPI
+  if (tr_mpi_active()) {
+    if (rc != 0)
+      tr_mpi_abort(rc);
+    tr_mpi_finalize();
+  }
+#endif
+  return rc;
+}
+
+static int run_main(int argc, char **argv) {
   /* Static: what the options allocate (the --source list, in
    * o.loader.sources) stays reachable on every return. */
   static tr_options o;
@@ -533,7 +556,31 @@ int main(int argc, char **argv) {
   topo.nodes = nodes;
   topo.node_rank = node_rank;
   wds__err terr;
-  if (tr_rdv_env(&topo, &terr) != WDS_OK) {
+#ifdef WDS_TRAINER_MPI
+  /* Launched by mpirun, mpiexec or srun: the topology is MPI's. */
+  if (tr_mpi_launched()) {
+    if (nodes != -1 || node_rank != -1 || master_addr || master_port != -1)
+      return usage_error("%s", "--nodes, --node-rank, --master-addr and "
+                               "--master-port are not used under mpirun or "
+                               "srun: the topology comes from MPI");
+    tr_mpi_topology mt;
+    if (tr_mpi_init(&mt, &terr) != WDS_OK) {
+      fprintf(stderr, "wds-train: %s\n", terr.msg);
+      return 1;
+    }
+    topo.per_process = 1;
+    topo.rank = mt.rank;
+    topo.world_size = mt.size;
+    topo.local_rank = mt.local_rank;
+    topo.local_world_size = mt.local_size;
+    topo.nodes = mt.nodes;
+    topo.node_rank = mt.node;
+    snprintf(topo.source, sizeof topo.source, "MPI, %d node%s", mt.nodes,
+             mt.nodes == 1 ? "" : "s");
+    o.mpi = 1;
+  } else
+#endif
+      if (tr_rdv_env(&topo, &terr) != WDS_OK) {
     return usage_error("%s", terr.msg);
   }
   if (topo.per_process) { /* one process per GPU */
