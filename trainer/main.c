@@ -468,6 +468,13 @@ static int run_main(int argc, char **argv) {
       errno = 0;
       fputs(usage_text, stdout);
       fputs(usage_text_2, stdout);
+#ifdef WDS_TRAINER_MPI
+      fputs("  (this wds-train is built with MPI)\n", stdout);
+#else
+      fputs("  (this wds-train is built without MPI: under mpirun or srun it "
+            "refuses to start)\n",
+            stdout);
+#endif
       tool_loader_opts_help_some(stdout, loader_help_names);
       fputs("\n" WDS__SIZE_HELP, stdout);
       /* Longer than a buffer: a write may fail on the way (errno is then
