@@ -146,7 +146,7 @@ static void *watch_main(void *arg) {
     if (watch_aborted && __atomic_load_n(watch_aborted, __ATOMIC_ACQUIRE)) {
       if (!aborted_since)
         aborted_since = now;
-      else if (now - aborted_since > 3000) {
+      else if (now - aborted_since > 10000) {
         fprintf(stderr,
                 "wds-train: process %d of %d failed; ending the job "
                 "(MPI_Abort)\n",

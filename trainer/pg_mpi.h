@@ -18,7 +18,7 @@
  * collective waits. Nothing waits forever: the watchdog ends the job with
  * MPI_Abort when a collective has waited longer than the collective
  * timeout (a stopped or deadlocked process), or when the process group was
- * aborted and the process has not ended by itself within a few seconds (a
+ * aborted and the process has not ended by itself within 10 seconds (a
  * local rank failed while local rank 0 waits in a collective that its
  * peers will never complete). A process that dies is the launcher's to
  * notice: mpirun and srun end the job. */

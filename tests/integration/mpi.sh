@@ -59,6 +59,8 @@ cat >wrap.sh <<'SH'
 r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-x}}
 echo $$ >"pid.$r"
 [ -n "${JSON:-}" ] && exec "$@" --json "$JSON$r.json"
+# OTHER_LR: process 1 started with another --lr than the others.
+[ -n "${OTHER_LR:-}" ] && [ "$r" = 1 ] && exec "$@" --lr "$OTHER_LR"
 exec "$@"
 SH
 chmod +x wrap.sh
@@ -152,6 +154,18 @@ long_run() {
   took=$((SECONDS - start))
   [ -n "$victim" ] && kill -KILL "$victim" 2>/dev/null || true
 }
+
+# A process started with other options: the configuration fingerprints,
+# gathered over MPI, differ; the job stops at its start, naming the rank.
+rc=0
+OTHER_LR=0.1 timeout 120 "$mpiexec" -np 2 "${mpiflags[@]}" ./wrap.sh "$TRAIN" \
+  "${COMMON[@]}" >other.out 2>&1 || rc=$?
+if ((rc != 0 && rc != 124)) && grep -q 'rank 1 was started with other options than rank 0' other.out &&
+  ! grep -q '^step' other.out; then
+  ok "a process with other options is refused: $(grep -m1 'other options' other.out)"
+else
+  bad "a process with other options" "rc $rc" "$(tail -n 5 other.out)"
+fi
 
 long_run kill KILL
 if ((rc != 0 && rc != 124 && took <= 15)); then
