@@ -100,14 +100,19 @@ int tr_mpi_init(tr_mpi_topology *t, wds__err *e) {
 
 int tr_mpi_active(void) { return active; }
 
-void tr_mpi_finalize(void) {
-  if (!active)
-    return;
+void tr_mpi_unwatch(void) {
   if (watch_started) {
     __atomic_store_n(&watch_stop, 1, __ATOMIC_RELEASE);
     pthread_join(watch_thread, NULL);
     watch_started = 0;
+    watch_aborted = NULL;
   }
+}
+
+void tr_mpi_finalize(void) {
+  if (!active)
+    return;
+  tr_mpi_unwatch();
   MPI_Finalize();
   active = 0;
   free(xsend);

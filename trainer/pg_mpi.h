@@ -63,6 +63,10 @@ void tr_mpi_abort(int code);
 int tr_mpi_watch(int proc_rank, int timeout_ms, const int *aborted,
                  wds__err *e);
 
+/* Stops the watchdog (before what *aborted points into is freed; a no-op
+ * when none runs). */
+void tr_mpi_unwatch(void);
+
 /* blob[0..size) from process 0 to every process. */
 int tr_mpi_bcast(void *blob, size_t size, wds__err *e);
 

@@ -115,6 +115,10 @@ static void close_fds(tr_pg *g) { close_list(&g->fds, &g->n_fds); }
 void tr_pg_destroy(tr_pg *g) {
   if (!g)
     return;
+#ifdef WDS_TRAINER_MPI
+  if (g->mpi)
+    tr_mpi_unwatch(); /* it reads g->aborted */
+#endif
   tr_rdv_link_finish(g->link, !tr_pg_aborted(g));
   close_fds(g);
   close_list(&g->dfds, &g->n_dfds);
@@ -534,6 +538,10 @@ static int mpi_u64(tr_pg *g, void *ctx, wds__err *e) {
 
 int tr_pg_allreduce_f32(tr_pg *g, int local, float *buf, size_t n) {
   int ranks = g->local_ranks;
+  /* Nothing to sum: every rank of the job calls with the same n, so all
+   * skip the collective alike. */
+  if (n == 0)
+    return tr_pg_aborted(g) ? WDS_ERR_CANCELLED : WDS_OK;
   if (g->host_links) {
     /* Inputs and result in the group's memory (stage, xres): local rank 0
      * reads no rank's buffer, which its rank may free once aborted. xres
