@@ -126,6 +126,11 @@ void tr_mpi_finalize(void) {
 void tr_mpi_abort(int code) {
   fflush(stdout);
   fflush(stderr);
+  /* The launcher forwards output asynchronously (MPICH's Hydra lost the
+   * message of a process that aborted at once, about one run in two): a
+   * moment for the last lines to leave before the job is torn down. */
+  struct timespec ts = {0, 300 * 1000 * 1000};
+  nanosleep(&ts, NULL);
   MPI_Abort(MPI_COMM_WORLD, code);
 }
 
