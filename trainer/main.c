@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/size.h"
+#include "base/topology.h"
 #include "tools/loader_opts.h"
 #include "tools/opts.h"
 #include "tools/signals.h"
@@ -570,11 +571,26 @@ static int run_main(int argc, char **argv) {
       return usage_error("%s", "--nodes, --node-rank, --master-addr and "
                                "--master-port are not used under mpirun or "
                                "srun: the topology comes from MPI");
+    /* The launcher's variables (read before MPI_Init, which may set its
+     * own) must name the rank MPI gives: set by hand without a launcher,
+     * MPI starts a job of one process (a singleton), and each such process
+     * would be a job of its own. */
+    wds__topology et;
+    if (wds__topology_from_env(&et, NULL, NULL, &terr) != WDS_OK)
+      return usage_error("%s", terr.msg);
     tr_mpi_topology mt;
     if (tr_mpi_init(&mt, &terr) != WDS_OK) {
       fprintf(stderr, "wds-train: %s\n", terr.msg);
       return 1;
     }
+    if (et.launcher != WDS__LAUNCHER_NONE &&
+        (et.world_size != mt.size || et.rank != mt.rank))
+      return usage_error("%s=%d and %s=%d make this process rank %d of %d, "
+                         "but MPI says process %d of %d: it was not started "
+                         "by the launcher those variables are from (start "
+                         "every process with mpirun or srun)",
+                         et.rank_var, et.rank, et.size_var, et.world_size,
+                         et.rank, et.world_size, mt.rank, mt.size);
     topo.per_process = 1;
     topo.rank = mt.rank;
     topo.world_size = mt.size;
