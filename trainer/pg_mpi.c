@@ -227,7 +227,7 @@ int tr_mpi_allreduce_f32(const float *const *parts, int L, float *res, size_t n,
   /* Process q owns elements [n q / P, n (q + 1) / P). */
 #define LO(q) (n * (size_t)(q) / (size_t)P)
   size_t mine = LO(me + 1) - LO(me);
-  if (n * (size_t)L > INT_MAX)
+  if (n * (size_t)L > INT_MAX || mine * (size_t)L * (size_t)P > INT_MAX)
     return wds__fail(e, WDS_ERR_LIMIT,
                      "MPI all-reduce: %zu values x %d ranks: more than MPI's "
                      "int counts hold",
