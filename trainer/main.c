@@ -14,6 +14,7 @@
 
 #include "base/size.h"
 #include "base/topology.h"
+#include "shards/netrc.h"
 #include "tools/loader_opts.h"
 #include "tools/opts.h"
 #include "tools/signals.h"
@@ -288,6 +289,11 @@ static void stdout_at_exit(void) {
   _exit(1);
 }
 
+/* The library's warnings without a log to go to (shards/netrc.h). */
+static void warn_stderr(const char *msg) {
+  fprintf(stderr, "wds-train: %s\n", msg);
+}
+
 static int run_main(int argc, char **argv);
 
 /* Under MPI: MPI_Finalize after a good run; after a failed one (its message
@@ -305,6 +311,7 @@ int main(int argc, char **argv) {
 }
 
 static int run_main(int argc, char **argv) {
+  wds__netrc_set_warn_sink(warn_stderr);
   /* Static: what the options allocate (the --source list, in
    * o.loader.sources) stays reachable on every return. */
   static tr_options o;
