@@ -656,13 +656,16 @@ static int run_main(int argc, char **argv) {
   if (o.backend->device_count) {
     if (topo.per_process) {
       if (gpus > 1) {
-        return usage_error("--gpus %d: under torchrun each process drives "
-                           "one GPU (LOCAL_RANK)",
-                           gpus);
+        return usage_error("--gpus %d: under %s each process drives one "
+                           "GPU (its local rank)",
+                           gpus, o.mpi ? "mpirun or srun" : "torchrun");
       }
       if (o.first_device >= visible) {
-        fprintf(stderr, "wds-train: LOCAL_RANK=%d, but %d GPU%s visible\n",
-                o.first_device, visible, visible == 1 ? " is" : "s are");
+        fprintf(stderr,
+                "wds-train: %s%d, but %d GPU%s visible (one process per "
+                "GPU: start at most %d on this node)\n",
+                o.mpi ? "MPI local rank " : "LOCAL_RANK=", o.first_device,
+                visible, visible == 1 ? " is" : "s are", visible);
         return 1;
       }
       o.ranks = 1;
