@@ -112,7 +112,7 @@ static const wds_loader_option rows[] = {
      .max = 1 << 20,
      FIELD(rank),
      .help = "this process's rank (default: RANK, SLURM_PROCID,\n"
-             "OMPI_COMM_WORLD_RANK, else 0)"},
+             "OMPI_COMM_WORLD_RANK, PMI_RANK, else 0)"},
     {.name = "world_size",
      .flag = "world",
      .value_name = "N",
@@ -121,7 +121,8 @@ static const wds_loader_option rows[] = {
      .max = 1 << 20,
      FIELD(world_size),
      .help = "the number of ranks (default: WORLD_SIZE,\n"
-             "SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, else 1)"},
+             "SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, PMI_SIZE,\n"
+             "else 1)"},
     {.name = "workers",
      .flag = "workers",
      .value_name = "N",

@@ -14,12 +14,16 @@
 #include <unistd.h>
 
 #include "base/size.h"
+#include "base/topology.h"
 #include "shards/netrc.h"
 #include "tools/loader_opts.h"
 #include "tools/opts.h"
 #include "tools/signals.h"
 #include "tools/util.h"
 #include "trainer/rendezvous.h"
+#ifdef WDS_TRAINER_MPI
+#include "trainer/pg_mpi.h"
+#endif
 #include "trainer/train.h"
 #include "wds/version.h"
 
@@ -73,6 +77,10 @@ static const char usage_text_2[] =
     "  --gpus N               CUDA: GPUs used (default all)\n"
     "  --precision auto|tf32|fp32  CUDA matrix products: TF32 tensor cores\n"
     "                         (auto: where the GPU has them) or full FP32\n"
+    "Several processes: mpirun -np N wds-train ... or srun --mpi=pmix\n"
+    "  wds-train ... (a wds-train built with MPI): one process per GPU, or\n"
+    "  per --ranks CPU rank threads; rank, size, local rank and node from\n"
+    "  MPI. Or torchrun --no-python wds-train (GPUs). Or:\n"
     "Several nodes (one process per node, one thread per GPU or CPU rank):\n"
     "  --nodes N --node-rank R  (default NNODES/NODE_RANK, SLURM_NNODES/\n"
     "                         SLURM_NODEID, else 1/0)\n"
@@ -282,7 +290,23 @@ static void warn_stderr(const char *msg) {
   fprintf(stderr, "wds-train: %s\n", msg);
 }
 
+static int run_main(int argc, char **argv);
+
+/* Under MPI: MPI_Finalize after a good run; after a failed one (its message
+ * printed) MPI_Abort, which ends the job's other processes at once. */
 int main(int argc, char **argv) {
+  int rc = run_main(argc, argv);
+#ifdef WDS_TRAINER_MPI
+  if (tr_mpi_active()) {
+    if (rc != 0)
+      tr_mpi_abort(rc);
+    tr_mpi_finalize();
+  }
+#endif
+  return rc;
+}
+
+static int run_main(int argc, char **argv) {
   wds__netrc_set_warn_sink(warn_stderr);
   /* Static: what the options allocate (the --source list, in
    * o.loader.sources) stays reachable on every return. */
@@ -468,6 +492,13 @@ int main(int argc, char **argv) {
       errno = 0;
       fputs(usage_text, stdout);
       fputs(usage_text_2, stdout);
+#ifdef WDS_TRAINER_MPI
+      fputs("  (this wds-train is built with MPI)\n", stdout);
+#else
+      fputs("  (this wds-train is built without MPI: under mpirun or srun it "
+            "refuses to start)\n",
+            stdout);
+#endif
       tool_loader_opts_help_some(stdout, loader_help_names);
       fputs("\n" WDS__SIZE_HELP, stdout);
       /* Longer than a buffer: a write may fail on the way (errno is then
@@ -548,7 +579,46 @@ int main(int argc, char **argv) {
   topo.nodes = nodes;
   topo.node_rank = node_rank;
   wds__err terr;
-  if (tr_rdv_env(&topo, &terr) != WDS_OK) {
+#ifdef WDS_TRAINER_MPI
+  /* Launched by mpirun, mpiexec or srun: the topology is MPI's. */
+  if (tr_mpi_launched()) {
+    if (nodes != -1 || node_rank != -1 || master_addr || master_port != -1)
+      return usage_error("%s", "--nodes, --node-rank, --master-addr and "
+                               "--master-port are not used under mpirun or "
+                               "srun: the topology comes from MPI");
+    /* The launcher's variables (read before MPI_Init, which may set its
+     * own) must name the rank MPI gives: set by hand without a launcher,
+     * MPI starts a job of one process (a singleton), and each such process
+     * would be a job of its own. */
+    wds__topology et;
+    if (wds__topology_from_env(&et, NULL, NULL, &terr) != WDS_OK)
+      return usage_error("%s", terr.msg);
+    tr_mpi_topology mt;
+    if (tr_mpi_init(&mt, &terr) != WDS_OK) {
+      fprintf(stderr, "wds-train: %s\n", terr.msg);
+      return 1;
+    }
+    if (et.launcher != WDS__LAUNCHER_NONE &&
+        (et.world_size != mt.size || et.rank != mt.rank))
+      return usage_error("%s=%d and %s=%d make this process rank %d of %d, "
+                         "but MPI says process %d of %d: it was not started "
+                         "by the launcher those variables are from (start "
+                         "every process with mpirun or srun)",
+                         et.rank_var, et.rank, et.size_var, et.world_size,
+                         et.rank, et.world_size, mt.rank, mt.size);
+    topo.per_process = 1;
+    topo.rank = mt.rank;
+    topo.world_size = mt.size;
+    topo.local_rank = mt.local_rank;
+    topo.local_world_size = mt.local_size;
+    topo.nodes = mt.nodes;
+    topo.node_rank = mt.node;
+    snprintf(topo.source, sizeof topo.source, "MPI, %d node%s", mt.nodes,
+             mt.nodes == 1 ? "" : "s");
+    o.mpi = 1;
+  } else
+#endif
+      if (tr_rdv_env(&topo, &terr) != WDS_OK) {
     return usage_error("%s", terr.msg);
   }
   if (topo.per_process) { /* one process per GPU */
@@ -594,13 +664,16 @@ int main(int argc, char **argv) {
   if (o.backend->device_count) {
     if (topo.per_process) {
       if (gpus > 1) {
-        return usage_error("--gpus %d: under torchrun each process drives "
-                           "one GPU (LOCAL_RANK)",
-                           gpus);
+        return usage_error("--gpus %d: under %s each process drives one "
+                           "GPU (its local rank)",
+                           gpus, o.mpi ? "mpirun or srun" : "torchrun");
       }
       if (o.first_device >= visible) {
-        fprintf(stderr, "wds-train: LOCAL_RANK=%d, but %d GPU%s visible\n",
-                o.first_device, visible, visible == 1 ? " is" : "s are");
+        fprintf(stderr,
+                "wds-train: %s%d, but %d GPU%s visible (one process per "
+                "GPU: start at most %d on this node)\n",
+                o.mpi ? "MPI local rank " : "LOCAL_RANK=", o.first_device,
+                visible, visible == 1 ? " is" : "s are", visible);
         return 1;
       }
       o.ranks = 1;

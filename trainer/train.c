@@ -1191,7 +1191,8 @@ static int start_group(shared *sh, wds__err *e) {
                      .master_port = o->master_port,
                      .rdv_timeout_ms = o->rdv_timeout_ms,
                      .host_links = o->backend->host_collectives,
-                     .collective_timeout_ms = o->collective_timeout_ms};
+                     .collective_timeout_ms = o->collective_timeout_ms,
+                     .mpi = o->mpi};
   int rc = tr_pg_create(&pc, &sh->pg, e);
   if (rc != WDS_OK)
     return rc;

@@ -185,10 +185,11 @@ typedef struct wds_loader_config {
   size_t source_count;
 
   /* Topology. -1: from RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS,
-   * else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else 0/1 (the rule
-   * wds-train's rendezvous reads too). A partial torchrun set (RANK
-   * without WORLD_SIZE, LOCAL_RANK alone) or a value that is not an
-   * integer in range fails wds_loader_open, naming the variable. */
+   * else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else PMI_RANK/PMI_SIZE,
+   * else 0/1 (the rule wds-train reads too). A partial set (RANK without
+   * WORLD_SIZE, LOCAL_RANK alone, PMI_RANK without PMI_SIZE, PMIX_RANK
+   * above 0 with no size) or a value that is not an integer in range fails
+   * wds_loader_open, naming the variable. */
   int rank;
   int world_size;
   int workers; /* worker threads, 1 .. WDS_LOADER_MAX_WORKERS; 0 (a

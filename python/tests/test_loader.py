@@ -935,3 +935,24 @@ def test_corrupt_shard_never_a_valid_row(tmp_path, ext):
     assert st["unverified_samples"] > 0
     if ext == "tar.zst":  # the flip lands in a literal: delivered before
         assert any(clean[k] != b for k, b in got)
+_LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID",
+                  "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
+                  "PMI_SIZE", "PMIX_RANK")
+
+
+def test_rank_from_the_environment_as_wds_train_reads_it(shards, monkeypatch):
+    """Without torch.distributed, rank and world size are the environment's
+    by the C rule (base/topology.h) that wds-train reads too (issue 36):
+    MPICH's PMI_RANK/PMI_SIZE included, a rank without a size refused."""
+    spec, _ = shards
+    for v in _LAUNCHER_VARS:
+        monkeypatch.delenv(v, raising=False)
+    with wds.Loader(spec, "cls", 4, world_size=2, rank=1, seed=3) as loader:
+        want = [b.keys for b in loader]
+    monkeypatch.setenv("PMI_RANK", "1")
+    monkeypatch.setenv("PMI_SIZE", "2")
+    with wds.Loader(spec, "cls", 4, seed=3) as loader:
+        assert [b.keys for b in loader] == want
+    monkeypatch.delenv("PMI_SIZE")
+    with pytest.raises(wds.Error, match="PMI_RANK='1' is set but PMI_SIZE is not"):
+        wds.Loader(spec, "cls", 4, seed=3)

@@ -273,7 +273,7 @@ class Loader:
     the CLI's --decode string ("jpg;png:rgb:224,cls") or a list of such
     items. rank and world_size default to torch.distributed's when it is
     initialised, else to the environment as the C loader reads it (RANK and
-    WORLD_SIZE, SLURM_*, OMPI_*). Iterating yields the wds.Batch objects of
+    WORLD_SIZE, SLURM_*, OMPI_*, PMI_*). Iterating yields the wds.Batch objects of
     one epoch; the next iteration is the next epoch. mode is "exact" by
     default, as wds-train's (`wds batches` and `wds bench` default to
     "plain"); workers is 1 .. 256, as the CLI's --workers. len() is the number of

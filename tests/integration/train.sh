@@ -486,6 +486,25 @@ if ((rc == 2)) && grep -q "WORLD_SIZE" err.txt; then
 else
   bad "RANK without WORLD_SIZE" "rc $rc: $(cat err.txt)"
 fi
+# An environment naming this process one rank of several that wds-train
+# cannot join (mpirun, srun with two tasks on a node, MPICH's Hydra, PMIx)
+# is refused at start, naming the variables: before, each process silently
+# trained the whole job alone (issue 36).
+for envs in "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2:OMPI_COMM_WORLD_RANK=1" \
+  "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2:OMPI_COMM_WORLD_SIZE=2" \
+  "SLURM_PROCID=1 SLURM_NTASKS=2:SLURM_PROCID=1" \
+  "PMI_RANK=1 PMI_SIZE=2:PMI_RANK=1" "PMIX_RANK=1:PMIX_RANK='1'" \
+  "RANK=1 WORLD_SIZE=2:LOCAL_RANK"; do
+  rc=0
+  # shellcheck disable=SC2086  # the variables split on purpose
+  env ${envs%%:*} timeout 60 "$TRAIN" "${COMMON[@]}" "${R[@]}" --steps 2 \
+    >err.out 2>err.txt || rc=$?
+  if ((rc == 2)) && grep -qF "${envs#*:}" err.txt && ! grep -q '^step' err.out; then
+    ok "refused, no duplicate job: ${envs%%:*}: $(head -c 160 err.txt)"
+  else
+    bad "duplicate-job environment ${envs%%:*}" "rc $rc: $(cat err.txt) $(tail -n 2 err.out)"
+  fi
+done
 rc=0
 timeout 60 "$TRAIN" "${COMMON[@]}" "${R[@]}" --nodes 2 --node-rank 1 >err.out 2>err.txt || rc=$?
 if ((rc == 2)) && grep -q "MASTER_ADDR\|--master-addr" err.txt; then
