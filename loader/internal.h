@@ -547,6 +547,15 @@ void wds__set_error(wds_loader *l, const char *fmt, ...)
  * logged ("<what>: msg"). */
 void wds__note_skip(wds_loader *l, const char *what, const char *msg);
 
+/* The saved position (state.c): l's state at (epoch, batches) as
+ * wds_loader_state gives it (malloc'd into *out); WDS_ERR_NOMEM. */
+int wds__state_format(const wds_loader *l, uint64_t epoch, uint64_t batches,
+                      char **out);
+/* Checks a saved state (cfg.resume_state) against l's configuration, once
+ * its data is known (after the counts); on success sets cfg.epoch and
+ * cfg.resume_batches to its position. */
+int wds__state_check(wds_loader *l, const char *text, wds__err *e);
+
 /* ---- items.c: blocks and items ---- */
 
 /* A carved block's free: its chunk loses a reference (items.c). */

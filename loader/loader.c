@@ -479,6 +479,13 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   if ((rc = wds__sources_plan_check(&l->sources, c->mode, l->counts, &err)) !=
       WDS_OK)
     goto fail;
+  if (cfg->resume_state) {
+    wds__err e;
+    if ((rc = wds__state_check(l, cfg->resume_state, &e)) != WDS_OK) {
+      wds__fail(&err, rc, "%s", e.msg);
+      goto fail;
+    }
+  }
   {
     wds__err e;
     if ((rc = wds__plan_check(&l->pin, &e)) != WDS_OK) {
@@ -540,6 +547,7 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
         (c->shuffle_buffer + l->queue_cap + 2 * c->batch_size + 64) *
         (l->nwanted + l->nfields + 1);
   }
+  c->resume_state = NULL; /* read: the caller's text may go away */
   l->epoch = c->epoch;
   l->delivered = c->resume_batches;
   l->first_skip = c->resume_batches;

@@ -901,6 +901,89 @@ static void plan_model(shared *sh) {
   sh->fingerprint = tr_config_fingerprint(o, m);
 }
 
+/* A checkpoint's fingerprint that is not this run's: which one of the
+ * options that fix what a saved position means (ranks per process,
+ * processes, workers, batch size, mode, shuffle buffer, seed) made it,
+ * found by hashing this run's options with that one changed, into buf as
+ * "was made on 2 ranks (1 process x 2); this run has 3 ranks (1 process x
+ * 3)". 0 when no single one of them explains it (buf then empty). The
+ * checkpoint keeps only the fingerprint, so the values are found, not
+ * read: each is tried over its range (ranks and processes 1..4096, workers
+ * 0..256, batch size 1..65536, shuffle buffer 0..65536), a few hundred
+ * thousand hashes of a short text. */
+static int explain_fingerprint(const tr_options *o, const tr_model_config *m,
+                               uint64_t want, char *buf, size_t cap) {
+  tr_options t = *o;
+  buf[0] = 0;
+  for (int v = 1; v <= 4096; v++) {
+    t.ranks = v;
+    if (v != o->ranks && tr_config_fingerprint(&t, m) == want) {
+      snprintf(buf, cap,
+               "was made on %d ranks (%d process%s x %d); this run has %d "
+               "ranks (%d process%s x %d)",
+               v * o->procs, o->procs, o->procs == 1 ? "" : "es", v,
+               o->ranks * o->procs, o->procs, o->procs == 1 ? "" : "es",
+               o->ranks);
+      return 1;
+    }
+  }
+  t.ranks = o->ranks;
+  for (int v = 1; v <= 4096; v++) {
+    t.procs = v;
+    if (v != o->procs && tr_config_fingerprint(&t, m) == want) {
+      snprintf(buf, cap,
+               "was made on %d ranks (%d process%s x %d); this run has %d "
+               "ranks (%d process%s x %d)",
+               v * o->ranks, v, v == 1 ? "" : "es", o->ranks,
+               o->ranks * o->procs, o->procs, o->procs == 1 ? "" : "es",
+               o->ranks);
+      return 1;
+    }
+  }
+  t.procs = o->procs;
+  for (int v = 0; v <= 256; v++) {
+    t.loader.workers = v; /* 0: not given (the loader's default, 4) */
+    if (v != o->loader.workers && tr_config_fingerprint(&t, m) == want) {
+      snprintf(buf, cap,
+               "was made with --workers %d; this run has --workers %d",
+               v ? v : 4, o->loader.workers ? o->loader.workers : 4);
+      return 1;
+    }
+  }
+  t.loader.workers = o->loader.workers;
+  for (size_t v = 1; v <= 65536; v++) {
+    t.loader.batch_size = v;
+    if (v != o->loader.batch_size && tr_config_fingerprint(&t, m) == want) {
+      snprintf(buf, cap,
+               "was made with --batch-size %zu; this run has --batch-size %zu",
+               v, o->loader.batch_size);
+      return 1;
+    }
+  }
+  t.loader.batch_size = o->loader.batch_size;
+  static const char *const modes[] = {"plain", "exact", "resampled"};
+  for (int v = 0; v < 3; v++) {
+    t.loader.mode = (wds_mode)v;
+    if (v != (int)o->loader.mode && tr_config_fingerprint(&t, m) == want) {
+      snprintf(buf, cap, "was made with --mode %s; this run has --mode %s",
+               modes[v], modes[o->loader.mode]);
+      return 1;
+    }
+  }
+  t.loader.mode = o->loader.mode;
+  for (size_t v = 0; v <= 65536; v++) {
+    t.loader.shuffle_buffer = v;
+    if (v != o->loader.shuffle_buffer && tr_config_fingerprint(&t, m) == want) {
+      snprintf(buf, cap,
+               "was made with --shuffle-buffer %zu; this run has "
+               "--shuffle-buffer %zu",
+               v, o->loader.shuffle_buffer);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* --resume: the checkpoint, loaded and checked against this run (model,
  * per-rank batch sizes, fingerprint); sh->resume and the first step. */
 static int load_resume(shared *sh, wds__err *e) {
@@ -925,6 +1008,15 @@ static int load_resume(shared *sh, wds__err *e) {
                      "resume with the same batch sizes",
                      o->resume_path, had, have);
   }
+  char why[256];
+  if (ck->fingerprint != sh->fingerprint &&
+      explain_fingerprint(o, &sh->model, ck->fingerprint, why, sizeof why))
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "checkpoint %s %s: its position (epoch %" PRIu64
+                     ", %" PRIu64 " batches) means other samples here, so "
+                     "it cannot be continued; resume with the options it "
+                     "was made with",
+                     o->resume_path, why, ck->loader_epoch, ck->loader_batches);
   if (ck->fingerprint != sh->fingerprint)
     return wds__fail(e, WDS_ERR_INVALID,
                      "checkpoint %s: made with another configuration (data "

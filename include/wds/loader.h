@@ -311,6 +311,18 @@ typedef struct wds_loader_config {
    * binding's KeyboardInterrupt. */
   int (*interrupt)(void *ctx);
   void *interrupt_ctx;
+  /* NULL, or a saved position (the text wds_loader_state gave, on any rank
+   * of the job that saved it): the loader resumes there, instead of at
+   * epoch and resume_batches, after checking that everything that fixes
+   * which samples the delivered batches held is as it was (mode, seed,
+   * world_size, workers, batch_size or rank_batch_sizes, last_batch,
+   * drop_last, shard_shuffle, the shuffle buffer's settings,
+   * samples_per_epoch, the shards and their counts). One that differs
+   * fails wds_loader_open (WDS_ERR_INVALID) naming both values; a text
+   * that is not a state, of another version or corrupted fails it too
+   * (WDS_ERR_FORMAT, WDS_ERR_CORRUPT). The text is read during the open
+   * only. */
+  const char *resume_state;
 } wds_loader_config;
 
 #define WDS_LOADER_CONFIG_INIT                                                 \
@@ -473,6 +485,15 @@ WDS_API int wds_loader_set_epoch(wds_loader *l, uint64_t epoch);
  * WDS_EOF that ends it: (e + 1, 0). */
 WDS_API void wds_loader_position(const wds_loader *l, uint64_t *epoch,
                                  uint64_t *batches);
+
+/* The position as a saved state (the text wds_loader_config.resume_state
+ * takes): the position of wds_loader_position and the configuration that
+ * gives it meaning, versioned and checksummed (a few hundred bytes of
+ * text, one "key=value" a line). *text is malloc'd: release it with
+ * free(). Every rank of a job gives the same text but for its rank line,
+ * and any of them resumes any rank. Returns WDS_OK, or WDS_ERR_NOMEM
+ * (*text NULL). */
+WDS_API int wds_loader_state(const wds_loader *l, char **text);
 
 /* Batches in an epoch for this rank; 0 in plain mode (not known). */
 WDS_API uint64_t wds_loader_epoch_batches(const wds_loader *l);

@@ -166,6 +166,48 @@ def test_state_dict_resume(shards):
         assert [x.keys for x in c] == whole[len(whole) // 2:]
 
 
+def test_load_state_dict_refuses_another_world_naming_both(shards):
+    """A state saved on 2 ranks: on 3 or 1 ranks, with other workers or
+    another batch size, its batch count means other samples, so
+    load_state_dict raises naming both values (world 2 -> 3 was taken
+    silently: samples missed and repeated) and the loader goes on where it
+    was; rank 1 of the same world takes rank 0's state."""
+    spec, _ = shards
+    kw = dict(world_size=2, rank=0, workers=2, seed=7, shuffle_buffer=4)
+    with wds.Loader(spec, "cls", 3, **kw) as a:
+        it = iter(a)
+        [next(it) for _ in range(3)]
+        state = a.state_dict()
+    assert state["world_size"] == 2 and "wds-loader-state 1" in state["state"]
+    cases = ((dict(kw, world_size=3), 3, "world_size 2; this loader has world_size 3"),
+             (dict(kw, world_size=1), 3, "world_size 2; this loader has world_size 1"),
+             (dict(kw, workers=3), 3, "workers 2; this loader has workers 3"),
+             (dict(kw, shuffle_buffer=5), 3,
+              "shuffle_buffer 4; this loader has shuffle_buffer 5"))
+    for other, bs, msg in cases:
+        with wds.Loader(spec, "cls", bs, **other) as b:
+            with pytest.raises(ValueError, match=msg):
+                b.load_state_dict(state)
+            assert not b.closed and b.state_dict()["batches"] == 0
+    # An older state_dict, without "state": its world is still checked.
+    old = {k: v for k, v in state.items() if k != "state"}
+    with wds.Loader(spec, "cls", 3, **dict(kw, world_size=3)) as b:
+        with pytest.raises(ValueError, match="world_size 2; this loader has "
+                           "world_size 3"):
+            b.load_state_dict(old)
+    # Any rank's state resumes any rank of the same job.
+    with wds.Loader(spec, "cls", 3, **dict(kw, rank=1)) as full:
+        whole = [b.keys for b in full]
+    with wds.Loader(spec, "cls", 3, **dict(kw, rank=1)) as b:
+        b.load_state_dict(state)
+        assert [x.keys for x in b] == whole[3:]
+    # A corrupted state is refused, saying so.
+    bad = dict(state, state=state["state"].replace("seed=7", "seed=8"))
+    with wds.Loader(spec, "cls", 3, **kw) as b:
+        with pytest.raises(wds.CorruptError, match="checksum mismatch"):
+            b.load_state_dict(bad)
+
+
 def test_load_state_dict_past_the_end_keeps_the_position(shards):
     # A state this loader cannot take raises, and the loader goes on where
     # it was (it was left closed: its position lost).

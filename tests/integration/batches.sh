@@ -292,6 +292,43 @@ for k in 1000000 18446744073709551615; do
     bad "plain mode, --resume-at $k past the end" "exit $RC: $(head -c 300 plain_past.err)"
   fi
 done
+# --max-batches K --save-state FILE, then --resume-state FILE: the saved
+# state carries what gives the position meaning. Saved on rank 0, it resumes
+# rank 1 of the same world where rank 1's uninterrupted run goes on; on
+# another world (3, 1) or with another batch size it is an error naming
+# both values (--resume-at alone resumed 2 -> 1 silently, missing and
+# repeating samples). A state that is not one is an error saying so.
+ST=("$SPEC" --decode cls --mode exact --batch-size 3 --world 2 --seed 11 --shuffle-buffer 4)
+if run_ok state_save st_save "${ST[@]}" --rank 0 --max-batches 4 --save-state st.txt &&
+  run_ok state_full1 st_full1 "${ST[@]}" --rank 1; then
+  check state_save_stops_after_max_batches test "$(wc -l <st_save.txt)" = 4
+  check state_file_is_versioned grep -qx 'wds-loader-state 1' st.txt
+  run_ok state_resume_rank1 st_r1 "${ST[@]}" --rank 1 --resume-state st.txt &&
+    check state_resumes_another_rank cmp -s <(tail -n +5 st_full1.txt) st_r1.txt
+  for w in 3 1; do
+    run st_w$w "$SPEC" --decode cls --mode exact --batch-size 3 --world $w --rank 0 --seed 11 \
+      --shuffle-buffer 4 --resume-state st.txt
+    if ((RC == 1)) && [[ ! -s st_w$w.txt ]] &&
+      grep -q "saved with world_size 2; this loader has world_size $w" st_w$w.err; then
+      ok "resume state on world $w: $(cat st_w$w.err)"
+    else
+      bad "resume state on world $w refused" "exit $RC: $(head -c 300 st_w$w.err)"
+    fi
+  done
+  run st_bs "${ST[@]}" --rank 0 --batch-size 4 --resume-state st.txt
+  if ((RC == 1)) && grep -q "saved with batch_size 3; this loader has batch_size 4" st_bs.err; then
+    ok "resume state with another batch size refused"
+  else
+    bad "resume state with another batch size refused" "exit $RC: $(head -c 300 st_bs.err)"
+  fi
+  echo '{"epoch": 0, "batches": 4}' >foreign.txt
+  run st_foreign "${ST[@]}" --rank 0 --resume-state foreign.txt
+  if ((RC == 1)) && grep -q "not a wds loader state" st_foreign.err; then
+    ok "a foreign resume state is refused"
+  else
+    bad "a foreign resume state is refused" "exit $RC: $(head -c 300 st_foreign.err)"
+  fi
+fi
 if run_ok resume_res_full full_res "${RARGS[@]}"; then
   resume_case resume_resampled_e0 full_res.txt 0 3 2 "${RBASE[@]}"
   resume_case resume_resampled_e1 full_res.txt 1 4 1 "${RBASE[@]}"

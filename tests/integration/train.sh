@@ -410,6 +410,16 @@ expect_err "not a checkpoint" "bad magic" "${COMMON[@]}" "${R[@]}" --resume zero
 expect_err "missing checkpoint" "No such file" "${COMMON[@]}" "${R[@]}" --resume nope.ck
 expect_err "another configuration" "another configuration" "${COMMON[@]}" "${R[@]}" --seed 8 --resume ck17
 expect_err "other layer sizes" "other layer sizes" "${COMMON[@]}" "${R[@]}" --hidden 32 --resume ck17
+# A checkpoint's position means other samples on another world or with
+# other workers: refused, naming both (issue 35, until an elastic resume).
+if [[ " ${R[*]} " == *" --ranks 2 "* ]]; then
+  expect_err "another world" "was made on 2 ranks (1 process x 2); this run has 3 ranks (1 process x 3)" \
+    "${COMMON[@]}" "${R[@]}" --ranks 3 --resume ck17
+fi
+expect_err "other workers" "was made with --workers 4; this run has --workers 3" \
+  "${COMMON[@]}" "${R[@]}" --workers 3 --resume ck17
+expect_err "another batch size" "was made with --batch-size 8; this run has --batch-size 6" \
+  "${COMMON[@]}" "${R[@]}" --batch-size 6 --resume ck17
 # A --train spec of about 6.8 KB (its fingerprint was formatted into a 4 KB
 # buffer and hashed past it: an ASan stack-buffer-overflow): it trains and
 # checkpoints; the checkpoint resumes under the same spec and is refused for
