@@ -485,6 +485,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
       wds__fail(&err, rc, "%s", e.msg);
       goto fail;
     }
+    if (l->elastic_live)
+      l->elastic_batches = batches_for(l, l->elastic_plan.rank_samples);
   }
   {
     wds__err e;
@@ -829,6 +831,7 @@ static int loader_next(wds_loader *l, const wds_batch **out) {
   if (r.kind == READY_EOF) {
     l->epoch++;
     l->delivered = 0;
+    l->elastic_live = 0; /* later epochs are a fresh run's */
     int rc = wds__run_next_epoch(l);
     if (rc != WDS_OK)
       fail_for_good(l, rc); /* the next call reports it */
@@ -889,9 +892,10 @@ int wds_loader_set_epoch(wds_loader *l, uint64_t epoch) {
   /* The run already reading this epoch from its start (eager_next_epoch)
    * is the one asked for: kept. */
   if (l->cur && l->cur->epoch == epoch && l->cur->skip == 0 &&
-      l->delivered == 0 && l->epoch == epoch)
+      !l->cur->elastic && l->delivered == 0 && l->epoch == epoch)
     return WDS_OK;
   wds__run_stop(l);
+  l->elastic_live = 0; /* a fresh epoch, whichever */
   l->epoch = epoch;
   l->delivered = 0;
   l->first_skip = 0;
@@ -907,7 +911,19 @@ void wds_loader_position(const wds_loader *l, uint64_t *epoch,
 }
 
 uint64_t wds_loader_epoch_batches(const wds_loader *l) {
+  if (l && l->elastic_live && l->epoch == l->elastic_epoch)
+    return l->elastic_batches; /* the rest of an elastic resume's epoch */
   return l ? l->epoch_batches : 0;
+}
+
+int wds_loader_elastic(const wds_loader *l, int *old_world,
+                       uint64_t *samples_left) {
+  int live = l && l->elastic_live && l->epoch == l->elastic_epoch;
+  if (old_world)
+    *old_world = live ? l->elastic_world : 0;
+  if (samples_left)
+    *samples_left = live ? l->elastic_left : 0;
+  return live;
 }
 
 void wds__set_error(wds_loader *l, const char *fmt, ...) {
@@ -964,6 +980,8 @@ void wds_loader_close(wds_loader *l) {
   free(l->spec_copy);
   free(l->index_copy);
   free(l->rank_bs);
+  wds__plan_free(&l->elastic_plan);
+  free(l->elastic_from);
   free(l->cache_dir_copy);
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);

@@ -495,8 +495,19 @@ WDS_API void wds_loader_position(const wds_loader *l, uint64_t *epoch,
  * (*text NULL). */
 WDS_API int wds_loader_state(const wds_loader *l, char **text);
 
-/* Batches in an epoch for this rank; 0 in plain mode (not known). */
+/* Batches in an epoch for this rank; 0 in plain mode (not known). While
+ * the rest of an elastic resume's epoch is read (resume_state), its
+ * batches on this rank. */
 WDS_API uint64_t wds_loader_epoch_batches(const wds_loader *l);
+
+/* Whether the epoch being read is the rest of an elastic resume's (a state
+ * of another world, other batch or per-rank sizes, workers or shuffle
+ * settings, exact mode: resume_state): then 1, with the world it was saved
+ * on and the samples of the epoch its ranks had not delivered (which the
+ * new ranks deliver between them); else 0 (and 0, 0). Pointers may be
+ * NULL. */
+WDS_API int wds_loader_elastic(const wds_loader *l, int *old_world,
+                               uint64_t *samples_left);
 
 typedef struct wds_loader_stats {
   uint64_t batches, samples; /* delivered */
