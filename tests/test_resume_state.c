@@ -319,7 +319,7 @@ static side random_side(void) {
   s.workers = 1 + (int)rnd(3);
   s.use_rbs = rnd(3) == 0;
   s.batch = 1 + rnd(5);
-  for (int r = 0; r < s.world; r++)
+  for (int r = 0; r < 4; r++)
     s.rbs[r] = 1 + rnd(4);
   s.sbuf = rnd(2) ? 0 : 2 + rnd(6);
   s.last = s.use_rbs ? WDS_LAST_KEEP : (wds_last_batch)rnd(3);
@@ -424,8 +424,11 @@ TEST(elastic_resume_delivers_every_sample_once) {
       uint64_t ep, done;
       wds_loader_position(l, &ep, &done);
       ASSERT_EQ_U64(ep, epoch);
-      ASSERT_EQ_U64(done, 0);
-      uint64_t want = wds_loader_epoch_batches(l);
+      /* The same configuration: a plain resume, bit-identical to the
+       * uninterrupted run (test_loader's); another: the remainder. */
+      int el = wds_loader_elastic(l, NULL, NULL);
+      ASSERT_EQ_U64(done, el ? 0 : B);
+      uint64_t want = wds_loader_epoch_batches(l) - done;
       int64_t ids[512];
       size_t n = 0, k = 0;
       const wds_batch *bt;
@@ -502,6 +505,96 @@ TEST(elastic_resume_delivers_every_sample_once) {
   ASSERT_TRUE(trials > 100);
 }
 
+/* A state saved inside a remainder (2 -> 3 ranks, stopped again after k
+ * of its batches) opens on a third world (1, 2 or 4 ranks): the three
+ * jobs between them deliver every sample of the epoch, repeats only as
+ * padding. */
+TEST(elastic_resume_of_an_elastic_resume) {
+  for (int t = 0; t < 24; t++) {
+    side a = random_side(), b = random_side(), c3 = random_side();
+    a.world = 2;
+    b.world = 3;
+    c3.world = 1 + (int)rnd(4);
+    a.drop_last = b.drop_last = c3.drop_last = 0;
+    a.last = b.last = c3.last = WDS_LAST_KEEP;
+    int with_index = t % 2;
+    int64_t seen[ETOTAL];
+    memset(seen, 0, sizeof seen);
+    wds_loader *l;
+    char *st = NULL, *st2 = NULL;
+    int64_t ids[512];
+    uint64_t B = 1 + rnd(3), k = rnd(3);
+    for (int r = 0; r < a.world; r++) {
+      wds_loader_config c = side_cfg(&a, r, 1, with_index);
+      ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+      size_t n = take(l, B, ids, 512);
+      for (size_t i = 0; i < n; i++)
+        if (ids[i] >= 0)
+          seen[ids[i]]++;
+      if (r == 1)
+        ASSERT_EQ_INT(wds_loader_state(l, &st), WDS_OK);
+      wds_loader_close(l);
+    }
+    for (int r = 0; r < b.world; r++) {
+      wds_loader_config c = side_cfg(&b, r, 0, with_index);
+      c.resume_state = st;
+      int orc = wds_loader_open(&c, &l);
+      if (orc != WDS_OK)
+        printf("  %s\n", wds_last_error());
+      ASSERT_EQ_INT(orc, WDS_OK);
+      int old_world = 0;
+      uint64_t left = 0;
+      ASSERT_EQ_INT(wds_loader_elastic(l, &old_world, &left), 1);
+      ASSERT_EQ_INT(old_world, 2);
+      size_t n = take(l, k, ids, 512);
+      for (size_t i = 0; i < n; i++)
+        if (ids[i] >= 0)
+          seen[ids[i]]++;
+      if (r == 2) {
+        ASSERT_EQ_INT(wds_loader_state(l, &st2), WDS_OK);
+        ASSERT_TRUE(strstr(st2, "\nfrom=\n") == NULL); /* carries its origin */
+      }
+      wds_loader_close(l);
+    }
+    for (int r = 0; r < c3.world; r++) {
+      wds_loader_config c = side_cfg(&c3, r, 0, with_index);
+      c.resume_state = st2;
+      int orc = wds_loader_open(&c, &l);
+      if (orc != WDS_OK)
+        printf("  %s\n", wds_last_error());
+      ASSERT_EQ_INT(orc, WDS_OK);
+      size_t n = take(l, SIZE_MAX, ids, 512);
+      for (size_t i = 0; i < n; i++)
+        if (ids[i] >= 0)
+          seen[ids[i]]++;
+      int old_world = 0;
+      ASSERT_EQ_INT(wds_loader_elastic(l, &old_world, NULL), 0); /* ended */
+      wds_loader_close(l);
+    }
+    free(st);
+    free(st2);
+    uint64_t sum = 0, repeats = 0;
+    for (int r = 0; r < 2; r++)
+      sum += a.use_rbs ? a.rbs[r] : 1;
+    for (int r = 0; r < 3; r++)
+      sum += b.use_rbs ? b.rbs[r] : 1;
+    for (int r = 0; r < c3.world; r++)
+      sum += c3.use_rbs ? c3.rbs[r] : 1;
+    for (int i = 0; i < ETOTAL; i++) {
+      if (seen[i] == 0) {
+        describe("first", &a);
+        describe("second", &b);
+        describe("third", &c3);
+        printf("  B %llu, k %llu: sample %d never delivered\n",
+               (unsigned long long)B, (unsigned long long)k, i);
+      }
+      ASSERT_TRUE(seen[i] >= 1);
+      repeats += (uint64_t)seen[i] - 1;
+    }
+    ASSERT_TRUE(repeats < sum);
+  }
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wds-test-resume-XXXXXX");
   if (!mkdtemp(tmpdir) || make_shards() != 0 || make_elastic_shards() != 0) {
@@ -512,6 +605,7 @@ int main(void) {
   RUN(state_under_another_configuration_names_both_values);
   RUN(foreign_and_corrupted_states_are_refused);
   RUN(elastic_resume_delivers_every_sample_once);
+  RUN(elastic_resume_of_an_elastic_resume);
   for (size_t k = 0; k < 4; k++)
     free(urls[k]);
   for (size_t k = 0; k < 7; k++)
