@@ -179,16 +179,28 @@ def test_load_state_dict_refuses_another_world_naming_both(shards):
         [next(it) for _ in range(3)]
         state = a.state_dict()
     assert state["world_size"] == 2 and "wds-loader-state 1" in state["state"]
-    cases = ((dict(kw, world_size=3), 3, "world_size 2; this loader has world_size 3"),
-             (dict(kw, world_size=1), 3, "world_size 2; this loader has world_size 1"),
-             (dict(kw, workers=3), 3, "workers 2; this loader has workers 3"),
-             (dict(kw, shuffle_buffer=5), 3,
-              "shuffle_buffer 4; this loader has shuffle_buffer 5"))
+    # Exact mode: an elastic resume, but not of a shuffle buffer whose byte
+    # bound may have bound (max_sample_bytes by default): refused.
+    bound = ("saved with a shuffle buffer of 4 samples and "
+             "shuffle_buffer_bytes 1073741824, max_sample_bytes 1073741824")
+    cases = ((dict(kw, world_size=3), 3, bound),
+             (dict(kw, world_size=1), 3, bound),
+             (dict(kw, workers=3), 3, bound),
+             (dict(kw, shuffle_buffer=5), 3, bound))
     for other, bs, msg in cases:
         with wds.Loader(spec, "cls", bs, **other) as b:
             with pytest.raises(ValueError, match=msg):
                 b.load_state_dict(state)
             assert not b.closed and b.state_dict()["batches"] == 0
+    # Resampled mode: no elastic resume; another world named.
+    rkw = dict(kw, mode="resampled", samples_per_epoch=12)
+    with wds.Loader(spec, "cls", 3, **rkw) as a:
+        next(iter(a)).release()
+        rstate = a.state_dict()
+    with wds.Loader(spec, "cls", 3, **dict(rkw, world_size=3)) as b:
+        with pytest.raises(ValueError, match="world_size 2; this loader has "
+                           "world_size 3"):
+            b.load_state_dict(rstate)
     # An older state_dict, without "state": its world is still checked.
     old = {k: v for k, v in state.items() if k != "state"}
     with wds.Loader(spec, "cls", 3, **dict(kw, world_size=3)) as b:
@@ -347,11 +359,24 @@ def test_rank_batch_sizes(shards):
     with wds.Loader(spec, "cls", None, **kw) as b:
         b.load_state_dict(state)
         assert head + [x.keys for x in b] == whole
+    # A state_dict without the C loader's state (an older wds's): other
+    # sizes are refused, naming both.
+    legacy = {k: v for k, v in state.items() if k != "state"}
     with wds.Loader(spec, "cls", None, world_size=3, rank=1, seed=4,
                     rank_batch_sizes=[4, 4, 2]) as c:
         with pytest.raises(ValueError, match=r"rank_batch_sizes \[5, 2, 3\] is "
                            r"not this loader's \[4, 4, 2\]"):
-            c.load_state_dict(state)
+            c.load_state_dict(legacy)
+    # With it: exact mode, an elastic resume (issue 35): the rest of the
+    # epoch, re-dealt in the new sizes' proportions, in equal steps.
+    with wds.Loader(spec, "cls", None, world_size=3, rank=1, seed=4,
+                    rank_batch_sizes=[4, 4, 2]) as c:
+        c.load_state_dict(state)
+        assert c.elastic is not None and c.elastic[0] == 3
+        steps = len(c)
+        rest = [x.keys for x in c]
+        assert len(rest) == steps > 0 and all(len(k) == 4 for k in rest)
+        assert c.elastic is None  # the next epoch is a fresh run's
     with pytest.raises(wds.InvalidError, match="2 per-rank batch sizes"):
         wds.Loader(spec, "cls", None, world_size=3, rank=0,
                    rank_batch_sizes=[2, 2])

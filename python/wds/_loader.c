@@ -433,6 +433,17 @@ static PyObject *wds_py_loader_state(wds_py_loader *self,
   return o;
 }
 
+static PyObject *wds_py_loader_elastic(wds_py_loader *self,
+                                       PyObject *Py_UNUSED(ignored)) {
+  if (wds_py_loader_check(self) < 0)
+    return NULL;
+  int world = 0;
+  uint64_t left = 0;
+  if (!wds_loader_elastic(self->l, &world, &left))
+    Py_RETURN_NONE;
+  return Py_BuildValue("(iK)", world, (unsigned long long)left);
+}
+
 static PyObject *wds_py_loader_epoch_batches(wds_py_loader *self,
                                              PyObject *Py_UNUSED(ignored)) {
   if (wds_py_loader_check(self) < 0)
@@ -509,6 +520,8 @@ static PyMethodDef wds_py_loader_methods[] = {
      "Abandons the current epoch; the next batch is from the given one."},
     {"position", (PyCFunction)(void (*)(void))wds_py_loader_position,
      METH_NOARGS, "(epoch, batches delivered in it)."},
+    {"elastic", (PyCFunction)(void (*)(void))wds_py_loader_elastic, METH_NOARGS,
+     "(old world, samples left) in an elastic resume's epoch, else None."},
     {"state", (PyCFunction)(void (*)(void))wds_py_loader_state, METH_NOARGS,
      "The saved state (wds_loader_state): the position and what gives it "
      "meaning, as text."},

@@ -517,7 +517,14 @@ class Loader:
         configuration in which its position means other samples (another
         world size, batch or per-rank sizes, workers, shuffle buffer, mode,
         seed or data) raises ValueError naming both values, and the loader
-        goes on where it was; any rank's state resumes any rank."""
+        goes on where it was; any rank's state resumes any rank. In exact
+        mode over one source (and a saved shuffle buffer whose byte bound
+        cannot have bound: shuffle_buffer * max_sample_bytes <
+        shuffle_buffer_bytes) another world, batch or per-rank sizes,
+        workers or shuffle buffer is an elastic resume: the ranks deliver
+        the samples of the epoch the saving job had not, each once, in
+        equal steps (len() gives them), and later epochs are a fresh
+        run's (elastic says so)."""
         mine = dict(self._args, sources=_sources_state(self._args["sources"]))
         text = state.get("state")
         if text is None and state.get("world_size", -1) not in (-1, None):
@@ -531,7 +538,11 @@ class Loader:
                     f"Loader.load_state_dict: saved with world_size "
                     f"{state['world_size']}; this loader has world_size "
                     f"{world}: its position means other samples here")
-        for k in ("seed", "batch_size", "rank_batch_sizes", "sources"):
+        # With the C loader's saved state, the sizes are its to check: in
+        # exact mode another world, batch or per-rank sizes, workers or
+        # shuffle buffer is an elastic resume.
+        for k in (("seed", "sources") if text is not None else
+                  ("seed", "batch_size", "rank_batch_sizes", "sources")):
             # A state without rank_batch_sizes or sources had none.
             theirs = state.get(k)
             if k == "sources":
@@ -562,6 +573,15 @@ class Loader:
             if old is not None:
                 self._open(*old)
             raise
+
+    @property
+    def elastic(self):
+        """(old world size, samples left) while the epoch being read is the
+        rest of an elastic resume's (load_state_dict of a state saved on
+        another world, with other sizes, workers or shuffle buffer, exact
+        mode: the new ranks deliver those samples between them, each once,
+        in equal steps); None otherwise."""
+        return self._l.elastic()
 
     def stats(self):
         """The loader's counters (wds_loader_stats); with jpeg_decode="gpu"
