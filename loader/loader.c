@@ -917,8 +917,10 @@ uint64_t wds_loader_epoch_batches(const wds_loader *l) {
 }
 
 int wds_loader_elastic(const wds_loader *l, int *old_world,
-                       uint64_t *samples_left) {
+                       uint64_t *samples_left, uint64_t *full_epoch_batches) {
   int live = l && l->elastic_live && l->epoch == l->elastic_epoch;
+  if (full_epoch_batches)
+    *full_epoch_batches = l ? l->epoch_batches : 0;
   if (old_world)
     *old_world = live ? l->elastic_world : 0;
   if (samples_left)

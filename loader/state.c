@@ -130,6 +130,18 @@ int wds__state_format(const wds_loader *l, uint64_t epoch, uint64_t batches,
   return *out ? WDS_OK : WDS_ERR_NOMEM;
 }
 
+int wds_loader_state_at(const wds_loader *l, uint64_t epoch, uint64_t batches,
+                        char **text) {
+  if (!text)
+    return wds__last_fail(WDS_ERR_INVALID, "wds_loader_state_at: text is NULL");
+  *text = NULL;
+  if (!l)
+    return wds__last_fail(WDS_ERR_INVALID, "wds_loader_state_at: no loader");
+  if (wds__state_format(l, epoch, batches, text) != WDS_OK)
+    return wds__last_fail(WDS_ERR_NOMEM, "wds_loader_state_at: out of memory");
+  return WDS_OK;
+}
+
 int wds_loader_state(const wds_loader *l, char **text) {
   if (!text)
     return wds__last_fail(WDS_ERR_INVALID, "wds_loader_state: text is NULL");

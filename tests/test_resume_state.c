@@ -426,7 +426,7 @@ TEST(elastic_resume_delivers_every_sample_once) {
       ASSERT_EQ_U64(ep, epoch);
       /* The same configuration: a plain resume, bit-identical to the
        * uninterrupted run (test_loader's); another: the remainder. */
-      int el = wds_loader_elastic(l, NULL, NULL);
+      int el = wds_loader_elastic(l, NULL, NULL, NULL);
       ASSERT_EQ_U64(done, el ? 0 : B);
       uint64_t want = wds_loader_epoch_batches(l) - done;
       int64_t ids[512];
@@ -544,7 +544,7 @@ TEST(elastic_resume_of_an_elastic_resume) {
       ASSERT_EQ_INT(orc, WDS_OK);
       int old_world = 0;
       uint64_t left = 0;
-      ASSERT_EQ_INT(wds_loader_elastic(l, &old_world, &left), 1);
+      ASSERT_EQ_INT(wds_loader_elastic(l, &old_world, &left, NULL), 1);
       ASSERT_EQ_INT(old_world, 2);
       size_t n = take(l, k, ids, 512);
       for (size_t i = 0; i < n; i++)
@@ -568,7 +568,7 @@ TEST(elastic_resume_of_an_elastic_resume) {
         if (ids[i] >= 0)
           seen[ids[i]]++;
       int old_world = 0;
-      ASSERT_EQ_INT(wds_loader_elastic(l, &old_world, NULL), 0); /* ended */
+      ASSERT_EQ_INT(wds_loader_elastic(l, &old_world, NULL, NULL), 0); /* ended */
       wds_loader_close(l);
     }
     free(st);

@@ -500,6 +500,11 @@ WDS_API void wds_loader_position(const wds_loader *l, uint64_t *epoch,
  * and any of them resumes any rank. Returns WDS_OK, or WDS_ERR_NOMEM
  * (*text NULL). */
 WDS_API int wds_loader_state(const wds_loader *l, char **text);
+/* The same for another position of this loader's configuration: (epoch,
+ * batches delivered in it), e.g. one batch back when a batch fetched ahead
+ * was not used (wds-train's checkpoints). The caller vouches for it. */
+WDS_API int wds_loader_state_at(const wds_loader *l, uint64_t epoch,
+                                uint64_t batches, char **text);
 
 /* Batches in an epoch for this rank; 0 in plain mode (not known). While
  * the rest of an elastic resume's epoch is read (resume_state), its
@@ -510,10 +515,12 @@ WDS_API uint64_t wds_loader_epoch_batches(const wds_loader *l);
  * of another world, other batch or per-rank sizes, workers or shuffle
  * settings, exact mode: resume_state): then 1, with the world it was saved
  * on and the samples of the epoch its ranks had not delivered (which the
- * new ranks deliver between them); else 0 (and 0, 0). Pointers may be
- * NULL. */
+ * new ranks deliver between them) and the batches of a whole epoch on
+ * this rank (wds_loader_epoch_batches() gives the remainder's then); else
+ * 0 (and 0, 0, the whole epoch's). Pointers may be NULL. */
 WDS_API int wds_loader_elastic(const wds_loader *l, int *old_world,
-                               uint64_t *samples_left);
+                               uint64_t *samples_left,
+                               uint64_t *full_epoch_batches);
 
 typedef struct wds_loader_stats {
   uint64_t batches, samples; /* delivered */

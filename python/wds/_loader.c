@@ -439,7 +439,7 @@ static PyObject *wds_py_loader_elastic(wds_py_loader *self,
     return NULL;
   int world = 0;
   uint64_t left = 0;
-  if (!wds_loader_elastic(self->l, &world, &left))
+  if (!wds_loader_elastic(self->l, &world, &left, NULL))
     Py_RETURN_NONE;
   return Py_BuildValue("(iK)", world, (unsigned long long)left);
 }
