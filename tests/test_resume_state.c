@@ -568,7 +568,8 @@ TEST(elastic_resume_of_an_elastic_resume) {
         if (ids[i] >= 0)
           seen[ids[i]]++;
       int old_world = 0;
-      ASSERT_EQ_INT(wds_loader_elastic(l, &old_world, NULL, NULL), 0); /* ended */
+      ASSERT_EQ_INT(wds_loader_elastic(l, &old_world, NULL, NULL),
+                    0); /* ended */
       wds_loader_close(l);
     }
     free(st);

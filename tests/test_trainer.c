@@ -170,9 +170,9 @@ TEST(checkpoint_keeps_the_loader_state) {
     int rc = tr_checkpoint_load(path, &r, &err);
     /* the version field: another format; a length field: another size;
      * any other byte: corrupt */
-    ASSERT_TRUE(i >= 8 && i < 12 ? rc == WDS_ERR_FORMAT
-                                 : rc == WDS_ERR_CORRUPT ||
-                                       rc == WDS_ERR_TRUNCATED);
+    ASSERT_TRUE(i >= 8 && i < 12
+                    ? rc == WDS_ERR_FORMAT
+                    : rc == WDS_ERR_CORRUPT || rc == WDS_ERR_TRUNCATED);
     ASSERT_TRUE(r.loader_state == NULL && r.weights == NULL);
   }
   f = fopen(path, "wb");
