@@ -321,6 +321,7 @@ typedef struct level {
   size_t batch_size; /* 0 with rbs */
   size_t *rbs;       /* [world], or NULL */
   size_t sbuf, sinit, sbytes, maxs;
+  uint64_t spe; /* resampled: samples_per_epoch */
   int drop_last;
   struct level *from; /* the state this one resumed from, or NULL */
 } level;
@@ -358,8 +359,9 @@ static int level_of(const parsed *p, level **out, int depth, wds__err *e) {
       parse_size(p->val[K_SINIT], &v->sinit) ||
       parse_size(p->val[K_SBYTES], &v->sbytes) ||
       parse_size(p->val[K_MAXS], &v->maxs) ||
-      parse_u64(p->val[K_DROP], &drop) || world < 1 || world > 1 << 24 ||
-      workers < 1 || workers > WDS_LOADER_MAX_WORKERS || drop > 1) {
+      parse_u64(p->val[K_DROP], &drop) || parse_u64(p->val[K_SPE], &v->spe) ||
+      world < 1 || world > 1 << 24 || workers < 1 ||
+      workers > WDS_LOADER_MAX_WORKERS || drop > 1) {
     level_free(v);
     return wds__fail(e, WDS_ERR_CORRUPT,
                      "resume state: a value out of range (epoch, batches, "
@@ -626,6 +628,57 @@ static wds__plan_input level_pin(const wds_loader *l, const level *v,
   return in;
 }
 
+/* Resampled mode: a rank's plan for `left` samples of the epoch dealt to
+ * in's ranks in equal steps (in proportion to their weights): quotas. */
+static int resampled_rest(const wds__plan_input *in, uint64_t epoch,
+                          uint64_t left, wds__epoch_plan *out, wds__err *e) {
+  memset(out, 0, sizeof *out);
+  out->epoch = epoch;
+  out->workers = in->workers;
+  if (!(out->w = calloc((size_t)in->workers, sizeof *out->w)))
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
+  uint64_t steps =
+      left ? wds__plan_rank_split(left, in->rank_weights, in->world, 0, NULL)
+           : 0;
+  uint64_t n =
+      steps * (in->rank_weights ? (uint64_t)in->rank_weights[in->rank] : 1);
+  out->rank_samples = n;
+  out->steps = in->rank_weights ? steps : 0;
+  for (int w = 0; w < in->workers; w++)
+    out->w[w].quota =
+        n / (uint64_t)in->workers + ((uint64_t)w < n % (uint64_t)in->workers);
+  return WDS_OK;
+}
+
+/* Resampled mode: the epoch's samples (*total: over the first job's
+ * ranks) and those the ranks of v and the states before it drew
+ * (*done). Draws are with replacement: what is owed is a count. */
+static int drawn(const wds_loader *l, const level *v, uint64_t *total,
+                 uint64_t *done, wds__err *e) {
+  uint64_t t = 0, d = 0;
+  int rc = WDS_OK;
+  if (v->from && (rc = drawn(l, v->from, &t, &d, e)) != WDS_OK)
+    return rc;
+  uint64_t before = d;
+  for (int r = 0; r < v->world && rc == WDS_OK; r++) {
+    wds__plan_input in = level_pin(l, v, r);
+    in.samples_per_epoch = v->spe;
+    wds__epoch_plan p;
+    rc = v->from ? resampled_rest(&in, v->epoch, t - before, &p, e)
+                 : wds__plan_epoch(&in, v->epoch, &p, e);
+    if (rc != WDS_OK)
+      break;
+    if (!v->from)
+      t += p.rank_samples;
+    uint64_t b = v->rbs ? v->rbs[r] : v->batch_size;
+    d += v->batches > p.rank_samples / b ? p.rank_samples : v->batches * b;
+    wds__plan_free(&p);
+  }
+  *total = t;
+  *done = d;
+  return rc;
+}
+
 /* Marks in bits every sample the ranks of v (and the states before it)
  * delivered in its epoch. */
 static int mark_delivered(const wds_loader *l, const level *v,
@@ -670,6 +723,25 @@ static int mark_delivered(const wds_loader *l, const level *v,
 
 static int state_elastic(wds_loader *l, const level *v, const char *text,
                          wds__err *e) {
+  if (l->cfg.mode == WDS_MODE_RESAMPLED) {
+    uint64_t total, done;
+    int rc = drawn(l, v, &total, &done, e);
+    if (rc == WDS_OK)
+      rc = resampled_rest(&l->pin, v->epoch, total - done, &l->elastic_plan, e);
+    if (rc == WDS_OK && !(l->elastic_from = strdup(text))) {
+      wds__plan_free(&l->elastic_plan);
+      rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+    }
+    if (rc != WDS_OK)
+      return rc;
+    l->elastic_epoch = v->epoch;
+    l->elastic_live = 1;
+    l->elastic_left = total - done;
+    l->elastic_world = v->world;
+    l->cfg.epoch = v->epoch;
+    l->cfg.resume_batches = 0;
+    return WDS_OK;
+  }
   size_t n = l->sources.urls.count;
   uint64_t total = 0;
   uint64_t *first_id = malloc((n ? n : 1) * sizeof *first_id);
@@ -748,7 +820,8 @@ int wds__state_check(wds_loader *l, const char *text, wds__err *e) {
    * shuffle settings are an elastic resume; in other modes, with mixing or
    * another seed, mode or data, a difference is refused. */
   int can_elastic =
-      l->cfg.mode == WDS_MODE_EXACT && !l->sources.mixed && l->counts;
+      (l->cfg.mode == WDS_MODE_EXACT && !l->sources.mixed && l->counts) ||
+      l->cfg.mode == WDS_MODE_RESAMPLED;
   int elastic = saved.val[K_FROM][0] != 0;
   for (size_t k = K_MODE; k < K_FROM; k++) {
     if (strcmp(saved.val[k], mine.val[k]) == 0)
@@ -766,9 +839,9 @@ int wds__state_check(wds_loader *l, const char *text, wds__err *e) {
                    "continued (resume with the configuration it was saved "
                    "with%s)",
                    what(k), sv, what(k), mv, epoch, batches,
-                   l->cfg.mode == WDS_MODE_EXACT && elastic_key(k)
+                   l->cfg.mode != WDS_MODE_RESAMPLED && elastic_key(k)
                        ? "; an elastic resume takes exact mode over one "
-                         "source"
+                         "source, or resampled mode"
                        : "");
     goto done;
   }

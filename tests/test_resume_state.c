@@ -175,8 +175,9 @@ TEST(state_under_another_configuration_names_both_values) {
   ASSERT_CONTAINS(err, "saved with data");
   free(st);
 
-  /* Resampled and plain modes: no elastic resume (yet). */
-  for (int mode = 0; mode < 2; mode++) {
+  /* Plain mode: no elastic resume (a rank's count is not known before
+   * it reads). */
+  for (int mode = 0; mode < 1; mode++) {
     c = cfg(0, 2);
     c.mode = mode ? WDS_MODE_RESAMPLED : WDS_MODE_PLAIN;
     c.samples_per_epoch = mode ? 20 : 0;
@@ -210,14 +211,36 @@ TEST(state_under_another_configuration_names_both_values) {
   c.rank_batch_size_count = 2;
   st = state_after(c, 2);
   ASSERT_TRUE(st != NULL);
-  c.rank_batch_sizes = b;
-  ASSERT_EQ_INT(open_with(c, st, err, &l), WDS_ERR_INVALID);
-  ASSERT_CONTAINS(err, "saved with per-rank batch sizes 2,4; this loader has "
-                       "per-rank batch sizes 4,2");
+  c.rank_batch_sizes = b; /* resampled: an elastic resume */
+  ASSERT_EQ_INT(open_with(c, st, err, &l), WDS_OK);
+  ASSERT_EQ_INT(wds_loader_elastic(l, NULL, NULL, NULL), 1);
+  wds_loader_close(l);
   c.rank_batch_sizes = a;
   c.rank = 0;
   ASSERT_EQ_INT(open_with(c, st, err, &l), WDS_OK);
+  ASSERT_EQ_INT(wds_loader_elastic(l, NULL, NULL, NULL), 0);
   wds_loader_close(l);
+  c.seed = 10;
+  ASSERT_EQ_INT(open_with(c, st, err, &l), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(err, "saved with seed 9; this loader has seed 10");
+  free(st);
+
+  /* Exact mixing: no elastic resume yet; another world is refused naming
+   * both. */
+  wds_source_config src[2] = {{urls[0], NULL, 0, 0, 1},
+                              {urls[1], NULL, 0, 0, 2}};
+  c = cfg(0, 2);
+  c.urls = NULL;
+  c.url_count = 0;
+  c.sources = src;
+  c.source_count = 2;
+  c.shuffle_buffer = 0;
+  st = state_after(c, 2);
+  ASSERT_TRUE(st != NULL);
+  c.world_size = 3;
+  ASSERT_EQ_INT(open_with(c, st, err, &l), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(err, "saved with world_size 2; this loader has world_size 3");
+  ASSERT_CONTAINS(err, "an elastic resume takes exact mode over one source");
   free(st);
 }
 
@@ -596,6 +619,77 @@ TEST(elastic_resume_of_an_elastic_resume) {
   }
 }
 
+/* Resampled mode: the epoch's count (samples_per_epoch on each old rank)
+ * minus what the old ranks drew is re-dealt to the new ranks in equal
+ * steps: the old rows plus the new ones are the epoch's count, plus fewer
+ * than the sum of the new batch sizes (equal steps round up). */
+TEST(elastic_resume_in_resampled_mode_redeals_the_count) {
+  for (int t = 0; t < 40; t++) {
+    side a = random_side(), b = random_side();
+    a.last = b.last = WDS_LAST_KEEP;
+    uint64_t spe = 10 + rnd(30);
+    wds_loader *l;
+    char *st = NULL;
+    uint64_t rows = 0, B = 0;
+    for (int r = 0; r < a.world; r++) {
+      wds_loader_config c = side_cfg(&a, r, 0, 0);
+      c.mode = WDS_MODE_RESAMPLED;
+      c.samples_per_epoch = spe;
+      ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+      if (r == 0)
+        B = rnd(wds_loader_epoch_batches(l) + 1);
+      int64_t ids[512];
+      rows += take(l, B, ids, 512);
+      if (r == a.world - 1)
+        ASSERT_EQ_INT(wds_loader_state(l, &st), WDS_OK);
+      wds_loader_close(l);
+    }
+    uint64_t epoch_total = 0, sum_b = 0, steps = UINT64_MAX;
+    for (int r = 0; r < a.world; r++)
+      epoch_total += a.use_rbs ? 0 : spe;
+    if (a.use_rbs) { /* S = ceil(spe * W / sum) steps, rank r S * B_r */
+      uint64_t sum = 0;
+      for (int r = 0; r < a.world; r++)
+        sum += a.rbs[r];
+      uint64_t S = (spe * (uint64_t)a.world + sum - 1) / sum;
+      epoch_total = S * sum;
+    }
+    for (int r = 0; r < b.world; r++) {
+      sum_b += b.use_rbs ? b.rbs[r] : 1;
+      wds_loader_config c = side_cfg(&b, r, 0, 0);
+      c.mode = WDS_MODE_RESAMPLED;
+      c.samples_per_epoch = spe;
+      c.resume_state = st;
+      int orc = wds_loader_open(&c, &l);
+      if (orc != WDS_OK)
+        printf("  %s\n", wds_last_error());
+      ASSERT_EQ_INT(orc, WDS_OK);
+      int el = wds_loader_elastic(l, NULL, NULL, NULL);
+      uint64_t want = wds_loader_epoch_batches(l), k = 0;
+      const wds_batch *bt;
+      while (wds_loader_next(l, &bt) == WDS_OK) {
+        rows += bt->rows;
+        k++;
+        wds_loader_release(l, bt);
+      }
+      uint64_t ep, done;
+      wds_loader_position(l, &ep, &done);
+      wds_loader_close(l);
+      if (!el) { /* the same configuration: a plain resume */
+        ASSERT_EQ_U64(k, want - B);
+        continue;
+      }
+      ASSERT_EQ_U64(k, want);
+      if (steps == UINT64_MAX)
+        steps = k;
+      ASSERT_EQ_U64(k, steps);
+    }
+    free(st);
+    ASSERT_TRUE(rows >= epoch_total);
+    ASSERT_TRUE(rows < epoch_total + sum_b * (b.use_rbs ? 1 : b.batch));
+  }
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wds-test-resume-XXXXXX");
   if (!mkdtemp(tmpdir) || make_shards() != 0 || make_elastic_shards() != 0) {
@@ -607,6 +701,7 @@ int main(void) {
   RUN(foreign_and_corrupted_states_are_refused);
   RUN(elastic_resume_delivers_every_sample_once);
   RUN(elastic_resume_of_an_elastic_resume);
+  RUN(elastic_resume_in_resampled_mode_redeals_the_count);
   for (size_t k = 0; k < 4; k++)
     free(urls[k]);
   for (size_t k = 0; k < 7; k++)

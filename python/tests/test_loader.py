@@ -192,14 +192,18 @@ def test_load_state_dict_refuses_another_world_naming_both(shards):
             with pytest.raises(ValueError, match=msg):
                 b.load_state_dict(state)
             assert not b.closed and b.state_dict()["batches"] == 0
-    # Resampled mode: no elastic resume; another world named.
+    # Resampled mode: the count left is re-dealt (12 per rank on 2 ranks,
+    # 3 drawn on each: 18 left, 6 per rank on 3); another seed is named.
     rkw = dict(kw, mode="resampled", samples_per_epoch=12)
     with wds.Loader(spec, "cls", 3, **rkw) as a:
         next(iter(a)).release()
         rstate = a.state_dict()
     with wds.Loader(spec, "cls", 3, **dict(rkw, world_size=3)) as b:
-        with pytest.raises(ValueError, match="world_size 2; this loader has "
-                           "world_size 3"):
+        b.load_state_dict(rstate)
+        assert b.elastic == (2, 18)
+        assert sum(len(x) for x in b) == 6
+    with wds.Loader(spec, "cls", 3, **dict(rkw, world_size=3, seed=8)) as b:
+        with pytest.raises(ValueError, match="seed 7 is not this loader.s 8"):
             b.load_state_dict(rstate)
     # An older state_dict, without "state": its world is still checked.
     old = {k: v for k, v in state.items() if k != "state"}

@@ -324,14 +324,24 @@ if run_ok state_save st_save "${ST[@]}" --rank 0 --max-batches 4 --save-state st
   else
     bad "resume state with another batch size refused" "exit $RC: $(head -c 300 st_bs.err)"
   fi
-  # Resampled mode: no elastic resume; another world is refused naming both.
-  RS=("$SPEC" --decode cls --mode resampled --samples-per-epoch 10 --batch-size 3 --seed 11)
-  if run_ok state_res_save st_rs "${RS[@]}" --world 2 --rank 0 --max-batches 2 --save-state st_rs.txt; then
-    run st_rs3 "${RS[@]}" --world 3 --rank 0 --resume-state st_rs.txt
-    if ((RC == 1)) && grep -q "saved with world_size 2; this loader has world_size 3" st_rs3.err; then
-      ok "resampled resume state on world 3: $(cat st_rs3.err)"
+  # Resampled mode: the epoch's count left (2 x 10 samples, minus the 2
+  # batches of 3 each old rank drew) is re-dealt to 3 ranks in equal steps;
+  # another seed is refused naming both.
+  RS=("$SPEC" --decode cls --mode resampled --samples-per-epoch 10 --batch-size 3)
+  if run_ok state_res_save st_rs "${RS[@]}" --seed 11 --world 2 --rank 0 --max-batches 2 \
+    --save-state st_rs.txt; then
+    n=0
+    for r in 0 1 2; do
+      run_ok "resampled_elastic_$r" st_rs3_$r "${RS[@]}" --seed 11 --world 3 --rank $r \
+        --resume-state st_rs.txt && n=$((n + $(wc -w <st_rs3_$r.txt) - 2 * $(wc -l <st_rs3_$r.txt)))
+    done
+    # 20 - 12 = 8 rows left: 3 ranks, ceil(8 / 3) = 3 rows each, one batch
+    check "resampled elastic resume: 8 samples left drawn as 3 x 3 (got $n)" test "$n" = 9
+    run st_rs_seed "${RS[@]}" --seed 12 --world 3 --rank 0 --resume-state st_rs.txt
+    if ((RC == 1)) && grep -q "saved with seed 11; this loader has seed 12" st_rs_seed.err; then
+      ok "resampled resume state with another seed: $(cat st_rs_seed.err)"
     else
-      bad "resampled resume state on world 3 refused" "exit $RC: $(head -c 300 st_rs3.err)"
+      bad "resampled resume state with another seed refused" "exit $RC: $(head -c 300 st_rs_seed.err)"
     fi
   fi
   echo '{"epoch": 0, "batches": 4}' >foreign.txt
