@@ -829,6 +829,17 @@ static int loader_next(wds_loader *l, const wds_batch **out) {
     return WDS_OK;
   }
   if (r.kind == READY_EOF) {
+    if (l->epoch == UINT64_MAX) {
+      /* No epoch after the last number: wrapping to 0 would replay epoch
+       * 0's order as a new one. This end is delivered; the next call
+       * reports it. */
+      wds__set_error(l,
+                     "epoch %" PRIu64 " is the last epoch number: no "
+                     "epoch follows it",
+                     l->epoch);
+      fail_for_good(l, WDS_ERR_INVALID);
+      return WDS_EOF;
+    }
     l->epoch++;
     l->delivered = 0;
     l->elastic_live = 0; /* later epochs are a fresh run's */

@@ -470,10 +470,16 @@ int wds_loader_config_set(wds_loader_config *cfg, const char *name,
     return WDS_OK;
   case WDS_OPTION_TIMEOUT:
     if (by_flag) { /* seconds, fractions allowed */
-      char *end;
+      char *end = NULL;
       errno = 0;
-      double s = strtod(value, &end);
-      if (errno || end == value || *end || !(s >= 0) ||
+      /* Decimal digits with one optional '.', nothing else: strtod would
+       * also take a sign ("-0"), hex ("0x10"), exponents, "inf", spaces. */
+      size_t digits = strspn(value, "0123456789");
+      if (value[digits] == '.')
+        digits += 1 + strspn(value + digits + 1, "0123456789");
+      double s =
+          value[digits] || strcmp(value, ".") == 0 ? -1 : strtod(value, &end);
+      if (s < 0 || errno || end == value || *end || !(s >= 0) ||
           s * 1000 > (double)r->max)
         return bad(r, name, value, by_flag);
       v = s == 0 ? 0 : s * 1000 < 1 ? 1 : (uint64_t)(s * 1000 + 0.5);

@@ -165,6 +165,20 @@ TEST(bounds_and_messages) {
           "days), not \"-1\"");
   REFUSED("--read-timeout", "2073601", "--read-timeout");
   REFUSED("--read-timeout", "nan", "--read-timeout");
+  /* seconds in decimal, without a sign (issue 34 item 5): strtod took
+   * hex, signs, exponents, infinity and blanks */
+  REFUSED("--read-timeout", "0x10", "--read-timeout", "\"0x10\"");
+  REFUSED("--read-timeout", "-0", "--read-timeout", "\"-0\"");
+  REFUSED("--read-timeout", "+5", "--read-timeout");
+  REFUSED("--read-timeout", "1e3", "--read-timeout");
+  REFUSED("--read-timeout", " 5", "--read-timeout");
+  REFUSED("--read-timeout", "5 ", "--read-timeout");
+  REFUSED("--read-timeout", "inf", "--read-timeout");
+  REFUSED("--read-timeout", ".", "--read-timeout");
+  REFUSED("--read-timeout", "", "--read-timeout");
+  REFUSED("--read-timeout", "1.2.3", "--read-timeout");
+  REFUSED("read_timeout_ms", "0x10", "read_timeout_ms");
+  REFUSED("read_timeout_ms", "-0", "read_timeout_ms");
   REFUSED("read_timeout_ms", "1.5", "read_timeout_ms needs milliseconds");
   REFUSED("read_timeout_ms", "-5", "read_timeout_ms");
   REFUSED("drop_last", "yes", "drop_last needs 1 or 0");
@@ -205,6 +219,10 @@ TEST(units_and_special_values) {
   ASSERT_EQ_INT(c.read_timeout_ms, 2500);
   ASSERT_EQ_INT(wds_loader_config_set(&c, "--read-timeout", "0.0001"), WDS_OK);
   ASSERT_EQ_INT(c.read_timeout_ms, 1);
+  ASSERT_EQ_INT(wds_loader_config_set(&c, "--read-timeout", ".5"), WDS_OK);
+  ASSERT_EQ_INT(c.read_timeout_ms, 500);
+  ASSERT_EQ_INT(wds_loader_config_set(&c, "--read-timeout", "7."), WDS_OK);
+  ASSERT_EQ_INT(c.read_timeout_ms, 7000);
   ASSERT_EQ_INT(wds_loader_config_set(&c, "--read-timeout", "0"), WDS_OK);
   ASSERT_EQ_INT(c.read_timeout_ms, -1);
   ASSERT_EQ_INT(wds_loader_config_set(&c, "read_timeout_ms", "750"), WDS_OK);

@@ -16,6 +16,7 @@
 #include "loader_opts.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -316,6 +317,17 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
     cfg->last_batch = WDS_LAST_DROP;
   if (tool_cache_finish(cmd, &cfg->cache_dir, cfg->cache_size) != 0)
     return -1;
+  if (o->epochs - 1 > UINT64_MAX - cfg->epoch) {
+    /* The last epoch would be past 2^64 - 1: the number would wrap to 0
+     * and replay epoch 0's order as if it were new. */
+    tool_usage_error(cmd,
+                     "--epoch %" PRIu64 " with --epochs %" PRIu64
+                     " runs past the last epoch number (%" PRIu64
+                     "): at most %" PRIu64 " epochs from there",
+                     cfg->epoch, o->epochs, UINT64_MAX,
+                     UINT64_MAX - cfg->epoch + 1); /* epoch > 0 here */
+    return -1;
+  }
   if (cfg->mode == WDS_MODE_RESAMPLED && cfg->samples_per_epoch == 0) {
     tool_usage_error(cmd, "--mode resampled needs --samples-per-epoch N");
     return -1;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/size.h"
+#include "shards/netrc.h"
 #include "tools/loader_opts.h"
 #include "tools/opts.h"
 #include "tools/signals.h"
@@ -281,7 +282,13 @@ static void stdout_at_exit(void) {
   _exit(1);
 }
 
+/* The library's warnings without a log to go to (shards/netrc.h). */
+static void warn_stderr(const char *msg) {
+  fprintf(stderr, "wds-train: %s\n", msg);
+}
+
 int main(int argc, char **argv) {
+  wds__netrc_set_warn_sink(warn_stderr);
   /* Static: what the options allocate (the --source list, in
    * o.loader.sources) stays reachable on every return. */
   static tr_options o;

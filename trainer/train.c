@@ -66,8 +66,11 @@ typedef struct shared {
                             the split among local ranks changed) */
   FILE *json;            /* --json */
   FILE *rows_log;        /* --log-rows */
-  wds_outfile *json_file; /* what json and rows_log write into (their */
-  wds_outfile *rows_file; /* descriptors are copies of these) */
+  wds_outfile *json_file;     /* what json and rows_log write into (their */
+  wds_outfile *rows_file;     /* descriptors are copies of these) */
+  int json_errno, rows_errno; /* the first failed write's (0: none) */
+  int summarized;             /* summarize ran (it checks the output) */
+  int out_errno;              /* the output's first failed flush (0: none) */
 
   int world, first_rank; /* ranks of the job; global rank of local 0 */
   size_t *rows, *row0;   /* per local rank: its rows of a loader batch */
@@ -194,25 +197,51 @@ static void write_rows(const shared *sh, const wds_batch *b, FILE *out) {
   }
 }
 
+/* Flushes the output, keeping the reason of its first failure for the
+ * run's message (a failure is reported at the end, with every other). */
+static void note_out(shared *sh) {
+  errno = 0;
+  if ((fflush(sh->o->out) != 0 || ferror(sh->o->out)) && !sh->out_errno)
+    sh->out_errno = errno ? errno : EIO;
+}
+
+/* After a write to log f (--json or --log-rows): 0, or -1 when it failed,
+ * which stops the run there (fail: its message names the log and the
+ * reason) and keeps the reason for close_log. */
+static int log_written(shared *sh, FILE *f, const char *flag, int *saved) {
+  if (!ferror(f))
+    return 0;
+  if (!*saved) {
+    *saved = errno ? errno : EIO;
+    fail(sh, WDS_ERR_IO, "%s %s: cannot write it: %s", flag,
+         f == sh->json ? sh->o->json_path : sh->o->rows_path, strerror(*saved));
+  }
+  return -1;
+}
+
 /* The step's rows are made in memory and go out in one write (the log's
  * FILE is unbuffered, set where it is opened), so a reader (tail -f) or a run
  * killed mid-way sees whole steps, never half a row, however many rows a step
  * has. Out of memory, they go straight to the log. */
-static void log_rows(shared *sh, const wds_batch *b) {
+static int log_rows(shared *sh, const wds_batch *b) {
   char *buf = NULL;
   size_t len = 0;
   FILE *m = open_memstream(&buf, &len);
+  errno = 0;
   if (m) {
     write_rows(sh, b, m);
     if (fclose(m) == 0) {
+      errno = 0;
       if (len)
         fwrite(buf, 1, len, sh->rows_log);
       free(buf);
-      return;
+      return log_written(sh, sh->rows_log, "--log-rows", &sh->rows_errno);
     }
   }
   free(buf);
+  errno = 0;
   write_rows(sh, b, sh->rows_log);
+  return log_written(sh, sh->rows_log, "--log-rows", &sh->rows_errno);
 }
 
 /* "SPEC (repeat 2, index FILE)" of source s, as given but for the spec's
@@ -318,8 +347,8 @@ static int coordinate(shared *sh, int *seen_eof) {
   sh->batch_staged = staged;
   sh->epoch = b->epoch;
   sh->cmd = CMD_STEP;
-  if (sh->rows_log)
-    log_rows(sh, b);
+  if (sh->rows_log && log_rows(sh, b) != 0)
+    return -1; /* the batch is released with the loader */
   return 0;
 }
 
@@ -490,7 +519,7 @@ static int run_eval(shared *sh, tr_rank *r, int rank, wds__err *e) {
   return 0;
 }
 
-static void log_eval(shared *sh, const char *when) {
+static int log_eval(shared *sh, const char *when) {
   FILE *out = sh->o->out;
   if (sh->eval_count == 0)
     fprintf(out,
@@ -502,7 +531,7 @@ static void log_eval(shared *sh, const char *when) {
             "eval %s step %" PRIu64 ": loss %.4f accuracy %.4f (%" PRIu64
             " samples)\n",
             when, sh->step, sh->eval_loss, sh->eval_acc, sh->eval_count);
-  fflush(out);
+  note_out(sh);
   if (sh->json) {
     /* No samples: no loss or accuracy (null), not zeros. */
     int none = sh->eval_count == 0;
@@ -513,8 +542,11 @@ static void log_eval(shared *sh, const char *when) {
     fputs(", \"accuracy\": ", sh->json);
     wds__json_write_double(sh->json, "%.6f", none ? NAN : sh->eval_acc);
     fprintf(sh->json, ", \"samples\": %" PRIu64 "}}\n", sh->eval_count);
+    errno = 0;
     fflush(sh->json);
+    return log_written(sh, sh->json, "--json", &sh->json_errno);
   }
+  return 0;
 }
 
 static void print_step(shared *sh, double lr, double loss, double sps,
@@ -532,7 +564,7 @@ static void print_step(shared *sh, double lr, double loss, double sps,
       fprintf(out, " %016" PRIx64, sh->checksums[i]);
   }
   fputc('\n', out);
-  fflush(out);
+  note_out(sh);
   if (sh->json) {
     /* A non-finite loss (the run diverged; log_step stops it) is null:
      * JSON has no NaN. */
@@ -556,7 +588,9 @@ static void print_step(shared *sh, double lr, double loss, double sps,
       fputc(']', sh->json);
     }
     fputs("}\n", sh->json);
+    errno = 0;
     fflush(sh->json);
+    log_written(sh, sh->json, "--json", &sh->json_errno);
   }
 }
 
@@ -582,6 +616,8 @@ static int log_step(shared *sh, tr_rank *r, double lr, wds__err *e) {
   double h2d = sh->iv_h2d_s > 0 ? sh->iv_h2d_bytes / sh->iv_h2d_s / 1e9 : 0;
   if (sh->o->proc_rank == 0) /* process 0 logs for the job */
     print_step(sh, lr, loss, sps, wait, h2d);
+  if (sh->json_errno)
+    return 1; /* recorded: the run stops at the first failed write */
   sh->iv_wait_s = sh->iv_h2d_bytes = sh->iv_h2d_s = 0;
   sh->iv_start_s = t;
   if (!isfinite(loss))
@@ -724,8 +760,9 @@ static void *rank_main(void *arg) {
       if (sh->eval) {
         if ((rc = run_eval(sh, r, rank, &err)) != WDS_OK)
           goto failed_or_out;
-        if (rank == 0 && sh->o->proc_rank == 0) /* for the job */
-          log_eval(sh, cmd == CMD_FINAL ? "final" : "epoch-end");
+        if (rank == 0 && sh->o->proc_rank == 0 && /* for the job */
+            log_eval(sh, cmd == CMD_FINAL ? "final" : "epoch-end") != 0)
+          goto out; /* recorded: the run stops there */
         if (rank == 0 && sh->eval_count > 0 && !isfinite(sh->eval_loss)) {
           rc = diverged(sh, &err, "evaluation loss is", sh->eval_loss);
           goto failed;
@@ -1209,11 +1246,26 @@ static int open_log(const char *flag, const char *path, wds_outfile **of,
   return WDS_OK;
 }
 
+/* Adds "; WHAT" to a failed run's message (rc < 0) unless it names WHAT
+ * already, or fails the run with WHAT: every output that failed is named,
+ * not only the first. */
+static int also_failed(wds__err *e, int rc, const char *what) {
+  if (rc == WDS_OK)
+    return wds__fail(e, WDS_ERR_IO, "%s", what);
+  if (!strstr(e->msg, what)) {
+    size_t n = strlen(e->msg);
+    snprintf(e->msg + n, sizeof e->msg - n, "; %s", what);
+  }
+  return rc;
+}
+
 /* Ends what open_log opened (of NULL: nothing), whatever the run's
  * status rc so far: the log is kept. A log that could not be written
- * fails a run that had not failed. */
+ * fails a run that had not failed, and is named after the first failure
+ * of one that had, with its reason (saved: the first failed write's errno,
+ * kept by log_written; else fclose's). */
 static int close_log(const char *flag, const char *path, wds_outfile *of,
-                     FILE *f, int rc, wds__err *e) {
+                     FILE *f, int saved, int rc, wds__err *e) {
   if (!of)
     return rc;
   int failed = 0;
@@ -1225,11 +1277,17 @@ static int close_log(const char *flag, const char *path, wds_outfile *of,
     if (fclose(f) != 0)
       failed = 1;
   }
-  if (failed && rc == WDS_OK)
-    rc = wds__fail(e, WDS_ERR_IO, "%s %s: cannot write it%s%s", flag, path,
-                   errno ? ": " : "", errno ? strerror(errno) : "");
-  if (wds_outfile_commit(of) != WDS_OK && rc == WDS_OK)
-    rc = wds__fail(e, WDS_ERR_IO, "%s: %s", flag, wds_last_error());
+  int en = saved ? saved : errno;
+  char what[WDS__ERR_SIZE];
+  if (failed || saved) {
+    snprintf(what, sizeof what, "%s %s: cannot write it%s%s", flag, path,
+             en ? ": " : "", en ? strerror(en) : "");
+    rc = also_failed(e, rc, what);
+  }
+  if (wds_outfile_commit(of) != WDS_OK) {
+    snprintf(what, sizeof what, "%s: %s", flag, wds_last_error());
+    rc = also_failed(e, rc, what);
+  }
   wds_outfile_close(of);
   return rc;
 }
@@ -1284,7 +1342,7 @@ static void print_banner(const shared *sh) {
             ", batch %" PRIu64 ")\n",
             o->resume_path, sh->resume->step, sh->resume->loader_epoch,
             sh->resume->loader_batches);
-  fflush(out);
+  fflush(out); /* checked by summarize */
 }
 
 /* The job's processes meet (the rendezvous, with more than one), then the
@@ -1489,7 +1547,7 @@ static int summarize(const shared *sh, double seconds, wds__err *e) {
   print_summary(sh, &t);
   errno = 0;
   int out_failed = fflush(out) != 0 || ferror(out);
-  int out_errno = out_failed ? errno : 0;
+  int out_errno = !out_failed ? 0 : sh->out_errno ? sh->out_errno : errno;
   if (sh->json)
     json_summary(sh, &t);
   if (out_failed)
@@ -1549,10 +1607,26 @@ int tr_run(const tr_options *o, wds__err *e) {
     rc = run_ranks(&sh, &seconds, e);
   if (rc == WDS_OK)
     rc = ranks_outcome(&sh, e);
-  if (rc == WDS_OK)
+  if (rc == WDS_OK) {
+    sh.summarized = 1;
     rc = summarize(&sh, seconds, e);
-  rc = close_log("--json", o->json_path, sh.json_file, sh.json, rc, e);
-  rc = close_log("--log-rows", o->rows_path, sh.rows_file, sh.rows_log, rc, e);
+  }
+  if (rc != WDS_OK && !sh.summarized) {
+    /* The output failed too (summarize reports it when it runs)? */
+    errno = 0;
+    int out_failed = fflush(o->out) != 0 || ferror(o->out);
+    int en = sh.out_errno ? sh.out_errno : errno;
+    if (out_failed) {
+      char what[300];
+      snprintf(what, sizeof what, "cannot write the output%s%s", en ? ": " : "",
+               en ? strerror(en) : "");
+      rc = also_failed(e, rc, what);
+    }
+  }
+  rc = close_log("--json", o->json_path, sh.json_file, sh.json, sh.json_errno,
+                 rc, e);
+  rc = close_log("--log-rows", o->rows_path, sh.rows_file, sh.rows_log,
+                 sh.rows_errno, rc, e);
   release(&sh);
   return rc;
 }

@@ -27,7 +27,11 @@
  * holding the holder's pid, kept until close or abort (which delete it).
  * A second writer of the same pattern, in this process or another, fails
  * its first sample with WDS_ERR_OPEN naming the lock and the other
- * writer's pid: two runs would interleave their shards.
+ * writer's pid: two runs would interleave their shards. A lock file that
+ * cannot be opened or used (a directory or FIFO at its path, another
+ * user's file this one cannot open) is the same error naming it and the
+ * reason, never skipped; another user's lock that can be read is taken
+ * through a read-only descriptor (flock needs no more).
  *
  * Compression comes from the name: ".zst"/".tzst" zstd, ".gz"/".tgz" gzip,
  * anything else none (WDS_COMPRESS_AUTO), or is given explicitly.

@@ -375,3 +375,86 @@ def test_a_failed_copy_waits_before_the_slot_goes(shards, late):
         with pytest.raises(RuntimeError, match="out of memory"):
             l.next()
     assert calls == ["copy", "sync"]
+
+
+
+def test_close_when_a_fence_raises(shards, late):
+    """Issue 34 item 5: a fence whose wait() raises (a CUDA error): close()
+    still closes the C loader, raises the first error once, and a second
+    close() (or the `with` exit after it) is a no-op, the engine not asked
+    again."""
+    eng = late(polls=1 << 30)
+    calls = []
+
+    def bad_wait(ev):
+        calls.append("wait")
+        raise RuntimeError("CUDA error: illegal address")
+
+    eng.wait = bad_wait
+    l = loader(shards, device="late", prefetch=4)  # next() waits for none
+    b = l.next()
+    b2 = l.next()
+    assert b is not None and b2 is not None
+    with pytest.raises(RuntimeError, match="illegal address"):
+        l.close()
+    assert l.closed
+    assert calls == ["wait", "wait"]  # both fences tried, the first raised
+    l.close()  # no-op
+    assert calls == ["wait", "wait"]
+    del b, b2
+
+    # done() raising in next(): the error is next()'s; close() then
+    # closes (its wait() works).
+    eng = late(polls=1 << 30)
+
+    def bad_done(ev):
+        raise RuntimeError("CUDA error: launch failure (done)")
+
+    eng.done = bad_done
+    l = loader(shards, device="late")
+    b = l.next()
+    with pytest.raises(RuntimeError, match="launch failure"):
+        l.next()
+    l.close()
+    assert l.closed
+    del b
+
+    # `with`: the error leaves the block once; the loader is closed.
+    eng = late(polls=1 << 30)
+
+    def bad_wait2(ev):
+        raise RuntimeError("CUDA error: illegal address (with)")
+
+    eng.wait = bad_wait2
+    with pytest.raises(RuntimeError, match=r"illegal address \(with\)"):
+        with loader(shards, device="late") as l:
+            assert l.next() is not None
+    assert l.closed
+    l.close()
+
+
+def test_one_engine_per_device_from_two_threads(monkeypatch):
+    """Two loaders opened at once on one device (two threads) get one
+    engine, so one GPU JPEG decoder (its calls serialised by its own lock):
+    engine() makes it under a lock."""
+    import threading
+    import time
+
+    made = []
+
+    class SlowEngine:
+        def __init__(self, device):
+            time.sleep(0.05)  # a window two unlocked calls would share
+            made.append(device)
+
+    monkeypatch.setattr(_device, "_TorchCuda", SlowEngine)
+    monkeypatch.setattr(_device, "_engines", {})
+    got = []
+    ts = [threading.Thread(target=lambda: got.append(_device.engine("cuda:7")))
+          for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert made == ["cuda:7"]
+    assert len(got) == 4 and all(e is got[0] for e in got)

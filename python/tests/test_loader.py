@@ -584,6 +584,17 @@ def test_table_keywords(shards, tmp_path):
         with pytest.raises(ValueError) as e:
             wds.Loader(spec, "cls", 2, **kw)
         assert msg in str(e.value), (kw, str(e.value))
+    # A NUL in a string keyword (issue 34 item 5): "exact\0junk" was read
+    # as "exact", a path cut at its NUL.
+    for kw in (dict(mode="exact\0junk"), dict(on_error="skip\0"),
+               dict(cache_dir=str(tmp_path) + "\0x")):
+        with pytest.raises(ValueError, match="NUL|null") as e:
+            wds.Loader(spec, "cls", 2, **kw)
+        assert next(iter(kw)) in str(e.value) or "null" in str(e.value), \
+            (kw, str(e.value))
+    with pytest.raises(wds.InvalidError, match=r"mode: the value holds a NUL "
+                       r"character \(at offset 5 of 10\)"):
+        wds.Loader(spec, "cls", 2, mode="exact\0junk")
     if CLI:
         p = subprocess.run([CLI, "batches", spec, "--decode", "cls",
                             "--crop", "middle"], capture_output=True)

@@ -21,7 +21,7 @@ PyObject *wds_py_gpu_jpeg_open(PyObject *mod, PyObject *args) {
   wds_gpu_jpeg *g = NULL;
   int rc;
   Py_BEGIN_ALLOW_THREADS;
-  rc = wds_gpu_jpeg_create(device, &g);
+  rc = wds_gpu_jpeg_open(device, &g);
   Py_END_ALLOW_THREADS;
   if (rc != WDS_OK)
     return wds_py_raise(rc, wds_last_error());

@@ -258,6 +258,15 @@ def _sources_state(sources):
     return None if sources is None else [list(t) for t in sources]
 
 
+def _give_up_oldest(fences):
+    """Drops the oldest fence, whose done()/wait() raised: close() cannot
+    wait for it, and keeping it would raise the same error at every later
+    close (the Fences' own methods keep such an entry queued)."""
+    with fences._lock:
+        if fences._q:
+            fences._free(fences._q.popleft())
+
+
 class Loader:
     """Loader(spec, fields, batch_size, *, mode="exact", rank=None,
     world_size=None, workers=4, seed=0, epoch=0, shuffle_buffer=0,
@@ -595,9 +604,25 @@ class Loader:
 
     def close(self):
         """Waits for copies still reading slots (device=, Batch.to), then
-        stops the loader."""
-        self._fences.drain()
+        stops the loader. A copy whose done() or wait() raises is given up
+        (its slot goes with it), the others are still waited for, the
+        loader is closed all the same and the first error is raised, once:
+        a later close() does nothing."""
+        if self._l.closed:
+            return
+        first = None
+        f = self._fences
+        while True:
+            try:
+                if not f.wait_oldest():
+                    break
+            except BaseException as e:  # the engine's: CUDA, KeyboardInterrupt
+                if first is None:
+                    first = e
+                _give_up_oldest(f)
         self._l.close()
+        if first is not None:
+            raise first
 
     @property
     def closed(self):
