@@ -722,7 +722,10 @@ static int mark_delivered(const wds_loader *l, const level *v,
 }
 
 static int state_elastic(wds_loader *l, const level *v, const char *text,
-                         wds__err *e) {
+                         int changed, wds__err *e) {
+  /* The world it resumed from: a state of this very configuration (this
+   * loader's own, reopened inside a remainder) reports its origin's. */
+  int from_world = !changed && v->from ? v->from->world : v->world;
   if (l->cfg.mode == WDS_MODE_RESAMPLED) {
     uint64_t total, done;
     int rc = drawn(l, v, &total, &done, e);
@@ -737,7 +740,7 @@ static int state_elastic(wds_loader *l, const level *v, const char *text,
     l->elastic_epoch = v->epoch;
     l->elastic_live = 1;
     l->elastic_left = total - done;
-    l->elastic_world = v->world;
+    l->elastic_world = from_world;
     l->cfg.epoch = v->epoch;
     l->cfg.resume_batches = 0;
     return WDS_OK;
@@ -777,7 +780,7 @@ static int state_elastic(wds_loader *l, const level *v, const char *text,
   l->elastic_epoch = v->epoch;
   l->elastic_live = 1;
   l->elastic_left = left;
-  l->elastic_world = v->world;
+  l->elastic_world = from_world;
   l->cfg.epoch = v->epoch;
   l->cfg.resume_batches = 0;
 done:
@@ -822,12 +825,12 @@ int wds__state_check(wds_loader *l, const char *text, wds__err *e) {
   int can_elastic =
       (l->cfg.mode == WDS_MODE_EXACT && !l->sources.mixed && l->counts) ||
       l->cfg.mode == WDS_MODE_RESAMPLED;
-  int elastic = saved.val[K_FROM][0] != 0;
+  int elastic = saved.val[K_FROM][0] != 0, changed = 0;
   for (size_t k = K_MODE; k < K_FROM; k++) {
     if (strcmp(saved.val[k], mine.val[k]) == 0)
       continue;
     if (can_elastic && elastic_key(k)) {
-      elastic = 1;
+      elastic = changed = 1;
       continue;
     }
     const char *sv = saved.val[k][0] ? saved.val[k] : "none";
@@ -848,7 +851,7 @@ int wds__state_check(wds_loader *l, const char *text, wds__err *e) {
   if (elastic) {
     if ((rc = level_of(&saved, &v, 0, e)) != WDS_OK)
       goto done;
-    rc = state_elastic(l, v, text, e);
+    rc = state_elastic(l, v, text, changed, e);
     goto done;
   }
   l->cfg.epoch = epoch;

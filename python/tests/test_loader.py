@@ -201,6 +201,14 @@ def test_load_state_dict_refuses_another_world_naming_both(shards):
     with wds.Loader(spec, "cls", 3, **dict(rkw, world_size=3)) as b:
         b.load_state_dict(rstate)
         assert b.elastic == (2, 18)
+        # A state it cannot take leaves it where it was: in the remainder.
+        with pytest.raises(ValueError, match="seed 8 is not this loader.s 7"):
+            b.load_state_dict(dict(rstate, seed=8))
+        assert b.elastic == (2, 18)
+        bad = dict(rstate, state=rstate["state"].replace("seed=7", "seed=8"))
+        with pytest.raises(wds.CorruptError):
+            b.load_state_dict(bad)
+        assert b.elastic == (2, 18)
         assert sum(len(x) for x in b) == 6
     with wds.Loader(spec, "cls", 3, **dict(rkw, world_size=3, seed=8)) as b:
         with pytest.raises(ValueError, match="seed 7 is not this loader.s 8"):

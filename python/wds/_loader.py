@@ -572,7 +572,9 @@ class Loader:
                     f"epoch {saved.get('epoch')}, batches "
                     f"{saved.get('batches')}: the state was edited")
         self._fences.drain()
-        old = None if self._l.closed else self._l.position()
+        # Where it was, as its saved state: in the rest of an elastic
+        # resume's epoch a bare position would mean other samples.
+        old = None if self._l.closed else self._l.state()
         self._l.close()
         try:
             self._open(epoch, batches, text)
@@ -580,16 +582,17 @@ class Loader:
             # A position this loader cannot take (past the epoch's end):
             # the error is raised, and the loader goes on where it was.
             if old is not None:
-                self._open(*old)
+                self._open(0, 0, old)
             raise
 
     @property
     def elastic(self):
         """(old world size, samples left) while the epoch being read is the
         rest of an elastic resume's (load_state_dict of a state saved on
-        another world, with other sizes, workers or shuffle buffer, exact
-        mode: the new ranks deliver those samples between them, each once,
-        in equal steps); None otherwise."""
+        another world, with other sizes, workers or shuffle buffer: in exact
+        mode the new ranks deliver those samples between them, each once,
+        in equal steps; in resampled mode, that many draws); None
+        otherwise."""
         return self._l.elastic()
 
     def stats(self):
