@@ -86,9 +86,18 @@ struct wds_loader {
 
   /* ---- the caller's thread (loader.c; run.c's start and stop) ---- */
   wds__run *cur;
-  uint64_t epoch;                 /* of the next batch */
-  uint64_t delivered;             /* batches of `epoch` delivered */
-  uint64_t first_skip;            /* resume_batches, for the first run only */
+  uint64_t epoch;      /* of the next batch */
+  uint64_t delivered;  /* batches of `epoch` delivered */
+  uint64_t first_skip; /* resume_batches, for the first run only */
+  /* An elastic resume (state.c): this rank's plan for the rest of
+   * elastic_epoch, taken by that epoch's first run (run.c); elastic_live
+   * while the epoch being read is that remainder (cleared by set_epoch and
+   * the epoch's end); the state it resumed from (its "from" in a state
+   * saved meanwhile), the samples left for the new ranks, the old world. */
+  wds__epoch_plan elastic_plan;
+  char *elastic_from;
+  uint64_t elastic_epoch, elastic_left, elastic_batches;
+  int elastic_live, elastic_world;
   int failed;                     /* a fatal status, returned from then on */
   char failed_err[WDS__ERR_SIZE]; /* its text (l->err then; set with failed,
                                      under mu: later calls report it, not

@@ -318,8 +318,9 @@ struct wds__run {
    * with this one and started worker by worker as this one's end (under
    * l->mu; NULL when there is none). */
   wds__run *succ;
-  int ended; /* the collator took every worker's last word (it set this
-                before posting the end: read after popping it) */
+  int ended;   /* the collator took every worker's last word (it set this
+                  before posting the end: read after popping it) */
+  int elastic; /* its plan is an elastic resume's remainder */
 };
 
 /* One source of the loader's shards (mix.c): urls[first, first + count).
@@ -419,6 +420,15 @@ void wds__set_error(wds_loader *l, const char *fmt, ...)
 /* An error under WDS_ON_ERROR_SKIP: counted, kept as the last error, and
  * logged ("<what>: msg"). */
 void wds__note_skip(wds_loader *l, const char *what, const char *msg);
+
+/* The saved position (state.c): l's state at (epoch, batches) as
+ * wds_loader_state gives it (malloc'd into *out); WDS_ERR_NOMEM. */
+int wds__state_format(const wds_loader *l, uint64_t epoch, uint64_t batches,
+                      char **out);
+/* Checks a saved state (cfg.resume_state) against l's configuration, once
+ * its data is known (after the counts); on success sets cfg.epoch and
+ * cfg.resume_batches to its position. */
+int wds__state_check(wds_loader *l, const char *text, wds__err *e);
 
 /* ---- items.c: blocks and items ---- */
 

@@ -49,6 +49,13 @@
  * loader opened with .epoch and .resume_batches set to those values
  * delivers exactly the batches an uninterrupted run would have delivered
  * next; the samples already delivered are read but not decoded.
+ * wds_loader_state() gives the position with what fixes its meaning, and
+ * .resume_state resumes at it after checking it: the same configuration
+ * continues as above; in exact mode (one source) another world, batch or
+ * per-rank sizes, workers or shuffle buffer is an elastic resume (the new
+ * ranks deliver the epoch's samples the old ones had not, each once, in
+ * equal steps; in resampled mode, the count of samples it still owes);
+ * anything else is refused, naming both values.
  *
  * Errors: with WDS_ON_ERROR_STOP the first error (unreadable shard, corrupt
  * tar, missing field, failed decode) is returned by next() (its message in
@@ -315,6 +322,18 @@ typedef struct wds_loader_config {
    * binding's KeyboardInterrupt. */
   int (*interrupt)(void *ctx);
   void *interrupt_ctx;
+  /* NULL, or a saved position (the text wds_loader_state gave, on any rank
+   * of the job that saved it): the loader resumes there, instead of at
+   * epoch and resume_batches, after checking that everything that fixes
+   * which samples the delivered batches held is as it was (mode, seed,
+   * world_size, workers, batch_size or rank_batch_sizes, last_batch,
+   * drop_last, shard_shuffle, the shuffle buffer's settings,
+   * samples_per_epoch, the shards and their counts). One that differs
+   * fails wds_loader_open (WDS_ERR_INVALID) naming both values; a text
+   * that is not a state, of another version or corrupted fails it too
+   * (WDS_ERR_FORMAT, WDS_ERR_CORRUPT). The text is read during the open
+   * only. */
+  const char *resume_state;
 } wds_loader_config;
 
 #define WDS_LOADER_CONFIG_INIT                                                 \
@@ -498,8 +517,35 @@ WDS_API int wds_loader_set_epoch(wds_loader *l, uint64_t epoch);
 WDS_API void wds_loader_position(const wds_loader *l, uint64_t *epoch,
                                  uint64_t *batches);
 
-/* Batches in an epoch for this rank; 0 in plain mode (not known). */
+/* The position as a saved state (the text wds_loader_config.resume_state
+ * takes): the position of wds_loader_position and the configuration that
+ * gives it meaning, versioned and checksummed (a few hundred bytes of
+ * text, one "key=value" a line). *text is malloc'd: release it with
+ * free(). Every rank of a job gives the same text but for its rank line,
+ * and any of them resumes any rank. Returns WDS_OK, or WDS_ERR_NOMEM
+ * (*text NULL). */
+WDS_API int wds_loader_state(const wds_loader *l, char **text);
+/* The same for another position of this loader's configuration: (epoch,
+ * batches delivered in it), e.g. one batch back when a batch fetched ahead
+ * was not used (wds-train's checkpoints). The caller vouches for it. */
+WDS_API int wds_loader_state_at(const wds_loader *l, uint64_t epoch,
+                                uint64_t batches, char **text);
+
+/* Batches in an epoch for this rank; 0 in plain mode (not known). While
+ * the rest of an elastic resume's epoch is read (resume_state), its
+ * batches on this rank. */
 WDS_API uint64_t wds_loader_epoch_batches(const wds_loader *l);
+
+/* Whether the epoch being read is the rest of an elastic resume's (a state
+ * of another world, other batch or per-rank sizes, workers or shuffle
+ * settings, exact mode: resume_state): then 1, with the world it was saved
+ * on and the samples of the epoch its ranks had not delivered (which the
+ * new ranks deliver between them) and the batches of a whole epoch on
+ * this rank (wds_loader_epoch_batches() gives the remainder's then); else
+ * 0 (and 0, 0, the whole epoch's). Pointers may be NULL. */
+WDS_API int wds_loader_elastic(const wds_loader *l, int *old_world,
+                               uint64_t *samples_left,
+                               uint64_t *full_epoch_batches);
 
 typedef struct wds_loader_stats {
   uint64_t batches, samples; /* delivered */

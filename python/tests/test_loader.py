@@ -166,6 +166,72 @@ def test_state_dict_resume(shards):
         assert [x.keys for x in c] == whole[len(whole) // 2:]
 
 
+def test_load_state_dict_refuses_another_world_naming_both(shards):
+    """A state saved on 2 ranks: on 3 or 1 ranks, with other workers or
+    another batch size, its batch count means other samples, so
+    load_state_dict raises naming both values (world 2 -> 3 was taken
+    silently: samples missed and repeated) and the loader goes on where it
+    was; rank 1 of the same world takes rank 0's state."""
+    spec, _ = shards
+    kw = dict(world_size=2, rank=0, workers=2, seed=7, shuffle_buffer=4)
+    with wds.Loader(spec, "cls", 3, **kw) as a:
+        it = iter(a)
+        [next(it) for _ in range(3)]
+        state = a.state_dict()
+    assert state["world_size"] == 2 and "wds-loader-state 1" in state["state"]
+    # Exact mode: an elastic resume, but not of a shuffle buffer whose byte
+    # bound may have bound (max_sample_bytes by default): refused.
+    bound = ("saved with a shuffle buffer of 4 samples and "
+             "shuffle_buffer_bytes 1073741824, max_sample_bytes 1073741824")
+    cases = ((dict(kw, world_size=3), 3, bound),
+             (dict(kw, world_size=1), 3, bound),
+             (dict(kw, workers=3), 3, bound),
+             (dict(kw, shuffle_buffer=5), 3, bound))
+    for other, bs, msg in cases:
+        with wds.Loader(spec, "cls", bs, **other) as b:
+            with pytest.raises(ValueError, match=msg):
+                b.load_state_dict(state)
+            assert not b.closed and b.state_dict()["batches"] == 0
+    # Resampled mode: the count left is re-dealt (12 per rank on 2 ranks,
+    # 3 drawn on each: 18 left, 6 per rank on 3); another seed is named.
+    rkw = dict(kw, mode="resampled", samples_per_epoch=12)
+    with wds.Loader(spec, "cls", 3, **rkw) as a:
+        next(iter(a)).release()
+        rstate = a.state_dict()
+    with wds.Loader(spec, "cls", 3, **dict(rkw, world_size=3)) as b:
+        b.load_state_dict(rstate)
+        assert b.elastic == (2, 18)
+        # A state it cannot take leaves it where it was: in the remainder.
+        with pytest.raises(ValueError, match="seed 8 is not this loader.s 7"):
+            b.load_state_dict(dict(rstate, seed=8))
+        assert b.elastic == (2, 18)
+        bad = dict(rstate, state=rstate["state"].replace("seed=7", "seed=8"))
+        with pytest.raises(wds.CorruptError):
+            b.load_state_dict(bad)
+        assert b.elastic == (2, 18)
+        assert sum(len(x) for x in b) == 6
+    with wds.Loader(spec, "cls", 3, **dict(rkw, world_size=3, seed=8)) as b:
+        with pytest.raises(ValueError, match="seed 7 is not this loader.s 8"):
+            b.load_state_dict(rstate)
+    # An older state_dict, without "state": its world is still checked.
+    old = {k: v for k, v in state.items() if k != "state"}
+    with wds.Loader(spec, "cls", 3, **dict(kw, world_size=3)) as b:
+        with pytest.raises(ValueError, match="world_size 2; this loader has "
+                           "world_size 3"):
+            b.load_state_dict(old)
+    # Any rank's state resumes any rank of the same job.
+    with wds.Loader(spec, "cls", 3, **dict(kw, rank=1)) as full:
+        whole = [b.keys for b in full]
+    with wds.Loader(spec, "cls", 3, **dict(kw, rank=1)) as b:
+        b.load_state_dict(state)
+        assert [x.keys for x in b] == whole[3:]
+    # A corrupted state is refused, saying so.
+    bad = dict(state, state=state["state"].replace("seed=7", "seed=8"))
+    with wds.Loader(spec, "cls", 3, **kw) as b:
+        with pytest.raises(wds.CorruptError, match="checksum mismatch"):
+            b.load_state_dict(bad)
+
+
 def test_load_state_dict_past_the_end_keeps_the_position(shards):
     # A state this loader cannot take raises, and the loader goes on where
     # it was (it was left closed: its position lost).
@@ -305,11 +371,24 @@ def test_rank_batch_sizes(shards):
     with wds.Loader(spec, "cls", None, **kw) as b:
         b.load_state_dict(state)
         assert head + [x.keys for x in b] == whole
+    # A state_dict without the C loader's state (an older wds's): other
+    # sizes are refused, naming both.
+    legacy = {k: v for k, v in state.items() if k != "state"}
     with wds.Loader(spec, "cls", None, world_size=3, rank=1, seed=4,
                     rank_batch_sizes=[4, 4, 2]) as c:
         with pytest.raises(ValueError, match=r"rank_batch_sizes \[5, 2, 3\] is "
                            r"not this loader's \[4, 4, 2\]"):
-            c.load_state_dict(state)
+            c.load_state_dict(legacy)
+    # With it: exact mode, an elastic resume (issue 35): the rest of the
+    # epoch, re-dealt in the new sizes' proportions, in equal steps.
+    with wds.Loader(spec, "cls", None, world_size=3, rank=1, seed=4,
+                    rank_batch_sizes=[4, 4, 2]) as c:
+        c.load_state_dict(state)
+        assert c.elastic is not None and c.elastic[0] == 3
+        steps = len(c)
+        rest = [x.keys for x in c]
+        assert len(rest) == steps > 0 and all(len(k) == 4 for k in rest)
+        assert c.elastic is None  # the next epoch is a fresh run's
     with pytest.raises(wds.InvalidError, match="2 per-rank batch sizes"):
         wds.Loader(spec, "cls", None, world_size=3, rank=0,
                    rank_batch_sizes=[2, 2])
