@@ -255,6 +255,9 @@ struct jg_cuda {
   int desc_pending;
   cudaEvent_t call_done; /* the end of the last decode call's work */
   int call_pending;
+  /* the allocators nvjpegCreateExV2 was given: they outlive the handles */
+  nvjpegDevAllocatorV2_t dev_alloc;
+  nvjpegPinnedAllocatorV2_t pinned_alloc;
   unsigned long long nvj_bytes; /* nvJPEG's device memory (its allocator) */
   int nvj_counted;              /* nvjpegCreateExV2 was there */
   unsigned hw_flags, hy_flags;  /* the JG_NVJPEG_FLAGS each took */
@@ -410,10 +413,15 @@ static nvjpegStatus_t jg_create(jg_cuda *g, nvjpegBackend_t backend,
   for (size_t k = 0; k < sizeof tries / sizeof *tries; k++) {
     *h = NULL;
     if (p_nvjpegCreateExV2) {
-      nvjpegDevAllocatorV2_t a = {nvj_dev_malloc, nvj_dev_free, g};
-      nvjpegPinnedAllocatorV2_t pa = {nvj_pinned_malloc, nvj_pinned_free, g};
-      if ((s = p_nvjpegCreateExV2(backend, &a, &pa, tries[k], h)) ==
-          NVJPEG_STATUS_SUCCESS) {
+      /* kept in g: nvJPEG may keep the pointers for the handle's life */
+      g->dev_alloc.dev_malloc = nvj_dev_malloc;
+      g->dev_alloc.dev_free = nvj_dev_free;
+      g->dev_alloc.dev_ctx = g;
+      g->pinned_alloc.pinned_malloc = nvj_pinned_malloc;
+      g->pinned_alloc.pinned_free = nvj_pinned_free;
+      g->pinned_alloc.pinned_ctx = g;
+      if ((s = p_nvjpegCreateExV2(backend, &g->dev_alloc, &g->pinned_alloc,
+                                  tries[k], h)) == NVJPEG_STATUS_SUCCESS) {
         g->nvj_counted = 1;
         *used = tries[k];
         return s;
