@@ -341,6 +341,12 @@ int wds__jg_jpeg_whole(const uint8_t *d, size_t n) {
          d[n - 1] == 0xD9;
 }
 
+int wds__jg_route(int progressive, int whole, int hw_takes) {
+  if (progressive || !whole)
+    return WDS__JG_ROUTE_ONE;
+  return hw_takes ? WDS__JG_ROUTE_HW : WDS__JG_ROUTE_HYBRID;
+}
+
 static double jg_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -71,11 +71,21 @@ size_t wds__jg_image_bytes(const wds__jg_img *im);
 size_t wds__jg_arena_need(const wds__jg_img *imgs, size_t n);
 
 /* 1 when the JPEG data[0..n) ends with its EOI marker (FF D9; trailing
- * zeros or line ends allowed), else 0: cut short. nvJPEG's hardware
- * backend may decode such a JPEG without an error (its batched call has
- * no per-image status), so these go to the hybrid backend, which reports
- * a damaged bitstream under NVJPEG_FLAGS_BITSTREAM_STRICT. */
+ * zeros or line ends allowed), else 0: cut short. nvJPEG's batched calls
+ * may decode such a JPEG without an error (they have no per-image
+ * status), so these are decoded one at a time (wds__jg_route). */
 int wds__jg_jpeg_whole(const uint8_t *data, size_t n);
+
+/* Where nvJPEG's backend sends one JPEG it parsed (baseline, extended or
+ * progressive): the batched hardware or GPU hybrid call, or one image at a
+ * time (nvjpegDecode, which has a status per image). The batched calls have
+ * none, and GPU_HYBRID's batches of more than 50 images do Huffman on the
+ * GPU: a JPEG cut short there decodes "successfully" into garbage. So a
+ * JPEG that is not whole (wds__jg_jpeg_whole) never goes to a batched call,
+ * nor does a progressive one; whole ones go to the hardware when it takes
+ * them (hw_takes), else to the hybrid call. */
+enum { WDS__JG_ROUTE_HW = 0, WDS__JG_ROUTE_HYBRID = 1, WDS__JG_ROUTE_ONE = 2 };
+int wds__jg_route(int progressive, int whole, int hw_takes);
 
 /* One query of the device: 1 done, 0 not yet, or a failure (a status
  * < 0) with its message in e. */

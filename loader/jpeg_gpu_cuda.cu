@@ -604,13 +604,13 @@ static int jg_part(jg_cuda *g, wds__jg_img *imgs, size_t a, size_t b,
                                e);
       if (rc == WDS__JG_BATCH_FAILED) /* one by one: find the bad ones */
         for (size_t k = 0; k < m; k++)
-          g->route[g->bk[k]] = 2;
+          g->route[g->bk[k]] = WDS__JG_ROUTE_ONE;
       else if (rc != WDS_OK)
         return rc;
     }
   }
   for (size_t i = a; i < b; i++) {
-    if (imgs[i].status != WDS__JG_OK || g->route[i] != 2)
+    if (imgs[i].status != WDS__JG_OK || g->route[i] != WDS__JG_ROUTE_ONE)
       continue;
     nvjpegImage_t d;
     image_dest(g, &imgs[i], g->off[i], &d);
@@ -739,21 +739,21 @@ static int jg_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
       im->status = WDS__JG_REFUSED;
       continue;
     }
-    if (enc == NVJPEG_ENCODING_PROGRESSIVE_DCT_HUFFMAN) {
-      g->route[i] = 2;
-    } else if (enc == NVJPEG_ENCODING_BASELINE_DCT ||
-               enc == NVJPEG_ENCODING_EXTENDED_SEQUENTIAL_DCT_HUFFMAN) {
-      int unsupported = 1;
-      g->route[i] = 1;
-      /* the hardware backend takes it (0 means supported) and it is whole:
-       * a cut one goes where a damaged bitstream is reported */
-      if (g->hw && g->js_hw && wds__jg_jpeg_whole(im->data, im->size) &&
+    int progressive = enc == NVJPEG_ENCODING_PROGRESSIVE_DCT_HUFFMAN;
+    if (progressive || enc == NVJPEG_ENCODING_BASELINE_DCT ||
+        enc == NVJPEG_ENCODING_EXTENDED_SEQUENTIAL_DCT_HUFFMAN) {
+      /* a cut one is decoded alone, where nvjpegDecode reports it: the
+       * batched calls have no per-image status (wds__jg_route) */
+      int whole = wds__jg_jpeg_whole(im->data, im->size), unsupported = 1;
+      /* the hardware backend takes it: 0 means supported */
+      int hw_takes =
+          !progressive && whole && g->hw && g->js_hw &&
           p_nvjpegJpegStreamParseHeader(g->hw, im->data, im->size, g->js_hw) ==
               NVJPEG_STATUS_SUCCESS &&
           p_nvjpegDecodeBatchedSupported(g->hw, g->js_hw, &unsupported) ==
               NVJPEG_STATUS_SUCCESS &&
-          unsupported == 0)
-        g->route[i] = 0;
+          unsupported == 0;
+      g->route[i] = wds__jg_route(progressive, whole, hw_takes);
     } else {
       im->status = WDS__JG_REFUSED; /* lossless, arithmetic coding... */
     }

@@ -42,9 +42,16 @@
  * INTERPOLATION) and a damaged bitstream an error
  * (NVJPEG_FLAGS_BITSTREAM_STRICT); where a backend refuses one, the
  * decoder opens without it and wds_gpu_jpeg_library() names it. The
- * batched call has no per-image status, so a batch it fails is decoded
- * image by image, and JPEGs that do not end with their EOI marker (cut
- * short) skip the hardware backend, which may not report them.
+ * batched calls have no per-image status (the hardware's, and GPU_HYBRID's
+ * above 50 images, where Huffman decoding runs on the GPU), so a batch
+ * they fail is decoded image by image, and JPEGs that do not end with
+ * their EOI marker (cut short) are never batched: each is decoded alone
+ * (nvjpegDecode, which reports it) and a failure is decoded again on the
+ * CPU, which names it. Corruption inside a whole JPEG (damaged entropy-
+ * coded data that still ends with EOI) is not always detected on the GPU:
+ * such an image may come out as a valid row of wrong pixels, where the
+ * CPU path may have warned or failed. Data that must be checked: decode
+ * on the CPU, or verify the shards' checksums.
  *
  * Memory: nvJPEG's state, its device and pinned buffers and the decoded
  * images' device memory are allocated by the first batches and reused,
