@@ -109,6 +109,11 @@ typedef struct wds__jg_batched {
   /* nvjpegDecodeBatchedInitialize for n images of `channels`: 0 or a
    * failure */
   int (*init)(void *ctx, int n, int channels);
+  /* sets up the state's own host arrays (the images' addresses, sizes and
+   * destinations) for the call's images (arg: wds__jg_batched_run's
+   * fill_arg), after the previous decode is done: nvJPEG may still read
+   * them until then. 0, or out of memory. */
+  int (*fill)(void *ctx, void *arg);
   /* nvjpegDecodeBatched of the images set up by the caller, on stream:
    * 0 or a failure */
   int (*decode)(void *ctx, void *stream);
@@ -122,12 +127,14 @@ typedef struct wds__jg_batched {
 
 enum { WDS__JG_BATCH_FAILED = 1 }; /* the batched call refused the batch */
 
-/* Waits (polled, timeout_ms) for s's previous batched decode, then
- * initializes and decodes n images and records the event. WDS_OK,
+/* Waits (polled, timeout_ms) for s's previous batched decode, then fills
+ * the state's arrays (fill(ctx, fill_arg)), initializes and decodes n
+ * images and records the event. WDS_OK,
  * WDS__JG_BATCH_FAILED (initialize or decode failed: the caller decodes
- * them one by one), or a failure of the wait or of the record (e). */
-int wds__jg_batched_run(wds__jg_batched *s, int n, int channels, void *stream,
-                        int timeout_ms, wds__err *e);
+ * them one by one), or a failure of the wait, the fill (WDS_ERR_NOMEM) or
+ * the record (e). */
+int wds__jg_batched_run(wds__jg_batched *s, void *fill_arg, int n, int channels,
+                        void *stream, int timeout_ms, wds__err *e);
 /* Waits for s's last batched decode (before the state is destroyed). */
 int wds__jg_batched_wait(wds__jg_batched *s, int timeout_ms, wds__err *e);
 

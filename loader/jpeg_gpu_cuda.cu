@@ -235,7 +235,13 @@ struct jg_bstate {
   nvjpegHandle_t h;
   nvjpegJpegState_t s;
   cudaEvent_t done;
-  size_t m; /* images set up in g->bd/bl/bi */
+  /* its own host arrays, read by nvJPEG until `done`: filled only after
+   * the previous decode on this state (wds__jg_batched's fill) */
+  const unsigned char **bd;
+  size_t *bl;
+  nvjpegImage_t *bi;
+  size_t cap;
+  size_t m; /* images set up in bd/bl/bi */
 };
 
 struct jg_cuda {
@@ -264,10 +270,7 @@ struct jg_cuda {
   /* per batch, host: */
   int *route; /* 0 hw batched, 1 hybrid batched, 2 single */
   size_t route_cap;
-  const unsigned char **bd;
-  size_t *bl;
-  nvjpegImage_t *bi;
-  size_t *bk; /* image index of each batched entry */
+  size_t *bk; /* image index of each batched entry (host only) */
   size_t b_cap;
   size_t *off; /* arena offset per image */
   size_t off_cap;
@@ -349,9 +352,49 @@ static int bs_init(void *ctx, int n, int channels) {
          NVJPEG_STATUS_SUCCESS;
 }
 
+/* what a batched call decodes: imgs[g->bk[k]] for k < m */
+struct jg_fill_arg {
+  jg_cuda *g;
+  const wds__jg_img *imgs;
+  size_t m;
+};
+
+static void image_dest(jg_cuda *g, const wds__jg_img *im, size_t off,
+                       nvjpegImage_t *d);
+
+static int bs_fill(void *ctx, void *arg) {
+  jg_bstate *b = (jg_bstate *)ctx;
+  const jg_fill_arg *f = (const jg_fill_arg *)arg;
+  if (f->m > b->cap) {
+    size_t c = b->cap ? b->cap : 64;
+    while (c < f->m)
+      c *= 2;
+    void *p1 = realloc((void *)b->bd, c * sizeof *b->bd);
+    if (p1)
+      b->bd = (const unsigned char **)p1;
+    void *p2 = p1 ? realloc(b->bl, c * sizeof *b->bl) : NULL;
+    if (p2)
+      b->bl = (size_t *)p2;
+    void *p3 = p2 ? realloc(b->bi, c * sizeof *b->bi) : NULL;
+    if (p3)
+      b->bi = (nvjpegImage_t *)p3;
+    if (!p3)
+      return -1;
+    b->cap = c;
+  }
+  for (size_t k = 0; k < f->m; k++) {
+    const wds__jg_img *im = &f->imgs[f->g->bk[k]];
+    b->bd[k] = im->data;
+    b->bl[k] = im->size;
+    image_dest(f->g, im, f->g->off[f->g->bk[k]], &b->bi[k]);
+  }
+  b->m = f->m;
+  return 0;
+}
+
 static int bs_decode(void *ctx, void *stream) {
   jg_bstate *b = (jg_bstate *)ctx;
-  return p_nvjpegDecodeBatched(b->h, b->s, b->g->bd, b->g->bl, b->g->bi,
+  return p_nvjpegDecodeBatched(b->h, b->s, b->bd, b->bl, b->bi,
                                (cudaStream_t)stream) != NVJPEG_STATUS_SUCCESS;
 }
 
@@ -494,9 +537,11 @@ static void jg_destroy(void *ctx) {
   cudaFree(g->d_desc);
   cudaFreeHost(g->h_desc);
   free(g->route);
-  free(g->bd);
-  free(g->bl);
-  free(g->bi);
+  for (int k = 0; k < 2; k++) {
+    free((void *)g->bs[k].bd);
+    free(g->bs[k].bl);
+    free(g->bs[k].bi);
+  }
   free(g->bk);
   free(g->off);
   free(g);
@@ -591,17 +636,14 @@ static int jg_part(jg_cuda *g, wds__jg_img *imgs, size_t a, size_t b,
       size_t m = 0;
       for (size_t i = a; i < b; i++)
         if (imgs[i].status == WDS__JG_OK && g->route[i] == pass &&
-            (imgs[i].h.channels == 1) == (ch == 1)) {
-          g->bd[m] = imgs[i].data;
-          g->bl[m] = imgs[i].size;
-          image_dest(g, &imgs[i], g->off[i], &g->bi[m]);
+            (imgs[i].h.channels == 1) == (ch == 1))
           g->bk[m++] = i;
-        }
       if (m == 0)
         continue;
-      g->bs[pass].m = m;
-      rc = wds__jg_batched_run(&g->batched[pass], (int)m, ch, st, g->timeout_ms,
-                               e);
+      /* the state's arrays are filled once its previous decode is done */
+      jg_fill_arg fa = {g, imgs, m};
+      rc = wds__jg_batched_run(&g->batched[pass], &fa, (int)m, ch, st,
+                               g->timeout_ms, e);
       if (rc == WDS__JG_BATCH_FAILED) /* one by one: find the bad ones */
         for (size_t k = 0; k < m; k++)
           g->route[g->bk[k]] = WDS__JG_ROUTE_ONE;
@@ -677,23 +719,9 @@ static int jg_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
   DEV_SCOPE(g, e);
   int rc = WDS_OK;
   cudaError_t c;
-  if (grow(&g->route, &g->route_cap, n) || grow(&g->bd, &g->b_cap, n) ||
+  if (grow(&g->route, &g->route_cap, n) || grow(&g->bk, &g->b_cap, n) ||
       grow(&g->off, &g->off_cap, n))
     return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
-  {
-    size_t cap = g->b_cap;
-    void *p1 = realloc(g->bl, cap * sizeof *g->bl);
-    if (p1)
-      g->bl = (size_t *)p1;
-    void *p2 = p1 ? realloc(g->bi, cap * sizeof *g->bi) : NULL;
-    if (p2)
-      g->bi = (nvjpegImage_t *)p2;
-    void *p3 = p2 ? realloc(g->bk, cap * sizeof *g->bk) : NULL;
-    if (p3)
-      g->bk = (size_t *)p3;
-    if (!p3)
-      return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
-  }
   /* a call on another stream than the last one's: its work (the arena,
    * the states) comes after the last call's */
   if (g->call_pending &&
@@ -884,7 +912,8 @@ extern "C" int wds__jg_cuda_open(int device, const wds__jg_ops **ops,
       if ((c = cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming)) !=
           cudaSuccess)
         rc = cu_fail(e, "event", c);
-      wds__jg_batched bt = {b, bs_init, bs_decode, bs_record, bs_query, 0};
+      wds__jg_batched bt = {b,         bs_init,  bs_fill, bs_decode,
+                            bs_record, bs_query, 0};
       g->batched[k] = bt;
     }
   }

@@ -502,7 +502,8 @@ TEST(jpeg_decode_option_is_checked) {
  * batch through a batched state (wds__jg_batched_run) whose decode stays
  * "in flight" until its event has been queried `latency` times: an
  * initialize of the state while its decode runs is the race nvJPEG's
- * batched API forbids, counted in `raced`. Calls that overlap (two
+ * batched API forbids, counted in `raced`, and so is a fill of its arrays
+ * (`refilled`). Calls that overlap (two
  * threads in the decoder at once) are counted in `overlapped`. */
 typedef struct fake_state {
   int inflight;    /* queries left before the last decode is done */
@@ -510,7 +511,8 @@ typedef struct fake_state {
   int hang;        /* the event never completes */
   int fail_record; /* the event record fails */
   int raced;       /* initialized while a decode ran */
-  int inits, queries;
+  int refilled;    /* its arrays filled while a decode read them */
+  int inits, fills, queries;
 } fake_state;
 
 static int fs_init(void *ctx, int n, int channels) {
@@ -519,6 +521,15 @@ static int fs_init(void *ctx, int n, int channels) {
   s->inits++;
   if (s->inflight > 0)
     s->raced++;
+  return 0;
+}
+
+static int fs_fill(void *ctx, void *arg) {
+  fake_state *s = ctx;
+  (void)arg;
+  s->fills++;
+  if (s->inflight > 0)
+    s->refilled++;
   return 0;
 }
 
@@ -568,7 +579,8 @@ static void fake_init(fake *f) {
   memset(f, 0, sizeof *f);
   f->tj = tjInitDecompress();
   f->st.latency = 3;
-  wds__jg_batched b = {&f->st, fs_init, fs_decode, fs_record, fs_query, 0};
+  wds__jg_batched b = {&f->st,    fs_init,  fs_fill, fs_decode,
+                       fs_record, fs_query, 0};
   f->batched = b;
 }
 
@@ -591,8 +603,8 @@ static int fake_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
   size_t need = wds__jg_arena_need(imgs, n);
   if (need > f->arena_cap)
     f->arena_cap = need;
-  int brc = wds__jg_batched_run(&f->batched, (int)n, imgs[0].h.channels, stream,
-                                f->timeout_ms, e);
+  int brc = wds__jg_batched_run(&f->batched, NULL, (int)n, imgs[0].h.channels,
+                                stream, f->timeout_ms, e);
   if (brc != WDS_OK && brc != WDS__JG_BATCH_FAILED)
     return brc;
   /* nvJPEG's routing (wds__jg_route), and what each route reports: the
@@ -929,7 +941,8 @@ TEST(decode_equals_cpu_over_a_fake_backend) {
   ASSERT_TRUE(st.batches > 0);
   ASSERT_TRUE(real || fk.max_n > 1); /* batched, not one by one */
   /* every batch's state initialized after its previous decode was done */
-  ASSERT_TRUE(real || (fk.st.inits > 2 && fk.st.raced == 0));
+  ASSERT_TRUE(real ||
+              (fk.st.inits > 2 && fk.st.raced == 0 && fk.st.refilled == 0));
   wds_loader_stats ls;
   wds_loader_stats_get(l, &ls);
   ASSERT_TRUE(ls.skipped >= 2); /* the bad header (workers), the cut one */
@@ -1035,12 +1048,17 @@ TEST(errors_name_the_sample_and_spoil_nothing) {
 TEST(batched_state_waits_for_its_last_decode) {
   fake_state st = {0};
   st.latency = 5;
-  wds__jg_batched b = {&st, fs_init, fs_decode, fs_record, fs_query, 0};
+  wds__jg_batched b = {&st,       fs_init,  fs_fill, fs_decode,
+                       fs_record, fs_query, 0};
   wds__err e;
   for (int k = 0; k < 4; k++)
-    ASSERT_EQ_INT(wds__jg_batched_run(&b, 8, 3, NULL, 0, &e), WDS_OK);
+    ASSERT_EQ_INT(wds__jg_batched_run(&b, NULL, 8, 3, NULL, 0, &e), WDS_OK);
   ASSERT_EQ_INT(st.inits, 4);
   ASSERT_EQ_INT(st.raced, 0);
+  /* the state's host arrays (images, sizes, destinations) are filled only
+   * once its previous decode is done: nvJPEG reads them until then */
+  ASSERT_EQ_INT(st.fills, 4);
+  ASSERT_EQ_INT(st.refilled, 0);
   ASSERT_TRUE(st.queries >= 3 * 5); /* it waited on every reuse */
   ASSERT_EQ_INT(b.pending, 1);
   ASSERT_EQ_INT(wds__jg_batched_wait(&b, 0, &e), WDS_OK);
@@ -1048,15 +1066,16 @@ TEST(batched_state_waits_for_its_last_decode) {
   /* a record that fails is the call's error (else the next wait would not
    * wait) */
   st.fail_record = 1;
-  ASSERT_EQ_INT(wds__jg_batched_run(&b, 8, 3, NULL, 0, &e), WDS_ERR_IO);
+  ASSERT_EQ_INT(wds__jg_batched_run(&b, NULL, 8, 3, NULL, 0, &e), WDS_ERR_IO);
   ASSERT_CONTAINS(e.msg, "cudaEventRecord");
   st.fail_record = 0;
   /* an event that never completes (work behind a hung peer): the wait
    * polls until the timeout, then fails naming what it waited for */
-  ASSERT_EQ_INT(wds__jg_batched_run(&b, 8, 3, NULL, 0, &e), WDS_OK);
+  ASSERT_EQ_INT(wds__jg_batched_run(&b, NULL, 8, 3, NULL, 0, &e), WDS_OK);
   st.hang = 1;
   double t0 = test_now_s();
-  ASSERT_EQ_INT(wds__jg_batched_run(&b, 8, 3, NULL, 100, &e), WDS_ERR_TIMEOUT);
+  ASSERT_EQ_INT(wds__jg_batched_run(&b, NULL, 8, 3, NULL, 100, &e),
+                WDS_ERR_TIMEOUT);
   double took = test_now_s() - t0;
   ASSERT_TRUE(took >= 0.09 && took < 5.0);
   ASSERT_CONTAINS(e.msg, "previous batched decode");
