@@ -261,6 +261,15 @@ struct jg_cuda {
   int desc_pending;
   cudaEvent_t call_done; /* the end of the last decode call's work */
   int call_pending;
+  /* the device has stream-ordered allocation (cudaMallocAsync): device
+   * memory is then allocated and freed on the decoder's stream, never with
+   * cudaFree, which waits for the whole device (a collective a hung peer
+   * holds included) */
+  int pools;
+  /* pinned resize-plan buffers outgrown: freed at close (cudaFreeHost
+   * waits for the whole device); at most one per doubling */
+  void *retired[64];
+  int n_retired;
   /* the allocators nvjpegCreateExV2 was given: they outlive the handles */
   nvjpegDevAllocatorV2_t dev_alloc;
   nvjpegPinnedAllocatorV2_t pinned_alloc;
@@ -414,9 +423,22 @@ static int bs_query(void *ctx, wds__err *e) {
 
 /* ---- nvJPEG's device memory, counted ---- */
 
+/* Device memory on stream st: stream-ordered where the device has it. A
+ * free is queued behind st's work (which the caller has waited for, polled,
+ * or which nvJPEG ordered), so it never waits for other streams. */
+static cudaError_t dev_alloc(const jg_cuda *g, void **p, size_t n,
+                             cudaStream_t st) {
+  return g->pools ? cudaMallocAsync(p, n, st) : cudaMalloc(p, n);
+}
+
+static cudaError_t dev_free(const jg_cuda *g, void *p, cudaStream_t st) {
+  if (!p)
+    return cudaSuccess;
+  return g->pools ? cudaFreeAsync(p, st) : cudaFree(p);
+}
+
 static int nvj_dev_malloc(void *ctx, void **p, size_t n, cudaStream_t st) {
-  (void)st;
-  cudaError_t c = cudaMalloc(p, n);
+  cudaError_t c = dev_alloc((jg_cuda *)ctx, p, n, st);
   if (c == cudaSuccess)
     __atomic_add_fetch(&((jg_cuda *)ctx)->nvj_bytes, (unsigned long long)n,
                        __ATOMIC_RELAXED);
@@ -424,8 +446,7 @@ static int nvj_dev_malloc(void *ctx, void **p, size_t n, cudaStream_t st) {
 }
 
 static int nvj_dev_free(void *ctx, void *p, size_t n, cudaStream_t st) {
-  (void)st;
-  cudaError_t c = cudaFree(p);
+  cudaError_t c = dev_free((jg_cuda *)ctx, p, st);
   if (p)
     __atomic_sub_fetch(&((jg_cuda *)ctx)->nvj_bytes, (unsigned long long)n,
                        __ATOMIC_RELAXED);
@@ -536,6 +557,8 @@ static void jg_destroy(void *ctx) {
   cudaFree(g->user);
   cudaFree(g->d_desc);
   cudaFreeHost(g->h_desc);
+  for (int k = 0; k < g->n_retired; k++)
+    cudaFreeHost(g->retired[k]);
   free(g->route);
   for (int k = 0; k < 2; k++) {
     free((void *)g->bs[k].bd);
@@ -588,7 +611,11 @@ static void *jg_buffer(void *ctx, size_t bytes) {
   dev_scope scope(g->device);
   if (!scope.ok)
     return NULL;
-  cudaDeviceSynchronize(); /* nothing may still write the old one */
+  /* nothing may still write the old one. This blocks on the whole device
+   * (a hung collective too): wds_gpu_jpeg_buffer is for benchmarks and
+   * tests, which size it once; a training loop decodes into its own
+   * memory */
+  cudaDeviceSynchronize();
   cudaFree(g->user);
   g->user = NULL;
   g->user_cap = 0;
@@ -734,17 +761,26 @@ static int jg_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
         return rc;
       g->desc_pending = 0;
     }
-    cudaFreeHost(g->h_desc);
-    cudaFree(g->d_desc);
+    /* the last kernel that read them is done (desc_done): the device copy
+     * is freed on st, the pinned one at close (cudaFreeHost would wait for
+     * the whole device); doubled, so few are kept */
+    size_t cap = g->desc_cap * 2 > n ? g->desc_cap * 2 : n;
+    if (g->h_desc) {
+      if (g->n_retired < (int)(sizeof g->retired / sizeof *g->retired))
+        g->retired[g->n_retired++] = g->h_desc;
+      else
+        cudaFreeHost(g->h_desc); /* 2^64 plans: not reached */
+    }
+    dev_free(g, g->d_desc, st);
     g->h_desc = NULL;
     g->d_desc = NULL;
     g->desc_cap = 0;
-    c = cudaMallocHost((void **)&g->h_desc, n * sizeof(jg_desc));
+    c = cudaMallocHost((void **)&g->h_desc, cap * sizeof(jg_desc));
     if (c == cudaSuccess)
-      c = cudaMalloc((void **)&g->d_desc, n * sizeof(jg_desc));
+      c = dev_alloc(g, (void **)&g->d_desc, cap * sizeof(jg_desc), st);
     if (c != cudaSuccess)
       return cu_fail(e, "memory for the resize plans", c);
-    g->desc_cap = n;
+    g->desc_cap = cap;
   }
   /* the route of each image */
   for (size_t i = 0; i < n; i++) {
@@ -796,10 +832,10 @@ static int jg_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
       rc = wait_stream(g, st, "memory for decoded images", e);
       if (rc != WDS_OK)
         return rc;
-      cudaFree(g->arena);
+      dev_free(g, g->arena, st); /* on st: waits for no other stream */
       g->arena = NULL;
       g->arena_cap = 0;
-      if ((c = cudaMalloc((void **)&g->arena, need)) != cudaSuccess)
+      if ((c = dev_alloc(g, (void **)&g->arena, need, st)) != cudaSuccess)
         return cu_fail(e, "memory for decoded images", c);
       g->arena_cap = need;
     }
@@ -858,6 +894,9 @@ extern "C" int wds__jg_cuda_open(int device, const wds__jg_ops **ops,
   if (!g)
     return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
   g->device = device;
+  if (cudaDeviceGetAttribute(&g->pools, cudaDevAttrMemoryPoolsSupported,
+                             device) != cudaSuccess)
+    g->pools = 0;
   int rc = WDS_OK;
   nvjpegStatus_t s;
   {

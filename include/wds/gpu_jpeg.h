@@ -65,7 +65,11 @@
  * for the previous call's). Waits: the decoder never blocks in a CUDA
  * call; it polls, and with wds_gpu_jpeg_set_timeout a wait that lasts
  * longer fails (WDS_ERR_TIMEOUT), so a peer that hangs the device's work
- * (a collective) ends the caller's wait instead of hanging it. */
+ * (a collective) ends the caller's wait instead of hanging it. Device
+ * memory it outgrows (its own and nvJPEG's) is freed on the decoder's
+ * stream (cudaFreeAsync, where the device has stream-ordered allocation;
+ * else cudaFree, which waits for the whole device), outgrown pinned
+ * buffers at close. wds_gpu_jpeg_buffer and close may block. */
 #ifndef WDS_GPU_JPEG_H
 #define WDS_GPU_JPEG_H
 
@@ -141,7 +145,9 @@ WDS_API int wds_gpu_jpeg_decode_rows(wds_gpu_jpeg *g, wds_loader *l,
 /* Device memory of the decoder's, at least `bytes` (one buffer, grown and
  * reused: the previous pointer is invalid after a call that grows it), for
  * callers without a CUDA allocator of their own (`wds bench`); NULL when
- * it cannot be had. Freed by close. */
+ * it cannot be had. Freed by close. Growing it waits for the whole device
+ * (cudaDeviceSynchronize, blocking: a hung collective would hold it): for
+ * benchmarks and tests, which size it once; not for a training loop. */
 WDS_API void *wds_gpu_jpeg_buffer(wds_gpu_jpeg *g, size_t bytes);
 /* Waits for the work queued on stream (NULL: the default stream). WDS_OK
  * or WDS_ERR_IO (the CUDA error in wds_last_error()). */
