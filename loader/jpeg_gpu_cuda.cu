@@ -572,9 +572,9 @@ static void jg_destroy(void *ctx) {
 
 static void jg_stats(void *ctx, wds_gpu_jpeg_stats *st) {
   jg_cuda *g = (jg_cuda *)ctx;
-  st->device_bytes = g->arena_cap + g->user_cap +
-                     g->desc_cap * sizeof(jg_desc) +
-                     __atomic_load_n(&g->nvj_bytes, __ATOMIC_RELAXED);
+  st->arena_bytes = g->arena_cap + g->user_cap + g->desc_cap * sizeof(jg_desc);
+  st->nvjpeg_bytes = __atomic_load_n(&g->nvj_bytes, __ATOMIC_RELAXED);
+  st->device_bytes = st->arena_bytes + st->nvjpeg_bytes;
   st->hardware = g->hw != NULL;
 }
 

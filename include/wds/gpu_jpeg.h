@@ -99,6 +99,13 @@ typedef struct wds_gpu_jpeg_stats {
    * own buffers are left out). Pinned host memory is not counted. */
   uint64_t device_bytes;
   uint64_t hardware; /* 1: nvJPEG's hardware backend is used */
+  /* device_bytes in two: the decoder's own (the arena, the resize plans,
+   * the wds_gpu_jpeg_buffer: grown to the largest batch, never shrunk, not
+   * grown by a batch no larger than one seen), and nvJPEG's (stream-ordered
+   * buffers of its own, which it may shrink and grow again from batch to
+   * batch; 0 where they are not counted) */
+  uint64_t arena_bytes;
+  uint64_t nvjpeg_bytes;
 } wds_gpu_jpeg_stats;
 
 /* A decoder on CUDA device `device` (-1: the calling thread's current one).
