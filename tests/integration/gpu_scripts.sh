@@ -119,7 +119,8 @@ if ((gpus == 0)); then
   OUT=$TMP/out "$SRC/scripts/gpu-run.sh" "$TMP/no-carry" >nocarry.out 2>&1 || rc=$?
   if ((rc == 1)) && grep -q '^setup  *FAIL.*run scripts/gpu-prepare.sh first' nocarry.out &&
     grep -q '^ctest  *SKIP.*no GPU' nocarry.out && grep -q '^bench-train  *SKIP.*no GPU' nocarry.out &&
-    [ -f "$TMP/out/table.txt" ] && tar -tzf "$TMP/out/gpu-run.tar.gz" | grep -qx 'gpu-run/setup.log'; then
+    [ -f "$TMP/out/table.txt" ] && tar -tzf "$TMP/out/gpu-run.tar.gz" >nocarry.list &&
+    grep -qx 'gpu-run/setup.log' nocarry.list; then
     ok "no carried folder: set-up says to run gpu-prepare.sh, GPU steps skipped, \$OUT/table.txt and the logs in \$OUT/gpu-run.tar.gz"
   else
     bad "no carried folder" "rc $rc: $(cat nocarry.out)"
@@ -246,9 +247,10 @@ PATH=$TMP/bin:$PATH OUT=$TMP/fg-all TORCH_PY=$PY "$SRC/scripts/gpu-run.sh" \
   "$TMP/fakegpu" >fg-all.out 2>&1 || rc=$?
 nfiles=$(find "$TMP/fg-all" -mindepth 1 | wc -l)
 big=$(find "$TMP/fg-all" -type f -size +16M | wc -l)
-members=$(tar -tzf "$TMP/fg-all/gpu-run.tar.gz" 2>/dev/null | grep -c '\.\(log\|out\|tsv\|txt\)$')
+tar -tzf "$TMP/fg-all/gpu-run.tar.gz" >fg-all.list 2>&1
+members=$(grep -c '\.\(log\|out\|tsv\|txt\)$' fg-all.list)
 if ((rc == 1 && nfiles <= 8 && big == 0 && members >= 14)) && [ -f "$TMP/fg-all/table.txt" ] &&
-  tar -tzf "$TMP/fg-all/gpu-run.tar.gz" | grep -qx 'gpu-run/memcheck-test_loader_gpu.out'; then
+  grep -qx 'gpu-run/memcheck-test_loader_gpu.out' fg-all.list; then
   ok "a run of 14 steps leaves $nfiles files in \$OUT (at most 8): table.txt, gpu-run.tar.gz ($members logs)"
 else
   bad "files left in \$OUT" "rc $rc, $nfiles entries ($big over 16 MiB), $members logs packed: $(find "$TMP/fg-all" | head -40)"
