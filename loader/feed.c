@@ -366,6 +366,7 @@ static int check_hashes(const wds__feed *src, const wds__raw_sample *r,
   const wds__index_hashes *h = &src->ctx->hashes[src->shard];
   for (size_t i = 0; i < r->nfields; i++) {
     wds__err e;
+    WDS__ASSERT(r->f[i].data || !r->f[i].size); /* never deferred (hashed) */
     if (wds__index_hash_check(h, j, r->f[i].ext, r->f[i].data, r->f[i].size,
                               &e) != WDS_OK) {
       snprintf(msg, n, "%.500s: sample \"%.200s\" (%llu of the shard): %.250s",
