@@ -162,8 +162,8 @@ int wds__index_hash_check(const wds__index_hashes *h, uint64_t j,
                           wds__err *e) {
   if (j >= h->count)
     return wds__fail(e, WDS_ERR_CORRUPT,
-                     "member \"%.100s\": the index records no sample %llu",
-                     ext, (unsigned long long)j);
+                     "member \"%.100s\": the index records no sample %llu", ext,
+                     (unsigned long long)j);
   uint32_t eh = wds__index_ext_hash(ext);
   for (uint64_t i = h->start[j]; i < h->start[j + 1]; i++) {
     if (h->m[i].ext_hash != eh)
@@ -184,8 +184,9 @@ int wds__index_hash_check(const wds__index_hashes *h, uint64_t j,
 }
 
 static int hex_digit(int c) {
-  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                                                  : -1;
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                : -1;
 }
 
 /* Parses a sample's {"EXT": "HEX", ...} (64 lowercase hex digits each)
@@ -205,8 +206,9 @@ static int parse_hashes(wds__json *p, wds__index_hashes *h, size_t *cap) {
       return rc;
     ext[len < sizeof ext ? len : sizeof ext - 1] = '\0';
     if (len >= sizeof ext || strlen(ext) != len)
-      return wds__json_fail(p, at, "a hashed extension is too long or has "
-                                   "a NUL");
+      return wds__json_fail(p, at,
+                            "a hashed extension is too long or has "
+                            "a NUL");
     if ((rc = wds__json_expect(p, ':', "expected ':' after an object key")) !=
         WDS_OK)
       return rc;
@@ -260,10 +262,10 @@ static int parse_sample(wds__json *p, wds_index_sample *s, int depth,
     size_t key_at = p->pos;
     if ((rc = wds__json_key(p, key, sizeof key)) != WDS_OK)
       return rc;
-    int *seen = strcmp(key, "key") == 0      ? &have_key
-                : strcmp(key, "fields") == 0 ? &have_fields
+    int *seen = strcmp(key, "key") == 0           ? &have_key
+                : strcmp(key, "fields") == 0      ? &have_fields
                 : strcmp(key, "sha256") == 0 && h ? &have_hash
-                                             : NULL;
+                                                  : NULL;
     if (seen && *seen)
       return wds__json_fail(p, key_at, "duplicate key in a sample");
     if (seen)
@@ -314,9 +316,8 @@ static int parse_samples(wds__json *p, wds__index_entry *ent, unsigned flags,
   while (more) {
     wds_index_sample *s = NULL;
     if (keep) {
-      wds_index_sample *grown = wds__grow(ent->samples, &cap,
-                                          ent->sample_count + 1, sizeof *grown,
-                                          64);
+      wds_index_sample *grown = wds__grow(
+          ent->samples, &cap, ent->sample_count + 1, sizeof *grown, 64);
       if (!grown)
         return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
       ent->samples = grown;
@@ -423,16 +424,15 @@ static int parse_entry(wds__json *p, size_t i, const char *dir, unsigned flags,
     size_t key_at = p->pos;
     if ((rc = wds__json_key(p, key, sizeof key)) != WDS_OK)
       return rc;
-    int *seen =
-        strcmp(key, "url") == 0         ? &have_url
-        : strcmp(key, "nsamples") == 0  ? &have_n
-        : strcmp(key, "filesize") == 0  ? &have_size
-        : strcmp(key, "tar_bytes") == 0 ? &have_tar
-        : strcmp(key, "samples") == 0 &&
-                (flags & (WDS__INDEX_SAMPLES | WDS__INDEX_COUNT_SAMPLES |
-                          WDS__INDEX_HASHES))
-            ? &have_samples
-            : NULL;
+    int *seen = strcmp(key, "url") == 0         ? &have_url
+                : strcmp(key, "nsamples") == 0  ? &have_n
+                : strcmp(key, "filesize") == 0  ? &have_size
+                : strcmp(key, "tar_bytes") == 0 ? &have_tar
+                : strcmp(key, "samples") == 0 &&
+                        (flags & (WDS__INDEX_SAMPLES |
+                                  WDS__INDEX_COUNT_SAMPLES | WDS__INDEX_HASHES))
+                    ? &have_samples
+                    : NULL;
     if (seen && *seen) {
       snprintf(msg, sizeof msg, "duplicate key \"%s\"", key);
       return wds__json_fail(p, key_at, msg);

@@ -521,10 +521,9 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     l->queue_cap = per < 4 ? 4 : per > 1024 ? 1024 : per;
     l->chunk = l->queue_cap / 2;
   }
-  l->feed_ctx = (wds__feed_ctx){&l->cfg,    &l->sources, l->counts,
-                                &l->opener, l->wanted,   l->nwanted,
-                                l->nfields, skip_noted,  l,
-                                l->hashes};
+  l->feed_ctx = (wds__feed_ctx){&l->cfg,   &l->sources, l->counts,  &l->opener,
+                                l->wanted, l->nwanted,  l->nfields, skip_noted,
+                                l,         l->hashes};
   if ((rc = setup_pool(l, &err)) != WDS_OK)
     goto fail;
   if (!(l->pools = calloc(2 * (size_t)c->workers, sizeof *l->pools))) {

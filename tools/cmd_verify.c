@@ -245,8 +245,7 @@ static int has_any(const wds_sample *s, const char *group) {
 }
 
 static int check_sample(verifier *v, const char *url, const wds_sample *s,
-                        key_set *keys, const wds__index_hashes *h,
-                        uint64_t j) {
+                        key_set *keys, const wds__index_hashes *h, uint64_t j) {
   char msg[1024];
   for (size_t i = 0; h && i < s->field_count; i++) {
     wds__err e;
