@@ -11,7 +11,7 @@
 
 #include "base/mem.h"
 #include "base/url.h"
-#include "loader/internal.h"
+#include "loader/handle.h"
 #include "pipeline/decode.h"
 
 struct wds_gpu_jpeg {

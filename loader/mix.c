@@ -103,11 +103,7 @@ int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg,
     return wds__fail(oe, WDS_ERR_INVALID,
                      "wds_loader_open: give a spec (or urls) or sources, "
                      "not both");
-  if (cfg->sources && cfg->index_path)
-    return wds__fail(oe, WDS_ERR_INVALID,
-                     "wds_loader_open: with sources, each source names "
-                     "its own index (wds_source_config.index_path), not "
-                     "index_path");
+  /* index_path beside sources: refused by wds_loader_config_check. */
   size_t n = cfg->sources ? cfg->source_count : 1;
   if (n == 0 || n > MAX_SOURCES)
     return wds__fail(oe, WDS_ERR_INVALID,

@@ -18,7 +18,7 @@
 #include <stdio.h>
 
 #include "base/url.h"
-#include "loader/internal.h"
+#include "loader/handle.h"
 #include "loader/shuffle.h"
 
 static const wds__raw_field *find_field(const wds__raw_sample *r,

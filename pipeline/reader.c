@@ -153,8 +153,9 @@ int wds__reader_open(const wds_reader_config *cfg, const wds__cancel *cancel,
                          .retries = cfg->retries};
   r->io.cache =
       (wds__cache_cfg){.size = cfg->cache_size, .stats = &r->own_cache_stats};
-  if (cfg->cache_dir && cfg->cache_dir[0]) {
-    r->cache_dir = strdup(cfg->cache_dir);
+  const char *cache_dir = wds__cache_dir_default(cfg->cache_dir);
+  if (cache_dir && cache_dir[0]) {
+    r->cache_dir = strdup(cache_dir);
     if (!r->cache_dir) {
       rc = open_fail(WDS_ERR_NOMEM, "out of memory");
       goto done;

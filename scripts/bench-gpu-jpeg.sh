@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# JPEG decoded on the GPU (issue 27; docs/performance.md, "JPEG on the
+# JPEG decoded on the GPU (docs/performance.md, "JPEG on the
 # GPU"): on the 2,000 photo-like 500x375 JPEGs of bench-peers.sh (resize the
 # shorter side, center crop 224, batches of 64; 1 warm-up epoch + EPOCHS
 # timed), rounds alternating:

@@ -786,7 +786,7 @@ int wds__tar_read_into(wds__tar *t, const wds__tar_member *m, void *dst,
    * are made (populated) a piece at a time ahead of the reads, pieces
    * growing with the bytes read (at least READ_POPULATE_MIN, at most as
    * many as read so far), so a member that claims a gigabyte in a short
-   * stream costs the bytes it has, not the claim (issue 26). */
+   * stream costs the bytes it has, not the claim. */
   uint8_t *made = p;
   while (left > 0) {
     size_t want = left > SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)left;

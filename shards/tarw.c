@@ -697,7 +697,3 @@ uint64_t wds__tarw_finished_bytes(uint64_t tar_bytes) {
   uint64_t end = tar_bytes + 2 * BLOCK;
   return (end + RECORD_BYTES - 1) / RECORD_BYTES * RECORD_BYTES;
 }
-
-const char *wds__tarw_tmp_path(const wds__tarw *w) {
-  return w->finished ? NULL : wds_outfile_tmp_path(w->of);
-}

@@ -112,10 +112,6 @@ uint64_t wds__tarw_member_bytes(size_t name_len, const char *name,
  * blocks added and padded to a whole 10240-byte record. */
 uint64_t wds__tarw_finished_bytes(uint64_t tar_bytes);
 
-/* Path of the file being written (the temporary name; NULL in fd mode,
- * for a target written in place, or once finished). */
-const char *wds__tarw_tmp_path(const wds__tarw *w);
-
 #define WDS__TARW_HEADER_MAX (3 * 512 + 65536 + 64)
 int wds__tarw_format_header(const char *name, uint64_t size, int64_t mtime,
                             uint8_t *out, size_t cap, size_t *len_out,

@@ -1,5 +1,5 @@
 /* test_netrc.c — the .netrc reader wds gives libcurl's credentials from
- * (shards/netrc.h; issue 34 item 4): curl's grammar, the entry chosen for
+ * (shards/netrc.h): curl's grammar, the entry chosen for
  * a host and a URL's user, and the file rules (regular files only, never
  * blocking on a FIFO, bounded, a missing file is no credentials). */
 #include "test.h"

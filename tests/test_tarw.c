@@ -529,10 +529,8 @@ TEST(header_layout) {
 /* Header bytes are identical to what Python's tarfile writes (USTAR_FORMAT
  * where the name fits the ustar fields, else PAX_FORMAT). */
 TEST(headers_match_tarfile) {
-  if (!have_command("python3")) {
-    printf("  (no python3; skipped)\n");
-    return;
-  }
+  if (!have_command("python3"))
+    SKIP("no python3");
   char name[512];
   char hpath[512], cpath[512];
   path_in(hpath, sizeof hpath, "headers.bin");
@@ -790,10 +788,8 @@ TEST(misuse_and_errors) {
  * the latest finish), never lost. */
 TEST(write_error_reported) {
   int fd = open("/dev/full", O_WRONLY);
-  if (fd < 0) {
-    printf("  (no /dev/full; skipped)\n");
-    return;
-  }
+  if (fd < 0)
+    SKIP("no /dev/full");
   for (int comp = 0; comp < 2; comp++) {
     wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
     o.compression = comp ? WDS__TARW_ZSTD : WDS__TARW_NONE;

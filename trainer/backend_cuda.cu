@@ -1012,7 +1012,6 @@ static tr_backend make_backend(void) {
   b.name = "cuda";
   b.device_count = cuda_device_count;
   b.set_device = cuda_set_device;
-  b.multi_process = 1;
   b.group_create = cuda_group_create;
   b.group_abort = cuda_group_abort;
   b.group_destroy = cuda_group_destroy;

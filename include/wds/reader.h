@@ -94,7 +94,8 @@ typedef struct wds_reader_config {
                                 local files or pipe:) are kept in this
                                 directory (created if missing) once read
                                 whole, and read from it on later opens;
-                                NULL = no cache. Shared safely by several
+                                NULL = $WDS_CACHE_DIR when set, else no
+                                cache. Shared safely by several
                                 processes. The cache trusts the URL: a
                                 changed object is not noticed. A failure to
                                 write it never fails a read. */

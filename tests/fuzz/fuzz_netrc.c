@@ -1,5 +1,5 @@
 /* fuzz_netrc.c — libFuzzer target for the .netrc reader wds gives
- * libcurl's credentials from (shards/netrc.c; issue 34 item 4): curl's
+ * libcurl's credentials from (shards/netrc.c): curl's
  * grammar (tokens, quotes and escapes, machine/default/login/password/
  * account/macdef, comments), the entry chosen for a host and a user.
  * Built as a libFuzzer binary with -DWDS_FUZZ=ON (clang), and always as a

@@ -12,8 +12,8 @@
  * WDS_ERR_INVALID only; a refusal leaves the config untouched and says
  * why in a printable message; an accepted value follows the row's grammar
  * (INT: decimal digits only; a flag's TIMEOUT: decimal digits with one
- * optional '.', no sign, no exponent, issue 34 item 5; SIZE: starts with a
- * digit); setting the same value twice gives the same config. */
+ * optional '.', no sign, no exponent, which strtod alone let through; SIZE:
+ * starts with a digit); setting the same value twice gives the same config. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

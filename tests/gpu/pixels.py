@@ -1,5 +1,5 @@
 """Pixel agreement of the GPU JPEG decoder (scripts/gpu-run.sh's `pixels`
-step, issue 32): the same photos decoded by
+step): the same photos decoded by
 
   gpu   wds.Loader(jpeg_decode="gpu", device="cuda"): nvJPEG and the
         resize kernel,

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Tool test: the GPU checks' scripts on a machine without a GPU (issue 24):
+# Tool test: the GPU checks' scripts on a machine without a GPU:
 #   * gpu-run.sh compiles the Python extension from the files
 #     python/CMakeLists.txt lists (python/wds/_*.c);
 #   * scripts/gpu-run.sh --dry-run lists every step with its time limit,
 #     each skipped, in one table, exit 0, the limits summing to at most
 #     500 s (240 s with --quick, which runs the correctness steps and the
 #     decode figure); --only selects steps; an unknown option is a usage
-#     error (issue 32);
+#     error;
 #   * the extension's link (gpu-prepare.sh --link-libs, gpu-run.sh's
 #     python-ext step) needs none of the links into CUDA that this machine
 #     has in /usr/local/lib: run in a private mount namespace that hides

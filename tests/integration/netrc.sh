@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: .netrc read by wds under the shards' rules (issue 34, item 4).
+# Tool test: .netrc read by wds under the shards' rules.
 # libcurl's own reading opened ~/.netrc with a blocking open(): a FIFO
 # there hung every http(s) read beyond the read timeout, cancel and
 # SIGINT/SIGTERM. Now:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tool test: outputs that are not streamed, named by the process's own
-# descriptors (issue 34, item 2): `wds index -o`, `wds write -o` and
+# descriptors: `wds index -o`, `wds write -o` and
 # `wds-train --checkpoint` given /dev/stdout, /dev/stderr or /dev/fd/N that
 # resolve to a regular file write through the descriptor, in place: the
 # file gets the bytes the same command writes to a named file, nothing is

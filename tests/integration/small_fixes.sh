@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: issue 34 item 5's smaller ones, as the commands meet them.
+# Tool test: small output and option fixes, as the commands meet them.
 #
 #   * wds-train --log-rows on a full disk (/dev/full) names the reason
 #     ("No space left on device"; it said "cannot write it" without one),

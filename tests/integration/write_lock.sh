@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: the shard writer's pattern lock cannot be skipped (issue 34,
-# item 3). `wds write -o DIR/shard-%06d.tar` takes an flock on
+# Tool test: the shard writer's pattern lock cannot be skipped. `wds write -o DIR/shard-%06d.tar` takes an flock on
 # DIR/.shard-%d.tar.lock; a lock file that cannot be opened or used is an
 # error naming it and the reason (it was skipped: two writers both exited
 # 0 and left one mixed shard set):
