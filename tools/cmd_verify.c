@@ -436,9 +436,10 @@ int tool_cmd_verify(int argc, char **argv) {
   }
   if (v.index_path) {
     wds__err e;
-    if (wds__index_load_flags(v.index_path,
-                              WDS__INDEX_COUNT_SAMPLES | WDS__INDEX_HASHES,
-                              &v.ix, &e) != WDS_OK) {
+    unsigned flags = WDS__INDEX_COUNT_SAMPLES | WDS__INDEX_HASHES;
+    if (v.ro.cfg.allow_pipe_from_files)
+      flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
+    if (wds__index_load_flags(v.index_path, flags, &v.ix, &e) != WDS_OK) {
       fprintf(stderr, "wds verify: %s\n", e.msg);
       status = 1;
       goto done;

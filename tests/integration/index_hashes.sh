@@ -134,6 +134,9 @@ w ixold index -o ix-old.json bad.tar
 w vold verify --index ix-old.json bad.tar
 expect_rc verify_index_without_hashes 1 vold
 has verify_index_without_hashes_says vold.out 'records no hashes'
+w vmissing verify --index missing.json d.tar
+expect_rc verify_missing_index 1 vmissing
+has verify_missing_index_named vmissing.err 'missing.json: cannot open the index'
 
 # ---- an old index (no hashes) behaves as before ----
 check old_index_has_no_hashes bash -c '! grep -q sha256 ix-old.json'
