@@ -341,6 +341,12 @@ int wds__jg_jpeg_whole(const uint8_t *d, size_t n) {
          d[n - 1] == 0xD9;
 }
 
+int wds__jg_route(int progressive, int whole, int hw_takes) {
+  if (progressive || !whole)
+    return WDS__JG_ROUTE_ONE;
+  return hw_takes ? WDS__JG_ROUTE_HW : WDS__JG_ROUTE_HYBRID;
+}
+
 static double jg_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -382,11 +388,14 @@ int wds__jg_batched_wait(wds__jg_batched *s, int timeout_ms, wds__err *e) {
   return rc;
 }
 
-int wds__jg_batched_run(wds__jg_batched *s, int n, int channels, void *stream,
-                        int timeout_ms, wds__err *e) {
+int wds__jg_batched_run(wds__jg_batched *s, void *fill_arg, int n, int channels,
+                        void *stream, int timeout_ms, wds__err *e) {
   int rc = wds__jg_batched_wait(s, timeout_ms, e);
   if (rc != WDS_OK)
     return rc;
+  /* the arrays the previous decode read: only now free to change */
+  if (s->fill(s->ctx, fill_arg) != 0)
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
   if (s->init(s->ctx, n, channels) != 0)
     return WDS__JG_BATCH_FAILED;
   int failed = s->decode(s->ctx, stream) != 0;

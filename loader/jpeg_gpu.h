@@ -71,11 +71,21 @@ size_t wds__jg_image_bytes(const wds__jg_img *im);
 size_t wds__jg_arena_need(const wds__jg_img *imgs, size_t n);
 
 /* 1 when the JPEG data[0..n) ends with its EOI marker (FF D9; trailing
- * zeros or line ends allowed), else 0: cut short. nvJPEG's hardware
- * backend may decode such a JPEG without an error (its batched call has
- * no per-image status), so these go to the hybrid backend, which reports
- * a damaged bitstream under NVJPEG_FLAGS_BITSTREAM_STRICT. */
+ * zeros or line ends allowed), else 0: cut short. nvJPEG's batched calls
+ * may decode such a JPEG without an error (they have no per-image
+ * status), so these are decoded one at a time (wds__jg_route). */
 int wds__jg_jpeg_whole(const uint8_t *data, size_t n);
+
+/* Where nvJPEG's backend sends one JPEG it parsed (baseline, extended or
+ * progressive): the batched hardware or GPU hybrid call, or one image at a
+ * time (nvjpegDecode, which has a status per image). The batched calls have
+ * none, and GPU_HYBRID's batches of more than 50 images do Huffman on the
+ * GPU: a JPEG cut short there decodes "successfully" into garbage. So a
+ * JPEG that is not whole (wds__jg_jpeg_whole) never goes to a batched call,
+ * nor does a progressive one; whole ones go to the hardware when it takes
+ * them (hw_takes), else to the hybrid call. */
+enum { WDS__JG_ROUTE_HW = 0, WDS__JG_ROUTE_HYBRID = 1, WDS__JG_ROUTE_ONE = 2 };
+int wds__jg_route(int progressive, int whole, int hw_takes);
 
 /* One query of the device: 1 done, 0 not yet, or a failure (a status
  * < 0) with its message in e. */
@@ -99,6 +109,11 @@ typedef struct wds__jg_batched {
   /* nvjpegDecodeBatchedInitialize for n images of `channels`: 0 or a
    * failure */
   int (*init)(void *ctx, int n, int channels);
+  /* sets up the state's own host arrays (the images' addresses, sizes and
+   * destinations) for the call's images (arg: wds__jg_batched_run's
+   * fill_arg), after the previous decode is done: nvJPEG may still read
+   * them until then. 0, or out of memory. */
+  int (*fill)(void *ctx, void *arg);
   /* nvjpegDecodeBatched of the images set up by the caller, on stream:
    * 0 or a failure */
   int (*decode)(void *ctx, void *stream);
@@ -112,12 +127,14 @@ typedef struct wds__jg_batched {
 
 enum { WDS__JG_BATCH_FAILED = 1 }; /* the batched call refused the batch */
 
-/* Waits (polled, timeout_ms) for s's previous batched decode, then
- * initializes and decodes n images and records the event. WDS_OK,
+/* Waits (polled, timeout_ms) for s's previous batched decode, then fills
+ * the state's arrays (fill(ctx, fill_arg)), initializes and decodes n
+ * images and records the event. WDS_OK,
  * WDS__JG_BATCH_FAILED (initialize or decode failed: the caller decodes
- * them one by one), or a failure of the wait or of the record (e). */
-int wds__jg_batched_run(wds__jg_batched *s, int n, int channels, void *stream,
-                        int timeout_ms, wds__err *e);
+ * them one by one), or a failure of the wait, the fill (WDS_ERR_NOMEM) or
+ * the record (e). */
+int wds__jg_batched_run(wds__jg_batched *s, void *fill_arg, int n, int channels,
+                        void *stream, int timeout_ms, wds__err *e);
 /* Waits for s's last batched decode (before the state is destroyed). */
 int wds__jg_batched_wait(wds__jg_batched *s, int timeout_ms, wds__err *e);
 

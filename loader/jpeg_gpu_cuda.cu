@@ -235,7 +235,13 @@ struct jg_bstate {
   nvjpegHandle_t h;
   nvjpegJpegState_t s;
   cudaEvent_t done;
-  size_t m; /* images set up in g->bd/bl/bi */
+  /* its own host arrays, read by nvJPEG until `done`: filled only after
+   * the previous decode on this state (wds__jg_batched's fill) */
+  const unsigned char **bd;
+  size_t *bl;
+  nvjpegImage_t *bi;
+  size_t cap;
+  size_t m; /* images set up in bd/bl/bi */
 };
 
 struct jg_cuda {
@@ -255,16 +261,25 @@ struct jg_cuda {
   int desc_pending;
   cudaEvent_t call_done; /* the end of the last decode call's work */
   int call_pending;
+  /* the device has stream-ordered allocation (cudaMallocAsync): device
+   * memory is then allocated and freed on the decoder's stream, never with
+   * cudaFree, which waits for the whole device (a collective a hung peer
+   * holds included) */
+  int pools;
+  /* pinned resize-plan buffers outgrown: freed at close (cudaFreeHost
+   * waits for the whole device); at most one per doubling */
+  void *retired[64];
+  int n_retired;
+  /* the allocators nvjpegCreateExV2 was given: they outlive the handles */
+  nvjpegDevAllocatorV2_t dev_alloc;
+  nvjpegPinnedAllocatorV2_t pinned_alloc;
   unsigned long long nvj_bytes; /* nvJPEG's device memory (its allocator) */
   int nvj_counted;              /* nvjpegCreateExV2 was there */
   unsigned hw_flags, hy_flags;  /* the JG_NVJPEG_FLAGS each took */
   /* per batch, host: */
   int *route; /* 0 hw batched, 1 hybrid batched, 2 single */
   size_t route_cap;
-  const unsigned char **bd;
-  size_t *bl;
-  nvjpegImage_t *bi;
-  size_t *bk; /* image index of each batched entry */
+  size_t *bk; /* image index of each batched entry (host only) */
   size_t b_cap;
   size_t *off; /* arena offset per image */
   size_t off_cap;
@@ -346,9 +361,49 @@ static int bs_init(void *ctx, int n, int channels) {
          NVJPEG_STATUS_SUCCESS;
 }
 
+/* what a batched call decodes: imgs[g->bk[k]] for k < m */
+struct jg_fill_arg {
+  jg_cuda *g;
+  const wds__jg_img *imgs;
+  size_t m;
+};
+
+static void image_dest(jg_cuda *g, const wds__jg_img *im, size_t off,
+                       nvjpegImage_t *d);
+
+static int bs_fill(void *ctx, void *arg) {
+  jg_bstate *b = (jg_bstate *)ctx;
+  const jg_fill_arg *f = (const jg_fill_arg *)arg;
+  if (f->m > b->cap) {
+    size_t c = b->cap ? b->cap : 64;
+    while (c < f->m)
+      c *= 2;
+    void *p1 = realloc((void *)b->bd, c * sizeof *b->bd);
+    if (p1)
+      b->bd = (const unsigned char **)p1;
+    void *p2 = p1 ? realloc(b->bl, c * sizeof *b->bl) : NULL;
+    if (p2)
+      b->bl = (size_t *)p2;
+    void *p3 = p2 ? realloc(b->bi, c * sizeof *b->bi) : NULL;
+    if (p3)
+      b->bi = (nvjpegImage_t *)p3;
+    if (!p3)
+      return -1;
+    b->cap = c;
+  }
+  for (size_t k = 0; k < f->m; k++) {
+    const wds__jg_img *im = &f->imgs[f->g->bk[k]];
+    b->bd[k] = im->data;
+    b->bl[k] = im->size;
+    image_dest(f->g, im, f->g->off[f->g->bk[k]], &b->bi[k]);
+  }
+  b->m = f->m;
+  return 0;
+}
+
 static int bs_decode(void *ctx, void *stream) {
   jg_bstate *b = (jg_bstate *)ctx;
-  return p_nvjpegDecodeBatched(b->h, b->s, b->g->bd, b->g->bl, b->g->bi,
+  return p_nvjpegDecodeBatched(b->h, b->s, b->bd, b->bl, b->bi,
                                (cudaStream_t)stream) != NVJPEG_STATUS_SUCCESS;
 }
 
@@ -368,9 +423,22 @@ static int bs_query(void *ctx, wds__err *e) {
 
 /* ---- nvJPEG's device memory, counted ---- */
 
+/* Device memory on stream st: stream-ordered where the device has it. A
+ * free is queued behind st's work (which the caller has waited for, polled,
+ * or which nvJPEG ordered), so it never waits for other streams. */
+static cudaError_t dev_alloc(const jg_cuda *g, void **p, size_t n,
+                             cudaStream_t st) {
+  return g->pools ? cudaMallocAsync(p, n, st) : cudaMalloc(p, n);
+}
+
+static cudaError_t dev_free(const jg_cuda *g, void *p, cudaStream_t st) {
+  if (!p)
+    return cudaSuccess;
+  return g->pools ? cudaFreeAsync(p, st) : cudaFree(p);
+}
+
 static int nvj_dev_malloc(void *ctx, void **p, size_t n, cudaStream_t st) {
-  (void)st;
-  cudaError_t c = cudaMalloc(p, n);
+  cudaError_t c = dev_alloc((jg_cuda *)ctx, p, n, st);
   if (c == cudaSuccess)
     __atomic_add_fetch(&((jg_cuda *)ctx)->nvj_bytes, (unsigned long long)n,
                        __ATOMIC_RELAXED);
@@ -378,8 +446,7 @@ static int nvj_dev_malloc(void *ctx, void **p, size_t n, cudaStream_t st) {
 }
 
 static int nvj_dev_free(void *ctx, void *p, size_t n, cudaStream_t st) {
-  (void)st;
-  cudaError_t c = cudaFree(p);
+  cudaError_t c = dev_free((jg_cuda *)ctx, p, st);
   if (p)
     __atomic_sub_fetch(&((jg_cuda *)ctx)->nvj_bytes, (unsigned long long)n,
                        __ATOMIC_RELAXED);
@@ -410,10 +477,15 @@ static nvjpegStatus_t jg_create(jg_cuda *g, nvjpegBackend_t backend,
   for (size_t k = 0; k < sizeof tries / sizeof *tries; k++) {
     *h = NULL;
     if (p_nvjpegCreateExV2) {
-      nvjpegDevAllocatorV2_t a = {nvj_dev_malloc, nvj_dev_free, g};
-      nvjpegPinnedAllocatorV2_t pa = {nvj_pinned_malloc, nvj_pinned_free, g};
-      if ((s = p_nvjpegCreateExV2(backend, &a, &pa, tries[k], h)) ==
-          NVJPEG_STATUS_SUCCESS) {
+      /* kept in g: nvJPEG may keep the pointers for the handle's life */
+      g->dev_alloc.dev_malloc = nvj_dev_malloc;
+      g->dev_alloc.dev_free = nvj_dev_free;
+      g->dev_alloc.dev_ctx = g;
+      g->pinned_alloc.pinned_malloc = nvj_pinned_malloc;
+      g->pinned_alloc.pinned_free = nvj_pinned_free;
+      g->pinned_alloc.pinned_ctx = g;
+      if ((s = p_nvjpegCreateExV2(backend, &g->dev_alloc, &g->pinned_alloc,
+                                  tries[k], h)) == NVJPEG_STATUS_SUCCESS) {
         g->nvj_counted = 1;
         *used = tries[k];
         return s;
@@ -485,10 +557,14 @@ static void jg_destroy(void *ctx) {
   cudaFree(g->user);
   cudaFree(g->d_desc);
   cudaFreeHost(g->h_desc);
+  for (int k = 0; k < g->n_retired; k++)
+    cudaFreeHost(g->retired[k]);
   free(g->route);
-  free(g->bd);
-  free(g->bl);
-  free(g->bi);
+  for (int k = 0; k < 2; k++) {
+    free((void *)g->bs[k].bd);
+    free(g->bs[k].bl);
+    free(g->bs[k].bi);
+  }
   free(g->bk);
   free(g->off);
   free(g);
@@ -496,9 +572,9 @@ static void jg_destroy(void *ctx) {
 
 static void jg_stats(void *ctx, wds_gpu_jpeg_stats *st) {
   jg_cuda *g = (jg_cuda *)ctx;
-  st->device_bytes = g->arena_cap + g->user_cap +
-                     g->desc_cap * sizeof(jg_desc) +
-                     __atomic_load_n(&g->nvj_bytes, __ATOMIC_RELAXED);
+  st->arena_bytes = g->arena_cap + g->user_cap + g->desc_cap * sizeof(jg_desc);
+  st->nvjpeg_bytes = __atomic_load_n(&g->nvj_bytes, __ATOMIC_RELAXED);
+  st->device_bytes = st->arena_bytes + st->nvjpeg_bytes;
   st->hardware = g->hw != NULL;
 }
 
@@ -535,7 +611,11 @@ static void *jg_buffer(void *ctx, size_t bytes) {
   dev_scope scope(g->device);
   if (!scope.ok)
     return NULL;
-  cudaDeviceSynchronize(); /* nothing may still write the old one */
+  /* nothing may still write the old one. This blocks on the whole device
+   * (a hung collective too): wds_gpu_jpeg_buffer is for benchmarks and
+   * tests, which size it once; a training loop decodes into its own
+   * memory */
+  cudaDeviceSynchronize();
   cudaFree(g->user);
   g->user = NULL;
   g->user_cap = 0;
@@ -583,26 +663,23 @@ static int jg_part(jg_cuda *g, wds__jg_img *imgs, size_t a, size_t b,
       size_t m = 0;
       for (size_t i = a; i < b; i++)
         if (imgs[i].status == WDS__JG_OK && g->route[i] == pass &&
-            (imgs[i].h.channels == 1) == (ch == 1)) {
-          g->bd[m] = imgs[i].data;
-          g->bl[m] = imgs[i].size;
-          image_dest(g, &imgs[i], g->off[i], &g->bi[m]);
+            (imgs[i].h.channels == 1) == (ch == 1))
           g->bk[m++] = i;
-        }
       if (m == 0)
         continue;
-      g->bs[pass].m = m;
-      rc = wds__jg_batched_run(&g->batched[pass], (int)m, ch, st, g->timeout_ms,
-                               e);
+      /* the state's arrays are filled once its previous decode is done */
+      jg_fill_arg fa = {g, imgs, m};
+      rc = wds__jg_batched_run(&g->batched[pass], &fa, (int)m, ch, st,
+                               g->timeout_ms, e);
       if (rc == WDS__JG_BATCH_FAILED) /* one by one: find the bad ones */
         for (size_t k = 0; k < m; k++)
-          g->route[g->bk[k]] = 2;
+          g->route[g->bk[k]] = WDS__JG_ROUTE_ONE;
       else if (rc != WDS_OK)
         return rc;
     }
   }
   for (size_t i = a; i < b; i++) {
-    if (imgs[i].status != WDS__JG_OK || g->route[i] != 2)
+    if (imgs[i].status != WDS__JG_OK || g->route[i] != WDS__JG_ROUTE_ONE)
       continue;
     nvjpegImage_t d;
     image_dest(g, &imgs[i], g->off[i], &d);
@@ -669,23 +746,9 @@ static int jg_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
   DEV_SCOPE(g, e);
   int rc = WDS_OK;
   cudaError_t c;
-  if (grow(&g->route, &g->route_cap, n) || grow(&g->bd, &g->b_cap, n) ||
+  if (grow(&g->route, &g->route_cap, n) || grow(&g->bk, &g->b_cap, n) ||
       grow(&g->off, &g->off_cap, n))
     return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
-  {
-    size_t cap = g->b_cap;
-    void *p1 = realloc(g->bl, cap * sizeof *g->bl);
-    if (p1)
-      g->bl = (size_t *)p1;
-    void *p2 = p1 ? realloc(g->bi, cap * sizeof *g->bi) : NULL;
-    if (p2)
-      g->bi = (nvjpegImage_t *)p2;
-    void *p3 = p2 ? realloc(g->bk, cap * sizeof *g->bk) : NULL;
-    if (p3)
-      g->bk = (size_t *)p3;
-    if (!p3)
-      return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
-  }
   /* a call on another stream than the last one's: its work (the arena,
    * the states) comes after the last call's */
   if (g->call_pending &&
@@ -698,17 +761,26 @@ static int jg_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
         return rc;
       g->desc_pending = 0;
     }
-    cudaFreeHost(g->h_desc);
-    cudaFree(g->d_desc);
+    /* the last kernel that read them is done (desc_done): the device copy
+     * is freed on st, the pinned one at close (cudaFreeHost would wait for
+     * the whole device); doubled, so few are kept */
+    size_t cap = g->desc_cap * 2 > n ? g->desc_cap * 2 : n;
+    if (g->h_desc) {
+      if (g->n_retired < (int)(sizeof g->retired / sizeof *g->retired))
+        g->retired[g->n_retired++] = g->h_desc;
+      else
+        cudaFreeHost(g->h_desc); /* 2^64 plans: not reached */
+    }
+    dev_free(g, g->d_desc, st);
     g->h_desc = NULL;
     g->d_desc = NULL;
     g->desc_cap = 0;
-    c = cudaMallocHost((void **)&g->h_desc, n * sizeof(jg_desc));
+    c = cudaMallocHost((void **)&g->h_desc, cap * sizeof(jg_desc));
     if (c == cudaSuccess)
-      c = cudaMalloc((void **)&g->d_desc, n * sizeof(jg_desc));
+      c = dev_alloc(g, (void **)&g->d_desc, cap * sizeof(jg_desc), st);
     if (c != cudaSuccess)
       return cu_fail(e, "memory for the resize plans", c);
-    g->desc_cap = n;
+    g->desc_cap = cap;
   }
   /* the route of each image */
   for (size_t i = 0; i < n; i++) {
@@ -731,21 +803,21 @@ static int jg_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
       im->status = WDS__JG_REFUSED;
       continue;
     }
-    if (enc == NVJPEG_ENCODING_PROGRESSIVE_DCT_HUFFMAN) {
-      g->route[i] = 2;
-    } else if (enc == NVJPEG_ENCODING_BASELINE_DCT ||
-               enc == NVJPEG_ENCODING_EXTENDED_SEQUENTIAL_DCT_HUFFMAN) {
-      int unsupported = 1;
-      g->route[i] = 1;
-      /* the hardware backend takes it (0 means supported) and it is whole:
-       * a cut one goes where a damaged bitstream is reported */
-      if (g->hw && g->js_hw && wds__jg_jpeg_whole(im->data, im->size) &&
+    int progressive = enc == NVJPEG_ENCODING_PROGRESSIVE_DCT_HUFFMAN;
+    if (progressive || enc == NVJPEG_ENCODING_BASELINE_DCT ||
+        enc == NVJPEG_ENCODING_EXTENDED_SEQUENTIAL_DCT_HUFFMAN) {
+      /* a cut one is decoded alone, where nvjpegDecode reports it: the
+       * batched calls have no per-image status (wds__jg_route) */
+      int whole = wds__jg_jpeg_whole(im->data, im->size), unsupported = 1;
+      /* the hardware backend takes it: 0 means supported */
+      int hw_takes =
+          !progressive && whole && g->hw && g->js_hw &&
           p_nvjpegJpegStreamParseHeader(g->hw, im->data, im->size, g->js_hw) ==
               NVJPEG_STATUS_SUCCESS &&
           p_nvjpegDecodeBatchedSupported(g->hw, g->js_hw, &unsupported) ==
               NVJPEG_STATUS_SUCCESS &&
-          unsupported == 0)
-        g->route[i] = 0;
+          unsupported == 0;
+      g->route[i] = wds__jg_route(progressive, whole, hw_takes);
     } else {
       im->status = WDS__JG_REFUSED; /* lossless, arithmetic coding... */
     }
@@ -760,10 +832,10 @@ static int jg_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
       rc = wait_stream(g, st, "memory for decoded images", e);
       if (rc != WDS_OK)
         return rc;
-      cudaFree(g->arena);
+      dev_free(g, g->arena, st); /* on st: waits for no other stream */
       g->arena = NULL;
       g->arena_cap = 0;
-      if ((c = cudaMalloc((void **)&g->arena, need)) != cudaSuccess)
+      if ((c = dev_alloc(g, (void **)&g->arena, need, st)) != cudaSuccess)
         return cu_fail(e, "memory for decoded images", c);
       g->arena_cap = need;
     }
@@ -822,6 +894,9 @@ extern "C" int wds__jg_cuda_open(int device, const wds__jg_ops **ops,
   if (!g)
     return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
   g->device = device;
+  if (cudaDeviceGetAttribute(&g->pools, cudaDevAttrMemoryPoolsSupported,
+                             device) != cudaSuccess)
+    g->pools = 0;
   int rc = WDS_OK;
   nvjpegStatus_t s;
   {
@@ -876,7 +951,8 @@ extern "C" int wds__jg_cuda_open(int device, const wds__jg_ops **ops,
       if ((c = cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming)) !=
           cudaSuccess)
         rc = cu_fail(e, "event", c);
-      wds__jg_batched bt = {b, bs_init, bs_decode, bs_record, bs_query, 0};
+      wds__jg_batched bt = {b,         bs_init,  bs_fill, bs_decode,
+                            bs_record, bs_query, 0};
       g->batched[k] = bt;
     }
   }

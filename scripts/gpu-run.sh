@@ -41,7 +41,12 @@
 #   (CARRY_DIR default: gpu-carry; --only runs those steps, the set-up
 #   (setup, python-ext) always,
 #   e.g. --only bench-jpeg,bench-train to run the benchmarks again)
-# Environment: OUT (logs go to $OUT/gpu-run when set, else CARRY_DIR/logs),
+# Environment: OUT (when set: $OUT/table.txt and the logs packed into one
+# $OUT/gpu-run.tar.gz, under 16 MiB: the device tool brings back at most 8
+# files from $OUT; else the logs stay in CARRY_DIR/logs), WDS_GPU_WORK (the
+# working data: photo shards, the DDP digits, bench data, carried Python
+# packages; default ${TMPDIR:-/tmp}/wds-gpu-work, kept for a second call),
+
 # WDS_GPU_BUDGET (seconds, default: the limits' sum + 20), TORCH_PY (default
 # /opt/torch/.venv/bin/python3, else python3), BENCH_STEPS (default 30),
 # WORKERS (default: cores - 1, at most 15).
@@ -63,20 +68,52 @@ while (($#)); do
 done
 carry=${1:-$root/gpu-carry}
 t_start=$SECONDS
-logs=${OUT:+$OUT/gpu-run}
-logs=${logs:-$carry/logs}
-if ((dry)); then logs=$(mktemp -d "${TMPDIR:-/tmp}/wds-gpu-run.XXXXXX"); fi
+# Working data outside $OUT (the device tool returns at most 8 files of it);
+# with OUT the logs are written beside it and packed at the end (pack_logs).
+work=${WDS_GPU_WORK:-${TMPDIR:-/tmp}/wds-gpu-work}
+if ((dry)); then
+  logs=$(mktemp -d "${TMPDIR:-/tmp}/wds-gpu-run.XXXXXX")
+elif [ -n "${OUT:-}" ]; then
+  logs=$work/logs
+  rm -rf "$logs"
+else
+  logs=$carry/logs
+fi
 mkdir -p "$logs" || exit 1
 summary=$logs/summary.tsv
 : >"$summary"
 note() { echo "gpu-run: $*"; }
+
+# ---- what comes back: $OUT/table.txt and $OUT/gpu-run.tar.gz --------------------
+# pack_logs: the logs (step logs, summary, table, bench.jsonl, the
+# sanitizers' output) into $OUT/gpu-run.tar.gz, each log over 1 MiB cut to
+# its first and last 512 KiB (64 KiB if the archive is still over 15 MiB),
+# and the table beside it: two files, under the device tool's limits.
+pack_logs() {
+  local f keep size
+  mkdir -p "$OUT" || return 1
+  cp "$logs/table.txt" "$OUT/table.txt" || return 1
+  for keep in 524288 65536; do
+    while IFS= read -r -d '' f; do
+      size=$(stat -c %s "$f")
+      ((size > 2 * keep)) || continue
+      { head -c "$keep" "$f"
+        printf '\n[... gpu-run.sh cut %s bytes here ...]\n' $((size - 2 * keep))
+        tail -c "$keep" "$f"; } >"$f.cut" && mv "$f.cut" "$f"
+    done < <(find "$logs" -type f -print0)
+    tar -czf "$OUT/gpu-run.tar.gz" -C "$logs" --transform 's,^\.,gpu-run,' . || return 1
+    (($(stat -c %s "$OUT/gpu-run.tar.gz") <= 15 * 1024 * 1024)) && return 0
+  done
+  echo "gpu-run: $OUT/gpu-run.tar.gz is over 15 MiB" >&2
+  return 1
+}
 
 # ---- the table ----------------------------------------------------------------
 # record STEP RESULT SECONDS DETAIL
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$summary"; }
 table() {
   echo
-  echo "== GPU checks$( ((quick)) && echo " (--quick)"): $(date -u +%FT%TZ), ${gpu_name:-no GPU}, $((SECONDS - t_start)) s of $budget; $( ((dry)) && echo "dry run" || echo "logs in $logs")"
+  echo "== GPU checks$( ((quick)) && echo " (--quick)"): $(date -u +%FT%TZ), ${gpu_name:-no GPU}, $((SECONDS - t_start)) s of $budget; $( ((dry)) && echo "dry run" || echo "logs in ${OUT:+$OUT/gpu-run.tar.gz}${OUT:-$logs}")"
   awk -F'\t' '
     { step[NR] = $1; res[NR] = $2; sec[NR] = $3; det[NR] = $4
       if (length($1) > w1) w1 = length($1); if (length($2) > w2) w2 = length($2) }
@@ -271,8 +308,17 @@ do_python_ext() {
       return 1
     }
     cuda_link=(-L"$cuda_lib")
+    local v
     while read -r tok; do
-      [ -n "$tok" ] && cuda_link+=("$tok")
+      [ -n "$tok" ] || continue
+      # -lNAME needs an unversioned libNAME.so (a -dev package's link):
+      # where only libNAME.so.N is there, that file by name (-l:)
+      if [[ $tok == -l[!:]* ]] && [ ! -e "$cuda_lib/lib${tok#-l}.so" ] &&
+        [ ! -e "$cuda_lib/lib${tok#-l}.a" ]; then
+        v=$(cd "$cuda_lib" && ls -d "lib${tok#-l}".so.* 2>/dev/null | sort -V | head -1)
+        [ -z "$v" ] || tok=-l:$v
+      fi
+      cuda_link+=("$tok")
     done <"$carry/link-cuda"
   fi
   out=$build/python/wds
@@ -291,7 +337,7 @@ do_python_ext() {
     return 1
   }
   # Pure-Python packages carried for what this venv lacks (never shadowing its own).
-  PYEXTRA=$logs/pylib
+  PYEXTRA=$work/pylib
   rm -rf "$PYEXTRA" && mkdir -p "$PYEXTRA"
   if [ -d "$carry/pylib" ]; then
     for d in "$carry"/pylib/*; do
@@ -413,7 +459,7 @@ do_pytest() {
 
 do_ddp() {
   needs_python || return
-  local d=$logs/ddp-data out
+  local d=$work/ddp-data out
   rm -rf "$d" && mkdir -p "$d"
   lim "$TORCH_PY" "$root/scripts/make-digits.py" "$d/files" >/dev/null &&
     LD_LIBRARY_PATH=$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} lim "$build/tools/wds" write -o "$d/digits-train-%04d.tar" --maxcount 300 "$d/files/train" >/dev/null || {
@@ -437,13 +483,13 @@ do_ddp() {
 
 do_data() {
   needs_gpu || return
-  [ -f "$logs/photos/photos-07.tar" ] && {
+  [ -f "$work/photos/photos-07.tar" ] && {
     DETAIL="made by an earlier step"
     return 0
   }
   # 400 distinct photos made on every core (scripts/gen-photo-jpegs.py is
   # slow), each used 5 times under its own key: decoding costs the same.
-  local d=$logs/photos s n=400 procs
+  local d=$work/photos s n=400 procs
   procs=$(nproc)
   ((procs <= 16)) || procs=16
   rm -rf "$d" && mkdir -p "$d"
@@ -479,12 +525,12 @@ bench() {
   needs_python || return
   local runs
   runs=$((2 * $(tr ',' '\n' <<<"$1" | wc -l)))
-  [ -f "$logs/photos/photos-07.tar" ] || {
+  [ -f "$work/photos/photos-07.tar" ] || {
     DETAIL="no photo shards (the data step failed)"
     return 1
   }
   (cd "$build" && PYTHONPATH=$build/python:$PYEXTRA lim "$TORCH_PY" "$root/python/bench/train_resnet.py" \
-    "$logs"/photos/photos-0?.tar --models "$1" --feeders wds,torch-wds --steps "$steps" \
+    "$work"/photos/photos-0?.tar --models "$1" --feeders wds,torch-wds --steps "$steps" \
     --warmup 10 --batch-size 128 --workers "$workers" --budget $((STEP_LIMIT / (runs + 1))) \
     --json "$logs/bench.jsonl")
   local rc=$?
@@ -517,13 +563,13 @@ bench_script() {
   needs_python || return
   local name=$1
   shift
-  [ -f "$logs/photos/photos-07.tar" ] || {
+  [ -f "$work/photos/photos-07.tar" ] || {
     DETAIL="no photo shards (the data step failed)"
     return 1
   }
   # (lim is a function: env runs under it, not it under env)
-  (cd "$build" && lim env PY="$TORCH_PY" PYTHONPATH="$PYEXTRA" JPEG_SHARDS="$(echo "$logs"/photos/photos-0?.tar)" \
-    RUNS=1 EPOCHS=1 "$@" "$root/scripts/$name" "$build" "$logs/bench-data")
+  (cd "$build" && lim env PY="$TORCH_PY" PYTHONPATH="$PYEXTRA" JPEG_SHARDS="$(echo "$work"/photos/photos-0?.tar)" \
+    RUNS=1 EPOCHS=1 "$@" "$root/scripts/$name" "$build" "$work/bench-data")
   local rc=$?
   DETAIL=$(grep -E '^ *[0-9]+ |^wds |^torchvision ' "$STEP_LOG" | tr -s ' ' | paste -sd';' | cut -c1-150)
   # on a GPU machine, a figure not measured is a failure of the check
@@ -546,12 +592,12 @@ do_bench_jpeg() {
 # The GPU decoder's pixels against the CPU path's and torchvision's.
 do_pixels() {
   needs_python || return
-  [ -f "$logs/photos/photos-07.tar" ] || {
+  [ -f "$work/photos/photos-07.tar" ] || {
     DETAIL="no photo shards (the data step failed)"
     return 1
   }
   (cd "$build" && PYTHONPATH=$build/python:$PYEXTRA lim "$TORCH_PY" "$root/tests/gpu/pixels.py" \
-    "$logs"/photos/photos-0[01].tar --count 256)
+    "$work"/photos/photos-0[01].tar --count 256)
   local rc=$?
   DETAIL=$(tail -1 "$STEP_LOG" | cut -c1-150)
   return $rc
@@ -560,12 +606,12 @@ do_pixels() {
 # by wds with CPU decode and torch DataLoader + webdataset (train_resnet.py).
 do_bench_train() {
   needs_python || return
-  [ -f "$logs/photos/photos-07.tar" ] || {
+  [ -f "$work/photos/photos-07.tar" ] || {
     DETAIL="no photo shards (the data step failed)"
     return 1
   }
   local gpu spec
-  spec="$logs/photos/photos-{00..07}.tar" # wds's brace pattern
+  spec="$work/photos/photos-{00..07}.tar" # wds's brace pattern
   local all=$STEP_LIMIT
   (cd "$build" && STEP_LIMIT=$((all / 3)) && PYTHONPATH=$build/python:$PYEXTRA lim "$TORCH_PY" \
     "$root/python/bench/gpu_jpeg.py" resnet50 "$spec" --jpeg-decode gpu --workers 4 --steps "$steps" \
@@ -630,4 +676,7 @@ echo "limits: $total s in all$( ((quick)) && echo " (--quick)"), budget $budget 
 rc=0
 grep -q $'\t\(FAIL\|TIMEOUT\)\t' "$summary" && rc=1
 ((dry)) && rm -rf "$logs"
+if ((!dry)) && [ -n "${OUT:-}" ]; then
+  pack_logs || rc=1
+fi
 exit $rc

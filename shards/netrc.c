@@ -252,7 +252,7 @@ static int url_parts(const char *url, char *host, size_t hsize, char *user,
   return 0;
 }
 
-static atomic_int warned;
+static atomic_int warned, warned_unreadable;
 static void (*_Atomic warn_sink)(const char *msg);
 
 void wds__netrc_set_warn_sink(void (*fn)(const char *msg)) { warn_sink = fn; }
@@ -274,9 +274,27 @@ int wds__netrc_for_url(const char *url, char **login, char **password,
   char *text = NULL;
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) {
-    if (errno != ENOENT && errno != ENOTDIR)
+    int err = errno;
+    if (err == EACCES || err == EPERM) {
+      /* As curl does: a .netrc this user may not read (root's, say) gives
+       * no credentials rather than failing every http(s) read. Said once
+       * per process, naming the file. */
+      void (*sink)(const char *) = warn_sink;
+      if ((sink || warn) && !atomic_exchange(&warned_unreadable, 1)) {
+        char msg[700];
+        snprintf(msg, sizeof msg,
+                 "warning: cannot read the .netrc file %s (%s): http(s) "
+                 "reads go without its credentials",
+                 wds__esc(path, shown, sizeof shown, 0), strerror(err));
+        if (sink)
+          sink(msg);
+        else
+          warn(ctx, msg);
+      }
+    } else if (err != ENOENT && err != ENOTDIR) {
       rc = wds__fail(e, WDS_ERR_OPEN, "cannot read the .netrc file %s: %s",
-                     wds__esc(path, shown, sizeof shown, 0), strerror(errno));
+                     wds__esc(path, shown, sizeof shown, 0), strerror(err));
+    }
     goto done;
   }
   struct stat st;

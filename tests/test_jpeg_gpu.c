@@ -502,7 +502,8 @@ TEST(jpeg_decode_option_is_checked) {
  * batch through a batched state (wds__jg_batched_run) whose decode stays
  * "in flight" until its event has been queried `latency` times: an
  * initialize of the state while its decode runs is the race nvJPEG's
- * batched API forbids, counted in `raced`. Calls that overlap (two
+ * batched API forbids, counted in `raced`, and so is a fill of its arrays
+ * (`refilled`). Calls that overlap (two
  * threads in the decoder at once) are counted in `overlapped`. */
 typedef struct fake_state {
   int inflight;    /* queries left before the last decode is done */
@@ -510,7 +511,8 @@ typedef struct fake_state {
   int hang;        /* the event never completes */
   int fail_record; /* the event record fails */
   int raced;       /* initialized while a decode ran */
-  int inits, queries;
+  int refilled;    /* its arrays filled while a decode read them */
+  int inits, fills, queries;
 } fake_state;
 
 static int fs_init(void *ctx, int n, int channels) {
@@ -519,6 +521,15 @@ static int fs_init(void *ctx, int n, int channels) {
   s->inits++;
   if (s->inflight > 0)
     s->raced++;
+  return 0;
+}
+
+static int fs_fill(void *ctx, void *arg) {
+  fake_state *s = ctx;
+  (void)arg;
+  s->fills++;
+  if (s->inflight > 0)
+    s->refilled++;
   return 0;
 }
 
@@ -550,6 +561,8 @@ static int fs_query(void *ctx, wds__err *e) {
 
 typedef struct fake {
   tjhandle tj;
+  int hw;          /* a hardware backend that takes every whole baseline JPEG */
+  int route[1024]; /* per image of the call (wds__jg_route) */
   int fail_batch;
   size_t calls, images, max_n;
   void *buf;
@@ -566,7 +579,8 @@ static void fake_init(fake *f) {
   memset(f, 0, sizeof *f);
   f->tj = tjInitDecompress();
   f->st.latency = 3;
-  wds__jg_batched b = {&f->st, fs_init, fs_decode, fs_record, fs_query, 0};
+  wds__jg_batched b = {&f->st,    fs_init,  fs_fill, fs_decode,
+                       fs_record, fs_query, 0};
   f->batched = b;
 }
 
@@ -589,10 +603,23 @@ static int fake_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
   size_t need = wds__jg_arena_need(imgs, n);
   if (need > f->arena_cap)
     f->arena_cap = need;
-  int brc = wds__jg_batched_run(&f->batched, (int)n, imgs[0].h.channels, stream,
-                                f->timeout_ms, e);
+  int brc = wds__jg_batched_run(&f->batched, NULL, (int)n, imgs[0].h.channels,
+                                stream, f->timeout_ms, e);
   if (brc != WDS_OK && brc != WDS__JG_BATCH_FAILED)
     return brc;
+  /* nvJPEG's routing (wds__jg_route), and what each route reports: the
+   * batched calls have no per-image status, and the hybrid one does
+   * Huffman on the GPU above 50 images; there (and in the hardware's) a
+   * JPEG whose data ends early decodes without an error, into whatever
+   * the missing data leaves */
+  size_t hybrid = 0;
+  if (n > sizeof f->route / sizeof *f->route)
+    return wds__fail(e, WDS_ERR_INVALID, "fake: more than 1024 images");
+  for (size_t i = 0; i < n; i++) {
+    f->route[i] =
+        wds__jg_route(0, wds__jg_jpeg_whole(imgs[i].data, imgs[i].size), f->hw);
+    hybrid += !imgs[i].h.cmyk && f->route[i] == WDS__JG_ROUTE_HYBRID;
+  }
   for (size_t i = 0; i < n; i++) {
     wds__jg_img *im = &imgs[i];
     f->images++;
@@ -600,14 +627,17 @@ static int fake_decode(void *ctx, wds__jg_img *imgs, size_t n, void *out,
       im->status = WDS__JG_REFUSED;
       continue;
     }
+    int silent = f->route[i] == WDS__JG_ROUTE_HW ||
+                 (f->route[i] == WDS__JG_ROUTE_HYBRID && hybrid > 50);
     int w = im->h.src_w, h = im->h.src_h, ch = im->h.channels;
     uint8_t *full = malloc((size_t)w * h * ch);
     /* what libjpeg only warns about decodes (nvJPEG is no stricter),
-     * except data that ends early; a fatal error fails */
+     * except data that ends early where a status is reported; a fatal
+     * error fails */
     if (tjDecompress2(f->tj, im->data, (unsigned long)im->size, full, w, 0, h,
                       ch == 1 ? TJPF_GRAY : TJPF_RGB, 0) != 0 &&
         (tjGetErrorCode(f->tj) == TJERR_FATAL ||
-         strstr(tjGetErrorStr2(f->tj), "Premature end"))) {
+         (!silent && strstr(tjGetErrorStr2(f->tj), "Premature end")))) {
       im->status = WDS__JG_FAILED;
       tjDestroy(f->tj);
       f->tj = tjInitDecompress();
@@ -663,7 +693,9 @@ static void fake_destroy(void *ctx) {
 
 static void fake_stats(void *ctx, wds_gpu_jpeg_stats *st) {
   fake *f = ctx;
-  st->device_bytes = f->arena_cap + f->buf_cap;
+  st->arena_bytes = f->arena_cap + f->buf_cap;
+  st->nvjpeg_bytes = 0;
+  st->device_bytes = st->arena_bytes + st->nvjpeg_bytes;
 }
 
 static void fake_set_timeout(void *ctx, int timeout_ms) {
@@ -747,7 +779,8 @@ TEST(decode_equals_cpu_over_a_fake_backend) {
     ASSERT_STREQ(wds_gpu_jpeg_library(g), "fake");
   /* device memory after each batch, and each batch's decoded images' bytes
    * (its JPEG rows but CMYK's, which every backend refuses) */
-  static uint64_t mem[EPOCHS * MAXB], need[EPOCHS * MAXB];
+  static uint64_t mem[EPOCHS * MAXB], arena[EPOCHS * MAXB], nvj[EPOCHS * MAXB],
+      need[EPOCHS * MAXB];
   size_t nb = 0;
   c.jpeg_decode = WDS_JPEG_DECODE_GPU;
   ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
@@ -794,6 +827,9 @@ TEST(decode_equals_cpu_over_a_fake_backend) {
         }
         ASSERT_TRUE(nb < EPOCHS * MAXB);
         need[nb] = wds__jg_arena_need(im, ni);
+        ASSERT_EQ_U64(ms.device_bytes, ms.arena_bytes + ms.nvjpeg_bytes);
+        arena[nb] = ms.arena_bytes;
+        nvj[nb] = ms.nvjpeg_bytes;
         mem[nb++] = ms.device_bytes;
       }
       memset(host, 0xCD, b->rows * row_bytes);
@@ -872,25 +908,44 @@ TEST(decode_equals_cpu_over_a_fake_backend) {
   {
     wds_gpu_jpeg_stats ms;
     wds_gpu_jpeg_stats_get(g, &ms);
-    ASSERT_EQ_U64(ms.device_bytes, mem[nb - 1]);
+    ASSERT_EQ_U64(ms.arena_bytes, arena[nb - 1]);
+    if (!real) /* nvJPEG's own may shrink and regrow; the fake has none */
+      ASSERT_EQ_U64(ms.device_bytes, mem[nb - 1]);
   }
+  /* the decoder's own memory (exactly): never shrinks, grown to the
+   * largest batch and not after it. nvJPEG's share (stream-ordered buffers
+   * it may free and allocate again): bounded loosely, by its handles'
+   * fixed buffers plus a few times the largest batch's images */
+  uint64_t nvj_max = 0;
   for (size_t k = 1; k < nb; k++) {
-    ASSERT_TRUE(mem[k] >= mem[k - 1]);
+    if (arena[k] < arena[k - 1])
+      TEST_FAIL_("the decoder's device memory shrank (batch %zu: %llu bytes, "
+                 "%llu before)",
+                 k, (unsigned long long)arena[k],
+                 (unsigned long long)arena[k - 1]);
     if (need[k] > need[largest])
       largest = k;
   }
-  for (size_t k = largest; k < nb && !real; k++)
-    if (mem[k] != mem[largest])
+  for (size_t k = 0; k < nb; k++)
+    nvj_max = nvj[k] > nvj_max ? nvj[k] : nvj_max;
+  for (size_t k = largest; k < nb; k++)
+    if (arena[k] != arena[largest])
       TEST_FAIL_("device memory grew after the largest batch (batch %zu of "
                  "%zu: %llu bytes, %llu after batch %zu)",
-                 k, nb, (unsigned long long)mem[k],
-                 (unsigned long long)mem[largest], largest);
+                 k, nb, (unsigned long long)arena[k],
+                 (unsigned long long)arena[largest], largest);
   if (test_cur_failed_)
     return;
-  if (!real)
+  if (!real) {
     ASSERT_EQ_U64(mem[nb - 1], need[largest] + 66 * row_bytes);
-  printf("  device memory: %llu bytes (largest batch's images: %llu)\n",
-         (unsigned long long)mem[nb - 1], (unsigned long long)need[largest]);
+    ASSERT_EQ_U64(nvj_max, 0);
+  } else {
+    ASSERT_TRUE(nvj_max <= (256ull << 20) + 16 * need[largest]);
+  }
+  printf("  device memory: %llu bytes, the decoder's %llu (largest batch's "
+         "images: %llu), nvJPEG's at most %llu\n",
+         (unsigned long long)mem[nb - 1], (unsigned long long)arena[nb - 1],
+         (unsigned long long)need[largest], (unsigned long long)nvj_max);
   /* measured: 1.79 on average, 4.52 at worst (these synthetic images have
    * more fine detail than photos) */
   /* printed for the GPU run (test_jpeg_gpu_device), which sets the bound
@@ -911,7 +966,8 @@ TEST(decode_equals_cpu_over_a_fake_backend) {
   ASSERT_TRUE(st.batches > 0);
   ASSERT_TRUE(real || fk.max_n > 1); /* batched, not one by one */
   /* every batch's state initialized after its previous decode was done */
-  ASSERT_TRUE(real || (fk.st.inits > 2 && fk.st.raced == 0));
+  ASSERT_TRUE(real ||
+              (fk.st.inits > 2 && fk.st.raced == 0 && fk.st.refilled == 0));
   wds_loader_stats ls;
   wds_loader_stats_get(l, &ls);
   ASSERT_TRUE(ls.skipped >= 2); /* the bad header (workers), the cut one */
@@ -1017,12 +1073,17 @@ TEST(errors_name_the_sample_and_spoil_nothing) {
 TEST(batched_state_waits_for_its_last_decode) {
   fake_state st = {0};
   st.latency = 5;
-  wds__jg_batched b = {&st, fs_init, fs_decode, fs_record, fs_query, 0};
+  wds__jg_batched b = {&st,       fs_init,  fs_fill, fs_decode,
+                       fs_record, fs_query, 0};
   wds__err e;
   for (int k = 0; k < 4; k++)
-    ASSERT_EQ_INT(wds__jg_batched_run(&b, 8, 3, NULL, 0, &e), WDS_OK);
+    ASSERT_EQ_INT(wds__jg_batched_run(&b, NULL, 8, 3, NULL, 0, &e), WDS_OK);
   ASSERT_EQ_INT(st.inits, 4);
   ASSERT_EQ_INT(st.raced, 0);
+  /* the state's host arrays (images, sizes, destinations) are filled only
+   * once its previous decode is done: nvJPEG reads them until then */
+  ASSERT_EQ_INT(st.fills, 4);
+  ASSERT_EQ_INT(st.refilled, 0);
   ASSERT_TRUE(st.queries >= 3 * 5); /* it waited on every reuse */
   ASSERT_EQ_INT(b.pending, 1);
   ASSERT_EQ_INT(wds__jg_batched_wait(&b, 0, &e), WDS_OK);
@@ -1030,15 +1091,16 @@ TEST(batched_state_waits_for_its_last_decode) {
   /* a record that fails is the call's error (else the next wait would not
    * wait) */
   st.fail_record = 1;
-  ASSERT_EQ_INT(wds__jg_batched_run(&b, 8, 3, NULL, 0, &e), WDS_ERR_IO);
+  ASSERT_EQ_INT(wds__jg_batched_run(&b, NULL, 8, 3, NULL, 0, &e), WDS_ERR_IO);
   ASSERT_CONTAINS(e.msg, "cudaEventRecord");
   st.fail_record = 0;
   /* an event that never completes (work behind a hung peer): the wait
    * polls until the timeout, then fails naming what it waited for */
-  ASSERT_EQ_INT(wds__jg_batched_run(&b, 8, 3, NULL, 0, &e), WDS_OK);
+  ASSERT_EQ_INT(wds__jg_batched_run(&b, NULL, 8, 3, NULL, 0, &e), WDS_OK);
   st.hang = 1;
   double t0 = test_now_s();
-  ASSERT_EQ_INT(wds__jg_batched_run(&b, 8, 3, NULL, 100, &e), WDS_ERR_TIMEOUT);
+  ASSERT_EQ_INT(wds__jg_batched_run(&b, NULL, 8, 3, NULL, 100, &e),
+                WDS_ERR_TIMEOUT);
   double took = test_now_s() - t0;
   ASSERT_TRUE(took >= 0.09 && took < 5.0);
   ASSERT_CONTAINS(e.msg, "previous batched decode");
@@ -1076,6 +1138,94 @@ TEST(jpegs_cut_short_are_found) {
   ASSERT_EQ_INT(wds__jg_jpeg_whole(padded, sizeof padded), 1);
   ASSERT_EQ_INT(wds__jg_jpeg_whole(padded, 3), 0);
   ASSERT_EQ_INT(wds__jg_jpeg_whole(padded, 0), 0);
+}
+
+/* A JPEG cut short in a batch of more than 50 (where GPU_HYBRID's batched
+ * call does Huffman on the GPU, with no per-image status, as the hardware's
+ * has none) is never a valid row: it is decoded alone, where its error is
+ * reported, and is the decode's error naming the sample. It went to the
+ * batched call and came out a valid row of garbage. */
+TEST(a_cut_jpeg_in_a_large_batch_is_never_valid) {
+  enum { N = 60, CUT = 37 };
+  char path[512];
+  snprintf(path, sizeof path, "%s/big.tar", tmpdir);
+  wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
+  wds__tarw *w;
+  wds__err e;
+  ASSERT_EQ_INT(wds__tarw_open_path(path, &o, &w, &e), WDS_OK);
+  tjhandle tj = tjInitCompress();
+  for (int i = 0; i < N; i++) {
+    int W = 64 + i, H = 48 + (i % 7);
+    uint8_t *rgb = make_rgb(W, H, 100 + i);
+    unsigned char *img = NULL;
+    unsigned long jsize = 0;
+    ASSERT_EQ_INT(tjCompress2(tj, rgb, W, 0, H, TJPF_RGB, &img, &jsize,
+                              TJSAMP_420, 85, 0),
+                  0);
+    size_t size = jsize;
+    if (i == CUT) { /* half of the scan data: libjpeg only warns */
+      size_t at = 2;
+      while (at + 4 < size && !(img[at] == 0xFF && img[at + 1] == 0xDA))
+        at += 2 + ((size_t)img[at + 2] << 8 | img[at + 3]);
+      size_t scan = at + 2 + ((size_t)img[at + 2] << 8 | img[at + 3]);
+      size = scan + (size - scan) / 2;
+      ASSERT_EQ_INT(wds__jg_jpeg_whole(img, size), 0);
+    }
+    char name[64], val[16];
+    snprintf(name, sizeof name, "b/%02d.jpg", i);
+    ASSERT_EQ_INT(wds__tarw_add(w, name, img, size, &e), WDS_OK);
+    snprintf(name, sizeof name, "b/%02d.cls", i);
+    snprintf(val, sizeof val, "%d", i);
+    ASSERT_EQ_INT(wds__tarw_add(w, name, val, strlen(val), &e), WDS_OK);
+    tjFree(img);
+    free(rgb);
+  }
+  tjDestroy(tj);
+  ASSERT_EQ_INT(wds__tarw_finish(w, &e), WDS_OK);
+  wds__tarw_close(w);
+
+  for (int hw = 0; hw <= 1; hw++) {
+    if (real && hw)
+      break; /* the real decoder has what it has */
+    wds_loader_config c = WDS_LOADER_CONFIG_INIT;
+    const char *url = path;
+    c.urls = &url;
+    c.url_count = 1;
+    c.workers = 1;
+    c.mode = WDS_MODE_PLAIN;
+    c.batch_size = 64;
+    c.last_batch = WDS_LAST_KEEP;
+    c.fields = fields;
+    c.field_count = 2;
+    c.on_error = WDS_ON_ERROR_STOP;
+    c.shuffle_buffer = 0;
+    c.shard_shuffle = 0;
+    c.jpeg_decode = WDS_JPEG_DECODE_GPU;
+    static fake fk;
+    fake_init(&fk);
+    fk.hw = hw;
+    wds_gpu_jpeg *g = real ? real : wds__gpu_jpeg_new(&fake_ops, &fk, "fake");
+    wds_loader *l;
+    ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+    size_t row_bytes = 32 * 40 * 3;
+    uint8_t *dev = wds_gpu_jpeg_buffer(g, 64 * row_bytes);
+    const wds_batch *b;
+    ASSERT_EQ_INT(wds_loader_next(l, &b), WDS_OK);
+    ASSERT_EQ_INT(b->rows, N);
+    int st = wds_gpu_jpeg_decode(g, l, b, 0, dev, NULL);
+    if (st == WDS_OK)
+      printf("  %s: the cut JPEG b/%d came out a valid row\n",
+             hw ? "hardware" : "hybrid", CUT);
+    ASSERT_EQ_INT(st, WDS_ERR_TRUNCATED);
+    ASSERT_CONTAINS(wds_last_error(), "big.tar");
+    ASSERT_CONTAINS(wds_last_error(), "sample \"b/37\"");
+    if (!real)
+      ASSERT_TRUE(fk.max_n == N); /* one call for the batch */
+    wds_loader_release(l, b);
+    wds_loader_close(l);
+    if (!real)
+      wds_gpu_jpeg_close(g);
+  }
 }
 
 /* The decoder's waits poll (never block in the device's own wait) and
@@ -1282,6 +1432,7 @@ int main(int argc, char **argv) {
   }
   RUN(decode_equals_cpu_over_a_fake_backend);
   RUN(errors_name_the_sample_and_spoil_nothing);
+  RUN(a_cut_jpeg_in_a_large_batch_is_never_valid);
   if (!real) {
     RUN(batched_state_waits_for_its_last_decode);
     RUN(waits_poll_under_the_timeout);

@@ -563,6 +563,21 @@ static int run_main(int argc, char **argv) {
     return usage_error("%s", wds_last_error());
   if (o.checkpoint_every && !o.checkpoint_path)
     return usage_error("%s", "--checkpoint-every needs --checkpoint PATH");
+  /* A checkpoint named by one of the process's own descriptors is written
+   * through it at its offset (wds/outfile.h): a second one would follow the
+   * first and --resume would refuse the file. */
+  if (o.checkpoint_every && o.checkpoint_path &&
+      (strcmp(o.checkpoint_path, "/dev/stdout") == 0 ||
+       strcmp(o.checkpoint_path, "/dev/stderr") == 0 ||
+       strncmp(o.checkpoint_path, "/dev/fd/", 8) == 0 ||
+       strncmp(o.checkpoint_path, "/proc/self/fd/", 14) == 0))
+    return usage_error("--checkpoint-every: --checkpoint %s is one of the "
+                       "process's own descriptors, written at its offset, so "
+                       "each checkpoint would follow the previous one and "
+                       "--resume would refuse the file; name a file (or "
+                       "leave out --checkpoint-every for one checkpoint at "
+                       "the end)",
+                       o.checkpoint_path);
   if (o.stop_after && !o.checkpoint_path)
     return usage_error("%s", "--stop-after needs --checkpoint PATH");
   /* Before any GPU is looked for: a usage error on every machine. */

@@ -42,9 +42,16 @@
  * INTERPOLATION) and a damaged bitstream an error
  * (NVJPEG_FLAGS_BITSTREAM_STRICT); where a backend refuses one, the
  * decoder opens without it and wds_gpu_jpeg_library() names it. The
- * batched call has no per-image status, so a batch it fails is decoded
- * image by image, and JPEGs that do not end with their EOI marker (cut
- * short) skip the hardware backend, which may not report them.
+ * batched calls have no per-image status (the hardware's, and GPU_HYBRID's
+ * above 50 images, where Huffman decoding runs on the GPU), so a batch
+ * they fail is decoded image by image, and JPEGs that do not end with
+ * their EOI marker (cut short) are never batched: each is decoded alone
+ * (nvjpegDecode, which reports it) and a failure is decoded again on the
+ * CPU, which names it. Corruption inside a whole JPEG (damaged entropy-
+ * coded data that still ends with EOI) is not always detected on the GPU:
+ * such an image may come out as a valid row of wrong pixels, where the
+ * CPU path may have warned or failed. Data that must be checked: decode
+ * on the CPU, or verify the shards' checksums.
  *
  * Memory: nvJPEG's state, its device and pinned buffers and the decoded
  * images' device memory are allocated by the first batches and reused,
@@ -58,7 +65,11 @@
  * for the previous call's). Waits: the decoder never blocks in a CUDA
  * call; it polls, and with wds_gpu_jpeg_set_timeout a wait that lasts
  * longer fails (WDS_ERR_TIMEOUT), so a peer that hangs the device's work
- * (a collective) ends the caller's wait instead of hanging it. */
+ * (a collective) ends the caller's wait instead of hanging it. Device
+ * memory it outgrows (its own and nvJPEG's) is freed on the decoder's
+ * stream (cudaFreeAsync, where the device has stream-ordered allocation;
+ * else cudaFree, which waits for the whole device), outgrown pinned
+ * buffers at close. wds_gpu_jpeg_buffer and close may block. */
 #ifndef WDS_GPU_JPEG_H
 #define WDS_GPU_JPEG_H
 
@@ -88,6 +99,13 @@ typedef struct wds_gpu_jpeg_stats {
    * own buffers are left out). Pinned host memory is not counted. */
   uint64_t device_bytes;
   uint64_t hardware; /* 1: nvJPEG's hardware backend is used */
+  /* device_bytes in two: the decoder's own (the arena, the resize plans,
+   * the wds_gpu_jpeg_buffer: grown to the largest batch, never shrunk, not
+   * grown by a batch no larger than one seen), and nvJPEG's (stream-ordered
+   * buffers of its own, which it may shrink and grow again from batch to
+   * batch; 0 where they are not counted) */
+  uint64_t arena_bytes;
+  uint64_t nvjpeg_bytes;
 } wds_gpu_jpeg_stats;
 
 /* A decoder on CUDA device `device` (-1: the calling thread's current one).
@@ -134,7 +152,9 @@ WDS_API int wds_gpu_jpeg_decode_rows(wds_gpu_jpeg *g, wds_loader *l,
 /* Device memory of the decoder's, at least `bytes` (one buffer, grown and
  * reused: the previous pointer is invalid after a call that grows it), for
  * callers without a CUDA allocator of their own (`wds bench`); NULL when
- * it cannot be had. Freed by close. */
+ * it cannot be had. Freed by close. Growing it waits for the whole device
+ * (cudaDeviceSynchronize, blocking: a hung collective would hold it): for
+ * benchmarks and tests, which size it once; not for a training loop. */
 WDS_API void *wds_gpu_jpeg_buffer(wds_gpu_jpeg *g, size_t bytes);
 /* Waits for the work queued on stream (NULL: the default stream). WDS_OK
  * or WDS_ERR_IO (the CUDA error in wds_last_error()). */

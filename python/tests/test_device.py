@@ -468,6 +468,42 @@ def test_close_when_a_fence_raises(shards, late):
     l.close()
 
 
+def test_close_interrupted_waits_before_the_slot_goes(shards, late,
+                                                     monkeypatch):
+    """A KeyboardInterrupt in a fence's wait() is not the copy's failure:
+    the copy may still be reading the slot, so close() synchronises the
+    engine before the slot is released and the C loader closed, then
+    raises the interrupt once (it gave the slot up at once)."""
+    eng = late(polls=1 << 30)
+    freed = []
+    free = _device.Fences._free
+
+    def spy(entry):
+        freed.append(entry[1].copied)  # had the copy run when it went?
+        free(entry)
+
+    monkeypatch.setattr(_device.Fences, "_free", staticmethod(spy))
+    wait = eng.wait
+    interrupts = [1]
+
+    def interrupted_wait(ev):
+        if interrupts:
+            interrupts.pop()
+            raise KeyboardInterrupt
+        wait(ev)
+
+    eng.wait = interrupted_wait
+    l = loader(shards, device="late", prefetch=4)
+    b, b2 = l.next(), l.next()
+    assert b is not None and b2 is not None
+    with pytest.raises(KeyboardInterrupt):
+        l.close()
+    assert l.closed
+    assert freed == [True, True], "a slot went while its copy could run"
+    l.close()  # no-op
+    del b, b2
+
+
 def test_one_engine_per_device_from_two_threads(monkeypatch):
     """Two loaders opened at once on one device (two threads) get one
     engine, so one GPU JPEG decoder (its calls serialised by its own lock):

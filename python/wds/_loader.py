@@ -597,8 +597,10 @@ class Loader:
 
     def close(self):
         """Waits for copies still reading slots (device=, Batch.to), then
-        stops the loader. A copy whose done() or wait() raises is given up
-        (its slot goes with it), the others are still waited for, the
+        stops the loader. A copy whose done() or wait() raises an engine
+        error is given up (its slot goes with it); one interrupted
+        (KeyboardInterrupt) is synchronised first; the others are still
+        waited for, the
         loader is closed all the same and the first error is raised, once:
         a later close() does nothing."""
         if self._l.closed:
@@ -609,10 +611,24 @@ class Loader:
             try:
                 if not f.wait_oldest():
                     break
-            except BaseException as e:  # the engine's: CUDA, KeyboardInterrupt
+            except Exception as e:  # the engine's: a CUDA error
                 if first is None:
                     first = e
                 _give_up_oldest(f)
+            except BaseException as e:  # KeyboardInterrupt, SystemExit
+                # Not the copy's failure: it may still be reading the slot.
+                # The engine's stream is synchronised before the slot goes
+                # (an engine error there gives the copy up; a second
+                # interrupt leaves the loader open for a later close()).
+                if first is None:
+                    first = e
+                with f._lock:
+                    eng = f._q[0][0] if f._q else None
+                if eng is not None:
+                    try:
+                        eng.synchronize()
+                    except Exception:
+                        _give_up_oldest(f)
         self._l.close()
         if first is not None:
             raise first

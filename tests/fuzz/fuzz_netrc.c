@@ -30,7 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *at = memmem(data, size, "#@ ", 3);
   if (at) {
     char line[200];
-    size_t n = size - (size_t)(at - (const char *)data);
+    /* the bytes after "#@ " (3 past at), to the input's end */
+    size_t n = size - (size_t)(at + 3 - (const char *)data);
     snprintf(line, sizeof line, "%.*s", (int)(n < 199 ? n : 199), at + 3);
     line[strcspn(line, "\n")] = '\0';
     if (sscanf(line, "%63s %63s", host, user) < 1)

@@ -16,7 +16,12 @@
 #     extension build fails the Python steps only; a sanitizer that refuses
 #     the device ("Device not supported", error 999) is N/A, not available
 #     on this runtime, not a failure; a step the budget leaves no time for is
-#     a failure (exit 1);
+#     a failure (exit 1); a run of every step but the data's leaves at
+#     most 8 files in $OUT (the device tool's limit): table.txt and the
+#     logs in gpu-run.tar.gz;
+#   * the extension links where CUDA's folder has only the versioned
+#     runtime (libcudart.so.13: -l:libcudart.so.13), in the same
+#     namespace;
 #   * gpu-run.sh without the folder scripts/gpu-prepare.sh makes: its
 #     set-up fails saying to run gpu-prepare.sh, the GPU steps are skipped
 #     (no GPU) or not run, exit 1;
@@ -34,6 +39,9 @@ bad() { echo "FAIL $1${2:+: $2}"; failed=$((failed + 1)); }
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/wds-gpu-scripts.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 cd "$TMP"
+# gpu-run.sh's working data (and its logs while it runs with OUT): this
+# test's own, not the machine's default
+export WDS_GPU_WORK=$TMP/work
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 
 if bash -n "$SRC/scripts/gpu-run.sh" && bash -n "$SRC/scripts/gpu-prepare.sh"; then
@@ -111,8 +119,9 @@ if ((gpus == 0)); then
   OUT=$TMP/out "$SRC/scripts/gpu-run.sh" "$TMP/no-carry" >nocarry.out 2>&1 || rc=$?
   if ((rc == 1)) && grep -q '^setup  *FAIL.*run scripts/gpu-prepare.sh first' nocarry.out &&
     grep -q '^ctest  *SKIP.*no GPU' nocarry.out && grep -q '^bench-train  *SKIP.*no GPU' nocarry.out &&
-    [ -f "$TMP/out/gpu-run/table.txt" ]; then
-    ok "no carried folder: set-up says to run gpu-prepare.sh, GPU steps skipped, logs under \$OUT"
+    [ -f "$TMP/out/table.txt" ] && tar -tzf "$TMP/out/gpu-run.tar.gz" >nocarry.list &&
+    grep -qx 'gpu-run/setup.log' nocarry.list; then
+    ok "no carried folder: set-up says to run gpu-prepare.sh, GPU steps skipped, \$OUT/table.txt and the logs in \$OUT/gpu-run.tar.gz"
   else
     bad "no carried folder" "rc $rc: $(cat nocarry.out)"
   fi
@@ -132,6 +141,10 @@ hide_cuda_links() { # CMD...: CMD without /usr/local's links into CUDA
   # (cuda, cuda-13.0) and everything else but the links into it that this
   # machine has beside (lib/libcudadevrt.a..., lib64, targets, nvvm); no
   # LIBRARY_PATH either: as on the GPU machine.
+  # With CUDART_REAL and CUDART_NAME set, /usr/local/cuda is a folder
+  # whose lib64 holds CUDART_NAME (libcudart.so.13, linking to
+  # CUDART_REAL) only: CUDA's runtime without the -dev package's
+  # unversioned libcudart.so.
   mkdir -p "$TMP/keep"
   env -u LIBRARY_PATH KEEP="$TMP/keep" unshare -m bash -c '
     set -e
@@ -143,6 +156,11 @@ hide_cuda_links() { # CMD...: CMD without /usr/local's links into CUDA
     for e in "$keep"/* "$keep"/.[!.]*; do
       [ -e "$e" ] || [ -L "$e" ] || continue
       n=${e##*/}
+      if [ "$n" = cuda ] && [ -n "${CUDART_REAL:-}" ]; then
+        mkdir -p /usr/local/cuda/lib64
+        ln -s "$CUDART_REAL" "/usr/local/cuda/lib64/$CUDART_NAME"
+        continue
+      fi
       case $n in cuda | cuda-[0-9]*) ln -s "$e" "/usr/local/$n"; continue ;; esac
       into_cuda "$e" && continue
       if [ "$n" = lib ]; then
@@ -176,7 +194,25 @@ else
   if ((rc == 0)) && grep -q '^python-ext  *PASS' link.out && ! grep -q -- '-lcuda\(devrt\|rt_static\)' "$TMP/link/link-libs"; then
     ok "the extension links without /usr/local's links into CUDA ($(grep -o 'linked with .*' link.out | head -1 | cut -c1-80))"
   else
-    bad "the extension's link without /usr/local's links into CUDA" "rc $rc: $(cat link.out "$TMP"/link-out/gpu-run/python-ext.log 2>/dev/null | tail -30)"
+    bad "the extension's link without /usr/local's links into CUDA" "rc $rc: $(cat link.out; tar -xOzf "$TMP/link-out/gpu-run.tar.gz" gpu-run/python-ext.log 2>/dev/null | tail -30)"
+  fi
+  # CUDA's library folder with only the versioned runtime (libcudart.so.13,
+  # no -dev package's libcudart.so): -lcudart found nothing; linked by
+  # name now (-l:libcudart.so.13)
+  cudart=$(ls /usr/local/cuda/lib64/libcudart.so.[0-9]* 2>/dev/null | grep -E 'libcudart\.so\.[0-9]+$' | head -1)
+  if [ ! -s "$TMP/link/link-cuda" ]; then
+    echo "skip: only a versioned libcudart: libwds.a holds no CUDA code"
+  elif [ -z "$cudart" ]; then
+    echo "skip: only a versioned libcudart: no libcudart.so.N in /usr/local/cuda/lib64"
+  else
+    rc=0
+    CUDART_REAL=$(readlink -f "$cudart") CUDART_NAME=${cudart##*/} OUT=$TMP/link-out2 TORCH_PY=$PY \
+      hide_cuda_links "$SRC/scripts/gpu-run.sh" --only python-ext "$TMP/link" >link2.out 2>&1 || rc=$?
+    if ((rc == 0)) && grep -q "^python-ext  *PASS.*-l:${cudart##*/}" link2.out; then
+      ok "a CUDA folder with only ${cudart##*/}: linked by name ($(grep -o 'linked with .*' link2.out | head -1 | cut -c1-80))"
+    else
+      bad "a CUDA folder with only ${cudart##*/}" "rc $rc: $(cat link2.out; tar -xOzf "$TMP/link-out2/gpu-run.tar.gz" gpu-run/python-ext.log 2>/dev/null | tail -30)"
+    fi
   fi
 fi
 
@@ -200,6 +236,24 @@ if ((rc == 1)) && grep -q '^setup  *PASS' fakegpu.out && grep -q '^python-ext  *
   ok "stand-in GPU: a failed extension fails the Python steps only; a sanitizer refusing the device is N/A"
 else
   bad "stand-in GPU" "rc $rc: $(cat fakegpu.out)"
+fi
+# What comes back: the device tool returns at most 8 files from $OUT (16
+# MiB each): a run of every step but the data's leaves its table and one
+# archive of the logs there, nothing else (it left ~25 logs and ~80 MB of
+# photo shards)
+rc=0
+PATH=$TMP/bin:$PATH OUT=$TMP/fg-all TORCH_PY=$PY "$SRC/scripts/gpu-run.sh" \
+  --only ctest,pytest-gpu,pixels,bench-jpeg,bench-device,bench-train,train-ddp,train-gpu,memcheck-loader,memcheck-trainer,racecheck-loader,racecheck-trainer \
+  "$TMP/fakegpu" >fg-all.out 2>&1 || rc=$?
+nfiles=$(find "$TMP/fg-all" -mindepth 1 | wc -l)
+big=$(find "$TMP/fg-all" -type f -size +16M | wc -l)
+tar -tzf "$TMP/fg-all/gpu-run.tar.gz" >fg-all.list 2>&1
+members=$(grep -c '\.\(log\|out\|tsv\|txt\)$' fg-all.list)
+if ((rc == 1 && nfiles <= 8 && big == 0 && members >= 14)) && [ -f "$TMP/fg-all/table.txt" ] &&
+  grep -qx 'gpu-run/memcheck-test_loader_gpu.out' fg-all.list; then
+  ok "a run of 14 steps leaves $nfiles files in \$OUT (at most 8): table.txt, gpu-run.tar.gz ($members logs)"
+else
+  bad "files left in \$OUT" "rc $rc, $nfiles entries ($big over 16 MiB), $members logs packed: $(find "$TMP/fg-all" | head -40)"
 fi
 rc=0
 PATH=$TMP/bin:$PATH OUT=$TMP/fg-out2 TORCH_PY=$PY WDS_GPU_BUDGET=12 "$SRC/scripts/gpu-run.sh" \

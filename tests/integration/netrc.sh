@@ -13,6 +13,9 @@
 #     entry; a URL's own password wins over the file;
 #   * a .netrc others can read (0644): one warning naming the file and its
 #     mode, once per process (two shards, one line);
+#   * a .netrc this user may not read (EACCES; run as nobody when root):
+#     no credentials, as in curl, and one warning naming it (it failed
+#     every http(s) read);
 #   * a .netrc over 1 MiB: an error naming it.
 # Skips (77) when nginx is not installed or wds was built without libcurl.
 #
@@ -95,6 +98,39 @@ has "~/.netrc 0644: warned, naming the file and mode" warn.err \
   "warning: the .netrc file $TMP/home/.netrc can be read by other users (mode 644)"
 check "~/.netrc 0644: warned once for two shards" \
   test "$(grep -c 'can be read by' warn.err)" = 1
+
+# ---- unreadable by this user (root's, say): no credentials, warned once ----
+# As curl: EACCES is not an error (it failed every http(s) read). As root a
+# mode-000 file is still readable, so the reader runs as nobody (setpriv).
+printf 'machine 127.0.0.1 login alice password PW-alice\n' >home/.netrc
+chmod 000 home/.netrc
+runas=()
+if [[ $(id -u) == 0 ]]; then
+  chmod 711 "$TMP" home
+  runas=(setpriv --reuid=65534 --regid=65534 --clear-groups --)
+fi
+if [[ $(id -u) != 0 ]] || { command -v setpriv >/dev/null &&
+  setpriv --reuid=65534 --regid=65534 --clear-groups -- test -x "$WDS"; }; then
+  RC=0
+  timeout -s KILL 20 env HOME="$TMP/home" "${runas[@]}" "$WDS" ls \
+    "http://$HOST/s-0.tar" "http://$HOST/s-1.tar" >eacces.out 2>eacces.err ||
+    RC=$?
+  expect_rc "unreadable ~/.netrc: a public URL still reads" 0 eacces
+  check "unreadable ~/.netrc: every sample" test "$(wc -l <eacces.out)" = 40
+  has "unreadable ~/.netrc: warned, naming the file" eacces.err \
+    "warning: cannot read the .netrc file $TMP/home/.netrc (Permission denied)"
+  check "unreadable ~/.netrc: warned once for two shards" \
+    test "$(grep -c 'cannot read the .netrc' eacces.err)" = 1
+  RC=0
+  timeout -s KILL 20 env HOME="$TMP/home" "${runas[@]}" "$WDS" ls "$URL" \
+    >eacces401.out 2>eacces401.err || RC=$?
+  expect_rc "unreadable ~/.netrc: a private URL gets 401 (no credentials)" 1 eacces401
+  has "unreadable ~/.netrc: 401" eacces401.err 401
+else
+  echo "SKIP (this check): nobody cannot run $WDS here"
+fi
+chmod 700 "$TMP"
+chmod 600 home/.netrc
 
 # ---- too large ----
 chmod 600 home/.netrc

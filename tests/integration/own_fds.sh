@@ -53,6 +53,18 @@ TRAIN_ARGS=(--train img.tar --device cpu --image-size 8 --channels 1 --hidden 8
   >/dev/null || die "wds-train"
 chmod 644 ref.idx ref.tar ref.ck small.tar img.tar
 
+# --checkpoint-every through a descriptor: each checkpoint was appended
+# after the previous one and --resume refused the file. A usage error now,
+# naming the path, before anything is written.
+RC=0
+"$TRAIN" --train "$TMP/img.tar" "${TRAIN_ARGS[@]:2}" --checkpoint /dev/fd/5 \
+  --checkpoint-every 1 5>every_fd5.got >every_fd5.out 2>every_fd5.err || RC=$?
+expect_rc "--checkpoint /dev/fd/5 --checkpoint-every 1: usage error" 2 every_fd5
+has "--checkpoint /dev/fd/5 --checkpoint-every 1: named" every_fd5.err \
+  "--checkpoint-every: --checkpoint /dev/fd/5 is one of the process's own descriptors"
+check "--checkpoint /dev/fd/5 --checkpoint-every 1: nothing written" \
+  test ! -s every_fd5.got
+
 # The cases, run by one shell as the user under test in directory D (its
 # own, writable by that user): each leaves its output in D/NAME.got, its
 # status in D/NAME.rc and its stderr in D/NAME.err.
