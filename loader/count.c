@@ -271,8 +271,38 @@ static int check_empty_shards(const wds__count_ctx *c, const uint64_t *counts,
   return rc;
 }
 
+static int copy_hashes(wds__index_hashes *to, const wds__index_hashes *h) {
+  to->start = malloc((h->count + 1) * sizeof *to->start);
+  to->m = malloc((h->nm ? h->nm : 1) * sizeof *to->m);
+  if (!to->start || !to->m) {
+    wds__index_hashes_free(to);
+    return WDS_ERR_NOMEM;
+  }
+  memcpy(to->start, h->start, (h->count + 1) * sizeof *to->start);
+  if (h->nm)
+    memcpy(to->m, h->m, h->nm * sizeof *to->m);
+  to->count = h->count;
+  to->nm = h->nm;
+  return WDS_OK;
+}
+
+void wds__free_hashes(wds__index_hashes *h, size_t n) {
+  if (!h)
+    return;
+  for (size_t i = 0; i < n; i++)
+    wds__index_hashes_free(&h[i]);
+  free(h);
+}
+
 int wds__load_counts(const wds__count_ctx *c, uint64_t **out, wds__err *oe) {
+  return wds__load_counts_hashes(c, out, NULL, oe);
+}
+
+int wds__load_counts_hashes(const wds__count_ctx *c, uint64_t **out,
+                            wds__index_hashes **hashes, wds__err *oe) {
   const wds__sources *ss = c->sources;
+  if (hashes)
+    *hashes = NULL;
   uint64_t *counts = *out =
       calloc(ss->urls.count ? ss->urls.count : 1, sizeof *counts);
   if (!counts)
@@ -300,15 +330,29 @@ int wds__load_counts(const wds__count_ctx *c, uint64_t **out, wds__err *oe) {
     wds__index ix;
     wds__err e;
     unsigned flags = WDS__INDEX_COUNT_SAMPLES;
+    if (hashes)
+      flags |= WDS__INDEX_HASHES; /* 20 bytes a member, 8 a sample */
     if (c->cfg->allow_pipe_from_files)
       flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
     int rc = wds__index_load_flags(so->index_path, flags, &ix, &e);
     if (rc != WDS_OK)
       return wds__fail(oe, rc, "%s", e.msg);
     for (size_t s = so->first; s < so->first + so->count && rc == WDS_OK; s++) {
-      rc = wds__index_lookup(&ix, ss->urls.urls[s], &counts[s], &e);
+      size_t at;
+      rc = wds__index_find(&ix, ss->urls.urls[s], &at, &e);
+      if (rc == WDS_OK)
+        rc = wds__index_lookup(&ix, ss->urls.urls[s], &counts[s], &e);
       if (rc == WDS_OK)
         rc = wds__index_check_count(ss->urls.urls[s], counts[s], &e);
+      /* The shard's hashes, copied for the loader (a URL listed twice in
+       * the spec has one entry). */
+      const wds__index_hashes *h = &ix.shards[at].hashes;
+      if (rc == WDS_OK && h->count && hashes) {
+        if (!*hashes && !(*hashes = calloc(ss->urls.count, sizeof **hashes)))
+          rc = wds__fail(&e, WDS_ERR_NOMEM, "out of memory");
+        else if ((rc = copy_hashes(&(*hashes)[s], h)) != WDS_OK)
+          rc = wds__fail(&e, rc, "out of memory");
+      }
     }
     wds__index_free(&ix);
     if (rc != WDS_OK)

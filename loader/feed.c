@@ -54,6 +54,13 @@ static void into_reset(wds__feed *src) {
   src->ndoff = 0;
 }
 
+/* The shard has member hashes (an index made with `wds index --hashes`):
+ * its kept fields are read here, never deferred, and checked (check_hashes)
+ * before the sample enters the shuffle buffer. */
+static int hashed(const wds__feed *src) {
+  return src->ctx->hashes && src->ctx->hashes[src->shard].count;
+}
+
 /* The reader's sink while the feed reads samples it keeps, for fields of
  * FEED_INTO_BYTES or more (smaller ones stay in the window, the cheapest
  * way to read them; raw_copy drops those no output wants): straight into
@@ -63,6 +70,8 @@ static int feed_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
   const wds__feed_worker *w = &src->w;
   if (!wanted_ext(src->ctx, ext))
     return WDS__SINK_SKIP;
+  if (src->defer < 0 && hashed(src)) /* its bytes are checked here */
+    src->defer = 0;
   if (src->defer < 0) { /* the shard's first large field: decide */
     src->fh = wds__fh_open(wds__reader_shard_fd(src->rd),
                            wds__reader_shard_is_cache_entry(src->rd),
@@ -347,6 +356,28 @@ static int feed_check_end(wds__feed *src, wds__item **fatal) {
                                                                           : 0;
 }
 
+/* Checks each kept field of r, the shard's sample j, against the index's
+ * hashes. 0 when they match (or the shard has none); else -1 with the
+ * message (shard, key, member) in msg. */
+static int check_hashes(const wds__feed *src, const wds__raw_sample *r,
+                        uint64_t j, char *msg, size_t n) {
+  if (!hashed(src))
+    return 0;
+  const wds__index_hashes *h = &src->ctx->hashes[src->shard];
+  for (size_t i = 0; i < r->nfields; i++) {
+    wds__err e;
+    WDS__ASSERT(r->f[i].data || !r->f[i].size); /* never deferred (hashed) */
+    if (wds__index_hash_check(h, j, r->f[i].ext, r->f[i].data, r->f[i].size,
+                              &e) != WDS_OK) {
+      snprintf(msg, n, "%.500s: sample \"%.200s\" (%llu of the shard): %.250s",
+               src->ctx->sources->urls.urls[src->shard], r->key,
+               (unsigned long long)j, e.msg);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* Next raw sample for the shuffle buffer: *out set, or NULL at the end.
  * Returns -1 with *fatal set when the worker must stop. */
 static int feed_pull(wds__feed *src, wds__raw_sample **out, wds__item **fatal) {
@@ -418,6 +449,17 @@ static int feed_pull(wds__feed *src, wds__raw_sample **out, wds__item **fatal) {
       if (!r) {
         into_reset(src);
         goto nomem;
+      }
+      char msg[WDS__ERR_SIZE];
+      if (check_hashes(src, r, src->before + src->got - 1, msg, sizeof msg)) {
+        /* An altered sample is never delivered: stop, or an invalid row
+         * in its place (exact mode keeps its count). */
+        wds__raw_free(r);
+        if (read_error(src, WDS_ERR_CORRUPT, msg, fatal))
+          return -1;
+        if (!(*out = wds__raw_hole(w->pool, w->index, src->shard)))
+          goto nomem;
+        return 0;
       }
       src->bytes += r->data_bytes;
       *out = r;

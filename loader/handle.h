@@ -47,7 +47,8 @@ struct wds_loader {
   /* ---- mix.c alone writes (at open) ---- */
   wds__sources sources;
   /* ---- count.c alone writes (at open, exact mode) ---- */
-  uint64_t *counts; /* per shard */
+  uint64_t *counts;          /* per shard */
+  wds__index_hashes *hashes; /* per shard, from --hashes indexes; or NULL */
 
   /* ---- shared by the threads, through named functions ---- */
   wds__cancel wake;     /* every reader's token: set by run_stop (run.c), an

@@ -34,6 +34,7 @@
 #include "base/json.h"
 #include "base/mem.h"
 #include "base/url.h"
+#include "shards/cache.h" /* wds__sha256: the one `wds ls --json` uses */
 #include "shards/tar.h"
 
 #define WDS__INDEX_MAX_BYTES WDS__JSON_MAX_BYTES /* 2 GiB of JSON */
@@ -143,11 +144,117 @@ static int parse_fields(wds__json *p, wds_index_sample *s) {
   return WDS_OK;
 }
 
-/* Parses {"key": K, "fields": {...}} (other keys skipped). */
-static int parse_sample(wds__json *p, wds_index_sample *s, int depth) {
+uint32_t wds__index_ext_hash(const char *ext) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (; *ext; ext++)
+    h = (h ^ (uint8_t)*ext) * 16777619u;
+  return h;
+}
+
+void wds__index_hashes_free(wds__index_hashes *h) {
+  free(h->start);
+  free(h->m);
+  memset(h, 0, sizeof *h);
+}
+
+int wds__index_hash_check(const wds__index_hashes *h, uint64_t j,
+                          const char *ext, const void *data, size_t size,
+                          wds__err *e) {
+  if (j >= h->count)
+    return wds__fail(e, WDS_ERR_CORRUPT,
+                     "member \"%.100s\": the index records no sample %llu", ext,
+                     (unsigned long long)j);
+  uint32_t eh = wds__index_ext_hash(ext);
+  for (uint64_t i = h->start[j]; i < h->start[j + 1]; i++) {
+    if (h->m[i].ext_hash != eh)
+      continue;
+    uint8_t md[32];
+    wds__sha256(data, size, md);
+    if (memcmp(md, h->m[i].digest, sizeof h->m[i].digest) == 0)
+      return WDS_OK;
+    return wds__fail(e, WDS_ERR_CORRUPT,
+                     "member \"%.100s\": its data does not match the "
+                     "index's sha256 (the data changed since `wds index "
+                     "--hashes`)",
+                     ext);
+  }
+  return wds__fail(e, WDS_ERR_CORRUPT,
+                   "member \"%.100s\": the index records no sha256 for it",
+                   ext);
+}
+
+static int hex_digit(int c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                : -1;
+}
+
+/* Parses a sample's {"EXT": "HEX", ...} (64 lowercase hex digits each)
+ * into h->m; an extension listed twice is an error. */
+static int parse_hashes(wds__json *p, wds__index_hashes *h, size_t *cap) {
+  int rc, more;
+  size_t first = h->nm;
+  if ((rc = wds__json_open(p, '{', "\"sha256\" must be an object", &more)) !=
+      WDS_OK)
+    return rc;
+  while (more) {
+    char ext[256], hex[80];
+    size_t len;
+    wds__json_ws(p);
+    size_t at = p->pos;
+    if ((rc = wds__json_string(p, ext, sizeof ext - 1, &len)) != WDS_OK)
+      return rc;
+    ext[len < sizeof ext ? len : sizeof ext - 1] = '\0';
+    if (len >= sizeof ext || strlen(ext) != len)
+      return wds__json_fail(p, at,
+                            "a hashed extension is too long or has "
+                            "a NUL");
+    if ((rc = wds__json_expect(p, ':', "expected ':' after an object key")) !=
+        WDS_OK)
+      return rc;
+    wds__json_ws(p);
+    size_t hat = p->pos;
+    if ((rc = wds__json_string(p, hex, sizeof hex - 1, &len)) != WDS_OK)
+      return rc;
+    wds__member_hash *grown =
+        wds__grow(h->m, cap, h->nm + 1, sizeof *grown, 64);
+    if (!grown)
+      return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
+    h->m = grown;
+    wds__member_hash *m = &h->m[h->nm];
+    if (len != 64)
+      return wds__json_fail(p, hat, "a sha256 must be 64 hex digits");
+    for (size_t i = 0; i < 32; i++) {
+      int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+      if (hi < 0 || lo < 0)
+        return wds__json_fail(p, hat,
+                              "a sha256 must be 64 lowercase hex digits");
+      if (i < sizeof m->digest)
+        m->digest[i] = (uint8_t)(hi << 4 | lo);
+    }
+    m->ext_hash = wds__index_ext_hash(ext);
+    for (size_t i = first; i < h->nm; i++)
+      if (h->m[i].ext_hash == m->ext_hash)
+        return wds__json_fail(p, at,
+                              "extension hashed twice in a sample (or two "
+                              "extensions with one 32-bit hash)");
+    h->nm++;
+    if ((rc = wds__json_next(p, '}', &more)) != WDS_OK)
+      return rc;
+  }
+  return WDS_OK;
+}
+
+/* Parses {"key": K, "fields": {...}, "sha256": {...}} (other keys
+ * skipped). s NULL: the loader's count-only parse, which keeps the hashes
+ * alone (key and fields skipped). h NULL: "sha256" is skipped; else it is
+ * appended to h (*hashed set when the sample had one). */
+static int parse_sample(wds__json *p, wds_index_sample *s, int depth,
+                        wds__index_hashes *h, size_t *hcap, int *hashed) {
   char key[16];
   size_t obj_at = p->pos;
-  int rc, more, have_key = 0, have_fields = 0;
+  int rc, more, have_key = 0, have_fields = 0, have_hash = 0;
+  *hashed = 0;
   if ((rc = open_object(p, "samples must be objects", &more)) != WDS_OK)
     return rc;
   while (more) {
@@ -155,14 +262,22 @@ static int parse_sample(wds__json *p, wds_index_sample *s, int depth) {
     size_t key_at = p->pos;
     if ((rc = wds__json_key(p, key, sizeof key)) != WDS_OK)
       return rc;
-    int *seen = strcmp(key, "key") == 0      ? &have_key
-                : strcmp(key, "fields") == 0 ? &have_fields
-                                             : NULL;
+    int *seen = strcmp(key, "key") == 0           ? &have_key
+                : strcmp(key, "fields") == 0      ? &have_fields
+                : strcmp(key, "sha256") == 0 && h ? &have_hash
+                                                  : NULL;
     if (seen && *seen)
       return wds__json_fail(p, key_at, "duplicate key in a sample");
     if (seen)
       *seen = 1;
-    if (seen == &have_key) {
+    if (!s && seen != &have_hash) {
+      if ((rc = wds__json_skip(p, depth + 1)) != WDS_OK)
+        return rc;
+    } else if (seen == &have_hash) {
+      *hashed = 1;
+      if ((rc = parse_hashes(p, h, hcap)) != WDS_OK)
+        return rc;
+    } else if (seen == &have_key) {
       char *k;
       if ((rc = wds__json_string_dup(p, "\"key\"", &k, NULL)) != WDS_OK)
         return rc;
@@ -176,52 +291,74 @@ static int parse_sample(wds__json *p, wds_index_sample *s, int depth) {
     if ((rc = wds__json_next(p, '}', &more)) != WDS_OK)
       return rc;
   }
-  if (!have_key || !have_fields)
+  if (s && (!have_key || !have_fields))
     return wds__json_fail(p, obj_at,
                           have_key ? "a sample has no \"fields\""
                                    : "a sample has no \"key\"");
   return WDS_OK;
 }
 
-/* Parses the "samples" array of an entry into ent->samples. */
-static int parse_samples(wds__json *p, wds__index_entry *ent, int depth) {
-  size_t cap = 0;
+/* Parses the "samples" array of an entry: into ent->samples with
+ * WDS__INDEX_SAMPLES, into ent->hashes with WDS__INDEX_HASHES; *count is
+ * the number of entries. */
+static int parse_samples(wds__json *p, wds__index_entry *ent, unsigned flags,
+                         size_t *count, int depth) {
+  size_t cap = 0, hcap = 0, scap = 0, nhashed = 0;
   int rc, more;
-  if ((rc = wds__json_open(p, '[', "\"samples\" must be an array", &more)) !=
-      WDS_OK)
-    return rc;
-  ent->has_samples = 1;
-  while (more) {
-    wds_index_sample *grown =
-        wds__grow(ent->samples, &cap, ent->sample_count + 1, sizeof *grown, 64);
-    if (!grown)
-      return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
-    ent->samples = grown;
-    wds_index_sample *s = &ent->samples[ent->sample_count++];
-    memset(s, 0, sizeof *s);
-    wds__json_ws(p);
-    if ((rc = parse_sample(p, s, depth + 1)) != WDS_OK)
-      return rc;
-    if ((rc = wds__json_next(p, ']', &more)) != WDS_OK)
-      return rc;
-  }
-  return WDS_OK;
-}
-
-/* Validates the "samples" array at p->pos and counts its entries (each a
- * JSON value; parse_samples checks their shape when they are kept). */
-static int count_samples(wds__json *p, size_t *count, int depth) {
-  int rc, more;
+  int keep = (flags & WDS__INDEX_SAMPLES) != 0;
+  wds__index_hashes *h = flags & WDS__INDEX_HASHES ? &ent->hashes : NULL;
   *count = 0;
   if ((rc = wds__json_open(p, '[', "\"samples\" must be an array", &more)) !=
       WDS_OK)
     return rc;
+  if (keep)
+    ent->has_samples = 1;
   while (more) {
-    if ((rc = wds__json_skip(p, depth + 1)) != WDS_OK)
+    wds_index_sample *s = NULL;
+    if (keep) {
+      wds_index_sample *grown = wds__grow(
+          ent->samples, &cap, ent->sample_count + 1, sizeof *grown, 64);
+      if (!grown)
+        return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
+      ent->samples = grown;
+      s = &ent->samples[ent->sample_count++];
+      memset(s, 0, sizeof *s);
+    }
+    if (h) {
+      uint64_t *grown =
+          wds__grow(h->start, &scap, *count + 2, sizeof *grown, 64);
+      if (!grown)
+        return wds__fail(p->e, WDS_ERR_NOMEM, "out of memory");
+      h->start = grown;
+      h->start[*count] = h->nm;
+    }
+    wds__json_ws(p);
+    size_t at = p->pos;
+    int hashed = 0;
+    if (!keep && !h)
+      rc = wds__json_skip(p, depth + 1);
+    else
+      rc = parse_sample(p, s, depth + 1, h, &hcap, &hashed);
+    if (rc != WDS_OK)
       return rc;
+    nhashed += hashed != 0;
+    if (h && nhashed != 0 && nhashed != *count + 1)
+      return wds__json_fail(p, at,
+                            hashed ? "a sample has \"sha256\", but those "
+                                     "before it have none"
+                                   : "a sample has no \"sha256\", but those "
+                                     "before it have one");
     (*count)++;
+    if (h)
+      h->start[*count] = h->nm;
     if ((rc = wds__json_next(p, ']', &more)) != WDS_OK)
       return rc;
+  }
+  if (h) {
+    if (nhashed)
+      h->count = *count;
+    else
+      wds__index_hashes_free(h);
   }
   return WDS_OK;
 }
@@ -287,15 +424,15 @@ static int parse_entry(wds__json *p, size_t i, const char *dir, unsigned flags,
     size_t key_at = p->pos;
     if ((rc = wds__json_key(p, key, sizeof key)) != WDS_OK)
       return rc;
-    int *seen =
-        strcmp(key, "url") == 0         ? &have_url
-        : strcmp(key, "nsamples") == 0  ? &have_n
-        : strcmp(key, "filesize") == 0  ? &have_size
-        : strcmp(key, "tar_bytes") == 0 ? &have_tar
-        : strcmp(key, "samples") == 0 &&
-                (flags & (WDS__INDEX_SAMPLES | WDS__INDEX_COUNT_SAMPLES))
-            ? &have_samples
-            : NULL;
+    int *seen = strcmp(key, "url") == 0         ? &have_url
+                : strcmp(key, "nsamples") == 0  ? &have_n
+                : strcmp(key, "filesize") == 0  ? &have_size
+                : strcmp(key, "tar_bytes") == 0 ? &have_tar
+                : strcmp(key, "samples") == 0 &&
+                        (flags & (WDS__INDEX_SAMPLES |
+                                  WDS__INDEX_COUNT_SAMPLES | WDS__INDEX_HASHES))
+                    ? &have_samples
+                    : NULL;
     if (seen && *seen) {
       snprintf(msg, sizeof msg, "duplicate key \"%s\"", key);
       return wds__json_fail(p, key_at, msg);
@@ -343,14 +480,8 @@ static int parse_entry(wds__json *p, size_t i, const char *dir, unsigned flags,
     } else if (seen == &have_samples) {
       wds__json_ws(p);
       samples_at = p->pos;
-      if (flags & WDS__INDEX_SAMPLES)
-        rc = parse_samples(p, ent, depth + 1);
-      else
-        rc = count_samples(p, &listed, depth + 1);
-      if (rc != WDS_OK)
+      if ((rc = parse_samples(p, ent, flags, &listed, depth + 1)) != WDS_OK)
         return rc;
-      if (flags & WDS__INDEX_SAMPLES)
-        listed = ent->sample_count;
     } else if ((rc = wds__json_skip(p, depth + 1)) != WDS_OK) {
       return rc;
     }
@@ -536,6 +667,7 @@ void wds__index_free(wds__index *ix) {
     for (size_t j = 0; j < ix->shards[i].sample_count; j++)
       free_sample(&ix->shards[i].samples[j]);
     free(ix->shards[i].samples);
+    wds__index_hashes_free(&ix->shards[i].hashes);
   }
   free(ix->shards);
   free(ix->by_url_);
@@ -555,6 +687,11 @@ void wds__index_write_head(FILE *out, const char *name) {
 }
 
 void wds__index_write_sample(FILE *out, int first, const wds_sample *s) {
+  wds__index_write_sample_hashed(out, first, s, 0);
+}
+
+void wds__index_write_sample_hashed(FILE *out, int first, const wds_sample *s,
+                                    int hashes) {
   fputs(first ? "\n  {\"key\": " : ",\n  {\"key\": ", out);
   wds__json_write_string(out, s->key, strlen(s->key));
   fputs(", \"fields\": {", out);
@@ -563,6 +700,20 @@ void wds__index_write_sample(FILE *out, int first, const wds_sample *s) {
     fputs(i ? ", " : "", out);
     wds__json_write_string(out, f->ext, strlen(f->ext));
     fprintf(out, ": [%" PRIu64 ", %zu]", f->offset, f->size_bytes);
+  }
+  if (hashes) {
+    fputs("}, \"sha256\": {", out);
+    for (size_t i = 0; i < s->field_count; i++) {
+      const wds_field *f = &s->fields[i];
+      uint8_t md[32];
+      wds__sha256(f->data, f->size_bytes, md);
+      fputs(i ? ", " : "", out);
+      wds__json_write_string(out, f->ext, strlen(f->ext));
+      fputs(": \"", out);
+      for (unsigned k = 0; k < 32; k++)
+        fprintf(out, "%02x", md[k]);
+      fputc('"', out);
+    }
   }
   fputs("}}", out);
 }

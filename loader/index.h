@@ -31,6 +31,35 @@
 #include "wds/index.h"
 #include "wds/reader.h"
 
+/* A member's recorded hash, as kept in memory (WDS__INDEX_HASHES): the
+ * first 16 bytes of the SHA-256 of its data (the digest `wds ls --json`
+ * prints and `wds index --hashes` writes in full) and a 32-bit FNV-1a of
+ * its extension, to find it. 20 bytes a member. */
+typedef struct wds__member_hash {
+  uint8_t digest[16];
+  uint32_t ext_hash;
+} wds__member_hash;
+
+/* An entry's hashes: sample j's members are m[start[j] .. start[j + 1]).
+ * count = 0 (and start NULL) when the entry records none; else count is
+ * nsamples, every sample having its "sha256" object. 8 bytes a sample. */
+typedef struct wds__index_hashes {
+  size_t count;
+  uint64_t *start; /* count + 1 */
+  wds__member_hash *m;
+  size_t nm;
+} wds__index_hashes;
+
+/* The kept form of a member hash, and the check: WDS_OK when the sample
+ * (j of the entry) records a hash for ext that data matches; else
+ * WDS_ERR_CORRUPT with a message naming the member (the caller adds shard
+ * and key): the digest differs, or the index records no hash for ext. */
+uint32_t wds__index_ext_hash(const char *ext);
+int wds__index_hash_check(const wds__index_hashes *h, uint64_t j,
+                          const char *ext, const void *data, size_t size,
+                          wds__err *e);
+void wds__index_hashes_free(wds__index_hashes *h);
+
 typedef struct wds__index_entry {
   char *url;  /* as written in the index */
   char *path; /* url resolved against the index's directory */
@@ -40,6 +69,7 @@ typedef struct wds__index_entry {
   int has_samples;   /* "samples" was loaded (WDS__INDEX_SAMPLES) */
   size_t sample_count;
   wds_index_sample *samples; /* strings and fields malloc'd per sample */
+  wds__index_hashes hashes;  /* with WDS__INDEX_HASHES; else empty */
 } wds__index_entry;
 
 #define WDS__INDEX_SAMPLES WDS_INDEX_SAMPLES
@@ -47,6 +77,11 @@ typedef struct wds__index_entry {
  * them, and require nsamples of them (the loader's check, at O(shards)
  * memory). Implied by WDS__INDEX_SAMPLES. */
 #define WDS__INDEX_COUNT_SAMPLES 2u
+/* Internal flag: keep each sample's member hashes (its "sha256" object,
+ * written by `wds index --hashes`) in the entry's compact `hashes`; an
+ * entry where some samples have one and others not is an error. Implies
+ * reading "samples" (WDS__INDEX_COUNT_SAMPLES if not WDS__INDEX_SAMPLES). */
+#define WDS__INDEX_HASHES 4u
 
 /* Every sample takes at least one 512-byte tar header, and a tar stream
  * ends with a 512-byte block: a stream wds can read (its offsets are 64-bit)
@@ -129,8 +164,12 @@ int wds__index_sort(wds__index *ix, int by_path, size_t **perm, wds__err *e);
  *  "shardlist": [ */
 void wds__index_write_head(FILE *out, const char *name);
 /* One element of an entry's "samples": {"key": K, "fields": {EXT: [OFFSET,
- * SIZE], ...}}; first: the first of its list. */
+ * SIZE], ...}}; first: the first of its list. With hashes, the sample also
+ * gets "sha256": {EXT: HEX, ...}, each member's data's SHA-256 (readers
+ * that predate it skip the key, as every unknown key). */
 void wds__index_write_sample(FILE *out, int first, const wds_sample *s);
+void wds__index_write_sample_hashed(FILE *out, int first, const wds_sample *s,
+                                    int hashes);
 /* One shardlist entry; samples[0..samples_len) is what write_sample wrote,
  * filesize -1 for none (null). first: the first entry of the list. */
 void wds__index_write_entry(FILE *out, int first, const char *url,

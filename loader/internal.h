@@ -39,6 +39,7 @@
 #include "base/assert.h"
 #include "base/err.h"
 #include "base/rng.h"
+#include "loader/index.h"
 #include "loader/plan.h"
 #include "pipeline/decoders.h"
 #include "shards/cache.h"
@@ -376,6 +377,9 @@ typedef struct wds__feed_ctx {
   size_t nfields; /* of an error item */
   wds__skip_fn skip;
   void *skip_ctx;
+  /* exact mode with an index made with --hashes: per shard (count.c);
+   * else NULL. A kept member is checked against it before delivery. */
+  const wds__index_hashes *hashes;
 } wds__feed_ctx;
 
 /* What exact mode's counting reads (count.c): set at open. Its output is
@@ -815,6 +819,13 @@ void wds__worker_handoff(wds__worker *w);
  * even on failure) from its source's index or a counting pass, checked.
  * WDS_OK, or a failure (wds__last_fail). */
 int wds__load_counts(const wds__count_ctx *c, uint64_t **out, wds__err *oe);
+/* The same, also keeping the member hashes an index made with `wds index
+ * --hashes` records: *hashes (NULL when no index has any) is an array of
+ * one wds__index_hashes per shard, empty for a shard without; free it with
+ * wds__free_hashes(*hashes, shard count). */
+int wds__load_counts_hashes(const wds__count_ctx *c, uint64_t **out,
+                            wds__index_hashes **hashes, wds__err *oe);
+void wds__free_hashes(wds__index_hashes *h, size_t n);
 /* Where the exact mode's count of a shard came from, for messages. */
 const char *wds__count_source(const wds__sources *ss, size_t shard, char *buf,
                               size_t n);

@@ -470,7 +470,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   if (c->mode == WDS_MODE_EXACT) {
     l->count_ctx = (wds__count_ctx){&l->cfg,    &l->sources, &l->opener,
                                     c->workers, skip_noted,  l};
-    if ((rc = wds__load_counts(&l->count_ctx, &l->counts, &err)) != WDS_OK)
+    if ((rc = wds__load_counts_hashes(&l->count_ctx, &l->counts, &l->hashes,
+                                      &err)) != WDS_OK)
       goto fail;
     l->pin.counts = l->counts;
   }
@@ -527,9 +528,9 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     l->queue_cap = per < 4 ? 4 : per > 1024 ? 1024 : per;
     l->chunk = l->queue_cap / 2;
   }
-  l->feed_ctx = (wds__feed_ctx){&l->cfg,    &l->sources, l->counts,
-                                &l->opener, l->wanted,   l->nwanted,
-                                l->nfields, skip_noted,  l};
+  l->feed_ctx = (wds__feed_ctx){&l->cfg,   &l->sources, l->counts,  &l->opener,
+                                l->wanted, l->nwanted,  l->nfields, skip_noted,
+                                l,         l->hashes};
   if ((rc = setup_pool(l, &err)) != WDS_OK)
     goto fail;
   if (!(l->pools = calloc(2 * (size_t)c->workers, sizeof *l->pools))) {
@@ -987,6 +988,7 @@ void wds_loader_close(wds_loader *l) {
   free(l->pools);
   free_pool(l);
   free_fields(l);
+  wds__free_hashes(l->hashes, l->sources.urls.count);
   wds__sources_free(&l->sources); /* and its URLs */
   free(l->counts);
   free(l->spec_copy);

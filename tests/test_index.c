@@ -745,6 +745,129 @@ TEST(counts_bounded_by_the_file) {
                          "can hold");
 }
 
+/* Issue 34: `wds index --hashes` writes each sample's "sha256" object; the
+ * loader's parse (WDS__INDEX_HASHES) keeps 16 bytes of each digest, found
+ * by extension; readers without the flag skip it. */
+TEST(member_hashes) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *mem = open_memstream(&buf, &len);
+  ASSERT_TRUE(mem != NULL);
+  wds_field f0[2] = {
+      {.ext = "txt", .data = (const uint8_t *)"hello", .size_bytes = 5},
+      {.ext = "cls", .data = (const uint8_t *)"7", .size_bytes = 1}};
+  wds_field f1[1] = {
+      {.ext = "txt", .data = (const uint8_t *)"", .size_bytes = 0}};
+  wds_sample s0 = {.key = "a", .fields = f0, .field_count = 2};
+  wds_sample s1 = {.key = "b", .fields = f1, .field_count = 1};
+  wds__index_write_head(mem, "n");
+  char *sb = NULL;
+  size_t sl = 0;
+  FILE *sm = open_memstream(&sb, &sl);
+  wds__index_write_sample_hashed(sm, 1, &s0, 1);
+  wds__index_write_sample_hashed(sm, 0, &s1, 1);
+  fclose(sm);
+  wds__index_write_entry(mem, 1, "a.tar", 2, -1, 4096, sb, sl);
+  wds__index_write_tail(mem);
+  fclose(mem);
+  free(sb);
+  /* sha256("hello"), as `wds ls --json` prints it. */
+  ASSERT_CONTAINS(
+      buf,
+      "\"txt\": "
+      "\"2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824\"");
+  wds__index ix;
+  wds__err e;
+  e.msg[0] = '\0';
+  ASSERT_EQ_INT(
+      wds__index_parse_flags(
+          buf, len, "", WDS__INDEX_COUNT_SAMPLES | WDS__INDEX_HASHES, &ix, &e),
+      WDS_OK);
+  const wds__index_hashes *h = &ix.shards[0].hashes;
+  ASSERT_EQ_U64(h->count, 2);
+  ASSERT_EQ_U64(h->nm, 3);
+  ASSERT_EQ_U64(h->start[1], 2);
+  ASSERT_EQ_INT(h->m[0].digest[0], 0x2c);
+  ASSERT_EQ_INT(wds__index_hash_check(h, 0, "txt", "hello", 5, &e), WDS_OK);
+  ASSERT_EQ_INT(wds__index_hash_check(h, 0, "cls", "7", 1, &e), WDS_OK);
+  ASSERT_EQ_INT(wds__index_hash_check(h, 1, "txt", "", 0, &e), WDS_OK);
+  ASSERT_EQ_INT(wds__index_hash_check(h, 0, "txt", "hellp", 5, &e),
+                WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(e.msg,
+                  "member \"txt\": its data does not match the index's sha256");
+  ASSERT_EQ_INT(wds__index_hash_check(h, 1, "cls", "7", 1, &e),
+                WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(e.msg, "member \"cls\": the index records no sha256 for it");
+  ASSERT_EQ_INT(wds__index_hash_check(h, 2, "txt", "", 0, &e), WDS_ERR_CORRUPT);
+  ASSERT_CONTAINS(e.msg, "records no sample 2");
+  wds__index_free(&ix);
+  /* Readers that do not ask for hashes read the same text as before. */
+  ASSERT_EQ_INT(wds__index_parse(buf, len, "", &ix, &e), WDS_OK);
+  ASSERT_EQ_U64(ix.shards[0].nsamples, 2);
+  ASSERT_EQ_U64(ix.shards[0].hashes.count, 0);
+  wds__index_free(&ix);
+  ASSERT_EQ_INT(
+      wds__index_parse_flags(buf, len, "", WDS__INDEX_SAMPLES, &ix, &e),
+      WDS_OK);
+  ASSERT_EQ_U64(ix.shards[0].sample_count, 2);
+  ASSERT_EQ_U64(ix.shards[0].samples[0].field_count, 2);
+  wds__index_free(&ix);
+  free(buf);
+
+  /* An old index (no "sha256"): no hashes, loads as before. */
+  const char *old = "{\"shardlist\":[{\"url\":\"a\",\"nsamples\":1,\"samples\":"
+                    "[{\"key\":\"x\",\"fields\":{\"a\":[0,1]}}]}]}";
+  ASSERT_EQ_INT(wds__index_parse_flags(
+                    old, strlen(old), "",
+                    WDS__INDEX_COUNT_SAMPLES | WDS__INDEX_HASHES, &ix, &e),
+                WDS_OK);
+  ASSERT_EQ_U64(ix.shards[0].nsamples, 1);
+  ASSERT_EQ_U64(ix.shards[0].hashes.count, 0);
+  ASSERT_TRUE(ix.shards[0].hashes.start == NULL);
+  wds__index_free(&ix);
+
+  static const char H[] =
+      "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+  static const struct {
+    const char *samples, *frag;
+  } bad_hash[] = {
+      {"[{\"sha256\":{\"a\":\"%s\"}},{\"key\":\"y\"}]",
+       "a sample has no \"sha256\", but those before it have one"},
+      {"[{\"key\":\"y\"},{\"sha256\":{\"a\":\"%s\"}}]",
+       "a sample has \"sha256\", but those before it have none"},
+      {"[{\"sha256\":{\"a\":\"%.60s\"}},{}]", "a sha256 must be 64 hex digits"},
+      {"[{\"sha256\":{\"a\":\"%.63sX\"}},{}]",
+       "a sha256 must be 64 lowercase hex digits"},
+      {"[{\"sha256\":{\"a\":\"%s\",\"a\":\"%s\"}},{}]",
+       "extension hashed twice in a sample"},
+      {"[{\"sha256\":[\"%s\"]},{}]", "\"sha256\" must be an object"},
+      {"[{\"sha256\":{\"a\":\"%s\"},\"sha256\":{}},{}]",
+       "duplicate key in a sample"},
+      {"[\"%s\",{}]", "samples must be objects"},
+  };
+  for (size_t i = 0; i < sizeof bad_hash / sizeof *bad_hash; i++) {
+    char samples[400], text[600];
+    snprintf(samples, sizeof samples, bad_hash[i].samples, H, H);
+    snprintf(text, sizeof text,
+             "{\"shardlist\":[{\"url\":\"a\",\"nsamples\":2,\"samples\":%s}]}",
+             samples);
+    e.msg[0] = '\0';
+    int rc = wds__index_parse_flags(
+        text, strlen(text), "", WDS__INDEX_COUNT_SAMPLES | WDS__INDEX_HASHES,
+        &ix, &e);
+    if (rc != WDS_ERR_FORMAT || !strstr(e.msg, bad_hash[i].frag) ||
+        ix.count != 0)
+      TEST_FAIL_("case %zu %s: rc %d, \"%s\" (wanted \"%s\")", i, text, rc,
+                 e.msg, bad_hash[i].frag);
+    wds__index_free(&ix);
+    /* Readers that skip "sha256" are unaffected (count-only parse). */
+    rc = wds__index_parse(text, strlen(text), "", &ix, &e);
+    if (rc != WDS_OK)
+      TEST_FAIL_("case %zu without hashes: rc %d, \"%s\"", i, rc, e.msg);
+    wds__index_free(&ix);
+  }
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wds-test-index.XXXXXX");
   if (!mkdtemp(tmpdir)) {
@@ -766,6 +889,7 @@ int main(void) {
   RUN(bad_samples_json);
   RUN(counts_bounded_by_the_entry);
   RUN(counts_bounded_by_the_file);
+  RUN(member_hashes);
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd) != 0)

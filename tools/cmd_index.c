@@ -47,7 +47,8 @@ static int names_own_fd(const char *p) {
 }
 
 static const char index_usage[] =
-    "usage: wds index [-o FILE] [--name NAME] [--max-urls N] SPEC...\n"
+    "usage: wds index [-o FILE] [--name NAME] [--hashes] [--max-urls N] "
+    "SPEC...\n"
     "\n"
     "Reads every shard to its end and writes one JSON index of the set:\n"
     "  {\"wids_version\": 1, \"__kind__\": \"wds-shard-index\", \"name\": "
@@ -67,7 +68,11 @@ static const char index_usage[] =
     "               FILE that is a device or a FIFO (/dev/null) is written\n"
     "               in place, never replaced. Local shard paths are then\n"
     "               written relative to FILE's directory\n"
-    "  --name NAME  the index's \"name\" (default: the first SPEC)\n";
+    "  --name NAME  the index's \"name\" (default: the first SPEC)\n"
+    "  --hashes     also record each member's SHA-256 (the one wds ls --json\n"
+    "               prints): every sample gets \"sha256\": {EXT: HEX, ...}.\n"
+    "               The loader (exact mode) and wds verify --index then check\n"
+    "               each member's data against it before delivering it\n";
 
 static const char index_usage_tail[] =
     "The loader (wds batches --mode exact --index FILE) and wds ls --summary\n"
@@ -77,6 +82,7 @@ static const char index_usage_tail[] =
 
 static tool_reader_opts ro;   /* --read-timeout, --retries, the cache... */
 static uint64_t cache_errors; /* shards read without the cache */
+static int hashes;            /* --hashes */
 
 /* Reads one shard and writes its shardlist entry to out (first: the first
  * entry). Returns 0, or 1 after printing the error (nothing when a signal
@@ -110,7 +116,7 @@ static int index_shard(const char *url, const char *written_url, int first,
   }
   const wds_sample *s;
   while ((rc = wds_reader_next(r, &s)) == WDS_OK) {
-    wds__index_write_sample(mem, nsamples == 0, s);
+    wds__index_write_sample_hashed(mem, nsamples == 0, s, hashes);
     nsamples++;
   }
   if (rc == WDS_ERR_CANCELLED && tool_signal_caught())
@@ -157,6 +163,7 @@ done:
 int tool_cmd_index(int argc, char **argv) {
   static const struct option own[] = {{"output", required_argument, 0, 'o'},
                                       {"name", required_argument, 0, 'n'},
+                                      {"hashes", no_argument, 0, 'H'},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
   struct option opts[16];
@@ -174,6 +181,9 @@ int tool_cmd_index(int argc, char **argv) {
       break;
     case 'n':
       name = optarg;
+      break;
+    case 'H':
+      hashes = 1;
       break;
     case 'h':
       fputs(index_usage, stdout);

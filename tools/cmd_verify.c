@@ -21,6 +21,7 @@
 #include "base/size.h"
 #include "base/text.h"
 #include "base/url.h"
+#include "loader/index.h"
 #include "pipeline/decoders.h"
 #include "reader_opts.h"
 #include "signals.h"
@@ -29,8 +30,8 @@
 #include "wds/reader.h"
 
 static const char verify_usage[] =
-    "usage: wds verify [--require LIST] [--decode] [--json] [--max-urls N] "
-    "SPEC...\n"
+    "usage: wds verify [--require LIST] [--decode] [--index FILE] [--json]\n"
+    "                  [--max-urls N] SPEC...\n"
     "\n"
     "Reads every shard to its end and reports, one line per problem\n"
     "(\"URL: sample KEY: problem\" or \"URL: KIND: message\"):\n"
@@ -46,6 +47,11 @@ static const char verify_usage[] =
     "samples)\n"
     "  missing_field        a sample without a --require field\n"
     "  decode               a field that does not decode (--decode)\n"
+    "  hash_mismatch        a member whose data differs from the sha256 the\n"
+    "                       --index records (wds index --hashes), or that\n"
+    "                       it does not record\n"
+    "  index                a shard not in the --index, or one it records\n"
+    "                       no hashes for\n"
     "then a summary line. Options:\n"
     "  --require LIST  comma-separated fields every sample must have; ';' "
     "separates\n"
@@ -53,6 +59,8 @@ static const char verify_usage[] =
     "                  (jpg also matches jpeg, and jpeg jpg)\n"
     "  --decode        decode jpg/jpeg/png, npy and cls/cls2/index/inx/id "
     "fields\n"
+    "  --index FILE    check every member against the sha256 the index\n"
+    "                  (made with wds index --hashes) records for it\n"
     "  --image-memory-limit SIZE  with --decode: memory one image's decode\n"
     "                  may take (default 256M); an image over it is a\n"
     "                  decode problem naming its size and the limit\n"
@@ -75,12 +83,15 @@ enum kind {
   K_REPEATED_KEY,
   K_MISSING,
   K_DECODE,
+  K_HASH,
+  K_INDEX,
   K_COUNT
 };
 
 static const char *const kind_names[K_COUNT] = {
     "unreadable",          "truncated",    "checksum",      "corrupt",
-    "duplicate_extension", "repeated_key", "missing_field", "decode"};
+    "duplicate_extension", "repeated_key", "missing_field", "decode",
+    "hash_mismatch",       "index"};
 
 typedef struct verifier {
   int json;
@@ -91,6 +102,8 @@ typedef struct verifier {
   wds_decode_checker *checker; /* --decode */
   tool_reader_opts ro;         /* --read-timeout, --retries, the cache... */
   uint64_t cache_errors;       /* shards read without the cache */
+  const char *index_path;      /* --index */
+  wds__index ix;               /* with WDS__INDEX_HASHES */
 } verifier;
 
 /* Prints one problem. key may be NULL (shard-level). */
@@ -232,8 +245,15 @@ static int has_any(const wds_sample *s, const char *group) {
 }
 
 static int check_sample(verifier *v, const char *url, const wds_sample *s,
-                        key_set *keys) {
+                        key_set *keys, const wds__index_hashes *h, uint64_t j) {
   char msg[1024];
+  for (size_t i = 0; h && i < s->field_count; i++) {
+    wds__err e;
+    const wds_field *f = &s->fields[i];
+    if (wds__index_hash_check(h, j, f->ext, f->data, f->size_bytes, &e) !=
+        WDS_OK)
+      report(v, K_HASH, url, s->key, e.msg);
+  }
   int added = key_set_add(keys, s->key);
   if (added < 0)
     return -1;
@@ -277,6 +297,23 @@ static int verify_shard(verifier *v, const char *url) {
     goto done;
   }
   tool_signals_reader(r);
+  const wds__index_hashes *h = NULL;
+  if (v->index_path) {
+    size_t at;
+    wds__err e;
+    if (wds__index_find(&v->ix, url, &at, &e) != WDS_OK) {
+      report(v, K_INDEX, url, NULL, strip_url(e.msg, url));
+    } else if (!v->ix.shards[at].hashes.count) {
+      snprintf(e.msg, sizeof e.msg,
+               "the index %s records no hashes for it (wds index --hashes "
+               "makes one that does)",
+               v->index_path);
+      report(v, K_INDEX, url, NULL, e.msg);
+    } else {
+      h = &v->ix.shards[at].hashes;
+    }
+  }
+  uint64_t j = 0; /* the sample's place in the shard (the index's) */
   const wds_sample *s;
   /* After an error the reader goes on: with the next sample after a
    * duplicate extension, else with the (absent) next shard: WDS_EOF. */
@@ -291,7 +328,7 @@ static int verify_shard(verifier *v, const char *url) {
       continue;
     }
     v->samples++;
-    if (check_sample(v, url, s, &keys) != 0) {
+    if (check_sample(v, url, s, &keys, h, j++) != 0) {
       status = -1;
       goto done;
     }
@@ -336,6 +373,7 @@ int tool_cmd_verify(int argc, char **argv) {
       {"decode", no_argument, 0, 'd'},
       {"json", no_argument, 0, 'j'},
       {"image-memory-limit", required_argument, 0, 'I'},
+      {"index", required_argument, 0, 'x'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   struct option opts[16];
@@ -370,6 +408,9 @@ int tool_cmd_verify(int argc, char **argv) {
     case 'j':
       v.json = 1;
       break;
+    case 'x':
+      v.index_path = optarg;
+      break;
     case 'h':
       fputs(verify_usage, stdout);
       tool_reader_opts_help(stdout);
@@ -392,6 +433,17 @@ int tool_cmd_verify(int argc, char **argv) {
   if (xs) {
     status = tool_signal_caught() ? xs : 2;
     goto done;
+  }
+  if (v.index_path) {
+    wds__err e;
+    unsigned flags = WDS__INDEX_COUNT_SAMPLES | WDS__INDEX_HASHES;
+    if (v.ro.cfg.allow_pipe_from_files)
+      flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
+    if (wds__index_load_flags(v.index_path, flags, &v.ix, &e) != WDS_OK) {
+      fprintf(stderr, "wds verify: %s\n", e.msg);
+      status = 1;
+      goto done;
+    }
   }
   if (decode && wds_decode_checker_open(&v.checker) != WDS_OK) {
     fprintf(stderr, "wds verify: out of memory\n");
@@ -461,6 +513,7 @@ done:
     free(v.require[i]);
   free(v.require);
   wds_decode_checker_close(v.checker);
+  wds__index_free(&v.ix);
   wds_url_list_free(&urls);
   return status;
 }

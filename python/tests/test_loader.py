@@ -709,6 +709,45 @@ def test_index_option(shards, tmp_path):
         wds.Loader(spec, "cls", 4, index=tmp_path / "missing.json")
 
 
+
+def test_index_hashes_never_deliver_an_altered_row(tmp_path):
+    """Issue 34: with an index made by `wds index --hashes`, a member whose
+    data changed (a plain tar: nothing else checks it) is never a valid row
+    under on_error="skip", and is an error naming it under "stop"."""
+    if not CLI:
+        pytest.skip("WDS_TEST_CLI not given")
+    import io
+    import tarfile
+    shard = tmp_path / "h.tar"
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as t:
+        for i in range(10):
+            for ext, data in (("txt", b"row %d " % i * 30), ("cls", b"%d" % i)):
+                ti = tarfile.TarInfo(f"k{i:02d}.{ext}")
+                ti.size = len(data)
+                t.addfile(ti, io.BytesIO(data))
+    ix = tmp_path / "h.json"
+    subprocess.run([CLI, "index", "--hashes", str(shard), "-o", str(ix)],
+                   check=True, capture_output=True)
+    member = [s for s in json.loads(ix.read_text())["shardlist"][0]["samples"]
+              if s["key"] == "k04"][0]
+    raw = bytearray(shard.read_bytes())
+    raw[member["fields"]["txt"][0] + 512 + 3] ^= 1
+    shard.write_bytes(raw)
+    kw = dict(mode="exact", index=ix, workers=2, shuffle_buffer=4, seed=1)
+    rows = {}
+    with wds.Loader(str(shard), "txt:bytes,cls", 3, on_error="skip", **kw) as lo:
+        for b in lo:
+            for k, v in zip(b.keys, b.valid):
+                rows[k] = rows.get(k, 0) + int(v)
+    assert "k04" not in rows or rows["k04"] == 0
+    assert sorted(k for k, v in rows.items() if v) == \
+        [f"k{i:02d}" for i in range(10) if i != 4]
+    with pytest.raises(wds.Error) as e:
+        with wds.Loader(str(shard), "txt:bytes,cls", 3, on_error="stop", **kw) as lo:
+            for b in lo:
+                assert "k04" not in b.keys
+    assert 'sample "k04"' in str(e.value) and 'member "txt"' in str(e.value)
+
 def test_pipe_from_files_refused_unless_allowed(shards, tmp_path):
     spec, n = shards
     first = wds.expand(spec)[0]

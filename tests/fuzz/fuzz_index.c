@@ -7,7 +7,11 @@
  * lookups stat local paths, which may exist on the fuzzing machine); parsed
  * again with WDS__INDEX_SAMPLES, the per-sample detail is consistent; every
  * accepted count fits its tar_bytes; the loader's parse
- * (WDS__INDEX_COUNT_SAMPLES) lies between the other two in strictness. */
+ * (WDS__INDEX_COUNT_SAMPLES) lies between the other two in strictness.
+ * With WDS__INDEX_HASHES (the "sha256" objects of `wds index --hashes`):
+ * never accepts what the count parse rejects; kept hashes are one list per
+ * sample (nsamples of them, ascending starts) or none; checking a member
+ * against them never crashes, and the full parse keeps the same hashes. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +81,44 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (ix.shards[i].has_samples || ix.shards[i].samples)
         abort(); /* counted, not kept */
   wds__index_free(&ix);
+  wds__index hx, fx;
+  int rc4 = wds__index_parse_flags(
+      text, size, "dir", WDS__INDEX_COUNT_SAMPLES | WDS__INDEX_HASHES, &hx, &e);
+  if (rc4 == WDS_OK && rc3 != WDS_OK)
+    abort();
+  if (rc4 != WDS_OK && (hx.count != 0 || e.msg[0] == '\0'))
+    abort();
+  for (size_t i = 0; rc4 == WDS_OK && i < hx.count; i++) {
+    const wds__index_hashes *h = &hx.shards[i].hashes;
+    if (!h->count) {
+      if (h->start || h->m || h->nm)
+        abort();
+      continue;
+    }
+    if (h->count != hx.shards[i].nsamples || h->start[0] != 0 ||
+        h->start[h->count] != h->nm)
+      abort();
+    for (size_t j = 0; j < h->count; j++)
+      if (h->start[j] > h->start[j + 1])
+        abort();
+    wds__err he;
+    (void)wds__index_hash_check(h, 0, "txt", text, size, &he);
+    if (wds__index_hash_check(h, h->count, "txt", "", 0, &he) == WDS_OK)
+      abort();
+  }
+  int rc5 = wds__index_parse_flags(
+      text, size, "dir", WDS__INDEX_SAMPLES | WDS__INDEX_HASHES, &fx, &e);
+  if (rc5 == WDS_OK && (rc2 != WDS_OK || rc4 != WDS_OK))
+    abort();
+  for (size_t i = 0; rc5 == WDS_OK && i < fx.count; i++) {
+    const wds__index_hashes *a = &fx.shards[i].hashes,
+                            *b = &hx.shards[i].hashes;
+    if (a->count != b->count || a->nm != b->nm ||
+        (a->nm && memcmp(a->m, b->m, a->nm * sizeof *a->m) != 0))
+      abort();
+  }
+  wds__index_free(&fx);
+  wds__index_free(&hx);
   free(text);
   return 0;
 }
