@@ -33,14 +33,17 @@ export LC_ALL=C.UTF-8
 SKIP=77
 # pillow and msgpack: wds.ShardWriter's image and msgpack fields are
 # compared with what webdataset writes.
-REQUIREMENTS=("pytest" "numpy" "webdataset>=1.0,<2" "pillow" "msgpack")
+# mypy: the type stubs (python/wds/*.pyi) are checked (ctest python_mypy).
+REQUIREMENTS=("pytest" "numpy" "webdataset>=1.0,<2" "pillow" "msgpack" "mypy")
 # torch from PyPI (about 45 s and 5.4 GB installed with its CUDA wheels):
 # batch.torch() is tested against it. Installed once per user and
 # interpreter (venv_ensure_shared: ~/.cache/wds-test-venv, or
 # WDS_TEST_VENV_CACHE), not in each build tree. Not in ASan builds, whose preloaded sanitizer
 # runtime torch's libraries are not loaded under (those tests skip there).
+# torchdata (StatefulDataLoader) and torchvision (examples/train_transforms.py)
+# for wds.Dataset's tests, with torch.
 if [[ -z ${WDS_PY_PRELOAD:-} ]]; then
-  REQUIREMENTS+=("torch")
+  REQUIREMENTS+=("torch" "torchdata" "torchvision")
 fi
 
 fail() {

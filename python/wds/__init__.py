@@ -63,6 +63,7 @@ from ._writer import ShardWriter
 __all__ = [
     "Batch",
     "BytesField",
+    "Dataset",
     "DeviceBatch",
     "Loader",
     "CancelledError",
@@ -88,5 +89,22 @@ __all__ = [
     "TimeoutError",
     "TruncatedError",
     "__version__",
+    "default_collate",
     "expand",
 ]
+
+
+# The torch side (wds.Dataset, wds.WebDataset, ...) imports torch: loaded on
+# first use, so that `import wds` stays light.
+_LAZY = {"Dataset": "_dataset", "default_collate": "_dataset"}
+
+
+def __getattr__(name):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'wds' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+    globals()[name] = value
+    return value

@@ -437,7 +437,9 @@ class Loader:
             allow_pipe_from_files=allow_pipe_from_files,
             eager_next_epoch=eager_next_epoch, defer_reads=defer_reads,
             image_memory_limit=image_memory_limit, jpeg_decode=jpeg_decode)
-        self._open(0 if epoch is None else int(epoch), 0)
+        # _start_batches: wds.Dataset's workers open at a position at once.
+        self._open(0 if epoch is None else int(epoch),
+                   getattr(self, "_start_batches", 0))
 
     def _open(self, epoch, batches, state=None):
         a = self._args
