@@ -17,6 +17,9 @@
 #         (WDS_PY_PRELOAD set: no torch in the environment).
 #   venv  only makes the environment (ctest's python_venv, the fixture the
 #         others require, so that they can run at the same time).
+#   dataset_ddp  not pytest: dataset_ddp_check.py, wds.Dataset under torchrun
+#         (2 and 3 CPU ranks, DataLoader workers 0, 2, 3); skips as ddp.
+#   mypy  not pytest: mypy --strict on the package's stubs and typing_check.py.
 #
 # Usage: run.sh MODE VENV_DIR SRC_DIR BUILD_DIR WDS_BINARY SHARED_TESTDATA [PYTEST_ARG...]
 # PYTEST_ARGs (tree and pip): what pytest runs, default the whole folder
@@ -63,7 +66,7 @@ if [[ -n ${WDS_PY_SKIP:-} ]]; then
   [[ $MODE == venv ]] && exit 0
   exit $SKIP
 fi
-if [[ ($MODE == ddp || $MODE == readme) && -n ${WDS_PY_PRELOAD:-} ]]; then
+if [[ ($MODE == ddp || $MODE == dataset_ddp || $MODE == readme) && -n ${WDS_PY_PRELOAD:-} ]]; then
   echo "SKIP: ASan build: torch is not installed beside the preloaded sanitizer runtime"
   exit $SKIP
 fi
@@ -100,6 +103,17 @@ ddp)
   export PYTHONPATH=$BUILD/python
   cd "$BUILD"
   exec "$VENV/bin/python" "$HERE/ddp_check.py" "$SRC"
+  ;;
+dataset_ddp)
+  export PYTHONPATH=$BUILD/python
+  cd "$BUILD"
+  exec "$VENV/bin/python" "$HERE/dataset_ddp_check.py"
+  ;;
+mypy)
+  # The type stubs (python/wds/*.pyi, py.typed) against a program using them.
+  cd "$BUILD"
+  exec "$VENV/bin/python" -m mypy --strict --no-incremental --python-version 3.9 \
+    --config-file /dev/null "$SRC/python/wds" "$HERE/typing_check.py"
   ;;
 pip)
   unset PYTHONPATH
