@@ -97,6 +97,15 @@ __all__ = [
 # The torch side (wds.Dataset, wds.WebDataset, ...) imports torch: loaded on
 # first use, so that `import wds` stays light.
 _LAZY = {"Dataset": "_dataset", "default_collate": "_dataset"}
+_LAZY.update((n, "_webdataset") for n in (
+    "WebDataset", "WebLoader", "DataPipeline", "FluidInterface", "Decoder",
+    "DecodingError", "Continue", "split_by_node", "split_by_worker",
+    "single_node_only", "reraise_exception", "ignore_and_continue",
+    "warn_and_continue", "ignore_and_stop", "warn_and_stop",
+    "default_collation_fn", "imagehandler", "handle_extension",
+    "basichandlers", "pytorch_worker_info", "batched", "unbatched",
+    "shuffle", "decode", "to_tuple", "map_dict", "map_tuple", "rename",
+    "select"))
 
 
 def __getattr__(name):
