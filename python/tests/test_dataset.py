@@ -231,3 +231,18 @@ def test_resume_other_num_workers_keeps_the_epoch_exact(shards, before, after):
     padded = -N_SAMPLES % max(before, 1)
     assert len(keys) == N_SAMPLES + padded
     assert set(keys) == {f"k{i:04d}" for i in range(N_SAMPLES)}
+
+
+def test_webdataset_verbs_keep_every_sample(shards):
+    spec, ix = shards
+    ds = (wds.Dataset(spec, "png:rgb:16,cls,txt", index=ix)
+          .rename(image="png", label="cls")
+          .map_dict(label=lambda c: c + 100)
+          .to_tuple("image", "label", "__key__")
+          .map_tuple(lambda im: im.mean(), None))
+    rows = list(ds)
+    assert len(rows) == N_SAMPLES
+    assert all(isinstance(m, float) and 100 <= c < 110 for m, c, _ in rows)
+    assert {k for _, _, k in rows} == {f"k{i:04d}" for i in range(N_SAMPLES)}
+    again = list(ds.batched(10).unbatched())
+    assert [k for _, _, k in again] == [k for _, _, k in rows]

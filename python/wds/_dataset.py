@@ -177,7 +177,9 @@ class Dataset(_Base):
     its internal batches. Other keywords (image_size, crop, on_error,
     read_timeout_ms, cache_dir, ...) are wds.Loader's.
 
-    .map(fn) adds a transform (run in the DataLoader's workers, in order);
+    .map(fn) adds a transform (run in the DataLoader's workers, in order;
+    .map_dict, .map_tuple, .to_tuple, .rename and .unbatched are
+    webdataset's, all keeping every sample, so exactness and resume);
     .batched(n, collation_fn=None, partial=True) batches inside the
     dataset (use DataLoader(batch_size=None) then): the default collation
     stacks same-shape arrays and tensors, makes numbers tensors (with
@@ -228,7 +230,7 @@ class Dataset(_Base):
         if self._chunk < 1:
             raise ValueError(f"Dataset: chunk={chunk!r}: at least 1")
         self._options = dict(loader_options)
-        self._stages = [] if transform is None else [("map", transform)]
+        self._stages = [] if transform is None else [_MapAll(transform)]
         # Set in a worker: where it is; set by load_state_dict.
         self._state = None
         self._resume = None  # (nw_old, {stream: (epoch, done)})
@@ -243,10 +245,33 @@ class Dataset(_Base):
 
     def map(self, fn):
         """A copy with fn applied to each sample (or batch, after
-        .batched), in the DataLoader's worker processes."""
-        c = self._copy()
-        c._stages.append(("map", fn))
-        return c
+        .batched), in the DataLoader's worker processes. Every sample goes
+        through: fn may not drop one (exactness and equal steps)."""
+        return self._then(_MapAll(fn))
+
+    def map_dict(self, **kw):
+        """webdataset's map_dict: kw[field](sample[field]) per field."""
+        from ._webdataset import map_dict
+
+        return self._then(map_dict(**kw))
+
+    def map_tuple(self, *fns):
+        """webdataset's map_tuple, after .to_tuple."""
+        from ._webdataset import map_tuple
+
+        return self._then(map_tuple(*fns))
+
+    def to_tuple(self, *fields, missing_is_error=True):
+        """webdataset's to_tuple: ("png;jpg", "cls") or "png;jpg cls"."""
+        from ._webdataset import to_tuple
+
+        return self._then(to_tuple(*fields, missing_is_error=missing_is_error))
+
+    def rename(self, keep=True, **kw):
+        """webdataset's rename: new="old;other"."""
+        from ._webdataset import rename
+
+        return self._then(rename(keep=keep, **kw))
 
     def batched(self, n, collation_fn=None, partial=True, ragged="list"):
         """A copy yielding batches of n samples made by collation_fn
@@ -255,9 +280,18 @@ class Dataset(_Base):
             raise ValueError(f"batched: n={n!r}: at least 1")
         if ragged not in ("list", "pad"):
             raise ValueError(f"batched: ragged={ragged!r}: 'list' or 'pad'")
+        return self._then(_Batched(int(n), collation_fn, bool(partial),
+                                   ragged))
+
+    def unbatched(self):
+        """webdataset's unbatched: batches back into samples."""
+        from ._webdataset import unbatched
+
+        return self._then(unbatched())
+
+    def _then(self, stage):
         c = self._copy()
-        c._stages.append(("batched", (int(n), collation_fn, bool(partial),
-                                      ragged)))
+        c._stages.append(stage)
         return c
 
     def set_epoch(self, epoch):
@@ -414,11 +448,8 @@ class Dataset(_Base):
 
     def __iter__(self):
         it = self._samples()
-        for kind, arg in self._stages:
-            if kind == "map":
-                it = map(arg, it)
-            else:
-                it = _batches(it, *arg)
+        for stage in self._stages:
+            it = stage(it)
         return it
 
     # -- state -----------------------------------------------------------
@@ -501,17 +532,34 @@ class _ResumingLoader(Loader):
         super().__init__(*a, **kw)
 
 
-# -- collation -----------------------------------------------------------
-def _batches(it, n, collation_fn, partial, ragged):
-    collate = collation_fn or (lambda rows: default_collate(rows, ragged))
-    buf = []
-    for s in it:
-        buf.append(s)
-        if len(buf) == n:
-            yield collate(buf)
-            buf = []
-    if buf and partial:
-        yield collate(buf)
+# -- stages (classes: picklable under spawn) and collation ------------------
+class _MapAll:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, it):
+        return map(self.fn, it)
+
+
+class _Batched:
+    def __init__(self, n, collation_fn, partial, ragged):
+        self.n, self.collation_fn = n, collation_fn
+        self.partial, self.ragged = partial, ragged
+
+    def _collate(self, rows):
+        if self.collation_fn is not None:
+            return self.collation_fn(rows)
+        return default_collate(rows, self.ragged)
+
+    def __call__(self, it):
+        buf = []
+        for s in it:
+            buf.append(s)
+            if len(buf) == self.n:
+                yield self._collate(buf)
+                buf = []
+        if buf and self.partial:
+            yield self._collate(buf)
 
 
 def _is_tensor(x):
