@@ -87,7 +87,7 @@ def elastic(d, spec):
     # Every key of the epoch: a plain 1-rank read of it.
     import wds
     with wds.Loader(spec, "cls", 64, mode="plain", world_size=1, rank=0) as lo:
-        every = [k for b in lo for k in b.keys]
+        every = [k for b in lo for k in b.sample_keys]
     for n in (3, 1):
         out = torchrun(n, "resume")
         new = []

@@ -352,8 +352,8 @@ class Dataset(_Base):
             loader.close()
 
     def _rows(self, batch):
-        n = len(batch)
-        keys, urls = batch.keys, batch.urls
+        n = batch.rows
+        keys, urls = batch.sample_keys, batch.urls
         valid = batch.valid.tolist()
         cols = []
         for i, f in enumerate(self._fields):
