@@ -111,9 +111,12 @@ dataset_ddp)
   ;;
 mypy)
   # The type stubs (python/wds/*.pyi, py.typed) against a program using them.
+  # MYPYPATH: `import wds` is the source folder's package, whose
+  # __init__.pyi describes it (the .py files and the extension unread).
   cd "$BUILD"
-  exec "$VENV/bin/python" -m mypy --strict --no-incremental --python-version 3.9 \
-    --config-file /dev/null "$SRC/python/wds" "$HERE/typing_check.py"
+  export MYPYPATH=$SRC/python
+  exec "$VENV/bin/python" -m mypy --strict --no-incremental --cache-dir /dev/null \
+    "$HERE/typing_check.py"
   ;;
 pip)
   unset PYTHONPATH
