@@ -83,7 +83,57 @@ def main():
                             if line.startswith("world")))
             if r.returncode != 0:
                 sys.exit(f"FAIL: torchrun --nproc-per-node {nproc}: exit {r.returncode}")
+        transforms_example(d, wds_cli)
     print(f"# ok ({time.time() - t0:.1f} s)")
+
+
+def transforms_example(d, wds_cli):
+    """examples/train_transforms.py (torchvision v2 transforms and a
+    tokenizer in DataLoader workers) under torchrun, 2 ranks x 2 workers:
+    equal steps on both ranks, the epoch's loss and accuracy printed."""
+    import re
+
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        print("# SKIP examples/train_transforms.py: torchvision is not installed")
+        return
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    import wds
+
+    rng = np.random.default_rng(0)
+    with wds.ShardWriter(os.path.join(d, "img-%02d.tar"), maxcount=30) as w:
+        for i in range(90):
+            buf = io.BytesIO()
+            Image.fromarray(rng.integers(0, 255, (80 + i % 5, 100, 3), np.uint8)).save(
+                buf, format="JPEG")
+            w.write({"__key__": f"i{i:03d}", "jpg": buf.getvalue(), "cls": i % 10,
+                     "txt": f"a photo of thing {i % 10} number {i}"})
+    spec = os.path.join(d, "img-{00..02}.tar")
+    index = os.path.join(d, "img.index.json")
+    subprocess.run([wds_cli, "index", "-o", index, spec], check=True)
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "2",
+                        os.path.join(src, "examples", "train_transforms.py"),
+                        "--train", spec, "--index", index, "--workers", "2",
+                        "--epochs", "2", "--batch-size", "8"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
+    steps = dict(re.findall(r"^rank (\d): steps (\d+)$", r.stdout, re.M))
+    epochs = re.findall(r"^epoch \d: loss \d+\.\d+ accuracy \d\.\d+ \((\d+) samples\)$",
+                        r.stdout, re.M)
+    # 90 samples over 2 ranks x 2 workers: 23 each (2 padding), batches of
+    # 8, 8, 7 from each worker: 6 steps per epoch on each rank
+    if r.returncode != 0 or steps != {"0": "12", "1": "12"} or epochs != ["92", "92"]:
+        print(r.stdout)
+        sys.exit(f"FAIL: examples/train_transforms.py: exit {r.returncode}, steps {steps}, "
+                 f"epochs {epochs} (want 2 x 6 steps per rank, 92 samples per epoch)")
+    print(f"examples/train_transforms.py: steps {steps}, samples per epoch {epochs}: ok")
 
 
 if __name__ == "__main__":

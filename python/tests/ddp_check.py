@@ -37,6 +37,9 @@ def train(spec, ckpt, *extra):
     if sorted(steps) != ["0", "1"] or sorted(sha) != ["0", "1"]:
         print(out)
         sys.exit("FAIL: both ranks should print their steps and weights")
+    if not re.search(r"^epoch \d+: loss \d+\.\d+ accuracy \d\.\d+ \(\d+ samples\)$", out, re.M):
+        print(out)
+        sys.exit("FAIL: rank 0 should print each epoch's loss and accuracy by default")
     if steps["0"] != steps["1"] or sha["0"] != sha["1"]:
         print(out)
         sys.exit(f"FAIL: the ranks differ: steps {steps}, weights {sha}")
