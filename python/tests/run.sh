@@ -97,7 +97,7 @@ readme)
   export WDS_README_PYTHONPATH=$BUILD/python
   cd "$BUILD"
   exec "$VENV/bin/python" "$SRC/tests/integration/readme.py" "$WDS" "$BUILD/trainer/wds-train" \
-    "$SRC/README.md" "$SRC"/docs/{cli,sources,loader,wds-train,c-api,python}.md
+    "$SRC/README.md" "$SRC"/docs/{cli,sources,loader,wds-train,c-api,python,migrate-webdataset}.md
   ;;
 ddp)
   export PYTHONPATH=$BUILD/python
