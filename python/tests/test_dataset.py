@@ -221,7 +221,7 @@ def test_stateful_resume_same_workers(shards, nw):
 
 
 @needs_torchdata
-@pytest.mark.parametrize("before,after", [(2, 3), (3, 0), (0, 2)])
+@pytest.mark.parametrize("before,after", [(2, 3), (3, 0), (0, 2), (3, 2)])
 def test_resume_other_num_workers_keeps_the_epoch_exact(shards, before, after):
     spec, ix = shards
     part, st = stateful_run(spec, ix, before, stop=7, epochs=(0,))
@@ -246,3 +246,26 @@ def test_webdataset_verbs_keep_every_sample(shards):
     assert {k for _, _, k in rows} == {f"k{i:04d}" for i in range(N_SAMPLES)}
     again = list(ds.batched(10).unbatched())
     assert [k for _, _, k in again] == [k for _, _, k in rows]
+
+
+@needs_torchdata
+def test_resume_twice_across_worker_counts(shards):
+    """Stopped with 3 workers, resumed with 2 and stopped again, resumed
+    with 2: every sample of the epoch still once."""
+    spec, ix = shards
+    part, st = stateful_run(spec, ix, 3, stop=4, epochs=(0,))
+    ds = wds.Dataset(spec, "cls", index=ix, shuffle_buffer=20, seed=2,
+                     rank=0, world_size=1)
+    ds.load_state_dict(st)
+    dl = stateful.StatefulDataLoader(ds, batch_size=8, num_workers=2,
+                                     multiprocessing_context="fork")
+    mid = []
+    for b in dl:
+        mid.append(list(b["__key__"]))
+        if len(mid) == 5:
+            break
+    st2 = dl.state_dict()
+    rest, _ = stateful_run(spec, ix, 2, state=st2, epochs=(0,))
+    keys = [k for b in part + mid + rest for k in b]
+    assert len(keys) == N_SAMPLES + (-N_SAMPLES % 3)
+    assert set(keys) == {f"k{i:04d}" for i in range(N_SAMPLES)}

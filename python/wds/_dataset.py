@@ -427,7 +427,11 @@ class Dataset(_Base):
     def _samples(self):
         wid, nw = _worker()
         plan = self._plan()
-        resuming = len(plan) != 1 or plan[0][5] != wid
+        # Finishing an epoch begun with another worker count: the state
+        # keeps that count and the old streams' positions.
+        resuming = (self._resume is not None
+                    and self._resume["epoch"] == self.epoch
+                    and self._resume["workers"] != nw)
         streams = {}
         if resuming:
             streams = dict(self._resume["streams"])
