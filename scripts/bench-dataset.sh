@@ -18,8 +18,16 @@ BUILD=$(cd "${1:-build}" && pwd)
 WORKERS=${2:-2}
 IMAGES=${3:-1024}
 PASSES=${WDS_BENCH_PASSES:-4}
-PY=${WDS_BENCH_PYTHON:-$(ls -d "$HOME"/.cache/wds-test-venv/py*/bin/python 2>/dev/null | head -n 1)}
-[[ -x $PY ]] || { echo "bench-dataset.sh: no test venv python (run ctest -R python_tree)" >&2; exit 1; }
+PY=${WDS_BENCH_PYTHON:-}
+if [[ -z $PY ]]; then # the first test venv with what this needs
+  for p in "$HOME"/.cache/wds-test-venv/py*/bin/python; do
+    if "$p" -c 'import torch, torchvision, webdataset' 2>/dev/null; then
+      PY=$p
+      break
+    fi
+  done
+fi
+[[ -n $PY ]] || { echo "bench-dataset.sh: no venv with torch, torchvision and webdataset (ctest -R python_tree makes one; or WDS_BENCH_PYTHON)" >&2; exit 1; }
 bench_check_devnull bench-dataset.sh
 DATA=$BUILD/bench-dataset
 WDS=$BUILD/tools/wds

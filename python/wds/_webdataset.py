@@ -227,7 +227,7 @@ class ImageHandler:
         img = img.convert({"l": "L", "rgb": "RGB", "rgba": "RGBA"}[mode])
         if atype == "pil":
             return img
-        a = np.asarray(img)
+        a = np.array(img)  # writable: torch.from_numpy warns on a view
         if etype == "float":
             a = a.astype(np.float32) / 255.0
         if atype == "numpy":
