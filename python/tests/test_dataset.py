@@ -269,3 +269,16 @@ def test_resume_twice_across_worker_counts(shards):
     keys = [k for b in part + mid + rest for k in b]
     assert len(keys) == N_SAMPLES + (-N_SAMPLES % 3)
     assert set(keys) == {f"k{i:04d}" for i in range(N_SAMPLES)}
+
+
+def test_rank_world_from_the_environment(shards, monkeypatch):
+    spec, ix = shards
+    for r_name, w_name in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        keys = []
+        for rank in range(2):
+            monkeypatch.setenv(r_name, str(rank))
+            monkeypatch.setenv(w_name, "2")
+            keys += [s["__key__"] for s in wds.Dataset(spec, "cls", index=ix)]
+            monkeypatch.delenv(r_name)
+            monkeypatch.delenv(w_name)
+        assert len(keys) == N_SAMPLES + 1 and len(set(keys)) == N_SAMPLES

@@ -307,10 +307,19 @@ class Dataset(_Base):
                 rank = tw[0] if rank is None else rank
                 world = tw[1] if world is None else world
         if rank is None or world is None:
+            # The environment, as the C loader reads it (base/topology.c):
+            # torchrun's, else Slurm's, else Open MPI's.
             import os
 
-            env_r = os.environ.get("RANK")
-            env_w = os.environ.get("WORLD_SIZE")
+            env = os.environ
+            env_r = env_w = None
+            for r_name, w_name in (("RANK", "WORLD_SIZE"),
+                                   ("SLURM_PROCID", "SLURM_NTASKS"),
+                                   ("OMPI_COMM_WORLD_RANK",
+                                    "OMPI_COMM_WORLD_SIZE")):
+                if r_name in env or w_name in env:
+                    env_r, env_w = env.get(r_name), env.get(w_name)
+                    break
             rank = int(env_r) if rank is None and env_r else (rank or 0)
             world = int(env_w) if world is None and env_w else (world or 1)
         if not 0 <= rank < world:
