@@ -27,8 +27,10 @@ makes them, are the default data:
     python3 scripts/make-digits.py digits/files
     wds write -o 'digits/digits-train-%04d.tar' --maxcount 300 digits/files/train
 
-Each rank prints its step count and, at the end, a SHA-256 of the weights
-("rank R: steps N", "rank R: weights SHA"): equal on every rank.
+Rank 0 prints each epoch's training loss and accuracy over all ranks
+("epoch E: loss L accuracy A (N samples)"; --log-every N adds the loss every
+N steps). Each rank prints its step count and, at the end, a SHA-256 of the
+weights ("rank R: steps N", "rank R: weights SHA"): equal on every rank.
 """
 import argparse
 import gc
@@ -172,13 +174,21 @@ def main():
         if not (resumed and epoch == start_epoch):
             loader.set_epoch(epoch)  # a resumed epoch goes on where it stopped
         ddp.train()
+        # This epoch's training loss and accuracy over the valid rows of
+        # every rank (summed here, all-reduced at the end of the epoch).
+        meter = torch.zeros(3, dtype=torch.float64, device=dev)
         for batch in loader:  # on a GPU: wds.DeviceBatch, already on dev
             with batch:
                 t = batch.torch()
                 x = t["jpg;png"].permute(0, 3, 1, 2).float().div_(255).contiguous()
                 y = t["cls"].clone()  # a CPU batch's tensors view its slot
                 w = t["__valid__"].float()
-            loss = (F.cross_entropy(ddp(x), y, reduction="none") * w).sum() / w.sum().clamp(min=1)
+            logits = ddp(x)
+            loss = (F.cross_entropy(logits, y, reduction="none") * w).sum() / w.sum().clamp(min=1)
+            with torch.no_grad():
+                meter += torch.stack([loss.detach().double() * w.sum(),
+                                      ((logits.argmax(1) == y).double() * w).sum(),
+                                      w.sum().double()])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -191,6 +201,11 @@ def main():
             if a.stop_after and step >= a.stop_after:
                 stopped = True
                 break
+        dist.all_reduce(meter)  # every rank took the same steps (exact mode)
+        if rank == 0 and meter[2] > 0:
+            print(f"epoch {epoch}: loss {meter[0] / meter[2]:.4f} "
+                  f"accuracy {meter[1] / meter[2]:.3f} ({int(meter[2])} samples)",
+                  flush=True)
         if stopped:
             break
 

@@ -62,7 +62,7 @@ def main():
         n = 0
         for b in loader:
             batches += 1
-            n += len(b)
+            n += b.rows
             if touch != "none":
                 for name in b:
                     v = b[name]

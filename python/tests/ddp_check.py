@@ -37,6 +37,9 @@ def train(spec, ckpt, *extra):
     if sorted(steps) != ["0", "1"] or sorted(sha) != ["0", "1"]:
         print(out)
         sys.exit("FAIL: both ranks should print their steps and weights")
+    if not re.search(r"^epoch \d+: loss \d+\.\d+ accuracy \d\.\d+ \(\d+ samples\)$", out, re.M):
+        print(out)
+        sys.exit("FAIL: rank 0 should print each epoch's loss and accuracy by default")
     if steps["0"] != steps["1"] or sha["0"] != sha["1"]:
         print(out)
         sys.exit(f"FAIL: the ranks differ: steps {steps}, weights {sha}")
@@ -87,7 +90,7 @@ def elastic(d, spec):
     # Every key of the epoch: a plain 1-rank read of it.
     import wds
     with wds.Loader(spec, "cls", 64, mode="plain", world_size=1, rank=0) as lo:
-        every = [k for b in lo for k in b.keys]
+        every = [k for b in lo for k in b.sample_keys]
     for n in (3, 1):
         out = torchrun(n, "resume")
         new = []

@@ -32,7 +32,7 @@ def main():
             keys = []
             for _ in range(5):
                 b = next(it)
-                keys += [k for k, v in zip(b.keys, b.valid) if v]
+                keys += [k for k, v in zip(b.sample_keys, b.valid) if v]
                 b.release()
             state = lo.state_dict()
         with open(os.path.join(d, f"old-{rank}.txt"), "w") as f:
@@ -49,13 +49,13 @@ def main():
             want = len(lo)
             keys, steps = [], 0
             for b in lo:
-                keys += [k for k, v in zip(b.keys, b.valid) if v]
+                keys += [k for k, v in zip(b.sample_keys, b.valid) if v]
                 steps += 1
             assert steps == want, (steps, want)
-            nxt = [b.keys for b in lo]
+            nxt = [b.sample_keys for b in lo]
             assert lo.elastic is None
         with loader(spec, 3, 3, epoch=1) as fresh:
-            assert nxt == [b.keys for b in fresh], "next epoch differs"
+            assert nxt == [b.sample_keys for b in fresh], "next epoch differs"
         all_steps = [None] * world
         dist.all_gather_object(all_steps, steps)
         assert len(set(all_steps)) == 1, all_steps

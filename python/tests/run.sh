@@ -17,6 +17,9 @@
 #         (WDS_PY_PRELOAD set: no torch in the environment).
 #   venv  only makes the environment (ctest's python_venv, the fixture the
 #         others require, so that they can run at the same time).
+#   dataset_ddp  not pytest: dataset_ddp_check.py, wds.Dataset under torchrun
+#         (2 and 3 CPU ranks, DataLoader workers 0, 2, 3); skips as ddp.
+#   mypy  not pytest: mypy --strict on the package's stubs and typing_check.py.
 #
 # Usage: run.sh MODE VENV_DIR SRC_DIR BUILD_DIR WDS_BINARY SHARED_TESTDATA [PYTEST_ARG...]
 # PYTEST_ARGs (tree and pip): what pytest runs, default the whole folder
@@ -33,14 +36,17 @@ export LC_ALL=C.UTF-8
 SKIP=77
 # pillow and msgpack: wds.ShardWriter's image and msgpack fields are
 # compared with what webdataset writes.
-REQUIREMENTS=("pytest" "numpy" "webdataset>=1.0,<2" "pillow" "msgpack")
+# mypy: the type stubs (python/wds/*.pyi) are checked (ctest python_mypy).
+REQUIREMENTS=("pytest" "numpy" "webdataset>=1.0,<2" "pillow" "msgpack" "mypy")
 # torch from PyPI (about 45 s and 5.4 GB installed with its CUDA wheels):
 # batch.torch() is tested against it. Installed once per user and
 # interpreter (venv_ensure_shared: ~/.cache/wds-test-venv, or
 # WDS_TEST_VENV_CACHE), not in each build tree. Not in ASan builds, whose preloaded sanitizer
 # runtime torch's libraries are not loaded under (those tests skip there).
+# torchdata (StatefulDataLoader) and torchvision (examples/train_transforms.py)
+# for wds.Dataset's tests, with torch.
 if [[ -z ${WDS_PY_PRELOAD:-} ]]; then
-  REQUIREMENTS+=("torch")
+  REQUIREMENTS+=("torch" "torchdata" "torchvision")
 fi
 
 fail() {
@@ -60,7 +66,7 @@ if [[ -n ${WDS_PY_SKIP:-} ]]; then
   [[ $MODE == venv ]] && exit 0
   exit $SKIP
 fi
-if [[ ($MODE == ddp || $MODE == readme) && -n ${WDS_PY_PRELOAD:-} ]]; then
+if [[ ($MODE == ddp || $MODE == dataset_ddp || $MODE == readme) && -n ${WDS_PY_PRELOAD:-} ]]; then
   echo "SKIP: ASan build: torch is not installed beside the preloaded sanitizer runtime"
   exit $SKIP
 fi
@@ -91,12 +97,26 @@ readme)
   export WDS_README_PYTHONPATH=$BUILD/python
   cd "$BUILD"
   exec "$VENV/bin/python" "$SRC/tests/integration/readme.py" "$WDS" "$BUILD/trainer/wds-train" \
-    "$SRC/README.md" "$SRC"/docs/{cli,sources,loader,wds-train,c-api,python}.md
+    "$SRC/README.md" "$SRC"/docs/{cli,sources,loader,wds-train,c-api,python,migrate-webdataset}.md
   ;;
 ddp)
   export PYTHONPATH=$BUILD/python
   cd "$BUILD"
   exec "$VENV/bin/python" "$HERE/ddp_check.py" "$SRC"
+  ;;
+dataset_ddp)
+  export PYTHONPATH=$BUILD/python
+  cd "$BUILD"
+  exec "$VENV/bin/python" "$HERE/dataset_ddp_check.py"
+  ;;
+mypy)
+  # The type stubs (python/wds/*.pyi, py.typed) against a program using them.
+  # MYPYPATH: `import wds` is the source folder's package, whose
+  # __init__.pyi describes it (the .py files and the extension unread).
+  cd "$BUILD"
+  export MYPYPATH=$SRC/python
+  exec "$VENV/bin/python" -m mypy --strict --no-incremental --cache-dir /dev/null \
+    "$HERE/typing_check.py"
   ;;
 pip)
   unset PYTHONPATH

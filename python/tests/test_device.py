@@ -64,7 +64,7 @@ def host_epochs(spec):
                 with b:
                     out.append({"npy": b["npy"].copy(), "cls": b["cls"].copy(),
                                 "txt": list(b["txt"]), "valid": b.valid.copy(),
-                                "keys": b.keys, "epoch": b.epoch,
+                                "keys": b.sample_keys, "epoch": b.epoch,
                                 "index": b.index})
     return out
 
@@ -168,10 +168,10 @@ def test_device_batches_equal_host_batches(shards, late, polls):
         assert isinstance(d, wds.DeviceBatch)
         assert same(d, h), (d.epoch, d.index)
         assert d["txt"] == h["txt"] and d[2] == h["txt"]  # bytes: on the host
-        assert d.keys == h["keys"] and (d.epoch, d.index) == (h["epoch"], h["index"])
+        assert d.sample_keys == h["keys"] and (d.epoch, d.index) == (h["epoch"], h["index"])
         assert d.torch()["__valid__"] is d.valid
         assert set(d.torch()) == {"npy", "cls", "txt", "__valid__"}
-        assert len(d) == 4 and d.names == ["npy", "cls", "txt"]
+        assert d.rows == 4 and d.names == ["npy", "cls", "txt"] == list(d)
     if polls == 1 << 30:
         # Copies that never complete by polling: the loader waited for the
         # oldest whenever it needed its slot.

@@ -98,7 +98,7 @@ def test_gpu_decode_equals_cpu_on_photos(tmp_path):
     with wds.Loader(spec, "jpg,cls", 16, **kw) as l:
         for _ in range(2):
             for b in l:
-                cpu.append((list(b.keys), np.array(b["jpg"]),
+                cpu.append((list(b.sample_keys), np.array(b["jpg"]),
                             np.array(b.valid)))
     gpu = []
     mem, nvj = [], []
@@ -109,7 +109,7 @@ def test_gpu_decode_equals_cpu_on_photos(tmp_path):
             if ep == 2:
                 l.set_epoch(0)
             for b in l:
-                gpu.append((list(b.keys), b["jpg"].cpu().numpy(),
+                gpu.append((list(b.sample_keys), b["jpg"].cpu().numpy(),
                             b.valid.cpu().numpy()))
             st = l.stats()["gpu_jpeg"]
             assert st["device_bytes"] == st["arena_bytes"] + st["nvjpeg_bytes"]
@@ -194,9 +194,9 @@ def test_device_batches_take_the_decoded_images(tmp_path, monkeypatch):
                     world_size=1, device="cuda", jpeg_decode="gpu",
                     on_error="skip") as l:
         for b in l:
-            assert tuple(b["jpg"].shape) == (len(b), 24, 32, 3)
+            assert tuple(b["jpg"].shape) == (b.rows, 24, 32, 3)
             assert int(b["jpg"][0, 0, 0, 0]) == b.index
-            assert [int(c) for c in b["cls"]] == [int(k[1:]) for k in b.keys]
+            assert [int(c) for c in b["cls"]] == [int(k[1:]) for k in b.sample_keys]
             n += 1
         assert l.stats()["gpu_jpeg"] == {"stand-in": True}
     assert Jpeg.calls == [(i, 0) for i in range(n)] and n == 5
@@ -220,7 +220,7 @@ def test_two_loaders_in_two_threads_share_the_decoder(tmp_path):
     def run(seed, out, decoders):
         with wds.Loader(spec, "jpg,cls", 8, **dict(kw, seed=seed)) as l:
             for b in l:
-                out.append((list(b.keys), b["jpg"].cpu().numpy()))
+                out.append((list(b.sample_keys), b["jpg"].cpu().numpy()))
             decoders.append(id(l._engine.jpeg))
 
     alone = {}

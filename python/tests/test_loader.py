@@ -87,7 +87,7 @@ def loader_epoch(loader):
     for batch in loader:
         with batch:
             out.append({"epoch": batch.epoch, "index": batch.index,
-                        "keys": batch.keys, "valid": batch.valid.tolist(),
+                        "keys": batch.sample_keys, "valid": batch.valid.tolist(),
                         "arrays": {n: (a.tolist() if isinstance(a, wds.BytesField)
                                        else a.copy())
                                    for n, a in batch.items()}})
@@ -139,8 +139,8 @@ def test_fields_as_list_and_exactly_once(shards):
                         seed=9, shuffle_buffer=5, drop_last=False) as loader:
             counts = []
             for b in loader:
-                counts.append(len(b))
-                seen += [k for k, v in zip(b.keys, b.valid) if v]
+                counts.append(b.rows)
+                seen += [k for k, v in zip(b.sample_keys, b.valid) if v]
                 assert b.names == ["cls", "txt"]
                 assert b["cls"].dtype.kind == "i" and b[0] is b["cls"]
             assert len(counts) == len(loader)
@@ -151,19 +151,19 @@ def test_state_dict_resume(shards):
     spec, _ = shards
     kw = dict(world_size=2, rank=0, workers=2, seed=7, shuffle_buffer=4)
     with wds.Loader(spec, "cls", 3, **kw) as full:
-        whole = [b.keys for b in full] + [b.keys for b in full]
+        whole = [b.sample_keys for b in full] + [b.sample_keys for b in full]
     with wds.Loader(spec, "cls", 3, **kw) as a:
         it = iter(a)
-        head = [next(it).keys for _ in range(3)]
+        head = [next(it).sample_keys for _ in range(3)]
         state = a.state_dict()
     assert state["epoch"] == 0 and state["batches"] == 3
     with wds.Loader(spec, "cls", 3, **kw) as b:
         b.load_state_dict(state)
-        tail = [x.keys for x in b] + [x.keys for x in b]
+        tail = [x.sample_keys for x in b] + [x.sample_keys for x in b]
     assert head + tail == whole
     with wds.Loader(spec, "cls", 3, **kw) as c:
         c.set_epoch(1)
-        assert [x.keys for x in c] == whole[len(whole) // 2:]
+        assert [x.sample_keys for x in c] == whole[len(whole) // 2:]
 
 
 def test_load_state_dict_refuses_another_world_naming_both(shards):
@@ -209,7 +209,7 @@ def test_load_state_dict_refuses_another_world_naming_both(shards):
         with pytest.raises(wds.CorruptError):
             b.load_state_dict(bad)
         assert b.elastic == (2, 18)
-        assert sum(len(x) for x in b) == 6
+        assert sum(x.rows for x in b) == 6
     with wds.Loader(spec, "cls", 3, **dict(rkw, world_size=3, seed=8)) as b:
         with pytest.raises(ValueError, match="seed 7 is not this loader.s 8"):
             b.load_state_dict(rstate)
@@ -221,10 +221,10 @@ def test_load_state_dict_refuses_another_world_naming_both(shards):
             b.load_state_dict(old)
     # Any rank's state resumes any rank of the same job.
     with wds.Loader(spec, "cls", 3, **dict(kw, rank=1)) as full:
-        whole = [b.keys for b in full]
+        whole = [b.sample_keys for b in full]
     with wds.Loader(spec, "cls", 3, **dict(kw, rank=1)) as b:
         b.load_state_dict(state)
-        assert [x.keys for x in b] == whole[3:]
+        assert [x.sample_keys for x in b] == whole[3:]
     # A corrupted state is refused, saying so.
     bad = dict(state, state=state["state"].replace("seed=7", "seed=8"))
     with wds.Loader(spec, "cls", 3, **kw) as b:
@@ -238,22 +238,22 @@ def test_load_state_dict_past_the_end_keeps_the_position(shards):
     spec, _ = shards
     kw = dict(world_size=2, rank=0, workers=2, seed=7, shuffle_buffer=4)
     with wds.Loader(spec, "cls", 3, **kw) as full:
-        whole = [b.keys for b in full]
+        whole = [b.sample_keys for b in full]
     with wds.Loader(spec, "cls", 3, **kw) as a:
         it = iter(a)
-        head = [next(it).keys for _ in range(2)]
+        head = [next(it).sample_keys for _ in range(2)]
         bad = dict(a.state_dict(), batches=999)
         with pytest.raises(wds.Error) as e:
             a.load_state_dict(bad)
         assert "999" in str(e.value)
         assert not a.closed
         assert a.state_dict()["batches"] == 2
-        tail = [b.keys for b in a]
+        tail = [b.sample_keys for b in a]
     assert head + tail == whole
     with wds.Loader(spec, "cls", 3, **kw) as b:
         with pytest.raises(KeyError):
             b.load_state_dict({"epoch": 0})
-        assert not b.closed and [x.keys for x in b] == whole
+        assert not b.closed and [x.sample_keys for x in b] == whole
 
 
 def test_negative_options_are_refused(shards):
@@ -297,7 +297,7 @@ def test_eager_next_epoch_same_batches(shards):
         out = []
         for e in epochs:
             loader.set_epoch(e)
-            out.append([(b.keys, b["cls"].tolist()) for b in loader])
+            out.append([(b.sample_keys, b["cls"].tolist()) for b in loader])
         return out
 
     with wds.Loader(spec, "cls", 3, **kw) as lazy:
@@ -323,7 +323,7 @@ def test_defer_reads_same_batches(tmp_path):
         with wds.Loader(spec, "cls,bin:bytes", 5, mode="plain", rank=0,
                         world_size=1, workers=2, seed=3, shuffle_buffer=10,
                         defer_reads=defer) as loader:
-            out = [(b.keys, b["cls"].tolist(), [bytes(x) for x in b["bin"]])
+            out = [(b.sample_keys, b["cls"].tolist(), [bytes(x) for x in b["bin"]])
                    for b in loader]
             return out, loader.stats()
 
@@ -351,8 +351,8 @@ def test_rank_batch_sizes(shards):
                         shuffle_buffer=3, rank_batch_sizes=sizes) as loader:
             rows = []
             for b in loader:
-                rows.append(len(b))
-                seen += b.keys
+                rows.append(b.rows)
+                seen += b.sample_keys
             lens.append(len(loader))
             assert rows == [sizes[rank]] * len(loader)
     steps = -(-n // sum(sizes))
@@ -362,15 +362,15 @@ def test_rank_batch_sizes(shards):
     assert len(seen) - n < sum(sizes)
     kw = dict(world_size=3, rank=1, seed=4, rank_batch_sizes=sizes)
     with wds.Loader(spec, "cls", None, **kw) as a:
-        whole = [b.keys for b in a]
+        whole = [b.sample_keys for b in a]
     with wds.Loader(spec, "cls", None, **kw) as a:
         it = iter(a)
-        head = [next(it).keys for _ in range(2)]
+        head = [next(it).sample_keys for _ in range(2)]
         state = a.state_dict()
     assert state["rank_batch_sizes"] == sizes
     with wds.Loader(spec, "cls", None, **kw) as b:
         b.load_state_dict(state)
-        assert head + [x.keys for x in b] == whole
+        assert head + [x.sample_keys for x in b] == whole
     # A state_dict without the C loader's state (an older wds's): other
     # sizes are refused, naming both.
     legacy = {k: v for k, v in state.items() if k != "state"}
@@ -386,7 +386,7 @@ def test_rank_batch_sizes(shards):
         c.load_state_dict(state)
         assert c.elastic is not None and c.elastic[0] == 3
         steps = len(c)
-        rest = [x.keys for x in c]
+        rest = [x.sample_keys for x in c]
         assert len(rest) == steps > 0 and all(len(k) == 4 for k in rest)
         assert c.elastic is None  # the next epoch is a fresh run's
     with pytest.raises(wds.InvalidError, match="2 per-rank batch sizes"):
@@ -415,7 +415,7 @@ def test_slots_and_zero_copy(shards):
         assert "held" in str(e.value)
         b2.release()
         with pytest.raises(ValueError):
-            b2.keys and b2._b.keys
+            b2.sample_keys and b2._b.keys
         b3 = next(it)
         first = a.copy()
         b1.release()
@@ -568,9 +568,9 @@ def test_every_keyword_none_keeps_its_default(shards):
     assert {"workers", "image_size", "cache_size", "epoch",
             "shard_shuffle", "prefetch"} <= set(nones)
     with wds.Loader(spec, "cls", 3, **nones) as lo:
-        got = [list(b.keys) for b in lo]
+        got = [list(b.sample_keys) for b in lo]
     with wds.Loader(spec, "cls", 3) as lo:
-        want = [list(b.keys) for b in lo]
+        want = [list(b.sample_keys) for b in lo]
     assert got == want and got
 
 
@@ -584,7 +584,7 @@ def test_table_keywords(shards, tmp_path):
     def keys(**kw):
         with wds.Loader(spec, "cls", 5, mode="plain", workers=1, seed=3,
                         **kw) as lo:
-            return [k for b in lo for k in b.keys]
+            return [k for b in lo for k in b.sample_keys]
 
     assert keys(shuffle_buffer=8, shuffle_initial=2,
                 shuffle_buffer_bytes=1 << 20, max_window_bytes=1 << 30) \
@@ -660,7 +660,7 @@ def test_gil_released_while_next_waits(shards, tmp_path):
         stop.set()
         t.join()
     assert made.is_set()
-    assert b is not None and b.keys == ["k0000", "k0001"]
+    assert b is not None and b.sample_keys == ["k0000", "k0001"]
     del b
     loader.close()
 
@@ -704,7 +704,7 @@ def test_index_option(shards, tmp_path):
     with wds.Loader(spec, "cls", 4, **kw) as a, \
             wds.Loader(spec, "cls", 4, index=ix, **kw) as b:
         assert len(a) == len(b)
-        assert [x.keys for x in a] == [x.keys for x in b]
+        assert [x.sample_keys for x in a] == [x.sample_keys for x in b]
     with pytest.raises(wds.Error):
         wds.Loader(spec, "cls", 4, index=tmp_path / "missing.json")
 
@@ -759,7 +759,7 @@ def test_pipe_from_files_refused_unless_allowed(shards, tmp_path):
     assert f'{lst} line 1: "{cmd}" is a pipe: command read from a file' in str(e.value)
     with wds.Loader(f"@{lst}", "cls", 2, allow_pipe_from_files=True) as a, \
             wds.Loader(first, "cls", 2) as b:
-        assert [x.keys for x in a] == [x.keys for x in b]
+        assert [x.sample_keys for x in a] == [x.sample_keys for x in b]
     ix = tmp_path / "ix.json"
     ix.write_text(json.dumps({"shardlist": [{"url": cmd, "nsamples": 1}]}))
     with pytest.raises(wds.Error) as e:
@@ -827,7 +827,7 @@ def test_bytes_field_is_a_lazy_sequence_viewing_the_slot(shards):
                     mode="plain", shard_shuffle=False) as loader:
         it = iter(loader)
         b = next(it)
-        keys = b.keys
+        keys = b.sample_keys
         f = b["txt"]
         assert isinstance(f, wds.BytesField) and b[1] is f
         assert isinstance(f, collections.abc.Sequence)
@@ -873,25 +873,34 @@ def test_keys_urls_names_read_on_demand(shards):
                     shard_shuffle=False) as loader:
         it = iter(loader)
         b = next(it)
-        assert len(b) == 3
-        keys, urls = b.keys, b.urls
-        assert b.keys is keys and b.urls is urls  # read once
+        assert b.rows == 3 and len(b) == 2  # rows; fields
+        keys, urls = b.sample_keys, b.urls
+        assert b.sample_keys is keys and b.urls is urls  # read once
         assert len(keys) == 3 and all(isinstance(k, str) for k in keys)
         shards_ = wds.expand(spec)
         assert all(u in shards_ for u in urls)
         b.release()
-        assert b.keys == keys and b.urls == urls and len(b) == 3  # kept
+        assert b.sample_keys == keys and b.urls == urls and b.rows == 3  # kept
         assert repr(b) == f"<wds.Batch epoch={b.epoch} index=0 rows=3 fields=['cls', 'txt']>"
         c = next(it)
         assert c.names == ["cls", "txt"] and c._b.names is b._names  # made once
+        # A mapping of the fields (issue 33): dict(), keys(), len, iteration
+        import collections.abc
+
+        assert isinstance(c, collections.abc.Mapping)
+        assert c.keys() == ["cls", "txt"] == list(c) and len(c) == 2
+        d = dict(c)
+        assert list(d) == ["cls", "txt"] and d["cls"] is c["cls"]
+        assert "cls" in c and "jpg" not in c and c.get("jpg") is None
+        assert [k for k, _ in c.items()] == ["cls", "txt"] and len(c.values()) == 2
         c.release()
         with pytest.raises(ValueError):
-            c.keys  # never read while the batch held its slot
+            c.sample_keys  # never read while the batch held its slot
         with pytest.raises(ValueError):
             c.urls
         with pytest.raises(ValueError):
             c["txt"]
-        assert len(c) == 3
+        assert c.rows == 3 and len(c) == 2
 
 
 def test_bench_loader_overhead_script(shards):
@@ -947,7 +956,7 @@ def test_cache_dir_second_epoch_from_the_cache(shards, tmp_path):
         out = []
         for _ in range(2):
             for b in loader:
-                out.append(list(b.keys))
+                out.append(list(b.sample_keys))
         return out
     try:
         local = wds.Loader(paths, "cls", 4, workers=2)
@@ -1038,7 +1047,7 @@ def test_corrupt_shard_never_a_valid_row(tmp_path, ext):
                         world_size=1, workers=1, **kw) as lo:
             try:
                 for b in lo:
-                    got += [(k, bytes(x)) for k, x, v in zip(b.keys, b["bin"], b.valid) if v]
+                    got += [(k, bytes(x)) for k, x, v in zip(b.sample_keys, b["bin"], b.valid) if v]
             except wds.Error as e:
                 err = e
             return got, err, lo.stats()
@@ -1066,11 +1075,11 @@ def test_rank_from_the_environment_as_wds_train_reads_it(shards, monkeypatch):
     for v in _LAUNCHER_VARS:
         monkeypatch.delenv(v, raising=False)
     with wds.Loader(spec, "cls", 4, world_size=2, rank=1, seed=3) as loader:
-        want = [b.keys for b in loader]
+        want = [b.sample_keys for b in loader]
     monkeypatch.setenv("PMI_RANK", "1")
     monkeypatch.setenv("PMI_SIZE", "2")
     with wds.Loader(spec, "cls", 4, seed=3) as loader:
-        assert [b.keys for b in loader] == want
+        assert [b.sample_keys for b in loader] == want
     monkeypatch.delenv("PMI_SIZE")
     with pytest.raises(wds.Error, match="PMI_RANK='1' is set but PMI_SIZE is not"):
         wds.Loader(spec, "cls", 4, seed=3)

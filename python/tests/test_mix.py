@@ -36,13 +36,13 @@ def rows(loader, epochs=1):
         for b in loader:
             cls = b["cls"].copy()
             src = b.sources
-            assert src.dtype == np.uint32 and len(src) == len(b)
+            assert src.dtype == np.uint32 and len(src) == b.rows
             out += [(int(c), int(s)) for c, s in zip(cls, src)]
     return out
 
 
 def test_sources_resampled_weights(two):
-    with wds.Loader(None, "cls", 16, mode="resampled", samples_per_epoch=4000,
+    with wds.Loader(fields="cls", batch_size=16, mode="resampled", samples_per_epoch=4000,
                     seed=3, shuffle_buffer=20, rank=0, world_size=1,
                     sources=[wds.Source(two[0], weight=1),
                              wds.Source(two[1], weight=3)]) as loader:
@@ -121,7 +121,7 @@ def test_sources_equal_cli(two, tmp_path):
                     rank=0, world_size=1,
                     sources=[wds.Source(two[0]),
                              wds.Source(two[1], repeat=1.5)]) as loader:
-        py = [(b.keys, b.sources.tolist()) for b in loader]
+        py = [(b.sample_keys, b.sources.tolist()) for b in loader]
     assert py == [(c["keys"], c["sources"]) for c in cli]
 
 
@@ -143,6 +143,8 @@ def test_sources_refused(two):
         wds.Loader(two[0], "cls", 4, sources=[wds.Source(two[1])])
     with pytest.raises(ValueError):
         wds.Loader(None, "cls", 4)
+    with pytest.raises(TypeError, match="fields is required"):
+        wds.Loader(sources=[wds.Source(two[0])], batch_size=4)
     with pytest.raises(TypeError):
         wds.Loader(None, "cls", 4, sources=[two[0]])
     with pytest.raises(wds.InvalidError, match="plain mode"):

@@ -114,7 +114,7 @@ def stalling_loader(shard, tmp_path):
                     "cls", 20, mode="plain", workers=1, shard_shuffle=False,
                     read_timeout_ms=0)  # 0: no timeout
     b = lo.next()
-    assert b is not None and len(b.keys) == 20
+    assert b is not None and len(b.sample_keys) == 20
     b.release()
     wait_file(mark)  # the worker reached the command
     return lo
@@ -410,7 +410,7 @@ def test_loader_goes_on_after_ctrl_c(shard):
             print("no interrupt")
         except KeyboardInterrupt:
             b = lo.next()
-            print(b.keys, lo.state_dict()["batches"])
+            print(b.sample_keys, lo.state_dict()["batches"])
         lo.close()
     """)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True,

@@ -129,7 +129,9 @@ def test_error_builtin_bases():
     for name, builtin in bases.items():
         cls = getattr(wds, name)
         assert issubclass(cls, wds.Error) and issubclass(cls, builtin), name
-        assert name in wds.__all__
+        # IOError and TimeoutError stay out: `from wds import *` must not
+        # shadow the builtins (issue 33)
+        assert (name in wds.__all__) != (name in ("IOError", "TimeoutError"))
     for name in ("NotFoundError", "PermissionDeniedError", "IsDirectoryError"):
         assert issubclass(getattr(wds, name), wds.OpenError)
         assert getattr(wds, name).status_name == "WDS_ERR_OPEN"
@@ -727,3 +729,36 @@ def test_reader_early_stop_keeps_no_cache_entry(tmp_path):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_reprs_and_builtins_not_shadowed(tmp_path):
+    """Issue 33: Loader, Reader, Index and ShardWriter say what they are;
+    `from wds import *` leaves the builtins IOError and TimeoutError."""
+    import subprocess
+
+    with wds.ShardWriter(str(tmp_path / "r-%02d.tar"), maxcount=3) as w:
+        assert repr(w).startswith(f"<wds.ShardWriter {str(tmp_path / 'r-%02d.tar')!r} maxcount=3")
+        for i in range(5):
+            w.write({"__key__": f"k{i}", "cls": i})
+        assert "shards=1 samples=5" in repr(w)
+    assert repr(w).endswith("closed>")
+    spec = str(tmp_path / "r-{00..01}.tar")
+    r = wds.Reader(spec)
+    assert repr(r) == (f"<wds.Reader 2 shards {str(tmp_path / 'r-00.tar')!r} .. "
+                       f"{str(tmp_path / 'r-01.tar')!r}>")
+    r.close()
+    assert repr(r) == "<wds.Reader closed>"
+    subprocess.run([CLI, "index", "-o", str(tmp_path / "ix.json"), spec], check=True)
+    ix = wds.Index(str(tmp_path / "ix.json"))
+    assert repr(ix).startswith("<wds.Index 2 shards") and repr(ix).endswith(", 5 samples>")
+    lo = wds.Loader(spec, "cls", 2, rank=0, world_size=1)
+    assert repr(lo) == (f"<wds.Loader {spec!r} fields='cls' batch_size=2 mode='exact' "
+                        f"rank=0/1 epoch=0 batches=0>")
+    next(iter(lo))
+    assert repr(lo).endswith("epoch=0 batches=1>")
+    lo.close()
+    assert repr(lo).endswith("closed>")
+    ns = {}
+    exec("from wds import *", ns)
+    assert "IOError" not in ns and "TimeoutError" not in ns and "Loader" in ns
+    assert issubclass(wds.IOError, OSError) and wds.TimeoutError is not TimeoutError

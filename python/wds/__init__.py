@@ -15,7 +15,7 @@ The C library (include/wds/) through a CPython extension, wds._wds:
   field is a ``wds.BytesField``, a sequence of bytes made on access;
   ``device="cuda"``: ``wds.DeviceBatch``, torch tensors on the GPU, copied
   on the loader's own stream, the slot held until the copies are over);
-  ``wds.Loader(None, fields, batch_size, sources=[wds.Source(spec,
+  ``wds.Loader(fields=..., batch_size=..., sources=[wds.Source(spec,
   weight=...), ...])`` mixes shard sets (``Batch.sources``: each row's).
 - ``wds.Error``: every failure, with one subclass per status code of
   wds/status.h (``wds.OpenError``, ``wds.TruncatedError``, ...), carrying the
@@ -29,6 +29,12 @@ The C library (include/wds/) through a CPython extension, wds._wds:
   ``DuplicateError``) from ``ValueError``, ``TruncatedError`` from
   ``EOFError``, ``NoMemoryError`` from ``MemoryError``. Messages name the
   Python keywords (``mode="resampled"``), not the command's flags.
+  ``wds.IOError`` and ``wds.TimeoutError`` are not in ``__all__``: ``from
+  wds import *`` leaves the builtins of those names alone.
+- ``wds.Dataset(spec, fields, ...)``: a torch IterableDataset of decoded
+  samples for ``DataLoader(num_workers=N)`` and torchdata's
+  StatefulDataLoader, exact over ranks and workers; ``wds.WebDataset``,
+  ``wds.WebLoader`` and webdataset's verbs (docs/migrate-webdataset.md).
 """
 
 from ._wds import (
@@ -40,7 +46,6 @@ from ._wds import (
     DuplicateError,
     Error,
     FormatError,
-    Index,
     InvalidError,
     IOError,
     IsDirectoryError,
@@ -49,7 +54,6 @@ from ._wds import (
     NotFoundError,
     OpenError,
     PermissionDeniedError,
-    Reader,
     SpecError,
     TimeoutError,
     TruncatedError,
@@ -58,6 +62,7 @@ from ._wds import (
 )
 from ._device import DeviceBatch
 from ._loader import Batch, Loader, Source
+from ._reader import Index, Reader
 from ._writer import ShardWriter
 
 __all__ = [
@@ -74,7 +79,6 @@ __all__ = [
     "FormatError",
     "Index",
     "InvalidError",
-    "IOError",
     "IsDirectoryError",
     "LimitError",
     "NoMemoryError",
@@ -85,8 +89,33 @@ __all__ = [
     "ShardWriter",
     "Source",
     "SpecError",
-    "TimeoutError",
     "TruncatedError",
     "__version__",
     "expand",
 ]
+
+
+# The torch side (wds.Dataset, wds.WebDataset, ...) imports torch: loaded on
+# first use, so that `import wds` (and `from wds import *`, which leaves
+# them out) stays light.
+_LAZY = {"Dataset": "_dataset", "default_collate": "_dataset"}
+_LAZY.update((n, "_webdataset") for n in (
+    "WebDataset", "WebLoader", "DataPipeline", "FluidInterface", "Decoder",
+    "DecodingError", "Continue", "split_by_node", "split_by_worker",
+    "single_node_only", "reraise_exception", "ignore_and_continue",
+    "warn_and_continue", "ignore_and_stop", "warn_and_stop",
+    "default_collation_fn", "imagehandler", "handle_extension",
+    "basichandlers", "pytorch_worker_info", "batched", "unbatched",
+    "shuffle", "decode", "to_tuple", "map_dict", "map_tuple", "rename",
+    "select"))
+
+
+def __getattr__(name):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'wds' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+    globals()[name] = value
+    return value

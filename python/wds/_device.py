@@ -21,6 +21,7 @@ DMA does.
 """
 
 import collections
+import collections.abc
 import threading
 
 _BYTES = object()  # a field that stays on the host
@@ -278,9 +279,9 @@ def to_device(batch, eng, fences, handle=None):
     for i, n in enumerate(batch._names):
         fields[n] = (dev[n] if n in made else
                      list(batch._field(i)) if host[n] is _BYTES else dev[n])
-    db = DeviceBatch(fields, dev["__valid__"], batch.keys, batch.urls,
+    db = DeviceBatch(fields, dev["__valid__"], batch.sample_keys, batch.urls,
                      batch.sources.copy(), batch.epoch, batch.index,
-                     len(batch))
+                     batch.rows)
     fences.add(eng, ev, copy, handle)
     return db
 
@@ -290,8 +291,10 @@ class DeviceBatch:
 
     batch["jpg;png"] or batch[0] is a torch tensor on the device (a bytes
     field: a list of bytes, on the host); batch.valid is a bool tensor on the
-    device; batch.keys and batch.urls (lists of str), batch.sources (numpy
-    uint32), batch.epoch and batch.index stay on the host. The tensors are
+    device; batch.sample_keys and batch.urls (lists of str), batch.sources
+    (numpy uint32), batch.rows, batch.epoch and batch.index stay on the
+    host. A mapping as wds.Batch is: keys(), len() and iteration over the
+    field names. The tensors are
     ready for work queued on the stream that was current when the batch was
     made (the loader's copies ran on a stream of their own; that stream
     waits for them); other streams must wait for it. The loader's slot has
@@ -299,14 +302,14 @@ class DeviceBatch:
     there is nothing to release.
     """
 
-    __slots__ = ("_fields", "_names", "valid", "keys", "urls", "sources",
-                 "epoch", "index", "_rows")
+    __slots__ = ("_fields", "_names", "valid", "sample_keys", "urls",
+                 "sources", "epoch", "index", "_rows")
 
     def __init__(self, fields, valid, keys, urls, sources, epoch, index, rows):
         self._fields = fields
         self._names = tuple(fields)
         self.valid = valid
-        self.keys = keys
+        self.sample_keys = keys
         self.urls = urls
         self.sources = sources
         self.epoch = epoch
@@ -314,11 +317,28 @@ class DeviceBatch:
         self._rows = rows
 
     def __len__(self):
+        """The number of fields (batch.rows: rows)."""
+        return len(self._names)
+
+    @property
+    def rows(self):
         return self._rows
 
     @property
     def names(self):
         return list(self._names)
+
+    def keys(self):
+        return list(self._names)
+
+    def values(self):
+        return [self._fields[n] for n in self._names]
+
+    def get(self, name, default=None):
+        return self._fields.get(name, default)
+
+    def __contains__(self, name):
+        return name in self._fields
 
     def __getitem__(self, name):
         if isinstance(name, int):
@@ -354,3 +374,6 @@ class DeviceBatch:
         dev = getattr(self.valid, "device", "?")
         return (f"<wds.DeviceBatch epoch={self.epoch} index={self.index} "
                 f"rows={self._rows} device={dev} fields={list(self._names)}>")
+
+
+collections.abc.Mapping.register(DeviceBatch)

@@ -29,11 +29,13 @@ def _torch_rank_world():
 class Batch:
     """One batch of a wds.Loader, in the loader's slot memory.
 
-    batch["jpg;png"] or batch[0] is a numpy array viewing the slot without a
-    copy (a bytes field: a wds.BytesField, a read-only sequence of bytes
-    whose items are made from the slot on first access); batch.keys,
-    batch.urls (lists of str), batch.valid (numpy bool), batch.epoch,
-    batch.index. The batch keeps its slot until release(), the end of a
+    A read-only mapping of the fields: batch["jpg;png"] (or batch[0]) is a
+    numpy array viewing the slot without a copy (a bytes field: a
+    wds.BytesField, a read-only sequence of bytes whose items are made
+    from the slot on first access); keys(), iteration and len() are over
+    the field names, so dict(batch) is {name: array}. Beside them:
+    batch.sample_keys and batch.urls (lists of str, one per row),
+    batch.rows, batch.valid (numpy bool), batch.epoch, batch.index. The batch keeps its slot until release(), the end of a
     `with batch:` block, or garbage collection; arrays and BytesFields taken
     from it keep the memory alive after that (list(field) and array.copy()
     do not). Fields, keys and urls are read from the slot when first asked
@@ -60,12 +62,34 @@ class Batch:
         self.index = b.index
 
     @property
-    def keys(self):
+    def sample_keys(self):
         """The samples' keys, one per row (a fill row repeats one)."""
         k = self._keys
         if k is None:
             k = self._keys = self._b.keys
         return k
+
+    @property
+    def rows(self):
+        """The number of rows (samples) of the batch."""
+        return self._rows
+
+    def keys(self):
+        """The field names (a Mapping's keys: dict(batch) is
+        {name: array})."""
+        return list(self._names)
+
+    def values(self):
+        return [self._field(i) for i in range(len(self._names))]
+
+    def get(self, name, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __contains__(self, name):
+        return name in self._names
 
     @property
     def urls(self):
@@ -87,7 +111,8 @@ class Batch:
         return s
 
     def __len__(self):
-        return self._rows
+        """The number of fields (a Mapping's length; batch.rows: rows)."""
+        return len(self._names)
 
     @property
     def names(self):
@@ -169,6 +194,9 @@ class Batch:
                 f"rows={self._rows} fields={list(self._names)}>")
 
 
+collections.abc.Mapping.register(Batch)
+
+
 class _EpochIterator:
     __slots__ = ("_loader", "_done")
 
@@ -192,7 +220,7 @@ class _EpochIterator:
 class Source:
     """Source(spec, *, weight=None, proportion=None, repeat=None, index=None)
 
-    One source of a mixed Loader (Loader(None, fields, batch_size,
+    One source of a mixed Loader (Loader(fields=, batch_size=,
     sources=[...])); at most one of weight, proportion and repeat:
 
     - resampled mode: each sample comes from source s with probability
@@ -256,7 +284,7 @@ def _give_up_oldest(fences):
 
 
 class Loader:
-    """Loader(spec, fields, batch_size, *, mode="exact", rank=None,
+    """Loader(spec=None, fields=None, batch_size=None, *, mode="exact", rank=None,
     world_size=None, workers=4, seed=0, epoch=0, shuffle_buffer=0,
     index=None, drop_last=False, last_batch=None, samples_per_epoch=None,
     image_size=224, crop="center", prefetch=4, on_error="stop",
@@ -315,8 +343,9 @@ class Loader:
     pipe: commands read from an @FILE of spec or named by index are refused
     unless allow_pipe_from_files (such files may come from anywhere).
 
-    A mix of several shard sets: spec None and sources a list of wds.Source
-    (see there); each batch's .sources says which one each row came from.
+    A mix of several shard sets: no spec and sources a list of wds.Source
+    (see there): wds.Loader(fields="npy,cls", batch_size=32,
+    sources=[...]); each batch's .sources says which one each row came from.
     state_dict() records the sources and load_state_dict() refuses other
     ones.
 
@@ -357,7 +386,8 @@ class Loader:
     names the libnvjpeg loaded.
     """
 
-    def __init__(self, spec, fields, batch_size, *, mode="exact", rank=None,
+    def __init__(self, spec=None, fields=None, batch_size=None, *,
+                 mode="exact", rank=None,
                  world_size=None, workers=4, seed=0, epoch=0, shuffle_buffer=0,
                  index=None, drop_last=False, last_batch=None,
                  samples_per_epoch=None, image_size=224, crop="center",
@@ -378,6 +408,9 @@ class Loader:
             self._engine = _device.engine(_device.resolve(device))
         if jpeg_decode == "gpu":
             self._engine.gpu_jpeg()
+        if fields is None:
+            raise TypeError("Loader: fields is required (the --decode "
+                            "string: \"jpg:rgb:224,cls\")")
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
         # None: not given (torch.distributed's, else the environment's);
@@ -437,7 +470,9 @@ class Loader:
             allow_pipe_from_files=allow_pipe_from_files,
             eager_next_epoch=eager_next_epoch, defer_reads=defer_reads,
             image_memory_limit=image_memory_limit, jpeg_decode=jpeg_decode)
-        self._open(0 if epoch is None else int(epoch), 0)
+        # _start_batches: wds.Dataset's workers open at a position at once.
+        self._open(0 if epoch is None else int(epoch),
+                   getattr(self, "_start_batches", 0))
 
     def _open(self, epoch, batches, state=None):
         a = self._args
@@ -643,3 +678,15 @@ class Loader:
     def __exit__(self, *exc):
         self.close()
         return False
+
+    def __repr__(self):
+        a = self._args
+        what = (f"{len(a['sources'])} sources" if a["sources"] is not None
+                else repr(a["spec"]))
+        if self._l.closed:
+            return f"<wds.Loader {what} closed>"
+        e, n = self._l.position()
+        rank = "" if a["rank"] < 0 else f" rank={a['rank']}/{a['world_size']}"
+        return (f"<wds.Loader {what} fields={a['fields']!r} "
+                f"batch_size={a['batch_size']} mode={a['mode']!r}{rank} "
+                f"epoch={e} batches={n}>")

@@ -455,6 +455,18 @@ class ShardWriter:
     def __enter__(self):
         return self
 
+    def __repr__(self):
+        if self.closed:
+            return f"<wds.ShardWriter {self.pattern!r} closed>"
+        try:
+            st = self.stats()
+        except Exception:
+            st = None
+        done = "" if not st else (f" shards={st.get('shards')} "
+                                  f"samples={st.get('samples')}")
+        return (f"<wds.ShardWriter {self.pattern!r} maxcount={self.maxcount} "
+                f"maxsize={self.maxsize}{done}>")
+
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None and not self.closed:
             # The block failed: finish what was written so far, as

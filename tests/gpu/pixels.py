@@ -59,7 +59,7 @@ def wds_decode(tars, size, count, gpu):
         for b in l:
             imgs = b["jpg"]
             imgs = imgs.cpu().numpy() if hasattr(imgs, "cpu") else np.asarray(imgs)
-            for k, img, ok in zip(b.keys, imgs, b.valid):
+            for k, img, ok in zip(b.sample_keys, imgs, b.valid):
                 if bool(ok):
                     out[k] = img.copy()
             if len(out) >= count:

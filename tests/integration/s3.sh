@@ -426,7 +426,7 @@ def run(spec):
     keys, cls = [], []
     with wds.Loader(spec, "cls", 16, rank=0, world_size=1, workers=2) as loader:
         for b in loader:
-            keys += list(b.keys)
+            keys += list(b.sample_keys)
             cls.append(np.array(b["cls"]))
     return keys, np.concatenate(cls)
 
