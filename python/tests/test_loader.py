@@ -737,7 +737,7 @@ def test_index_hashes_never_deliver_an_altered_row(tmp_path):
     rows = {}
     with wds.Loader(str(shard), "txt:bytes,cls", 3, on_error="skip", **kw) as lo:
         for b in lo:
-            for k, v in zip(b.keys, b.valid):
+            for k, v in zip(b.sample_keys, b.valid):
                 rows[k] = rows.get(k, 0) + int(v)
     assert "k04" not in rows or rows["k04"] == 0
     assert sorted(k for k, v in rows.items() if v) == \
