@@ -124,10 +124,12 @@ static void config_augment(const wds_loader_config *cfg, wds__augment *a) {
   a->ratio_min = cfg->crop_ratio_min;
   a->ratio_max = cfg->crop_ratio_max;
   a->flip_prob = cfg->flip_prob;
-  a->jitter.brightness = cfg->brightness;
-  a->jitter.contrast = cfg->contrast;
-  a->jitter.saturation = cfg->saturation;
-  a->jitter.hue = cfg->hue;
+  for (int k = 0; k < 2; k++) {
+    a->jitter.brightness[k] = cfg->brightness[k];
+    a->jitter.contrast[k] = cfg->contrast[k];
+    a->jitter.saturation[k] = cfg->saturation[k];
+    a->jitter.hue[k] = cfg->hue[k];
+  }
   a->dtype = cfg->image_dtype;
   for (int c = 0; c < 3; c++) {
     a->mean[c] = cfg->normalize_mean[c];

@@ -281,47 +281,62 @@ static const wds_loader_option rows[] = {
      .flag = "brightness",
      .value_name = "B",
      .type = WDS_OPTION_FLOATS,
-     .count = 1,
+     .count = 2,
+     .count_one = 1,
+     .centered = 1,
+     .center = 1,
      .lo = 0,
      .hi = 1e9,
      FIELD(brightness),
-     .expects = "a number of at least 0",
-     .help = "ColorJitter: brightness factor uniform in\n"
-             "[max(0, 1-B), 1+B] (default 0: off); the four\n"
-             "adjustments run in a random order per image"},
+     .expects = "a number B >= 0 or two, MIN,MAX",
+     .help = "ColorJitter: the brightness factor, uniform in\n"
+             "[max(0, 1-B), 1+B]; or B is MIN,MAX (default:\n"
+             "off). The four adjustments run in a random\n"
+             "order per image, on the resized pixels"},
     {.name = "contrast",
      .flag = "contrast",
      .value_name = "C",
      .type = WDS_OPTION_FLOATS,
-     .count = 1,
+     .count = 2,
+     .count_one = 1,
+     .centered = 1,
+     .center = 1,
      .lo = 0,
      .hi = 1e9,
      FIELD(contrast),
-     .expects = "a number of at least 0",
-     .help = "ColorJitter: contrast factor in [max(0, 1-C),\n"
-             "1+C] (default 0: off)"},
+     .expects = "a number C >= 0 or two, MIN,MAX",
+     .help = "ColorJitter: the contrast factor, in\n"
+             "[max(0, 1-C), 1+C]; or C is MIN,MAX (default:\n"
+             "off)"},
     {.name = "saturation",
      .flag = "saturation",
      .value_name = "S",
      .type = WDS_OPTION_FLOATS,
-     .count = 1,
+     .count = 2,
+     .count_one = 1,
+     .centered = 1,
+     .center = 1,
      .lo = 0,
      .hi = 1e9,
      FIELD(saturation),
-     .expects = "a number of at least 0",
-     .help = "ColorJitter: saturation factor in\n"
-             "[max(0, 1-S), 1+S] (default 0: off)"},
+     .expects = "a number S >= 0 or two, MIN,MAX",
+     .help = "ColorJitter: the saturation factor, in\n"
+             "[max(0, 1-S), 1+S]; or S is MIN,MAX (default:\n"
+             "off)"},
     {.name = "hue",
      .flag = "hue",
      .value_name = "H",
      .type = WDS_OPTION_FLOATS,
-     .count = 1,
-     .lo = 0,
+     .count = 2,
+     .count_one = 1,
+     .centered = 1,
+     .center = 0,
+     .lo = -0.5,
      .hi = 0.5,
      FIELD(hue),
-     .expects = "a number in [0, 0.5]",
-     .help = "ColorJitter: hue shift in [-H, H], H <= 0.5\n"
-             "(default 0: off)"},
+     .expects = "a number H in [0, 0.5] or two, MIN,MAX, in [-0.5, 0.5]",
+     .help = "ColorJitter: the hue shift, in [-H, H], H <= 0.5;\n"
+             "or H is MIN,MAX in [-0.5, 0.5] (default: off)"},
     {.name = "image_dtype",
      .flag = "image-dtype",
      .value_name = "TYPE",
@@ -333,7 +348,7 @@ static const wds_loader_option rows[] = {
              "ready for a model"},
     {.name = "normalize_mean",
      .flag = "normalize-mean",
-     .value_name = "M[,M,M]",
+     .value_name = "M",
      .type = WDS_OPTION_FLOATS,
      .count = 3,
      .count_one = 1,
@@ -342,12 +357,12 @@ static const wds_loader_option rows[] = {
      .offset = offsetof(wds_loader_config, normalize_mean),
      .size = 3 * sizeof(double),
      .expects = "one number or three (R,G,B)",
-     .help = "float --image-dtype: the per-channel mean\n"
-             "subtracted (default 0; ImageNet's:\n"
+     .help = "float --image-dtype: the mean subtracted, one\n"
+             "number or R,G,B (default 0; ImageNet's:\n"
              "0.485,0.456,0.406)"},
     {.name = "normalize_std",
      .flag = "normalize-std",
-     .value_name = "S[,S,S]",
+     .value_name = "S",
      .type = WDS_OPTION_FLOATS,
      .count = 3,
      .count_one = 1,
@@ -356,8 +371,9 @@ static const wds_loader_option rows[] = {
      .offset = offsetof(wds_loader_config, normalize_std),
      .size = 3 * sizeof(double),
      .expects = "one number or three (R,G,B), none 0",
-     .help = "float --image-dtype: the per-channel divisor\n"
-             "(default 1; ImageNet's: 0.229,0.224,0.225)"},
+     .help = "float --image-dtype: the divisor, one number or\n"
+             "R,G,B, none 0 (default 1; ImageNet's:\n"
+             "0.229,0.224,0.225)"},
     {.name = "prefetch",
      .flag = "prefetch",
      .value_name = "N",
@@ -584,6 +600,14 @@ static int set_floats(wds_loader_config *cfg, const wds_loader_option *r,
   }
   if (n != r->count && !(n == 1 && r->count_one))
     return bad(r, name, value, by_flag);
+  if (n == 1 && r->centered) { /* v: (max(lo, center - v), center + v) */
+    if (!(v[0] >= 0) || !(r->center + v[0] <= r->hi))
+      return bad(r, name, value, by_flag);
+    double lo = r->center - v[0];
+    v[1] = r->center + v[0];
+    v[0] = lo > r->lo ? lo : r->lo;
+    n = 2;
+  }
   for (int i = n; i < r->count; i++)
     v[i] = v[0];
   memcpy((char *)cfg + r->offset, v, (size_t)r->count * sizeof(double));

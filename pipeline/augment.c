@@ -40,20 +40,18 @@ int wds__augment_check(const wds__augment *a, int channels, wds__err *e) {
     return wds__fail(e, WDS_ERR_INVALID,
                      "flip_prob %g: need a probability in [0, 1]",
                      a->flip_prob);
-  const char *names[3] = {"brightness", "contrast", "saturation"};
-  const double v[3] = {a->jitter.brightness, a->jitter.contrast,
-                       a->jitter.saturation};
-  for (int k = 0; k < 3; k++)
-    if (!(v[k] >= 0 && isfinite(v[k])))
+  const char *names[4] = {"brightness", "contrast", "saturation", "hue"};
+  const double *r[4] = {a->jitter.brightness, a->jitter.contrast,
+                        a->jitter.saturation, a->jitter.hue};
+  for (int k = 0; k < 4; k++) {
+    double lo = k == 3 ? -0.5 : 0, hi = k == 3 ? 0.5 : INFINITY;
+    if (!(r[k][0] >= lo && r[k][0] <= r[k][1] && r[k][1] <= hi &&
+          isfinite(r[k][1])))
       return wds__fail(e, WDS_ERR_INVALID,
-                       "%s %g: need a strength of at least 0 (factors in "
-                       "[max(0, 1 - %s), 1 + %s])",
-                       names[k], v[k], names[k], names[k]);
-  if (!(a->jitter.hue >= 0 && a->jitter.hue <= 0.5))
-    return wds__fail(e, WDS_ERR_INVALID,
-                     "hue %g: need a strength in [0, 0.5] (shifts in "
-                     "[-hue, hue])",
-                     a->jitter.hue);
+                       k == 3 ? "%s (%g, %g): need -0.5 <= min <= max <= 0.5"
+                              : "%s (%g, %g): need 0 <= min <= max",
+                       names[k], r[k][0], r[k][1]);
+  }
   if (a->dtype != WDS_IMAGE_UINT8 && a->dtype != WDS_IMAGE_FLOAT32 &&
       a->dtype != WDS_IMAGE_FLOAT16)
     return wds__fail(e, WDS_ERR_INVALID, "image_dtype: unknown value %d",
@@ -76,9 +74,22 @@ int wds__augment_check(const wds__augment *a, int channels, wds__err *e) {
   return WDS_OK;
 }
 
+/* the ranges in op order: brightness, contrast, saturation, hue */
+static const double *range_of(const wds__jitter *j, int k) {
+  return k == 0   ? j->brightness
+         : k == 1 ? j->contrast
+         : k == 2 ? j->saturation
+                  : j->hue;
+}
+
+static int op_on(const wds__jitter *j, int k) {
+  const double *r = range_of(j, k);
+  double id = k == 3 ? 0 : 1;
+  return !(r[0] == id && r[1] == id);
+}
+
 int wds__jitter_active(const wds__jitter *j) {
-  return j->brightness > 0 || j->contrast > 0 || j->saturation > 0 ||
-         j->hue > 0;
+  return op_on(j, 0) || op_on(j, 1) || op_on(j, 2) || op_on(j, 3);
 }
 
 void wds__jitter_draw(const wds__jitter *j, uint64_t key,
@@ -95,15 +106,14 @@ void wds__jitter_draw(const wds__jitter *j, uint64_t key,
     p->order[k] = p->order[r];
     p->order[r] = t;
   }
-  const double s[4] = {j->brightness, j->contrast, j->saturation, j->hue};
   for (int k = 0; k < 4; k++) {
-    if (!(s[k] > 0))
+    if (!op_on(j, k))
       continue;
-    double lo = k == 3 ? -s[k] : (1 - s[k] > 0 ? 1 - s[k] : 0);
-    double hi = k == 3 ? s[k] : 1 + s[k];
+    const double *r = range_of(j, k);
     double u = draw_unit(key, JITTER_COUNTER + 10 + (uint64_t)k);
-    /* torchvision draws the factor as a float32 (torch.empty(1)) */
-    p->factor[k] = (float)(lo + (hi - lo) * u);
+    /* torchvision draws the factor as a float32 (torch.empty(1)); a range
+     * of one value gives that value */
+    p->factor[k] = (float)(r[0] + (r[1] - r[0]) * u);
     p->on[k] = 1;
   }
 }

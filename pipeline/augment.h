@@ -20,11 +20,14 @@
 #include "base/err.h"
 #include "wds/decode.h"
 
-/* ColorJitter's strengths, torchvision's single-value form: brightness,
- * contrast and saturation factors uniform in [max(0, 1 - v), 1 + v], the
- * hue shift uniform in [-hue, hue] (hue <= 0.5). 0: that adjustment off. */
+/* ColorJitter's ranges, torchvision's (min, max) form: brightness,
+ * contrast and saturation factors uniform in [lo, hi] (0 <= lo <= hi; the
+ * single-number form v is [max(0, 1 - v), 1 + v]), the hue shift in [lo,
+ * hi] (-0.5 <= lo <= hi <= 0.5; v is [-v, v]). An adjustment whose range
+ * is its identity alone ((1, 1); hue (0, 0)) is off, as torchvision's
+ * None. */
 typedef struct wds__jitter {
-  double brightness, contrast, saturation, hue;
+  double brightness[2], contrast[2], saturation[2], hue[2];
 } wds__jitter;
 
 /* One sample's draw: the order of the four adjustments (0 brightness, 1
@@ -54,7 +57,7 @@ typedef struct wds__augment {
  * (1 or 3) says how many mean and std entries count. */
 int wds__augment_check(const wds__augment *a, int channels, wds__err *e);
 
-/* 1 when any strength is nonzero. */
+/* 1 when any adjustment is on. */
 int wds__jitter_active(const wds__jitter *j);
 
 /* The draw of key (the image's augmentation key; counters apart from the

@@ -40,7 +40,8 @@ TEST(identity_factors_change_nothing) {
     wds__adjust_hue(b, n, ch, 0.0f);
     ASSERT_TRUE(memcmp(a, b, n * (size_t)ch) == 0);
     /* a jitter of strength 0 draws nothing and applies nothing */
-    wds__jitter j = {0, 0, 0, 0};
+    wds__jitter j = {{1, 1}, {1, 1}, {1, 1}, {0, 0}}; /* all off */
+    ASSERT_TRUE(!wds__jitter_active(&j));
     wds__jitter_params p;
     wds__jitter_draw(&j, 1234, &p);
     ASSERT_TRUE(!p.on[0] && !p.on[1] && !p.on[2] && !p.on[3]);
@@ -97,7 +98,8 @@ TEST(known_factors) {
 }
 
 TEST(jitter_draws) {
-  wds__jitter j = {0.4, 0.3, 0.2, 0.1};
+  wds__jitter j = {{0.6, 1.4}, {0.7, 1.3}, {0.8, 1.2}, {-0.1, 0.1}};
+  ASSERT_TRUE(wds__jitter_active(&j));
   int seen[4][4] = {{0}};
   double lo[4] = {1, 1, 1, 1}, hi[4] = {-1, -1, -1, -1};
   for (uint64_t key = 0; key < 2000; key++) {
@@ -124,8 +126,8 @@ TEST(jitter_draws) {
     ASSERT_TRUE(lo[k] >= want_lo[k] - 1e-6 && lo[k] < want_lo[k] + 0.01);
     ASSERT_TRUE(hi[k] <= want_hi[k] + 1e-6 && hi[k] > want_hi[k] - 0.01);
   }
-  /* brightness 2: factors from max(0, 1 - 2) = 0 */
-  wds__jitter big = {2, 0, 0, 0};
+  /* brightness (0, 3) alone; a range of one value is that factor */
+  wds__jitter big = {{0, 3}, {1, 1}, {1, 1}, {0, 0}};
   double mn = 9;
   for (uint64_t key = 0; key < 500; key++) {
     wds__jitter_params p;
@@ -167,7 +169,8 @@ TEST(normalize_layout) {
     for (int y = 0; y < 2; y++)
       for (int x = 0; x < 3; x++) {
         float v = px[(y * 3 + x) * 3 + c];
-        float want = (v * (float)(1.0 / 255.0) - (float)mean[c]) / (float)std[c];
+        float want =
+            (v * (float)(1.0 / 255.0) - (float)mean[c]) / (float)std[c];
         ASSERT_TRUE(out[c * 6 + y * 3 + x] == want);
         ASSERT_EQ_INT(half[c * 6 + y * 3 + x], wds__f32_to_f16(want));
       }
@@ -237,13 +240,14 @@ static void *alloc_cb(void *ctx, size_t n) {
 TEST(augmented_rows) {
   unsigned long n;
   unsigned char *jpg = make_jpeg(160, 120, &n);
-  wds__augment aug = {.ratio_min = 0.5,
-                      .ratio_max = 2.0,
-                      .flip_prob = 0.5,
-                      .jitter = {0.4, 0.4, 0.4, 0.1},
-                      .dtype = WDS_IMAGE_FLOAT32,
-                      .mean = {0.485, 0.456, 0.406},
-                      .std = {0.229, 0.224, 0.225}};
+  wds__augment aug = {
+      .ratio_min = 0.5,
+      .ratio_max = 2.0,
+      .flip_prob = 0.5,
+      .jitter = {{0.6, 1.4}, {0.6, 1.4}, {0.6, 1.4}, {-0.1, 0.1}},
+      .dtype = WDS_IMAGE_FLOAT32,
+      .mean = {0.485, 0.456, 0.406},
+      .std = {0.229, 0.224, 0.225}};
   wds__image_opts o = {.width = 64,
                        .height = 48,
                        .channels = 3,
@@ -272,9 +276,9 @@ TEST(augmented_rows) {
     void *blk = NULL;
     void (*write)(const void *, void *) = NULL;
     wds__decoder *d = key % 2 ? d1 : d2;
-    ASSERT_EQ_INT(wds__decode_image_rows(d, jpg, n, &o, alloc_cb, NULL, &blk,
-                                         &write, &e),
-                  WDS_OK);
+    ASSERT_EQ_INT(
+        wds__decode_image_rows(d, jpg, n, &o, alloc_cb, NULL, &blk, &write, &e),
+        WDS_OK);
     ASSERT_TRUE(write != NULL);
     write(blk, got);
     ASSERT_TRUE(memcmp(want, got, np * 3 * 4) == 0);
@@ -336,9 +340,17 @@ TEST(option_values) {
   ASSERT_TRUE(c.crop_ratio_min == 0.5 && c.crop_ratio_max == 2);
   ASSERT_EQ_INT(set(&c, "flip_prob", "0"), WDS_OK);
   ASSERT_TRUE(c.flip_prob == 0);
+  /* ColorJitter's single number and (min, max) forms */
   ASSERT_EQ_INT(set(&c, "--brightness", "0.4"), WDS_OK);
+  ASSERT_TRUE(c.brightness[0] == 1 - 0.4 && c.brightness[1] == 1.4);
+  ASSERT_EQ_INT(set(&c, "contrast", "2"), WDS_OK);
+  ASSERT_TRUE(c.contrast[0] == 0 && c.contrast[1] == 3);
+  ASSERT_EQ_INT(set(&c, "saturation", "1.25,1.25"), WDS_OK);
+  ASSERT_TRUE(c.saturation[0] == 1.25 && c.saturation[1] == 1.25);
   ASSERT_EQ_INT(set(&c, "hue", "0.5"), WDS_OK);
-  ASSERT_TRUE(c.brightness == 0.4 && c.hue == 0.5);
+  ASSERT_TRUE(c.hue[0] == -0.5 && c.hue[1] == 0.5);
+  ASSERT_EQ_INT(set(&c, "hue", "-0.1,0.2"), WDS_OK);
+  ASSERT_TRUE(c.hue[0] == -0.1 && c.hue[1] == 0.2);
   ASSERT_EQ_INT(set(&c, "image_dtype", "float16"), WDS_OK);
   ASSERT_EQ_INT(c.image_dtype, WDS_IMAGE_FLOAT16);
   ASSERT_EQ_INT(set(&c, "normalize_mean", "0.485,0.456,0.406"), WDS_OK);
@@ -358,13 +370,17 @@ TEST(option_values) {
       {"flip_prob", "1.5", "flip_prob needs a probability in [0, 1]"},
       {"--flip-prob", "-0.1", "--flip-prob needs a probability"},
       {"flip_prob", "x", "not \"x\""},
-      {"brightness", "-1", "brightness needs a number of at least 0"},
-      {"hue", "0.6", "hue needs a number in [0, 0.5]"},
+      {"brightness", "-1", "brightness needs a number B >= 0 or two"},
+      {"brightness", "-1,1", "brightness needs"},
+      {"hue", "0.6", "hue needs a number H in [0, 0.5]"},
+      {"hue", "-0.2", "hue needs"},
+      {"hue", "-0.6,0", "hue needs"},
       {"saturation", "nan", "saturation needs"},
-      {"contrast", "1,2", "contrast needs"},
+      {"contrast", "1,2,3", "contrast needs"},
       {"normalize_mean", "1,2", "normalize_mean needs one number or three"},
-      {"image_dtype", "float64", "image_dtype must be uint8, float32 or "
-                                 "float16"},
+      {"image_dtype", "float64",
+       "image_dtype must be uint8, float32 or "
+       "float16"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     wds_loader_config before = c;
@@ -383,6 +399,9 @@ TEST(open_refuses) {
   } bad[] = {
       {"crop_scale", "0.9,0.2", NULL, NULL, "crop_scale (0.9, 0.2)"},
       {"crop_ratio", "2,0.5", NULL, NULL, "crop_ratio (2, 0.5)"},
+      {"brightness", "1.5,0.5", NULL, NULL,
+       "brightness (1.5, 0.5): need 0 <= min <= max"},
+      {"hue", "0.2,-0.2", NULL, NULL, "hue (0.2, -0.2)"},
       {"image_dtype", "float32", "normalize_std", "1,0,1",
        "normalize_std[1] 0"},
       {"normalize_mean", "0.5", NULL, NULL,

@@ -239,10 +239,13 @@ typedef struct wds_loader_config {
    *                       log-uniform; RandomResizedCrop's ratio; 3/4, 4/3)
    *   flip_prob           WDS_CROP_RANDOM's horizontal flip (0.5)
    *   brightness, contrast, saturation, hue
-   *                       ColorJitter: factors uniform in [max(0, 1 - v),
-   *                       1 + v], the hue shift in [-hue, hue] (hue <=
-   *                       0.5), applied in a random order on the resized
-   *                       uint8 pixels; 0 (the default): off
+   *                       ColorJitter's (min, max) ranges: factors uniform
+   *                       in [min, max] (0 <= min <= max), the hue shift in
+   *                       [min, max] (-0.5 <= min <= max <= 0.5), applied
+   *                       in a random order on the resized uint8 pixels.
+   *                       The options' single number v is torchvision's
+   *                       too: [max(0, 1 - v), 1 + v], hue [-v, v]. (1, 1),
+   *                       hue (0, 0) (the defaults): off
    *   image_dtype         WDS_IMAGE_UINT8 (HWC bytes, the default), or
    *                       FLOAT32 / FLOAT16: CHW rows of
    *                       (x / 255 - normalize_mean[c]) / normalize_std[c]
@@ -251,7 +254,7 @@ typedef struct wds_loader_config {
    * Not with jpeg_decode GPU (but the crop ratio and flip). */
   double crop_ratio_min, crop_ratio_max;
   double flip_prob;
-  double brightness, contrast, saturation, hue;
+  double brightness[2], contrast[2], saturation[2], hue[2];
   wds_image_dtype image_dtype;
   double normalize_mean[3], normalize_std[3];
   int eager_next_epoch; /* 1: read the next epoch early: each worker's
@@ -335,17 +338,16 @@ typedef struct wds_loader_config {
   void *interrupt_ctx;
 } wds_loader_config;
 
+/* clang-format off */
 #define WDS_LOADER_CONFIG_INIT                                                 \
   {                                                                            \
     .rank = -1, .world_size = -1, .shard_shuffle = 1, .batch_size = 1,         \
     .image_size = 224, .crop_scale_min = 0.08, .crop_scale_max = 1.0,          \
     .crop_ratio_min = 3.0 / 4.0, .crop_ratio_max = 4.0 / 3.0,                  \
-    .flip_prob = 0.5, .normalize_std = {                                       \
-      1,                                                                       \
-      1,                                                                       \
-      1                                                                        \
-    }                                                                          \
+    .flip_prob = 0.5, .brightness = {1, 1}, .contrast = {1, 1},                \
+    .saturation = {1, 1}, .normalize_std = {1, 1, 1}                           \
   }
+/* clang-format on */
 
 /* ---- Options by name --------------------------------------------------
  * The options a front end sets (the CLI's flags, the Python keywords) are
@@ -375,7 +377,8 @@ typedef enum wds_option_type {
   WDS_OPTION_FLOATS = 6   /* count decimal numbers, comma-separated, each
                              in [lo, hi] ((lo, hi] with lo_open), into
                              count consecutive doubles from the field; with
-                             count_one a single number fills all count */
+                             count_one a single number fills all count (or,
+                             centered, gives a range around center) */
 } wds_option_type;
 
 typedef struct wds_loader_option {
@@ -397,6 +400,10 @@ typedef struct wds_loader_option {
   int count, count_one;     /* FLOATS: how many numbers; one fills all */
   double lo, hi;            /* FLOATS: each number's bounds */
   int lo_open;              /* FLOATS: lo itself is refused */
+  int centered;             /* FLOATS of 2 with count_one: one number v
+                               means (max(lo, center - v), center + v),
+                               v >= 0 (ColorJitter's single form) */
+  double center;
 } wds_loader_option;
 
 /* Row i of the table (0, 1, ...); NULL past the last. Static. */
