@@ -138,7 +138,7 @@ static inline float gray_floor(const uint8_t *s) {
   float l = (float)s[0] * 0.2989f;
   l = fma32((float)s[1], 0.587f, l);
   l = fma32((float)s[2], 0.114f, l);
-  return floorf(l);
+  return (float)(int32_t)l; /* floor: l >= 0 */
 }
 
 void wds__adjust_brightness(uint8_t *px, size_t n, int channels, float f) {
@@ -184,40 +184,58 @@ void wds__adjust_saturation(uint8_t *px, size_t n, int channels, float f) {
   }
 }
 
+static inline float max3(float a, float b, float c) {
+  float m = a > b ? a : b;
+  return m > c ? m : c;
+}
+
+static inline float min3(float a, float b, float c) {
+  float m = a < b ? a : b;
+  return m < c ? m : c;
+}
+
+static inline float clamp01(float v) { return v < 0 ? 0 : v > 1 ? 1 : v; }
+
 /* torchvision's _rgb_to_hsv, _hsv_to_rgb and the shift between them, for
- * one pixel, in float32 as the tensor ops round. */
+ * one pixel, in float32 as the tensor ops round. The values stay in known
+ * ranges, so torch's fmod, remainder and floor become comparisons and
+ * exact subtractions (the same results), and only the two of rc, gc, bc
+ * that the hue's branch reads are divided. */
 static void hue_pixel(uint8_t *s, float shift) {
   const float k255 = (float)(1.0 / 255.0), k6 = (float)(1.0 / 6.0);
   float r = (float)s[0] * k255, g = (float)s[1] * k255, b = (float)s[2] * k255;
-  float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
-  int eqc = maxc == minc;
-  float range = maxc - minc;
-  float sat = range / (eqc ? 1.0f : maxc);
-  float div = eqc ? 1.0f : range;
-  float rc = (maxc - r) / div, gc = (maxc - g) / div, bc = (maxc - b) / div;
-  float h;
-  if (maxc == r)
-    h = bc - gc;
-  else if (maxc == g)
-    h = (rc + 2.0f) - bc;
-  else
-    h = (gc + 4.0f) - rc;
-  h = fmodf(h * k6 + 1.0f, 1.0f);
-  /* h.add_(hue_factor).remainder_(1.0): Python's remainder */
+  float maxc = max3(r, g, b), minc = min3(r, g, b);
+  float h = 0, sat = 0;
+  if (maxc != minc) {
+    float range = maxc - minc;
+    sat = range / maxc;
+    if (maxc == r)
+      h = (maxc - b) / range - (maxc - g) / range; /* bc - gc */
+    else if (maxc == g)
+      h = ((maxc - r) / range + 2.0f) - (maxc - b) / range; /* rc + 2 - bc */
+    else
+      h = ((maxc - g) / range + 4.0f) - (maxc - r) / range; /* gc + 4 - rc */
+    h = h * k6 + 1.0f; /* in (0, 2): fmod(h, 1) */
+    if (h >= 1.0f)
+      h -= 1.0f;
+  }
+  /* h.add_(hue_factor).remainder_(1.0): h + shift in [-0.5, 1.5) */
   h = h + shift;
-  h = h - floorf(h);
-  if (h >= 1.0f) /* a tiny negative h rounds up to 1 */
+  if (h < 0)
+    h += 1.0f; /* rounds to 1 for a tiny h: the same as torch's */
+  else if (h >= 1.0f)
     h -= 1.0f;
   float v = maxc;
-  float h6 = h * 6.0f;
-  float fi = floorf(h6);
-  float fr = h6 - fi;
-  int i = ((int)fi % 6 + 6) % 6;
+  float h6 = h * 6.0f; /* in [0, 6] */
+  int i = (int)h6;
+  float fr = h6 - (float)i;
+  if (i >= 6)
+    i -= 6;
   float sxf = sat * fr;
   float one_minus_s = 1.0f - sat;
-  float q = fminf(fmaxf((1.0f - sxf) * v, 0.0f), 1.0f);
-  float t = fminf(fmaxf((sxf + one_minus_s) * v, 0.0f), 1.0f);
-  float p = fminf(fmaxf(one_minus_s * v, 0.0f), 1.0f);
+  float q = clamp01((1.0f - sxf) * v);
+  float t = clamp01((sxf + one_minus_s) * v);
+  float p = clamp01(one_minus_s * v);
   float o[3];
   switch (i) {
   case 0:

@@ -26,11 +26,13 @@ VENV=${3:-$BUILD/py-venv}
 RUNS=${RUNS:-3}
 WORKERS=${WORKERS:-2}
 PY=$VENV/bin/python
+BASE=$BUILD/bench/wds_augment_baseline
 die() {
   echo "bench-augment.sh: $*" >&2
   exit 1
 }
 [ -x "$PY" ] || die "no $PY (run ctest -R python_tree once, or give VENV_DIR)"
+[ -x "$BASE" ] || die "build first: $BASE"
 export PYTHONPATH=$BUILD/python
 "$PY" -c 'import wds, torch, torchvision, webdataset, PIL' ||
   die "$PY needs wds (the build's extension), torch, torchvision, webdataset and Pillow"
@@ -74,10 +76,26 @@ one() {
   done
   tr ' ' '\n' <<<"$vals" | grep . | bench_median
 }
-printf '%-44s %10s\n' "per 224x224 image, one thread" "ms/image"
-for k in jitter-pil jitter-tensor jitter-wds pipe-pil pipe-tensor pipe-wds; do
+# base FIELD: the median of RUNS of FIELD of wds_augment_baseline over the
+# JPEG files (ms per image, the thread's CPU time)
+base() {
+  local vals="" out
+  for _ in $(seq "$RUNS"); do
+    out=$("$BASE" --repeat 1 "$d"/000[0-4]??.jpg) || die "wds_augment_baseline failed"
+    vals+="$("$PY" -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[-1])[sys.argv[1]])' "$1" <<<"$out") "
+  done
+  tr ' ' '\n' <<<"$vals" | grep . | bench_median
+}
+printf '%-44s %10s\n' "per 224x224 image, one thread (CPU time)" "ms/image"
+for k in jitter-pil jitter-tensor; do
   printf '%-44s %10s\n' "$k" "$(one ms_per_image "$k")"
 done
+printf '%-44s %10s\n' "jitter-wds" "$(base jitter_ms)"
+for k in pipe-pil pipe-tensor; do
+  printf '%-44s %10s\n' "$k" "$(one ms_per_image "$k")"
+done
+printf '%-44s %10s\n' "pipe-wds" "$(base pipe_ms)"
+printf '%-44s %10s\n' "crop-wds (decode + crop + flip alone)" "$(base crop_ms)"
 printf '%-44s %10s\n' "loaders, $WORKERS workers, batches of 64" "samples/s"
 for k in loader-webdataset loader-wds; do
   printf '%-44s %10s\n' "$k" "$(one samples_per_s "$k" --workers "$WORKERS")"

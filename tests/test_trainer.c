@@ -588,13 +588,10 @@ TEST(fingerprint_covers_augmentation) {
   tr_options_init(&o);
   o.loader.spec = "train-{000..003}.tar";
   uint64_t base = tr_config_fingerprint(&o, &m);
-  const char *const sets[][2] = {{"crop_scale", "0.2,1"},
-                                 {"crop_ratio", "0.5,2"},
-                                 {"flip_prob", "0"},
-                                 {"brightness", "0.4"},
-                                 {"contrast", "0.4"},
-                                 {"saturation", "0.4"},
-                                 {"hue", "0.1"}};
+  const char *const sets[][2] = {
+      {"crop_scale", "0.2,1"}, {"crop_ratio", "0.5,2"}, {"flip_prob", "0"},
+      {"brightness", "0.4"},   {"contrast", "0.4"},     {"saturation", "0.4"},
+      {"hue", "0.1"}};
   for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
     tr_options_init(&o);
     o.loader.spec = "train-{000..003}.tar";

@@ -10,23 +10,18 @@ The pipeline throughout is the issue's: RandomResizedCrop(224) (scale
 ColorJitter(0.4, 0.4, 0.4, 0.1), then float32 CHW normalized with
 ImageNet's mean and std.
 
-KIND (per-image kinds run on one thread: torch.set_num_threads(1), wds
-workers=1)
+KIND (per-image kinds run on one thread, torch.set_num_threads(1), timed
+in the thread's CPU time, time.thread_time(), so that other processes on
+a loaded machine do not count; wds's per-image figures come from
+bench/augment_baseline.c, timed the same way)
   jitter-pil     ColorJitter alone on 224x224 PIL images (torchvision v2):
                  ms per image
   jitter-tensor  the same on uint8 CHW tensors: ms per image
-  jitter-wds     wds's ColorJitter: the loader's decode time per image with
-                 the jitter minus without it (stats decode_ns; the same
-                 crops, one worker), ms per image
   pipe-pil       the whole pipeline per image from the JPEG's bytes:
                  PIL.Image.open + convert("RGB"), then the v2 transforms on
                  the PIL image, ToImage, ToDtype(float32, scale=True),
                  Normalize: ms per image
   pipe-tensor    the same from torchvision.io.decode_jpeg on uint8 tensors
-  pipe-wds       wds.Loader(crop="random", the jitter, image_dtype="float32",
-                 normalize_mean/std) over the shards with one worker, the
-                 epoch's wall time per image (decode, crop, jitter,
-                 normalize into the batch slot, batches of --batch-size)
   loader-wds     samples/s of wds.Loader with that pipeline built in,
                  --workers worker threads, batches of --batch-size
   loader-webdataset
@@ -91,10 +86,10 @@ def per_image(kind, shards, n):
         cj = v2.ColorJitter(**JITTER)
         for x in items[:20]:
             cj(x)
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         for x in items:
             cj(x)
-        return time.perf_counter() - t0, len(items)
+        return time.thread_time() - t0, len(items)
     pipe = v2_pipeline()
     if kind == "pipe-pil":
         def one(b):
@@ -107,10 +102,10 @@ def per_image(kind, shards, n):
                                                      dtype=torch.uint8)))
     for b in data[:20]:
         one(b)
-    t0 = time.perf_counter()
+    t0 = time.thread_time()
     for b in data:
         one(b)
-    return time.perf_counter() - t0, len(data)
+    return time.thread_time() - t0, len(data)
 
 
 def wds_spec(shards):
@@ -149,15 +144,6 @@ def main():
     norm = dict(image_dtype="float32", normalize_mean=MEAN, normalize_std=STD)
     if k in ("jitter-pil", "jitter-tensor", "pipe-pil", "pipe-tensor"):
         sec, n = per_image(k, a.shards, a.images)
-    elif k == "jitter-wds":
-        spec = wds_spec(a.shards)
-        _, n, plain = wds_epoch(spec, a.batch_size, 1)
-        _, n2, jit = wds_epoch(spec, a.batch_size, 1, **JITTER)
-        assert n == n2
-        sec = (jit["decode_ns"] - plain["decode_ns"]) / 1e9 / 2  # 2 epochs
-    elif k == "pipe-wds":
-        sec, n, _ = wds_epoch(wds_spec(a.shards), a.batch_size, 1, **JITTER,
-                              **norm)
     elif k == "loader-wds":
         sec, n, _ = wds_epoch(wds_spec(a.shards), a.batch_size, a.workers,
                               **JITTER, **norm)
