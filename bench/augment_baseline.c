@@ -73,14 +73,14 @@ int main(int argc, char **argv) {
     }
     fclose(f);
   }
-  wds__augment aug = {.ratio_min = 3.0 / 4.0,
-                      .ratio_max = 4.0 / 3.0,
-                      .flip_prob = 0.5,
-                      .jitter = {{0.6, 1.4}, {0.6, 1.4}, {0.6, 1.4},
-                                 {-0.1, 0.1}},
-                      .dtype = WDS_IMAGE_FLOAT32,
-                      .mean = {0.485, 0.456, 0.406},
-                      .std = {0.229, 0.224, 0.225}};
+  wds__augment aug = {
+      .ratio_min = 3.0 / 4.0,
+      .ratio_max = 4.0 / 3.0,
+      .flip_prob = 0.5,
+      .jitter = {{0.6, 1.4}, {0.6, 1.4}, {0.6, 1.4}, {-0.1, 0.1}},
+      .dtype = WDS_IMAGE_FLOAT32,
+      .mean = {0.485, 0.456, 0.406},
+      .std = {0.229, 0.224, 0.225}};
   wds__augment crop_only = aug;
   crop_only.jitter = (wds__jitter){{1, 1}, {1, 1}, {1, 1}, {0, 0}};
   crop_only.dtype = WDS_IMAGE_UINT8;
