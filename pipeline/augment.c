@@ -175,12 +175,26 @@ void wds__adjust_contrast(uint8_t *px, size_t n, int channels, float f) {
 void wds__adjust_saturation(uint8_t *px, size_t n, int channels, float f) {
   if (channels != 3)
     return;
-  float w = (float)(1.0 - (double)f);
+  /* The per-value products as tables, each the very value gray_floor and
+   * fma32 compute (a product of an 8-bit integer and a float is exact in
+   * double), so the pixels are the same, with loads for multiplies. */
+  float lr[256], xf[256];
+  double gp[256], bp[256], gw[256];
+  double w = (double)(float)(1.0 - (double)f);
+  for (int v = 0; v < 256; v++) {
+    lr[v] = (float)v * 0.2989f;
+    gp[v] = (double)v * (double)0.587f;
+    bp[v] = (double)v * (double)0.114f;
+    xf[v] = (float)v * f;
+    gw[v] = (double)v * w;
+  }
   for (size_t i = 0; i < n; i++) {
     uint8_t *s = px + 3 * i;
-    float g = gray_floor(s);
+    float l = (float)((double)lr[s[0]] + gp[s[1]]);
+    l = (float)((double)l + bp[s[2]]);
+    double g = gw[(int32_t)l]; /* the floored gray, 0..255 */
     for (int c = 0; c < 3; c++)
-      s[c] = to_u8(fma32(g, w, (float)s[c] * f));
+      s[c] = to_u8((float)(g + (double)xf[s[c]]));
   }
 }
 
