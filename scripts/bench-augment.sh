@@ -11,8 +11,9 @@
 #            webdataset (default BUILD_DIR/py-venv, the one python_tree
 #            makes; run `ctest -R python_tree` once first)
 # Environment: RUNS (default 3) rounds, WORKERS (default 2) for the loader
-# rows. Every figure is the median of RUNS (python/bench/augment.py says
-# what each row measures).
+# rows, SECTIONS (default "image loader"). Every figure is the median of
+# RUNS; the loaders' rounds alternate, and their ratio is the median of the
+# rounds' ratios (python/bench/augment.py says what each row measures).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/lib-bench.sh"
@@ -25,6 +26,7 @@ DATA=${2:-/tmp/wds-bench-data}
 VENV=${3:-$BUILD/py-venv}
 RUNS=${RUNS:-3}
 WORKERS=${WORKERS:-2}
+SECTIONS=${SECTIONS:-image loader}
 PY=$VENV/bin/python
 BASE=$BUILD/bench/wds_augment_baseline
 die() {
@@ -86,6 +88,7 @@ base() {
   done
   tr ' ' '\n' <<<"$vals" | grep . | bench_median
 }
+if [[ " $SECTIONS " == *" image "* ]]; then
 printf '%-44s %10s\n' "per 224x224 image, one thread (CPU time)" "ms/image"
 for k in jitter-pil jitter-tensor; do
   printf '%-44s %10s\n' "$k" "$(one ms_per_image "$k")"
@@ -96,7 +99,18 @@ for k in pipe-pil pipe-tensor; do
 done
 printf '%-44s %10s\n' "pipe-wds" "$(base pipe_ms)"
 printf '%-44s %10s\n' "crop-wds (decode + crop + flip alone)" "$(base crop_ms)"
-printf '%-44s %10s\n' "loaders, $WORKERS workers, batches of 64" "samples/s"
-for k in loader-webdataset loader-wds; do
-  printf '%-44s %10s\n' "$k" "$(one samples_per_s "$k" --workers "$WORKERS")"
-done
+fi
+if [[ " $SECTIONS " == *" loader "* ]]; then
+  # rounds alternate the two loaders, so that a change of load hits both;
+  # the ratio is the median of the rounds' ratios
+  wd="" ws="" rs=""
+  for _ in $(seq "$RUNS"); do
+    a=$(RUNS=1 one samples_per_s loader-webdataset --workers "$WORKERS")
+    b=$(RUNS=1 one samples_per_s loader-wds --workers "$WORKERS")
+    wd+="$a " ws+="$b " rs+="$("$PY" -c "print($b / $a)") "
+  done
+  printf '%-44s %10s\n' "loaders, $WORKERS workers, batches of 64" "samples/s"
+  printf '%-44s %10s\n' "loader-webdataset" "$(tr ' ' '\n' <<<"$wd" | grep . | bench_median)"
+  printf '%-44s %10s\n' "loader-wds" "$(tr ' ' '\n' <<<"$ws" | grep . | bench_median)"
+  printf '%-44s %10s\n' "wds / webdataset (median of the rounds)" "$(tr ' ' '\n' <<<"$rs" | grep . | bench_median)"
+fi
