@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct getter {
   wds__getenv_fn get;
@@ -79,7 +80,7 @@ static int torchrun(const getter *g, wds__topology *t, wds__err *e) {
 /* SLURM and Open MPI: rank, size, and optional local rank and size. */
 static int pair(const getter *g, const char *const names[4], wds__topology *t,
                 wds__err *e) {
-  const char *lrank_s = var(g, names[2]);
+  const char *lrank_s = names[2] ? var(g, names[2]) : NULL;
   const char *lsize_s = names[3] ? var(g, names[3]) : NULL;
   int rc;
   if ((rc = wds__topology_int(names[1], var(g, names[1]), 1, MAX_WORLD,
@@ -106,20 +107,54 @@ int wds__topology_from_env(wds__topology *t, wds__getenv_fn get, void *ctx,
   static const char *const ompi[4] = {
       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
       "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+  static const char *const pmi[4] = {"PMI_RANK", "PMI_SIZE", NULL, NULL};
+  static const struct {
+    wds__launcher launcher;
+    const char *const *names;
+  } pairs[] = {{WDS__LAUNCHER_SLURM, slurm},
+               {WDS__LAUNCHER_OMPI, ompi},
+               {WDS__LAUNCHER_PMI, pmi}};
   getter g = {get, ctx};
   int rc = WDS_OK;
-  wds__topology none = {WDS__LAUNCHER_NONE, 0, 1, -1, -1};
+  wds__topology none = {WDS__LAUNCHER_NONE, 0, 1, -1, -1, NULL, NULL};
   *t = none;
   if (var(&g, "RANK") || var(&g, "WORLD_SIZE") || var(&g, "LOCAL_RANK")) {
     t->launcher = WDS__LAUNCHER_TORCHRUN;
+    t->rank_var = "RANK";
+    t->size_var = "WORLD_SIZE";
     rc = torchrun(&g, t, e);
-  } else if (var(&g, slurm[0]) && var(&g, slurm[1])) {
-    t->launcher = WDS__LAUNCHER_SLURM;
-    rc = pair(&g, slurm, t, e);
-  } else if (var(&g, ompi[0]) && var(&g, ompi[1])) {
-    t->launcher = WDS__LAUNCHER_OMPI;
-    rc = pair(&g, ompi, t, e);
+    goto out;
   }
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+    const char *const *n = pairs[i].names;
+    if (var(&g, n[0]) && var(&g, n[1])) {
+      t->launcher = pairs[i].launcher;
+      t->rank_var = n[0];
+      t->size_var = n[1];
+      rc = pair(&g, n, t, e);
+      goto out;
+    }
+  }
+  /* A rank without the size of its job (SLURM_NTASKS alone is a batch
+   * script's, not a rank's). */
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+    const char *const *n = pairs[i].names;
+    if (var(&g, n[0]) && pairs[i].launcher != WDS__LAUNCHER_SLURM) {
+      rc = wds__fail(e, WDS_ERR_INVALID,
+                     "%s='%s' is set but %s is not: a rank of a job of "
+                     "unknown size",
+                     n[0], var(&g, n[0]), n[1]);
+      goto out;
+    }
+  }
+  const char *pmix = var(&g, "PMIX_RANK");
+  if (pmix && strcmp(pmix, "0") != 0)
+    rc = wds__fail(e, WDS_ERR_INVALID,
+                   "PMIX_RANK='%s' names a process of a PMIx launch, but no "
+                   "launcher variable gives the job's size (SLURM_NTASKS, "
+                   "OMPI_COMM_WORLD_SIZE, PMI_SIZE)",
+                   pmix);
+out:
   if (rc != WDS_OK)
     *t = none;
   return rc;

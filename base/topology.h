@@ -13,9 +13,15 @@
  *   Open MPI  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
  *             (OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE):
  *             present when both are set.
+ *   PMI       PMI_RANK, PMI_SIZE (MPICH's and Intel MPI's Hydra, srun
+ *             --mpi=pmi2): present when both are set.
  * A variable set to "" counts as unset. A present value that is not a
  * decimal integer in range (0 <= rank < world size <= 2^20) is an error
- * naming the variable and its value; none present is rank 0 of 1. */
+ * naming the variable and its value; so is one of a pair without the other
+ * (PMI_RANK without PMI_SIZE: a rank of a job of unknown size) and
+ * PMIX_RANK above 0 with no launcher that gives the size (every reader of
+ * this rule would take itself for rank 0 of 1, a duplicate of the job).
+ * None present is rank 0 of 1. */
 #ifndef WDS_BASE_TOPOLOGY_H
 #define WDS_BASE_TOPOLOGY_H
 
@@ -25,7 +31,8 @@ typedef enum wds__launcher {
   WDS__LAUNCHER_NONE = 0,
   WDS__LAUNCHER_TORCHRUN,
   WDS__LAUNCHER_SLURM,
-  WDS__LAUNCHER_OMPI
+  WDS__LAUNCHER_OMPI,
+  WDS__LAUNCHER_PMI
 } wds__launcher;
 
 typedef struct wds__topology {
@@ -33,6 +40,9 @@ typedef struct wds__topology {
   int rank, world_size;   /* 0 and 1 when no launcher is present */
   int local_rank;         /* on this node; -1 when not given */
   int local_world_size;   /* processes on this node; -1 when not given */
+  /* The variables that gave rank and world size (NULL: no launcher), for
+   * messages. */
+  const char *rank_var, *size_var;
 } wds__topology;
 
 /* A getenv-like lookup (tests pass their own). */

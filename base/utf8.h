@@ -1,8 +1,9 @@
 /* utf8.h — the one UTF-8 validator and encoder. Internal.
  *
  * Valid means RFC 3629: shortest form, no surrogates (U+D800..U+DFFF), at
- * most U+10FFFF. The JSON reader and writer, the index and the tools use
- * it, so what one accepts the others accept. */
+ * most U+10FFFF. Its users are base/json.c (the JSON reader and writer:
+ * the index and the tools' JSON outputs go through them) and base/text.c
+ * (names escaped for a terminal), so what one accepts the others accept. */
 #ifndef WDS_BASE_UTF8_H
 #define WDS_BASE_UTF8_H
 

@@ -16,7 +16,7 @@
  * file's decoded size is the one the loader's decoder picks for an S x S
  * center crop (wds__decode_jpeg_scaled, found before the clock starts), and
  * the timed loop is tjDecompress2 to that size into one RGB buffer per
- * thread with the decoder's flags: the floor of the JPEG path (issue 13's
+ * thread with the decoder's flags: the floor of the JPEG path (the
  * target: the loader >= 0.85 of it). */
 #include <pthread.h>
 #include <stdint.h>

@@ -15,7 +15,7 @@
  * it keeps its size, zero-filled, marked invalid (wds__batch_reads_check). The
  * last batch of an epoch is kept, dropped or padded by repeating its first
  * rows, marked invalid. */
-#include "loader/internal.h"
+#include "loader/handle.h"
 
 static int slot_reserve(const wds__collate *c, wds__slot_buf *b, size_t need,
                         size_t used) {

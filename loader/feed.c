@@ -229,6 +229,9 @@ static int read_error(wds__feed *src, int status, const char *msg,
 
 static void feed_close_reader(wds__feed *src) {
   if (src->rd) {
+    wds_reader_stats st;
+    wds_reader_stats_get(src->rd, &st);
+    src->unverified += st.unverified_samples;
     wds_reader_close(src->rd);
     src->rd = NULL;
   }
@@ -249,6 +252,7 @@ int wds__open_shard_reader(const wds__shard_opener *o, size_t shard,
   rc.buffer_size_bytes = cfg->read_buffer_bytes;
   rc.read_timeout_ms = cfg->read_timeout_ms;
   rc.max_window_bytes = cfg->max_window_bytes;
+  rc.max_unverified_bytes = cfg->max_unverified_bytes;
   rc.retries = cfg->retries;
   rc.cache_dir = cfg->cache_dir;
   rc.cache_size = cfg->cache_size;

@@ -318,8 +318,9 @@ struct wds__run {
    * with this one and started worker by worker as this one's end (under
    * l->mu; NULL when there is none). */
   wds__run *succ;
-  int ended; /* the collator took every worker's last word (it set this
-                before posting the end: read after popping it) */
+  int ended;   /* the collator took every worker's last word (it set this
+                  before posting the end: read after popping it) */
+  int elastic; /* its plan is an elastic resume's remainder */
 };
 
 /* One source of the loader's shards (mix.c): urls[first, first + count).
@@ -389,143 +390,16 @@ typedef struct wds__count_ctx {
   void *skip_ctx;
 } wds__count_ctx;
 
-/* The loader's handle. Who writes what (each group's comment says): the
- * open (loader.c) writes the configuration and what it derives, which is
- * read-only once wds_loader_open returns; mix.c alone writes `sources` and
- * count.c alone writes `counts` (both at open; the feeds, mix.c's and
- * feed.c's workers' part, and the counting pass see only their context
- * structs, never this one); the threads of a run share the rest through
- * named functions: the lock (wds__loader_lock), slot states
- * (wds__slot_set), the error text (wds__set_error, wds__note_skip), the
- * stats (STAT_ADD), the wake token (shards/cancel.h). */
-struct wds_loader {
-  /* ---- open (loader.c): read-only once open returns ---- */
-  wds_loader_config cfg;
-  char *spec_copy, *index_copy, *cache_dir_copy;
-  size_t *rank_bs; /* copy of cfg.rank_batch_sizes, or NULL */
-  wds__plan_input pin;
-  wds__out_field *fields;
-  size_t nfields;
-  char **wanted; /* every alternative of every field: what raws keep */
-  size_t nwanted;
-  int needs_decode; /* some field is not plain bytes */
-  size_t queue_cap; /* items per worker queue */
-  size_t chunk;     /* items per hand-off */
-  wds_allocator alloc;
-  uint64_t epoch_batches;
-  /* The modules' views (set by open; each says what it reads). */
-  wds__collate col;         /* collate.c */
-  wds__shard_opener opener; /* feed.c's shard readers */
-  wds__feed_ctx feed_ctx;   /* feed.c, mix.c: a worker's feeds */
-  wds__count_ctx count_ctx; /* count.c: the counting pass */
-  /* Per worker index (2 * workers: data, then item shells): the array is
-   * open's; a pool's blocks are its worker's and the collator's (items.c:
-   * the shared list under the pool's mu). */
-  wds__blk_pool *pools;
-
-  /* ---- mix.c alone writes (at open) ---- */
-  wds__sources sources;
-  /* ---- count.c alone writes (at open, exact mode) ---- */
-  uint64_t *counts; /* per shard */
-
-  /* ---- shared by the threads, through named functions ---- */
-  wds__cancel wake;     /* every reader's token: set by run_stop (run.c), an
-                           interrupted count (count.c) and wds_loader_cancel;
-                           see "Stopping" in loader.c */
-  atomic_int cancelled; /* wds_loader_cancel() was called */
-  wds__cache_stats cache_stats; /* every reader's use of cfg.cache_dir */
-  pthread_mutex_t mu;
-  wds__lock_owner mu_owner; /* who holds mu (assertion builds: base/assert.h);
-                               taken through wds__loader_lock */
-  pthread_cond_t cv;
-  pthread_mutex_t log_mu; /* one log callback at a time (loader.c) */
-
-  /* The batch pool, under mu. Slot states change through wds__slot_set
-   * (loader.c: next, release, fences; run.c: the collator, run_stop), which
-   * keeps 0 <= fenced <= held <= nslots; a FILLING slot's contents are the
-   * collator's (collate.c through it, and the copy job's threads). */
-  wds__slot *slots;
-  int nslots, held;
-  /* Fences (wds_loader_release_after; loader.c): FENCED slots, the next
-   * sequence number, and the lock that makes one thread at a time run
-   * callbacks (the FENCED slots' fence fields change only under it and
-   * mu). */
-  int fenced;
-  uint64_t fence_next;
-  pthread_mutex_t fence_mu;
-  int *fence_tmp;          /* nslots entries: the FENCED slots seen by a poll */
-  int collator_waits;      /* the collator is blocked for want of a free slot
-                              (run.c sets it, a freed fence clears it) */
-  wds__ready_entry *ready; /* a FIFO of nslots + 2 entries: each slot at most
-                              once, the end, an error; run.c posts, next()
-                              pops, run_stop empties */
-  size_t ready_head, ready_len;
-  int run_error_status; /* the error the collator posts (run.c) */
-  char run_error[WDS__ERR_SIZE];
-
-  /* ---- the caller's thread (loader.c; run.c's start and stop) ---- */
-  wds__run *cur;
-  uint64_t epoch;                 /* of the next batch */
-  uint64_t delivered;             /* batches of `epoch` delivered */
-  uint64_t first_skip;            /* resume_batches, for the first run only */
-  int failed;                     /* a fatal status, returned from then on */
-  char failed_err[WDS__ERR_SIZE]; /* its text (l->err then; set with failed,
-                                     under mu: later calls report it, not
-                                     what another call wrote in l->err) */
-
-  /* ---- any thread ---- */
-  char err[WDS__ERR_SIZE]; /* wds__set_error, under mu */
-  /* Stats (STAT_ADD: relaxed atomics, summed over threads; collate.c
-   * through the pointers in col). */
-  atomic_uint_fast64_t st_batches, st_samples, st_skipped, st_fill, st_shards,
-      st_bytes, st_read_ns, st_shuffle_ns, st_decode_ns, st_batch_ns,
-      st_wait_ns, st_slot_wait_ns, st_pool_bytes, st_deferred,
-      st_deferred_bytes;
-};
-
 static inline uint64_t wds__now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-#define STAT_ADD(l, name, v)                                                   \
-  atomic_fetch_add_explicit(&(l)->st_##name, (v), memory_order_relaxed)
-
-/* ---- the loader's mutex ----
- *
- * l->mu is taken and released through these, so that assertion builds know
- * which thread holds it (base/assert.h) and a function whose comment says
- * "called with l->mu held" checks it (WDS__ASSERT_LOCKED). Elsewhere they
- * are pthread_mutex_lock, _unlock and pthread_cond_wait. */
-
-static inline void wds__loader_lock(wds_loader *l) {
-  pthread_mutex_lock(&l->mu);
-  WDS__OWNER_SET(&l->mu_owner);
-}
-
-static inline void wds__loader_unlock(wds_loader *l) {
-  WDS__OWNER_CLEAR(&l->mu_owner);
-  pthread_mutex_unlock(&l->mu);
-}
-
-/* pthread_cond_wait on l->cv (mu held, released while waiting). */
-static inline void wds__loader_wait(wds_loader *l) {
-  WDS__OWNER_CLEAR(&l->mu_owner);
-  pthread_cond_wait(&l->cv, &l->mu);
-  WDS__OWNER_SET(&l->mu_owner);
-}
-
-/* pthread_cond_timedwait on l->cv: 0, or ETIMEDOUT when until passed. */
-static inline int wds__loader_timedwait(wds_loader *l,
-                                        const struct timespec *until) {
-  WDS__OWNER_CLEAR(&l->mu_owner);
-  int rc = pthread_cond_timedwait(&l->cv, &l->mu, until);
-  WDS__OWNER_SET(&l->mu_owner);
-  return rc;
-}
-
-#define WDS__ASSERT_LOCKED(l) WDS__ASSERT_OWNED(&(l)->mu_owner)
+/* The handle itself, struct wds_loader, with its lock and STAT_ADD, is in
+ * loader/handle.h: the files that work on the handle include it; feed.c,
+ * count.c and mix.c do not, so the compiler keeps them to their views
+ * (wds__feed_ctx, wds__count_ctx, wds__sources). */
 
 /* Moves slot i to state `to`, called with l->mu held: the transitions of
  * the slot comment (FREE -> FILLING -> READY -> HELD -> FREE, HELD ->
@@ -546,6 +420,15 @@ void wds__set_error(wds_loader *l, const char *fmt, ...)
 /* An error under WDS_ON_ERROR_SKIP: counted, kept as the last error, and
  * logged ("<what>: msg"). */
 void wds__note_skip(wds_loader *l, const char *what, const char *msg);
+
+/* The saved position (state.c): l's state at (epoch, batches) as
+ * wds_loader_state gives it (malloc'd into *out); WDS_ERR_NOMEM. */
+int wds__state_format(const wds_loader *l, uint64_t epoch, uint64_t batches,
+                      char **out);
+/* Checks a saved state (cfg.resume_state) against l's configuration, once
+ * its data is known (after the counts); on success sets cfg.epoch and
+ * cfg.resume_batches to its position. */
+int wds__state_check(wds_loader *l, const char *text, wds__err *e);
 
 /* ---- items.c: blocks and items ---- */
 
@@ -712,6 +595,8 @@ typedef struct wds__feed {
   uint64_t holes; /* fill samples still to emit */
   wds__rng draw;  /* resampled shard draws */
   uint64_t empty_draws;
+  /* The readers' unverified_samples, not yet published. */
+  uint64_t unverified;
   uint64_t read_ns, bytes, shards; /* stats not yet published */
   uint64_t begin;                  /* exact: first sample of the piece */
   uint64_t before; /* samples read before the piece: begin, unless the
@@ -813,6 +698,7 @@ int wds__feeds_init(wds__feeds *fs, const wds__feed_ctx *ctx,
 int wds__feeds_next(void *fs, wds__raw_sample **out); /* wds__feed_next's */
 int wds__feeds_check_last(wds__feeds *fs);
 void wds__feeds_stats(wds__feeds *fs, uint64_t *read_ns, uint64_t *bytes,
+                      uint64_t *unverified,
                       uint64_t *shards); /* taken from every feed */
 void wds__feeds_close(wds__feeds *fs);
 

@@ -198,7 +198,7 @@ fresh:;
      * deferred field's pread) is made at once. Only the bytes asked for,
      * not the slack, so the resident size does not grow; and never a block
      * a stream's bytes will be read into (populate 0): its size is a tar
-     * header's claim, and the bytes may never come (issue 26: a 10 KB
+     * header's claim, and the bytes may never come (populated, a 10 KB
      * shard claiming 1 GB made 1 GB resident per worker). The reader
      * populates such a block as its data arrives (wds__tar_read_into). */
     if (populate && need >= BLK_POPULATE_BYTES)

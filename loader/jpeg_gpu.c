@@ -2,16 +2,22 @@
  * (jpeg_gpu.h); the nvJPEG backend is in jpeg_gpu_cuda.cu. */
 #include "loader/jpeg_gpu.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/mem.h"
 #include "base/url.h"
-#include "loader/internal.h"
+#include "loader/handle.h"
 #include "pipeline/decode.h"
 
 struct wds_gpu_jpeg {
+  /* one call at a time: two loaders (threads) on one GPU share a decoder
+   * (python/wds/_device.py keeps one per device) */
+  pthread_mutex_t mu;
   const wds__jg_ops *ops;
   void *ctx;
   char library[512];
@@ -35,19 +41,20 @@ wds_gpu_jpeg *wds__gpu_jpeg_new(const wds__jg_ops *ops, void *ctx,
     ops->destroy(ctx);
     return NULL;
   }
+  pthread_mutex_init(&g->mu, NULL);
   g->ops = ops;
   g->ctx = ctx;
   snprintf(g->library, sizeof g->library, "%s", library ? library : "");
   return g;
 }
 
-int wds_gpu_jpeg_create(int device, wds_gpu_jpeg **out) {
+int wds_gpu_jpeg_open(int device, wds_gpu_jpeg **out) {
   const wds__jg_ops *ops = NULL;
   void *ctx = NULL;
   char lib[512] = "";
   wds__err e;
   if (!out)
-    return wds__last_fail(WDS_ERR_INVALID, "wds_gpu_jpeg_create: out is NULL");
+    return wds__last_fail(WDS_ERR_INVALID, "wds_gpu_jpeg_open: out is NULL");
   *out = NULL;
   int rc = wds__jg_cuda_open(device, &ops, &ctx, lib, sizeof lib, &e);
   if (rc != WDS_OK)
@@ -79,15 +86,31 @@ void wds_gpu_jpeg_stats_get(const wds_gpu_jpeg *g, wds_gpu_jpeg_stats *out) {
   memset(out, 0, sizeof *out);
   if (!g)
     return;
+  wds_gpu_jpeg *m = (wds_gpu_jpeg *)g; /* the lock only */
+  pthread_mutex_lock(&m->mu);
   *out = g->st;
   if (g->ops->stats)
     g->ops->stats(g->ctx, out);
+  pthread_mutex_unlock(&m->mu);
+}
+
+int wds_gpu_jpeg_set_timeout(wds_gpu_jpeg *g, int timeout_ms) {
+  if (!g || timeout_ms < 0)
+    return wds__last_fail(WDS_ERR_INVALID, "wds_gpu_jpeg_set_timeout: %s",
+                          !g ? "the decoder is NULL"
+                             : "the timeout is negative");
+  pthread_mutex_lock(&g->mu);
+  if (g->ops->set_timeout)
+    g->ops->set_timeout(g->ctx, timeout_ms);
+  pthread_mutex_unlock(&g->mu);
+  return WDS_OK;
 }
 
 void wds_gpu_jpeg_close(wds_gpu_jpeg *g) {
   if (!g)
     return;
   g->ops->destroy(g->ctx);
+  pthread_mutex_destroy(&g->mu);
   wds__decoder_free(g->cpu);
   free(g->imgs);
   free(g->staging);
@@ -101,8 +124,22 @@ static int fail(wds_gpu_jpeg *g, int rc, const char *msg) {
   return wds__last_set(rc, g->err);
 }
 
+/* The result of a call made under g's lock, set as the caller's last
+ * error (the text copied while it is held) and the lock released. */
+static int unlock_with(wds_gpu_jpeg *g, int rc) {
+  char msg[WDS__ERR_SIZE];
+  snprintf(msg, sizeof msg, "%s", g->err);
+  pthread_mutex_unlock(&g->mu);
+  return wds__last_set(rc, msg);
+}
+
 void *wds_gpu_jpeg_buffer(wds_gpu_jpeg *g, size_t bytes) {
-  void *p = g ? g->ops->buffer(g->ctx, bytes) : NULL;
+  void *p = NULL;
+  if (g) {
+    pthread_mutex_lock(&g->mu);
+    p = g->ops->buffer(g->ctx, bytes);
+    pthread_mutex_unlock(&g->mu);
+  }
   if (!p)
     wds__last_fail(WDS_ERR_NOMEM,
                    "wds_gpu_jpeg_buffer: %zu bytes of device memory could "
@@ -118,8 +155,11 @@ int wds_gpu_jpeg_sync(wds_gpu_jpeg *g, void *stream) {
   wds__err e;
   if (!g)
     return NULL_DECODER("wds_gpu_jpeg_sync");
+  pthread_mutex_lock(&g->mu);
   int rc = g->ops->sync(g->ctx, stream, &e);
-  return rc == WDS_OK ? rc : fail(g, rc, e.msg);
+  if (rc != WDS_OK)
+    snprintf(g->err, sizeof g->err, "%s", e.msg);
+  return unlock_with(g, rc);
 }
 
 int wds_gpu_jpeg_download(wds_gpu_jpeg *g, void *host, const void *dev,
@@ -127,8 +167,11 @@ int wds_gpu_jpeg_download(wds_gpu_jpeg *g, void *host, const void *dev,
   wds__err e;
   if (!g)
     return NULL_DECODER("wds_gpu_jpeg_download");
+  pthread_mutex_lock(&g->mu);
   int rc = g->ops->download(g->ctx, host, dev, bytes, stream, &e);
-  return rc == WDS_OK ? rc : fail(g, rc, e.msg);
+  if (rc != WDS_OK)
+    snprintf(g->err, sizeof g->err, "%s", e.msg);
+  return unlock_with(g, rc);
 }
 
 int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
@@ -227,6 +270,7 @@ static int decode_rows(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
     wds__augment aug = {.ratio_min = im->h.ratio_min,
                         .ratio_max = im->h.ratio_max,
                         .flip_prob = im->h.flip_prob,
+                        .jitter = {{1, 1}, {1, 1}, {1, 1}, {0, 0}}, /* off */
                         .std = {1, 1, 1}};
     wds__image_opts io = {
         im->h.out_w,     im->h.out_h,     im->h.channels, (wds_crop)im->h.crop,
@@ -269,8 +313,104 @@ int wds_gpu_jpeg_decode_rows(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
                           !g   ? "the decoder"
                           : !l ? "the loader"
                                : "the batch");
-  return wds__last_set(decode_rows(g, l, b, field, row0, rows, dev_out, stream),
-                       g->err);
+  pthread_mutex_lock(&g->mu);
+  int rc = decode_rows(g, l, b, field, row0, rows, dev_out, stream);
+  return unlock_with(g, rc);
+}
+
+/* ---- shared by the backends ---- */
+
+size_t wds__jg_image_bytes(const wds__jg_img *im) {
+  return ((size_t)im->h.src_w * (size_t)im->h.src_h * (size_t)im->h.channels +
+          255) &
+         ~(size_t)255;
+}
+
+size_t wds__jg_arena_need(const wds__jg_img *imgs, size_t n) {
+  size_t need = 0, part = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (imgs[i].status != WDS__JG_OK)
+      continue;
+    size_t b = wds__jg_image_bytes(&imgs[i]);
+    if (part > 0 && part + b > WDS_GPU_JPEG_ARENA)
+      part = 0;
+    part += b;
+    if (part > need)
+      need = part;
+  }
+  return need;
+}
+
+int wds__jg_jpeg_whole(const uint8_t *d, size_t n) {
+  while (n > 2 && (d[n - 1] == 0 || d[n - 1] == '\n' || d[n - 1] == '\r'))
+    n--;
+  return n >= 4 && d[0] == 0xFF && d[1] == 0xD8 && d[n - 2] == 0xFF &&
+         d[n - 1] == 0xD9;
+}
+
+int wds__jg_route(int progressive, int whole, int hw_takes) {
+  if (progressive || !whole)
+    return WDS__JG_ROUTE_ONE;
+  return hw_takes ? WDS__JG_ROUTE_HW : WDS__JG_ROUTE_HYBRID;
+}
+
+static double jg_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int wds__jg_poll(wds__jg_query query, void *arg, const char *what,
+                 int timeout_ms, wds__err *e) {
+  double t0 = jg_now();
+  for (unsigned spins = 0;; spins++) {
+    int q = query(arg, e);
+    if (q == 1)
+      return WDS_OK;
+    if (q < 0)
+      return WDS_ERR_IO; /* e says what */
+    if (timeout_ms > 0 && (spins & 15) == 15 &&
+        jg_now() - t0 > timeout_ms / 1000.0)
+      return wds__fail(e, WDS_ERR_TIMEOUT,
+                       "%s: not done after %.1f s (the decoder's timeout, "
+                       "wds_gpu_jpeg_set_timeout: work queued before it on "
+                       "the device hangs?)",
+                       what, jg_now() - t0);
+    if (spins < 64) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, spins < 4096 ? 20000 : 200000};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+int wds__jg_batched_wait(wds__jg_batched *s, int timeout_ms, wds__err *e) {
+  if (!s->pending)
+    return WDS_OK;
+  int rc = wds__jg_poll(s->query, s->ctx, "nvJPEG's previous batched decode",
+                        timeout_ms, e);
+  if (rc == WDS_OK)
+    s->pending = 0;
+  return rc;
+}
+
+int wds__jg_batched_run(wds__jg_batched *s, void *fill_arg, int n, int channels,
+                        void *stream, int timeout_ms, wds__err *e) {
+  int rc = wds__jg_batched_wait(s, timeout_ms, e);
+  if (rc != WDS_OK)
+    return rc;
+  /* the arrays the previous decode read: only now free to change */
+  if (s->fill(s->ctx, fill_arg) != 0)
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+  if (s->init(s->ctx, n, channels) != 0)
+    return WDS__JG_BATCH_FAILED;
+  int failed = s->decode(s->ctx, stream) != 0;
+  /* recorded after a failed decode too: it may have queued work */
+  if ((rc = s->record(s->ctx, stream, e)) != WDS_OK)
+    return rc;
+  s->pending = 1;
+  return failed ? WDS__JG_BATCH_FAILED : WDS_OK;
 }
 
 #ifndef WDS_HAVE_NVJPEG

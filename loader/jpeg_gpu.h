@@ -54,7 +54,89 @@ typedef struct wds__jg_ops {
   /* Device -> host, after the stream's work: synchronous. */
   int (*download)(void *ctx, void *host, const void *dev, size_t n,
                   void *stream, wds__err *e);
+  /* The deadline of every wait of the backend from now on (ms; 0: none):
+   * wds_gpu_jpeg_set_timeout. NULL: the backend does not wait. */
+  void (*set_timeout)(void *ctx, int timeout_ms);
 } wds__jg_ops;
+
+/* ---- what the backends share (jpeg_gpu.c): on the CPU, so the fake
+ * backend of the tests runs the very code nvJPEG's does ---- */
+
+/* Device memory the decoded images of imgs[0..n) need at once: the
+ * largest part of at most WDS_GPU_JPEG_ARENA bytes (one image larger than
+ * that alone), counting the images whose status is WDS__JG_OK; each image
+ * src_w x src_h x channels bytes rounded up to 256. The arena is grown to
+ * this, never shrunk: bounded by the largest batch, not growing after it. */
+size_t wds__jg_image_bytes(const wds__jg_img *im);
+size_t wds__jg_arena_need(const wds__jg_img *imgs, size_t n);
+
+/* 1 when the JPEG data[0..n) ends with its EOI marker (FF D9; trailing
+ * zeros or line ends allowed), else 0: cut short. nvJPEG's batched calls
+ * may decode such a JPEG without an error (they have no per-image
+ * status), so these are decoded one at a time (wds__jg_route). */
+int wds__jg_jpeg_whole(const uint8_t *data, size_t n);
+
+/* Where nvJPEG's backend sends one JPEG it parsed (baseline, extended or
+ * progressive): the batched hardware or GPU hybrid call, or one image at a
+ * time (nvjpegDecode, which has a status per image). The batched calls have
+ * none, and GPU_HYBRID's batches of more than 50 images do Huffman on the
+ * GPU: a JPEG cut short there decodes "successfully" into garbage. So a
+ * JPEG that is not whole (wds__jg_jpeg_whole) never goes to a batched call,
+ * nor does a progressive one; whole ones go to the hardware when it takes
+ * them (hw_takes), else to the hybrid call. */
+enum { WDS__JG_ROUTE_HW = 0, WDS__JG_ROUTE_HYBRID = 1, WDS__JG_ROUTE_ONE = 2 };
+int wds__jg_route(int progressive, int whole, int hw_takes);
+
+/* One query of the device: 1 done, 0 not yet, or a failure (a status
+ * < 0) with its message in e. */
+typedef int (*wds__jg_query)(void *arg, wds__err *e);
+
+/* Polls query (yielding, then sleeping 20-200 us between polls) until it
+ * is done: WDS_OK; its failure (WDS_ERR_IO); or, timeout_ms > 0 and that
+ * long gone by, WDS_ERR_TIMEOUT naming what. Never blocks in the device's
+ * own waits, which a hung peer's work queued before could hold forever. */
+int wds__jg_poll(wds__jg_query query, void *arg, const char *what,
+                 int timeout_ms, wds__err *e);
+
+/* A batched decode state (nvJPEG's nvjpegJpegState_t of the batched API)
+ * and the event recorded after its last batched decode. The state holds
+ * that decode's buffers until the device is done with it, so the next
+ * batch's initialize waits for the event first (as DALI and nvImageCodec
+ * order theirs): the previous batch may still run when the next is
+ * issued (Python's engine and wds-train queue batch N+1 behind N). */
+typedef struct wds__jg_batched {
+  void *ctx;
+  /* nvjpegDecodeBatchedInitialize for n images of `channels`: 0 or a
+   * failure */
+  int (*init)(void *ctx, int n, int channels);
+  /* sets up the state's own host arrays (the images' addresses, sizes and
+   * destinations) for the call's images (arg: wds__jg_batched_run's
+   * fill_arg), after the previous decode is done: nvJPEG may still read
+   * them until then. 0, or out of memory. */
+  int (*fill)(void *ctx, void *arg);
+  /* nvjpegDecodeBatched of the images set up by the caller, on stream:
+   * 0 or a failure */
+  int (*decode)(void *ctx, void *stream);
+  /* records the state's event on stream: WDS_OK, or a failure (in e)
+   * once the stream's work is done (waited for otherwise: without the
+   * event nothing else would) */
+  int (*record)(void *ctx, void *stream, wds__err *e);
+  wds__jg_query query; /* the state's event: done? */
+  int pending;         /* an event was recorded and not seen done */
+} wds__jg_batched;
+
+enum { WDS__JG_BATCH_FAILED = 1 }; /* the batched call refused the batch */
+
+/* Waits (polled, timeout_ms) for s's previous batched decode, then fills
+ * the state's arrays (fill(ctx, fill_arg)), initializes and decodes n
+ * images and records the event. WDS_OK,
+ * WDS__JG_BATCH_FAILED (initialize or decode failed: the caller decodes
+ * them one by one), or a failure of the wait, the fill (WDS_ERR_NOMEM) or
+ * the record (e). */
+int wds__jg_batched_run(wds__jg_batched *s, void *fill_arg, int n, int channels,
+                        void *stream, int timeout_ms, wds__err *e);
+/* Waits for s's last batched decode (before the state is destroyed). */
+int wds__jg_batched_wait(wds__jg_batched *s, int timeout_ms, wds__err *e);
 
 /* A decoder over a backend (ctx owned: destroy() at close). library: what
  * wds_gpu_jpeg_library() says. NULL when out of memory (ctx destroyed). */

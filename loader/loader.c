@@ -44,7 +44,7 @@
 #include <stdio.h>
 
 #include "base/topology.h"
-#include "loader/internal.h"
+#include "loader/handle.h"
 #include "loader/pool.h"
 #include "pipeline/gpu_plan.h"
 
@@ -325,11 +325,9 @@ static int validate(const wds_loader_config *c, wds__err *oe) {
           "jitter: brightness, contrast, saturation, hue and image_dtype "
           "need jpeg_decode cpu");
   }
-  if (c->mode == WDS_MODE_RESAMPLED && c->samples_per_epoch == 0)
-    BAD("resampled mode needs samples_per_epoch (samples per rank and epoch)");
-  if (c->mode == WDS_MODE_EXACT && c->samples_per_epoch)
-    BAD("samples_per_epoch is set, but exact mode's epoch is the whole data "
-        "set");
+  /* The rules between options: the one check every front end runs. */
+  if (wds_loader_config_check(c, WDS_OPTION_NAMES_KEYWORD) != WDS_OK)
+    BAD("%s", wds_last_error());
   if (c->shuffle_buffer > ((size_t)1 << 26))
     BAD("shuffle buffer of %zu samples (at most 67108864)", c->shuffle_buffer);
   if (c->prefetch_batches < 2 || c->prefetch_batches > 1024)
@@ -442,8 +440,8 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     goto fail;
   }
   c->index_path = l->index_copy;
-  if (cfg->cache_dir && cfg->cache_dir[0] &&
-      !(l->cache_dir_copy = strdup(cfg->cache_dir))) {
+  const char *cache_dir = wds__cache_dir_default(cfg->cache_dir);
+  if (cache_dir && cache_dir[0] && !(l->cache_dir_copy = strdup(cache_dir))) {
     rc = wds__fail(&err, WDS_ERR_NOMEM, "out of memory");
     goto fail;
   }
@@ -511,6 +509,15 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   if ((rc = wds__sources_plan_check(&l->sources, c->mode, l->counts, &err)) !=
       WDS_OK)
     goto fail;
+  if (cfg->resume_state) {
+    wds__err e;
+    if ((rc = wds__state_check(l, cfg->resume_state, &e)) != WDS_OK) {
+      wds__fail(&err, rc, "%s", e.msg);
+      goto fail;
+    }
+    if (l->elastic_live)
+      l->elastic_batches = batches_for(l, l->elastic_plan.rank_samples);
+  }
   {
     wds__err e;
     if ((rc = wds__plan_check(&l->pin, &e)) != WDS_OK) {
@@ -572,6 +579,7 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
         (c->shuffle_buffer + l->queue_cap + 2 * c->batch_size + 64) *
         (l->nwanted + l->nfields + 1);
   }
+  c->resume_state = NULL; /* read: the caller's text may go away */
   l->epoch = c->epoch;
   l->delivered = c->resume_batches;
   l->first_skip = c->resume_batches;
@@ -851,8 +859,20 @@ static int loader_next(wds_loader *l, const wds_batch **out) {
     return WDS_OK;
   }
   if (r.kind == READY_EOF) {
+    if (l->epoch == UINT64_MAX) {
+      /* No epoch after the last number: wrapping to 0 would replay epoch
+       * 0's order as a new one. This end is delivered; the next call
+       * reports it. */
+      wds__set_error(l,
+                     "epoch %" PRIu64 " is the last epoch number: no "
+                     "epoch follows it",
+                     l->epoch);
+      fail_for_good(l, WDS_ERR_INVALID);
+      return WDS_EOF;
+    }
     l->epoch++;
     l->delivered = 0;
+    l->elastic_live = 0; /* later epochs are a fresh run's */
     int rc = wds__run_next_epoch(l);
     if (rc != WDS_OK)
       fail_for_good(l, rc); /* the next call reports it */
@@ -913,9 +933,10 @@ int wds_loader_set_epoch(wds_loader *l, uint64_t epoch) {
   /* The run already reading this epoch from its start (eager_next_epoch)
    * is the one asked for: kept. */
   if (l->cur && l->cur->epoch == epoch && l->cur->skip == 0 &&
-      l->delivered == 0 && l->epoch == epoch)
+      !l->cur->elastic && l->delivered == 0 && l->epoch == epoch)
     return WDS_OK;
   wds__run_stop(l);
+  l->elastic_live = 0; /* a fresh epoch, whichever */
   l->epoch = epoch;
   l->delivered = 0;
   l->first_skip = 0;
@@ -931,7 +952,21 @@ void wds_loader_position(const wds_loader *l, uint64_t *epoch,
 }
 
 uint64_t wds_loader_epoch_batches(const wds_loader *l) {
+  if (l && l->elastic_live && l->epoch == l->elastic_epoch)
+    return l->elastic_batches; /* the rest of an elastic resume's epoch */
   return l ? l->epoch_batches : 0;
+}
+
+int wds_loader_elastic(const wds_loader *l, int *old_world,
+                       uint64_t *samples_left, uint64_t *full_epoch_batches) {
+  int live = l && l->elastic_live && l->epoch == l->elastic_epoch;
+  if (full_epoch_batches)
+    *full_epoch_batches = l ? l->epoch_batches : 0;
+  if (old_world)
+    *old_world = live ? l->elastic_world : 0;
+  if (samples_left)
+    *samples_left = live ? l->elastic_left : 0;
+  return live;
 }
 
 void wds__set_error(wds_loader *l, const char *fmt, ...) {
@@ -970,6 +1005,7 @@ void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *o) {
   o->cache_errors = atomic_load(&m->cache_stats.errors);
   o->deferred_fields = atomic_load(&m->st_deferred);
   o->deferred_bytes = atomic_load(&m->st_deferred_bytes);
+  o->unverified_samples = atomic_load(&m->st_unverified);
 }
 
 void wds_loader_close(wds_loader *l) {
@@ -988,6 +1024,8 @@ void wds_loader_close(wds_loader *l) {
   free(l->spec_copy);
   free(l->index_copy);
   free(l->rank_bs);
+  wds__plan_free(&l->elastic_plan);
+  free(l->elastic_from);
   free(l->cache_dir_copy);
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->cv);

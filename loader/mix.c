@@ -103,11 +103,7 @@ int wds__sources_open(wds__sources *ss, const wds_loader_config *cfg,
     return wds__fail(oe, WDS_ERR_INVALID,
                      "wds_loader_open: give a spec (or urls) or sources, "
                      "not both");
-  if (cfg->sources && cfg->index_path)
-    return wds__fail(oe, WDS_ERR_INVALID,
-                     "wds_loader_open: with sources, each source names "
-                     "its own index (wds_source_config.index_path), not "
-                     "index_path");
+  /* index_path beside sources: refused by wds_loader_config_check. */
   size_t n = cfg->sources ? cfg->source_count : 1;
   if (n == 0 || n > MAX_SOURCES)
     return wds__fail(oe, WDS_ERR_INVALID,
@@ -520,13 +516,15 @@ int wds__feeds_check_last(wds__feeds *fs) {
 }
 
 void wds__feeds_stats(wds__feeds *fs, uint64_t *read_ns, uint64_t *bytes,
-                      uint64_t *shards) {
-  *read_ns = *bytes = *shards = 0;
+                      uint64_t *unverified, uint64_t *shards) {
+  *read_ns = *bytes = *shards = *unverified = 0;
   for (size_t s = 0; s < fs->n && fs->f; s++) {
     *read_ns += fs->f[s].read_ns;
     *bytes += fs->f[s].bytes;
     *shards += fs->f[s].shards;
+    *unverified += fs->f[s].unverified;
     fs->f[s].read_ns = fs->f[s].bytes = fs->f[s].shards = 0;
+    fs->f[s].unverified = 0;
   }
 }
 

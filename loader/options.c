@@ -16,11 +16,17 @@
  * field): the input (spec, urls; --source and Python's sources=, a list of
  * sources), the fields (--decode, Python's positional fields: parsed into
  * an array), rank_batch_sizes (a list), the callbacks (log, interrupt,
- * allocator), and two rules between rows: drop_last also makes the last
- * batch DROP unless last_batch is given (both front ends, as torch's
- * drop_last), and the CLI's --epochs (how many epochs a command runs, not
- * a config field). read_buffer_bytes is not exposed. crop_scale and crop_ratio
- * (FLOATS rows of two numbers) set two fields each, the _min and _max.
+ * allocator), drop_last making the last batch DROP unless last_batch is
+ * given (both front ends, as torch's drop_last: it needs to know what was
+ * given), and the CLI's --epochs (how many epochs a command runs, not a
+ * config field). read_buffer_bytes is not exposed. crop_scale and
+ * crop_ratio (FLOATS rows of two numbers) set two fields each, the _min
+ * and _max.
+ *
+ * The rules between options of a whole config (resampled mode needs
+ * samples_per_epoch, an index only in exact mode, ...) are
+ * wds_loader_config_check, at the end of this file: wds_loader_open runs
+ * it, and the front ends run it first to name the options their way.
  *
  * Errors: like the other handle-less calls that fail before a handle
  * exists, wds_loader_config_set keeps its message where wds_last_error()
@@ -118,7 +124,7 @@ static const wds_loader_option rows[] = {
      .max = 1 << 20,
      FIELD(rank),
      .help = "this process's rank (default: RANK, SLURM_PROCID,\n"
-             "OMPI_COMM_WORLD_RANK, else 0)"},
+             "OMPI_COMM_WORLD_RANK, PMI_RANK, else 0)"},
     {.name = "world_size",
      .flag = "world",
      .value_name = "N",
@@ -127,7 +133,8 @@ static const wds_loader_option rows[] = {
      .max = 1 << 20,
      FIELD(world_size),
      .help = "the number of ranks (default: WORLD_SIZE,\n"
-             "SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, else 1)"},
+             "SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, PMI_SIZE,\n"
+             "else 1)"},
     {.name = "workers",
      .flag = "workers",
      .value_name = "N",
@@ -419,6 +426,18 @@ static const wds_loader_option rows[] = {
      FIELD(max_window_bytes),
      .help = "largest zstd window a shard may need\n"
              "(default 128M; zstd --long=31: 2G)"},
+    {.name = "max_unverified_bytes",
+     .flag = "max-unverified",
+     .value_name = "SIZE",
+     .type = WDS_OPTION_SIZE,
+     .min = 1,
+     .max = UINT64_MAX,
+     FIELD(max_unverified_bytes),
+     .help = "a compressed shard's samples are delivered\n"
+             "once their zstd frame's or gzip member's\n"
+             "check passed, holding up to SIZE of a frame\n"
+             "(default 64M); a larger frame's samples are\n"
+             "delivered unchecked and counted"},
     {.name = "retries",
      .flag = "retries",
      .value_name = "N",
@@ -656,10 +675,16 @@ int wds_loader_config_set(wds_loader_config *cfg, const char *name,
     return WDS_OK;
   case WDS_OPTION_TIMEOUT:
     if (by_flag) { /* seconds, fractions allowed */
-      char *end;
+      char *end = NULL;
       errno = 0;
-      double s = strtod(value, &end);
-      if (errno || end == value || *end || !(s >= 0) ||
+      /* Decimal digits with one optional '.', nothing else: strtod would
+       * also take a sign ("-0"), hex ("0x10"), exponents, "inf", spaces. */
+      size_t digits = strspn(value, "0123456789");
+      if (value[digits] == '.')
+        digits += 1 + strspn(value + digits + 1, "0123456789");
+      double s =
+          value[digits] || strcmp(value, ".") == 0 ? -1 : strtod(value, &end);
+      if (s < 0 || errno || end == value || *end || !(s >= 0) ||
           s * 1000 > (double)r->max)
         return bad(r, name, value, by_flag);
       v = s == 0 ? 0 : s * 1000 < 1 ? 1 : (uint64_t)(s * 1000 + 0.5);
@@ -683,4 +708,81 @@ int wds_loader_config_set(wds_loader_config *cfg, const char *name,
     return set_floats(cfg, r, name, value, by_flag);
   }
   return bad(r, name, value, by_flag);
+}
+
+/* ---- the rules between options -------------------------------------- */
+
+/* How option `name` (a row's keyword, or "sources" / "rank_batch_sizes",
+ * which are not rows) is written in a message: by its CLI flag
+ * ("--samples-per-epoch") or as the keyword. */
+static const char *opt_name(const char *name, int by_flag, char *buf,
+                            size_t cap) {
+  if (!by_flag)
+    return name;
+  const wds_loader_option *r = wds_loader_option_find(name);
+  if (r)
+    snprintf(buf, cap, "--%s", r->flag);
+  else if (!strcmp(name, "sources"))
+    snprintf(buf, cap, "--source");
+  else /* rank_batch_sizes */
+    snprintf(buf, cap, "--rank-batch-sizes");
+  return buf;
+}
+
+/* How mode m is written: `--mode exact` or `mode="exact"`. */
+static const char *mode_name(wds_mode m, int by_flag, char *buf, size_t cap) {
+  const char *n = (unsigned)m < 3 ? modes[m] : "?"; /* the row's names */
+  snprintf(buf, cap, by_flag ? "--mode %s" : "mode=\"%s\"", n);
+  return buf;
+}
+
+int wds_loader_config_check(const wds_loader_config *cfg,
+                            wds_option_naming naming) {
+  if (!cfg)
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "wds_loader_config_check: config is NULL");
+  int f = naming == WDS_OPTION_NAMES_FLAG;
+  char a[64], b[64], m[64];
+#define N(name, buf) opt_name(name, f, buf, sizeof buf)
+#define M(mode) mode_name(mode, f, m, sizeof m)
+  if (cfg->mode == WDS_MODE_RESAMPLED && cfg->samples_per_epoch == 0)
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "%s needs %s (samples per rank and epoch)",
+                          M(WDS_MODE_RESAMPLED), N("samples_per_epoch", a));
+  if (cfg->mode == WDS_MODE_EXACT && cfg->samples_per_epoch)
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "%s is not used in %s (every sample once per "
+                          "epoch)",
+                          N("samples_per_epoch", a), M(WDS_MODE_EXACT));
+  if (cfg->sources && cfg->index_path)
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "%s with %s: give each source its own index (%s)",
+                          N("index", a), N("sources", b),
+                          f ? "--source SPEC:index=FILE"
+                            : "its wds_source_config.index_path, or "
+                              "wds.Source(..., index=FILE)");
+  if (cfg->index_path && cfg->mode != WDS_MODE_EXACT)
+    return wds__last_fail(WDS_ERR_INVALID, "%s is only used in %s",
+                          N("index", a), M(WDS_MODE_EXACT));
+  if (cfg->rank_batch_size_count && cfg->mode == WDS_MODE_PLAIN)
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "%s needs %s or resampled (in plain mode the "
+                          "ranks' step counts are not known in advance)",
+                          N("rank_batch_sizes", a), M(WDS_MODE_EXACT));
+  if (cfg->rank_batch_size_count && cfg->world_size > 0 &&
+      cfg->rank_batch_size_count != (size_t)cfg->world_size)
+    return wds__last_fail(WDS_ERR_INVALID, "%s gives %zu ranks, but %s is %d",
+                          N("rank_batch_sizes", a), cfg->rank_batch_size_count,
+                          N("world_size", b), cfg->world_size);
+  if (cfg->rank >= 0 && cfg->world_size > 0 && cfg->rank >= cfg->world_size)
+    return wds__last_fail(WDS_ERR_INVALID, "%s %d is not below %s %d",
+                          N("rank", a), cfg->rank, N("world_size", b),
+                          cfg->world_size);
+  if (cfg->shuffle_initial > cfg->shuffle_buffer)
+    return wds__last_fail(WDS_ERR_INVALID, "%s %zu is larger than %s %zu",
+                          N("shuffle_initial", a), cfg->shuffle_initial,
+                          N("shuffle_buffer", b), cfg->shuffle_buffer);
+#undef N
+#undef M
+  return WDS_OK;
 }

@@ -170,6 +170,72 @@ static int push_piece(wds__piece **v, size_t *n, size_t *cap, wds__piece p) {
   return 0;
 }
 
+/* Fewer ranges than workers: halve the largest so every worker reads. */
+static int halve_for_workers(const wds__plan_input *in, wds__piece **pieces,
+                             size_t *count, size_t *cap, wds__err *e) {
+  while (*count > 0 && *count < (size_t)in->workers) {
+    size_t big = 0;
+    for (size_t i = 1; i < *count; i++)
+      if ((*pieces)[i].end - (*pieces)[i].begin >
+          (*pieces)[big].end - (*pieces)[big].begin)
+        big = i;
+    wds__piece b = (*pieces)[big];
+    if (b.end - b.begin < 2)
+      break;
+    if (push_piece(pieces, count, cap, b) != 0)
+      return wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
+    memmove(*pieces + big + 2, *pieces + big + 1,
+            (*count - big - 2) * sizeof **pieces);
+    uint64_t mid = b.begin + (b.end - b.begin) / 2;
+    (*pieces)[big].end = mid;
+    (*pieces)[big + 1] = (wds__piece){b.shard, mid, b.end};
+  }
+  return WDS_OK;
+}
+
+/* Deals a rank's pieces [worker::workers] into out->w (allocated). */
+static int deal_pieces(const wds__plan_input *in, const wds__piece *all,
+                       size_t all_count, wds__epoch_plan *out, wds__err *e) {
+  for (int w = 0; w < in->workers; w++) {
+    wds__worker_plan *wp = &out->w[w];
+    size_t mine = all_count > (size_t)w
+                      ? (all_count - (size_t)w + (size_t)in->workers - 1) /
+                            (size_t)in->workers
+                      : 0;
+    wp->pieces = malloc((mine ? mine : 1) * sizeof *wp->pieces);
+    if (!wp->pieces)
+      return wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
+    wp->quota = in->mode == WDS_MODE_PLAIN ? WDS__TO_END : 0;
+    for (size_t i = (size_t)w; i < all_count; i += (size_t)in->workers) {
+      wp->pieces[wp->count++] = all[i];
+      if (in->mode == WDS_MODE_EXACT)
+        wp->quota += all[i].end - all[i].begin;
+    }
+  }
+  return WDS_OK;
+}
+
+int wds__plan_from_pieces(const wds__plan_input *in, uint64_t epoch,
+                          wds__piece *pieces, size_t count,
+                          wds__epoch_plan *out, wds__err *e) {
+  size_t cap = count;
+  int rc = WDS_OK;
+  memset(out, 0, sizeof *out);
+  out->epoch = epoch;
+  out->workers = in->workers;
+  out->w = calloc((size_t)in->workers, sizeof *out->w);
+  if (!out->w)
+    rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
+  if (rc == WDS_OK)
+    rc = halve_for_workers(in, &pieces, &count, &cap, e);
+  if (rc == WDS_OK)
+    rc = deal_pieces(in, pieces, count, out, e);
+  free(pieces);
+  if (rc != WDS_OK)
+    wds__plan_free(out);
+  return rc;
+}
+
 /* Cuts this rank's range of the rank-major sample sequence into pieces. */
 static int exact_pieces(const wds__plan_input *in, const size_t *order,
                         wds__epoch_plan *out, wds__piece **pieces,
@@ -219,26 +285,7 @@ static int exact_pieces(const wds__plan_input *in, const size_t *order,
     }
     p += len;
   }
-  /* Fewer ranges than workers: halve the largest so every worker reads. */
-  while (*count < (size_t)in->workers) {
-    size_t big = 0;
-    for (size_t i = 1; i < *count; i++)
-      if ((*pieces)[i].end - (*pieces)[i].begin >
-          (*pieces)[big].end - (*pieces)[big].begin)
-        big = i;
-    wds__piece b = (*pieces)[big];
-    if (b.end - b.begin < 2)
-      break;
-    if (push_piece(pieces, count, &cap, b) != 0) {
-      rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
-      goto done;
-    }
-    memmove(*pieces + big + 2, *pieces + big + 1,
-            (*count - big - 2) * sizeof **pieces);
-    uint64_t mid = b.begin + (b.end - b.begin) / 2;
-    (*pieces)[big].end = mid;
-    (*pieces)[big + 1] = (wds__piece){b.shard, mid, b.end};
-  }
+  rc = halve_for_workers(in, pieces, count, &cap, e);
 done:
   free(seq);
   free(prefix);
@@ -292,24 +339,7 @@ int wds__plan_epoch(const wds__plan_input *in, uint64_t epoch,
       goto done;
   }
   /* Deal pieces [worker::workers]. */
-  for (int w = 0; w < in->workers; w++) {
-    wds__worker_plan *wp = &out->w[w];
-    size_t mine = all_count > (size_t)w
-                      ? (all_count - (size_t)w + (size_t)in->workers - 1) /
-                            (size_t)in->workers
-                      : 0;
-    wp->pieces = malloc((mine ? mine : 1) * sizeof *wp->pieces);
-    if (!wp->pieces) {
-      rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
-      goto done;
-    }
-    wp->quota = in->mode == WDS_MODE_PLAIN ? WDS__TO_END : 0;
-    for (size_t i = (size_t)w; i < all_count; i += (size_t)in->workers) {
-      wp->pieces[wp->count++] = all[i];
-      if (in->mode == WDS_MODE_EXACT)
-        wp->quota += all[i].end - all[i].begin;
-    }
-  }
+  rc = deal_pieces(in, all, all_count, out, e);
 done:
   free(order);
   free(all);

@@ -81,4 +81,12 @@ int wds__plan_epoch(const wds__plan_input *in, uint64_t epoch,
                     wds__epoch_plan *out, wds__err *e);
 void wds__plan_free(wds__epoch_plan *p);
 
+/* A rank's plan from its pieces in order (exact mode; an elastic resume's
+ * remainder, elastic.c): halved while fewer than the workers, dealt
+ * [worker::workers]. Takes pieces (malloc'd; freed). The caller sets
+ * rank_samples, steps, total_samples and padded. */
+int wds__plan_from_pieces(const wds__plan_input *in, uint64_t epoch,
+                          wds__piece *pieces, size_t count,
+                          wds__epoch_plan *out, wds__err *e);
+
 #endif

@@ -13,7 +13,7 @@
  * (loader.c: "Locks", "Stopping"). */
 #include <stdio.h>
 
-#include "loader/internal.h"
+#include "loader/handle.h"
 
 /* Appends to the ready FIFO; a slot (FILLING, its copies done) becomes
  * READY. The FIFO holds nslots + 2 entries: each slot at most once (it is
@@ -578,8 +578,16 @@ static int run_make(wds_loader *l, uint64_t epoch, uint64_t skip,
   atomic_init(&rn->abort, 0);
   atomic_init(&rn->job_claim, 0);
   atomic_init(&rn->job_left, 0);
-  int rc =
-      wds__run_plan(&l->sources, &l->pin, epoch, &rn->plan, &rn->splan, &e);
+  int rc = WDS_OK;
+  if (l->elastic_live && l->elastic_plan.w && epoch == l->elastic_epoch &&
+      skip == 0) {
+    /* The rest of an elastic resume's epoch (state.c): its plan, once. */
+    rn->plan = l->elastic_plan;
+    memset(&l->elastic_plan, 0, sizeof l->elastic_plan);
+    rn->elastic = 1;
+  } else {
+    rc = wds__run_plan(&l->sources, &l->pin, epoch, &rn->plan, &rn->splan, &e);
+  }
   if (rc != WDS_OK) {
     wds__set_error(l, "%s", e.msg);
     free(rn);

@@ -18,7 +18,7 @@
 #include <stdio.h>
 
 #include "base/url.h"
-#include "loader/internal.h"
+#include "loader/handle.h"
 #include "loader/shuffle.h"
 
 static const wds__raw_field *find_field(const wds__raw_sample *r,
@@ -128,8 +128,8 @@ static int decode_item(wds_loader *l, wds__decoder *dec, wds__worker *w,
 static void worker_stats(wds_loader *l, wds__feeds *src, uint64_t *decode_ns,
                          uint64_t *mark, wds__defer_stats *deferred) {
   uint64_t now = wds__now_ns(), busy = now - *mark;
-  uint64_t read_ns, bytes, shards;
-  wds__feeds_stats(src, &read_ns, &bytes, &shards);
+  uint64_t read_ns, bytes, shards, unverified;
+  wds__feeds_stats(src, &read_ns, &bytes, &unverified, &shards);
   read_ns += deferred->ns; /* the deferred fields' reads */
   uint64_t known = read_ns + *decode_ns;
   STAT_ADD(l, read_ns, read_ns);
@@ -139,6 +139,7 @@ static void worker_stats(wds_loader *l, wds__feeds *src, uint64_t *decode_ns,
   STAT_ADD(l, shards, shards);
   STAT_ADD(l, deferred, deferred->fields);
   STAT_ADD(l, deferred_bytes, deferred->bytes);
+  STAT_ADD(l, unverified, unverified);
   memset(deferred, 0, sizeof *deferred);
   *decode_ns = 0;
   *mark = now;

@@ -638,7 +638,7 @@ static void jpeg_drop(wds__decoder *d) {
  *   returns from a libjpeg error without aborting the decompression, so
  *   libjpeg stays mid-header and reads the next image's markers as the
  *   rest of the broken one's ("bad frame header", "two SOF markers" on
- *   good JPEGs after a truncated one: issue 10); tjDecompress2 aborts, but
+ *   good JPEGs after a truncated one); tjDecompress2 aborts, but
  *   keeps the tables the broken image defined. A new one costs ~0.2 us,
  *   and only failures pay it.
  * - libjpeg keeps quantization and Huffman tables from image to image (for

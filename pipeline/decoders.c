@@ -1,6 +1,5 @@
-/* decoders.c — the table of field decoders (decoders.h), its look-ups,
- * wds_decode_for_ext, and the bytes decoder (the fallback: a row is the
- * field's bytes as they are).
+/* decoders.c — the table of field decoders (decoders.h), its look-ups and
+ * the bytes decoder (the fallback: a row is the field's bytes as they are).
  *
  * The table is indexed by wds_decode; the public enum values never change.
  * Its order is the order of names in messages and of extension look-ups
@@ -63,10 +62,6 @@ const wds__decoder_def *wds__decoder_for_ext(const char *ext) {
         if (strcmp(ext, *p) == 0)
           return &table[i];
   return &table[WDS_DECODE_BYTES];
-}
-
-wds_decode wds_decode_for_ext(const char *ext) {
-  return wds__decoder_for_ext(ext)->id;
 }
 
 static int same_lower(const char *s, size_t n, const char *word) {

@@ -5,7 +5,7 @@
  * WDS_DECODE_AUTO gives it, whether it takes the image options, the shape
  * and dtype of its rows and how a batch lays them out, the function that
  * decodes a field into a row, and the one `wds verify --decode` runs. The
- * field-spec parser, wds_decode_for_ext, wds_decode_check and the loader
+ * field-spec parser, wds_decode_check and the loader
  * (open, workers, collation) read the table; none of them switches on a
  * decoder.
  *

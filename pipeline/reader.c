@@ -11,7 +11,17 @@
  *
  * Errors close the current shard; the next call moves on to the next shard,
  * except after a duplicate extension, where the rest of that key's members
- * are skipped and reading continues in the same shard. */
+ * are skipped and reading continues in the same shard.
+ *
+ * Checked frames. A compressed shard's bytes are checked at the end of
+ * each zstd frame (content checksum) or gzip member (CRC-32, length): a
+ * sample is returned only once every byte of its data is final
+ * (wds__tar_settle reads on into the window to the end of the frame that
+ * holds its last byte), so a sample from a frame whose check fails is
+ * never returned: the error comes instead, and ends the shard. A frame
+ * larger than max_unverified_bytes is not held: its samples are returned
+ * as they come and counted (stats.unverified_samples), as are samples in
+ * compressed data without a check (a zstd frame without a checksum). */
 #include "wds/reader.h"
 
 #include <stdarg.h>
@@ -32,6 +42,7 @@
 #define DEFAULT_BUFFER_BYTES ((size_t)4 << 20)
 #define DEFAULT_MAX_SAMPLE_BYTES ((size_t)1 << 30)
 #define DEFAULT_MAX_FIELDS ((size_t)4096)
+#define DEFAULT_MAX_UNVERIFIED_BYTES ((uint64_t)64 << 20)
 
 typedef struct field_slot {
   size_t ext_off; /* offsets into the arena */
@@ -73,8 +84,11 @@ struct wds_reader {
   wds_field *fields;
   size_t fields_cap;
   wds_sample sample;
-  size_t key_len;        /* strlen(arena), the current key */
-  uint64_t sample_bytes; /* data and names held for the current sample */
+  size_t key_len;            /* strlen(arena), the current key */
+  uint64_t sample_bytes;     /* data and names held for the current sample */
+  uint64_t sample_end;       /* stream offset after its last member's data */
+  uint64_t sample_unchecked; /* the stream's unchecked frames at its start */
+  int sample_unchecked_now;  /* it started in bytes that carry no check */
 
   wds_reader_stats stats;
   wds__err err;
@@ -139,8 +153,9 @@ int wds__reader_open(const wds_reader_config *cfg, const wds__cancel *cancel,
                          .retries = cfg->retries};
   r->io.cache =
       (wds__cache_cfg){.size = cfg->cache_size, .stats = &r->own_cache_stats};
-  if (cfg->cache_dir && cfg->cache_dir[0]) {
-    r->cache_dir = strdup(cfg->cache_dir);
+  const char *cache_dir = wds__cache_dir_default(cfg->cache_dir);
+  if (cache_dir && cache_dir[0]) {
+    r->cache_dir = strdup(cache_dir);
     if (!r->cache_dir) {
       rc = open_fail(WDS_ERR_NOMEM, "out of memory");
       goto done;
@@ -156,6 +171,8 @@ int wds__reader_open(const wds_reader_config *cfg, const wds__cancel *cancel,
     r->cfg.max_sample_bytes = DEFAULT_MAX_SAMPLE_BYTES;
   if (r->cfg.max_fields == 0)
     r->cfg.max_fields = DEFAULT_MAX_FIELDS;
+  if (r->cfg.max_unverified_bytes == 0)
+    r->cfg.max_unverified_bytes = DEFAULT_MAX_UNVERIFIED_BYTES;
   if (cfg->spec) {
     rc = wds__spec_expand_io(
         &cfg->spec, 1, cfg->max_urls,
@@ -193,6 +210,8 @@ done:
 }
 
 static void close_shard(wds_reader *r) {
+  if (r->stream)
+    r->stats.unchecked_frames += wds__stream_unchecked_frames(r->stream);
   wds__tar_close(r->tar);
   r->tar = NULL;
   wds__stream_close(r->stream);
@@ -359,6 +378,8 @@ static int take_pending(wds_reader *r) {
                      (unsigned long long)m->size, r->arena,
                      r->cfg.max_sample_bytes);
   r->sample_bytes += add;
+  if (m->data_offset + m->size > r->sample_end)
+    r->sample_end = m->data_offset + m->size;
   int where = WDS__SINK_WINDOW;
   void *dest = NULL;
   if (r->sink && m->size >= r->sink_min) {
@@ -462,6 +483,33 @@ static int finish_sample(wds_reader *r, const wds_sample **out) {
   return WDS_OK;
 }
 
+/* Counts the sample as unverified when its frame was over the bound (not
+ * settled), or some of its bytes lie in compressed data that carries no
+ * check (a zstd frame without a checksum). */
+static void count_unverified(wds_reader *r, int settled) {
+  if (!settled || r->sample_unchecked_now ||
+      wds__stream_unchecked_now(r->stream) ||
+      wds__stream_unchecked_frames(r->stream) != r->sample_unchecked)
+    r->stats.unverified_samples++;
+}
+
+/* Holds the sample until the checks of the frames its data lies in have
+ * passed (see the top of the file). At the shard's end the drain does it. */
+static int settle_sample(wds_reader *r) {
+  int settled = 1;
+  int rc = wds__tar_settle(r->tar, r->sample_end, r->cfg.max_unverified_bytes,
+                           &settled, &r->err);
+  if (rc != WDS_OK) {
+    wds__err_prefix(&r->err,
+                    "sample \"%s\" (ending at offset %llu) and the rest of the "
+                    "shard not delivered",
+                    r->arena, (unsigned long long)r->sample_end);
+    return rc;
+  }
+  count_unverified(r, settled);
+  return WDS_OK;
+}
+
 /* The read window's hard bound: a whole sample plus room for the padding,
  * the look-ahead header and skipped entries around it. */
 static size_t window_limit(const wds_reader_config *c) {
@@ -560,6 +608,9 @@ int wds__reader_next(wds_reader *r, const wds_sample **out) {
     r->arena_len = 0;
     r->slot_count = 0;
     r->sample_bytes = 0;
+    r->sample_end = 0;
+    r->sample_unchecked = wds__stream_unchecked_frames(r->stream);
+    r->sample_unchecked_now = wds__stream_unchecked_now(r->stream);
     r->window_held = 0;
     size_t key_off;
     wds__tar_keep_from(r->tar, r->pending.data_voff);
@@ -572,14 +623,22 @@ int wds__reader_next(wds_reader *r, const wds_sample **out) {
     for (;;) {
       rc = read_pending(r);
       if (rc == WDS_EOF) {
-        /* The shard is complete, so its last sample is whole. */
+        /* The shard is complete, so its last sample is whole (and every
+         * check passed). */
         rc = end_shard(r);
-        return rc == WDS_OK ? finish_sample(r, out) : rc;
+        if (rc != WDS_OK)
+          return rc;
+        count_unverified(r, 1);
+        return finish_sample(r, out);
       }
       if (rc != WDS_OK)
         return fail_shard(r, rc);
-      if (!same_key(r))
+      if (!same_key(r)) {
+        rc = settle_sample(r);
+        if (rc != WDS_OK)
+          return fail_shard(r, rc);
         return finish_sample(r, out);
+      }
       if (r->slot_count >= r->cfg.max_fields)
         return fail_shard(
             r, wds__fail(&r->err, WDS_ERR_LIMIT,

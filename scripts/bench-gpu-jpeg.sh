@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# JPEG decoded on the GPU (issue 27; docs/performance.md, "JPEG on the
+# JPEG decoded on the GPU (docs/performance.md, "JPEG on the
 # GPU"): on the 2,000 photo-like 500x375 JPEGs of bench-peers.sh (resize the
 # shorter side, center crop 224, batches of 64; 1 warm-up epoch + EPOCHS
 # timed), rounds alternating:
@@ -8,7 +8,8 @@
 #            nvJPEG decodes, a kernel resizes and crops
 #   tv       torchvision.io.decode_jpeg(list, device="cuda") + resize/crop
 #            on the GPU in one process (the reference)
-# and prints images/s: gpu at GPU_WORKERS (goal >= 15,000/s with <= 4), the
+# and prints images/s and the CPU threads each used (process CPU time over
+# wall time): gpu at GPU_WORKERS (goal >= 15,000/s with <= 4), the
 # ratio gpu / cpu at CPU_WORKERS (goal >= 1.5 at 15), and gpu / tv. Then
 # ResNet-50 in bf16 fed by wds (gpu decode, GPU_WORKERS workers; and the
 # CPU path at CPU_WORKERS) with its data-wait share (goal < 2%).
@@ -37,23 +38,33 @@ echo "bench-gpu-jpeg.sh: $(date -u +%FT%TZ), $(nproc) cores, $("$PY" -c 'import 
 bench_jpeg_set "$PY" "$root" "$DATA"
 spec=$JPEG_SPEC
 common=("$spec" "jpg:rgb:224,cls" 64 --warmup-epochs 1 --epochs "$EPOCHS" --touch arrays --device cuda)
+# run_cpu CMD...: "images/s:cpu_threads" of one run (its JSON line's
+# samples_per_s, and the CPU time of all its threads over the timed wall
+# time: the CPU threads the decode used)
+run_cpu() {
+  local out
+  out=$("$@") || bench_die "failed: $*"
+  "$PY" -c 'import json,sys; r = json.loads(sys.stdin.read().strip().splitlines()[-1]); print(str(r["samples_per_s"]) + ":" + str(r.get("cpu_threads", "nan")))' <<<"$out"
+}
 G="" C="" T=""
 for _ in $(seq "$RUNS"); do
-  G+=" $(bench_run "$PY" "$PYB/loader_overhead.py" "${common[@]}" --workers "$GPU_WORKERS" --jpeg-decode gpu)"
-  C+=" $(bench_run "$PY" "$PYB/loader_overhead.py" "${common[@]}" --workers "$CPU_WORKERS")"
-  T+=" $(bench_run "$PY" "$PYB/gpu_jpeg.py" torchvision "${JPEG_TARS[@]}" --epochs "$EPOCHS")"
+  G+=" $(run_cpu "$PY" "$PYB/loader_overhead.py" "${common[@]}" --workers "$GPU_WORKERS" --jpeg-decode gpu)"
+  C+=" $(run_cpu "$PY" "$PYB/loader_overhead.py" "${common[@]}" --workers "$CPU_WORKERS")"
+  T+=" $(run_cpu "$PY" "$PYB/gpu_jpeg.py" torchvision "${JPEG_TARS[@]}" --epochs "$EPOCHS")"
 done
 echo
-echo "images/s at 224, medians of $RUNS rounds"
+echo "images/s at 224 and CPU threads used (process CPU time / wall time), medians of $RUNS rounds"
 "$PY" - "$G" "$C" "$T" "$GPU_WORKERS" "$CPU_WORKERS" <<'PYEOF'
 import statistics, sys
-g, c, t = [list(map(float, s.split())) for s in sys.argv[1:4]]
+runs = [[tuple(map(float, r.split(":"))) for r in s.split()] for s in sys.argv[1:4]]
+(g, gc), (c, cc), (t, tc) = [tuple(zip(*r)) for r in runs]
 med = statistics.median
-print(f"wds gpu decode, {sys.argv[4]} workers: {med(g):9.0f}   (goal >= 15000)")
-print(f"wds cpu decode, {sys.argv[5]} workers: {med(c):9.0f}   gpu/cpu "
-      f"{med([x / y for x, y in zip(g, c)]):.2f} (goal >= 1.5)")
-print(f"torchvision nvJPEG reference:    {med(t):9.0f}   gpu/tv "
-      f"{med([x / y for x, y in zip(g, t)]):.2f}")
+print(f"wds gpu decode, {sys.argv[4]} workers: {med(g):9.0f}   cpu threads {med(gc):5.2f}"
+      f"   (goal >= 15000 with <= 4)")
+print(f"wds cpu decode, {sys.argv[5]} workers: {med(c):9.0f}   cpu threads {med(cc):5.2f}"
+      f"   gpu/cpu {med([x / y for x, y in zip(g, c)]):.2f} (goal >= 1.5)")
+print(f"torchvision nvJPEG reference:    {med(t):9.0f}   cpu threads {med(tc):5.2f}"
+      f"   gpu/tv {med([x / y for x, y in zip(g, t)]):.2f}")
 PYEOF
 if [ "${WDS_BENCH_NO_RESNET:-0}" != 1 ] && "$PY" -c 'import torchvision' 2>/dev/null; then
   echo

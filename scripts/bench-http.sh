@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# HTTP benchmarks (docs/performance.md, "HTTP in process", issue 15). Usage:
+# HTTP benchmarks (docs/performance.md, "HTTP in process"). Usage:
 #   [RUNS=5] scripts/bench-http.sh [BUILD_DIR] [DATA_DIR]
 # Starts nginx on a loopback port serving DATA_DIR (made with `wds synth`
 # unless there), then, in one alternation per run, medians of RUNS:
@@ -7,7 +7,7 @@
 #      `wds bench URLS`
 #      (the reader over http:// in process) against `curl -s URLS
 #      >/dev/null` (one curl process, its connection reused), as MB/s;
-#      issue 15 asks wds >= 0.8 of curl;
+#      the target is wds >= 0.8 of curl;
 #   2. 1,000 small shards (10 samples of 1 KiB each): `wds bench URLS`
 #      (in process, connections reused) against `wds bench 'pipe:curl -s
 #      URL'...` (one curl process per shard, the way before), as shards/s;
@@ -87,7 +87,7 @@ for r in $(seq "$RUNS"); do
 done
 med() { awk -v k="$1" '{print $k}' "$TMP/r" | bench_median; }
 c=$(med 1) w=$(med 2) hs=$(med 3) ps=$(med 4)
-printf 'big shards (%d MB read): curl %.0f MB/s, wds over http %.0f MB/s: wds/curl %.2f (issue 15: >= 0.8)\n' \
+printf 'big shards (%d MB read): curl %.0f MB/s, wds over http %.0f MB/s: wds/curl %.2f (target: >= 0.8)\n' \
   $((mb / 1000000)) "$(echo "$mb / $c / 1000000" | bc -l)" "$(echo "$mb / $w / 1000000" | bc -l)" "$(echo "$c / $w" | bc -l)"
 printf '1000 small shards: in process %.0f shards/s, pipe:curl %.0f shards/s: %.1fx\n' \
   "$(echo "1000 / $hs" | bc -l)" "$(echo "1000 / $ps" | bc -l)" "$(echo "$ps / $hs" | bc -l)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Loader benchmarks (docs/performance.md, "The loader"). Usage:
 #   [BEFORE=OTHER_BUILD_DIR] [ONLY=cat|jpeg] scripts/bench-loader.sh [BUILD_DIR] [DATA_DIR]
-# 0. Against cat (issue 13): the whole process `wds bench FILES --decode bin
+# 0. Against cat: the whole process `wds bench FILES --decode bin
 #    --batch-size 256 --shuffle-buffer 10000 --workers W --epochs 1` (one
 #    epoch, raw bytes, start to exit) against `cat FILES >/dev/null`, page
 #    cache warm, as throughput (the files' bytes over the wall time), W = 1
@@ -16,7 +16,7 @@
 #    (scripts/gen-photo-jpegs.py: 500x375, quality 90) over the same files:
 #    the bare loops of bench/jpeg_baseline.c (TurboJPEG's DCT-scaled decode
 #    alone, --dct-only, and the loader's whole decoder), the loader with 1
-#    worker against the DCT-scaled decode alone (issue 13: >= 0.85), and 2
+#    worker against the DCT-scaled decode alone (target: >= 0.85), and 2
 #    workers against 1 (>= 1.9x; N workers too where N = cores > 2). With
 #    BEFORE, that build's loader is run in the same alternations (1 worker:
 #    DCT-scaled decode, loader, before; then 2 workers, after and before).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # wds against what users pick instead, and wds from Python against `wds bench`
-# (docs/performance.md, "Python and the peers (issue 11)"). One command:
+# (docs/performance.md, "Python and the peers"). One command:
 #   scripts/bench-peers.sh [BUILD_DIR] [DATA_DIR] [VENV_DIR]
 # BUILD_DIR  a build with the tools and the Python extension (default: build;
 #            a Release build: scripts/setup.sh build-rel -DWDS_WITH_CUDA=OFF)

@@ -9,7 +9,7 @@
 # environment: RUNS (timed runs per command, default 7), CPU (the core every
 #              timed command is pinned to, default 0; "none": not pinned, so
 #              that `zstd -dc`'s I/O threads and wds's reading thread may use
-#              a second core: issue 13's .tar.zst target), PY_WDS (optional: a
+#              a second core: the .tar.zst target), PY_WDS (optional: a
 #              python3 with the webdataset package; its plain iteration over
 #              the .tar sets is then timed once each, for reference)
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-write.sh — `wds write` from a directory against `tar -cf` (the
-# target of issue 4: >= 0.8 of tar's throughput), for docs/performance.md.
+# target: >= 0.8 of tar's throughput), for docs/performance.md.
 #
 # usage: scripts/bench-write.sh [BUILD_DIR] [DATA_DIR]
 #   BUILD_DIR  CMake build directory holding tools/wds (default: build)

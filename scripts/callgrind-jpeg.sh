@@ -11,7 +11,7 @@
 #   bare    wds_jpeg_baseline (decode + resize + center crop 224; same)
 #   loader  wds bench --decode jpg:rgb:224,cls --workers 1 (whole process)
 # and prints each count, the resampling functions' share of the loader and
-# the dct / loader ratio (issue 13's target, in time: >= 0.85).
+# the dct / loader ratio (the target, in time: >= 0.85).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$root/build}

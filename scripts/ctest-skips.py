@@ -8,14 +8,21 @@ for it): each test's status and output. A skipped test (ctest's "not run":
 its SKIP_RETURN_CODE) says why on lines starting with "SKIP:" (ctest itself
 keeps no reason); for one without such a line, its lines that say "skip",
 else its last line. Tests that passed but skipped a part (a GPU test on a
-machine without one) print "SKIP:" lines too and are listed after. NAME
+machine without one) print "SKIP" lines too and are listed after, with the
+count of their summary line where they print one (tests/test.h's
+"N passed, N failed, N skipped": "test_http (12 of 19 skipped)"). NAME
 (default: the file's folder) heads the list. Prints nothing when nothing
 was skipped. (Not Testing/Temporary/LastTest.log: a test that runs ctest
 in the same build tree, even `ctest --show-only`, rewrites it.)
 """
 import os
+import re
 import sys
 import xml.etree.ElementTree as ET
+
+
+# tests/test.h's last line.
+SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed, (\d+) skipped$")
 
 
 def main():
@@ -35,6 +42,10 @@ def main():
                 ["(the test printed nothing)"]
             skipped.append((test, why))
         elif said and case.find("failure") is None:
+            counts = [m for m in map(SUMMARY.match, lines) if m]
+            if counts:
+                ok, bad, skip = (int(g) for g in counts[-1].groups())
+                test = f"{test} ({skip} of {ok + bad + skip} skipped)"
             partly.append((test, said))
     if skipped:
         print(f"{name}: {len(skipped)} test{'s' if len(skipped) != 1 else ''} skipped:")

@@ -21,7 +21,10 @@
 #              warning, when no index answers: those checks then skip;
 #   origin     the checkout's absolute path here (the build tree's paths are
 #              absolute: gpu-run.sh links it to wherever the checkout lands);
-#   link-libs  the libraries the extension links beside libwds.a (CMake's);
+#   link-libs  the libraries the extension links beside libwds.a (CMake's
+#              line for a target linking wds, CUDA's libraries left out);
+#   link-cuda  -lcudart when libwds.a holds CUDA code (else empty):
+#              gpu-run.sh links it from that machine's CUDA with -L;
 #   manifest   what was carried and its size.
 # The whole folder must stay under the device tool's 64 MiB: the script
 # fails, with the largest files, when it does not.
@@ -29,10 +32,43 @@
 # Then, with the device tool: carry ["gpu-carry"], command
 #   "scripts/gpu-run.sh" (docs/performance.md, "GPU checks in one call").
 # Usage: scripts/gpu-prepare.sh [CARRY_DIR]
+#        scripts/gpu-prepare.sh --link-libs BUILD_DIR CARRY_DIR
+#          (writes link-libs and link-cuda of BUILD_DIR only: the CI test of
+#          the extension's link, tests/integration/gpu_scripts.sh)
 # Environment: JOBS (default: nproc), CMAKE_CUDA_ARCHITECTURES, WDS_CMAKE_ARGS
 # (more cmake options), PIP_* (passed to pip).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+
+# link_libs BUILD CARRY: the extension's link line, as CMake makes it for a
+# target linking wds (gpu-run.sh maps each library to the GPU machine's or
+# the carried one), without CUDA's libraries: CMake adds -lcudadevrt
+# -lcudart_static to every target linking a library with CUDA sources, and
+# they are found only through links some machines have in /usr/local/lib.
+# The extension needs CUDA's runtime only (libwds.a's CUDA objects), which
+# gpu-run.sh links by -L from the GPU machine's CUDA (link-cuda). A target
+# with CUDA sources links through a response file.
+link_libs() {
+  local b=$1 c=$2 link t
+  link=
+  for t in tests/CMakeFiles/test_loader_gpu.dir python/CMakeFiles/wds_python.dir tests/CMakeFiles/test_base.dir; do
+    [ -f "$b/$t/link.txt" ] && { link=$b/$t; break; }
+  done
+  [ -n "$link" ] || { echo "gpu-prepare.sh: no target linking wds in $b" >&2; return 1; }
+  { cat "$link/link.txt"; [ ! -f "$link/linkLibs.rsp" ] || cat "$link/linkLibs.rsp"; } |
+    tr -d '"' | tr ' ' '\n' | awk 'f && NF; /libwds\.a$/ {f = 1}' |
+    { grep -v -E '^-Wl,-rpath|^-L|^-lcuda|/libcuda[^/]*$|^-lnvrtc|/stubs/' || true; } >"$c/link-libs"
+  [ -s "$c/link-libs" ] || { echo "gpu-prepare.sh: no libraries after libwds.a in $link's link line" >&2; return 1; }
+  : >"$c/link-cuda"
+  if nm -A "$b/libwds.a" 2>/dev/null | grep ' U cuda[A-Z]' >/dev/null; then # (not -q: pipefail)
+    echo "-lcudart" >"$c/link-cuda"
+  fi
+}
+if [ "${1:-}" = --link-libs ]; then
+  link_libs "${2:?--link-libs BUILD_DIR CARRY_DIR}" "${3:?--link-libs BUILD_DIR CARRY_DIR}"
+  exit
+fi
+
 carry=${1:-$root/gpu-carry}
 mkdir -p "$carry"
 carry=$(cd "$carry" && pwd)
@@ -94,13 +130,7 @@ for need in libturbojpeg.so.0 libpng16.so.16 libnettle.so.8 libzstd.so.1; do
   [ -e "$carry/lib/$need" ] || say "note: $need not among the binaries' libraries"
 done
 
-# The extension's link line, as CMake makes it for a target linking wds
-# (gpu-run.sh maps each library to the GPU machine's or the carried one).
-# (A target with CUDA sources links through a response file.)
-link=$build/tests/CMakeFiles/test_loader_gpu.dir
-{ cat "$link/link.txt"; [ ! -f "$link/linkLibs.rsp" ] || cat "$link/linkLibs.rsp"; } |
-  tr -d '"' | tr ' ' '\n' | awk 'f && NF; /libwds\.a$/ {f = 1}' | { grep -v '^-Wl,-rpath' || true; } >"$carry/link-libs"
-[ -s "$carry/link-libs" ] || { echo "gpu-prepare.sh: no libraries after libwds.a in $link's link line" >&2; exit 1; }
+link_libs "$build" "$carry"
 echo "$root" >"$carry/origin"
 
 say "removing objects, stripping debug info"

@@ -48,6 +48,13 @@ void wds__sha256(const void *data, size_t n, uint8_t out[32]) {
 
 /* ---- names ---- */
 
+const char *wds__cache_dir_default(const char *dir) {
+  if (dir)
+    return dir;
+  const char *env = getenv("WDS_CACHE_DIR");
+  return env && *env ? env : NULL;
+}
+
 int wds__cache_is_remote(const char *url) {
   return url && wds__url_has_scheme(url) && strncmp(url, "file:", 5) != 0;
 }

@@ -52,6 +52,11 @@ typedef struct wds__cache_cfg {
 /* 1 for a URL the cache keeps: one with a scheme other than file:. */
 int wds__cache_is_remote(const char *url);
 
+/* The cache directory a reader or loader uses: dir when given (a config's
+ * cache_dir, a --cache-dir), else $WDS_CACHE_DIR when set and not empty,
+ * else NULL (no cache). The one place the variable is read. */
+const char *wds__cache_dir_default(const char *dir);
+
 /* The entry's file name for url (malloc'd): 32 hex digits of the SHA-256 of
  * the shard's identity (base/url.h: wds__url_identity, the one the index
  * matches by: scheme and host lower-case, no default port or fragment,

@@ -19,6 +19,7 @@
 #include "http.h"
 
 #include "base/url.h"
+#include "netrc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -426,6 +427,7 @@ static handles *handles_get(int *owned) {
 struct wds__http {
   char *url; /* what is requested */
   char *sigv4, *userpwd;
+  char *netrc_user, *netrc_pass; /* from .netrc (netrc.h); secrets */
   struct curl_slist *headers;
   void (*error_detail)(const char *body, size_t n, char *out, size_t size);
   char *errbody; /* an error response's body (error_detail only) */
@@ -630,12 +632,15 @@ static int start_attempt(wds__http *s, wds__err *err) {
   const char *cadir = getenv("SSL_CERT_DIR");
   if (cadir && *cadir)
     SET(CURLOPT_CAPATH, cadir);
-  if (!s->sigv4) {
-    /* Credentials for an http(s) host from ~/.netrc when the URL has none
-     * (as curl --netrc-optional): they need not be in the URL, where
-     * they would travel into logs and files. */
-    SET(CURLOPT_NETRC, (long)CURL_NETRC_OPTIONAL);
-  }
+  /* Credentials for an http(s) host from ~/.netrc when the URL has none
+   * (as curl --netrc-optional): they need not be in the URL, where they
+   * would travel into logs and files. Read by wds (netrc.h), never by
+   * libcurl (CURLOPT_NETRC stays CURL_NETRC_IGNORED), whose open() of a
+   * FIFO there would block beyond every timeout and signal. */
+  if (s->netrc_user)
+    SET(CURLOPT_USERNAME, s->netrc_user);
+  if (s->netrc_pass)
+    SET(CURLOPT_PASSWORD, s->netrc_pass);
   if (s->sigv4) {
     SET(CURLOPT_AWS_SIGV4, s->sigv4);
     SET(CURLOPT_USERPWD, s->userpwd);
@@ -708,6 +713,16 @@ int wds__http_open_req(const wds__http_req *req, const wds__io_opts *opts,
   s->error_detail = req->error_detail;
   if (s->error_detail && !(s->errbody = malloc(WDS__HTTP_ERROR_BODY)))
     bad = 1;
+  if (!s->sigv4 && !bad && s->url) {
+    wds__cache_stats *cs = opts ? opts->cache.stats : NULL;
+    int rc =
+        wds__netrc_for_url(s->url, &s->netrc_user, &s->netrc_pass,
+                           cs ? cs->warn : NULL, cs ? cs->warn_ctx : NULL, err);
+    if (rc != WDS_OK) {
+      wds__http_close(s);
+      return rc;
+    }
+  }
   s->buf_cap = WDS__HTTP_BUFFER;
   s->buf = malloc(s->buf_cap);
   s->h = handles_get(&s->owned);
@@ -762,6 +777,8 @@ void wds__http_close(wds__http *s) {
     explicit_bzero(s->userpwd, strlen(s->userpwd));
     free(s->userpwd);
   }
+  wds__netrc_free_secret(s->netrc_user);
+  wds__netrc_free_secret(s->netrc_pass);
   /* The headers may hold a secret (S3's session token): wiped too. */
   for (struct curl_slist *l = s->headers; l; l = l->next)
     if (l->data)

@@ -51,6 +51,33 @@ static int own_fd(const char *path) {
   return fd;
 }
 
+/* One of the process's own descriptors (own_fd's): written through a copy
+ * of the descriptor, at its offset (after what the process wrote and will
+ * write there), whatever it is (a file, a pipe, a terminal, a socket),
+ * never reopened, truncated, replaced or renamed over: /dev/stdout is a
+ * link in a directory shared by the whole machine, and /dev/fd/N is in
+ * /proc, where no temporary can be made. */
+static int open_own(wds_outfile *f, const char *path, int own, wds__err *e) {
+  struct stat st;
+  int fl = fcntl(own, F_GETFL);
+  if (fl < 0)
+    return wds__fail(e, WDS_ERR_OPEN, "cannot write %s: descriptor %d: %s",
+                     path, own, strerror(errno));
+  if ((fl & O_ACCMODE) == O_RDONLY)
+    return wds__fail(e, WDS_ERR_OPEN,
+                     "cannot write %s: descriptor %d is open for reading only",
+                     path, own);
+  f->fd = fcntl(own, F_DUPFD_CLOEXEC, 3);
+  if (f->fd < 0 || fstat(f->fd, &st) != 0)
+    return wds__fail(e, WDS_ERR_OPEN, "cannot write %s: %s", path,
+                     strerror(errno));
+  if (S_ISDIR(st.st_mode))
+    return wds__fail(e, WDS_ERR_OPEN, "cannot write %s: it is a directory",
+                     path);
+  f->in_place = st.st_mode & S_IFMT;
+  return WDS_OK;
+}
+
 /* WDS_OUTFILE_STREAM's regular file (PATH is none, a regular file, or a
  * symlink to one or to nothing): written in place from the start. A link
  * is removed and the file created exclusively in its place, so its target
@@ -58,18 +85,6 @@ static int own_fd(const char *path) {
 static int open_stream(wds_outfile *f, const char *path, wds__err *e) {
   struct stat lst, st;
   int excl = 0;
-  int own = own_fd(path);
-  if (own >= 0) {
-    /* /dev/stdout with stdout redirected to a file: write through a copy
-     * of the descriptor, at its offset (after what the process wrote and
-     * will write there), never truncating or replacing what it names. */
-    f->fd = fcntl(own, F_DUPFD_CLOEXEC, 3);
-    if (f->fd < 0 || fstat(f->fd, &st) != 0)
-      return wds__fail(e, WDS_ERR_OPEN, "cannot write %s: %s", path,
-                       strerror(errno));
-    f->in_place = st.st_mode & S_IFMT;
-    return WDS_OK;
-  }
   if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode)) {
     if (unlink(path) != 0)
       return wds__fail(e, WDS_ERR_OPEN,
@@ -108,6 +123,11 @@ int wds__outfile_open(const char *path, unsigned flags, wds_outfile **out,
   f->fd = -1;
   f->flags = flags;
   struct stat st, lst;
+  int own = own_fd(path);
+  if (own >= 0) {
+    rc = open_own(f, path, own, e);
+    goto done;
+  }
   /* Anything stat cannot see (ENOENT, a dangling link) is created through
    * the temporary, whose errors name the problem; so is a regular file, or
    * a symlink to one, which the rename then replaces (the link, never its
@@ -121,10 +141,10 @@ int wds__outfile_open(const char *path, unsigned flags, wds_outfile **out,
     /* A device or FIFO is written in place only when PATH names it
      * itself: a symlink to one (planted in a shared output directory,
      * say) would send the output into a disk, a terminal or another
-     * program's pipe. The process's own descriptors (/dev/stdout,
-     * /dev/fd/N) are links the caller made by redirecting. */
+     * program's pipe. (The process's own descriptors, /dev/stdout and
+     * /dev/fd/N, were taken above.) */
     int is_link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
-    if (is_link && own_fd(path) < 0) {
+    if (is_link) {
       char *real = realpath(path, NULL), shown[512];
       const char *what = S_ISFIFO(st.st_mode)  ? "FIFO"
                          : S_ISCHR(st.st_mode) ? "character device"
@@ -142,8 +162,7 @@ int wds__outfile_open(const char *path, unsigned flags, wds_outfile **out,
     }
     /* No O_CREAT: it exists, and must not turn into a new regular file.
      * O_NOFOLLOW: a link put in its place since the lstat is refused. */
-    f->fd = open(path,
-                 O_WRONLY | O_NOCTTY | O_CLOEXEC | (is_link ? 0 : O_NOFOLLOW));
+    f->fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC | O_NOFOLLOW);
     if (f->fd < 0) {
       rc = wds__fail(e, WDS_ERR_OPEN, "cannot open %s: %s", path,
                      strerror(errno));

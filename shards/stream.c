@@ -170,6 +170,16 @@ struct wds__stream {
    * were returned, the error is returned by every read after them. */
   int pending;
   wds__err pending_err;
+
+  /* Checked output (wds__stream_final): decompressed bytes returned so
+   * far (out_bytes), and how many of them are final (final_bytes): the
+   * frames, members or streams they lie in ended and passed their checks,
+   * or carry no check. zchecked: the current zstd frame has a content
+   * checksum (or is yet to be parsed); unchecked_frames counts zstd frames
+   * without one. */
+  uint64_t out_bytes, final_bytes;
+  int zchecked;
+  uint64_t unchecked_frames;
 };
 
 /* ---- the reading thread (see the top of the file) ---- */
@@ -527,6 +537,7 @@ static int open_zstd(wds__stream *s, const wds__io_opts *opts, wds__err *err) {
     return wds__fail(err, WDS_ERR_NOMEM, "out of memory (zstd)");
   s->zlast = 1;
   s->zframe_start = 1;
+  s->zchecked = 1;
   /* libzstd takes 1 KiB .. 2 GiB (64-bit): no frame needs less than the
    * minimum, and none it can decode needs more than the maximum. The exact
    * size, not a power of two (ZSTD_d_windowLogMax), so that the limit the
@@ -802,6 +813,16 @@ static int zstd_frame_start(wds__stream *s, wds__err *err) {
     return WDS_OK; /* the end, or nothing yet: no frame starts here */
   s->zhdr_len = avail < sizeof s->zhdr ? avail : sizeof s->zhdr;
   memcpy(s->zhdr, s->in + s->in_pos, s->zhdr_len);
+  /* A frame without a content checksum (zstd --no-check) carries nothing
+   * to check: its bytes are final as they come. One whose header does not
+   * parse fails in the decoder. */
+  ZSTD_frameHeader fh;
+  s->zchecked = 1;
+  if (ZSTD_getFrameHeader(&fh, s->zhdr, s->zhdr_len) == 0 &&
+      fh.frameType == ZSTD_frame && !fh.checksumFlag) {
+    s->zchecked = 0;
+    s->unchecked_frames++;
+  }
   /* compressed_bytes counts what was read from the source, peeked bytes
    * included; some of those are not consumed yet. */
   s->zframe_off = s->compressed_bytes - (s->peek_len - s->peek_pos) - avail;
@@ -862,10 +883,14 @@ static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
       s->zfull = o.pos == cap;
       if (o.pos > 0) {
         s->zlast = r;
-        if (r == 0)
+        if (r == 0) {
           s->zframe_start = 1;
+          s->final_bytes = s->out_bytes + o.pos; /* checksum verified */
+        }
         return (ssize_t)o.pos;
       }
+      if (r == 0) /* the frame ended with the last call's bytes */
+        s->final_bytes = s->out_bytes;
     }
     if (s->zframe_start) {
       int rc = zstd_frame_start(s, err);
@@ -894,8 +919,10 @@ static ssize_t zstd_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
       return fail_after(s, o.pos, zstd_error(s, r, err), err);
     s->zfull = o.pos == cap;
     s->zlast = r;
-    if (r == 0) /* a frame ended: the decoder stops at its last byte */
+    if (r == 0) { /* a frame ended: the decoder stops at its last byte */
       s->zframe_start = 1;
+      s->final_bytes = s->out_bytes + o.pos; /* checksum verified */
+    }
     if (o.pos > 0)
       return (ssize_t)o.pos;
   }
@@ -933,9 +960,10 @@ static ssize_t gzip_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
     int r = inflate(&s->gz, Z_NO_FLUSH);
     s->in_pos = s->in_len - s->gz.avail_in;
     size_t produced = (size_t)((uint8_t *)s->gz.next_out - (uint8_t *)dst);
-    if (r == Z_STREAM_END)
+    if (r == Z_STREAM_END) { /* CRC-32 and length verified */
       s->gz_member_done = 1;
-    else if (r != Z_OK && r != Z_BUF_ERROR)
+      s->final_bytes = s->out_bytes + produced;
+    } else if (r != Z_OK && r != Z_BUF_ERROR)
       return fail_after(
           s, produced,
           wds__fail(err, WDS_ERR_DECOMPRESS,
@@ -964,8 +992,9 @@ static ssize_t xz_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
     lzma_ret r = lzma_code(&s->xz, avail == 0 ? LZMA_FINISH : LZMA_RUN);
     s->in_pos = s->in_len - s->xz.avail_in;
     size_t produced = (size_t)((uint8_t *)s->xz.next_out - (uint8_t *)dst);
-    if (r == LZMA_STREAM_END) {
+    if (r == LZMA_STREAM_END) { /* the streams' checks verified */
       s->xz_done = 1;
+      s->final_bytes = s->out_bytes + produced;
       return (ssize_t)produced;
     }
     if (r == LZMA_MEMLIMIT_ERROR)
@@ -1000,7 +1029,55 @@ static ssize_t xz_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
   }
 }
 
+/* Whether the codec's output waits for a check at a frame's, member's or
+ * stream's end: zstd frames with a content checksum, gzip members (CRC-32
+ * and length), xz streams (their check); bzip2, lz4 and lzip through
+ * libarchive at the stream's end. Plain bytes, lzma-alone and compress
+ * carry no check: final as they come. */
+static int output_waits(const wds__stream *s) {
+  switch (s->codec) {
+  case CODEC_NONE:
+    return 0;
+  case CODEC_ZSTD:
+    return s->zchecked;
+  case CODEC_GZIP:
+    return 1;
+  case CODEC_XZ:
+    return strcmp(s->filter_name, "lzma") != 0;
+  case CODEC_ARCHIVE:
+    return strcmp(s->filter_name, "compress") != 0;
+  }
+  return 1;
+}
+
+static ssize_t codec_read(wds__stream *s, void *dst, size_t cap, wds__err *err);
+
 ssize_t wds__stream_read(wds__stream *s, void *dst, size_t cap, wds__err *err) {
+  ssize_t n = codec_read(s, dst, cap, err);
+  if (n > 0) {
+    s->out_bytes += (uint64_t)n;
+    if (!output_waits(s))
+      s->final_bytes = s->out_bytes;
+  } else if (n == 0 && cap > 0) {
+    s->final_bytes = s->out_bytes; /* a clean end: every check passed */
+  }
+  return n;
+}
+
+uint64_t wds__stream_out(const wds__stream *s) { return s->out_bytes; }
+
+uint64_t wds__stream_final(const wds__stream *s) { return s->final_bytes; }
+
+uint64_t wds__stream_unchecked_frames(const wds__stream *s) {
+  return s->unchecked_frames;
+}
+
+int wds__stream_unchecked_now(const wds__stream *s) {
+  return s->codec != CODEC_NONE && !output_waits(s);
+}
+
+static ssize_t codec_read(wds__stream *s, void *dst, size_t cap,
+                          wds__err *err) {
   if (cap == 0)
     return 0;
   if (s->pending) {
@@ -1036,8 +1113,11 @@ ssize_t wds__stream_skip(wds__stream *s, uint64_t n, void *scratch,
     ssize_t k = wds__source_skip(s->src, n, scratch, scratch_size, err);
     if (k == 0)
       s->src_eof = 1;
-    if (k > 0)
+    if (k > 0) {
       s->compressed_bytes += (uint64_t)k;
+      s->out_bytes += (uint64_t)k;
+      s->final_bytes = s->out_bytes;
+    }
     return k;
   }
   return wds__stream_read(s, scratch,

@@ -29,6 +29,25 @@ int wds__stream_open(const char *url, const wds__io_opts *opts,
  * an I/O error) with the message in err. */
 ssize_t wds__stream_read(wds__stream *s, void *dst, size_t cap, wds__err *err);
 
+/* Checked output. wds__stream_out: decompressed bytes returned (read or
+ * skipped) so far. wds__stream_final: how many of those are final: they
+ * lie in zstd frames, gzip members or xz/bzip2/lz4/lzip streams that ended
+ * and passed their checks (content checksum, CRC-32 and length, the
+ * stream's check), or in data that carries no check (a plain tar, a zstd
+ * frame written without a content checksum, lzma-alone, compress). The
+ * bytes between the two belong to a frame whose check is still to come:
+ * a reader that must not hand out damaged data holds them until
+ * wds__stream_final passes them (reading on: the check comes at the
+ * frame's end), or until the stream fails. A frame's check failing is an
+ * error from the read that reaches its end. */
+uint64_t wds__stream_out(const wds__stream *s);
+uint64_t wds__stream_final(const wds__stream *s);
+/* zstd frames seen without a content checksum (nothing to verify). */
+uint64_t wds__stream_unchecked_frames(const wds__stream *s);
+/* Whether the compressed bytes being decoded now carry no check (a zstd
+ * frame without a checksum, lzma-alone, compress); 0 for a plain tar. */
+int wds__stream_unchecked_now(const wds__stream *s);
+
 /* Skips up to n decompressed bytes (seeking where the source allows it):
  * returns how many (> 0), 0 at the end, or an error. */
 ssize_t wds__stream_skip(wds__stream *s, uint64_t n, void *scratch,

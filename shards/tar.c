@@ -282,6 +282,39 @@ static inline int fill_to(wds__tar *t, uint64_t end, wds__err *err) {
   return end <= t->base + t->len ? WDS_OK : fill_more(t, end, err);
 }
 
+/* wds__tar_settle: the window reads ahead at most this much at a time. */
+#define SETTLE_FILL_BYTES ((uint64_t)256 << 10)
+
+int wds__tar_settle(wds__tar *t, uint64_t end, uint64_t max_open_bytes,
+                    int *settled, wds__err *err) {
+  /* Stream bytes read ahead go to the window's end, where the next stream
+   * byte belongs whatever was skipped or read straight into a caller's
+   * buffer before (their offsets stay right: see wds__tar_read_into). */
+  while (wds__stream_final(t->stream) < end && !t->stream_eof) {
+    uint64_t open = wds__stream_out(t->stream) - wds__stream_final(t->stream);
+    uint64_t keep = t->keep < t->base ? t->base : t->keep;
+    uint64_t wend = t->base + t->len;
+    /* Fills grow with what is held (the window doubles, its compactions
+     * amortised), so holding a large frame costs a copy of it, not one
+     * per fill. */
+    uint64_t fill =
+        wend - keep > SETTLE_FILL_BYTES ? wend - keep : SETTLE_FILL_BYTES;
+    if (open >= max_open_bytes)
+      break; /* the frame is larger than the bound: not held */
+    if (fill > max_open_bytes - open)
+      fill = max_open_bytes - open;
+    if (wend + fill - keep > t->max_cap)
+      break; /* the window cannot hold more */
+    int rc = fill_more(t, wend + fill, err);
+    if (rc == WDS_EOF)
+      break;
+    if (rc != WDS_OK)
+      return rc;
+  }
+  *settled = wds__stream_final(t->stream) >= end;
+  return WDS_OK;
+}
+
 /* Moves pos to virtual target; stream bytes in between are not kept. The
  * common case, a target the window holds, is inline (skip_to). */
 static int skip_more(wds__tar *t, uint64_t target, wds__err *err) {
@@ -753,7 +786,7 @@ int wds__tar_read_into(wds__tar *t, const wds__tar_member *m, void *dst,
    * are made (populated) a piece at a time ahead of the reads, pieces
    * growing with the bytes read (at least READ_POPULATE_MIN, at most as
    * many as read so far), so a member that claims a gigabyte in a short
-   * stream costs the bytes it has, not the claim (issue 26). */
+   * stream costs the bytes it has, not the claim. */
   uint8_t *made = p;
   while (left > 0) {
     size_t want = left > SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)left;

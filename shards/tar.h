@@ -72,6 +72,18 @@ void wds__tar_hold_to(wds__tar *t, uint64_t voff);
 /* Pointer to the window byte at virtual offset voff (which must be held). */
 const uint8_t *wds__tar_view(const wds__tar *t, uint64_t voff);
 
+/* Reads ahead into the window (never past its limit) until every stream
+ * byte before stream offset end is final (wds__stream_final: its zstd
+ * frame or gzip member ended and passed its check), so that a caller hands
+ * out nothing a later check would find damaged. A failed check is the
+ * stream's error, returned here. It stops holding when the frame still
+ * open holds max_open_bytes decompressed bytes (a frame larger than that
+ * is read as it comes: *settled is 0) or the window is full; *settled is
+ * 1 when every byte before end is final. Held bytes stay in the window:
+ * later members and skips use them as usual. */
+int wds__tar_settle(wds__tar *t, uint64_t end, uint64_t max_open_bytes,
+                    int *settled, wds__err *err);
+
 /* Stream bytes consumed so far. */
 uint64_t wds__tar_offset(const wds__tar *t);
 

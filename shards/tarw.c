@@ -18,6 +18,18 @@
  * ("size" record, the ustar field then 0). tarfile's USTAR_FORMAT splits the
  * same way; its PAX_FORMAT would use pax for every long or non-ASCII name.
  *
+ * zstd output is a sequence of independent frames, each with a content
+ * checksum: a frame ends at the first member boundary after FRAME_TAR_BYTES
+ * of tar, or inside a member's data at FRAME_MAX_TAR_BYTES, so a reader
+ * can verify a frame's samples before it hands them out (wds's reader holds
+ * them until then: shards/stream.c, pipeline/reader.c) and never holds
+ * much; every zstd decoder reads the frames as one stream. No seek table:
+ * nothing in wds seeks inside a compressed shard. gzip stays one member:
+ * Python's tarfile in stream mode ("r|gz", which WebDataset uses) stops
+ * silently at the end of the first member, losing the rest of the shard,
+ * so a gzip shard's samples are verified only at its end (the reader holds
+ * up to max_unverified_bytes of it).
+ *
  * Every member has mode 0444, WebDataset TarWriter's default (and what
  * wds/writer.h promises). gzip output is one deflate stream with a header
  * set by hand (deflateSetHeader): no name, mtime 0, OS byte 3, so it does
@@ -47,6 +59,9 @@
 #define OCTAL11_LIMIT ((uint64_t)1 << 33) /* 8^11: 11 octal digits */
 #define MEMBER_MODE 0444u
 #define GZIP_OS_UNIX 3
+/* zstd frames (see the top of the file): about 1 MiB of tar each. */
+#define FRAME_TAR_BYTES ((uint64_t)1 << 20)
+#define FRAME_MAX_TAR_BYTES (4 * FRAME_TAR_BYTES)
 
 struct wds__tarw {
   int fd;
@@ -62,6 +77,7 @@ struct wds__tarw {
   gz_header gzh; /* must live as long as gz */
   uint8_t *zout; /* compressed output (zstd or gzip) */
   size_t zout_len, zout_cap;
+  uint64_t frame_tar; /* zstd: tar bytes in the current frame, sunk */
 
   uint8_t *hdr; /* WDS__TARW_HEADER_MAX bytes */
   int in_member;
@@ -194,11 +210,35 @@ static int gzip_sink(wds__tarw *w, const uint8_t *p, size_t n, int flush,
   return WDS_OK;
 }
 
+/* Ends the current zstd frame (its checksum written): the next bytes
+ * start a new one. */
+static int end_frame(wds__tarw *w, wds__err *err) {
+  int rc = zstd_sink(w, NULL, 0, ZSTD_e_end, err);
+  if (rc == WDS_OK) {
+    w->frame_tar = 0;
+    w->stats.frames++;
+  }
+  return rc;
+}
+
 static int sink(wds__tarw *w, const uint8_t *p, size_t n, wds__err *err) {
   if (n == 0)
     return WDS_OK;
+  while (w->zc && n > 0) { /* a frame ends inside a member's data past
+                              FRAME_MAX_TAR_BYTES */
+    uint64_t room = FRAME_MAX_TAR_BYTES - w->frame_tar;
+    size_t k = n < room ? n : (size_t)room;
+    int rc = zstd_sink(w, p, k, ZSTD_e_continue, err);
+    if (rc != WDS_OK)
+      return rc;
+    w->frame_tar += k;
+    p += k;
+    n -= k;
+    if (w->frame_tar >= FRAME_MAX_TAR_BYTES && (rc = end_frame(w, err)) != 0)
+      return rc;
+  }
   if (w->zc)
-    return zstd_sink(w, p, n, ZSTD_e_continue, err);
+    return WDS_OK;
   if (w->gz)
     return gzip_sink(w, p, n, Z_NO_FLUSH, err);
   return write_all(w, p, n, err);
@@ -553,7 +593,13 @@ int wds__tarw_end(wds__tarw *w, wds__err *err) {
     return rc;
   w->in_member = 0;
   w->stats.members++;
-  return WDS_OK;
+  /* A member boundary: the zstd frame ends here once it holds enough. */
+  if (w->zc && w->frame_tar + w->stage_len >= FRAME_TAR_BYTES) {
+    rc = flush_stage(w, err);
+    if (rc == WDS_OK)
+      rc = end_frame(w, err);
+  }
+  return rc;
 }
 
 int wds__tarw_add(wds__tarw *w, const char *name, const void *data,
@@ -589,7 +635,7 @@ int wds__tarw_finish(wds__tarw *w, wds__err *err) {
   if (rc == WDS_OK)
     rc = flush_stage(w, err);
   if (rc == WDS_OK && w->zc)
-    rc = zstd_sink(w, NULL, 0, ZSTD_e_end, err);
+    rc = end_frame(w, err);
   if (rc == WDS_OK && w->gz)
     rc = gzip_sink(w, NULL, 0, Z_FINISH, err);
   if (rc != WDS_OK)
@@ -650,8 +696,4 @@ uint64_t wds__tarw_member_bytes(size_t name_len, const char *name,
 uint64_t wds__tarw_finished_bytes(uint64_t tar_bytes) {
   uint64_t end = tar_bytes + 2 * BLOCK;
   return (end + RECORD_BYTES - 1) / RECORD_BYTES * RECORD_BYTES;
-}
-
-const char *wds__tarw_tmp_path(const wds__tarw *w) {
-  return w->finished ? NULL : wds_outfile_tmp_path(w->of);
 }

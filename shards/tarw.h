@@ -1,8 +1,9 @@
 /* tarw.h — streaming tar writer. Internal to wds.
  *
  * Writes POSIX ustar members (pax 'x' extension headers only when a name or
- * size does not fit), either plain, as one zstd frame or as one gzip member,
- * to a caller's file descriptor or to a path. Output is deterministic: every
+ * size does not fit), either plain, as zstd frames of about 1 MiB of tar
+ * each (content checksums on; tarw.c says why) or as one gzip member, to a
+ * caller's file descriptor or to a path. Output is deterministic: every
  * member has mode 0444 (as WebDataset's TarWriter writes), uid/gid 0, empty
  * user/group names and the same mtime, and the gzip header has no name, mtime
  * 0 and OS byte 3 (Unix), so the same members give the same bytes. The archive
@@ -62,6 +63,7 @@ typedef struct wds__tarw_stats {
   uint64_t members;
   uint64_t tar_bytes; /* uncompressed tar stream written */
   uint64_t out_bytes; /* bytes written to the file (compressed size) */
+  uint64_t frames;    /* zstd frames ended (each about 1 MiB of tar) */
 } wds__tarw_stats;
 
 /* Writes to fd, which stays the caller's (not closed). opts may be NULL.
@@ -109,10 +111,6 @@ uint64_t wds__tarw_member_bytes(size_t name_len, const char *name,
 /* The size of a finished archive whose members took tar_bytes: two zero
  * blocks added and padded to a whole 10240-byte record. */
 uint64_t wds__tarw_finished_bytes(uint64_t tar_bytes);
-
-/* Path of the file being written (the temporary name; NULL in fd mode,
- * for a target written in place, or once finished). */
-const char *wds__tarw_tmp_path(const wds__tarw *w);
 
 #define WDS__TARW_HEADER_MAX (3 * 512 + 65536 + 64)
 int wds__tarw_format_header(const char *name, uint64_t size, int64_t mtime,

@@ -228,11 +228,38 @@ static int take_lock(wds_writer *w) {
   if (!w->lock_path && !(w->lock_path = lock_path_of(w)))
     return set_error(w, WDS_ERR_NOMEM, "out of memory");
   for (int tries = 0; tries < 100; tries++) {
-    int fd =
-        open(w->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    /* O_NONBLOCK: a FIFO planted at the lock's path must not block the
+     * open (it is refused below). */
+    int fl = O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK;
+    int fd = open(w->lock_path, O_RDWR | O_CREAT | fl, 0644);
+    if (fd < 0 && errno == EACCES) {
+      /* Another user's lock file (0644 in a shared directory): flock needs
+       * no write access, so it still says whether that user writes. */
+      fd = open(w->lock_path, O_RDONLY | fl);
+      if (fd < 0 && errno == ENOENT)
+        errno = EACCES; /* no lock there: the directory refused it */
+    }
+    /* No directory (ENOENT): no shard can be written there either, and
+     * the shard's own open, next, says so naming the shard (take_lock runs
+     * again before each shard until it holds the lock). Any other lock
+     * that cannot be taken is an error: skipping it would let two writers
+     * both succeed and leave one mixed shard set. */
+    if (fd < 0 && errno == ENOENT)
+      return WDS_OK;
     if (fd < 0)
-      return WDS_OK; /* no directory, no permission...: the shard's own
-                        open says what is wrong, naming the shard */
+      return set_error(w, WDS_ERR_OPEN,
+                       "%s%%d%s: cannot open the pattern's lock file %s: %s "
+                       "(one writer per pattern: a lock that cannot be taken "
+                       "is not skipped)",
+                       w->prefix, w->suffix, w->lock_path, strerror(errno));
+    struct stat ls;
+    if (fstat(fd, &ls) != 0 || !S_ISREG(ls.st_mode)) {
+      close(fd);
+      return set_error(w, WDS_ERR_OPEN,
+                       "%s%%d%s: cannot use the pattern's lock file %s: it "
+                       "is not a regular file",
+                       w->prefix, w->suffix, w->lock_path);
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
       int en = errno;
       char pid[32] = "";

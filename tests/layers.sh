@@ -41,11 +41,12 @@ forbid python 'base/|shards/|pipeline/|loader/|trainer/|tools/' \
   'an internal header (the extension uses the public API, include/wds/, only)'
 
 # The loader's mutex is taken through wds__loader_lock, _unlock, _wait and
-# _timedwait (loader/internal.h), so that assertion builds know its owner
-# (WDS__ASSERT_LOCKED, base/assert.h): no other file locks or waits on
+# _timedwait (loader/handle.h), so that assertion builds know its owner
+# (WDS__ASSERT_LOCKED in loader/handle.h, over base/assert.h's
+# WDS__ASSERT_OWNED): no other file locks or waits on
 # l->mu raw.
 hits=$(grep -rnE "pthread_(mutex_(lock|trylock|unlock)|cond_(timed)?wait)\(&([a-z_]+->)*l->(mu|cv)\b" \
-         "$root/loader" --include='*.c' --include='*.h' --exclude=internal.h || true)
+         "$root/loader" --include='*.c' --include='*.h' --exclude=handle.h || true)
 if [ -n "$hits" ]; then
   echo "layers: the loader's mutex taken raw (use wds__loader_lock and friends):"
   echo "$hits" | sed "s|^$root/|  |"
@@ -54,11 +55,14 @@ fi
 
 # The feeds and the counting pass read the loader through their context
 # structs (wds__feed_ctx, wds__count_ctx), and mix.c's sources part works
-# on a wds__sources: none of these files names the handle.
-hits=$(grep -nw "wds_loader" "$root/loader/feed.c" "$root/loader/count.c" \
-         "$root/loader/mix.c" || true)
+# on a wds__sources: the compiler keeps them to it, as struct wds_loader is
+# in loader/handle.h, which feed.c, count.c and mix.c do not include (nor
+# does any loader header: checked here), so a use of the handle's fields
+# there does not compile.
+hits=$(grep -n '#include "loader/handle.h"' "$root/loader/feed.c" "$root/loader/count.c" \
+         "$root/loader/mix.c" "$root"/loader/*.h || true)
 if [ -n "$hits" ]; then
-  echo "layers: feed.c, count.c and mix.c see the loader through their views, not wds_loader:"
+  echo "layers: feed.c, count.c and mix.c (and the loader's headers) must not include loader/handle.h:"
   echo "$hits" | sed "s|^$root/|  |"
   bad=1
 fi

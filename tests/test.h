@@ -5,8 +5,14 @@
  *
  * A failed assertion prints both values with file and line, marks the test
  * failed and returns from it (CHECK_*: jumps to the test's `done:` label,
- * its teardown, instead). test_summary() prints "N passed, N failed" and
- * returns the process exit status. */
+ * its teardown, instead). A test that cannot run here says why with
+ * SKIP("reason") and returns; RUN_SKIPPED(name, "reason") counts a test not
+ * run at all (a part the build lacks). Each test prints one line: "ok   name",
+ * "FAIL name" or "SKIP name: reason". test_summary() prints
+ * "N passed, N failed, N skipped" and returns the process exit status: 1 on a
+ * failure, 77 when every test skipped (ctest's SKIP_RETURN_CODE, set for
+ * every unit test: the whole binary is then reported as skipped), else 0.
+ * scripts/ctest-skips.py lists the SKIP lines after a run. */
 #ifndef WDS_TESTS_TEST_H
 #define WDS_TESTS_TEST_H
 
@@ -16,21 +22,58 @@
 #include <string.h>
 #include <time.h>
 
-static int test_passed_, test_failed_, test_cur_failed_;
+static int test_passed_, test_failed_, test_skipped_, test_cur_failed_;
+/* The running test's reason to skip ("" while it runs or passes). */
+static char test_cur_skip_[1024];
 
 #define TEST(name) static void name(void)
 
 #define RUN(name)                                                              \
   do {                                                                         \
     test_cur_failed_ = 0;                                                      \
+    test_cur_skip_[0] = '\0';                                                  \
     name();                                                                    \
     if (test_cur_failed_) {                                                    \
       test_failed_++;                                                          \
       printf("FAIL %s\n", #name);                                              \
+    } else if (test_cur_skip_[0]) {                                            \
+      test_skipped_++;                                                         \
+      printf("SKIP %s: %s\n", #name, test_cur_skip_);                          \
     } else {                                                                   \
       test_passed_++;                                                          \
       printf("ok   %s\n", #name);                                              \
     }                                                                          \
+    fflush(stdout);                                                            \
+  } while (0)
+
+/* SKIP("why", ...): the test cannot run here (a build without the feature,
+ * one GPU where it needs two); it returns, counted as skipped, not passed. */
+#define SKIP(...)                                                              \
+  do {                                                                         \
+    snprintf(test_cur_skip_, sizeof test_cur_skip_, __VA_ARGS__);              \
+    if (!test_cur_skip_[0])                                                    \
+      snprintf(test_cur_skip_, sizeof test_cur_skip_, "(no reason given)");    \
+    return;                                                                    \
+  } while (0)
+
+/* RUN_IF(cond, name, "why", ...): RUN(name) when cond holds, else as
+ * RUN_SKIPPED (a part of the build that is missing: libcurl). */
+#define RUN_IF(cond, name, ...)                                                \
+  do {                                                                         \
+    if (cond)                                                                  \
+      RUN(name);                                                               \
+    else                                                                       \
+      RUN_SKIPPED(name, __VA_ARGS__);                                          \
+  } while (0)
+
+/* RUN_SKIPPED(name, "why", ...): a test this binary does not run at all. */
+#define RUN_SKIPPED(name, ...)                                                 \
+  do {                                                                         \
+    (void)name;                                                                \
+    test_skipped_++;                                                           \
+    printf("SKIP %s: ", #name);                                                \
+    printf(__VA_ARGS__);                                                       \
+    printf("\n");                                                              \
     fflush(stdout);                                                            \
   } while (0)
 
@@ -139,8 +182,11 @@ static inline double test_now_s(void) {
 }
 
 static inline int test_summary(void) {
-  printf("%d passed, %d failed\n", test_passed_, test_failed_);
-  return test_failed_ ? 1 : 0;
+  printf("%d passed, %d failed, %d skipped\n", test_passed_, test_failed_,
+         test_skipped_);
+  if (test_failed_)
+    return 1;
+  return test_skipped_ && !test_passed_ ? 77 : 0;
 }
 
 #endif

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/assert.h"
+#include "loader/handle.h"
 #include "loader/shuffle.h"
 #include "test.h"
 
@@ -109,10 +110,8 @@ static void move_skipping_ready(void) {
 }
 
 TEST(false_assertion_aborts_with_its_place) {
-  if (!WDS__ASSERT_ON) {
-    printf("  SKIP: assertions are off in this build (on: -DWDS_ASSERT=ON)\n");
-    return;
-  }
+  if (!WDS__ASSERT_ON)
+    SKIP("assertions are off in this build (on: -DWDS_ASSERT=ON)");
   trip(); /* true: sets trip_line */
   trip_arg = 1;
   char line[32];
@@ -124,10 +123,8 @@ TEST(false_assertion_aborts_with_its_place) {
 }
 
 TEST(library_invariants_abort) {
-  if (!WDS__ASSERT_ON) {
-    printf("  SKIP: assertions are off in this build (on: -DWDS_ASSERT=ON)\n");
-    return;
-  }
+  if (!WDS__ASSERT_ON)
+    SKIP("assertions are off in this build (on: -DWDS_ASSERT=ON)");
   ASSERT_DIES_WITH(overfill_shuffle, "shuffle.h:", "wds__shuffle_add",
                    "assertion failed: sh->len < sh->cap");
   ASSERT_DIES_WITH(move_unlocked, "loader.c:", "wds__slot_set",

@@ -252,6 +252,29 @@ TEST(topology_one_rule) {
   ASSERT_TRUE(t.launcher == WDS__LAUNCHER_OMPI && t.rank == 2 &&
               t.world_size == 4 && t.local_rank == 0 &&
               t.local_world_size == 2);
+  ASSERT_STREQ(t.rank_var, "OMPI_COMM_WORLD_RANK");
+  ASSERT_STREQ(t.size_var, "OMPI_COMM_WORLD_SIZE");
+  /* MPICH's Hydra (and srun --mpi=pmi2): PMI_RANK, PMI_SIZE. */
+  const char *pmi[] = {"PMI_RANK=1", "PMI_SIZE=3", "PMIX_RANK=1", NULL};
+  ASSERT_EQ_INT(topo(&t, &e, pmi), WDS_OK);
+  ASSERT_TRUE(t.launcher == WDS__LAUNCHER_PMI && t.rank == 1 &&
+              t.world_size == 3 && t.local_rank == -1);
+  ASSERT_STREQ(t.rank_var, "PMI_RANK");
+  /* A PMIx launch gives its size through a launcher's variables. */
+  const char *pmix[] = {"PMIX_RANK=1", "SLURM_PROCID=1", "SLURM_NTASKS=2",
+                        NULL};
+  ASSERT_EQ_INT(topo(&t, &e, pmix), WDS_OK);
+  ASSERT_TRUE(t.launcher == WDS__LAUNCHER_SLURM && t.rank == 1 &&
+              t.world_size == 2);
+  /* PMIX_RANK=0 alone is rank 0 (of one, or the others are refused). */
+  const char *pmix0[] = {"PMIX_RANK=0", NULL};
+  ASSERT_EQ_INT(topo(&t, &e, pmix0), WDS_OK);
+  ASSERT_TRUE(t.launcher == WDS__LAUNCHER_NONE && t.rank == 0 &&
+              t.world_size == 1 && t.rank_var == NULL);
+  /* A batch script's SLURM_PROCID without SLURM_NTASKS: no launcher. */
+  const char *batch[] = {"SLURM_PROCID=0", NULL};
+  ASSERT_EQ_INT(topo(&t, &e, batch), WDS_OK);
+  ASSERT_TRUE(t.launcher == WDS__LAUNCHER_NONE);
   static const struct {
     const char *vars[5];
     const char *want;
@@ -267,6 +290,14 @@ TEST(topology_one_rule) {
       {{"SLURM_PROCID=8", "SLURM_NTASKS=8", NULL}, "SLURM_PROCID='8'"},
       {{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=0", NULL},
        "OMPI_COMM_WORLD_SIZE='0'"},
+      /* A rank of a job whose size nothing gives: every process would
+       * take itself for rank 0 of 1, each a duplicate of the job. */
+      {{"PMI_RANK=1", NULL},
+       "PMI_RANK='1' is set but PMI_SIZE is not: a rank of a job of unknown "
+       "size"},
+      {{"OMPI_COMM_WORLD_RANK=1", NULL}, "OMPI_COMM_WORLD_SIZE is not"},
+      {{"PMI_RANK=3", "PMI_SIZE=3", NULL}, "PMI_RANK='3'"},
+      {{"PMIX_RANK=1", NULL}, "PMIX_RANK='1' names a process of a PMIx"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     ASSERT_EQ_INT(topo(&t, &e, bad[i].vars), WDS_ERR_INVALID);

@@ -1,4 +1,4 @@
-/* test_cache.c — the local shard cache's parts without a server (issue 15):
+/* test_cache.c — the local shard cache's parts without a server:
  * SHA-256, entry names, filling (commit, abort, short or over-long
  * entries), LRU eviction (open entries and the new one kept), stale
  * temporary files, a cache that cannot be written, and threads filling one

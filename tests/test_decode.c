@@ -1,7 +1,7 @@
 /* test_decode.c — the field decoders (pipeline/decode.h): integers, .npy
  * parsing and copying, wds_npy_save, image errors, crop geometry and the
  * random crop's determinism, on inputs built here (TurboJPEG and a small
- * PNG writer over zlib); and recovery (issue 10): after any bad input, and
+ * PNG writer over zlib); and recovery: after any bad input, and
  * whatever it decoded before, a decoder gives a fresh decoder's bytes (the
  * fuzz corpus's images, .npy and integers, cut and changed).
  *
@@ -858,8 +858,8 @@ TEST(image_not_image_message) {
 /* Known-good inputs of every decoder (corpus files and generated images)
  * and the bytes a fresh decoder makes of each with each option set. Every
  * later decode of them, by a decoder that has just failed on a bad input,
- * must give the same bytes (issue 10: a JPEG cut in its headers left the
- * TurboJPEG handle mid-header, and the next good JPEGs failed). */
+ * must give the same bytes: this guards against a decoder left mid-header
+ * by a JPEG cut in its headers, which made the next good JPEGs fail. */
 enum { KIND_IMAGE, KIND_NPY, KIND_INT, N_OPTS = 3, MAX_GOOD = 20 };
 
 typedef struct good_input {

@@ -1,5 +1,5 @@
 /* test_decode_recovery.c — bad images do not spoil the good ones after them
- * in the loader's workers (issue 10).
+ * in the loader's workers.
  *
  * Each worker thread keeps one decoder for all its samples. A shard set is
  * written (public writer) with good JPEGs and PNGs from the fuzz corpus and

@@ -667,11 +667,10 @@ TEST(a_shard_replaced_before_the_read) {
 /* A shard rewritten in place with the same size between scan and read
  * (same inode, same size, other bytes): the deferred read is an error
  * naming the shard, sample, field and offset and saying the file changed,
- * never the new file's bytes under the old one's keys and labels (issue 26
- * item 5); under skip the shard's deferred rows are invalid and the other
- * shard's arrive. A touch (a new mtime, the bytes unchanged) cannot be
- * told from such a rewrite by anything but the bytes, so it is refused
- * the same way. */
+ * never the new file's bytes under the old one's keys and labels; under skip
+ * the shard's deferred rows are invalid and the other shard's arrive. A touch
+ * (a new mtime, the bytes unchanged) cannot be told from such a rewrite by
+ * anything but the bytes, so it is refused the same way. */
 TEST(a_shard_rewritten_in_place_or_touched_before_the_read) {
   static shardset s2;
   ASSERT_EQ_INT(make_set(&s2, "rewrite", 2, 20), 0);
@@ -833,11 +832,9 @@ TEST(auto_reads_an_uncached_file_in_the_stream) {
   posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   int resident = file_resident(fd);
   close(fd);
-  if (resident) {
-    printf("  SKIP: the kernel kept the file's pages after DONTNEED; the "
-           "uncached case is not checked\n");
-    return;
-  }
+  if (resident)
+    SKIP("the kernel kept the file's pages after DONTNEED; the uncached case "
+         "is not checked");
   wds_loader_config c = cfg_of(&s1);
   c.shuffle_buffer = 100;
   out o;

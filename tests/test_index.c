@@ -120,7 +120,7 @@ TEST(remote_identity_lookup) {
   ASSERT_CONTAINS(e.msg, "are the same file \"http://h/a.tar\"");
 }
 
-/* Secrets (issue 26, item 8): wds_index_url_for writes a remote URL
+/* Secrets: wds_index_url_for writes a remote URL
  * without them, and a lookup matches by identity, in which they do not
  * count: the redacted entry serves the URL with its secrets and with new
  * ones; messages name no secret; local paths are never rewritten. */
@@ -595,7 +595,7 @@ TEST(bad_samples_json) {
   }
 }
 
-/* Issue 10: counts are untrusted. What an entry contradicts itself with
+/* An index's counts are not trusted. What an entry contradicts itself with
  * (tar_bytes, the "samples" list) is a format error naming the entry. */
 TEST(counts_bounded_by_the_entry) {
   wds__index ix;

@@ -1,5 +1,5 @@
 /* test_index_bounds.c — the loader's exact mode with an index it cannot
- * trust (issue 10): a count of 0 for a shard that has samples, counts no
+ * trust: a count of 0 for a shard that has samples, counts no
  * shard or data set can hold, counts that contradict the index's own
  * tar_bytes and sample lists, the numbers the errors give when a count is
  * wrong by a plausible amount, and the read that checks a count of 0
@@ -167,8 +167,8 @@ static int open_only(wds_loader_config c, const shardset *s, char *err,
 /* ---- tests ---- */
 
 TEST(zero_count_for_a_shard_with_samples) {
-  /* Issue 10: "nsamples": 0 dropped a whole shard silently, even under
-   * --on-error stop: no plan has a piece of it, so nothing read it. */
+  /* Guards against "nsamples": 0 dropping a whole shard silently, even
+   * under --on-error stop (no plan had a piece of it, so nothing read it). */
   uint64_t counts[3] = {6, 6, 6};
   shardset s;
   ASSERT_EQ_INT(make_shards(&s, 3, counts, WDS__TARW_NONE), 0);
@@ -244,9 +244,10 @@ TEST(the_zero_count_check_obeys_the_timeout_and_the_interrupt) {
 }
 
 TEST(counts_no_shard_can_hold) {
-  /* Issue 10: 2^64-1 wrapped the total; 10^15 under skip made invalid
-   * filler batches without end. Both are refused at open, naming the
-   * index and the shard, whatever the error policy. */
+  /* Guards against counts that wrap or never end: 2^64-1 wrapped the
+   * total; 10^15 under skip made invalid filler batches without end. Both are
+   * refused at open, naming the index and the shard, whatever the error policy.
+   */
   uint64_t counts[2] = {6, 6};
   shardset s;
   ASSERT_EQ_INT(make_shards(&s, 2, counts, WDS__TARW_NONE), 0);

@@ -1,5 +1,5 @@
 /* test_memory.c — memory follows the bytes read and a stated per-image
- * budget, never what input claims (issue 26 item 4).
+ * budget, never what input claims.
  *
  * Each case runs in a child process and is measured, not timed: the
  * child's peak resident size (wait4's ru_maxrss) against a generous bound

@@ -170,6 +170,20 @@ TEST(bounds_and_messages) {
           "days), not \"-1\"");
   REFUSED("--read-timeout", "2073601", "--read-timeout");
   REFUSED("--read-timeout", "nan", "--read-timeout");
+  /* seconds in decimal, without a sign: strtod took
+   * hex, signs, exponents, infinity and blanks */
+  REFUSED("--read-timeout", "0x10", "--read-timeout", "\"0x10\"");
+  REFUSED("--read-timeout", "-0", "--read-timeout", "\"-0\"");
+  REFUSED("--read-timeout", "+5", "--read-timeout");
+  REFUSED("--read-timeout", "1e3", "--read-timeout");
+  REFUSED("--read-timeout", " 5", "--read-timeout");
+  REFUSED("--read-timeout", "5 ", "--read-timeout");
+  REFUSED("--read-timeout", "inf", "--read-timeout");
+  REFUSED("--read-timeout", ".", "--read-timeout");
+  REFUSED("--read-timeout", "", "--read-timeout");
+  REFUSED("--read-timeout", "1.2.3", "--read-timeout");
+  REFUSED("read_timeout_ms", "0x10", "read_timeout_ms");
+  REFUSED("read_timeout_ms", "-0", "read_timeout_ms");
   REFUSED("read_timeout_ms", "1.5", "read_timeout_ms needs milliseconds");
   REFUSED("read_timeout_ms", "-5", "read_timeout_ms");
   REFUSED("drop_last", "yes", "drop_last needs 1 or 0");
@@ -210,6 +224,10 @@ TEST(units_and_special_values) {
   ASSERT_EQ_INT(c.read_timeout_ms, 2500);
   ASSERT_EQ_INT(wds_loader_config_set(&c, "--read-timeout", "0.0001"), WDS_OK);
   ASSERT_EQ_INT(c.read_timeout_ms, 1);
+  ASSERT_EQ_INT(wds_loader_config_set(&c, "--read-timeout", ".5"), WDS_OK);
+  ASSERT_EQ_INT(c.read_timeout_ms, 500);
+  ASSERT_EQ_INT(wds_loader_config_set(&c, "--read-timeout", "7."), WDS_OK);
+  ASSERT_EQ_INT(c.read_timeout_ms, 7000);
   ASSERT_EQ_INT(wds_loader_config_set(&c, "--read-timeout", "0"), WDS_OK);
   ASSERT_EQ_INT(c.read_timeout_ms, -1);
   ASSERT_EQ_INT(wds_loader_config_set(&c, "read_timeout_ms", "750"), WDS_OK);
@@ -268,6 +286,77 @@ TEST(help_lines_fit) {
   }
 }
 
+/* cfg breaks one rule: check names the options as the naming says. */
+static int breaks(const wds_loader_config *cfg, const char *by_keyword,
+                  const char *by_flag) {
+  int ok = 1;
+  if (wds_loader_config_check(cfg, WDS_OPTION_NAMES_KEYWORD) !=
+          WDS_ERR_INVALID ||
+      !strstr(wds_last_error(), by_keyword)) {
+    printf("  keyword naming: want \"%s\", got \"%s\"\n", by_keyword,
+           wds_last_error());
+    ok = 0;
+  }
+  if (wds_loader_config_check(cfg, WDS_OPTION_NAMES_FLAG) != WDS_ERR_INVALID ||
+      !strstr(wds_last_error(), by_flag)) {
+    printf("  flag naming: want \"%s\", got \"%s\"\n", by_flag,
+           wds_last_error());
+    ok = 0;
+  }
+  return ok;
+}
+
+/* The rules between options: one check, each rule naming its options as
+ * the caller names them (the CLI's flags or the Python keywords). */
+TEST(rules_between_options) {
+  wds_loader_config c = WDS_LOADER_CONFIG_INIT;
+  ASSERT_EQ_INT(wds_loader_config_check(&c, WDS_OPTION_NAMES_FLAG), WDS_OK);
+  c.mode = WDS_MODE_RESAMPLED;
+  ASSERT_TRUE(breaks(&c, "mode=\"resampled\" needs samples_per_epoch",
+                     "--mode resampled needs --samples-per-epoch"));
+  c.samples_per_epoch = 100;
+  ASSERT_EQ_INT(wds_loader_config_check(&c, WDS_OPTION_NAMES_FLAG), WDS_OK);
+  c.mode = WDS_MODE_EXACT;
+  ASSERT_TRUE(breaks(&c, "samples_per_epoch is not used in mode=\"exact\"",
+                     "--samples-per-epoch is not used in --mode exact"));
+  c.samples_per_epoch = 0;
+  c.index_path = "ix.json";
+  wds_source_config src[1] = {{.spec = "a.tar"}};
+  c.sources = src;
+  c.source_count = 1;
+  ASSERT_TRUE(breaks(&c, "index with sources: give each source its own index",
+                     "--index with --source: give each source its own index "
+                     "(--source SPEC:index=FILE)"));
+  c.sources = NULL;
+  c.source_count = 0;
+  ASSERT_EQ_INT(wds_loader_config_check(&c, WDS_OPTION_NAMES_FLAG), WDS_OK);
+  c.mode = WDS_MODE_PLAIN;
+  ASSERT_TRUE(breaks(&c, "index is only used in mode=\"exact\"",
+                     "--index is only used in --mode exact"));
+  c.index_path = NULL;
+  size_t sizes[3] = {4, 2, 2};
+  c.rank_batch_sizes = sizes;
+  c.rank_batch_size_count = 3;
+  ASSERT_TRUE(breaks(&c, "rank_batch_sizes needs mode=\"exact\" or resampled",
+                     "--rank-batch-sizes needs --mode exact or resampled"));
+  c.mode = WDS_MODE_EXACT;
+  c.world_size = 2;
+  ASSERT_TRUE(breaks(&c, "rank_batch_sizes gives 3 ranks, but world_size is 2",
+                     "--rank-batch-sizes gives 3 ranks, but --world is 2"));
+  c.rank_batch_sizes = NULL;
+  c.rank_batch_size_count = 0;
+  c.rank = 2;
+  ASSERT_TRUE(breaks(&c, "rank 2 is not below world_size 2",
+                     "--rank 2 is not below --world 2"));
+  c.rank = 1;
+  c.shuffle_buffer = 4;
+  c.shuffle_initial = 9;
+  ASSERT_TRUE(breaks(&c, "shuffle_initial 9 is larger than shuffle_buffer 4",
+                     "--shuffle-initial 9 is larger than --shuffle-buffer 4"));
+  c.shuffle_initial = 4;
+  ASSERT_EQ_INT(wds_loader_config_check(&c, WDS_OPTION_NAMES_KEYWORD), WDS_OK);
+}
+
 int main(void) {
   RUN(every_row_is_settable_by_name_and_by_flag);
   RUN(names_and_flags_are_unique);
@@ -275,5 +364,6 @@ int main(void) {
   RUN(enum_names);
   RUN(units_and_special_values);
   RUN(help_lines_fit);
+  RUN(rules_between_options);
   return test_summary();
 }

@@ -658,7 +658,7 @@ static size_t zstd_raw_frame(uint8_t *out, const uint8_t *data, size_t n,
 }
 
 TEST(zstd_window_limit_is_named_and_can_be_raised) {
-  /* Issue 10: a valid `zstd --long=31` shard was refused as "corrupt zstd
+  /* Guards against a valid `zstd --long=31` shard refused as "corrupt zstd
    * data". Now: WDS_ERR_LIMIT with the frame's window, the limit and the
    * option; max_window_bytes raises it (and lowers it). */
   tb b = {0};
@@ -912,8 +912,8 @@ TEST(pax_and_gnu_corner_cases_match_tarfile) {
 }
 
 TEST(nul_in_extension_names_is_an_error) {
-  /* Issue 10: a pax path "a\0b.txt" dropped the member silently (its name
-   * was cut to "a", which has no extension); Python's tarfile keeps it. */
+  /* Guards against a pax path "a\0b.txt" dropping the member silently (its
+   * name cut to "a", which has no extension); Python's tarfile keeps it. */
   tb b = {0};
   tb_file(&b, "first.txt", "1");
   tb_pax_bytes(&b, 'x', "path", "a\0b.txt", 7);

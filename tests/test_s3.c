@@ -404,17 +404,21 @@ int main(void) {
   RUN(missing_credentials_are_named);
   RUN(listings_are_recognised);
   RUN(xml_is_parsed);
-  if (!wds__http_available()) {
-    printf("SKIP: built without libcurl: no listing against a server\n");
-  } else {
+  /* The tests against a local server need libcurl: without it each is
+   * counted as skipped. */
+  int curl = wds__http_available();
+  if (curl) {
     silent_start();
     if (silent_port <= 0)
       return 1;
-    RUN(a_listing_obeys_the_read_timeout);
-    RUN(a_cancel_ends_a_stalled_listing);
-    RUN(the_reader_and_the_loader_list_with_their_read_timeout);
-    RUN(the_reader_and_the_loader_list_under_their_interrupt_check);
-    close(silent_fd);
   }
+  RUN_IF(curl, a_listing_obeys_the_read_timeout, "built without libcurl");
+  RUN_IF(curl, a_cancel_ends_a_stalled_listing, "built without libcurl");
+  RUN_IF(curl, the_reader_and_the_loader_list_with_their_read_timeout,
+         "built without libcurl");
+  RUN_IF(curl, the_reader_and_the_loader_list_under_their_interrupt_check,
+         "built without libcurl");
+  if (curl)
+    close(silent_fd);
   return test_summary();
 }

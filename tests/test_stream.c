@@ -253,6 +253,104 @@ TEST(a_corrupt_frame_in_the_middle) {
   free(d);
 }
 
+/* wds__stream_final: the output is final only once its frame or member
+ * passed its check. Three zstd frames (the middle one without a checksum:
+ * final as it comes), then two gzip members, read in small pieces with and
+ * without the thread: final stays at the previous frame's end inside a
+ * checked frame, reaches its end exactly when the frame does, and equals
+ * the output at the end. A damaged frame: nothing of it is ever final. */
+TEST(final_output_follows_the_checks) {
+  size_t n = 300000;
+  uint8_t *d = make_data(n, 9);
+  size_t cap = 3 * ZSTD_compressBound(n) + 64;
+  uint8_t *z = malloc(cap);
+  size_t a = zframe(z, cap, d, n);
+  ZSTD_CCtx *c = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 0);
+  size_t b = ZSTD_compress2(c, z + a, cap - a, d, n);
+  ZSTD_freeCCtx(c);
+  ASSERT_TRUE(!ZSTD_isError(b));
+  size_t e = zframe(z + a + b, cap - a - b, d, n);
+  ASSERT_TRUE(a && e);
+  char *zp = save("final.zst", z, a + b + e);
+  z[a + b + e / 2] ^= 0x20; /* the third frame damaged */
+  char *bad = save("final-bad.zst", z, a + b + e);
+  /* gzip: two members */
+  size_t gn = 0;
+  for (int m = 0; m < 2; m++) {
+    z_stream g;
+    memset(&g, 0, sizeof g);
+    ASSERT_EQ_INT(
+        deflateInit2(&g, 6, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    g.next_in = d;
+    g.avail_in = (uInt)n;
+    g.next_out = z + gn;
+    g.avail_out = (uInt)(cap - gn);
+    ASSERT_EQ_INT(deflate(&g, Z_FINISH), Z_STREAM_END);
+    gn = cap - g.avail_out;
+    deflateEnd(&g);
+  }
+  char *gp = save("final.gz", z, gn);
+  free(z);
+  const char *urls[3] = {zp, gp, bad};
+  for (int thread = -1; thread <= 1; thread += 2) {
+    for (int u = 0; u < 3; u++) {
+      wds__stream_read_thread = thread;
+      wds__stream *s;
+      wds__err err;
+      ASSERT_EQ_INT(wds__stream_open(urls[u], NULL, &s, &err), WDS_OK);
+      uint8_t buf[3000];
+      ssize_t k;
+      uint64_t out = 0;
+      int ok = 1;
+      while ((k = wds__stream_read(s, buf, sizeof buf, &err)) > 0) {
+        out += (uint64_t)k;
+        uint64_t f = wds__stream_final(s);
+        /* [lo, hi]: at a frame's last byte its check may be still to
+         * come (it is read with the next call). */
+        uint64_t lo, hi;
+        if (u == 1) { /* gzip: each member at its end */
+          lo = out <= n ? 0 : n;
+          hi = out < n ? 0 : out <= n ? n : out < 2 * n ? n : 2 * n;
+        } else if (out <= n) { /* zstd: checked, unchecked, checked */
+          lo = 0;
+          hi = out < n ? 0 : n;
+        } else if (out <= 2 * n) {
+          lo = hi = out;
+        } else {
+          lo = 2 * n;
+          hi = out < 3 * n ? 2 * n : 3 * n;
+        }
+        if (wds__stream_out(s) != out || f < lo || f > hi) {
+          TEST_FAIL_("url %d, thread %d: after %llu bytes final %llu, want "
+                     "%llu..%llu",
+                     u, thread, (unsigned long long)out, (unsigned long long)f,
+                     (unsigned long long)lo, (unsigned long long)hi);
+          ok = 0;
+          break;
+        }
+      }
+      if (ok && u < 2 && (k != 0 || wds__stream_final(s) != out))
+        TEST_FAIL_("url %d: end %zd, final %llu of %llu", u, k,
+                   (unsigned long long)wds__stream_final(s),
+                   (unsigned long long)out);
+      if (ok && u == 2 &&
+          (k != WDS_ERR_DECOMPRESS || wds__stream_final(s) != 2 * n))
+        TEST_FAIL_("damaged: end %zd, final %llu", k,
+                   (unsigned long long)wds__stream_final(s));
+      if (u == 0 && wds__stream_unchecked_frames(s) != 1)
+        TEST_FAIL_("unchecked frames %llu",
+                   (unsigned long long)wds__stream_unchecked_frames(s));
+      wds__stream_close(s);
+    }
+  }
+  wds__stream_read_thread = 0;
+  free(zp);
+  free(gp);
+  free(bad);
+  free(d);
+}
+
 /* A gzip member whose trailer CRC is flipped, or whose data has a flipped
  * byte; an xz stream and a zstd frame with a flipped byte: larger than the
  * ring, so the thread lends the decoder up to 1 MiB at a time where the
@@ -626,6 +724,7 @@ int main(void) {
   RUN(every_codec_reads_the_same_with_the_thread);
   RUN(a_cut_inside_a_frame_delivers_every_byte_before_it);
   RUN(a_corrupt_frame_in_the_middle);
+  RUN(final_output_follows_the_checks);
   RUN(damage_is_reported_at_the_same_byte_with_the_thread);
   RUN(many_small_frames_skippable_frames_and_large_frames);
   RUN(window_limit_and_drain_are_unchanged);

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader */
+#include <zstd.h>
 
 #include "shards/stream.h"
 #include "shards/tar.h"
@@ -199,6 +201,29 @@ static int check_with_reader(const char *path) {
   return ok;
 }
 
+/* Reads path with the public reader: n samples, none unverified. */
+static int check_with_reader_count(const char *path, int n) {
+  wds_reader_config cfg = WDS_READER_CONFIG_INIT;
+  const char *urls[1] = {path};
+  cfg.urls = urls;
+  cfg.url_count = 1;
+  wds_reader *r;
+  if (wds_reader_open(&cfg, &r) != WDS_OK)
+    return 0;
+  int i = 0, rc;
+  const wds_sample *s;
+  while ((rc = wds_reader_next(r, &s)) == WDS_OK)
+    i++;
+  wds_reader_stats st;
+  wds_reader_stats_get(r, &st);
+  if (rc != WDS_EOF || i != n || st.unverified_samples != 0)
+    printf("  %d samples (%d wanted), %llu unverified: %s\n", i, n,
+           (unsigned long long)st.unverified_samples,
+           rc != WDS_EOF ? wds_last_error() : "");
+  wds_reader_close(r);
+  return rc == WDS_EOF && i == n && st.unverified_samples == 0;
+}
+
 /* The names a listing tool prints, one per line, must be ours in order. */
 static int check_listing(const char *tool, const char *path) {
   char cmd[1024];
@@ -307,6 +332,75 @@ TEST(zstd_round_trip) {
              path, path, plain);
     ASSERT_EQ_INT(system(cmd), 0);
   }
+}
+
+/* zstd output is a sequence of frames of about 1 MiB of tar, each with a
+ * content checksum, each starting on a member's header, but for one that
+ * splits a member larger than 4 MiB; together, the plain archive. */
+TEST(zstd_frames) {
+  char path[512];
+  path_in(path, sizeof path, "frames.tar.zst");
+  wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
+  o.compression = WDS__TARW_ZSTD;
+  wds__tarw *w = NULL;
+  wds__err err;
+  ASSERT_EQ_INT(wds__tarw_open_path(path, &o, &w, &err), WDS_OK);
+  size_t big = (size_t)9 << 20, small = 20000;
+  uint8_t *data = malloc(big + 200 * 100);
+  ASSERT_TRUE(data != NULL);
+  fill_random(data, big + 200 * 100);
+  int rc = WDS_OK;
+  char name[64];
+  for (int i = 0; rc == WDS_OK && i < 200; i++) {
+    snprintf(name, sizeof name, "s%04d.bin", i);
+    rc = wds__tarw_add(w, name, data + (size_t)i * 100, i == 100 ? big : small,
+                       &err);
+  }
+  if (rc == WDS_OK)
+    rc = wds__tarw_finish(w, &err);
+  wds__tarw_stats st;
+  wds__tarw_stats_get(w, &st);
+  wds__tarw_close(w);
+  free(data);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  size_t n = 0;
+  uint8_t *z = test_read_file(path, &n);
+  ASSERT_TRUE(z != NULL);
+  uint8_t *tar = malloc(st.tar_bytes);
+  size_t at = 0, out = 0, frames = 0, split = 0;
+  while (at < n) {
+    ZSTD_frameHeader fh;
+    size_t fsz = ZSTD_findFrameCompressedSize(z + at, n - at);
+    CHECK(!ZSTD_isError(fsz));
+    CHECK(ZSTD_getFrameHeader(&fh, z + at, n - at) == 0);
+    CHECK(fh.checksumFlag);
+    size_t k = ZSTD_decompress(tar + out, st.tar_bytes - out, z + at, fsz);
+    CHECK(!ZSTD_isError(k));
+    CHECK(k <= (size_t)4 << 20); /* at most 4 MiB of tar */
+    /* A frame starts on a member's header unless it splits big data. */
+    if (!header_checksum_ok(tar + out))
+      split++;
+    out += k;
+    at += fsz;
+    frames++;
+  }
+  CHECK(out == st.tar_bytes);
+  CHECK(frames == st.frames);
+  CHECK(frames >= 6); /* ~4 MiB of small members, and 9 MiB */
+  CHECK(split >= 1 && split <= 2);
+  /* Every decoder reads them as one stream. */
+  CHECK(check_with_reader_count(path, 200));
+  if (have_command("zstd")) {
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd,
+             "zstd -q -t '%s' && zstd -dc '%s' | tar -tf - | "
+             "test $(wc -l) -eq 200",
+             path, path);
+    CHECK(system(cmd) == 0);
+  }
+done:
+  free(tar);
+  free(z);
 }
 
 TEST(gzip_round_trip) {
@@ -435,10 +529,8 @@ TEST(header_layout) {
 /* Header bytes are identical to what Python's tarfile writes (USTAR_FORMAT
  * where the name fits the ustar fields, else PAX_FORMAT). */
 TEST(headers_match_tarfile) {
-  if (!have_command("python3")) {
-    printf("  (no python3; skipped)\n");
-    return;
-  }
+  if (!have_command("python3"))
+    SKIP("no python3");
   char name[512];
   char hpath[512], cpath[512];
   path_in(hpath, sizeof hpath, "headers.bin");
@@ -696,10 +788,8 @@ TEST(misuse_and_errors) {
  * the latest finish), never lost. */
 TEST(write_error_reported) {
   int fd = open("/dev/full", O_WRONLY);
-  if (fd < 0) {
-    printf("  (no /dev/full; skipped)\n");
-    return;
-  }
+  if (fd < 0)
+    SKIP("no /dev/full");
   for (int comp = 0; comp < 2; comp++) {
     wds__tarw_options o = WDS__TARW_OPTIONS_INIT;
     o.compression = comp ? WDS__TARW_ZSTD : WDS__TARW_NONE;
@@ -762,6 +852,7 @@ int main(void) {
   make_members();
   RUN(plain_round_trip);
   RUN(zstd_round_trip);
+  RUN(zstd_frames);
   RUN(gzip_round_trip);
   RUN(output_is_deterministic);
   RUN(header_layout);

@@ -126,6 +126,63 @@ TEST(checkpoint_header_is_checked_before_the_rest_is_read) {
   unlink(path);
 }
 
+/* Version 3: the job's ranks, the elastic fingerprint and the loader's
+ * saved state round-trip; every byte is covered by the checksum; a file
+ * cut short or extended says so. */
+TEST(checkpoint_keeps_the_loader_state) {
+  char path[256];
+  wds__err err;
+  snprintf(path, sizeof path, "/tmp/test_trainer_ls_%ld.ck", (long)getpid());
+  tr_model_config m = {.layers = 1, .dims = {3, 2}};
+  float w[8], v[8];
+  for (int i = 0; i < 8; i++)
+    w[i] = v[i] = (float)i;
+  char state[] = "wds-loader-state 1\nepoch=2\n";
+  tr_checkpoint c = {.layers = 1,
+                     .dims = {3, 2},
+                     .step = 4,
+                     .weights = w,
+                     .momentum = v,
+                     .world = 3,
+                     .elastic_fingerprint = 0x1234567890abcdefULL,
+                     .loader_state = state};
+  c.param_count = tr_model_param_count(&m);
+  ASSERT_EQ_INT(tr_checkpoint_save(path, &c, &err), 0);
+  tr_checkpoint r;
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), 0);
+  ASSERT_EQ_U64(r.world, 3);
+  ASSERT_EQ_U64(r.elastic_fingerprint, 0x1234567890abcdefULL);
+  ASSERT_TRUE(r.loader_state && strcmp(r.loader_state, state) == 0);
+  ASSERT_EQ_U64(r.rank_sizes_count, 0);
+  tr_checkpoint_free(&r);
+  FILE *f = fopen(path, "rb");
+  ASSERT_TRUE(f != NULL);
+  unsigned char buf[1024];
+  size_t n = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  ASSERT_EQ_U64(buf[8], 3); /* version 3 */
+  for (size_t i = 0; i < n; i++) {
+    buf[i] ^= 0x10;
+    f = fopen(path, "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    buf[i] ^= 0x10;
+    int rc = tr_checkpoint_load(path, &r, &err);
+    /* the version field: another format; a length field: another size;
+     * any other byte: corrupt */
+    ASSERT_TRUE(i >= 8 && i < 12
+                    ? rc == WDS_ERR_FORMAT
+                    : rc == WDS_ERR_CORRUPT || rc == WDS_ERR_TRUNCATED);
+    ASSERT_TRUE(r.loader_state == NULL && r.weights == NULL);
+  }
+  f = fopen(path, "wb");
+  fwrite(buf, 1, n - 3, f);
+  fclose(f);
+  ASSERT_EQ_INT(tr_checkpoint_load(path, &r, &err), WDS_ERR_TRUNCATED);
+  ASSERT_CONTAINS(err.msg, "truncated or extended");
+  unlink(path);
+}
+
 /* Version 2: a run with per-rank batch sizes keeps them in its checkpoint;
  * every byte is still covered by the checksum. */
 TEST(checkpoint_keeps_rank_sizes) {
@@ -651,6 +708,7 @@ int main(void) {
   RUN(fingerprint_counts_long_specs_whole);
   RUN(fingerprint_is_stable_across_versions);
   RUN(fingerprint_covers_augmentation);
+  RUN(checkpoint_keeps_the_loader_state);
   RUN(checkpoint_round_trip_and_validation);
   RUN(checkpoint_keeps_rank_sizes);
   RUN(checkpoint_header_is_checked_before_the_rest_is_read);

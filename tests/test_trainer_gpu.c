@@ -294,10 +294,8 @@ static int run_two(const tr_backend *be, float *g0, float *g1, size_t np,
 TEST(two_gpus_allreduce_matches_cpu) {
   int n = 0;
   cudaGetDeviceCount(&n);
-  if (n < 2) {
-    printf("    (one GPU: skipped)\n");
-    return;
-  }
+  if (n < 2)
+    SKIP("one GPU: this test needs two");
   wds__err err = {""};
   make_batch(2, 99);
   tr_model_config m = {.layers = 2, .dims = {D, 48, 10}, .seed = 3};
@@ -597,10 +595,8 @@ static void *abort_rank(void *p) {
 TEST(failed_rank_aborts_the_other) {
   int n = 0;
   cudaGetDeviceCount(&n);
-  if (n < 2) {
-    printf("    (one GPU: skipped)\n");
-    return;
-  }
+  if (n < 2)
+    SKIP("one GPU: this test needs two");
   wds__err err;
   tr_group_config c = tr_group_config_local(2, D * 10 + 10);
   tr_group *g = NULL;

@@ -835,24 +835,22 @@ TEST(fifo_written_in_place) {
 }
 
 /* A character device is written in place, and refused through a symlink
- * (issue 26, item 11): a private null device made with mknod in the
- * test's directory (never /dev/null itself, which a failing test would
- * replace). Needs CAP_MKNOD and a file system without nodev: skipped, and
- * said, otherwise. */
+ * (a symlink must not turn an output into a device write): a private null
+ * device made with mknod in the test's directory (never /dev/null itself, which
+ * a failing test would replace). Needs CAP_MKNOD and a file system without
+ * nodev: skipped, and said, otherwise. */
 TEST(device_written_in_place) {
   char dir[512], dev[600], link[600];
   fresh_dir(dir, sizeof dir, "dev");
   snprintf(dev, sizeof dev, "%s/null", dir);
   snprintf(link, sizeof link, "%s/link", dir);
-  if (mknod(dev, S_IFCHR | 0666, makedev(1, 3)) != 0) {
-    printf("  skipped: mknod %s: %s\n", dev, strerror(errno));
-    return;
-  }
+  if (mknod(dev, S_IFCHR | 0666, makedev(1, 3)) != 0)
+    SKIP("mknod %s: %s", dev, strerror(errno));
   int probe = open(dev, O_WRONLY);
   if (probe < 0) {
-    printf("  skipped: open %s: %s\n", dev, strerror(errno));
+    int en = errno;
     unlink(dev);
-    return;
+    SKIP("open %s: %s", dev, strerror(en));
   }
   close(probe);
   ASSERT_EQ_INT(symlink("null", link), 0);
@@ -1092,7 +1090,7 @@ TEST(leftover_shards_are_reported) {
   ASSERT_EQ_INT(log.n, 0);
 }
 
-/* Symbolic links (issue 26, item 11): one to a FIFO is refused (its read
+/* Symbolic links: one to a FIFO is refused (its read
  * end open, so a write through it would not block: before the fix it
  * succeeded), and so is one to a socket, each link and target left as
  * they were; one to a regular file is replaced by the new file, its old

@@ -17,6 +17,7 @@
 #include "base/url.h"
 #include "gpu_jpeg.h"
 #include "loader_opts.h"
+#include "opts.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/outfile.h"
@@ -58,6 +59,25 @@ static const char batches_usage[] =
     "              \"urls\": [...]}: each row's sample key and shard, its\n"
     "              secrets as ***; with\n"
     "              --source also \"sources\": [...], each row's source)\n"
+    "\n"
+    "Stopping and resuming (the position and what gives it meaning, checked):\n"
+    "\n"
+    "  --max-batches N      stop after N batches (over every epoch)\n"
+    "  --save-state FILE    at the end (also after --max-batches or an\n"
+    "                       interrupt) write the loader's saved state to FILE\n"
+    "                       (wds_loader_state: a few lines of text)\n"
+    "  --resume-state FILE  resume at the state in FILE, saved by any rank of\n"
+    "                       the job (overrides --epoch and --resume-at). In\n"
+    "                       exact mode another --world, batch or per-rank\n"
+    "                       sizes, --workers or shuffle buffer is an elastic\n"
+    "                       resume: the ranks print the rest of the epoch\n"
+    "                       between them, each sample once, in equal steps.\n"
+    "                       (Resampled mode: the count it still owes.) What\n"
+    "                       cannot be continued exactly (another seed, mode "
+    "or\n"
+    "                       data; another world in plain mode or with several\n"
+    "                       sources in exact mode) is an error naming both\n"
+    "                       values\n"
     "\n"
     "With --on-error skip, what was skipped is summed up on stderr at the end\n"
     "(how many errors and invalid rows, and the first few messages).\n"
@@ -191,6 +211,75 @@ done:
   return rc;
 }
 
+/* --save-state: the loader's state into path (wds_outfile); 1 with the
+ * error printed on failure. */
+static int save_state(wds_loader *l, const char *path) {
+  char *text = NULL;
+  wds_outfile *of = NULL;
+  int rc = wds_loader_state(l, &text);
+  if (rc == WDS_OK && (rc = wds_outfile_open(path, 0, &of)) == WDS_OK) {
+    size_t len = strlen(text);
+    for (size_t at = 0; at < len && rc == WDS_OK;) {
+      ssize_t k = write(wds_outfile_fd(of), text + at, len - at);
+      if (k < 0 && errno == EINTR)
+        continue;
+      if (k <= 0) {
+        fprintf(stderr, "wds batches: --save-state %s: %s\n", path,
+                k < 0 ? strerror(errno) : "short write");
+        rc = WDS_ERR_IO;
+        break;
+      }
+      at += (size_t)k;
+    }
+    if (rc == WDS_OK && (rc = wds_outfile_commit(of)) != WDS_OK)
+      fprintf(stderr, "wds batches: --save-state: %s\n", wds_last_error());
+  } else {
+    fprintf(stderr, "wds batches: --save-state: %s\n", wds_last_error());
+  }
+  wds_outfile_close(of);
+  free(text);
+  return rc != WDS_OK;
+}
+
+/* --resume-state: the text of path (at most 16 MiB: a state of a million
+ * ranks' sizes), malloc'd; NULL with the error printed. */
+static char *read_state(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "wds batches: --resume-state %s: %s\n", path,
+            strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 12, n = 0, max = (size_t)16 << 20;
+  char *d = malloc(cap + 1);
+  while (d) {
+    size_t k = fread(d + n, 1, cap - n, f);
+    n += k;
+    if (n < cap)
+      break;
+    char *nd = cap >= max ? NULL : realloc(d, 2 * cap + 1);
+    if (!nd) {
+      fprintf(stderr, "wds batches: --resume-state %s: %s\n", path,
+              cap >= max ? "larger than 16 MiB: not a loader state"
+                         : "out of memory");
+      free(d);
+      d = NULL;
+      break;
+    }
+    d = nd;
+    cap *= 2;
+  }
+  if (d && ferror(f)) {
+    fprintf(stderr, "wds batches: --resume-state %s: read failed\n", path);
+    free(d);
+    d = NULL;
+  }
+  fclose(f);
+  if (d)
+    d[n] = 0;
+  return d;
+}
+
 /* Saves every field of b, its valid mask and its rows' keys; prints the
  * error and returns 1 on failure. */
 static int save_batch(const char *dir, const wds_batch *b, int sources) {
@@ -291,15 +380,21 @@ static void skip_summary(const skip_log *s, const wds_loader_stats *stats) {
 }
 
 int tool_cmd_batches(int argc, char **argv) {
-  static const struct option own[] = {{"json", no_argument, 0, 'j'},
-                                      {"save", required_argument, 0, 's'},
-                                      {"help", no_argument, 0, 'h'},
-                                      {0, 0, 0, 0}};
+  static const struct option own[] = {
+      {"json", no_argument, 0, 'j'},
+      {"save", required_argument, 0, 's'},
+      {"max-batches", required_argument, 0, 'M'},
+      {"save-state", required_argument, 0, 'S'},
+      {"resume-state", required_argument, 0, 'R'},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   struct option opts[64];
   tool_loader_opts lo;
   tool_loader_opts_init(&lo);
-  int json = 0, c, status = 0, r;
-  const char *save = NULL;
+  int json = 0, c, status = 0, r = WDS_OK;
+  const char *save = NULL, *save_state_path = NULL, *resume_path = NULL;
+  char *resume_text = NULL;
+  uint64_t max_batches = UINT64_MAX;
   wds_url_list urls = {0};
   wds_loader *l = NULL;
   wds_gpu_jpeg *gj = NULL; /* --jpeg-decode gpu */
@@ -317,6 +412,19 @@ int tool_cmd_batches(int argc, char **argv) {
       break;
     case 's':
       save = optarg;
+      break;
+    case 'M':
+      if (tool_parse_u64(optarg, &max_batches) != 0) {
+        status = tool_usage_error("wds batches",
+                                  "--max-batches needs a whole number");
+        goto done;
+      }
+      break;
+    case 'S':
+      save_state_path = optarg;
+      break;
+    case 'R':
+      resume_path = optarg;
       break;
     case 'h':
       fputs(batches_usage, stdout);
@@ -373,6 +481,13 @@ int tool_cmd_batches(int argc, char **argv) {
     lo.cfg.log = skip_log_cb;
     lo.cfg.log_ctx = &skips;
   }
+  if (resume_path) {
+    if (!(resume_text = read_state(resume_path))) {
+      status = 1;
+      goto done;
+    }
+    lo.cfg.resume_state = resume_text;
+  }
   if (tool_gpu_jpeg_open("batches", &lo.cfg, &gj) != 0) {
     status = 1;
     goto done;
@@ -385,9 +500,10 @@ int tool_cmd_batches(int argc, char **argv) {
   tool_signals_loader(0, l);
   tool_print_rank_batches(stderr, "wds batches", &lo.cfg, l);
   uint64_t printed = 0;
-  for (uint64_t e = 0; e < lo.epochs && status == 0; e++) {
+  for (uint64_t e = 0; e < lo.epochs && status == 0 && printed < max_batches;
+       e++) {
     const wds_batch *b;
-    while ((r = wds_loader_next(l, &b)) == WDS_OK) {
+    while (printed < max_batches && (r = wds_loader_next(l, &b)) == WDS_OK) {
       const wds_batch *show = b;
       /* --jpeg-decode gpu: decoded first (a failed image turns its row
        * invalid under skip), kept on the host for --save */
@@ -415,6 +531,8 @@ int tool_cmd_batches(int argc, char **argv) {
           printed == 1 ? "" : "es", save ? " and saved" : "");
       break;
     }
+    if (printed == max_batches)
+      break;
     if (status == 0 && r != WDS_EOF) {
       fflush(stdout); /* the batches before the error come first */
       fprintf(stderr, "wds batches: %s\n", wds_last_error());
@@ -422,6 +540,10 @@ int tool_cmd_batches(int argc, char **argv) {
     }
   }
   if (tool_stdout_flush() != 0)
+    status = 1;
+  /* After an interrupt too: the position of the last batch printed. */
+  if (save_state_path && l && (status == 0 || tool_signal_caught()) &&
+      save_state(l, save_state_path) != 0 && status == 0)
     status = 1;
 done:
   tool_signals_loader(0, NULL);
@@ -441,6 +563,7 @@ done:
   for (size_t i = 0; i < SKIP_SHOWN; i++)
     free(skips.first[i]);
   wds_url_list_free(&urls);
+  free(resume_text);
   tool_loader_opts_free(&lo);
   return status;
 }

@@ -34,6 +34,18 @@
 #include "wds/outfile.h"
 #include "wds/reader.h"
 
+/* /dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N: one of
+ * the process's own descriptors (wds/outfile.h writes them in place). */
+static int names_own_fd(const char *p) {
+  if (!strcmp(p, "/dev/stdin") || !strcmp(p, "/dev/stdout") ||
+      !strcmp(p, "/dev/stderr"))
+    return 1;
+  const char *n = !strncmp(p, "/dev/fd/", 8)          ? p + 8
+                  : !strncmp(p, "/proc/self/fd/", 14) ? p + 14
+                                                      : NULL;
+  return n && *n && strspn(n, "0123456789") == strlen(n);
+}
+
 static const char index_usage[] =
     "usage: wds index [-o FILE] [--name NAME] [--max-urls N] SPEC...\n"
     "\n"
@@ -200,7 +212,14 @@ int tool_cmd_index(int argc, char **argv) {
     status = tool_signal_caught() ? xs : 2;
     goto done;
   }
-  if (out_path) {
+  if (out_path && names_own_fd(out_path)) {
+    /* /dev/stdout, /dev/fd/N: written through the descriptor (as -o -),
+     * whose file may be anywhere: paths as given, as for -o -. */
+    if (wds_outfile_open(out_path, 0, &of) != WDS_OK) {
+      fprintf(stderr, "wds index: %s\n", wds_last_error());
+      goto done;
+    }
+  } else if (out_path) {
     const char *slash = strrchr(out_path, '/');
     char *dir =
         slash ? strndup(out_path, (size_t)(slash - out_path) + 1) : strdup(".");
@@ -219,6 +238,8 @@ int tool_cmd_index(int argc, char **argv) {
       fprintf(stderr, "wds index: %s\n", wds_last_error());
       goto done;
     }
+  }
+  if (of) {
     /* stdio on a copy of the descriptor: fclose flushes it, and commit
      * syncs and closes the outfile's own. */
     int fd = dup(wds_outfile_fd(of));

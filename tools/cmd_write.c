@@ -1679,8 +1679,12 @@ int tool_cmd_write(int argc, char **argv) {
   wds_writer_stats st;
   wds_writer_stats_get(w, &st);
   wds_writer_close(w);
-  /* With -o - stdout holds the tar stream. */
-  fprintf(to_stdout ? stderr : stdout,
+  /* With -o - (or -o /dev/stdout, written through it) stdout holds the
+   * tar stream. */
+  int names_stdout = !strcmp(o.pattern, "/dev/stdout") ||
+                     !strcmp(o.pattern, "/dev/fd/1") ||
+                     !strcmp(o.pattern, "/proc/self/fd/1");
+  fprintf(to_stdout || names_stdout ? stderr : stdout,
           "wrote %" PRIu64 " shard%s, %" PRIu64 " sample%s, %" PRIu64
           " bytes (%" PRIu64 " bytes of tar)\n",
           st.shards, st.shards == 1 ? "" : "s", st.samples,

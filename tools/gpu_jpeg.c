@@ -12,7 +12,7 @@ int tool_gpu_jpeg_open(const char *cmd, const wds_loader_config *cfg,
   *out = NULL;
   if (cfg->jpeg_decode != WDS_JPEG_DECODE_GPU)
     return 0;
-  if (wds_gpu_jpeg_create(-1, out) != WDS_OK) {
+  if (wds_gpu_jpeg_open(-1, out) != WDS_OK) {
     fprintf(stderr, "wds %s: --jpeg-decode gpu: %s\n", cmd, wds_last_error());
     return -1;
   }

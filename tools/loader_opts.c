@@ -16,12 +16,14 @@
 #include "loader_opts.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/size.h"
 #include "base/topology.h"
 #include "opts.h"
+#include "shards/cache.h"
 
 /* The getopt_long codes of TOOL_LO_*, by flag, in their order (the codes
  * wds-train records as given). A row of the library's table not named
@@ -135,6 +137,9 @@ static int code_of(const char *flag) {
 
 /* The getopt entries: the table's rows, then the specials. */
 #define MAX_LOADER_OPTS 96
+static int tool_parse_source(const char *arg, wds_source_config *out, char *err,
+                             size_t errn);
+
 static struct option loader_options[MAX_LOADER_OPTS];
 static size_t nloader;
 
@@ -196,9 +201,12 @@ int tool_option_set(wds_loader_config *cfg, const char *cmd, const char *flag,
   return 0;
 }
 
-int tool_parse_rank_batch_sizes(const char *cmd, const char *flag,
-                                const char *arg, uint64_t max, size_t **out,
-                                size_t *count) {
+/* Parses "24,8,8" (1 .. max each, at most 2^20 entries) into a malloc'ed
+ * array. Returns 0, or -1 after printing the error naming `flag` (without
+ * "--"). */
+static int tool_parse_rank_batch_sizes(const char *cmd, const char *flag,
+                                       const char *arg, uint64_t max,
+                                       size_t **out, size_t *count) {
   size_t n = 1, k = 0;
   for (const char *p = arg; *p; p++)
     n += *p == ',';
@@ -316,27 +324,20 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
     cfg->last_batch = WDS_LAST_DROP;
   if (tool_cache_finish(cmd, &cfg->cache_dir, cfg->cache_size) != 0)
     return -1;
-  if (cfg->mode == WDS_MODE_RESAMPLED && cfg->samples_per_epoch == 0) {
-    tool_usage_error(cmd, "--mode resampled needs --samples-per-epoch N");
-    return -1;
-  }
-  if (cfg->mode == WDS_MODE_EXACT && cfg->samples_per_epoch) {
-    tool_usage_error(cmd, "--samples-per-epoch is not used in --mode exact "
-                          "(every sample once per epoch)");
-    return -1;
-  }
-  if (o->nsources && cfg->index_path) {
-    tool_usage_error(cmd, "--index with --source: give each source its "
-                          "index as --source SPEC:index=FILE");
+  if (o->epochs - 1 > UINT64_MAX - cfg->epoch) {
+    /* The last epoch would be past 2^64 - 1: the number would wrap to 0
+     * and replay epoch 0's order as if it were new. */
+    tool_usage_error(cmd,
+                     "--epoch %" PRIu64 " with --epochs %" PRIu64
+                     " runs past the last epoch number (%" PRIu64
+                     "): at most %" PRIu64 " epochs from there",
+                     cfg->epoch, o->epochs, UINT64_MAX,
+                     UINT64_MAX - cfg->epoch + 1); /* epoch > 0 here */
     return -1;
   }
   if (o->nsources) {
     cfg->sources = o->sources;
     cfg->source_count = o->nsources;
-  }
-  if (cfg->index_path && cfg->mode != WDS_MODE_EXACT) {
-    tool_usage_error(cmd, "--index is only used in --mode exact");
-    return -1;
   }
   if (cfg->rank < 0 || cfg->world_size <= 0) {
     /* What the loader would take from the environment is checked here, so
@@ -357,20 +358,7 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
                             "(--rank-batch-sizes sets every rank's)");
       return -1;
     }
-    if (cfg->mode == WDS_MODE_PLAIN) {
-      tool_usage_error(cmd, "--rank-batch-sizes needs --mode exact or "
-                            "resampled (in plain mode the ranks' step counts "
-                            "are not known in advance)");
-      return -1;
-    }
-    if (cfg->world_size > 0 && cfg->world_size != n) {
-      tool_usage_error(cmd,
-                       "--rank-batch-sizes gives %d ranks, but --world is "
-                       "%d",
-                       n, cfg->world_size);
-      return -1;
-    }
-    if (cfg->world_size <= 0) {
+    if (cfg->world_size <= 0 && cfg->mode != WDS_MODE_PLAIN) {
       wds__topology t;
       wds__err e;
       if (wds__topology_from_env(&t, NULL, NULL, &e) == WDS_OK &&
@@ -384,15 +372,9 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
       cfg->world_size = n;
     }
   }
-  if (cfg->rank >= 0 && cfg->world_size > 0 && cfg->rank >= cfg->world_size) {
-    tool_usage_error(cmd, "--rank %d is not below --world %d", cfg->rank,
-                     cfg->world_size);
-    return -1;
-  }
-  if (cfg->shuffle_initial > cfg->shuffle_buffer) {
-    tool_usage_error(
-        cmd, "--shuffle-initial %zu is larger than --shuffle-buffer %zu",
-        cfg->shuffle_initial, cfg->shuffle_buffer);
+  /* The rules between options (the library's one check), in flags. */
+  if (wds_loader_config_check(cfg, WDS_OPTION_NAMES_FLAG) != WDS_OK) {
+    tool_usage_error(cmd, "%s", wds_last_error());
     return -1;
   }
   if (o->decode) {
@@ -547,8 +529,11 @@ int tool_loader_options_some(const struct option *own, const char *const *names,
 static const char *const source_keys[] = {"weight", "proportion", "repeat",
                                           "index", NULL};
 
-int tool_parse_source(const char *arg, wds_source_config *out, char *err,
-                      size_t errn) {
+/* Parses one --source argument, SPEC[:weight=W|:proportion=P|:repeat=R]
+ * [:index=FILE], into *out (out->spec and out->index_path malloc'ed).
+ * Returns 0, or -1 with the reason in err. */
+static int tool_parse_source(const char *arg, wds_source_config *out, char *err,
+                             size_t errn) {
   memset(out, 0, sizeof *out);
   char *text = strdup(arg);
   int seen[4] = {0, 0, 0, 0};
@@ -659,11 +644,7 @@ int tool_cache_finish(const char *cmd, const char **dir, uint64_t size) {
     tool_usage_error(cmd, "--cache-dir needs a directory, not \"\"");
     return -1;
   }
-  if (!*dir) {
-    const char *env = getenv("WDS_CACHE_DIR");
-    if (env && *env)
-      *dir = env;
-  }
+  *dir = wds__cache_dir_default(*dir); /* $WDS_CACHE_DIR when not given */
   if (size && !*dir) {
     tool_usage_error(cmd, "--cache-size needs --cache-dir DIR (or "
                           "WDS_CACHE_DIR)");

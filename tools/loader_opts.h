@@ -89,19 +89,6 @@ typedef struct tool_loader_opts {
   size_t nsources;
 } tool_loader_opts;
 
-/* Parses "24,8,8" (1 .. max each, at most 2^20 entries) into a malloc'ed
- * array. Returns 0, or -1 after printing the error naming `flag` (without
- * "--"). Shared with wds-train. */
-int tool_parse_rank_batch_sizes(const char *cmd, const char *flag,
-                                const char *arg, uint64_t max, size_t **out,
-                                size_t *count);
-
-/* Parses one --source argument, SPEC[:weight=W|:proportion=P|:repeat=R]
- * [:index=FILE], into *out (out->spec and out->index_path malloc'ed).
- * Returns 0, or -1 with the reason in err. */
-int tool_parse_source(const char *arg, wds_source_config *out, char *err,
-                      size_t errn);
-
 void tool_loader_opts_init(tool_loader_opts *o);
 
 /* Writes own (terminated by an all-zero entry) followed by the loader

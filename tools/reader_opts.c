@@ -12,8 +12,9 @@
 
 /* The table's rows they take, by flag; --max-urls is code BASE + N. */
 static const char *const reader_rows[] = {
-    "read-timeout", "retries",    "max-window",
-    "cache-dir",    "cache-size", "allow-pipe-from-files"};
+    "read-timeout",  "retries",    "max-window",
+    "cache-dir",     "cache-size", "allow-pipe-from-files",
+    "max-unverified"};
 #define NREADER (sizeof reader_rows / sizeof *reader_rows)
 #define TOOL_READER_MAX_URLS (TOOL_READER_OPT_BASE + (int)NREADER)
 
@@ -76,6 +77,7 @@ void tool_reader_opts_apply(const tool_reader_opts *o, wds_reader_config *rc) {
   rc->read_timeout_ms = o->cfg.read_timeout_ms;
   rc->retries = o->cfg.retries;
   rc->max_window_bytes = o->cfg.max_window_bytes;
+  rc->max_unverified_bytes = o->cfg.max_unverified_bytes;
   rc->cache_dir = o->cfg.cache_dir;
   rc->cache_size = o->cfg.cache_size;
   rc->allow_pipe_from_files = o->cfg.allow_pipe_from_files;

@@ -74,7 +74,8 @@ double tool_now(void) {
 
 /* ---- stdout ---- */
 
-static const char *stdout_cmd = "";
+/* The program as messages name it: "wds ls", "wds-train". */
+static char stdout_prog[64] = "wds";
 static int stdout_reported;
 
 static void stdout_report(int err) {
@@ -82,11 +83,13 @@ static void stdout_report(int err) {
     return;
   stdout_reported = 1;
   if (err)
-    fprintf(stderr, "wds %s: cannot write the output: %s\n", stdout_cmd,
+    fprintf(stderr, "%s: cannot write the output: %s\n", stdout_prog,
             strerror(err));
   else
-    fprintf(stderr, "wds %s: cannot write the output\n", stdout_cmd);
+    fprintf(stderr, "%s: cannot write the output\n", stdout_prog);
 }
+
+void tool_stdout_said(void) { stdout_reported = 1; }
 
 int tool_stdout_check(void) {
   if (!ferror(stdout))
@@ -129,9 +132,15 @@ static void stdout_at_exit(void) {
   _exit(1);
 }
 
-void tool_stdout_init(const char *cmd) {
+void tool_stdout_init_prog(const char *prog) {
   static int registered;
-  stdout_cmd = cmd;
+  snprintf(stdout_prog, sizeof stdout_prog, "%s", prog);
   if (!registered && atexit(stdout_at_exit) == 0)
     registered = 1;
+}
+
+void tool_stdout_init(const char *cmd) {
+  char prog[64];
+  snprintf(prog, sizeof prog, "wds %s", cmd);
+  tool_stdout_init_prog(prog);
 }

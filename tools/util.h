@@ -1,4 +1,5 @@
-/* util.h — helpers shared by the wds subcommands (public headers only). */
+/* util.h — helpers shared by the wds subcommands, and the stdout checks
+ * wds-train links too (tool_stdout_init_prog). */
 #ifndef WDS_TOOLS_UTIL_H
 #define WDS_TOOLS_UTIL_H
 
@@ -74,5 +75,13 @@ int tool_stdout_check(void);
 
 /* Flushes stdout, then as tool_stdout_check(). */
 int tool_stdout_flush(void);
+
+/* As tool_stdout_init, for a program whose messages start "PROG: "
+ * (wds-train) rather than "wds CMD: ". */
+void tool_stdout_init_prog(const char *prog);
+
+/* The program already said why it fails (a run that failed writing its
+ * log): the exit handler still exits 1 on a failed stdout, silently. */
+void tool_stdout_said(void);
 
 #endif

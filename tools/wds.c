@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "shards/netrc.h"
 #include "signals.h"
 #include "util.h"
 #include "wds/version.h"
@@ -34,7 +35,11 @@ static void usage(FILE *f) {
              "by '::', @FILE lists, pipe:CMD or -.\n");
 }
 
+/* The library's warnings without a log to go to (shards/netrc.h). */
+static void warn_stderr(const char *msg) { fprintf(stderr, "wds: %s\n", msg); }
+
 int main(int argc, char **argv) {
+  wds__netrc_set_warn_sink(warn_stderr);
   if (argc < 2) {
     char names[256];
     size_t used = 0;

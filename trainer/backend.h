@@ -114,9 +114,6 @@ typedef struct tr_backend {
    * threads (--ranks). */
   int (*device_count)(wds__err *why);
   int (*set_device)(int device, wds__err *e);
-  /* Non-zero: the ranks may span several processes (the process group's
-   * rendezvous and links). Zero: one process, ranks are its threads. */
-  int multi_process;
   /* Non-zero: the backend's collectives are the process group's host ones
    * (procgroup.h), which then need the data links between the processes
    * (tr_pg_config.host_links). */

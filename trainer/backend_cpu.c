@@ -195,7 +195,6 @@ static int cpu_get_grad(tr_rank *r, float *grad, wds__err *e) {
 
 const tr_backend tr_backend_cpu = {
     .name = "cpu",
-    .multi_process = 1,
     .host_collectives = 1,
     .group_create = cpu_group_create,
     .group_abort = cpu_group_abort,

@@ -506,7 +506,6 @@ static void cuda_rank_destroy(tr_rank *r) {
   if (!r)
     return;
   cudaSetDevice(r->device);
-  wds_gpu_jpeg_close(r->jpeg);
   if (r->failed) /* the local ranks waiting for this one give up */
     cuda_group_abort(r->g);
   if (r->comm) {
@@ -522,6 +521,11 @@ static void cuda_rank_destroy(tr_rank *r) {
       ncclCommAbort(r->comm);
     }
   }
+  /* after the communicator is aborted (which ends a hung collective and
+   * the compute queued behind it): the decoder's close waits for its work,
+   * polled under --collective-timeout */
+  wds_gpu_jpeg_close(r->jpeg);
+  r->jpeg = NULL;
   if (r->compute)
     cudaStreamSynchronize(r->compute);
   if (r->copy)
@@ -711,10 +715,13 @@ static int upload_rows(tr_rank *r, const tr_batch_view *b, wds_loader *l,
      * that cannot be decoded turns invalid (skip) before the flags are
      * staged below, or is the run's error (stop). */
     if (!r->jpeg) {
-      int rc = wds_gpu_jpeg_create(r->device, &r->jpeg);
+      int rc = wds_gpu_jpeg_open(r->device, &r->jpeg);
       if (rc != WDS_OK)
         return wds__fail(err, rc, "rank %d: --jpeg-decode gpu: %s", r->rank,
                          wds_last_error());
+      /* its waits poll under the deadline of the backend's other waits */
+      int ms = r->g->c.collective_timeout_ms;
+      wds_gpu_jpeg_set_timeout(r->jpeg, ms > 0 ? ms : 600000);
     }
     CU(cudaStreamWaitEvent(r->copy, r->consumed[s], 0), "cudaStreamWaitEvent");
     CU(cudaEventRecord(r->h2d_start[s], r->copy), "cudaEventRecord");
@@ -1005,7 +1012,6 @@ static tr_backend make_backend(void) {
   b.name = "cuda";
   b.device_count = cuda_device_count;
   b.set_device = cuda_set_device;
-  b.multi_process = 1;
   b.group_create = cuda_group_create;
   b.group_abort = cuda_group_abort;
   b.group_destroy = cuda_group_destroy;

@@ -79,7 +79,10 @@ uint64_t tr_fnv1a(uint64_t h, const void *data, size_t size) {
 
 int tr_checkpoint_save(const char *path, const tr_checkpoint *c, wds__err *e) {
   int rc = WDS_ERR_IO;
-  size_t extra = c->rank_sizes_count ? 4 + 4 * c->rank_sizes_count : 0;
+  size_t slen = c->loader_state ? strlen(c->loader_state) : 0;
+  size_t extra = c->loader_state       ? 4 + 4 * c->rank_sizes_count + 16 + slen
+                 : c->rank_sizes_count ? 4 + 4 * c->rank_sizes_count
+                                       : 0;
   size_t size = TR_HEADER_BYTES + 8 * c->param_count + extra + 8;
   unsigned char *buf = malloc(size), *p = buf;
   wds_outfile *f = NULL;
@@ -89,7 +92,7 @@ int tr_checkpoint_save(const char *path, const tr_checkpoint *c, wds__err *e) {
   }
   memcpy(p, TR_MAGIC, 8);
   p += 8;
-  put_u32(&p, c->rank_sizes_count ? 2 : 1);
+  put_u32(&p, c->loader_state ? 3 : c->rank_sizes_count ? 2 : 1);
   put_u32(&p, (uint32_t)c->layers);
   for (int i = 0; i <= TR_MAX_LAYERS; i++)
     put_u32(&p, i <= c->layers ? (uint32_t)c->dims[i] : 0);
@@ -102,10 +105,17 @@ int tr_checkpoint_save(const char *path, const tr_checkpoint *c, wds__err *e) {
   put_u64(&p, c->seed);
   put_floats(&p, c->weights, c->param_count);
   put_floats(&p, c->momentum, c->param_count);
-  if (c->rank_sizes_count) {
+  if (c->rank_sizes_count || c->loader_state) {
     put_u32(&p, (uint32_t)c->rank_sizes_count);
     for (size_t i = 0; i < c->rank_sizes_count; i++)
       put_u32(&p, c->rank_sizes[i]);
+  }
+  if (c->loader_state) {
+    put_u32(&p, c->world);
+    put_u64(&p, c->elastic_fingerprint);
+    put_u32(&p, (uint32_t)slen);
+    memcpy(p, c->loader_state, slen);
+    p += slen;
   }
   put_u64(&p, tr_fnv1a(TR_FNV_INIT, buf, (size_t)(p - buf)));
 
@@ -230,6 +240,15 @@ int tr_checkpoint_load(const char *path, tr_checkpoint *c, wds__err *e) {
         version == 1 ? base : base + 3);
     goto done;
   }
+  if (version == 3 &&
+      size - base > 4 + 4 * (size_t)TR_CHECKPOINT_MAX_RANK_SIZES + 16 +
+                        TR_CHECKPOINT_MAX_STATE) {
+    rc = wds__fail(e, WDS_ERR_TRUNCATED,
+                   "checkpoint %s: %zu bytes, more than a version 3 file "
+                   "holds (extended)",
+                   path, size);
+    goto done;
+  }
   if (version == 2 && size - base - 4 > 4 * TR_CHECKPOINT_MAX_RANK_SIZES) {
     rc = wds__fail(e, WDS_ERR_TRUNCATED,
                    "checkpoint %s: %zu bytes, expected at most %zu (at most "
@@ -255,6 +274,25 @@ int tr_checkpoint_load(const char *path, tr_checkpoint *c, wds__err *e) {
                    path);
     goto done;
   }
+  if (version == 3) {
+    /* The size its fields give (read before the checksum is checked, each
+     * within the file): a file cut short or extended says so. */
+    const unsigned char *r = buf + base - 8;
+    size_t want = 0;
+    uint32_t n = get_u32(&r);
+    if (n <= TR_CHECKPOINT_MAX_RANK_SIZES &&
+        base - 8 + 4 + 4 * (size_t)n + 16 <= size) {
+      r += 4 * (size_t)n + 12;
+      want = base + 4 + 4 * (size_t)n + 16 + get_u32(&r);
+    }
+    if (want != size) {
+      rc = wds__fail(e, WDS_ERR_TRUNCATED,
+                     "checkpoint %s: %zu bytes, but its fields make %zu "
+                     "(truncated or extended)",
+                     path, size, want);
+      goto done;
+    }
+  }
   p = buf + (p - head); /* the header's fields that follow, then the rest */
   const unsigned char *q = buf + size - 8;
   uint64_t sum = get_u64(&q);
@@ -262,6 +300,40 @@ int tr_checkpoint_load(const char *path, tr_checkpoint *c, wds__err *e) {
     rc = wds__fail(e, WDS_ERR_CORRUPT,
                    "checkpoint %s: checksum mismatch (corrupt file)", path);
     goto done;
+  }
+  if (version == 3) {
+    const unsigned char *r = buf + base - 8;
+    size_t rest = size - base - 4;
+    uint32_t n = get_u32(&r);
+    if (n > TR_CHECKPOINT_MAX_RANK_SIZES || rest < 4 * (size_t)n + 16) {
+      rc = wds__fail(e, WDS_ERR_CORRUPT,
+                     "checkpoint %s: %u per-rank batch sizes in %zu bytes",
+                     path, n, rest);
+      goto done;
+    }
+    rest -= 4 * (size_t)n + 16;
+    if (n && !(c->rank_sizes = malloc(n * sizeof *c->rank_sizes))) {
+      rc = wds__fail(e, WDS_ERR_NOMEM, "checkpoint %s: out of memory", path);
+      goto done;
+    }
+    for (uint32_t i = 0; i < n; i++)
+      c->rank_sizes[i] = get_u32(&r);
+    c->rank_sizes_count = n;
+    c->world = get_u32(&r);
+    c->elastic_fingerprint = get_u64(&r);
+    uint32_t slen = get_u32(&r);
+    if (slen != rest || memchr(r, 0, slen)) {
+      rc = wds__fail(e, WDS_ERR_CORRUPT,
+                     "checkpoint %s: a loader state of %u bytes in %zu", path,
+                     slen, rest);
+      goto done;
+    }
+    if (!(c->loader_state = malloc((size_t)slen + 1))) {
+      rc = wds__fail(e, WDS_ERR_NOMEM, "checkpoint %s: out of memory", path);
+      goto done;
+    }
+    memcpy(c->loader_state, r, slen);
+    c->loader_state[slen] = 0;
   }
   if (version == 2) {
     const unsigned char *r = buf + base - 8;
@@ -308,6 +380,8 @@ void tr_checkpoint_free(tr_checkpoint *c) {
   free(c->weights);
   free(c->momentum);
   free(c->rank_sizes);
+  free(c->loader_state);
+  c->loader_state = NULL;
   c->weights = c->momentum = NULL;
   c->rank_sizes = NULL;
   c->rank_sizes_count = 0;

@@ -12,6 +12,14 @@
  * Version 2 (written only by runs with --rank-batch-sizes; version 1
  * otherwise, byte for byte as before) adds, after the momentum:
  *   u32 rank_sizes_count, u32 rank_sizes[rank_sizes_count]
+ * Version 3 (written by runs whose loader gave its saved state: every run
+ * of this build) has, after the momentum:
+ *   u32 rank_sizes_count, u32 rank_sizes[rank_sizes_count] (count 0: none),
+ *   u32 world (the job's ranks), u64 elastic_fingerprint (the configuration
+ *   without what an elastic resume may change: ranks, processes, batch and
+ *   per-rank sizes, workers, shuffle buffer, last batch), u32 state_len,
+ *   the training loader's saved state (wds_loader_state, state_len bytes
+ *   of text, no NUL)
  * Written through wds_outfile (wds/outfile.h): to PATH.tmp-PID-N (created
  * exclusively, so processes on several hosts sharing the file system never
  * share one), fsync'ed, renamed to PATH, the directory fsync'ed: a crash
@@ -26,10 +34,12 @@
 #include "base/err.h"
 #include "trainer/model.h"
 
-#define TR_CHECKPOINT_VERSION 2 /* the newest this build reads */
+#define TR_CHECKPOINT_VERSION 3 /* the newest this build reads */
 /* A version 2 file holds at most this many per-rank batch sizes (a
  * larger file is refused before it is read). */
 #define TR_CHECKPOINT_MAX_RANK_SIZES (1 << 20)
+/* A version 3 file's loader state is at most this many bytes. */
+#define TR_CHECKPOINT_MAX_STATE (16 << 20)
 
 typedef struct tr_checkpoint {
   int layers;
@@ -41,6 +51,11 @@ typedef struct tr_checkpoint {
   uint32_t *rank_sizes;      /* per-rank batch sizes (--rank-batch-sizes),
                                 freed by tr_checkpoint_free; NULL when none */
   size_t rank_sizes_count;
+  /* Version 3: the job's ranks, the elastic fingerprint and the loader's
+   * saved state (owned after load; NULL: none, a version 1 or 2 file). */
+  uint32_t world;
+  uint64_t elastic_fingerprint;
+  char *loader_state;
 } tr_checkpoint;
 
 /* WDS_OK, or WDS_ERR_IO (WDS_ERR_NOMEM) with the message in e. */

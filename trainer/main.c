@@ -1,22 +1,29 @@
-/* main.c — the wds-train command line: parses options into tr_options,
- * picks the backend (--device), runs tr_run(). Errors print "wds-train:
- * ..." and exit 1; usage errors exit 2. */
+/* main.c — the wds-train command line: parses options into tr_options
+ * (the loader's through tools/loader_opts.c and wds_loader_config_check,
+ * its own in the option table's wording), picks the backend (--device),
+ * runs tr_run(). Errors print "wds-train: ..." and exit 1; usage errors
+ * exit 2; stdout is checked as the tools check it (tools/util.c). */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/size.h"
+#include "base/topology.h"
+#include "shards/netrc.h"
 #include "tools/loader_opts.h"
 #include "tools/opts.h"
 #include "tools/signals.h"
+#include "tools/util.h"
 #include "trainer/rendezvous.h"
+#ifdef WDS_TRAINER_MPI
+#include "trainer/pg_mpi.h"
+#endif
 #include "trainer/train.h"
 #include "wds/version.h"
 
@@ -70,6 +77,10 @@ static const char usage_text_2[] =
     "  --gpus N               CUDA: GPUs used (default all)\n"
     "  --precision auto|tf32|fp32  CUDA matrix products: TF32 tensor cores\n"
     "                         (auto: where the GPU has them) or full FP32\n"
+    "Several processes: mpirun -np N wds-train ... or srun --mpi=pmix\n"
+    "  wds-train ... (a wds-train built with MPI): one process per GPU, or\n"
+    "  per --ranks CPU rank threads; rank, size, local rank and node from\n"
+    "  MPI. Or torchrun --no-python wds-train (GPUs). Or:\n"
     "Several nodes (one process per node, one thread per GPU or CPU rank):\n"
     "  --nodes N --node-rank R  (default NNODES/NODE_RANK, SLURM_NNODES/\n"
     "                         SLURM_NODEID, else 1/0)\n"
@@ -127,6 +138,7 @@ static const char *const loader_names[] = {"index",
                                            "read-timeout",
                                            "retries",
                                            "max-window",
+                                           "max-sample-bytes",
                                            "rank-batch-sizes",
                                            "cache-dir",
                                            "cache-size",
@@ -156,12 +168,29 @@ static int parse_u64(const char *s, uint64_t *out) {
   return tool_parse_u64(s, out);
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out) {
+/* wds-train's own number flags, in the loader option table's wording
+ * (loader/options.c): "--ranks needs a whole number in 1..1024, not "0"".
+ * 0, or the usage error's exit status. */
+static int flag_u64(const char *flag, const char *a, uint64_t lo, uint64_t hi,
+                    uint64_t *out) {
   uint64_t v;
-  if (parse_u64(s, &v) != 0 || v < (uint64_t)lo || v > (uint64_t)hi)
-    return -1;
-  *out = (int)v;
-  return 0;
+  if (parse_u64(a, &v) == 0 && v >= lo && v <= hi) {
+    *out = v;
+    return 0;
+  }
+  if (hi == UINT64_MAX)
+    return usage_error("--%s needs a whole number of at least %llu, not \"%s\"",
+                       flag, (unsigned long long)lo, a);
+  return usage_error("--%s needs a whole number in %llu..%llu, not \"%s\"",
+                     flag, (unsigned long long)lo, (unsigned long long)hi, a);
+}
+
+static int flag_int(const char *flag, const char *a, int lo, int hi, int *out) {
+  uint64_t v = 0;
+  int rc = flag_u64(flag, a, (uint64_t)lo, (uint64_t)hi, &v);
+  if (rc == 0)
+    *out = (int)v;
+  return rc;
 }
 
 static int parse_double(const char *s, double *out) {
@@ -265,37 +294,41 @@ static const struct option long_opts[] = {
     {"version", no_argument, 0, O_VERSION},
     {0, 0, 0, 0}};
 
-/* main printed why the run failed: the exit handler adds nothing. */
-static int error_printed;
-
-/* The log on stdout is an output like the wds tools' (tools/util.c): at
- * exit it is flushed and closed, and if writing it failed at any time the
- * process says so (tr_run already did when the run got that far) and exits
- * 1 (_exit: exit() is already running). The run is not stopped early for
- * it: the checkpoint is what a run is for. */
-static void stdout_at_exit(void) {
-  int pending = __fpending(stdout) != 0, failed = ferror(stdout) != 0;
-  errno = 0;
-  if (fclose(stdout) != 0 && (failed || pending || errno != EBADF))
-    failed = 1;
-  else
-    errno = 0;
-  if (!failed)
-    return;
-  if (!error_printed)
-    fprintf(stderr, "wds-train: cannot write the output%s%s\n",
-            errno ? ": " : "", errno ? strerror(errno) : "");
-  _exit(1);
+/* The library's warnings without a log to go to (shards/netrc.h). */
+static void warn_stderr(const char *msg) {
+  fprintf(stderr, "wds-train: %s\n", msg);
 }
 
+static int run_main(int argc, char **argv);
+
+/* Under MPI: MPI_Finalize after a good run; after a failed one (its message
+ * printed) MPI_Abort, which ends the job's other processes at once. */
 int main(int argc, char **argv) {
+  int rc = run_main(argc, argv);
+#ifdef WDS_TRAINER_MPI
+  if (tr_mpi_active()) {
+    if (rc != 0)
+      tr_mpi_abort(rc);
+    tr_mpi_finalize();
+  }
+#endif
+  return rc;
+}
+
+static int run_main(int argc, char **argv) {
+  wds__netrc_set_warn_sink(warn_stderr);
   /* Static: what the options allocate (the --source list, in
    * o.loader.sources) stays reachable on every return. */
   static tr_options o;
   tr_options_init(&o);
-  atexit(stdout_at_exit);
+  /* The log on stdout is an output like the wds tools' (tools/util.c): at
+   * exit it is flushed and closed, and if writing it failed at any time the
+   * process says so (tr_run already did when the run got that far) and
+   * exits 1. The run is not stopped early for it: the checkpoint is what a
+   * run is for. */
+  tool_stdout_init_prog("wds-train");
   const char *device = "auto";
-  int gpus = -1, ranks_given = 0, nodes = -1, node_rank = -1, c;
+  int gpus = -1, ranks_given = 0, nodes = -1, node_rank = -1, c, rc;
   int master_port = -1, batch_given = 0;
   const char *master_addr = NULL;
   uint64_t u;
@@ -326,90 +359,98 @@ int main(int argc, char **argv) {
       else if (strcmp(a, "3") == 0)
         o.channels = 3;
       else
-        return usage_error("--channels: '%s' (1 or 3)", a);
+        return usage_error("--channels must be 1 or 3, not \"%s\"", a);
       break;
     case O_HIDDEN:
       if (parse_hidden(a, &o) != 0)
-        return usage_error("--hidden: bad list '%s' (e.g. 256,128)", a);
+        return usage_error("--hidden needs a list of layer widths (e.g. "
+                           "256,128), not \"%s\"",
+                           a);
       break;
     case O_CLASSES:
-      if (parse_int(a, 2, 1 << 20, &o.classes) != 0)
-        return usage_error("--classes: bad value '%s' (at least 2)", a);
+      if ((rc = flag_int("classes", a, 2, 1 << 20, &o.classes)) != 0)
+        return rc;
       break;
     case O_LR:
       if (parse_double(a, &o.lr) != 0)
-        return usage_error("--lr: bad value '%s'", a);
+        return usage_error("--lr needs a number of at least 0, not \"%s\"", a);
       break;
     case O_MOM:
       if (parse_double(a, &d) != 0 || d >= 1.0)
-        return usage_error("--momentum: bad value '%s' (0 <= x < 1)", a);
+        return usage_error("--momentum needs a number from 0 to below 1, not "
+                           "\"%s\"",
+                           a);
       o.momentum = d;
       break;
     case O_WD:
       if (parse_double(a, &o.weight_decay) != 0)
-        return usage_error("--weight-decay: bad value '%s'", a);
+        return usage_error("--weight-decay needs a number of at least 0, not "
+                           "\"%s\"",
+                           a);
       break;
     case O_WARMUP:
-      if (parse_u64(a, &o.warmup_steps) != 0)
-        return usage_error("--warmup-steps: bad value '%s'", a);
+      if ((rc = flag_u64("warmup-steps", a, 0, UINT64_MAX, &o.warmup_steps)) !=
+          0)
+        return rc;
       break;
     case O_SEED:
-      if (parse_u64(a, &lo.cfg.seed) != 0)
-        return usage_error("--seed: bad value '%s'", a);
+      if ((rc = flag_u64("seed", a, 0, UINT64_MAX, &lo.cfg.seed)) != 0)
+        return rc;
       break;
     case O_BATCH:
-      if (parse_u64(a, &u) != 0 || u < 1 || u > (1u << 20))
-        return usage_error("--batch-size: bad value '%s'", a);
+      if ((rc = flag_u64("batch-size", a, 1, 1u << 20, &u)) != 0)
+        return rc;
       lo.cfg.batch_size = (size_t)u;
       batch_given = 1;
       break;
     case O_EPOCHS:
-      if (parse_u64(a, &o.epochs) != 0 || !o.epochs)
-        return usage_error("--epochs: bad value '%s'", a);
+      if ((rc = flag_u64("epochs", a, 1, UINT64_MAX, &o.epochs)) != 0)
+        return rc;
       break;
     case O_STEPS:
-      if (parse_u64(a, &o.steps) != 0 || !o.steps)
-        return usage_error("--steps: bad value '%s'", a);
+      if ((rc = flag_u64("steps", a, 1, UINT64_MAX, &o.steps)) != 0)
+        return rc;
       break;
     case O_STOP:
-      if (parse_u64(a, &o.stop_after) != 0 || !o.stop_after)
-        return usage_error("--stop-after: bad value '%s'", a);
+      if ((rc = flag_u64("stop-after", a, 1, UINT64_MAX, &o.stop_after)) != 0)
+        return rc;
       break;
     case O_DEVICE:
       if (strcmp(a, "cpu") && strcmp(a, "cuda") && strcmp(a, "auto"))
-        return usage_error("--device: '%s' (cpu, cuda or auto)", a);
+        return usage_error("--device must be cpu, cuda or auto, not \"%s\"", a);
       device = a;
       break;
     case O_RANKS:
-      if (parse_int(a, 1, 1024, &o.ranks) != 0)
-        return usage_error("--ranks: bad value '%s' (1..1024)", a);
+      if ((rc = flag_int("ranks", a, 1, 1024, &o.ranks)) != 0)
+        return rc;
       ranks_given = 1;
       break;
     case O_GPUS:
-      if (parse_int(a, 1, 1024, &gpus) != 0)
-        return usage_error("--gpus: bad value '%s'", a);
+      if ((rc = flag_int("gpus", a, 1, 1024, &gpus)) != 0)
+        return rc;
       break;
     case O_NODES:
-      if (parse_int(a, 1, 1 << 20, &nodes) != 0)
-        return usage_error("--nodes: bad value '%s'", a);
+      if ((rc = flag_int("nodes", a, 1, 1 << 20, &nodes)) != 0)
+        return rc;
       break;
     case O_NODE_RANK:
-      if (parse_int(a, 0, 1 << 20, &node_rank) != 0)
-        return usage_error("--node-rank: bad value '%s'", a);
+      if ((rc = flag_int("node-rank", a, 0, 1 << 20, &node_rank)) != 0)
+        return rc;
       break;
     case O_CKPT:
       o.checkpoint_path = a;
       break;
     case O_CKPT_EVERY:
-      if (parse_u64(a, &o.checkpoint_every) != 0)
-        return usage_error("--checkpoint-every: bad value '%s'", a);
+      if ((rc = flag_u64("checkpoint-every", a, 0, UINT64_MAX,
+                         &o.checkpoint_every)) != 0)
+        return rc;
       break;
     case O_RESUME:
       o.resume_path = a;
       break;
     case O_LOG_EVERY:
-      if (parse_u64(a, &o.log_every) != 0)
-        return usage_error("--log-every: bad value '%s'", a);
+      if ((rc = flag_u64("log-every", a, 0, UINT64_MAX, &o.log_every)) != 0)
+        return rc;
       break;
     case O_LOG_SUMS:
       o.log_checksums = 1;
@@ -422,21 +463,27 @@ int main(int argc, char **argv) {
       break;
     case O_MASTER_ADDR:
       if (!*a || strlen(a) >= 256)
-        return usage_error("--master-addr: bad address '%s'", a);
+        return usage_error("--master-addr needs a host name or address (at "
+                           "most 255 bytes), not \"%s\"",
+                           a);
       master_addr = a;
       break;
     case O_MASTER_PORT:
-      if (parse_int(a, 1, 65535, &master_port) != 0)
-        return usage_error("--master-port: bad port '%s' (1..65535)", a);
+      if ((rc = flag_int("master-port", a, 1, 65535, &master_port)) != 0)
+        return rc;
       break;
     case O_RDV_TIMEOUT:
       if (parse_double(a, &d) != 0 || d <= 0 || d > 86400)
-        return usage_error("--rdv-timeout: bad value '%s' (seconds)", a);
+        return usage_error("--rdv-timeout needs seconds (more than 0, at most "
+                           "86400), not \"%s\"",
+                           a);
       o.rdv_timeout_ms = (int)(d * 1000.0 + 0.5);
       break;
     case O_COLL_TIMEOUT:
       if (parse_double(a, &d) != 0 || d <= 0 || d > 86400)
-        return usage_error("--collective-timeout: bad value '%s' (seconds)", a);
+        return usage_error("--collective-timeout needs seconds (more than 0, "
+                           "at most 86400), not \"%s\"",
+                           a);
       o.collective_timeout_ms = (int)(d * 1000.0 + 0.5);
       break;
     case O_PRECISION:
@@ -447,23 +494,25 @@ int main(int argc, char **argv) {
       else if (strcmp(a, "fp32") == 0)
         o.precision = TR_PRECISION_FP32;
       else
-        return usage_error("--precision: '%s' (auto, tf32 or fp32)", a);
+        return usage_error("--precision must be auto, tf32 or fp32, not \"%s\"",
+                           a);
       break;
     case O_HELP:
       errno = 0;
       fputs(usage_text, stdout);
       fputs(usage_text_2, stdout);
+#ifdef WDS_TRAINER_MPI
+      fputs("  (this wds-train is built with MPI)\n", stdout);
+#else
+      fputs("  (this wds-train is built without MPI: under mpirun or srun it "
+            "refuses to start)\n",
+            stdout);
+#endif
       tool_loader_opts_help_some(stdout, loader_help_names);
       fputs("\n" WDS__SIZE_HELP, stdout);
       /* Longer than a buffer: a write may fail on the way (errno is then
        * its reason, which the exit handler would no longer know). */
-      if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "wds-train: cannot write the output%s%s\n",
-                errno ? ": " : "", errno ? strerror(errno) : "");
-        error_printed = 1;
-        return 1;
-      }
-      return 0;
+      return tool_stdout_flush() != 0;
     case O_VERSION:
       printf("wds %s\n", wds_version());
       return 0;
@@ -505,9 +554,6 @@ int main(int argc, char **argv) {
     if (lo.cfg.spec)
       return usage_error("%s", "--train and --source: give one (--train "
                                "SPEC is --source SPEC alone)");
-    if (lo.cfg.index_path)
-      return usage_error("%s", "--index with --source: give each source its "
-                               "index as --source SPEC:index=FILE");
     lo.cfg.sources = lo.sources; /* kept by o.loader once lo is freed */
     lo.cfg.source_count = lo.nsources;
     lo.sources = NULL;
@@ -520,10 +566,26 @@ int main(int argc, char **argv) {
   if (!o.loader.spec && !o.loader.source_count)
     return usage_error("%s", "--train SPEC is required (or --source, once "
                              "per source of a mix)");
-  if (o.loader.mode == WDS_MODE_RESAMPLED && !o.loader.samples_per_epoch)
-    return usage_error("%s", "--mode resampled needs --samples-per-epoch");
+  /* The rules between loader options (the library's one check). */
+  if (wds_loader_config_check(&o.loader, WDS_OPTION_NAMES_FLAG) != WDS_OK)
+    return usage_error("%s", wds_last_error());
   if (o.checkpoint_every && !o.checkpoint_path)
     return usage_error("%s", "--checkpoint-every needs --checkpoint PATH");
+  /* A checkpoint named by one of the process's own descriptors is written
+   * through it at its offset (wds/outfile.h): a second one would follow the
+   * first and --resume would refuse the file. */
+  if (o.checkpoint_every && o.checkpoint_path &&
+      (strcmp(o.checkpoint_path, "/dev/stdout") == 0 ||
+       strcmp(o.checkpoint_path, "/dev/stderr") == 0 ||
+       strncmp(o.checkpoint_path, "/dev/fd/", 8) == 0 ||
+       strncmp(o.checkpoint_path, "/proc/self/fd/", 14) == 0))
+    return usage_error("--checkpoint-every: --checkpoint %s is one of the "
+                       "process's own descriptors, written at its offset, so "
+                       "each checkpoint would follow the previous one and "
+                       "--resume would refuse the file; name a file (or "
+                       "leave out --checkpoint-every for one checkpoint at "
+                       "the end)",
+                       o.checkpoint_path);
   if (o.stop_after && !o.checkpoint_path)
     return usage_error("%s", "--stop-after needs --checkpoint PATH");
   /* Before any GPU is looked for: a usage error on every machine. */
@@ -541,7 +603,46 @@ int main(int argc, char **argv) {
   topo.nodes = nodes;
   topo.node_rank = node_rank;
   wds__err terr;
-  if (tr_rdv_env(&topo, &terr) != WDS_OK) {
+#ifdef WDS_TRAINER_MPI
+  /* Launched by mpirun, mpiexec or srun: the topology is MPI's. */
+  if (tr_mpi_launched()) {
+    if (nodes != -1 || node_rank != -1 || master_addr || master_port != -1)
+      return usage_error("%s", "--nodes, --node-rank, --master-addr and "
+                               "--master-port are not used under mpirun or "
+                               "srun: the topology comes from MPI");
+    /* The launcher's variables (read before MPI_Init, which may set its
+     * own) must name the rank MPI gives: set by hand without a launcher,
+     * MPI starts a job of one process (a singleton), and each such process
+     * would be a job of its own. */
+    wds__topology et;
+    if (wds__topology_from_env(&et, NULL, NULL, &terr) != WDS_OK)
+      return usage_error("%s", terr.msg);
+    tr_mpi_topology mt;
+    if (tr_mpi_init(&mt, &terr) != WDS_OK) {
+      fprintf(stderr, "wds-train: %s\n", terr.msg);
+      return 1;
+    }
+    if (et.launcher != WDS__LAUNCHER_NONE &&
+        (et.world_size != mt.size || et.rank != mt.rank))
+      return usage_error("%s=%d and %s=%d make this process rank %d of %d, "
+                         "but MPI says process %d of %d: it was not started "
+                         "by the launcher those variables are from (start "
+                         "every process with mpirun or srun)",
+                         et.rank_var, et.rank, et.size_var, et.world_size,
+                         et.rank, et.world_size, mt.rank, mt.size);
+    topo.per_process = 1;
+    topo.rank = mt.rank;
+    topo.world_size = mt.size;
+    topo.local_rank = mt.local_rank;
+    topo.local_world_size = mt.local_size;
+    topo.nodes = mt.nodes;
+    topo.node_rank = mt.node;
+    snprintf(topo.source, sizeof topo.source, "MPI, %d node%s", mt.nodes,
+             mt.nodes == 1 ? "" : "s");
+    o.mpi = 1;
+  } else
+#endif
+      if (tr_rdv_env(&topo, &terr) != WDS_OK) {
     return usage_error("%s", terr.msg);
   }
   if (topo.per_process) { /* one process per GPU */
@@ -587,13 +688,16 @@ int main(int argc, char **argv) {
   if (o.backend->device_count) {
     if (topo.per_process) {
       if (gpus > 1) {
-        return usage_error("--gpus %d: under torchrun each process drives "
-                           "one GPU (LOCAL_RANK)",
-                           gpus);
+        return usage_error("--gpus %d: under %s each process drives one "
+                           "GPU (its local rank)",
+                           gpus, o.mpi ? "mpirun or srun" : "torchrun");
       }
       if (o.first_device >= visible) {
-        fprintf(stderr, "wds-train: LOCAL_RANK=%d, but %d GPU%s visible\n",
-                o.first_device, visible, visible == 1 ? " is" : "s are");
+        fprintf(stderr,
+                "wds-train: %s%d, but %d GPU%s visible (one process per "
+                "GPU: start at most %d on this node)\n",
+                o.mpi ? "MPI local rank " : "LOCAL_RANK=", o.first_device,
+                visible, visible == 1 ? " is" : "s are", visible);
         return 1;
       }
       o.ranks = 1;
@@ -617,13 +721,6 @@ int main(int argc, char **argv) {
           n, o.procs * o.ranks, o.procs, o.procs == 1 ? "" : "es", o.ranks,
           o.ranks == 1 ? "" : "s");
   }
-  if (!o.backend->multi_process && o.procs > 1) {
-    fprintf(stderr,
-            "wds-train: %d processes (%s): the CPU backend runs in one "
-            "process (ranks are threads); several nodes need --device cuda\n",
-            o.procs, topo.source);
-    return 1;
-  }
 
   /* SIGINT, SIGTERM, SIGHUP: the loaders are cancelled (a blocked read
    * wakes), rank 0 stops before the next step, the job's other processes
@@ -632,7 +729,7 @@ int main(int argc, char **argv) {
   o.interrupted = tool_signal_caught;
   o.watch_loader = tool_signals_loader;
   wds__err err;
-  int rc = tr_run(&o, &err);
+  rc = tr_run(&o, &err);
   if (rc == WDS_ERR_CANCELLED && tool_signal_caught()) {
     fflush(stdout);
     fprintf(stderr, "wds-train: interrupted by %s; %s\n", tool_signal_name(),
@@ -641,7 +738,7 @@ int main(int argc, char **argv) {
   }
   if (rc != WDS_OK) {
     fprintf(stderr, "wds-train: %s\n", err.msg);
-    error_printed = 1;
+    tool_stdout_said();
     return 1;
   }
   return 0;

@@ -35,6 +35,9 @@
 #include <unistd.h>
 
 #include "trainer/barrier.h"
+#ifdef WDS_TRAINER_MPI
+#include "trainer/pg_mpi.h"
+#endif
 #include "trainer/rdv_net.h"
 #include "trainer/rendezvous.h"
 
@@ -57,7 +60,7 @@ struct tr_pg {
   /* host_links: the data links (process 0: one per other process; the
    * others: one to process 0), local rank 0's scratch on process 0, the
    * combined results, and the local ranks' inputs as byte pointers. */
-  int host_links, coll_timeout_ms;
+  int host_links, coll_timeout_ms, mpi;
   int *dfds;
   int n_dfds;
   unsigned char *xbuf;
@@ -112,6 +115,10 @@ static void close_fds(tr_pg *g) { close_list(&g->fds, &g->n_fds); }
 void tr_pg_destroy(tr_pg *g) {
   if (!g)
     return;
+#ifdef WDS_TRAINER_MPI
+  if (g->mpi)
+    tr_mpi_unwatch(); /* it reads g->aborted */
+#endif
   tr_rdv_link_finish(g->link, !tr_pg_aborted(g));
   close_fds(g);
   close_list(&g->dfds, &g->n_dfds);
@@ -195,6 +202,15 @@ int tr_pg_create(const tr_pg_config *c, tr_pg **out, wds__err *e) {
   g->master_port = c->master_port;
   g->rdv_timeout_ms = c->rdv_timeout_ms;
   g->host_links = c->host_links && c->procs > 1;
+  g->mpi = c->mpi && c->procs > 1;
+#ifndef WDS_TRAINER_MPI
+  if (g->mpi) {
+    free(g);
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "process group: MPI asked for, but wds-train was built "
+                     "without MPI");
+  }
+#endif
   g->coll_timeout_ms =
       c->collective_timeout_ms > 0 ? c->collective_timeout_ms : 600000;
   pthread_mutex_init(&g->why_mu, NULL);
@@ -219,7 +235,7 @@ int tr_pg_create(const tr_pg_config *c, tr_pg **out, wds__err *e) {
     return wds__fail(e, WDS_ERR_NOMEM,
                      "out of memory (process group of %d ranks)", n);
   }
-  if (g->procs > 1) {
+  if (g->procs > 1 && !g->mpi) {
     int rc = rendezvous(g, e);
     if (rc != WDS_OK) {
       tr_pg_destroy(g);
@@ -241,6 +257,10 @@ int tr_pg_create_local(int local_ranks, tr_pg **out, wds__err *e) {
 int tr_pg_bcast(tr_pg *g, void *blob, size_t size, wds__err *e) {
   if (g->procs == 1)
     return WDS_OK;
+#ifdef WDS_TRAINER_MPI
+  if (g->mpi)
+    return tr_mpi_bcast(blob, size, e);
+#endif
   if (g->link || !g->fds)
     return wds__fail(e, WDS_ERR_INVALID,
                      "process group: a broadcast after the links started");
@@ -260,6 +280,10 @@ int tr_pg_bcast(tr_pg *g, void *blob, size_t size, wds__err *e) {
 int tr_pg_start(tr_pg *g, wds__err *e) {
   if (g->procs == 1 || g->link)
     return WDS_OK;
+#ifdef WDS_TRAINER_MPI
+  if (g->mpi)
+    return tr_mpi_watch(g->proc_rank, g->coll_timeout_ms, &g->aborted, e);
+#endif
   /* The links own the sockets from here, closed on failure too. */
   int rc = tr_rdv_link_start(g->fds, g->n_fds, g->proc_rank == 0,
                              g->proc_rank == 0 ? 1 : 0, on_link_abort, g,
@@ -359,7 +383,16 @@ static int x_recv(tr_pg *g, int i, int peer, void *dst, size_t bytes,
  * (process 0 only) writes the result, and it is sent to every process,
  * arriving in res[0..res_bytes). */
 static int x_exchange(tr_pg *g, size_t part_bytes, void *res, size_t res_bytes,
-                      void (*combine)(tr_pg *g, void *ctx), void *ctx) {
+                      void (*combine)(tr_pg *g, void *ctx), void *ctx,
+                      int (*over_mpi)(tr_pg *g, void *ctx, wds__err *e)) {
+  if (g->mpi) {
+    wds__err e;
+    if (over_mpi(g, ctx, &e) != WDS_OK) {
+      tr_pg_abort(g, e.msg);
+      return WDS_ERR_CANCELLED;
+    }
+    return WDS_OK;
+  }
   int64_t deadline = tr_rdv_now_ms() + g->coll_timeout_ms;
   size_t proc_bytes = part_bytes * (size_t)g->local_ranks;
   int rc;
@@ -395,11 +428,12 @@ static int x_exchange(tr_pg *g, size_t part_bytes, void *res, size_t res_bytes,
  * after the other local ranks have copied the result (copy). */
 static int x_collective(tr_pg *g, int local, size_t part_bytes, void *res,
                         size_t res_bytes, void (*combine)(tr_pg *g, void *ctx),
-                        void *ctx) {
+                        void *ctx,
+                        int (*over_mpi)(tr_pg *g, void *ctx, wds__err *e)) {
   if (tr_pg_barrier(g) != WDS_OK)
     return WDS_ERR_CANCELLED;
-  if (local == 0 &&
-      x_exchange(g, part_bytes, res, res_bytes, combine, ctx) != WDS_OK)
+  if (local == 0 && x_exchange(g, part_bytes, res, res_bytes, combine, ctx,
+                               over_mpi) != WDS_OK)
     return WDS_ERR_CANCELLED; /* aborted: the others leave the barrier */
   return tr_pg_barrier(g);
 }
@@ -456,8 +490,58 @@ static void combine_u64(tr_pg *g, void *ctx) {
          L * (size_t)(g->procs - 1) * sizeof *g->u64_all);
 }
 
+/* The same three over MPI (pg_mpi.h; local rank 0, between the barriers). */
+#ifdef WDS_TRAINER_MPI
+static int mpi_f32(tr_pg *g, void *ctx, wds__err *e) {
+  return tr_mpi_allreduce_f32((const float *const *)g->stage, g->local_ranks,
+                              g->xres, ((f32_ctx *)ctx)->n, e);
+}
+
+/* Every rank's n values (process by process, local rank by local rank),
+ * then summed in global rank order as combine_f64 sums them. */
+static int mpi_f64(tr_pg *g, void *ctx, wds__err *e) {
+  int n = *(int *)ctx, L = g->local_ranks;
+  size_t mine = (size_t)L * (size_t)n * sizeof(double);
+  double *all = malloc(mine * (size_t)g->procs), *local = malloc(mine);
+  int rc = WDS_ERR_NOMEM;
+  if (!all || !local) {
+    wds__fail(e, rc, "out of memory (a collective's buffer)");
+    goto out;
+  }
+  for (int k = 0; k < L; k++)
+    memcpy(local + (size_t)k * (size_t)n, g->sums[k],
+           (size_t)n * sizeof(double));
+  if ((rc = tr_mpi_allgather(local, mine, all, e)) != WDS_OK)
+    goto out;
+  for (int i = 0; i < n; i++) {
+    double s = all[i];
+    for (int r = 1; r < L * g->procs; r++)
+      s += all[(size_t)r * (size_t)n + (size_t)i];
+    g->xsum[i] = s;
+  }
+out:
+  free(all);
+  free(local);
+  return rc;
+}
+
+static int mpi_u64(tr_pg *g, void *ctx, wds__err *e) {
+  (void)ctx;
+  return tr_mpi_allgather(g->u64, (size_t)g->local_ranks * sizeof *g->u64,
+                          g->u64_all, e);
+}
+#else
+#define mpi_f32 NULL
+#define mpi_f64 NULL
+#define mpi_u64 NULL
+#endif
+
 int tr_pg_allreduce_f32(tr_pg *g, int local, float *buf, size_t n) {
   int ranks = g->local_ranks;
+  /* Nothing to sum: every rank of the job calls with the same n, so all
+   * skip the collective alike. */
+  if (n == 0)
+    return tr_pg_aborted(g) ? WDS_ERR_CANCELLED : WDS_OK;
   if (g->host_links) {
     /* Inputs and result in the group's memory (stage, xres): local rank 0
      * reads no rank's buffer, which its rank may free once aborted. xres
@@ -474,7 +558,7 @@ int tr_pg_allreduce_f32(tr_pg *g, int local, float *buf, size_t n) {
     g->parts[local] = g->stage[local];
     f32_ctx c = {n};
     if (x_collective(g, local, n * sizeof(float), local == 0 ? g->xres : NULL,
-                     n * sizeof(float), combine_f32, &c) != WDS_OK)
+                     n * sizeof(float), combine_f32, &c, mpi_f32) != WDS_OK)
       return WDS_ERR_CANCELLED;
     memcpy(buf, g->xres, n * sizeof(float));
     return tr_pg_barrier(g); /* before xres and stage are reused */
@@ -503,7 +587,8 @@ int tr_pg_sum_f64(tr_pg *g, int local, double *values, int n, wds__err *e) {
   if (g->host_links) {
     g->parts[local] = g->sums[local];
     if (x_collective(g, local, (size_t)n * sizeof(double), g->xsum,
-                     (size_t)n * sizeof(double), combine_f64, &n) != WDS_OK)
+                     (size_t)n * sizeof(double), combine_f64, &n,
+                     mpi_f64) != WDS_OK)
       return WDS_ERR_CANCELLED;
     memcpy(values, g->xsum, (size_t)n * sizeof(double));
     return tr_pg_barrier(g); /* before xsum is reused */
@@ -525,7 +610,8 @@ int tr_pg_gather_u64(tr_pg *g, int local, uint64_t mine, uint64_t *all) {
     size_t world = (size_t)g->local_ranks * (size_t)g->procs;
     g->parts[local] = &g->u64[local];
     if (x_collective(g, local, sizeof(uint64_t), g->u64_all,
-                     world * sizeof(uint64_t), combine_u64, NULL) != WDS_OK)
+                     world * sizeof(uint64_t), combine_u64, NULL,
+                     mpi_u64) != WDS_OK)
       return WDS_ERR_CANCELLED;
     memcpy(all, g->u64_all, world * sizeof *all);
     return tr_pg_barrier(g); /* before u64_all is reused */

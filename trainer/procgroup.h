@@ -21,7 +21,12 @@
  * and each other process (the data links), local rank 0 of every process
  * sends its ranks' inputs to process 0, which combines them in global rank
  * order (the bits of one process with all the ranks) and sends the result
- * back. A data link that fails names the process at its other end. Everything
+ * back. A data link that fails names the process at its other end. With
+ * `mpi` (a launch by mpirun or srun, pg_mpi.h) there is no rendezvous and
+ * no link: the blob goes by MPI_Bcast, the host collectives by MPI
+ * collectives that keep the global rank order of the sums, and a watchdog
+ * ends the job (MPI_Abort) when one waits past the collective timeout or
+ * the group was aborted and the process does not end. Everything
  * returns WDS_OK or a negative status with the message in e; a collective left
  * because the group was aborted returns WDS_ERR_CANCELLED. */
 #ifndef WDS_TRAINER_PROCGROUP_H
@@ -47,7 +52,9 @@ typedef struct tr_pg_config {
   int rdv_timeout_ms;        /* the rendezvous and tr_pg_bcast */
   int host_links;            /* the host collectives span the processes */
   int collective_timeout_ms; /* host_links: the longest wait for a peer's
-                                data (0 = 600 s) */
+                                data (0 = 600 s); MPI: the watchdog's */
+  int mpi; /* the processes meet through MPI (pg_mpi.h: tr_mpi_init done):
+              no rendezvous, the blob and host collectives over MPI */
 } tr_pg_config;
 
 typedef struct tr_pg tr_pg;

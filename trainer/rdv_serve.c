@@ -144,16 +144,9 @@ static void send_reject(int fd, int status) {
  * the client and formats the error. */
 static int check_hello(const tr_rdv_listener *l, conn *c, conn *conns,
                        int *by_rank, int clients, wds__err *e) {
-  uint32_t magic = tr_rdv_get_u32(c->hello);
   uint16_t version = tr_rdv_get_u16(c->hello + 4);
   uint32_t rank = tr_rdv_get_u32(c->hello + 8);
   uint32_t nodes = tr_rdv_get_u32(c->hello + 12);
-  if (magic != TR_RDV_MAGIC)
-    return wds__fail(e, WDS_ERR_IO,
-                     "rendezvous on %s: peer %s is not a wds rendezvous client "
-                     "(bad magic 0x%08x); is another program connecting to "
-                     "this port?",
-                     l->addr, c->peer, (unsigned)magic);
   if (version != TR_RDV_VERSION) {
     send_reject(c->fd, TR_RDV_REJECT_VERSION);
     return wds__fail(e, WDS_ERR_IO,
@@ -192,7 +185,7 @@ static int check_hello(const tr_rdv_listener *l, conn *c, conn *conns,
 static int timeout_error(const tr_rdv_listener *l, const conn *conns,
                          int n_conns, const int *by_rank, int clients,
                          int arrived, int timeout_ms, const char *dropped,
-                         wds__err *e) {
+                         const char *strangers, wds__err *e) {
   char missing[256] = "", silent[256] = "";
   size_t m = 0;
   int listed = 0;
@@ -220,12 +213,13 @@ static int timeout_error(const tr_rdv_listener *l, const conn *conns,
   return wds__fail(
       e, WDS_ERR_IO,
       "rendezvous on %s: timed out after %.1f s: %d of %d other "
-      "nodes arrived (missing node ranks: %s)%s%s%s%s%s; are all nodes "
-      "started, with MASTER_ADDR and MASTER_PORT pointing here?",
+      "nodes arrived (missing node ranks: %s)%s%s%s%s%s%s%s; are all "
+      "nodes started, with MASTER_ADDR and MASTER_PORT pointing here?",
       l->addr, tr_rdv_seconds(timeout_ms), arrived, clients, missing,
       n_silent ? "; connected without a complete hello: " : "", silent,
       n_silent > 4 ? ", ..." : "",
-      dropped[0] ? "; closed before a hello: " : "", dropped);
+      dropped[0] ? "; closed before a hello: " : "", dropped,
+      strangers[0] ? "; dropped, not a wds client: " : "", strangers);
 }
 
 static int serve_impl(tr_rdv_listener *l, const void *blob, size_t size,
@@ -245,7 +239,7 @@ static int serve_impl(tr_rdv_listener *l, const void *blob, size_t size,
   int rc = WDS_OK;
   int cap = clients + RDV_EXTRA_CONNS, n = 0, arrived = 0;
   int64_t deadline = tr_rdv_now_ms() + timeout_ms;
-  char dropped[128] = "";
+  char dropped[128] = "", strangers[128] = "";
   conn *conns = calloc((size_t)cap, sizeof *conns);
   int *by_rank = malloc(((size_t)clients + 1) * sizeof *by_rank);
   struct pollfd *pfds = calloc((size_t)cap + 1, sizeof *pfds);
@@ -261,7 +255,7 @@ static int serve_impl(tr_rdv_listener *l, const void *blob, size_t size,
     int wait = tr_rdv_remaining_ms(deadline);
     if (wait == 0) {
       rc = timeout_error(l, conns, n, by_rank, clients, arrived, timeout_ms,
-                         dropped, e);
+                         dropped, strangers, e);
       goto out;
     }
     /* pfds[0] is the listener; a full table leaves newcomers in the
@@ -319,6 +313,16 @@ static int serve_impl(tr_rdv_listener *l, const void *blob, size_t size,
         continue;
       }
       c->got += (size_t)got;
+      /* Another program on the port (a scanner, a health check, a client
+       * of something else): its connection is dropped and the rendezvous
+       * goes on; the job's nodes are still awaited. */
+      if (c->got >= 4 && tr_rdv_get_u32(c->hello) != TR_RDV_MAGIC) {
+        snprintf(strangers, sizeof strangers, "%s (bad magic 0x%08x)", c->peer,
+                 (unsigned)tr_rdv_get_u32(c->hello));
+        close(c->fd);
+        c->fd = -1;
+        continue;
+      }
       if (c->got < sizeof c->hello)
         continue;
       rc = check_hello(l, c, conns, by_rank, clients, e);

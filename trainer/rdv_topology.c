@@ -140,6 +140,28 @@ int tr_rdv_resolve(tr_rdv_config *c,
       return wds__fail(e, WDS_ERR_INVALID,
                        "%s=%d is out of range for %s=%d (0..%d)", rank_from,
                        node_rank, nodes_from, nodes, nodes - 1);
+    /* A launcher that names this process a rank of several (mpirun, srun
+     * with tasks per node, ...) must agree with the nodes: else every
+     * process would run a job of its own, a duplicate of the others. */
+    if (t.launcher != WDS__LAUNCHER_NONE && t.world_size > 1 &&
+        (t.world_size != nodes || t.rank != node_rank))
+      return wds__fail(
+          e, WDS_ERR_INVALID,
+          "%s=%d and %s=%d make this process rank %d of %d, but wds-train "
+          "would run it as node %d of %d (%s): each process would run a job "
+          "of its own, a duplicate. Launch with mpirun or srun --mpi=pmix "
+          "(wds-train built with MPI%s), one process per GPU with "
+          "torchrun, or one process per node with NNODES and NODE_RANK (or "
+          "--nodes and --node-rank) that agree with %s and %s",
+          t.rank_var, t.rank, t.size_var, t.world_size, t.rank, t.world_size,
+          node_rank, nodes,
+          nodes_from ? (rank_from ? rank_from : nodes_from) : "single node",
+#ifdef WDS_TRAINER_MPI
+          "",
+#else
+          ": this one was built without",
+#endif
+          t.rank_var, t.size_var);
     c->rdv_rank = node_rank;
     c->rdv_size = nodes;
     if (!nodes_from)

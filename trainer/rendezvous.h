@@ -70,10 +70,12 @@ int tr_rdv_listen(const char *bind_addr, int port, tr_rdv_listener *l,
 /* Accepts exactly `clients` clients (node ranks 1..clients, node count
  * clients + 1), checks their hellos, then sends blob[0..size) to every one
  * of them. Returns WDS_OK once all were sent, or an error: a bad hello
- * (wrong magic or version, node rank out of range or repeated, different
- * node count) names the peer's address and the clients already connected are
- * turned away; the timeout names the address, the port and how many of how
- * many nodes arrived. Connections that close before sending a hello are
+ * (wrong version, node rank out of range or repeated, different node count)
+ * names the peer's address and the clients already connected are turned
+ * away; a connection whose first 4 bytes are not TR_RDV_MAGIC (another
+ * program on the port) is closed without a reply and the wait goes on (a
+ * timeout then names it); the timeout names the address, the port and how many
+ * of how many nodes arrived. Connections that close before sending a hello are
  * dropped, and a client that leaves after its hello frees its node rank (it
  * may come back). clients 0 returns at once. The listener stays open. */
 int tr_rdv_serve_on(tr_rdv_listener *l, const void *blob, size_t size,

@@ -54,10 +54,23 @@ typedef struct shared {
   tr_checkpoint ck;      /* --resume's checkpoint, once loaded */
   tr_checkpoint *resume; /* &ck when resuming; NULL: fresh weights */
   uint64_t fingerprint;
-  FILE *json;             /* --json */
-  FILE *rows_log;         /* --log-rows */
-  wds_outfile *json_file; /* what json and rows_log write into (their */
-  wds_outfile *rows_file; /* descriptors are copies of these) */
+  /* The configuration without what an elastic resume may change (ranks,
+   * processes, batch and per-rank sizes, workers, shuffle buffer, last
+   * batch): a checkpoint of another one of those resumes elastically when
+   * this is its, in exact mode over one --train spec (issue 35). */
+  uint64_t elastic_fingerprint;
+  int elastic;           /* resuming elastically: the loader takes ck's state */
+  uint64_t elastic_left; /* the samples of the epoch its job had not read */
+  int elastic_live;      /* the loader reads the rest of an epoch (else the
+                            process's loader batches are the checkpoint's: only
+                            the split among local ranks changed) */
+  FILE *json;            /* --json */
+  FILE *rows_log;        /* --log-rows */
+  wds_outfile *json_file;     /* what json and rows_log write into (their */
+  wds_outfile *rows_file;     /* descriptors are copies of these) */
+  int json_errno, rows_errno; /* the first failed write's (0: none) */
+  int summarized;             /* summarize ran (it checks the output) */
+  int out_errno;              /* the output's first failed flush (0: none) */
 
   int world, first_rank; /* ranks of the job; global rank of local 0 */
   size_t *rows, *row0;   /* per local rank: its rows of a loader batch */
@@ -184,25 +197,51 @@ static void write_rows(const shared *sh, const wds_batch *b, FILE *out) {
   }
 }
 
+/* Flushes the output, keeping the reason of its first failure for the
+ * run's message (a failure is reported at the end, with every other). */
+static void note_out(shared *sh) {
+  errno = 0;
+  if ((fflush(sh->o->out) != 0 || ferror(sh->o->out)) && !sh->out_errno)
+    sh->out_errno = errno ? errno : EIO;
+}
+
+/* After a write to log f (--json or --log-rows): 0, or -1 when it failed,
+ * which stops the run there (fail: its message names the log and the
+ * reason) and keeps the reason for close_log. */
+static int log_written(shared *sh, FILE *f, const char *flag, int *saved) {
+  if (!ferror(f))
+    return 0;
+  if (!*saved) {
+    *saved = errno ? errno : EIO;
+    fail(sh, WDS_ERR_IO, "%s %s: cannot write it: %s", flag,
+         f == sh->json ? sh->o->json_path : sh->o->rows_path, strerror(*saved));
+  }
+  return -1;
+}
+
 /* The step's rows are made in memory and go out in one write (the log's
  * FILE is unbuffered, set where it is opened), so a reader (tail -f) or a run
  * killed mid-way sees whole steps, never half a row, however many rows a step
  * has. Out of memory, they go straight to the log. */
-static void log_rows(shared *sh, const wds_batch *b) {
+static int log_rows(shared *sh, const wds_batch *b) {
   char *buf = NULL;
   size_t len = 0;
   FILE *m = open_memstream(&buf, &len);
+  errno = 0;
   if (m) {
     write_rows(sh, b, m);
     if (fclose(m) == 0) {
+      errno = 0;
       if (len)
         fwrite(buf, 1, len, sh->rows_log);
       free(buf);
-      return;
+      return log_written(sh, sh->rows_log, "--log-rows", &sh->rows_errno);
     }
   }
   free(buf);
+  errno = 0;
   write_rows(sh, b, sh->rows_log);
+  return log_written(sh, sh->rows_log, "--log-rows", &sh->rows_errno);
 }
 
 /* "SPEC (repeat 2, index FILE)" of source s, as given but for the spec's
@@ -308,8 +347,8 @@ static int coordinate(shared *sh, int *seen_eof) {
   sh->batch_staged = staged;
   sh->epoch = b->epoch;
   sh->cmd = CMD_STEP;
-  if (sh->rows_log)
-    log_rows(sh, b);
+  if (sh->rows_log && log_rows(sh, b) != 0)
+    return -1; /* the batch is released with the loader */
   return 0;
 }
 
@@ -384,6 +423,13 @@ static int save_checkpoint(shared *sh, tr_rank *r, wds__err *e) {
   wds_loader_position(sh->train, &c.loader_epoch, &c.loader_batches);
   if (sh->next) /* fetched ahead, not trained on: the resumed run reads it */
     c.loader_batches--;
+  /* The position with what gives it meaning: another world resumes it
+   * elastically (version 3). Without memory for it: a version 2 file. */
+  if (wds_loader_state_at(sh->train, c.loader_epoch, c.loader_batches,
+                          &c.loader_state) != WDS_OK)
+    c.loader_state = NULL;
+  c.world = (uint32_t)sh->world;
+  c.elastic_fingerprint = sh->elastic_fingerprint;
   c.weights = malloc(sh->param_count * sizeof(float));
   c.momentum = malloc(sh->param_count * sizeof(float));
   size_t nrs = sh->o->loader.rank_batch_size_count;
@@ -473,7 +519,7 @@ static int run_eval(shared *sh, tr_rank *r, int rank, wds__err *e) {
   return 0;
 }
 
-static void log_eval(shared *sh, const char *when) {
+static int log_eval(shared *sh, const char *when) {
   FILE *out = sh->o->out;
   if (sh->eval_count == 0)
     fprintf(out,
@@ -485,7 +531,7 @@ static void log_eval(shared *sh, const char *when) {
             "eval %s step %" PRIu64 ": loss %.4f accuracy %.4f (%" PRIu64
             " samples)\n",
             when, sh->step, sh->eval_loss, sh->eval_acc, sh->eval_count);
-  fflush(out);
+  note_out(sh);
   if (sh->json) {
     /* No samples: no loss or accuracy (null), not zeros. */
     int none = sh->eval_count == 0;
@@ -496,8 +542,11 @@ static void log_eval(shared *sh, const char *when) {
     fputs(", \"accuracy\": ", sh->json);
     wds__json_write_double(sh->json, "%.6f", none ? NAN : sh->eval_acc);
     fprintf(sh->json, ", \"samples\": %" PRIu64 "}}\n", sh->eval_count);
+    errno = 0;
     fflush(sh->json);
+    return log_written(sh, sh->json, "--json", &sh->json_errno);
   }
+  return 0;
 }
 
 static void print_step(shared *sh, double lr, double loss, double sps,
@@ -515,7 +564,7 @@ static void print_step(shared *sh, double lr, double loss, double sps,
       fprintf(out, " %016" PRIx64, sh->checksums[i]);
   }
   fputc('\n', out);
-  fflush(out);
+  note_out(sh);
   if (sh->json) {
     /* A non-finite loss (the run diverged; log_step stops it) is null:
      * JSON has no NaN. */
@@ -539,7 +588,9 @@ static void print_step(shared *sh, double lr, double loss, double sps,
       fputc(']', sh->json);
     }
     fputs("}\n", sh->json);
+    errno = 0;
     fflush(sh->json);
+    log_written(sh, sh->json, "--json", &sh->json_errno);
   }
 }
 
@@ -565,6 +616,8 @@ static int log_step(shared *sh, tr_rank *r, double lr, wds__err *e) {
   double h2d = sh->iv_h2d_s > 0 ? sh->iv_h2d_bytes / sh->iv_h2d_s / 1e9 : 0;
   if (sh->o->proc_rank == 0) /* process 0 logs for the job */
     print_step(sh, lr, loss, sps, wait, h2d);
+  if (sh->json_errno)
+    return 1; /* recorded: the run stops at the first failed write */
   sh->iv_wait_s = sh->iv_h2d_bytes = sh->iv_h2d_s = 0;
   sh->iv_start_s = t;
   if (!isfinite(loss))
@@ -707,8 +760,9 @@ static void *rank_main(void *arg) {
       if (sh->eval) {
         if ((rc = run_eval(sh, r, rank, &err)) != WDS_OK)
           goto failed_or_out;
-        if (rank == 0 && sh->o->proc_rank == 0) /* for the job */
-          log_eval(sh, cmd == CMD_FINAL ? "final" : "epoch-end");
+        if (rank == 0 && sh->o->proc_rank == 0 && /* for the job */
+            log_eval(sh, cmd == CMD_FINAL ? "final" : "epoch-end") != 0)
+          goto out; /* recorded: the run stops there */
         if (rank == 0 && sh->eval_count > 0 && !isfinite(sh->eval_loss)) {
           rc = diverged(sh, &err, "evaluation loss is", sh->eval_loss);
           goto failed;
@@ -830,6 +884,20 @@ uint64_t tr_config_fingerprint(const tr_options *o, const tr_model_config *m) {
   return h;
 }
 
+/* The fingerprint without what an elastic resume may change. */
+static uint64_t elastic_fingerprint(const tr_options *o,
+                                    const tr_model_config *m) {
+  tr_options t = *o;
+  t.ranks = t.procs = 1;
+  t.loader.batch_size = 1;
+  t.loader.rank_batch_sizes = NULL;
+  t.loader.rank_batch_size_count = 0;
+  t.loader.workers = 0;
+  t.loader.shuffle_buffer = 0;
+  t.loader.last_batch = WDS_LAST_KEEP;
+  return tr_config_fingerprint(&t, m);
+}
+
 /* The checkpoint's per-rank batch sizes are the run's (none: none). */
 static int same_rank_sizes(const tr_options *o, const tr_checkpoint *ck) {
   if (ck->rank_sizes_count != o->loader.rank_batch_size_count)
@@ -870,12 +938,6 @@ static void describe_rank_sizes(char *buf, size_t cap, const tr_options *o,
 static int plan_rows(shared *sh, wds__err *e) {
   const tr_options *o = sh->o;
   const wds_loader_config *lo = &o->loader;
-  if (o->procs > 1 && !o->backend->multi_process)
-    return wds__fail(e, WDS_ERR_INVALID,
-                     "%d processes: the CPU backend runs in one process "
-                     "(ranks are threads); multi-node training needs the "
-                     "CUDA backend",
-                     o->procs);
   sh->world = o->procs * o->ranks;
   sh->first_rank = o->proc_rank * o->ranks;
   if (lo->rank_batch_size_count &&
@@ -923,6 +985,90 @@ static void plan_model(shared *sh) {
   m->weight_decay = (float)o->weight_decay;
   sh->param_count = tr_model_param_count(m);
   sh->fingerprint = tr_config_fingerprint(o, m);
+  sh->elastic_fingerprint = elastic_fingerprint(o, m);
+}
+
+/* A checkpoint's fingerprint that is not this run's: which one of the
+ * options that fix what a saved position means (ranks per process,
+ * processes, workers, batch size, mode, shuffle buffer, seed) made it,
+ * found by hashing this run's options with that one changed, into buf as
+ * "was made on 2 ranks (1 process x 2); this run has 3 ranks (1 process x
+ * 3)". 0 when no single one of them explains it (buf then empty). The
+ * checkpoint keeps only the fingerprint, so the values are found, not
+ * read: each is tried over its range (ranks and processes 1..4096, workers
+ * 0..256, batch size 1..65536, shuffle buffer 0..65536), a few hundred
+ * thousand hashes of a short text. */
+static int explain_fingerprint(const tr_options *o, const tr_model_config *m,
+                               uint64_t want, char *buf, size_t cap) {
+  tr_options t = *o;
+  buf[0] = 0;
+  for (int v = 1; v <= 4096; v++) {
+    t.ranks = v;
+    if (v != o->ranks && tr_config_fingerprint(&t, m) == want) {
+      snprintf(buf, cap,
+               "was made on %d ranks (%d process%s x %d); this run has %d "
+               "ranks (%d process%s x %d)",
+               v * o->procs, o->procs, o->procs == 1 ? "" : "es", v,
+               o->ranks * o->procs, o->procs, o->procs == 1 ? "" : "es",
+               o->ranks);
+      return 1;
+    }
+  }
+  t.ranks = o->ranks;
+  for (int v = 1; v <= 4096; v++) {
+    t.procs = v;
+    if (v != o->procs && tr_config_fingerprint(&t, m) == want) {
+      snprintf(buf, cap,
+               "was made on %d ranks (%d process%s x %d); this run has %d "
+               "ranks (%d process%s x %d)",
+               v * o->ranks, v, v == 1 ? "" : "es", o->ranks,
+               o->ranks * o->procs, o->procs, o->procs == 1 ? "" : "es",
+               o->ranks);
+      return 1;
+    }
+  }
+  t.procs = o->procs;
+  for (int v = 0; v <= 256; v++) {
+    t.loader.workers = v; /* 0: not given (the loader's default, 4) */
+    if (v != o->loader.workers && tr_config_fingerprint(&t, m) == want) {
+      snprintf(buf, cap,
+               "was made with --workers %d; this run has --workers %d",
+               v ? v : 4, o->loader.workers ? o->loader.workers : 4);
+      return 1;
+    }
+  }
+  t.loader.workers = o->loader.workers;
+  for (size_t v = 1; v <= 65536; v++) {
+    t.loader.batch_size = v;
+    if (v != o->loader.batch_size && tr_config_fingerprint(&t, m) == want) {
+      snprintf(buf, cap,
+               "was made with --batch-size %zu; this run has --batch-size %zu",
+               v, o->loader.batch_size);
+      return 1;
+    }
+  }
+  t.loader.batch_size = o->loader.batch_size;
+  static const char *const modes[] = {"plain", "exact", "resampled"};
+  for (int v = 0; v < 3; v++) {
+    t.loader.mode = (wds_mode)v;
+    if (v != (int)o->loader.mode && tr_config_fingerprint(&t, m) == want) {
+      snprintf(buf, cap, "was made with --mode %s; this run has --mode %s",
+               modes[v], modes[o->loader.mode]);
+      return 1;
+    }
+  }
+  t.loader.mode = o->loader.mode;
+  for (size_t v = 0; v <= 65536; v++) {
+    t.loader.shuffle_buffer = v;
+    if (v != o->loader.shuffle_buffer && tr_config_fingerprint(&t, m) == want) {
+      snprintf(buf, cap,
+               "was made with --shuffle-buffer %zu; this run has "
+               "--shuffle-buffer %zu",
+               v, o->loader.shuffle_buffer);
+      return 1;
+    }
+  }
+  return 0;
 }
 
 /* --resume: the checkpoint, loaded and checked against this run (model,
@@ -939,6 +1085,19 @@ static int load_resume(shared *sh, wds__err *e) {
                      "checkpoint %s: its model has other layer sizes than "
                      "--image-size/--channels/--hidden/--classes give",
                      o->resume_path);
+  /* Another world, other sizes, workers or shuffle buffer, the rest the
+   * same, in exact mode over a --train spec: the loader resumes elastically
+   * from the checkpoint's state (it checks that state against its own
+   * configuration, and refuses what it cannot continue exactly). */
+  if (ck->fingerprint != sh->fingerprint && ck->loader_state &&
+      ck->elastic_fingerprint == sh->elastic_fingerprint &&
+      o->loader.mode == WDS_MODE_EXACT && !o->loader.source_count &&
+      !o->steps) {
+    sh->elastic = 1;
+    sh->resume = ck;
+    sh->step = sh->start_step = ck->step; /* set again by open_loaders */
+    return WDS_OK;
+  }
   if (!same_rank_sizes(o, ck)) {
     char had[256], have[256];
     describe_rank_sizes(had, sizeof had, NULL, ck->rank_sizes,
@@ -949,6 +1108,15 @@ static int load_resume(shared *sh, wds__err *e) {
                      "resume with the same batch sizes",
                      o->resume_path, had, have);
   }
+  char why[256];
+  if (ck->fingerprint != sh->fingerprint &&
+      explain_fingerprint(o, &sh->model, ck->fingerprint, why, sizeof why))
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "checkpoint %s %s: its position (epoch %" PRIu64
+                     ", %" PRIu64 " batches) means other samples here, so "
+                     "it cannot be continued; resume with the options it "
+                     "was made with",
+                     o->resume_path, why, ck->loader_epoch, ck->loader_batches);
   if (ck->fingerprint != sh->fingerprint)
     return wds__fail(e, WDS_ERR_INVALID,
                      "checkpoint %s: made with another configuration (data "
@@ -986,6 +1154,8 @@ static void train_loader_config(const shared *sh, const wds_field_spec *fields,
   lc->eager_next_epoch = 1;
   lc->epoch = sh->resume ? sh->resume->loader_epoch : 0;
   lc->resume_batches = sh->resume ? sh->resume->loader_batches : 0;
+  if (sh->elastic)
+    lc->resume_state = sh->resume->loader_state;
 }
 
 /* The evaluation loader's: the training loader's reading options over
@@ -1010,6 +1180,7 @@ static void eval_loader_config(const shared *sh, const wds_loader_config *lc,
   ec->last_batch = WDS_LAST_KEEP;
   ec->epoch = 0;
   ec->resume_batches = 0;
+  ec->resume_state = NULL;
   ec->jpeg_decode = WDS_JPEG_DECODE_CPU;
 }
 
@@ -1039,6 +1210,17 @@ static int open_loaders(shared *sh, wds__err *e) {
   if (o->watch_loader)
     o->watch_loader(0, sh->train);
   sh->epoch_batches = wds_loader_epoch_batches(sh->train);
+  uint64_t left = 0, full = 0;
+  if (sh->elastic && wds_loader_elastic(sh->train, NULL, &left, &full)) {
+    /* The rest of the interrupted epoch, then whole epochs of this world:
+     * the step count follows the fraction of the epochs done, so the
+     * learning-rate schedule goes on where it was. */
+    uint64_t rest = sh->epoch_batches, ep = sh->resume->loader_epoch;
+    sh->epoch_batches = full;
+    sh->elastic_left = left;
+    sh->elastic_live = 1;
+    sh->step = sh->start_step = ep * full + (rest < full ? full - rest : 0);
+  }
   sh->total_steps = o->steps ? o->steps : o->epochs * sh->epoch_batches;
   if (sh->total_steps == 0)
     return wds__fail(e, WDS_ERR_INVALID,
@@ -1082,11 +1264,26 @@ static int open_log(const char *flag, const char *path, wds_outfile **of,
   return WDS_OK;
 }
 
+/* Adds "; WHAT" to a failed run's message (rc < 0) unless it names WHAT
+ * already, or fails the run with WHAT: every output that failed is named,
+ * not only the first. */
+static int also_failed(wds__err *e, int rc, const char *what) {
+  if (rc == WDS_OK)
+    return wds__fail(e, WDS_ERR_IO, "%s", what);
+  if (!strstr(e->msg, what)) {
+    size_t n = strlen(e->msg);
+    snprintf(e->msg + n, sizeof e->msg - n, "; %s", what);
+  }
+  return rc;
+}
+
 /* Ends what open_log opened (of NULL: nothing), whatever the run's
  * status rc so far: the log is kept. A log that could not be written
- * fails a run that had not failed. */
+ * fails a run that had not failed, and is named after the first failure
+ * of one that had, with its reason (saved: the first failed write's errno,
+ * kept by log_written; else fclose's). */
 static int close_log(const char *flag, const char *path, wds_outfile *of,
-                     FILE *f, int rc, wds__err *e) {
+                     FILE *f, int saved, int rc, wds__err *e) {
   if (!of)
     return rc;
   int failed = 0;
@@ -1098,11 +1295,17 @@ static int close_log(const char *flag, const char *path, wds_outfile *of,
     if (fclose(f) != 0)
       failed = 1;
   }
-  if (failed && rc == WDS_OK)
-    rc = wds__fail(e, WDS_ERR_IO, "%s %s: cannot write it%s%s", flag, path,
-                   errno ? ": " : "", errno ? strerror(errno) : "");
-  if (wds_outfile_commit(of) != WDS_OK && rc == WDS_OK)
-    rc = wds__fail(e, WDS_ERR_IO, "%s: %s", flag, wds_last_error());
+  int en = saved ? saved : errno;
+  char what[WDS__ERR_SIZE];
+  if (failed || saved) {
+    snprintf(what, sizeof what, "%s %s: cannot write it%s%s", flag, path,
+             en ? ": " : "", en ? strerror(en) : "");
+    rc = also_failed(e, rc, what);
+  }
+  if (wds_outfile_commit(of) != WDS_OK) {
+    snprintf(what, sizeof what, "%s: %s", flag, wds_last_error());
+    rc = also_failed(e, rc, what);
+  }
   wds_outfile_close(of);
   return rc;
 }
@@ -1142,13 +1345,22 @@ static void print_banner(const shared *sh) {
     describe_source(out, &lo->sources[i]);
     fputc('\n', out);
   }
-  if (sh->resume)
+  if (sh->resume && sh->elastic_live)
+    fprintf(out,
+            "resumed on %d rank%s from a checkpoint made on %u (%s): %" PRIu64
+            " samples of epoch %" PRIu64 " remain; step %" PRIu64 " of %" PRIu64
+            " (the checkpoint's %" PRIu64 " of %" PRIu64 ")\n",
+            sh->world, sh->world == 1 ? "" : "s", sh->resume->world,
+            o->resume_path, sh->elastic_left, sh->resume->loader_epoch,
+            sh->start_step, sh->total_steps, sh->resume->step,
+            sh->resume->total_steps);
+  else if (sh->resume)
     fprintf(out,
             "resumed from %s at step %" PRIu64 " (epoch %" PRIu64
             ", batch %" PRIu64 ")\n",
             o->resume_path, sh->resume->step, sh->resume->loader_epoch,
             sh->resume->loader_batches);
-  fflush(out);
+  fflush(out); /* checked by summarize */
 }
 
 /* The job's processes meet (the rendezvous, with more than one), then the
@@ -1163,7 +1375,8 @@ static int start_group(shared *sh, wds__err *e) {
                      .master_port = o->master_port,
                      .rdv_timeout_ms = o->rdv_timeout_ms,
                      .host_links = o->backend->host_collectives,
-                     .collective_timeout_ms = o->collective_timeout_ms};
+                     .collective_timeout_ms = o->collective_timeout_ms,
+                     .mpi = o->mpi};
   int rc = tr_pg_create(&pc, &sh->pg, e);
   if (rc != WDS_OK)
     return rc;
@@ -1353,7 +1566,7 @@ static int summarize(const shared *sh, double seconds, wds__err *e) {
   print_summary(sh, &t);
   errno = 0;
   int out_failed = fflush(out) != 0 || ferror(out);
-  int out_errno = out_failed ? errno : 0;
+  int out_errno = !out_failed ? 0 : sh->out_errno ? sh->out_errno : errno;
   if (sh->json)
     json_summary(sh, &t);
   if (out_failed)
@@ -1413,10 +1626,26 @@ int tr_run(const tr_options *o, wds__err *e) {
     rc = run_ranks(&sh, &seconds, e);
   if (rc == WDS_OK)
     rc = ranks_outcome(&sh, e);
-  if (rc == WDS_OK)
+  if (rc == WDS_OK) {
+    sh.summarized = 1;
     rc = summarize(&sh, seconds, e);
-  rc = close_log("--json", o->json_path, sh.json_file, sh.json, rc, e);
-  rc = close_log("--log-rows", o->rows_path, sh.rows_file, sh.rows_log, rc, e);
+  }
+  if (rc != WDS_OK && !sh.summarized) {
+    /* The output failed too (summarize reports it when it runs)? */
+    errno = 0;
+    int out_failed = fflush(o->out) != 0 || ferror(o->out);
+    int en = sh.out_errno ? sh.out_errno : errno;
+    if (out_failed) {
+      char what[300];
+      snprintf(what, sizeof what, "cannot write the output%s%s", en ? ": " : "",
+               en ? strerror(en) : "");
+      rc = also_failed(e, rc, what);
+    }
+  }
+  rc = close_log("--json", o->json_path, sh.json_file, sh.json, sh.json_errno,
+                 rc, e);
+  rc = close_log("--log-rows", o->rows_path, sh.rows_file, sh.rows_log,
+                 sh.rows_errno, rc, e);
   release(&sh);
   return rc;
 }

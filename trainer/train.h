@@ -48,6 +48,7 @@ typedef struct tr_options {
   uint64_t stop_after;     /* > 0: stop (and checkpoint) after this step */
   int ranks;               /* local ranks (CPU threads or GPUs) */
   int procs, proc_rank;    /* processes of the job; this one's rank */
+  int mpi;                 /* the processes meet through MPI (mpirun, srun) */
   int first_device;        /* CUDA device of local rank 0 */
   const char *master_addr; /* rendezvous: process 0's address */
   int master_port, rdv_timeout_ms, collective_timeout_ms;

@@ -81,11 +81,6 @@ wds_dtype_name(wds_dtype t); /* numpy descr, e.g. "<u1", "|b1" */
  * refused whatever the budget. */
 #define WDS_IMAGE_MEMORY_LIMIT_DEFAULT ((uint64_t)256 << 20)
 
-/* The decoder WDS_DECODE_AUTO picks for an extension (lower-case):
- * jpg/jpeg/png -> IMAGE, npy -> NPY, cls/cls2/index/inx/id -> INT, else
- * BYTES. */
-WDS_API wds_decode wds_decode_for_ext(const char *ext);
-
 /* Checking that fields decode (`wds verify --decode`). A checker holds the
  * decoder state reused from field to field (one thread at a time). */
 typedef struct wds_decode_checker wds_decode_checker;

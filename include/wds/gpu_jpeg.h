@@ -7,7 +7,7 @@
  * in device memory: rows x height x width x channels uint8 (NHWC):
  *
  *   wds_gpu_jpeg *g;
- *   if (wds_gpu_jpeg_create(0, &g) != WDS_OK) ... (wds_last_error())
+ *   if (wds_gpu_jpeg_open(0, &g) != WDS_OK) ... (wds_last_error())
  *   wds_gpu_jpeg_shape(l, 0, shape);          (height, width, channels)
  *   wds_loader_next(l, &b);
  *   wds_gpu_jpeg_decode(g, l, b, 0, d_images, stream);
@@ -32,14 +32,44 @@
  * path (site-packages/nvidia/cu13/lib, nvidia/nvjpeg/lib), torchvision's
  * bundled copy, then the dynamic loader's search (LD_LIBRARY_PATH).
  * wds_gpu_jpeg_library() says which file was loaded. Without a CUDA build,
- * a GPU or libnvjpeg, create fails saying which (WDS_ERR_OPEN): asking for
- * GPU decoding never falls back to the CPU silently.
+ * a GPU or libnvjpeg, open fails saying which (WDS_ERR_OPEN): asking for
+ * GPU decoding never falls back to the CPU silently. A failed load is not
+ * remembered: the next open looks again (after WDS_NVJPEG_LIBRARY is
+ * fixed, say).
+ *
+ * nvJPEG is asked for the CPU path's contract: chroma upsampled with
+ * interpolation (as TurboJPEG does; NVJPEG_FLAGS_UPSAMPLING_WITH_
+ * INTERPOLATION) and a damaged bitstream an error
+ * (NVJPEG_FLAGS_BITSTREAM_STRICT); where a backend refuses one, the
+ * decoder opens without it and wds_gpu_jpeg_library() names it. The
+ * batched calls have no per-image status (the hardware's, and GPU_HYBRID's
+ * above 50 images, where Huffman decoding runs on the GPU), so a batch
+ * they fail is decoded image by image, and JPEGs that do not end with
+ * their EOI marker (cut short) are never batched: each is decoded alone
+ * (nvjpegDecode, which reports it) and a failure is decoded again on the
+ * CPU, which names it. Corruption inside a whole JPEG (damaged entropy-
+ * coded data that still ends with EOI) is not always detected on the GPU:
+ * such an image may come out as a valid row of wrong pixels, where the
+ * CPU path may have warned or failed. Data that must be checked: decode
+ * on the CPU, or verify the shards' checksums.
  *
  * Memory: nvJPEG's state, its device and pinned buffers and the decoded
  * images' device memory are allocated by the first batches and reused,
- * bounded by the largest batch seen (decoded images: at most
- * WDS_GPU_JPEG_ARENA bytes at a time, larger batches in parts). A decoder
- * serves one thread at a time. */
+ * bounded by the largest batch seen, never grown after it (decoded
+ * images: at most WDS_GPU_JPEG_ARENA bytes at a time, larger batches in
+ * parts).
+ *
+ * Threads: a decoder's calls are serialised by a lock of its own, so
+ * several threads (two loaders on one GPU) may share one; calls on
+ * different streams are ordered on the device too (each call's work waits
+ * for the previous call's). Waits: the decoder never blocks in a CUDA
+ * call; it polls, and with wds_gpu_jpeg_set_timeout a wait that lasts
+ * longer fails (WDS_ERR_TIMEOUT), so a peer that hangs the device's work
+ * (a collective) ends the caller's wait instead of hanging it. Device
+ * memory it outgrows (its own and nvJPEG's) is freed on the decoder's
+ * stream (cudaFreeAsync, where the device has stream-ordered allocation;
+ * else cudaFree, which waits for the whole device), outgrown pinned
+ * buffers at close. wds_gpu_jpeg_buffer and close may block. */
 #ifndef WDS_GPU_JPEG_H
 #define WDS_GPU_JPEG_H
 
@@ -62,15 +92,32 @@ typedef struct wds_gpu_jpeg_stats {
   uint64_t cpu_fallback; /* JPEGs nvJPEG refused or failed, CPU-decoded */
   uint64_t cpu_rows;     /* rows the workers decoded (PNG) */
   uint64_t failed;       /* JPEGs neither could decode */
-  uint64_t device_bytes; /* device memory held (nvJPEG's and images') */
-  uint64_t hardware;     /* 1: nvJPEG's hardware backend is used */
+  /* device memory held: the decoded images' arena, the resize plans, the
+   * wds_gpu_jpeg_buffer, and what nvJPEG allocated on the device for its
+   * handles and states (counted by an allocator of the decoder's where the
+   * libnvjpeg has nvjpegCreateExV2, 12.1 and later; without it nvJPEG's
+   * own buffers are left out). Pinned host memory is not counted. */
+  uint64_t device_bytes;
+  uint64_t hardware; /* 1: nvJPEG's hardware backend is used */
+  /* device_bytes in two: the decoder's own (the arena, the resize plans,
+   * the wds_gpu_jpeg_buffer: grown to the largest batch, never shrunk, not
+   * grown by a batch no larger than one seen), and nvJPEG's (stream-ordered
+   * buffers of its own, which it may shrink and grow again from batch to
+   * batch; 0 where they are not counted) */
+  uint64_t arena_bytes;
+  uint64_t nvjpeg_bytes;
 } wds_gpu_jpeg_stats;
 
 /* A decoder on CUDA device `device` (-1: the calling thread's current one).
  * WDS_OK, or WDS_ERR_OPEN with the reason in wds_last_error() (no CUDA in
  * this build, no GPU, libnvjpeg not found: where it was looked for),
  * WDS_ERR_NOMEM. */
-WDS_API int wds_gpu_jpeg_create(int device, wds_gpu_jpeg **out);
+WDS_API int wds_gpu_jpeg_open(int device, wds_gpu_jpeg **out);
+
+/* Every wait of the decoder's from now on fails with WDS_ERR_TIMEOUT once
+ * it has lasted timeout_ms (0, the default: waits have no deadline).
+ * wds-train gives its --collective-timeout. WDS_OK or WDS_ERR_INVALID. */
+WDS_API int wds_gpu_jpeg_set_timeout(wds_gpu_jpeg *g, int timeout_ms);
 
 /* The shape of one decoded row of field `field` of l: height, width,
  * channels. WDS_OK, or WDS_ERR_INVALID when the field is not a GPU-planned
@@ -86,7 +133,9 @@ WDS_API int wds_gpu_jpeg_shape(const wds_loader *l, size_t field,
  * wds_cuda_release_after_stream). Returns WDS_OK; the loader's error
  * (WDS_ON_ERROR_STOP: a JPEG neither nvJPEG nor the CPU decodes; the
  * message in wds_last_error()); WDS_ERR_IO for a
- * CUDA or nvJPEG failure; WDS_ERR_INVALID for a field that is not planned. */
+ * CUDA or nvJPEG failure; WDS_ERR_TIMEOUT for a wait longer than
+ * wds_gpu_jpeg_set_timeout's; WDS_ERR_INVALID for a field that is not
+ * planned. */
 WDS_API int wds_gpu_jpeg_decode(wds_gpu_jpeg *g, wds_loader *l,
                                 const wds_batch *b, size_t field, void *dev_out,
                                 void *stream);
@@ -103,7 +152,9 @@ WDS_API int wds_gpu_jpeg_decode_rows(wds_gpu_jpeg *g, wds_loader *l,
 /* Device memory of the decoder's, at least `bytes` (one buffer, grown and
  * reused: the previous pointer is invalid after a call that grows it), for
  * callers without a CUDA allocator of their own (`wds bench`); NULL when
- * it cannot be had. Freed by close. */
+ * it cannot be had. Freed by close. Growing it waits for the whole device
+ * (cudaDeviceSynchronize, blocking: a hung collective would hold it): for
+ * benchmarks and tests, which size it once; not for a training loop. */
 WDS_API void *wds_gpu_jpeg_buffer(wds_gpu_jpeg *g, size_t bytes);
 /* Waits for the work queued on stream (NULL: the default stream). WDS_OK
  * or WDS_ERR_IO (the CUDA error in wds_last_error()). */
@@ -113,7 +164,8 @@ WDS_API int wds_gpu_jpeg_sync(wds_gpu_jpeg *g, void *stream);
 WDS_API int wds_gpu_jpeg_download(wds_gpu_jpeg *g, void *host, const void *dev,
                                   size_t bytes, void *stream);
 
-/* "PATH (hardware backend)" or "PATH (GPU hybrid backend)". */
+/* "PATH (hardware backend)" or "PATH (GPU hybrid backend)", with
+ * "; no NVJPEG_FLAGS_..." for a flag nvJPEG refused. */
 WDS_API const char *wds_gpu_jpeg_library(const wds_gpu_jpeg *g);
 WDS_API void wds_gpu_jpeg_stats_get(const wds_gpu_jpeg *g,
                                     wds_gpu_jpeg_stats *out);

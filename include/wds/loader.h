@@ -49,6 +49,13 @@
  * loader opened with .epoch and .resume_batches set to those values
  * delivers exactly the batches an uninterrupted run would have delivered
  * next; the samples already delivered are read but not decoded.
+ * wds_loader_state() gives the position with what fixes its meaning, and
+ * .resume_state resumes at it after checking it: the same configuration
+ * continues as above; in exact mode (one source) another world, batch or
+ * per-rank sizes, workers or shuffle buffer is an elastic resume (the new
+ * ranks deliver the epoch's samples the old ones had not, each once, in
+ * equal steps; in resampled mode, the count of samples it still owes);
+ * anything else is refused, naming both values.
  *
  * Errors: with WDS_ON_ERROR_STOP the first error (unreadable shard, corrupt
  * tar, missing field, failed decode) is returned by next() (its message in
@@ -185,10 +192,11 @@ typedef struct wds_loader_config {
   size_t source_count;
 
   /* Topology. -1: from RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS,
-   * else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else 0/1 (the rule
-   * wds-train's rendezvous reads too). A partial torchrun set (RANK
-   * without WORLD_SIZE, LOCAL_RANK alone) or a value that is not an
-   * integer in range fails wds_loader_open, naming the variable. */
+   * else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else PMI_RANK/PMI_SIZE,
+   * else 0/1 (the rule wds-train reads too). A partial set (RANK without
+   * WORLD_SIZE, LOCAL_RANK alone, PMI_RANK without PMI_SIZE, PMIX_RANK
+   * above 0 with no size) or a value that is not an integer in range fails
+   * wds_loader_open, naming the variable. */
   int rank;
   int world_size;
   int workers; /* worker threads, 1 .. WDS_LOADER_MAX_WORKERS; 0 (a
@@ -284,6 +292,9 @@ typedef struct wds_loader_config {
                                   well as at most shuffle_buffer samples);
                                   0 = 1 GiB. A sample larger than this
                                   passes through alone. */
+  /* As in wds_reader_config: how much of a zstd frame or gzip member is
+     held until its check passes; 0 = 64 MiB. */
+  uint64_t max_unverified_bytes;
 
   wds_allocator allocator; /* alloc == NULL: pinned when built with CUDA
                               and a GPU is present, else aligned host */
@@ -336,6 +347,18 @@ typedef struct wds_loader_config {
    * binding's KeyboardInterrupt. */
   int (*interrupt)(void *ctx);
   void *interrupt_ctx;
+  /* NULL, or a saved position (the text wds_loader_state gave, on any rank
+   * of the job that saved it): the loader resumes there, instead of at
+   * epoch and resume_batches, after checking that everything that fixes
+   * which samples the delivered batches held is as it was (mode, seed,
+   * world_size, workers, batch_size or rank_batch_sizes, last_batch,
+   * drop_last, shard_shuffle, the shuffle buffer's settings,
+   * samples_per_epoch, the shards and their counts). One that differs
+   * fails wds_loader_open (WDS_ERR_INVALID) naming both values; a text
+   * that is not a state, of another version or corrupted fails it too
+   * (WDS_ERR_FORMAT, WDS_ERR_CORRUPT). The text is read during the open
+   * only. */
+  const char *resume_state;
 } wds_loader_config;
 
 /* clang-format off */
@@ -423,6 +446,26 @@ WDS_API const wds_loader_option *wds_loader_option_find(const char *name);
  * `--workers needs a whole number in 1..256, not "0"`. */
 WDS_API int wds_loader_config_set(wds_loader_config *cfg, const char *name,
                                   const char *value);
+
+/* How wds_loader_config_check names the options in its message: as the
+ * Python keywords and C fields (`samples_per_epoch`, `mode="exact"`) or as
+ * the CLI's flags (`--samples-per-epoch`, `--mode exact`). */
+typedef enum wds_option_naming {
+  WDS_OPTION_NAMES_KEYWORD = 0,
+  WDS_OPTION_NAMES_FLAG = 1
+} wds_option_naming;
+
+/* The rules between options, for a whole config: resampled mode needs
+ * samples_per_epoch and exact mode takes none; an index only in exact mode,
+ * and not beside sources (each source has its own); rank_batch_sizes not in
+ * plain mode and one per rank of a given world_size; rank below world_size;
+ * shuffle_initial at most shuffle_buffer. Returns WDS_OK, or
+ * WDS_ERR_INVALID with wds_last_error() naming the options at fault as
+ * naming says: "--shuffle-initial 9 is larger than --shuffle-buffer 4".
+ * wds_loader_open() runs it too (keyword names); a front end runs it first
+ * to name its own spellings. */
+WDS_API int wds_loader_config_check(const wds_loader_config *cfg,
+                                    wds_option_naming naming);
 
 /* One array of a batch. Row i of a fixed-size field starts at
  * data + i * row_bytes; a BYTES field's row i is data[offsets[i] ..
@@ -516,8 +559,35 @@ WDS_API int wds_loader_set_epoch(wds_loader *l, uint64_t epoch);
 WDS_API void wds_loader_position(const wds_loader *l, uint64_t *epoch,
                                  uint64_t *batches);
 
-/* Batches in an epoch for this rank; 0 in plain mode (not known). */
+/* The position as a saved state (the text wds_loader_config.resume_state
+ * takes): the position of wds_loader_position and the configuration that
+ * gives it meaning, versioned and checksummed (a few hundred bytes of
+ * text, one "key=value" a line). *text is malloc'd: release it with
+ * free(). Every rank of a job gives the same text but for its rank line,
+ * and any of them resumes any rank. Returns WDS_OK, or WDS_ERR_NOMEM
+ * (*text NULL). */
+WDS_API int wds_loader_state(const wds_loader *l, char **text);
+/* The same for another position of this loader's configuration: (epoch,
+ * batches delivered in it), e.g. one batch back when a batch fetched ahead
+ * was not used (wds-train's checkpoints). The caller vouches for it. */
+WDS_API int wds_loader_state_at(const wds_loader *l, uint64_t epoch,
+                                uint64_t batches, char **text);
+
+/* Batches in an epoch for this rank; 0 in plain mode (not known). While
+ * the rest of an elastic resume's epoch is read (resume_state), its
+ * batches on this rank. */
 WDS_API uint64_t wds_loader_epoch_batches(const wds_loader *l);
+
+/* Whether the epoch being read is the rest of an elastic resume's (a state
+ * of another world, other batch or per-rank sizes, workers or shuffle
+ * settings, exact mode: resume_state): then 1, with the world it was saved
+ * on and the samples of the epoch its ranks had not delivered (which the
+ * new ranks deliver between them) and the batches of a whole epoch on
+ * this rank (wds_loader_epoch_batches() gives the remainder's then); else
+ * 0 (and 0, 0, the whole epoch's). Pointers may be NULL. */
+WDS_API int wds_loader_elastic(const wds_loader *l, int *old_world,
+                               uint64_t *samples_left,
+                               uint64_t *full_epoch_batches);
 
 typedef struct wds_loader_stats {
   uint64_t batches, samples; /* delivered */
@@ -541,6 +611,11 @@ typedef struct wds_loader_stats {
   /* defer_reads: fields read with pread as their sample left the shuffle
      buffer, and their bytes (also in bytes_read). */
   uint64_t deferred_fields, deferred_bytes;
+  /* Samples of compressed shards delivered unchecked: before the check of
+     the zstd frame or gzip member they lie in came (the frame was larger
+     than max_unverified_bytes: shards written as one large frame by other
+     tools), or from zstd frames without a checksum; docs/loader.md. */
+  uint64_t unverified_samples;
 } wds_loader_stats;
 
 WDS_API void wds_loader_stats_get(const wds_loader *l, wds_loader_stats *out);

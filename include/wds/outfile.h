@@ -22,8 +22,16 @@
  * link; its old target is left as it was). A symlink to a device, a FIFO
  * or a socket is refused (WDS_ERR_OPEN, naming what it points to): a link
  * planted where an output goes must not send it into a disk, a terminal or
- * another program's pipe. The process's own descriptors, /dev/stdout,
- * /dev/stderr, /dev/fd/N and /proc/self/fd/N, are written in place.
+ * another program's pipe.
+ *
+ * The process's own descriptors, /dev/stdin, /dev/stdout, /dev/stderr,
+ * /dev/fd/N and /proc/self/fd/N, are written in place through a copy of
+ * the descriptor, at its offset, whatever it refers to (a regular file
+ * stdout is redirected to, a pipe, a terminal, a socket), as a shell
+ * redirection would: never reopened, truncated, replaced or renamed over
+ * (as root, a rename over /dev/stdout would replace the machine's link),
+ * and so not atomically. A descriptor that is not open, or open for
+ * reading only, is an error naming it.
  *
  *   wds_outfile *f;
  *   if (wds_outfile_open(path, 0, &f) != WDS_OK) ... wds_last_error()

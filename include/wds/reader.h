@@ -94,7 +94,8 @@ typedef struct wds_reader_config {
                                 local files or pipe:) are kept in this
                                 directory (created if missing) once read
                                 whole, and read from it on later opens;
-                                NULL = no cache. Shared safely by several
+                                NULL = $WDS_CACHE_DIR when set, else no
+                                cache. Shared safely by several
                                 processes. The cache trusts the URL: a
                                 changed object is not noticed. A failure to
                                 write it never fails a read. */
@@ -114,10 +115,17 @@ typedef struct wds_reader_config {
    * blocks: the Python binding's KeyboardInterrupt. */
   int (*interrupt)(void *ctx);
   void *interrupt_ctx;
+  /* A compressed shard's sample is returned only once the checks of the
+   * zstd frames or gzip members its data lies in have passed: the reader
+   * reads on to the frame's end, holding up to this many decompressed
+   * bytes of it; 0 = 64 MiB. A larger frame's samples are returned as
+   * they come (counted in unverified_samples, as are samples in data that
+   * carries no check: a zstd frame without a checksum). */
+  uint64_t max_unverified_bytes;
 } wds_reader_config;
 
 #define WDS_READER_CONFIG_INIT                                                 \
-  { NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL }
+  { NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, NULL, NULL, 0 }
 
 typedef struct wds_reader wds_reader;
 
@@ -132,6 +140,12 @@ typedef struct wds_reader_stats {
   uint64_t cache_stored; /* shards written to cache_dir */
   uint64_t cache_errors; /* failures to use or write cache_dir (the shard
                             was read without the cache) */
+  /* Samples of compressed shards returned unchecked: before the check of
+   * their zstd frame or gzip member came (the frame was larger than
+   * max_unverified_bytes), or from data that carries none (a zstd frame
+   * without a content checksum); and such zstd frames, in closed shards. */
+  uint64_t unverified_samples;
+  uint64_t unchecked_frames;
 } wds_reader_stats;
 
 /* Validates cfg, expands the spec and prepares to read; shards are opened

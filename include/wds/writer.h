@@ -27,10 +27,19 @@
  * holding the holder's pid, kept until close or abort (which delete it).
  * A second writer of the same pattern, in this process or another, fails
  * its first sample with WDS_ERR_OPEN naming the lock and the other
- * writer's pid: two runs would interleave their shards.
+ * writer's pid: two runs would interleave their shards. A lock file that
+ * cannot be opened or used (a directory or FIFO at its path, another
+ * user's file this one cannot open) is the same error naming it and the
+ * reason, never skipped; another user's lock that can be read is taken
+ * through a read-only descriptor (flock needs no more).
  *
  * Compression comes from the name: ".zst"/".tzst" zstd, ".gz"/".tgz" gzip,
- * anything else none (WDS_COMPRESS_AUTO), or is given explicitly.
+ * anything else none (WDS_COMPRESS_AUTO), or is given explicitly. zstd is
+ * written as frames of about 1 MiB of tar, each with a content checksum
+ * and ending on a member boundary (a member over 4 MiB is split), so a
+ * reader can check a sample before it hands it out; any zstd decoder reads
+ * them as one stream. gzip is one member (Python's tarfile, in the stream
+ * mode WebDataset uses, stops at the end of a first member).
  *
  *   wds_writer_config cfg = WDS_WRITER_CONFIG_INIT;
  *   cfg.pattern = "out/shard-%06d.tar.zst";

@@ -78,17 +78,21 @@ def main():
         epoch()
     t0 = time.perf_counter()
     c0 = time.thread_time()
+    p0 = time.process_time()  # every thread's: the workers are threads
     batches = samples = 0
     for _ in range(a.epochs):
         samples += epoch()
     sync()
     secs = time.perf_counter() - t0
     cpu = time.thread_time() - c0  # the consumer thread's CPU time
+    pcpu = time.process_time() - p0
     loader.close()
     json.dump({"epochs": a.epochs, "workers": a.workers, "batch_size": a.batch_size,
                "batches": batches, "samples": samples, "seconds": round(secs, 6),
                "samples_per_s": round(samples / secs, 1), "touch": touch, "device": a.device,
-               "consumer_cpu_s": round(cpu, 6), "jpeg_decode": a.jpeg_decode},
+               "consumer_cpu_s": round(cpu, 6), "jpeg_decode": a.jpeg_decode,
+               "process_cpu_s": round(pcpu, 6),
+               "cpu_threads": round(pcpu / secs, 2)},
               sys.stdout)
     print()
 

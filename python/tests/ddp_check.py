@@ -65,7 +65,41 @@ def main():
         if sha_resumed != sha_full:
             print(out)
             sys.exit("FAIL: the resumed run's weights differ from the uninterrupted run's")
+        elastic(d, spec)
     print(f"# ok ({time.time() - t0:.1f} s)")
+
+
+def elastic(d, spec):
+    """wds.Loader's state_dict saved on 2 ranks resumes on 3 and on 1
+    (other batch size, workers): the keys before the stop and after it are
+    every key of the epoch, each once but for padding (fewer than 2 + 3
+    repeats); equal steps on every new rank; the next epoch a fresh run's
+    (elastic_ranks.py checks those)."""
+    script = os.path.join(SRC, "python", "tests", "elastic_ranks.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    def torchrun(n, mode):
+        return run(sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc-per-node", str(n), script, mode, d, spec, env=env)
+    torchrun(2, "save")
+    old = []
+    for r in (0, 1):
+        old += open(os.path.join(d, f"old-{r}.txt")).read().split()
+    # Every key of the epoch: a plain 1-rank read of it.
+    import wds
+    with wds.Loader(spec, "cls", 64, mode="plain", world_size=1, rank=0) as lo:
+        every = [k for b in lo for k in b.keys]
+    for n in (3, 1):
+        out = torchrun(n, "resume")
+        new = []
+        for r in range(n):
+            new += open(os.path.join(d, f"new-{n}-{r}.txt")).read().split()
+        got = old + new
+        if set(got) != set(every) or len(got) - len(every) >= 2 + n:
+            print(out)
+            sys.exit(f"FAIL: 2 -> {n} ranks: {len(set(every) - set(got))} keys missing, "
+                     f"{len(got) - len(set(got))} repeated")
+        print(f"# elastic 2 -> {n} ranks: {len(old)} + {len(new)} keys, "
+              f"{len(got) - len(set(got))} repeated (padding)")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,13 @@ when waited for. Were a slot released before that, a worker would have
 refilled it and the copy would read another batch's rows. The control
 (release at once) shows that it would. On a GPU (marker gpu) the real
 engine runs with a long kernel queued on the loader's copy stream before
-every copy."""
+every copy.
+
+PyTorch is not installed beside the ASan build's preloaded sanitizer
+runtime: there only the tests that need no torch run (what device= says
+without it), and each of the others is skipped, saying so."""
 import ctypes
+import sys
 
 import numpy as np
 import pytest
@@ -18,7 +23,13 @@ import pytest
 import wds
 from wds import _device
 
-torch = pytest.importorskip("torch")
+try:
+    import torch
+except ImportError:
+    torch = None
+# Each test that needs torch carries it; the module's others run without.
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed "
+                                 "(the ASan build runs without it)")
 
 FIELDS = "npy,cls,txt:bytes"
 EPOCHS = 3
@@ -144,6 +155,7 @@ def same(dev, host):
             and np.array_equal(dev.valid.numpy(), host["valid"]))
 
 
+@needs_torch
 @pytest.mark.parametrize("polls", [0, 3, 1 << 30])
 def test_device_batches_equal_host_batches(shards, late, polls):
     want = host_epochs(shards)
@@ -166,6 +178,7 @@ def test_device_batches_equal_host_batches(shards, late, polls):
         assert eng.waits > 0
 
 
+@needs_torch
 def test_an_early_release_would_mix_batches(shards, late):
     """The control: a slot given back at once is refilled before its late
     copy reads it (the check above would fail without the fences)."""
@@ -188,6 +201,7 @@ def test_an_early_release_would_mix_batches(shards, late):
     assert differ > 0, "an early release went unnoticed"
 
 
+@needs_torch
 def test_batch_to_holds_the_slot_until_the_copy(shards, late):
     want = host_epochs(shards)
     eng = late(polls=2)
@@ -207,6 +221,7 @@ def test_batch_to_holds_the_slot_until_the_copy(shards, late):
         assert eng.events[-1].copied and same(d, want[0])
 
 
+@needs_torch
 def test_state_dict_and_resume_with_device(shards, late):
     late(polls=1)
     want = host_epochs(shards)
@@ -220,6 +235,7 @@ def test_state_dict_and_resume_with_device(shards, late):
     assert all(same(d, h) for d, h in zip(rest, want[3:10]))
 
 
+@needs_torch
 def test_device_argument_errors():
     with pytest.raises(ValueError, match="CUDA devices only"):
         _device.resolve("cpu")
@@ -264,8 +280,10 @@ def slow_engine(monkeypatch, early=False):
     return s
 
 
+@needs_torch
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+@pytest.mark.skipif(torch is None or not torch.cuda.is_available(),
+                    reason="no CUDA GPU (or no PyTorch)")
 def test_gpu_copies_behind_long_kernels_are_intact(shards, monkeypatch):
     want = host_epochs(shards)
     slow_engine(monkeypatch)
@@ -293,8 +311,10 @@ def test_gpu_copies_behind_long_kernels_are_intact(shards, monkeypatch):
     assert differ > 0, "an early release went unnoticed on the GPU"
 
 
+@needs_torch
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+@pytest.mark.skipif(torch is None or not torch.cuda.is_available(),
+                    reason="no CUDA GPU (or no PyTorch)")
 def test_gpu_batch_to_non_blocking(shards, monkeypatch):
     want = host_epochs(shards)
     slow_engine(monkeypatch)
@@ -308,6 +328,7 @@ def test_gpu_batch_to_non_blocking(shards, monkeypatch):
         assert np.array_equal(d["npy"].cpu().numpy(), h["npy"])
 
 
+@needs_torch
 def test_train_ddp_refuses_more_processes_than_gpus():
     """examples/train_ddp.py says what to do instead of torch's "invalid
     device ordinal" (its check, called as it is on a GPU machine)."""
@@ -326,6 +347,7 @@ def test_train_ddp_refuses_more_processes_than_gpus():
         mod.gpu_for(0, 2, 1)
 
 
+@needs_torch
 def test_fences_from_two_threads_lose_nothing(shards, late):
     """Batch.to from a second thread while the loader's thread polls: every
     entry is waited for (none dropped from the queue) and the copies equal
@@ -358,6 +380,7 @@ def test_fences_from_two_threads_lose_nothing(shards, late):
         assert same(d, want[i])
 
 
+@needs_torch
 def test_a_failed_copy_waits_before_the_slot_goes(shards, late):
     """A copy that fails after earlier work was queued: the engine is
     synchronised before the batch (and its slot) can go."""
@@ -375,3 +398,134 @@ def test_a_failed_copy_waits_before_the_slot_goes(shards, late):
         with pytest.raises(RuntimeError, match="out of memory"):
             l.next()
     assert calls == ["copy", "sync"]
+
+
+def test_device_without_torch_says_what_to_do(shards, monkeypatch):
+    """device= without PyTorch: an ImportError that says to install it or
+    use the numpy batches (torch hidden from the import where installed)."""
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch fails
+    with pytest.raises(ImportError, match=r"device= needs PyTorch \(pip install torch\)"):
+        wds.Loader(shards, FIELDS, 4, device="cuda")
+    with wds.Loader(shards, FIELDS, 4) as l:
+        b = l.next()
+        with pytest.raises(ImportError, match="device= needs PyTorch"):
+            b.to("cuda")
+        b.release()
+
+@needs_torch
+def test_close_when_a_fence_raises(shards, late):
+    """A fence whose wait() raises (a CUDA error): close()
+    still closes the C loader, raises the first error once, and a second
+    close() (or the `with` exit after it) is a no-op, the engine not asked
+    again."""
+    eng = late(polls=1 << 30)
+    calls = []
+
+    def bad_wait(ev):
+        calls.append("wait")
+        raise RuntimeError("CUDA error: illegal address")
+
+    eng.wait = bad_wait
+    l = loader(shards, device="late", prefetch=4)  # next() waits for none
+    b = l.next()
+    b2 = l.next()
+    assert b is not None and b2 is not None
+    with pytest.raises(RuntimeError, match="illegal address"):
+        l.close()
+    assert l.closed
+    assert calls == ["wait", "wait"]  # both fences tried, the first raised
+    l.close()  # no-op
+    assert calls == ["wait", "wait"]
+    del b, b2
+
+    # done() raising in next(): the error is next()'s; close() then
+    # closes (its wait() works).
+    eng = late(polls=1 << 30)
+
+    def bad_done(ev):
+        raise RuntimeError("CUDA error: launch failure (done)")
+
+    eng.done = bad_done
+    l = loader(shards, device="late")
+    b = l.next()
+    with pytest.raises(RuntimeError, match="launch failure"):
+        l.next()
+    l.close()
+    assert l.closed
+    del b
+
+    # `with`: the error leaves the block once; the loader is closed.
+    eng = late(polls=1 << 30)
+
+    def bad_wait2(ev):
+        raise RuntimeError("CUDA error: illegal address (with)")
+
+    eng.wait = bad_wait2
+    with pytest.raises(RuntimeError, match=r"illegal address \(with\)"):
+        with loader(shards, device="late") as l:
+            assert l.next() is not None
+    assert l.closed
+    l.close()
+
+
+def test_close_interrupted_waits_before_the_slot_goes(shards, late,
+                                                     monkeypatch):
+    """A KeyboardInterrupt in a fence's wait() is not the copy's failure:
+    the copy may still be reading the slot, so close() synchronises the
+    engine before the slot is released and the C loader closed, then
+    raises the interrupt once (it gave the slot up at once)."""
+    eng = late(polls=1 << 30)
+    freed = []
+    free = _device.Fences._free
+
+    def spy(entry):
+        freed.append(entry[1].copied)  # had the copy run when it went?
+        free(entry)
+
+    monkeypatch.setattr(_device.Fences, "_free", staticmethod(spy))
+    wait = eng.wait
+    interrupts = [1]
+
+    def interrupted_wait(ev):
+        if interrupts:
+            interrupts.pop()
+            raise KeyboardInterrupt
+        wait(ev)
+
+    eng.wait = interrupted_wait
+    l = loader(shards, device="late", prefetch=4)
+    b, b2 = l.next(), l.next()
+    assert b is not None and b2 is not None
+    with pytest.raises(KeyboardInterrupt):
+        l.close()
+    assert l.closed
+    assert freed == [True, True], "a slot went while its copy could run"
+    l.close()  # no-op
+    del b, b2
+
+
+def test_one_engine_per_device_from_two_threads(monkeypatch):
+    """Two loaders opened at once on one device (two threads) get one
+    engine, so one GPU JPEG decoder (its calls serialised by its own lock):
+    engine() makes it under a lock."""
+    import threading
+    import time
+
+    made = []
+
+    class SlowEngine:
+        def __init__(self, device):
+            time.sleep(0.05)  # a window two unlocked calls would share
+            made.append(device)
+
+    monkeypatch.setattr(_device, "_TorchCuda", SlowEngine)
+    monkeypatch.setattr(_device, "_engines", {})
+    got = []
+    ts = [threading.Thread(target=lambda: got.append(_device.engine("cuda:7")))
+          for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert made == ["cuda:7"]
+    assert len(got) == 4 and all(e is got[0] for e in got)

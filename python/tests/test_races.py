@@ -1,4 +1,4 @@
-"""Threads, stalls and signals against the binding (issue 26, items 1-3):
+"""Threads, stalls and signals against the binding:
 every call that runs without the GIL is guarded against the handle's other
 calls, a FIFO without a writer times out, and Ctrl-C reaches a call blocked
 on a stalled source."""
@@ -24,6 +24,30 @@ def shard(tmp_path_factory):
     return str(d / "r-000.tar")
 
 
+def wait_busy(loader, timeout=20):
+    """Returns once another thread is inside a call on loader: its
+    state_dict() (which reads nothing a call changes) then raises "another
+    thread". The event the tests wait on, instead of a sleep long enough."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            loader.state_dict()
+        except RuntimeError as e:
+            if "another thread" in str(e):
+                return
+            raise
+        time.sleep(0.005)
+    raise AssertionError(f"no call on the loader within {timeout} s")
+
+
+def wait_file(path, timeout=20):
+    """Returns once path exists (a pipe: command's sign that it runs)."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{path} not made within {timeout} s"
+        time.sleep(0.005)
+
+
 def blocked_next(loader):
     """Starts loader.next() in a thread; returns (thread, outcome list)
     once the thread is inside the call."""
@@ -37,7 +61,7 @@ def blocked_next(loader):
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(0.3)
+    wait_busy(loader)
     assert t.is_alive() and not out, out
     return t, out
 
@@ -76,21 +100,23 @@ def slow_set_epoch(loader):
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(0.5)
+    wait_busy(loader)
     assert t.is_alive() and not out, ("set_epoch returned early", out)
     return t, out
 
 
-def stalling_loader(shard):
+def stalling_loader(shard, tmp_path):
     """A loader whose first batch is the good shard and whose worker then
-    waits on a command that ignores SIGTERM."""
-    lo = wds.Loader([shard, "pipe:trap '' TERM; sleep 1003"], "cls", 20,
-                    mode="plain", workers=1, shard_shuffle=False,
+    waits on a command that ignores SIGTERM (returned once the command
+    runs)."""
+    mark = tmp_path / "stall-started"
+    lo = wds.Loader([shard, f"pipe:trap '' TERM; touch {mark}; sleep 1003"],
+                    "cls", 20, mode="plain", workers=1, shard_shuffle=False,
                     read_timeout_ms=0)  # 0: no timeout
     b = lo.next()
     assert b is not None and len(b.keys) == 20
     b.release()
-    time.sleep(0.3)  # the worker reaches the command
+    wait_file(mark)  # the worker reached the command
     return lo
 
 
@@ -112,8 +138,8 @@ def within(seconds, fn):
     return out[0]
 
 
-def test_next_while_set_epoch_runs_raises(shard):
-    lo = stalling_loader(shard)
+def test_next_while_set_epoch_runs_raises(shard, tmp_path):
+    lo = stalling_loader(shard, tmp_path)
     t, out = slow_set_epoch(lo)
     r = within(10, lo.next)
     assert isinstance(r, RuntimeError) and "another thread" in str(r), r
@@ -122,11 +148,11 @@ def test_next_while_set_epoch_runs_raises(shard):
     lo.close()
 
 
-def test_close_while_set_epoch_runs_waits_for_it(shard):
+def test_close_while_set_epoch_runs_waits_for_it(shard, tmp_path):
     """close() during set_epoch() must not free the handle under it (a
     heap-use-after-free under ASan): the loader closes when set_epoch
     returns."""
-    lo = stalling_loader(shard)
+    lo = stalling_loader(shard, tmp_path)
     t, out = slow_set_epoch(lo)
     t0 = time.monotonic()
     lo.close()
@@ -148,37 +174,53 @@ def test_set_epoch_against_next_and_close_in_threads(shard, rounds):
         loader = wds.Loader(shard, "cls", 2, workers=2, prefetch=2)
         stop = threading.Event()
         errors = []
+        # close() comes after each thread made `calls` calls (more each
+        # round, so it meets them at other points), and each thread goes on
+        # until it has met the closed loader at least once.
+        calls = 2 + 3 * (r % 4)
+        busy = [threading.Event(), threading.Event()]
+        closed_seen = [threading.Event(), threading.Event()]
 
         def epochs():
             e = 0
             while not stop.is_set():
                 try:
                     loader.set_epoch(e % 3)
-                except (RuntimeError, ValueError):
+                except RuntimeError:
                     pass
+                except ValueError:
+                    closed_seen[0].set()
                 except Exception as ex:  # noqa: BLE001
                     errors.append(ex)
                 e += 1
+                if e >= calls:
+                    busy[0].set()
 
         def batches():
+            n = 0
             while not stop.is_set():
                 try:
                     b = loader.next()
                     if b is not None:
                         b.release()
-                except (RuntimeError, ValueError):
+                except RuntimeError:
                     pass
-                except wds.CancelledError:
-                    pass
+                except (ValueError, wds.CancelledError):
+                    closed_seen[1].set()
                 except Exception as ex:  # noqa: BLE001
                     errors.append(ex)
+                n += 1
+                if n >= calls:
+                    busy[1].set()
 
         ts = [threading.Thread(target=epochs), threading.Thread(target=batches)]
         for t in ts:
             t.start()
-        time.sleep(0.05 + 0.02 * (r % 4))
+        for ev in busy:
+            assert ev.wait(20), f"round {r}: a thread made no {calls} calls"
         loader.close()
-        time.sleep(0.05)
+        for ev in closed_seen:
+            assert ev.wait(20), f"round {r}: a thread never met the closed loader"
         stop.set()
         for t in ts:
             t.join(20)
@@ -237,7 +279,8 @@ CASES = {
     # Loader.next() on a stalled source (plain mode: no counting pass);
     # then the loader is as it was: closable, its position unchanged.
     "loader_next": """
-        lo = wds.Loader("pipe:sleep {n}", "cls", 1, mode="plain", workers=1)
+        lo = wds.Loader("pipe:touch {mark}; sleep {n}", "cls", 1, mode="plain",
+                        workers=1)
         ready()
         try:
             lo.next()
@@ -248,13 +291,13 @@ CASES = {
     # exact mode counts the shard's samples at construction
     "loader_counting": """
         ready()
-        wds.Loader("pipe:sleep {n}", "cls", 1)
+        wds.Loader("pipe:touch {mark}; sleep {n}", "cls", 1)
     """,
     # ... under on_error="skip" too (a counter once noted its cancelled
     # read as a skipped shard for ever)
     "loader_counting_skip": """
         ready()
-        wds.Loader("pipe:sleep {n}", "cls", 1, on_error="skip")
+        wds.Loader("pipe:touch {mark}; sleep {n}", "cls", 1, on_error="skip")
     """,
     # exact mode reads a shard its index gives 0 samples, to check it is
     # empty (here a FIFO without a writer)
@@ -272,7 +315,7 @@ CASES = {
             os.unlink(d + "/s.tar")
     """,
     "reader": """
-        r = wds.Reader("pipe:sleep {n}")
+        r = wds.Reader("pipe:touch {mark}; sleep {n}")
         ready()
         try:
             for s in r:
@@ -283,7 +326,7 @@ CASES = {
     # a compressed stream read by its reading thread: the caller waits on
     # the thread's ring
     "reader_read_thread": """
-        r = wds.Reader("pipe:zstd -qc {shard} | head -c 600; sleep {n}")
+        r = wds.Reader("pipe:zstd -qc {shard} | head -c 600; touch {mark}; sleep {n}")
         ready()
         try:
             for s in r:
@@ -294,10 +337,22 @@ CASES = {
 }
 
 
+def main_thread_blocked(pid):
+    """Whether process pid's main thread sleeps in the kernel (state S in
+    /proc/PID/task/PID/stat). The child runs one Python thread: after its
+    "ready", it runs bytecode (R) until it is inside the call, waiting."""
+    with open(f"/proc/{pid}/task/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_ctrl_c_reaches_a_blocked_call(case, shard, tmp_path):
     n = 1100 + sorted(CASES).index(case)
-    body = textwrap.indent(textwrap.dedent(CASES[case]).format(n=n, shard=shard),
+    # The command's sign that it runs ({mark}), where the case has one.
+    mark = tmp_path / "command-started"
+    has_mark = "{mark}" in CASES[case]
+    body = textwrap.indent(textwrap.dedent(CASES[case]).format(n=n, shard=shard,
+                                                               mark=mark),
                            "    ")
     code = ("import sys, wds\n"
             "def ready():\n"
@@ -311,7 +366,13 @@ def test_ctrl_c_reaches_a_blocked_call(case, shard, tmp_path):
                          stderr=subprocess.PIPE, env=env, text=True)
     try:
         assert p.stdout.readline().strip() == "ready", p.stderr.read()
-        time.sleep(0.7)  # inside the call, waiting on the command
+        # Inside the call, waiting on the command: it runs, and the child's
+        # one thread sleeps in the kernel.
+        deadline = time.monotonic() + 20
+        while not ((not has_mark or mark.exists()) and main_thread_blocked(p.pid)):
+            assert p.poll() is None, p.stderr.read()
+            assert time.monotonic() < deadline, "the child never waited in the call"
+            time.sleep(0.005)
         assert p.poll() is None, p.stderr.read()
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
@@ -329,10 +390,21 @@ def test_loader_goes_on_after_ctrl_c(shard):
     """A KeyboardInterrupt in next() leaves the loader as it was: the next
     call delivers the batch it was waiting for."""
     code = textwrap.dedent(f"""
-        import os, signal, threading, wds
+        import os, signal, threading, time, wds
         lo = wds.Loader("pipe:sleep 3; cat {shard}", "cls", 4, mode="plain",
                         workers=1)
-        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+        def interrupt_inside_next():
+            # once next() waits (state_dict() then says "another thread")
+            while True:
+                try:
+                    lo.state_dict()
+                except RuntimeError:
+                    break
+                time.sleep(0.005)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        threading.Thread(target=interrupt_inside_next, daemon=True).start()
         try:
             lo.next()
             print("no interrupt")

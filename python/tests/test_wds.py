@@ -415,6 +415,26 @@ def test_reader_options(shards):
         wds.Reader(paths[0], 5)  # options are keyword-only
 
 
+def test_reader_keywords_are_the_option_tables(shards):
+    """The Reader's keywords that are loader options are converted and
+    checked by the same rows of the library's option table as wds.Loader's
+    (the reader commands' flags too): the same bounds and messages, and a
+    float where a count is wanted is an error, not rounded."""
+    _, paths, _ = shards
+    for kw, value, says in (
+            ("retries", 2000, 'retries needs a count from 0 to 1000, not "2000"'),
+            ("read_timeout_ms", 1.5, "read_timeout_ms needs a whole number, not float (1.5)"),
+            ("max_window_bytes", "x", "max_window_bytes needs a whole number, not str"),
+            ("cache_dir", "", 'cache_dir needs a directory, not ""')):
+        msgs = []
+        for make in (lambda: wds.Reader(paths[0], **{kw: value}),
+                     lambda: wds.Loader(paths[0], "cls", 1, **{kw: value})):
+            with pytest.raises(ValueError) as e:
+                make()
+            msgs.append(str(e.value))
+        assert says in msgs[0] and msgs[0] == msgs[1], msgs
+
+
 def test_spec_argument_forms(shards):
     # Reader and the loader take a spec the same way (one conversion,
     # python/wds/_common.c): a str or bytes spec, or a sequence of URLs
@@ -634,6 +654,15 @@ def test_reader_cache_dir(shards, tmp_path):
         r2 = wds.Reader(urls, cache_dir=str(cache))
         second = list(r2)
         st = r2.stats()
+        # Without cache_dir: $WDS_CACHE_DIR, read by the library (as the
+        # CLI's --cache-dir default), so the same entries serve this one.
+        os.environ["WDS_CACHE_DIR"] = str(cache)
+        try:
+            r3 = wds.Reader(urls)
+            third = list(r3)
+            st3 = r3.stats()
+        finally:
+            del os.environ["WDS_CACHE_DIR"]
     finally:
         srv.shutdown()
         srv.server_close()
@@ -645,6 +674,8 @@ def test_reader_cache_dir(shards, tmp_path):
     assert len(requested) == len(paths)  # the first reader's only
     assert st["cache_hits"] == len(paths)
     assert st["cache_stored"] == 0 and st["cache_errors"] == 0
+    assert plain(third) == plain(local)
+    assert st3["cache_hits"] == len(paths) and len(requested) == len(paths)
     assert len([f for f in os.listdir(cache) if not f.startswith(".")]) == len(paths)
     list(wds.Reader(paths, cache_dir=tmp_path / "c2"))
     assert not (tmp_path / "c2").exists()

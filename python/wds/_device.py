@@ -85,13 +85,15 @@ class _TorchCuda:
 
     def gpu_jpeg(self):
         """The GPU JPEG decoder of jpeg_decode="gpu" on this device (one per
-        engine), or wds.OpenError saying why there is none (a build without
-        CUDA or nvjpeg.h, no GPU, no libnvjpeg)."""
-        if self.jpeg is None:
-            from . import _wds
+        engine, shared by its loaders: its calls are serialised by a lock of
+        its own, wds/gpu_jpeg.h), or wds.OpenError saying why there is none
+        (a build without CUDA or nvjpeg.h, no GPU, no libnvjpeg)."""
+        with _engines_lock:
+            if self.jpeg is None:
+                from . import _wds
 
-            _nvjpeg_hint()
-            self.jpeg = _wds.gpu_jpeg_open(self.device.index)
+                _nvjpeg_hint()
+                self.jpeg = _wds.gpu_jpeg_open(self.device.index)
         return self.jpeg
 
     def decode(self, batch, i, shape):
@@ -118,6 +120,7 @@ class _TorchCuda:
 
 
 _engines = {}
+_engines_lock = threading.Lock()
 
 
 def _nvjpeg_hint():
@@ -147,10 +150,11 @@ def _nvjpeg_hint():
 
 def engine(device):
     """The copy engine for a device (one stream per device and process)."""
-    e = _engines.get(device)
-    if e is None:
-        e = _engines[device] = _TorchCuda(device)
-    return e
+    with _engines_lock:
+        e = _engines.get(device)
+        if e is None:
+            e = _engines[device] = _TorchCuda(device)
+        return e
 
 
 class Fences:

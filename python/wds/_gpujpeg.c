@@ -21,7 +21,7 @@ PyObject *wds_py_gpu_jpeg_open(PyObject *mod, PyObject *args) {
   wds_gpu_jpeg *g = NULL;
   int rc;
   Py_BEGIN_ALLOW_THREADS;
-  rc = wds_gpu_jpeg_create(device, &g);
+  rc = wds_gpu_jpeg_open(device, &g);
   Py_END_ALLOW_THREADS;
   if (rc != WDS_OK)
     return wds_py_raise(rc, wds_last_error());
@@ -102,11 +102,13 @@ static PyObject *wds_py_gpujpeg_stats(wds_py_gpujpeg *self, PyObject *args) {
   wds_gpu_jpeg_stats st;
   wds_gpu_jpeg_stats_get(self->g, &st);
   return Py_BuildValue(
-      "{sKsKsKsKsKsKsKss}", "batches", (unsigned long long)st.batches,
+      "{sKsKsKsKsKsKsKsKsKss}", "batches", (unsigned long long)st.batches,
       "gpu_images", (unsigned long long)st.gpu_images, "cpu_fallback",
       (unsigned long long)st.cpu_fallback, "cpu_rows",
       (unsigned long long)st.cpu_rows, "failed", (unsigned long long)st.failed,
-      "device_bytes", (unsigned long long)st.device_bytes, "hardware",
+      "device_bytes", (unsigned long long)st.device_bytes, "arena_bytes",
+      (unsigned long long)st.arena_bytes, "nvjpeg_bytes",
+      (unsigned long long)st.nvjpeg_bytes, "hardware",
       (unsigned long long)st.hardware, "library",
       wds_gpu_jpeg_library(self->g));
 }
@@ -119,8 +121,9 @@ static PyMethodDef wds_py_gpujpeg_methods[] = {
      "decode(batch, i, device_ptr, stream_ptr): field i's images into device "
      "memory (rows x H x W x C uint8), queued on the CUDA stream."},
     {"stats", (PyCFunction)(void (*)(void))wds_py_gpujpeg_stats, METH_NOARGS,
-     "Counts: gpu_images, cpu_fallback, cpu_rows, failed, device_bytes, "
-     "hardware, library (the libnvjpeg loaded)."},
+     "Counts: gpu_images, cpu_fallback, cpu_rows, failed, device_bytes "
+     "(arena_bytes, the decoder's, + nvjpeg_bytes, nvJPEG's own), hardware, "
+     "library (the libnvjpeg loaded)."},
     {NULL, NULL, 0, NULL}};
 
 PyTypeObject wds_py_gpujpeg_type = {

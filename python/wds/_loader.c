@@ -105,19 +105,34 @@ static int wds_py_loader_config_from_kwargs(PyObject *args, PyObject *kwargs,
                                             wds_loader_config *out,
                                             wds_py_loader_args *a) {
   static const char *const others[] = {
-      "spec", "fields", "batch_size", "rank_batch_sizes", "sources", NULL};
+      "spec",    "fields",       "batch_size", "rank_batch_sizes",
+      "sources", "resume_state", NULL};
   static char *kwlist[] = {
-      "spec", "fields", "batch_size", "rank_batch_sizes", "sources", NULL};
+      "spec",    "fields",       "batch_size", "rank_batch_sizes",
+      "sources", "resume_state", NULL};
   PyObject *spec_obj, *fields_obj, *o_bs = Py_None, *o_rbs = Py_None,
-                                   *o_sources = Py_None;
+                                   *o_sources = Py_None, *o_state = Py_None;
   wds_loader_config cfg = WDS_LOADER_CONFIG_INIT;
   cfg.mode = WDS_MODE_EXACT; /* wds.Loader's default, as wds-train's */
   PyObject *keep = PyList_New(0), *rest = NULL;
   if (!keep || wds_py_loader_options(kwargs, others, &cfg, keep, &rest) < 0 ||
-      !PyArg_ParseTupleAndKeywords(args, rest, "OOO|$OO:_Loader", kwlist,
+      !PyArg_ParseTupleAndKeywords(args, rest, "OOO|$OOO:_Loader", kwlist,
                                    &spec_obj, &fields_obj, &o_bs, &o_rbs,
-                                   &o_sources))
+                                   &o_sources, &o_state))
     goto fail;
+  /* resume_state: the text wds_loader_state gave (a str), read by the
+   * open while the call's arguments live. */
+  if (o_state != Py_None) {
+    if (!PyUnicode_Check(o_state)) {
+      PyErr_Format(PyExc_TypeError,
+                   "Loader: resume_state must be a str (state_dict()'s "
+                   "\"state\"), not %s",
+                   Py_TYPE(o_state)->tp_name);
+      goto fail;
+    }
+    if (!(cfg.resume_state = PyUnicode_AsUTF8(o_state)))
+      goto fail;
+  }
   Py_CLEAR(rest);
   /* drop_last also drops a partial last batch unless last_batch is given,
    * as `wds batches --drop-last` (torch's drop_last). */
@@ -406,6 +421,29 @@ static PyObject *wds_py_loader_position(wds_py_loader *self,
   return Py_BuildValue("(KK)", (unsigned long long)e, (unsigned long long)n);
 }
 
+static PyObject *wds_py_loader_state(wds_py_loader *self,
+                                     PyObject *Py_UNUSED(ignored)) {
+  if (wds_py_loader_check(self) < 0)
+    return NULL;
+  char *text = NULL;
+  if (wds_loader_state(self->l, &text) != WDS_OK)
+    return PyErr_NoMemory();
+  PyObject *o = PyUnicode_FromString(text);
+  free(text);
+  return o;
+}
+
+static PyObject *wds_py_loader_elastic(wds_py_loader *self,
+                                       PyObject *Py_UNUSED(ignored)) {
+  if (wds_py_loader_check(self) < 0)
+    return NULL;
+  int world = 0;
+  uint64_t left = 0;
+  if (!wds_loader_elastic(self->l, &world, &left, NULL))
+    Py_RETURN_NONE;
+  return Py_BuildValue("(iK)", world, (unsigned long long)left);
+}
+
 static PyObject *wds_py_loader_epoch_batches(wds_py_loader *self,
                                              PyObject *Py_UNUSED(ignored)) {
   if (wds_py_loader_check(self) < 0)
@@ -419,28 +457,29 @@ static PyObject *wds_py_loader_stats(wds_py_loader *self,
     return NULL;
   wds_loader_stats st;
   wds_loader_stats_get(self->l, &st);
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:"
-                       "s,s:K,s:K,s:K,s:K,"
-                       "s:K}",
-                       "batches", (unsigned long long)st.batches, "samples",
-                       (unsigned long long)st.samples, "skipped",
-                       (unsigned long long)st.skipped, "fill_rows",
-                       (unsigned long long)st.fill_rows, "shards_opened",
-                       (unsigned long long)st.shards_opened, "bytes_read",
-                       (unsigned long long)st.bytes_read, "read_ns",
-                       (unsigned long long)st.read_ns, "shuffle_ns",
-                       (unsigned long long)st.shuffle_ns, "decode_ns",
-                       (unsigned long long)st.decode_ns, "batch_ns",
-                       (unsigned long long)st.batch_ns, "wait_ns",
-                       (unsigned long long)st.wait_ns, "slot_wait_ns",
-                       (unsigned long long)st.slot_wait_ns, "peak_pool_bytes",
-                       (unsigned long long)st.peak_pool_bytes, "allocator",
-                       wds_loader_allocator_name(self->l), "cache_hits",
-                       (unsigned long long)st.cache_hits, "cache_stored",
-                       (unsigned long long)st.cache_stored, "cache_errors",
-                       (unsigned long long)st.cache_errors, "deferred_fields",
-                       (unsigned long long)st.deferred_fields, "deferred_bytes",
-                       (unsigned long long)st.deferred_bytes);
+  return Py_BuildValue(
+      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:"
+      "s,s:K,s:K,s:K,s:K,"
+      "s:K,s:K}",
+      "batches", (unsigned long long)st.batches, "samples",
+      (unsigned long long)st.samples, "skipped", (unsigned long long)st.skipped,
+      "fill_rows", (unsigned long long)st.fill_rows, "shards_opened",
+      (unsigned long long)st.shards_opened, "bytes_read",
+      (unsigned long long)st.bytes_read, "read_ns",
+      (unsigned long long)st.read_ns, "shuffle_ns",
+      (unsigned long long)st.shuffle_ns, "decode_ns",
+      (unsigned long long)st.decode_ns, "batch_ns",
+      (unsigned long long)st.batch_ns, "wait_ns",
+      (unsigned long long)st.wait_ns, "slot_wait_ns",
+      (unsigned long long)st.slot_wait_ns, "peak_pool_bytes",
+      (unsigned long long)st.peak_pool_bytes, "allocator",
+      wds_loader_allocator_name(self->l), "cache_hits",
+      (unsigned long long)st.cache_hits, "cache_stored",
+      (unsigned long long)st.cache_stored, "cache_errors",
+      (unsigned long long)st.cache_errors, "deferred_fields",
+      (unsigned long long)st.deferred_fields, "deferred_bytes",
+      (unsigned long long)st.deferred_bytes, "unverified_samples",
+      (unsigned long long)st.unverified_samples);
 }
 
 static PyObject *wds_py_loader_cancel(wds_py_loader *self,
@@ -482,6 +521,11 @@ static PyMethodDef wds_py_loader_methods[] = {
      "Abandons the current epoch; the next batch is from the given one."},
     {"position", (PyCFunction)(void (*)(void))wds_py_loader_position,
      METH_NOARGS, "(epoch, batches delivered in it)."},
+    {"elastic", (PyCFunction)(void (*)(void))wds_py_loader_elastic, METH_NOARGS,
+     "(old world, samples left) in an elastic resume's epoch, else None."},
+    {"state", (PyCFunction)(void (*)(void))wds_py_loader_state, METH_NOARGS,
+     "The saved state (wds_loader_state): the position and what gives it "
+     "meaning, as text."},
     {"epoch_batches", (PyCFunction)(void (*)(void))wds_py_loader_epoch_batches,
      METH_NOARGS, "Batches per epoch on this rank (0: not known)."},
     {"stats", (PyCFunction)(void (*)(void))wds_py_loader_stats, METH_NOARGS,

@@ -10,18 +10,6 @@ from ._wds import BytesField, InvalidError, _Loader
 # len, indexing, slices, iteration, `in`, ==: a read-only sequence.
 collections.abc.Sequence.register(BytesField)
 
-# WDS_LOADER_MAX_WORKERS of wds/loader.h: the CLI's --workers range too.
-_MAX_WORKERS = 256
-
-
-def _workers(value):
-    n = int(value)
-    if not 1 <= n <= _MAX_WORKERS:
-        raise ValueError(f"Loader: workers={value!r}: the number of worker "
-                         f"threads, 1 .. {_MAX_WORKERS}")
-    return n
-
-
 def _torch_rank_world():
     """torch.distributed's rank and world size when it is initialised."""
     import sys
@@ -269,6 +257,15 @@ def _sources_state(sources):
     return None if sources is None else [list(t) for t in sources]
 
 
+def _give_up_oldest(fences):
+    """Drops the oldest fence, whose done()/wait() raised: close() cannot
+    wait for it, and keeping it would raise the same error at every later
+    close (the Fences' own methods keep such an entry queued)."""
+    with fences._lock:
+        if fences._q:
+            fences._free(fences._q.popleft())
+
+
 class Loader:
     """Loader(spec, fields, batch_size, *, mode="exact", rank=None,
     world_size=None, workers=4, seed=0, epoch=0, shuffle_buffer=0,
@@ -280,16 +277,17 @@ class Loader:
     sources=None, eager_next_epoch=False, defer_reads="auto",
     image_memory_limit=None, device=None, jpeg_decode="cpu",
     shuffle_initial=None, shuffle_buffer_bytes=None, max_sample_bytes=None,
-    max_window_bytes=None, crop_scale=None, crop_ratio=None, flip_prob=None,
-    brightness=None, contrast=None, saturation=None, hue=None,
-    image_dtype="uint8", normalize_mean=None, normalize_std=None)
+    max_window_bytes=None, max_unverified_bytes=None, crop_scale=None,
+    crop_ratio=None, flip_prob=None, brightness=None, contrast=None,
+    saturation=None, hue=None, image_dtype="uint8", normalize_mean=None,
+    normalize_std=None)
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
     the CLI's --decode string ("jpg;png:rgb:224,cls") or a list of such
     items. rank and world_size default to torch.distributed's when it is
     initialised, else to the environment as the C loader reads it (RANK and
-    WORLD_SIZE, SLURM_*, OMPI_*). Iterating yields the wds.Batch objects of
+    WORLD_SIZE, SLURM_*, OMPI_*, PMI_*). Iterating yields the wds.Batch objects of
     one epoch; the next iteration is the next epoch. mode is "exact" by
     default, as wds-train's (`wds batches` and `wds bench` default to
     "plain"); workers is 1 .. 256, as the CLI's --workers. len() is the number of
@@ -314,7 +312,10 @@ class Loader:
     buffer's bytes per worker; None: 1 GiB), max_sample_bytes (the largest
     sample) and max_window_bytes (the largest zstd window; None: 128 MiB)
     are the CLI's --shuffle-initial, --shuffle-bytes, --max-sample-bytes
-    and --max-window.
+    and --max-window. max_unverified_bytes (--max-unverified; None: 64
+    MiB) is how much of one zstd frame or gzip member is held until its
+    checksum passes: a sample is delivered only after that, and a larger
+    frame's samples unchecked, counted in stats()["unverified_samples"].
 
     read_timeout_ms: a shard that delivers no byte for this long fails
     (None: 5 minutes; 0: wait forever); retries: how many times a failed
@@ -394,6 +395,7 @@ class Loader:
                  image_memory_limit=None, device=None, jpeg_decode="cpu",
                  shuffle_initial=None, shuffle_buffer_bytes=None,
                  max_sample_bytes=None, max_window_bytes=None,
+                 max_unverified_bytes=None,
                  crop_scale=None, crop_ratio=None, flip_prob=None,
                  brightness=None, contrast=None, saturation=None, hue=None,
                  image_dtype="uint8", normalize_mean=None,
@@ -448,26 +450,24 @@ class Loader:
             fields=fields, batch_size=batch_size, mode=mode,
             rank=-1 if rank is None else int(rank),
             world_size=-1 if world_size is None else int(world_size),
-            workers=None if workers is None else _workers(workers),
+            workers=workers,
             seed=seed, shuffle_buffer=shuffle_buffer,
             shuffle_initial=shuffle_initial,
             shuffle_buffer_bytes=shuffle_buffer_bytes,
             index=index, drop_last=drop_last, last_batch=last_batch,
-            samples_per_epoch=samples_per_epoch, image_size=None if image_size is None
-            else int(image_size),
+            samples_per_epoch=samples_per_epoch, image_size=image_size,
             crop=crop, prefetch=prefetch, on_error=on_error,
             shard_shuffle=shard_shuffle,
             max_sample_bytes=max_sample_bytes,
             read_timeout_ms=read_timeout_ms, retries=retries,
             max_window_bytes=max_window_bytes,
+            max_unverified_bytes=max_unverified_bytes,
             rank_batch_sizes=None if rank_batch_sizes is None
-            else [int(b) for b in rank_batch_sizes],
-            cache_dir=cache_dir, cache_size=None if cache_size is None
-            else int(cache_size),
+            else list(rank_batch_sizes),
+            cache_dir=cache_dir, cache_size=cache_size,
             allow_pipe_from_files=allow_pipe_from_files,
             eager_next_epoch=eager_next_epoch, defer_reads=defer_reads,
-            image_memory_limit=None if image_memory_limit is None
-            else int(image_memory_limit), jpeg_decode=jpeg_decode,
+            image_memory_limit=image_memory_limit, jpeg_decode=jpeg_decode,
             crop_scale=_floats(crop_scale), crop_ratio=_floats(crop_ratio),
             flip_prob=flip_prob, brightness=_floats(brightness),
             contrast=_floats(contrast), saturation=_floats(saturation),
@@ -476,14 +476,15 @@ class Loader:
             normalize_std=_floats(normalize_std))
         self._open(0 if epoch is None else int(epoch), 0)
 
-    def _open(self, epoch, batches):
+    def _open(self, epoch, batches, state=None):
         a = self._args
         # rank and world_size -1 (as state_dict records them): not given
         self._l = _Loader(a["spec"], a["fields"], a["batch_size"],
                           **{k: None if k in ("rank", "world_size") and v < 0
                              else v for k, v in a.items()
                              if k not in ("spec", "fields", "batch_size")},
-                          epoch=epoch, resume_batches=batches)
+                          epoch=epoch, resume_batches=batches,
+                          resume_state=state)
 
     def __iter__(self):
         """The batches of one epoch. An error raised by next() leaves the
@@ -530,19 +531,54 @@ class Loader:
 
     def state_dict(self):
         """The position (epoch, batches delivered in it) and the options,
-        as torchdata's StatefulDataLoader carries them."""
+        as torchdata's StatefulDataLoader carries them. "state" is the C
+        loader's saved state (wds_loader_state): the position with
+        everything that gives it meaning (world size, batch or per-rank
+        sizes, workers, shuffle buffer, mode, seed, the data), which
+        load_state_dict checks; "world_size" is the world the loader ran
+        on (from torch.distributed or the environment when not given)."""
         e, n = self._l.position()
+        text = self._l.state()
+        world = int(text.split("\nworld_size=", 1)[1].split("\n", 1)[0])
         return {"epoch": e, "batches": n,
                 "seed": self._args["seed"], "batch_size": self._args["batch_size"],
-                "world_size": self._args["world_size"], "rank": self._args["rank"],
+                "world_size": world, "rank": self._args["rank"],
                 "rank_batch_sizes": self._args["rank_batch_sizes"],
-                "sources": _sources_state(self._args["sources"])}
+                "sources": _sources_state(self._args["sources"]),
+                "state": text}
 
     def load_state_dict(self, state):
         """Resumes at state's position: the batches that follow are those
-        an uninterrupted loader would have yielded."""
+        an uninterrupted loader would have yielded. A state saved under a
+        configuration in which its position means other samples (another
+        world size, batch or per-rank sizes, workers, shuffle buffer, mode,
+        seed or data) raises ValueError naming both values, and the loader
+        goes on where it was; any rank's state resumes any rank. In exact
+        mode over one source (and a saved shuffle buffer whose byte bound
+        cannot have bound: shuffle_buffer * max_sample_bytes <
+        shuffle_buffer_bytes) another world, batch or per-rank sizes,
+        workers or shuffle buffer is an elastic resume: the ranks deliver
+        the samples of the epoch the saving job had not, each once, in
+        equal steps (len() gives them), and later epochs are a fresh
+        run's (elastic says so)."""
         mine = dict(self._args, sources=_sources_state(self._args["sources"]))
-        for k in ("seed", "batch_size", "rank_batch_sizes", "sources"):
+        text = state.get("state")
+        if text is None and state.get("world_size", -1) not in (-1, None):
+            # A state_dict of an older wds: no saved state, but its world
+            # (-1: not given, which is not known here) is checked.
+            world = int(self._l.state().split("\nworld_size=", 1)[1]
+                        .split("\n", 1)[0]) if not self._l.closed else \
+                self._args["world_size"]
+            if world >= 0 and int(state["world_size"]) != world:
+                raise ValueError(
+                    f"Loader.load_state_dict: saved with world_size "
+                    f"{state['world_size']}; this loader has world_size "
+                    f"{world}: its position means other samples here")
+        # With the C loader's saved state, the sizes are its to check: in
+        # exact mode another world, batch or per-rank sizes, workers or
+        # shuffle buffer is an elastic resume.
+        for k in (("seed", "sources") if text is not None else
+                  ("seed", "batch_size", "rank_batch_sizes", "sources")):
             # A state without rank_batch_sizes or sources had none.
             theirs = state.get(k)
             if k == "sources":
@@ -551,18 +587,40 @@ class Loader:
                     theirs != mine[k]:
                 raise ValueError(f"Loader.load_state_dict: {k} {theirs!r} "
                                  f"is not this loader's {mine[k]!r}")
-        self._fences.drain()
         epoch, batches = int(state["epoch"]), int(state["batches"])
-        old = None if self._l.closed else self._l.position()
+        if text is not None:
+            saved = dict(line.split("=", 1) for line in str(text).split("\n")
+                         if "=" in line)
+            if (saved.get("epoch"), saved.get("batches")) != \
+                    (str(epoch), str(batches)):
+                raise InvalidError(
+                    f"Loader.load_state_dict: epoch {epoch}, batches "
+                    f"{batches}, but its saved state (\"state\") is at "
+                    f"epoch {saved.get('epoch')}, batches "
+                    f"{saved.get('batches')}: the state was edited")
+        self._fences.drain()
+        # Where it was, as its saved state: in the rest of an elastic
+        # resume's epoch a bare position would mean other samples.
+        old = None if self._l.closed else self._l.state()
         self._l.close()
         try:
-            self._open(epoch, batches)
+            self._open(epoch, batches, text)
         except Exception:
             # A position this loader cannot take (past the epoch's end):
             # the error is raised, and the loader goes on where it was.
             if old is not None:
-                self._open(*old)
+                self._open(0, 0, old)
             raise
+
+    @property
+    def elastic(self):
+        """(old world size, samples left) while the epoch being read is the
+        rest of an elastic resume's (load_state_dict of a state saved on
+        another world, with other sizes, workers or shuffle buffer: in exact
+        mode the new ranks deliver those samples between them, each once,
+        in equal steps; in resampled mode, that many draws); None
+        otherwise."""
+        return self._l.elastic()
 
     def stats(self):
         """The loader's counters (wds_loader_stats); with jpeg_decode="gpu"
@@ -576,9 +634,41 @@ class Loader:
 
     def close(self):
         """Waits for copies still reading slots (device=, Batch.to), then
-        stops the loader."""
-        self._fences.drain()
+        stops the loader. A copy whose done() or wait() raises an engine
+        error is given up (its slot goes with it); one interrupted
+        (KeyboardInterrupt) is synchronised first; the others are still
+        waited for, the
+        loader is closed all the same and the first error is raised, once:
+        a later close() does nothing."""
+        if self._l.closed:
+            return
+        first = None
+        f = self._fences
+        while True:
+            try:
+                if not f.wait_oldest():
+                    break
+            except Exception as e:  # the engine's: a CUDA error
+                if first is None:
+                    first = e
+                _give_up_oldest(f)
+            except BaseException as e:  # KeyboardInterrupt, SystemExit
+                # Not the copy's failure: it may still be reading the slot.
+                # The engine's stream is synchronised before the slot goes
+                # (an engine error there gives the copy up; a second
+                # interrupt leaves the loader open for a later close()).
+                if first is None:
+                    first = e
+                with f._lock:
+                    eng = f._q[0][0] if f._q else None
+                if eng is not None:
+                    try:
+                        eng.synchronize()
+                    except Exception:
+                        _give_up_oldest(f)
         self._l.close()
+        if first is not None:
+            raise first
 
     @property
     def closed(self):

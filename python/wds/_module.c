@@ -18,7 +18,17 @@
  *     (_batch.c): the loader behind wds.Loader (python/wds/_loader.py);
  *   - gpu_jpeg_open() and _GpuJpeg (_gpujpeg.c): the GPU JPEG decoder.
  * The GIL is released while the library reads or expands; a call that
- * waits for data still notices signals (wds_py_interrupt, _common.c). */
+ * waits for data still notices signals (wds_py_interrupt, _common.c).
+ *
+ * Initialisation is multi-phase (PEP 489: PyInit__wds returns the
+ * definition, wds_py_exec fills each module object). Each module object
+ * holds its exception classes and types in its state (wds_py_state). The
+ * types are static and the classes are made once per process (wds_py_raise
+ * reads them from any thread, without a module at hand), so they belong to
+ * the main interpreter: a re-import there (the module removed from
+ * sys.modules) gets the same classes and types, and an import in a
+ * sub-interpreter fails with an ImportError saying so, instead of sharing
+ * objects between interpreters. */
 #include "_common.h"
 #include "_options.h"
 
@@ -269,7 +279,10 @@ static int wds_py_add_class(PyObject *m, const char *name, PyObject *cls) {
   return 0;
 }
 
-static int wds_py_add_errors(PyObject *m) {
+/* Makes the exception classes (once per process: wds_errors, wds_oserrors). */
+static int wds_py_make_errors(void) {
+  if (wds_errors[0])
+    return 0;
   PyObject *dict =
       Py_BuildValue("{s:i,s:s}", "status", 0, "status_name", "WDS_UNKNOWN");
   if (!dict)
@@ -280,7 +293,7 @@ static int wds_py_add_errors(PyObject *m) {
       ".status_name its name, str() the library's message.",
       PyExc_Exception, dict);
   Py_DECREF(dict);
-  if (!wds_errors[0] || wds_py_add_class(m, "Error", wds_errors[0]) < 0)
+  if (!wds_errors[0])
     return -1;
   for (size_t i = 0; i < sizeof wds_py_errdefs / sizeof wds_py_errdefs[0];
        i++) {
@@ -296,8 +309,6 @@ static int wds_py_add_errors(PyObject *m) {
     if (!cls)
       return -1;
     wds_errors[-d->status] = cls;
-    if (wds_py_add_class(m, d->name, cls) < 0)
-      return -1;
   }
   for (size_t i = 0; i < WDS_PY_NOSERR; i++) {
     const wds_py_oserrdef *d = &wds_py_oserrdefs[i];
@@ -311,9 +322,23 @@ static int wds_py_add_errors(PyObject *m) {
     if (!cls)
       return -1;
     wds_oserrors[i] = cls;
-    if (wds_py_add_class(m, d->name, cls) < 0)
+  }
+  return 0;
+}
+
+/* Adds the exception classes to module m. */
+static int wds_py_add_errors(PyObject *m) {
+  if (wds_py_add_class(m, "Error", wds_errors[0]) < 0)
+    return -1;
+  for (size_t i = 0; i < sizeof wds_py_errdefs / sizeof wds_py_errdefs[0];
+       i++) {
+    const wds_py_errdef *d = &wds_py_errdefs[i];
+    if (wds_py_add_class(m, d->name, wds_errors[-d->status]) < 0)
       return -1;
   }
+  for (size_t i = 0; i < WDS_PY_NOSERR; i++)
+    if (wds_py_add_class(m, wds_py_oserrdefs[i].name, wds_oserrors[i]) < 0)
+      return -1;
   return 0;
 }
 
@@ -371,17 +396,6 @@ static PyMethodDef wds_py_methods[] = {
      "(-1: the current one); wds.OpenError saying why when there is none."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef wds_py_module = {
-    PyModuleDef_HEAD_INIT,
-    "wds._wds",
-    "The C extension of the wds package (use `import wds`).",
-    -1,
-    wds_py_methods,
-    NULL,
-    NULL,
-    NULL,
-    NULL};
-
 /* The types; those with a name are the module's attributes (the others
  * are reached through them: a _Batch from _Loader.next(), its arrays and
  * BytesFields from _Batch.field(), a _GpuJpeg from gpu_jpeg_open()). */
@@ -400,23 +414,93 @@ static const struct {
 };
 #define WDS_PY_NTYPES (sizeof wds_py_types / sizeof wds_py_types[0])
 
-PyMODINIT_FUNC PyInit__wds(void) {
-  PyObject *m = PyModule_Create(&wds_py_module);
-  if (!m)
-    return NULL;
-  if (PyModule_AddStringConstant(m, "__version__", wds_version()) < 0 ||
-      wds_py_add_errors(m) < 0)
-    goto fail;
+/* A module object's state: its references to the exception classes and
+ * the types (the process's, see the top of this file), released with it. */
+typedef struct {
+  PyObject *held[WDS_PY_NERR + WDS_PY_NOSERR + WDS_PY_NTYPES];
+  size_t n;
+} wds_py_state;
+
+static int wds_py_hold(wds_py_state *st, PyObject *o) {
+  if (st->n >= sizeof st->held / sizeof st->held[0]) {
+    PyErr_SetString(PyExc_SystemError, "wds._wds: module state is full");
+    return -1;
+  }
+  Py_INCREF(o);
+  st->held[st->n++] = o;
+  return 0;
+}
+
+static int wds_py_exec(PyObject *m) {
+  if (PyInterpreterState_Get() != PyInterpreterState_Main()) {
+    PyErr_SetString(PyExc_ImportError,
+                    "wds._wds cannot be imported in a sub-interpreter: its "
+                    "types and exception classes are the main "
+                    "interpreter's (import wds there)");
+    return -1;
+  }
+  wds_py_state *st = PyModule_GetState(m);
+  if (wds_py_make_errors() < 0)
+    return -1;
   for (size_t i = 0; i < WDS_PY_NTYPES; i++)
     if (PyType_Ready(wds_py_types[i].type) < 0)
-      goto fail;
+      return -1;
+  if (PyModule_AddStringConstant(m, "__version__", wds_version()) < 0 ||
+      wds_py_add_errors(m) < 0)
+    return -1;
   for (size_t i = 0; i < WDS_PY_NTYPES; i++)
     if (wds_py_types[i].name &&
         wds_py_add_class(m, wds_py_types[i].name,
                          (PyObject *)wds_py_types[i].type) < 0)
-      goto fail;
-  return m;
-fail:
-  Py_DECREF(m);
-  return NULL;
+      return -1;
+  for (size_t i = 0; i < WDS_PY_NERR; i++)
+    if (wds_errors[i] && wds_py_hold(st, wds_errors[i]) < 0)
+      return -1;
+  for (size_t i = 0; i < WDS_PY_NOSERR; i++)
+    if (wds_py_hold(st, wds_oserrors[i]) < 0)
+      return -1;
+  for (size_t i = 0; i < WDS_PY_NTYPES; i++)
+    if (wds_py_hold(st, (PyObject *)wds_py_types[i].type) < 0)
+      return -1;
+  return 0;
 }
+
+static int wds_py_traverse(PyObject *m, visitproc visit, void *arg) {
+  wds_py_state *st = PyModule_GetState(m);
+  for (size_t i = 0; st && i < st->n; i++)
+    Py_VISIT(st->held[i]);
+  return 0;
+}
+
+static int wds_py_clear(PyObject *m) {
+  wds_py_state *st = PyModule_GetState(m);
+  for (size_t i = 0; st && i < st->n; i++)
+    Py_CLEAR(st->held[i]);
+  if (st)
+    st->n = 0;
+  return 0;
+}
+
+static void wds_py_free(void *m) { wds_py_clear((PyObject *)m); }
+
+static PyModuleDef_Slot wds_py_slots[] = {
+    /* (through an integer: ISO C has no function-to-object pointer cast) */
+    {Py_mod_exec, (void *)(uintptr_t)wds_py_exec},
+#ifdef Py_mod_multiple_interpreters
+    /* 3.12+: refused before exec runs. */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+    {0, NULL}};
+
+static struct PyModuleDef wds_py_module = {
+    PyModuleDef_HEAD_INIT,
+    "wds._wds",
+    "The C extension of the wds package (use `import wds`).",
+    sizeof(wds_py_state),
+    wds_py_methods,
+    wds_py_slots,
+    wds_py_traverse,
+    wds_py_clear,
+    wds_py_free};
+
+PyMODINIT_FUNC PyInit__wds(void) { return PyModuleDef_Init(&wds_py_module); }

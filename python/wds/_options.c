@@ -127,6 +127,16 @@ int wds_py_loader_option(wds_loader_config *cfg, const char *key,
   PyObject *text = row_text(r, key, value);
   if (!text)
     return -1;
+  /* The table parses C strings: "exact\0junk" would be read as "exact". */
+  if (strlen(PyBytes_AS_STRING(text)) != (size_t)PyBytes_GET_SIZE(text)) {
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "%s: the value holds a NUL character (at offset %zu of %zd)", key,
+             strlen(PyBytes_AS_STRING(text)), PyBytes_GET_SIZE(text));
+    Py_DECREF(text);
+    wds_py_raise(WDS_ERR_INVALID, msg);
+    return -1;
+  }
   int rc = wds_loader_config_set(cfg, key, PyBytes_AS_STRING(text));
   if (rc != WDS_OK) {
     Py_DECREF(text);

@@ -4,8 +4,11 @@
  * EXT: bytes}, the raw samples of Python webdataset. next() runs without
  * the GIL (WDS_PY_BEGIN_WAIT: signals still reach Python) and marks the
  * reader busy: a next() from another thread meanwhile raises, a close()
- * cancels the read and is done by the reading thread when it returns. */
+ * cancels the read and is done by the reading thread when it returns. Its
+ * keywords that are loader options (read_timeout_ms, retries, cache_dir,
+ * ...) go through the option table's rows (_options.c), as wds.Loader's. */
 #include "_common.h"
+#include "_options.h"
 
 #include <limits.h>
 #include <string.h>
@@ -37,74 +40,78 @@ static void wds_py_reader_dealloc(wds_py_reader *self) {
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The Reader's keywords that are rows of the loader's option table (the
+ * reader commands' --read-timeout, --retries, ... come from the same rows):
+ * converted and checked by their rows, the messages naming the keyword. */
+static const char *const wds_py_reader_rows[] = {"max_sample_bytes",
+                                                 "read_timeout_ms",
+                                                 "max_window_bytes",
+                                                 "retries",
+                                                 "cache_dir",
+                                                 "cache_size",
+                                                 "allow_pipe_from_files",
+                                                 "max_unverified_bytes",
+                                                 NULL};
+
 static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
                               PyObject *kwargs) {
-  static char *kwlist[] = {"spec",
-                           "max_urls",
-                           "buffer_size_bytes",
-                           "max_sample_bytes",
-                           "max_fields",
-                           "read_timeout_ms",
-                           "max_window_bytes",
-                           "retries",
-                           "cache_dir",
-                           "cache_size",
-                           "allow_pipe_from_files",
-                           NULL};
-  PyObject *spec_obj;
-  PyObject *o_max_urls = Py_None, *o_buf = Py_None, *o_sample = Py_None,
-           *o_fields = Py_None, *o_window = Py_None, *o_cdir = Py_None,
-           *o_csize = Py_None, *o_timeout = Py_None, *o_retries = Py_None;
-  int timeout_ms = 0, retries = 0, allow_pipe = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOOOOp:Reader", kwlist,
-                                   &spec_obj, &o_max_urls, &o_buf, &o_sample,
-                                   &o_fields, &o_timeout, &o_window, &o_retries,
-                                   &o_cdir, &o_csize, &allow_pipe))
-    return -1;
-  if (wds_py_zero_is_none(o_timeout, "read_timeout_ms", INT_MAX, &timeout_ms) <
-          0 ||
-      wds_py_zero_is_none(o_retries, "retries", 1000, &retries) < 0)
-    return -1;
+  /* The others: not options of the loader. */
+  static char *kwlist[] = {"spec", "max_urls", "buffer_size_bytes",
+                           "max_fields", NULL};
   if (self->r || self->busy) {
     PyErr_SetString(PyExc_RuntimeError, "Reader is already initialised");
     return -1;
   }
+  /* The table's keywords into a loader config, the rest left for
+   * PyArg_ParseTupleAndKeywords (which refuses an unknown one). */
+  wds_loader_config lc = WDS_LOADER_CONFIG_INIT;
+  PyObject *keep = PyList_New(0), *rest = PyDict_New();
+  if (!keep || !rest)
+    goto fail_early;
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (kwargs && PyDict_Next(kwargs, &pos, &key, &value)) {
+    const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+    int row = 0;
+    for (const char *const *o = wds_py_reader_rows; k && *o && !row; o++)
+      row = strcmp(*o, k) == 0;
+    if (row ? wds_py_loader_option(&lc, k, value, keep) < 0
+            : PyDict_SetItem(rest, key, value) < 0)
+      goto fail_early;
+  }
+  PyObject *spec_obj;
+  PyObject *o_max_urls = Py_None, *o_buf = Py_None, *o_fields = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, rest, "O|$OOO:Reader", kwlist,
+                                   &spec_obj, &o_max_urls, &o_buf, &o_fields))
+    goto fail_early;
   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
   uint64_t v;
   if (wds_py_size(o_max_urls, "max_urls", SIZE_MAX, &v) < 0)
-    return -1;
+    goto fail_early;
   cfg.max_urls = (size_t)v;
   if (wds_py_size(o_buf, "buffer_size_bytes", SIZE_MAX, &v) < 0)
-    return -1;
+    goto fail_early;
   cfg.buffer_size_bytes = (size_t)v;
-  if (wds_py_size(o_sample, "max_sample_bytes", SIZE_MAX, &v) < 0)
-    return -1;
-  cfg.max_sample_bytes = (size_t)v;
   if (wds_py_size(o_fields, "max_fields", SIZE_MAX, &v) < 0)
-    return -1;
+    goto fail_early;
   cfg.max_fields = (size_t)v;
-  if (wds_py_size(o_window, "max_window_bytes", UINT64_MAX, &v) < 0)
-    return -1;
-  cfg.max_window_bytes = v;
-  cfg.read_timeout_ms = timeout_ms;
-  cfg.retries = retries;
-  if (wds_py_size(o_csize, "cache_size", UINT64_MAX, &v) < 0)
-    return -1;
-  cfg.cache_size = v;
-  cfg.allow_pipe_from_files = allow_pipe;
+  /* The rows' fields mean the same in both configs (wds/loader.h: "as in
+   * wds_reader_config"). */
+  cfg.max_sample_bytes = lc.max_sample_bytes;
+  cfg.read_timeout_ms = lc.read_timeout_ms;
+  cfg.max_window_bytes = lc.max_window_bytes;
+  cfg.retries = lc.retries;
+  cfg.cache_dir = lc.cache_dir; /* into keep's bytes */
+  cfg.cache_size = lc.cache_size;
+  cfg.allow_pipe_from_files = lc.allow_pipe_from_files;
+  cfg.max_unverified_bytes = lc.max_unverified_bytes;
   cfg.interrupt = wds_py_interrupt;
   cfg.interrupt_ctx = &self->wait;
 
   /* spec: a str (or bytes) spec, or a list/tuple of URLs taken as is. */
-  PyObject *cdir = NULL;
   wds_py_spec spec;
-  if (wds_py_cache_dir(o_cdir, &cdir) < 0)
-    return -1;
-  cfg.cache_dir = cdir ? PyBytes_AS_STRING(cdir) : NULL;
-  if (wds_py_spec_get(spec_obj, "Reader", &spec) < 0) {
-    Py_XDECREF(cdir);
-    return -1;
-  }
+  if (wds_py_spec_get(spec_obj, "Reader", &spec) < 0)
+    goto fail_early;
   cfg.spec = spec.spec;
   cfg.urls = spec.urls;
   cfg.url_count = spec.url_count;
@@ -119,8 +126,9 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
     snprintf(msg, sizeof msg, "%s", wds_last_error());
   WDS_PY_END_WAIT;
   self->busy = 0;
-  wds_py_spec_free(&spec);                 /* the reader copied the URLs */
-  Py_XDECREF(cdir);                        /* and the cache directory */
+  wds_py_spec_free(&spec); /* the reader copied the URLs */
+  Py_DECREF(keep);         /* and the cache directory */
+  Py_DECREF(rest);
   if (rc == WDS_OK && self->wait.raised) { /* a handler raised regardless */
     wds_reader_close(r);
     return -1;
@@ -134,6 +142,10 @@ static int wds_py_reader_init(wds_py_reader *self, PyObject *args,
   self->done = 0;
   self->close_pending = 0;
   return 0;
+fail_early:
+  Py_XDECREF(keep);
+  Py_XDECREF(rest);
+  return -1;
 }
 
 static int wds_py_reader_check(wds_py_reader *self) {
@@ -258,15 +270,17 @@ static PyObject *wds_py_reader_stats(wds_py_reader *self,
     return NULL;
   wds_reader_stats st;
   wds_reader_stats_get(self->r, &st);
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "shards",
-                       (unsigned long long)st.shards, "samples",
-                       (unsigned long long)st.samples, "members",
-                       (unsigned long long)st.members, "field_bytes",
-                       (unsigned long long)st.field_bytes, "tar_bytes",
-                       (unsigned long long)st.tar_bytes, "cache_hits",
-                       (unsigned long long)st.cache_hits, "cache_stored",
-                       (unsigned long long)st.cache_stored, "cache_errors",
-                       (unsigned long long)st.cache_errors);
+  return Py_BuildValue(
+      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "shards",
+      (unsigned long long)st.shards, "samples", (unsigned long long)st.samples,
+      "members", (unsigned long long)st.members, "field_bytes",
+      (unsigned long long)st.field_bytes, "tar_bytes",
+      (unsigned long long)st.tar_bytes, "cache_hits",
+      (unsigned long long)st.cache_hits, "cache_stored",
+      (unsigned long long)st.cache_stored, "cache_errors",
+      (unsigned long long)st.cache_errors, "unverified_samples",
+      (unsigned long long)st.unverified_samples, "unchecked_frames",
+      (unsigned long long)st.unchecked_frames);
 }
 
 static PyObject *wds_py_reader_get_shards(wds_py_reader *self, void *closure) {
@@ -320,7 +334,7 @@ PyDoc_STRVAR(
     "Reader(spec, *, max_urls=None, buffer_size_bytes=None, "
     "max_sample_bytes=None, max_fields=None, read_timeout_ms=None, "
     "max_window_bytes=None, retries=None, cache_dir=None, cache_size=None, "
-    "allow_pipe_from_files=False)\n\n"
+    "allow_pipe_from_files=False, max_unverified_bytes=None)\n\n"
     "Iterates the samples of a shard spec (a str, or a list of URLs taken as "
     "is) as dicts {'__key__': str, '__url__': str, EXT: bytes, ...}, the raw "
     "samples of Python webdataset. Options are those of wds_reader_config "

@@ -8,7 +8,7 @@
  * not hit by legitimately large headers. Besides the sanitizers it checks
  * the contract: every failure carries a message, a parsed .npy lies inside
  * the input, and decoding is a pure function of (data, opts) — whatever
- * the decoder decoded before (issue 10):
+ * the decoder decoded before:
  * - the input is decoded by the one decoder kept from input to input (as a
  *   worker keeps its decoder), which has just decoded a JPEG that leaves
  *   foreign quantization and Huffman tables in its TurboJPEG handle, and by

@@ -35,8 +35,19 @@ static int run_file(const char *path) {
     len += n;
   }
   fclose(f);
-  LLVMFuzzerTestOneInput(buf, len);
+  /* Hand the target a buffer of exactly the input's size, as libFuzzer
+   * does, so that a read past the end hits ASan's redzone instead of the
+   * slack of the read buffer. */
+  uint8_t *exact = malloc(len ? len : 1);
+  if (!exact) {
+    free(buf);
+    return 1;
+  }
+  if (len)
+    memcpy(exact, buf, len);
   free(buf);
+  LLVMFuzzerTestOneInput(exact, len);
+  free(exact);
   return 0;
 }
 

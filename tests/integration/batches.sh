@@ -292,6 +292,102 @@ for k in 1000000 18446744073709551615; do
     bad "plain mode, --resume-at $k past the end" "exit $RC: $(head -c 300 plain_past.err)"
   fi
 done
+# --max-batches K --save-state FILE, then --resume-state FILE: the saved
+# state carries what gives the position meaning. Saved on rank 0, it resumes
+# rank 1 of the same world where rank 1's uninterrupted run goes on; on
+# another world (3, 1) or with another batch size it is an error naming
+# both values (--resume-at alone resumed 2 -> 1 silently, missing and
+# repeating samples). A state that is not one is an error saying so.
+ST=("$SPEC" --decode cls --mode exact --batch-size 3 --world 2 --seed 11 --shuffle-buffer 4)
+if run_ok state_save st_save "${ST[@]}" --rank 0 --max-batches 4 --save-state st.txt &&
+  run_ok state_full1 st_full1 "${ST[@]}" --rank 1; then
+  check state_save_stops_after_max_batches test "$(wc -l <st_save.txt)" = 4
+  check state_file_is_versioned grep -qx 'wds-loader-state 1' st.txt
+  run_ok state_resume_rank1 st_r1 "${ST[@]}" --rank 1 --resume-state st.txt &&
+    check state_resumes_another_rank cmp -s <(tail -n +5 st_full1.txt) st_r1.txt
+  # Exact mode, but the saved shuffle buffer's byte bound may have changed
+  # its order (default --max-sample-bytes): not replayable, refused naming
+  # the values, on another world or with another batch size.
+  for w in 3 1; do
+    run st_w$w "$SPEC" --decode cls --mode exact --batch-size 3 --world $w --rank 0 --seed 11 \
+      --shuffle-buffer 4 --resume-state st.txt
+    if ((RC == 1)) && [[ ! -s st_w$w.txt ]] &&
+      grep -q "saved with a shuffle buffer of 4 samples and shuffle_buffer_bytes 1073741824, max_sample_bytes 1073741824: its byte bound may have changed" st_w$w.err; then
+      ok "resume state on world $w: $(cat st_w$w.err)"
+    else
+      bad "resume state on world $w refused" "exit $RC: $(head -c 300 st_w$w.err)"
+    fi
+  done
+  run st_bs "${ST[@]}" --rank 0 --batch-size 4 --resume-state st.txt
+  if ((RC == 1)) && grep -q "its byte bound may have changed" st_bs.err; then
+    ok "resume state with another batch size refused"
+  else
+    bad "resume state with another batch size refused" "exit $RC: $(head -c 300 st_bs.err)"
+  fi
+  # Resampled mode: the epoch's count left (2 x 10 samples, minus the 2
+  # batches of 3 each old rank drew) is re-dealt to 3 ranks in equal steps;
+  # another seed is refused naming both.
+  RS=("$SPEC" --decode cls --mode resampled --samples-per-epoch 10 --batch-size 3)
+  if run_ok state_res_save st_rs "${RS[@]}" --seed 11 --world 2 --rank 0 --max-batches 2 \
+    --save-state st_rs.txt; then
+    n=0
+    for r in 0 1 2; do
+      run_ok "resampled_elastic_$r" st_rs3_$r "${RS[@]}" --seed 11 --world 3 --rank $r \
+        --resume-state st_rs.txt && n=$((n + $(wc -w <st_rs3_$r.txt) - 2 * $(wc -l <st_rs3_$r.txt)))
+    done
+    # 20 - 12 = 8 rows left: 3 ranks, ceil(8 / 3) = 3 rows each, one batch
+    check "resampled elastic resume: 8 samples left drawn as 3 x 3 (got $n)" test "$n" = 9
+    run st_rs_seed "${RS[@]}" --seed 12 --world 3 --rank 0 --resume-state st_rs.txt
+    if ((RC == 1)) && grep -q "saved with seed 11; this loader has seed 12" st_rs_seed.err; then
+      ok "resampled resume state with another seed: $(cat st_rs_seed.err)"
+    else
+      bad "resampled resume state with another seed refused" "exit $RC: $(head -c 300 st_rs_seed.err)"
+    fi
+  fi
+  echo '{"epoch": 0, "batches": 4}' >foreign.txt
+  run st_foreign "${ST[@]}" --rank 0 --resume-state foreign.txt
+  if ((RC == 1)) && grep -q "not a wds loader state" st_foreign.err; then
+    ok "a foreign resume state is refused"
+  else
+    bad "a foreign resume state is refused" "exit $RC: $(head -c 300 st_foreign.err)"
+  fi
+fi
+# Elastic resume (exact mode): 2 ranks stopped after 3 batches each, the
+# state of rank 1 resumed on 3 ranks with other batch sizes and workers,
+# with and without an index (`wds index`: the remainder's pieces read by
+# offset): the keys printed before the stop and after it are all 35 keys,
+# repeats only as padding (fewer than 2 + 3); every new rank prints the
+# same number of lines; the next epoch is a fresh 3-rank run's.
+"$WDS" index "$SPEC" -o el.index.json >/dev/null 2>&1 || bad "wds index for the elastic resume" ""
+EL=("$SPEC" --decode cls --mode exact --seed 5 --shuffle-buffer 4 --max-sample-bytes 65536)
+for ix in "" --index=el.index.json; do
+  tag=${ix:+_index}
+  : >el_keys$tag.txt
+  for r in 0 1; do
+    run_ok "elastic_old$tag" el_old$r "${EL[@]}" $ix --world 2 --rank $r --batch-size 2 --workers 2 \
+      --max-batches 3 --save-state el_state$r.txt && cut -d' ' -f3- el_old$r.txt | tr ' ' '\n' >>el_keys$tag.txt
+  done
+  lines=()
+  for r in 0 1 2; do
+    run_ok "elastic_new$tag" el_new$r "${EL[@]}" $ix --world 3 --rank $r --batch-size 3 --workers 3 \
+      --epochs 2 --resume-state el_state1.txt &&
+      grep '^0 ' el_new$r.txt | cut -d' ' -f3- | tr ' ' '\n' >>el_keys$tag.txt
+    lines+=("$(grep -c '^0 ' el_new$r.txt)")
+    run_ok "elastic_fresh$tag" el_fresh$r "${EL[@]}" $ix --world 3 --rank $r --batch-size 3 --workers 3 \
+      --epoch 1 &&
+      check "elastic_next_epoch_fresh$tag rank $r" cmp -s <(grep '^1 ' el_new$r.txt) el_fresh$r.txt
+  done
+  check "elastic_equal_steps$tag ${lines[*]}" test "${lines[0]}" = "${lines[1]}" -a "${lines[1]}" = "${lines[2]}"
+  py_check "elastic_every_key_once$tag" '
+import sys
+keys = [k for k in open(sys.argv[1]).read().split() if k]
+want = {f"sample{i:09d}" for i in range(35)}
+if set(keys) != want:
+    print("missing", sorted(want - set(keys))[:5], "extra", sorted(set(keys) - want)[:5]); sys.exit(1)
+if len(keys) - 35 >= 5:
+    print("repeats", len(keys) - 35); sys.exit(1)
+print(len(keys), "keys")' el_keys$tag.txt
+done
 if run_ok resume_res_full full_res "${RARGS[@]}"; then
   resume_case resume_resampled_e0 full_res.txt 0 3 2 "${RBASE[@]}"
   resume_case resume_resampled_e1 full_res.txt 1 4 1 "${RBASE[@]}"

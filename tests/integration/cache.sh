@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: the local shard cache (--cache-dir, --cache-size; issue 15).
+# Tool test: the local shard cache (--cache-dir, --cache-size).
 #
 # Debian's nginx on a loopback port (scripts/lib-nginx.sh, as in http.sh)
 # serves a shard set, and tests/integration/http_proxy.py cuts transfers:
@@ -193,7 +193,7 @@ if [[ $RC == 0 ]] && ((cuts > 1)) && whole c3 z-0.tar.zst big-0.tar && [[ $(entr
 else
   bad resumed_transfer_cached_whole "exit $RC, $cuts cuts" "$(head -3 cutr.err)" "$(ls -la c3)"
 fi
-# index, verify and write take --retries too (issue 28): with 0 a cut
+# index, verify and write take --retries too: with 0 a cut
 # transfer fails the shard (exit 1), by default it resumes.
 for cmd in index verify write; do
   out=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cli.sh — the command line as users meet it (issue 16, part B), for every
+# cli.sh — the command line as users meet it, for every
 # `wds` command and wds-train:
 #   - long options are spelled in full: a prefix (`--epoch` for `--epochs`)
 #     is a usage error naming it and what it may have meant;
@@ -7,7 +7,7 @@
 #   - wds-train takes the loader options through the same parser as
 #     `wds batches` (same messages);
 #   - RANK without WORLD_SIZE (and the reverse) is a usage error everywhere;
-#   - the messages of issue 16: what unknown bytes are, missing fields and
+#   - the messages users meet: what unknown bytes are, missing fields and
 #     what a sample has, no doubled prefixes, --on-error skip's summary,
 #     --save's valid mask and keys.
 # Usage: cli.sh WDS_BINARY WDS_TRAIN_BINARY
@@ -148,9 +148,14 @@ if ((RC == 0)) && grep -q -- '--read-timeout S ' train_help.out &&
 else
   bad "wds-train --help" "exit $RC" "$(tail -20 train_help.out)"
 fi
-# Its own numbers have the tools' grammar too: digits only.
-usage train_plus wds-train "--epochs: bad value '+3'" --train "$S" --epochs +3
-usage train_blank wds-train "--seed: bad value ' 3'" --train "$S" --seed ' 3'
+# Its own numbers have the tools' grammar too (digits only) and the option
+# table's wording; --seed is the loader's, and reads as `wds batches` says it.
+usage train_plus wds-train '--epochs needs a whole number of at least 1, not "+3"' --train "$S" --epochs +3
+usage train_blank wds-train '--seed needs a whole number of at least 0, not " 3"' --train "$S" --seed ' 3'
+usage train_batch_zero wds-train '--batch-size needs a whole number in 1..1048576, not "0"' --train "$S" --batch-size 0
+usage train_ranks wds-train '--ranks needs a whole number in 1..1024, not "0"' --train "$S" --ranks 0
+usage train_port wds-train '--master-port needs a whole number in 1..65535, not "70000"' --train "$S" --master-port 70000
+same_message seed --seed x
 # wds-train keeps its own limits on what it takes through the shared parser.
 usage train_mode_plain wds-train "--mode plain" --train "$S" --mode plain
 usage train_image_size wds-train "--image-size 5000" --train "$S" --image-size 5000

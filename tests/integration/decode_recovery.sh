@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Tool test: a corrupt image does not spoil the good ones decoded after it
-# (issue 10, item 1), with the real tools on directories of images made from
+# Tool test: a corrupt image does not spoil the good ones decoded after it,
+# with the real tools on directories of images made from
 # the fuzz corpus (tests/fuzz/corpus/decode) and written by `wds write`.
 #
 #   report  the reported case: three copies of tiny420.jpg (keys a, b, c),

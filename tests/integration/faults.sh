@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: stalls and signals, with real processes (issue 10, items 2, 3).
+# Tool test: stalls and signals, with real processes.
 #
 #   * SIGINT / SIGTERM to wds ls, batches, index, verify, cat, bench, write
 #     and wds-train while a pipe: command stalls: each exits 130 / 143
@@ -228,7 +228,7 @@ for n in 7301 7302 7303 7304 7305; do
   gone "$n" || bad "timeout_$n" "sleep $n left running"
 done
 
-# A FIFO with no writer (issue 26, item 2): open(2) used to block for good
+# A FIFO with no writer: open(2) used to block for good
 # (restarted after a signal), past --read-timeout and the first SIGINT. Now
 # the shard times out like a stalled pipe, a signal ends the wait, an @FILE
 # FIFO times out too, and wds-train refuses a FIFO as --resume at once.

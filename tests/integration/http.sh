@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: http(s):// shards read in process with libcurl (issue 15, part 1).
+# Tool test: http(s):// shards read in process with libcurl.
 #
 # Starts Debian's nginx on a loopback port (no root: its own config, pid,
 # logs and temp paths in the test's directory) serving a generated shard set,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: the per-image memory budget (issue 26 item 4) in every front
+# Tool test: the per-image memory budget in every front
 # end that decodes: `wds batches`, `wds bench` and `wds verify --decode`
 # (--image-memory-limit), and `wds-train` (the same flag). A 2048x2048 gray
 # PNG of one colour (12 MiB decoded as RGB, 4 MiB as gray) is refused under

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test (issue 10): inputs whose numbers and names wds must not trust
+# Tool test: inputs whose numbers and names wds must not trust
 # or silently drop, through the `wds` command.
 #   index   `wds batches --mode exact --index` with a doctored index: a
 #           count of 0 for a shard of 480 samples (exit 1 under stop,

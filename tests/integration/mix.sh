@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Tool test: `wds batches --source` (and `wds bench --source`): a mix of two
-# shard sets (issue 14 part 2).
+# shard sets.
 #
 # Source 0: 3 shards x 8 samples (24), source 1: 2 shards x 5 (10), both
 # made with `wds synth` (keys sample000000000.., the same in both sets: the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: outputs (issue 10, items 4, 6, 8 and 9c).
+# Tool test: outputs.
 #
 #   * output that cannot be written is an error: every tool (expand, ls,
 #     bench, synth, batches, write, index, verify, cat, --help, and
@@ -16,10 +16,10 @@
 #     directory, never /dev/null itself) for write, index, batches --save,
 #     --checkpoint, and wds-train's --json and --log-rows (a FIFO too); no
 #     temporary file is left;
-#   * a symbolic link to a FIFO or a device (issue 26, item 11) is refused
+#   * a symbolic link to a FIFO or a device is refused
 #     by every output: index -o, write -o, synth, batches --save (an .npy
 #     name and a __rows__.json name), wds-train --checkpoint, --json and
-#     --log-rows (issue 28: they followed the link); exit 1, a
+#     --log-rows (these two once followed the link); exit 1, a
 #     message naming the link and what it points to, nothing written into
 #     the FIFO, link and FIFO left; a symlink to a regular file is replaced
 #     by the new file, its target untouched;
@@ -223,7 +223,7 @@ if mknod -m 666 dev/null c 1 3 2>/dev/null && echo probe >dev/null 2>/dev/null; 
     bad "device: wds-train --checkpoint" "$(head -2 err.txt)"
   timeout 60 "$TRAIN" "${TRAIN_ARGS[@]}" --json dev/null --log-rows dev/null >/dev/null 2>err.txt ||
     bad "device: wds-train --json, --log-rows" "$(head -2 err.txt)"
-  # through a symlink: refused (issue 26, item 11)
+  # through a symlink: refused
   rc=0
   "$WDS" synth dev/link >/dev/null 2>err.txt || rc=$?
   expect_fail "device: wds synth LINK-TO-DEVICE refused" "$rc" "dev/link: it is a symbolic link to a character device"
@@ -245,7 +245,7 @@ else
 fi
 rm -rf dev
 
-# ---- issue 26, item 11: symbolic links to special files are refused ----
+# ---- symbolic links to special files are refused ----
 # Each output is a link to a FIFO whose reader runs in the background:
 # written through the link (as before the fix), the reader gets the bytes.
 mkdir links links/save
@@ -301,7 +301,7 @@ check "link to a file: wds-train left the targets untouched" \
   test "$(cat links/target.json links/target.rows)" = oldold
 no_temporaries "link to a file: no temporary file" links
 
-# --json and --log-rows are logs (issue 28): written as the run goes, so a
+# --json and --log-rows are logs: written as the run goes, so a
 # run killed mid-way leaves what it logged (under a temporary name renamed
 # at the end, a SIGKILL left no FILE at all).
 "$TRAIN" "${TRAIN_ARGS[@]}" --epochs 100000 --log-every 1 --json live.jsonl \

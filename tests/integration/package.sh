@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Package test: the C library as others use it (issue 11).
+# Package test: the C library as others use it.
 #
 #   * `wds --version` and `wds-train --version` print "wds VERSION", exit 0;
 #   * `cmake --install` into a temporary prefix puts the headers, libwds.a,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: pipe: commands read from files (issue 15). An @FILE list or an
+# Tool test: pipe: commands read from files. An @FILE list or an
 # index may come from anywhere (a download), so a pipe: command read from one
 # is refused unless --allow-pipe-from-files is given, with a message naming
 # the file, the line (or index entry) and the option; a pipe: typed on the

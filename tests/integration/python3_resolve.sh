@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Tool test: the tests' python3 is chosen when they run (tests/python3.in),
-# not fixed when CMake configured the build (issue 24: a build tree run on a
-# machine whose python3 lives elsewhere failed every Python-using test with
-# "required tool ... not found").
+# not fixed when CMake configured the build: this guards a build tree run on
+# a machine whose python3 lives elsewhere, where every Python-using test
+# failed with "required tool ... not found".
 #
 #   * the wrapper runs the configured interpreter while it exists;
 #   * configured one missing: python3 on PATH; none at all: exit 127 and a

@@ -52,6 +52,8 @@ SKIP_PREFIXES = [
     ("export PATH=", "puts the commands on PATH, as this test does"),
     ("sudo cmake --install", "installs the project (package_install installs it)"),
     ("wds-train --nodes", "several nodes (CUDA): test_rendezvous and tools_train_gpu cover it"),
+    ("srun ", "needs a Slurm cluster (tools_train_mpi runs wds-train under mpirun)"),
+    ("sbatch ", "needs a Slurm cluster (tools_train_mpi runs wds-train under mpirun)"),
     ("scripts/gpu-prepare.sh", "builds the GPU checks' folder (tools_gpu_scripts; docs/performance.md)"),
     ("scripts/gpu-run.sh", "needs a GPU machine (tools_gpu_scripts runs its --dry-run)"),
 ]
@@ -132,6 +134,14 @@ def have_torch():
 
 
 def skip_reason(cmd):
+    if cmd.startswith("mpirun ") and not re.search(r"(^|\s)\.\.\.(\s|$)", cmd):
+        # Run where there is an mpirun and a wds-train built with MPI.
+        if not shutil.which("mpirun"):
+            return "needs mpirun (openmpi-bin)"
+        # The scratch directory's link to the build's wds-train (main()).
+        helptext = subprocess.run([os.path.abspath("bin/wds-train"), "--help"],
+                                  capture_output=True, text=True).stdout
+        return "" if "built with MPI)" in helptext else "needs a wds-train built with MPI"
     if cmd.startswith("torchrun ") and not re.search(r"(^|\s)\.\.\.(\s|$)", cmd):
         # Run with this interpreter's torch where there is one.
         return "" if have_torch() else \
@@ -144,7 +154,7 @@ def skip_reason(cmd):
     if re.search(r"https?://", cmd):
         return "needs the network"
     first = cmd.split()[0]
-    if first not in ("wds", "wds-train", "torchrun"):
+    if first not in ("wds", "wds-train", "torchrun", "mpirun"):
         return None  # unknown: the caller fails
     return ""
 
@@ -242,8 +252,16 @@ def run_sh(cmd, cmds, line, env):
     if cmd.startswith("torchrun "):
         cmd = f"{sys.executable} -m torch.distributed.run " + cmd[len("torchrun "):]
         env = dict(env, CUDA_VISIBLE_DEVICES="")
+    # mpirun: Open MPI as root needs its two variables, and more processes
+    # than cores --oversubscribe.
+    if cmd.startswith("mpirun "):
+        env = dict(env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   CUDA_VISIBLE_DEVICES="")
+        if "Open MPI" in subprocess.run(["mpirun", "--version"], capture_output=True,
+                                        text=True).stdout:
+            cmd = "mpirun --oversubscribe " + cmd[len("mpirun "):]
     # The train example's device: the CPU backend unless a GPU test asks.
-    if cmd.startswith("wds-train ") and "--device" not in cmd:
+    if (cmd.startswith("wds-train ") or cmd.startswith("mpirun ")) and "--device" not in cmd:
         cmd += " --device cpu"
     return subprocess.run(["bash", "-o", "pipefail", "-c", cmd + " >cmd.out"], env=env,
                           stderr=subprocess.PIPE, timeout=300), cmd
@@ -319,7 +337,8 @@ def main():
         os.symlink(train, os.path.join(bindir, "wds-train"))
         env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
         for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
-                    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PYTHONPATH"):
+                    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                    "PMIX_RANK", "PYTHONPATH"):
             env.pop(var, None)
         if os.environ.get("WDS_README_PYTHONPATH"):
             env["PYTHONPATH"] = os.environ["WDS_README_PYTHONPATH"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: s3:// shards and listings against moto's S3 server (issue 15).
+# Tool test: s3:// shards and listings against moto's S3 server.
 #
 # Installs moto[server] and boto3 into a virtual environment cached in the
 # build tree (a visible skip, exit 77, only when no package index answers),
@@ -56,7 +56,7 @@ fi
 
 fail() { die "$@"; } # for venv_ensure
 source "$HERE/../lib-venv.sh"
-venv_ensure "$VENV" "$PYTHON3" "moto.server, boto3, flask_cors, numpy" "moto[server]" boto3 numpy
+venv_ensure_shared "$VENV" "$PYTHON3" "moto.server, boto3, flask_cors, numpy" "moto[server]" boto3 numpy
 
 mkdir train
 "$WDS" synth --shards 4 --samples 50 --size 3000 train/s-%02d.tar >/dev/null
@@ -79,7 +79,7 @@ PORT=
 for try in 1 2 3 4 5; do
   port=$("$PYTHON3" -c 'import socket
 s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  INITIAL_NO_AUTH_ACTION_COUNT=3 "$VENV/bin/moto_server" -H 127.0.0.1 -p "$port" >moto.log 2>&1 &
+  INITIAL_NO_AUTH_ACTION_COUNT=3 "$VENV/bin/python" -m moto.server -H 127.0.0.1 -p "$port" >moto.log 2>&1 &
   pid=$!
   for i in $(seq 100); do
     if "$PYTHON3" -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null; then

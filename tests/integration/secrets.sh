@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: URL secrets never leave in an output (issue 26, item 8).
+# Tool test: URL secrets never leave in an output.
 #
 # Shards are served by Debian's nginx on loopback (scripts/lib-nginx.sh, as
 # in http.sh), named by URLs that carry a password (user:PASS@), a token=

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# symbols.sh — libwds.so exports the public API and nothing else (issue 11):
+# symbols.sh — libwds.so exports the public API and nothing else:
 # every defined dynamic symbol (nm -D --defined-only) is a function declared
 # WDS_API in the public headers, and every such function is exported. So no
 # internal wds__* name, no tool_/tr_ name, no dependency's symbol leaks, and

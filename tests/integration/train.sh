@@ -234,6 +234,44 @@ for k in 17 "$per_epoch"; do # mid-epoch, and at its end
   fi
 done
 
+# --- elastic resume (issue 35) --------------------------------------------------
+# A 2-rank CPU run stopped mid-epoch resumes on 3 ranks: the start line says
+# what changed; from --log-rows, the two runs trained on every sample of the
+# interrupted epoch, each once but for padding (fewer than 2 + 3 repeats);
+# the next epoch holds every sample; the steps of the resumed run follow the
+# fraction of the epochs done. (--max-sample-bytes: the replay of the
+# saved shuffle buffer needs its byte bound provably unreached.)
+if [ "$DEVICE" = cpu ]; then
+  EL=(--train 'train-{000..003}.tar' --batch-size 8 --epochs 2 --warmup-steps 10 --log-every 0
+    --shuffle-buffer 100 --max-sample-bytes 65536 --workers 2)
+  if run "${EL[@]}" --ranks 2 --checkpoint el.ck --stop-after 20 --log-rows el1.rows >el1.out 2>&1 &&
+    run "${EL[@]}" --ranks 3 --resume el.ck --log-rows el2.rows --json el2.json >el2.out 2>&1 &&
+    grep -q "resumed on 3 ranks from a checkpoint made on 2 (el.ck): [0-9]* samples of epoch 0 remain" el2.out &&
+    "$PYTHON3" - el1.rows el2.rows el2.out <<'PY'
+import re, sys
+rows = lambda p: [l.split() for l in open(p) if l.strip()]
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+e0 = [r[5] for r in a if r[1] == "0"] + [r[5] for r in b if r[1] == "0"]
+e1 = [r[5] for r in b if r[1] == "1"]
+left = int(re.search(r"(\d+) samples of epoch 0 remain", open(sys.argv[3]).read()).group(1))
+every = set(e1)
+assert len(every) == 1000, len(every)
+assert set(e0) == every, (len(set(e0)), sorted(every - set(e0))[:5])
+assert len(e0) - 1000 < 5, len(e0) - 1000
+assert len([r for r in a if r[1] == "0"]) == 20 * 16, "2 ranks x 8 rows x 20 steps"
+assert 1000 - left <= 20 * 16, left
+steps = sorted({int(r[0]) for r in b})
+# 3 ranks of 8: 42 steps an epoch; the resumed run takes the rest of epoch 0
+# and epoch 1, numbered from where 20/63 of an epoch puts it
+assert steps[-1] == 84 and steps[0] == 84 - len(steps) + 1, steps[:3]
+PY
+  then
+    ok "elastic resume 2 -> 3 ranks: every sample of the interrupted epoch once ($(grep -o 'resumed on .*remain' el2.out))"
+  else
+    bad "elastic resume 2 -> 3 ranks" "$(tail -3 el1.out el2.out 2>/dev/null)"
+  fi
+fi
+
 # --- per-rank batch sizes ------------------------------------------------------
 # --rank-batch-sizes 24,8: ranks of 24 and 8 rows, every rank the same
 # ceil(1000 / 32) = 32 steps per epoch; bit-identical weights on both ranks
@@ -266,12 +304,15 @@ if par 2; then
   else
     bad "--rank-batch-sizes resume" "$(tail -2 rbs.out rbres.out 2>/dev/null)"
   fi
+  # Other per-rank sizes with the same sum in one process: the process's
+  # loader batches are the checkpoint's (only their split among the local
+  # ranks changes), so it resumes as it was (issue 35: it was refused).
   rc=0
   run "${U[@]}" --rank-batch-sizes 16,16 --warmup-steps 10 --resume rbck >err.out 2>err.txt || rc=$?
-  if ((rc == 1)) && grep -q "made with per-rank batch sizes 24,8; this run has per-rank batch sizes 16,16" err.txt; then
-    ok "resume with other per-rank batch sizes: $(cat err.txt)"
+  if ((rc == 0)) && grep -q "resumed from rbck at step 96 (epoch" err.out; then
+    ok "resume with other per-rank batch sizes, the same loader batches: $(grep resumed err.out)"
   else
-    bad "resume with other per-rank batch sizes" "rc $rc: $(cat err.txt)"
+    bad "resume with other per-rank batch sizes" "rc $rc: $(cat err.txt err.out | tail -3)"
   fi
 fi
 
@@ -353,7 +394,7 @@ else
   bad "a --source spec that is not UTF-8" "$(tail -2 nonutf8.out nonutf8.err)"
 fi
 
-# --log-rows with keys holding a newline, blanks and a backslash (issue 28):
+# --log-rows with keys holding a newline, blanks and a backslash:
 # one line per row, six fields, the key escaped as `wds batches` writes
 # keys (\xHH; a newline in a key forged a row before).
 cat >genkeys.py <<'PY'
@@ -410,6 +451,17 @@ expect_err "not a checkpoint" "bad magic" "${COMMON[@]}" "${R[@]}" --resume zero
 expect_err "missing checkpoint" "No such file" "${COMMON[@]}" "${R[@]}" --resume nope.ck
 expect_err "another configuration" "another configuration" "${COMMON[@]}" "${R[@]}" --seed 8 --resume ck17
 expect_err "other layer sizes" "other layer sizes" "${COMMON[@]}" "${R[@]}" --hidden 32 --resume ck17
+# A checkpoint's position on another world or with other workers or batch
+# size resumes elastically (below), but not when the saved shuffle buffer's
+# byte bound may have changed its order (the default --max-sample-bytes):
+# refused, naming the values (issue 35). A checkpoint without the loader's
+# state (version 2) is refused naming what differs.
+bound="saved with a shuffle buffer of 100 samples and shuffle_buffer_bytes 1073741824, max_sample_bytes 1073741824: its byte bound may have changed"
+if [[ " ${R[*]} " == *" --ranks 2 "* ]]; then
+  expect_err "another world" "$bound" "${COMMON[@]}" "${R[@]}" --ranks 3 --resume ck17
+fi
+expect_err "other workers" "$bound" "${COMMON[@]}" "${R[@]}" --workers 3 --resume ck17
+expect_err "another batch size" "$bound" "${COMMON[@]}" "${R[@]}" --batch-size 6 --resume ck17
 # A --train spec of about 6.8 KB (its fingerprint was formatted into a 4 KB
 # buffer and hashed past it: an ASan stack-buffer-overflow): it trains and
 # checkpoints; the checkpoint resumes under the same spec and is refused for
@@ -486,6 +538,25 @@ if ((rc == 2)) && grep -q "WORLD_SIZE" err.txt; then
 else
   bad "RANK without WORLD_SIZE" "rc $rc: $(cat err.txt)"
 fi
+# An environment naming this process one rank of several that wds-train
+# cannot join (mpirun, srun with two tasks on a node, MPICH's Hydra, PMIx)
+# is refused at start, naming the variables: before, each process silently
+# trained the whole job alone (issue 36).
+for envs in "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2:OMPI_COMM_WORLD_RANK=1" \
+  "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2:OMPI_COMM_WORLD_SIZE=2" \
+  "SLURM_PROCID=1 SLURM_NTASKS=2:SLURM_PROCID=1" \
+  "PMI_RANK=1 PMI_SIZE=2:PMI_RANK=1" "PMIX_RANK=1:PMIX_RANK='1'" \
+  "RANK=1 WORLD_SIZE=2:LOCAL_RANK"; do
+  rc=0
+  # shellcheck disable=SC2086  # the variables split on purpose
+  env ${envs%%:*} timeout 60 "$TRAIN" "${COMMON[@]}" "${R[@]}" --steps 2 \
+    >err.out 2>err.txt || rc=$?
+  if ((rc == 2)) && grep -qF "${envs#*:}" err.txt && ! grep -q '^step' err.out; then
+    ok "refused, no duplicate job: ${envs%%:*}: $(head -c 160 err.txt)"
+  else
+    bad "duplicate-job environment ${envs%%:*}" "rc $rc: $(cat err.txt) $(tail -n 2 err.out)"
+  fi
+done
 rc=0
 timeout 60 "$TRAIN" "${COMMON[@]}" "${R[@]}" --nodes 2 --node-rank 1 >err.out 2>err.txt || rc=$?
 if ((rc == 2)) && grep -q "MASTER_ADDR\|--master-addr" err.txt; then
@@ -609,7 +680,7 @@ else
   bad "--device cuda --ranks 2" "rc $rc: $(cat err.txt)"
 fi
 # The README's demo with --device cuda (as tools_train_gpu runs it): every
-# GPU, no --ranks (issue 24: it passed --ranks 2, refused with cuda). Here
+# GPU, no --ranks (guards the demo passing --ranks 2, which cuda refuses). Here
 # it gets as far as looking for a GPU: trains where there is one, else fails
 # on the missing GPU (or CUDA), never on its options.
 if [ "$DEVICE" = cpu ]; then

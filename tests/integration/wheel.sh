@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Package test: the self-contained binary wheel a Python user installs
-# (issue 25).
+# Package test: the self-contained binary wheel a Python user installs.
 #
 #   * `pip wheel SRC` (scikit-build-core; its CMake build kept in
 #     BUILD/pip-build, shared with python_pip, so that re-runs are quick)

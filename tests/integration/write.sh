@@ -262,7 +262,7 @@ for target in 'pipe:cat > piped-%d.tar' ' PIPE:cat > piped-%d.tar'; do
   check "output: -o '$target' makes no file" test -z "$(ls | grep -i 'pipe:\|piped')"
 done
 
-# ---- one writer per pattern; shards an earlier run left (issue 26) ----
+# ---- one writer per pattern; shards an earlier run left ----
 # A writer that holds the pattern: its tar stream on stdin stops inside
 # the second sample (two members of 1 KiB, no end blocks) until the FIFO's
 # other end closes, so its first sample is written and the lock taken. A
@@ -309,7 +309,7 @@ fi
 check "leftover: they are kept" test -e "$last_lo"
 check "leftover: no warning without leftovers" test "$(grep -c 'left from an earlier run' lo1.err)" -eq 0
 
-# ---- the shard-reading options every reader command takes (issue 28) ----
+# ---- the shard-reading options every reader command takes ----
 # --max-urls, --retries, --read-timeout, the cache: one parser (the
 # loader's option table), one message naming the flag.
 w mu_over write --max-urls 2 -o 'mu-%d.tar' 'a-{0..2}.tar'

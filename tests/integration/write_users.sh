@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tool test: `wds write` as users meet it (issue 16), each check asserting
+# Tool test: `wds write` as users meet it, each check asserting
 # the exit status and the message:
 #
 #   * -o NAME without %d: one file, any size; with --maxcount or --maxsize a

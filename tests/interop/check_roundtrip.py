@@ -1,5 +1,7 @@
-"""c. write -> index -> verify -> ls -> loader round trips on three layouts:
-many small shards (--maxcount), shards split by --maxsize, and .tar.zst."""
+"""c. write -> index -> verify -> ls -> loader round trips on four layouts:
+many small shards (--maxcount), shards split by --maxsize, and .tar.zst with
+one frame and with several (zstd frames of about 1 MiB of tar each, which
+zstd -dc, tar and WebDataset read as one stream)."""
 
 import json
 import math
@@ -16,6 +18,7 @@ LAYOUTS = [
     ("small", 45, 0, "rt-%04d.tar", ["--maxcount", "4"]),
     ("maxsize", 24, 30000, "big-%04d.tar", ["--maxsize", "200000"]),
     ("zstd", 45, 0, "z-%04d.tar.zst", ["--maxcount", "16"]),
+    ("zstd-frames", 24, 300000, "zf-%04d.tar.zst", ["--maxcount", "12"]),
 ]
 MAXSIZE = 200000
 
@@ -65,7 +68,59 @@ def write(ctx, lay):
             py = python_listing([f"pipe:zstd -dcq {s}" for s in lay.shards])
             compare_listings("Python WebDataset (pipe:zstd -dcq)", strip_urls(py),
                              "wds ls --json", strip_urls(lay.listing))
+            if lay.name == "zstd-frames":
+                check_frames(lay)
     return True
+
+
+def zstd_frames(path):
+    """(frames, checksummed frames) of a zstd file, walked by its headers."""
+    data = open(path, "rb").read()
+    at = frames = checked = 0
+    while at < len(data):
+        magic = int.from_bytes(data[at:at + 4], "little")
+        if magic & 0xFFFFFFF0 == 0x184D2A50:  # a skippable frame
+            at += 8 + int.from_bytes(data[at + 4:at + 8], "little")
+            continue
+        if magic != 0xFD2FB528:
+            raise Failure(f"{path}: no zstd frame at byte {at}")
+        fhd = data[at + 4]
+        did = (0, 1, 2, 4)[fhd & 3]
+        single = (fhd >> 5) & 1
+        fcs = (1, 2, 4, 8)[fhd >> 6] if (fhd >> 6) or single else 0
+        pos = at + 5 + (0 if single else 1) + did + fcs
+        while True:  # blocks: 3-byte headers
+            bh = int.from_bytes(data[pos:pos + 3], "little")
+            last, btype, bsize = bh & 1, (bh >> 1) & 3, bh >> 3
+            pos += 3 + (1 if btype == 1 else bsize)
+            if last:
+                break
+        if (fhd >> 2) & 1:
+            pos += 4
+            checked += 1
+        frames += 1
+        at = pos
+    return frames, checked
+
+
+def check_frames(lay):
+    """Shards of several MiB are several frames, each with a checksum, and
+    zstd, tar and Python's tarfile (through zstd -dc) read each whole."""
+    import subprocess
+    import tarfile
+    for s in lay.shards:
+        path = os.path.join(lay.dir, s)
+        frames, checked = zstd_frames(path)
+        if frames < 2 or checked != frames:
+            raise Failure(f"{s}: {frames} zstd frame(s), {checked} with a checksum")
+        tar = subprocess.run(["zstd", "-dcq", path], check=True, capture_output=True).stdout
+        names = subprocess.run(["tar", "-tf", "-"], input=tar, check=True,
+                               capture_output=True).stdout.decode().split()
+        with tarfile.open(fileobj=__import__("io").BytesIO(tar), mode="r|") as t:
+            py_names = [m.name for m in t]
+        want = sum(1 for u, _, _ in lay.listing if os.path.basename(u) == s)
+        if names != py_names or len(names) < want:
+            raise Failure(f"{s}: tar lists {len(names)} members, tarfile {len(py_names)}")
 
 
 def check_maxsize(lay):

@@ -92,7 +92,7 @@ _missing_cache = {}
 
 def require_command(ctx, name, assumed):
     """Fails when `wds NAME` does not exist yet, naming the flags the check
-    assumes (from issue 4)."""
+    assumes."""
     if name not in _missing_cache:
         p = subprocess.run([ctx.wds, name, "--help"], capture_output=True, timeout=60)
         text = (p.stdout + p.stderr).decode(errors="replace")

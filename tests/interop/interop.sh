@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Interoperability test: wds against Python WebDataset 1.x (issue 4).
+# Interoperability test: wds against Python WebDataset 1.x.
 #
 # Makes (once, cached) a virtual environment with webdataset and numpy from
 # the package index, then runs interop.py with it, which checks:
@@ -7,7 +7,7 @@
 #      by Python WebDataset give the input's samples, as `wds ls --json` does;
 #   b. shards from WebDataset's ShardWriter/TarWriter read by wds (`wds ls
 #      --json`, `wds cat`, `wds write` re-sharding) as Python reads them;
-#   c. write -> index -> verify -> ls -> loader round trips on 3 layouts;
+#   c. write -> index -> verify -> ls -> loader round trips on 4 layouts;
 #   d. a `wds write` killed by SIGKILL leaves no truncated final shard;
 #   e. `wds verify` catches planted defects and names shard and sample.
 #
@@ -46,7 +46,7 @@ command -v "$PYTHON3" >/dev/null 2>&1 || fail "$PYTHON3 not found (apt-get insta
 mkdir -p "$WORK"
 
 source "$HERE/../lib-venv.sh"
-venv_ensure "$VENV" "$PYTHON3" "webdataset, numpy" "${REQUIREMENTS[@]}"
+venv_ensure_shared "$VENV" "$PYTHON3" "webdataset, numpy" "${REQUIREMENTS[@]}"
 "$VENV/bin/python" -c 'import webdataset, numpy, sys; from importlib.metadata import version; print("# python", sys.version.split()[0], "webdataset", version("webdataset"), "numpy", numpy.__version__)'
 
 TMP=$(mktemp -d "$WORK/run.XXXXXX")

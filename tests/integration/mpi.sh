@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Tool test: `wds-train` launched by mpirun (issue 36), CPU backend, on
+# generated shards (16x16 gray PNGs, 10 classes, as train.sh makes them).
+#
+#   * mpirun -np 2 (2 rank threads each) and -np 4 (oversubscribed on small
+#     machines): one job, the same weights on every rank after every step,
+#     and bit for bit the weights of the same job run through the
+#     rendezvous (NNODES/NODE_RANK: the star sum in global rank order);
+#     mpirun -np 2 of one rank each: those of torchrun's variables;
+#   * a process killed (SIGKILL) mid-run ends the job within seconds;
+#   * a process stopped (SIGSTOP) ends the job after --collective-timeout,
+#     the others' watchdog naming the timeout.
+#
+# Usage: mpi.sh WDS_TRAIN_BINARY MPIEXEC [MPIEXEC_FLAGS...]
+# (Open MPI as root needs OMPI_ALLOW_RUN_AS_ROOT=1 and
+# OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, which ctest sets; -np 4 on fewer cores
+# needs --oversubscribe, given as a flag.)
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+train=$1
+mpiexec=$2
+shift 2
+mpiflags=("$@")
+wds_test_setup mpi "timeout" "$train"
+TRAIN=$WDS
+
+cat >gen.py <<'PY'
+import io, random, sys, tarfile
+from PIL import Image
+out, prefix, sizes, seed = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")], int(sys.argv[4])
+rng = random.Random(seed)
+k = 0
+for si, n in enumerate(sizes):
+    with tarfile.open(f"{out}/{prefix}-{si:03d}.tar", "w", format=tarfile.USTAR_FORMAT) as tf:
+        for _ in range(n):
+            c = rng.randrange(10)
+            px = [rng.randrange(0, 150) for _ in range(256)]
+            cx, cy = 2 + (c % 5) * 3, 4 + (c // 5) * 7
+            for y in range(cy - 2, cy + 3):
+                for x in range(cx - 1, cx + 2):
+                    px[y * 16 + x] = min(255, px[y * 16 + x] + 90)
+            im = Image.new("L", (16, 16)); im.putdata(px)
+            b = io.BytesIO(); im.save(b, "PNG"); data = b.getvalue()
+            for ext, d in (("png", data), ("cls", str(c).encode())):
+                ti = tarfile.TarInfo(f"s{seed}_{k:06d}.{ext}"); ti.size = len(d); ti.mtime = 0
+                tf.addfile(ti, io.BytesIO(d))
+            k += 1
+PY
+"$PYTHON3" gen.py . train 250,250,250,250 1 || die "generating shards (python3 with Pillow)"
+
+COMMON=(--device cpu --image-size 16 --channels 1 --hidden 64,32 --lr 0.05 --seed 7
+  --train 'train-{000..003}.tar' --batch-size 8 --epochs 1 --log-every 1 --log-checksums)
+unset RANK WORLD_SIZE LOCAL_RANK NNODES NODE_RANK SLURM_PROCID SLURM_NTASKS
+
+# A wrapper that records each process's pid, then becomes wds-train, with a
+# --json log of its own when JSON is set (every process gets the same
+# options, and process 0's log is the job's).
+cat >wrap.sh <<'SH'
+#!/usr/bin/env bash
+r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-x}}
+echo $$ >"pid.$r"
+[ -n "${JSON:-}" ] && exec "$@" --json "$JSON$r.json"
+# OTHER_LR: process 1 started with another --lr than the others.
+[ -n "${OTHER_LR:-}" ] && [ "$r" = 1 ] && exec "$@" --lr "$OTHER_LR"
+exec "$@"
+SH
+chmod +x wrap.sh
+
+# The final checksums of a JSON log (one per rank), as text.
+final() {
+  "$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["summary"]["weights_checksum"])' "$1"
+}
+# Every step's checksums the same on all WORLD ranks.
+same_every_step() {
+  "$PYTHON3" - "$1" "$2" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+steps = [l for l in lines if "weights_checksum" in l and "summary" not in l]
+summary = lines[-1]["summary"]
+ok = len(steps) == summary["steps"] > 0 and all(
+    len(s["weights_checksum"]) == int(sys.argv[2]) and len(set(s["weights_checksum"])) == 1 for s in steps)
+sys.exit(0 if ok else 1)
+PY
+}
+
+# rdv_run NAME N ENVS...: the same job through the rendezvous, N processes
+# (process i started with `env ${ENVS[i]}`), process 0's log in NAME.json.
+rdv_run() {
+  local name=$1 n=$2 port=$((10000 + RANDOM % 22000)) i rc=0
+  shift 2
+  local -a envs=("$@")
+  for ((i = 0; i < n; i++)); do
+    # shellcheck disable=SC2086  # split on purpose
+    env ${envs[i]} MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 120 "$TRAIN" \
+      "${COMMON[@]}" --rdv-timeout 60 --json "$name$i.json" "${extra[@]}" \
+      >"$name$i.out" 2>&1 &
+  done
+  for ((i = 0; i < n; i++)); do wait "%$((i + 1))" || rc=1; done
+  return $rc
+}
+
+# mpi_vs NAME NP WORLD: mpirun -np NP against the rendezvous' run of the
+# same job (extra: wds-train's options; rdv_envs: each process's variables).
+mpi_vs() {
+  local name=$1 np=$2 world=$3 rc=0
+  JSON=$name timeout 120 "$mpiexec" -np "$np" "${mpiflags[@]}" ./wrap.sh \
+    "$TRAIN" "${COMMON[@]}" "${extra[@]}" >"$name.out" 2>&1 || rc=$?
+  if ((rc != 0)) || ! same_every_step "${name}0.json" "$world" ||
+    [ "$(final "${name}0.json")" != "$(final "$name$((np - 1)).json")" ]; then
+    bad "$name: mpirun -np $np" "rc $rc: $(tail -n 5 "$name.out")"
+    return
+  fi
+  if ! rdv_run "${name}_rdv" "$np" "${rdv_envs[@]}"; then
+    bad "$name: the rendezvous' run" "$(tail -n 3 "${name}_rdv0.out")"
+    return
+  fi
+  local a b
+  a=$(final "${name}0.json")
+  b=$(final "${name}_rdv0.json")
+  if [ "$a" = "$b" ] && grep -q "in process 0 of $np" "$name.out"; then
+    ok "$name: one job of $world ranks, identical weights after each step, = the rendezvous' bit for bit ($a)"
+  else
+    bad "$name: weights differ from the rendezvous' run" "mpirun: $a" "rendezvous: $b"
+  fi
+}
+
+extra=(--ranks 2)
+rdv_envs=("NNODES=2 NODE_RANK=0" "NNODES=2 NODE_RANK=1")
+mpi_vs np2_ranks2 2 4
+extra=(--ranks 1)
+rdv_envs=()
+for i in 0 1 2 3; do rdv_envs+=("NNODES=4 NODE_RANK=$i"); done
+mpi_vs np4 4 4
+rdv_envs=("RANK=0 WORLD_SIZE=2 LOCAL_RANK=0" "RANK=1 WORLD_SIZE=2 LOCAL_RANK=1")
+mpi_vs np2_torchrun 2 2
+
+# long_run NAME SIGNAL [ARGS]: a long mpirun -np 2; once it logs a step,
+# process 1 gets SIGNAL; seconds until mpirun ended in $took, status $rc.
+long_run() {
+  local name=$1 sig=$2 i
+  shift 2
+  rm -f pid.*
+  timeout 120 "$mpiexec" -np 2 "${mpiflags[@]}" ./wrap.sh "$TRAIN" "${COMMON[@]}" \
+    --epochs 100000 --log-every 10 --ranks 1 "$@" >"$name.out" 2>&1 &
+  local job=$!
+  for ((i = 0; i < 300; i++)); do
+    [ -s pid.1 ] && grep -q '^step' "$name.out" && break
+    sleep 0.1
+  done
+  local start=$SECONDS victim
+  victim=$(cat pid.1 2>/dev/null || echo)
+  [ -n "$victim" ] && kill "-$sig" "$victim"
+  rc=0
+  wait "$job" || rc=$?
+  took=$((SECONDS - start))
+  [ -n "$victim" ] && kill -KILL "$victim" 2>/dev/null || true
+}
+
+# A process started with other options: the configuration fingerprints,
+# gathered over MPI, differ; the job stops at its start, naming the rank.
+rc=0
+OTHER_LR=0.1 timeout 120 "$mpiexec" -np 2 "${mpiflags[@]}" ./wrap.sh "$TRAIN" \
+  "${COMMON[@]}" >other.out 2>&1 || rc=$?
+if ((rc != 0 && rc != 124)) && grep -q 'rank 1 was started with other options than rank 0' other.out &&
+  ! grep -q '^step' other.out; then
+  ok "a process with other options is refused: $(grep -m1 'other options' other.out)"
+else
+  bad "a process with other options" "rc $rc" "$(tail -n 5 other.out)"
+fi
+
+long_run kill KILL
+if ((rc != 0 && rc != 124 && took <= 15)); then
+  ok "a killed process ends the job in ${took} s (rc $rc): $(grep -m1 -i 'exited\|signal\|abort' kill.out || true)"
+else
+  bad "a killed process ends the job" "rc $rc after ${took} s" "$(tail -n 5 kill.out)"
+fi
+
+long_run stop STOP --collective-timeout 3
+if ((rc != 0 && rc != 124 && took >= 3 && took <= 30)) &&
+  grep -q 'a collective waited 3 s (--collective-timeout)' stop.out; then
+  ok "a stopped process ends the job after the collective timeout (${took} s): $(grep -m1 'collective waited' stop.out)"
+else
+  bad "a stopped process ends the job after --collective-timeout" "rc $rc after ${took} s" "$(tail -n 5 stop.out)"
+fi
+
+echo "$passed passed, $failed failed"
+((failed == 0))
