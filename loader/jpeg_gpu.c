@@ -265,9 +265,16 @@ static int decode_rows(wds_gpu_jpeg *g, wds_loader *l, const wds_batch *b,
     if (im->status == WDS__JG_OK)
       continue;
     uint8_t *px = g->staging + k++ * row_bytes;
+    /* the plan's crop ratio and flip; jitter and float rows are refused
+     * with jpeg_decode GPU (loader.c) */
+    wds__augment aug = {.ratio_min = im->h.ratio_min,
+                        .ratio_max = im->h.ratio_max,
+                        .flip_prob = im->h.flip_prob,
+                        .jitter = {{1, 1}, {1, 1}, {1, 1}, {0, 0}}, /* off */
+                        .std = {1, 1, 1}};
     wds__image_opts io = {
         im->h.out_w,     im->h.out_h,     im->h.channels, (wds_crop)im->h.crop,
-        im->h.scale_min, im->h.scale_max, im->h.rng_key};
+        im->h.scale_min, im->h.scale_max, im->h.rng_key,  &aug};
     int drc = wds__decode_image(g->cpu, im->data, im->size, &io, px, &e);
     if (drc == WDS_OK) {
       g->st.cpu_fallback++;

@@ -118,6 +118,25 @@ static int takes_jpeg(const wds__out_field *of) {
   return 0;
 }
 
+/* The images' augmentation and output of cfg (pipeline/augment.h). */
+static void config_augment(const wds_loader_config *cfg, wds__augment *a) {
+  memset(a, 0, sizeof *a);
+  a->ratio_min = cfg->crop_ratio_min;
+  a->ratio_max = cfg->crop_ratio_max;
+  a->flip_prob = cfg->flip_prob;
+  for (int k = 0; k < 2; k++) {
+    a->jitter.brightness[k] = cfg->brightness[k];
+    a->jitter.contrast[k] = cfg->contrast[k];
+    a->jitter.saturation[k] = cfg->saturation[k];
+    a->jitter.hue[k] = cfg->hue[k];
+  }
+  a->dtype = cfg->image_dtype;
+  for (int c = 0; c < 3; c++) {
+    a->mean[c] = cfg->normalize_mean[c];
+    a->std[c] = cfg->normalize_std[c];
+  }
+}
+
 static int setup_fields(wds_loader *l, const wds_loader_config *cfg,
                         wds__err *oe) {
   if (!cfg->fields || cfg->field_count == 0)
@@ -186,6 +205,7 @@ static int setup_fields(wds_loader *l, const wds_loader_config *cfg,
     of->opts.crop = cfg->crop;
     of->opts.scale_min = cfg->crop_scale_min;
     of->opts.scale_max = cfg->crop_scale_max;
+    config_augment(cfg, &of->opts.aug);
     wds__err e;
     if (of->def->check_opts && of->def->check_opts(&of->opts, &e) != WDS_OK)
       return wds__fail(oe, WDS_ERR_INVALID, "wds_loader_open: field \"%s\": %s",
@@ -291,8 +311,20 @@ static int validate(const wds_loader_config *c, wds__err *oe) {
     BAD("unknown crop mode %d", (int)c->crop);
   if (!(c->crop_scale_min > 0 && c->crop_scale_min <= c->crop_scale_max &&
         c->crop_scale_max <= 1))
-    BAD("crop scale (%g, %g): need 0 < min <= max <= 1", c->crop_scale_min,
+    BAD("crop_scale (%g, %g): need 0 < min <= max <= 1", c->crop_scale_min,
         c->crop_scale_max);
+  {
+    wds__augment a;
+    wds__err ae;
+    config_augment(c, &a);
+    if (wds__augment_check(&a, 3, &ae) != WDS_OK)
+      BAD("%s", ae.msg);
+    if (c->jpeg_decode == WDS_JPEG_DECODE_GPU &&
+        (wds__jitter_active(&a.jitter) || a.dtype != WDS_IMAGE_UINT8))
+      BAD("jpeg_decode gpu decodes into uint8 HWC rows without color "
+          "jitter: brightness, contrast, saturation, hue and image_dtype "
+          "need jpeg_decode cpu");
+  }
   /* The rules between options: the one check every front end runs. */
   if (wds_loader_config_check(c, WDS_OPTION_NAMES_KEYWORD) != WDS_OK)
     BAD("%s", wds_last_error());

@@ -19,7 +19,9 @@
  * allocator), drop_last making the last batch DROP unless last_batch is
  * given (both front ends, as torch's drop_last: it needs to know what was
  * given), and the CLI's --epochs (how many epochs a command runs, not a
- * config field). read_buffer_bytes and the crop scales are not exposed.
+ * config field). read_buffer_bytes is not exposed. crop_scale and
+ * crop_ratio (FLOATS rows of two numbers) set two fields each, the _min
+ * and _max.
  *
  * The rules between options of a whole config (resampled mode needs
  * samples_per_epoch, an index only in exact mode, ...) are
@@ -30,6 +32,7 @@
  * exists, wds_loader_config_set keeps its message where wds_last_error()
  * reads it (thread-local), naming the option as the caller named it. */
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +60,15 @@ static const char *const crops[] = {"center", "random", NULL};
 static const char *const policies[] = {"stop", "skip", NULL};
 static const char *const defers[] = {"auto", "on", "off", NULL};
 static const char *const wheres[] = {"cpu", "gpu", NULL};
+static const char *const image_dtypes[] = {"uint8", "float32", "float16", NULL};
+_Static_assert(sizeof(wds_image_dtype) == sizeof(int), "enum fields are ints");
+/* The FLOATS rows of pairs store into two consecutive double fields. */
+_Static_assert(offsetof(wds_loader_config, crop_scale_max) ==
+                   offsetof(wds_loader_config, crop_scale_min) + sizeof(double),
+               "crop_scale_min, crop_scale_max consecutive");
+_Static_assert(offsetof(wds_loader_config, crop_ratio_max) ==
+                   offsetof(wds_loader_config, crop_ratio_min) + sizeof(double),
+               "crop_ratio_min, crop_ratio_max consecutive");
 
 #define SIZE_WORDS                                                             \
   "a size in bytes, optionally with K, M, G, T (powers of 1024) or KB, MB, "   \
@@ -232,6 +244,143 @@ static const wds_loader_option rows[] = {
      FIELD(crop),
      .help = "center (default) or random (resized crop and\n"
              "flip)"},
+    {.name = "crop_scale",
+     .flag = "crop-scale",
+     .value_name = "MIN,MAX",
+     .type = WDS_OPTION_FLOATS,
+     .count = 2,
+     .lo = 0,
+     .lo_open = 1,
+     .hi = 1,
+     .offset = offsetof(wds_loader_config, crop_scale_min),
+     .size = 2 * sizeof(double),
+     .expects = "two numbers MIN,MAX with 0 < MIN <= MAX <= 1",
+     .help = "--crop random: the crop's area range, a share\n"
+             "of the image's (RandomResizedCrop's scale;\n"
+             "default 0.08,1)"},
+    {.name = "crop_ratio",
+     .flag = "crop-ratio",
+     .value_name = "MIN,MAX",
+     .type = WDS_OPTION_FLOATS,
+     .count = 2,
+     .lo = 0,
+     .lo_open = 1,
+     .hi = 1e9,
+     .offset = offsetof(wds_loader_config, crop_ratio_min),
+     .size = 2 * sizeof(double),
+     .expects = "two numbers MIN,MAX with 0 < MIN <= MAX",
+     .help = "--crop random: the crop's aspect ratio range,\n"
+             "width / height, drawn log-uniform\n"
+             "(RandomResizedCrop's ratio; default\n"
+             "0.75,1.3333)"},
+    {.name = "flip_prob",
+     .flag = "flip-prob",
+     .value_name = "P",
+     .type = WDS_OPTION_FLOATS,
+     .count = 1,
+     .lo = 0,
+     .hi = 1,
+     FIELD(flip_prob),
+     .expects = "a probability in [0, 1]",
+     .help = "--crop random: horizontal flip probability\n"
+             "(default 0.5)"},
+    {.name = "brightness",
+     .flag = "brightness",
+     .value_name = "B",
+     .type = WDS_OPTION_FLOATS,
+     .count = 2,
+     .count_one = 1,
+     .centered = 1,
+     .center = 1,
+     .lo = 0,
+     .hi = 1e9,
+     FIELD(brightness),
+     .expects = "a number B >= 0 or two, MIN,MAX",
+     .help = "ColorJitter: the brightness factor, uniform in\n"
+             "[max(0, 1-B), 1+B]; or B is MIN,MAX (default:\n"
+             "off). The four adjustments run in a random\n"
+             "order per image, on the resized pixels"},
+    {.name = "contrast",
+     .flag = "contrast",
+     .value_name = "C",
+     .type = WDS_OPTION_FLOATS,
+     .count = 2,
+     .count_one = 1,
+     .centered = 1,
+     .center = 1,
+     .lo = 0,
+     .hi = 1e9,
+     FIELD(contrast),
+     .expects = "a number C >= 0 or two, MIN,MAX",
+     .help = "ColorJitter: the contrast factor, in\n"
+             "[max(0, 1-C), 1+C]; or C is MIN,MAX (default:\n"
+             "off)"},
+    {.name = "saturation",
+     .flag = "saturation",
+     .value_name = "S",
+     .type = WDS_OPTION_FLOATS,
+     .count = 2,
+     .count_one = 1,
+     .centered = 1,
+     .center = 1,
+     .lo = 0,
+     .hi = 1e9,
+     FIELD(saturation),
+     .expects = "a number S >= 0 or two, MIN,MAX",
+     .help = "ColorJitter: the saturation factor, in\n"
+             "[max(0, 1-S), 1+S]; or S is MIN,MAX (default:\n"
+             "off)"},
+    {.name = "hue",
+     .flag = "hue",
+     .value_name = "H",
+     .type = WDS_OPTION_FLOATS,
+     .count = 2,
+     .count_one = 1,
+     .centered = 1,
+     .center = 0,
+     .lo = -0.5,
+     .hi = 0.5,
+     FIELD(hue),
+     .expects = "a number H in [0, 0.5] or two, MIN,MAX, in [-0.5, 0.5]",
+     .help = "ColorJitter: the hue shift, in [-H, H], H <= 0.5;\n"
+             "or H is MIN,MAX in [-0.5, 0.5] (default: off)"},
+    {.name = "image_dtype",
+     .flag = "image-dtype",
+     .value_name = "TYPE",
+     .type = WDS_OPTION_ENUM,
+     .names = image_dtypes,
+     FIELD(image_dtype),
+     .help = "uint8 (default: HWC bytes), or float32 or\n"
+             "float16: CHW rows of (x/255 - mean) / std,\n"
+             "ready for a model"},
+    {.name = "normalize_mean",
+     .flag = "normalize-mean",
+     .value_name = "M",
+     .type = WDS_OPTION_FLOATS,
+     .count = 3,
+     .count_one = 1,
+     .lo = -1e9,
+     .hi = 1e9,
+     .offset = offsetof(wds_loader_config, normalize_mean),
+     .size = 3 * sizeof(double),
+     .expects = "one number or three (R,G,B)",
+     .help = "float --image-dtype: the mean subtracted, one\n"
+             "number or R,G,B (default 0; ImageNet's:\n"
+             "0.485,0.456,0.406)"},
+    {.name = "normalize_std",
+     .flag = "normalize-std",
+     .value_name = "S",
+     .type = WDS_OPTION_FLOATS,
+     .count = 3,
+     .count_one = 1,
+     .lo = -1e9,
+     .hi = 1e9,
+     .offset = offsetof(wds_loader_config, normalize_std),
+     .size = 3 * sizeof(double),
+     .expects = "one number or three (R,G,B), none 0",
+     .help = "float --image-dtype: the divisor, one number or\n"
+             "R,G,B, none 0 (default 1; ImageNet's:\n"
+             "0.229,0.224,0.225)"},
     {.name = "prefetch",
      .flag = "prefetch",
      .value_name = "N",
@@ -446,6 +595,44 @@ static int bad(const wds_loader_option *r, const char *name, const char *value,
                         value);
 }
 
+/* A FLOATS row: r->count numbers (or one, with count_one), each in its
+ * bounds, stored only when all are good. */
+static int set_floats(wds_loader_config *cfg, const wds_loader_option *r,
+                      const char *name, const char *value, int by_flag) {
+  double v[8];
+  int n = 0;
+  const char *p = value;
+  for (;;) {
+    char *end;
+    errno = 0;
+    double x = strtod(p, &end);
+    while (end > p && (*end == ' ' || *end == '\t'))
+      end++;
+    if (errno || end == p || !isfinite(x) ||
+        !(r->lo_open ? x > r->lo : x >= r->lo) || !(x <= r->hi) ||
+        n == r->count || n == 8 || (*end && *end != ','))
+      return bad(r, name, value, by_flag);
+    v[n++] = x;
+    if (!*end)
+      break;
+    p = end + 1;
+  }
+  if (n != r->count && !(n == 1 && r->count_one))
+    return bad(r, name, value, by_flag);
+  if (n == 1 && r->centered) { /* v: (max(lo, center - v), center + v) */
+    if (!(v[0] >= 0) || !(r->center + v[0] <= r->hi))
+      return bad(r, name, value, by_flag);
+    double lo = r->center - v[0];
+    v[1] = r->center + v[0];
+    v[0] = lo > r->lo ? lo : r->lo;
+    n = 2;
+  }
+  for (int i = n; i < r->count; i++)
+    v[i] = v[0];
+  memcpy((char *)cfg + r->offset, v, (size_t)r->count * sizeof(double));
+  return WDS_OK;
+}
+
 int wds_loader_config_set(wds_loader_config *cfg, const char *name,
                           const char *value) {
   const wds_loader_option *r = wds_loader_option_find(name);
@@ -517,6 +704,8 @@ int wds_loader_config_set(wds_loader_config *cfg, const char *name,
       return bad(r, name, value, by_flag);
     memcpy((char *)cfg + r->offset, &value, sizeof value);
     return WDS_OK;
+  case WDS_OPTION_FLOATS:
+    return set_floats(cfg, r, name, value, by_flag);
   }
   return bad(r, name, value, by_flag);
 }

@@ -527,6 +527,21 @@ static uint64_t jpeg_coef_bytes(const jpeg_headers *hd, uint64_t w,
 void (*wds__image_plan_hook)(const uint8_t *data, size_t size, int src_w,
                              int src_h, const wds__crop_plan *plan);
 
+/* The crop plan of a w x h source for o: center, or random with o's
+ * augmentation (or the defaults). */
+static void plan_crop(const wds__image_opts *o, int w, int h,
+                      wds__crop_plan *plan) {
+  if (o->crop != WDS_CROP_RANDOM)
+    wds__plan_center(w, h, o->width, o->height, plan);
+  else if (o->aug)
+    wds__plan_rrc(w, h, o->width, o->height, o->scale_min, o->scale_max,
+                  o->aug->ratio_min, o->aug->ratio_max, o->aug->flip_prob,
+                  o->rng_key, plan);
+  else
+    wds__plan_random(w, h, o->width, o->height, o->scale_min, o->scale_max,
+                     o->rng_key, plan);
+}
+
 /* A JPEG's header through d->tj, its size checked, and the crop plan in
  * source pixels: the one planner of both JPEG paths, the CPU decode
  * (jpeg_read) and the rows planned for a GPU (wds__image_plan_jpeg). */
@@ -545,11 +560,7 @@ static int jpeg_plan(wds__decoder *d, const uint8_t *data, size_t size,
     return wds__fail(e, WDS_ERR_LIMIT,
                      "JPEG: %dx%d image is over the limit of %llu pixels", w, h,
                      (unsigned long long)d->max_pixels);
-  if (o->crop == WDS_CROP_RANDOM)
-    wds__plan_random(w, h, o->width, o->height, o->scale_min, o->scale_max,
-                     o->rng_key, plan);
-  else
-    wds__plan_center(w, h, o->width, o->height, plan);
+  plan_crop(o, w, h, plan);
   if (wds__image_plan_hook)
     wds__image_plan_hook(data, size, w, h, plan);
   *w_out = w;
@@ -696,7 +707,7 @@ static int check_image_opts(const wds__image_opts *o, wds__err *e) {
       !(o->scale_min > 0 && o->scale_min <= o->scale_max && o->scale_max <= 1))
     return wds__fail(e, WDS_ERR_INVALID, "image: bad crop scale [%g, %g]",
                      o->scale_min, o->scale_max);
-  return WDS_OK;
+  return o->aug ? wds__augment_check(o->aug, o->channels, e) : WDS_OK;
 }
 
 int wds__decode_jpeg_scaled(wds__decoder *d, const uint8_t *data, size_t size,
@@ -729,11 +740,8 @@ static int image_prepare(wds__decoder *d, const uint8_t *data, size_t size,
     rc = decode_jpeg(d, data, size, o, &plan, w, h, e);
   } else if (size >= 8 && memcmp(data, png_sig, 8) == 0) {
     rc = decode_png(d, data, size, o->channels, w, h, e);
-    if (rc == WDS_OK && o->crop == WDS_CROP_RANDOM)
-      wds__plan_random(*w, *h, o->width, o->height, o->scale_min, o->scale_max,
-                       o->rng_key, &plan);
-    else if (rc == WDS_OK)
-      wds__plan_center(*w, *h, o->width, o->height, &plan);
+    if (rc == WDS_OK)
+      plan_crop(o, *w, *h, &plan);
   } else {
     char hex[3 * 8 + 1] = "";
     int at = 0;
@@ -766,7 +774,63 @@ int wds__decode_image(wds__decoder *d, const uint8_t *data, size_t size,
     return wds__fail(e, WDS_ERR_NOMEM, "image: out of memory");
   wds__resample(d->img, (size_t)w * (size_t)o->channels, o->channels, &d->tx,
                 &d->ty, d->tmp, out);
+  if (o->aug && wds__jitter_active(&o->aug->jitter)) {
+    wds__jitter_params jp;
+    wds__jitter_draw(&o->aug->jitter, o->rng_key, &jp);
+    wds__jitter_apply(out, (size_t)o->width * (size_t)o->height, o->channels,
+                      &jp);
+  }
   return WDS_OK;
+}
+
+/* ---- an augmented image: pixels in the block, the output written later
+ *
+ * With a jitter or a float dtype the worker runs both resampling passes
+ * into the block and the jitter over the result (the contrast needs the
+ * whole image's mean), and the slot copy converts the pixels into the row:
+ * normalized float CHW, or the bytes as they are. */
+typedef struct image_aug {
+  int w, h, channels;
+  wds_image_dtype dtype;
+  double mean[3], std[3];
+  uint8_t *px; /* into this block: w * h * channels bytes, HWC */
+} image_aug;
+
+#define IMAGE_AUG_HEAD ((sizeof(image_aug) + 15) & ~(size_t)15)
+
+static void image_aug_write(const void *block, void *dst) {
+  const image_aug *a = block;
+  if (a->dtype == WDS_IMAGE_UINT8)
+    memcpy(dst, a->px, (size_t)a->w * (size_t)a->h * (size_t)a->channels);
+  else
+    wds__normalize_chw(a->px, a->w, a->h, a->channels, a->mean, a->std,
+                       a->dtype == WDS_IMAGE_FLOAT16, dst);
+}
+
+static int decode_image_aug(wds__decoder *d, const uint8_t *data, size_t size,
+                            const wds__image_opts *o,
+                            void *(*alloc)(void *ctx, size_t size_bytes),
+                            void *alloc_ctx, void **block,
+                            void (**write)(const void *block, void *dst),
+                            wds__err *e) {
+  size_t n = (size_t)o->width * (size_t)o->height * (size_t)o->channels;
+  image_aug *a = alloc(alloc_ctx, IMAGE_AUG_HEAD + n);
+  if (!a)
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+  *block = a;
+  a->w = o->width;
+  a->h = o->height;
+  a->channels = o->channels;
+  a->dtype = o->aug->dtype;
+  for (int c = 0; c < 3; c++) {
+    a->mean[c] = o->aug->mean[c];
+    a->std[c] = o->aug->std[c];
+  }
+  a->px = (uint8_t *)a + IMAGE_AUG_HEAD;
+  int rc = wds__decode_image(d, data, size, o, a->px, e);
+  if (rc == WDS_OK)
+    *write = image_aug_write;
+  return rc;
 }
 
 /* ---- an image whose last pass is deferred ----
@@ -800,6 +864,10 @@ int wds__decode_image_rows(wds__decoder *d, const uint8_t *data, size_t size,
                            wds__err *e) {
   int w = 0, h = 0, first, last;
   *block = NULL;
+  if (o->aug &&
+      (wds__jitter_active(&o->aug->jitter) || o->aug->dtype != WDS_IMAGE_UINT8))
+    return decode_image_aug(d, data, size, o, alloc, alloc_ctx, block, write,
+                            e);
   int rc = image_prepare(d, data, size, o, &w, &h, &first, &last, e);
   if (rc != WDS_OK)
     return rc;
@@ -844,25 +912,34 @@ int wds__image_check_opts(const wds__field_opts *o, wds__err *e) {
 
 void wds__image_row_shape(const wds__field_opts *o, wds__row_shape *out) {
   memset(out, 0, sizeof *out);
-  out->dtype = WDS_DTYPE_U8;
   out->ndim = 3;
-  out->shape[0] = o->height;
-  out->shape[1] = o->width;
-  out->shape[2] = o->channels;
-  out->row_bytes = (size_t)o->width * (size_t)o->height * (size_t)o->channels;
+  if (o->aug.dtype == WDS_IMAGE_UINT8) { /* HWC */
+    out->dtype = WDS_DTYPE_U8;
+    out->shape[0] = o->height;
+    out->shape[1] = o->width;
+    out->shape[2] = o->channels;
+  } else { /* CHW, normalized */
+    out->dtype =
+        o->aug.dtype == WDS_IMAGE_FLOAT16 ? WDS_DTYPE_F16 : WDS_DTYPE_F32;
+    out->shape[0] = o->channels;
+    out->shape[1] = o->height;
+    out->shape[2] = o->width;
+  }
+  out->row_bytes = (size_t)o->width * (size_t)o->height * (size_t)o->channels *
+                   wds_dtype_size(out->dtype);
 }
 
 int wds__image_decode(const wds__field_opts *o, const wds__decode_call *call,
                       const uint8_t *data, size_t size, wds__field_value *out,
                       wds__err *e) {
-  out->dtype = WDS_DTYPE_U8;
-  out->size = (size_t)o->width * (size_t)o->height * (size_t)o->channels;
-  out->ndim = 3;
-  out->shape[0] = o->height;
-  out->shape[1] = o->width;
-  out->shape[2] = o->channels;
-  wds__image_opts io = {o->width,     o->height,    o->channels,  o->crop,
-                        o->scale_min, o->scale_max, call->rng_key};
+  wds__row_shape rs;
+  wds__image_row_shape(o, &rs);
+  out->dtype = rs.dtype;
+  out->size = rs.row_bytes;
+  out->ndim = rs.ndim;
+  memcpy(out->shape, rs.shape, sizeof out->shape);
+  wds__image_opts io = {o->width,     o->height,    o->channels,   o->crop,
+                        o->scale_min, o->scale_max, call->rng_key, &o->aug};
   int rc = wds__decode_image_rows(call->dec, data, size, &io, call->alloc,
                                   call->alloc_ctx, &out->data, &out->write, e);
   out->owned = out->data != NULL;

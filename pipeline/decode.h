@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "pipeline/augment.h"
 #include "wds/decode.h"
 
 typedef struct wds__decoder wds__decoder;
@@ -50,6 +51,12 @@ typedef struct wds__image_opts {
    * the result is a pure function of (data, opts). */
   double scale_min, scale_max;
   uint64_t rng_key;
+  /* NULL: the defaults (augment.h). Else its crop ratio and flip
+   * probability replace RANDOM's, and wds__decode_image and
+   * wds__decode_image_rows apply its jitter (drawn from rng_key) to the
+   * resized pixels; wds__decode_image_rows also writes its dtype (float
+   * CHW, normalized), while wds__decode_image's output stays uint8 HWC. */
+  const struct wds__augment *aug;
 } wds__image_opts;
 
 /* Decodes a JPEG (TurboJPEG; decoded at the smallest DCT scale M/8 that

@@ -39,6 +39,7 @@ typedef struct wds__field_opts {
   int width, height, channels; /* images */
   wds_crop crop;
   double scale_min, scale_max; /* WDS_CROP_RANDOM's area range */
+  wds__augment aug;            /* images: ratio, flip, jitter, dtype */
 } wds__field_opts;
 
 /* A row as the options describe it, before any data. FIRST: the shape a

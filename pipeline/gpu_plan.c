@@ -23,8 +23,8 @@ static void row_shape(const wds__field_opts *o, wds__row_shape *out) {
 static int gpu_plan_decode(const wds__field_opts *o,
                            const wds__decode_call *call, const uint8_t *data,
                            size_t size, wds__field_value *out, wds__err *e) {
-  wds__image_opts io = {o->width,     o->height,    o->channels,  o->crop,
-                        o->scale_min, o->scale_max, call->rng_key};
+  wds__image_opts io = {o->width,     o->height,    o->channels,   o->crop,
+                        o->scale_min, o->scale_max, call->rng_key, &o->aug};
   wds__gpu_row h;
   memset(&h, 0, sizeof h);
   h.magic = WDS__GPU_ROW_MAGIC;
@@ -35,6 +35,9 @@ static int gpu_plan_decode(const wds__field_opts *o,
   h.scale_min = o->scale_min;
   h.scale_max = o->scale_max;
   h.rng_key = call->rng_key;
+  h.ratio_min = o->aug.ratio_min;
+  h.ratio_max = o->aug.ratio_max;
+  h.flip_prob = o->aug.flip_prob;
   size_t out_bytes = (size_t)o->width * (size_t)o->height * (size_t)o->channels;
   uint8_t *blk;
   int rc;

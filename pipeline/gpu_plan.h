@@ -42,7 +42,8 @@ typedef struct wds__gpu_row {
   double scale_min, scale_max; /* the field's random-crop range */
   uint64_t rng_key;            /* the key the CPU path draws from */
   uint64_t payload;            /* bytes after the header */
-  uint8_t pad[8];
+  double ratio_min, ratio_max; /* the field's random-crop ratio range */
+  double flip_prob;            /* and flip probability */
 } wds__gpu_row;
 
 #define WDS__GPU_ROW_HEAD sizeof(wds__gpu_row)

@@ -727,9 +727,16 @@ static int draw_below(uint64_t key, uint64_t n, int bound) { /* [0, bound) */
 
 void wds__plan_random(int src_w, int src_h, int out_w, int out_h, double smin,
                       double smax, uint64_t key, wds__crop_plan *p) {
+  wds__plan_rrc(src_w, src_h, out_w, out_h, smin, smax, 3.0 / 4.0, 4.0 / 3.0,
+                0.5, key, p);
+}
+
+void wds__plan_rrc(int src_w, int src_h, int out_w, int out_h, double smin,
+                   double smax, double rmin, double rmax, double flip_prob,
+                   uint64_t key, wds__crop_plan *p) {
   double area = (double)src_w * src_h;
   memset(p, 0, sizeof *p);
-  double lr0 = log(3.0 / 4.0), lr1 = log(4.0 / 3.0);
+  double lr0 = log(rmin), lr1 = log(rmax);
   int w = 0, h = 0, i = 0, j = 0, found = 0;
   for (uint64_t attempt = 0; attempt < 10 && !found; attempt++) {
     uint64_t n = attempt * 4;
@@ -748,10 +755,10 @@ void wds__plan_random(int src_w, int src_h, int out_w, int out_h, double smin,
     double in_ratio = (double)src_w / src_h;
     w = src_w;
     h = src_h;
-    if (in_ratio < 3.0 / 4.0)
-      h = (int)round(w / (3.0 / 4.0));
-    else if (in_ratio > 4.0 / 3.0)
-      w = (int)round(h * (4.0 / 3.0));
+    if (in_ratio < rmin)
+      h = (int)round(w / rmin);
+    else if (in_ratio > rmax)
+      w = (int)round(h * rmax);
     if (h > src_h)
       h = src_h;
     if (w > src_w)
@@ -771,5 +778,6 @@ void wds__plan_random(int src_w, int src_h, int out_w, int out_h, double smin,
   p->total_h = out_h;
   p->off_x = 0;
   p->off_y = 0;
-  p->flip = (int)(draw(key, 1000) >> 63);
+  /* u >= 1 - p: for p = 1/2 the draw's top bit, as before flip_prob */
+  p->flip = draw_unit(key, 1000) >= 1.0 - flip_prob;
 }

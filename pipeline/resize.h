@@ -103,4 +103,15 @@ void wds__plan_center(int src_w, int src_h, int out_w, int out_h,
 void wds__plan_random(int src_w, int src_h, int out_w, int out_h, double smin,
                       double smax, uint64_t key, wds__crop_plan *p);
 
+/* RANDOM with every parameter: torchvision's RandomResizedCrop(scale=
+ * (smin, smax), ratio=(rmin, rmax)).get_params (10 attempts of an area
+ * uniform in the scale range and an aspect ratio log-uniform in the ratio
+ * range, the box's corner uniform; then the fallback: the whole image,
+ * clipped to the nearest ratio of the range, centered) and a horizontal
+ * flip with probability flip_prob. wds__plan_random is this with (3/4,
+ * 4/3) and 1/2. */
+void wds__plan_rrc(int src_w, int src_h, int out_w, int out_h, double smin,
+                   double smax, double rmin, double rmax, double flip_prob,
+                   uint64_t key, wds__crop_plan *p);
+
 #endif

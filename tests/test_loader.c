@@ -2284,7 +2284,8 @@ TEST(image_rows_equal_the_decoder) {
         for (size_t r = 0; r < b->rows; r++) {
           int i = atoi(b->keys[r] + 1);
           ASSERT_TRUE(i >= 0 && i < N && b->valid[r]);
-          wds__image_opts io = {40, 30, ch, WDS_CROP_CENTER, 0.08, 1.0, 0};
+          wds__image_opts io = {40,   30,  ch, WDS_CROP_CENTER,
+                                0.08, 1.0, 0,  NULL};
           ASSERT_EQ_INT(wds__decode_image(d, jpg[i], jsize[i], &io, want, &e),
                         WDS_OK);
           ASSERT_TRUE(memcmp((const uint8_t *)b->fields[0].data + r * row, want,

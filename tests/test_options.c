@@ -49,6 +49,11 @@ static const char *good_value(const wds_loader_option *r, int64_t *want) {
   case WDS_OPTION_STRING:
     *want = 0;
     return "some/where";
+  case WDS_OPTION_FLOATS: { /* the field's first double: 0.25 */
+    double first = 0.25;
+    memcpy(want, &first, sizeof first);
+    return r->count == 1 ? "0.25" : r->count == 2 ? "0.25,0.5" : "0.25,0.5,1";
+  }
   }
   return NULL;
 }

@@ -636,6 +636,28 @@ TEST(fingerprint_counts_long_specs_whole) {
   free(b);
 }
 
+/* The augmentation options are part of the run: a checkpoint written
+ * with other crop parameters or ColorJitter ranges is not resumed (the
+ * defaults keep the fingerprints above). */
+TEST(fingerprint_covers_augmentation) {
+  tr_model_config m = {.layers = 3, .dims = {768, 256, 128, 10}};
+  tr_options o;
+  tr_options_init(&o);
+  o.loader.spec = "train-{000..003}.tar";
+  uint64_t base = tr_config_fingerprint(&o, &m);
+  const char *const sets[][2] = {
+      {"crop_scale", "0.2,1"}, {"crop_ratio", "0.5,2"}, {"flip_prob", "0"},
+      {"brightness", "0.4"},   {"contrast", "0.4"},     {"saturation", "0.4"},
+      {"hue", "0.1"}};
+  for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
+    tr_options_init(&o);
+    o.loader.spec = "train-{000..003}.tar";
+    ASSERT_EQ_INT(wds_loader_config_set(&o.loader, sets[i][0], sets[i][1]),
+                  WDS_OK);
+    ASSERT_TRUE(tr_config_fingerprint(&o, &m) != base);
+  }
+}
+
 /* Fingerprints of fixed option sets as wds-train computed them when
  * checkpoints of earlier runs were written: a checkpoint resumes only
  * under the same value, so these never change (a change of how the
@@ -685,6 +707,7 @@ int main(void) {
   RUN(lr_schedule);
   RUN(fingerprint_counts_long_specs_whole);
   RUN(fingerprint_is_stable_across_versions);
+  RUN(fingerprint_covers_augmentation);
   RUN(checkpoint_keeps_the_loader_state);
   RUN(checkpoint_round_trip_and_validation);
   RUN(checkpoint_keeps_rank_sizes);

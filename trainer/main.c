@@ -123,6 +123,13 @@ static const char usage_text_2[] =
 static const char *const loader_names[] = {"index",
                                            "image-size",
                                            "crop",
+                                           "crop-scale",
+                                           "crop-ratio",
+                                           "flip-prob",
+                                           "brightness",
+                                           "contrast",
+                                           "saturation",
+                                           "hue",
                                            "mode",
                                            "samples-per-epoch",
                                            "last-batch",
@@ -142,11 +149,12 @@ static const char *const loader_names[] = {"index",
                                            "jpeg-decode",
                                            NULL};
 static const char *const loader_help_names[] = {
-    "index",        "crop",        "workers",
-    "read-timeout", "retries",     "max-window",
-    "cache-dir",    "cache-size",  "allow-pipe-from-files",
-    "source",       "defer-reads", "image-memory-limit",
-    "jpeg-decode",  NULL};
+    "index",      "crop",        "crop-scale",         "crop-ratio",
+    "flip-prob",  "brightness",  "contrast",           "saturation",
+    "hue",        "workers",     "read-timeout",       "retries",
+    "max-window", "cache-dir",   "cache-size",         "allow-pipe-from-files",
+    "source",     "defer-reads", "image-memory-limit", "jpeg-decode",
+    NULL};
 
 #define PROG "wds-train"
 

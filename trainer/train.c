@@ -847,6 +847,30 @@ uint64_t tr_config_fingerprint(const tr_options *o, const tr_model_config *m) {
     uint64_t b = o->loader.rank_batch_sizes[i];
     h = tr_fnv1a(h, &b, sizeof b);
   }
+  /* The augmentation (crop scale and ratio, flip, ColorJitter): unchanged
+   * fingerprints with the defaults. */
+  {
+    static const wds_loader_config d = WDS_LOADER_CONFIG_INIT;
+    const wds_loader_config *c = &o->loader;
+    char aug[512];
+    snprintf(aug, sizeof aug,
+             "|aug=%.17g,%.17g,%.17g,%.17g,%.17g|cj=%.17g,%.17g,%.17g,%.17g,"
+             "%.17g,%.17g,%.17g,%.17g",
+             c->crop_scale_min, c->crop_scale_max, c->crop_ratio_min,
+             c->crop_ratio_max, c->flip_prob, c->brightness[0],
+             c->brightness[1], c->contrast[0], c->contrast[1], c->saturation[0],
+             c->saturation[1], c->hue[0], c->hue[1]);
+    char def[512];
+    snprintf(def, sizeof def,
+             "|aug=%.17g,%.17g,%.17g,%.17g,%.17g|cj=%.17g,%.17g,%.17g,%.17g,"
+             "%.17g,%.17g,%.17g,%.17g",
+             d.crop_scale_min, d.crop_scale_max, d.crop_ratio_min,
+             d.crop_ratio_max, d.flip_prob, d.brightness[0], d.brightness[1],
+             d.contrast[0], d.contrast[1], d.saturation[0], d.saturation[1],
+             d.hue[0], d.hue[1]);
+    if (strcmp(aug, def) != 0)
+      h = fnv_str(h, aug);
+  }
   /* Sources: unchanged fingerprints without them. */
   for (size_t i = 0; i < o->loader.source_count; i++) {
     const wds_source_config *sc = &o->loader.sources[i];

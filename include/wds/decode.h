@@ -38,6 +38,16 @@ typedef enum wds_crop {
   WDS_CROP_RANDOM = 1  /* random resized crop + horizontal flip (training) */
 } wds_crop;
 
+/* An image field's element type and layout. UINT8: height x width x
+ * channels bytes (HWC), the decoded pixels. FLOAT32, FLOAT16: channels x
+ * height x width (CHW), normalized: (x / 255 - mean[c]) / std[c]
+ * (torchvision's ToDtype(scale=True) then Normalize), ready for a model. */
+typedef enum wds_image_dtype {
+  WDS_IMAGE_UINT8 = 0,
+  WDS_IMAGE_FLOAT32 = 1,
+  WDS_IMAGE_FLOAT16 = 2
+} wds_image_dtype;
+
 /* Element types of batch arrays (numpy's names in wds_dtype_name). */
 typedef enum wds_dtype {
   WDS_DTYPE_BYTES = 0, /* variable-size bytes: data + offsets */

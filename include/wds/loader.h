@@ -240,6 +240,31 @@ typedef struct wds_loader_config {
   wds_crop crop;
   double crop_scale_min, crop_scale_max; /* random crop area (0.08, 1) */
   size_t prefetch_batches;               /* slots in the pool; 0 = 4 */
+  /* Image augmentation, torchvision's (v2) definitions, every draw from
+   * the image's own key (a pure function of seed, epoch, rank, worker and
+   * the sample's place in the worker's stream, as the crop's):
+   *   crop_ratio_min/max  WDS_CROP_RANDOM's aspect-ratio range (w / h,
+   *                       log-uniform; RandomResizedCrop's ratio; 3/4, 4/3)
+   *   flip_prob           WDS_CROP_RANDOM's horizontal flip (0.5)
+   *   brightness, contrast, saturation, hue
+   *                       ColorJitter's (min, max) ranges: factors uniform
+   *                       in [min, max] (0 <= min <= max), the hue shift in
+   *                       [min, max] (-0.5 <= min <= max <= 0.5), applied
+   *                       in a random order on the resized uint8 pixels.
+   *                       The options' single number v is torchvision's
+   *                       too: [max(0, 1 - v), 1 + v], hue [-v, v]. (1, 1),
+   *                       hue (0, 0) (the defaults): off
+   *   image_dtype         WDS_IMAGE_UINT8 (HWC bytes, the default), or
+   *                       FLOAT32 / FLOAT16: CHW rows of
+   *                       (x / 255 - normalize_mean[c]) / normalize_std[c]
+   *   normalize_mean/std  per channel (an L field uses [0]); (0, 1): x / 255.
+   *                       Set only with a float image_dtype.
+   * Not with jpeg_decode GPU (but the crop ratio and flip). */
+  double crop_ratio_min, crop_ratio_max;
+  double flip_prob;
+  double brightness[2], contrast[2], saturation[2], hue[2];
+  wds_image_dtype image_dtype;
+  double normalize_mean[3], normalize_std[3];
   int eager_next_epoch; /* 1: read the next epoch early: each worker's
                            successor starts as the worker ends, while this
                            epoch's last batches are delivered (not in
@@ -336,11 +361,16 @@ typedef struct wds_loader_config {
   const char *resume_state;
 } wds_loader_config;
 
+/* clang-format off */
 #define WDS_LOADER_CONFIG_INIT                                                 \
   {                                                                            \
     .rank = -1, .world_size = -1, .shard_shuffle = 1, .batch_size = 1,         \
-    .image_size = 224, .crop_scale_min = 0.08, .crop_scale_max = 1.0           \
+    .image_size = 224, .crop_scale_min = 0.08, .crop_scale_max = 1.0,          \
+    .crop_ratio_min = 3.0 / 4.0, .crop_ratio_max = 4.0 / 3.0,                  \
+    .flip_prob = 0.5, .brightness = {1, 1}, .contrast = {1, 1},                \
+    .saturation = {1, 1}, .normalize_std = {1, 1, 1}                           \
   }
+/* clang-format on */
 
 /* ---- Options by name --------------------------------------------------
  * The options a front end sets (the CLI's flags, the Python keywords) are
@@ -348,7 +378,7 @@ typedef struct wds_loader_config {
  * name, but `index` for index_path and `prefetch` for prefetch_batches),
  * its CLI flag, its type and bounds, where it lives in wds_loader_config
  * and its help. Not rows (set directly): spec, urls, sources, fields,
- * rank_batch_sizes, the callbacks, read_buffer_bytes and the crop scales.
+ * rank_batch_sizes, the callbacks and read_buffer_bytes.
  *
  *   wds_loader_config cfg = WDS_LOADER_CONFIG_INIT;
  *   if (wds_loader_config_set(&cfg, "batch_size", "32") != WDS_OK ||
@@ -365,8 +395,13 @@ typedef enum wds_option_type {
                              (a fraction allowed); 0 = wait forever (the
                              field gets -1), at most max milliseconds */
   WDS_OPTION_ENUM = 4,    /* one of names: names[i] stores i */
-  WDS_OPTION_STRING = 5   /* not empty; the field points to the value,
+  WDS_OPTION_STRING = 5,  /* not empty; the field points to the value,
                              which must outlive the config's use */
+  WDS_OPTION_FLOATS = 6   /* count decimal numbers, comma-separated, each
+                             in [lo, hi] ((lo, hi] with lo_open), into
+                             count consecutive doubles from the field; with
+                             count_one a single number fills all count (or,
+                             centered, gives a range around center) */
 } wds_option_type;
 
 typedef struct wds_loader_option {
@@ -385,6 +420,13 @@ typedef struct wds_loader_option {
   const char *expects;      /* what the error says it needs; NULL: from
                                the type and bounds */
   const char *help;         /* lines of at most 55 columns, '\n' between */
+  int count, count_one;     /* FLOATS: how many numbers; one fills all */
+  double lo, hi;            /* FLOATS: each number's bounds */
+  int lo_open;              /* FLOATS: lo itself is refused */
+  int centered;             /* FLOATS of 2 with count_one: one number v
+                               means (max(lo, center - v), center + v),
+                               v >= 0 (ColorJitter's single form) */
+  double center;
 } wds_loader_option;
 
 /* Row i of the table (0, 1, ...); NULL past the last. Static. */

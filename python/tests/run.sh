@@ -81,6 +81,17 @@ rc=0
 # No package index (77): the fixture passes, each test then skips saying so.
 ((rc == 77)) && [[ $MODE == venv ]] && exit 0
 ((rc == 0)) || exit "$rc"
+# torchvision: the loader's built-in augmentation is compared with its
+# transforms (test_augment.py). Installed into this build's environment
+# with --no-deps (torch, numpy and Pillow come from the shared one), not
+# listed in REQUIREMENTS: that would change the shared environment's key
+# and install torch again (5.4 GB). Without a package index those tests
+# skip, visibly.
+if [[ -z ${WDS_PY_PRELOAD:-} && $MODE != readme && $MODE != ddp ]] &&
+  ! "$VENV/bin/python" -c "import torchvision" 2>/dev/null; then
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps torchvision ||
+    echo "# torchvision not installed: test_augment.py's comparisons skip"
+fi
 
 export WDS_TEST_CLI=$WDS WDS_TEST_SHARED=$SHARED
 case $MODE in

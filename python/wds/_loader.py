@@ -268,6 +268,17 @@ class Source:
         return f"wds.Source({self.spec!r}{opts})"
 
 
+def _floats(v):
+    """A FLOATS option as state_dict can hold it: a list for a sequence
+    (a tuple, a numpy array), else as given (a number, a str, None)."""
+    if v is None or isinstance(v, (str, bytes, int, float)):
+        return v
+    try:
+        return [float(x) for x in v]
+    except TypeError:
+        return v
+
+
 def _sources_state(sources):
     """The sources as a state_dict holds them: lists (as JSON gives them
     back), or None."""
@@ -294,7 +305,10 @@ class Loader:
     sources=None, eager_next_epoch=False, defer_reads="auto",
     image_memory_limit=None, device=None, jpeg_decode="cpu",
     shuffle_initial=None, shuffle_buffer_bytes=None, max_sample_bytes=None,
-    max_window_bytes=None, max_unverified_bytes=None)
+    max_window_bytes=None, max_unverified_bytes=None, crop_scale=None,
+    crop_ratio=None, flip_prob=None, brightness=None, contrast=None,
+    saturation=None, hue=None, image_dtype="uint8", normalize_mean=None,
+    normalize_std=None)
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -384,6 +398,19 @@ class Loader:
     wds.OpenError saying what is missing (never a silent CPU decode).
     stats()["gpu_jpeg"] counts GPU images, CPU fallbacks and failures and
     names the libnvjpeg loaded.
+
+    Image augmentation in the workers, torchvision v2's definitions, each
+    image's draws from its own key (reproducible from the seed):
+    crop="random" is RandomResizedCrop(scale=crop_scale (None: (0.08, 1)),
+    ratio=crop_ratio (None: (3/4, 4/3))) then a horizontal flip with
+    probability flip_prob (None: 0.5); brightness, contrast, saturation and
+    hue (None: off) are ColorJitter's on the resized uint8 pixels, in a
+    random order per image, each a number v (factors uniform in
+    [max(0, 1 - v), 1 + v], the hue shift in [-v, v]) or a (min, max)
+    pair, as torchvision's; image_dtype "float32" or "float16" makes image fields
+    channels-first (N, C, H, W) arrays of (x / 255 - normalize_mean) /
+    normalize_std (a number or one per channel; None: 0 and 1), ready for
+    a model, where "uint8" (the default) gives (N, H, W, C) bytes.
     """
 
     def __init__(self, spec=None, fields=None, batch_size=None, *,
@@ -398,7 +425,11 @@ class Loader:
                  image_memory_limit=None, device=None, jpeg_decode="cpu",
                  shuffle_initial=None, shuffle_buffer_bytes=None,
                  max_sample_bytes=None, max_window_bytes=None,
-                 max_unverified_bytes=None):
+                 max_unverified_bytes=None,
+                 crop_scale=None, crop_ratio=None, flip_prob=None,
+                 brightness=None, contrast=None, saturation=None, hue=None,
+                 image_dtype="uint8", normalize_mean=None,
+                 normalize_std=None):
         self._fences = _device.Fences()
         self._engine = None
         if jpeg_decode == "gpu" and device is None:
@@ -469,7 +500,13 @@ class Loader:
             cache_dir=cache_dir, cache_size=cache_size,
             allow_pipe_from_files=allow_pipe_from_files,
             eager_next_epoch=eager_next_epoch, defer_reads=defer_reads,
-            image_memory_limit=image_memory_limit, jpeg_decode=jpeg_decode)
+            image_memory_limit=image_memory_limit, jpeg_decode=jpeg_decode,
+            crop_scale=_floats(crop_scale), crop_ratio=_floats(crop_ratio),
+            flip_prob=flip_prob, brightness=_floats(brightness),
+            contrast=_floats(contrast), saturation=_floats(saturation),
+            hue=_floats(hue), image_dtype=image_dtype,
+            normalize_mean=_floats(normalize_mean),
+            normalize_std=_floats(normalize_std))
         # _start_batches: wds.Dataset's workers open at a position at once.
         self._open(0 if epoch is None else int(epoch),
                    getattr(self, "_start_batches", 0))

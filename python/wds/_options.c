@@ -7,7 +7,8 @@
  * TIMEOUT from an int (operator.index; anything else is a ValueError
  * naming the keyword, as the sizes were before); an ENUM from a str; a
  * STRING from a str, bytes or os.PathLike (the bytes kept alive in keep,
- * as the config points to them). None leaves the config's default. A value
+ * as the config points to them); FLOATS from a number or a sequence of
+ * numbers (crop_scale=(0.2, 1.0)). None leaves the config's default. A value
  * the table refuses raises wds.InvalidError (a ValueError; wds_py_raise)
  * with the library's message, which names the keyword: `retries needs a count
  * from 0 to 1000, not "1001"`. So a new loader option is a row of the table and
@@ -18,6 +19,52 @@
 #include <string.h>
 
 #include "_options.h"
+
+/* A FLOATS row's value, a number or a sequence of numbers (a tuple, a
+ * list), as "x,y,..." (each number repr's shortest round trip; a str as
+ * it is), or NULL with a ValueError naming the keyword. */
+static PyObject *floats_text(const wds_loader_option *r, const char *key,
+                             PyObject *value) {
+  PyObject *seq = NULL, *out = NULL;
+  if (PyUnicode_Check(value)) /* "0.2,1": the CLI's text */
+    return PyUnicode_AsEncodedString(value, "utf-8", "surrogateescape");
+  int one = !PySequence_Check(value); /* a number: float, int, numpy's */
+  if (!one && !(seq = PySequence_Fast(value, "not a number or a sequence"))) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_ValueError,
+                 "%s needs a number or a sequence of %d numbers, not "
+                 "%.80s (%R)",
+                 key, r->count, Py_TYPE(value)->tp_name, value);
+    return NULL;
+  }
+  Py_ssize_t n = one ? 1 : PySequence_Fast_GET_SIZE(seq);
+  char text[512];
+  size_t used = 0;
+  text[0] = '\0';
+  for (Py_ssize_t i = 0; i < n && i < 8; i++) {
+    PyObject *item = one ? value : PySequence_Fast_GET_ITEM(seq, i);
+    double x = PyFloat_AsDouble(item);
+    if (x == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_ValueError, "%s needs numbers, not %.80s (%R)", key,
+                   Py_TYPE(item)->tp_name, item);
+      goto done;
+    }
+    char *d = PyOS_double_to_string(x, 'r', 0, 0, NULL);
+    if (!d)
+      goto done;
+    int k = snprintf(text + used, sizeof text - used, "%s%s", i ? "," : "", d);
+    PyMem_Free(d);
+    if (k > 0)
+      used += (size_t)k < sizeof text - used ? (size_t)k : 0;
+  }
+  if (n == 0 || n > 8) /* the table's message for a wrong count */
+    snprintf(text, sizeof text, "(%zd numbers)", n);
+  out = PyBytes_FromString(text);
+done:
+  Py_XDECREF(seq);
+  return out;
+}
 
 /* The text of value for row r (a new bytes object), or NULL with an
  * exception set. */
@@ -60,6 +107,8 @@ static PyObject *row_text(const wds_loader_option *r, const char *key,
     PyObject *b = NULL;
     return wds_py_path(value, &b) < 0 ? NULL : b;
   }
+  case WDS_OPTION_FLOATS:
+    return floats_text(r, key, value);
   }
   PyErr_Format(PyExc_SystemError, "%s: unknown option type", key);
   return NULL;
