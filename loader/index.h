@@ -81,7 +81,13 @@ typedef struct wds__index_entry {
  * written by `wds index --hashes`) in the entry's compact `hashes`; an
  * entry where some samples have one and others not is an error. Implies
  * reading "samples" (WDS__INDEX_COUNT_SAMPLES if not WDS__INDEX_SAMPLES). */
-#define WDS__INDEX_HASHES 4u
+#define WDS__INDEX_HASHES 8u
+/* The internal flags must not share a bit with the public ones (wds/index.h):
+ * 4u is WDS_INDEX_ALLOW_PIPE_FROM_FILES, and a shared bit once let every
+ * loader that asked for hashes run an index's pipe: commands unasked. */
+_Static_assert(((WDS__INDEX_COUNT_SAMPLES | WDS__INDEX_HASHES) &
+                (WDS_INDEX_SAMPLES | WDS_INDEX_ALLOW_PIPE_FROM_FILES)) == 0,
+               "internal index flags overlap the public ones");
 
 /* Every sample takes at least one 512-byte tar header, and a tar stream
  * ends with a 512-byte block: a stream wds can read (its offsets are 64-bit)
