@@ -190,7 +190,17 @@ class Loader:
                  shuffle_buffer_bytes: Optional[int] = ...,
                  max_sample_bytes: Optional[int] = ...,
                  max_window_bytes: Optional[int] = ...,
-                 max_unverified_bytes: Optional[int] = ...) -> None: ...
+                 max_unverified_bytes: Optional[int] = ...,
+                 crop_scale: Union[float, Sequence[float], str, None] = ...,
+                 crop_ratio: Union[float, Sequence[float], str, None] = ...,
+                 flip_prob: Optional[float] = ...,
+                 brightness: Union[float, Sequence[float], str, None] = ...,
+                 contrast: Union[float, Sequence[float], str, None] = ...,
+                 saturation: Union[float, Sequence[float], str, None] = ...,
+                 hue: Union[float, Sequence[float], str, None] = ...,
+                 image_dtype: str = ...,
+                 normalize_mean: Union[float, Sequence[float], str, None] = ...,
+                 normalize_std: Union[float, Sequence[float], str, None] = ...) -> None: ...
     def __iter__(self) -> Iterator[Batch]: ...
     def next(self) -> Optional[Batch]: ...
     def __len__(self) -> int: ...
