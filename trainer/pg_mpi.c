@@ -61,6 +61,13 @@ int tr_mpi_init(tr_mpi_topology *t, wds__err *e) {
   /* Errors come back as codes (with a message) instead of ending the
    * process without one. */
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  /* MPI_THREAD_MULTIPLE is asked for because the watchdog thread may call
+   * MPI_Abort while the main thread waits in a collective, which MPI
+   * defines only at that level. A library that gives MPI_THREAD_SERIALIZED
+   * still runs (every other call comes from one thread at a time); the
+   * watchdog's abort then relies on the implementation (Open MPI's and
+   * MPICH's MPI_Abort work from any thread; docs/wds-train.md says so).
+   * Less than that is refused. */
   if (provided < MPI_THREAD_SERIALIZED)
     return wds__fail(e, WDS_ERR_INVALID,
                      "MPI: the library gives thread level %d; wds-train "

@@ -1154,7 +1154,13 @@ static void train_loader_config(const shared *sh, const wds_field_spec *fields,
   lc->eager_next_epoch = 1;
   lc->epoch = sh->resume ? sh->resume->loader_epoch : 0;
   lc->resume_batches = sh->resume ? sh->resume->loader_batches : 0;
-  if (sh->elastic)
+  /* The saved state whenever there is one, not only across a change of
+   * world: a checkpoint made inside an elastic remainder counts its batches
+   * in that remainder (its from= chain says which), so even on the same
+   * configuration the plain (epoch, batches) would point at other samples.
+   * The loader checks the state against its configuration and, without a
+   * from= chain and on the same configuration, opens (epoch, batches). */
+  if (sh->resume && sh->resume->loader_state)
     lc->resume_state = sh->resume->loader_state;
 }
 
@@ -1211,10 +1217,11 @@ static int open_loaders(shared *sh, wds__err *e) {
     o->watch_loader(0, sh->train);
   sh->epoch_batches = wds_loader_epoch_batches(sh->train);
   uint64_t left = 0, full = 0;
-  if (sh->elastic && wds_loader_elastic(sh->train, NULL, &left, &full)) {
+  if (sh->resume && wds_loader_elastic(sh->train, NULL, &left, &full)) {
     /* The rest of the interrupted epoch, then whole epochs of this world:
      * the step count follows the fraction of the epochs done, so the
-     * learning-rate schedule goes on where it was. */
+     * learning-rate schedule goes on where it was. Also on the world the
+     * checkpoint was made on, when it was made inside such a remainder. */
     uint64_t rest = sh->epoch_batches, ep = sh->resume->loader_epoch;
     sh->epoch_batches = full;
     sh->elastic_left = left;

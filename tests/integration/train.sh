@@ -270,6 +270,32 @@ PY
   else
     bad "elastic resume 2 -> 3 ranks" "$(tail -3 el1.out el2.out 2>/dev/null)"
   fi
+  # Stopped again inside that remainder, on 3 ranks, and resumed on the same
+  # 3: the checkpoint's position counts batches of the remainder, so the
+  # resume must follow its loader state (not open that batch of a fresh
+  # 3-rank epoch). Every sample of epoch 0 once over the three runs, and the
+  # last run's steps continue the second's.
+  if run "${EL[@]}" --ranks 3 --resume el.ck --checkpoint el3.ck --stop-after 40 \
+    --log-rows el3.rows >el3.out 2>&1 &&
+    run "${EL[@]}" --ranks 3 --resume el3.ck --log-rows el4.rows >el4.out 2>&1 &&
+    "$PYTHON3" - el1.rows el3.rows el4.rows <<'PY'
+import sys
+rows = lambda p: [l.split() for l in open(p) if l.strip()]
+a, b, c = (rows(p) for p in sys.argv[1:4])
+e0 = [r[5] for x in (a, b, c) for r in x if r[1] == "0"]
+assert any(r[1] == "0" for r in c), "the last run has nothing of epoch 0"
+# 1000 samples: all of them in epoch 0, repeats only as padding
+assert len(set(e0)) == 1000 and len(e0) - 1000 < 5, \
+    f"epoch 0: {len(e0)} rows, {len(set(e0))} distinct keys of 1000"
+assert len({r[5] for r in c if r[1] == "1"}) == 1000, "epoch 1"
+sb, sc = sorted({int(r[0]) for r in b}), sorted({int(r[0]) for r in c})
+assert sc[0] == sb[-1] + 1 and sc[-1] == 84, (sb[-1], sc[:1], sc[-1:])
+PY
+  then
+    ok "elastic resume 2 -> 3, stop, resume on 3: every sample of the interrupted epoch once ($(grep -o 'resumed on .*remain' el4.out))"
+  else
+    bad "elastic resume 2 -> 3 -> 3 ranks" "$(tail -3 el3.out el4.out 2>/dev/null)"
+  fi
 fi
 
 # --- per-rank batch sizes ------------------------------------------------------
