@@ -282,3 +282,102 @@ def test_rank_world_from_the_environment(shards, monkeypatch):
             monkeypatch.delenv(r_name)
             monkeypatch.delenv(w_name)
         assert len(keys) == N_SAMPLES + 1 and len(set(keys)) == N_SAMPLES
+
+
+def _read_per_rank(spec, world, n, **kw):
+    """n samples of each of world ranks (no DataLoader), and each rank's
+    state after them."""
+    out = []
+    for r in range(world):
+        ds = wds.Dataset(spec, "cls", rank=r, world_size=world, **kw)
+        it = iter(ds)
+        keys = [next(it)["__key__"] for _ in range(n)]
+        out.append((keys, ds.state_dict()))
+    return out
+
+
+def test_resume_into_another_world_size_is_refused(shards):
+    """The review's repro: a state of world 2 (100 samples per rank) loaded
+    into world 3 ranks was continued silently (200 samples missing, 102
+    repeated); it is refused naming both world sizes."""
+    spec, _ = shards
+    saved = _read_per_rank(spec, 2, 100, shuffle_buffer=10)
+    for r in range(3):
+        ds = wds.Dataset(spec, "cls", rank=r, world_size=3, shuffle_buffer=10)
+        with pytest.raises(ValueError, match=r"world_size 2.* has 3"):
+            ds.load_state_dict(saved[r % 2][1])
+    # The same world still resumes: every sample of the epoch once (plus
+    # the padding).
+    keys = []
+    for r, (part, st) in enumerate(saved):
+        ds = wds.Dataset(spec, "cls", rank=r, world_size=2, shuffle_buffer=10)
+        ds.load_state_dict(st)
+        keys += part + [s["__key__"] for s in ds]
+    assert len(keys) == N_SAMPLES + 1
+    assert set(keys) == {f"k{i:04d}" for i in range(N_SAMPLES)}
+
+
+@pytest.mark.parametrize("key,saved,now", [
+    ("drop_last", {"drop_last": False}, {"drop_last": True}),
+    ("shuffle_buffer", {"shuffle_buffer": 10}, {"shuffle_buffer": 20}),
+    ("shuffle_buffer", {}, {"shuffle_buffer": 20}),
+    ("samples_per_epoch", {"mode": "resampled", "samples_per_epoch": 60},
+     {"mode": "resampled", "samples_per_epoch": 80}),
+    ("chunk", {"chunk": 32}, {"chunk": 8}),
+])
+def test_resume_with_other_options_is_refused(shards, key, saved, now):
+    spec, _ = shards
+    st = _read_per_rank(spec, 1, 5, **saved)[0][1]
+    ds = wds.Dataset(spec, "cls", rank=0, world_size=1, **now)
+    with pytest.raises(ValueError, match=f"saved with {key} "):
+        ds.load_state_dict(st)
+
+
+def test_resume_on_other_data_is_refused(shards):
+    spec, ix = shards
+    st = _read_per_rank(spec, 1, 5)[0][1]
+    for other in ({"spec": spec.replace("006", "005")}, {"index": ix}):
+        ds = wds.Dataset(other.get("spec", spec), "cls", rank=0,
+                         world_size=1, index=other.get("index"))
+        with pytest.raises(ValueError, match="spec/index fingerprint"):
+            ds.load_state_dict(st)
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"SLURM_NTASKS": "4"}, (0, 1)),
+    ({"PMI_RANK": "1", "PMI_SIZE": "2"}, (1, 2)),
+    ({"PMIX_RANK": "1"}, "PMIX_RANK='1'"),
+    ({"OMPI_COMM_WORLD_SIZE": "2"}, (0, 1)),
+    ({"RANK": "1"}, "WORLD_SIZE is not set"),
+    ({"SLURM_PROCID": "1", "SLURM_NTASKS": "3"}, (1, 3)),
+])
+def test_rank_world_follow_the_c_rule(shards, monkeypatch, env, expected):
+    """Dataset's rank/world from the environment are the C loader's
+    (base/topology.c), as wds.Loader gets them: a lone SLURM_NTASKS or
+    OMPI_COMM_WORLD_SIZE is world 1 (not rank 0 of a bigger world), PMI
+    is read, a lone PMIX_RANK is refused with the C message."""
+    spec, ix = shards
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                 "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+                 "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                 "PMI_RANK", "PMI_SIZE", "PMIX_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    ds = wds.Dataset(spec, "cls", index=ix)
+    if isinstance(expected, str):
+        with pytest.raises(wds.Error, match=expected) as got:
+            ds._rank_world()
+        with pytest.raises(wds.Error, match=expected) as ld:
+            wds.Loader(spec, "cls", 4, index=ix).close()
+        assert str(got.value) in str(ld.value) or \
+            str(ld.value) in str(got.value)
+        return
+    assert ds._rank_world() == expected
+    with wds.Loader(spec, "cls", 1, index=ix, mode="exact") as ld:
+        assert ld.state_dict()["world_size"] == expected[1]
+        loader_keys = [k for b in ld for k in b.sample_keys]
+    keys = [s["__key__"] for s in ds]
+    assert len(keys) == -(-N_SAMPLES // expected[1])
+    assert sorted(keys) == sorted(loader_keys)  # the same rank's samples

@@ -28,10 +28,13 @@ plus the few samples inside a chunk skipped here). A state taken with another
 num_workers (Dataset.load_state_dict in the main process, before the
 DataLoader is made) finishes the interrupted epoch with the old split: its
 streams are dealt to the new workers, each read to its end; the epochs after
-it use the new split.
+it use the new split. A state records what its positions depend on (world
+size, drop_last, shuffle_buffer, samples_per_epoch, chunk, a fingerprint of
+spec and index); load_state_dict refuses other values, naming both.
 """
 
 import collections.abc
+import hashlib
 import io
 import json
 import operator
@@ -39,13 +42,19 @@ import operator
 import numpy as np
 
 from ._loader import Loader, _torch_rank_world
+from ._wds import _topology
 
 _IMAGE_EXTS = ("jpg", "jpeg", "png")
 _INT_EXTS = ("cls", "cls2", "index", "inx", "id")
 _TEXT_EXTS = ("txt", "text", "transcript")
 _JSON_EXTS = ("json", "jsn")
 _DECODERS = ("image", "npy", "int", "bytes")
-_STATE_VERSION = 1
+_STATE_VERSION = 2
+# What a state's positions depend on besides seed and mode: a state taken
+# under other values would resume another split or order (silently wrong
+# samples), so load_state_dict refuses it naming both values.
+_STATE_KEYS = ("world_size", "drop_last", "shuffle_buffer",
+               "samples_per_epoch", "chunk", "data")
 
 try:  # a torch IterableDataset when torch is there; plain otherwise
     from torch.utils.data import IterableDataset as _Base
@@ -168,10 +177,11 @@ class Dataset(_Base):
     the C loader marks invalid: on_error="skip").
 
     rank and world_size default to torch.distributed's, else the
-    environment's, as wds.Loader's. In exact mode every sample of the
-    epoch comes once over all ranks and DataLoader workers, and every
-    worker of every rank yields the same count (so every rank the same
-    number of batches); resampled mode gives samples_per_epoch per rank.
+    environment's by the C loader's rule, as wds.Loader's. In exact mode
+    every sample of the epoch comes once over all ranks and DataLoader
+    workers, and every worker of every rank yields the same count (so
+    every rank the same number of batches); resampled mode gives
+    samples_per_epoch per rank.
     set_epoch(e) before iterating, as DistributedSampler's. threads is
     the C loader's worker threads per DataLoader worker; chunk the rows of
     its internal batches. Other keywords (image_size, crop, on_error,
@@ -307,21 +317,11 @@ class Dataset(_Base):
                 rank = tw[0] if rank is None else rank
                 world = tw[1] if world is None else world
         if rank is None or world is None:
-            # The environment, as the C loader reads it (base/topology.c):
-            # torchrun's, else Slurm's, else Open MPI's.
-            import os
-
-            env = os.environ
-            env_r = env_w = None
-            for r_name, w_name in (("RANK", "WORLD_SIZE"),
-                                   ("SLURM_PROCID", "SLURM_NTASKS"),
-                                   ("OMPI_COMM_WORLD_RANK",
-                                    "OMPI_COMM_WORLD_SIZE")):
-                if r_name in env or w_name in env:
-                    env_r, env_w = env.get(r_name), env.get(w_name)
-                    break
-            rank = int(env_r) if rank is None and env_r else (rank or 0)
-            world = int(env_w) if world is None and env_w else (world or 1)
+            # The environment, read by the C loader's own rule
+            # (base/topology.c): a partial or bad set is its wds.Error.
+            env_r, env_w = _topology()
+            rank = env_r if rank is None else rank
+            world = env_w if world is None else world
         if not 0 <= rank < world:
             raise ValueError(f"Dataset: rank {rank} is not in a world of "
                              f"{world}")
@@ -475,7 +475,25 @@ class Dataset(_Base):
         return {"version": _STATE_VERSION, "epoch": st["epoch"],
                 "workers": st["workers"],
                 "streams": {str(k): v for k, v in st["streams"].items()},
-                "seed": self._seed, "mode": self._mode}
+                "seed": self._seed, "mode": self._mode,
+                **self._state_options()}
+
+    def _state_options(self):
+        """The options a state's positions depend on (_STATE_KEYS)."""
+        spec = self._spec
+        if isinstance(spec, bytes):
+            spec = spec.decode("utf-8", "surrogateescape")
+        index = self._index
+        if isinstance(index, bytes):
+            index = index.decode("utf-8", "surrogateescape")
+        data = hashlib.sha256(repr((spec, index)).encode(
+            "utf-8", "surrogateescape")).hexdigest()[:16]
+        return {"world_size": self._rank_world()[1],
+                "drop_last": self._drop_last,
+                "shuffle_buffer": int(self._shuffle_buffer or 0),
+                "samples_per_epoch": None if self._spe is None
+                else int(self._spe),
+                "chunk": self._chunk, "data": data}
 
     def load_state_dict(self, state):
         """Resumes at state: one worker's state (StatefulDataLoader, same
@@ -485,10 +503,25 @@ class Dataset(_Base):
         states = _worker_states(state)
         if not states:
             return
+        mine = None
         for s in states:
+            if s.get("version") == 1:
+                raise ValueError("Dataset.load_state_dict: a version 1 "
+                                 "state, which does not record the world "
+                                 "size and options its positions depend on "
+                                 "(not resumable safely)")
             if s.get("version") != _STATE_VERSION:
                 raise ValueError(f"Dataset.load_state_dict: not a "
                                  f"wds.Dataset state: {s!r}")
+            mine = self._state_options() if mine is None else mine
+            for k in _STATE_KEYS:
+                if s.get(k) != mine[k]:
+                    what = ("the data (spec/index fingerprint)"
+                            if k == "data" else k)
+                    raise ValueError(
+                        f"Dataset.load_state_dict: the state was saved with "
+                        f"{what} {s.get(k)!r}, this dataset has {mine[k]!r}: "
+                        f"its positions would resume another split or order")
             if s["seed"] != self._seed or s["mode"] != self._mode:
                 raise ValueError(f"Dataset.load_state_dict: seed/mode "
                                  f"{s['seed']!r}/{s['mode']!r} are not this "

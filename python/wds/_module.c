@@ -37,6 +37,8 @@
 
 #include "wds/version.h"
 
+#include "base/topology.h"
+
 PyMODINIT_FUNC PyInit__wds(void);
 
 /* ---- errors -------------------------------------------------------------- */
@@ -382,6 +384,27 @@ static PyObject *wds_py_expand(PyObject *self, PyObject *args,
   return out;
 }
 
+/* ---- _topology ----------------------------------------------------------- */
+
+PyDoc_STRVAR(
+    wds_py_topology_doc,
+    "_topology() -> (rank, world_size)\n\n"
+    "The job's rank and world size as the C loader reads them from the "
+    "environment (base/topology.c: torchrun's RANK/WORLD_SIZE, else Slurm's, "
+    "Open MPI's, PMI's, else 0/1); wds.InvalidError with the C message for a "
+    "partial or bad set (wds.Dataset's fallback after torch.distributed).");
+
+static PyObject *wds_py_topology(PyObject *self, PyObject *args) {
+  (void)self;
+  (void)args;
+  wds__topology t;
+  wds__err e = {{0}};
+  int rc = wds__topology_from_env(&t, NULL, NULL, &e);
+  if (rc != WDS_OK)
+    return wds_py_raise(rc, e.msg);
+  return Py_BuildValue("(ii)", t.rank, t.world_size);
+}
+
 /* ---- the module ---------------------------------------------------------- */
 
 static PyMethodDef wds_py_methods[] = {
@@ -394,6 +417,7 @@ static PyMethodDef wds_py_methods[] = {
      METH_VARARGS,
      "gpu_jpeg_open(device): the GPU JPEG decoder on CUDA device `device` "
      "(-1: the current one); wds.OpenError saying why when there is none."},
+    {"_topology", wds_py_topology, METH_NOARGS, wds_py_topology_doc},
     {NULL, NULL, 0, NULL}};
 
 /* The types; those with a name are the module's attributes (the others
