@@ -41,6 +41,7 @@
 
 #include "base/err.h"
 #include "base/size.h"
+#include "base/topology.h"
 #include "wds/loader.h"
 
 /* Field enums and ints are stored as 4 bytes, sizes and counts as 8
@@ -785,4 +786,15 @@ int wds_loader_config_check(const wds_loader_config *cfg,
 #undef N
 #undef M
   return WDS_OK;
+}
+
+int wds_env_topology(int *rank, int *world_size) {
+  wds__topology t;
+  wds__err e = {{0}};
+  int rc = wds__topology_from_env(&t, NULL, NULL, &e);
+  if (rank)
+    *rank = rc == WDS_OK ? t.rank : 0;
+  if (world_size)
+    *world_size = rc == WDS_OK ? t.world_size : 1;
+  return rc == WDS_OK ? WDS_OK : wds__last_set(rc, e.msg);
 }

@@ -326,7 +326,7 @@ do_python_ext() {
   local cc=${CC:-cc}
   command -v "$cc" >/dev/null 2>&1 || cc=gcc
   lim "$cc" -std=c11 -O2 -fPIC -fvisibility=hidden -D_GNU_SOURCE -shared \
-    -I"$root/include" -I"$root" -I"$build/include" -I"$inc" "$root"/python/wds/_*.c \
+    -I"$root/include" -I"$build/include" -I"$inc" "$root"/python/wds/_*.c \
     -o "$out/_wds$ext" "$build/libwds.a" "${libs[@]}" "${cuda_link[@]}" -lstdc++ -Wl,--exclude-libs,ALL \
     -Wl,-rpath,"${cuda_lib:+$cuda_lib:}$carry/lib" || {
     DETAIL="compiling the extension failed"

@@ -5,6 +5,7 @@
  * was. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "test.h"
 #include "wds/loader.h"
@@ -357,6 +358,47 @@ TEST(rules_between_options) {
   ASSERT_EQ_INT(wds_loader_config_check(&c, WDS_OPTION_NAMES_KEYWORD), WDS_OK);
 }
 
+/* wds_env_topology: the rank the loader takes from the environment, for
+ * front ends that split further (wds.Dataset), by the rule wds-train reads:
+ * a partial set is an error naming the variable, never rank 0 of 1. */
+TEST(env_topology_is_the_loaders_rule) {
+  const char *vars[] = {"RANK",
+                        "WORLD_SIZE",
+                        "LOCAL_RANK",
+                        "LOCAL_WORLD_SIZE",
+                        "SLURM_PROCID",
+                        "SLURM_NTASKS",
+                        "SLURM_NODEID",
+                        "OMPI_COMM_WORLD_RANK",
+                        "OMPI_COMM_WORLD_SIZE",
+                        "PMI_RANK",
+                        "PMI_SIZE",
+                        "PMIX_RANK"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+    unsetenv(vars[i]);
+  int rank = -5, world = -5;
+  ASSERT_EQ_INT(wds_env_topology(&rank, &world), WDS_OK);
+  ASSERT_EQ_INT(rank, 0);
+  ASSERT_EQ_INT(world, 1);
+  setenv("PMI_RANK", "1", 1);
+  setenv("PMI_SIZE", "2", 1);
+  ASSERT_EQ_INT(wds_env_topology(&rank, &world), WDS_OK);
+  ASSERT_EQ_INT(rank, 1);
+  ASSERT_EQ_INT(world, 2);
+  unsetenv("PMI_SIZE");
+  ASSERT_EQ_INT(wds_env_topology(&rank, &world), WDS_ERR_INVALID);
+  ASSERT_CONTAINS(wds_last_error(), "PMI_SIZE");
+  ASSERT_EQ_INT(rank, 0);
+  ASSERT_EQ_INT(world, 1);
+  unsetenv("PMI_RANK");
+  setenv("RANK", "2", 1);
+  setenv("WORLD_SIZE", "3", 1);
+  ASSERT_EQ_INT(wds_env_topology(&rank, NULL), WDS_OK);
+  ASSERT_EQ_INT(rank, 2);
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+}
+
 int main(void) {
   RUN(every_row_is_settable_by_name_and_by_flag);
   RUN(names_and_flags_are_unique);
@@ -365,5 +407,6 @@ int main(void) {
   RUN(units_and_special_values);
   RUN(help_lines_fit);
   RUN(rules_between_options);
+  RUN(env_topology_is_the_loaders_rule);
   return test_summary();
 }

@@ -467,6 +467,15 @@ typedef enum wds_option_naming {
 WDS_API int wds_loader_config_check(const wds_loader_config *cfg,
                                     wds_option_naming naming);
 
+/* The rank and world size wds_loader_open() takes from the environment when
+ * the config gives none (rank and world_size -1): torchrun's RANK and
+ * WORLD_SIZE, else Slurm's SLURM_PROCID/SLURM_NTASKS, Open MPI's
+ * OMPI_COMM_WORLD_RANK/_SIZE or PMI_RANK/PMI_SIZE, else rank 0 of 1; the
+ * same rule wds-train reads. Returns WDS_OK, or WDS_ERR_INVALID with
+ * wds_last_error() naming the variable of a partial or bad set (rank 0 of
+ * 1 then). Either pointer may be NULL. */
+WDS_API int wds_env_topology(int *rank, int *world_size);
+
 /* One array of a batch. Row i of a fixed-size field starts at
  * data + i * row_bytes; a BYTES field's row i is data[offsets[i] ..
  * offsets[i+1]). */

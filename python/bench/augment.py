@@ -125,7 +125,7 @@ def wds_epoch(spec, batch, workers, **kw):
         for b in lo:
             np.asarray(b["jpg"])
             np.asarray(b["cls"])
-            n += len(b)
+            n += b.rows
         sec = time.perf_counter() - t0
         st = lo.stats()
     return sec, n, st

@@ -69,7 +69,7 @@ def images(spec, **kw):
     with wds.Loader(spec, "jpg:64x48", 5, **opts) as lo:
         for b in lo:
             a = np.array(b["jpg"])
-            for i, k in enumerate(b.keys):
+            for i, k in enumerate(b.sample_keys):
                 out[k] = a[i].copy()
     return np.stack([out[k] for k in sorted(out)])
 

@@ -35,9 +35,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "wds/loader.h"
 #include "wds/version.h"
-
-#include "base/topology.h"
 
 PyMODINIT_FUNC PyInit__wds(void);
 
@@ -390,19 +389,18 @@ PyDoc_STRVAR(
     wds_py_topology_doc,
     "_topology() -> (rank, world_size)\n\n"
     "The job's rank and world size as the C loader reads them from the "
-    "environment (base/topology.c: torchrun's RANK/WORLD_SIZE, else Slurm's, "
+    "environment (wds_env_topology: torchrun's RANK/WORLD_SIZE, else Slurm's, "
     "Open MPI's, PMI's, else 0/1); wds.InvalidError with the C message for a "
     "partial or bad set (wds.Dataset's fallback after torch.distributed).");
 
 static PyObject *wds_py_topology(PyObject *self, PyObject *args) {
   (void)self;
   (void)args;
-  wds__topology t;
-  wds__err e = {{0}};
-  int rc = wds__topology_from_env(&t, NULL, NULL, &e);
+  int rank = 0, world = 1;
+  int rc = wds_env_topology(&rank, &world);
   if (rc != WDS_OK)
-    return wds_py_raise(rc, e.msg);
-  return Py_BuildValue("(ii)", t.rank, t.world_size);
+    return wds_py_raise(rc, wds_last_error());
+  return Py_BuildValue("(ii)", rank, world);
 }
 
 /* ---- the module ---------------------------------------------------------- */
