@@ -468,6 +468,7 @@ def test_close_when_a_fence_raises(shards, late):
     l.close()
 
 
+@needs_torch
 def test_close_interrupted_waits_before_the_slot_goes(shards, late,
                                                      monkeypatch):
     """A KeyboardInterrupt in a fence's wait() is not the copy's failure:

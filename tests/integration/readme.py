@@ -257,6 +257,13 @@ def run_sh(cmd, cmds, line, env):
     if cmd.startswith("mpirun "):
         env = dict(env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    CUDA_VISIBLE_DEVICES="")
+        # In an ASan build, the MPI library's own allocations kept past
+        # MPI_Finalize are suppressed as for tools_train_mpi (tests/lsan-mpi.supp;
+        # LeakSanitizer ignores this elsewhere).
+        supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lsan-mpi.supp")
+        lsan = env.get("LSAN_OPTIONS", "")
+        env["LSAN_OPTIONS"] = (lsan + ":" if lsan else "") + \
+            f"fast_unwind_on_malloc=0:suppressions={os.path.normpath(supp)}"
         if "Open MPI" in subprocess.run(["mpirun", "--version"], capture_output=True,
                                         text=True).stdout:
             cmd = "mpirun --oversubscribe " + cmd[len("mpirun "):]
