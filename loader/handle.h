@@ -63,12 +63,12 @@ struct wds_loader {
   pthread_mutex_t log_mu; /* one log callback at a time (loader.c) */
 
   /* The batch pool, under mu. Slot states change through wds__slot_set
-   * (loader.c: next, release, fences; run.c: the collator, run_stop), which
-   * keeps 0 <= fenced <= held <= nslots; a FILLING slot's contents are the
-   * collator's (collate.c through it, and the copy job's threads). */
+   * (loader.c: next, release; slots.c: fences; run.c: the collator, run_stop),
+   * which keeps 0 <= fenced <= held <= nslots; a FILLING slot's contents are
+   * the collator's (collate.c through it, and the copy job's threads). */
   wds__slot *slots;
   int nslots, held;
-  /* Fences (wds_loader_release_after; loader.c): FENCED slots, the next
+  /* Fences (wds_loader_release_after; slots.c): FENCED slots, the next
    * sequence number, and the lock that makes one thread at a time run
    * callbacks (the FENCED slots' fence fields change only under it and
    * mu). */

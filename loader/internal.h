@@ -3,8 +3,11 @@
  *
  * The loader is one concern per file:
  *
- *   loader.c   open (configuration, fields, batch pool), next, release,
- *              set_epoch, position, errors, stats, close, cancel
+ *   loader.c   open (configuration), next, release, set_epoch, position,
+ *              errors, stats, close, cancel
+ *   fields.c   the output fields made at open (names, decoders, options)
+ *   slots.c    the batch pool's slots: set-up, states, the ready FIFO's
+ *              pop, the fences of release_after
  *   run.c      one epoch's threads: run_start/run_stop, the collator
  *              (round-robin over the worker queues, batch slots, the ready
  *              FIFO)
@@ -169,7 +172,7 @@ typedef struct wds__slot_buf {
 typedef struct wds__slot {
   int state;
   wds_batch batch;
-  wds_release_fence fence; /* FENCED: what frees it (loader.c) */
+  wds_release_fence fence; /* FENCED: what frees it (slots.c) */
   uint64_t fence_seq;      /* FENCED: order of release_after calls */
   wds_batch_field *bf;
   wds__slot_buf *buf; /* per field, from the allocator */
@@ -408,9 +411,37 @@ static inline uint64_t wds__now_ns(void) {
 /* Moves slot i to state `to`, called with l->mu held: the transitions of
  * the slot comment (FREE -> FILLING -> READY -> HELD -> FREE, HELD ->
  * FENCED -> FREE; and back to FREE from FILLING or READY when a batch is
- * dropped or a run stops), `held` and `fenced` kept with them (loader.c).
+ * dropped or a run stops), `held` and `fenced` kept with them (slots.c).
  * A move the comment does not allow is an assertion failure. */
 void wds__slot_set(wds_loader *l, int i, int to);
+
+/* ---- slots.c: the batch pool ---- */
+
+/* The pool's slots, the ready FIFO and the fences' scratch, made at open
+ * (after the fields and sources) and freed at close. */
+int wds__slots_setup(wds_loader *l, wds__err *oe);
+void wds__slots_free(wds_loader *l);
+/* The ready FIFO's oldest entry, taken (called with l->mu held, the FIFO
+ * not empty). */
+wds__ready_entry wds__ready_pop(wds_loader *l);
+/* The fences (wds_loader_release_after): how many slots are FENCED; the
+ * done ones freed (with `block`, the oldest waited for), returning how
+ * many; a held batch's slot fenced; every fence's slot back at close. */
+int wds__fenced_count(wds_loader *l);
+int wds__fences_poll(wds_loader *l, int block);
+int wds__release_after(wds_loader *l, const wds_batch *b,
+                       const wds_release_fence *fence);
+void wds__fences_drain(wds_loader *l);
+
+/* ---- fields.c: the output fields ---- */
+
+/* The output fields of cfg (l->fields, l->wanted), made at open; freed at
+ * close (and after a failed open). */
+int wds__fields_setup(wds_loader *l, const wds_loader_config *cfg,
+                      wds__err *oe);
+void wds__fields_free(wds_loader *l);
+/* The images' augmentation and output of cfg (pipeline/augment.h). */
+void wds__config_augment(const wds_loader_config *cfg, wds__augment *a);
 
 /* ---- loader.c ---- */
 

@@ -1,7 +1,7 @@
-/* loader.c — the loader's handle: open (configuration, output fields, the
- * batch pool), next, release, epochs, positions, errors, stats, close,
- * cancel. The other concerns have their own files (internal.h lists them);
- * the design they share:
+/* loader.c — the loader's handle: open (configuration; the output fields
+ * are fields.c's, the batch pool slots.c's), next, release, epochs,
+ * positions, errors, stats, close, cancel. The other concerns have their
+ * own files (internal.h lists them); the design they share:
  *
  * One epoch is one "run": `workers` worker threads and one collator thread,
  * started by the first next() of the epoch and joined at its end (or by
@@ -96,186 +96,6 @@ void wds_env_rank_world(int *rank, int *world_size) {
 
 /* ---- open: configuration ---- */
 
-static void free_fields(wds_loader *l) {
-  for (size_t i = 0; i < l->nfields; i++) {
-    for (size_t a = 0; a < l->fields[i].nalts; a++)
-      free(l->fields[i].alts[a]);
-    free(l->fields[i].alts);
-    free(l->fields[i].name);
-  }
-  free(l->fields);
-  free(l->wanted);
-  l->fields = NULL;
-  l->wanted = NULL;
-}
-
-/* The field takes JPEGs (jpg or jpeg among its names): under
- * WDS_JPEG_DECODE_GPU its rows are planned for the GPU decoder. */
-static int takes_jpeg(const wds__out_field *of) {
-  for (size_t a = 0; a < of->nalts; a++)
-    if (strcmp(of->alts[a], "jpg") == 0 || strcmp(of->alts[a], "jpeg") == 0)
-      return 1;
-  return 0;
-}
-
-/* The images' augmentation and output of cfg (pipeline/augment.h). */
-static void config_augment(const wds_loader_config *cfg, wds__augment *a) {
-  memset(a, 0, sizeof *a);
-  a->ratio_min = cfg->crop_ratio_min;
-  a->ratio_max = cfg->crop_ratio_max;
-  a->flip_prob = cfg->flip_prob;
-  for (int k = 0; k < 2; k++) {
-    a->jitter.brightness[k] = cfg->brightness[k];
-    a->jitter.contrast[k] = cfg->contrast[k];
-    a->jitter.saturation[k] = cfg->saturation[k];
-    a->jitter.hue[k] = cfg->hue[k];
-  }
-  a->dtype = cfg->image_dtype;
-  for (int c = 0; c < 3; c++) {
-    a->mean[c] = cfg->normalize_mean[c];
-    a->std[c] = cfg->normalize_std[c];
-  }
-}
-
-static int setup_fields(wds_loader *l, const wds_loader_config *cfg,
-                        wds__err *oe) {
-  if (!cfg->fields || cfg->field_count == 0)
-    return wds__fail(oe, WDS_ERR_INVALID,
-                     "wds_loader_open: no output fields (e.g. "
-                     "\"jpg;png:rgb:224,cls\")");
-  if (cfg->field_count > 256)
-    return wds__fail(oe, WDS_ERR_INVALID,
-                     "wds_loader_open: %zu output fields (at most 256)",
-                     cfg->field_count);
-  l->fields = calloc(cfg->field_count, sizeof *l->fields);
-  if (!l->fields)
-    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
-  l->nfields = cfg->field_count;
-  size_t total_alts = 0, gpu_fields = 0;
-  for (size_t i = 0; i < cfg->field_count; i++) {
-    const wds_field_spec *fs = &cfg->fields[i];
-    wds__out_field *of = &l->fields[i];
-    if (!fs->name || !*fs->name)
-      return wds__fail(oe, WDS_ERR_INVALID,
-                       "wds_loader_open: field %zu has no name", i);
-    if (!(of->name = strdup(fs->name)))
-      return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
-    size_t n = 1;
-    for (const char *p = fs->name; *p; p++)
-      n += *p == ';';
-    /* room for each name's alias (wds__ext_alias: "jpg" also matches
-     * "jpeg"), appended after the names given */
-    if (!(of->alts = calloc(2 * n, sizeof *of->alts)))
-      return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
-    const char *p = fs->name;
-    for (size_t a = 0; a < n; a++) {
-      const char *q = strchr(p, ';');
-      size_t len = q ? (size_t)(q - p) : strlen(p);
-      if (len == 0)
-        return wds__fail(oe, WDS_ERR_INVALID,
-                         "wds_loader_open: field \"%s\" has an empty "
-                         "alternative",
-                         fs->name);
-      if (!(of->alts[a] = strndup(p, len)))
-        return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
-      for (char *c = of->alts[a]; *c; c++)
-        if (*c >= 'A' && *c <= 'Z')
-          *c = (char)(*c - 'A' + 'a');
-      of->nalts++;
-      p = q ? q + 1 : p + len;
-    }
-    for (size_t a = 0; a < n; a++) {
-      const char *alias = wds__ext_alias(of->alts[a], strlen(of->alts[a]));
-      int listed = 0;
-      for (size_t b = 0; alias && b < of->nalts; b++)
-        listed |= strcmp(of->alts[b], alias) == 0;
-      if (alias && !listed && !(of->alts[of->nalts++] = strdup(alias)))
-        return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
-    }
-    total_alts += of->nalts;
-    of->def = fs->decode == WDS_DECODE_AUTO ? wds__decoder_for_ext(of->alts[0])
-                                            : wds__decoder_get(fs->decode);
-    if (!of->def)
-      return wds__fail(oe, WDS_ERR_INVALID,
-                       "wds_loader_open: field \"%s\": unknown decode %d",
-                       fs->name, (int)fs->decode);
-    of->opts.channels = fs->channels ? fs->channels : 3;
-    of->opts.width = fs->width ? fs->width : cfg->image_size;
-    of->opts.height = fs->height ? fs->height : cfg->image_size;
-    of->opts.crop = cfg->crop;
-    of->opts.scale_min = cfg->crop_scale_min;
-    of->opts.scale_max = cfg->crop_scale_max;
-    config_augment(cfg, &of->opts.aug);
-    wds__err e;
-    if (of->def->check_opts && of->def->check_opts(&of->opts, &e) != WDS_OK)
-      return wds__fail(oe, WDS_ERR_INVALID, "wds_loader_open: field \"%s\": %s",
-                       fs->name, e.msg);
-    if (cfg->jpeg_decode == WDS_JPEG_DECODE_GPU &&
-        of->def->id == WDS_DECODE_IMAGE && takes_jpeg(of)) {
-      of->def = &wds__image_gpu_plan_def;
-      gpu_fields++;
-    }
-    of->def->row_shape(&of->opts, &of->row);
-  }
-  if (cfg->jpeg_decode == WDS_JPEG_DECODE_GPU && gpu_fields == 0)
-    return wds__fail(oe, WDS_ERR_INVALID,
-                     "wds_loader_open: jpeg_decode is GPU, but no image "
-                     "field takes jpg or jpeg");
-  for (size_t i = 0; i < l->nfields; i++)
-    l->needs_decode |= !l->fields[i].def->passthrough;
-  l->wanted = calloc(total_alts, sizeof *l->wanted);
-  if (!l->wanted)
-    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
-  for (size_t i = 0; i < l->nfields; i++)
-    for (size_t a = 0; a < l->fields[i].nalts; a++)
-      l->wanted[l->nwanted++] = l->fields[i].alts[a];
-  return WDS_OK;
-}
-
-/* Collation's skips go through the loader's count, text and log. */
-static void collate_skip(void *ctx, const char *msg) {
-  wds__note_skip(ctx, "skipped", msg);
-}
-
-static int setup_pool(wds_loader *l, wds__err *oe) {
-  l->col = (wds__collate){l->fields,
-                          l->nfields,
-                          l->cfg.batch_size,
-                          l->cfg.on_error,
-                          l->cfg.last_batch,
-                          (const char *const *)l->sources.urls.urls,
-                          l->alloc,
-                          collate_skip,
-                          l,
-                          &l->st_fill,
-                          &l->st_pool_bytes,
-                          l->sources.shard_source};
-  l->nslots = (int)l->cfg.prefetch_batches;
-  l->slots = calloc((size_t)l->nslots, sizeof *l->slots);
-  l->ready = calloc((size_t)l->nslots + 2, sizeof *l->ready);
-  l->fence_tmp = calloc((size_t)l->nslots, sizeof *l->fence_tmp);
-  if (!l->slots || !l->ready || !l->fence_tmp)
-    return wds__fail(oe, WDS_ERR_NOMEM, "out of memory");
-  for (int k = 0; k < l->nslots; k++) {
-    wds__err e;
-    int rc = wds__slot_init(&l->col, &l->slots[k], k, &e);
-    if (rc != WDS_OK)
-      return wds__fail(oe, rc, "%s", e.msg);
-  }
-  return WDS_OK;
-}
-
-static void free_pool(wds_loader *l) {
-  if (!l->slots)
-    return;
-  for (int k = 0; k < l->nslots; k++)
-    wds__slot_free(&l->col, &l->slots[k]);
-  free(l->slots);
-  free(l->ready);
-  free(l->fence_tmp);
-  l->slots = NULL;
-}
-
 static uint64_t batches_for(const wds_loader *l, uint64_t samples) {
   uint64_t bs = l->cfg.batch_size;
   return l->cfg.last_batch == WDS_LAST_DROP ? samples / bs
@@ -316,7 +136,7 @@ static int validate(const wds_loader_config *c, wds__err *oe) {
   {
     wds__augment a;
     wds__err ae;
-    config_augment(c, &a);
+    wds__config_augment(c, &a);
     if (wds__augment_check(&a, 3, &ae) != WDS_OK)
       BAD("%s", ae.msg);
     if (c->jpeg_decode == WDS_JPEG_DECODE_GPU &&
@@ -454,7 +274,7 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
                    "wds_loader_open: allocator without free");
     goto fail;
   }
-  if ((rc = setup_fields(l, cfg, &err)) != WDS_OK)
+  if ((rc = wds__fields_setup(l, cfg, &err)) != WDS_OK)
     goto fail;
 
   if ((rc = wds__sources_open(&l->sources, cfg, &err)) != WDS_OK)
@@ -563,7 +383,7 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
   l->feed_ctx = (wds__feed_ctx){&l->cfg,   &l->sources, l->counts,  &l->opener,
                                 l->wanted, l->nwanted,  l->nfields, skip_noted,
                                 l,         l->hashes};
-  if ((rc = setup_pool(l, &err)) != WDS_OK)
+  if ((rc = wds__slots_setup(l, &err)) != WDS_OK)
     goto fail;
   if (!(l->pools = calloc(2 * (size_t)c->workers, sizeof *l->pools))) {
     rc = wds__fail(&err, WDS_ERR_NOMEM, "out of memory");
@@ -613,169 +433,6 @@ static int cancelled(wds_loader *l) {
   return fail_for_good(l, WDS_ERR_CANCELLED);
 }
 
-/* ---- slot states ---- */
-
-/* Whether the slot comment (internal.h) allows from -> to. */
-static int slot_move_ok(int from, int to) {
-  switch (to) {
-  case SLOT_FILLING:
-    return from == SLOT_FREE;
-  case SLOT_READY:
-    return from == SLOT_FILLING;
-  case SLOT_HELD:
-    return from == SLOT_READY;
-  case SLOT_FENCED:
-    return from == SLOT_HELD;
-  case SLOT_FREE: /* released, fence done, dropped or undelivered */
-    return from != SLOT_FREE;
-  default:
-    return 0;
-  }
-}
-
-/* held and fenced agree with the slots' states (called with l->mu held). */
-static int slot_counts_ok(const wds_loader *l) {
-  int held = 0, fenced = 0;
-  for (int i = 0; i < l->nslots; i++) {
-    held += l->slots[i].state == SLOT_HELD || l->slots[i].state == SLOT_FENCED;
-    fenced += l->slots[i].state == SLOT_FENCED;
-  }
-  return held == l->held && fenced == l->fenced;
-}
-
-void wds__slot_set(wds_loader *l, int i, int to) {
-  WDS__ASSERT_LOCKED(l);
-  WDS__ASSERT(i >= 0 && i < l->nslots);
-  wds__slot *s = &l->slots[i];
-  int from = s->state;
-  WDS__ASSERT(slot_move_ok(from, to));
-  /* HELD and FENCED count in held, FENCED also in fenced. */
-  l->held += (to == SLOT_HELD) -
-             (to == SLOT_FREE && (from == SLOT_HELD || from == SLOT_FENCED));
-  l->fenced += (to == SLOT_FENCED) - (from == SLOT_FENCED);
-  s->state = to;
-  WDS__ASSERT(0 <= l->fenced && l->fenced <= l->held && l->held <= l->nslots);
-  WDS__ASSERT(slot_counts_ok(l));
-}
-
-/* The ready FIFO's oldest entry, taken (called with l->mu held, the FIFO
- * not empty). A slot entry's slot is READY: run_stop empties the FIFO when
- * it frees READY slots. */
-static wds__ready_entry ready_pop(wds_loader *l) {
-  WDS__ASSERT_LOCKED(l);
-  size_t cap = (size_t)l->nslots + 2;
-  WDS__ASSERT(l->ready_len > 0 && l->ready_len <= cap && l->ready_head < cap);
-  wds__ready_entry r = l->ready[l->ready_head];
-  l->ready_head = (l->ready_head + 1) % cap;
-  l->ready_len--;
-  WDS__ASSERT(r.kind == READY_SLOT || r.kind == READY_EOF ||
-              r.kind == READY_ERROR);
-  WDS__ASSERT(r.kind != READY_SLOT || (r.slot >= 0 && r.slot < l->nslots &&
-                                       l->slots[r.slot].state == SLOT_READY));
-  return r;
-}
-
-/* ---- fences (wds_loader_release_after) ---- */
-
-static int fenced_count(wds_loader *l) {
-  wds__loader_lock(l);
-  int n = l->fenced;
-  wds__loader_unlock(l);
-  return n;
-}
-
-/* Frees the FENCED slots whose fences are done, calling their drop(). With
- * `block` and none done, waits for the oldest: its wait(), or a millisecond
- * when it has none (the caller polls again). Returns the slots freed. */
-static int fences_poll(wds_loader *l, int block) {
-  pthread_mutex_lock(&l->fence_mu);
-  int n = 0;
-  wds__loader_lock(l);
-  for (int i = 0; i < l->nslots; i++)
-    if (l->slots[i].state == SLOT_FENCED)
-      l->fence_tmp[n++] = i;
-  wds__loader_unlock(l);
-  /* The fence fields of these slots change only under fence_mu: read
-   * without mu from here on. */
-  int freed = 0, oldest = -1;
-  for (int k = 0; k < n; k++) {
-    wds__slot *s = &l->slots[l->fence_tmp[k]];
-    if (!s->fence.done(s->fence.ctx)) {
-      if (oldest < 0 || s->fence_seq < l->slots[oldest].fence_seq)
-        oldest = l->fence_tmp[k];
-      l->fence_tmp[k] = -1;
-      continue;
-    }
-    freed++;
-  }
-  if (block && freed == 0 && oldest >= 0) {
-    wds__slot *s = &l->slots[oldest];
-    if (s->fence.wait) {
-      s->fence.wait(s->fence.ctx);
-      l->fence_tmp[0] = oldest;
-      n = freed = 1;
-    } else {
-      struct timespec ms = {0, 1000 * 1000};
-      nanosleep(&ms, NULL);
-    }
-  }
-  for (int k = 0; freed && k < n; k++) {
-    if (l->fence_tmp[k] < 0)
-      continue;
-    wds__slot *s = &l->slots[l->fence_tmp[k]];
-    wds_release_fence f = s->fence;
-    wds__loader_lock(l);
-    wds__slot_set(l, l->fence_tmp[k], SLOT_FREE); /* FENCED -> FREE */
-    memset(&s->fence, 0, sizeof s->fence);
-    /* The collator has a slot now (it sets the flag again if it still
-     * lacks one): next() waits for no further fence meanwhile. */
-    l->collator_waits = 0;
-    pthread_cond_broadcast(&l->cv);
-    wds__loader_unlock(l);
-    if (f.drop)
-      f.drop(f.ctx);
-  }
-  pthread_mutex_unlock(&l->fence_mu);
-  return freed;
-}
-
-static int release_after(wds_loader *l, const wds_batch *b,
-                         const wds_release_fence *fence) {
-  if (!b || !fence || !fence->done || b->slot < 0 || b->slot >= l->nslots ||
-      b != &l->slots[b->slot].batch) {
-    wds__set_error(l, "wds_loader_release_after: %s",
-                   !fence || !fence->done ? "the fence has no done()"
-                                          : "not a batch of this loader");
-    return WDS_ERR_INVALID;
-  }
-  pthread_mutex_lock(&l->fence_mu);
-  wds__loader_lock(l);
-  wds__slot *s = &l->slots[b->slot];
-  int ok = s->state == SLOT_HELD;
-  if (ok) {
-    s->fence = *fence;
-    s->fence_seq = l->fence_next++;
-    wds__slot_set(l, b->slot, SLOT_FENCED);
-  }
-  wds__loader_unlock(l);
-  pthread_mutex_unlock(&l->fence_mu);
-  if (!ok) {
-    wds__set_error(l,
-                   "wds_loader_release_after: batch %" PRIu64
-                   " of epoch %" PRIu64 " is not held (released twice?)",
-                   b->index, b->epoch);
-    return WDS_ERR_INVALID;
-  }
-  fences_poll(l, 0); /* perhaps done already */
-  return WDS_OK;
-}
-
-/* close(): every fence's slot back, every drop() called. */
-static void fences_drain(wds_loader *l) {
-  while (fenced_count(l) > 0)
-    fences_poll(l, 1);
-}
-
 static int loader_next(wds_loader *l, const wds_batch **out) {
   *out = NULL;
   if (l->failed)
@@ -790,8 +447,8 @@ static int loader_next(wds_loader *l, const wds_batch **out) {
       return fail_for_good(l, rc);
   }
   uint64_t t0 = wds__now_ns();
-  if (fenced_count(l) > 0)
-    fences_poll(l, 0);
+  if (wds__fenced_count(l) > 0)
+    wds__fences_poll(l, 0);
   uint64_t t_asked = 0; /* when cfg.interrupt was last called */
   wds__loader_lock(l);
   while (l->ready_len == 0) {
@@ -822,7 +479,7 @@ static int loader_next(wds_loader *l, const wds_batch **out) {
        * slot, wait for the oldest fence. */
       int block = l->collator_waits;
       wds__loader_unlock(l);
-      int freed = fences_poll(l, block);
+      int freed = wds__fences_poll(l, block);
       wds__loader_lock(l);
       if (freed || block)
         continue;
@@ -847,7 +504,7 @@ static int loader_next(wds_loader *l, const wds_batch **out) {
     wds__deadline_ms(&until, l->fenced > 0 ? 1 : 50);
     wds__loader_timedwait(l, &until);
   }
-  wds__ready_entry r = ready_pop(l);
+  wds__ready_entry r = wds__ready_pop(l);
   if (r.kind == READY_SLOT)
     wds__slot_set(l, r.slot, SLOT_HELD); /* asserts it was READY */
   wds__loader_unlock(l);
@@ -912,7 +569,7 @@ int wds_loader_release_after(wds_loader *l, const wds_batch *b,
   if (!l)
     return wds__last_fail(WDS_ERR_INVALID,
                           "wds_loader_release_after: the loader is NULL");
-  return loader_status(l, release_after(l, b, fence), 0);
+  return loader_status(l, wds__release_after(l, b, fence), 0);
 }
 
 void wds_loader_release(wds_loader *l, const wds_batch *b) {
@@ -1013,13 +670,13 @@ void wds_loader_close(wds_loader *l) {
   if (!l)
     return;
   if (l->slots)
-    fences_drain(l);
+    wds__fences_drain(l);
   wds__run_stop(l);
   for (int i = 0; l->pools && i < 2 * l->cfg.workers; i++)
     wds__blk_pool_destroy(&l->pools[i]);
   free(l->pools);
-  free_pool(l);
-  free_fields(l);
+  wds__slots_free(l);
+  wds__fields_free(l);
   wds__free_hashes(l->hashes, l->sources.urls.count);
   wds__sources_free(&l->sources); /* and its URLs */
   free(l->counts);

@@ -50,7 +50,7 @@ typedef struct wds__gpu_row {
 
 /* The decoder row the loader gives a GPU-decoded image field: VARIABLE
  * rows as above. Not in the table (no name, no extension): the loader
- * swaps it in for the image decoder (loader.c). */
+ * swaps it in for the image decoder (fields.c). */
 extern const wds__decoder_def wds__image_gpu_plan_def;
 
 /* The header of row bytes [p, p + n): WDS_OK, or WDS_ERR_FORMAT when it is

@@ -127,9 +127,9 @@ TEST(library_invariants_abort) {
     SKIP("assertions are off in this build (on: -DWDS_ASSERT=ON)");
   ASSERT_DIES_WITH(overfill_shuffle, "shuffle.h:", "wds__shuffle_add",
                    "assertion failed: sh->len < sh->cap");
-  ASSERT_DIES_WITH(move_unlocked, "loader.c:", "wds__slot_set",
+  ASSERT_DIES_WITH(move_unlocked, "slots.c:", "wds__slot_set",
                    "assertion failed: WDS__OWNED(&(l)->mu_owner)");
-  ASSERT_DIES_WITH(move_skipping_ready, "loader.c:", "wds__slot_set",
+  ASSERT_DIES_WITH(move_skipping_ready, "slots.c:", "wds__slot_set",
                    "assertion failed: slot_move_ok(from, to)");
 }
 
