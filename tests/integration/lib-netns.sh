@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034,SC2054  # sets variables for its callers; --host a,b
 # lib-netns.sh — "machines" in network namespaces, and an MPI launch across
 # them (sourced by tests/integration/netns.sh, tests/integration/slurm.sh's
 # neighbour tests and scripts/bench-allreduce.sh; needs root and iproute2).

@@ -16,7 +16,8 @@
 # them. Every daemon and job step it started is ended on every exit path
 # (trap): the daemons by their pids, the job steps (slurmstepd, which leave
 # slurmd's process tree) and tasks found by a variable only this run's
-# daemons and srun carry.
+# daemons and srun carry; and each daemon runs under `timeout`, so that
+# even a test killed without its trap leaves none behind for long.
 #
 # Usage: slurm.sh WDS_TRAIN_BINARY MPIEXEC
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -49,23 +50,22 @@ MARK=WDS_SLURM_TEST_$$ # in the daemons' environment, so in their job steps'
 daemons=()
 cleanup() {
   local p e
-  # the job steps first (slurmstepd and the tasks it started)
-  for e in /proc/[0-9]*/environ; do
-    p=${e#/proc/}
-    p=${p%/environ}
-    ((p != $$)) || continue
-    grep -qz "^$MARK=1$" "$e" 2>/dev/null && kill -9 "$p" 2>/dev/null
-  done
+  # the daemons first, politely (slurmd ends its job steps), then whatever
+  # of this run is left: job steps (slurmstepd) and their tasks
   for p in "${daemons[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${daemons[@]}"; do
     for _ in $(seq 1 50); do
       kill -0 "$p" 2>/dev/null || break
       sleep 0.1
     done
-    kill -9 "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
   done
-  [[ -s munge/pid ]] && kill -9 "$(cat munge/pid)" 2>/dev/null
+  for e in /proc/[0-9]*/environ; do
+    p=${e#/proc/}
+    p=${p%/environ}
+    ((p != $$)) || continue
+    grep -qz "^$MARK=1$" "$e" 2>/dev/null && kill -9 "$p" 2>/dev/null
+  done
+  for p in "${daemons[@]}"; do wait "$p" 2>/dev/null || true; done
   wds_test_cleanup
 }
 trap cleanup EXIT
@@ -77,10 +77,19 @@ chmod 755 .
 mkdir -m 755 munge
 mkdir -m 700 munge/key.d ctld spool
 out=$(mungekey -c -k munge/key.d/key 2>&1) || skip "mungekey -c failed: $out"
-# munged forks into the background and writes its pid (killed by the trap)
-out=$(munged -S "$PWD/munge/socket" --key-file munge/key.d/key --pid-file "$PWD/munge/pid" \
-  --log-file "$PWD/munge/log" --seed-file "$PWD/munge/seed" 2>&1) ||
-  skip "munged does not start: $out $(tail -n 2 munge/log 2>/dev/null)"
+# Every daemon runs in the foreground under `timeout $LIFE`: should this
+# test be killed where no trap runs (ctest's timeout), they end themselves.
+LIFE=170
+env "$MARK=1" timeout "$LIFE" munged -F -S "$PWD/munge/socket" --key-file munge/key.d/key \
+  --pid-file "$PWD/munge/pid" --log-file "$PWD/munge/log" --seed-file "$PWD/munge/seed" \
+  >munge/out 2>&1 &
+daemons+=($!)
+for _ in $(seq 1 50); do
+  [[ -S munge/socket ]] && break
+  kill -0 "${daemons[0]}" 2>/dev/null || break
+  sleep 0.1
+done
+[[ -S munge/socket ]] || skip "munged does not start: $(tail -n 2 munge/out munge/log 2>/dev/null | tr '\n' ' ')"
 host=$(hostname -s)
 cpus=2
 start_slurm() {
@@ -113,9 +122,9 @@ ReturnToService=2
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=wds Nodes=$host Default=YES MaxTime=10 State=UP
 CONF
-  env "$MARK=1" slurmctld -D -f "$PWD/slurm.conf" >slurmctld.out 2>&1 &
+  env "$MARK=1" timeout "$LIFE" slurmctld -D -f "$PWD/slurm.conf" >slurmctld.out 2>&1 &
   daemons+=($!)
-  env "$MARK=1" slurmd -D -N "$host" -f "$PWD/slurm.conf" >slurmd.out 2>&1 &
+  env "$MARK=1" timeout "$LIFE" slurmd -D -N "$host" -f "$PWD/slurm.conf" >slurmd.out 2>&1 &
   daemons+=($!)
 }
 export SLURM_CONF=$PWD/slurm.conf
@@ -131,8 +140,8 @@ for try in 1 2 3; do
   # a port another process took: the daemons exit; try others
   grep -qi "address already in use" slurmctld.out slurmctld.log slurmd.out slurmd.log 2>/dev/null || break
   echo "# a port was taken (try $try): others"
-  for p in "${daemons[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  daemons=()
+  kill -TERM "${daemons[-2]}" "${daemons[-1]}" 2>/dev/null || true
+  wait "${daemons[-2]}" "${daemons[-1]}" 2>/dev/null || true
 done
 [[ -n $up ]] || skip "slurmctld and slurmd did not bring the node up in 20 s: $(tail -n 3 slurmctld.out slurmctld.log slurmd.out slurmd.log 2>/dev/null | tr '\n' ' ')"
 mpis=$(srun --mpi=list 2>&1 || true)
