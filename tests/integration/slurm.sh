@@ -9,7 +9,9 @@
 #   Hydra-less PMI client speaks; Open MPI 4.1 speaks PMIx): one job of 2
 #   CPU ranks, identical weights on both after every step, bit for bit
 #   those of the same job under mpiexec -n 2 (one process of 2 ranks would
-#   read another split of the data: its loader is rank 0 of 1).
+#   read another split of the data: its loader is rank 0 of 1);
+#   sbatch --wait of a batch script as docs/wds-train.md gives it (srun in
+#   the script), on the CPU: the same weights.
 #
 # Needs root (the daemons run as root, SlurmUser=root) and Debian's
 # slurmctld, slurmd, slurm-client and munge: skips (77) saying why without
@@ -32,7 +34,7 @@ skip() {
   exit 77
 }
 ((EUID == 0)) || skip "not root: this test runs slurmctld and slurmd as root (SlurmUser=root)"
-for tool in slurmctld slurmd srun sinfo scontrol munged mungekey; do
+for tool in slurmctld slurmd srun sbatch sinfo munged mungekey; do
   command -v "$tool" >/dev/null 2>&1 ||
     skip "no $tool (apt-get install slurmctld slurmd slurm-client munge)"
 done
@@ -158,6 +160,19 @@ unset RANK WORLD_SIZE LOCAL_RANK NNODES NODE_RANK
 final() {
   "$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["summary"]["weights_checksum"])' "$1"
 }
+# one_job NAME: NAME0.json and NAME1.json are one job's of 2 ranks (every
+# step's checksums 2 and equal; the same final weights in both logs), not
+# two jobs of one rank each.
+one_job() {
+  [[ -s ${1}0.json && -s ${1}1.json ]] && "$PYTHON3" - "${1}0.json" <<'PY' &&
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+steps = [l for l in lines if "weights_checksum" in l and "summary" not in l]
+sys.exit(0 if len(steps) == lines[-1]["summary"]["steps"] > 0 and all(
+    len(s["weights_checksum"]) == 2 and len(set(s["weights_checksum"])) == 1 for s in steps) else 1)
+PY
+    [[ $(final "${1}0.json") == "$(final "${1}1.json")" ]]
+}
 cat >wrap.sh <<'SH'
 #!/usr/bin/env bash
 exec "$@" --json "$JSON${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-$PMI_RANK}}.json"
@@ -170,27 +185,38 @@ over=()
 rc=0
 JSON=mpi CUDA_VISIBLE_DEVICES='' timeout 120 "$mpiexec" -n 2 "${over[@]}" ./wrap.sh "$TRAIN" \
   "${COMMON[@]}" --ranks 1 >mpi.out 2>&1 || rc=$?
-((rc == 0)) || die "the reference, $mpiexec -n 2: rc $rc: $(tail -n 3 mpi.out)"
+((rc == 0)) && one_job mpi || die "the reference, $mpiexec -n 2: not one job of 2 ranks: rc $rc: $(tail -n 3 mpi.out)"
 one=$(final mpi0.json)
 
 t=$SECONDS
 rc=0
 JSON=srun CUDA_VISIBLE_DEVICES='' timeout 120 env "$MARK=1" srun --mpi="$plugin" -n 2 -N 1 --chdir "$PWD" ./wrap.sh \
   "$TRAIN" "${COMMON[@]}" --ranks 1 >srun.out 2>&1 || rc=$?
-if ((rc == 0)) && [[ -s srun0.json && -s srun1.json ]] &&
-  "$PYTHON3" - srun0.json <<'PY' &&
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1])]
-steps = [l for l in lines if "weights_checksum" in l and "summary" not in l]
-sys.exit(0 if len(steps) == lines[-1]["summary"]["steps"] > 0 and all(
-    len(s["weights_checksum"]) == 2 and len(set(s["weights_checksum"])) == 1 for s in steps) else 1)
-PY
+if ((rc == 0)) && one_job srun &&
   [[ $(final srun0.json) == "$one" && $(final srun1.json) == "$one" ]] &&
   grep -q 'in process 0 of 2' srun.out; then
   ok "srun --mpi=$plugin -n 2: one job of 2 ranks, identical weights after each step, bit for bit those of $(basename "$mpiexec") -n 2 (${one:0:16}...) ($((SECONDS - t)) s)"
 else
   bad "srun --mpi=$plugin -n 2 wds-train" "rc $rc; weights $(final srun0.json 2>&1) / $(final srun1.json 2>&1), mpiexec -n 2 $one" \
     "$(tail -n 8 srun.out)"
+fi
+
+# The batch script of docs/wds-train.md, on the CPU: sbatch --wait.
+{
+  echo '#!/bin/bash'
+  echo "#SBATCH --nodes=1 --ntasks=2 --output=$PWD/sbatch.out"
+  printf '%q ' srun --mpi="$plugin" ./wrap.sh "$TRAIN" "${COMMON[@]}" --ranks 1
+  echo
+} >train.sbatch
+t=$SECONDS
+rc=0
+JSON=sbatch CUDA_VISIBLE_DEVICES='' timeout 120 env "$MARK=1" sbatch --wait --chdir "$PWD" \
+  train.sbatch >sbatch.submit 2>&1 || rc=$?
+if ((rc == 0)) && one_job sbatch && [[ $(final sbatch0.json) == "$one" ]]; then
+  ok "sbatch --wait of a script running srun --mpi=$plugin (docs/wds-train.md's): one job of 2 ranks, the same weights ($((SECONDS - t)) s)"
+else
+  bad "sbatch of srun --mpi=$plugin wds-train" "rc $rc; weights $(final sbatch0.json 2>&1) / $(final sbatch1.json 2>&1), mpiexec -n 2 $one" \
+    "$(tail -n 3 sbatch.submit)" "$(tail -n 8 sbatch.out 2>/dev/null)"
 fi
 
 echo "# $((SECONDS - T0)) s"
