@@ -195,7 +195,7 @@ JSON=srun CUDA_VISIBLE_DEVICES='' timeout 120 env "$MARK=1" srun --mpi="$plugin"
 if ((rc == 0)) && one_job srun &&
   [[ $(final srun0.json) == "$one" && $(final srun1.json) == "$one" ]] &&
   grep -q 'in process 0 of 2' srun.out; then
-  ok "srun --mpi=$plugin -n 2: one job of 2 ranks, identical weights after each step, bit for bit those of $(basename "$mpiexec") -n 2 (${one:0:16}...) ($((SECONDS - t)) s)"
+  ok "srun --mpi=$plugin -n 2: one job of 2 ranks, identical weights after each step, bit for bit those of $(basename "$mpiexec") -n 2 (${one:2:16}...) ($((SECONDS - t)) s)"
 else
   bad "srun --mpi=$plugin -n 2 wds-train" "rc $rc; weights $(final srun0.json 2>&1) / $(final srun1.json 2>&1), mpiexec -n 2 $one" \
     "$(tail -n 8 srun.out)"
