@@ -75,10 +75,7 @@ typedef struct tool_loader_opts {
   const char *decode;    /* --decode text; NULL when not given */
   int given;             /* any loader option was given (but
                             --max-window, which readers take too) */
-  int last_batch_given;  /* --last-batch (overrides --drop-last) */
-  int drop_last_given;
   int resume_given;
-  wds_last_batch last_batch;
   int batch_size_given;
   wds_field_spec *fields; /* parsed --decode (cfg.fields points here) */
   char *field_storage;

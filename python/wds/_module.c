@@ -411,6 +411,16 @@ static PyMethodDef wds_py_methods[] = {
     {"loader_options", wds_py_loader_option_rows, METH_NOARGS,
      "loader_options(): the loader option table's rows, (keyword, CLI "
      "flag) pairs in its order: what wds.Loader takes besides its input."},
+    {"loader_option_help", wds_py_loader_option_help, METH_NOARGS,
+     "loader_option_help(): (keyword, CLI flag, help, what a flag without "
+     "a value sets or None) of each row of the "
+     "loader option table, in its order (the docstrings' option list)."},
+    {"check_loader_options",
+     (PyCFunction)(void (*)(void))wds_py_check_loader_options,
+     METH_VARARGS | METH_KEYWORDS,
+     "check_loader_options(**options): the library's rules between loader "
+     "options (wds_loader_config_check) on wds.Loader's defaults and these "
+     "keywords; wds.InvalidError naming the keywords at fault."},
     {"gpu_jpeg_open", (PyCFunction)(void (*)(void))wds_py_gpu_jpeg_open,
      METH_VARARGS,
      "gpu_jpeg_open(device): the GPU JPEG decoder on CUDA device `device` "

@@ -189,3 +189,54 @@ PyObject *wds_py_loader_option_rows(PyObject *self, PyObject *unused) {
   }
   return rows;
 }
+
+PyObject *wds_py_loader_option_help(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  size_t n = 0;
+  while (wds_loader_option_at(n))
+    n++;
+  PyObject *rows = PyTuple_New((Py_ssize_t)n);
+  for (size_t i = 0; rows && i < n; i++) {
+    const wds_loader_option *o = wds_loader_option_at(i);
+    PyObject *row =
+        Py_BuildValue("(sssz)", o->name, o->flag, o->help,
+                      o->type == WDS_OPTION_BOOL ? o->cli_value : NULL);
+    if (!row) {
+      Py_CLEAR(rows);
+      break;
+    }
+    PyTuple_SET_ITEM(rows, (Py_ssize_t)i, row);
+  }
+  return rows;
+}
+
+PyObject *wds_py_check_loader_options(PyObject *self, PyObject *args,
+                                      PyObject *kwargs) {
+  (void)self;
+  static const char *const none[] = {NULL};
+  if (PyTuple_GET_SIZE(args)) {
+    PyErr_SetString(PyExc_TypeError,
+                    "check_loader_options() takes keywords only");
+    return NULL;
+  }
+  wds_loader_config cfg = WDS_LOADER_CONFIG_INIT;
+  cfg.mode = WDS_MODE_EXACT; /* wds.Loader's default */
+  PyObject *keep = PyList_New(0), *rest = NULL, *out = NULL;
+  if (!keep || wds_py_loader_options(kwargs, none, &cfg, keep, &rest) < 0)
+    goto done;
+  if (PyDict_Size(rest)) { /* a key that is not a str */
+    PyErr_SetString(PyExc_TypeError, "check_loader_options(): keywords only");
+    goto done;
+  }
+  if (wds_loader_config_check(&cfg, WDS_OPTION_NAMES_KEYWORD) != WDS_OK) {
+    wds_py_raise(WDS_ERR_INVALID, wds_last_error());
+    goto done;
+  }
+  Py_INCREF(Py_None);
+  out = Py_None;
+done:
+  Py_XDECREF(keep);
+  Py_XDECREF(rest);
+  return out;
+}
