@@ -381,6 +381,15 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
   return 0;
 }
 
+int tool_loader_inputs_check(const tool_loader_opts *o, const char *cmd,
+                             int nspecs) {
+  if (nspecs <= 0 && !o->nsources)
+    return tool_usage_error(cmd, "expected a SPEC (or --source)");
+  if (nspecs > 0 && o->nsources)
+    return tool_usage_error(cmd, "give SPEC... or --source options, not both");
+  return 0;
+}
+
 void tool_loader_opts_free(tool_loader_opts *o) {
   for (size_t i = 0; i < o->nsources; i++) {
     free((char *)o->sources[i].spec);

@@ -105,6 +105,12 @@ int tool_loader_options_some(const struct option *own, const char *const *names,
 int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
                     const char *cmd);
 
+/* The input of `wds batches` and `wds bench`: nspecs SPEC arguments or
+ * --source options, one of the two. 0, or the usage error's status (2)
+ * after printing it. */
+int tool_loader_inputs_check(const tool_loader_opts *o, const char *cmd,
+                             int nspecs);
+
 /* Checks combinations and parses --decode into cfg.fields. Returns 0, or -1
  * after printing the message. */
 int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd);

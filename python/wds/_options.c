@@ -171,16 +171,19 @@ int wds_py_loader_options(PyObject *kwargs, const char *const *others,
   return 0;
 }
 
-PyObject *wds_py_loader_option_rows(PyObject *self, PyObject *unused) {
-  (void)self;
-  (void)unused;
+/* The table's rows as a tuple: (keyword, flag) pairs, or with help also
+ * (keyword, flag, help, what a BOOL's flag sets or None). */
+static PyObject *option_rows(int help) {
   size_t n = 0;
   while (wds_loader_option_at(n))
     n++;
   PyObject *rows = PyTuple_New((Py_ssize_t)n);
   for (size_t i = 0; rows && i < n; i++) {
     const wds_loader_option *o = wds_loader_option_at(i);
-    PyObject *row = Py_BuildValue("(ss)", o->name, o->flag);
+    PyObject *row =
+        help ? Py_BuildValue("(sssz)", o->name, o->flag, o->help,
+                             o->type == WDS_OPTION_BOOL ? o->cli_value : NULL)
+             : Py_BuildValue("(ss)", o->name, o->flag);
     if (!row) {
       Py_CLEAR(rows);
       break;
@@ -190,25 +193,16 @@ PyObject *wds_py_loader_option_rows(PyObject *self, PyObject *unused) {
   return rows;
 }
 
+PyObject *wds_py_loader_option_rows(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return option_rows(0);
+}
+
 PyObject *wds_py_loader_option_help(PyObject *self, PyObject *unused) {
   (void)self;
   (void)unused;
-  size_t n = 0;
-  while (wds_loader_option_at(n))
-    n++;
-  PyObject *rows = PyTuple_New((Py_ssize_t)n);
-  for (size_t i = 0; rows && i < n; i++) {
-    const wds_loader_option *o = wds_loader_option_at(i);
-    PyObject *row =
-        Py_BuildValue("(sssz)", o->name, o->flag, o->help,
-                      o->type == WDS_OPTION_BOOL ? o->cli_value : NULL);
-    if (!row) {
-      Py_CLEAR(rows);
-      break;
-    }
-    PyTuple_SET_ITEM(rows, (Py_ssize_t)i, row);
-  }
-  return rows;
+  return option_rows(1);
 }
 
 PyObject *wds_py_check_loader_options(PyObject *self, PyObject *args,
