@@ -14,7 +14,7 @@
  *   wds_loader_open(&lo.cfg, &l);  ...  tool_loader_opts_free(&lo);
  *
  * CMD is the command as typed ("wds batches", "wds-train"). Usage errors are
- * printed as "CMD: --flag ... (see 'CMD --help')" (tools/opts.h) and
+ * printed as "CMD: --flag ...; see 'CMD --help'" (tools/opts.h) and
  * reported to the caller, which exits with status 2. */
 #ifndef WDS_TOOLS_LOADER_OPTS_H
 #define WDS_TOOLS_LOADER_OPTS_H

@@ -1,4 +1,6 @@
-"""wds.Loader and wds.Batch over the C loader (wds/loader.h)."""
+"""wds.Loader and wds.Batch over the C loader (wds/loader.h); Loader's
+docstring ends with its options, made at import from the library's option
+table (_option_doc), as wds.Dataset's."""
 
 import collections.abc
 import operator

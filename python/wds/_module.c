@@ -16,7 +16,12 @@
  *     (python/wds/_writer.py, which encodes the fields);
  *   - _Loader (_loader.c) and _Batch, its arrays and wds.BytesField
  *     (_batch.c): the loader behind wds.Loader (python/wds/_loader.py);
- *   - gpu_jpeg_open() and _GpuJpeg (_gpujpeg.c): the GPU JPEG decoder.
+ *   - gpu_jpeg_open() and _GpuJpeg (_gpujpeg.c): the GPU JPEG decoder;
+ *   - the loader option table (_options.c): loader_options() (keyword and
+ *     flag of each row), loader_option_help() (with the help text: the
+ *     docstrings' option lists), check_loader_options(**kw) (the library's
+ *     rules between options, for wds.Dataset); _topology() (the rank and
+ *     world the C loader takes from the environment, here).
  * The GIL is released while the library reads or expands; a call that
  * waits for data still notices signals (wds_py_interrupt, _common.c).
  *

@@ -12,7 +12,13 @@
  * the table refuses raises wds.InvalidError (a ValueError; wds_py_raise)
  * with the library's message, which names the keyword: `retries needs a count
  * from 0 to 1000, not "1001"`. So a new loader option is a row of the table and
- * a keyword of _loader.py's Loader, nothing here. */
+ * a keyword of _loader.py's Loader, nothing here: its docstring line comes
+ * from the row's help too (loader_option_help, _loader.py's _option_doc).
+ *
+ * Also the module functions over the table: loader_options(),
+ * loader_option_help() and check_loader_options(**kw), which runs the
+ * library's rules between options (wds_loader_config_check, naming
+ * keywords) for front ends that open later (wds.Dataset). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 

@@ -1,5 +1,5 @@
-/* _options.h — wds.Loader's keywords through the loader's option table
- * (python/wds/_options.c). */
+/* _options.h — wds.Loader's keywords through the loader's option table,
+ * and the module functions over the table (python/wds/_options.c). */
 #ifndef WDS_PY_OPTIONS_H
 #define WDS_PY_OPTIONS_H
 
