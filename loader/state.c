@@ -34,6 +34,7 @@
 
 #include "base/strbuf.h"
 #include "loader/handle.h"
+#include "loader/index.h"
 #include "loader/internal.h"
 #include "loader/plan.h"
 #include "loader/shuffle.h"
@@ -318,13 +319,19 @@ static const char *what(size_t k) {
  * remainder carries the state it came from ("from"), so the marks are
  * made level by level.
  *
- * The stand-ins hold no data, so a shuffle buffer's byte bound never binds
- * in the replay: the old run's order is replayed exactly only when it
- * cannot have bound there either, which shuffle_buffer * max_sample_bytes
- * < shuffle_buffer_bytes guarantees (a sample's data is at most
- * max_sample_bytes). Otherwise the resume is refused, naming the values.
- * Cost: one pass over the samples the old ranks delivered (RNG draws, no
- * I/O) and a bit per sample occurrence of the epoch. */
+ * The stand-ins hold no data. Where every source has an index with its
+ * per-sample detail (`wds index` writes each member's size), a stand-in
+ * carries its sample's real data_bytes (the wanted members' sizes, as
+ * feed.c's raw_copy counts them), so a shuffle buffer's byte bound binds in
+ * the replay exactly where it bound in the old run. Without, it never
+ * binds in the replay: the old run's order is replayed exactly only when
+ * it cannot have bound there either, which shuffle_buffer *
+ * max_sample_bytes < shuffle_buffer_bytes guarantees (a sample's data is at
+ * most max_sample_bytes); otherwise the resume is refused, naming the
+ * values and saying that an index lifts the condition. Cost: one pass
+ * over the samples the old ranks delivered (RNG draws, no I/O), a bit per
+ * sample occurrence of the epoch, and with indexes their detail parsed
+ * again and 8 bytes a sample. */
 
 typedef struct level {
   uint64_t epoch, batches;
@@ -451,6 +458,10 @@ typedef struct space {
   wds__units *u;       /* [nsrc] */
   uint64_t **first_id; /* [nsrc][u[s].n] */
   uint64_t total;      /* occurrences in the epoch */
+  /* With an index for every source: each sample's data_bytes as a feed
+   * gives it (sizes[shard_first[shard] + j]), so the replay's shuffle
+   * buffers bind on bytes as the old run's did; NULL without. */
+  uint64_t *sizes, *shard_first;
 } space;
 
 static void space_free(space *sp) {
@@ -460,7 +471,83 @@ static void space_free(space *sp) {
   }
   free(sp->u);
   free(sp->first_id);
+  free(sp->sizes);
+  free(sp->shard_first);
   memset(sp, 0, sizeof *sp);
+}
+
+static int wanted(const wds_loader *l, const char *ext) {
+  for (size_t i = 0; i < l->nwanted; i++)
+    if (strcmp(l->wanted[i], ext) == 0)
+      return 1;
+  return 0;
+}
+
+/* sp->sizes from the sources' indexes: each sample's wanted members' sizes
+ * summed (what raw_copy counts in data_bytes: feed.c), read from the
+ * per-sample detail `wds index` writes. Left NULL (WDS_OK) when a source
+ * has no index or an entry no detail; an index that no longer loads is an
+ * error naming it. Cost: the indexes parsed once more with their detail,
+ * and 8 bytes a sample. */
+static int space_sizes(const wds_loader *l, space *sp, wds__err *e) {
+  const wds__sources *ss = &l->sources;
+  size_t n = ss->urls.count;
+  for (size_t s = 0; s < ss->nsrc; s++)
+    if (!ss->src[s].index_path)
+      return WDS_OK;
+  uint64_t total = 0;
+  if (!(sp->shard_first = malloc((n ? n : 1) * sizeof *sp->shard_first)))
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    sp->shard_first[i] = total;
+    total += l->counts[i];
+  }
+  if (!(sp->sizes = calloc(total ? total : 1, sizeof *sp->sizes)))
+    return wds__fail(e, WDS_ERR_NOMEM,
+                     "out of memory (the samples' sizes: %llu bytes)",
+                     (unsigned long long)(total * sizeof *sp->sizes));
+  int rc = WDS_OK, detail = 1;
+  for (size_t src = 0; src < ss->nsrc && rc == WDS_OK && detail; src++) {
+    const wds__source *so = &ss->src[src];
+    wds__index ix;
+    wds__err ie;
+    unsigned flags = WDS__INDEX_SAMPLES;
+    if (l->cfg.allow_pipe_from_files)
+      flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
+    if ((rc = wds__index_load_flags(so->index_path, flags, &ix, &ie)) !=
+        WDS_OK) {
+      rc = wds__fail(e, rc, "resume state: %s", ie.msg);
+      break;
+    }
+    for (size_t sh = so->first; sh < so->first + so->count && detail; sh++) {
+      size_t at;
+      if ((rc = wds__index_find(&ix, ss->urls.urls[sh], &at, &ie)) != WDS_OK) {
+        rc = wds__fail(e, rc, "resume state: index %s: %s", so->index_path,
+                       ie.msg);
+        break;
+      }
+      const wds__index_entry *en = &ix.shards[at];
+      if (!en->has_samples || en->sample_count != l->counts[sh]) {
+        detail = 0; /* no per-sample detail: no sizes */
+        break;
+      }
+      for (uint64_t j = 0; j < l->counts[sh]; j++) {
+        const wds_index_sample *smp = &en->samples[j];
+        uint64_t b = 0;
+        for (size_t f = 0; f < smp->field_count; f++)
+          if (wanted(l, smp->fields[f].ext))
+            b += smp->fields[f].size_bytes;
+        sp->sizes[sp->shard_first[sh] + j] = b;
+      }
+    }
+    wds__index_free(&ix);
+  }
+  if (rc != WDS_OK || !detail) {
+    free(sp->sizes);
+    free(sp->shard_first);
+    sp->sizes = sp->shard_first = NULL;
+  }
+  return rc;
 }
 
 static int space_make(const wds_loader *l, uint64_t epoch, space *sp,
@@ -497,7 +584,10 @@ static int space_make(const wds_loader *l, uint64_t epoch, space *sp,
       sp->total += u->len[k];
     }
   }
-  return WDS_OK;
+  int rc = space_sizes(l, sp, e);
+  if (rc != WDS_OK)
+    space_free(sp);
+  return rc;
 nomem:
   space_free(sp);
   return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
@@ -522,6 +612,8 @@ typedef struct stand_in {
 /* One old worker's feed of one source, replayed: its pieces in order. */
 typedef struct rfeed {
   const wds__worker_plan *wp; /* pieces in unit space */
+  const wds__units *u;        /* its source's units */
+  const space *sp;
   const uint64_t *first_id;
   size_t piece;
   uint64_t next; /* the next sample of pieces[piece] */
@@ -574,6 +666,9 @@ static int replay_pull(void *ctx, wds__raw_sample **out) {
     return -1;
   }
   const wds__piece *pc = &f->wp->pieces[f->piece];
+  if (f->sp->sizes) /* the sample's real size: the byte bound binds */
+    si->r.data_bytes = f->sp->sizes[f->sp->shard_first[f->u->shard[pc->shard]] +
+                                    f->u->begin[pc->shard] + f->next];
   si->id = f->first_id[pc->shard] + f->next++;
   si->r.pad = pc->pad;
   *out = &si->r;
@@ -605,6 +700,8 @@ static int replay_rank(const wds_loader *l, const level *v, int rank,
     for (size_t s = 0; s < S; s++) {
       rfeed *f = &rp[w].f[s];
       f->wp = &plans[s].w[w];
+      f->u = &sp->u[s];
+      f->sp = sp;
       f->first_id = sp->first_id[s];
       f->next = f->wp->count ? f->wp->pieces[0].begin : 0;
       rp[w].quota += f->wp->quota;
@@ -845,15 +942,18 @@ static int mark_delivered(const wds_loader *l, const level *v, const space *sp,
   int rc = WDS_OK;
   uint8_t *base = NULL;
   wds__epoch_plan *plans = NULL;
-  if (v->sbuf > 1 && (v->maxs == 0 || v->sbytes / v->maxs <= v->sbuf))
+  if (v->sbuf > 1 && !sp->sizes &&
+      (v->maxs == 0 || v->sbytes / v->maxs <= v->sbuf))
     return wds__fail(
         e, WDS_ERR_INVALID,
         "resume state: saved with a shuffle buffer of %zu samples and "
         "shuffle_buffer_bytes %zu, max_sample_bytes %zu: its byte bound may "
         "have changed the saved run's order, which cannot be replayed without "
-        "reading, so the state continues only under the configuration it was "
-        "saved with (an elastic resume needs shuffle_buffer * "
-        "max_sample_bytes < shuffle_buffer_bytes)",
+        "the samples' sizes, so the state continues only under the "
+        "configuration it was saved with (an elastic resume needs "
+        "shuffle_buffer * max_sample_bytes < shuffle_buffer_bytes, or an "
+        "index with per-sample detail, as `wds index` writes, for every "
+        "source: its sizes are replayed)",
         v->sbuf, v->sbytes, v->maxs);
   if (v->from) {
     if ((rc = mark_delivered(l, v->from, sp, bits, nbytes, e)) != WDS_OK)

@@ -302,6 +302,44 @@ static char eindex[600];
 #define ESPLIT 4
 #define EFIRST_B 38
 static char eindex_src[2][600];
+/* The 7 shards' index with per-sample detail (each member's offset and
+ * size, as `wds index` writes it): what an elastic resume replays a byte
+ * bound with. */
+static char eindex_detail[600];
+
+static int make_detail_index(void) {
+  snprintf(eindex_detail, sizeof eindex_detail, "%s/e-index-detail.json",
+           tmpdir);
+  FILE *ix = fopen(eindex_detail, "w");
+  if (!ix)
+    return -1;
+  fprintf(ix, "{\"wids_version\": 1, \"shardlist\": [");
+  for (size_t k = 0; k < 7; k++) {
+    wds_reader_config rc = WDS_READER_CONFIG_INIT;
+    rc.urls = (const char *const *)&eurls[k];
+    rc.url_count = 1;
+    wds_reader *r;
+    if (wds_reader_open(&rc, &r) != WDS_OK) {
+      fclose(ix);
+      return -1;
+    }
+    fprintf(ix, "%s{\"url\": \"%s\", \"nsamples\": %llu, \"samples\": [",
+            k ? ", " : "", eurls[k], (unsigned long long)ecounts[k]);
+    const wds_sample *smp;
+    for (int j = 0; wds_reader_next(r, &smp) == WDS_OK; j++) {
+      fprintf(ix, "%s{\"key\": \"%s\", \"fields\": {", j ? ", " : "", smp->key);
+      for (size_t f = 0; f < smp->field_count; f++)
+        fprintf(ix, "%s\"%s\": [%llu, %llu]", f ? ", " : "", smp->fields[f].ext,
+                (unsigned long long)smp->fields[f].offset,
+                (unsigned long long)smp->fields[f].size_bytes);
+      fprintf(ix, "}}");
+    }
+    wds_reader_close(r);
+    fprintf(ix, "]}");
+  }
+  fprintf(ix, "]}\n");
+  return fclose(ix);
+}
 static char *especs[2];
 
 static int make_elastic_shards(void) {
@@ -371,6 +409,7 @@ typedef struct side {
    * source, the 7 shards. */
   int mixed;
   double repeat[2], proportion[2];
+  size_t sbytes; /* shuffle_buffer_bytes; 0: the default */
 } side;
 
 static uint64_t rnd_state = 88172645463325252ULL;
@@ -424,6 +463,9 @@ static wds_loader_config side_cfg(const side *s, int rank, uint64_t epoch,
   }
   c.shuffle_buffer = s->sbuf;
   c.max_sample_bytes = 4096; /* the byte bound cannot bind: replayable */
+  if (s->sbytes) /* ... unless set (elastic_resume_where_the_byte_bound_bound)
+                  */
+    c.shuffle_buffer_bytes = s->sbytes;
   c.last_batch = s->last;
   c.drop_last = s->drop_last;
   c.seed = 21;
@@ -724,6 +766,113 @@ TEST(elastic_resume_of_an_elastic_resume) {
   }
 }
 
+/* A shuffle buffer whose byte bound bound in the saved run (each .cls is 1
+ * or 2 bytes, the bound a few bytes: the buffer holds a few samples, not
+ * its count): without the samples' sizes the old order cannot be
+ * replayed, so the resume is refused, saying that an index lifts it; with
+ * an index holding the per-sample detail the replay binds where the old
+ * run did, and the valid rows before and after the stop are every sample
+ * once. The bound did bind: the old ranks' order differs from the one
+ * without it in most trials. */
+TEST(elastic_resume_where_the_byte_bound_bound) {
+  int trials = 0, bound = 0;
+  for (int t = 0; t < 60; t++) {
+    side a = random_side(), b = random_side();
+    a.sbuf = 4 + rnd(8);
+    a.sbytes = 2 + rnd(6);
+    a.drop_last = 0;
+    a.last = WDS_LAST_KEEP;
+    b.drop_last = 0;
+    b.last = WDS_LAST_KEEP;
+    if (a.world == b.world && a.workers == b.workers)
+      b.world = a.world % 4 + 1; /* another world: an elastic resume */
+    uint64_t epoch = rnd(3);
+    int64_t seen[ETOTAL];
+    memset(seen, 0, sizeof seen);
+    wds_loader *l;
+    wds_loader_config c0 = side_cfg(&a, 0, epoch, 1);
+    c0.index_path = eindex_detail;
+    ASSERT_EQ_INT(wds_loader_open(&c0, &l), WDS_OK);
+    uint64_t nb = wds_loader_epoch_batches(l);
+    wds_loader_close(l);
+    uint64_t B = 1 + rnd(nb);
+    char *st = NULL;
+    for (int r = 0; r < a.world; r++) {
+      wds_loader_config c = side_cfg(&a, r, epoch, 1);
+      c.index_path = eindex_detail;
+      ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+      int64_t ids[512], free_ids[512];
+      size_t n = take(l, B, ids, 512);
+      for (size_t i = 0; i < n; i++)
+        if (ids[i] >= 0)
+          seen[ids[i]]++;
+      if (r == 0)
+        ASSERT_EQ_INT(wds_loader_state(l, &st), WDS_OK);
+      wds_loader_close(l);
+      /* The same rank without the bound: another order where it bound. */
+      c.shuffle_buffer_bytes = (size_t)1 << 30;
+      ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+      size_t n2 = take(l, B, free_ids, 512);
+      wds_loader_close(l);
+      if (r == 0)
+        bound += n2 != n || memcmp(ids, free_ids, n * sizeof *ids) != 0;
+    }
+    char err[1024];
+    /* Without the sizes: refused, naming the values and the remedy. */
+    wds_loader_config cn = side_cfg(&b, 0, 0, 0);
+    ASSERT_EQ_INT(open_with(cn, st, err, &l), WDS_ERR_INVALID);
+    ASSERT_CONTAINS(err, "shuffle_buffer_bytes");
+    ASSERT_CONTAINS(err, "an index with per-sample detail");
+    /* An index without the detail (counts only) does not lift it. */
+    cn.index_path = eindex;
+    ASSERT_EQ_INT(open_with(cn, st, err, &l), WDS_ERR_INVALID);
+    ASSERT_CONTAINS(err, "an index with per-sample detail");
+    uint64_t steps = UINT64_MAX;
+    for (int r = 0; r < b.world; r++) {
+      wds_loader_config c = side_cfg(&b, r, 0, 1);
+      c.index_path = eindex_detail;
+      int rc = open_with(c, st, err, &l);
+      if (rc != WDS_OK) {
+        describe("old", &a);
+        describe("new", &b);
+        printf("  %s\n", err);
+      }
+      ASSERT_EQ_INT(rc, WDS_OK);
+      ASSERT_EQ_INT(wds_loader_elastic(l, NULL, NULL, NULL), 1);
+      int64_t ids[512];
+      size_t n = 0, k = 0;
+      const wds_batch *bt;
+      while (wds_loader_next(l, &bt) == WDS_OK) {
+        const int64_t *v = bt->fields[0].data;
+        for (size_t i = 0; i < bt->rows && n < 512; i++)
+          ids[n++] = bt->valid[i] ? v[i] : -1;
+        wds_loader_release(l, bt);
+        k++;
+      }
+      wds_loader_close(l);
+      if (steps == UINT64_MAX)
+        steps = k;
+      ASSERT_EQ_U64(k, steps);
+      for (size_t i = 0; i < n; i++)
+        if (ids[i] >= 0)
+          seen[ids[i]]++;
+    }
+    free(st);
+    for (int i = 0; i < ETOTAL; i++) {
+      if (seen[i] != 1) {
+        describe("old", &a);
+        describe("new", &b);
+        printf("  B %llu, bound %zu bytes: sample %d delivered %lld times\n",
+               (unsigned long long)B, a.sbytes, i, (long long)seen[i]);
+      }
+      ASSERT_EQ_U64(seen[i], 1);
+    }
+    trials++;
+  }
+  printf("  %d trials, the bound changed the order in %d\n", trials, bound);
+  ASSERT_TRUE(bound > trials / 2);
+}
+
 /* Resampled mode: the epoch's count (samples_per_epoch on each old rank)
  * minus what the old ranks drew is re-dealt to the new ranks in equal
  * steps: the old rows plus the new ones are the epoch's count, plus fewer
@@ -797,7 +946,8 @@ TEST(elastic_resume_in_resampled_mode_redeals_the_count) {
 
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/wds-test-resume-XXXXXX");
-  if (!mkdtemp(tmpdir) || make_shards() != 0 || make_elastic_shards() != 0) {
+  if (!mkdtemp(tmpdir) || make_shards() != 0 || make_elastic_shards() != 0 ||
+      make_detail_index() != 0) {
     perror("fixture");
     return 1;
   }
@@ -806,6 +956,7 @@ int main(void) {
   RUN(foreign_and_corrupted_states_are_refused);
   RUN(elastic_resume_delivers_every_sample_once);
   RUN(elastic_resume_of_an_elastic_resume);
+  RUN(elastic_resume_where_the_byte_bound_bound);
   RUN(elastic_resume_in_resampled_mode_redeals_the_count);
   for (size_t k = 0; k < 4; k++)
     free(urls[k]);
