@@ -675,17 +675,26 @@ TEST(elastic_resume_delivers_every_sample_once) {
 }
 
 /* A state saved inside a remainder (2 -> 3 ranks, stopped again after k
- * of its batches) opens on a third world (1, 2 or 4 ranks): the three
- * jobs between them deliver every sample of the epoch exactly once as a
- * valid row (the padding is invalid rows). */
+ * of its batches) opens on a third world (1, 2 or 4 ranks), over one
+ * source or a mix: the three jobs between them deliver every sample of the
+ * epoch exactly as often as the epoch has it (once; with a mix, its
+ * source's count) as a valid row (the padding is invalid rows). */
 TEST(elastic_resume_of_an_elastic_resume) {
-  for (int t = 0; t < 24; t++) {
+  for (int t = 0; t < 36; t++) {
     side a = random_side(), b = random_side(), c3 = random_side();
     a.world = 2;
     b.world = 3;
     c3.world = 1 + (int)rnd(4);
     a.drop_last = b.drop_last = c3.drop_last = 0;
     a.last = b.last = c3.last = WDS_LAST_KEEP;
+    if (t % 3 == 1) { /* over a mix: each source's remainder, twice */
+      random_mix(&a);
+      b.mixed = c3.mixed = 1;
+      memcpy(b.repeat, a.repeat, sizeof a.repeat);
+      memcpy(c3.repeat, a.repeat, sizeof a.repeat);
+      memcpy(b.proportion, a.proportion, sizeof a.proportion);
+      memcpy(c3.proportion, a.proportion, sizeof a.proportion);
+    }
     int with_index = t % 2;
     int64_t seen[ETOTAL];
     memset(seen, 0, sizeof seen);
@@ -751,15 +760,17 @@ TEST(elastic_resume_of_an_elastic_resume) {
     for (int r = 0; r < c3.world; r++)
       sum += c3.use_rbs ? c3.rbs[r] : 1;
     for (int i = 0; i < ETOTAL; i++) {
-      if (seen[i] == 0) {
+      uint64_t want = occurrences(&a, 1, (uint64_t)i);
+      if ((uint64_t)seen[i] < want) {
         describe("first", &a);
         describe("second", &b);
         describe("third", &c3);
-        printf("  B %llu, k %llu: sample %d never delivered\n",
-               (unsigned long long)B, (unsigned long long)k, i);
+        printf("  B %llu, k %llu: sample %d delivered %lld of %llu times\n",
+               (unsigned long long)B, (unsigned long long)k, i,
+               (long long)seen[i], (unsigned long long)want);
       }
-      ASSERT_TRUE(seen[i] >= 1);
-      repeats += (uint64_t)seen[i] - 1;
+      ASSERT_TRUE((uint64_t)seen[i] >= want);
+      repeats += (uint64_t)seen[i] - want;
     }
     (void)sum;
     ASSERT_EQ_U64(repeats, 0); /* the padding is invalid rows */
