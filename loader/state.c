@@ -330,8 +330,8 @@ static const char *what(size_t k) {
  * most max_sample_bytes); otherwise the resume is refused, naming the
  * values and saying that an index lifts the condition. Cost: one pass
  * over the samples the old ranks delivered (RNG draws, no I/O), a bit per
- * sample occurrence of the epoch, and with indexes their detail parsed
- * again and 8 bytes a sample. */
+ * sample occurrence of the epoch, and where the bound may have bound the
+ * indexes' detail parsed again and 8 bytes a sample. */
 
 typedef struct level {
   uint64_t epoch, batches;
@@ -460,8 +460,10 @@ typedef struct space {
   uint64_t total;      /* occurrences in the epoch */
   /* With an index for every source: each sample's data_bytes as a feed
    * gives it (sizes[shard_first[shard] + j]), so the replay's shuffle
-   * buffers bind on bytes as the old run's did; NULL without. */
+   * buffers bind on bytes as the old run's did; NULL without, or while no
+   * level needs them (sizes_tried: loaded once a level's bound may bind). */
   uint64_t *sizes, *shard_first;
+  int sizes_tried;
 } space;
 
 static void space_free(space *sp) {
@@ -584,10 +586,7 @@ static int space_make(const wds_loader *l, uint64_t epoch, space *sp,
       sp->total += u->len[k];
     }
   }
-  int rc = space_sizes(l, sp, e);
-  if (rc != WDS_OK)
-    space_free(sp);
-  return rc;
+  return WDS_OK;
 nomem:
   space_free(sp);
   return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
@@ -937,13 +936,21 @@ static int drawn(const wds_loader *l, const level *v, uint64_t *total,
 
 /* Marks in bits every sample occurrence the ranks of v (and the states
  * before it) delivered as valid rows in its epoch. */
-static int mark_delivered(const wds_loader *l, const level *v, const space *sp,
+static int mark_delivered(const wds_loader *l, const level *v, space *sp,
                           uint8_t *bits, size_t nbytes, wds__err *e) {
   int rc = WDS_OK;
   uint8_t *base = NULL;
   wds__epoch_plan *plans = NULL;
-  if (v->sbuf > 1 && !sp->sizes &&
-      (v->maxs == 0 || v->sbytes / v->maxs <= v->sbuf))
+  /* Whether the byte bound may have bound in v's run: then the replay
+   * needs the samples' sizes (the indexes', read once for every level). */
+  int may_bind =
+      v->sbuf > 1 && (v->maxs == 0 || v->sbytes / v->maxs <= v->sbuf);
+  if (may_bind && !sp->sizes_tried) {
+    sp->sizes_tried = 1;
+    if ((rc = space_sizes(l, sp, e)) != WDS_OK)
+      return rc;
+  }
+  if (may_bind && !sp->sizes)
     return wds__fail(
         e, WDS_ERR_INVALID,
         "resume state: saved with a shuffle buffer of %zu samples and "
