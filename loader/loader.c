@@ -682,12 +682,13 @@ void wds_loader_close(wds_loader *l) {
   wds__slots_free(l);
   wds__fields_free(l);
   wds__free_hashes(l->hashes, l->sources.urls.count);
+  /* the elastic remainder's plans (each source's: before the sources) */
+  wds__run_plan_free(&l->sources, &l->elastic_plan, l->elastic_splan);
   wds__sources_free(&l->sources); /* and its URLs */
   free(l->counts);
   free(l->spec_copy);
   free(l->index_copy);
   free(l->rank_bs);
-  wds__plan_free(&l->elastic_plan);
   free(l->elastic_from);
   free(l->cache_dir_copy);
   pthread_mutex_destroy(&l->mu);

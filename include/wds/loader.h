@@ -51,11 +51,12 @@
  * next; the samples already delivered are read but not decoded.
  * wds_loader_state() gives the position with what fixes its meaning, and
  * .resume_state resumes at it after checking it: the same configuration
- * continues as above; in exact mode (one source) another world, batch or
- * per-rank sizes, workers or shuffle buffer is an elastic resume (the new
- * ranks deliver the epoch's samples the old ones had not, each once, in
- * equal steps; in resampled mode, the count of samples it still owes);
- * anything else is refused, naming both values.
+ * continues as above; in exact mode (one source or a mix) another world,
+ * batch or per-rank sizes, workers or shuffle buffer is an elastic resume
+ * (the new ranks deliver the epoch's samples the old ones had not, each
+ * once as a valid row, in equal steps, each source its own remainder; in
+ * resampled mode, the count of samples it still owes); anything else is
+ * refused, naming both values.
  *
  * Errors: with WDS_ON_ERROR_STOP the first error (unreadable shard, corrupt
  * tar, missing field, failed decode) is returned by next() (its message in

@@ -9,7 +9,9 @@ num_workers, so exactness and equal steps are the C loader's own:
   ranges (padded by repeating the first samples, as DistributedSampler,
   or cut short with drop_last), so every worker of every rank yields the
   same number of samples, and a DataLoader(batch_size=B) the same number
-  of batches on every rank;
+  of batches on every rank; the padding repeats carry their sample's data
+  with "__valid__" False, so the valid samples of all ranks and workers
+  are every sample of the epoch once;
 - resampled mode: samples_per_epoch per rank, dealt to the workers
   (the first samples_per_epoch mod num_workers workers take one more);
 - plain mode: every shard once, ranks may differ (not for DDP).
@@ -179,7 +181,9 @@ class Dataset(_Base):
     decoder stack one fixed shape), "txt" str, "json" the parsed object,
     anything else bytes. Each sample is a dict of the fields' first
     extensions plus "__key__", "__url__" and "__valid__" (False on a row
-    the C loader marks invalid: on_error="skip").
+    the C loader marks invalid: exact mode's padding, which repeats a
+    sample with its data, or a failed sample under on_error="skip", whose
+    fields are None, "" or zeros).
 
     rank and world_size default to torch.distributed's, else the
     environment's by the C loader's rule, as wds.Loader's. In exact mode
@@ -394,7 +398,9 @@ class Dataset(_Base):
         p = f.post
         if p in ("array", "int", "bytes"):
             return v
-        if not valid:
+        if not valid and not len(v):
+            # A failed sample's row (no data). An invalid row with data is
+            # exact mode's padding: a repeat, decoded as its sample.
             return None if p != "text" else ""
         try:
             if p == "text":

@@ -620,13 +620,15 @@ class Loader:
         world size, batch or per-rank sizes, workers, shuffle buffer, mode,
         seed or data) raises ValueError naming both values, and the loader
         goes on where it was; any rank's state resumes any rank. In exact
-        mode over one source (and a saved shuffle buffer whose byte bound
-        cannot have bound: shuffle_buffer * max_sample_bytes <
-        shuffle_buffer_bytes) another world, batch or per-rank sizes,
+        mode, one source or several (and a saved shuffle buffer whose byte
+        bound the replay can follow: an index with per-sample detail for
+        every source, or shuffle_buffer * max_sample_bytes <
+        shuffle_buffer_bytes), another world, batch or per-rank sizes,
         workers or shuffle buffer is an elastic resume: the ranks deliver
-        the samples of the epoch the saving job had not, each once, in
-        equal steps (len() gives them), and later epochs are a fresh
-        run's (elastic says so)."""
+        the samples of the epoch the saving job had not (each source's,
+        with sources=), each once as a valid row (the padding is marked
+        invalid), in equal steps (len() gives them), and later epochs are
+        a fresh run's (elastic says so)."""
         mine = dict(self._args, sources=_sources_state(self._args["sources"]))
         text = state.get("state")
         if text is None and state.get("world_size", -1) not in (-1, None):
