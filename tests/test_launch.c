@@ -109,8 +109,7 @@ static void expect_refused(const bad_case *cases, size_t n) {
 
 TEST(errors_name_variable_and_value) {
   static const bad_case cases[] = {
-      {{"RANK=0", "WORLD_SIZE=2", NULL},
-       {"LOCAL_RANK is not set", "RANK='0'"}},
+      {{"RANK=0", "WORLD_SIZE=2", NULL}, {"LOCAL_RANK is not set", "RANK='0'"}},
       {{"LOCAL_RANK=0", NULL}, {"RANK is not set", "LOCAL_RANK='0'"}},
       {{"RANK=2", "WORLD_SIZE=2", "LOCAL_RANK=0", NULL}, {"RANK='2'", "0..1"}},
       {{"RANK=0", "WORLD_SIZE=6", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=4", NULL},
@@ -250,10 +249,8 @@ TEST(cpu_ranks_across_processes_need_mpi) {
   ASSERT_CONTAINS(e.msg, "4 processes without MPI");
 
   /* The process group says the same, whoever builds it. */
-  tr_pg_config pc = {.local_ranks = 2,
-                     .procs = 2,
-                     .proc_rank = 1,
-                     .host_collectives = 1};
+  tr_pg_config pc = {
+      .local_ranks = 2, .procs = 2, .proc_rank = 1, .host_collectives = 1};
   tr_pg *g = (tr_pg *)1;
   ASSERT_EQ_INT(tr_pg_create(&pc, &g, &e), WDS_ERR_INVALID);
   ASSERT_TRUE(g == NULL);

@@ -51,7 +51,7 @@
 
 extern "C" {
 #include "trainer/backend.h"
-#include "trainer/launch.h"
+#include "trainer/nccl_id.h"
 #include "trainer/procgroup.h"
 #include "wds/gpu_jpeg.h"
 }
@@ -463,37 +463,10 @@ static int cuda_group_create(const tr_group_config *c, tr_group **out,
     }
     g->owns_pg = 1;
   }
-  /* The communicator's id (launch.h): made here for one process (the
-   * threads share it in memory); under MPI made by process 0 and broadcast;
-   * without MPI derived by every process from NCCL_COMM_ID (NCCL parses
-   * the address into the id, and rank 0's ncclCommInitRank starts the
-   * bootstrap root there). */
-  {
-    const char *env = getenv("NCCL_COMM_ID");
-    int mode = tr_launch_nccl_id_mode(c->procs, tr_pg_mpi(g->pg), env, err);
-    if (mode < 0) {
-      rc = WDS_ERR_INVALID;
-      goto fail;
-    }
-    if (mode == TR_NCCL_ID_ENV || c->proc_rank == 0) {
-      ncclResult_t res = ncclGetUniqueId(&g->id);
-      if (res != ncclSuccess) {
-        rc = wds__fail(err, WDS_ERR_IO, "ncclGetUniqueId%s%s%s: %s: %s",
-                       mode == TR_NCCL_ID_ENV ? " (NCCL_COMM_ID=" : "",
-                       mode == TR_NCCL_ID_ENV ? env : "",
-                       mode == TR_NCCL_ID_ENV ? ")" : "",
-                       ncclGetErrorString(res), ncclGetLastError(NULL));
-        goto fail;
-      }
-    }
-    if (mode == TR_NCCL_ID_MPI &&
-        (rc = tr_pg_bcast(g->pg, &g->id, sizeof g->id, err)) != WDS_OK) {
-      wds__err_prefix(err, "%s",
-                      c->proc_rank == 0 ? "sending the NCCL id"
-                                        : "receiving the NCCL id");
-      goto fail;
-    }
-  }
+  /* The communicator's id (nccl_id.h): made here, by MPI_Bcast, or from
+   * NCCL_COMM_ID. */
+  if ((rc = tr_nccl_id(g->pg, c->procs, c->proc_rank, &g->id, err)) != WDS_OK)
+    goto fail;
   *out = g;
   return WDS_OK;
 fail:

@@ -29,10 +29,10 @@
 #define TR_LAUNCH_DEFAULT_PORT 29500
 
 typedef struct tr_launch {
-  int per_process;  /* 1: one process per GPU (torchrun variables) */
+  int per_process; /* 1: one process per GPU (torchrun variables) */
   int procs, proc_rank;
-  int local_rank;   /* per_process: the GPU of this process; else -1 */
-  char source[48];  /* where the topology came from, for logs */
+  int local_rank;  /* per_process: the GPU of this process; else -1 */
+  char source[48]; /* where the topology came from, for logs */
   /* per_process with procs > 1: NCCL's bootstrap address (host:port), and
    * where it came from ("NCCL_COMM_ID" or "MASTER_ADDR, MASTER_PORT + 1");
    * "" otherwise. */
@@ -42,8 +42,7 @@ typedef struct tr_launch {
 
 /* Reads the launch through get (NULL: getenv). WDS_OK, or WDS_ERR_INVALID
  * with a message naming the variables and their values. */
-int tr_launch_resolve(tr_launch *c, wds__getenv_fn get, void *ctx,
-                      wds__err *e);
+int tr_launch_resolve(tr_launch *c, wds__getenv_fn get, void *ctx, wds__err *e);
 
 /* How the backend's NCCL communicator gets its id. */
 enum {
