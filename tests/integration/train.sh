@@ -607,6 +607,19 @@ if [ "$DEVICE" = cuda ]; then
   else
     bad "H2D GB/s logged" "$(tail -2 learn.out)"
   fi
+  # One GPU is enough to check NCCL's side of the torchrun path: with
+  # NCCL_COMM_ID set, ncclGetUniqueId derives the id from the address and
+  # rank 0's ncclCommInitRank starts the bootstrap root listening there
+  # (test_nccl_id checks on the CPU that two processes derive the same id).
+  port=$((10000 + RANDOM % 22000))
+  rc=0
+  NCCL_COMM_ID=127.0.0.1:$port run --train 'train-{000..003}.tar' --batch-size 8 \
+    --gpus 1 --steps 3 --log-every 1 >commid.out 2>&1 || rc=$?
+  if ((rc == 0)) && [ "$(grep -c '^step' commid.out)" = 3 ]; then
+    ok "NCCL_COMM_ID=127.0.0.1:$port: NCCL's root at the address, 3 steps"
+  else
+    bad "NCCL_COMM_ID: the communicator from the address" "rc $rc: $(tail -3 commid.out)"
+  fi
   # Two processes, one GPU each, as torchrun starts them: no MPI, so every
   # process derives the ncclUniqueId from NCCL_COMM_ID, which wds-train
   # sets to MASTER_ADDR:MASTER_PORT+1 (rank 0's ncclCommInitRank starts
