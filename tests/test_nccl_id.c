@@ -32,8 +32,9 @@ static int id_of_process(int rank, const char *port, ncclUniqueId *id,
   char r[16], p[32];
   snprintf(r, sizeof r, "RANK=%d", rank);
   snprintf(p, sizeof p, "MASTER_PORT=%s", port);
-  const char *vars[] = {r,   "WORLD_SIZE=2", rank ? "LOCAL_RANK=1" : "LOCAL_RANK=0",
-                        p,   "MASTER_ADDR=127.0.0.1", NULL};
+  const char *vars[] = {
+      r, "WORLD_SIZE=2",          rank ? "LOCAL_RANK=1" : "LOCAL_RANK=0",
+      p, "MASTER_ADDR=127.0.0.1", NULL};
   env en = {vars};
   tr_launch l;
   int rc = tr_launch_resolve(&l, env_lookup, &en, e);
@@ -42,7 +43,8 @@ static int id_of_process(int rank, const char *port, ncclUniqueId *id,
   if ((rc = tr_launch_check_backend(&l, 0, 0, e)) != WDS_OK)
     return rc;
   setenv("NCCL_COMM_ID", l.nccl_comm_id, 1);
-  tr_pg_config pc = {.local_ranks = 1, .procs = l.procs, .proc_rank = l.proc_rank};
+  tr_pg_config pc = {
+      .local_ranks = 1, .procs = l.procs, .proc_rank = l.proc_rank};
   tr_pg *g;
   if ((rc = tr_pg_create(&pc, &g, e)) != WDS_OK)
     return rc;
@@ -127,10 +129,10 @@ typedef struct form {
 } form;
 
 TEST(launch_and_nccl_agree_on_the_forms) {
-  static const form forms[] = {
-      {"127.0.0.1:7000", 1, 1}, {"[::1]:7000", 1, 1}, {"localhost:7000", 1, 1},
-      {"host", 0, 0},           {"::1:7000", 0, 0},   {":7000", 0, 0},
-      {"127.0.0.1:", 0, 1},     {"127.0.0.1:0", 0, 1}};
+  static const form forms[] = {{"127.0.0.1:7000", 1, 1}, {"[::1]:7000", 1, 1},
+                               {"localhost:7000", 1, 1}, {"host", 0, 0},
+                               {"::1:7000", 0, 0},       {":7000", 0, 0},
+                               {"127.0.0.1:", 0, 1},     {"127.0.0.1:0", 0, 1}};
   for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
     char v[64];
     snprintf(v, sizeof v, "NCCL_COMM_ID=%s", forms[i].v);

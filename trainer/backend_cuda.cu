@@ -244,7 +244,8 @@ static int nccl_done(tr_rank *r, ncclResult_t res, const char *call,
   if (res != ncclSuccess && res != ncclInProgress)
     return nccl_fail(r, res, call, err);
   double t0 = now_s();
-  const char *flag = deadline_s > 0 ? "--rdv-timeout" : "--collective-timeout";
+  const char *flag = deadline_s > 0 ? "the 300 s wait for every process"
+                                    : "--collective-timeout";
   if (deadline_s <= 0)
     deadline_s = collective_deadline(r);
   for (unsigned spins = 0;; spins++) {

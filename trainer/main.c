@@ -709,8 +709,9 @@ static int run_main(int argc, char **argv) {
   }
 
   /* SIGINT, SIGTERM, SIGHUP: the loaders are cancelled (a blocked read
-   * wakes), rank 0 stops before the next step, the job's other processes
-   * are aborted through its links, and the run says how far it got. */
+   * wakes), rank 0 stops before the next step, the run says how far it got
+   * and exits with an error, which ends the job's other processes (under
+   * MPI, MPI_Abort; under torchrun, its agent). */
   tool_signals_install();
   o.interrupted = tool_signal_caught;
   o.watch_loader = tool_signals_loader;
