@@ -25,9 +25,18 @@
  *   count.c    exact mode's per-shard counts: the index, or a counting pass
  *   mix.c      several sources: their URLs, exact mode's per-source plans,
  *              a worker's feeds (one per source) and the choice between them
+ *   plan.c     an epoch's plan (plan.h): shard order, rank and worker split
+ *   state.c    the saved position (wds_loader_state), its check at open and
+ *              the elastic resume's replay
+ *   defer.c    deferred reads (pread as a sample leaves the shuffle buffer)
+ *   pool.c     the slot allocators (pinned with CUDA)
+ *   options.c  the option table and the rules between options
+ *   index*.c, fieldspec.c, jpeg_gpu*.{c,cu}: the index format, --decode
+ *              strings, the GPU JPEG decoder (their headers say more)
  *
  * Threads, locks and invariants are described in loader.c; who writes
- * which of the handle's fields, in struct wds_loader's comment. */
+ * which of the handle's fields, in struct wds_loader's comment (handle.h,
+ * which feed.c, count.c and mix.c cannot include). */
 #ifndef WDS_LOADER_INTERNAL_H
 #define WDS_LOADER_INTERNAL_H
 

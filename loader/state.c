@@ -21,6 +21,9 @@
  *   shuffle_buffer=..  shuffle_initial=..  shuffle_buffer_bytes=..
  *   samples_per_epoch=..  data=HEX (FNV-1a 64 of the shard list, the
  *   sources' shares and, in exact mode, the per-shard counts)
+ *   max_sample_bytes=.. (what the elastic replay's byte bound needs)
+ *   from=HEX (empty, or inside an elastic resume's remainder the state it
+ *   resumed from, hex-encoded: the remainder's positions are its)
  *   check=HEX (FNV-1a 64 of every byte before the line)
  *
  * A text that does not start with the first line is foreign; another

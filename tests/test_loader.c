@@ -282,6 +282,50 @@ TEST(open_time_errors_name_counts_and_remedies) {
 
 /* ---- the DistributedSampler cases ---- */
 
+/* drop_last decides the last batch's policy when last_batch is not given
+ * (WDS_LOADER_CONFIG_INIT's WDS_LAST_AUTO), in the library for every front
+ * end (torch's drop_last); a policy given explicitly wins. 10 samples,
+ * batches of 4: 2 batches dropping the partial one, 3 keeping it. */
+TEST(drop_last_decides_an_unset_last_batch) {
+  uint64_t counts[2] = {6, 4};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 2, counts, -1), 0);
+  static const struct {
+    int drop, last; /* last -1: not given */
+    uint64_t batches;
+    const char *state;
+  } cases[] = {{1, -1, 2, "last_batch=drop"},
+               {0, -1, 3, "last_batch=keep"},
+               {1, WDS_LAST_KEEP, 3, "last_batch=keep"},
+               {0, WDS_LAST_DROP, 2, "last_batch=drop"},
+               {1, WDS_LAST_PAD, 3, "last_batch=pad"}};
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    wds_loader_config c = base_cfg(&s);
+    ASSERT_EQ_INT(c.last_batch, WDS_LAST_AUTO);
+    c.mode = WDS_MODE_EXACT;
+    c.batch_size = 4;
+    c.workers = 1;
+    c.drop_last = cases[k].drop;
+    if (cases[k].last >= 0)
+      c.last_batch = (wds_last_batch)cases[k].last;
+    ASSERT_EQ_INT(wds_loader_config_check(&c, WDS_OPTION_NAMES_KEYWORD),
+                  WDS_OK);
+    wds_loader *l = NULL;
+    ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+    ASSERT_EQ_U64(wds_loader_epoch_batches(l), cases[k].batches);
+    char *st = NULL;
+    ASSERT_EQ_INT(wds_loader_state(l, &st), WDS_OK);
+    ASSERT_CONTAINS(st, cases[k].state);
+    free(st);
+    run_out o;
+    ASSERT_EQ_INT(run_cfg(&c, &o), WDS_OK);
+    ASSERT_EQ_U64(o.batches, cases[k].batches);
+    out_free(&o);
+    wds_loader_close(l);
+  }
+  shardset_free(&s);
+}
+
 /* torch.utils.data.DistributedSampler + DataLoader, per rank:
  *   num_samples = ceil((N - world) / world) if drop_last and N % world
  *                 else ceil(N / world)
@@ -2756,6 +2800,7 @@ int main(void) {
   RUN(plain_plan_splits_by_rank_then_worker);
   RUN(shard_order_changes_with_epoch_not_rank);
   RUN(open_time_errors_name_counts_and_remedies);
+  RUN(drop_last_decides_an_unset_last_batch);
   RUN(distributed_sampler_cases);
   RUN(rank_split_by_weights);
   RUN(plan_with_rank_weights);

@@ -283,6 +283,9 @@ TEST(exact_repeats_and_proportions_per_epoch) {
           c.rank = rank;
           c.batch_size = 4;
           c.drop_last = drop;
+          /* drop_last's sampler tail only: every row of a partial last
+           * batch counted (drop_last alone drops that batch too) */
+          c.last_batch = WDS_LAST_KEEP;
           c.shuffle_buffer = 5;
           c.seed = 21;
           c.epoch = (uint64_t)epoch;

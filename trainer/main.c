@@ -533,8 +533,6 @@ static int run_main(int argc, char **argv) {
   if (lo.cfg.mode == WDS_MODE_PLAIN)
     return usage_error("--mode plain gives ranks unequal steps: wds-train "
                        "takes exact or resampled");
-  if (lo.last_batch_given)
-    lo.cfg.last_batch = lo.last_batch;
   if (lo.cfg.rank_batch_size_count && batch_given)
     return usage_error("%s", "--batch-size and --rank-batch-sizes: give "
                              "one (--rank-batch-sizes sets every rank's)");

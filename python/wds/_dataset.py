@@ -41,8 +41,10 @@ import operator
 
 import numpy as np
 
-from ._loader import Loader, _torch_rank_world
+from ._loader import Loader, _option_doc, _torch_rank_world
 from ._wds import _topology
+from ._wds import check_loader_options as _check_loader_options
+from ._wds import loader_options as _loader_options
 
 _IMAGE_EXTS = ("jpg", "jpeg", "png")
 _INT_EXTS = ("cls", "cls2", "index", "inx", "id")
@@ -148,6 +150,9 @@ def _decode_image(data, how, name):
     return a
 
 
+_ROWS = frozenset(name for name, _ in _loader_options())
+
+
 def _worker():
     """(worker id, worker count) of the DataLoader worker this runs in."""
     try:
@@ -212,12 +217,14 @@ class Dataset(_Base):
                 raise TypeError(f"Dataset: {bad}= is not a Dataset keyword "
                                 f"(batch with the DataLoader or .batched; "
                                 f"threads= is the C loader's workers)")
-        if mode not in ("exact", "resampled", "plain"):
-            raise ValueError(f"Dataset: mode={mode!r}: 'exact', "
-                             f"'resampled' or 'plain'")
-        if mode == "resampled" and not samples_per_epoch:
-            raise ValueError("Dataset: mode='resampled' needs "
-                             "samples_per_epoch (per rank)")
+        # The options' values and the rules between them are the
+        # library's (wds_loader_config_check, naming keywords), checked
+        # here: the loaders open later, in the DataLoader's workers.
+        _check_loader_options(
+            mode=mode, rank=rank, world_size=world_size,
+            samples_per_epoch=samples_per_epoch, index=index,
+            drop_last=drop_last, shuffle_buffer=shuffle_buffer,
+            **{k: v for k, v in loader_options.items() if k in _ROWS})
         self._fields = _fields(fields)
         self._spec = spec if isinstance(spec, (str, bytes)) or spec is None \
             else list(spec)
@@ -540,6 +547,13 @@ class Dataset(_Base):
         self._resume = {"epoch": epoch, "workers": workers.pop(),
                         "streams": streams}
         self._state = None
+
+
+# The option list, from the library's table: the rows wds.Dataset takes
+# (its own keywords and **loader_options), not those it refuses.
+_DATASET_SKIP = ("resume_batches", "batch_size", "workers", "last_batch",
+                 "jpeg_decode", "eager_next_epoch")
+Dataset.__doc__ += _option_doc(skip=_DATASET_SKIP)
 
 
 def _worker_states(state):

@@ -109,6 +109,16 @@ fi
 if run_ok plain_drop plain_drop "$SPEC" --decode cls --batch-size 4 --last-batch drop; then
   check plain_drop_lines test "$(wc -l <plain_drop.txt)" -eq 8
 fi
+# --drop-last without --last-batch drops the partial last batch in every
+# mode (the library's rule: last_batch's unset default); --last-batch given
+# wins, before or after it.
+if run_ok plain_drop_last plain_drop_last "$SPEC" --decode cls --batch-size 4 --drop-last; then
+  check plain_drop_last_drops_the_last_batch test "$(wc -l <plain_drop_last.txt)" -eq 8
+fi
+if run_ok plain_drop_last_keep plain_drop_last_keep "$SPEC" --decode cls --batch-size 4 \
+  --last-batch keep --drop-last; then
+  check plain_drop_last_keep_given_wins test "$(wc -l <plain_drop_last_keep.txt)" -eq 9
+fi
 
 # ------------------------------------------------------------- exact mode
 # exact_case NAME WORLD BATCH EXTRA...: checks one configuration over all ranks.
@@ -501,6 +511,13 @@ usage_case on_error --on-error "$SPEC" --decode cls --on-error ignore
 usage_case rank_world --rank "$SPEC" --decode cls --rank 2 --world 2
 usage_case world_zero --world "$SPEC" --decode cls --world 0
 usage_case resampled_needs_count --samples-per-epoch "$SPEC" --decode cls --mode resampled
+# The options a mode ignores, given: an error naming the option and the mode.
+usage_case resampled_shard_order '--no-shard-shuffle is not used in --mode resampled' \
+  "$SPEC" --decode cls --mode resampled --samples-per-epoch 8 --no-shard-shuffle
+usage_case exact_samples_per_epoch '--samples-per-epoch is not used in --mode exact' \
+  "$SPEC" --decode cls --mode exact --samples-per-epoch 8
+usage_case plain_index '--index is only used in --mode exact' \
+  "$SPEC" --decode cls --index x.json
 usage_case epochs_zero --epochs "$SPEC" --decode cls --epochs 0
 usage_case prefetch_one --prefetch "$SPEC" --decode cls --prefetch 1
 usage_case max_sample_bytes --max-sample-bytes "$SPEC" --decode cls --max-sample-bytes 12Q
