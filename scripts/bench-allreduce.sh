@@ -3,10 +3,11 @@
 # "Gradient sum across processes"). Usage:
 #   [MB=100] [REPEAT=5] [PROCS="2 4"] [NETS="lo netns"] scripts/bench-allreduce.sh [BUILD_DIR]
 # For each network and process count, in one run on the same machine: the
-# rendezvous' star sum (every process's buffer to process 0 over a data
-# link, summed there in rank order, sent back: (P-1) x MB through process 0
-# each way; over loopback only) and MPI's (alltoall of slices, each slice
-# summed in rank order, allgather: about 2 (P-1)/P x MB per process); the
+# star sum (WDS_TRAIN_MPI_SUM=star: every process's buffer gathered at
+# process 0, summed there in rank order, broadcast back: (P-1) x MB through
+# process 0 each way, as the retired rendezvous' data links moved it, now
+# over MPI; over loopback only) and the default (alltoall of slices, each
+# slice summed in rank order, allgather: about 2 (P-1)/P x MB per process); the
 # median seconds of REPEAT all-reduces of MB megabytes of floats, and the
 # result's checksum, which is the same for both (the same bits).
 #   lo:    every process here, over loopback (mpirun -np P).
@@ -44,14 +45,7 @@ for net in $NETS; do
   for p in $PROCS; do
     echo "# $net, $p processes"
     if [ "$net" = lo ]; then
-      port=$((20000 + RANDOM % 20000))
-      pids=()
-      for ((r = 1; r < p; r++)); do
-        "$bin" "$MB" "$REPEAT" "$p" "$r" "$port" &
-        pids+=($!)
-      done
-      "$bin" "$MB" "$REPEAT" "$p" 0 "$port"
-      for pid in "${pids[@]}"; do wait "$pid"; done
+      WDS_TRAIN_MPI_SUM=star "$mpiexec" -n "$p" "${over[@]}" "$bin" "$MB" "$REPEAT"
       "$mpiexec" -n "$p" "${over[@]}" "$bin" "$MB" "$REPEAT"
     else
       netns_mpi "$mpiexec" "$tmp" $((p / 2)) || { echo "bench-allreduce.sh: $NETNS_ERR" >&2; exit 1; }
