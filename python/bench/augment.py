@@ -173,8 +173,10 @@ def main():
                                   persistent_workers=True)
         for _ in dl:  # warm-up epoch
             pass
-        # persistent_workers: the same worker processes serve the next epoch
-        pids = [os.getpid()] + [w.pid for w in dl._iterator._workers]
+        # persistent_workers: the same worker processes serve the next
+        # epoch; WebLoader is a DataPipeline around the DataLoader
+        torch_dl = dl.pipeline[0]
+        pids = [os.getpid()] + [w.pid for w in torch_dl._iterator._workers]
         c0 = sum(proc_cpu(p) for p in pids)
         t0 = time.perf_counter()
         n = 0
