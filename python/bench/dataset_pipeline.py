@@ -25,6 +25,7 @@ import sys
 import time
 import zlib
 
+import numpy as np
 import torch
 from torchvision.transforms import v2
 
@@ -50,7 +51,14 @@ class Pipe:
         ])
 
     def __call__(self, sample):  # a dict with jpg (HWC array or CHW tensor), txt, cls
-        return self.t(sample["jpg"]), tokenize(sample["txt"]), sample["cls"]
+        img = sample["jpg"]
+        if isinstance(img, np.ndarray):
+            # wds.Dataset's HWC uint8 array as the CHW view of the same memory,
+            # the form webdataset's "torchrgb8" hands over: v2.ToImage would
+            # copy it into a contiguous CHW tensor, and the pipeline costs
+            # about 4% more CPU on that (median of 7 interleaved rounds).
+            img = torch.from_numpy(img).permute(2, 0, 1)
+        return self.t(img), tokenize(sample["txt"]), sample["cls"]
 
 
 class Captions:
