@@ -13,7 +13,10 @@
 # Environment: RUNS (default 3) rounds, WORKERS (default 2) for the loader
 # rows, SECTIONS (default "image loader"). Every figure is the median of
 # RUNS; the loaders' rounds alternate, and their ratio is the median of the
-# rounds' ratios (python/bench/augment.py says what each row measures).
+# rounds' ratios (python/bench/augment.py says what each row measures). The
+# loaders' rows give the wall-clock rate and the CPU time per sample (the
+# process's and the DataLoader workers', user + system): on a shared machine
+# the CPU-time ratio (webdataset's / wds's) is the steadier of the two.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/lib-bench.sh"
@@ -103,14 +106,23 @@ fi
 if [[ " $SECTIONS " == *" loader "* ]]; then
   # rounds alternate the two loaders, so that a change of load hits both;
   # the ratio is the median of the rounds' ratios
-  wd="" ws="" rs=""
+  # loader_run KIND: "samples/s CPU-ms/sample" of one run
+  loader_run() {
+    local out
+    out=$("$PY" "$root/python/bench/augment.py" "$1" "${shards[@]}" --workers "$WORKERS") ||
+      die "$1 failed"
+    "$PY" -c 'import json,sys; j = json.loads(sys.stdin.read().splitlines()[-1]); print(j["samples_per_s"], j["cpu_ms_per_sample"])' <<<"$out"
+  }
+  wd="" ws="" rs="" cd="" cs="" cr=""
   for _ in $(seq "$RUNS"); do
-    a=$(RUNS=1 one samples_per_s loader-webdataset --workers "$WORKERS")
-    b=$(RUNS=1 one samples_per_s loader-wds --workers "$WORKERS")
+    read -r a ac < <(loader_run loader-webdataset)
+    read -r b bc < <(loader_run loader-wds)
     wd+="$a " ws+="$b " rs+="$("$PY" -c "print($b / $a)") "
+    cd+="$ac " cs+="$bc " cr+="$("$PY" -c "print($ac / $bc)") "
   done
-  printf '%-44s %10s\n' "loaders, $WORKERS workers, batches of 64" "samples/s"
-  printf '%-44s %10s\n' "loader-webdataset" "$(tr ' ' '\n' <<<"$wd" | grep . | bench_median)"
-  printf '%-44s %10s\n' "loader-wds" "$(tr ' ' '\n' <<<"$ws" | grep . | bench_median)"
-  printf '%-44s %10s\n' "wds / webdataset (median of the rounds)" "$(tr ' ' '\n' <<<"$rs" | grep . | bench_median)"
+  med() { tr ' ' '\n' <<<"$1" | grep . | bench_median; }
+  printf '%-44s %10s %14s\n' "loaders, $WORKERS workers, batches of 64" "samples/s" "CPU ms/sample"
+  printf '%-44s %10s %14s\n' "loader-webdataset" "$(med "$wd")" "$(med "$cd")"
+  printf '%-44s %10s %14s\n' "loader-wds" "$(med "$ws")" "$(med "$cs")"
+  printf '%-44s %10s %14s\n' "wds / webdataset (median of the rounds)" "$(med "$rs")" "$(med "$cr")"
 fi

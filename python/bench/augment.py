@@ -29,12 +29,17 @@ bench/augment_baseline.c, timed the same way)
                  .to_tuple("jpg", "cls").map_tuple(the v2 pipeline, int)
                  .batched(B) in webdataset.WebLoader(batch_size=None,
                  num_workers=--workers), as webdataset's docs show it
-Prints {"kind", "images", "seconds", "ms_per_image", "samples_per_s"}.
+Prints {"kind", "images", "seconds", "ms_per_image", "samples_per_s",
+"cpu_ms_per_sample"}; the last, for the loader kinds only, is the CPU time
+(user + system) of the timed epoch per sample, of the process and, for
+webdataset, its DataLoader's worker processes: a loaded machine moves it
+less than the wall time.
 """
 
 import argparse
 import io
 import json
+import os
 import sys
 import tarfile
 import time
@@ -108,6 +113,13 @@ def per_image(kind, shards, n):
     return time.thread_time() - t0, len(data)
 
 
+def proc_cpu(pid):
+    """User + system CPU seconds of process pid (all its threads) so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wds_spec(shards):
     return "::".join(shards)
 
@@ -120,6 +132,7 @@ def wds_epoch(spec, batch, workers, **kw):
                     workers=workers, crop="random", **kw) as lo:
         for _ in lo:  # warm-up epoch: threads, page cache
             pass
+        c0 = proc_cpu(os.getpid())
         t0 = time.perf_counter()
         n = 0
         for b in lo:
@@ -127,8 +140,9 @@ def wds_epoch(spec, batch, workers, **kw):
             np.asarray(b["cls"])
             n += b.rows
         sec = time.perf_counter() - t0
+        cpu = proc_cpu(os.getpid()) - c0
         st = lo.stats()
-    return sec, n, st
+    return sec, n, st, cpu
 
 
 def main():
@@ -141,11 +155,12 @@ def main():
     ap.add_argument("--epochs", type=int, default=1)
     a = ap.parse_args()
     k = a.kind
+    cpu = None
     norm = dict(image_dtype="float32", normalize_mean=MEAN, normalize_std=STD)
     if k in ("jitter-pil", "jitter-tensor", "pipe-pil", "pipe-tensor"):
         sec, n = per_image(k, a.shards, a.images)
     elif k == "loader-wds":
-        sec, n, _ = wds_epoch(wds_spec(a.shards), a.batch_size, a.workers,
+        sec, n, _, cpu = wds_epoch(wds_spec(a.shards), a.batch_size, a.workers,
                               **JITTER, **norm)
     elif k == "loader-webdataset":
         import webdataset
@@ -158,16 +173,23 @@ def main():
                                   persistent_workers=True)
         for _ in dl:  # warm-up epoch
             pass
+        # persistent_workers: the same worker processes serve the next
+        # epoch; WebLoader is a DataPipeline around the DataLoader
+        torch_dl = dl.pipeline[0]
+        pids = [os.getpid()] + [w.pid for w in torch_dl._iterator._workers]
+        c0 = sum(proc_cpu(p) for p in pids)
         t0 = time.perf_counter()
         n = 0
         for x, y in dl:
             n += len(y)
         sec = time.perf_counter() - t0
+        cpu = sum(proc_cpu(p) for p in pids) - c0
     else:
         sys.exit(f"augment.py: unknown kind {k}")
     print(json.dumps({"kind": k, "images": n, "seconds": round(sec, 4),
                       "ms_per_image": round(sec / n * 1e3, 4),
-                      "samples_per_s": round(n / sec, 1)}))
+                      "samples_per_s": round(n / sec, 1),
+                      "cpu_ms_per_sample": None if cpu is None else round(cpu / n * 1e3, 3)}))
 
 
 if __name__ == "__main__":
