@@ -63,6 +63,7 @@ from ._wds import (
 from ._device import DeviceBatch
 from ._loader import Batch, Loader, Source
 from ._reader import Index, Reader
+from ._transform import TransformError
 from ._writer import ShardWriter
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "BytesField",
     "DeviceBatch",
     "Loader",
+    "TransformError",
     "CancelledError",
     "CommandError",
     "CorruptError",
