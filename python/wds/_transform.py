@@ -426,15 +426,21 @@ class Pipeline:
                              f"expected 'forkserver', 'spawn' or 'fork'")
         if method == "fork":
             try:
-                threads = len(os.listdir("/proc/self/task"))
+                tasks = os.listdir("/proc/self/task")
+                names = []
+                for t in tasks:
+                    with open(f"/proc/self/task/{t}/comm") as f:
+                        names.append(f.read().strip())
             except OSError:
-                threads = 0
-            if threads != 1:
+                tasks, names = [], []
+            if len(tasks) != 1:
                 raise ValueError(
                     f"Loader: transform_start_method='fork' with "
-                    f"{threads or 'an unknown number of'} threads in this "
-                    f"process: a forked child would inherit their locks in "
-                    f"any state; use 'forkserver' or 'spawn'")
+                    f"{len(tasks) or 'an unknown number of'} threads in this "
+                    f"process ({', '.join(names)}; numpy's OpenBLAS starts "
+                    f"one pool at import unless OPENBLAS_NUM_THREADS=1): a "
+                    f"forked child would inherit their locks in any state; "
+                    f"use 'forkserver' (the default) or 'spawn'")
             payload = self._fn
         else:
             try:
