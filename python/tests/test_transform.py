@@ -369,3 +369,23 @@ def test_bad_arguments(spec):
     with pytest.raises(ValueError):
         wds.Loader(spec, FIELDS, 8, transform=tf.augment, prefetch=-3)
     assert shm_mine() == []
+
+
+@pytest.mark.gpu
+def test_device_copies_the_transformed_block(spec):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    kw = dict(workers=1, seed=2, transform=tf.augment, transform_workers=2)
+    with wds.Loader(spec, FIELDS, 8, **kw) as ld:
+        want = run(ld)
+    got = []
+    with wds.Loader(spec, FIELDS, 8, device="cuda", **kw) as ld:
+        for b in ld:
+            assert b["img"].device.type == "cuda" and b.valid.is_cuda
+            got.append((b["img"].cpu().numpy(), b.valid.cpu().numpy()))
+        assert all(blk.pinned for blk in ld._tx._all
+                   if blk in ld._tx._free_out)  # page-locked output blocks
+    assert len(got) == len(want)
+    for (img, valid), (_, f, v) in zip(got, want):
+        assert np.array_equal(img, f["img"]) and np.array_equal(valid, v)
