@@ -235,6 +235,29 @@ def test_worker_killed_is_an_error_not_a_hang(spec):
     assert time.monotonic() - t < 60
     assert not any(alive(p) for p in pids)
     assert shm_mine() == before == []
+    # killed from outside between batches: the next batch says so
+    with wds.Loader(spec, FIELDS, 8, transform=tf.augment,
+                    transform_workers=2, workers=1) as ld:
+        it = iter(ld)
+        next(it)
+        victim = ld._tx.workers[1].pid
+        os.kill(victim, signal.SIGKILL)
+        with pytest.raises(wds.TransformError,
+                           match=f"worker 1 \\(pid {victim}\\) died"):
+            for _ in range(10):
+                next(it)
+    assert shm_mine() == []
+    # killed while nothing is in flight (between epochs): the next batch's
+    # hand-over finds its pipe broken, and says which worker died
+    with wds.Loader(spec, FIELDS, 8, transform=tf.augment,
+                    transform_workers=2, workers=1) as ld:
+        run(ld)
+        w = ld._tx.workers[0]
+        os.kill(w.pid, signal.SIGKILL)
+        w.join(30)
+        with pytest.raises(wds.TransformError, match="worker 0 .*SIGKILL"):
+            ld.next()
+    assert shm_mine() == []
 
 
 def test_timeout_stops_the_pool(spec):

@@ -621,10 +621,14 @@ class Pipeline:
             lo, hi = w * per, min(rows, (w + 1) * per)
             if lo >= hi:
                 continue
-            self._conns[w].send((bid, blk.shm.name, desc, lo, hi,
-                                 keys[lo:hi], urls[lo:hi], epoch, self._seed,
-                                 None if out is None else out.shm.name,
-                                 layout, offs, rows))
+            try:
+                self._conns[w].send((bid, blk.shm.name, desc, lo, hi,
+                                     keys[lo:hi], urls[lo:hi], epoch,
+                                     self._seed,
+                                     None if out is None else out.shm.name,
+                                     layout, offs, rows))
+            except OSError:  # BrokenPipeError: the worker is gone
+                self._died(w, ent)
             ent["pending"] += 1
 
     def head_state(self):
