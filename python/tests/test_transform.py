@@ -267,8 +267,8 @@ def test_timeout_stops_the_pool(spec):
         pids = [p.pid for p in ld._tx.workers]
         t = time.monotonic()
         with pytest.raises(TimeoutError, match="transform_timeout"):
-            ld.next()
-        assert time.monotonic() - t < 20
+            run(ld)  # k0003's batch: wherever the shard order puts it
+        assert time.monotonic() - t < 120  # k0003 sleeps 300 s
     assert not any(alive(p) for p in pids) and shm_mine() == []
 
 

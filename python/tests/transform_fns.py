@@ -46,7 +46,7 @@ def dies_on_k9(s):
 
 def sleeps_on_k3(s):
     if s["__key__"] == "k0003":
-        time.sleep(30)
+        time.sleep(300)
     return augment(s)
 
 
