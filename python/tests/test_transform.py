@@ -172,6 +172,14 @@ def test_resume_mid_epoch(spec):
         next(it)
         ld.load_state_dict(st)
         same(run(ld), full[3:])
+        # set_epoch with batches in flight: they are dropped
+        next(iter(ld))
+        ld.set_epoch(1)
+        assert "epoch=1 batches=0" in repr(ld)
+        e1 = run(ld)
+    with wds.Loader(spec, FIELDS, 8, epoch=1, **kw) as ld:
+        same(e1, run(ld))
+    assert [x[0] for x in e1] != [x[0] for x in full]  # another order
 
 
 def test_fn_raising_names_the_sample(spec):
