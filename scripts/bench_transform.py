@@ -155,17 +155,22 @@ def run_dataset(spec, n, workers):
     return rows, time.perf_counter() - t, last - c
 
 
+_SEEN = {}
+
+
 def _cpu(pids=()):
-    """CPU seconds of this process (all its threads) and of pids."""
+    """CPU seconds of this process (all its threads) and of pids (a pid
+    gone counts its last reading)."""
     t = time.process_time()
     tick = os.sysconf("SC_CLK_TCK")
     for p in pids:
         try:
             with open(f"/proc/{p}/stat") as f:
                 v = f.read().rsplit(")", 1)[1].split()
-            t += (int(v[11]) + int(v[12])) / tick
+            _SEEN[p] = (int(v[11]) + int(v[12])) / tick
         except OSError:
             pass
+        t += _SEEN.get(p, 0.0)
     return t
 
 
