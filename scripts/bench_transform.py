@@ -63,6 +63,24 @@ def fn(sample):
             "cls": sample["cls"]}
 
 
+def fn_python(sample):
+    """A GIL-bound transform: pure-Python work (a tokenizer's or a PIL
+    glue loop's kind, ~5 ms) and a crop."""
+    acc = 0
+    for i in range(60000):
+        acc = (acc * 31 + i) & 0xFFFF
+    a = sample["jpg"][16:240, 16:240]
+    return {"jpg": np.ascontiguousarray(a), "cls": sample["cls"] + acc * 0}
+
+
+def fn_sleep(sample):
+    """No CPU: 10 ms of waiting (an I/O-bound fn); shows the pipeline's
+    parallelism and overhead apart from the CPU the machine gives."""
+    time.sleep(0.01)
+    return {"jpg": np.ascontiguousarray(sample["jpg"][16:240, 16:240]),
+            "cls": sample["cls"]}
+
+
 def fn_tuple(sample):
     o = fn(sample)
     return o["jpg"], o["cls"]
@@ -124,8 +142,10 @@ def run_threads(spec, n, threads):
             outs = list(ex.map(lambda r: fn({"jpg": imgs[r],
                                              "cls": int(cls[r])}),
                                range(b.rows)))
-            stack = (torch.stack([o["jpg"] for o in outs]) if torch
-                     else np.stack([o["jpg"] for o in outs]))
+            first = outs[0]["jpg"]
+            stack = (np.stack([o["jpg"] for o in outs])
+                     if isinstance(first, np.ndarray)
+                     else torch.stack([o["jpg"] for o in outs]))
             del stack
             b.release()
             if t is None:
@@ -180,7 +200,14 @@ def main():
     ap.add_argument("--dir", default="/tmp/wds-bench-transform")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--only", default="")
+    ap.add_argument("--fn", default="torchvision",
+                    choices=("torchvision", "python", "sleep"))
     a = ap.parse_args()
+    global fn
+    if a.fn == "python":
+        fn = fn_python
+    elif a.fn == "sleep":
+        fn = fn_sleep
     d = os.path.join(a.dir, str(a.images))
     make_shards(d, a.images)
     spec = spec_of(d)
@@ -197,8 +224,11 @@ def main():
             confs.append((f"dataset-{w}", lambda w=w: run_dataset(
                 spec, a.images, w)))
     only = set(x for x in a.only.split(",") if x)
-    print(f"# {a.images} 256x256 JPEGs, batch 64, fn: "
-          f"{'torchvision v2 RRC224+flip+ColorJitter+Normalize' if torch else 'numpy'}"
+    what = ("pure-Python loop + crop" if a.fn == "python" else
+            "sleep 10 ms + crop" if a.fn == "sleep" else
+            "torchvision v2 RRC224+flip+ColorJitter+Normalize" if torch
+            else "numpy")
+    print(f"# {a.images} 256x256 JPEGs, batch 64, fn: {what}"
           f", {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
     for name, f in confs:
         if only and name not in only:
