@@ -666,6 +666,12 @@ class Loader:
                 return head
         return self._l.state()
 
+    def _position(self):
+        """(epoch, batches given out): transform=: before the oldest batch
+        still in flight."""
+        head = None if self._tx is None else self._tx.head_state()
+        return self._l.position() if head is None else _saved(head)
+
     def __len__(self):
         n = self._l.epoch_batches()
         if n == 0:
@@ -681,9 +687,7 @@ class Loader:
 
     @property
     def epoch(self):
-        if self._tx is not None and self._tx.head_state() is not None:
-            return _saved(self._tx.head_state())[0]
-        return self._l.position()[0]
+        return self._position()[0]
 
     def state_dict(self):
         """The position (epoch, batches delivered in it) and the options,
@@ -694,7 +698,7 @@ class Loader:
         load_state_dict checks; "world_size" is the world the loader ran
         on (from torch.distributed or the environment when not given)."""
         text = self._state_text()
-        e, n = _saved(text)
+        e, n = self._position()
         world = int(text.split("\nworld_size=", 1)[1].split("\n", 1)[0])
         return {"epoch": e, "batches": n,
                 "seed": self._args["seed"], "batch_size": self._args["batch_size"],
@@ -850,7 +854,7 @@ class Loader:
                 else repr(a["spec"]))
         if self._l.closed:
             return f"<wds.Loader {what} closed>"
-        e, n = _saved(self._state_text())
+        e, n = self._position()
         rank = "" if a["rank"] < 0 else f" rank={a['rank']}/{a['world_size']}"
         return (f"<wds.Loader {what} fields={a['fields']!r} "
                 f"batch_size={a['batch_size']} mode={a['mode']!r}{rank} "
