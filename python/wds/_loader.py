@@ -314,7 +314,9 @@ class Loader:
     max_window_bytes=None, max_unverified_bytes=None, crop_scale=None,
     crop_ratio=None, flip_prob=None, brightness=None, contrast=None,
     saturation=None, hue=None, image_dtype="uint8", normalize_mean=None,
-    normalize_std=None)
+    normalize_std=None, transform=None, transform_workers=2,
+    transform_fields=None, transform_start_method=None,
+    transform_timeout=None, image="numpy")
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -481,7 +483,7 @@ class Loader:
                 fields, transform, transform_workers, transform_fields,
                 transform_start_method, transform_timeout, image, on_error,
                 seed, device)
-        elif image != "numpy" or transform_fields is not None:
+        elif image not in (None, "numpy") or transform_fields is not None:
             raise ValueError("Loader: image= and transform_fields= go with "
                              "transform=")
         # None: not given (torch.distributed's, else the environment's);
@@ -566,6 +568,8 @@ class Loader:
         if not callable(fn):
             raise TypeError(f"Loader: transform must be callable, not "
                             f"{type(fn).__name__}")
+        image = "numpy" if image is None else image
+        workers = 2 if workers is None else workers  # None: the default
         if image not in ("numpy", "torch", "pil"):
             raise ValueError(f"Loader: image {image!r}: expected 'numpy', "
                              f"'torch' or 'pil'")
