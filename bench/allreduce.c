@@ -3,10 +3,10 @@
  * has the figures). One rank thread per process, MB megabytes of floats.
  *
  *   under mpirun:   wds_bench_allreduce MB REPEAT
- *                   (MPI: alltoall of slices, ordered sums, allgather)
- *   rendezvous:     wds_bench_allreduce MB REPEAT PROCS RANK PORT
- *                   (the data links: every process's buffer to process 0,
- *                   summed there, sent back)
+ *                   (MPI: alltoall of slices, ordered sums, allgather;
+ *                   with WDS_TRAIN_MPI_SUM=star the reference: every
+ *                   buffer gathered at process 0, summed, broadcast back,
+ *                   as the retired rendezvous' star sum moved it)
  *
  * Process 0 prints one line: the method, processes, megabytes, the median
  * seconds per all-reduce and the checksum of the result (the same for both
@@ -34,40 +34,34 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 3 && argc != 6) {
-    fprintf(stderr, "usage: wds_bench_allreduce MB REPEAT [PROCS RANK PORT]\n");
+  if (argc != 3) {
+    fprintf(stderr, "usage: mpirun -np N wds_bench_allreduce MB REPEAT\n");
     return 2;
   }
   size_t mb = strtoul(argv[1], NULL, 10);
   int repeat = atoi(argv[2]);
   tr_pg_config c = {.local_ranks = 1,
                     .procs = 1,
-                    .master_addr = "127.0.0.1",
-                    .rdv_timeout_ms = 60000,
-                    .host_links = 1,
+                    .host_collectives = 1,
                     .collective_timeout_ms = 600000};
-  const char *method = "star (rendezvous data links)";
+  const char *how = getenv("WDS_TRAIN_MPI_SUM");
+  const char *method = how && strcmp(how, "star") == 0
+                           ? "star (MPI_Gather to 0, MPI_Bcast)"
+                           : "MPI (alltoall, ordered sums, allgather)";
   wds__err e;
-  if (argc == 6) {
-    c.procs = atoi(argv[3]);
-    c.proc_rank = atoi(argv[4]);
-    c.master_port = atoi(argv[5]);
-  } else {
 #ifdef WDS_TRAINER_MPI
-    tr_mpi_topology t;
-    if (tr_mpi_init(&t, &e) != WDS_OK) {
-      fprintf(stderr, "%s\n", e.msg);
-      return 1;
-    }
-    c.procs = t.size;
-    c.proc_rank = t.rank;
-    c.mpi = 1;
-    method = "MPI (alltoall, ordered sums, allgather)";
-#else
-    fprintf(stderr, "built without MPI: give PROCS RANK PORT\n");
-    return 2;
-#endif
+  tr_mpi_topology topo;
+  if (tr_mpi_init(&topo, &e) != WDS_OK) {
+    fprintf(stderr, "%s\n", e.msg);
+    return 1;
   }
+  c.procs = topo.size;
+  c.proc_rank = topo.rank;
+  c.mpi = 1;
+#else
+  fprintf(stderr, "built without MPI: nothing to measure\n");
+  return 2;
+#endif
   tr_pg *g;
   if (tr_pg_create(&c, &g, &e) != WDS_OK || tr_pg_start(g, &e) != WDS_OK) {
     fprintf(stderr, "%s\n", e.msg);

@@ -48,12 +48,13 @@ int wds__slot_init(const wds__collate *c, wds__slot *s, int index,
   s->urls = calloc(bs, sizeof *s->urls);
   s->sources = calloc(bs, sizeof *s->sources);
   s->valid = calloc(bs, 1);
+  s->pad = calloc(bs, 1);
   s->key_off = calloc(bs, sizeof *s->key_off);
   s->read_err = calloc(bs, sizeof *s->read_err);
   s->read_err_field = calloc(bs, sizeof *s->read_err_field);
   atomic_init(&s->read_errs, 0);
   if (!s->bf || !s->buf || !s->offsets || !s->keys || !s->urls || !s->sources ||
-      !s->valid || !s->key_off || !s->read_err || !s->read_err_field)
+      !s->valid || !s->pad || !s->key_off || !s->read_err || !s->read_err_field)
     return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
   s->batch.keys = (const char *const *)s->keys;
   s->batch.urls = s->urls;
@@ -91,6 +92,7 @@ void wds__slot_free(const wds__collate *c, wds__slot *s) {
   free(s->urls);
   free(s->sources);
   free(s->valid);
+  free(s->pad);
   free(s->key_off);
   free(s->key_arena);
   free(s->read_err);
@@ -185,9 +187,13 @@ int wds__batch_assign(const wds__collate *c, wds__slot *s, wds__filling *fl,
     return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
   s->urls[row] = r ? c->urls[r->shard] : "";
   s->sources[row] = r && c->shard_source ? c->shard_source[r->shard] : 0;
-  s->valid[row] = (uint8_t)valid;
+  /* A padding repeat keeps its data (copied as a valid row's) but is
+   * marked invalid: the valid rows of all ranks hold each sample once. */
+  int pad = valid && r && r->pad;
+  s->valid[row] = (uint8_t)(valid && !pad);
+  s->pad[row] = (uint8_t)pad;
   s->read_err[row] = 0;
-  if (!valid)
+  if (!valid || pad)
     atomic_fetch_add_explicit(c->fill_rows, 1, memory_order_relaxed);
   size_t bs = c->batch_size;
   for (size_t i = 0; i < c->nfields; i++) {
@@ -276,7 +282,7 @@ void wds__batch_copy(const wds__collate *c, wds__slot *s,
   WDS__ASSERT(rows_fit(c, s, row1));
   for (size_t row = row0; row < row1; row++) {
     const wds__item *it = items[row - row0];
-    int valid = s->valid[row];
+    int valid = s->valid[row] || s->pad[row]; /* has data */
     for (size_t i = 0; i < c->nfields; i++) {
       const wds__item_field *f = &it->f[i];
       const wds_batch_field *bf = &s->bf[i];
@@ -334,6 +340,7 @@ int wds__batch_reads_check(const wds__collate *c, wds__slot *s,
       s->valid[row] = 0;
       atomic_fetch_add_explicit(c->fill_rows, 1, memory_order_relaxed);
     }
+    s->pad[row] = 0;
     c->skip(c->skip_ctx, e->msg);
   }
   return WDS_OK;
@@ -363,6 +370,7 @@ static int pad_batch(const wds__collate *c, wds__slot *s, wds__filling *fl,
     s->urls[row] = s->urls[src];
     s->sources[row] = s->sources[src];
     s->valid[row] = 0;
+    s->pad[row] = (uint8_t)(s->valid[src] | s->pad[src]);
     atomic_fetch_add_explicit(c->fill_rows, 1, memory_order_relaxed);
     for (size_t i = 0; i < c->nfields; i++) {
       wds_batch_field *bf = &s->bf[i];

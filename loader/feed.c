@@ -169,6 +169,7 @@ static wds__raw_sample *raw_copy(wds__feed *src, const wds_sample *s) {
   char *p = (char *)r + head;
   r->shard = src->shard;
   r->hole = 0;
+  r->pad = 0;
   r->data_bytes = data;
   r->nfields = n;
   r->f = (wds__raw_field *)(r + 1);
@@ -291,6 +292,7 @@ static int feed_open(wds__feed *src, size_t shard, uint64_t begin, uint64_t end,
   src->failed = 0;
   src->defer = -1;
   src->to_end = c->counts && end != WDS__TO_END && end == c->counts[shard];
+  src->pad = 0; /* the caller sets the piece's */
   src->shards++;
   wds__err e;
   if (wds__open_shard_reader(c->opener, shard, &src->rd, &e) != WDS_OK) {
@@ -419,6 +421,7 @@ static int feed_pull(wds__feed *src, wds__raw_sample **out, wds__item **fatal) {
         const wds__piece *pc = &wp->pieces[src->piece++];
         if (feed_open(src, pc->shard, pc->begin, pc->end, fatal) != 0)
           return -1;
+        src->pad = pc->pad;
       }
       if (!src->rd) { /* open failed, skipped */
         src->empty_draws++;
@@ -462,6 +465,7 @@ static int feed_pull(wds__feed *src, wds__raw_sample **out, wds__item **fatal) {
         return 0;
       }
       src->bytes += r->data_bytes;
+      r->pad = src->pad;
       *out = r;
       return 0;
     }

@@ -96,6 +96,8 @@ struct wds_loader {
    * the epoch's end); the state it resumed from (its "from" in a state
    * saved meanwhile), the samples left for the new ranks, the old world. */
   wds__epoch_plan elastic_plan;
+  wds__epoch_plan *elastic_splan; /* mixed exact mode: each source's
+                                     remainder ([nsrc]; run.c's splan) */
   char *elastic_from;
   uint64_t elastic_epoch, elastic_left, elastic_batches;
   int elastic_live, elastic_world;

@@ -34,7 +34,7 @@
 #include "base/json.h"
 #include "base/mem.h"
 #include "base/url.h"
-#include "shards/cache.h" /* wds__sha256: the one `wds ls --json` uses */
+#include "shards/cache.h" /* wds__sha256(_hex): the one `wds ls --json` uses */
 #include "shards/tar.h"
 
 #define WDS__INDEX_MAX_BYTES WDS__JSON_MAX_BYTES /* 2 GiB of JSON */
@@ -705,14 +705,11 @@ void wds__index_write_sample_hashed(FILE *out, int first, const wds_sample *s,
     fputs("}, \"sha256\": {", out);
     for (size_t i = 0; i < s->field_count; i++) {
       const wds_field *f = &s->fields[i];
-      uint8_t md[32];
-      wds__sha256(f->data, f->size_bytes, md);
+      char hex[65];
+      wds__sha256_hex(f->data, f->size_bytes, hex);
       fputs(i ? ", " : "", out);
       wds__json_write_string(out, f->ext, strlen(f->ext));
-      fputs(": \"", out);
-      for (unsigned k = 0; k < 32; k++)
-        fprintf(out, "%02x", md[k]);
-      fputc('"', out);
+      fprintf(out, ": \"%s\"", hex);
     }
   }
   fputs("}}", out);

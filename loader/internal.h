@@ -25,9 +25,18 @@
  *   count.c    exact mode's per-shard counts: the index, or a counting pass
  *   mix.c      several sources: their URLs, exact mode's per-source plans,
  *              a worker's feeds (one per source) and the choice between them
+ *   plan.c     an epoch's plan (plan.h): shard order, rank and worker split
+ *   state.c    the saved position (wds_loader_state), its check at open and
+ *              the elastic resume's replay
+ *   defer.c    deferred reads (pread as a sample leaves the shuffle buffer)
+ *   pool.c     the slot allocators (pinned with CUDA)
+ *   options.c  the option table and the rules between options
+ *   index*.c, fieldspec.c, jpeg_gpu*.{c,cu}: the index format, --decode
+ *              strings, the GPU JPEG decoder (their headers say more)
  *
  * Threads, locks and invariants are described in loader.c; who writes
- * which of the handle's fields, in struct wds_loader's comment. */
+ * which of the handle's fields, in struct wds_loader's comment (handle.h,
+ * which feed.c, count.c and mix.c cannot include). */
 #ifndef WDS_LOADER_INTERNAL_H
 #define WDS_LOADER_INTERNAL_H
 
@@ -112,7 +121,9 @@ typedef struct wds__raw_field {
  * reader filled straight from the stream (feed.c). */
 typedef struct wds__raw_sample {
   size_t shard;
-  int hole;            /* exact mode fill for samples a shard failed to yield */
+  int hole; /* exact mode fill for samples a shard failed to yield */
+  int pad;  /* exact mode: a padding repeat (wds__piece.pad): its row is
+               delivered with its data, marked invalid */
   uint64_t data_bytes; /* the fields' data, summed (0 for a hole) */
   const char *key;
   const char *all_exts; /* every field the sample had, wanted or not:
@@ -181,6 +192,8 @@ typedef struct wds__slot {
   const char **urls;
   uint32_t *sources;
   uint8_t *valid;
+  uint8_t *pad; /* per row: a padding repeat whose data is copied (its
+                   valid flag is 0 all the same) */
   char *key_arena;
   size_t key_len, key_cap;
   size_t *key_off;
@@ -639,6 +652,7 @@ typedef struct wds__feed {
   int failed;      /* a read error ended the shard (already reported) */
   int to_end;      /* exact: the piece ends where the shard's count does */
   int done;
+  int pad;     /* exact: the piece being read is padding (wds__piece.pad) */
   void **into; /* blocks the reader is filling for the sample being read */
   size_t ninto, into_cap;
   int into_failed; /* a block could not be allocated */
@@ -755,6 +769,23 @@ int wds__run_plan(const wds__sources *ss, const wds__plan_input *pin,
                   wds__err *e);
 void wds__run_plan_free(const wds__sources *ss, wds__epoch_plan *sum,
                         wds__epoch_plan *per);
+/* Exact mode: source s's "units" in epoch (its whole passes and its window,
+ * each a shard or a sample range of one, in the order wds__plan_epoch
+ * permutes them as shards; units of 0 samples left out), and pieces of a
+ * plan over them mapped back to shards. */
+typedef struct wds__units {
+  size_t *shard;
+  uint64_t *begin, *len;
+  size_t n, cap;
+} wds__units;
+int wds__source_units(const wds__sources *ss, const uint64_t *counts, size_t s,
+                      uint64_t epoch, wds__units *u);
+void wds__units_map(const wds__units *u, wds__epoch_plan *p);
+void wds__units_free(wds__units *u);
+/* The plan of a rank reading n sources' plans per (its workers' quotas,
+ * samples, steps and padding summed; no pieces: the feeds read per's). */
+int wds__plan_sum(const wds__epoch_plan *per, size_t n, uint64_t epoch,
+                  int workers, wds__epoch_plan *sum, wds__err *e);
 void wds__sources_free(wds__sources *ss); /* and its URLs */
 
 /* ---- shuffle.c: the shuffle buffer (loader/shuffle.h) ---- */

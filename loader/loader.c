@@ -107,7 +107,7 @@ static int validate(const wds_loader_config *c, wds__err *oe) {
   return wds__fail(oe, WDS_ERR_INVALID, "wds_loader_open: " __VA_ARGS__)
   if (c->world_size < 1 || c->world_size > 1 << 24)
     BAD("world size %d (1 .. 16777216)", c->world_size);
-  if (c->rank < 0 || c->rank >= c->world_size)
+  if (c->rank < 0) /* rank below world: wds_loader_config_check */
     BAD("rank %d is not in 0 .. %d", c->rank, c->world_size - 1);
   if (c->workers < 1 || c->workers > MAX_WORKERS)
     BAD("%d workers (1 .. %d)", c->workers, MAX_WORKERS);
@@ -247,6 +247,10 @@ int wds_loader_open(const wds_loader_config *cfg, wds_loader **out) {
     c->prefetch_batches = 4;
   if (c->shuffle_buffer_bytes == 0)
     c->shuffle_buffer_bytes = DEFAULT_SHUFFLE_BYTES;
+  /* last_batch not given: drop_last's choice (torch's drop_last), the one
+   * place every front end's "drop_last drops a partial last batch" is. */
+  if (c->last_batch == WDS_LAST_AUTO)
+    c->last_batch = c->drop_last ? WDS_LAST_DROP : WDS_LAST_KEEP;
   if ((rc = rank_batch_sizes(l, cfg, &err)) != WDS_OK)
     goto fail;
   if ((rc = validate(c, &err)) != WDS_OK)
@@ -678,12 +682,13 @@ void wds_loader_close(wds_loader *l) {
   wds__slots_free(l);
   wds__fields_free(l);
   wds__free_hashes(l->hashes, l->sources.urls.count);
+  /* the elastic remainder's plans (each source's: before the sources) */
+  wds__run_plan_free(&l->sources, &l->elastic_plan, l->elastic_splan);
   wds__sources_free(&l->sources); /* and its URLs */
   free(l->counts);
   free(l->spec_copy);
   free(l->index_copy);
   free(l->rank_bs);
-  wds__plan_free(&l->elastic_plan);
   free(l->elastic_from);
   free(l->cache_dir_copy);
   pthread_mutex_destroy(&l->mu);

@@ -286,11 +286,25 @@ int wds__sources_plan_check(wds__sources *ss, wds_mode mode,
 
 /* ---- exact mode: a source's epoch plan ---- */
 
-typedef struct units {
-  size_t *shard;
-  uint64_t *begin, *len;
-  size_t n, cap;
-} units;
+typedef wds__units units;
+
+void wds__units_free(wds__units *u) {
+  free(u->shard);
+  free(u->begin);
+  free(u->len);
+  memset(u, 0, sizeof *u);
+}
+
+void wds__units_map(const wds__units *u, wds__epoch_plan *p) {
+  for (int w = 0; w < p->workers; w++)
+    for (size_t i = 0; i < p->w[w].count; i++) {
+      wds__piece *pc = &p->w[w].pieces[i];
+      size_t k = pc->shard;
+      pc->shard = u->shard[k];
+      pc->begin += u->begin[k];
+      pc->end += u->begin[k];
+    }
+}
 
 static int unit_add(units *u, size_t shard, uint64_t begin, uint64_t len) {
   if (len == 0)
@@ -320,8 +334,8 @@ static int unit_add(units *u, size_t shard, uint64_t begin, uint64_t len) {
 
 /* Source s's units in epoch e: k whole passes, then the window of r
  * samples from (e * r) mod T in its natural order. */
-static int source_units(const wds__sources *ss, const uint64_t *counts,
-                        size_t s, uint64_t epoch, units *u) {
+int wds__source_units(const wds__sources *ss, const uint64_t *counts, size_t s,
+                      uint64_t epoch, wds__units *u) {
   const wds__source *so = &ss->src[s];
   uint64_t T = so->total, k = so->n / T, r = so->n % T;
   for (uint64_t pass = 0; pass < k; pass++)
@@ -355,7 +369,7 @@ static int source_plan(const wds__sources *ss, const wds__plan_input *pin,
   units u = {0};
   int rc = WDS_OK;
   memset(out, 0, sizeof *out);
-  if (source_units(ss, pin->counts, s, epoch, &u) != 0) {
+  if (wds__source_units(ss, pin->counts, s, epoch, &u) != 0) {
     rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
     goto done;
   }
@@ -369,19 +383,28 @@ static int source_plan(const wds__sources *ss, const wds__plan_input *pin,
     wds__err_prefix(e, "%s", src_name(ss, s, name, sizeof name));
     goto done;
   }
-  for (int w = 0; w < out->workers; w++)
-    for (size_t i = 0; i < out->w[w].count; i++) {
-      wds__piece *p = &out->w[w].pieces[i];
-      size_t k = p->shard;
-      p->shard = u.shard[k];
-      p->begin += u.begin[k];
-      p->end += u.begin[k];
-    }
+  wds__units_map(&u, out);
 done:
-  free(u.shard);
-  free(u.begin);
-  free(u.len);
+  wds__units_free(&u);
   return rc;
+}
+
+int wds__plan_sum(const wds__epoch_plan *per, size_t n, uint64_t epoch,
+                  int workers, wds__epoch_plan *sum, wds__err *e) {
+  memset(sum, 0, sizeof *sum);
+  sum->epoch = epoch;
+  sum->workers = workers;
+  if (!(sum->w = calloc((size_t)workers, sizeof *sum->w)))
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
+  for (size_t s = 0; s < n; s++) {
+    sum->rank_samples += per[s].rank_samples;
+    sum->steps += per[s].steps; /* rank weights: each source's steps */
+    sum->total_samples += per[s].total_samples;
+    sum->padded += per[s].padded;
+    for (int w = 0; w < workers; w++)
+      sum->w[w].quota += per[s].w[w].quota;
+  }
+  return WDS_OK;
 }
 
 int wds__run_plan(const wds__sources *ss, const wds__plan_input *pin,
@@ -397,20 +420,8 @@ int wds__run_plan(const wds__sources *ss, const wds__plan_input *pin,
     return wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
   for (size_t s = 0; s < ss->nsrc && rc == WDS_OK; s++)
     rc = source_plan(ss, pin, s, epoch, &p[s], e);
-  if (rc == WDS_OK) {
-    sum->epoch = epoch;
-    sum->workers = pin->workers;
-    if (!(sum->w = calloc((size_t)sum->workers, sizeof *sum->w)))
-      rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
-  }
-  for (size_t s = 0; s < ss->nsrc && rc == WDS_OK; s++) {
-    sum->rank_samples += p[s].rank_samples;
-    sum->steps += p[s].steps; /* rank weights: each source's steps */
-    sum->total_samples += p[s].total_samples;
-    sum->padded += p[s].padded;
-    for (int w = 0; w < sum->workers; w++)
-      sum->w[w].quota += p[s].w[w].quota;
-  }
+  if (rc == WDS_OK)
+    rc = wds__plan_sum(p, ss->nsrc, epoch, pin->workers, sum, e);
   if (rc != WDS_OK) {
     wds__run_plan_free(ss, sum, p);
     return rc;

@@ -16,17 +16,18 @@
  * field): the input (spec, urls; --source and Python's sources=, a list of
  * sources), the fields (--decode, Python's positional fields: parsed into
  * an array), rank_batch_sizes (a list), the callbacks (log, interrupt,
- * allocator), drop_last making the last batch DROP unless last_batch is
- * given (both front ends, as torch's drop_last: it needs to know what was
- * given), and the CLI's --epochs (how many epochs a command runs, not a
- * config field). read_buffer_bytes is not exposed. crop_scale and
- * crop_ratio (FLOATS rows of two numbers) set two fields each, the _min
- * and _max.
+ * allocator), and the CLI's --epochs (how many epochs a command runs,
+ * not a config field). drop_last making the last batch DROP unless
+ * last_batch is given is the library's too: last_batch's default is
+ * WDS_LAST_AUTO, which wds_loader_open resolves. read_buffer_bytes is not
+ * exposed. crop_scale and crop_ratio (FLOATS rows of two numbers) set two
+ * fields each, the _min and _max.
  *
  * The rules between options of a whole config (resampled mode needs
- * samples_per_epoch, an index only in exact mode, ...) are
- * wds_loader_config_check, at the end of this file: wds_loader_open runs
- * it, and the front ends run it first to name the options their way.
+ * samples_per_epoch, an index only in exact mode, the options a mode
+ * ignores, ...) are wds_loader_config_check, at the end of this file:
+ * wds_loader_open runs it, and the front ends run it first to name the
+ * options their way.
  *
  * Errors: like the other handle-less calls that fail before a handle
  * exists, wds_loader_config_set keeps its message where wds_last_error()
@@ -226,9 +227,9 @@ static const wds_loader_option rows[] = {
      .type = WDS_OPTION_ENUM,
      .names = lasts,
      FIELD(last_batch),
-     .help = "keep (default), drop, or pad (to --batch-size\n"
-             "with repeated rows marked invalid); overrides\n"
-             "--drop-last for the last batch"},
+     .help = "keep, drop, or pad (to --batch-size with\n"
+             "repeated rows marked invalid); default: drop\n"
+             "with --drop-last, else keep"},
     {.name = "image_size",
      .flag = "image-size",
      .value_name = "N",
@@ -762,6 +763,18 @@ int wds_loader_config_check(const wds_loader_config *cfg,
                           f ? "--source SPEC:index=FILE"
                             : "its wds_source_config.index_path, or "
                               "wds.Source(..., index=FILE)");
+  /* The options a mode ignores, set to other than their default: an
+   * error naming the option and the mode, never a silent no-op. Plain
+   * mode: rank_batch_sizes (below); exact: samples_per_epoch (above);
+   * resampled: the index (below) and the shard order (shards are drawn
+   * with replacement). Every other option acts in every mode (drop_last
+   * through the last batch's policy). */
+  if (cfg->mode == WDS_MODE_RESAMPLED && !cfg->shard_shuffle)
+    return wds__last_fail(WDS_ERR_INVALID,
+                          "%s is not used in %s (shards are drawn with "
+                          "replacement, in no order)",
+                          f ? "--no-shard-shuffle" : "shard_shuffle=False",
+                          M(WDS_MODE_RESAMPLED));
   if (cfg->index_path && cfg->mode != WDS_MODE_EXACT)
     return wds__last_fail(WDS_ERR_INVALID, "%s is only used in %s",
                           N("index", a), M(WDS_MODE_EXACT));

@@ -188,7 +188,7 @@ static int halve_for_workers(const wds__plan_input *in, wds__piece **pieces,
             (*count - big - 2) * sizeof **pieces);
     uint64_t mid = b.begin + (b.end - b.begin) / 2;
     (*pieces)[big].end = mid;
-    (*pieces)[big + 1] = (wds__piece){b.shard, mid, b.end};
+    (*pieces)[big + 1] = (wds__piece){b.shard, mid, b.end, b.pad};
   }
   return WDS_OK;
 }
@@ -278,7 +278,7 @@ static int exact_pieces(const wds__plan_input *in, const size_t *order,
     uint64_t len = prefix[lo + 1] - q;
     if (len > end - p)
       len = end - p;
-    wds__piece pc = {seq[lo], q - prefix[lo], q - prefix[lo] + len};
+    wds__piece pc = {seq[lo], q - prefix[lo], q - prefix[lo] + len, p >= total};
     if (push_piece(pieces, count, &cap, pc) != 0) {
       rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
       goto done;
@@ -329,7 +329,7 @@ int wds__plan_epoch(const wds__plan_input *in, uint64_t epoch,
     size_t cap = 0;
     for (size_t i = (size_t)in->rank; i < in->shards; i += (size_t)in->world)
       if (push_piece(&all, &all_count, &cap,
-                     (wds__piece){order[i], 0, WDS__TO_END}) != 0) {
+                     (wds__piece){order[i], 0, WDS__TO_END, 0}) != 0) {
         rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory planning an epoch");
         goto done;
       }

@@ -18,6 +18,9 @@
 typedef struct wds__piece {
   size_t shard;
   uint64_t begin, end; /* end == WDS__TO_END: to the end of the shard */
+  int pad; /* exact mode: the rank split's padding (positions past the
+              total, repeating samples another range holds): its rows are
+              delivered marked invalid */
 } wds__piece;
 
 typedef struct wds__worker_plan {
@@ -59,7 +62,9 @@ typedef struct wds__epoch_plan {
  * (weights NULL: every weight 1), where steps = ceil(total / sum of the
  * weights), or floor(total / sum) with drop_last. Positions at or past
  * `total` wrap to the start: the padding repeats the first samples and is
- * smaller than the sum of the weights. begin (world + 1 entries, may be
+ * smaller than the sum of the weights; its pieces carry `pad` and its rows
+ * are delivered marked invalid, so the valid rows of all ranks hold every
+ * sample once. begin (world + 1 entries, may be
  * NULL) receives the cuts: rank r's range is [begin[r], begin[r + 1]).
  * Returns steps: 0 when a rank would get no sample (total < sum with
  * drop_last, or total == 0). Weights must be >= 1 and total + sum must not

@@ -583,7 +583,9 @@ static int run_make(wds_loader *l, uint64_t epoch, uint64_t skip,
       skip == 0) {
     /* The rest of an elastic resume's epoch (state.c): its plan, once. */
     rn->plan = l->elastic_plan;
+    rn->splan = l->elastic_splan;
     memset(&l->elastic_plan, 0, sizeof l->elastic_plan);
+    l->elastic_splan = NULL;
     rn->elastic = 1;
   } else {
     rc = wds__run_plan(&l->sources, &l->pin, epoch, &rn->plan, &rn->splan, &e);

@@ -21,6 +21,9 @@
  *   shuffle_buffer=..  shuffle_initial=..  shuffle_buffer_bytes=..
  *   samples_per_epoch=..  data=HEX (FNV-1a 64 of the shard list, the
  *   sources' shares and, in exact mode, the per-shard counts)
+ *   max_sample_bytes=.. (what the elastic replay's byte bound needs)
+ *   from=HEX (empty, or inside an elastic resume's remainder the state it
+ *   resumed from, hex-encoded: the remainder's positions are its)
  *   check=HEX (FNV-1a 64 of every byte before the line)
  *
  * A text that does not start with the first line is foreign; another
@@ -34,9 +37,12 @@
 
 #include "base/strbuf.h"
 #include "loader/handle.h"
+#include "loader/index.h"
 #include "loader/internal.h"
 #include "loader/plan.h"
 #include "loader/shuffle.h"
+
+__extension__ typedef unsigned __int128 u128;
 
 #define STATE_MAGIC "wds-loader-state "
 #define STATE_VERSION 1
@@ -293,28 +299,42 @@ static const char *what(size_t k) {
 /* ---- elastic resume (exact mode) ----
  *
  * A state saved under another world, other batch or per-rank sizes, other
- * workers or another shuffle buffer, in exact mode over one source: what
- * the saving job's ranks delivered is a function of its configuration, so
- * it is computed, not guessed. Each old rank's plan is made again
- * (wds__plan_epoch), its workers' shuffle buffers run over sample numbers
- * (the real wds__shuffle_next, with stand-in samples: nothing is read or
- * decoded) and its collator's rotation taken for the rows of its first B
- * batches; the samples those rows held are marked. The samples left, in
- * the epoch's shard order and archive order, are cut among the new ranks
- * as exact mode cuts an epoch (wds__plan_rank_split with the new sizes:
- * every new rank the same steps, the padding repeating the first samples
- * of the remainder), and this rank's range becomes its plan for the rest
- * of the epoch. Later epochs are a fresh run's. A state saved inside such
- * a remainder carries the state it came from ("from"), so the marks are
+ * workers or another shuffle buffer, in exact mode (one source or a mix):
+ * what the saving job's ranks delivered is a function of its
+ * configuration, so it is computed, not guessed. The epoch's sample
+ * occurrences are numbered source by source over the source's "units"
+ * (mix.c: its whole passes and its window; without a mix, the shards), so
+ * a sample a mix repeats is one bit per occurrence. Each old rank's plan
+ * is made again (per source, wds__plan_epoch over the units), its workers'
+ * feeds interleaved as mix.c's wds__feeds_next does and run through their
+ * shuffle buffers over occurrence numbers (the real wds__shuffle_next, with
+ * stand-in samples: nothing is read or decoded), and its collator's
+ * rotation taken for the rows of its first B batches; the occurrences
+ * those rows held are marked, padding excepted (the rank split's padding
+ * rows are delivered marked invalid, so they deliver nothing). Each
+ * source's occurrences left, in the epoch's unit order, are cut among the
+ * new ranks as exact mode cuts an epoch (wds__plan_rank_split with the new
+ * sizes: every new rank the same steps per source, the padding repeating
+ * the first samples of the remainder, marked pad), and this rank's ranges
+ * become its plans for the rest of the epoch (with a mix, one per source,
+ * read by the sources' feeds: each source still gives its n_s samples in
+ * the epoch). Later epochs are a fresh run's. A state saved inside such a
+ * remainder carries the state it came from ("from"), so the marks are
  * made level by level.
  *
- * The stand-ins hold no data, so a shuffle buffer's byte bound never binds
- * in the replay: the old run's order is replayed exactly only when it
- * cannot have bound there either, which shuffle_buffer * max_sample_bytes
- * < shuffle_buffer_bytes guarantees (a sample's data is at most
- * max_sample_bytes). Otherwise the resume is refused, naming the values.
- * Cost: one pass over the samples the old ranks delivered (RNG draws, no
- * I/O) and a bit per sample of the epoch. */
+ * The stand-ins hold no data. Where every source has an index with its
+ * per-sample detail (`wds index` writes each member's size), a stand-in
+ * carries its sample's real data_bytes (the wanted members' sizes, as
+ * feed.c's raw_copy counts them), so a shuffle buffer's byte bound binds in
+ * the replay exactly where it bound in the old run. Without, it never
+ * binds in the replay: the old run's order is replayed exactly only when
+ * it cannot have bound there either, which shuffle_buffer *
+ * max_sample_bytes < shuffle_buffer_bytes guarantees (a sample's data is at
+ * most max_sample_bytes); otherwise the resume is refused, naming the
+ * values and saying that an index lifts the condition. Cost: one pass
+ * over the samples the old ranks delivered (RNG draws, no I/O), a bit per
+ * sample occurrence of the epoch, and where the bound may have bound the
+ * indexes' detail parsed again and 8 bytes a sample. */
 
 typedef struct level {
   uint64_t epoch, batches;
@@ -430,19 +450,185 @@ static int level_of(const parsed *p, level **out, int depth, wds__err *e) {
   return WDS_OK;
 }
 
-/* A stand-in sample: its number in the epoch (the shards' natural order). */
+/* The epoch's sample occurrences, source by source: each source's
+ * "units" (mix.c: its whole passes and its window; without a mix, the
+ * shards themselves, empty ones too, as wds__plan_epoch permutes them)
+ * and the number of each unit's first occurrence, so an occurrence is a
+ * bit. With a mix a sample can occur more than once in an epoch (repeat
+ * factors, proportions): each occurrence is its own. */
+typedef struct space {
+  size_t nsrc;
+  wds__units *u;       /* [nsrc] */
+  uint64_t **first_id; /* [nsrc][u[s].n] */
+  uint64_t total;      /* occurrences in the epoch */
+  /* With an index for every source: each sample's data_bytes as a feed
+   * gives it (sizes[shard_first[shard] + j]), so the replay's shuffle
+   * buffers bind on bytes as the old run's did; NULL without, or while no
+   * level needs them (sizes_tried: loaded once a level's bound may bind). */
+  uint64_t *sizes, *shard_first;
+  int sizes_tried;
+} space;
+
+static void space_free(space *sp) {
+  for (size_t s = 0; sp->u && s < sp->nsrc; s++) {
+    wds__units_free(&sp->u[s]);
+    free(sp->first_id[s]);
+  }
+  free(sp->u);
+  free(sp->first_id);
+  free(sp->sizes);
+  free(sp->shard_first);
+  memset(sp, 0, sizeof *sp);
+}
+
+static int wanted(const wds_loader *l, const char *ext) {
+  for (size_t i = 0; i < l->nwanted; i++)
+    if (strcmp(l->wanted[i], ext) == 0)
+      return 1;
+  return 0;
+}
+
+/* sp->sizes from the sources' indexes: each sample's wanted members' sizes
+ * summed (what raw_copy counts in data_bytes: feed.c), read from the
+ * per-sample detail `wds index` writes. Left NULL (WDS_OK) when a source
+ * has no index or an entry no detail; an index that no longer loads is an
+ * error naming it. Cost: the indexes parsed once more with their detail,
+ * and 8 bytes a sample. */
+static int space_sizes(const wds_loader *l, space *sp, wds__err *e) {
+  const wds__sources *ss = &l->sources;
+  size_t n = ss->urls.count;
+  for (size_t s = 0; s < ss->nsrc; s++)
+    if (!ss->src[s].index_path)
+      return WDS_OK;
+  uint64_t total = 0;
+  if (!(sp->shard_first = malloc((n ? n : 1) * sizeof *sp->shard_first)))
+    return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    sp->shard_first[i] = total;
+    total += l->counts[i];
+  }
+  if (!(sp->sizes = calloc(total ? total : 1, sizeof *sp->sizes)))
+    return wds__fail(e, WDS_ERR_NOMEM,
+                     "out of memory (the samples' sizes: %llu bytes)",
+                     (unsigned long long)(total * sizeof *sp->sizes));
+  int rc = WDS_OK, detail = 1;
+  for (size_t src = 0; src < ss->nsrc && rc == WDS_OK && detail; src++) {
+    const wds__source *so = &ss->src[src];
+    wds__index ix;
+    wds__err ie;
+    unsigned flags = WDS__INDEX_SAMPLES;
+    if (l->cfg.allow_pipe_from_files)
+      flags |= WDS_INDEX_ALLOW_PIPE_FROM_FILES;
+    if ((rc = wds__index_load_flags(so->index_path, flags, &ix, &ie)) !=
+        WDS_OK) {
+      rc = wds__fail(e, rc, "resume state: %s", ie.msg);
+      break;
+    }
+    for (size_t sh = so->first; sh < so->first + so->count && detail; sh++) {
+      size_t at;
+      if ((rc = wds__index_find(&ix, ss->urls.urls[sh], &at, &ie)) != WDS_OK) {
+        rc = wds__fail(e, rc, "resume state: index %s: %s", so->index_path,
+                       ie.msg);
+        break;
+      }
+      const wds__index_entry *en = &ix.shards[at];
+      if (!en->has_samples || en->sample_count != l->counts[sh]) {
+        detail = 0; /* no per-sample detail: no sizes */
+        break;
+      }
+      for (uint64_t j = 0; j < l->counts[sh]; j++) {
+        const wds_index_sample *smp = &en->samples[j];
+        uint64_t b = 0;
+        for (size_t f = 0; f < smp->field_count; f++)
+          if (wanted(l, smp->fields[f].ext))
+            b += smp->fields[f].size_bytes;
+        sp->sizes[sp->shard_first[sh] + j] = b;
+      }
+    }
+    wds__index_free(&ix);
+  }
+  if (rc != WDS_OK || !detail) {
+    free(sp->sizes);
+    free(sp->shard_first);
+    sp->sizes = sp->shard_first = NULL;
+  }
+  return rc;
+}
+
+static int space_make(const wds_loader *l, uint64_t epoch, space *sp,
+                      wds__err *e) {
+  const wds__sources *ss = &l->sources;
+  memset(sp, 0, sizeof *sp);
+  sp->nsrc = ss->mixed ? ss->nsrc : 1;
+  sp->u = calloc(sp->nsrc, sizeof *sp->u);
+  sp->first_id = calloc(sp->nsrc, sizeof *sp->first_id);
+  if (!sp->u || !sp->first_id)
+    goto nomem;
+  for (size_t s = 0; s < sp->nsrc; s++) {
+    wds__units *u = &sp->u[s];
+    if (ss->mixed) {
+      if (wds__source_units(ss, l->counts, s, epoch, u) != 0)
+        goto nomem;
+    } else {
+      size_t n = ss->urls.count;
+      u->shard = malloc((n ? n : 1) * sizeof *u->shard);
+      u->begin = calloc(n ? n : 1, sizeof *u->begin);
+      u->len = malloc((n ? n : 1) * sizeof *u->len);
+      if (!u->shard || !u->begin || !u->len)
+        goto nomem;
+      for (size_t i = 0; i < n; i++) {
+        u->shard[i] = i;
+        u->len[i] = l->counts[i];
+      }
+      u->n = u->cap = n;
+    }
+    if (!(sp->first_id[s] = malloc((u->n ? u->n : 1) * sizeof(uint64_t))))
+      goto nomem;
+    for (size_t k = 0; k < u->n; k++) {
+      sp->first_id[s][k] = sp->total;
+      sp->total += u->len[k];
+    }
+  }
+  return WDS_OK;
+nomem:
+  space_free(sp);
+  return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+}
+
+/* The plan input of source s of sp for in: its units as shards. */
+static wds__plan_input src_pin(const wds_loader *l, const space *sp, size_t s,
+                               wds__plan_input in) {
+  in.shards = sp->u[s].n;
+  in.counts = sp->u[s].len;
+  in.seed = l->sources.src[s].seed;
+  return in;
+}
+
+/* A stand-in sample: its occurrence number in the epoch, and whether the
+ * rank split made it padding (delivered marked invalid: not a delivery). */
 typedef struct stand_in {
   wds__raw_sample r; /* first: the shuffle buffer holds &r */
   uint64_t id;
 } stand_in;
 
-/* One old worker replayed: its pieces through its shuffle buffer. */
-typedef struct replay {
-  const wds__worker_plan *wp;
+/* One old worker's feed of one source, replayed: its pieces in order. */
+typedef struct rfeed {
+  const wds__worker_plan *wp; /* pieces in unit space */
+  const wds__units *u;        /* its source's units */
+  const space *sp;
   const uint64_t *first_id;
   size_t piece;
   uint64_t next; /* the next sample of pieces[piece] */
-  uint64_t out;  /* samples it gave */
+} rfeed;
+
+/* One old worker replayed: its feeds (one per source), chosen between as
+ * mix.c's wds__feeds_next does, through its shuffle buffer. */
+typedef struct replay {
+  rfeed *f;
+  size_t nf;
+  uint64_t *taken; /* per feed (nf > 1) */
+  uint64_t out;    /* samples it gave */
+  uint64_t quota;  /* its quota: the feeds' summed */
   wds__shuffle sh;
   int failed;
 } replay;
@@ -450,31 +636,55 @@ typedef struct replay {
 static int replay_pull(void *ctx, wds__raw_sample **out) {
   replay *rp = ctx;
   *out = NULL;
-  while (rp->piece < rp->wp->count &&
-         rp->next >= rp->wp->pieces[rp->piece].end) {
-    rp->piece++;
-    if (rp->piece < rp->wp->count)
-      rp->next = rp->wp->pieces[rp->piece].begin;
+  size_t s = 0;
+  if (rp->nf > 1) {
+    /* mix.c's pick_due: the source whose next sample is due first. */
+    size_t best = rp->nf;
+    for (size_t k = 0; k < rp->nf; k++) {
+      uint64_t qk = rp->f[k].wp->quota;
+      if (rp->taken[k] >= qk)
+        continue;
+      if (best == rp->nf ||
+          (u128)(2 * rp->taken[k] + 1) * rp->f[best].wp->quota <
+              (u128)(2 * rp->taken[best] + 1) * qk)
+        best = k;
+    }
+    if (best == rp->nf)
+      return 0;
+    s = best;
+    rp->taken[s]++;
   }
-  if (rp->piece >= rp->wp->count)
+  rfeed *f = &rp->f[s];
+  while (f->piece < f->wp->count && f->next >= f->wp->pieces[f->piece].end) {
+    f->piece++;
+    if (f->piece < f->wp->count)
+      f->next = f->wp->pieces[f->piece].begin;
+  }
+  if (f->piece >= f->wp->count)
     return 0;
   stand_in *si = calloc(1, sizeof *si);
   if (!si) {
     rp->failed = 1;
     return -1;
   }
-  const wds__piece *pc = &rp->wp->pieces[rp->piece];
-  si->id = rp->first_id[pc->shard] + rp->next++;
+  const wds__piece *pc = &f->wp->pieces[f->piece];
+  if (f->sp->sizes) /* the sample's real size: the byte bound binds */
+    si->r.data_bytes = f->sp->sizes[f->sp->shard_first[f->u->shard[pc->shard]] +
+                                    f->u->begin[pc->shard] + f->next];
+  si->id = f->first_id[pc->shard] + f->next++;
+  si->r.pad = pc->pad;
   *out = &si->r;
   return 0;
 }
 
-/* Marks in bits the samples of the first n rows of plan p (rank `rank`
- * of v: its workers' shuffle keys) as its collator takes them. */
+/* Marks in bits the samples of the first n rows of rank `rank` of v (its
+ * plans per source of sp, in unit space: its workers' feeds and shuffle
+ * keys) as its collator takes them; padding is not marked. */
 static int replay_rank(const wds_loader *l, const level *v, int rank,
-                       const wds__epoch_plan *p, uint64_t n,
-                       const uint64_t *first_id, uint8_t *bits, wds__err *e) {
+                       const space *sp, const wds__epoch_plan *plans,
+                       uint64_t n, uint8_t *bits, wds__err *e) {
   int K = v->workers, rc = WDS_OK;
+  size_t S = sp->nsrc;
   replay *rp = calloc((size_t)K, sizeof *rp);
   int *active = malloc((size_t)K * sizeof *active);
   if (!rp || !active) {
@@ -482,9 +692,22 @@ static int replay_rank(const wds_loader *l, const level *v, int rank,
     goto done;
   }
   for (int w = 0; w < K; w++) {
-    rp[w].wp = &p->w[w];
-    rp[w].first_id = first_id;
-    rp[w].next = p->w[w].count ? p->w[w].pieces[0].begin : 0;
+    rp[w].nf = S;
+    rp[w].f = calloc(S, sizeof *rp[w].f);
+    rp[w].taken = calloc(S, sizeof *rp[w].taken);
+    if (!rp[w].f || !rp[w].taken) {
+      rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
+      goto done;
+    }
+    for (size_t s = 0; s < S; s++) {
+      rfeed *f = &rp[w].f[s];
+      f->wp = &plans[s].w[w];
+      f->u = &sp->u[s];
+      f->sp = sp;
+      f->first_id = sp->first_id[s];
+      f->next = f->wp->count ? f->wp->pieces[0].begin : 0;
+      rp[w].quota += f->wp->quota;
+    }
     if (wds__shuffle_init(&rp[w].sh, v->sbuf, v->sinit, v->sbytes,
                           wds__rng_key(l->cfg.seed, WDS__STREAM_SHUFFLE,
                                        v->epoch, (uint64_t)rank,
@@ -499,7 +722,7 @@ static int replay_rank(const wds_loader *l, const level *v, int rank,
   int n_active = K, cur = 0;
   for (uint64_t pos = 0; pos < n && n_active > 0;) {
     replay *r = &rp[active[cur]];
-    if (r->out == r->wp->quota) {
+    if (r->out == r->quota) {
       memmove(active + cur, active + cur + 1,
               (size_t)(n_active - cur - 1) * sizeof *active);
       if (--n_active > 0)
@@ -515,7 +738,8 @@ static int replay_rank(const wds_loader *l, const level *v, int rank,
       goto done;
     }
     stand_in *si = (stand_in *)s;
-    bits[si->id / 8] |= (uint8_t)(1u << (si->id % 8));
+    if (!si->r.pad)
+      bits[si->id / 8] |= (uint8_t)(1u << (si->id % 8));
     free(si);
     r->out++;
     pos++;
@@ -526,6 +750,8 @@ done:
     for (size_t i = 0; i < rp[w].sh.len; i++)
       free(rp[w].sh.buf[i]);
     free(rp[w].sh.buf);
+    free(rp[w].f);
+    free(rp[w].taken);
   }
   free(rp);
   free(active);
@@ -536,14 +762,17 @@ static int bit(const uint8_t *bits, uint64_t id) {
   return (bits[id / 8] >> (id % 8)) & 1;
 }
 
-/* The remainder's plan for rank `rank` of in (its world, workers, weights,
- * drop_last): the samples not marked in bits, in the epoch's shard order,
- * cut among in's ranks. *left: the samples not marked. */
-static int remainder_plan(const wds_loader *l, const wds__plan_input *in,
-                          uint64_t epoch, const uint8_t *bits,
-                          const uint64_t *first_id, wds__epoch_plan *out,
-                          uint64_t *left, wds__err *e) {
+/* The remainder's plan for rank in->rank of in (its world, workers,
+ * weights, drop_last; its shards: one source's units, in->counts): the
+ * occurrences not marked in bits (first_id: each unit's first), in the
+ * epoch's unit order, cut among in's ranks; positions past the samples
+ * left (the padding) are pieces marked pad. *left: the samples not
+ * marked. Pieces are in unit space. */
+static int remainder_plan(const wds__plan_input *in, uint64_t epoch,
+                          const uint8_t *bits, const uint64_t *first_id,
+                          wds__epoch_plan *out, uint64_t *left, wds__err *e) {
   size_t n = in->shards, np = 0, cap = 0;
+  const uint64_t *counts = in->counts;
   size_t *order = malloc((n ? n : 1) * sizeof *order);
   uint64_t *cut = malloc(((size_t)in->world + 1) * sizeof *cut);
   wds__piece *pcs = NULL;
@@ -555,7 +784,7 @@ static int remainder_plan(const wds_loader *l, const wds__plan_input *in,
   wds__plan_shard_order(in, epoch, order);
   uint64_t m = 0;
   for (size_t i = 0; i < n; i++)
-    for (uint64_t j = 0; j < l->counts[i]; j++)
+    for (uint64_t j = 0; j < counts[i]; j++)
       m += !bit(bits, first_id[i] + j);
   *left = m;
   uint64_t steps = m ? wds__plan_rank_split(m, in->rank_weights, in->world,
@@ -565,7 +794,7 @@ static int remainder_plan(const wds_loader *l, const wds__plan_input *in,
   if (!steps)
     start = end = 0;
   /* Positions [start, end) of the remainder (wrapping past m: padding),
-   * as runs of unmarked samples within a shard. */
+   * as runs of unmarked samples within a unit. */
   for (uint64_t from = start; from < end;) {
     uint64_t lo = from % m, hi = lo + (end - from);
     if (hi > m)
@@ -573,13 +802,13 @@ static int remainder_plan(const wds_loader *l, const wds__plan_input *in,
     uint64_t pos = 0;
     for (size_t k = 0; k < n && pos < hi; k++) {
       size_t sh = order[k];
-      for (uint64_t j = 0; j < l->counts[sh] && pos < hi;) {
+      for (uint64_t j = 0; j < counts[sh] && pos < hi;) {
         if (bit(bits, first_id[sh] + j)) {
           j++;
           continue;
         }
         uint64_t j0 = j;
-        while (j < l->counts[sh] && !bit(bits, first_id[sh] + j) &&
+        while (j < counts[sh] && !bit(bits, first_id[sh] + j) &&
                pos + (j - j0) < hi)
           j++;
         uint64_t a = pos, b = pos + (j - j0);
@@ -597,7 +826,7 @@ static int remainder_plan(const wds_loader *l, const wds__plan_input *in,
           pcs = nv;
           cap = c2;
         }
-        pcs[np++] = (wds__piece){sh, j0 + skip, j};
+        pcs[np++] = (wds__piece){sh, j0 + skip, j, from >= m};
       }
     }
     from += hi - lo;
@@ -627,6 +856,34 @@ static wds__plan_input level_pin(const wds_loader *l, const level *v,
   in.drop_last = v->drop_last;
   in.rank_weights = v->rbs;
   return in;
+}
+
+/* The plans per source (unit space) of the rank of `in`: a fresh epoch's
+ * (base NULL) or the remainder of the occurrences not marked in base.
+ * *left (may be NULL): the occurrences not marked, over the sources. */
+static int rank_plans(const wds_loader *l, const space *sp,
+                      const wds__plan_input *in, uint64_t epoch,
+                      const uint8_t *base, wds__epoch_plan *plans,
+                      uint64_t *left, wds__err *e) {
+  int rc = WDS_OK;
+  uint64_t all = 0;
+  for (size_t s = 0; s < sp->nsrc && rc == WDS_OK; s++) {
+    wds__plan_input is = src_pin(l, sp, s, *in);
+    uint64_t m = 0;
+    rc = base ? remainder_plan(&is, epoch, base, sp->first_id[s], &plans[s], &m,
+                               e)
+              : wds__plan_epoch(&is, epoch, &plans[s], e);
+    all += m;
+  }
+  if (left)
+    *left = all;
+  return rc;
+}
+
+static void plans_free(wds__epoch_plan *plans, size_t n) {
+  for (size_t s = 0; plans && s < n; s++)
+    wds__plan_free(&plans[s]);
+  free(plans);
 }
 
 /* Resampled mode: a rank's plan for `left` samples of the epoch dealt to
@@ -680,25 +937,36 @@ static int drawn(const wds_loader *l, const level *v, uint64_t *total,
   return rc;
 }
 
-/* Marks in bits every sample the ranks of v (and the states before it)
- * delivered in its epoch. */
-static int mark_delivered(const wds_loader *l, const level *v,
-                          const uint64_t *first_id, uint8_t *bits,
-                          size_t nbytes, wds__err *e) {
+/* Marks in bits every sample occurrence the ranks of v (and the states
+ * before it) delivered as valid rows in its epoch. */
+static int mark_delivered(const wds_loader *l, const level *v, space *sp,
+                          uint8_t *bits, size_t nbytes, wds__err *e) {
   int rc = WDS_OK;
   uint8_t *base = NULL;
-  if (v->sbuf > 1 && (v->maxs == 0 || v->sbytes / v->maxs <= v->sbuf))
+  wds__epoch_plan *plans = NULL;
+  /* Whether the byte bound may have bound in v's run: then the replay
+   * needs the samples' sizes (the indexes', read once for every level). */
+  int may_bind =
+      v->sbuf > 1 && (v->maxs == 0 || v->sbytes / v->maxs <= v->sbuf);
+  if (may_bind && !sp->sizes_tried) {
+    sp->sizes_tried = 1;
+    if ((rc = space_sizes(l, sp, e)) != WDS_OK)
+      return rc;
+  }
+  if (may_bind && !sp->sizes)
     return wds__fail(
         e, WDS_ERR_INVALID,
         "resume state: saved with a shuffle buffer of %zu samples and "
         "shuffle_buffer_bytes %zu, max_sample_bytes %zu: its byte bound may "
         "have changed the saved run's order, which cannot be replayed without "
-        "reading, so the state continues only under the configuration it was "
-        "saved with (an elastic resume needs shuffle_buffer * "
-        "max_sample_bytes < shuffle_buffer_bytes)",
+        "the samples' sizes, so the state continues only under the "
+        "configuration it was saved with (an elastic resume needs "
+        "shuffle_buffer * max_sample_bytes < shuffle_buffer_bytes, or an "
+        "index with per-sample detail, as `wds index` writes, for every "
+        "source: its sizes are replayed)",
         v->sbuf, v->sbytes, v->maxs);
   if (v->from) {
-    if ((rc = mark_delivered(l, v->from, first_id, bits, nbytes, e)) != WDS_OK)
+    if ((rc = mark_delivered(l, v->from, sp, bits, nbytes, e)) != WDS_OK)
       return rc;
     if (!(base = malloc(nbytes ? nbytes : 1)))
       return wds__fail(e, WDS_ERR_NOMEM, "out of memory");
@@ -706,17 +974,21 @@ static int mark_delivered(const wds_loader *l, const level *v,
   }
   for (int r = 0; r < v->world && rc == WDS_OK; r++) {
     wds__plan_input in = level_pin(l, v, r);
-    wds__epoch_plan p;
-    uint64_t left;
-    rc = base ? remainder_plan(l, &in, v->epoch, base, first_id, &p, &left, e)
-              : wds__plan_epoch(&in, v->epoch, &p, e);
-    if (rc != WDS_OK)
+    if (!(plans = calloc(sp->nsrc, sizeof *plans))) {
+      rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
       break;
+    }
+    rc = rank_plans(l, sp, &in, v->epoch, base, plans, NULL, e);
+    uint64_t rank_samples = 0;
+    for (size_t s = 0; s < sp->nsrc; s++)
+      rank_samples += plans[s].rank_samples;
     uint64_t b = v->rbs ? v->rbs[r] : v->batch_size;
     uint64_t rows =
-        v->batches > p.rank_samples / b ? p.rank_samples : v->batches * b;
-    rc = replay_rank(l, v, r, &p, rows, first_id, bits, e);
-    wds__plan_free(&p);
+        v->batches > rank_samples / b ? rank_samples : v->batches * b;
+    if (rc == WDS_OK)
+      rc = replay_rank(l, v, r, sp, plans, rows, bits, e);
+    plans_free(plans, sp->nsrc);
+    plans = NULL;
   }
   free(base);
   return rc;
@@ -746,35 +1018,47 @@ static int state_elastic(wds_loader *l, const level *v, const char *text,
     l->cfg.resume_batches = 0;
     return WDS_OK;
   }
-  size_t n = l->sources.urls.count;
-  uint64_t total = 0;
-  uint64_t *first_id = malloc((n ? n : 1) * sizeof *first_id);
+  space sp;
   uint8_t *bits = NULL;
-  int rc = WDS_OK;
-  if (!first_id) {
-    rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
-    goto done;
-  }
-  for (size_t i = 0; i < n; i++) {
-    first_id[i] = total;
-    total += l->counts[i];
-  }
-  size_t nbytes = (size_t)(total / 8 + 1);
+  wds__epoch_plan *plans = NULL;
+  int rc = space_make(l, v->epoch, &sp, e);
+  if (rc != WDS_OK)
+    return rc;
+  size_t nbytes = (size_t)(sp.total / 8 + 1);
   if (!(bits = calloc(nbytes, 1))) {
     rc = wds__fail(e, WDS_ERR_NOMEM,
                    "out of memory (a bit per sample of the epoch: %zu bytes)",
                    nbytes);
     goto done;
   }
-  if ((rc = mark_delivered(l, v, first_id, bits, nbytes, e)) != WDS_OK)
+  if ((rc = mark_delivered(l, v, &sp, bits, nbytes, e)) != WDS_OK)
     goto done;
   uint64_t left;
-  rc = remainder_plan(l, &l->pin, v->epoch, bits, first_id, &l->elastic_plan,
-                      &left, e);
-  if (rc != WDS_OK)
+  if (!(plans = calloc(sp.nsrc, sizeof *plans))) {
+    rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
     goto done;
+  }
+  if ((rc = rank_plans(l, &sp, &l->pin, v->epoch, bits, plans, &left, e)) !=
+      WDS_OK)
+    goto done;
+  for (size_t s = 0; s < sp.nsrc; s++)
+    wds__units_map(&sp.u[s], &plans[s]);
+  if (l->sources.mixed) {
+    /* Each source's remainder read by its own feeds, as a fresh mixed
+     * run's plans (run.c takes both). */
+    if ((rc = wds__plan_sum(plans, sp.nsrc, v->epoch, l->pin.workers,
+                            &l->elastic_plan, e)) != WDS_OK)
+      goto done;
+    l->elastic_splan = plans;
+    plans = NULL;
+  } else {
+    l->elastic_plan = plans[0];
+    memset(&plans[0], 0, sizeof plans[0]);
+  }
   if (!(l->elastic_from = strdup(text))) {
     wds__plan_free(&l->elastic_plan);
+    plans_free(l->elastic_splan, sp.nsrc);
+    l->elastic_splan = NULL;
     rc = wds__fail(e, WDS_ERR_NOMEM, "out of memory");
     goto done;
   }
@@ -785,7 +1069,8 @@ static int state_elastic(wds_loader *l, const level *v, const char *text,
   l->cfg.epoch = v->epoch;
   l->cfg.resume_batches = 0;
 done:
-  free(first_id);
+  plans_free(plans, sp.nsrc);
+  space_free(&sp);
   free(bits);
   return rc;
 }
@@ -820,12 +1105,11 @@ int wds__state_check(wds_loader *l, const char *text, wds__err *e) {
                    "resume state: epoch, batches or rank is not a number");
     goto done;
   }
-  /* Exact mode over one source: another world, other sizes, workers or
-   * shuffle settings are an elastic resume; in other modes, with mixing or
-   * another seed, mode or data, a difference is refused. */
-  int can_elastic =
-      (l->cfg.mode == WDS_MODE_EXACT && !l->sources.mixed && l->counts) ||
-      l->cfg.mode == WDS_MODE_RESAMPLED;
+  /* Exact (one source or a mix) and resampled mode: another world, other
+   * sizes, workers or shuffle settings are an elastic resume; in plain
+   * mode, or with another seed, mode or data, a difference is refused. */
+  int can_elastic = (l->cfg.mode == WDS_MODE_EXACT && l->counts) ||
+                    l->cfg.mode == WDS_MODE_RESAMPLED;
   int elastic = saved.val[K_FROM][0] != 0, changed = 0;
   for (size_t k = K_MODE; k < K_FROM; k++) {
     if (strcmp(saved.val[k], mine.val[k]) == 0)
@@ -844,8 +1128,8 @@ int wds__state_check(wds_loader *l, const char *text, wds__err *e) {
                    "with%s)",
                    what(k), sv, what(k), mv, epoch, batches,
                    l->cfg.mode != WDS_MODE_RESAMPLED && elastic_key(k)
-                       ? "; an elastic resume takes exact mode over one "
-                         "source, or resampled mode"
+                       ? "; an elastic resume takes exact or resampled "
+                         "mode"
                        : "");
     goto done;
   }

@@ -21,8 +21,9 @@
  * runs four rows (SSE2) or eight (AVX2) at a time, a row per 32-bit lane.
  *
  * Geometry follows torchvision (Resize + CenterCrop, RandomResizedCrop)
- * with a counter-based RNG: draw n of key k is splitmix64(k + n * golden),
- * so a crop is a pure function of (key, image size). */
+ * with a counter-based RNG: draw n of key k is splitmix64's finaliser
+ * (wds__mix64) of k + n * 0xD1B54A32D192ED03 (draw()), so a crop is a pure
+ * function of (key, image size). */
 #include "resize.h"
 
 #include <math.h>

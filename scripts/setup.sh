@@ -11,7 +11,7 @@ pkgs="build-essential cmake pkg-config libarchive-dev libzstd-dev zlib1g-dev lib
       libturbojpeg0-dev libpng-dev nettle-dev libarchive-tools tar gzip zstd xz-utils bzip2 python3
       python3-dev python3-numpy python3-pil python3-venv python3-sklearn libjpeg-turbo-progs
       clang-format file dpkg-dev libcurl4-openssl-dev libxml2-dev nginx curl openssl valgrind
-      libopenmpi-dev openmpi-bin libmpich-dev mpich"
+      libopenmpi-dev openmpi-bin libmpich-dev mpich slurmctld slurmd slurm-client munge"
 missing=()
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The MPI tests (ctest label mpi: test_pg_mpi_np2/_np4, tools_train_mpi)
-# against MPICH, in a build of their own (Open MPI is the default MPI of a
-# Debian machine with both; the code is MPI standard only). Usage:
+# The MPI tests (ctest label mpi: test_pg_mpi_np2/_np4, tools_train_mpi,
+# netns, slurm) against MPICH, in a build of their own of only the targets
+# they run (Open MPI is the default MPI of a Debian machine with both; the
+# code is MPI standard only). scripts/test.sh runs it beside its plain
+# ctest. Usage:
 #   scripts/test-mpich.sh [BUILD_DIR] [extra cmake args...]
 # Needs libmpich-dev and mpich (scripts/setup.sh installs them).
 set -euo pipefail
@@ -15,5 +17,5 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWDS_WITH_CUDA=O
   -DMPIEXEC_EXECUTABLE="$mpiexec" "$@" >/dev/null
 grep -q '^MPI_C_COMPILER:[A-Z]*=.*mpich' "$build/CMakeCache.txt" ||
   { echo "test-mpich.sh: $build is not configured with MPICH" >&2; exit 1; }
-cmake --build "$build" -j "$(nproc)" --target wds_train test_pg_mpi
+cmake --build "$build" -j "$(nproc)" --target wds_train wds_cli test_pg_mpi
 cd "$build" && ctest -L mpi --output-on-failure

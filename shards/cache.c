@@ -46,6 +46,21 @@ void wds__sha256(const void *data, size_t n, uint8_t out[32]) {
   sha256_digest(&ctx, SHA256_DIGEST_SIZE, out);
 }
 
+void wds__hex(const uint8_t *bytes, size_t n, char *out) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = digits[bytes[i] >> 4];
+    out[2 * i + 1] = digits[bytes[i] & 15];
+  }
+  out[2 * n] = '\0';
+}
+
+void wds__sha256_hex(const void *data, size_t n, char hex[65]) {
+  uint8_t md[32];
+  wds__sha256(data, n, md);
+  wds__hex(md, sizeof md, hex);
+}
+
 /* ---- names ---- */
 
 const char *wds__cache_dir_default(const char *dir) {
@@ -84,12 +99,8 @@ char *wds__cache_entry_name(const char *url) {
     free(norm);
     return NULL;
   }
-  static const char hex[] = "0123456789abcdef";
-  for (int i = 0; i < 16; i++) {
-    name[2 * i] = hex[d[i] >> 4];
-    name[2 * i + 1] = hex[d[i] & 15];
-  }
-  name[32] = '-';
+  wds__hex(d, 16, name);
+  name[32] = '-'; /* over wds__hex's NUL */
   if (blen == 0) {
     memcpy(name + 33, "shard", 6);
   } else {

@@ -69,6 +69,14 @@ char *wds__cache_entry_name(const char *url);
 /* SHA-256 of data into out (32 bytes), with nettle's sha256. */
 void wds__sha256(const void *data, size_t n, uint8_t out[32]);
 
+/* The lower-case hex digits of bytes[0..n) into out: 2n digits and a
+ * NUL. */
+void wds__hex(const uint8_t *bytes, size_t n, char *out);
+
+/* SHA-256 of data as 64 lower-case hex digits and a NUL: the digest
+ * `wds index --hashes` writes and `wds ls --json` prints, one function. */
+void wds__sha256_hex(const void *data, size_t n, char hex[65]);
+
 /* Opens the entry for url if there is one: returns its descriptor (marked
  * used, and recorded as open by this process until wds__cache_release), or
  * -1 when there is none. *name gets the entry's name (malloc'd) for the

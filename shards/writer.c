@@ -766,3 +766,22 @@ int wds_writer_close(wds_writer *w) {
 }
 
 void wds_writer_abort(wds_writer *w) { writer_free(w); }
+
+/* ---- leftovers, as the front ends report them ---- */
+
+void wds_writer_leftover_add(void *leftovers, const char *path) {
+  wds_writer_leftovers *l = leftovers;
+  if (l->count++ == 0)
+    l->first = strdup(path);
+  free(l->last);
+  l->last = strdup(path);
+}
+
+void wds_writer_leftovers_free(wds_writer_leftovers *l) {
+  if (!l)
+    return;
+  free(l->first);
+  free(l->last);
+  l->first = l->last = NULL;
+  l->count = 0;
+}

@@ -128,6 +128,23 @@ TEST(sha256_matches_the_standard_vectors) {
       h, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
+/* wds__sha256_hex, the digests `wds index --hashes` writes and `wds ls
+ * --json` prints (one function for both), and wds__hex. */
+TEST(sha256_hex_is_the_digest_in_lower_case) {
+  char h[65];
+  memset(h, 'x', sizeof h);
+  wds__sha256_hex("abc", 3, h);
+  ASSERT_STREQ(
+      h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const uint8_t b[3] = {0x00, 0xab, 0xf0};
+  char x[7];
+  memset(x, 'x', sizeof x);
+  wds__hex(b, 3, x);
+  ASSERT_STREQ(x, "00abf0");
+  wds__hex(b, 0, x);
+  ASSERT_STREQ(x, "");
+}
+
 TEST(entry_names_hash_the_shard_identity) {
   char *a = wds__cache_entry_name("http://Example.COM:80/data/shard-000.tar");
   char *b = wds__cache_entry_name("HTTP://example.com/data/shard-000.tar#x");
@@ -487,6 +504,7 @@ TEST(threads_filling_one_entry_at_once_leave_it_whole) {
 int main(void) {
   make_root();
   RUN(sha256_matches_the_standard_vectors);
+  RUN(sha256_hex_is_the_digest_in_lower_case);
   RUN(entry_names_hash_the_shard_identity);
   RUN(only_remote_urls_are_cached);
   RUN(a_committed_entry_is_found_and_an_abandoned_one_is_not);

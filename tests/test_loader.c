@@ -109,7 +109,9 @@ static wds_loader_config base_cfg(const shardset *s) {
 
 /* One epoch's output: per batch its rows' ids (-1 for invalid rows). */
 typedef struct run_out {
-  int64_t *ids;
+  int64_t *ids; /* per row: its id, or -1 for an invalid row */
+  int64_t *raw; /* per row: the id its data holds, valid or not (a padding
+                   row's is the sample it repeats; a failed row's 0) */
   size_t n, cap;
   size_t *batch_rows;
   size_t batches, bcap;
@@ -119,6 +121,7 @@ typedef struct run_out {
 
 static void out_free(run_out *o) {
   free(o->ids);
+  free(o->raw);
   free(o->batch_rows);
   memset(o, 0, sizeof *o);
 }
@@ -134,8 +137,11 @@ static void out_push_batch(run_out *o, const wds_batch *b) {
     if (o->n == o->cap) {
       o->cap = o->cap ? 2 * o->cap : 256;
       o->ids = realloc(o->ids, o->cap * sizeof *o->ids);
+      o->raw = realloc(o->raw, o->cap * sizeof *o->raw);
     }
-    o->ids[o->n++] = b->valid[r] ? cls[r] : -1;
+    o->raw[o->n] = cls[r];
+    o->ids[o->n] = b->valid[r] ? cls[r] : -1;
+    o->n++;
   }
 }
 
@@ -282,6 +288,50 @@ TEST(open_time_errors_name_counts_and_remedies) {
 
 /* ---- the DistributedSampler cases ---- */
 
+/* drop_last decides the last batch's policy when last_batch is not given
+ * (WDS_LOADER_CONFIG_INIT's WDS_LAST_AUTO), in the library for every front
+ * end (torch's drop_last); a policy given explicitly wins. 10 samples,
+ * batches of 4: 2 batches dropping the partial one, 3 keeping it. */
+TEST(drop_last_decides_an_unset_last_batch) {
+  uint64_t counts[2] = {6, 4};
+  shardset s;
+  ASSERT_EQ_INT(make_shards(&s, 2, counts, -1), 0);
+  static const struct {
+    int drop, last; /* last -1: not given */
+    uint64_t batches;
+    const char *state;
+  } cases[] = {{1, -1, 2, "last_batch=drop"},
+               {0, -1, 3, "last_batch=keep"},
+               {1, WDS_LAST_KEEP, 3, "last_batch=keep"},
+               {0, WDS_LAST_DROP, 2, "last_batch=drop"},
+               {1, WDS_LAST_PAD, 3, "last_batch=pad"}};
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    wds_loader_config c = base_cfg(&s);
+    ASSERT_EQ_INT(c.last_batch, WDS_LAST_AUTO);
+    c.mode = WDS_MODE_EXACT;
+    c.batch_size = 4;
+    c.workers = 1;
+    c.drop_last = cases[k].drop;
+    if (cases[k].last >= 0)
+      c.last_batch = (wds_last_batch)cases[k].last;
+    ASSERT_EQ_INT(wds_loader_config_check(&c, WDS_OPTION_NAMES_KEYWORD),
+                  WDS_OK);
+    wds_loader *l = NULL;
+    ASSERT_EQ_INT(wds_loader_open(&c, &l), WDS_OK);
+    ASSERT_EQ_U64(wds_loader_epoch_batches(l), cases[k].batches);
+    char *st = NULL;
+    ASSERT_EQ_INT(wds_loader_state(l, &st), WDS_OK);
+    ASSERT_CONTAINS(st, cases[k].state);
+    free(st);
+    run_out o;
+    ASSERT_EQ_INT(run_cfg(&c, &o), WDS_OK);
+    ASSERT_EQ_U64(o.batches, cases[k].batches);
+    out_free(&o);
+    wds_loader_close(l);
+  }
+  shardset_free(&s);
+}
+
 /* torch.utils.data.DistributedSampler + DataLoader, per rank:
  *   num_samples = ceil((N - world) / world) if drop_last and N % world
  *                 else ceil(N / world)
@@ -304,7 +354,7 @@ TEST(distributed_sampler_cases) {
     uint64_t counts[2] = {cases[k].n / 2 + 1, cases[k].n - cases[k].n / 2 - 1};
     shardset s;
     ASSERT_EQ_INT(make_shards(&s, 2, counts, -1), 0);
-    uint64_t seen[16] = {0}, rows_total = 0;
+    uint64_t seen[16] = {0}, padded[16] = {0}, rows_total = 0;
     for (int rank = 0; rank < 2; rank++) {
       wds_loader_config c = base_cfg(&s);
       c.mode = WDS_MODE_EXACT;
@@ -332,20 +382,24 @@ TEST(distributed_sampler_cases) {
       ASSERT_EQ_INT(run_cfg(&c, &o2), WDS_OK);
       ASSERT_EQ_U64(o2.n, cases[k].samples);
       for (size_t i = 0; i < o2.n; i++) {
-        ASSERT_TRUE(o2.ids[i] >= 0 && o2.ids[i] < (int64_t)cases[k].n);
-        seen[o2.ids[i]]++;
+        /* A valid row is a sample; an invalid one (nothing fails here) is
+         * padding, its data the sample it repeats. */
+        int64_t id = o2.ids[i] >= 0 ? o2.ids[i] : o2.raw[i];
+        ASSERT_TRUE(id >= 0 && id < (int64_t)cases[k].n);
+        (o2.ids[i] >= 0 ? seen : padded)[id]++;
       }
       rows_total += o2.n;
       out_free(&o);
       out_free(&o2);
     }
-    /* Padding repeats the first samples; drop_last drops the tail. */
+    /* Every sample once as a valid row; the padding repeats the first
+     * samples, marked invalid; drop_last drops the tail. */
     uint64_t per = cases[k].samples;
     for (uint64_t i = 0; i < cases[k].n; i++) {
-      uint64_t expect = i < per * 2 - cases[k].n && !cases[k].drop ? 2 : 1;
-      if (cases[k].drop && i >= per * 2)
-        expect = 0;
+      uint64_t pad = i < per * 2 - cases[k].n && !cases[k].drop ? 1 : 0;
+      uint64_t expect = cases[k].drop && i >= per * 2 ? 0 : 1;
       ASSERT_EQ_U64(seen[i], expect);
+      ASSERT_EQ_U64(padded[i], pad);
     }
     ASSERT_EQ_U64(rows_total, per * 2);
     shardset_free(&s);
@@ -513,10 +567,10 @@ TEST(properties_exact_resampled_plain) {
     }
     combos++;
     uint64_t *seen = calloc(s.total + 1, sizeof *seen);
-    uint64_t appearances = 0, nbatches = (uint64_t)-1;
+    uint64_t appearances = 0, invalid = 0, nbatches = (uint64_t)-1;
     for (int epoch = 0; epoch < 2; epoch++) {
       memset(seen, 0, (s.total + 1) * sizeof *seen);
-      appearances = 0;
+      appearances = invalid = 0;
       for (int rank = 0; rank < world; rank++) {
         wds_loader_config c = base_cfg(&s);
         c.mode = (wds_mode)mode;
@@ -553,6 +607,10 @@ TEST(properties_exact_resampled_plain) {
             ASSERT_TRUE((uint64_t)o.ids[i] < s.total);
             seen[o.ids[i]]++;
             appearances++;
+          } else {
+            /* padding (nothing fails here): a repeat of a sample */
+            ASSERT_TRUE(o.raw[i] >= 0 && (uint64_t)o.raw[i] < s.total);
+            invalid++;
           }
         out_free(&o);
       }
@@ -568,8 +626,9 @@ TEST(properties_exact_resampled_plain) {
         else
           ASSERT_TRUE(missing <= (uint64_t)world * (bs - 1));
       } else if (mode == WDS_MODE_EXACT && policy == WDS_LAST_KEEP) {
-        /* exactly once, plus the documented padding */
-        uint64_t pad = per_rank * (uint64_t)world - (drop ? 0 : s.total);
+        /* exactly once as valid rows, plus the documented padding as
+         * invalid rows */
+        uint64_t pad = drop ? 0 : per_rank * (uint64_t)world - s.total;
         uint64_t extra = 0, missing = 0;
         for (uint64_t i = 0; i < s.total; i++) {
           if (seen[i] == 0)
@@ -577,14 +636,14 @@ TEST(properties_exact_resampled_plain) {
           else
             extra += seen[i] - 1;
         }
+        ASSERT_EQ_U64(extra, 0);
         if (drop) {
-          ASSERT_EQ_U64(extra, 0);
           ASSERT_EQ_U64(missing, s.total - per_rank * (uint64_t)world);
         } else {
           ASSERT_EQ_U64(missing, 0);
-          ASSERT_EQ_U64(extra, pad);
         }
-        ASSERT_EQ_U64(appearances, per_rank * (uint64_t)world);
+        ASSERT_EQ_U64(invalid, pad);
+        ASSERT_EQ_U64(appearances + invalid, per_rank * (uint64_t)world);
       }
     }
     free(seen);
@@ -631,7 +690,7 @@ TEST(properties_rank_batch_sizes) {
     }
     combos++;
     uint64_t *seen = calloc(s.total, sizeof *seen);
-    uint64_t appearances = 0;
+    uint64_t appearances = 0, invalid = 0;
     for (int rank = 0; rank < world; rank++) {
       wds_loader_config c = base_cfg(&s);
       c.mode = (wds_mode)mode;
@@ -660,8 +719,15 @@ TEST(properties_rank_batch_sizes) {
       for (size_t b = 0; b < o.batches; b++)
         ASSERT_EQ_U64(o.batch_rows[b], sizes[rank]);
       for (size_t i = 0; i < o.n; i++) {
-        ASSERT_TRUE(o.ids[i] >= 0 && (uint64_t)o.ids[i] < s.total);
-        seen[o.ids[i]]++;
+        /* An invalid row (nothing fails here) is exact mode's padding, its
+         * data a repeat of a sample. */
+        int64_t id = o.ids[i] >= 0 ? o.ids[i] : o.raw[i];
+        ASSERT_TRUE(id >= 0 && (uint64_t)id < s.total);
+        ASSERT_TRUE(o.ids[i] >= 0 || mode == WDS_MODE_EXACT);
+        if (o.ids[i] >= 0)
+          seen[id]++;
+        else
+          invalid++;
         appearances++;
       }
       /* Other thread timing (prefetch, eager start): the same batches. */
@@ -694,14 +760,16 @@ TEST(properties_rank_batch_sizes) {
         else
           extra += seen[i] - 1;
       }
+      /* valid rows: every sample once; the padding is invalid */
+      ASSERT_EQ_U64(extra, 0);
       if (drop) {
-        ASSERT_EQ_U64(extra, 0);
+        ASSERT_EQ_U64(invalid, 0);
         ASSERT_EQ_U64(missing, s.total - steps * sum);
         ASSERT_TRUE(missing < sum);
       } else {
         ASSERT_EQ_U64(missing, 0);
-        ASSERT_EQ_U64(extra, steps * sum - s.total);
-        ASSERT_TRUE(extra < sum);
+        ASSERT_EQ_U64(invalid, steps * sum - s.total);
+        ASSERT_TRUE(invalid < sum);
         /* the padding repeats the first samples of the sequence: with
          * shard_shuffle the sequence is permuted, so only its size is
          * checked here (rank_split_by_weights checks the wrap) */
@@ -726,11 +794,11 @@ static void out_push_mixed(run_out *o, const wds_batch *b) {
     if (o->n == o->cap) {
       o->cap = o->cap ? 2 * o->cap : 256;
       o->ids = realloc(o->ids, o->cap * sizeof *o->ids);
+      o->raw = realloc(o->raw, o->cap * sizeof *o->raw);
     }
-    o->ids[o->n++] =
-        b->valid[r]
-            ? (int64_t)((uint64_t)b->sources[r] << 32 | (uint64_t)cls[r])
-            : -1;
+    o->raw[o->n] = (int64_t)((uint64_t)b->sources[r] << 32 | (uint64_t)cls[r]);
+    o->ids[o->n] = b->valid[r] ? o->raw[o->n] : -1;
+    o->n++;
   }
 }
 
@@ -864,7 +932,7 @@ TEST(properties_mixed_sources) {
     combos++;
     exact_combos += mode == WDS_MODE_EXACT;
     uint64_t *seen[3];
-    uint64_t rows_of[3] = {0, 0, 0};
+    uint64_t rows_of[3] = {0, 0, 0}, pad_of[3] = {0, 0, 0};
     for (size_t k = 0; k < nsrc; k++)
       seen[k] = calloc(s[k].total, sizeof *seen[k]);
     for (int rank = 0; rank < world; rank++) {
@@ -894,10 +962,15 @@ TEST(properties_mixed_sources) {
       for (size_t b = 0; b < o.batches; b++)
         ASSERT_EQ_U64(o.batch_rows[b], sizes[rank]);
       for (size_t i = 0; i < o.n; i++) {
-        ASSERT_TRUE(o.ids[i] >= 0);
-        uint64_t src = (uint64_t)o.ids[i] >> 32, id = o.ids[i] & 0xffffffffu;
+        /* An invalid row (nothing fails here) is a source's padding (exact
+         * mode), its data a repeat of one of its samples. */
+        ASSERT_TRUE(o.ids[i] >= 0 || mode == WDS_MODE_EXACT);
+        uint64_t src = (uint64_t)o.raw[i] >> 32, id = o.raw[i] & 0xffffffffu;
         ASSERT_TRUE(src < nsrc && id < s[src].total);
-        seen[src][id]++;
+        if (o.ids[i] >= 0)
+          seen[src][id]++;
+        else
+          pad_of[src]++;
         rows_of[src]++;
       }
       /* Other thread timing (prefetch, eager start): the same batches. */
@@ -936,14 +1009,16 @@ TEST(properties_mixed_sources) {
           else
             missing += want - seen[k][p];
         }
+        /* valid rows: each sample its count; the padding invalid */
+        ASSERT_EQ_U64(extra, 0);
         if (drop) {
-          ASSERT_EQ_U64(extra, 0);
+          ASSERT_EQ_U64(pad_of[k], 0);
           ASSERT_EQ_U64(missing, n[k] - steps_k * sum);
           ASSERT_TRUE(missing < sum);
         } else {
           ASSERT_EQ_U64(missing, 0);
-          ASSERT_EQ_U64(extra, steps_k * sum - n[k]);
-          ASSERT_TRUE(extra < sum);
+          ASSERT_EQ_U64(pad_of[k], steps_k * sum - n[k]);
+          ASSERT_TRUE(pad_of[k] < sum);
         }
       }
     for (size_t k = 0; k < nsrc; k++)
@@ -2756,6 +2831,7 @@ int main(void) {
   RUN(plain_plan_splits_by_rank_then_worker);
   RUN(shard_order_changes_with_epoch_not_rank);
   RUN(open_time_errors_name_counts_and_remedies);
+  RUN(drop_last_decides_an_unset_last_batch);
   RUN(distributed_sampler_cases);
   RUN(rank_split_by_weights);
   RUN(plan_with_rank_weights);

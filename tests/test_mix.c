@@ -81,7 +81,9 @@ static wds_loader_config mix_cfg(const wds_source_config *src, size_t n) {
 
 /* Rows of one or more epochs: id (-1 invalid), source, batch sizes. */
 typedef struct rows {
-  int64_t *id;
+  int64_t *id;  /* per row: its id, or -1 for an invalid row */
+  int64_t *raw; /* per row: the id its data holds, valid or not (a padding
+                   row's is the sample it repeats) */
   uint32_t *src;
   size_t n, cap;
   size_t *batch_rows;
@@ -91,6 +93,7 @@ typedef struct rows {
 
 static void rows_free(rows *o) {
   free(o->id);
+  free(o->raw);
   free(o->src);
   free(o->batch_rows);
   memset(o, 0, sizeof *o);
@@ -107,9 +110,11 @@ static void rows_push(rows *o, const wds_batch *b) {
     if (o->n == o->cap) {
       o->cap = o->cap ? 2 * o->cap : 256;
       o->id = realloc(o->id, o->cap * sizeof *o->id);
+      o->raw = realloc(o->raw, o->cap * sizeof *o->raw);
       o->src = realloc(o->src, o->cap * sizeof *o->src);
     }
     o->id[o->n] = b->valid[r] ? cls[r] : -1;
+    o->raw[o->n] = cls[r];
     o->src[o->n] = b->sources[r];
     if (b->valid[r] && (uint64_t)(cls[r] / 1000) != b->sources[r])
       o->bad_source = 1;
@@ -273,7 +278,7 @@ TEST(exact_repeats_and_proportions_per_epoch) {
         /* counts[source][sample] over all ranks */
         uint64_t cnt[3][23];
         memset(cnt, 0, sizeof cnt);
-        uint64_t per_src[3] = {0, 0, 0};
+        uint64_t per_src[3] = {0, 0, 0}, pad_src[3] = {0, 0, 0};
         size_t batches0 = 0;
         for (int rank = 0; rank < world; rank++) {
           wds_loader_config c = mix_cfg(sc, 3);
@@ -283,6 +288,9 @@ TEST(exact_repeats_and_proportions_per_epoch) {
           c.rank = rank;
           c.batch_size = 4;
           c.drop_last = drop;
+          /* drop_last's sampler tail only: every row of a partial last
+           * batch counted (drop_last alone drops that batch too) */
+          c.last_batch = WDS_LAST_KEEP;
           c.shuffle_buffer = 5;
           c.seed = 21;
           c.epoch = (uint64_t)epoch;
@@ -293,11 +301,16 @@ TEST(exact_repeats_and_proportions_per_epoch) {
             batches0 = o.batches;
           ASSERT_EQ_U64(o.batches, batches0); /* equal steps on all ranks */
           for (size_t i = 0; i < o.n; i++) {
-            ASSERT_TRUE(o.id[i] >= 0);
+            /* An invalid row (nothing fails here) is the source's padding,
+             * its data a repeat of one of its samples. */
             uint32_t s = o.src[i];
-            uint64_t k = (uint64_t)(o.id[i] % 1000);
+            uint64_t k = (uint64_t)(o.raw[i] % 1000);
             ASSERT_TRUE(s < 3 && k < total[s]);
-            cnt[s][k]++;
+            ASSERT_EQ_U64((uint64_t)(o.raw[i] / 1000), s);
+            if (o.id[i] >= 0)
+              cnt[s][k]++;
+            else
+              pad_src[s]++;
             per_src[s]++;
           }
           /* Every rank reads every source from its first batches: the
@@ -312,8 +325,10 @@ TEST(exact_repeats_and_proportions_per_epoch) {
           uint64_t w = (uint64_t)world, n = per_epoch[s];
           uint64_t rows_s = drop ? n / w * w : (n + w - 1) / w * w;
           ASSERT_EQ_U64(per_src[s], rows_s);
-          /* Every sample its number of times, bar the padding (at most
-           * world - 1 extra) or the drop (at most world - 1 fewer). */
+          /* The padding (at most world - 1 rows) is marked invalid. */
+          ASSERT_EQ_U64(pad_src[s], drop ? 0 : rows_s - n);
+          /* Every sample its number of times as valid rows, bar the drop
+           * (at most world - 1 fewer). */
           uint64_t over = 0, under = 0, distinct = 0;
           for (uint64_t k = 0; k < total[s]; k++) {
             uint64_t want = s == 0   ? 2
@@ -330,14 +345,15 @@ TEST(exact_repeats_and_proportions_per_epoch) {
               seen_b[k] += cnt[s][k];
           }
           if (s == 0) {
-            ASSERT_TRUE(drop ? over == 0 && under < w : under == 0 && over < w);
+            ASSERT_TRUE(over == 0 && (drop ? under < w : under == 0));
           } else {
-            /* a subset of n samples, each once (bar padding/drop) */
+            /* a subset of n samples, each once (bar the drop) */
             uint64_t extra = 0;
             for (uint64_t k = 0; k < total[s]; k++)
               extra += cnt[s][k] > 1 ? cnt[s][k] - 1 : 0;
-            ASSERT_TRUE(extra < w);
-            ASSERT_TRUE(distinct <= n && distinct + w > n);
+            ASSERT_EQ_U64(extra, 0);
+            ASSERT_TRUE(distinct <= n &&
+                        (drop ? distinct + w > n : distinct == n));
           }
         }
         if (epoch == 0 && !drop) {
@@ -364,7 +380,7 @@ TEST(exact_mix_with_rank_batch_sizes) {
   wds_source_config sc[2] = {{a.spec, NULL, 0, 0, 0}, {b.spec, NULL, 0, 0, 2}};
   const size_t sizes[2] = {3, 1};
   const uint64_t total[2] = {26, 11}, times[2] = {1, 2};
-  uint64_t cnt[2][26];
+  uint64_t cnt[2][26], pads[2] = {0, 0};
   memset(cnt, 0, sizeof cnt);
   size_t steps = 0;
   for (int rank = 0; rank < 2; rank++) {
@@ -386,8 +402,12 @@ TEST(exact_mix_with_rank_batch_sizes) {
     for (size_t i = 0; i < o.batches; i++)
       ASSERT_EQ_U64(o.batch_rows[i], sizes[rank]);
     for (size_t i = 0; i < o.n; i++) {
-      ASSERT_TRUE(o.id[i] >= 0);
-      cnt[o.src[i]][o.id[i] % 1000]++;
+      /* an invalid row (nothing fails here) is padding */
+      ASSERT_TRUE(o.raw[i] >= 0 && o.raw[i] / 1000 == o.src[i]);
+      if (o.id[i] >= 0)
+        cnt[o.src[i]][o.id[i] % 1000]++;
+      else
+        pads[o.src[i]]++;
     }
     rows_free(&o);
   }
@@ -399,7 +419,8 @@ TEST(exact_mix_with_rank_batch_sizes) {
       ASSERT_TRUE(cnt[s][k] >= times[s]);
       over += cnt[s][k] - times[s];
     }
-    ASSERT_TRUE(over < 4); /* padding: less than the sum of the sizes */
+    ASSERT_EQ_U64(over, 0);   /* valid rows: each its number of times */
+    ASSERT_TRUE(pads[s] < 4); /* padding: less than the sum of the sizes */
   }
 }
 

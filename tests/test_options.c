@@ -317,6 +317,14 @@ TEST(rules_between_options) {
                      "--mode resampled needs --samples-per-epoch"));
   c.samples_per_epoch = 100;
   ASSERT_EQ_INT(wds_loader_config_check(&c, WDS_OPTION_NAMES_FLAG), WDS_OK);
+  /* The options a mode ignores: set to other than the default, an error
+   * naming the option and the mode. */
+  c.shard_shuffle = 0;
+  ASSERT_TRUE(breaks(&c,
+                     "shard_shuffle=False is not used in mode=\"resampled\" "
+                     "(shards are drawn with replacement",
+                     "--no-shard-shuffle is not used in --mode resampled"));
+  c.shard_shuffle = 1;
   c.mode = WDS_MODE_EXACT;
   ASSERT_TRUE(breaks(&c, "samples_per_epoch is not used in mode=\"exact\"",
                      "--samples-per-epoch is not used in --mode exact"));
@@ -356,6 +364,35 @@ TEST(rules_between_options) {
                      "--shuffle-initial 9 is larger than --shuffle-buffer 4"));
   c.shuffle_initial = 4;
   ASSERT_EQ_INT(wds_loader_config_check(&c, WDS_OPTION_NAMES_KEYWORD), WDS_OK);
+  /* Every mode but resampled takes the spec's shard order; drop_last and
+   * any last_batch, given or not (WDS_LAST_AUTO), act in every mode. */
+  c.shard_shuffle = 0;
+  for (int mode = WDS_MODE_PLAIN; mode <= WDS_MODE_RESAMPLED; mode++) {
+    c.mode = (wds_mode)mode;
+    c.shard_shuffle = mode != WDS_MODE_RESAMPLED ? 0 : 1;
+    c.samples_per_epoch = mode == WDS_MODE_RESAMPLED ? 10 : 0;
+    for (int last = WDS_LAST_KEEP; last <= WDS_LAST_AUTO; last++)
+      for (int drop = 0; drop < 2; drop++) {
+        c.last_batch = (wds_last_batch)last;
+        c.drop_last = drop;
+        ASSERT_EQ_INT(wds_loader_config_check(&c, WDS_OPTION_NAMES_FLAG),
+                      WDS_OK);
+      }
+  }
+}
+
+/* last_batch's default is "not given" (WDS_LAST_AUTO), which the open
+ * resolves from drop_last; set by name it is the policy named. */
+TEST(last_batch_unset_by_default) {
+  wds_loader_config c = WDS_LOADER_CONFIG_INIT;
+  ASSERT_EQ_INT(c.last_batch, WDS_LAST_AUTO);
+  ASSERT_EQ_INT(wds_loader_config_set(&c, "--drop-last", NULL), WDS_OK);
+  ASSERT_EQ_INT(c.last_batch, WDS_LAST_AUTO); /* the open decides */
+  ASSERT_EQ_INT(wds_loader_config_set(&c, "--last-batch", "keep"), WDS_OK);
+  ASSERT_EQ_INT(c.last_batch, WDS_LAST_KEEP);
+  ASSERT_EQ_INT(wds_loader_config_set(&c, "last_batch", "auto"),
+                WDS_ERR_INVALID); /* not a value to give */
+  ASSERT_CONTAINS(wds_last_error(), "keep, drop or pad");
 }
 
 /* wds_env_topology: the rank the loader takes from the environment, for
@@ -407,6 +444,7 @@ int main(void) {
   RUN(units_and_special_values);
   RUN(help_lines_fit);
   RUN(rules_between_options);
+  RUN(last_batch_unset_by_default);
   RUN(env_topology_is_the_loaders_rule);
   return test_summary();
 }

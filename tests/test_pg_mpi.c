@@ -152,7 +152,7 @@ int main(void) {
   tr_pg_config c = {.local_ranks = LOCAL,
                     .procs = topo.size,
                     .proc_rank = topo.rank,
-                    .host_links = 1,
+                    .host_collectives = 1,
                     .collective_timeout_ms = 60000,
                     .mpi = 1};
   if (tr_pg_create(&c, &pg, &e) != WDS_OK || tr_pg_start(pg, &e) != WDS_OK) {

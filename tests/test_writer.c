@@ -1265,6 +1265,24 @@ TEST(outfile_stream) {
   ASSERT_TRUE(S_ISLNK(st.st_mode));
 }
 
+/* wds_writer_leftover_add, the on_leftover the CLI and Python give:
+ * counted, the first and last path kept. */
+TEST(leftovers_keep_the_count_first_and_last) {
+  wds_writer_leftovers l = {0, NULL, NULL};
+  wds_writer_leftover_add(&l, "d/s-000003.tar");
+  ASSERT_EQ_U64(l.count, 1);
+  ASSERT_STREQ(l.first, "d/s-000003.tar");
+  ASSERT_STREQ(l.last, "d/s-000003.tar");
+  wds_writer_leftover_add(&l, "d/s-000004.tar");
+  wds_writer_leftover_add(&l, "d/s-000009.tar");
+  ASSERT_EQ_U64(l.count, 3);
+  ASSERT_STREQ(l.first, "d/s-000003.tar");
+  ASSERT_STREQ(l.last, "d/s-000009.tar");
+  wds_writer_leftovers_free(&l);
+  ASSERT_TRUE(l.first == NULL && l.last == NULL && l.count == 0);
+  wds_writer_leftovers_free(NULL);
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "%s/wds-test-writer-XXXXXX",
            getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -1291,6 +1309,7 @@ int main(void) {
   RUN(outfile_regular_directory_socket);
   RUN(one_writer_per_pattern);
   RUN(leftover_shards_are_reported);
+  RUN(leftovers_keep_the_count_first_and_last);
   RUN(outfile_symlinks);
   RUN(outfile_stream);
   free_samples();

@@ -441,15 +441,8 @@ int tool_cmd_batches(int argc, char **argv) {
       goto done;
     }
   }
-  if (optind >= argc && !lo.nsources) {
-    status = tool_usage_error("wds batches", "expected a SPEC (or --source)");
+  if ((status = tool_loader_inputs_check(&lo, "wds batches", argc - optind)))
     goto done;
-  }
-  if (optind < argc && lo.nsources) {
-    status = tool_usage_error("wds batches",
-                              "give SPEC... or --source options, not both");
-    goto done;
-  }
   if (!lo.decode) {
     return tool_usage_error("wds batches",
                             "--decode FIELDS is required, e.g. --decode "

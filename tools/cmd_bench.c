@@ -353,15 +353,8 @@ int tool_cmd_bench(int argc, char **argv) {
       goto done;
     }
   }
-  if (optind >= argc && !lo.nsources) {
-    status = tool_usage_error("wds bench", "expected a SPEC (or --source)");
+  if ((status = tool_loader_inputs_check(&lo, "wds bench", argc - optind)))
     goto done;
-  }
-  if (optind < argc && lo.nsources) {
-    status = tool_usage_error("wds bench",
-                              "give SPEC... or --source options, not both");
-    goto done;
-  }
   if (lo.given && !lo.decode) {
     status = tool_usage_error("wds bench",
                               "loader options need --decode FIELDS (without "

@@ -13,6 +13,7 @@
 #include "base/text.h"
 #include "base/url.h"
 #include "reader_opts.h"
+#include "shards/cache.h" /* wds__sha256_hex: the index's digests */
 #include "signals.h"
 #include "util.h"
 #include "wds/index.h"
@@ -231,7 +232,7 @@ static void print_sample(const wds_sample *s, int json) {
     for (size_t i = 0; i < s->field_count; i++) {
       const wds_field *f = &s->fields[i];
       char hex[65];
-      tool_sha256_hex(f->data, f->size_bytes, hex);
+      wds__sha256_hex(f->data, f->size_bytes, hex);
       fputs(i ? ", " : "", stdout);
       wds__json_write_string(stdout, f->ext, strlen(f->ext));
       printf(": {\"size\": %zu, \"sha256\": \"%s\"}", f->size_bytes, hex);

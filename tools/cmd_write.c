@@ -307,21 +307,6 @@ void single_file_hint(const char *msg) {
           count ? limit : o->size_arg);
 }
 
-/* The shards of the pattern an earlier run left after this run's last
- * (wds_writer_config.on_leftover): counted, the first and last kept. */
-typedef struct leftovers {
-  uint64_t n;
-  char *first, *last;
-} leftovers;
-
-static void on_leftover(void *ctx, const char *path) {
-  leftovers *l = ctx;
-  if (l->n++ == 0)
-    l->first = strdup(path);
-  free(l->last);
-  l->last = strdup(path);
-}
-
 int writer_failed(void) {
   const char *msg = wds_last_error();
   fprintf(stderr, "wds write: %s\n", msg);
@@ -526,8 +511,10 @@ int tool_cmd_write(int argc, char **argv) {
   cfg.max_size_bytes = o.size_given ? o.max_size : 0;
   cfg.start_index = o.start;
   cfg.level = o.level;
-  leftovers left = {0, NULL, NULL};
-  cfg.on_leftover = on_leftover;
+  /* The shards of the pattern an earlier run left after this run's last:
+   * counted, the first and last kept (the library's, as Python's). */
+  wds_writer_leftovers left = {0, NULL, NULL};
+  cfg.on_leftover = wds_writer_leftover_add;
   cfg.on_leftover_ctx = &left;
   wds_writer *w = NULL;
   if (wds_writer_open(&cfg, &w) != WDS_OK) {
@@ -576,21 +563,21 @@ int tool_cmd_write(int argc, char **argv) {
           " bytes (%" PRIu64 " bytes of tar)\n",
           st.shards, st.shards == 1 ? "" : "s", st.samples,
           st.samples == 1 ? "" : "s", st.out_bytes, st.tar_bytes);
-  if (left.n == 1)
+  if (left.count == 1)
     fprintf(stderr,
             "wds write: warning: %s, a shard of this pattern after the last "
             "one written, is left from an earlier run: a spec of the "
             "pattern would read it with these (delete it, or keep it on "
             "purpose)\n",
             left.first ? left.first : "?");
-  else if (left.n > 1)
+  else if (left.count > 1)
     fprintf(stderr,
             "wds write: warning: %" PRIu64 " shards of this pattern after "
             "the last one written are left from an earlier run, %s to %s: "
             "a spec of the pattern would read them with these (delete "
             "them, or keep them on purpose)\n",
-            left.n, left.first ? left.first : "?", left.last ? left.last : "?");
-  free(left.first);
-  free(left.last);
+            left.count, left.first ? left.first : "?",
+            left.last ? left.last : "?");
+  wds_writer_leftovers_free(&left);
   return tool_stdout_flush() != 0 ? 1 : 0;
 }

@@ -9,10 +9,12 @@
  * row. Four loader options are this file's own (not config fields, or not
  * one): --decode (the fields), --rank-batch-sizes, --source (the mix) and
  * --epochs (how many epochs a command runs). What depends on several
- * flags (resampled mode needs --samples-per-epoch, rank < world) is
- * checked in tool_loader_opts_finish, so the order of flags never matters:
- * --last-batch overrides --drop-last's choice whichever comes first. The
- * loader checks the config again when it opens. */
+ * flags (resampled mode needs --samples-per-epoch, rank < world, the
+ * options a mode ignores) is the library's wds_loader_config_check, run by
+ * tool_loader_opts_finish once every flag is in (so their order never
+ * matters) to name the flags; --drop-last's last batch is the library's
+ * too (last_batch's unset default, resolved at open). The loader checks
+ * the config again when it opens. */
 #include "loader_opts.h"
 
 #include <errno.h>
@@ -300,13 +302,6 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
   case TOOL_LO_BATCH_SIZE:
     o->batch_size_given = 1;
     break;
-  case TOOL_LO_DROP_LAST:
-    o->drop_last_given = 1;
-    break;
-  case TOOL_LO_LAST_BATCH:
-    o->last_batch = cfg->last_batch;
-    o->last_batch_given = 1;
-    break;
   case TOOL_LO_RESUME_AT:
     o->resume_given = 1;
     break;
@@ -318,10 +313,6 @@ int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
 
 int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
   wds_loader_config *cfg = &o->cfg;
-  if (o->last_batch_given)
-    cfg->last_batch = o->last_batch;
-  else if (o->drop_last_given)
-    cfg->last_batch = WDS_LAST_DROP;
   if (tool_cache_finish(cmd, &cfg->cache_dir, cfg->cache_size) != 0)
     return -1;
   if (o->epochs - 1 > UINT64_MAX - cfg->epoch) {
@@ -387,6 +378,15 @@ int tool_loader_opts_finish(tool_loader_opts *o, const char *cmd) {
     cfg->fields = o->fields;
     cfg->field_count = n;
   }
+  return 0;
+}
+
+int tool_loader_inputs_check(const tool_loader_opts *o, const char *cmd,
+                             int nspecs) {
+  if (nspecs <= 0 && !o->nsources)
+    return tool_usage_error(cmd, "expected a SPEC (or --source)");
+  if (nspecs > 0 && o->nsources)
+    return tool_usage_error(cmd, "give SPEC... or --source options, not both");
   return 0;
 }
 

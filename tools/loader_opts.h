@@ -14,7 +14,7 @@
  *   wds_loader_open(&lo.cfg, &l);  ...  tool_loader_opts_free(&lo);
  *
  * CMD is the command as typed ("wds batches", "wds-train"). Usage errors are
- * printed as "CMD: --flag ... (see 'CMD --help')" (tools/opts.h) and
+ * printed as "CMD: --flag ...; see 'CMD --help'" (tools/opts.h) and
  * reported to the caller, which exits with status 2. */
 #ifndef WDS_TOOLS_LOADER_OPTS_H
 #define WDS_TOOLS_LOADER_OPTS_H
@@ -75,10 +75,7 @@ typedef struct tool_loader_opts {
   const char *decode;    /* --decode text; NULL when not given */
   int given;             /* any loader option was given (but
                             --max-window, which readers take too) */
-  int last_batch_given;  /* --last-batch (overrides --drop-last) */
-  int drop_last_given;
   int resume_given;
-  wds_last_batch last_batch;
   int batch_size_given;
   wds_field_spec *fields; /* parsed --decode (cfg.fields points here) */
   char *field_storage;
@@ -107,6 +104,12 @@ int tool_loader_options_some(const struct option *own, const char *const *names,
  * message is printed). */
 int tool_loader_opt(tool_loader_opts *o, int c, const char *arg,
                     const char *cmd);
+
+/* The input of `wds batches` and `wds bench`: nspecs SPEC arguments or
+ * --source options, one of the two. 0, or the usage error's status (2)
+ * after printing it. */
+int tool_loader_inputs_check(const tool_loader_opts *o, const char *cmd,
+                             int nspecs);
 
 /* Checks combinations and parses --decode into cfg.fields. Returns 0, or -1
  * after printing the message. */

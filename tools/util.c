@@ -55,17 +55,6 @@ void tool_eprintf(const char *fmt, ...) {
   free(msg);
 }
 
-void tool_sha256_hex(const void *data, size_t n, char hex[65]) {
-  uint8_t md[32];
-  wds__sha256(data, n, md); /* the library's (nettle): no OpenSSL to load */
-  static const char digits[] = "0123456789abcdef";
-  for (unsigned i = 0; i < 32; i++) {
-    hex[2 * i] = digits[md[i] >> 4];
-    hex[2 * i + 1] = digits[md[i] & 15];
-  }
-  hex[64] = '\0';
-}
-
 double tool_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -48,9 +48,6 @@ int tool_expand_specs(const char *cmd, char **specs, int nspecs,
  * but for a final newline. */
 void tool_eprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Lower-case hex SHA-256 of data into hex (65 bytes). */
-void tool_sha256_hex(const void *data, size_t n, char hex[65]);
-
 /* Monotonic seconds. */
 double tool_now(void);
 

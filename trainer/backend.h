@@ -5,11 +5,12 @@
  * the math of one rank. A backend is a table of functions:
  *
  *   group_create   once per process, on the job's process group
- *                  (procgroup.h: the rendezvous, the links, the barrier
- *                  and the host collectives, made before any backend): the
- *                  state shared by its local ranks (CPU: nothing more;
- *                  CUDA: the ncclUniqueId, made by process 0 and broadcast
- *                  over the group).
+ *                  (procgroup.h: the barrier, the abort flag and the host
+ *                  collectives, over MPI across processes, made before any
+ *                  backend): the state shared by its local ranks (CPU:
+ *                  nothing more; CUDA: the ncclUniqueId, made by process 0
+ *                  and broadcast by MPI, or derived by every process from
+ *                  NCCL_COMM_ID under torchrun: launch.h).
  *   rank_create    per local rank, called on the rank's own thread:
  *                  parameters initialised from the seed (the same on every
  *                  rank), momentum zero, buffers sized for batch_rows rows
@@ -76,7 +77,7 @@ typedef struct tr_group_config {
   int first_device; /* device of local rank 0 (torchrun: LOCAL_RANK) */
   size_t param_count;
   int procs, proc_rank;      /* processes of the job; this one's rank */
-  int rdv_timeout_ms;        /* CUDA: the longest wait for ncclCommInitRank */
+  int init_timeout_ms;       /* CUDA: the longest wait for ncclCommInitRank */
   int collective_timeout_ms; /* CUDA: the longest wait for a collective or
                                 a copy before the communicator is aborted;
                                 0 = 600 s */
@@ -115,8 +116,8 @@ typedef struct tr_backend {
   int (*device_count)(wds__err *why);
   int (*set_device)(int device, wds__err *e);
   /* Non-zero: the backend's collectives are the process group's host ones
-   * (procgroup.h), which then need the data links between the processes
-   * (tr_pg_config.host_links). */
+   * (procgroup.h), which span processes only under MPI
+   * (tr_pg_config.host_collectives). */
   int host_collectives;
   int (*group_create)(const tr_group_config *c, tr_group **out, wds__err *e);
   /* Makes every rank blocked in (or later entering) a collective return

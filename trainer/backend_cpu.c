@@ -1,6 +1,6 @@
 /* backend_cpu.c — the CPU backend: the model's CPU reference (model.c) on
  * rank threads, the process group's host collectives (procgroup.c) between
- * them: in one process, or across several over the group's data links.
+ * them: in one process, or across several over MPI (pg_mpi.c).
  *
  * Determinism: a rank's gradient is a pure function of its weights and rows
  * (model.c); the all-reduce sums every element over ranks 0..N-1 in that

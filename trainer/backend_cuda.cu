@@ -29,13 +29,12 @@
  * could hold forever. Communicators are non-blocking (NCCL's config
  * blocking = 0); every wait polls the event, ncclCommGetAsyncError and the
  * group's abort flag (the process group's: procgroup.h), and has a
- * deadline (--collective-timeout; init has --rdv-timeout). The abort flag
- * is also set by the job's links (the rendezvous sockets, kept open by the
- * process group) when another process fails or is lost, so that reaches
- * every process at once. A failure of another local rank (the abort flag),
- * a network error NCCL reports, or a peer process that failed or hangs
- * (NCCL does not tell the others when a process on the same node dies or
- * aborts: the deadline) ends the wait with a message naming the rank and
+ * deadline (--collective-timeout; ncclCommInitRank waits 300 s for every
+ * process). A failure of another local rank (the abort flag), a network
+ * error NCCL reports, or a peer process that failed or hangs (NCCL does not
+ * tell the others when a process on the same node dies or aborts: the
+ * deadline; under torchrun or mpirun the launcher ends the job when a
+ * process exits with an error) ends the wait with a message naming the rank and
  * the call, and the communicator is aborted (ncclCommAbort), not left
  * hanging. Copies to pageable host memory, which block inside the driver, are
  * made only after a polled wait for everything before them. */
@@ -52,6 +51,7 @@
 
 extern "C" {
 #include "trainer/backend.h"
+#include "trainer/nccl_id.h"
 #include "trainer/procgroup.h"
 #include "wds/gpu_jpeg.h"
 }
@@ -61,7 +61,7 @@ extern "C" {
 
 struct tr_group {
   tr_group_config c;
-  tr_pg *pg;   /* the job's processes: barrier, abort flag, links */
+  tr_pg *pg;   /* the job's processes: barrier, abort flag */
   int owns_pg; /* made here (c.pg was NULL) */
   ncclUniqueId id;
 };
@@ -244,7 +244,8 @@ static int nccl_done(tr_rank *r, ncclResult_t res, const char *call,
   if (res != ncclSuccess && res != ncclInProgress)
     return nccl_fail(r, res, call, err);
   double t0 = now_s();
-  const char *flag = deadline_s > 0 ? "--rdv-timeout" : "--collective-timeout";
+  const char *flag = deadline_s > 0 ? "the 300 s wait for every process"
+                                    : "--collective-timeout";
   if (deadline_s <= 0)
     deadline_s = collective_deadline(r);
   for (unsigned spins = 0;; spins++) {
@@ -463,22 +464,10 @@ static int cuda_group_create(const tr_group_config *c, tr_group **out,
     }
     g->owns_pg = 1;
   }
-  /* Process 0 makes the communicator's id and broadcasts it over the
-   * process group; the threads of a process share it in memory. */
-  if (c->proc_rank == 0) {
-    ncclResult_t res = ncclGetUniqueId(&g->id);
-    if (res != ncclSuccess) {
-      rc = wds__fail(err, WDS_ERR_IO, "ncclGetUniqueId: %s: %s",
-                     ncclGetErrorString(res), ncclGetLastError(NULL));
-      goto fail;
-    }
-  }
-  if ((rc = tr_pg_bcast(g->pg, &g->id, sizeof g->id, err)) != WDS_OK) {
-    wds__err_prefix(err, "%s",
-                    c->proc_rank == 0 ? "serving the NCCL id"
-                                      : "fetching the NCCL id");
+  /* The communicator's id (nccl_id.h): made here, by MPI_Bcast, or from
+   * NCCL_COMM_ID. */
+  if ((rc = tr_nccl_id(g->pg, c->procs, c->proc_rank, &g->id, err)) != WDS_OK)
     goto fail;
-  }
   *out = g;
   return WDS_OK;
 fail:
@@ -489,7 +478,7 @@ fail:
 }
 
 static void cuda_group_abort(tr_group *g) {
-  tr_pg_abort(g->pg, NULL); /* the local ranks, and the other processes */
+  tr_pg_abort(g->pg, NULL); /* the local ranks */
 }
 
 static void cuda_group_destroy(tr_group *g) {
@@ -651,7 +640,7 @@ static int rank_init(tr_rank *r, wds__err *err) {
       ncclCommInitRankConfig(&r->comm, g->c.world, g->id, r->rank, &cfg);
   double deadline =
       now_s() +
-      (g->c.rdv_timeout_ms > 0 ? g->c.rdv_timeout_ms / 1000.0 : 300.0);
+      (g->c.init_timeout_ms > 0 ? g->c.init_timeout_ms / 1000.0 : 300.0);
   TRY(nccl_done(r, res, "ncclCommInitRank", deadline, err));
   r->comm_ok = 1;
   return WDS_OK;

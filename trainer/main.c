@@ -20,7 +20,7 @@
 #include "tools/opts.h"
 #include "tools/signals.h"
 #include "tools/util.h"
-#include "trainer/rendezvous.h"
+#include "trainer/launch.h"
 #ifdef WDS_TRAINER_MPI
 #include "trainer/pg_mpi.h"
 #endif
@@ -80,14 +80,8 @@ static const char usage_text_2[] =
     "Several processes: mpirun -np N wds-train ... or srun --mpi=pmix\n"
     "  wds-train ... (a wds-train built with MPI): one process per GPU, or\n"
     "  per --ranks CPU rank threads; rank, size, local rank and node from\n"
-    "  MPI. Or torchrun --no-python wds-train (GPUs). Or:\n"
-    "Several nodes (one process per node, one thread per GPU or CPU rank):\n"
-    "  --nodes N --node-rank R  (default NNODES/NODE_RANK, SLURM_NNODES/\n"
-    "                         SLURM_NODEID, else 1/0)\n"
-    "  --master-addr HOST     node 0's address (default MASTER_ADDR)\n"
-    "  --master-port P        its rendezvous port (default MASTER_PORT, else\n"
-    "                         29500)\n"
-    "  --rdv-timeout SECONDS  how long to wait for the other nodes (300)\n"
+    "  MPI. Or torchrun --no-python wds-train (GPUs only): NCCL's processes\n"
+    "  meet at NCCL_COMM_ID (default MASTER_ADDR:MASTER_PORT+1).\n"
     "  --collective-timeout SECONDS  a collective or copy that makes\n"
     "                         no progress this long (a peer process died or\n"
     "                         hangs) aborts the run (default 600)\n"
@@ -95,7 +89,7 @@ static const char usage_text_2[] =
     "  read wakes), abort the job's other processes, say how far it got and\n"
     "  the last checkpoint, and exit with 128 + the signal.\n"
     "  Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) each process drives\n"
-    "  GPU LOCAL_RANK and the rendezvous uses MASTER_PORT + 1.\n"
+    "  GPU LOCAL_RANK.\n"
     "  --checkpoint PATH      written every --checkpoint-every K steps and at\n"
     "                         the end (atomically)\n"
     "  --resume PATH          continue from a checkpoint\n"
@@ -294,6 +288,23 @@ static const struct option long_opts[] = {
     {"version", no_argument, 0, O_VERSION},
     {0, 0, 0, 0}};
 
+/* The flags of wds-train's own rendezvous, removed with it: a usage error
+ * naming what replaces them. */
+static int retired_flag(int code) {
+  const char *name = code == O_NODES         ? "nodes"
+                     : code == O_NODE_RANK   ? "node-rank"
+                     : code == O_MASTER_ADDR ? "master-addr"
+                     : code == O_MASTER_PORT ? "master-port"
+                                             : "rdv-timeout";
+  return usage_error(
+      "--%s is gone with wds-train's own rendezvous: launch several "
+      "processes with mpirun -np N wds-train ... or srun --mpi=pmix (a "
+      "wds-train built with WDS_WITH_MPI; the topology comes from MPI), or "
+      "torchrun --no-python wds-train on GPUs (NCCL meets at NCCL_COMM_ID, "
+      "default MASTER_ADDR:MASTER_PORT+1)",
+      name);
+}
+
 /* The library's warnings without a log to go to (shards/netrc.h). */
 static void warn_stderr(const char *msg) {
   fprintf(stderr, "wds-train: %s\n", msg);
@@ -328,9 +339,8 @@ static int run_main(int argc, char **argv) {
    * run is for. */
   tool_stdout_init_prog("wds-train");
   const char *device = "auto";
-  int gpus = -1, ranks_given = 0, nodes = -1, node_rank = -1, c, rc;
-  int master_port = -1, batch_given = 0;
-  const char *master_addr = NULL;
+  int gpus = -1, ranks_given = 0, c, rc;
+  int batch_given = 0;
   uint64_t u;
   double d;
   struct option opts[64];
@@ -430,13 +440,11 @@ static int run_main(int argc, char **argv) {
         return rc;
       break;
     case O_NODES:
-      if ((rc = flag_int("nodes", a, 1, 1 << 20, &nodes)) != 0)
-        return rc;
-      break;
     case O_NODE_RANK:
-      if ((rc = flag_int("node-rank", a, 0, 1 << 20, &node_rank)) != 0)
-        return rc;
-      break;
+    case O_MASTER_ADDR:
+    case O_MASTER_PORT:
+    case O_RDV_TIMEOUT:
+      return retired_flag(c);
     case O_CKPT:
       o.checkpoint_path = a;
       break;
@@ -460,24 +468,6 @@ static int run_main(int argc, char **argv) {
       break;
     case O_LOG_ROWS:
       o.rows_path = a;
-      break;
-    case O_MASTER_ADDR:
-      if (!*a || strlen(a) >= 256)
-        return usage_error("--master-addr needs a host name or address (at "
-                           "most 255 bytes), not \"%s\"",
-                           a);
-      master_addr = a;
-      break;
-    case O_MASTER_PORT:
-      if ((rc = flag_int("master-port", a, 1, 65535, &master_port)) != 0)
-        return rc;
-      break;
-    case O_RDV_TIMEOUT:
-      if (parse_double(a, &d) != 0 || d <= 0 || d > 86400)
-        return usage_error("--rdv-timeout needs seconds (more than 0, at most "
-                           "86400), not \"%s\"",
-                           a);
-      o.rdv_timeout_ms = (int)(d * 1000.0 + 0.5);
       break;
     case O_COLL_TIMEOUT:
       if (parse_double(a, &d) != 0 || d <= 0 || d > 86400)
@@ -543,8 +533,6 @@ static int run_main(int argc, char **argv) {
   if (lo.cfg.mode == WDS_MODE_PLAIN)
     return usage_error("--mode plain gives ranks unequal steps: wds-train "
                        "takes exact or resampled");
-  if (lo.last_batch_given)
-    lo.cfg.last_batch = lo.last_batch;
   if (lo.cfg.rank_batch_size_count && batch_given)
     return usage_error("%s", "--batch-size and --rank-batch-sizes: give "
                              "one (--rank-batch-sizes sets every rank's)");
@@ -594,22 +582,14 @@ static int run_main(int argc, char **argv) {
                        "--device %s the ranks are GPUs: --gpus N (default: "
                        "every GPU)",
                        device);
-  /* Topology: flags, then the environment (NNODES/NODE_RANK, SLURM_*, or
-   * torchrun's RANK/WORLD_SIZE/LOCAL_RANK), then a single process. */
-  tr_rdv_config topo = TR_RDV_CONFIG_INIT;
-  if (master_addr)
-    snprintf(topo.master_addr, sizeof topo.master_addr, "%s", master_addr);
-  topo.master_port = master_port;
-  topo.nodes = nodes;
-  topo.node_rank = node_rank;
+  /* Topology: MPI's under mpirun or srun; else torchrun's RANK/WORLD_SIZE/
+   * LOCAL_RANK (one process per GPU, meeting through NCCL), else a single
+   * process (launch.h). */
+  tr_launch topo;
   wds__err terr;
 #ifdef WDS_TRAINER_MPI
   /* Launched by mpirun, mpiexec or srun: the topology is MPI's. */
   if (tr_mpi_launched()) {
-    if (nodes != -1 || node_rank != -1 || master_addr || master_port != -1)
-      return usage_error("%s", "--nodes, --node-rank, --master-addr and "
-                               "--master-port are not used under mpirun or "
-                               "srun: the topology comes from MPI");
     /* The launcher's variables (read before MPI_Init, which may set its
      * own) must name the rank MPI gives: set by hand without a launcher,
      * MPI starts a job of one process (a singleton), and each such process
@@ -630,31 +610,23 @@ static int run_main(int argc, char **argv) {
                          "every process with mpirun or srun)",
                          et.rank_var, et.rank, et.size_var, et.world_size,
                          et.rank, et.world_size, mt.rank, mt.size);
+    memset(&topo, 0, sizeof topo);
     topo.per_process = 1;
-    topo.rank = mt.rank;
-    topo.world_size = mt.size;
+    topo.procs = mt.size;
+    topo.proc_rank = mt.rank;
     topo.local_rank = mt.local_rank;
-    topo.local_world_size = mt.local_size;
-    topo.nodes = mt.nodes;
-    topo.node_rank = mt.node;
     snprintf(topo.source, sizeof topo.source, "MPI, %d node%s", mt.nodes,
              mt.nodes == 1 ? "" : "s");
     o.mpi = 1;
   } else
 #endif
-      if (tr_rdv_env(&topo, &terr) != WDS_OK) {
+      if (tr_launch_resolve(&topo, NULL, NULL, &terr) != WDS_OK) {
     return usage_error("%s", terr.msg);
   }
-  if (topo.per_process) { /* one process per GPU */
-    o.procs = topo.world_size;
-    o.proc_rank = topo.rank;
+  o.procs = topo.procs;
+  o.proc_rank = topo.proc_rank;
+  if (topo.per_process)
     o.first_device = topo.local_rank;
-  } else {
-    o.procs = topo.nodes;
-    o.proc_rank = topo.node_rank;
-  }
-  o.master_addr = topo.master_addr;
-  o.master_port = topo.master_port;
 
   /* The backend, from the registry (backends.c): --device NAME, or auto:
    * the first available one (a device backend with a device visible, else
@@ -679,6 +651,18 @@ static int run_main(int argc, char **argv) {
               device, why.msg);
       return 1;
     }
+  }
+  /* Several processes without MPI: NCCL's collectives only (launch.h). */
+  if (tr_launch_check_backend(&topo, o.mpi, o.backend->host_collectives,
+                              &terr) != WDS_OK)
+    return usage_error("%s", terr.msg);
+  /* NCCL's bootstrap address, for every process to derive the same id
+   * (before any NCCL call; NCCL reads it at ncclGetUniqueId and
+   * ncclCommInitRank). */
+  if (!o.mpi && topo.nccl_comm_id[0] && !getenv("NCCL_COMM_ID") &&
+      setenv("NCCL_COMM_ID", topo.nccl_comm_id, 1) != 0) {
+    fprintf(stderr, "wds-train: setenv NCCL_COMM_ID: %s\n", strerror(errno));
+    return 1;
   }
   int visible = o.backend->device_count ? o.backend->device_count(&why) : 0;
   if (!o.backend->device_count && gpus > 0) {
@@ -723,8 +707,9 @@ static int run_main(int argc, char **argv) {
   }
 
   /* SIGINT, SIGTERM, SIGHUP: the loaders are cancelled (a blocked read
-   * wakes), rank 0 stops before the next step, the job's other processes
-   * are aborted through its links, and the run says how far it got. */
+   * wakes), rank 0 stops before the next step, the run says how far it got
+   * and exits with an error, which ends the job's other processes (under
+   * MPI, MPI_Abort; under torchrun, its agent). */
   tool_signals_install();
   o.interrupted = tool_signal_caught;
   o.watch_loader = tool_signals_loader;

@@ -19,6 +19,7 @@ static int world_rank, world_size;
 static float *xsend, *xrecv;
 static size_t xsend_cap, xrecv_cap;
 static int *counts; /* 4 x world_size: send, send displs, recv, recv displs */
+static int star;    /* WDS_TRAIN_MPI_SUM=star: the reference sum */
 
 static int64_t coll_since_ms; /* __atomic; 0: no collective waits */
 static int watch_started, watch_stop, watch_rank, watch_timeout_ms;
@@ -54,6 +55,12 @@ static int mpi_fail(wds__err *e, int code, const char *what) {
 int tr_mpi_init(tr_mpi_topology *t, wds__err *e) {
   int provided = 0, rc;
   memset(t, 0, sizeof *t);
+  const char *sum = getenv("WDS_TRAIN_MPI_SUM");
+  if (sum && sum[0] && strcmp(sum, "star") != 0 && strcmp(sum, "slices") != 0)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "WDS_TRAIN_MPI_SUM='%.40s': slices (the default) or star",
+                     sum);
+  star = sum && strcmp(sum, "star") == 0;
   if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided)) !=
       MPI_SUCCESS)
     return wds__fail(e, WDS_ERR_IO, "MPI_Init_thread failed (error %d)", rc);
@@ -228,8 +235,49 @@ static int fit(float **p, size_t *cap, size_t n) {
   return 0;
 }
 
+/* The reference (WDS_TRAIN_MPI_SUM=star): every rank's buffer gathered at
+ * process 0, summed there in global rank order, broadcast back: (P-1) x n
+ * floats through process 0 each way, as wds-train's retired star sum over
+ * its own sockets moved them. Tests compare the slices' bits with it;
+ * scripts/bench-allreduce.sh times both. */
+static int allreduce_star(const float *const *parts, int L, float *res,
+                          size_t n, wds__err *e) {
+  int P = world_size, me = world_rank;
+  size_t per = n * (size_t)L;
+  if (per * (size_t)P > INT_MAX)
+    return wds__fail(e, WDS_ERR_LIMIT,
+                     "MPI all-reduce (star): %zu values x %d ranks x %d "
+                     "processes: more than MPI's int counts hold",
+                     n, L, P);
+  if (fit(&xsend, &xsend_cap, per) != 0 ||
+      (me == 0 && fit(&xrecv, &xrecv_cap, per * (size_t)P) != 0))
+    return wds__fail(e, WDS_ERR_NOMEM,
+                     "MPI all-reduce: out of memory (%zu values)", n);
+  for (int k = 0; k < L; k++)
+    memcpy(xsend + (size_t)k * n, parts[k], n * sizeof(float));
+  coll_begin();
+  int rc = MPI_Gather(xsend, (int)per, MPI_FLOAT, xrecv, (int)per, MPI_FLOAT, 0,
+                      MPI_COMM_WORLD);
+  coll_end();
+  if (rc != MPI_SUCCESS)
+    return mpi_fail(e, rc, "MPI_Gather");
+  if (me == 0) /* rank p L + k's buffer at (p L + k) n */
+    for (size_t i = 0; i < n; i++) {
+      float s = xrecv[i];
+      for (int r = 1; r < P * L; r++)
+        s += xrecv[(size_t)r * n + i];
+      res[i] = s;
+    }
+  coll_begin();
+  rc = MPI_Bcast(res, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  coll_end();
+  return rc == MPI_SUCCESS ? WDS_OK : mpi_fail(e, rc, "MPI_Bcast");
+}
+
 int tr_mpi_allreduce_f32(const float *const *parts, int L, float *res, size_t n,
                          wds__err *e) {
+  if (star)
+    return allreduce_star(parts, L, res, n, e);
   int P = world_size, me = world_rank;
   /* Process q owns elements [n q / P, n (q + 1) / P). */
 #define LO(q) (n * (size_t)(q) / (size_t)P)

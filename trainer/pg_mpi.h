@@ -72,7 +72,10 @@ int tr_mpi_bcast(void *blob, size_t size, wds__err *e);
 
 /* res[0..n) = the sum over every process's L parts parts[k][0..n), element
  * by element in global rank order (process p's part k is rank p * L + k):
- * the bits of one process summing every rank in order. */
+ * the bits of one process summing every rank in order. With
+ * WDS_TRAIN_MPI_SUM=star (read by tr_mpi_init; tests and benchmarks) the
+ * same bits by another way, the reference: every buffer gathered at
+ * process 0, summed there, broadcast back. */
 int tr_mpi_allreduce_f32(const float *const *parts, int L, float *res, size_t n,
                          wds__err *e);
 

@@ -157,8 +157,7 @@ void tr_options_init(tr_options *o) {
   o->epochs = 1;
   o->ranks = 1;
   o->procs = 1;
-  o->master_port = 29500;
-  o->rdv_timeout_ms = 300000;
+  o->init_timeout_ms = 300000;
   o->collective_timeout_ms = 600000;
   o->lr = 0.05;
   o->momentum = 0.9;
@@ -1370,18 +1369,15 @@ static void print_banner(const shared *sh) {
   fflush(out); /* checked by summarize */
 }
 
-/* The job's processes meet (the rendezvous, with more than one), then the
- * backend builds its group on them; from tr_pg_start on, a process that
- * fails or is lost aborts every other one. */
+/* The job's process group (under MPI: its collectives span the processes),
+ * then the backend builds its group on it; from tr_pg_start on, under MPI,
+ * a watchdog ends the job when a collective hangs. */
 static int start_group(shared *sh, wds__err *e) {
   const tr_options *o = sh->o;
   tr_pg_config pc = {.local_ranks = o->ranks,
                      .procs = o->procs,
                      .proc_rank = o->proc_rank,
-                     .master_addr = o->master_addr,
-                     .master_port = o->master_port,
-                     .rdv_timeout_ms = o->rdv_timeout_ms,
-                     .host_links = o->backend->host_collectives,
+                     .host_collectives = o->backend->host_collectives,
                      .collective_timeout_ms = o->collective_timeout_ms,
                      .mpi = o->mpi};
   int rc = tr_pg_create(&pc, &sh->pg, e);
@@ -1394,7 +1390,7 @@ static int start_group(shared *sh, wds__err *e) {
                         .param_count = sh->param_count,
                         .procs = o->procs,
                         .proc_rank = o->proc_rank,
-                        .rdv_timeout_ms = o->rdv_timeout_ms,
+                        .init_timeout_ms = o->init_timeout_ms,
                         .collective_timeout_ms = o->collective_timeout_ms,
                         .precision = o->precision,
                         .pg = sh->pg};

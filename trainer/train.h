@@ -44,14 +44,14 @@ typedef struct tr_options {
   int channels, classes;
   int hidden[TR_MAX_LAYERS];
   int hidden_count;
-  uint64_t epochs, steps;  /* steps > 0 overrides epochs */
-  uint64_t stop_after;     /* > 0: stop (and checkpoint) after this step */
-  int ranks;               /* local ranks (CPU threads or GPUs) */
-  int procs, proc_rank;    /* processes of the job; this one's rank */
-  int mpi;                 /* the processes meet through MPI (mpirun, srun) */
-  int first_device;        /* CUDA device of local rank 0 */
-  const char *master_addr; /* rendezvous: process 0's address */
-  int master_port, rdv_timeout_ms, collective_timeout_ms;
+  uint64_t epochs, steps; /* steps > 0 overrides epochs */
+  uint64_t stop_after;    /* > 0: stop (and checkpoint) after this step */
+  int ranks;              /* local ranks (CPU threads or GPUs) */
+  int procs, proc_rank;   /* processes of the job; this one's rank */
+  int mpi;                /* the processes meet through MPI (mpirun, srun) */
+  int first_device;       /* CUDA device of local rank 0 */
+  int init_timeout_ms;    /* CUDA: the wait for every process (300 s) */
+  int collective_timeout_ms;
   int precision; /* TR_PRECISION_* */
   double lr, momentum, weight_decay;
   uint64_t warmup_steps;

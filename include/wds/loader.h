@@ -51,11 +51,12 @@
  * next; the samples already delivered are read but not decoded.
  * wds_loader_state() gives the position with what fixes its meaning, and
  * .resume_state resumes at it after checking it: the same configuration
- * continues as above; in exact mode (one source) another world, batch or
- * per-rank sizes, workers or shuffle buffer is an elastic resume (the new
- * ranks deliver the epoch's samples the old ones had not, each once, in
- * equal steps; in resampled mode, the count of samples it still owes);
- * anything else is refused, naming both values.
+ * continues as above; in exact mode (one source or a mix) another world,
+ * batch or per-rank sizes, workers or shuffle buffer is an elastic resume
+ * (the new ranks deliver the epoch's samples the old ones had not, each
+ * once as a valid row, in equal steps, each source its own remainder; in
+ * resampled mode, the count of samples it still owes); anything else is
+ * refused, naming both values.
  *
  * Errors: with WDS_ON_ERROR_STOP the first error (unreadable shard, corrupt
  * tar, missing field, failed decode) is returned by next() (its message in
@@ -96,8 +97,11 @@ typedef enum wds_mode {
 typedef enum wds_last_batch {
   WDS_LAST_KEEP = 0, /* the last batch may be smaller */
   WDS_LAST_DROP = 1, /* a partial last batch is dropped */
-  WDS_LAST_PAD = 2   /* filled to batch_size by repeating its first rows,
+  WDS_LAST_PAD = 2,  /* filled to batch_size by repeating its first rows,
                         which are marked invalid */
+  WDS_LAST_AUTO = 3  /* not given (WDS_LOADER_CONFIG_INIT's): the open
+                        takes DROP with drop_last, else KEEP, as torch's
+                        drop_last; a policy given explicitly wins */
 } wds_last_batch;
 
 typedef enum wds_error_policy {
@@ -215,7 +219,8 @@ typedef struct wds_loader_config {
                                  whole buffer. WebDataset's `initial`. */
   uint64_t samples_per_epoch; /* per rank: required in resampled mode, a
                                  cap in plain mode, unused in exact mode */
-  int drop_last;              /* exact mode: drop the tail (else pad) */
+  int drop_last;              /* exact mode: drop the tail (else pad);
+                                 every mode: last_batch AUTO is DROP */
 
   /* Batches. */
   size_t batch_size; /* default 1 */
@@ -365,6 +370,7 @@ typedef struct wds_loader_config {
 #define WDS_LOADER_CONFIG_INIT                                                 \
   {                                                                            \
     .rank = -1, .world_size = -1, .shard_shuffle = 1, .batch_size = 1,         \
+    .last_batch = WDS_LAST_AUTO,                                               \
     .image_size = 224, .crop_scale_min = 0.08, .crop_scale_max = 1.0,          \
     .crop_ratio_min = 3.0 / 4.0, .crop_ratio_max = 4.0 / 3.0,                  \
     .flip_prob = 0.5, .brightness = {1, 1}, .contrast = {1, 1},                \

@@ -1,7 +1,8 @@
 /* wds/reader.h — a stream of WebDataset samples from a shard spec.
  *
  * The reader opens each shard in turn (local path, file://URL, pipe:CMD, "-"
- * for stdin, or http(s)/ftp URLs through curl as WebDataset does), detects the
+ * for stdin, http(s):// read in process with libcurl, s3:// signed
+ * requests; ftp:// and the like need an explicit pipe:curl), detects the
  * compression from the first bytes (none, zstd, gzip, xz, lzma, and through
  * libarchive bzip2, lz4, lzip, compress), parses the tar stream with wds's
  * own streaming parser and groups members into samples by WebDataset's rules:

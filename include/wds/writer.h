@@ -123,6 +123,18 @@ typedef struct wds_writer_config {
   void *on_leftover_ctx;
 } wds_writer_config;
 
+/* What the front ends report of on_leftover's calls: counted, the first
+ * and last path kept (malloc'd). Give wds_writer_leftover_add as
+ * on_leftover and a zeroed wds_writer_leftovers as its ctx; release the
+ * paths with wds_writer_leftovers_free. A path that cannot be copied
+ * (out of memory) is counted and left NULL. */
+typedef struct wds_writer_leftovers {
+  uint64_t count;
+  char *first, *last;
+} wds_writer_leftovers;
+WDS_API void wds_writer_leftover_add(void *leftovers, const char *path);
+WDS_API void wds_writer_leftovers_free(wds_writer_leftovers *l);
+
 #define WDS_WRITER_CONFIG_INIT                                                 \
   {                                                                            \
     .pattern = NULL, .out_fd = -1, .max_count = 0, .max_size_bytes = 0,        \

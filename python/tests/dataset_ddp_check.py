@@ -1,7 +1,8 @@
 """ctest python_dataset_ddp (run.sh dataset_ddp): wds.Dataset under torchrun
 on 2 and 3 CPU ranks (gloo), each rank a DataLoader with 0, 2 and 3 worker
 processes: every sample of the epoch once over all ranks and workers (the
-padding repeats as DistributedSampler's), and every rank the same number of
+padding repeats as DistributedSampler's, marked __valid__ False: the valid rows
+are every sample once), and every rank the same number of
 batches, each step an all-reduce (which unequal steps would leave hanging).
 Not named test_*: the pytest suite leaves it out.
 Usage: python dataset_ddp_check.py (environment: WDS_TEST_CLI); under
@@ -32,22 +33,26 @@ def rank_main(spec, index):
             ds.set_epoch(epoch)
             dl = DataLoader(ds, batch_size=8, num_workers=nw,
                             multiprocessing_context="fork" if nw else None)
-            keys, steps = [], 0
+            keys, steps, valid = [], 0, []
             for b in dl:
                 keys += list(b["__key__"])
+                valid += [k for k, v in zip(b["__key__"], b["__valid__"]) if v]
                 assert all(t == f"text {k}" for k, t in zip(b["__key__"], b["txt"]))
                 t = torch.ones(1)
                 dist.all_reduce(t)  # a step of DDP: every rank must take it
                 steps += 1
             got = [None] * world
-            dist.all_gather_object(got, (steps, keys))
+            dist.all_gather_object(got, (steps, keys, valid))
             if rank == 0:
-                counts = [s for s, _ in got]
-                every = [k for _, ks in got for k in ks]
+                counts = [s for s, _, _ in got]
+                every = [k for _, ks, _ in got for k in ks]
+                good = sorted(k for _, _, vs in got for k in vs)
                 c = collections.Counter(every)
                 padded = -N_SAMPLES % (world * max(nw, 1))
+                # the padding is marked: the valid rows are every key once
                 ok = (len(set(counts)) == 1 and len(every) == N_SAMPLES + padded
-                      and set(c) == {f"s{i:04d}" for i in range(N_SAMPLES)})
+                      and set(c) == {f"s{i:04d}" for i in range(N_SAMPLES)}
+                      and good == [f"s{i:04d}" for i in range(N_SAMPLES)])
                 print(f"world {world} num_workers {nw} epoch {epoch}: steps {counts}, "
                       f"{len(every)} samples ({padded} padding): {'ok' if ok else 'FAIL'}",
                       flush=True)
@@ -128,11 +133,13 @@ def transforms_example(d, wds_cli):
     epochs = re.findall(r"^epoch \d: loss \d+\.\d+ accuracy \d\.\d+ \((\d+) samples\)$",
                         r.stdout, re.M)
     # 90 samples over 2 ranks x 2 workers: 23 each (2 padding), batches of
-    # 8, 8, 7 from each worker: 6 steps per epoch on each rank
-    if r.returncode != 0 or steps != {"0": "12", "1": "12"} or epochs != ["92", "92"]:
+    # 8, 8, 7 from each worker: 6 steps per epoch on each rank; the loss
+    # and accuracy count the valid rows: the 90 samples (the 2 padding rows
+    # are marked invalid)
+    if r.returncode != 0 or steps != {"0": "12", "1": "12"} or epochs != ["90", "90"]:
         print(r.stdout)
         sys.exit(f"FAIL: examples/train_transforms.py: exit {r.returncode}, steps {steps}, "
-                 f"epochs {epochs} (want 2 x 6 steps per rank, 92 samples per epoch)")
+                 f"epochs {epochs} (want 2 x 6 steps per rank, 90 samples per epoch)")
     print(f"examples/train_transforms.py: steps {steps}, samples per epoch {epochs}: ok")
 
 

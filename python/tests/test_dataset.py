@@ -109,6 +109,15 @@ def test_exact_every_key_once_equal_steps(shards, nw, world):
     padded = -N_SAMPLES % vw
     assert len(keys) == N_SAMPLES + padded
     assert sum(v - 1 for v in c.values()) == padded  # repeats: the padding
+    # The padding is marked: the valid rows are every key once, the invalid
+    # ones repeats carrying their sample's data.
+    rows = [(k, bool(v), t) for rb in per_rank for b in rb
+            for k, v, t in zip(b["__key__"], b["__valid__"], b["txt"])]
+    valid = [k for k, v, _ in rows if v]
+    assert sorted(valid) == [f"k{i:04d}" for i in range(N_SAMPLES)]
+    pad = [(k, t) for k, v, t in rows if not v]
+    assert len(pad) == padded
+    assert all(t == f"caption {int(k[1:])} é" for k, t in pad)
 
 
 def test_drop_last_has_no_repeats(shards):

@@ -153,3 +153,49 @@ def test_sources_refused(two):
     with pytest.raises(wds.InvalidError, match="weight is for resampled"):
         wds.Loader(None, "cls", 4, mode="exact", rank=0, world_size=1,
                    sources=[wds.Source(two[0]), wds.Source(two[1], weight=2)])
+
+
+def test_sources_exact_elastic_resume_2_to_3(two):
+    """A state saved on 2 ranks over two sources (the second twice per
+    epoch) resumes on 3 ranks with another batch size and workers: the
+    valid rows before and after the stop are each sample its count, none
+    missed, none repeated (the padding is marked invalid), and every new
+    rank takes the same number of batches."""
+    def make(rank, world, bs, workers):
+        return wds.Loader(None, "cls", bs, mode="exact", seed=4,
+                          shuffle_buffer=4, max_sample_bytes=1 << 16,
+                          rank=rank, world_size=world, workers=workers,
+                          sources=[wds.Source(two[0]),
+                                   wds.Source(two[1], repeat=2)])
+
+    def take(b):
+        keep = [int(c) for c, v in zip(b["cls"], b.valid) if v]
+        pads = int((~b.valid).sum())
+        b.release()
+        return keep, pads
+
+    seen = collections.Counter()
+    state = None
+    for rank in range(2):
+        with make(rank, 2, 4, 2) as a:
+            it = iter(a)
+            for _ in range(2):
+                seen.update(take(next(it))[0])
+            if rank == 1:
+                state = a.state_dict()
+    steps, pads = set(), 0
+    for rank in range(3):
+        with make(rank, 3, 3, 1) as b:
+            b.load_state_dict(state)
+            assert b.elastic is not None and b.elastic[0] == 2
+            n = 0
+            for x in b:
+                keep, p = take(x)
+                seen.update(keep)
+                pads += p
+                n += 1
+            steps.add(n)
+    assert len(steps) == 1, steps
+    want = {c: 1 for c in range(18)}
+    want.update({1000 + c: 2 for c in range(8)})
+    assert dict(seen) == want

@@ -9,7 +9,9 @@ num_workers, so exactness and equal steps are the C loader's own:
   ranges (padded by repeating the first samples, as DistributedSampler,
   or cut short with drop_last), so every worker of every rank yields the
   same number of samples, and a DataLoader(batch_size=B) the same number
-  of batches on every rank;
+  of batches on every rank; the padding repeats carry their sample's data
+  with "__valid__" False, so the valid samples of all ranks and workers
+  are every sample of the epoch once;
 - resampled mode: samples_per_epoch per rank, dealt to the workers
   (the first samples_per_epoch mod num_workers workers take one more);
 - plain mode: every shard once, ranks may differ (not for DDP).
@@ -41,8 +43,10 @@ import operator
 
 import numpy as np
 
-from ._loader import Loader, _torch_rank_world
+from ._loader import Loader, _option_doc, _torch_rank_world
 from ._wds import _topology
+from ._wds import check_loader_options as _check_loader_options
+from ._wds import loader_options as _loader_options
 
 _IMAGE_EXTS = ("jpg", "jpeg", "png")
 _INT_EXTS = ("cls", "cls2", "index", "inx", "id")
@@ -148,6 +152,9 @@ def _decode_image(data, how, name):
     return a
 
 
+_ROWS = frozenset(name for name, _ in _loader_options())
+
+
 def _worker():
     """(worker id, worker count) of the DataLoader worker this runs in."""
     try:
@@ -174,7 +181,9 @@ class Dataset(_Base):
     decoder stack one fixed shape), "txt" str, "json" the parsed object,
     anything else bytes. Each sample is a dict of the fields' first
     extensions plus "__key__", "__url__" and "__valid__" (False on a row
-    the C loader marks invalid: on_error="skip").
+    the C loader marks invalid: exact mode's padding, which repeats a
+    sample with its data, or a failed sample under on_error="skip", whose
+    fields are None, "" or zeros).
 
     rank and world_size default to torch.distributed's, else the
     environment's by the C loader's rule, as wds.Loader's. In exact mode
@@ -212,12 +221,14 @@ class Dataset(_Base):
                 raise TypeError(f"Dataset: {bad}= is not a Dataset keyword "
                                 f"(batch with the DataLoader or .batched; "
                                 f"threads= is the C loader's workers)")
-        if mode not in ("exact", "resampled", "plain"):
-            raise ValueError(f"Dataset: mode={mode!r}: 'exact', "
-                             f"'resampled' or 'plain'")
-        if mode == "resampled" and not samples_per_epoch:
-            raise ValueError("Dataset: mode='resampled' needs "
-                             "samples_per_epoch (per rank)")
+        # The options' values and the rules between them are the
+        # library's (wds_loader_config_check, naming keywords), checked
+        # here: the loaders open later, in the DataLoader's workers.
+        _check_loader_options(
+            mode=mode, rank=rank, world_size=world_size,
+            samples_per_epoch=samples_per_epoch, index=index,
+            drop_last=drop_last, shuffle_buffer=shuffle_buffer,
+            **{k: v for k, v in loader_options.items() if k in _ROWS})
         self._fields = _fields(fields)
         self._spec = spec if isinstance(spec, (str, bytes)) or spec is None \
             else list(spec)
@@ -387,7 +398,9 @@ class Dataset(_Base):
         p = f.post
         if p in ("array", "int", "bytes"):
             return v
-        if not valid:
+        if not valid and not len(v):
+            # A failed sample's row (no data). An invalid row with data is
+            # exact mode's padding: a repeat, decoded as its sample.
             return None if p != "text" else ""
         try:
             if p == "text":
@@ -540,6 +553,13 @@ class Dataset(_Base):
         self._resume = {"epoch": epoch, "workers": workers.pop(),
                         "streams": streams}
         self._state = None
+
+
+# The option list, from the library's table: the rows wds.Dataset takes
+# (its own keywords and **loader_options), not those it refuses.
+_DATASET_SKIP = ("resume_batches", "batch_size", "workers", "last_batch",
+                 "jpeg_decode", "eager_next_epoch")
+Dataset.__doc__ += _option_doc(skip=_DATASET_SKIP)
 
 
 def _worker_states(state):

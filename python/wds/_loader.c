@@ -134,11 +134,8 @@ static int wds_py_loader_config_from_kwargs(PyObject *args, PyObject *kwargs,
       goto fail;
   }
   Py_CLEAR(rest);
-  /* drop_last also drops a partial last batch unless last_batch is given,
-   * as `wds batches --drop-last` (torch's drop_last). */
-  PyObject *lb = kwargs ? PyDict_GetItemString(kwargs, "last_batch") : NULL;
-  if (cfg.drop_last && (!lb || lb == Py_None))
-    cfg.last_batch = WDS_LAST_DROP;
+  /* drop_last's partial last batch: last_batch=None leaves the config's
+   * WDS_LAST_AUTO, which the open resolves (the library's rule). */
   /* batch_size: a row too, but positional, and None (with
    * rank_batch_sizes: each rank's entry; without: the loader refuses 0) */
   if (o_bs == Py_None)

@@ -1,14 +1,45 @@
-"""wds.Loader and wds.Batch over the C loader (wds/loader.h)."""
+"""wds.Loader and wds.Batch over the C loader (wds/loader.h); Loader's
+docstring ends with its options, made at import from the library's option
+table (_option_doc), as wds.Dataset's."""
 
 import collections.abc
 import operator
 import os
+import re
+import textwrap
 
 from . import _device
-from ._wds import BytesField, InvalidError, _Loader
+from ._wds import BytesField, InvalidError, _Loader, loader_option_help
 
 # len, indexing, slices, iteration, `in`, ==: a read-only sequence.
 collections.abc.Sequence.register(BytesField)
+
+_OPTIONS_TITLE = "Options, from the library's option table"
+
+
+def _option_doc(skip=()):
+    """The option list of wds.Loader's and wds.Dataset's docstrings, made
+    at import from the library's option table (loader/options.c: each
+    row's keyword, CLI flag and help, as `wds batches --help` shows them),
+    so a new option documents itself. skip: keywords the class does not
+    take. A flag named in a help text is written as its keyword."""
+    rows = loader_option_help()
+    by_flag = {flag: name for name, flag, _, _ in rows}
+    out = ["", f"    {_OPTIONS_TITLE} (keyword (--cli-flag): help):", ""]
+    for name, flag, text, cli_value in rows:
+        if name in skip:
+            continue
+        text = re.sub(r"--([a-z][a-z0-9-]*)",
+                      lambda m: by_flag.get(m.group(1), m.group(0)),
+                      " ".join(text.split()))
+        key = name if cli_value is None else \
+            f"{name}={cli_value == '1'}"  # a BOOL: what the flag sets
+        out += textwrap.wrap(f"{key} (--{flag}): {text}", 76,
+                             initial_indent="    ",
+                             subsequent_indent="        ",
+                             break_on_hyphens=False)
+    return "\n".join(out) + "\n    "
+
 
 def _torch_rank_world():
     """torch.distributed's rank and world size when it is initialised."""
@@ -718,13 +749,15 @@ class Loader:
         world size, batch or per-rank sizes, workers, shuffle buffer, mode,
         seed or data) raises ValueError naming both values, and the loader
         goes on where it was; any rank's state resumes any rank. In exact
-        mode over one source (and a saved shuffle buffer whose byte bound
-        cannot have bound: shuffle_buffer * max_sample_bytes <
-        shuffle_buffer_bytes) another world, batch or per-rank sizes,
+        mode, one source or several (and a saved shuffle buffer whose byte
+        bound the replay can follow: an index with per-sample detail for
+        every source, or shuffle_buffer * max_sample_bytes <
+        shuffle_buffer_bytes), another world, batch or per-rank sizes,
         workers or shuffle buffer is an elastic resume: the ranks deliver
-        the samples of the epoch the saving job had not, each once, in
-        equal steps (len() gives them), and later epochs are a fresh
-        run's (elastic says so)."""
+        the samples of the epoch the saving job had not (each source's,
+        with sources=), each once as a valid row (the padding is marked
+        invalid), in equal steps (len() gives them), and later epochs are
+        a fresh run's (elastic says so)."""
         mine = dict(self._args, sources=_sources_state(self._args["sources"]))
         text = state.get("state")
         if text is None and state.get("world_size", -1) not in (-1, None):
@@ -863,3 +896,9 @@ class Loader:
         return (f"<wds.Loader {what} fields={a['fields']!r} "
                 f"batch_size={a['batch_size']} mode={a['mode']!r}{rank} "
                 f"epoch={e} batches={n}>")
+
+
+# The option list, from the library's table (resume_batches is
+# load_state_dict's, not a keyword).
+_LOADER_SKIP = ("resume_batches",)
+Loader.__doc__ += _option_doc(skip=_LOADER_SKIP)

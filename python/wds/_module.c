@@ -16,7 +16,12 @@
  *     (python/wds/_writer.py, which encodes the fields);
  *   - _Loader (_loader.c) and _Batch, its arrays and wds.BytesField
  *     (_batch.c): the loader behind wds.Loader (python/wds/_loader.py);
- *   - gpu_jpeg_open() and _GpuJpeg (_gpujpeg.c): the GPU JPEG decoder.
+ *   - gpu_jpeg_open() and _GpuJpeg (_gpujpeg.c): the GPU JPEG decoder;
+ *   - the loader option table (_options.c): loader_options() (keyword and
+ *     flag of each row), loader_option_help() (with the help text: the
+ *     docstrings' option lists), check_loader_options(**kw) (the library's
+ *     rules between options, for wds.Dataset); _topology() (the rank and
+ *     world the C loader takes from the environment, here).
  * The GIL is released while the library reads or expands; a call that
  * waits for data still notices signals (wds_py_interrupt, _common.c).
  *
@@ -411,6 +416,16 @@ static PyMethodDef wds_py_methods[] = {
     {"loader_options", wds_py_loader_option_rows, METH_NOARGS,
      "loader_options(): the loader option table's rows, (keyword, CLI "
      "flag) pairs in its order: what wds.Loader takes besides its input."},
+    {"loader_option_help", wds_py_loader_option_help, METH_NOARGS,
+     "loader_option_help(): (keyword, CLI flag, help, what a flag without "
+     "a value sets or None) of each row of the "
+     "loader option table, in its order (the docstrings' option list)."},
+    {"check_loader_options",
+     (PyCFunction)(void (*)(void))wds_py_check_loader_options,
+     METH_VARARGS | METH_KEYWORDS,
+     "check_loader_options(**options): the library's rules between loader "
+     "options (wds_loader_config_check) on wds.Loader's defaults and these "
+     "keywords; wds.InvalidError naming the keywords at fault."},
     {"gpu_jpeg_open", (PyCFunction)(void (*)(void))wds_py_gpu_jpeg_open,
      METH_VARARGS,
      "gpu_jpeg_open(device): the GPU JPEG decoder on CUDA device `device` "

@@ -12,7 +12,13 @@
  * the table refuses raises wds.InvalidError (a ValueError; wds_py_raise)
  * with the library's message, which names the keyword: `retries needs a count
  * from 0 to 1000, not "1001"`. So a new loader option is a row of the table and
- * a keyword of _loader.py's Loader, nothing here. */
+ * a keyword of _loader.py's Loader, nothing here: its docstring line comes
+ * from the row's help too (loader_option_help, _loader.py's _option_doc).
+ *
+ * Also the module functions over the table: loader_options(),
+ * loader_option_help() and check_loader_options(**kw), which runs the
+ * library's rules between options (wds_loader_config_check, naming
+ * keywords) for front ends that open later (wds.Dataset). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -171,16 +177,19 @@ int wds_py_loader_options(PyObject *kwargs, const char *const *others,
   return 0;
 }
 
-PyObject *wds_py_loader_option_rows(PyObject *self, PyObject *unused) {
-  (void)self;
-  (void)unused;
+/* The table's rows as a tuple: (keyword, flag) pairs, or with help also
+ * (keyword, flag, help, what a BOOL's flag sets or None). */
+static PyObject *option_rows(int help) {
   size_t n = 0;
   while (wds_loader_option_at(n))
     n++;
   PyObject *rows = PyTuple_New((Py_ssize_t)n);
   for (size_t i = 0; rows && i < n; i++) {
     const wds_loader_option *o = wds_loader_option_at(i);
-    PyObject *row = Py_BuildValue("(ss)", o->name, o->flag);
+    PyObject *row =
+        help ? Py_BuildValue("(sssz)", o->name, o->flag, o->help,
+                             o->type == WDS_OPTION_BOOL ? o->cli_value : NULL)
+             : Py_BuildValue("(ss)", o->name, o->flag);
     if (!row) {
       Py_CLEAR(rows);
       break;
@@ -188,4 +197,46 @@ PyObject *wds_py_loader_option_rows(PyObject *self, PyObject *unused) {
     PyTuple_SET_ITEM(rows, (Py_ssize_t)i, row);
   }
   return rows;
+}
+
+PyObject *wds_py_loader_option_rows(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return option_rows(0);
+}
+
+PyObject *wds_py_loader_option_help(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return option_rows(1);
+}
+
+PyObject *wds_py_check_loader_options(PyObject *self, PyObject *args,
+                                      PyObject *kwargs) {
+  (void)self;
+  static const char *const none[] = {NULL};
+  if (PyTuple_GET_SIZE(args)) {
+    PyErr_SetString(PyExc_TypeError,
+                    "check_loader_options() takes keywords only");
+    return NULL;
+  }
+  wds_loader_config cfg = WDS_LOADER_CONFIG_INIT;
+  cfg.mode = WDS_MODE_EXACT; /* wds.Loader's default */
+  PyObject *keep = PyList_New(0), *rest = NULL, *out = NULL;
+  if (!keep || wds_py_loader_options(kwargs, none, &cfg, keep, &rest) < 0)
+    goto done;
+  if (PyDict_Size(rest)) { /* a key that is not a str */
+    PyErr_SetString(PyExc_TypeError, "check_loader_options(): keywords only");
+    goto done;
+  }
+  if (wds_loader_config_check(&cfg, WDS_OPTION_NAMES_KEYWORD) != WDS_OK) {
+    wds_py_raise(WDS_ERR_INVALID, wds_last_error());
+    goto done;
+  }
+  Py_INCREF(Py_None);
+  out = Py_None;
+done:
+  Py_XDECREF(keep);
+  Py_XDECREF(rest);
+  return out;
 }

@@ -1,5 +1,5 @@
-/* _options.h — wds.Loader's keywords through the loader's option table
- * (python/wds/_options.c). */
+/* _options.h — wds.Loader's keywords through the loader's option table,
+ * and the module functions over the table (python/wds/_options.c). */
 #ifndef WDS_PY_OPTIONS_H
 #define WDS_PY_OPTIONS_H
 
@@ -26,5 +26,19 @@ int wds_py_loader_options(PyObject *kwargs, const char *const *others,
 /* _wds.loader_options(): the table's rows as a tuple of (keyword, flag)
  * pairs, in table order (what wds.Loader must take; tests check it). */
 PyObject *wds_py_loader_option_rows(PyObject *self, PyObject *unused);
+
+/* _wds.loader_option_help(): (keyword, flag, help, cli_value) of every
+ * row, in table order (cli_value: what a BOOL row's flag sets, "1" or "0";
+ * None for the other types): what wds.Loader's and wds.Dataset's docstrings
+ * list (_loader.py makes the list at import, so a new row documents itself). */
+PyObject *wds_py_loader_option_help(PyObject *self, PyObject *unused);
+
+/* _wds.check_loader_options(**keywords): the rows named by keyword set on
+ * wds.Loader's defaults (mode "exact"), then the library's rules between
+ * options (wds_loader_config_check, naming keywords): None, or
+ * wds.InvalidError with the rule's message. For front ends that open
+ * their loaders later (wds.Dataset, in the DataLoader's workers). */
+PyObject *wds_py_check_loader_options(PyObject *self, PyObject *args,
+                                      PyObject *kwargs);
 
 #endif

@@ -18,25 +18,16 @@ typedef struct {
   int busy; /* a thread is in the library without the GIL */
   /* Shards of the pattern an earlier run left after the last one written
    * (wds_writer_config.on_leftover, called by close without the GIL):
-   * counted, the first and last kept (malloc'd). */
-  unsigned long long left_n;
-  char *left_first, *left_last;
+   * counted, the first and last kept (the library's
+   * wds_writer_leftover_add). */
+  wds_writer_leftovers left;
 } wds_py_writer;
-
-static void wds_py_writer_on_leftover(void *ctx, const char *path) {
-  wds_py_writer *self = ctx;
-  if (self->left_n++ == 0)
-    self->left_first = strdup(path);
-  free(self->left_last);
-  self->left_last = strdup(path);
-}
 
 static void wds_py_writer_dealloc(wds_py_writer *self) {
   if (self->w) /* never closed: discard the unfinished shard */
     wds_writer_abort(self->w);
   self->w = NULL;
-  free(self->left_first);
-  free(self->left_last);
+  wds_writer_leftovers_free(&self->left);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -70,8 +61,8 @@ static int wds_py_writer_init(wds_py_writer *self, PyObject *args,
   cfg.level = level;
   cfg.mtime = (int64_t)mtime;
   cfg.no_sync = !sync;
-  cfg.on_leftover = wds_py_writer_on_leftover;
-  cfg.on_leftover_ctx = self;
+  cfg.on_leftover = wds_writer_leftover_add;
+  cfg.on_leftover_ctx = &self->left;
   /* out_fd: one tar stream to that descriptor (a pipe: target's command,
    * run by python/wds/_writer.py), pattern None. */
   cfg.out_fd = out_fd;
@@ -236,11 +227,11 @@ static PyObject *wds_py_writer_close(wds_py_writer *self,
   if (rc != WDS_OK)
     return wds_py_raise(rc, msg);
   PyObject *d = wds_py_writer_stats_dict(&st);
-  if (d && self->left_n) {
+  if (d && self->left.count) {
     /* for ShardWriter.close's warning */
-    PyObject *v = Py_BuildValue("(Kss)", self->left_n,
-                                self->left_first ? self->left_first : "",
-                                self->left_last ? self->left_last : "");
+    PyObject *v = Py_BuildValue("(Kss)", (unsigned long long)self->left.count,
+                                self->left.first ? self->left.first : "",
+                                self->left.last ? self->left.last : "");
     if (!v || PyDict_SetItemString(d, "leftover", v) < 0)
       Py_CLEAR(d);
     Py_XDECREF(v);

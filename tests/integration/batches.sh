@@ -109,6 +109,16 @@ fi
 if run_ok plain_drop plain_drop "$SPEC" --decode cls --batch-size 4 --last-batch drop; then
   check plain_drop_lines test "$(wc -l <plain_drop.txt)" -eq 8
 fi
+# --drop-last without --last-batch drops the partial last batch in every
+# mode (the library's rule: last_batch's unset default); --last-batch given
+# wins, before or after it.
+if run_ok plain_drop_last plain_drop_last "$SPEC" --decode cls --batch-size 4 --drop-last; then
+  check plain_drop_last_drops_the_last_batch test "$(wc -l <plain_drop_last.txt)" -eq 8
+fi
+if run_ok plain_drop_last_keep plain_drop_last_keep "$SPEC" --decode cls --batch-size 4 \
+  --last-batch keep --drop-last; then
+  check plain_drop_last_keep_given_wins test "$(wc -l <plain_drop_last_keep.txt)" -eq 9
+fi
 
 # ------------------------------------------------------------- exact mode
 # exact_case NAME WORLD BATCH EXTRA...: checks one configuration over all ranks.
@@ -388,6 +398,49 @@ if len(keys) - 35 >= 5:
     print("repeats", len(keys) - 35); sys.exit(1)
 print(len(keys), "keys")' el_keys$tag.txt
 done
+# Elastic resume with exact mixing: two sources (d-00..01 twice per epoch,
+# d-02..04 once), 2 ranks stopped after 2 batches, the state of rank 0
+# resumed on 3 ranks with other batch sizes and workers (--json: the valid
+# flags), with and without the sources' indexes: the valid rows before and
+# after the stop are each key of source 0 twice and of source 1 once,
+# none missed, none repeated (the padding is marked invalid); every new
+# rank the same number of batches.
+"$WDS" index 'd-{00..01}.tar' -o mx0.index.json >/dev/null 2>&1 || bad "wds index for the mixed elastic resume" ""
+"$WDS" index 'd-{02..04}.tar' -o mx1.index.json >/dev/null 2>&1 || bad "wds index for the mixed elastic resume" ""
+for ix in "" index; do
+  tag=${ix:+_index}
+  MX=(--source "d-{00..01}.tar:repeat=2${ix:+:index=mx0.index.json}"
+    --source "d-{02..04}.tar${ix:+:index=mx1.index.json}"
+    --decode cls --mode exact --seed 7 --shuffle-buffer 3 --max-sample-bytes 65536 --json)
+  : >mx_rows$tag.txt
+  for r in 0 1; do
+    run_ok "mix_elastic_old$tag" mx_old$r "${MX[@]}" --world 2 --rank $r --batch-size 3 --workers 2 \
+      --max-batches 2 --save-state mx_state$r.txt && cat mx_old$r.txt >>mx_rows$tag.txt
+  done
+  lines=()
+  for r in 0 1 2; do
+    run_ok "mix_elastic_new$tag" mx_new$r "${MX[@]}" --world 3 --rank $r --batch-size 2 --workers 1 \
+      --resume-state mx_state0.txt && cat mx_new$r.txt >>mx_rows$tag.txt
+    lines+=("$(grep -c . mx_new$r.txt)")
+  done
+  check "mix_elastic_equal_steps$tag ${lines[*]}" test "${lines[0]}" = "${lines[1]}" -a "${lines[1]}" = "${lines[2]}"
+  py_check "mix_elastic_every_key_its_count$tag" '
+import collections, json, sys
+valid, pads = collections.Counter(), 0
+for line in open(sys.argv[1]):
+    b = json.loads(line)
+    for k, v, s in zip(b["keys"], b["valid"], b["sources"]):
+        if v:
+            valid[(s, k)] += 1
+        else:
+            pads += 1
+want = collections.Counter()
+for i in range(35):
+    want[(0 if i < 14 else 1, f"sample{i:09d}")] = 2 if i < 14 else 1
+if valid != want:
+    print("missing", sorted((want - valid).items())[:4], "extra", sorted((valid - want).items())[:4]); sys.exit(1)
+print(sum(valid.values()), "valid rows,", pads, "padding rows")' mx_rows$tag.txt
+done
 if run_ok resume_res_full full_res "${RARGS[@]}"; then
   resume_case resume_resampled_e0 full_res.txt 0 3 2 "${RBASE[@]}"
   resume_case resume_resampled_e1 full_res.txt 1 4 1 "${RBASE[@]}"
@@ -501,6 +554,13 @@ usage_case on_error --on-error "$SPEC" --decode cls --on-error ignore
 usage_case rank_world --rank "$SPEC" --decode cls --rank 2 --world 2
 usage_case world_zero --world "$SPEC" --decode cls --world 0
 usage_case resampled_needs_count --samples-per-epoch "$SPEC" --decode cls --mode resampled
+# The options a mode ignores, given: an error naming the option and the mode.
+usage_case resampled_shard_order '--no-shard-shuffle is not used in --mode resampled' \
+  "$SPEC" --decode cls --mode resampled --samples-per-epoch 8 --no-shard-shuffle
+usage_case exact_samples_per_epoch '--samples-per-epoch is not used in --mode exact' \
+  "$SPEC" --decode cls --mode exact --samples-per-epoch 8
+usage_case plain_index '--index is only used in --mode exact' \
+  "$SPEC" --decode cls --index x.json
 usage_case epochs_zero --epochs "$SPEC" --decode cls --epochs 0
 usage_case prefetch_one --prefetch "$SPEC" --decode cls --prefetch 1
 usage_case max_sample_bytes --max-sample-bytes "$SPEC" --decode cls --max-sample-bytes 12Q

@@ -154,7 +154,8 @@ usage train_plus wds-train '--epochs needs a whole number of at least 1, not "+3
 usage train_blank wds-train '--seed needs a whole number of at least 0, not " 3"' --train "$S" --seed ' 3'
 usage train_batch_zero wds-train '--batch-size needs a whole number in 1..1048576, not "0"' --train "$S" --batch-size 0
 usage train_ranks wds-train '--ranks needs a whole number in 1..1024, not "0"' --train "$S" --ranks 0
-usage train_port wds-train '--master-port needs a whole number in 1..65535, not "70000"' --train "$S" --master-port 70000
+usage train_gpus wds-train '--gpus needs a whole number in 1..1024, not "0"' --train "$S" --gpus 0
+usage train_retired wds-train '--master-port is gone with' --train "$S" --master-port 70000
 same_message seed --seed x
 # wds-train keeps its own limits on what it takes through the shared parser.
 usage train_mode_plain wds-train "--mode plain" --train "$S" --mode plain

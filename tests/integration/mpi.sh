@@ -2,11 +2,15 @@
 # Tool test: `wds-train` launched by mpirun (issue 36), CPU backend, on
 # generated shards (16x16 gray PNGs, 10 classes, as train.sh makes them).
 #
-#   * mpirun -np 2 (2 rank threads each) and -np 4 (oversubscribed on small
-#     machines): one job, the same weights on every rank after every step,
-#     and bit for bit the weights of the same job run through the
-#     rendezvous (NNODES/NODE_RANK: the star sum in global rank order);
-#     mpirun -np 2 of one rank each: those of torchrun's variables;
+#   * mpirun -np 2 (2 rank threads each), -np 4 (oversubscribed on small
+#     machines) and -np 2 of one rank each: one job, the same weights on
+#     every rank after every step, and bit for bit the weights of the same
+#     job summed by the reference (WDS_TRAIN_MPI_SUM=star: every buffer
+#     gathered at process 0, summed there in global rank order, sent back,
+#     as the retired rendezvous' star sum did). The data a rank reads
+#     depends on the processes (one loader per process), so one process of
+#     as many rank threads reads other rows: the reference runs the same
+#     processes;
 #   * a process killed (SIGKILL) mid-run ends the job within seconds;
 #   * a process stopped (SIGSTOP) ends the job after --collective-timeout,
 #     the others' watchdog naming the timeout.
@@ -82,24 +86,8 @@ sys.exit(0 if ok else 1)
 PY
 }
 
-# rdv_run NAME N ENVS...: the same job through the rendezvous, N processes
-# (process i started with `env ${ENVS[i]}`), process 0's log in NAME.json.
-rdv_run() {
-  local name=$1 n=$2 port=$((10000 + RANDOM % 22000)) i rc=0
-  shift 2
-  local -a envs=("$@")
-  for ((i = 0; i < n; i++)); do
-    # shellcheck disable=SC2086  # split on purpose
-    env ${envs[i]} MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 120 "$TRAIN" \
-      "${COMMON[@]}" --rdv-timeout 60 --json "$name$i.json" "${extra[@]}" \
-      >"$name$i.out" 2>&1 &
-  done
-  for ((i = 0; i < n; i++)); do wait "%$((i + 1))" || rc=1; done
-  return $rc
-}
-
-# mpi_vs NAME NP WORLD: mpirun -np NP against the rendezvous' run of the
-# same job (extra: wds-train's options; rdv_envs: each process's variables).
+# mpi_vs NAME NP WORLD: mpirun -np NP against the same job summed by the
+# reference (extra: wds-train's options).
 mpi_vs() {
   local name=$1 np=$2 world=$3 rc=0
   JSON=$name timeout 120 "$mpiexec" -np "$np" "${mpiflags[@]}" ./wrap.sh \
@@ -109,29 +97,29 @@ mpi_vs() {
     bad "$name: mpirun -np $np" "rc $rc: $(tail -n 5 "$name.out")"
     return
   fi
-  if ! rdv_run "${name}_rdv" "$np" "${rdv_envs[@]}"; then
-    bad "$name: the rendezvous' run" "$(tail -n 3 "${name}_rdv0.out")"
+  rc=0
+  WDS_TRAIN_MPI_SUM=star JSON=${name}_star timeout 120 "$mpiexec" -np "$np" \
+    "${mpiflags[@]}" ./wrap.sh "$TRAIN" "${COMMON[@]}" "${extra[@]}" \
+    >"${name}_star.out" 2>&1 || rc=$?
+  if ((rc != 0)); then
+    bad "$name: the reference sum's run" "rc $rc: $(tail -n 3 "${name}_star.out")"
     return
   fi
   local a b
   a=$(final "${name}0.json")
-  b=$(final "${name}_rdv0.json")
+  b=$(final "${name}_star0.json")
   if [ "$a" = "$b" ] && grep -q "in process 0 of $np" "$name.out"; then
-    ok "$name: one job of $world ranks, identical weights after each step, = the rendezvous' bit for bit ($a)"
+    ok "$name: one job of $world ranks, identical weights after each step, = the reference (star) sum's bit for bit ($a)"
   else
-    bad "$name: weights differ from the rendezvous' run" "mpirun: $a" "rendezvous: $b"
+    bad "$name: weights differ from the reference (star) sum's" "slices: $a" "star: $b"
   fi
 }
 
 extra=(--ranks 2)
-rdv_envs=("NNODES=2 NODE_RANK=0" "NNODES=2 NODE_RANK=1")
 mpi_vs np2_ranks2 2 4
 extra=(--ranks 1)
-rdv_envs=()
-for i in 0 1 2 3; do rdv_envs+=("NNODES=4 NODE_RANK=$i"); done
 mpi_vs np4 4 4
-rdv_envs=("RANK=0 WORLD_SIZE=2 LOCAL_RANK=0" "RANK=1 WORLD_SIZE=2 LOCAL_RANK=1")
-mpi_vs np2_torchrun 2 2
+mpi_vs np2_ranks1 2 2
 
 # long_run NAME SIGNAL [ARGS]: a long mpirun -np 2; once it logs a step,
 # process 1 gets SIGNAL; seconds until mpirun ended in $took, status $rc.

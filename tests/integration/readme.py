@@ -51,9 +51,8 @@ SKIP_PREFIXES = [
     ("python3 -m venv", "makes a virtual environment for pip (package_wheel does)"),
     ("export PATH=", "puts the commands on PATH, as this test does"),
     ("sudo cmake --install", "installs the project (package_install installs it)"),
-    ("wds-train --nodes", "several nodes (CUDA): test_rendezvous and tools_train_gpu cover it"),
-    ("srun ", "needs a Slurm cluster (tools_train_mpi runs wds-train under mpirun)"),
-    ("sbatch ", "needs a Slurm cluster (tools_train_mpi runs wds-train under mpirun)"),
+    ("srun ", "needs a Slurm cluster (ctest slurm runs srun on a Slurm of one node it starts)"),
+    ("sbatch ", "needs a Slurm cluster (ctest slurm runs srun on a Slurm of one node it starts)"),
     ("scripts/gpu-prepare.sh", "builds the GPU checks' folder (tools_gpu_scripts; docs/performance.md)"),
     ("scripts/gpu-run.sh", "needs a GPU machine (tools_gpu_scripts runs its --dry-run)"),
 ]

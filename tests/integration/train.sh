@@ -21,8 +21,9 @@
 # on the CUDA backend, ranks being GPUs (--gpus; checks needing more GPUs
 # than there are say so and are skipped), plus: the H2D figures are logged,
 # and with two GPUs or more, two processes (torchrun's variables) train
-# together through the TCP rendezvous with identical weights. Without a GPU
-# that run exits 77 (skipped).
+# together through NCCL alone (NCCL_COMM_ID from MASTER_ADDR and
+# MASTER_PORT + 1) with identical weights. Without a GPU that run exits 77
+# (skipped). Several processes on the CPU need mpirun: integration/mpi.sh.
 #
 # Usage: train.sh WDS_TRAIN_BINARY
 # Prints `ok NAME` / `FAIL NAME` per check and a final `N passed, N failed`.
@@ -524,39 +525,25 @@ if CUDA_VISIBLE_DEVICES= timeout 120 "$TRAIN" "${COMMON[@]}" "${R[@]}" --steps 2
 else
   bad "--device auto without a GPU" "$(cat auto.out)"
 fi
-# Several processes on the CPU: two of two rank threads over loopback (the
-# data links of the process group), and two of one rank as torchrun starts
-# them; bit-identical weights on every rank of the job after every step
-# (tests/integration/netns.sh runs them over veth links between network
-# namespaces).
-# mp_run NAME WORLD R0_ENV R1_ENV [ARGS]: the two processes (each started
-# with `env R*_ENV`); the checks on both JSON logs.
-mp_run() {
-  local name=$1 world=$2 port=$((10000 + RANDOM % 22000)) rc=0 r
-  local -a envs=("$3" "$4")
-  shift 4
-  for r in 0 1; do
-    # shellcheck disable=SC2086  # the variables split on purpose
-    env ${envs[r]} MASTER_PORT=$port CUDA_VISIBLE_DEVICES= timeout 60 "$TRAIN" \
-      "${COMMON[@]}" --train 'train-{000..003}.tar' --batch-size 8 --epochs 1 \
-      --log-every 1 --log-checksums --rdv-timeout 30 --json "mp$r.json" "$@" \
-      >"mp$r.out" 2>&1 &
-  done
-  wait %1 || rc=1
-  wait %2 || rc=1
-  if ((rc == 0)) &&
-    json_check mp0.json "len(steps) == summary['steps'] > 0 and all(len(s['weights_checksum']) == $world and len(set(s['weights_checksum'])) == 1 for s in steps)" &&
-    json_check mp1.json "str(summary['weights_checksum']) == str($("$PYTHON3" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["summary"]["weights_checksum"])' mp0.json))"; then
-    ok "$name: identical weights on all $world ranks after each of $(grep -c '^step' mp0.out) steps"
+# Several processes on the CPU run under mpirun only (integration/mpi.sh
+# compares them with one process bit for bit): torchrun's variables with
+# CPU ranks are refused at start naming the fix, as is the retired form of
+# one process per node (NNODES/NODE_RANK), which run alone would each train
+# a job of its own. Both sides of a would-be pair are refused.
+for envs in "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1:need an MPI launch" \
+  "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1:mpirun -np N wds-train" \
+  "NNODES=2 NODE_RANK=0 MASTER_ADDR=127.0.0.1:NNODES=2" \
+  "NNODES=2 NODE_RANK=1 MASTER_ADDR=127.0.0.1:NNODES=2"; do
+  rc=0
+  # shellcheck disable=SC2086  # the variables split on purpose
+  env ${envs%%:*} CUDA_VISIBLE_DEVICES= timeout 60 "$TRAIN" "${COMMON[@]}" "${R[@]}" \
+    --device cpu --steps 2 >err.out 2>err.txt || rc=$?
+  if ((rc == 2)) && grep -qF "${envs#*:}" err.txt && ! grep -q '^step' err.out; then
+    ok "several CPU processes without mpirun refused: ${envs%%:*}: $(head -c 160 err.txt)"
   else
-    bad "$name" "rc $rc: $(tail -n 2 mp0.out mp1.out)"
+    bad "several CPU processes without mpirun: ${envs%%:*}" "rc $rc: $(cat err.txt) $(tail -n 2 err.out)"
   fi
-}
-mp_run "--nodes 2 on the CPU (2 rank threads each, loopback)" 4 \
-  "NODE_RANK=0" "NODE_RANK=1" --nodes 2 --ranks 2 --master-addr 127.0.0.1
-mp_run "torchrun variables on the CPU (2 processes, loopback)" 2 \
-  "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1" \
-  "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1" --ranks 1
+done
 rc=0
 RANK=1 timeout 60 "$TRAIN" "${COMMON[@]}" "${R[@]}" >err.out 2>err.txt || rc=$?
 if ((rc == 2)) && grep -q "WORLD_SIZE" err.txt; then
@@ -583,13 +570,19 @@ for envs in "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2:OMPI_COMM_WORLD_RANK=
     bad "duplicate-job environment ${envs%%:*}" "rc $rc: $(cat err.txt) $(tail -n 2 err.out)"
   fi
 done
-rc=0
-timeout 60 "$TRAIN" "${COMMON[@]}" "${R[@]}" --nodes 2 --node-rank 1 >err.out 2>err.txt || rc=$?
-if ((rc == 2)) && grep -q "MASTER_ADDR\|--master-addr" err.txt; then
-  ok "--nodes 2 without an address: $(head -1 err.txt)"
-else
-  bad "--nodes 2 without an address" "rc $rc: $(cat err.txt)"
-fi
+# The rendezvous' flags are gone: a usage error naming what replaces them.
+for args in "--nodes 2 --node-rank 1" "--node-rank 1" "--master-addr 127.0.0.1" \
+  "--master-port 29500" "--rdv-timeout 30"; do
+  rc=0
+  # shellcheck disable=SC2086  # split on purpose
+  timeout 60 "$TRAIN" "${COMMON[@]}" "${R[@]}" $args >err.out 2>err.txt || rc=$?
+  if ((rc == 2)) && grep -qF -- "${args%% *} is gone" err.txt &&
+    grep -qF "mpirun -np N" err.txt && grep -qF "NCCL_COMM_ID" err.txt; then
+    ok "removed flag ${args%% *}: $(head -c 120 err.txt)"
+  else
+    bad "removed flag ${args%% *}" "rc $rc: $(cat err.txt)"
+  fi
+done
 fi
 
 if [ "$DEVICE" = cuda ]; then
@@ -614,14 +607,29 @@ if [ "$DEVICE" = cuda ]; then
   else
     bad "H2D GB/s logged" "$(tail -2 learn.out)"
   fi
-  # Two processes, one GPU each, as torchrun starts them: the ncclUniqueId
-  # through the TCP rendezvous, then identical weights after every step.
+  # One GPU is enough to check NCCL's side of the torchrun path: with
+  # NCCL_COMM_ID set, ncclGetUniqueId derives the id from the address and
+  # rank 0's ncclCommInitRank starts the bootstrap root listening there
+  # (test_nccl_id checks on the CPU that two processes derive the same id).
+  port=$((10000 + RANDOM % 22000))
+  rc=0
+  NCCL_COMM_ID=127.0.0.1:$port run --train 'train-{000..003}.tar' --batch-size 8 \
+    --gpus 1 --steps 3 --log-every 1 >commid.out 2>&1 || rc=$?
+  if ((rc == 0)) && [ "$(grep -c '^step' commid.out)" = 3 ]; then
+    ok "NCCL_COMM_ID=127.0.0.1:$port: NCCL's root at the address, 3 steps"
+  else
+    bad "NCCL_COMM_ID: the communicator from the address" "rc $rc: $(tail -3 commid.out)"
+  fi
+  # Two processes, one GPU each, as torchrun starts them: no MPI, so every
+  # process derives the ncclUniqueId from NCCL_COMM_ID, which wds-train
+  # sets to MASTER_ADDR:MASTER_PORT+1 (rank 0's ncclCommInitRank starts
+  # NCCL's bootstrap root there); then identical weights after every step.
   if ((GPUS >= 2)); then
     port=$((10000 + RANDOM % 22000))
     for r in 0 1; do
       RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
         MASTER_PORT=$port run --train 'train-{000..003}.tar' --batch-size 8 \
-        --epochs 1 --log-every 1 --log-checksums --rdv-timeout 60 \
+        --epochs 1 --log-every 1 --log-checksums \
         --json "tr$r.json" >"tr$r.out" 2>&1 &
     done
     rc=0
@@ -634,9 +642,10 @@ if [ "$DEVICE" = cuda ]; then
     else
       bad "2 processes" "$(tail -2 tr0.out tr1.out)"
     fi
-    # Process 1 fails at step 5 (its checkpoint cannot be written): process
-    # 0 learns it through the job's link and ends at once with an error
-    # naming process 1, long before --collective-timeout.
+    # Process 1 fails at step 5 (its checkpoint cannot be written): with no
+    # launcher to end the job (torchrun would), process 0 learns it from
+    # NCCL (the peer's connection closing) or, on one node, where NCCL does
+    # not notice a peer that exits, from --collective-timeout: never a hang.
     port=$((10000 + RANDOM % 22000))
     start=$SECONDS
     for r in 0 1; do
@@ -644,15 +653,15 @@ if [ "$DEVICE" = cuda ]; then
       ((r == 1)) && ck=/nonexistent/dir/ck
       RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
         MASTER_PORT=$port run --train 'train-{000..003}.tar' --batch-size 8 \
-        --epochs 1 --checkpoint "$ck" --checkpoint-every 5 --rdv-timeout 60 \
+        --epochs 1 --checkpoint "$ck" --checkpoint-every 5 --collective-timeout 20 \
         >"fail$r.out" 2>&1 &
     done
     rc0=0 rc1=0
     wait %1 || rc0=$?
     wait %2 || rc1=$?
     if ((rc0 == 1 && rc1 == 1 && SECONDS - start < 120)) &&
-      grep -q "process 1 failed" fail0.out && grep -q "nonexistent" fail1.out; then
-      ok "a failing process ends the other at once: $(grep '^wds-train:' fail0.out | tail -1)"
+      grep -q "^wds-train: .*rank 0" fail0.out && grep -q "nonexistent" fail1.out; then
+      ok "a failing process ends the other within --collective-timeout: $(grep '^wds-train:' fail0.out | tail -1)"
     else
       bad "a failing process ends the other" "rc $rc0 $rc1: $(tail -2 fail0.out fail1.out)"
     fi
@@ -677,9 +686,9 @@ expect_err "missing shards" "train" --train 'nothing-{0..2}.tar' --image-size 16
 for args in "--bogus" "--image-size 16" "--train x.tar --channels 2" \
   "--train x.tar --mode plain" "--train x.tar --mode resampled" \
   "--train x.tar --hidden 1,,2" "--train x.tar --stop-after 3" \
-  "--train x.tar --precision fp16" "--train x.tar --rdv-timeout 0" \
-  "--train x.tar --collective-timeout -1" "--train x.tar --master-port 70000" \
-  "--train x.tar --master-addr=" "--train x.tar --rank-batch-sizes 8,0" \
+  "--train x.tar --precision fp16" \
+  "--train x.tar --collective-timeout -1" \
+  "--train x.tar --rank-batch-sizes 8,0" \
   "--train x.tar --rank-batch-sizes 8,8 --batch-size 8" \
   "--train x.tar --rank-batch-sizes 8,8 --ranks 3" \
   "--train x.tar --rank-batch-sizes 8,x" "--train x.tar --source y.tar" \
