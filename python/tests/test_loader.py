@@ -539,7 +539,10 @@ def test_keywords_are_the_option_table(shards):
     assert len(rows) == len(set(rows)) >= 30
     assert all(flag and "_" not in flag for name, flag in table)
     params = inspect.signature(wds.Loader.__init__).parameters
-    own = {"self", "spec", "fields", "sources", "rank_batch_sizes", "device"}
+    own = {"self", "spec", "fields", "sources", "rank_batch_sizes", "device",
+           # transform='s, Python's own (python/wds/_transform.py)
+           "transform", "transform_workers", "transform_fields",
+           "transform_start_method", "transform_timeout", "image"}
     # resume_batches: set by load_state_dict (_Loader's keyword), not given
     assert set(params) - own == set(rows) - {"resume_batches"}
     spec, _ = shards

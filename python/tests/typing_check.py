@@ -33,6 +33,29 @@ def loader_use(spec: str) -> int:
     return rows
 
 
+def _augment(sample: Dict[str, Any]) -> Dict[str, Any]:
+    return {"img": sample["jpg"][:8, :8], "cls": sample["cls"]}
+
+
+def transform_use(spec: str) -> int:
+    rows = 0
+    try:
+        with wds.Loader(spec, "jpg:rgb:16,cls", 8, transform=_augment,
+                        transform_workers=2, transform_timeout=30.0,
+                        transform_start_method="forkserver",
+                        transform_fields={"img": ((8, 8, 3), "uint8"),
+                                          "cls": ((), np.int64)}) as ld:
+            for batch in ld:
+                rows += batch.rows
+            skipped: int = ld.stats()["transform_skipped"]
+            rows += skipped
+    except wds.TransformError as e:
+        key: Optional[str] = e.key
+        tb: Optional[str] = e.worker_traceback
+        rows += len(key or "") + len(tb or "")
+    return rows
+
+
 def reader_use(spec: str) -> List[str]:
     out: List[str] = []
     with wds.Reader(spec, read_timeout_ms=1000) as r:

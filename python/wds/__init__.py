@@ -33,7 +33,9 @@ The C library (include/wds/) through a CPython extension, wds._wds:
   wds import *`` leaves the builtins of those names alone.
 - ``wds.Dataset(spec, fields, ...)``: a torch IterableDataset of decoded
   samples for ``DataLoader(num_workers=N)`` and torchdata's
-  StatefulDataLoader, exact over ranks and workers; ``wds.WebDataset``,
+  StatefulDataLoader, exact over ranks and workers; ``wds.Loader(...,
+  transform=fn)``: fn on each such sample in the loader's own worker
+  processes (``wds.TransformError``); ``wds.WebDataset``,
   ``wds.WebLoader`` and webdataset's verbs (docs/migrate-webdataset.md).
 """
 
@@ -70,6 +72,7 @@ __all__ = [
     "BytesField",
     "DeviceBatch",
     "Loader",
+    "TransformError",
     "CancelledError",
     "CommandError",
     "CorruptError",
@@ -98,7 +101,8 @@ __all__ = [
 # The torch side (wds.Dataset, wds.WebDataset, ...) imports torch: loaded on
 # first use, so that `import wds` (and `from wds import *`, which leaves
 # them out) stays light.
-_LAZY = {"Dataset": "_dataset", "default_collate": "_dataset"}
+_LAZY = {"Dataset": "_dataset", "default_collate": "_dataset",
+         "TransformError": "_transform"}  # numpy, not torch
 _LAZY.update((n, "_webdataset") for n in (
     "WebDataset", "WebLoader", "DataPipeline", "FluidInterface", "Decoder",
     "DecodingError", "Continue", "split_by_node", "split_by_worker",

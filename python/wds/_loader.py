@@ -316,6 +316,12 @@ def _sources_state(sources):
     return None if sources is None else [list(t) for t in sources]
 
 
+def _saved(text):
+    """(epoch, batches) of a C loader's saved state text."""
+    kv = dict(line.split("=", 1) for line in text.split("\n") if "=" in line)
+    return int(kv["epoch"]), int(kv["batches"])
+
+
 def _give_up_oldest(fences):
     """Drops the oldest fence, whose done()/wait() raised: close() cannot
     wait for it, and keeping it would raise the same error at every later
@@ -339,7 +345,9 @@ class Loader:
     max_window_bytes=None, max_unverified_bytes=None, crop_scale=None,
     crop_ratio=None, flip_prob=None, brightness=None, contrast=None,
     saturation=None, hue=None, image_dtype="uint8", normalize_mean=None,
-    normalize_std=None)
+    normalize_std=None, transform=None, transform_workers=2,
+    transform_fields=None, transform_start_method=None,
+    transform_timeout=None, image="numpy")
 
     The wds loader (wds/loader.h): the batches one data-parallel rank trains
     on, decoded by worker threads into a pool of prefetch slots. fields is
@@ -442,6 +450,28 @@ class Loader:
     channels-first (N, C, H, W) arrays of (x / 255 - normalize_mean) /
     normalize_std (a number or one per channel; None: 0 and 1), ready for
     a model, where "uint8" (the default) gives (N, H, W, C) bytes.
+
+    transform=fn runs fn on each decoded sample, the dict wds.Dataset
+    yields ({"__key__", "__url__", "__valid__", field: value}, fields read
+    as wds.Dataset reads them: "jpg" without a size decoded at its own size,
+    txt as str, ...), in transform_workers processes (0: in this thread) fed
+    through shared memory; fn returns a dict of arrays, tensors or numbers
+    of fixed shapes (or a tuple: fields "0", "1", ...), written into one
+    shared block per batch that the wds.Batch views (pinned for device=).
+    transform_fields={name: (shape, dtype)} declares them, else the first
+    sample fixes them; a row that differs is an error naming the field, the
+    key and both shapes. The batches hold the same samples in the same order
+    as without it; invalid rows are not given to fn. Python's random,
+    numpy's and torch's global generators are seeded per sample from (seed,
+    epoch, key), so the results do not depend on the workers or a resume.
+    fn raising is a wds.TransformError with the key, the shard and the
+    worker's traceback (on_error="skip": the row invalid, counted in
+    stats()["transform_skipped"]); a worker that dies is one too, and
+    transform_timeout (seconds) bounds the wait for a batch (TimeoutError);
+    after either the loader must be closed. transform_start_method:
+    "forkserver" (the default), "spawn" (fn must pickle) or "fork" (only
+    while the process has no other thread). state_dict() gives the position
+    of the batches yielded, not of those being transformed.
     """
 
     def __init__(self, spec=None, fields=None, batch_size=None, *,
@@ -460,9 +490,13 @@ class Loader:
                  crop_scale=None, crop_ratio=None, flip_prob=None,
                  brightness=None, contrast=None, saturation=None, hue=None,
                  image_dtype="uint8", normalize_mean=None,
-                 normalize_std=None):
+                 normalize_std=None, transform=None, transform_workers=2,
+                 transform_fields=None, transform_start_method=None,
+                 transform_timeout=None, image="numpy"):
         self._fences = _device.Fences()
         self._engine = None
+        self._tx = None
+        self._tx_end = False
         if jpeg_decode == "gpu" and device is None:
             raise ValueError("Loader: jpeg_decode='gpu' needs device= (the "
                              "GPU that decodes the JPEGs)")
@@ -475,6 +509,14 @@ class Loader:
                             "string: \"jpg:rgb:224,cls\")")
         if not isinstance(fields, (str, bytes)):
             fields = ",".join(fields)
+        if transform is not None:
+            fields = self._transform_pool(
+                fields, transform, transform_workers, transform_fields,
+                transform_start_method, transform_timeout, image, on_error,
+                seed, device)
+        elif image not in (None, "numpy") or transform_fields is not None:
+            raise ValueError("Loader: image= and transform_fields= go with "
+                             "transform=")
         # None: not given (torch.distributed's, else the environment's);
         # the C loader's "not given" is -1, which is no rank.
         for name, v, lo in (("rank", rank, 0), ("world_size", world_size, 1)):
@@ -539,8 +581,55 @@ class Loader:
             normalize_mean=_floats(normalize_mean),
             normalize_std=_floats(normalize_std))
         # _start_batches: wds.Dataset's workers open at a position at once.
-        self._open(0 if epoch is None else int(epoch),
-                   getattr(self, "_start_batches", 0))
+        try:
+            self._open(0 if epoch is None else int(epoch),
+                       getattr(self, "_start_batches", 0))
+        except BaseException:
+            if self._tx is not None:
+                self._tx.close()
+            raise
+
+    def _transform_pool(self, fields, fn, workers, decl, start, timeout,
+                        image, on_error, seed, device):
+        """Starts transform='s pool (before the C loader's threads exist)
+        and returns the C loader's fields for wds.Dataset's field items."""
+        from . import _transform
+        from ._dataset import _fields
+
+        if not callable(fn):
+            raise TypeError(f"Loader: transform must be callable, not "
+                            f"{type(fn).__name__}")
+        image = "numpy" if image is None else image
+        workers = 2 if workers is None else workers  # None: the default
+        if image not in ("numpy", "torch", "pil"):
+            raise ValueError(f"Loader: image {image!r}: expected 'numpy', "
+                             f"'torch' or 'pil'")
+        try:
+            workers = operator.index(workers)
+        except TypeError:
+            workers = -1
+        if not 0 <= workers <= 256:
+            raise ValueError(f"Loader: transform_workers {workers!r}: "
+                             f"expected an integer 0 .. 256")
+        if timeout is not None and not float(timeout) > 0:
+            raise ValueError(f"Loader: transform_timeout {timeout!r}: "
+                             f"expected seconds above 0, or None")
+        if decl is not None:
+            import numpy as np
+
+            try:
+                decl = {str(k): (tuple(int(x) for x in s), np.dtype(d))
+                        for k, (s, d) in dict(decl).items()}
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"Loader: transform_fields: expected "
+                                 f"{{name: (shape, dtype)}}: {e}") from None
+        fs = _fields(fields.decode() if isinstance(fields, bytes)
+                     else fields)
+        fspecs = [(f.key, f.post, f.name) for f in fs]
+        self._tx = _transform.Pipeline(
+            fn, fspecs, image, workers, start, timeout, on_error == "skip",
+            int(seed or 0), decl, 2, None if device is None else device)
+        return ",".join(f.spec for f in fs)
 
     def _open(self, epoch, batches, state=None):
         a = self._args
@@ -561,6 +650,8 @@ class Loader:
         """The next batch (a wds.DeviceBatch with device=), or None at the
         end of the epoch."""
         f = self._fences
+        if self._tx is not None:
+            return self._next_transformed(f)
         if self._engine is not None:
             # Slots behind copies: keep one for the workers to fill.
             f.reserve((int(self._args["prefetch"] or 0) or 4) - 1)
@@ -581,6 +672,41 @@ class Loader:
             return batch
         return _device.to_device(batch, self._engine, f, handle=batch)
 
+    def _next_transformed(self, f):
+        """transform=: keeps the pool's batches in flight, then the oldest
+        one transformed."""
+        tx = self._tx
+        f.poll()
+        while not self._tx_end and not tx.full():
+            state = self._l.state()  # the position before this batch
+            b = self._l.next()
+            if b is None:
+                self._tx_end = True
+                break
+            tx.submit(Batch(b), state)
+        if not tx.in_flight():
+            self._tx_end = False  # the next call starts the next epoch
+            return None
+        batch = Batch(tx.next(), f)
+        if self._engine is None:
+            return batch
+        return _device.to_device(batch, self._engine, f, handle=batch)
+
+    def _state_text(self):
+        """The C loader's saved state at the position of the batches given
+        out (transform=: before the oldest one still in flight)."""
+        if self._tx is not None:
+            head = self._tx.head_state()
+            if head is not None:
+                return head
+        return self._l.state()
+
+    def _position(self):
+        """(epoch, batches given out): transform=: before the oldest batch
+        still in flight."""
+        head = None if self._tx is None else self._tx.head_state()
+        return self._l.position() if head is None else _saved(head)
+
     def __len__(self):
         n = self._l.epoch_batches()
         if n == 0:
@@ -589,11 +715,14 @@ class Loader:
 
     def set_epoch(self, epoch):
         """Abandons the current epoch; the next batch is from epoch."""
+        if self._tx is not None:
+            self._tx.drop()
+            self._tx_end = False
         self._l.set_epoch(int(epoch))
 
     @property
     def epoch(self):
-        return self._l.position()[0]
+        return self._position()[0]
 
     def state_dict(self):
         """The position (epoch, batches delivered in it) and the options,
@@ -603,8 +732,8 @@ class Loader:
         sizes, workers, shuffle buffer, mode, seed, the data), which
         load_state_dict checks; "world_size" is the world the loader ran
         on (from torch.distributed or the environment when not given)."""
-        e, n = self._l.position()
-        text = self._l.state()
+        text = self._state_text()
+        e, n = self._position()
         world = int(text.split("\nworld_size=", 1)[1].split("\n", 1)[0])
         return {"epoch": e, "batches": n,
                 "seed": self._args["seed"], "batch_size": self._args["batch_size"],
@@ -669,7 +798,10 @@ class Loader:
         self._fences.drain()
         # Where it was, as its saved state: in the rest of an elastic
         # resume's epoch a bare position would mean other samples.
-        old = None if self._l.closed else self._l.state()
+        old = None if self._l.closed else self._state_text()
+        if self._tx is not None:
+            self._tx.drop()
+            self._tx_end = False
         self._l.close()
         try:
             self._open(epoch, batches, text)
@@ -695,6 +827,8 @@ class Loader:
         also "gpu_jpeg": the GPU decoder's (gpu_images, cpu_fallback,
         cpu_rows, failed, device_bytes, hardware, library)."""
         st = self._l.stats()
+        if self._tx is not None:
+            st["transform_skipped"] = self._tx.skipped
         jpeg = getattr(self._engine, "jpeg", None)
         if jpeg is not None:
             st["gpu_jpeg"] = jpeg.stats()
@@ -734,6 +868,8 @@ class Loader:
                         eng.synchronize()
                     except Exception:
                         _give_up_oldest(f)
+        if self._tx is not None:
+            self._tx.close()
         self._l.close()
         if first is not None:
             raise first
@@ -755,7 +891,7 @@ class Loader:
                 else repr(a["spec"]))
         if self._l.closed:
             return f"<wds.Loader {what} closed>"
-        e, n = self._l.position()
+        e, n = self._position()
         rank = "" if a["rank"] < 0 else f" rank={a['rank']}/{a['world_size']}"
         return (f"<wds.Loader {what} fields={a['fields']!r} "
                 f"batch_size={a['batch_size']} mode={a['mode']!r}{rank} "
