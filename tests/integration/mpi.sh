@@ -20,6 +20,7 @@
 # OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, which ctest sets; -np 4 on fewer cores
 # needs --oversubscribe, given as a flag.)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+SHARDGEN=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/train_shards.py # the trainer tests' shards
 train=$1
 mpiexec=$2
 shift 2
@@ -27,29 +28,7 @@ mpiflags=("$@")
 wds_test_setup mpi "timeout" "$train"
 TRAIN=$WDS
 
-cat >gen.py <<'PY'
-import io, random, sys, tarfile
-from PIL import Image
-out, prefix, sizes, seed = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")], int(sys.argv[4])
-rng = random.Random(seed)
-k = 0
-for si, n in enumerate(sizes):
-    with tarfile.open(f"{out}/{prefix}-{si:03d}.tar", "w", format=tarfile.USTAR_FORMAT) as tf:
-        for _ in range(n):
-            c = rng.randrange(10)
-            px = [rng.randrange(0, 150) for _ in range(256)]
-            cx, cy = 2 + (c % 5) * 3, 4 + (c // 5) * 7
-            for y in range(cy - 2, cy + 3):
-                for x in range(cx - 1, cx + 2):
-                    px[y * 16 + x] = min(255, px[y * 16 + x] + 90)
-            im = Image.new("L", (16, 16)); im.putdata(px)
-            b = io.BytesIO(); im.save(b, "PNG"); data = b.getvalue()
-            for ext, d in (("png", data), ("cls", str(c).encode())):
-                ti = tarfile.TarInfo(f"s{seed}_{k:06d}.{ext}"); ti.size = len(d); ti.mtime = 0
-                tf.addfile(ti, io.BytesIO(d))
-            k += 1
-PY
-"$PYTHON3" gen.py . train 250,250,250,250 1 || die "generating shards (python3 with Pillow)"
+"$PYTHON3" "$SHARDGEN" . train 250,250,250,250 1 || die "generating shards (python3 with Pillow)"
 
 COMMON=(--device cpu --image-size 16 --channels 1 --hidden 64,32 --lr 0.05 --seed 7
   --train 'train-{000..003}.tar' --batch-size 8 --epochs 1 --log-every 1 --log-checksums)

@@ -28,6 +28,7 @@
 # Usage: train.sh WDS_TRAIN_BINARY
 # Prints `ok NAME` / `FAIL NAME` per check and a final `N passed, N failed`.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+SHARDGEN=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/train_shards.py # the trainer tests' shards
 wds_test_setup train "timeout" "$@"
 TRAIN=$WDS
 DEVICE=${TRAIN_DEVICE:-cpu}
@@ -52,32 +53,9 @@ par() {
 ok() { echo "ok $1"; passed=$((passed + 1)); }
 bad() { echo "FAIL $1${2:+: $2}"; failed=$((failed + 1)); }
 
-cat >gen.py <<'PY'
-import io, random, sys, tarfile
-from PIL import Image
-out, prefix, sizes, seed = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",")], int(sys.argv[4])
-rng = random.Random(seed)
-k = 0
-for si, n in enumerate(sizes):
-    with tarfile.open(f"{out}/{prefix}-{si:03d}.tar", "w", format=tarfile.USTAR_FORMAT) as tf:
-        for _ in range(n):
-            c = rng.randrange(10)
-            px = [rng.randrange(0, 150) for _ in range(256)]
-            cx, cy = 2 + (c % 5) * 3, 4 + (c // 5) * 7
-            cx += rng.randrange(-1, 2); cy += rng.randrange(-1, 2)
-            for y in range(cy - 2, cy + 3):
-                for x in range(cx - 1, cx + 2):
-                    px[y * 16 + x] = min(255, px[y * 16 + x] + 90)
-            im = Image.new("L", (16, 16)); im.putdata(px)
-            b = io.BytesIO(); im.save(b, "PNG"); data = b.getvalue()
-            for ext, d in (("png", data), ("cls", str(c).encode())):
-                ti = tarfile.TarInfo(f"s{seed}_{k:06d}.{ext}"); ti.size = len(d); ti.mtime = 0
-                tf.addfile(ti, io.BytesIO(d))
-            k += 1
-PY
-"$PYTHON3" gen.py . train 250,250,250,250 1 || die "generating shards (python3 with Pillow)"
-"$PYTHON3" gen.py . eval 400 2 || die "generating shards"
-"$PYTHON3" gen.py . uneven 1,400,3,0,77,9 3 || die "generating shards"
+"$PYTHON3" "$SHARDGEN" . train 250,250,250,250 1 || die "generating shards (python3 with Pillow)"
+"$PYTHON3" "$SHARDGEN" . eval 400 2 || die "generating shards"
+"$PYTHON3" "$SHARDGEN" . uneven 1,400,3,0,77,9 3 || die "generating shards"
 
 COMMON=(--device "$DEVICE" --image-size 16 --channels 1 --hidden 64,32 --lr 0.05 --seed 7)
 run() { timeout 60 "$TRAIN" "${COMMON[@]}" "$@"; }
