@@ -37,12 +37,11 @@ spec and index); load_state_dict refuses other values, naming both.
 
 import collections.abc
 import hashlib
-import io
-import json
 import operator
 
 import numpy as np
 
+from ._decode import decode_field
 from ._loader import Loader, _option_doc, _torch_rank_world
 from ._wds import _topology
 from ._wds import check_loader_options as _check_loader_options
@@ -135,21 +134,6 @@ def _fields(fields):
     if len(set(keys)) != len(keys):
         raise ValueError(f"Dataset: two fields share a name: {keys}")
     return out
-
-
-def _decode_image(data, how, name):
-    from PIL import Image
-
-    im = Image.open(io.BytesIO(data))
-    im.load()
-    if how == "pil":
-        return im
-    a = np.asarray(im.convert("RGB") if im.mode != "RGB" else im)
-    if how == "torch":
-        import torch
-
-        return torch.from_numpy(np.ascontiguousarray(a))
-    return a
 
 
 _ROWS = frozenset(name for name, _ in _loader_options())
@@ -403,13 +387,7 @@ class Dataset(_Base):
             # exact mode's padding: a repeat, decoded as its sample.
             return None if p != "text" else ""
         try:
-            if p == "text":
-                return v.decode("utf-8")
-            if p == "json":
-                return json.loads(v)
-            if p == "npy":
-                return np.load(io.BytesIO(v), allow_pickle=False)
-            return _decode_image(v, self._image, f.name)
+            return decode_field(p, v, self._image)
         except Exception as e:
             raise ValueError(f"Dataset: sample {key!r}, field {f.name!r}: "
                              f"cannot decode as {p}: {e}") from e

@@ -44,8 +44,6 @@ gets is the transformed one, its rows in one shared block:
 import collections
 import gc
 import hashlib
-import io
-import json
 import multiprocessing
 import os
 import pickle
@@ -60,6 +58,8 @@ from multiprocessing import connection as _mpc
 from multiprocessing import shared_memory
 
 import numpy as np
+
+from ._decode import decode_field
 
 _ALIGN = 64
 SHM_PREFIX = "wds_tx"  # /dev/shm/wds_tx<pid>_<n>_<random>
@@ -116,33 +116,10 @@ def _decode(post, v, image, key, name):
     if post in ("array", "int", "bytes"):
         return v
     try:
-        if post == "text":
-            return bytes(v).decode("utf-8")
-        if post == "json":
-            return json.loads(bytes(v))
-        if post == "npy":
-            return np.load(io.BytesIO(bytes(v)), allow_pickle=False)
-        return _decode_image(bytes(v), image)
+        return decode_field(post, v, image)
     except Exception as e:
         raise ValueError(f"transform: sample {key!r}, field {name!r}: "
                          f"cannot decode as {post}: {e}") from e
-
-
-def _decode_image(data, how):
-    """wds.Dataset's image decoding (its _decode_image), without importing
-    _dataset (and so torch) into a worker whose fn does not need it."""
-    from PIL import Image
-
-    im = Image.open(io.BytesIO(data))
-    im.load()
-    if how == "pil":
-        return im
-    a = np.asarray(im.convert("RGB") if im.mode != "RGB" else im)
-    if how == "torch":
-        import torch
-
-        return torch.from_numpy(np.ascontiguousarray(a))
-    return a
 
 
 def _as_fields(out, key):
