@@ -57,7 +57,7 @@ typedef struct shared {
   /* The configuration without what an elastic resume may change (ranks,
    * processes, batch and per-rank sizes, workers, shuffle buffer, last
    * batch): a checkpoint of another one of those resumes elastically when
-   * this is its, in exact mode over one --train spec (issue 35). */
+   * this is its, in exact mode (a --train spec or a mix of --sources). */
   uint64_t elastic_fingerprint;
   int elastic;           /* resuming elastically: the loader takes ck's state */
   uint64_t elastic_left; /* the samples of the epoch its job had not read */
@@ -1085,13 +1085,13 @@ static int load_resume(shared *sh, wds__err *e) {
                      "--image-size/--channels/--hidden/--classes give",
                      o->resume_path);
   /* Another world, other sizes, workers or shuffle buffer, the rest the
-   * same, in exact mode over a --train spec: the loader resumes elastically
+   * same, in exact mode (a --train spec or a mix of --sources, which the
+   * fingerprint covers): the loader resumes elastically
    * from the checkpoint's state (it checks that state against its own
    * configuration, and refuses what it cannot continue exactly). */
   if (ck->fingerprint != sh->fingerprint && ck->loader_state &&
       ck->elastic_fingerprint == sh->elastic_fingerprint &&
-      o->loader.mode == WDS_MODE_EXACT && !o->loader.source_count &&
-      !o->steps) {
+      o->loader.mode == WDS_MODE_EXACT && !o->steps) {
     sh->elastic = 1;
     sh->resume = ck;
     sh->step = sh->start_step = ck->step; /* set again by open_loaders */

@@ -276,6 +276,32 @@ PY
   else
     bad "elastic resume 2 -> 3 -> 3 ranks" "$(tail -3 el3.out el4.out 2>/dev/null)"
   fi
+  # A mix of two --sources (repeat 1.5 and 0.7: some samples twice, some
+  # not at all) stopped on 3 ranks, resumed on 2 with per-rank sizes: over
+  # both runs each source's samples occur, as valid rows of epoch 0, as
+  # often as in an uninterrupted 3-rank run of the mix.
+  MX=(--source 'train-{000..001}.tar:repeat=1.5' --source 'train-{002..003}.tar:repeat=0.7'
+    --epochs 1 --warmup-steps 10 --log-every 0 --shuffle-buffer 50 --max-sample-bytes 65536)
+  if run "${MX[@]}" --batch-size 7 --workers 3 --ranks 3 --log-rows mx0.rows >mx0.out 2>&1 &&
+    run "${MX[@]}" --batch-size 7 --workers 3 --ranks 3 --checkpoint mx.ck --stop-after 9 \
+      --log-rows mx1.rows >mx1.out 2>&1 &&
+    run "${MX[@]}" --rank-batch-sizes 5,3 --workers 2 --ranks 2 --resume mx.ck \
+      --log-rows mx2.rows >mx2.out 2>&1 &&
+    grep -q "resumed on 2 ranks from a checkpoint made on 3 (mx.ck): [0-9]* samples of epoch 0 remain" mx2.out &&
+    "$PYTHON3" - mx0.rows mx1.rows mx2.rows <<'PY'
+import collections, sys
+count = lambda *ps: collections.Counter(
+    (l.split()[4], l.split()[5]) for p in ps for l in open(p) if l.split()[1] == "0")
+whole, parts = count(sys.argv[1]), count(sys.argv[2], sys.argv[3])
+assert sum(whole.values()) == 1100, sum(whole.values())  # 750 + 350
+assert max(whole.values()) == 2, "repeat 1.5 takes some samples twice"
+assert parts == whole, sorted((whole - parts).items())[:3] + sorted((parts - whole).items())[:3]
+PY
+  then
+    ok "elastic resume of a mix, 3 -> 2 ranks: each source's samples as often as in one run ($(grep -o 'resumed on .*remain' mx2.out))"
+  else
+    bad "elastic resume of a mix, 3 -> 2 ranks" "$(tail -3 mx1.out mx2.out 2>/dev/null)"
+  fi
 fi
 
 # --- per-rank batch sizes ------------------------------------------------------
