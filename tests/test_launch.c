@@ -215,6 +215,42 @@ TEST(getenv_and_the_public_rule_agree) {
   ASSERT_STREQ(c.nccl_comm_id, "127.0.0.1:29501");
 }
 
+/* torchrun inside an mpirun or srun task: its children inherit the task's
+ * MPI variables (the agent's); torchrun's win in the trainer and in the
+ * public wds_env_topology() alike. */
+TEST(torchrun_inside_an_mpi_task_agrees_with_the_public_rule) {
+  static const char *const vars[][2] = {{"RANK", "1"},
+                                        {"WORLD_SIZE", "2"},
+                                        {"LOCAL_RANK", "1"},
+                                        {"TORCHELASTIC_RUN_ID", "job"},
+                                        {"MASTER_ADDR", "127.0.0.1"},
+                                        {"OMPI_COMM_WORLD_RANK", "0"},
+                                        {"OMPI_COMM_WORLD_SIZE", "1"},
+                                        {"PMI_RANK", "0"},
+                                        {"PMI_SIZE", "1"},
+                                        {"PMIX_RANK", "0"},
+                                        {"SLURM_PROCID", "0"},
+                                        {"SLURM_NTASKS", "1"}};
+  size_t n = sizeof vars / sizeof vars[0];
+  for (size_t i = 0; i < n; i++)
+    setenv(vars[i][0], vars[i][1], 1);
+  unsetenv("NCCL_COMM_ID");
+  tr_launch c;
+  wds__err e;
+  int rc = tr_launch_resolve(&c, NULL, NULL, &e);
+  int rank = -1, world = -1;
+  int prc = wds_env_topology(&rank, &world);
+  for (size_t i = 0; i < n; i++)
+    unsetenv(vars[i][0]);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  ASSERT_EQ_INT(prc, WDS_OK);
+  ASSERT_EQ_INT(c.per_process, 1);
+  ASSERT_EQ_INT(c.proc_rank, 1);
+  ASSERT_EQ_INT(c.procs, 2);
+  ASSERT_EQ_INT(rank, 1);
+  ASSERT_EQ_INT(world, 2);
+}
+
 /* NCCL's parser keeps 63 bytes of an unbracketed host (struct netIf's
  * 64-byte prefix; ncclGetUniqueId then fails, "Invalid NCCL_COMM_ID") and
  * 15 of a bracketed address's interface (IF_NAMESIZE): longer ones are
@@ -438,6 +474,7 @@ int main(void) {
   RUN(errors_name_variable_and_value);
   RUN(refuses_duplicate_jobs);
   RUN(getenv_and_the_public_rule_agree);
+  RUN(torchrun_inside_an_mpi_task_agrees_with_the_public_rule);
   RUN(nccl_comm_id_within_nccls_limits);
   RUN(empty_nccl_comm_id_is_unset);
   RUN(cpu_ranks_across_processes_need_mpi);
