@@ -33,13 +33,18 @@ int wds__topology_int(const char *name, const char *v, long lo, long hi,
 
 #define MAX_WORLD (1L << 20)
 
+/* torchrun's variables: RANK, WORLD_SIZE, LOCAL_RANK, then the one that
+ * marks a process torchrun started without giving a rank. */
+static const char *const torchrun_names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                             "TORCHELASTIC_RUN_ID"};
+
 static int torchrun(const getter *g, wds__topology *t, wds__err *e) {
-  static const char *const names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK"};
-  const char *vals[3], *lworld_s = var(g, "LOCAL_WORLD_SIZE");
+  const char *const *names = torchrun_names;
+  const char *vals[4], *lworld_s = var(g, "LOCAL_WORLD_SIZE");
   int rc;
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 4; i++)
     vals[i] = var(g, names[i]);
-  int set = vals[0] ? 0 : vals[1] ? 1 : 2;
+  int set = vals[0] ? 0 : vals[1] ? 1 : vals[2] ? 2 : 3;
   for (int i = 0; i < 2; i++)
     if (!vals[i])
       return wds__fail(e, WDS_ERR_INVALID,
@@ -118,7 +123,10 @@ int wds__topology_from_env(wds__topology *t, wds__getenv_fn get, void *ctx,
   int rc = WDS_OK;
   wds__topology none = {WDS__LAUNCHER_NONE, 0, 1, -1, -1, NULL, NULL};
   *t = none;
-  if (var(&g, "RANK") || var(&g, "WORLD_SIZE") || var(&g, "LOCAL_RANK")) {
+  /* torchrun first: under mpirun or srun, torchrun's children inherit the
+   * launcher's variables, which then name torchrun's agent, not them. */
+  if (var(&g, torchrun_names[0]) || var(&g, torchrun_names[1]) ||
+      var(&g, torchrun_names[2]) || var(&g, torchrun_names[3])) {
     t->launcher = WDS__LAUNCHER_TORCHRUN;
     t->rank_var = "RANK";
     t->size_var = "WORLD_SIZE";
@@ -135,15 +143,26 @@ int wds__topology_from_env(wds__topology *t, wds__getenv_fn get, void *ctx,
       goto out;
     }
   }
-  /* A rank without the size of its job (SLURM_NTASKS alone is a batch
-   * script's, not a rank's). */
+  /* A rank without the size of its job, or a size without the rank
+   * (SLURM_PROCID or SLURM_NTASKS alone is a batch script's, not a
+   * rank's). */
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
     const char *const *n = pairs[i].names;
-    if (var(&g, n[0]) && pairs[i].launcher != WDS__LAUNCHER_SLURM) {
+    if (pairs[i].launcher == WDS__LAUNCHER_SLURM)
+      continue;
+    if (var(&g, n[0])) {
       rc = wds__fail(e, WDS_ERR_INVALID,
                      "%s='%s' is set but %s is not: a rank of a job of "
                      "unknown size",
                      n[0], var(&g, n[0]), n[1]);
+      goto out;
+    }
+    if (var(&g, n[1])) {
+      rc = wds__fail(e, WDS_ERR_INVALID,
+                     "%s='%s' is set but %s is not: the size of a job "
+                     "without this process's rank in it (every process "
+                     "would run the whole job)",
+                     n[1], var(&g, n[1]), n[0]);
       goto out;
     }
   }

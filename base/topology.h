@@ -4,10 +4,17 @@
  *
  * One rule, launcher by launcher, the first present wins:
  *   torchrun  RANK, WORLD_SIZE (LOCAL_RANK, LOCAL_WORLD_SIZE): present when
- *             any of RANK, WORLD_SIZE, LOCAL_RANK is set; then RANK and
- *             WORLD_SIZE must be, and with LOCAL_RANK the ranks must be
- *             numbered node by node (LOCAL_WORLD_SIZE, default WORLD_SIZE,
- *             divides WORLD_SIZE; RANK % LOCAL_WORLD_SIZE == LOCAL_RANK).
+ *             any of RANK, WORLD_SIZE, LOCAL_RANK, TORCHELASTIC_RUN_ID is
+ *             set; then RANK and WORLD_SIZE must be, and with LOCAL_RANK
+ *             the ranks must be numbered node by node (LOCAL_WORLD_SIZE,
+ *             default WORLD_SIZE, divides WORLD_SIZE; RANK %
+ *             LOCAL_WORLD_SIZE == LOCAL_RANK). First because torchrun
+ *             started inside an mpirun or srun task (srun torchrun
+ *             --no-python wds-train) passes the task's OMPI_COMM_WORLD_*,
+ *             PMI_*, PMIX_RANK and SLURM_* on to its children: those then
+ *             describe torchrun's agent, not this process, and the trainer
+ *             takes torchrun's path without MPI_Init (each child calling it
+ *             under the agent's one MPI identity would hang).
  *   SLURM     SLURM_PROCID, SLURM_NTASKS (SLURM_LOCALID): present when both
  *             are set (a batch script sees some without being many ranks).
  *   Open MPI  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
@@ -18,7 +25,10 @@
  * A variable set to "" counts as unset. A present value that is not a
  * decimal integer in range (0 <= rank < world size <= 2^20) is an error
  * naming the variable and its value; so is one of a pair without the other
- * (PMI_RANK without PMI_SIZE: a rank of a job of unknown size) and
+ * (PMI_RANK without PMI_SIZE: a rank of a job of unknown size; PMI_SIZE or
+ * OMPI_COMM_WORLD_SIZE without its rank, which would run one full job in
+ * every process; SLURM's are exempt: a batch script sees SLURM_NTASKS
+ * alone) and
  * PMIX_RANK above 0 with no launcher that gives the size (every reader of
  * this rule would take itself for rank 0 of 1, a duplicate of the job).
  * None present is rank 0 of 1. */

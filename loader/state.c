@@ -107,9 +107,11 @@ int wds__state_format(const wds_loader *l, uint64_t epoch, uint64_t batches,
             l->rank_bs ? (size_t)0 : c->batch_size);
   for (int r = 0; l->rank_bs && r < c->world_size; r++)
     sb_printf(&b, r ? ",%zu" : "%zu", l->rank_bs[r]);
+  /* Resampled mode draws shards with replacement: shard_shuffle does
+   * nothing there (and is refused off), written as 1. */
   sb_printf(&b, "\nlast_batch=%s\ndrop_last=%d\nshard_shuffle=%d\n",
             last_names[c->last_batch], c->drop_last != 0,
-            c->shard_shuffle != 0);
+            c->mode == WDS_MODE_RESAMPLED || c->shard_shuffle != 0);
   sb_printf(&b,
             "shuffle_buffer=%zu\nshuffle_initial=%zu\n"
             "shuffle_buffer_bytes=%zu\nsamples_per_epoch=%" PRIu64
@@ -1113,6 +1115,10 @@ int wds__state_check(wds_loader *l, const char *text, wds__err *e) {
   int elastic = saved.val[K_FROM][0] != 0, changed = 0;
   for (size_t k = K_MODE; k < K_FROM; k++) {
     if (strcmp(saved.val[k], mine.val[k]) == 0)
+      continue;
+    /* Not used in resampled mode (a state written before it was refused
+     * off there may say 0): the same samples either way. */
+    if (k == K_SSHUF && l->cfg.mode == WDS_MODE_RESAMPLED)
       continue;
     if (can_elastic && elastic_key(k)) {
       elastic = changed = 1;

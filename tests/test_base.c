@@ -271,6 +271,21 @@ TEST(topology_one_rule) {
   ASSERT_EQ_INT(topo(&t, &e, pmix0), WDS_OK);
   ASSERT_TRUE(t.launcher == WDS__LAUNCHER_NONE && t.rank == 0 &&
               t.world_size == 1 && t.rank_var == NULL);
+  /* torchrun started inside an mpirun or srun task: its children inherit
+   * the task's variables, which name torchrun's agent; torchrun's win. */
+  const char *nested[] = {"RANK=1",
+                          "WORLD_SIZE=2",
+                          "LOCAL_RANK=1",
+                          "TORCHELASTIC_RUN_ID=none",
+                          "OMPI_COMM_WORLD_RANK=0",
+                          "OMPI_COMM_WORLD_SIZE=1",
+                          "PMI_RANK=0",
+                          "PMI_SIZE=1",
+                          "PMIX_RANK=3",
+                          NULL};
+  ASSERT_EQ_INT(topo(&t, &e, nested), WDS_OK);
+  ASSERT_TRUE(t.launcher == WDS__LAUNCHER_TORCHRUN && t.rank == 1 &&
+              t.world_size == 2 && t.local_rank == 1);
   /* A batch script's SLURM_PROCID without SLURM_NTASKS: no launcher. */
   const char *batch[] = {"SLURM_PROCID=0", NULL};
   ASSERT_EQ_INT(topo(&t, &e, batch), WDS_OK);
@@ -298,6 +313,16 @@ TEST(topology_one_rule) {
       {{"OMPI_COMM_WORLD_RANK=1", NULL}, "OMPI_COMM_WORLD_SIZE is not"},
       {{"PMI_RANK=3", "PMI_SIZE=3", NULL}, "PMI_RANK='3'"},
       {{"PMIX_RANK=1", NULL}, "PMIX_RANK='1' names a process of a PMIx"},
+      /* A size without the rank: the same, not one full job each. */
+      {{"PMI_SIZE=2", NULL},
+       "PMI_SIZE='2' is set but PMI_RANK is not: the size of a job without "
+       "this process's rank"},
+      {{"OMPI_COMM_WORLD_SIZE=2", NULL},
+       "OMPI_COMM_WORLD_SIZE='2' is set but OMPI_COMM_WORLD_RANK is not"},
+      /* torchrun's mark without its rank. */
+      {{"TORCHELASTIC_RUN_ID=x", "OMPI_COMM_WORLD_RANK=0",
+        "OMPI_COMM_WORLD_SIZE=1", NULL},
+       "RANK is not set, but TORCHELASTIC_RUN_ID='x' is"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     ASSERT_EQ_INT(topo(&t, &e, bad[i].vars), WDS_ERR_INVALID);

@@ -215,6 +215,128 @@ TEST(getenv_and_the_public_rule_agree) {
   ASSERT_STREQ(c.nccl_comm_id, "127.0.0.1:29501");
 }
 
+/* torchrun inside an mpirun or srun task: its children inherit the task's
+ * MPI variables (the agent's); torchrun's win in the trainer and in the
+ * public wds_env_topology() alike. */
+TEST(torchrun_inside_an_mpi_task_agrees_with_the_public_rule) {
+  static const char *const vars[][2] = {{"RANK", "1"},
+                                        {"WORLD_SIZE", "2"},
+                                        {"LOCAL_RANK", "1"},
+                                        {"TORCHELASTIC_RUN_ID", "job"},
+                                        {"MASTER_ADDR", "127.0.0.1"},
+                                        {"OMPI_COMM_WORLD_RANK", "0"},
+                                        {"OMPI_COMM_WORLD_SIZE", "1"},
+                                        {"PMI_RANK", "0"},
+                                        {"PMI_SIZE", "1"},
+                                        {"PMIX_RANK", "0"},
+                                        {"SLURM_PROCID", "0"},
+                                        {"SLURM_NTASKS", "1"}};
+  size_t n = sizeof vars / sizeof vars[0];
+  for (size_t i = 0; i < n; i++)
+    setenv(vars[i][0], vars[i][1], 1);
+  unsetenv("NCCL_COMM_ID");
+  tr_launch c;
+  wds__err e;
+  int rc = tr_launch_resolve(&c, NULL, NULL, &e);
+  int rank = -1, world = -1;
+  int prc = wds_env_topology(&rank, &world);
+  for (size_t i = 0; i < n; i++)
+    unsetenv(vars[i][0]);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  ASSERT_EQ_INT(prc, WDS_OK);
+  ASSERT_EQ_INT(c.per_process, 1);
+  ASSERT_EQ_INT(c.proc_rank, 1);
+  ASSERT_EQ_INT(c.procs, 2);
+  ASSERT_EQ_INT(rank, 1);
+  ASSERT_EQ_INT(world, 2);
+}
+
+/* NCCL's parser keeps 63 bytes of an unbracketed host (struct netIf's
+ * 64-byte prefix; ncclGetUniqueId then fails, "Invalid NCCL_COMM_ID") and
+ * 15 of a bracketed address's interface (IF_NAMESIZE): longer ones are
+ * refused at the start, naming the limit and the fix. */
+TEST(nccl_comm_id_within_nccls_limits) {
+  tr_launch c;
+  wds__err e;
+  const char *h63[] = {
+      "NCCL_COMM_ID="
+      "hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh:7000",
+      "RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", NULL};
+  ASSERT_EQ_INT(resolve(&c, &e, h63), WDS_OK);
+  ASSERT_STREQ(
+      c.nccl_comm_id,
+      "hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh:7000");
+  const char *m63[] = {
+      "MASTER_ADDR="
+      "hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh",
+      "RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", NULL};
+  ASSERT_EQ_INT(resolve(&c, &e, m63), WDS_OK);
+  ASSERT_STREQ(
+      c.nccl_comm_id,
+      "hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh:29501");
+  const char *scope[] = {"NCCL_COMM_ID=[fe80::1%eeeeeeeeeeeeeee]:7000",
+                         "RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", NULL};
+  ASSERT_EQ_INT(resolve(&c, &e, scope), WDS_OK);
+  static const bad_case cases[] = {
+      {{"NCCL_COMM_ID="
+        "hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh:7000",
+        "RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", NULL},
+       {"the host is 64 bytes, but NCCL reads at most 63",
+        "NCCL_COMM_ID=<ip>:<port>"}},
+      {{"MASTER_ADDR="
+        "hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh",
+        "RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", NULL},
+       {"MASTER_ADDR='"
+        "hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh' and "
+        "MASTER_PORT + 1: "
+        "NCCL_COMM_ID='"
+        "hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh:"
+        "29501'",
+        "at most 63"}},
+      {{"NCCL_COMM_ID=[fe80::1%eeeeeeeeeeeeeeee]:7000", "RANK=1",
+        "WORLD_SIZE=2", "LOCAL_RANK=1", NULL},
+       {"the interface after '%' is 16 bytes", "at most 15"}},
+  };
+  expect_refused(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* NCCL_COMM_ID="" counts as unset: the address derived from MASTER_ADDR is
+ * exported in its place (main.c's step before NCCL starts), so the id's
+ * way is NCCL_COMM_ID's. */
+TEST(empty_nccl_comm_id_is_unset) {
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("LOCAL_RANK", "0", 1);
+  setenv("LOCAL_WORLD_SIZE", "1", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  setenv("NCCL_COMM_ID", "", 1);
+  tr_launch c;
+  wds__err e;
+  int rc = tr_launch_resolve(&c, NULL, NULL, &e);
+  int xrc = rc == WDS_OK ? tr_launch_export_comm_id(&c, &e) : rc;
+  char got[64];
+  snprintf(got, sizeof got, "%s", getenv("NCCL_COMM_ID"));
+  int mode = tr_launch_nccl_id_mode(c.procs, 0, getenv("NCCL_COMM_ID"), &e);
+  /* Given: kept as it is. */
+  setenv("NCCL_COMM_ID", "10.1.1.1:5000", 1);
+  int krc = tr_launch_export_comm_id(&c, &e);
+  char kept[64];
+  snprintf(kept, sizeof kept, "%s", getenv("NCCL_COMM_ID"));
+  static const char *const names[] = {
+      "RANK",        "WORLD_SIZE",  "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
+      "MASTER_ADDR", "MASTER_PORT", "NCCL_COMM_ID"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    unsetenv(names[i]);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  ASSERT_STREQ(c.nccl_comm_id, "127.0.0.1:29501");
+  ASSERT_EQ_INT(xrc, WDS_OK);
+  ASSERT_STREQ(got, "127.0.0.1:29501");
+  ASSERT_EQ_INT(mode, TR_NCCL_ID_ENV);
+  ASSERT_EQ_INT(krc, WDS_OK);
+  ASSERT_STREQ(kept, "10.1.1.1:5000");
+}
+
 /* Without MPI, several processes meet through NCCL only: the CPU backend
  * (host collectives) is refused naming the fix, a device backend needs the
  * NCCL address; the id's way follows (the CUDA backend's seam). */
@@ -352,6 +474,9 @@ int main(void) {
   RUN(errors_name_variable_and_value);
   RUN(refuses_duplicate_jobs);
   RUN(getenv_and_the_public_rule_agree);
+  RUN(torchrun_inside_an_mpi_task_agrees_with_the_public_rule);
+  RUN(nccl_comm_id_within_nccls_limits);
+  RUN(empty_nccl_comm_id_is_unset);
   RUN(cpu_ranks_across_processes_need_mpi);
   RUN(process_group_of_one_process);
   return test_summary();

@@ -8,6 +8,7 @@
  *
  * Fixtures: shards written at test time; sample i's .cls is its global
  * id. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -260,6 +261,60 @@ TEST(state_under_another_configuration_names_both_values) {
 }
 
 /* Not a state, another version, a corrupted one: refused, saying so. */
+/* A state text with one line's value replaced and its check line
+ * recomputed (FNV-1a 64 of every byte before it), as an older writer
+ * wrote it. */
+static char *restate(const char *st, const char *from, const char *to) {
+  const char *at = strstr(st, from);
+  if (!at)
+    return NULL;
+  size_t n = strlen(st) + strlen(to);
+  char *t = malloc(n + 1);
+  snprintf(t, n + 1, "%.*s%s%s", (int)(at - st), st, to, at + strlen(from));
+  char *chk = strstr(t, "\ncheck=") + 1;
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char *c = t; c < chk; c++)
+    h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
+  snprintf(chk, 24, "check=%016" PRIx64 "\n", h);
+  return t;
+}
+
+/* In resampled mode shard_shuffle does nothing (shards are drawn with
+ * replacement) and is refused off: a state a resampled run with
+ * shard_shuffle=0 wrote before that refusal resumes where it was, the same
+ * batches as the state written now (shard_shuffle=1). */
+TEST(resampled_state_written_with_shard_shuffle_off_resumes) {
+  wds_loader_config c = cfg(0, 2);
+  c.mode = WDS_MODE_RESAMPLED;
+  c.samples_per_epoch = 40;
+  char *st = state_after(c, 2);
+  ASSERT_TRUE(st != NULL);
+  ASSERT_CONTAINS(st, "\nmode=resampled\n");
+  ASSERT_CONTAINS(st, "\nshard_shuffle=1\n");
+  char *old = restate(st, "\nshard_shuffle=1\n", "\nshard_shuffle=0\n");
+  ASSERT_TRUE(old != NULL);
+  char err[1024];
+  wds_loader *l;
+  int64_t a[64], b[64];
+  ASSERT_EQ_INT(open_with(c, st, err, &l), WDS_OK);
+  size_t na = take(l, SIZE_MAX, a, 64);
+  wds_loader_close(l);
+  int rc = open_with(c, old, err, &l);
+  if (rc != WDS_OK)
+    printf("  %s\n", err);
+  ASSERT_EQ_INT(rc, WDS_OK);
+  uint64_t e, bt;
+  wds_loader_position(l, &e, &bt);
+  ASSERT_EQ_U64(bt, 2);
+  size_t nb = take(l, SIZE_MAX, b, 64);
+  wds_loader_close(l);
+  ASSERT_TRUE(na > 0);
+  ASSERT_EQ_U64(nb, na);
+  ASSERT_TRUE(memcmp(a, b, na * sizeof *a) == 0);
+  free(old);
+  free(st);
+}
+
 TEST(foreign_and_corrupted_states_are_refused) {
   char *st = state_after(cfg(0, 2), 1);
   ASSERT_TRUE(st != NULL);
@@ -964,6 +1019,7 @@ int main(void) {
   }
   RUN(state_resumes_any_rank_of_the_same_job);
   RUN(state_under_another_configuration_names_both_values);
+  RUN(resampled_state_written_with_shard_shuffle_off_resumes);
   RUN(foreign_and_corrupted_states_are_refused);
   RUN(elastic_resume_delivers_every_sample_once);
   RUN(elastic_resume_of_an_elastic_resume);

@@ -1,6 +1,7 @@
 /* launch.c — see launch.h. */
 #include "trainer/launch.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,16 @@
 #define BUILT_WITH_MPI " (this wds-train is built without MPI)"
 #endif
 
-/* NCCL's forms: <ipv4>:<port>, [<ipv6>]:<port>, <hostname>:<port>. */
+/* NCCL's forms: <ipv4>:<port>, [<ipv6>]:<port>, <hostname>:<port>, and
+ * the limits of its parser (ncclSocketGetAddrFromString, src/misc/socket.cc):
+ * an unbracketed host goes through struct netIf's 64-byte prefix (63 bytes
+ * kept; a longer one is cut and ncclGetUniqueId fails, "Invalid
+ * NCCL_COMM_ID"); a bracketed one through a buffer of NI_MAXHOST (1025,
+ * beyond any value tr_launch holds), its interface after '%' through 16
+ * bytes (IF_NAMESIZE: at most 15 and its NUL). */
+#define NCCL_HOST_MAX 63
+#define NCCL_IFNAME_MAX 15
+
 static int check_comm_id(const char *v, wds__err *e) {
   const char *colon = strrchr(v, ':');
   int ok = colon && colon > v;
@@ -28,6 +38,19 @@ static int check_comm_id(const char *v, wds__err *e) {
                      "NCCL_COMM_ID='%.200s': not host:port (NCCL's forms: "
                      "<ipv4>:<port>, [<ipv6>]:<port>, <hostname>:<port>)",
                      v);
+  size_t host = (size_t)(colon - v);
+  if (v[0] != '[' && host > NCCL_HOST_MAX)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "NCCL_COMM_ID='%.200s': the host is %zu bytes, but NCCL "
+                     "reads at most %d of a host name (its parser cuts the "
+                     "rest); give the address: NCCL_COMM_ID=<ip>:<port>",
+                     v, host, NCCL_HOST_MAX);
+  const char *pct = v[0] == '[' ? memchr(v, '%', host) : NULL;
+  if (pct && (size_t)(colon - 1 - pct - 1) > NCCL_IFNAME_MAX)
+    return wds__fail(e, WDS_ERR_INVALID,
+                     "NCCL_COMM_ID='%.200s': the interface after '%%' is %zu "
+                     "bytes, but NCCL reads at most %d (an interface name)",
+                     v, (size_t)(colon - 1 - pct - 1), NCCL_IFNAME_MAX);
   return WDS_OK;
 }
 
@@ -71,7 +94,9 @@ static int comm_id(tr_launch *c, wds__getenv_fn get, void *ctx, wds__err *e) {
     return wds__fail(e, WDS_ERR_INVALID, "MASTER_ADDR='%.64s...': too long",
                      addr);
   c->nccl_comm_id_from = "MASTER_ADDR, MASTER_PORT + 1";
-  return check_comm_id(c->nccl_comm_id, e);
+  if ((rc = check_comm_id(c->nccl_comm_id, e)) != WDS_OK)
+    wds__err_prefix(e, "MASTER_ADDR='%.64s' and MASTER_PORT + 1", addr);
+  return rc;
 }
 
 int tr_launch_resolve(tr_launch *c, wds__getenv_fn get, void *ctx,
@@ -133,6 +158,16 @@ int tr_launch_resolve(tr_launch *c, wds__getenv_fn get, void *ctx,
           retired[i], v, BUILT_WITH_MPI, retired[i]);
   }
   snprintf(c->source, sizeof c->source, "single process");
+  return WDS_OK;
+}
+
+int tr_launch_export_comm_id(const tr_launch *c, wds__err *e) {
+  /* "" counts as unset, as everywhere (base/topology.h): comm_id derived
+   * the address in its place. */
+  if (!c->nccl_comm_id[0] || wds__topology_var(NULL, NULL, "NCCL_COMM_ID"))
+    return WDS_OK;
+  if (setenv("NCCL_COMM_ID", c->nccl_comm_id, 1) != 0)
+    return wds__fail(e, WDS_ERR_IO, "setenv NCCL_COMM_ID: %s", strerror(errno));
   return WDS_OK;
 }
 

@@ -44,6 +44,13 @@ typedef struct tr_launch {
  * with a message naming the variables and their values. */
 int tr_launch_resolve(tr_launch *c, wds__getenv_fn get, void *ctx, wds__err *e);
 
+/* Exports c's NCCL bootstrap address as NCCL_COMM_ID when the variable is
+ * unset or "" (which counts as unset: c's address was then derived from
+ * MASTER_ADDR), for NCCL to read at ncclGetUniqueId and ncclCommInitRank;
+ * before any NCCL call, while no other thread reads the environment.
+ * Nothing when c has no address. WDS_OK, or WDS_ERR_IO (setenv failed). */
+int tr_launch_export_comm_id(const tr_launch *c, wds__err *e);
+
 /* How the backend's NCCL communicator gets its id. */
 enum {
   TR_NCCL_ID_LOCAL = 0, /* one process: made here, shared in memory */

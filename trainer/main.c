@@ -582,21 +582,25 @@ static int run_main(int argc, char **argv) {
                        "--device %s the ranks are GPUs: --gpus N (default: "
                        "every GPU)",
                        device);
-  /* Topology: MPI's under mpirun or srun; else torchrun's RANK/WORLD_SIZE/
-   * LOCAL_RANK (one process per GPU, meeting through NCCL), else a single
-   * process (launch.h). */
+  /* Topology: torchrun's RANK/WORLD_SIZE/LOCAL_RANK (one process per GPU,
+   * meeting through NCCL); else MPI's under mpirun or srun; else a single
+   * process (launch.h). Decided before MPI_Init: torchrun's children inherit
+   * the mpirun or srun task's variables, which then name torchrun's agent,
+   * and each child calling MPI_Init under that one identity would hang. */
   tr_launch topo;
   wds__err terr;
+  /* The launcher's variables (read before MPI_Init, which may set its
+   * own), by the one rule (base/topology.h). */
+  wds__topology et;
+  if (wds__topology_from_env(&et, NULL, NULL, &terr) != WDS_OK)
+    return usage_error("%s", terr.msg);
 #ifdef WDS_TRAINER_MPI
-  /* Launched by mpirun, mpiexec or srun: the topology is MPI's. */
-  if (tr_mpi_launched()) {
-    /* The launcher's variables (read before MPI_Init, which may set its
-     * own) must name the rank MPI gives: set by hand without a launcher,
-     * MPI starts a job of one process (a singleton), and each such process
-     * would be a job of its own. */
-    wds__topology et;
-    if (wds__topology_from_env(&et, NULL, NULL, &terr) != WDS_OK)
-      return usage_error("%s", terr.msg);
+  /* Launched by mpirun, mpiexec or srun (and not torchrun inside one): the
+   * topology is MPI's. */
+  if (et.launcher != WDS__LAUNCHER_TORCHRUN && tr_mpi_launched()) {
+    /* The launcher's variables must name the rank MPI gives: set by hand
+     * without a launcher, MPI starts a job of one process (a singleton),
+     * and each such process would be a job of its own. */
     tr_mpi_topology mt;
     if (tr_mpi_init(&mt, &terr) != WDS_OK) {
       fprintf(stderr, "wds-train: %s\n", terr.msg);
@@ -659,9 +663,8 @@ static int run_main(int argc, char **argv) {
   /* NCCL's bootstrap address, for every process to derive the same id
    * (before any NCCL call; NCCL reads it at ncclGetUniqueId and
    * ncclCommInitRank). */
-  if (!o.mpi && topo.nccl_comm_id[0] && !getenv("NCCL_COMM_ID") &&
-      setenv("NCCL_COMM_ID", topo.nccl_comm_id, 1) != 0) {
-    fprintf(stderr, "wds-train: setenv NCCL_COMM_ID: %s\n", strerror(errno));
+  if (!o.mpi && tr_launch_export_comm_id(&topo, &terr) != WDS_OK) {
+    fprintf(stderr, "wds-train: %s\n", terr.msg);
     return 1;
   }
   int visible = o.backend->device_count ? o.backend->device_count(&why) : 0;

@@ -8,7 +8,8 @@
 
 int tr_nccl_id(tr_pg *pg, int procs, int proc_rank, ncclUniqueId *id,
                wds__err *e) {
-  const char *env = getenv("NCCL_COMM_ID");
+  /* "" counts as unset (base/topology.h). */
+  const char *env = wds__topology_var(NULL, NULL, "NCCL_COMM_ID");
   int mode = tr_launch_nccl_id_mode(procs, tr_pg_mpi(pg), env, e);
   if (mode < 0)
     return WDS_ERR_INVALID;

@@ -42,7 +42,9 @@ typedef struct tr_mpi_topology {
 
 /* Non-zero when the environment shows a launch by an MPI launcher
  * (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMI_RANK, PMIX_RANK): the processes
- * then meet through MPI. Reads getenv. */
+ * then meet through MPI, unless torchrun's variables are present too
+ * (base/topology.h: torchrun started inside an MPI task, whose variables
+ * are then its agent's), which main.c checks first. Reads getenv. */
 int tr_mpi_launched(void);
 
 /* MPI_Init_thread and the topology. Once per process. */
