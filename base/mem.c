@@ -31,12 +31,16 @@ int wds__grow_at(void *pbuf, size_t *cap, size_t need, size_t elem_size,
   return 0;
 }
 
+atomic_size_t wds__populate_calls;
+
 void wds__populate_write(void *p, size_t n) {
 #ifdef MADV_POPULATE_WRITE
   uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
   uintptr_t z = ((uintptr_t)p + n) & ~(uintptr_t)4095;
-  if (z > a)
+  if (z > a) {
+    atomic_fetch_add_explicit(&wds__populate_calls, 1, memory_order_relaxed);
     (void)madvise((void *)a, z - a, MADV_POPULATE_WRITE);
+  }
 #else
   (void)p;
   (void)n;

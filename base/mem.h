@@ -3,6 +3,7 @@
 #ifndef WDS_BASE_MEM_H
 #define WDS_BASE_MEM_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 /* Returns buf grown to hold at least need elements of elem_size bytes, and
@@ -34,5 +35,9 @@ int wds__grow_at(void *pbuf, size_t *cap, size_t need, size_t elem_size,
  * about to be written: populated pages count in the resident size whether
  * they are written or not. */
 void wds__populate_write(void *p, size_t n);
+
+/* The madvise(2) calls wds__populate_write has made in this process (for
+ * tests: a steady state that populates recycled memory again shows). */
+extern atomic_size_t wds__populate_calls;
 
 #endif

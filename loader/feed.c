@@ -103,14 +103,18 @@ static int feed_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
     src->into = nv;
     src->into_cap = c;
   }
-  void *b = wds__blk_alloc_read(w->pool, w->index, (size_t)size);
+  int fresh = 1;
+  void *b = wds__blk_alloc_read(w->pool, w->index, (size_t)size, &fresh);
   if (!b) {
     src->into_failed = 1;
     return WDS_ERR_NOMEM;
   }
   src->into[src->ninto++] = b;
   *dst = b;
-  return WDS__SINK_INTO;
+  /* A recycled block was written by its last use (a read into it that
+   * failed frees it instead, into_reset): its pages are made, and
+   * populating them again per sample was the steady state's cost. */
+  return fresh ? WDS__SINK_INTO : WDS__SINK_INTO_MADE;
 }
 
 /* The sink while samples are read only to be dropped (before a piece's

@@ -497,9 +497,12 @@ static inline void wds__blk_free(void *p) {
  * block), or NULL. The common case, the worker's last block fitting, is
  * inline. A fresh large block is populated (its pages made at once) when
  * populate is 1: for blocks written whole right away, never for one a
- * stream is read into (wds__blk_alloc_read). */
+ * stream is read into (wds__blk_alloc_read). *fresh (fresh may be NULL):
+ * 1 when the block is new from malloc, its pages not yet made; 0 when it
+ * was recycled (written by its last user) or carved from a populated
+ * chunk. */
 void *wds__blk_alloc_slow(wds__blk_pool *bp, int owner, size_t need,
-                          int populate);
+                          int populate, int *fresh);
 
 /* Whether a recycled block of cap bytes serves a request of need: large
  * enough, and for a small request (16 KiB at most) not a large block (over
@@ -512,26 +515,30 @@ static inline int wds__blk_fits(size_t cap, size_t need) {
 }
 
 static inline void *wds__blk_alloc_pop(wds__blk_pool *bp, int owner,
-                                       size_t need, int populate) {
+                                       size_t need, int populate, int *fresh) {
   if (bp && bp->local_len > 0) {
     void *p = bp->local[bp->local_len - 1];
     if (wds__blk_fits(((wds__blk_head *)p - 1)->cap, need)) {
       bp->local_len--;
+      if (fresh)
+        *fresh = 0;
       return p;
     }
   }
-  return wds__blk_alloc_slow(bp, owner, need, populate);
+  return wds__blk_alloc_slow(bp, owner, need, populate, fresh);
 }
 
 static inline void *wds__blk_alloc(wds__blk_pool *bp, int owner, size_t need) {
-  return wds__blk_alloc_pop(bp, owner, need, 1);
+  return wds__blk_alloc_pop(bp, owner, need, 1, NULL);
 }
 
 /* A block for a stream's bytes, whose size is what a tar header claims:
- * none of it populated (the reader populates as the bytes arrive). */
+ * none of it populated (the reader populates a fresh one as the bytes
+ * arrive, and a recycled one, *fresh 0, not at all: its pages were made
+ * by its last use). */
 static inline void *wds__blk_alloc_read(wds__blk_pool *bp, int owner,
-                                        size_t need) {
-  return wds__blk_alloc_pop(bp, owner, need, 0);
+                                        size_t need, int *fresh) {
+  return wds__blk_alloc_pop(bp, owner, need, 0, fresh);
 }
 
 static inline void wds__blk_return(wds__blk_returns *r, void *p) {

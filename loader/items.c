@@ -142,7 +142,9 @@ static void *take_small(void **v, size_t *len, size_t need) {
 }
 
 void *wds__blk_alloc_slow(wds__blk_pool *bp, int owner, size_t need,
-                          int populate) {
+                          int populate, int *fresh) {
+  if (fresh)
+    *fresh = 0; /* recycled or carved: its pages are made */
   if (!bp)
     goto fresh;
   WDS__ASSERT(bp->local_len <= bp->local_cap);
@@ -194,6 +196,8 @@ fresh:;
     if (!(h = malloc(sizeof *h + cap)))
       return NULL;
     h->chunk_off = 0;
+    if (fresh)
+      *fresh = 1;
     /* A large block about to be written whole (a decoded image, a
      * deferred field's pread) is made at once. Only the bytes asked for,
      * not the slack, so the resident size does not grow; and never a block

@@ -380,7 +380,7 @@ static int take_pending(wds_reader *r) {
   r->sample_bytes += add;
   if (m->data_offset + m->size > r->sample_end)
     r->sample_end = m->data_offset + m->size;
-  int where = WDS__SINK_WINDOW;
+  int where = WDS__SINK_WINDOW, made = 0;
   void *dest = NULL;
   if (r->sink && m->size >= r->sink_min) {
     where = r->sink(r->sink_ctx, r->pending_name + r->pending_ext_off, m->size,
@@ -390,6 +390,10 @@ static int take_pending(wds_reader *r) {
                        "member \"%s\" at offset %llu (%llu bytes): %s", m->name,
                        (unsigned long long)m->header_offset,
                        (unsigned long long)m->size, wds_strerror(where));
+    if (where == WDS__SINK_INTO_MADE) {
+      made = 1;
+      where = WDS__SINK_INTO;
+    }
     if (where == WDS__SINK_INTO && !dest && m->size)
       where = WDS__SINK_SKIP;
     if (where == WDS__SINK_DEFER && wds__reader_shard_fd(r) < 0)
@@ -402,7 +406,7 @@ static int take_pending(wds_reader *r) {
   if (where == WDS__SINK_WINDOW)
     rc = wds__tar_load(r->tar, m, &r->err);
   else if (where == WDS__SINK_INTO && m->size)
-    rc = wds__tar_read_into(r->tar, m, dest, &r->err);
+    rc = wds__tar_read_into(r->tar, m, dest, made ? m->size : 0, &r->err);
   else
     wds__tar_skip_unread(r->tar, m); /* SKIP, DEFER: seeked over */
   if (rc != WDS_OK)

@@ -24,20 +24,24 @@ const char *wds__reader_error(const wds_reader *r);
  * that joins a sample, before its data is read, with the lower-cased
  * extension and the data's size; returns one of: */
 enum {
-  WDS__SINK_WINDOW, /* the data is read into the reader's window, as without
-                       a sink: wds_field.data is a view, valid until the
-                       next call */
-  WDS__SINK_INTO,   /* *dst (at least size bytes, the caller's) receives the
-                       data: wds_field.data is *dst. The part of the member
-                       not already in the window is read straight from the
-                       stream into *dst (one copy in all) */
-  WDS__SINK_SKIP,   /* the data is not wanted: it is skipped, never kept in
-                       memory, and wds_field.data is NULL (size_bytes is
-                       still its size) */
-  WDS__SINK_DEFER   /* the caller reads the data later itself, with pread
-                       at wds__reader_data_offset() in
-                       wds__reader_shard_fd() (only when that is not -1):
-                       skipped like SKIP (wds_field.data is NULL) */
+  WDS__SINK_WINDOW,   /* the data is read into the reader's window, as without
+                         a sink: wds_field.data is a view, valid until the
+                         next call */
+  WDS__SINK_INTO,     /* *dst (at least size bytes, the caller's) receives the
+                         data: wds_field.data is *dst. The part of the member
+                         not already in the window is read straight from the
+                         stream into *dst (one copy in all) */
+  WDS__SINK_SKIP,     /* the data is not wanted: it is skipped, never kept in
+                         memory, and wds_field.data is NULL (size_bytes is
+                         still its size) */
+  WDS__SINK_DEFER,    /* the caller reads the data later itself, with pread
+                         at wds__reader_data_offset() in
+                         wds__reader_shard_fd() (only when that is not -1):
+                         skipped like SKIP (wds_field.data is NULL) */
+  WDS__SINK_INTO_MADE /* as INTO, and *dst's pages are already made (a
+                         recycled buffer): the reader does not populate
+                         them. With INTO it populates *dst as the bytes
+                         arrive (wds__tar_read_into) */
 };
 /* A negative return is an error status (WDS_ERR_NOMEM: the caller could not
  * allocate *dst), which ends the shard like a read error would. A buffer

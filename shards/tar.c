@@ -763,7 +763,7 @@ void wds__tar_skip_unread(wds__tar *t, const wds__tar_member *m) {
 }
 
 int wds__tar_read_into(wds__tar *t, const wds__tar_member *m, void *dst,
-                       wds__err *err) {
+                       uint64_t made_bytes, wds__err *err) {
   uint64_t end = t->base + t->len;
   uint64_t have = end > m->data_voff ? end - m->data_voff : 0;
   if (have > m->size)
@@ -783,11 +783,16 @@ int wds__tar_read_into(wds__tar *t, const wds__tar_member *m, void *dst,
   uint8_t *p = (uint8_t *)dst + have;
   uint64_t left = m->size - have;
   /* dst's size is the header's claim, not what the stream holds: its pages
-   * are made (populated) a piece at a time ahead of the reads, pieces
-   * growing with the bytes read (at least READ_POPULATE_MIN, at most as
-   * many as read so far), so a member that claims a gigabyte in a short
-   * stream costs the bytes it has, not the claim. */
-  uint8_t *made = p;
+   * past the made_bytes already resident are made (populated) a piece at a
+   * time ahead of the reads, pieces growing with the bytes read (at least
+   * READ_POPULATE_MIN, at most as many as read so far), so a member that
+   * claims a gigabyte in a short stream costs the bytes it has, not the
+   * claim. A recycled buffer (made_bytes m->size) is never populated
+   * again: that was one madvise per sample in the steady state. */
+  uint8_t *made = p; /* dst's pages are made up to here */
+  if (made_bytes > have)
+    made =
+        (uint8_t *)dst + (size_t)(made_bytes < m->size ? made_bytes : m->size);
   while (left > 0) {
     size_t want = left > SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)left;
     if (p == made) {

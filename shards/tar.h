@@ -49,9 +49,13 @@ int wds__tar_load(wds__tar *t, const wds__tar_member *m, wds__err *err);
  * large member costs one copy in all. The window then holds nothing of the
  * member past what it already had; m's virtual offsets must not be used
  * afterwards. After large members the window reads only a little ahead
- * (so the next large member is mostly read straight too). */
+ * (so the next large member is mostly read straight too). The pages of
+ * dst past its first `made` bytes (those already resident: a recycled
+ * buffer's) are populated a piece at a time ahead of the reads, so the
+ * resident size follows the bytes that arrive, not m->size (a header's
+ * claim). */
 int wds__tar_read_into(wds__tar *t, const wds__tar_member *m, void *dst,
-                       wds__err *err);
+                       uint64_t made, wds__err *err);
 
 /* m's data (the member last returned) will not be loaded: skipped, or
  * read by the caller from the file itself. If it is large (16 KiB or

@@ -2,10 +2,12 @@
  * here header by header (so each format feature is exercised on its own),
  * read back through the public reader API. */
 #include <stdint.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
 
+#include "base/mem.h"
 #include "pipeline/reader_internal.h"
 #include "shards/stream.h"
 #include "test.h"
@@ -1012,11 +1014,14 @@ TEST(endless_input_after_the_archive_ends) {
 /* ---- the reader's sink (pipeline/reader_internal.h) ---- */
 
 /* The loader's sink: ".bin" into a buffer of its own, ".skip" skipped, the
- * rest in the window; "fail" makes the next ".bin" fail to allocate. */
+ * rest in the window; "fail" makes the next ".bin" fail to allocate;
+ * "made": each buffer is written first and said made (INTO_MADE, as a
+ * recycled block), so the reader must not populate it. */
 typedef struct sink_ctx {
   void *bufs[64];
   int n;
   int fail;
+  int made;
 } sink_ctx;
 
 static int test_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
@@ -1030,7 +1035,12 @@ static int test_sink(void *ctx, const char *ext, uint64_t size, void **dst) {
   if (c->n == 64)
     abort();
   *dst = c->bufs[c->n++] = malloc(size ? size : 1);
-  return *dst ? WDS__SINK_INTO : WDS_ERR_NOMEM;
+  if (!*dst)
+    return WDS_ERR_NOMEM;
+  if (!c->made)
+    return WDS__SINK_INTO;
+  memset(*dst, 0xa5, size); /* its pages made, with bytes to overwrite */
+  return WDS__SINK_INTO_MADE;
 }
 
 /* A shard of mixed sizes: small and large members, in and out of the
@@ -1058,8 +1068,13 @@ static int pattern_ok(const wds_field *f, int seed) {
 }
 
 /* Reads path with the sink and a window of `buffer` bytes; every field's
- * bytes and offset must be what the reader without a sink gives. */
-static void check_sink(const char *path, size_t buffer) {
+ * bytes and offset must be what the reader without a sink gives. With
+ * made, the buffers are said made (INTO_MADE). populated: how many madvise
+ * calls wds__populate_write may make while it reads: 0 none (buffers
+ * made), 1 some (members read straight from a plain file into fresh
+ * buffers), -1 any. */
+static void check_sink(const char *path, size_t buffer, int made,
+                       int populated) {
   const char *urls[] = {path};
   wds_reader_config cfg = WDS_READER_CONFIG_INIT;
   cfg.urls = urls;
@@ -1069,7 +1084,9 @@ static void check_sink(const char *path, size_t buffer) {
   ASSERT_EQ_INT(wds_reader_open(&cfg, &plain), WDS_OK);
   ASSERT_EQ_INT(wds_reader_open(&cfg, &r), WDS_OK);
   sink_ctx c = {0};
+  c.made = made;
   wds__reader_set_sink(r, test_sink, &c, 0);
+  size_t calls = atomic_load(&wds__populate_calls);
   const wds_sample *s, *p;
   int n = 0;
   for (;; n++) {
@@ -1094,6 +1111,15 @@ static void check_sink(const char *path, size_t buffer) {
     ASSERT_TRUE(pattern_ok(&s->fields[2], 200 + n));
   }
   ASSERT_EQ_INT(n, 10);
+  calls = atomic_load(&wds__populate_calls) - calls;
+  printf("  window %zu, buffers made %d: %zu populate calls\n", buffer, made,
+         calls);
+  if (populated == 0)
+    ASSERT_EQ_U64(calls, 0);
+#ifdef MADV_POPULATE_WRITE
+  if (populated == 1)
+    ASSERT_TRUE(calls > 0);
+#endif
   wds_reader_stats a, b;
   wds_reader_stats_get(plain, &a);
   wds_reader_stats_get(r, &b);
@@ -1113,8 +1139,11 @@ TEST(sink_reads_members_into_caller_buffers) {
   ASSERT_TRUE(copy != NULL);
   memcpy(copy, b.d, len);
   char *p = tb_save(&b);
-  check_sink(p, 0);     /* 4 MiB window: most members already in it */
-  check_sink(p, 65536); /* 64 KiB: large members come straight from the file */
+  check_sink(p, 0, 0, -1); /* 4 MiB window: most members already in it */
+  /* 64 KiB: large members come straight from the file, into fresh buffers
+   * (populated as they arrive), or into buffers made already (never). */
+  check_sink(p, 65536, 0, 1);
+  check_sink(p, 65536, 1, 0);
   /* The same through a decompressor (gzip). */
   size_t cap = len + len / 2 + 1024;
   uint8_t *gz = malloc(cap);
@@ -1122,7 +1151,8 @@ TEST(sink_reads_members_into_caller_buffers) {
   size_t n = gzip_bytes(copy, len, gz, cap, 1);
   ASSERT_TRUE(n > 0);
   char *pg = save_bytes(gz, n);
-  check_sink(pg, 65536);
+  check_sink(pg, 65536, 0, -1);
+  check_sink(pg, 65536, 1, 0);
   free(gz);
   unlink(pg);
   free(pg);
