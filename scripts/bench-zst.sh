@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench-zst.sh — the .tar.zst figures (docs/performance.md, "The
-# .tar.zst stream"): `wds bench` on the .tar.zst copies against `zstd -dc`
+# bench-zst.sh — the .tar.zst figures (docs/performance.md, "Compressed
+# shards (.tar.zst, .tar.gz)"): `wds bench` on the .tar.zst copies against `zstd -dc`
 # of the same files, NOT pinned (both may use the second core: zstd's I/O
 # threads, wds's reading thread), and the loader on the same files; with
 # BEFORE, the same commands of another build in the same run, alternating.
