@@ -9,8 +9,9 @@
  *                   as the retired rendezvous' star sum moved it)
  *
  * Process 0 prints one line: the method, processes, megabytes, the median
- * seconds per all-reduce and the checksum of the result (the same for both
- * methods: the bits of the sum in rank order). */
+ * seconds per all-reduce (and the buffer's GB/s at it) and the checksum of
+ * the result (the same for both methods: the bits of the sum in rank
+ * order). A build without MPI says so and exits 2. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

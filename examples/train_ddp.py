@@ -21,8 +21,9 @@ at the end) holds the model, the optimizer and the loader's state_dict();
 included, with the batches an uninterrupted run would have taken.
 --stop-after K saves and exits after K steps (to try --resume).
 
-The demo's digits (8x8 gray PNGs with a .cls label), as scripts/demo-run.sh
-makes them, are the default data:
+--train has no default; the other defaults (--image-size 8, --channels 1,
+--classes 10) fit the demo's digits (8x8 gray PNGs with a .cls label), as
+scripts/demo-run.sh makes them (without --train the script says so):
 
     python3 scripts/make-digits.py digits/files
     wds write -o 'digits/digits-train-%04d.tar' --maxcount 300 digits/files/train

@@ -10,13 +10,16 @@
 # slice summed in rank order, allgather: about 2 (P-1)/P x MB per process); the
 # median seconds of REPEAT all-reduces of MB megabytes of floats, and the
 # result's checksum, which is the same for both (the same bits).
-#   lo:    every process here, over loopback (mpirun -np P).
+#   lo:    every process here, over loopback (MPIEXEC -n P).
 #   netns: two "nodes" in network namespaces joined by veth links
 #          (tests/integration/lib-netns.sh: root only), P/2 processes on
 #          each, MPI over TCP on eth0 only, launched through an agent that
 #          runs `ip netns exec` in place of ssh.
-# Open MPI as root needs OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# (set here); more processes than cores need --oversubscribe (given).
+# netns rows also print the bytes node 1 sent on its eth0.
+# MPIEXEC names the launcher (default: the build's MPIEXEC_EXECUTABLE, else
+# mpirun). Open MPI as root needs OMPI_ALLOW_RUN_AS_ROOT=1
+# OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (set here); more processes than cores
+# need --oversubscribe (given to Open MPI).
 # Run it as `nice -n -10 scripts/bench-allreduce.sh` on a shared machine:
 # the processes inherit the priority, and other builds disturb them less.
 set -euo pipefail

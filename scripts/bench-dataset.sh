@@ -9,7 +9,8 @@
 #   (txt and cls fields, tokenized in the workers; no image decoded).
 #   Needs the test venv (ctest python_tree makes it: torch, torchvision,
 #   webdataset; WDS_BENCH_PYTHON names another interpreter). The shards are
-#   made once in BUILD_DIR/bench-dataset/.
+#   made once in BUILD_DIR/bench-dataset/. WDS_BENCH_PASSES: passes
+#   (default 4, pass 0 included).
 # The ways alternate pass by pass. Prints each way's images/s and CPU time
 # per image (the main process and the DataLoader's workers, user + system)
 # per pass (pass 0 warms the page cache), and the medians of the later

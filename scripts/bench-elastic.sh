@@ -3,13 +3,14 @@
 # resume"). Usage: [SHARDS=10000] [SAMPLES=10] [RUNS=3]
 #   scripts/bench-elastic.sh [BUILD_DIR] [DATA_DIR]
 # Writes SHARDS shards of SAMPLES small samples (`wds synth`) and their
-# index, then times `wds batches --max-batches 1` (open, plan, first batch)
-# on rank 0 of 6 with a shuffle buffer of 1000 in five ways, with and
-# without --index: a fresh start; a plain resume (the state of the same
-# job, halfway through the epoch); an elastic resume of a state saved on 8
-# ranks halfway through the epoch (--resume-state). Prints the median
-# wall time of RUNS runs per row. The page cache is warm (the files are
-# read once before).
+# index into DATA_DIR (default /tmp/wds-bench-elastic; kept for the next
+# run), then times `wds batches --max-batches 1` (open, plan, first batch)
+# on rank 0 of 6 (batch 24) with a shuffle buffer of 1000 in three ways,
+# each without and with --index (six rows): a fresh start; a plain resume
+# (the state of the same job, halfway through the epoch); an elastic resume
+# of a state saved on 8 ranks of batch 32 halfway through the epoch
+# (--resume-state). Prints the median wall time of RUNS runs per row. The
+# page cache is warm (the files are read once before).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$root/build}

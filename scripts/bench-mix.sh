@@ -7,8 +7,9 @@
 #
 # The same 16 synthetic shards (1,000 samples of 1 KB each) are read by
 # `wds bench --decode bin --batch-size 256 --shuffle-buffer 1000
-# --workers 2` as one spec, as one --source, and as two --source halves
-# (exact mode: repeat 1 each; resampled mode: weights 1 and 1), and the
+# --workers 2` in exact mode as one spec, as one --source and as two
+# --source halves (repeat 1 each), and in resampled mode (16,000 samples per
+# epoch) as one spec and as two --source halves (weights 1 and 1), and the
 # instructions per sample of each are printed (callgrind counts every
 # thread), with the median wall time of RUNS (default 5) alternated runs.
 set -euo pipefail

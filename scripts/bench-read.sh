@@ -16,9 +16,10 @@
 # Sets (written by `wds synth`, deterministic; sample = .bin + .cls + .json):
 #   100k: 4 shards x 1,000 samples, .bin of 102400 bytes
 #   1k:   2 shards x 50,000 samples, .bin of 1024 bytes
-# and a .tar.zst copy of each (same content, zstd level 3, one frame per
-# shard). With the page cache warm and every command pinned to one core,
-# `wds bench SHARDS` is timed against `cat SHARDS > /dev/null` (plain) or
+# and a .tar.zst copy of each (same content, zstd level 3, in the frames of
+# about 1 MiB of tar that the writer makes, shards/tarw.c). With the page
+# cache warm and every command pinned to one core, `wds bench SHARDS` is
+# timed against `cat SHARDS > /dev/null` (plain) or
 # `zstd -dc SHARDS > /dev/null` (.tar.zst), alternating, RUNS times each.
 # Throughput is uncompressed tar bytes / wall time of the whole process; the
 # ratio is wds / reference from the medians (and from the minimums).

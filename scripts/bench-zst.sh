@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench-zst.sh — the .tar.zst figures (docs/performance.md, "The
-# .tar.zst stream"): `wds bench` on the .tar.zst copies against `zstd -dc`
+# bench-zst.sh — the .tar.zst figures (docs/performance.md, "Compressed
+# shards (.tar.zst, .tar.gz)"): `wds bench` on the .tar.zst copies against `zstd -dc`
 # of the same files, NOT pinned (both may use the second core: zstd's I/O
 # threads, wds's reading thread), and the loader on the same files; with
 # BEFORE, the same commands of another build in the same run, alternating.
@@ -17,7 +17,9 @@
 # (user + system, from wait4), and the ratio zstd -dc time / wds time (for
 # the loader lines: the first line's time / this one's). "no read thread"
 # is the same build with WDS_READ_THREAD=0 (shards/stream.c's reading
-# thread off); the default is on when the process has a spare CPU.
+# thread off); the default is on when the process has a spare CPU. Then,
+# where perf may count, `perf stat` means over RUNS runs of the stream's
+# task-clock, context switches and page faults with WDS_READ_THREAD=1 and 0.
 set -euo pipefail
 
 BUILD_DIR=${1:-build}

@@ -13,7 +13,10 @@ Configurations, each over the same generated shards, batch 64:
   dataset-N   wds.Dataset(...).map(fn) + DataLoader(num_workers=N)
 
 Usage: bench_transform.py [--images 2048] [--dir DIR] [--workers 1,2]
-       [--only NAME,...]
+       [--only NAME,...] [--fn torchvision|python|sleep]
+DIR (default /tmp/wds-bench-transform) keeps the shards between runs.
+--fn python: a pure-Python loop and a crop in place of torchvision's
+pipeline; --fn sleep: 10 ms asleep and a crop (the pool's overlap alone).
 Prints one line per configuration: name, images/s (wall), and the CPU
 time per image of this process and its children (the workers, joined when
 the loader closes): on a shared machine the wall rate follows the load, the

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Builds every fuzz target (tests/fuzz/fuzz_*.c) as a libFuzzer binary
-# (clang, -DWDS_FUZZ=ON: ASan+UBSan, in build-fuzz/) and runs each for
-# MINUTES minutes, one after the other, from its seed corpus
-# (tests/fuzz/corpus/NAME, read only: what the run finds goes to
-# build-fuzz/fuzz-work/NAME), then prints one line per target: its
-# executions, execs/s, corpus size and whether it found a crash (the
-# reproducer then in build-fuzz/fuzz-work/, named crash-*/leak-*/timeout-*;
-# add it to tests/fuzz/corpus/NAME once fixed: ctest replays the corpus).
+# Builds every fuzz target (tests/fuzz/fuzz_*.c but fuzz_replay, ctest's
+# replayer) as a libFuzzer binary (clang, -DWDS_FUZZ=ON: ASan+UBSan, in
+# build-fuzz/) and runs each for MINUTES minutes (a fraction allowed), one
+# after the other, from its seed corpus (tests/fuzz/corpus/NAME, read only,
+# and the extra seeds ctest replays too: decode's for npy, the shared test
+# shards for reader; what the run finds goes to build-fuzz/fuzz-work/NAME),
+# then prints one line per target: its executions, execs/s, the files in
+# its work corpus and whether it found a crash (the reproducer then in
+# build-fuzz/fuzz-work/, named TARGET-crash-*/-leak-*/-timeout-*, the log
+# TARGET.log beside it; add it to tests/fuzz/corpus/NAME once fixed: ctest
+# replays the corpus).
 #
 #   scripts/fuzz.sh MINUTES [TARGET...]    e.g. scripts/fuzz.sh 20
 #

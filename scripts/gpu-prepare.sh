@@ -5,7 +5,9 @@
 # nvcc, CUDA's libraries, torch (/opt/torch/.venv) and compute-sanitizer but
 # no package access and none of Debian's image and compression libraries.
 #
-# Into CARRY_DIR (default: gpu-carry/ in the checkout, ignored by git):
+# Into CARRY_DIR (default: gpu-carry/ in the checkout, ignored by git; it
+# must be inside the checkout, which is what the device tool carries; the
+# cmake and build logs are left there too):
 #   build/     a Release build with -DWDS_WITH_CUDA=ON for sm_80 and sm_90
 #              (CMAKE_CUDA_ARCHITECTURES, default "80;90"; device line
 #              info for compute-sanitizer), tests included, the Python

@@ -46,7 +46,6 @@
 # files from $OUT; else the logs stay in CARRY_DIR/logs), WDS_GPU_WORK (the
 # working data: photo shards, the DDP digits, bench data, carried Python
 # packages; default ${TMPDIR:-/tmp}/wds-gpu-work, kept for a second call),
-
 # WDS_GPU_BUDGET (seconds, default: the limits' sum + 20), TORCH_PY (default
 # /opt/torch/.venv/bin/python3, else python3), BENCH_STEPS (default 30),
 # WORKERS (default: cores - 1, at most 15).

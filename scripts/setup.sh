@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs what a fresh Debian 12 machine is missing to build and test wds,
-# then configures and builds into BUILD_DIR (default: build).
+# Installs what a fresh Debian 12 machine is missing to build and test wds
+# (apt-get; with nvcc but no nvjpeg.h, also nvjpeg.h from PyPI's
+# nvidia-nvjpeg wheel into WDS_NVJPEG_CACHE, default ~/.cache/wds/nvjpeg),
+# then configures and builds into BUILD_DIR (default: build), as a Release
+# build unless the extra cmake args give another CMAKE_BUILD_TYPE.
 # Usage: scripts/setup.sh [BUILD_DIR] [extra cmake args...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The MPI tests (ctest label mpi: test_pg_mpi_np2/_np4, tools_train_mpi,
-# netns, slurm) against MPICH, in a build of their own of only the targets
-# they run (Open MPI is the default MPI of a Debian machine with both; the
-# code is MPI standard only). scripts/test.sh runs it beside its plain
-# ctest. Usage:
+# The MPI tests (ctest label mpi: test_pg_mpi_np2/_np4/_np4_star,
+# tools_train_mpi, tools_train_mpi_torchrun, netns, slurm) against MPICH, in
+# a build of their own of only the targets they run (Open MPI is the default
+# MPI of a Debian machine with both; the code is MPI standard only).
+# scripts/test.sh runs it beside its plain ctest. Usage:
 #   scripts/test-mpich.sh [BUILD_DIR] [extra cmake args...]
+#   (BUILD_DIR default: build-mpich in the checkout)
 # Needs libmpich-dev and mpich (scripts/setup.sh installs them).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

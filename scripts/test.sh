@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The whole test suite: set up, check the formatting (.clang-format), then
-# build and run ctest three times — a
-# plain build with warnings as errors, an AddressSanitizer+UBSan build, and
-# the threaded tests (label threads) under ThreadSanitizer — and, beside the
-# plain ctest (started after the plain build, waited for before the ASan
-# build), the MPI tests (label mpi) in a small build against MPICH
+# The whole test suite: set up and build (build-test), check the formatting
+# (.clang-format), then run ctest three times — the plain build with
+# warnings as errors, an AddressSanitizer+UBSan build (build-asan), and the
+# threaded tests (label threads) under ThreadSanitizer (build-tsan) — and,
+# beside the plain ctest (started after the plain build, waited for before
+# the ASan build), the MPI tests (label mpi) in a small build against MPICH
 # (scripts/test-mpich.sh, its output in build-mpich/test-mpich.log).
 # GPU tests (label gpu) skip themselves, visibly, when no GPU is present.
 # After each ctest run, every skipped test is listed with its reason

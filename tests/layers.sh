@@ -25,7 +25,7 @@ forbid() {
 }
 
 forbid base 'shards/|pipeline/|loader/|trainer/|tools/|wds/(spec|reader|writer|index|decode|loader)\.h' \
-  'a header of a module above it (base/ depends on nothing but wds/status.h)'
+  'a header of a module above it (base/ uses only wds/status.h, version.h, api.h)'
 forbid shards 'pipeline/|loader/|trainer/|tools/|wds/(reader|index|decode|loader)\.h' \
   'a header of a module above it'
 # The decode vocabulary is wds/decode.h, below the loader.

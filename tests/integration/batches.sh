@@ -15,10 +15,17 @@
 #   * the output is the same in two runs and with other --prefetch values;
 #     another --seed changes it;
 #   * --resume-at K (with --epoch) prints exactly the lines after the first K
-#     of an uninterrupted run;
+#     of an uninterrupted run; in plain mode a K past the epoch's end is an
+#     error naming both;
+#   * elastic resume (--resume-state) in exact mode, of one spec and of a
+#     mix of two sources, on 3 ranks after 2, with and without indexes:
+#     every sample of the epoch once (padding aside), equal line counts;
 #   * --save writes .npy files numpy loads with the right shapes and values
-#     (compared with the tar members), bytes fields with offsets;
-#   * bad flags exit 2 naming the flag; a missing shard exits 1 naming it;
+#     (compared with the tar members), bytes fields with offsets; images
+#     decoded and resized, NHWC uint8;
+#   * keys with blanks and backslashes print as \xHH in the text output;
+#   * bad flags exit 2 naming the flag, as do options the mode ignores
+#     (naming the mode); a missing shard exits 1 naming it;
 #   * `wds bench` with loader options reports the same batch count;
 #   * --rank-batch-sizes: equal step counts, each rank's rows its size,
 #     every key once plus padding below the sum (exact), resampled counts,

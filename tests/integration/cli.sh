@@ -5,7 +5,9 @@
 #     is a usage error naming it and what it may have meant;
 #   - a usage error is one line, "PROG: PROBLEM; see 'PROG --help'", exit 2;
 #   - wds-train takes the loader options through the same parser as
-#     `wds batches` (same messages);
+#     `wds batches` (same messages), and its own numbers in the option
+#     table's wording; a retired rendezvous flag (--master-port) is a usage
+#     error naming what replaces it (mpirun, srun, torchrun);
 #   - RANK without WORLD_SIZE (and the reverse) is a usage error everywhere;
 #   - the messages users meet: what unknown bytes are, missing fields and
 #     what a sample has, no doubled prefixes, --on-error skip's summary,

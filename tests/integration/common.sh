@@ -7,8 +7,10 @@
 # Sets WDS (absolute path of the binary, from $1), HERE (this folder),
 # PYTHON3 (the real interpreter), GTAR (GNU tar), passed=0 and failed=0;
 # checks that every TOOL is installed (a missing one fails the test, it does
-# not skip it); makes a temporary directory, removed on exit unless
+# not skip it); makes a temporary directory (TMP), removed on exit unless
 # WDS_TEST_KEEP is set, and changes into it. die MESSAGE fails the set-up.
+# Sourcing it sets LC_ALL=C.UTF-8, TZ=UTC and umask 022, and defines the
+# check helpers below (ok, bad, w, expect_rc, has, check).
 # shellcheck disable=SC2034  # the variables set here are used by the sourcing scripts
 set -euo pipefail
 export LC_ALL=C.UTF-8

@@ -12,8 +12,13 @@
 #   * prints on stdout only complete, correct samples that precede the damage
 #     (a prefix of the intact listing; never a partial sample).
 # Also: pipe:, stdin and file:// read the same samples as the file; a failing
-# pipe: command, a missing file and a usage error are reported; with two
-# specs, the first shard's samples come out before the second one's error.
+# pipe: command (also one that fails after sending the whole shard), a
+# missing file and a usage error are reported; with two specs, the first
+# shard's samples come out before the second one's error. A .tar.gz larger
+# than the reading thread's ring with its gzip trailer CRC flipped gives
+# the same samples and error with WDS_READ_THREAD=1 and 0: none of the
+# member's samples while it is held to its check, all but the last under
+# a lower --max-unverified.
 #
 # Usage: corrupt.sh WDS_BINARY [SHARED_TESTDATA]   (the second is unused)
 # Prints `ok NAME` / `FAIL NAME` per case and a final `N passed, N failed`.

@@ -4,8 +4,8 @@
 # (--image-memory-limit), and `wds-train` (the same flag). A 2048x2048 gray
 # PNG of one colour (12 MiB decoded as RGB, 4 MiB as gray) is refused under
 # a 2M budget with the named error (shard, sample, field, its size, the
-# limit), and decodes under the default (256M); a malformed size is a usage
-# error (exit 2).
+# limit; `wds batches --on-error skip` goes on past it), and decodes under
+# the default (256M); a malformed size is a usage error (exit 2).
 #
 # Usage: image_budget.sh WDS_BINARY WDS_TRAIN_BINARY
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

@@ -4,16 +4,18 @@
 # by `wds verify --index`.
 #
 # A plain tar shard (Python tarfile: no checksum of its data at all) and
-# a zstd one (`wds write`-like, compressed by zstd) are indexed with
-# --hashes; then one member's data byte is flipped (tar headers stay
-# valid). Checks:
+# a zstd one (that tar through `zstd --no-check`: one frame, no content
+# checksum, as another tool may write it) are indexed with --hashes; then
+# one member's data byte is flipped (tar headers stay valid; the zstd
+# shard is recompressed from the altered tar). Checks:
 #   format   the index's "sha256" objects equal `wds ls --json`; an index
 #            with hashes still reads where hashes are not used
 #            (ls --summary --index) and the clean shard loads through it
 #   stop     the loader errors naming shard, sample and member, and no
 #            batch holds the altered sample
 #   skip     every other sample is delivered valid, the altered one never
-#            (its row is invalid), and the skip is counted
+#            (its row is invalid), and the skip is counted; the same for
+#            the zstd shard
 #   defer    the same with --defer-reads on and large members (deferred
 #            reads would skip the check: hashed shards are not deferred)
 #   verify   `wds verify --index` reports hash_mismatch naming the member;

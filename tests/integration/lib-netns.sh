@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2034,SC2054  # sets variables for its callers; --host a,b
 # lib-netns.sh — "machines" in network namespaces, and an MPI launch across
-# them (sourced by tests/integration/netns.sh, tests/integration/slurm.sh's
-# neighbour tests and scripts/bench-allreduce.sh; needs root and iproute2).
+# them (sourced by tests/integration/netns.sh and
+# scripts/bench-allreduce.sh; needs root and iproute2).
 #
 #   netns_up PREFIX           namespaces PREFIX-br (a bridge), PREFIX-n0
 #                             (10.231.0.1), PREFIX-n1 (10.231.0.2) and
@@ -12,6 +12,7 @@
 #                             a namespace, bridge or veth link cannot be made.
 #   netns_down                every process in those namespaces killed, the
 #                             namespaces removed (safe to call twice).
+#   netns_tx NODE             the bytes node NODE (0, 1) sent on its eth0.
 #   netns_mpi MPIEXEC DIR [K] MPI_NET: the command that starts an MPI job of
 #                             K processes per node (default 1; ranks 0..K-1
 #                             on node 0, then node 1's), run in

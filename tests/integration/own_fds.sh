@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Tool test: outputs that are not streamed, named by the process's own
 # descriptors: `wds index -o`, `wds write -o` and
-# `wds-train --checkpoint` given /dev/stdout, /dev/stderr or /dev/fd/N that
-# resolve to a regular file write through the descriptor, in place: the
-# file gets the bytes the same command writes to a named file, nothing is
-# created beside /dev/stdout (as a user, no "Permission denied" on
-# /dev/stdout.tmp-PID-N; /dev/fd/5 with 5>file, no "No such file or
-# directory"), and as root /dev/stdout stays the link it was (it was
-# replaced by a regular file holding the index).
+# `wds-train --checkpoint` given /dev/stdout, /dev/stderr, /dev/fd/N or
+# /proc/self/fd/N that resolve to a regular file write through the
+# descriptor, in place: the file gets the bytes the same command writes to
+# a named file (after what it held, under >>), nothing is created beside
+# /dev/stdout (as a user, no "Permission denied" on /dev/stdout.tmp-PID-N;
+# /dev/fd/5 with 5>file, no "No such file or directory"), and as root
+# /dev/stdout stays the link it was (it was replaced by a regular file
+# holding the index). A descriptor open for reading only, or not open, is
+# an error naming it; --checkpoint-every with --checkpoint /dev/fd/N is a
+# usage error, nothing written (each checkpoint was appended to the last).
 #
 #   * as a user: setpriv to nobody (the tests run as root); skipped, with a
 #     line saying so, when setpriv cannot switch users;
@@ -15,6 +18,7 @@
 #     tmpfs copy (null, zero, full, urandom and the fd links), so the
 #     machine's own /dev/stdout is never at risk; skipped, saying so, when
 #     unshare is not permitted (a container without CAP_SYS_ADMIN).
+# Both skipped: exit 77.
 #
 # Usage: own_fds.sh WDS_BINARY WDS_TRAIN_BINARY
 # Prints `ok NAME` / `FAIL NAME` per check and a final `N passed, N failed`.

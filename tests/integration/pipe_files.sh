@@ -6,7 +6,8 @@
 # command line runs as before. Every command that reads specs is checked:
 # wds ls, cat, verify, index, bench, batches, expand, write and wds-train;
 # the index through wds batches --index and wds ls --summary --index. A
-# marker file shows that a refused command never ran.
+# marker file shows that a refused command never ran (and that an allowed
+# one did). Every command's --help names the option.
 #
 # Usage: pipe_files.sh WDS_BINARY WDS_TRAIN_BINARY
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -20,8 +21,9 @@ printf 's-0.tar\n# a comment\npipe:touch ran && cat s-1.tar\n' >list.txt
 "$WDS" ls s-0.tar s-1.tar >local.ls
 
 refused() { # refused NAME OUT FILE_AND_LINE: OUT.err has the refusal, exit 1
-  # (2 for cat, verify and index, which take a bad spec as a usage error)
-  if [[ $RC == 1 || $RC == 2 ]] && grep -qF "$3: \"pipe:touch ran && cat s-1.tar\" is a pipe: command read from a file, which is not run unless allowed (--allow-pipe-from-files" "$2.err" && [[ ! -e ran ]]; then
+  # (2 for cat, verify and index, which take a bad spec as a usage error),
+  # and the command never ran (no marker)
+  if [[ $RC == 1 || $RC == 2 ]] && [[ ! -e ran ]] && grep -qF "$3: \"pipe:touch ran && cat s-1.tar\" is a pipe: command read from a file, which is not run unless allowed (--allow-pipe-from-files" "$2.err" && [[ ! -e ran ]]; then
     ok "$1"
   else
     bad "$1" "exit $RC, ran: $([[ -e ran ]] && echo yes || echo no)" "$(head -c 400 "$2.err")"

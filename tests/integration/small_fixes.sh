@@ -6,9 +6,11 @@
 #     stops at the first failed write (no step runs after it; it ran the
 #     whole run first), and --json with stdout both on /dev/full name both
 #     outputs (only the first was named);
-#   * --read-timeout 0x10 and -0 are refused (decimal seconds, no sign);
-#   * --epoch near 2^64 with --epochs 2 is refused (the number wrapped to
-#     epoch 0), within range it runs.
+#   * --read-timeout 0x10, -0, 1e3 and inf are refused (decimal seconds,
+#     no sign); 1.5 is taken;
+#   * --epoch near 2^64 with more --epochs than are left is refused (the
+#     number wrapped to epoch 0), naming how many are left; within range it
+#     runs, up to the last epoch number and never epoch 0.
 #
 # Usage: small_fixes.sh WDS_BINARY WDS_TRAIN_BINARY
 # Prints `ok NAME` / `FAIL NAME` per check and a final `N passed, N failed`.

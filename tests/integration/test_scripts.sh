@@ -7,7 +7,8 @@
 #     with a skipped part, one that says why without "SKIP:" and one that
 #     passes plainly; the list names the four, each with its reason, and
 #     not the last; and tests/test.h's outcomes, compiled: a binary with a
-#     SKIP() test and a RUN_SKIPPED one among passing ones (counted in its
+#     SKIP() test and a RUN_IF whose condition fails (reported as
+#     RUN_SKIPPED) among passing ones (counted in its
 #     summary line, exit 0, listed with the count) and one whose every test
 #     skips (exit 77: ctest says skipped);
 #   * scripts/ctest-times.py, test.sh's check on the times: the slowest

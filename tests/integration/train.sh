@@ -15,7 +15,18 @@
 #   * --source twice: each epoch the rows of one spec of both (--log-rows),
 #     identical weights, resume, other sources refused;
 #   * bad checkpoints (truncated, a flipped byte, not a checkpoint, another
-#     configuration) exit 1 with a clear message; usage errors exit 2.
+#     configuration) exit 1 with a clear message; usage errors exit 2;
+#   * the default --lr learns; --lr 1000 diverges and stops at the first NaN
+#     loss, exit 1, naming the step (null in the JSON); an empty --eval set
+#     is said, null in the JSON;
+#   * elastic resume (CPU): 2 ranks stopped mid-epoch resume on 3, every
+#     sample of the epoch trained on exactly once;
+#   * without a GPU, --device cuda is an error saying why and auto trains
+#     on the CPU; several CPU processes without mpirun (torchrun's
+#     variables, NNODES/NODE_RANK) and launcher environments wds-train
+#     cannot join are refused at start, naming the fix; the rendezvous'
+#     flags (--nodes, --node-rank, --master-addr, --master-port,
+#     --rdv-timeout) are usage errors naming what replaces them.
 #
 # With TRAIN_DEVICE=cuda (the gpu test tools_train_gpu) the same checks run
 # on the CUDA backend, ranks being GPUs (--gpus; checks needing more GPUs

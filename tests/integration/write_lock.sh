@@ -38,6 +38,7 @@ W_TIMEOUT=20 w fifo write -o 'd2/shard-%06d.tar' tree
 expect_rc "FIFO at the lock path: exit 1, no hang" 1 fifo
 has "FIFO at the lock path: names it" fifo.err \
   "cannot use the pattern's lock file d2/.shard-%d.tar.lock: it is not a regular file"
+check "FIFO at the lock path: no shard written" test ! -e d2/shard-000000.tar
 
 # ---- another user's lock in a shared directory ----
 if setpriv --reuid=nobody --regid=nogroup --clear-groups true 2>/dev/null; then
