@@ -95,7 +95,7 @@ PY
 TRAIN_ARGS=(--train img.tar --device cpu --image-size 8 --channels 1 --hidden 8
   --batch-size 8 --epochs 1 --seed 1)
 
-# ---- item 4: write errors ----
+# ---- write errors ----
 full expand 'x-{0..9}.tar'
 full ls big.tar
 full ls --json small.tar
@@ -163,7 +163,7 @@ status=$(
 set -o pipefail
 expect_fail "| head -1, SIGPIPE ignored: exit 1 at once" "$status" "cannot write the output: Broken pipe"
 
-# ---- item 6: special files are written in place ----
+# ---- special files are written in place ----
 mkdir fifo
 mkfifo fifo/index.json fifo/shard.tar fifo/ck
 timeout 30 cat fifo/index.json >got-index.json &
@@ -360,7 +360,7 @@ check "-o - with --maxcount: usage error" test "$rc" = 2
 "$WDS" index small.tar -o - >index-dash.json
 check "-o -: wds index -o - is stdout" cmp -s index-stdout.json index-dash.json
 
-# ---- item 9c: files read to their end ----
+# ---- files read to their end ----
 mkdir proc
 printf 'x' >proc/a.txt
 ln -s /proc/self/environ proc/a.env
