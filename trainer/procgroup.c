@@ -54,7 +54,8 @@ struct tr_pg {
 static void set_why(tr_pg *g, const char *why) {
   pthread_mutex_lock(&g->why_mu);
   if (!g->why[0])
-    snprintf(g->why, sizeof g->why, "%s", why);
+    snprintf(g->why, sizeof g->why, "%.*s", (int)sizeof g->why - 1,
+             why); /* the first reason, cut to the field */
   pthread_mutex_unlock(&g->why_mu);
 }
 

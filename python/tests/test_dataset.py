@@ -356,15 +356,16 @@ def test_resume_on_other_data_is_refused(shards):
     ({"SLURM_NTASKS": "4"}, (0, 1)),
     ({"PMI_RANK": "1", "PMI_SIZE": "2"}, (1, 2)),
     ({"PMIX_RANK": "1"}, "PMIX_RANK='1'"),
-    ({"OMPI_COMM_WORLD_SIZE": "2"}, (0, 1)),
+    ({"OMPI_COMM_WORLD_SIZE": "2"}, "OMPI_COMM_WORLD_RANK is not"),
     ({"RANK": "1"}, "WORLD_SIZE is not set"),
     ({"SLURM_PROCID": "1", "SLURM_NTASKS": "3"}, (1, 3)),
 ])
 def test_rank_world_follow_the_c_rule(shards, monkeypatch, env, expected):
     """Dataset's rank/world from the environment are the C loader's
-    (base/topology.c), as wds.Loader gets them: a lone SLURM_NTASKS or
-    OMPI_COMM_WORLD_SIZE is world 1 (not rank 0 of a bigger world), PMI
-    is read, a lone PMIX_RANK is refused with the C message."""
+    (base/topology.c), as wds.Loader gets them: a lone SLURM_NTASKS (a
+    batch script's) is world 1, a lone OMPI_COMM_WORLD_SIZE (a size
+    without this process's rank) and a lone PMIX_RANK are refused with the
+    C message, PMI is read."""
     spec, ix = shards
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                  "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
