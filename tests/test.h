@@ -175,6 +175,17 @@ static char test_cur_skip_[1024];
   } while (0)
 
 /* Seconds on the monotonic clock (for "ended within" checks). */
+/* An environment for code that reads its variables through a lookup
+ * callback (wds__topology_from_env, tr_launch_resolve): ctx is a
+ * NULL-terminated array of "NAME=value" strings, passed as (void *)vars. */
+static inline const char *test_env_lookup(const char *name, void *ctx) {
+  size_t n = strlen(name);
+  for (const char *const *v = ctx; *v; v++)
+    if (strncmp(*v, name, n) == 0 && (*v)[n] == '=')
+      return *v + n + 1;
+  return NULL;
+}
+
 static inline double test_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -204,18 +204,9 @@ TEST(size_grammar) {
 
 /* ---- topology ---- */
 
-static const char *lookup(const char *name, void *ctx) {
-  for (const char *const *v = ctx; *v; v++) {
-    size_t n = strlen(name);
-    if (strncmp(*v, name, n) == 0 && (*v)[n] == '=')
-      return *v + n + 1;
-  }
-  return NULL;
-}
-
 static int topo(wds__topology *t, wds__err *e, const char *const *vars) {
   e->msg[0] = '\0';
-  return wds__topology_from_env(t, lookup, (void *)vars, e);
+  return wds__topology_from_env(t, test_env_lookup, (void *)vars, e);
 }
 
 TEST(topology_one_rule) {

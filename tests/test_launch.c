@@ -13,23 +13,9 @@
 #include "tests/test.h"
 #include "wds/loader.h"
 
-typedef struct env {
-  const char *const *vars; /* "NAME=value", NULL-terminated */
-} env;
-
-static const char *env_lookup(const char *name, void *ctx) {
-  const env *en = ctx;
-  size_t n = strlen(name);
-  for (const char *const *v = en->vars; *v; v++)
-    if (strncmp(*v, name, n) == 0 && (*v)[n] == '=')
-      return *v + n + 1;
-  return NULL;
-}
-
 static int resolve(tr_launch *c, wds__err *e, const char *const *vars) {
-  env en = {vars};
   e->msg[0] = '\0';
-  return tr_launch_resolve(c, env_lookup, &en, e);
+  return tr_launch_resolve(c, test_env_lookup, (void *)vars, e);
 }
 
 TEST(single_process_default) {

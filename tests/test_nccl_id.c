@@ -12,19 +12,6 @@
 
 #include "tests/test.h"
 
-typedef struct env {
-  const char *const *vars;
-} env;
-
-static const char *env_lookup(const char *name, void *ctx) {
-  const env *en = ctx;
-  size_t n = strlen(name);
-  for (const char *const *v = en->vars; *v; v++)
-    if (strncmp(*v, name, n) == 0 && (*v)[n] == '=')
-      return *v + n + 1;
-  return NULL;
-}
-
 /* Process `rank` of 2 as torchrun starts it: the launch from its
  * variables, NCCL_COMM_ID exported as main.c does, its id into *id. */
 static int id_of_process(int rank, const char *port, ncclUniqueId *id,
@@ -35,14 +22,15 @@ static int id_of_process(int rank, const char *port, ncclUniqueId *id,
   const char *vars[] = {
       r, "WORLD_SIZE=2",          rank ? "LOCAL_RANK=1" : "LOCAL_RANK=0",
       p, "MASTER_ADDR=127.0.0.1", NULL};
-  env en = {vars};
   tr_launch l;
-  int rc = tr_launch_resolve(&l, env_lookup, &en, e);
+  unsetenv("NCCL_COMM_ID"); /* as torchrun starts it: not set */
+  int rc = tr_launch_resolve(&l, test_env_lookup, (void *)vars, e);
   if (rc != WDS_OK)
     return rc;
   if ((rc = tr_launch_check_backend(&l, 0, 0, e)) != WDS_OK)
     return rc;
-  setenv("NCCL_COMM_ID", l.nccl_comm_id, 1);
+  if ((rc = tr_launch_export_comm_id(&l, e)) != WDS_OK) /* as main.c */
+    return rc;
   tr_pg_config pc = {
       .local_ranks = 1, .procs = l.procs, .proc_rank = l.proc_rank};
   tr_pg *g;
@@ -137,10 +125,10 @@ TEST(launch_and_nccl_agree_on_the_forms) {
     char v[64];
     snprintf(v, sizeof v, "NCCL_COMM_ID=%s", forms[i].v);
     const char *vars[] = {"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1", v, NULL};
-    env en = {vars};
     tr_launch l;
     wds__err e;
-    int ours = tr_launch_resolve(&l, env_lookup, &en, &e) == WDS_OK;
+    int ours =
+        tr_launch_resolve(&l, test_env_lookup, (void *)vars, &e) == WDS_OK;
     setenv("NCCL_COMM_ID", forms[i].v, 1);
     ncclUniqueId id;
     int nccls = ncclGetUniqueId(&id) == ncclSuccess;
